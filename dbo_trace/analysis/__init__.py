@@ -1,0 +1,1 @@
+"""Pure functions over arrays: no I/O, no rendering."""

@@ -1,0 +1,81 @@
+"""Who is communication, and what a CUDA API call is.
+
+Kernels are communication by name only (docs/analysis.md lists the families);
+a side stream is not evidence: real traces run GEMMs on side streams.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Kernel kinds.
+COMPUTE, COMM, COPY = 0, 1, 2
+KIND_NAMES = {COMPUTE: "compute", COMM: "comm", COPY: "copy"}
+
+COMM_PATTERNS: dict[str, str] = {
+    "NCCL": r"^nccl|ncclDevKernel|ncclKernel",
+    "DeepEP": r"deep_?ep|::ep::|\bep::(intranode|internode|internode_ll)|notify_dispatch|notify_combine|cached_notify",
+    "pplx": r"pplx|\ball_?to_?all",
+    "NVSHMEM": r"nvshmem",
+    "custom all-reduce": r"cross_device_reduce|custom_?all_?reduce|\ball_?reduce",
+    "all-gather / reduce-scatter": r"all_?gather|reduce_?scatter",
+    "dispatch / combine": r"(moe|ep|a2a|all2all)_?(dispatch|combine)|\bdispatch_kernel|\bcombine_kernel",
+    "symmetric memory": r"symm_?mem|two_shot|one_shot_all",
+}
+
+# CUDA API calls by what they do to the GPU.
+CALL_OTHER, CALL_LAUNCH, CALL_GRAPH_LAUNCH, CALL_SYNC, CALL_COPY = 0, 1, 2, 3, 4
+_LAUNCH = {
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
+    "cuLaunchCooperativeKernel",
+}
+_GRAPH_LAUNCH = {"cudaGraphLaunch", "cuGraphLaunch"}
+_SYNC = {
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+}
+_COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
+
+
+@dataclass(frozen=True)
+class CommRules:
+    """The communication definition in force: built-in families plus the user's."""
+
+    extra_patterns: tuple[str, ...] = ()
+    streams: tuple[int, ...] = ()
+    builtin: dict[str, str] = field(default_factory=lambda: dict(COMM_PATTERNS))
+
+    def regex(self) -> re.Pattern:
+        parts = list(self.builtin.values()) + list(self.extra_patterns)
+        return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
+
+
+def kernel_kinds(names: list[str], name_ids: np.ndarray, is_copy: np.ndarray, streams: np.ndarray, rules: CommRules) -> np.ndarray:
+    """compute / comm / copy for each GPU activity; names are classified once each."""
+    rx = rules.regex()
+    comm_name = np.fromiter((bool(rx.search(n)) for n in names), bool, len(names))
+    kinds = np.where(comm_name[name_ids] if len(names) else False, COMM, COMPUTE).astype(np.int8)
+    if rules.streams:
+        kinds[np.isin(streams, rules.streams)] = COMM
+    kinds[is_copy] = COPY
+    return kinds
+
+
+def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
+    def kind(n: str) -> int:
+        if n in _LAUNCH:
+            return CALL_LAUNCH
+        if n in _GRAPH_LAUNCH:
+            return CALL_GRAPH_LAUNCH
+        if n in _SYNC:
+            return CALL_SYNC
+        if n.startswith(_COPY_PREFIXES):
+            return CALL_COPY
+        return CALL_OTHER
+
+    table = np.fromiter((kind(n) for n in names), np.int8, len(names))
+    return table[name_ids] if len(names) else np.empty(0, np.int8)

@@ -1,0 +1,84 @@
+"""The verdict: one label from a small set, with reasons that cite the numbers.
+
+Labels, in order of precedence (docs/analysis.md explains each threshold):
+  host-bound        the GPU sat idle waiting for launches for >= HOST_BOUND_IDLE of the span
+  no-communication  no communication kernel ran
+  overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute
+  not-overlapped    otherwise
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+
+HOST_BOUND = "host-bound"
+NO_COMMUNICATION = "no-communication"
+OVERLAPPED = "overlapped"
+NOT_OVERLAPPED = "not-overlapped"
+LABELS = (HOST_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
+
+HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
+HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
+OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
+
+
+@dataclass
+class Verdict:
+    label: str
+    reasons: list[str] = field(default_factory=list)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: bool = False) -> Verdict:
+    reasons: list[str] = []
+    host = m.host_idle_fraction or 0.0
+    hidden = m.comm_hidden_fraction
+
+    if host >= HOST_BOUND_IDLE:
+        label = HOST_BOUND
+    elif m.comm_busy_us <= 0:
+        label = NO_COMMUNICATION
+    elif hidden is not None and hidden >= OVERLAPPED_HIDDEN:
+        label = OVERLAPPED
+    else:
+        label = NOT_OVERLAPPED
+
+    if host >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
+        reasons.append(
+            f"GPU idle waiting for the host {_pct(host)} of the span ({m.host_idle_us / 1000:.2f} ms in "
+            f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle); "
+            f"GPU busy {_pct(m.utilization)}"
+        )
+        if m.median_launch_us is not None and m.median_kernel_us is not None:
+            reasons.append(
+                f"median launch call {m.median_launch_us:.1f} us against median kernel {m.median_kernel_us:.1f} us "
+                f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
+            )
+        if profile_all_threads:
+            reasons.append("recorded with profile_all_threads: the profiler's own CPU cost inflates host time")
+    if m.comm_busy_us <= 0:
+        reasons.append("no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)")
+    else:
+        text = (
+            f"{_pct(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
+            f"ran concurrently with compute; {m.comm_exposed_us / 1000:.2f} ms exposed"
+        )
+        if m.comm_hidden_cross_us is not None:
+            text += f"; {_pct(m.comm_hidden_cross_us / m.comm_busy_us)} under the other microbatch's compute"
+        reasons.append(text)
+    if m.long_graph_launches:
+        reasons.append(f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {m.max_graph_launch_us / 1000:.2f} ms)")
+    if m.graph_launches:
+        reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")
+    if rt is not None and rt.ratio is not None:
+        verb = "meets" if rt.criterion_met else "misses"
+        reasons.append(
+            f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us vs comm round trip "
+            f"{rt.comm_per_round_trip_us:.0f} us: ratio {rt.ratio:.2f}, {verb} the DBO criterion (>= 1)"
+        )
+    return Verdict(label, reasons)

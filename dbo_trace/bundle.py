@@ -1,0 +1,96 @@
+"""The bundle format: the only thing recording and analysis share.
+
+A bundle is a folder::
+
+    manifest.json            BUNDLE_FORMAT, version, what was recorded and how
+    traces/*.json[.gz]       torch profiler (Kineto) Chrome traces, one per rank/process
+    events/*.jsonl           hook event logs, one per process (EVENTS_FORMAT below)
+
+docs/bundle-format.md is the reference; bump a version when a field changes meaning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+BUNDLE_FORMAT = "dbo-trace-bundle"
+BUNDLE_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+TRACES_DIR = "traces"
+EVENTS_DIR = "events"
+
+EVENTS_FORMAT = "dbo-trace-events"
+EVENTS_VERSION = 1
+
+# Event kinds of the hook log. A record is a JSON array:
+#   [t_ns, kind, ident, native_tid, ubatch, step, detail]
+# t_ns is time.time_ns(); ident is threading.get_ident(); ubatch is -1 outside a
+# microbatch thread; step is the process's step counter; detail is kind-specific.
+EV_STEP_BEGIN = "step_begin"  # detail: {"path": PATH, "tokens": [n0, n1, ...]}
+EV_STEP_END = "step_end"
+EV_UB_WAIT = "ub_wait"  # thread entered UBatchContext, waiting for its turn
+EV_UB_RUN = "ub_run"  # thread got its turn (left __enter__)
+EV_UB_EXIT = "ub_exit"
+EV_YIELD = "yield"  # CPU yield to the other microbatch begins
+EV_RESUME = "resume"  # CPU yield ends
+EV_STREAM = "stream"  # detail: "comm" | "compute"
+EV_GRAPH_CAPTURE = "graph_capture"  # detail: {"mode": ..., "tokens": N}
+EV_GRAPH_REPLAY = "graph_replay"  # detail: {"mode": ..., "tokens": N}
+EV_HOOK_ERROR = "hook_error"  # detail: a one-line description; the hook is off after it
+EV_LAYER = "layer"  # detail: layer index (emitted by workloads that know their layers)
+
+# The paths a step can take through UBatchWrapper.__call__.
+PATH_NOT_MICROBATCHED = "not_microbatched"
+PATH_EAGER = "eager_microbatched"
+PATH_GRAPH_CAPTURE = "graph_capture"
+PATH_GRAPH_REPLAY = "graph_replay"
+
+
+class BundleError(Exception):
+    """A bundle on disk is not what it should be; the message names the file."""
+
+
+def trace_files(folder: Path) -> list[Path]:
+    """Trace files in a folder, in a stable order."""
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
+        and p.name != MANIFEST_NAME
+    ]
+    return sorted(found)
+
+
+def is_bundle(path: Path) -> bool:
+    return path.is_dir() and (path / MANIFEST_NAME).is_file()
+
+
+def read_manifest(bundle: Path) -> dict[str, Any]:
+    path = bundle / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"{path}: cannot read the bundle manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{path}: not a dbo-trace manifest (no \"format\": \"{BUNDLE_FORMAT}\")")
+    version = manifest.get("version")
+    if not isinstance(version, int) or version > BUNDLE_VERSION:
+        raise BundleError(
+            f"{path}: bundle version {version!r} is newer than this dbo-trace reads "
+            f"({BUNDLE_VERSION}); upgrade dbo-trace"
+        )
+    return manifest
+
+
+def write_manifest(bundle: Path, manifest: dict[str, Any]) -> Path:
+    """Write manifest.json atomically, so an interrupted write leaves the old one."""
+    bundle.mkdir(parents=True, exist_ok=True)
+    body = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, **manifest}
+    path = bundle / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+    return path

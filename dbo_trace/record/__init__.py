@@ -1,0 +1,1 @@
+"""Recording: vLLM hooks, the event log and the plugin. Imported only where recording happens."""

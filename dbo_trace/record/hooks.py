@@ -1,0 +1,180 @@
+"""Instrumentation of vLLM's DBO classes.
+
+Rules every hook obeys (they run inside someone else's server):
+- the wrapped function is called exactly once, with its own arguments, and its
+  result or exception passes through untouched;
+- no exception leaves a hook: the first failure turns all hooks off and is
+  written to the event log once;
+- no GPU work: no synchronisation, allocation or stream query, so hooks are
+  safe during CUDA graph capture.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dbo_trace import bundle as fmt
+from dbo_trace.record.events import EventLog
+
+try:  # NVTX ranges for Nsight Systems users; optional
+    import nvtx as _nvtx
+except Exception:  # pragma: no cover - depends on the host
+    _nvtx = None
+
+_PHASE_COLOURS = {
+    (0, "compute"): "blue",
+    (0, "comm"): "cyan",
+    (1, "compute"): "red",
+    (1, "comm"): "orange",
+    (0, "yield"): "grey",
+    (1, "yield"): "grey",
+}
+_NVTX_DOMAIN = "dbo-trace"
+
+
+def _profiler_enabled() -> bool:
+    try:
+        import torch.autograd.profiler as ap
+
+        return bool(ap._is_profiler_enabled)
+    except Exception:
+        return False
+
+
+class _Ranges:
+    """One open range per thread: NVTX always (if installed), record_function while profiling."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def open(self, name: str, colour: str = "green") -> None:
+        self.close()
+        nv = rf = None
+        if _nvtx is not None:
+            nv = _nvtx.start_range(message=name, color=colour, domain=_NVTX_DOMAIN)
+        if _profiler_enabled():
+            import torch
+
+            rf = torch.autograd.profiler.record_function(name)
+            rf.__enter__()
+        self._local.open = (nv, rf)
+
+    def close(self) -> None:
+        nv, rf = getattr(self._local, "open", (None, None))
+        self._local.open = (None, None)
+        if rf is not None:
+            rf.__exit__(None, None, None)
+        if nv is not None:
+            _nvtx.end_range(nv)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing we patch: module, class, attribute, and the wrapper factory."""
+
+    module: str
+    cls: str
+    attr: str
+    make: Callable[["Instrumentation", Callable], Callable]
+
+    @property
+    def name(self) -> str:
+        return f"{self.module}.{self.cls}.{self.attr}"
+
+
+class Instrumentation:
+    def __init__(self, log: EventLog):
+        self.log = log
+        self.enabled = True
+        self.ranges = _Ranges()
+        self.counters: Counter[str] = Counter()
+        self._thread = threading.local()  # per microbatch thread: current stream phase
+        self.patched: list[str] = []
+        self.missing: list[str] = []
+        self._originals: list[tuple[type, str, Any]] = []
+
+    # -- safety -----------------------------------------------------------
+    def safely(self, fn: Callable, *args: Any) -> Any:
+        if not self.enabled:
+            return None
+        try:
+            return fn(*args)
+        except Exception as exc:  # a hook must never break its host
+            self.enabled = False
+            try:
+                self.log.emit(fmt.EV_HOOK_ERROR, -1, f"{type(exc).__name__}: {exc}"[:300])
+            except Exception:
+                pass
+            return None
+
+    # -- step-level events (UBatchWrapper, workloads) -------------------------
+    def step_begin(self, path: str, tokens: list[int] | None = None) -> None:
+        self.log.step += 1
+        self.counters[f"steps.{path}"] += 1
+        self.log.emit(fmt.EV_STEP_BEGIN, -1, {"path": path, "tokens": tokens})
+        self.ranges.open(f"dbo:step#{self.log.step}:{path}", "green")
+
+    def step_end(self) -> None:
+        self.ranges.close()
+        self.log.emit(fmt.EV_STEP_END)
+        self.log.flush()
+
+    def graph_event(self, kind: str, mode: str, tokens: int | None) -> None:
+        self.counters[f"cudagraph.{kind}.{mode}"] += 1
+        self.log.emit(kind, -1, {"mode": mode, "tokens": tokens})
+
+    # -- microbatch-thread events (UBatchContext) ----------------------------
+    def ub_wait(self, ub: int) -> None:
+        self._thread.phase = "compute"
+        self.log.emit(fmt.EV_UB_WAIT, ub)
+
+    def ub_run(self, ub: int) -> None:
+        self.log.emit(fmt.EV_UB_RUN, ub)
+        self._open_phase(ub)
+
+    def ub_exit(self, ub: int) -> None:
+        self.ranges.close()
+        self.log.emit(fmt.EV_UB_EXIT, ub)
+
+    def stream(self, ub: int, phase: str) -> None:
+        if getattr(self._thread, "phase", None) == phase:
+            return
+        self._thread.phase = phase
+        self.log.emit(fmt.EV_STREAM, ub, phase)
+        self._open_phase(ub)
+
+    def cpu_yield(self, ub: int) -> None:
+        self.counters["ubatch.yields"] += 1
+        self.log.emit(fmt.EV_YIELD, ub)
+        self.ranges.open(f"dbo:ub{ub}:yield", _PHASE_COLOURS.get((ub, "yield"), "grey"))
+
+    def cpu_resume(self, ub: int) -> None:
+        self.log.emit(fmt.EV_RESUME, ub)
+        self._open_phase(ub)
+
+    def _open_phase(self, ub: int) -> None:
+        phase = getattr(self._thread, "phase", "compute")
+        self.ranges.open(f"dbo:ub{ub}:{phase}", _PHASE_COLOURS.get((ub, phase), "purple"))
+
+    # -- patching ------------------------------------------------------------
+    def install(self, targets: list[Target]) -> None:
+        for target in targets:
+            try:
+                cls = getattr(importlib.import_module(target.module), target.cls)
+                original = getattr(cls, target.attr)
+            except Exception:
+                self.missing.append(target.name)
+                continue
+            self._originals.append((cls, target.attr, cls.__dict__.get(target.attr, original)))
+            setattr(cls, target.attr, target.make(self, original))
+            self.patched.append(target.name)
+
+    def uninstall(self) -> None:
+        for cls, attr, original in reversed(self._originals):
+            setattr(cls, attr, original)
+        self._originals.clear()
+        self.patched.clear()

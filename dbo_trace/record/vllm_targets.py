@@ -1,0 +1,144 @@
+"""What to patch in vLLM, per version. A new vLLM version is a new entry in TARGETS_BY_VERSION."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from dbo_trace import bundle as fmt
+from dbo_trace.record.hooks import Instrumentation, Target
+
+
+# -- UBatchContext (vllm/v1/worker/ubatching.py) -------------------------------
+def _ctx_enter(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __enter__(self):
+        ins.safely(ins.ub_wait, self.id)
+        result = original(self)
+        ins.safely(ins.ub_run, self.id)
+        return result
+
+    return __enter__
+
+
+def _ctx_exit(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __exit__(self, *exc):
+        ins.safely(ins.ub_exit, self.id)
+        return original(self, *exc)
+
+    return __exit__
+
+
+def _ctx_cpu_yield(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def _cpu_yield(self):
+        ins.safely(ins.cpu_yield, self.id)
+        result = original(self)
+        ins.safely(ins.cpu_resume, self.id)
+        return result
+
+    return _cpu_yield
+
+
+def _ctx_update_stream(ins: Instrumentation, original: Callable) -> Callable:
+    def phase_of(ctx, stream) -> str:
+        return "comm" if stream is ctx.comm_stream or stream == ctx.comm_stream else "compute"
+
+    @functools.wraps(original)
+    def update_stream(self, stream):
+        result = original(self, stream)
+        ins.safely(lambda: ins.stream(self.id, phase_of(self, stream)))
+        return result
+
+    return update_stream
+
+
+# -- UBatchWrapper.__call__ (vllm/v1/worker/gpu_ubatch_wrapper.py) -------------
+def _ubatch_step_path(wrapper: Any) -> tuple[str, list[int] | None]:
+    """Which of UBatchWrapper.__call__'s paths this call will take (mirrors its branches)."""
+    from vllm.forward_context import get_forward_context
+
+    ctx = get_forward_context()
+    slices = ctx.ubatch_slices
+    if slices is None:
+        return fmt.PATH_NOT_MICROBATCHED, None
+    tokens = [int(s.num_tokens) for s in slices]
+    full = getattr(ctx.cudagraph_runtime_mode, "name", "") == "FULL"
+    if full:
+        captured = sum(tokens) in wrapper.cudagraphs
+        return (fmt.PATH_GRAPH_REPLAY if captured else fmt.PATH_GRAPH_CAPTURE), tokens
+    return fmt.PATH_EAGER, tokens
+
+
+def _wrapper_call(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        described = ins.safely(_ubatch_step_path, self)
+        path, tokens = described if described else ("unknown", None)
+        ins.safely(ins.step_begin, path, tokens)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            ins.safely(ins.step_end)
+
+    return __call__
+
+
+# -- CUDAGraphWrapper.__call__ (vllm/compilation/cuda_graph.py) ----------------
+def _graph_call_kind(wrapper: Any) -> tuple[str, str, int | None] | None:
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if not is_forward_context_available():
+        return None
+    ctx = get_forward_context()
+    mode = ctx.cudagraph_runtime_mode
+    if getattr(mode, "name", "NONE") == "NONE" or mode != wrapper.runtime_mode:
+        return None
+    desc = ctx.batch_descriptor
+    entry = wrapper.concrete_cudagraph_entries.get(desc)
+    kind = fmt.EV_GRAPH_REPLAY if entry is not None and entry.cudagraph is not None else fmt.EV_GRAPH_CAPTURE
+    return kind, mode.name, getattr(desc, "num_tokens", None)
+
+
+def _graph_call(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        kind = ins.safely(_graph_call_kind, self)
+        if kind:
+            ins.safely(ins.graph_event, *kind)
+        return original(self, *args, **kwargs)
+
+    return __call__
+
+
+UBATCHING = "vllm.v1.worker.ubatching"
+UBATCH_WRAPPER = "vllm.v1.worker.gpu_ubatch_wrapper"
+CUDA_GRAPH = "vllm.compilation.cuda_graph"
+
+CONTEXT_TARGETS = [
+    Target(UBATCHING, "UBatchContext", "__enter__", _ctx_enter),
+    Target(UBATCHING, "UBatchContext", "__exit__", _ctx_exit),
+    Target(UBATCHING, "UBatchContext", "_cpu_yield", _ctx_cpu_yield),
+    Target(UBATCHING, "UBatchContext", "update_stream", _ctx_update_stream),
+]
+STEP_TARGETS = [
+    Target(UBATCH_WRAPPER, "UBatchWrapper", "__call__", _wrapper_call),
+    Target(CUDA_GRAPH, "CUDAGraphWrapper", "__call__", _graph_call),
+    # The AFD plugin overrides __call__; its steps are instrumented the same way.
+    Target("afd_plugin.ubatch_wrapper", "AFDUBatchWrapper", "__call__", _wrapper_call),
+]
+
+# vLLM version prefix -> targets. Checked in order; the first prefix that matches wins.
+TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
+    ("0.33", CONTEXT_TARGETS + STEP_TARGETS),
+]
+OPTIONAL_TARGETS = {"afd_plugin.ubatch_wrapper.AFDUBatchWrapper.__call__"}
+
+
+def targets_for(vllm_version: str) -> tuple[list[Target], bool]:
+    """The targets for a vLLM version, and whether that version is a known one."""
+    for prefix, targets in TARGETS_BY_VERSION:
+        if vllm_version.startswith(prefix):
+            return targets, True
+    return TARGETS_BY_VERSION[-1][1], False

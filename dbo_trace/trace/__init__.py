@@ -1,0 +1,1 @@
+"""Reading traces into arrays."""
