@@ -1,0 +1,41 @@
+"""vLLM general-plugin entry point (group vllm.general_plugins), loaded in every vLLM process.
+
+Does nothing unless DBO_TRACE_DIR is set. Then it opens this process's event
+log under $DBO_TRACE_DIR/events/ and instruments vLLM's DBO classes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+ENV_DIR = "DBO_TRACE_DIR"
+_log = logging.getLogger("dbo_trace")
+_INSTALLED = None
+
+
+def register() -> None:
+    global _INSTALLED
+    folder = os.environ.get(ENV_DIR)
+    if not folder or _INSTALLED is not None:
+        return
+    try:
+        from dbo_trace.record.events import open_log
+        from dbo_trace.record.hooks import Instrumentation
+        from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for
+
+        try:
+            from vllm import __version__ as vllm_version
+        except Exception:
+            vllm_version = "unknown"
+        targets, known = targets_for(vllm_version)
+        ins = Instrumentation(open_log(folder, vllm=vllm_version))
+        ins.install(targets)
+        if not known:
+            _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", vllm_version, "0.33")
+        for name in ins.missing:
+            if name not in OPTIONAL_TARGETS:
+                _log.warning("dbo-trace: %s not found in vLLM %s; not instrumented", name, vllm_version)
+        _INSTALLED = ins
+    except Exception as exc:  # the plugin must never stop vLLM from starting
+        _log.warning("dbo-trace: instrumentation disabled: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,145 @@
+"""The report as a JSON-ready document (schema in docs/report-schema.md). Every renderer reads this.
+
+Only field selection and unit-free ratios that the schema names live here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbo_trace import __version__
+from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.report import RankReport, Report, StepReport
+from dbo_trace.analysis.verdict import HOST_BOUND_IDLE, Verdict
+
+SCHEMA = "dbo-trace-report"
+SCHEMA_VERSION = 1
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+def metrics_block(m: WindowMetrics) -> dict[str, Any]:
+    cross = m.comm_hidden_cross_us
+    return {
+        "gpu": {
+            "utilization": _r(m.utilization, 4),
+            "busy_us": _r(m.gpu_busy_us),
+            "span_us": _r(m.span_us),
+            "compute_busy_us": _r(m.compute_busy_us),
+            "copy_busy_us": _r(m.copy_busy_us),
+            "kernels": m.kernels,
+        },
+        "comm": {
+            "busy_us": _r(m.comm_busy_us),
+            "hidden_us": _r(m.comm_hidden_us),
+            "hidden_fraction": _r(m.comm_hidden_fraction, 4),
+            "exposed_us": _r(m.comm_exposed_us),
+            "hidden_under_other_ubatch_us": _r(cross),
+            "hidden_under_other_ubatch_fraction": _r(cross / m.comm_busy_us, 4) if cross is not None and m.comm_busy_us > 0 else None,
+            "kernels": m.comm_kernels,
+        },
+        "host": {
+            "bound": bool((m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE),
+            "idle_us": _r(m.host_idle_us),
+            "idle_fraction": _r(m.host_idle_fraction, 4),
+            "idle_gaps": m.host_idle_gaps,
+            "all_idle_gaps": m.idle_gaps,
+            "launches": m.launches,
+            "launch_us": _r(m.launch_us),
+            "median_launch_us": _r(m.median_launch_us),
+            "median_kernel_us": _r(m.median_kernel_us),
+            "median_queue_us": _r(m.median_queue_us),
+            "long_graph_launches": m.long_graph_launches,
+            "max_graph_launch_us": _r(m.max_graph_launch_us),
+        },
+        "graphs": {
+            "launches": m.graph_launches,
+            "replayed_kernels": m.replayed_kernels,
+            "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
+            "replayed_gpu_fraction": _r(m.replayed_gpu_us / m.gpu_us, 4) if m.gpu_us > 0 else None,
+        },
+    }
+
+
+def round_trips_block(rt: RoundTrips | None) -> dict[str, Any] | None:
+    if rt is None:
+        return None
+    return {
+        "source": rt.source,
+        "per_step": _r(rt.per_step),
+        "layers": rt.layers,
+        "per_layer": _r(rt.per_layer),
+        "step_us": _r(rt.step_us),
+        "per_round_trip_us": _r(rt.per_round_trip_us),
+        "comm_per_round_trip_us": _r(rt.comm_per_round_trip_us),
+        "compute_per_round_trip_us": _r(rt.compute_per_round_trip_us),
+        "ratio": _r(rt.ratio, 4),
+        "criterion_met": rt.criterion_met,
+    }
+
+
+def verdict_block(v: Verdict) -> dict[str, Any]:
+    return {"label": v.label, "reasons": list(v.reasons)}
+
+
+def is_replayed(step: StepReport) -> bool:
+    return (step.metrics.replayed_kernel_fraction or 0.0) > 0.5
+
+
+def step_block(step: StepReport, rank: int) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "label": step.label,
+        "path": step.path,
+        "step_us": _r(step.wall_us),
+        "comm_ops": step.comm_ops,
+        "replayed": is_replayed(step),
+        "verdict": verdict_block(step.verdict),
+        **metrics_block(step.metrics),
+    }
+
+
+def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
+    replayed = sum(1 for s in steps if is_replayed(s))
+    return {"steps_replayed": replayed, "steps_eager": len(steps) - replayed}
+
+
+def rank_block(r: RankReport) -> dict[str, Any]:
+    block = metrics_block(r.total)
+    block["graphs"].update(graph_step_counts(r.steps))
+    return {
+        "rank": r.rank,
+        "source": r.source,
+        **block,
+        "round_trips": round_trips_block(r.round_trips),
+        "steps": [step_block(s, r.rank) for s in r.steps],
+        "verdict": verdict_block(r.verdict),
+        "attribution": {"ubatch_source": r.attribution, "step_source": r.step_source, "profile_all_threads": r.profile_all_threads},
+        "notes": list(r.notes),
+    }
+
+
+def build_document(report: Report) -> dict[str, Any]:
+    block = metrics_block(report.total)
+    all_steps = [s for r in report.ranks for s in r.steps]
+    block["graphs"].update(graph_step_counts(all_steps))
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "dbo_trace_version": __version__,
+        "inputs": report.inputs,
+        **block,
+        "round_trips": round_trips_block(report.round_trips),
+        "steps": [step_block(s, r.rank) for r in report.ranks for s in r.steps],
+        "verdict": verdict_block(report.verdict),
+        "options": {
+            "comm_kernels": list(report.options.comm_patterns),
+            "comm_streams": list(report.options.comm_streams),
+            "ubatch_patterns": list(report.options.ubatch_patterns),
+            "layers": report.options.layers,
+        },
+        "ranks": [rank_block(r) for r in report.ranks],
+        "warnings": list(report.warnings),
+    }

@@ -1,0 +1,46 @@
+"""--markdown: a summary to paste into a pull request."""
+
+from __future__ import annotations
+
+from dbo_trace.analysis.report import Report
+from dbo_trace.render.document import build_document
+from dbo_trace.render.format import ms, num, pct, us
+
+
+class MarkdownRenderer:
+    def render(self, report: Report) -> str:
+        d = build_document(report)
+        out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
+        out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
+        out += ["", "| rank | steps | GPU busy | comm hidden | host-caused GPU idle | graph launches | replayed kernels | verdict |", "|---|---|---|---|---|---|---|---|"]
+        for r in d["ranks"]:
+            out.append(
+                f"| {r['rank']} | {len(r['steps'])} | {pct(r['gpu']['utilization'])} | {pct(r['comm']['hidden_fraction'])} "
+                f"| {pct(r['host']['idle_fraction'])} | {r['graphs']['launches']} | {pct(r['graphs']['replayed_kernel_fraction'])} "
+                f"| {r['verdict']['label']} |"
+            )
+        rt = d["round_trips"]
+        if rt:
+            out += [
+                "",
+                "| step | round trips/layer | per round trip | comm per round trip | compute per microbatch | ratio | criterion |",
+                "|---|---|---|---|---|---|---|",
+                f"| {ms(rt['step_us'])} | {num(rt['per_layer'])} | {ms(rt['per_round_trip_us'])} | {ms(rt['comm_per_round_trip_us'])} "
+                f"| {ms(rt['compute_per_round_trip_us'])} | {num(rt['ratio'])} | {'met' if rt['criterion_met'] else 'missed'} |",
+                "",
+                f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
+                "Criterion: per-microbatch compute >= comm round trip, or overlap hides nothing.",
+            ]
+        out += ["", "<details><summary>Per step</summary>", "", "| rank | step | path | time | comm hidden | host idle | launches | median launch | replayed | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for s in d["steps"]:
+            out.append(
+                f"| {s['rank']} | {s['label']} | {s['path'] or '-'} | {ms(s['step_us'])} | {pct(s['comm']['hidden_fraction'])} "
+                f"| {pct(s['host']['idle_fraction'])} | {s['host']['launches']} | {us(s['host']['median_launch_us'])} "
+                f"| {'yes' if s['replayed'] else 'no'} | {s['verdict']['label']} |"
+            )
+        out += ["", "</details>", ""]
+        notes = [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]
+        if notes:
+            out += ["Notes:", *[f"- {n}" for n in notes], ""]
+        out.append(f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {d['ranks'][0]['attribution']['ubatch_source']}, steps from {d['ranks'][0]['attribution']['step_source']}</sub>")
+        return "\n".join(out) + "\n"

@@ -1,0 +1,75 @@
+"""The default output: a rich summary for the terminal."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+from rich.console import Console
+from rich.table import Table
+
+from dbo_trace.analysis.report import Report
+from dbo_trace.render.document import build_document
+from dbo_trace.render.format import ms, num, pct, us
+
+_STYLE = {"overlapped": "bold green", "not-overlapped": "bold red", "host-bound": "bold yellow", "no-communication": "bold magenta"}
+MAX_STEP_ROWS = 20
+
+
+class TerminalRenderer:
+    def __init__(self, color: bool = False, width: int | None = None):
+        self.color, self.width = color, width
+
+    def render(self, report: Report) -> str:
+        buf = io.StringIO()
+        width = self.width or max(120, shutil.get_terminal_size((120, 24)).columns)
+        console = Console(file=buf, force_terminal=self.color, no_color=not self.color, width=width, highlight=False)
+        d = build_document(report)
+        label = d["verdict"]["label"]
+        console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
+        for reason in d["verdict"]["reasons"]:
+            console.print(f"  - {reason}")
+        console.print()
+
+        ranks = Table(title="per rank", title_justify="left")
+        for col in ("rank", "steps", "GPU busy", "comm", "hidden", "exposed", "host idle", "launch / kernel (median)", "graphs (replayed)", "verdict"):
+            ranks.add_column(col, justify="left" if col == "verdict" else "right")
+        for r in d["ranks"]:
+            ranks.add_row(
+                str(r["rank"]), str(len(r["steps"])), pct(r["gpu"]["utilization"]), ms(r["comm"]["busy_us"]),
+                pct(r["comm"]["hidden_fraction"]), ms(r["comm"]["exposed_us"]), pct(r["host"]["idle_fraction"]),
+                f"{us(r['host']['median_launch_us'])} / {us(r['host']['median_kernel_us'])}",
+                f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})", r["verdict"]["label"],
+            )
+        console.print(ranks)
+
+        rt = d["round_trips"]
+        if rt:
+            t = Table(title="DBO arithmetic (medians over steps)", title_justify="left")
+            for col in ("step", "round trips", "per layer", "per round trip", "comm/round trip", "compute/ubatch", "ratio", "criterion"):
+                t.add_column(col, justify="right")
+            t.add_row(
+                ms(rt["step_us"]), num(rt["per_step"]), num(rt["per_layer"]), ms(rt["per_round_trip_us"]),
+                ms(rt["comm_per_round_trip_us"]), ms(rt["compute_per_round_trip_us"]), num(rt["ratio"]),
+                "met" if rt["criterion_met"] else "missed",
+            )
+            console.print(t)
+
+        steps = Table(title="per step", title_justify="left")
+        for col in ("rank", "step", "path", "time", "GPU busy", "hidden", "host idle", "launches", "replayed", "verdict"):
+            steps.add_column(col, justify="left" if col in ("step", "path", "verdict") else "right")
+        rows = d["steps"]
+        for s in rows[:MAX_STEP_ROWS]:
+            steps.add_row(
+                str(s["rank"]), s["label"], s["path"] or "-", ms(s["step_us"]), pct(s["gpu"]["utilization"]),
+                pct(s["comm"]["hidden_fraction"]), pct(s["host"]["idle_fraction"]), str(s["host"]["launches"]),
+                "yes" if s["replayed"] else "no", s["verdict"]["label"],
+            )
+        console.print(steps)
+        if len(rows) > MAX_STEP_ROWS:
+            console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
+        att = d["ranks"][0]["attribution"]
+        console.print(f"microbatches from: {att['ubatch_source']}; steps from: {att['step_source']}")
+        for note in [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]:
+            console.print(f"[yellow]note:[/] {note}")
+        return buf.getvalue()

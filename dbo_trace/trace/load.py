@@ -1,0 +1,102 @@
+"""From paths the user gave to timelines: a trace file, a folder of traces, or a bundle."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from dbo_trace import bundle as fmt
+from dbo_trace.trace.errors import InputError
+from dbo_trace.trace.eventlog import EventLogData, read_event_log
+from dbo_trace.trace.kineto import read_kineto
+from dbo_trace.trace.timeline import Timeline, build_timeline
+
+
+@dataclass
+class Loaded:
+    timelines: list[Timeline]
+    logs: list[EventLogData]
+    manifests: list[dict]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Found:
+    traces: list[Path] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    manifests: list[dict] = field(default_factory=list)
+
+
+def _discover(path: Path, found: _Found) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_file():
+        found.traces.append(path)
+        return
+    if fmt.is_bundle(path):
+        try:
+            manifest = fmt.read_manifest(path)
+        except fmt.BundleError as exc:
+            raise InputError(str(exc)) from None
+        found.manifests.append(manifest)
+        traces_dir = path / fmt.TRACES_DIR
+        traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
+        if not traces:
+            raise InputError(f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ (was the recording stopped before the profiler wrote them?)")
+        found.traces += traces
+        events_dir = path / fmt.EVENTS_DIR
+        if events_dir.is_dir():
+            found.logs += sorted(p for p in events_dir.iterdir() if p.suffix == ".jsonl")
+        return
+    traces = fmt.trace_files(path)
+    if not traces:
+        raise InputError(f"{path}: no traces in this folder (expected *.json or *.json.gz, e.g. vLLM's *.pt.trace.json.gz)")
+    found.traces += traces
+
+
+def total_bytes(paths: list[Path]) -> int:
+    found = _Found()
+    for p in paths:
+        _discover(p, found)
+    return sum(os.path.getsize(t) for t in found.traces)
+
+
+def load(paths: list[Path], progress: Callable[[int], None] | None = None) -> Loaded:
+    """Read every trace. One broken trace among several is a warning; all broken is an error."""
+    found = _Found()
+    for p in paths:
+        _discover(p, found)
+    warnings: list[str] = []
+    timelines: list[Timeline] = []
+    errors: list[str] = []
+    done = 0
+    for index, trace in enumerate(found.traces):
+        size = os.path.getsize(trace)
+        try:
+            raw = read_kineto(trace, progress=(lambda n, base=done: progress(base + n)) if progress else None)
+            info = raw.metadata.get("distributedInfo")
+            rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
+            tl = build_timeline(raw, rank)
+            if not len(tl.gpu):
+                raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
+            timelines.append(tl)
+        except InputError as exc:
+            errors.append(str(exc))
+        done += size
+    if not timelines:
+        raise InputError(errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more traces failed)")
+    warnings += [f"skipped: {e}" for e in errors]
+    ranks = [t.rank for t in timelines]
+    if len(set(ranks)) != len(ranks):  # several processes without distributedInfo: number them
+        for i, t in enumerate(sorted(timelines, key=lambda t: str(t.source))):
+            t.rank = i
+    timelines.sort(key=lambda t: t.rank)
+    logs = []
+    for path in found.logs:
+        try:
+            logs.append(read_event_log(path))
+        except InputError as exc:
+            warnings.append(f"skipped: {exc}")
+    return Loaded(timelines, logs, found.manifests, warnings)

@@ -1,0 +1,35 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+VARIANTS = ["serial", "overlap", "overlap-stock-profiler", "graph", "hostbound", "overlap-no-hooks"]
+
+
+def sample_trace(variant: str) -> Path:
+    (trace,) = sorted((SAMPLES / variant / "traces").glob("*.json.gz"))
+    return trace
+
+
+def manifest(variant: str) -> dict:
+    return json.loads((SAMPLES / variant / "manifest.json").read_text())
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dbo_trace.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def report_json(*args: str) -> dict:
+    proc = run_cli("report", "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def sample_reports():
+    """`report --json` of every sample bundle, computed once."""
+    return {v: report_json(str(SAMPLES / v)) for v in VARIANTS}

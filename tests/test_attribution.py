@@ -1,0 +1,76 @@
+"""Microbatch and phase attribution on the real samples, from each source."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, sample_trace
+from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, SOURCE_EVENT_LOG, SOURCE_HOOK_RANGES, SOURCE_PATTERNS, attribute
+from dbo_trace.trace.eventlog import read_event_log
+from dbo_trace.trace.kineto import read_kineto
+from dbo_trace.trace.timeline import build_timeline
+
+
+def _timeline(variant):
+    return build_timeline(read_kineto(sample_trace(variant)), 0)
+
+
+def _logs(variant):
+    return [read_event_log(p) for p in sorted((SAMPLES / variant / "events").glob("*.jsonl"))]
+
+
+def _is_spin(tl):
+    return np.array(["spin_kernel" in tl.names[n] for n in tl.gpu.name])
+
+
+@pytest.mark.parametrize("variant", ["overlap", "overlap-stock-profiler", "serial", "hostbound"])
+def test_event_log_attributes_every_kernel_to_its_phase(variant):
+    """By construction: spin kernels are launched in comm phases, everything else in compute phases,
+    and the two microbatches launch the same number of kernels. Holds with and without profile_all_threads."""
+    tl = _timeline(variant)
+    att = attribute(tl, _logs(variant))
+    assert att.source == SOURCE_EVENT_LOG
+    spin = _is_spin(tl)
+    assert (att.gpu_phase[spin] == PHASE_COMM).all()
+    assert (att.gpu_phase[~spin] == PHASE_COMPUTE).all()
+    counts = np.bincount(att.gpu_ubatch.astype(int))
+    assert len(counts) == 2 and counts[0] == counts[1] == len(tl.gpu) // 2
+
+
+def test_hook_ranges_attribute_without_the_event_log():
+    """profile_all_threads traces carry the hooks' dbo:ubN:phase ranges: enough on their own."""
+    tl = _timeline("overlap")
+    att = attribute(tl, [])
+    assert att.source == SOURCE_HOOK_RANGES
+    spin = _is_spin(tl)
+    assert (att.gpu_phase[spin] == PHASE_COMM).all()
+    assert (att.gpu_phase[~spin] == PHASE_COMPUTE).all()
+    assert np.bincount(att.gpu_ubatch.astype(int)).tolist() == [len(tl.gpu) // 2] * 2
+
+
+def test_ubatch_patterns():
+    tl = _timeline("overlap")
+    att = attribute(tl, [], ubatch_patterns=[r"^dbo:ub0:(compute|comm)$", r"^dbo:ub1:(compute|comm)$"])
+    # The hook ranges win when present; a trace without them falls to the patterns.
+    assert att.source == SOURCE_HOOK_RANGES
+    tl.names = [n.replace("dbo:", "mine:") for n in tl.names]
+    att = attribute(tl, [], ubatch_patterns=[r"^mine:ub0:", r"^mine:ub1:"])
+    assert att.source == SOURCE_PATTERNS
+    assert np.bincount(att.gpu_ubatch.astype(int)).tolist() == [len(tl.gpu) // 2] * 2
+
+
+def test_no_source_falls_back_and_says_so():
+    tl = _timeline("overlap-no-hooks")
+    att = attribute(tl, [])
+    assert (att.gpu_ubatch == -1).all()
+    assert any("microbatches unknown" in n for n in att.notes)
+
+
+def test_event_log_of_another_process_is_not_used(tmp_path):
+    shutil.copytree(SAMPLES / "overlap", tmp_path / "b")
+    tl = _timeline("overlap")
+    logs = _logs("serial")  # a different pid
+    att = attribute(tl, logs)
+    assert att.source != SOURCE_EVENT_LOG
+    assert any("other processes" in n for n in att.notes)
