@@ -254,7 +254,11 @@ def _raise_bad_events(path: Path, chunk: bytes) -> None:
     try:
         _decode_events(b"[" + chunk)
     except msgspec.ValidationError as exc:
-        raise InputError(f"{path}: an event has a field of the wrong type ({exc}); the trace is not a torch profiler trace") from None
+        # msgspec's location ("$[12].ts") counts within the chunk, not the file: name the field only.
+        where = re.search(r"\$\[\d+\]\.?(\S*)`?$", str(exc))
+        field_name = where.group(1).rstrip("`") if where and where.group(1) else "an event"
+        problem = str(exc).split(" - at ")[0]
+        raise InputError(f"{path}: an event's `{field_name}` has the wrong type ({problem}); not a torch profiler trace") from None
     except msgspec.DecodeError as exc:
         raise InputError(f"{path}: invalid JSON in traceEvents ({exc}); the file may be truncated: re-export it") from None
     raise InputError(f"{path}: invalid JSON in traceEvents; the file may be truncated: re-export it")

@@ -1,0 +1,94 @@
+"""Bad input: one line on stderr naming the input, exit 2, nothing on stdout, nothing overwritten."""
+
+import gzip
+import json
+import shutil
+
+import pytest
+
+from conftest import SAMPLES, run_cli, sample_trace
+
+
+def _assert_refused(proc, name, *words):
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("dbo-trace: error: ") and name in lines[0]
+    for word in words:
+        assert word in lines[0]
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path
+
+
+GOOD_EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0, "args": {"stream": 7, "correlation": 1}}
+
+
+@pytest.mark.parametrize(
+    "name, content, words",
+    [
+        ("empty.json", "", ["empty"]),
+        ("invalid.json", '{"traceEvents": [ {"ph": "X", ', ["invalid JSON"]),
+        ("notjson.json", "hello", ["not valid JSON"]),
+        ("list.json", "[1, 2, 3]", ["traceEvents"]),
+        ("noevents.json", '{"a": 1}', ["traceEvents"]),
+        ("eventsnotlist.json", '{"traceEvents": 3}', ["traceEvents"]),
+        ("wrongtype.json", json.dumps({"traceEvents": [dict(GOOD_EVENT, ts="abc")]}), ["`ts`", "wrong type"]),
+        ("wrongtype2.json", json.dumps({"traceEvents": [dict(GOOD_EVENT, args={"correlation": "x"})]}), ["correlation"]),
+        ("nogpu.json", json.dumps({"traceEvents": [dict(GOOD_EVENT, cat="cpu_op")]}), ["no GPU activity"]),
+        ("noclose.json", '{"traceEvents": [' + json.dumps(GOOD_EVENT) + "]", ["truncated"]),
+    ],
+)
+def test_bad_files(tmp_path, name, content, words):
+    _assert_refused(run_cli("report", str(_write(tmp_path, name, content))), name, *words)
+
+
+def test_truncated_gzip(tmp_path):
+    data = sample_trace("overlap").read_bytes()
+    _assert_refused(run_cli("report", str(_write(tmp_path, "cut.json.gz", data[: len(data) // 2]))), "cut.json.gz", "gzip")
+
+
+def test_truncated_plain_json(tmp_path):
+    text = gzip.decompress(sample_trace("overlap").read_bytes())
+    _assert_refused(run_cli("report", str(_write(tmp_path, "cut.json", text[: len(text) // 2]))), "cut.json", "truncated")
+
+
+def test_missing_path_and_empty_folder(tmp_path):
+    _assert_refused(run_cli("report", str(tmp_path / "nope")), "nope", "no such file")
+    (tmp_path / "empty").mkdir()
+    _assert_refused(run_cli("report", str(tmp_path / "empty")), "empty", "no traces")
+
+
+def test_bundle_with_bad_manifest(tmp_path):
+    shutil.copytree(SAMPLES / "serial", tmp_path / "b")
+    (tmp_path / "b" / "manifest.json").write_text("{broken")
+    _assert_refused(run_cli("report", str(tmp_path / "b")), "manifest.json")
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps({"format": "dbo-trace-bundle", "version": 99}))
+    _assert_refused(run_cli("report", str(tmp_path / "b")), "manifest.json", "upgrade")
+
+
+def test_bad_regex_is_refused():
+    _assert_refused(run_cli("report", str(SAMPLES / "serial"), "--comm-kernels", "(unclosed"), "(unclosed", "regular expression")
+
+
+def test_one_broken_rank_warns_and_reports_the_rest(tmp_path):
+    shutil.copy(sample_trace("overlap-no-hooks"), tmp_path / "rank0.pt.trace.json.gz")
+    _write(tmp_path, "rank1.pt.trace.json.gz", b"\x1f\x8b\x08\x00garbage")
+    proc = run_cli("report", "--json", str(tmp_path), "--comm-kernels", "spin_kernel")
+    assert proc.returncode == 0
+    assert "warning" in proc.stderr and "rank1.pt.trace.json.gz" in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert len(doc["ranks"]) == 1 and doc["verdict"]["label"] == "overlapped"
+
+
+def test_output_file_is_never_overwritten(tmp_path):
+    out = _write(tmp_path, "report.md", "my notes")
+    _assert_refused(run_cli("report", str(SAMPLES / "serial"), "--markdown", "-o", str(out)), "report.md", "--force")
+    assert out.read_text() == "my notes"
+    proc = run_cli("report", str(SAMPLES / "serial"), "--markdown", "-o", str(out), "--force")
+    assert proc.returncode == 0 and "not-overlapped" in out.read_text()

@@ -1,0 +1,67 @@
+"""The streaming Kineto reader against json.load, on real and hand-made traces."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from conftest import VARIANTS, sample_trace
+from dbo_trace.trace.kineto import read_kineto
+
+CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation", "gpu_user_annotation", "python_function"}
+
+
+def _expected(doc):
+    return sorted((e["ts"], e["name"]) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in CATS)
+
+
+def _got(raw):
+    return sorted(zip(raw.events.ts.tolist(), [raw.names[i] for i in raw.events.name]))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("block", [1 << 24, 4096, 97])
+def test_matches_json_load(variant, block):
+    path = sample_trace(variant)
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    raw = read_kineto(path, block=block)
+    assert _got(raw) == _expected(doc)
+    assert raw.metadata["baseTimeNanoseconds"] == doc["baseTimeNanoseconds"]
+
+
+@pytest.mark.parametrize("style", ["minified", "indented"])
+def test_other_json_layouts(tmp_path, style):
+    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc, separators=(",", ":")) if style == "minified" else json.dumps(doc, indent=4))
+    raw = read_kineto(path, block=1000)
+    assert _got(raw) == _expected(doc)
+
+
+def test_boundary_lookalikes_inside_strings_and_nested_args(tmp_path):
+    """'},{' inside a name and inside nested args must not split an event."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": 'tricky"},{"name', "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"stream": 7, "correlation": 5}},
+        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1, "args": {"nested": [{"a": 1}, {"b": 2}], "External id": 3}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+        {"ph": "i", "name": "Record Window End", "pid": "", "tid": "", "ts": 9},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 42}))
+    for block in (7, 64, 4096):
+        raw = read_kineto(path, block=block)
+        assert sorted(raw.names) == sorted(['tricky"},{"name', "op"])
+        assert raw.metadata == {"schemaVersion": 1, "baseTimeNanoseconds": 42}
+        assert raw.thread_names == {(1, 1): "main"}
+        k = raw.names.index('tricky"},{"name')
+        i = int(np.flatnonzero(raw.events.name == k)[0])
+        assert raw.events.correlation[i] == 5 and raw.events.stream[i] == 7
+
+
+def test_events_without_timestamp_are_counted_not_fatal(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1}, {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    raw = read_kineto(path)
+    assert len(raw.events.ts) == 1 and raw.skipped_no_time == 1
