@@ -49,10 +49,11 @@ _ARRAY_END = re.compile(rb"\}\s*\]")
 
 
 class _Args(msgspec.Struct):
-    correlation: int | None = None
-    stream: int | None = None
-    device: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
+    # -1 for "absent" keeps the column conversion free of None checks.
+    correlation: int = -1
+    stream: int = -1
+    device: int = -1
+    external_id: int = msgspec.field(default=-1, name="External id")
     name: str | None = None  # metadata events: the thread or process name
 
 
@@ -63,7 +64,7 @@ class _Event(msgspec.Struct):
     pid: int | str = 0
     tid: int | str = 0
     ts: float | None = None
-    dur: float | None = None
+    dur: float = 0.0
     args: _Args | None = None
 
 
@@ -104,6 +105,14 @@ def _as_int(value: int | str) -> int:
     return int(digits.group()) if digits else -1
 
 
+def _ints(values: list) -> np.ndarray:
+    """pid/tid columns: ints almost always; Kineto's few string ids ("Spans", "") become their digits or -1."""
+    try:
+        return np.array(values, np.int64)
+    except (TypeError, ValueError):
+        return np.array([v if type(v) is int else _as_int(v) for v in values], np.int64)
+
+
 class _Columns:
     """Growable columns: a list of numpy arrays per chunk, concatenated once at the end."""
 
@@ -127,14 +136,16 @@ class _Columns:
         no = _Args()
         args = [e.args or no for e in timed]
         p = self.parts
-        p["cat"].append(np.fromiter((cats[e.cat] for e in timed), np.int8, len(timed)))
-        p["name"].append(np.fromiter((intern.setdefault(e.name, len(intern)) for e in timed), np.int32, len(timed)))
-        p["pid"].append(np.fromiter((e.pid if type(e.pid) is int else _as_int(e.pid) for e in timed), np.int64, len(timed)))
-        p["tid"].append(np.fromiter((e.tid if type(e.tid) is int else _as_int(e.tid) for e in timed), np.int64, len(timed)))
-        p["ts"].append(np.fromiter((e.ts for e in timed), np.float64, len(timed)))
-        p["dur"].append(np.fromiter((e.dur or 0.0 for e in timed), np.float64, len(timed)))
-        for column, attr in (("correlation", "correlation"), ("external_id", "external_id"), ("stream", "stream"), ("device", "device")):
-            p[column].append(np.fromiter((-1 if (v := getattr(a, attr)) is None else v for a in args), np.int64, len(timed)))
+        p["cat"].append(np.array([cats[e.cat] for e in timed], np.int8))
+        p["name"].append(np.array([intern.setdefault(e.name, len(intern)) for e in timed], np.int32))
+        p["pid"].append(_ints([e.pid for e in timed]))
+        p["tid"].append(_ints([e.tid for e in timed]))
+        p["ts"].append(np.array([e.ts for e in timed], np.float64))
+        p["dur"].append(np.array([e.dur for e in timed], np.float64))
+        p["correlation"].append(np.array([a.correlation for a in args], np.int64))
+        p["external_id"].append(np.array([a.external_id for a in args], np.int64))
+        p["stream"].append(np.array([a.stream for a in args], np.int64))
+        p["device"].append(np.array([a.device for a in args], np.int64))
 
     def finish(self) -> tuple[EventColumns, list[str]]:
         dtypes = {"cat": np.int8, "name": np.int32}
