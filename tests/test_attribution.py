@@ -74,3 +74,17 @@ def test_event_log_of_another_process_is_not_used(tmp_path):
     att = attribute(tl, logs)
     assert att.source != SOURCE_EVENT_LOG
     assert any("other processes" in n for n in att.notes)
+
+
+def test_steps_from_gaps_without_markers():
+    """A trace with neither event log nor ProfilerStep# ranges: steps are cut at the long GPU idle
+    gaps between them. The sample's 5 profiled steps are separated by synchronize + thread start-up."""
+    marked = attribute(_timeline("overlap-no-hooks"), [])
+    assert marked.steps.source.startswith("ProfilerStep")
+    tl = _timeline("overlap-no-hooks")
+    tl.names = [n.replace("ProfilerStep#", "Unmarked#") for n in tl.names]
+    att = attribute(tl, [])
+    assert att.steps.source.startswith("GPU idle gaps")
+    assert len(att.steps) == 5
+    # Every GPU activity lands in the same step as with the ProfilerStep# markers.
+    assert (att.gpu_step == marked.gpu_step).all() and (att.gpu_step >= 0).all()

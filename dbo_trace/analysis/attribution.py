@@ -99,6 +99,29 @@ def steps_from_annotations(tl: Timeline) -> Steps | None:
     return Steps(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), [r[2] for r in rows], [None] * len(rows), "ProfilerStep# annotations")
 
 
+STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates steps
+STEP_GAP_FACTOR = 20.0
+
+
+def steps_from_gaps(tl: Timeline) -> Steps | None:
+    """No markers: split the GPU timeline at idle gaps far longer than the usual one."""
+    from dbo_trace.analysis.intervals import gaps
+
+    g_start, g_end = gaps(tl.gpu.start, tl.gpu.end)
+    if not len(g_start):
+        return None
+    length = g_end - g_start
+    cut = length >= max(STEP_GAP_MIN_US, STEP_GAP_FACTOR * float(np.median(length)))
+    if not cut.any():
+        return None
+    # Windows tile the timeline: each runs from the previous gap's start to the next one's,
+    # so a step's launch calls, which precede its kernels, fall inside it.
+    lo = min(tl.gpu.start.min(), tl.calls.start.min(initial=np.inf))
+    bounds = np.r_[lo, g_start[cut], tl.gpu.end.max()]
+    n = len(bounds) - 1
+    return Steps(bounds[:-1], bounds[1:], [f"segment {i + 1}" for i in range(n)], [None] * n, "GPU idle gaps (no step markers)")
+
+
 def whole_trace_step(tl: Timeline) -> Steps:
     lo = min(tl.gpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
     hi = max(tl.gpu.end.max(initial=-np.inf), tl.calls.end.max(initial=-np.inf))
@@ -257,7 +280,7 @@ def attribute(
 
     steps = steps_from_log(usable_logs, tl.base_time_ns) if usable_logs else None
     steps = _inside_trace(steps, tl) if steps else None
-    steps = steps or steps_from_annotations(tl) or whole_trace_step(tl)
+    steps = steps or steps_from_annotations(tl) or steps_from_gaps(tl) or whole_trace_step(tl)
 
     n_calls = len(tl.calls)
     ubatch = np.full(n_calls, -1, np.int8)
