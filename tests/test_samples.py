@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import SAMPLES, VARIANTS, manifest, report_json, sample_trace
+from conftest import VARIANTS, manifest, report_json, sample_trace
 from reference import headline
 
 EXPECTED_LABEL = {
