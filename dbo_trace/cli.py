@@ -80,7 +80,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     from dbo_trace.analysis.report import Options
     from dbo_trace.analysis.session import analyze
     from dbo_trace.render import RENDERERS
-    from dbo_trace.trace.load import load, total_bytes
+    from dbo_trace.trace.load import discover, load, total_bytes
 
     for pattern in comm_kernels + ubatch_patterns:
         try:
@@ -91,8 +91,9 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
         fail(f"{output}: already exists; choose another path or pass --force to replace it")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
     try:
-        with _progress(total_bytes(list(paths))) as progress:
-            loaded = load(list(paths), progress)
+        found = discover(list(paths))
+        with _progress(total_bytes(found)) as progress:
+            loaded = load(found, progress)
         result = analyze(loaded, options, [str(p) for p in paths])
     except InputError as exc:
         fail(str(exc))

@@ -97,3 +97,8 @@ def test_plain_trace_without_bundle_needs_comm_pattern():
     assert doc["verdict"]["label"] == "overlapped"
     assert doc["ranks"][0]["attribution"]["step_source"] == "ProfilerStep# annotations"
     assert doc["round_trips"]["per_layer"] == 2
+
+
+def test_round_trip_source_says_where_counts_came_from(sample_reports):
+    assert sample_reports["overlap"]["round_trips"]["source"] == "comm phases in the event log"
+    assert sample_reports["graph"]["round_trips"]["source"] == "comm kernels (one per operation)"

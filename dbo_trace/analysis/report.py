@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.attribution import SOURCE_EVENT_LOG, Attribution, attribute
+from dbo_trace.analysis.attribution import Attribution, attribute
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
@@ -28,6 +28,7 @@ class StepReport:
     path: str | None
     wall_us: float
     comm_ops: int
+    comm_ops_from_log: bool  # counted as event-log comm phases, else as comm kernels
     metrics: WindowMetrics
     verdict: Verdict
 
@@ -88,12 +89,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         ops = int(logged) if logged >= 0 else m.comm_kernels
         # A step lasts until its last GPU activity ends (a graph replay's CPU window is only the launch).
         step_end = max(float(att.steps.end[i]), float(tl.gpu.end[gpu_sel].max()))
-        steps.append(StepReport(att.steps.label[i], att.steps.path[i], step_end - float(att.steps.start[i]), ops, m, decide(m)))
+        steps.append(StepReport(att.steps.label[i], att.steps.path[i], step_end - float(att.steps.start[i]), ops, logged >= 0, m, decide(m)))
 
     # Totals over the steps: between-step time (scheduler, profiler step) is not the step's.
     in_steps = att.gpu_step >= 0
     total = sum_metrics([s.metrics for s in steps]) if steps else metrics(in_steps, att.call_step >= 0)
-    rt = _round_trips(steps, att)
+    rt = _round_trips(steps, att.layers)
     notes = list(att.notes) + tl.warnings
     return RankReport(
         rank=tl.rank,
@@ -109,21 +110,22 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     )
 
 
-def _round_trips(steps: list[StepReport], att: Attribution) -> RoundTrips | None:
+def _round_trips(steps: list[StepReport], layers: int | None) -> RoundTrips | None:
     if not steps:
         return None
-    logged = att.comm_phases is not None and any(
-        att.comm_phases[i] >= 0 for i in range(len(att.comm_phases))
-    )
-    source = "comm phases in the event log" if logged else "comm kernels (one per operation)"
-    if att.source == SOURCE_EVENT_LOG and logged and any(s.comm_ops == s.metrics.comm_kernels for s in steps):
+    from_log = [s.comm_ops_from_log for s in steps]
+    if all(from_log):
+        source = "comm phases in the event log"
+    elif not any(from_log):
+        source = "comm kernels (one per operation)"
+    else:
         source = "comm phases in the event log, comm kernels where a step had none (graph replay)"
     return round_trips(
         np.array([s.wall_us for s in steps]),
         np.array([s.comm_ops for s in steps], dtype=float),
         np.array([s.metrics.comm_busy_us for s in steps]),
         np.array([s.metrics.compute_busy_us for s in steps]),
-        att.layers,
+        layers,
         source,
     )
 

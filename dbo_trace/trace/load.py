@@ -23,13 +23,15 @@ class Loaded:
 
 
 @dataclass
-class _Found:
+class Found:
+    """What the user's paths hold, before anything is read."""
+
     traces: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     manifests: list[dict] = field(default_factory=list)
 
 
-def _discover(path: Path, found: _Found) -> None:
+def _discover(path: Path, found: Found) -> None:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if path.is_file():
@@ -56,18 +58,19 @@ def _discover(path: Path, found: _Found) -> None:
     found.traces += traces
 
 
-def total_bytes(paths: list[Path]) -> int:
-    found = _Found()
+def discover(paths: list[Path]) -> Found:
+    found = Found()
     for p in paths:
         _discover(p, found)
+    return found
+
+
+def total_bytes(found: Found) -> int:
     return sum(os.path.getsize(t) for t in found.traces)
 
 
-def load(paths: list[Path], progress: Callable[[int], None] | None = None) -> Loaded:
+def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
     """Read every trace. One broken trace among several is a warning; all broken is an error."""
-    found = _Found()
-    for p in paths:
-        _discover(p, found)
     warnings: list[str] = []
     timelines: list[Timeline] = []
     errors: list[str] = []

@@ -34,9 +34,6 @@ class Intervals:
     def __len__(self) -> int:
         return len(self.start)
 
-    def take(self, which: np.ndarray) -> "Intervals":
-        return Intervals(self.start[which], self.end[which], self.name[which], self.lane[which], self.correlation[which])
-
 
 @dataclass
 class Timeline:
