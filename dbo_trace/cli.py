@@ -37,12 +37,11 @@ def _progress(total: int) -> Iterator:
         yield lambda n: bar.update(task, completed=n)
 
 
-def _write_output(text: str, output: Path | None, force: bool) -> None:
+def _write_output(text: str, output: Path | None) -> None:
+    """stdout, or the file (whose replacement the caller already allowed) via a rename."""
     if output is None:
         click.echo(text, nl=False)
         return
-    if output.exists() and not force:
-        fail(f"{output}: already exists; choose another path or pass --force to replace it")
     tmp = output.with_name(output.name + ".tmp")
     try:
         tmp.write_text(text)
@@ -87,7 +86,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
             re.compile(pattern)
         except re.error as exc:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
-    if output is not None and output.exists() and not force:
+    if output is not None and output.exists() and not force:  # before any work, so nothing is lost
         fail(f"{output}: already exists; choose another path or pass --force to replace it")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
     try:
@@ -101,7 +100,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     fmt = fmt or "terminal"
     renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty()) if fmt == "terminal" else RENDERERS[fmt]()
-    _write_output(renderer.render(result), output, force)
+    _write_output(renderer.render(result), output)
 
 
 def run() -> None:
