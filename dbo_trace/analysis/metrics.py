@@ -51,6 +51,17 @@ class WindowMetrics:
         return self.comm_hidden_us / self.comm_busy_us if self.comm_busy_us > 0 else None
 
     @property
+    def comm_hidden_cross_fraction(self) -> float | None:
+        """Share of comm under the other microbatch's compute; None without comm or microbatches."""
+        if self.comm_hidden_cross_us is None or self.comm_busy_us <= 0:
+            return None
+        return self.comm_hidden_cross_us / self.comm_busy_us
+
+    @property
+    def replayed_gpu_fraction(self) -> float | None:
+        return self.replayed_gpu_us / self.gpu_us if self.gpu_us > 0 else None
+
+    @property
     def comm_exposed_us(self) -> float:
         return self.comm_busy_us - self.comm_hidden_us
 

@@ -34,12 +34,16 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
+def is_host_bound(m: WindowMetrics) -> bool:
+    return (m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE
+
+
 def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: bool = False) -> Verdict:
     reasons: list[str] = []
     host = m.host_idle_fraction or 0.0
     hidden = m.comm_hidden_fraction
 
-    if host >= HOST_BOUND_IDLE:
+    if is_host_bound(m):
         label = HOST_BOUND
     elif m.comm_busy_us <= 0:
         label = NO_COMMUNICATION
@@ -68,8 +72,8 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
             f"{_pct(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
             f"ran concurrently with compute; {m.comm_exposed_us / 1000:.2f} ms exposed"
         )
-        if m.comm_hidden_cross_us is not None:
-            text += f"; {_pct(m.comm_hidden_cross_us / m.comm_busy_us)} under the other microbatch's compute"
+        if m.comm_hidden_cross_fraction is not None:
+            text += f"; {_pct(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {m.max_graph_launch_us / 1000:.2f} ms)")

@@ -1,6 +1,6 @@
 """The report as a JSON-ready document (schema in docs/report-schema.md). Every renderer reads this.
 
-Only field selection and unit-free ratios that the schema names live here.
+Only field selection and rounding live here; every figure comes from dbo_trace.analysis.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from dbo_trace import __version__
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import RankReport, Report, StepReport
-from dbo_trace.analysis.verdict import HOST_BOUND_IDLE, Verdict
+from dbo_trace.analysis.verdict import Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
 SCHEMA_VERSION = 1
@@ -21,7 +21,6 @@ def _r(x: float | None, digits: int = 3) -> float | None:
 
 
 def metrics_block(m: WindowMetrics) -> dict[str, Any]:
-    cross = m.comm_hidden_cross_us
     return {
         "gpu": {
             "utilization": _r(m.utilization, 4),
@@ -36,12 +35,12 @@ def metrics_block(m: WindowMetrics) -> dict[str, Any]:
             "hidden_us": _r(m.comm_hidden_us),
             "hidden_fraction": _r(m.comm_hidden_fraction, 4),
             "exposed_us": _r(m.comm_exposed_us),
-            "hidden_under_other_ubatch_us": _r(cross),
-            "hidden_under_other_ubatch_fraction": _r(cross / m.comm_busy_us, 4) if cross is not None and m.comm_busy_us > 0 else None,
+            "hidden_under_other_ubatch_us": _r(m.comm_hidden_cross_us),
+            "hidden_under_other_ubatch_fraction": _r(m.comm_hidden_cross_fraction, 4),
             "kernels": m.comm_kernels,
         },
         "host": {
-            "bound": bool((m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE),
+            "bound": is_host_bound(m),
             "idle_us": _r(m.host_idle_us),
             "idle_fraction": _r(m.host_idle_fraction, 4),
             "idle_gaps": m.host_idle_gaps,
@@ -58,7 +57,7 @@ def metrics_block(m: WindowMetrics) -> dict[str, Any]:
             "launches": m.graph_launches,
             "replayed_kernels": m.replayed_kernels,
             "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
-            "replayed_gpu_fraction": _r(m.replayed_gpu_us / m.gpu_us, 4) if m.gpu_us > 0 else None,
+            "replayed_gpu_fraction": _r(m.replayed_gpu_fraction, 4),
         },
     }
 
