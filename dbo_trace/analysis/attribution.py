@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dbo_trace import bundle as fmt
+from dbo_trace.analysis.intervals import gaps
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
 
@@ -105,8 +106,6 @@ STEP_GAP_FACTOR = 20.0
 
 def steps_from_gaps(tl: Timeline) -> Steps | None:
     """No markers: split the GPU timeline at idle gaps far longer than the usual one."""
-    from dbo_trace.analysis.intervals import gaps
-
     g_start, g_end = gaps(tl.gpu.start, tl.gpu.end)
     if not len(g_start):
         return None
