@@ -24,6 +24,8 @@ EVENTS_DIR = "events"
 
 EVENTS_FORMAT = "dbo-trace-events"
 EVENTS_VERSION = 1
+COUNTERS_FORMAT = "dbo-trace-counters"  # events/HOST-PID.counters.json, beside each log
+COUNTERS_VERSION = 1
 
 # Event kinds of the hook log. A record is a JSON array:
 #   [t_ns, kind, ident, native_tid, ubatch, step, detail]

@@ -4,37 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import NoReturn
 
 import click
 
 from dbo_trace import __version__
 from dbo_trace.trace.errors import InputError
+from dbo_trace.ui import reading_bar
 
-PROGRESS_MIN_BYTES = 32 << 20  # below this a load is quick: no bar
-
-
-def fail(message: str, code: int = 2) -> "NoReturn":  # noqa: F821
+def fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"dbo-trace: error: {message}", err=True)
     sys.exit(code)
-
-
-@contextmanager
-def _progress(total: int) -> Iterator:
-    if total < PROGRESS_MIN_BYTES:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-
-    with Progress(
-        TextColumn("reading traces"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), transient=True,
-    ) as bar:
-        task = bar.add_task("read", total=total)
-        yield lambda n: bar.update(task, completed=n)
 
 
 def _write_output(text: str, output: Path | None) -> None:
@@ -91,7 +72,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
     try:
         found = discover(list(paths))
-        with _progress(total_bytes(found)) as progress:
+        with reading_bar(total_bytes(found)) as progress:
             loaded = load(found, progress)
         result = analyze(loaded, options, [str(p) for p in paths])
     except InputError as exc:
@@ -101,6 +82,83 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     fmt = fmt or "terminal"
     renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty()) if fmt == "terminal" else RENDERERS[fmt]()
     _write_output(renderer.render(result), output)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Bundle folder to create (default: ./dbo-trace-DATE-TIME).")
+@click.option("--server/--program", "server", default=None, help="Treat COMMAND as an OpenAI-compatible server (default: when it is `vllm serve`).")
+@click.option("--url", help="The server's base URL (default: from COMMAND's --host/--port, else http://127.0.0.1:8000).")
+@click.option("--num-prompts", default=64, show_default=True, type=click.IntRange(min=1), help="Requests in the profiled load.")
+@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(min=1), help="Requests in flight at once.")
+@click.option("--input-len", default=512, show_default=True, type=click.IntRange(min=1), help="Random prompt tokens per request.")
+@click.option("--output-len", default=64, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request (EOS ignored).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random prompts.")
+@click.option("--warmup-prompts", default=8, show_default=True, type=click.IntRange(min=0), help="Requests sent before profiling (graph capture, caches).")
+@click.option("--profile-delay", default=0, show_default=True, type=click.IntRange(min=0), help="Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
+@click.option("--profile-steps", default=0, show_default=True, type=click.IntRange(min=0), help="Engine steps to profile, 0 for the whole load (vLLM's max_iterations).")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the traces (slower, larger).")
+@click.option("--startup-timeout", default=1200.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for /health.")
+@click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0), help="Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
+@click.option("--trace-timeout", default=300.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for the traces after /stop_profile.")
+def record(command, out, server, url, num_prompts, concurrency, input_len, output_len, seed, warmup_prompts,
+           profile_delay, profile_steps, with_stack, startup_timeout, grace, trace_timeout) -> None:
+    """Record a DBO run into a bundle: dbo-trace record [OPTIONS] -- vllm serve MODEL --enable-dbo ...
+
+    \b
+    With a server: starts it with the dbo-trace plugin and vLLM's torch profiler
+    on, waits for /health, sends a warm-up and a profiled load of random-token
+    prompts between /start_profile and /stop_profile, stops the server, and
+    writes the bundle. With any other program: runs it with the plugin on
+    (DBO_TRACE_DIR set, traces expected under $DBO_TRACE_TRACES).
+    """
+    import datetime as dt
+
+    from dbo_trace.record import environment
+    from dbo_trace.record.child import ChildFailed
+    from dbo_trace.record.loadgen import LoadSpec
+    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan
+    from dbo_trace.record.recorder import record as run_record
+    from dbo_trace.ui import ConsoleProgress
+
+    command = list(command)
+    out = out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
+    server = environment.is_vllm_serve(command) if server is None else server
+    plan = RecordPlan(
+        command=command, out=out, server=server, base_url=(url or environment.server_url(command)).rstrip("/"),
+        load=LoadSpec(num_prompts, concurrency, input_len, output_len, seed), warmup_prompts=warmup_prompts,
+        window=ProfileWindow(profile_delay, profile_steps, with_stack),
+        startup_timeout_s=startup_timeout, grace_s=grace, trace_timeout_s=trace_timeout,
+    )
+    ui = ConsoleProgress()
+    try:
+        outcome = run_record(plan, ui)
+    except ChildFailed as exc:  # before the bundle could be started (e.g. a malformed --profiler-config)
+        fail(str(exc))
+    ui.phase(f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "
+             f"{len(outcome.manifest['events'])} event logs)")
+    if outcome.manifest["traces"]:
+        ui.phase(f"next: dbo-trace report {outcome.bundle}")
+    if outcome.status == STATUS_COMPLETE:
+        return
+    click.echo(f"dbo-trace: error: {outcome.reason}", err=True)
+    sys.exit(130 if outcome.status == STATUS_INCOMPLETE else 1)
+
+
+@main.command()
+def doctor() -> None:
+    """What this Python would record with: versions, the plugin, profile_all_threads, each vLLM target."""
+    from dbo_trace.record.doctor import diagnose
+
+    versions, checks = diagnose()
+    click.echo("versions: " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
+    marks = {True: "ok  ", False: "FAIL", None: "info"}
+    for check in checks:
+        click.echo(f"  {marks[check.ok]}  {check.name}: {check.detail}")
+    if any(c.ok is False for c in checks):
+        sys.exit(1)
 
 
 def run() -> None:

@@ -12,6 +12,8 @@ Rules every hook obeys (they run inside someone else's server):
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -124,8 +126,28 @@ class Instrumentation:
         self.log.flush()
 
     def graph_event(self, kind: str, mode: str, tokens: int | None) -> None:
-        self.counters[f"cudagraph.{kind}.{mode}"] += 1
+        self.counters[f"{kind}/{mode}/{tokens}"] += 1
         self.log.emit(kind, -1, {"mode": mode, "tokens": tokens})
+
+    # -- the counters summary (at exit and at profiler stop) -------------------
+    def write_counters(self, reason: str) -> None:
+        """Replace HOST-PID.counters.json beside the event log (format in docs/bundle-format.md)."""
+        path = self.log.path.with_suffix(".counters.json")
+        body = {
+            "format": fmt.COUNTERS_FORMAT,
+            "version": fmt.COUNTERS_VERSION,
+            "pid": os.getpid(),
+            "reason": reason,
+            "steps": self.log.step,
+            "hooks_enabled": self.enabled,
+            "patched": list(self.patched),
+            "missing": list(self.missing),
+            # Counter updates come from one thread at a time (the microbatches ping-pong).
+            "counters": dict(sorted(self.counters.items())),
+        }
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(body, indent=1) + "\n")
+        os.replace(tmp, path)
 
     # -- microbatch-thread events (UBatchContext) ----------------------------
     def ub_wait(self, ub: int) -> None:

@@ -6,6 +6,7 @@ log under $DBO_TRACE_DIR/events/ and instruments vLLM's DBO classes.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 
@@ -31,6 +32,7 @@ def register() -> None:
         targets, known = targets_for(vllm_version)
         ins = Instrumentation(open_log(folder, vllm=vllm_version))
         ins.install(targets)
+        atexit.register(ins.safely, ins.write_counters, "exit")
         if not known:
             _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", vllm_version, "0.33")
         for name in ins.missing:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable
 
 from dbo_trace import bundle as fmt
@@ -71,15 +72,23 @@ def _ubatch_step_path(wrapper: Any) -> tuple[str, list[int] | None]:
     return fmt.PATH_EAGER, tokens
 
 
+_in_step = threading.local()
+
+
 def _wrapper_call(ins: Instrumentation, original: Callable) -> Callable:
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
+        # AFDUBatchWrapper.__call__ calls UBatchWrapper.__call__ for unsplit steps: one step, not two.
+        if getattr(_in_step, "active", False):
+            return original(self, *args, **kwargs)
         described = ins.safely(_ubatch_step_path, self)
         path, tokens = described if described else ("unknown", None)
         ins.safely(ins.step_begin, path, tokens)
+        _in_step.active = True
         try:
             return original(self, *args, **kwargs)
         finally:
+            _in_step.active = False
             ins.safely(ins.step_end)
 
     return __call__
@@ -112,9 +121,54 @@ def _graph_call(ins: Instrumentation, original: Callable) -> Callable:
     return __call__
 
 
+# -- vLLM's torch profiler (vllm/profiler/wrapper.py) ------------------------------
+def all_threads_config(torch: Any) -> Any:
+    """An experimental config with profile_all_threads, or None where this torch lacks it."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except Exception:
+        return None
+
+
+def _profiler_init(ins: Instrumentation, original: Callable) -> Callable:
+    """Turn on profile_all_threads so the microbatch threads' CPU ops land in vLLM's traces (DESIGN.md)."""
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        ins.safely(_add_all_threads, self)
+
+    return __init__
+
+
+def _add_all_threads(wrapper: Any) -> None:
+    import torch
+
+    config = all_threads_config(torch)
+    base = wrapper._base_profiler_kwargs
+    if config is None or base.get("experimental_config") is not None:
+        return  # an older torch, or the user's own experimental config: the event log attributes alone
+    base["experimental_config"] = config
+    wrapper._profiler_kwargs.setdefault("experimental_config", config)
+
+
+def _profiler_stop(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def stop(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            ins.safely(ins.log.flush)
+            ins.safely(ins.write_counters, "profiler_stop")
+
+    return stop
+
+
 UBATCHING = "vllm.v1.worker.ubatching"
 UBATCH_WRAPPER = "vllm.v1.worker.gpu_ubatch_wrapper"
 CUDA_GRAPH = "vllm.compilation.cuda_graph"
+PROFILER = "vllm.profiler.wrapper"
+AFD_UBATCH_WRAPPER = "afd_plugin.v1.worker.ubatch_wrapper"
 
 CONTEXT_TARGETS = [
     Target(UBATCHING, "UBatchContext", "__enter__", _ctx_enter),
@@ -126,14 +180,20 @@ STEP_TARGETS = [
     Target(UBATCH_WRAPPER, "UBatchWrapper", "__call__", _wrapper_call),
     Target(CUDA_GRAPH, "CUDAGraphWrapper", "__call__", _graph_call),
     # The AFD plugin overrides __call__; its steps are instrumented the same way.
-    Target("afd_plugin.ubatch_wrapper", "AFDUBatchWrapper", "__call__", _wrapper_call),
+    Target(AFD_UBATCH_WRAPPER, "AFDUBatchWrapper", "__call__", _wrapper_call),
+]
+PROFILER_TARGETS = [
+    Target(PROFILER, "TorchProfilerWrapper", "__init__", _profiler_init),
+    Target(PROFILER, "WorkerProfiler", "stop", _profiler_stop),
 ]
 
 # vLLM version prefix -> targets. Checked in order; the first prefix that matches wins.
+# docs/recording.md has the same table for people; keep the two in step.
 TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
-    ("0.33", CONTEXT_TARGETS + STEP_TARGETS),
+    ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),
 ]
-OPTIONAL_TARGETS = {"afd_plugin.ubatch_wrapper.AFDUBatchWrapper.__call__"}
+# Absent unless the AFD plugin is installed: not worth a warning.
+OPTIONAL_TARGETS = {f"{AFD_UBATCH_WRAPPER}.AFDUBatchWrapper.__call__"}
 
 
 def targets_for(vllm_version: str) -> tuple[list[Target], bool]:

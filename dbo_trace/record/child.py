@@ -1,0 +1,146 @@
+"""The recorded program: started as its own process group, watched, and stopped with escalating signals.
+
+Its own process group, so that a stop reaches every process it made (vLLM's
+engine core and workers) and so that the user's Ctrl-C reaches dbo-trace
+first, which then stops the program in order and keeps what was collected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+
+
+class ChildFailed(Exception):
+    """The program died, hung, or refused something; the message says which and shows its log tail."""
+
+
+@dataclass
+class StopResult:
+    returncode: int | None
+    signals_sent: list[str]
+
+
+class Child:
+    def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise ChildFailed(f"{argv[0]}: cannot start ({exc.strerror}); check the command after --") from None
+        self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines of the program's output, for error messages."""
+        self._log.flush()
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(self.log_path) - 64 * 1024))
+                kept = deque(fh.read().decode("utf-8", "replace").splitlines(), maxlen=lines)
+        except OSError:
+            return ""
+        return "\n".join(kept)
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # A zombie leader keeps the group "alive" until reaped; reap it and ask again.
+        if self.proc.poll() is not None:
+            try:
+                os.killpg(self.pgid, 0)
+            except ProcessLookupError:
+                return False
+        return True
+
+    def stop(self, grace_s: float, on_signal: Callable[[str], None] | None = None) -> StopResult:
+        """SIGINT, then SIGTERM, then SIGKILL to the whole group, each after grace_s, until nothing is left."""
+        sent: list[str] = []
+        for sig in STOP_SIGNALS:
+            if not self.group_alive():
+                break
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                break
+            sent.append(sig.name)
+            if on_signal:
+                on_signal(sig.name)
+            deadline = time.monotonic() + (grace_s if sig != signal.SIGKILL else 10.0)
+            while time.monotonic() < deadline and self.group_alive():
+                time.sleep(0.05)
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that survives SIGKILL
+            code = None
+        self._log.close()
+        return StopResult(code, sent)
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        if self.group_alive():  # the leader is gone; stragglers of its group are not ours to leave behind
+            self.stop(grace_s=5.0)
+        self._log.close()
+        return code
+
+
+# -- HTTP to the server (the standard library: nothing to install) ----------------------
+def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    """(status, body); status 0 when nothing answered."""
+    data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if exc.fp else b""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+def wait_healthy(child: Child, base_url: str, timeout_s: float, tick: Callable[[float], None] | None = None) -> float:
+    """Seconds until GET /health answered 200; ChildFailed if the program dies or the time runs out."""
+    start = time.monotonic()
+    while True:
+        code = child.poll()
+        if code is not None:
+            raise ChildFailed(f"the server exited with status {code} before it was healthy; its last lines:\n{child.tail()}")
+        status, _ = http("GET", f"{base_url}/health", timeout=2.0)
+        waited = time.monotonic() - start
+        if status == 200:
+            return waited
+        if waited > timeout_s:
+            raise ChildFailed(
+                f"the server was not healthy at {base_url}/health after {timeout_s:.0f} s "
+                f"(raise --startup-timeout if it is still loading); its last lines:\n{child.tail()}"
+            )
+        if tick:
+            tick(waited)
+        time.sleep(0.5)

@@ -1,0 +1,136 @@
+"""The built-in load: random-token prompts against an OpenAI-compatible /v1/completions.
+
+Random token ids (not text) so the input length is exact whatever the
+tokenizer; `ignore_eos` so the output length is too. Daemon worker threads,
+so an interrupted load never holds the process open.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dbo_trace.record.child import http
+
+# Token ids drawn from here: above the special tokens of common vocabularies, below their sizes.
+TOKEN_ID_RANGE = (1000, 30000)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    num_prompts: int = 64
+    concurrency: int = 16
+    input_len: int = 512
+    output_len: int = 64
+    seed: int = 0
+    request_timeout_s: float = 600.0
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    duration_s: float = 0.0
+    first_error: str | None = None
+    latencies_s: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        lat = sorted(self.latencies_s)
+        return {
+            "sent": self.sent,
+            "completed": self.completed,
+            "failed": self.failed,
+            "output_tokens": self.output_tokens,
+            "duration_s": round(self.duration_s, 3),
+            "output_tokens_per_s": round(self.output_tokens / self.duration_s, 1) if self.duration_s else None,
+            "median_latency_s": round(lat[len(lat) // 2], 3) if lat else None,
+            "first_error": self.first_error,
+        }
+
+
+def random_prompts(spec: LoadSpec) -> list[list[int]]:
+    rng = random.Random(spec.seed)
+    lo, hi = TOKEN_ID_RANGE
+    return [[rng.randrange(lo, hi) for _ in range(spec.input_len)] for _ in range(spec.num_prompts)]
+
+
+def served_model(base_url: str) -> str | None:
+    status, body = http("GET", f"{base_url}/v1/models")
+    if status != 200:
+        return None
+    try:
+        return json.loads(body)["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def run_load(
+    base_url: str,
+    model: str,
+    spec: LoadSpec,
+    on_done: Callable[[LoadResult], None] | None = None,
+    stop: threading.Event | None = None,
+) -> LoadResult:
+    """Send spec.num_prompts requests, spec.concurrency at a time; returns when all are answered or stop is set."""
+    result = LoadResult()
+    todo: queue.Queue[list[int]] = queue.Queue()
+    for prompt in random_prompts(spec):
+        todo.put(prompt)
+    stop = stop or threading.Event()
+    lock = threading.Lock()
+    finished = threading.Event()
+    remaining = [spec.num_prompts]
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                prompt = todo.get_nowait()
+            except queue.Empty:
+                return
+            body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len,
+                    "ignore_eos": True, "temperature": 0.0, "stream": False}
+            t0 = time.monotonic()
+            status, reply = http("POST", f"{base_url}/v1/completions", body, timeout=spec.request_timeout_s)
+            elapsed = time.monotonic() - t0
+            with lock:
+                result.sent += 1
+                if status == 200:
+                    result.completed += 1
+                    result.latencies_s.append(elapsed)
+                    result.output_tokens += _completion_tokens(reply, spec.output_len)
+                else:
+                    result.failed += 1
+                    if result.first_error is None:
+                        result.first_error = f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}" if status else "no answer"
+                remaining[0] -= 1
+                if on_done:
+                    on_done(result)
+                if remaining[0] == 0:
+                    finished.set()
+
+    start = time.monotonic()
+    for _ in range(max(1, min(spec.concurrency, spec.num_prompts))):
+        threading.Thread(target=worker, daemon=True, name="dbo-trace-load").start()
+    try:
+        while not finished.wait(0.2):  # a short wait, so Ctrl-C reaches the main thread promptly
+            if stop.is_set():
+                break
+    except BaseException:
+        stop.set()  # no new requests; those in flight end with their daemon threads
+        raise
+    result.duration_s = time.monotonic() - start
+    return result
+
+
+def _completion_tokens(reply: bytes, default: int) -> int:
+    try:
+        return int(json.loads(reply)["usage"]["completion_tokens"])
+    except (ValueError, KeyError, TypeError):
+        return default

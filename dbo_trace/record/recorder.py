@@ -1,0 +1,327 @@
+"""`dbo-trace record`: run a program under the plugin, drive a load and a profile window, write a bundle.
+
+Orchestration only: the child process (child.py), the load (loadgen.py),
+versions and settings (environment.py) and redaction (redact.py) live
+beside it. Whatever happens (Ctrl-C, SIGTERM, a server that dies or hangs)
+the bundle's manifest says what was collected and no child is left alive.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, ContextManager, Iterator, Protocol
+
+from dbo_trace import bundle as fmt
+from dbo_trace.record import environment
+from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
+from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_model
+from dbo_trace.record.plugin import ENV_DIR
+from dbo_trace.record.redact import redact_argv, redact_json
+
+ENV_TRACES = "DBO_TRACE_TRACES"  # where a program (not a server) should write its profiler traces
+PLUGIN_NAME = "dbo_trace"
+STATUS_RECORDING, STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED = "recording", "complete", "incomplete", "failed"
+
+
+@dataclass(frozen=True)
+class ProfileWindow:
+    """How vLLM's profiler brackets the load (its --profiler-config fields)."""
+
+    delay_iterations: int = 0  # engine steps to skip after /start_profile
+    max_iterations: int = 0  # engine steps to profile; 0 = until /stop_profile
+    with_stack: bool = False  # Python stacks cost time and size; off unless asked
+
+
+@dataclass(frozen=True)
+class RecordPlan:
+    command: list[str]
+    out: Path
+    server: bool
+    base_url: str
+    load: LoadSpec = LoadSpec()
+    warmup_prompts: int = 8
+    window: ProfileWindow = ProfileWindow()
+    startup_timeout_s: float = 1200.0
+    grace_s: float = 30.0
+    trace_timeout_s: float = 300.0
+
+
+class Progress(Protocol):
+    def phase(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
+    def counter(self, label: str, total: int) -> ContextManager[Callable[[int], None]]: ...
+
+
+@dataclass
+class Outcome:
+    bundle: Path
+    status: str
+    reason: str | None
+    manifest: dict = field(default_factory=dict)
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGHUP arrived; handled like Ctrl-C."""
+
+
+# -- the command as run -------------------------------------------------------------
+def profiler_config(traces_dir: Path, window: ProfileWindow, user_json: str | None = None) -> dict:
+    """vLLM's --profiler-config: the user's own fields kept, the torch profiler pointed into the bundle."""
+    config = json.loads(user_json) if user_json else {}
+    config.update(
+        profiler="torch",
+        torch_profiler_dir=str(traces_dir.resolve()),
+        ignore_frontend=True,  # the API server's CPU-only trace is not a rank
+        torch_profiler_with_stack=config.get("torch_profiler_with_stack", window.with_stack),
+    )
+    if window.delay_iterations:
+        config["delay_iterations"] = window.delay_iterations
+    if window.max_iterations:
+        config["max_iterations"] = window.max_iterations
+    return config
+
+
+def prepared_command(argv: list[str], traces_dir: Path, window: ProfileWindow) -> list[str]:
+    """A `vllm serve` command with --profiler-config set (merged with the user's JSON one, if any)."""
+    out: list[str] = []
+    user_json = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--profiler-config" and i + 1 < len(argv):
+            user_json, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--profiler-config="):
+            user_json, i = arg.split("=", 1)[1], i + 1
+            continue
+        out.append(arg)
+        i += 1
+    try:
+        config = profiler_config(traces_dir, window, user_json)
+    except ValueError:
+        raise ChildFailed(f"--profiler-config {user_json!r}: not JSON; dbo-trace merges its settings into a JSON one") from None
+    return out + ["--profiler-config", json.dumps(config, separators=(",", ":"))]
+
+
+def child_env(out: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env[ENV_DIR] = str(out.resolve())
+    env[ENV_TRACES] = str((out / fmt.TRACES_DIR).resolve())
+    plugins = env.get("VLLM_PLUGINS")
+    if plugins is not None and PLUGIN_NAME not in plugins.split(","):
+        env["VLLM_PLUGINS"] = ",".join(p for p in (plugins, PLUGIN_NAME) if p)
+    return env
+
+
+# -- the bundle ---------------------------------------------------------------------------
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _files(out: Path, sub: str, suffixes: tuple[str, ...]) -> list[str]:
+    folder = out / sub
+    if not folder.is_dir():
+        return []
+    return sorted(str(p.relative_to(out)) for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
+
+
+def _counters(out: Path) -> dict:
+    merged: dict[str, int] = {}
+    for rel in _files(out, fmt.EVENTS_DIR, (".counters.json",)):
+        try:
+            body = json.loads((out / rel).read_text())
+        except (OSError, ValueError):
+            continue
+        for key, value in body.get("counters", {}).items():
+            merged[key] = merged.get(key, 0) + int(value)
+    return merged
+
+
+def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
+    return {
+        "created_by": "dbo-trace record",
+        "status": STATUS_RECORDING,
+        "mode": "server" if plan.server else "program",
+        "command": redact_argv(argv_run),
+        "user_command": redact_argv(plan.command),
+        "host": platform.node(),
+        "versions": environment.versions(),
+        "gpus": environment.gpus(),
+        "env": environment.captured_env(),
+        "settings": environment.serve_settings(plan.command) if plan.server else {},
+        "hooks": True,
+        "profile_all_threads": "requested",
+        "load": asdict(plan.load) if plan.server else None,
+        "warmup_prompts": plan.warmup_prompts if plan.server else None,
+        "window": asdict(plan.window) if plan.server else None,
+        "times": {"started": _now()},
+    }
+
+
+def _finish_manifest(out: Path, manifest: dict) -> dict:
+    manifest["times"]["ended"] = _now()
+    manifest["traces"] = _files(out, fmt.TRACES_DIR, (".json", ".json.gz"))
+    manifest["events"] = _files(out, fmt.EVENTS_DIR, (".jsonl",))
+    manifest["counters"] = _counters(out)
+    fmt.write_manifest(out, redact_json(manifest))
+    return manifest
+
+
+# -- signals: SIGTERM and SIGHUP become an interrupt, like Ctrl-C -----------------------
+@contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def _shielded() -> Iterator[None]:
+    """While stopping the child: a second Ctrl-C or SIGTERM must not leave it running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- the recording --------------------------------------------------------------------------
+def record(plan: RecordPlan, ui: Progress) -> Outcome:
+    out = plan.out
+    (out / fmt.TRACES_DIR).mkdir(parents=True, exist_ok=True)
+    (out / fmt.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
+    argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+    manifest = _initial_manifest(plan, argv)
+    fmt.write_manifest(out, redact_json(manifest))  # a bundle exists from the first moment
+    log_name = "server.log" if plan.server else "program.log"
+    manifest["log"] = log_name
+    status, reason, child = STATUS_COMPLETE, None, None
+    try:
+        with _terminations_interrupt():
+            child = Child(argv, child_env(out), out / log_name)
+            manifest["pid"] = child.pid
+            if plan.server:
+                _drive_server(plan, child, manifest, ui)
+            else:
+                code = _wait_program(child, ui)
+                manifest["exit_status"] = code
+                if code != 0:
+                    status, reason = STATUS_FAILED, f"the program exited with status {code}; its last lines:\n{child.tail()}"
+    except (KeyboardInterrupt, Interrupted) as exc:
+        status, reason = STATUS_INCOMPLETE, f"interrupted ({exc or 'SIGINT'}); the bundle holds what was collected"
+    except ChildFailed as exc:
+        status, reason = STATUS_FAILED, str(exc)
+    finally:
+        with _shielded():
+            if child is not None:
+                if manifest.get("profiling") and child.poll() is None:  # close the window: the server writes its traces
+                    ui.phase("stopping the profiler")
+                    _stop_profile(plan, manifest, timeout_s=min(plan.trace_timeout_s, 60.0))
+                if child.poll() is None or child.group_alive():
+                    ui.phase("stopping the server" if plan.server else "stopping the program")
+                    stopped = child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the process group"))
+                    manifest["stop"] = {"signals": stopped.signals_sent, "exit_status": stopped.returncode}
+                manifest["exit_status"] = child.poll()
+            manifest["status"], manifest["reason"] = status, reason
+            manifest.pop("profiling", None)
+            _finish_manifest(out, manifest)
+    if not manifest["events"] and status == STATUS_COMPLETE:
+        ui.note("no event log was written: the plugin did not load in the program "
+                "(is dbo-trace installed in its Python? see `dbo-trace doctor`)")
+    return Outcome(out, status, reason, manifest)
+
+
+def _wait_program(child: Child, ui: Progress) -> int:
+    ui.phase(f"running {Path(child.argv[0]).name} (output in {child.log_path.name})")
+    while True:
+        code = child.poll()
+        if code is not None:
+            if child.group_alive():
+                child.stop(grace_s=5.0)
+            return code
+        time.sleep(0.2)
+
+
+def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) -> None:
+    ui.phase(f"waiting for the server at {plan.base_url}/health")
+    manifest["times"]["healthy_after_s"] = round(wait_healthy(child, plan.base_url, plan.startup_timeout_s), 1)
+    model = served_model(plan.base_url)
+    if model is None:
+        raise ChildFailed(f"{plan.base_url}/v1/models named no model; is this an OpenAI-compatible server?")
+    manifest["model"] = model
+    if plan.warmup_prompts:
+        warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
+        manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui).as_dict()
+    status, body = http("POST", f"{plan.base_url}/start_profile", timeout=60.0)
+    if status != 200:
+        raise ChildFailed(f"the server refused POST /start_profile (HTTP {status}): {body[:200]!r}; "
+                          "does it run vLLM's torch profiler (--profiler-config)?")
+    manifest["profiling"] = True
+    manifest["times"]["profile_started"] = _now()
+    result = _load_phase(plan, child, model, plan.load, "profiled load", ui)
+    manifest["load_result"] = result.as_dict()
+    ui.phase("stopping the profiler (the server writes its traces now)")
+    _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s)
+    if result.completed == 0:
+        raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
+
+
+def _load_phase(plan: RecordPlan, child: Child, model: str, spec: LoadSpec, label: str, ui: Progress) -> LoadResult:
+    stop = threading.Event()
+
+    def watch() -> None:  # a server that dies mid-load ends the load at once
+        while not stop.wait(0.5):
+            if child.poll() is not None:
+                stop.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    with ui.counter(f"{label}: {spec.num_prompts} requests", spec.num_prompts) as advance:
+        result = run_load(plan.base_url, model, spec, on_done=lambda r: advance(r.sent), stop=stop)
+    stop.set()
+    if child.poll() is not None:
+        raise ChildFailed(f"the server exited with status {child.poll()} during the {label}; its last lines:\n{child.tail()}")
+    return result
+
+
+def _stop_profile(plan: RecordPlan, manifest: dict, timeout_s: float) -> None:
+    status, _ = http("POST", f"{plan.base_url}/stop_profile", timeout=timeout_s)
+    manifest["profiling"] = False
+    manifest["times"]["profile_stopped"] = _now()
+    manifest["stop_profile_status"] = status
+    manifest["traces_settled"] = _wait_for_traces(plan.out / fmt.TRACES_DIR, timeout_s)
+
+
+def _wait_for_traces(folder: Path, timeout_s: float, quiet_s: float = 2.0) -> bool:
+    """True once at least one trace exists and no file has grown for quiet_s."""
+    deadline = time.monotonic() + timeout_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        sizes = tuple(sorted((p.name, p.stat().st_size) for p in folder.iterdir() if p.is_file())) if folder.is_dir() else ()
+        if sizes != last:
+            last, since = sizes, time.monotonic()
+        elif sizes and time.monotonic() - since >= quiet_s:
+            return True
+        time.sleep(0.25)
+    return False

@@ -1,0 +1,136 @@
+"""A stand-in for `vllm serve`, for the record tests: speaks the endpoints `dbo-trace record` uses.
+
+    python fake_server.py serve MODEL --port P [--profiler-config JSON]
+        [--behaviour normal|die|hang|ignore-sigint|die-midrun|slow] [--pidfile F] [--stats F] [--trace T]
+
+Like vLLM it loads general plugins (dbo-trace's, when DBO_TRACE_DIR is set),
+starts a helper process in its group (vLLM's engine core), and on
+/stop_profile writes a real torch trace (--trace, copied) into
+--profiler-config's torch_profiler_dir. --stats gets a JSON record of what it
+was asked, written at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+p = argparse.ArgumentParser()
+p.add_argument("serve")
+p.add_argument("model")
+p.add_argument("--port", type=int, required=True)
+p.add_argument("--host", default="127.0.0.1")
+p.add_argument("--profiler-config")
+p.add_argument("--behaviour", default="normal")
+p.add_argument("--pidfile")
+p.add_argument("--stats")
+p.add_argument("--trace")
+p.add_argument("--api-key")
+args = p.parse_args()
+
+print("INFO fake vLLM API server starting", flush=True)
+if args.behaviour == "die":
+    print("ERROR torch.OutOfMemoryError: CUDA out of memory (fake)", flush=True)
+    sys.exit(1)
+if args.behaviour == "ignore-sigint":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+if os.environ.get("DBO_TRACE_DIR"):
+    from dbo_trace.record.plugin import register
+
+    register()
+
+# vLLM's engine core: another process of the group, which must not outlive the recording.
+helper = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                           + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if args.behaviour == "ignore-sigint" else "")
+                           + "time.sleep(600)"])
+if args.pidfile:
+    Path(args.pidfile).write_text(f"{os.getpid()}\n{helper.pid}\n")
+
+config = json.loads(args.profiler_config) if args.profiler_config else {}
+stats = {"requests": 0, "profiled_requests": 0, "start_profile": 0, "stop_profile": 0,
+         "profiler_config": config, "max_tokens": [], "prompt_lens": [], "signals": []}
+profiling = False
+lock = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):  # keep the log for what matters
+        pass
+
+    def _reply(self, code: int, body: dict | None = None) -> None:
+        data = json.dumps(body or {}).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self._reply(503 if args.behaviour == "hang" else 200)
+        if self.path == "/v1/models":
+            return self._reply(200, {"data": [{"id": args.model}]})
+        self._reply(404)
+
+    def do_POST(self):
+        global profiling
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/v1/completions":
+            req = json.loads(body)
+            with lock:
+                stats["requests"] += 1
+                stats["profiled_requests"] += profiling
+                stats["max_tokens"].append(req["max_tokens"])
+                stats["prompt_lens"].append(len(req["prompt"]))
+                n = stats["requests"]
+            if args.behaviour == "slow":
+                time.sleep(0.5)
+            if args.behaviour == "die-midrun" and n >= 4:
+                print("ERROR engine core died (fake)", flush=True)
+                helper.kill()
+                os._exit(3)
+            return self._reply(200, {"choices": [{"text": "x"}], "usage": {"completion_tokens": req["max_tokens"]}})
+        if self.path == "/start_profile":
+            if not config.get("torch_profiler_dir"):
+                return self._reply(400, {"error": "profiler not configured"})
+            stats["start_profile"] += 1
+            profiling = True
+            print("INFO Profiler started.", flush=True)
+            return self._reply(200)
+        if self.path == "/stop_profile":
+            stats["stop_profile"] += 1
+            profiling = False
+            if args.trace:
+                dest = Path(config["torch_profiler_dir"])
+                shutil.copy(args.trace, dest / "fake_rank0.pt.trace.json.gz")
+            return self._reply(200)
+        self._reply(404)
+
+
+def on_signal(signum, frame):
+    stats["signals"].append(signal.Signals(signum).name)
+    raise SystemExit(0)
+
+
+signal.signal(signal.SIGTERM, on_signal)
+if args.behaviour != "ignore-sigint":
+    signal.signal(signal.SIGINT, on_signal)
+server = ThreadingHTTPServer((args.host, args.port), Handler)
+server.daemon_threads = True
+print(f"INFO serving {args.model} on http://{args.host}:{args.port}", flush=True)
+try:
+    server.serve_forever(poll_interval=0.1)
+finally:
+    helper.terminate()
+    if args.stats:
+        Path(args.stats).write_text(json.dumps(stats))

@@ -1,0 +1,218 @@
+"""`dbo-trace record` against a stand-in server on 127.0.0.1 (tests/helpers/fake_server.py).
+
+Each test checks what a user would: the exit code and message, the bundle's
+manifest, what the server was actually sent, and that no process of the
+server's group is left alive.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli, sample_trace
+
+FAKE = ROOT / "tests" / "helpers" / "fake_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie whose parent is gone is not running; /proc says so.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+class Server:
+    """One fake server's command line and the files it leaves."""
+
+    def __init__(self, tmp: Path, behaviour: str = "normal", extra: tuple[str, ...] = ()):
+        self.port = free_port()
+        self.pidfile, self.stats_file = tmp / "pids", tmp / "stats.json"
+        self.command = [sys.executable, str(FAKE), "serve", "fake-model", "--port", str(self.port),
+                        "--behaviour", behaviour, "--pidfile", str(self.pidfile), "--stats", str(self.stats_file),
+                        "--trace", str(sample_trace("overlap")), *extra]
+
+    def pids(self) -> list[int]:
+        return [int(x) for x in self.pidfile.read_text().split()] if self.pidfile.exists() else []
+
+    def stats(self) -> dict:
+        return json.loads(self.stats_file.read_text())
+
+
+def record(out: Path, server: Server, *options: str) -> subprocess.CompletedProcess:
+    return run_cli("record", "--server", "-o", str(out), "--grace", "3", "--startup-timeout", "30",
+                   *options, "--", *server.command)
+
+
+def manifest_of(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_record_normal_run_writes_a_complete_bundle(tmp_path):
+    server = Server(tmp_path)
+    out = tmp_path / "bundle"
+    proc = record(out, server, "--num-prompts", "6", "--concurrency", "2", "--warmup-prompts", "2",
+                  "--input-len", "32", "--output-len", "5", "--profile-steps", "7")
+    assert proc.returncode == 0, proc.stderr
+    m = manifest_of(out)
+    assert m["status"] == "complete" and m["reason"] is None
+    assert m["mode"] == "server" and m["model"] == "fake-model"
+    stats = server.stats()
+    # What the server saw: 2 warm-up + 6 profiled requests, all 32 tokens in and 5 out, one bracket.
+    assert stats["requests"] == 8 and stats["profiled_requests"] == 6
+    assert stats["prompt_lens"] == [32] * 8 and stats["max_tokens"] == [5] * 8
+    assert (stats["start_profile"], stats["stop_profile"]) == (1, 1)
+    config = stats["profiler_config"]
+    assert config["profiler"] == "torch" and config["max_iterations"] == 7
+    assert Path(config["torch_profiler_dir"]) == (out / "traces").resolve()
+    assert m["load_result"]["completed"] == 6 and m["load_result"]["output_tokens"] == 30
+    assert m["warmup"]["completed"] == 2
+    assert m["traces"] == ["traces/fake_rank0.pt.trace.json.gz"]
+    # The plugin loaded in the server: its event log and the counters written at its exit.
+    assert len(m["events"]) == 1 and (out / m["events"][0]).read_text().startswith('{"format":"dbo-trace-events"')
+    counters = list((out / "events").glob("*.counters.json"))
+    assert len(counters) == 1 and json.loads(counters[0].read_text())["reason"] == "exit"
+    assert m["stop"]["signals"] == ["SIGINT"] and stats["signals"] == ["SIGINT"]
+    assert "server.log" == m["log"] and "serving fake-model" in (out / "server.log").read_text()
+    assert not any(alive(pid) for pid in server.pids())
+    assert f"dbo-trace report {out}" in proc.stderr
+    report = run_cli("report", "--json", str(out))
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["ranks"][0]["steps"]
+
+
+def test_record_server_that_dies_at_startup_fails_with_its_log_tail(tmp_path):
+    server = Server(tmp_path, "die")
+    out = tmp_path / "bundle"
+    proc = record(out, server)
+    assert proc.returncode == 1
+    assert "exited with status 1 before it was healthy" in proc.stderr
+    assert "CUDA out of memory (fake)" in proc.stderr
+    m = manifest_of(out)
+    assert m["status"] == "failed" and "CUDA out of memory" in m["reason"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_record_server_that_never_gets_healthy_times_out_and_is_stopped(tmp_path):
+    server = Server(tmp_path, "hang")
+    out = tmp_path / "bundle"
+    proc = record(out, server, "--startup-timeout", "3")
+    assert proc.returncode == 1
+    assert "not healthy" in proc.stderr and "--startup-timeout" in proc.stderr
+    assert manifest_of(out)["status"] == "failed"
+    assert server.pids() and not any(alive(pid) for pid in server.pids())
+
+
+def test_record_escalates_to_sigterm_when_the_server_ignores_sigint(tmp_path):
+    server = Server(tmp_path, "ignore-sigint")
+    out = tmp_path / "bundle"
+    proc = record(out, server, "--num-prompts", "2", "--warmup-prompts", "0", "--grace", "1")
+    assert proc.returncode == 0, proc.stderr
+    m = manifest_of(out)
+    assert m["stop"]["signals"] == ["SIGINT", "SIGTERM"]
+    assert server.stats()["signals"] == ["SIGTERM"]
+    assert not any(alive(pid) for pid in server.pids())
+
+
+def test_record_server_dying_mid_load_fails_and_keeps_the_bundle(tmp_path):
+    server = Server(tmp_path, "die-midrun")
+    out = tmp_path / "bundle"
+    proc = record(out, server, "--num-prompts", "20", "--concurrency", "1", "--warmup-prompts", "0")
+    assert proc.returncode == 1
+    assert "during the profiled load" in proc.stderr and "engine core died (fake)" in proc.stderr
+    assert manifest_of(out)["status"] == "failed"
+    assert not any(alive(pid) for pid in server.pids())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path, sig):
+    server = Server(tmp_path, "slow")
+    out = tmp_path / "bundle"
+    cmd = [sys.executable, "-m", "dbo_trace.cli", "record", "--server", "-o", str(out), "--grace", "3",
+           "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0", "--", *server.command]
+    rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "server.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and "Profiler started" in log.read_text()):
+        time.sleep(0.1)
+    time.sleep(0.3)  # mid-load: the profiler is on
+    rec.send_signal(sig)
+    _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 130, err
+    m = manifest_of(out)
+    assert m["status"] == "incomplete" and "interrupted" in m["reason"]
+    stats = server.stats()
+    # The profile window was closed on the way out, so the server wrote its traces.
+    assert stats["start_profile"] == 1 and stats["stop_profile"] == 1
+    assert m["traces"] == ["traces/fake_rank0.pt.trace.json.gz"]
+    assert not any(alive(pid) for pid in server.pids())
+    assert "Traceback" not in err
+
+
+def test_record_refuses_a_non_empty_out_and_changes_nothing(tmp_path):
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep")
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", "pass")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("dbo-trace: error: ") and "not empty" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep"
+
+
+def test_record_manifest_holds_no_secret(tmp_path):
+    server = Server(tmp_path, extra=("--api-key", "sk-planted-secret"))
+    out = tmp_path / "bundle"
+    env = {**os.environ, "HF_TOKEN": "hf_planted_secret", "VLLM_TEST_URL": "http://user:pw-planted@host/x"}
+    proc = subprocess.run([sys.executable, "-m", "dbo_trace.cli", "record", "--server", "-o", str(out),
+                           "--num-prompts", "1", "--warmup-prompts", "0", "--grace", "3", "--", *server.command],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    text = (out / "manifest.json").read_text()
+    for secret in ("sk-planted-secret", "hf_planted_secret", "pw-planted"):
+        assert secret not in text
+    m = json.loads(text)
+    assert m["env"]["HF_TOKEN"] == "<redacted>"
+    assert m["command"][m["command"].index("--api-key") + 1] == "<redacted>"
+
+
+def test_record_program_mode_runs_the_command_with_the_plugin_environment(tmp_path):
+    out = tmp_path / "bundle"
+    program = ("import os, shutil, sys\n"
+               "shutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'rank0.pt.trace.json.gz'))\n"
+               "from dbo_trace.record.plugin import register; register()\n")
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program, str(sample_trace("overlap")))
+    assert proc.returncode == 0, proc.stderr
+    m = manifest_of(out)
+    assert m["mode"] == "program" and m["status"] == "complete" and m["exit_status"] == 0
+    assert m["traces"] == ["traces/rank0.pt.trace.json.gz"] and len(m["events"]) == 1
+
+
+def test_record_program_failure_is_reported_with_its_exit_status(tmp_path):
+    out = tmp_path / "bundle"
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", "print('boom here'); raise SystemExit(4)")
+    assert proc.returncode == 1
+    assert "exited with status 4" in proc.stderr and "boom here" in proc.stderr
+    assert manifest_of(out)["status"] == "failed"
+
+
+def test_record_a_missing_program_is_one_clear_line(tmp_path):
+    proc = run_cli("record", "-o", str(tmp_path / "b"), "--", "no-such-program-xyz")
+    assert proc.returncode == 1
+    assert "no-such-program-xyz: cannot start" in proc.stderr and "Traceback" not in proc.stderr
