@@ -1,4 +1,6 @@
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +10,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 VARIANTS = ["serial", "overlap", "overlap-stock-profiler", "graph", "hostbound", "overlap-no-hooks"]
+
+
+def require_module(name: str) -> None:
+    """Skip without the module, unless CI said it installed it (DBO_TRACE_REQUIRE_RECORD_DEPS=1): then fail."""
+    if importlib.util.find_spec(name) is not None:
+        return
+    if os.environ.get("DBO_TRACE_REQUIRE_RECORD_DEPS"):
+        raise RuntimeError(f"{name} is not importable, but DBO_TRACE_REQUIRE_RECORD_DEPS is set (see .ci/run)")
+    pytest.skip(f"{name} is not installed (see .ci/run for the recording test environment)", allow_module_level=True)
 
 
 def sample_trace(variant: str) -> Path:

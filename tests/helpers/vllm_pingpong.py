@@ -1,0 +1,111 @@
+"""Run in a fresh process by tests/test_plugin_vllm.py: vLLM's own plugin loader, then vLLM's own
+UBatchContext ping-pong on the CPU (stand-in streams and events), then UBatchWrapper.__call__.
+
+Prints one JSON object: what was patched, and the ground truth the threads
+themselves observed (which thread ran each operation, in order).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import types
+
+import torch
+import vllm.forward_context as fc
+import vllm.v1.worker.ubatching as ub
+from vllm.plugins import load_general_plugins
+
+LAYERS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+
+
+class StandInStream:
+    """What UBatchContext needs of a CUDA stream, on the CPU."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def wait_event(self, event) -> None:
+        pass
+
+
+class StandInEvent:
+    def record(self, stream=None) -> None:
+        pass
+
+
+_current = threading.local()
+
+
+def current_stream():
+    return getattr(_current, "stream", None)
+
+
+def set_stream(stream) -> None:
+    _current.stream = stream
+
+
+load_general_plugins()
+from dbo_trace.record import plugin  # noqa: E402  (after vLLM loaded it, as in a server)
+
+installed = plugin._INSTALLED
+patched = [] if installed is None else list(installed.patched)
+enter_is_wrapped = hasattr(ub.UBatchContext.__enter__, "__wrapped__")
+
+ub.current_stream = current_stream
+torch.cuda.set_stream = set_stream
+
+compute, comm = StandInStream("compute"), StandInStream("comm")
+barrier = threading.Barrier(3)
+ctxs = ub.make_ubatch_contexts(2, compute, comm, [None, None], barrier)
+for ctx in ctxs:
+    ctx.gpu_comm_done_event = StandInEvent()
+    ctx.gpu_compute_done_event = StandInEvent()
+
+truth: list[dict] = []  # appended by whichever thread runs: the order things really happened
+
+
+def op(u: int, what: str) -> None:
+    truth.append({"t_ns": time.time_ns(), "ubatch": u, "what": what, "stream": current_stream().name,
+                  "ident": threading.get_ident(), "native": threading.get_native_id()})
+
+
+def forward(ctx, u: int) -> None:
+    with ctx:
+        for layer in range(LAYERS):
+            op(u, f"attn{layer}")
+            ub.dbo_yield_and_switch_from_compute_to_comm()
+            op(u, f"dispatch{layer}")
+            ub.dbo_yield_and_switch_from_comm_to_compute()
+            op(u, f"experts{layer}")
+            ub.dbo_yield_and_switch_from_compute_to_comm()
+            op(u, f"combine{layer}")
+            ub.dbo_yield_and_switch_from_comm_to_compute()
+
+
+threads = [threading.Thread(target=forward, args=(ctx, u)) for u, ctx in enumerate(ctxs)]
+for t in threads:
+    t.start()
+barrier.wait()
+ctxs[0].cpu_wait_event.set()
+for t in threads:
+    t.join()
+
+# UBatchWrapper.__call__, not microbatched: vLLM's own branch runs the runnable.
+from vllm.config import CUDAGraphMode  # noqa: E402
+from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper  # noqa: E402
+
+wrapper = object.__new__(UBatchWrapper)
+wrapper.cudagraphs = {}
+wrapper.runnable = lambda *a, **k: "ran"
+fc._forward_context = types.SimpleNamespace(batch_descriptor=None, ubatch_slices=None,
+                                            cudagraph_runtime_mode=CUDAGraphMode.NONE)
+result = wrapper()
+fc._forward_context = None
+
+if installed is not None:
+    installed.log.flush()
+print(json.dumps({"patched": patched, "enter_is_wrapped": enter_is_wrapped, "truth": truth,
+                  "wrapper_result": result, "log": str(installed.log.path) if installed else None}))
