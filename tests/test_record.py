@@ -123,7 +123,7 @@ def test_record_server_that_never_gets_healthy_times_out_and_is_stopped(tmp_path
 def test_record_escalates_to_sigterm_when_the_server_ignores_sigint(tmp_path):
     server = Server(tmp_path, "ignore-sigint")
     out = tmp_path / "bundle"
-    proc = record(out, server, "--num-prompts", "2", "--warmup-prompts", "0", "--grace", "1")
+    proc = record(out, server, "--num-prompts", "2", "--warmup-prompts", "0", "--grace", "8")
     assert proc.returncode == 0, proc.stderr
     m = manifest_of(out)
     assert m["stop"]["signals"] == ["SIGINT", "SIGTERM"]

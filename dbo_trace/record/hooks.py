@@ -11,6 +11,7 @@ Rules every hook obeys (they run inside someone else's server):
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -38,13 +39,28 @@ _PHASE_COLOURS = {
 _NVTX_DOMAIN = "dbo-trace"
 
 
-def _profiler_enabled() -> bool:
-    try:
-        import torch.autograd.profiler as ap
+@functools.lru_cache(maxsize=64)
+def _range_of(ub: int, phase: str) -> tuple[str, str]:
+    """Range name and colour of a microbatch phase, built once (the hooks run per yield)."""
+    return f"dbo:ub{ub}:{phase}", _PHASE_COLOURS.get((ub, phase), "purple")
 
-        return bool(ap._is_profiler_enabled)
-    except Exception:
-        return False
+
+_autograd_profiler = None  # torch.autograd.profiler once found; False where torch is absent
+
+
+def _profiler_enabled() -> bool:
+    global _autograd_profiler
+    if _autograd_profiler is None:  # resolved once: a failed import is not cached by Python and costs ~50 us
+        try:
+            import torch.autograd.profiler as ap
+
+            _autograd_profiler = ap
+        except Exception:
+            _autograd_profiler = False
+    return bool(_autograd_profiler and _autograd_profiler._is_profiler_enabled)
+
+
+_NONE_OPEN = (None, None)
 
 
 class _Ranges:
@@ -55,19 +71,23 @@ class _Ranges:
 
     def open(self, name: str, colour: str = "green") -> None:
         self.close()
+        profiling = _profiler_enabled()
+        if _nvtx is None and not profiling:
+            return  # nothing to draw ranges into: the common case outside a profile window
         nv = rf = None
         if _nvtx is not None:
             nv = _nvtx.start_range(message=name, color=colour, domain=_NVTX_DOMAIN)
-        if _profiler_enabled():
-            import torch
-
-            rf = torch.autograd.profiler.record_function(name)
+        if profiling:
+            rf = _autograd_profiler.record_function(name)
             rf.__enter__()
         self._local.open = (nv, rf)
 
     def close(self) -> None:
-        nv, rf = getattr(self._local, "open", (None, None))
-        self._local.open = (None, None)
+        local = self._local
+        nv, rf = getattr(local, "open", _NONE_OPEN)
+        if nv is None and rf is None:
+            return
+        local.open = _NONE_OPEN
         if rf is not None:
             rf.__exit__(None, None, None)
         if nv is not None:
@@ -172,7 +192,7 @@ class Instrumentation:
     def cpu_yield(self, ub: int) -> None:
         self.counters["ubatch.yields"] += 1
         self.log.emit(fmt.EV_YIELD, ub)
-        self.ranges.open(f"dbo:ub{ub}:yield", _PHASE_COLOURS.get((ub, "yield"), "grey"))
+        self.ranges.open(*_range_of(ub, "yield"))
 
     def cpu_resume(self, ub: int) -> None:
         self.log.emit(fmt.EV_RESUME, ub)
@@ -180,7 +200,7 @@ class Instrumentation:
 
     def _open_phase(self, ub: int) -> None:
         phase = getattr(self._thread, "phase", "compute")
-        self.ranges.open(f"dbo:ub{ub}:{phase}", _PHASE_COLOURS.get((ub, phase), "purple"))
+        self.ranges.open(*_range_of(ub, phase))
 
     # -- patching ------------------------------------------------------------
     def install(self, targets: list[Target]) -> None:

@@ -44,17 +44,18 @@ if args.behaviour == "die":
 if args.behaviour == "ignore-sigint":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-if os.environ.get("DBO_TRACE_DIR"):
-    from dbo_trace.record.plugin import register
-
-    register()
-
 # vLLM's engine core: another process of the group, which must not outlive the recording.
 helper = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
                            + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if args.behaviour == "ignore-sigint" else "")
                            + "time.sleep(600)"])
 if args.pidfile:
     Path(args.pidfile).write_text(f"{os.getpid()}\n{helper.pid}\n")
+
+# Like vLLM, load the general plugins (after the helper exists, so a hang test still sees its pids).
+if os.environ.get("DBO_TRACE_DIR"):
+    from dbo_trace.record.plugin import register
+
+    register()
 
 config = json.loads(args.profiler_config) if args.profiler_config else {}
 stats = {"requests": 0, "profiled_requests": 0, "start_profile": 0, "stop_profile": 0,
