@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -145,6 +146,77 @@ def record(command, out, server, url, num_prompts, concurrency, input_len, outpu
         return
     click.echo(f"dbo-trace: error: {outcome.reason}", err=True)
     sys.exit(130 if outcome.status == STATUS_INCOMPLETE else 1)
+
+
+@main.command()
+@click.option("--mode", type=click.Choice(["serial", "overlap", "graph", "hostbound", "all"]), default="all", show_default=True, help="Which truth to check.")
+@click.option("--layers", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--tokens", default=16384, show_default=True, type=click.IntRange(min=2), help="Tokens per step, split over the two microbatches.")
+@click.option("--hidden", default=8192, show_default=True, type=click.IntRange(min=64), help="GEMM width.")
+@click.option("--compute-us", type=click.FloatRange(min=1), help="Length of one compute phase (sets --tokens by measuring this GPU).")
+@click.option("--comm-us", default=1000.0, show_default=True, type=click.FloatRange(min=1), help="Length of one dispatch or combine.")
+@click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Profiled steps per mode.")
+@click.option("--nproc", default=1, show_default=True, type=click.IntRange(min=1), help="Processes, one per GPU: real all_to_all over NCCL.")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Folder for the bundles (default: ./dbo-trace-demo-DATE-TIME).")
+@click.option("--sweep", is_flag=True, help="Step time with DBO against serial over a grid, beside the report's criterion.")
+@click.option("--sweep-compute-us", default="100,200,400,800,1600", show_default=True, help="Grid: compute phase lengths.")
+@click.option("--sweep-comm-us", default="100,200,400,800,1600", show_default=True, help="Grid: comm lengths.")
+@click.option("--plot", type=click.Path(path_type=Path), help="With --sweep: also draw the grid to this PNG.")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True, help="cpu: orchestration only (CI).")
+def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, sweep, sweep_compute_us, sweep_comm_us, plot, device) -> None:
+    """Check the diagnosis end to end on a DBO workload whose truth is known.
+
+    \b
+    Two microbatch threads ping-pong through vLLM's own UBatchContext (or a
+    built-in equivalent where vLLM is absent), each layer doing compute, a
+    dispatch, compute and a combine. Each mode is recorded like a real run
+    (plugin, event log, profiler), reported, and compared with what it was
+    built to be. Exits 1 when any diagnosis disagrees.
+    """
+    import datetime as dt
+    import importlib.util
+
+    from dbo_trace.demo.run import DemoOptions, modes_of, run_demo, run_sweep
+    from dbo_trace.render.demo import demo_table, sweep_table
+    from dbo_trace.ui import ConsoleProgress
+
+    if importlib.util.find_spec("torch") is None:
+        fail("dbo-trace demo needs torch and a CUDA GPU (pip install torch); `dbo-trace report` needs neither")
+    if device == "cuda":
+        import torch
+
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if visible == 0:
+            fail("no CUDA GPU is visible: dbo-trace demo runs its workload on a GPU (`dbo-trace report` runs anywhere)")
+        if nproc > visible:
+            fail(f"--nproc {nproc} needs {nproc} GPUs; {visible} visible")
+    if sweep and nproc > 1:
+        fail("--sweep runs on one GPU; drop --nproc")
+    out = out or Path(f"dbo-trace-demo-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
+    if plot is not None and plot.exists():
+        fail(f"{plot}: already exists; choose another --plot path")
+    opts = DemoOptions(modes_of(mode, device), out, layers, tokens, hidden, compute_us, comm_us, steps, nproc, device)
+    ui = ConsoleProgress()
+    if sweep:
+        rows = run_sweep(opts, sweep_compute_us, sweep_comm_us, ui)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sweep.json").write_text(json.dumps(rows, indent=1))
+        click.echo(sweep_table(rows), nl=False)
+        if plot is not None:
+            from dbo_trace.render.sweep_plot import draw_sweep
+
+            draw_sweep(rows, plot)
+            click.echo(f"wrote {plot}", err=True)
+        return
+    results = run_demo(opts, ui)
+    click.echo(demo_table(results), nl=False)
+    backends = sorted({r.workload.get("ubatching", "?") for r in results if r.workload})
+    click.echo(f"microbatch threads: {', '.join(backends) or '-'} UBatchContext; device: "
+               f"{next((r.workload['device'] for r in results if r.workload), '-')}; processes: {nproc}")
+    if not all((r.ok or not r.checked) and not r.error for r in results):
+        sys.exit(1)
 
 
 @main.command()

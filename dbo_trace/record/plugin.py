@@ -9,13 +9,18 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from dbo_trace.record.hooks import Instrumentation, Target
 
 ENV_DIR = "DBO_TRACE_DIR"
 _log = logging.getLogger("dbo_trace")
-_INSTALLED = None
+_INSTALLED: "Instrumentation | None" = None
 
 
-def register() -> None:
+def register(extra_targets: Sequence["Target"] = ()) -> None:
+    """vLLM calls this in every process; `dbo-trace demo` calls it too, with its own UBatchContext as extra."""
     global _INSTALLED
     folder = os.environ.get(ENV_DIR)
     if not folder or _INSTALLED is not None:
@@ -23,21 +28,23 @@ def register() -> None:
     try:
         from dbo_trace.record.events import open_log
         from dbo_trace.record.hooks import Instrumentation
-        from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for
+        from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for, vllm_version
 
-        try:
-            from vllm import __version__ as vllm_version
-        except Exception:
-            vllm_version = "unknown"
-        targets, known = targets_for(vllm_version)
-        ins = Instrumentation(open_log(folder, vllm=vllm_version))
-        ins.install(targets)
+        version = vllm_version()
+        targets, known = targets_for(version) if version else ([], True)
+        ins = Instrumentation(open_log(folder, vllm=version or "absent"))
+        ins.install([*targets, *extra_targets])
         atexit.register(ins.safely, ins.write_counters, "exit")
         if not known:
-            _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", vllm_version, "0.33")
+            _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", version, "0.33")
         for name in ins.missing:
             if name not in OPTIONAL_TARGETS:
-                _log.warning("dbo-trace: %s not found in vLLM %s; not instrumented", name, vllm_version)
+                _log.warning("dbo-trace: %s not found in vLLM %s; not instrumented", name, version)
         _INSTALLED = ins
     except Exception as exc:  # the plugin must never stop vLLM from starting
         _log.warning("dbo-trace: instrumentation disabled: %s: %s", type(exc).__name__, exc)
+
+
+def installed() -> "Instrumentation | None":
+    """This process's instrumentation, once register() turned it on."""
+    return _INSTALLED

@@ -46,7 +46,7 @@ class RecordPlan:
     command: list[str]
     out: Path
     server: bool
-    base_url: str
+    base_url: str = "http://127.0.0.1:8000"
     load: LoadSpec = LoadSpec()
     warmup_prompts: int = 8
     window: ProfileWindow = ProfileWindow()

@@ -170,12 +170,17 @@ CUDA_GRAPH = "vllm.compilation.cuda_graph"
 PROFILER = "vllm.profiler.wrapper"
 AFD_UBATCH_WRAPPER = "afd_plugin.v1.worker.ubatch_wrapper"
 
-CONTEXT_TARGETS = [
-    Target(UBATCHING, "UBatchContext", "__enter__", _ctx_enter),
-    Target(UBATCHING, "UBatchContext", "__exit__", _ctx_exit),
-    Target(UBATCHING, "UBatchContext", "_cpu_yield", _ctx_cpu_yield),
-    Target(UBATCHING, "UBatchContext", "update_stream", _ctx_update_stream),
-]
+def context_targets(module: str) -> list[Target]:
+    """UBatchContext's hooks, for vLLM's module or a class of the same protocol elsewhere (the demo's)."""
+    return [
+        Target(module, "UBatchContext", "__enter__", _ctx_enter),
+        Target(module, "UBatchContext", "__exit__", _ctx_exit),
+        Target(module, "UBatchContext", "_cpu_yield", _ctx_cpu_yield),
+        Target(module, "UBatchContext", "update_stream", _ctx_update_stream),
+    ]
+
+
+CONTEXT_TARGETS = context_targets(UBATCHING)
 STEP_TARGETS = [
     Target(UBATCH_WRAPPER, "UBatchWrapper", "__call__", _wrapper_call),
     Target(CUDA_GRAPH, "CUDAGraphWrapper", "__call__", _graph_call),
@@ -194,6 +199,16 @@ TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
 ]
 # Absent unless the AFD plugin is installed: not worth a warning.
 OPTIONAL_TARGETS = {f"{AFD_UBATCH_WRAPPER}.AFDUBatchWrapper.__call__"}
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, or None where vLLM does not import."""
+    try:
+        from vllm import __version__
+
+        return str(__version__)
+    except Exception:
+        return None
 
 
 def targets_for(vllm_version: str) -> tuple[list[Target], bool]:

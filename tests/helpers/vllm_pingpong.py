@@ -50,7 +50,7 @@ def set_stream(stream) -> None:
 load_general_plugins()
 from dbo_trace.record import plugin  # noqa: E402  (after vLLM loaded it, as in a server)
 
-installed = plugin._INSTALLED
+installed = plugin.installed()
 patched = [] if installed is None else list(installed.patched)
 enter_is_wrapped = hasattr(ub.UBatchContext.__enter__, "__wrapped__")
 

@@ -1,0 +1,52 @@
+"""Tables for `dbo-trace demo`: the verdicts beside the truth, and the sweep. Plain text that also reads as Markdown."""
+
+from __future__ import annotations
+
+from dbo_trace.demo.run import ModeResult, sweep_verdicts
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
+
+
+def demo_table(results: list[ModeResult]) -> str:
+    rows = []
+    for r in results:
+        t = r.report.total if r.report else None
+        step = r.workload.get("unprofiled_step_us", {}).get("median")
+        verdict = "ERROR" if r.error else ("ok" if r.ok else "WRONG") if r.checked else "ran (CPU: not diagnosed)"
+        rows.append([
+            r.mode, r.expected, r.got or "-", verdict,
+            "-" if step is None else f"{step / 1000:.2f} ms",
+            _pct(t.comm_hidden_fraction) if t else "-", _pct(t.host_idle_fraction) if t else "-",
+            _pct(t.replayed_kernel_fraction) if t else "-", str(r.bundle),
+        ])
+    out = _table(["mode", "expected", "diagnosed", "", "step (unprofiled)", "comm hidden", "host idle",
+                  "graph replayed", "bundle"], rows)
+    for r in results:
+        if r.error:
+            out += f"\n{r.mode}: {r.error}\n"
+    return out
+
+
+def sweep_table(rows: list[dict]) -> str:
+    body = []
+    for row in rows:
+        judged = sweep_verdicts(row)
+        body.append([
+            f"{row['compute_us']:.0f}", f"{row['comm_us']:.0f}", f"{row['serial_step_us'] / 1000:.2f}",
+            f"{row['dbo_step_us'] / 1000:.2f}", f"{100 * judged['gain']:+.0f}%", "yes" if judged["pays"] else "no",
+            "-" if row["ratio"] is None else f"{row['ratio']:.2f}",
+            "-" if judged["predicted"] is None else ("pays" if judged["predicted"] else "does not pay"),
+            "-" if judged["agree"] is None else ("yes" if judged["agree"] else "NO"),
+        ])
+    agree = [sweep_verdicts(r)["agree"] for r in rows if sweep_verdicts(r)["agree"] is not None]
+    summary = f"\nThe criterion predicted {sum(agree)} of {len(agree)} points.\n" if agree else ""
+    return _table(["compute us", "comm us", "serial ms", "DBO ms", "DBO gain", "DBO pays",
+                   "compute/comm per round trip", "criterion says", "agrees"], body) + summary
