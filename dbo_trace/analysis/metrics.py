@@ -160,7 +160,7 @@ class RoundTrips:
     per_round_trip_us: float  # step time / round trips (the ablation tables' column)
     comm_per_round_trip_us: float  # comm busy time per round trip: the latency to hide
     compute_per_round_trip_us: float  # compute per microbatch segment that could hide one
-    ratio: float | None  # compute / comm per round trip; DBO can pay only if >= 1
+    ratio: float | None  # compute / comm per round trip; >= 1: the round trip can hide entirely (docs/analysis.md)
 
     @property
     def criterion_met(self) -> bool | None:

@@ -80,9 +80,10 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
     if m.graph_launches:
         reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")
     if rt is not None and rt.ratio is not None:
-        verb = "meets" if rt.criterion_met else "misses"
+        covers = ("can cover the whole round trip" if rt.criterion_met
+                  else f"can cover at most {_pct(rt.ratio)} of it")
         reasons.append(
             f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us vs comm round trip "
-            f"{rt.comm_per_round_trip_us:.0f} us: ratio {rt.ratio:.2f}, {verb} the DBO criterion (>= 1)"
+            f"{rt.comm_per_round_trip_us:.0f} us: ratio {rt.ratio:.2f}, the other microbatch's compute {covers}"
         )
     return Verdict(label, reasons)

@@ -46,9 +46,9 @@ def _all_threads() -> Check:
 
 
 def _targets() -> list[Check]:
-    from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for
+    from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for, vllm_version
 
-    version = environment.versions(["vllm"]).get("vllm")
+    version = vllm_version()  # the import, not the metadata: a source checkout on PYTHONPATH counts
     if version is None:
         return [Check("vLLM targets", None, "vLLM is not installed here: nothing to instrument (report still works)")]
     targets, known = targets_for(version)
@@ -69,4 +69,8 @@ def _targets() -> list[Check]:
 
 def diagnose() -> tuple[dict, list[Check]]:
     versions = environment.versions()
+    if versions.get("vllm") is None:
+        from dbo_trace.record.vllm_targets import vllm_version
+
+        versions["vllm"] = vllm_version()
     return versions, [_plugin_registered(), _all_threads(), *_targets()]

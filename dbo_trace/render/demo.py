@@ -43,10 +43,11 @@ def sweep_table(rows: list[dict]) -> str:
             f"{row['compute_us']:.0f}", f"{row['comm_us']:.0f}", f"{row['serial_step_us'] / 1000:.2f}",
             f"{row['dbo_step_us'] / 1000:.2f}", f"{100 * judged['gain']:+.0f}%", "yes" if judged["pays"] else "no",
             "-" if row["ratio"] is None else f"{row['ratio']:.2f}",
-            "-" if judged["predicted"] is None else ("pays" if judged["predicted"] else "does not pay"),
+            "-" if judged["predicted"] is None else ("yes" if judged["predicted"] else "no"),
             "-" if judged["agree"] is None else ("yes" if judged["agree"] else "NO"),
         ])
     agree = [sweep_verdicts(r)["agree"] for r in rows if sweep_verdicts(r)["agree"] is not None]
-    summary = f"\nThe criterion predicted {sum(agree)} of {len(agree)} points.\n" if agree else ""
+    summary = (f"\nratio >= 1 matched 'DBO pays' at {sum(agree)} of {len(agree)} points: the ratio says whether a "
+               "round trip can hide entirely, not whether DBO pays (docs/analysis.md).\n") if agree else ""
     return _table(["compute us", "comm us", "serial ms", "DBO ms", "DBO gain", "DBO pays",
-                   "compute/comm per round trip", "criterion says", "agrees"], body) + summary
+                   "compute/comm per round trip", "ratio >= 1", "same as 'pays'"], body) + summary

@@ -29,7 +29,7 @@ class MarkdownRenderer:
                 f"| {ms(rt['compute_per_round_trip_us'])} | {num(rt['ratio'])} | {'met' if rt['criterion_met'] else 'missed'} |",
                 "",
                 f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
-                "Criterion: per-microbatch compute >= comm round trip, or overlap hides nothing.",
+                "Criterion: per-microbatch compute >= comm round trip, so the round trip can hide entirely; below 1 at most that share of it hides (docs/analysis.md).",
             ]
         out += ["", "<details><summary>Per step</summary>", "", "| rank | step | path | time | comm hidden | host idle | launches | median launch | replayed | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
         for s in d["steps"]:
