@@ -48,8 +48,12 @@ def main() -> None:
 @click.option("--ubatch-pattern", "ubatch_patterns", multiple=True, metavar="REGEX", help="CPU ranges of microbatch N match the Nth pattern, e.g. '\\(F\\)' '\\(B\\)' (repeatable).")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
-@click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, output, force) -> None:
+@click.option("--timeline", type=click.Path(path_type=Path), help="Also draw a step's CPU/GPU timeline to this .png or .svg.")
+@click.option("--perfetto", type=click.Path(path_type=Path), help="Also write a Perfetto trace (.pftrace) with derived tracks.")
+@click.option("--step", "step_number", type=click.IntRange(min=1), help="The step to draw: its row in the per-step table (default: the median step).")
+@click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option("--force", is_flag=True, help="Replace output files that exist.")
+def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, output, timeline, perfetto, step_number, rank_number, force) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
 
     \b
@@ -68,8 +72,11 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
             re.compile(pattern)
         except re.error as exc:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
-    if output is not None and output.exists() and not force:  # before any work, so nothing is lost
-        fail(f"{output}: already exists; choose another path or pass --force to replace it")
+    for target in (output, timeline, perfetto):  # before any work, so nothing is lost
+        if target is not None and target.exists() and not force:
+            fail(f"{target}: already exists; choose another path or pass --force to replace it")
+    if timeline is not None and timeline.suffix.lower() not in (".png", ".svg"):
+        fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
     try:
         found = discover(list(paths))
@@ -83,6 +90,47 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     fmt = fmt or "terminal"
     renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty()) if fmt == "terminal" else RENDERERS[fmt]()
     _write_output(renderer.render(result), output)
+    if timeline is not None:
+        _draw_timeline(result, timeline, step_number, rank_number)
+    if perfetto is not None:
+        from dbo_trace.render.perfetto import write_perfetto
+
+        _write_binary(write_perfetto(result), perfetto)
+
+
+def _chosen_rank(result, rank_number):
+    ranks = {r.rank: r for r in result.ranks}
+    if rank_number is None:
+        return result.ranks[0]
+    if rank_number not in ranks:
+        fail(f"--rank {rank_number}: the input has ranks {sorted(ranks)}")
+    return ranks[rank_number]
+
+
+def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
+    from dbo_trace.analysis.view import median_step, step_view
+    from dbo_trace.render.timeline import draw_timeline
+
+    rank = _chosen_rank(result, rank_number)
+    if not rank.steps:
+        fail(f"{path}: rank {rank.rank} has no step with GPU activity to draw")
+    if step_number is not None and step_number > len(rank.steps):
+        fail(f"--step {step_number}: rank {rank.rank} has {len(rank.steps)} steps")
+    position = median_step(rank) if step_number is None else step_number - 1
+    tmp = path.with_name(path.name + ".tmp" + path.suffix)
+    draw_timeline(step_view(rank, position), tmp)
+    os.replace(tmp, path)
+    click.echo(f"wrote {path} (rank {rank.rank}, {rank.steps[position].label})", err=True)
+
+
+def _write_binary(data: bytes, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        fail(f"{path}: cannot write ({exc.strerror})")
+    click.echo(f"wrote {path} ({len(data) / 1e6:.1f} MB)", err=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -45,3 +45,44 @@ def gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Idle gaps between the merged intervals (not before the first or after the last)."""
     s, e = union(start, end)
     return e[:-1], s[1:]
+
+
+def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals covered by both sets."""
+    a_s, a_e = union(*a)
+    b_s, b_e = union(*b)
+    if not len(a_s) or not len(b_s):
+        return np.empty(0), np.empty(0)
+    # Every pair's overlap; both lists are disjoint and sorted, so the pairs that overlap are few.
+    i = np.searchsorted(b_e, a_s, side="right")
+    j = np.searchsorted(b_s, a_e, side="left")
+    starts, ends = [], []
+    for k in range(len(a_s)):
+        for m in range(i[k], j[k]):
+            s, e = max(a_s[k], b_s[m]), min(a_e[k], b_e[m])
+            if e > s:
+                starts.append(s)
+                ends.append(e)
+    return np.array(starts, float), np.array(ends, float)
+
+
+def difference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint intervals covered by a and not by b."""
+    a_s, a_e = union(*a)
+    b_s, b_e = union(*b)
+    starts, ends = [], []
+    j = 0
+    for s, e in zip(a_s, a_e):
+        while j < len(b_s) and b_e[j] <= s:
+            j += 1
+        cursor, k = s, j
+        while k < len(b_s) and b_s[k] < e:
+            if b_s[k] > cursor:
+                starts.append(cursor)
+                ends.append(b_s[k])
+            cursor = max(cursor, b_e[k])
+            k += 1
+        if cursor < e:
+            starts.append(cursor)
+            ends.append(e)
+    return np.array(starts, float), np.array(ends, float)

@@ -78,21 +78,26 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def host_caused_idle(start: np.ndarray, end: np.ndarray, launch_start: np.ndarray) -> tuple[float, int, int]:
+def host_idle_gaps(start: np.ndarray, end: np.ndarray, launch_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """GPU idle gaps in which nothing was queued: the activity that ended the gap was
-    launched after the gap began. Returns (idle time, such gaps, all gaps)."""
+    launched after the gap began. Returns (gap starts, gap ends, number of all gaps)."""
     if len(start) < 2:
-        return 0.0, 0, 0
+        return np.empty(0), np.empty(0), 0
     order = np.argsort(start, kind="stable")
     s, e, launch = start[order], end[order], launch_start[order]
     running_end = np.maximum.accumulate(e)
     gap_before = np.flatnonzero(s[1:] > running_end[:-1]) + 1  # activities that end a gap
     gap_start = running_end[gap_before - 1]
-    gap_len = s[gap_before] - gap_start
     # The earliest launch among the activities that start exactly when the gap ends.
     host = launch[gap_before] > gap_start
     host &= ~np.isnan(launch[gap_before])
-    return float(gap_len[host].sum()), int(host.sum()), len(gap_before)
+    return gap_start[host], s[gap_before][host], len(gap_before)
+
+
+def host_caused_idle(start: np.ndarray, end: np.ndarray, launch_start: np.ndarray) -> tuple[float, int, int]:
+    """(host-caused idle time, such gaps, all gaps): see host_idle_gaps."""
+    gs, ge, gaps = host_idle_gaps(start, end, launch_start)
+    return float((ge - gs).sum()), len(gs), gaps
 
 
 def window_metrics(

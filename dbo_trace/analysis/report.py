@@ -31,6 +31,19 @@ class StepReport:
     comm_ops_from_log: bool  # counted as event-log comm phases, else as comm kernels
     metrics: WindowMetrics
     verdict: Verdict
+    index: int = -1  # into the attribution's steps
+    start_us: float = 0.0  # the step's window on the trace clock
+    end_us: float = 0.0
+
+
+@dataclass
+class RankDetail:
+    """What the pictures need beyond the numbers: the timeline and, per activity, its attribution and kind."""
+
+    timeline: Timeline
+    attribution: Attribution
+    kernel_kind: np.ndarray  # classify.COMPUTE / COMM / COPY per GPU activity
+    launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
 
 
 @dataclass
@@ -45,6 +58,7 @@ class RankReport:
     round_trips: RoundTrips | None
     verdict: Verdict
     notes: list[str] = field(default_factory=list)
+    detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -89,11 +103,14 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         ops = int(logged) if logged >= 0 else m.comm_kernels
         # A step lasts until its last GPU activity ends (a graph replay's CPU window is only the launch).
         step_end = max(float(att.steps.end[i]), float(tl.gpu.end[gpu_sel].max()))
-        steps.append(StepReport(att.steps.label[i], att.steps.path[i], step_end - float(att.steps.start[i]), ops, logged >= 0, m, decide(m)))
+        start = float(att.steps.start[i])
+        steps.append(StepReport(att.steps.label[i], att.steps.path[i], step_end - start, ops, logged >= 0, m, decide(m),
+                                i, start, step_end))
 
     # Totals over the steps: between-step time (scheduler, profiler step) is not the step's.
-    in_steps = att.gpu_step >= 0
-    total = sum_metrics([s.metrics for s in steps]) if steps else metrics(in_steps, att.call_step >= 0)
+    # With no step holding GPU activity, the whole trace is the window.
+    everything = np.ones(len(tl.gpu), bool), np.ones(len(tl.calls), bool)
+    total = sum_metrics([s.metrics for s in steps]) if steps else metrics(*everything)
     rt = _round_trips(steps, att.layers)
     notes = list(att.notes) + tl.warnings
     return RankReport(
@@ -107,6 +124,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         round_trips=rt,
         verdict=decide(total, rt, all_threads),
         notes=notes,
+        detail=RankDetail(tl, att, kinds, launch_kind),
     )
 
 

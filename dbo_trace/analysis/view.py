@@ -1,0 +1,110 @@
+"""A step laid out for a picture: lanes (CPU threads, GPU streams) and bars, plus the overlap and
+host-idle bands and a title. Pure: a RankReport in, a StepView out; renderers draw it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis import intervals as iv
+from dbo_trace.analysis.metrics import host_idle_gaps
+from dbo_trace.analysis.report import RankReport, StepReport
+
+_YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
+CPU_MAIN = "CPU main thread"
+
+
+@dataclass
+class Bar:
+    start: float  # us, relative to the view's start
+    end: float
+    lane: str
+    name: str
+    ubatch: int  # -1: not attributed
+    kind: str  # compute | comm | copy | launch | yield
+
+
+@dataclass
+class StepView:
+    rank: int
+    step: StepReport
+    start: float  # trace clock, us
+    end: float
+    lanes: list[str]  # top to bottom
+    bars: list[Bar] = field(default_factory=list)
+    overlap: list[tuple[float, float]] = field(default_factory=list)  # comm under compute
+    host_idle: list[tuple[float, float]] = field(default_factory=list)  # GPU idle, nothing queued
+    title: str = ""
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def median_step(rank: RankReport) -> int:
+    """Position in rank.steps of the step with the median wall time (the default picture)."""
+    walls = np.array([s.wall_us for s in rank.steps])
+    return int(np.argsort(walls, kind="stable")[(len(walls) - 1) // 2])
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def step_title(rank: RankReport, step: StepReport) -> str:
+    m = step.metrics
+    return (f"rank {rank.rank} · {step.label} ({step.path or 'path unknown'}) · {step.wall_us / 1000:.2f} ms · "
+            f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
+            f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}")
+
+
+def step_view(rank: RankReport, position: int) -> StepView:
+    step = rank.steps[position]
+    d = rank.detail
+    if d is None:
+        raise ValueError("the rank report carries no detail (analyze_rank made it)")
+    tl, att = d.timeline, d.attribution
+    t0 = step.start_us
+    view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step))
+
+    # GPU: one lane per stream, named by what runs there.
+    gsel = np.flatnonzero(att.gpu_step == step.index)
+    streams = sorted({int(tl.gpu.lane[i]) for i in gsel})
+    lane_of = {}
+    for sid in streams:
+        on = gsel[tl.gpu.lane[gsel] == sid]
+        what = "+".join(c.KIND_NAMES[k] for k in sorted(set(d.kernel_kind[on].tolist())))
+        replayed = (d.launch_kind[on] == c.CALL_GRAPH_LAUNCH).mean() > 0.5
+        lane_of[sid] = f"GPU stream {sid} ({what}{', graph' if replayed else ''})"
+    for i in gsel:
+        view.bars.append(Bar(float(tl.gpu.start[i]) - t0, float(tl.gpu.end[i]) - t0, lane_of[int(tl.gpu.lane[i])],
+                             tl.names[tl.gpu.name[i]], int(att.gpu_ubatch[i]), c.KIND_NAMES[int(d.kernel_kind[i])]))
+
+    # CPU: CUDA API calls grouped by the microbatch thread that made them; yields from the hook ranges.
+    csel = np.flatnonzero(att.call_step == step.index)
+    cpu_lane = lambda u: CPU_MAIN if u < 0 else f"CPU microbatch {u}"  # noqa: E731
+    for i in csel:
+        u = int(att.call_ubatch[i])
+        view.bars.append(Bar(float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u),
+                             tl.names[tl.calls.name[i]], u, "launch"))
+    ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.end > t0) & (tl.cpu.start < step.end_us))
+    for i in ann:
+        match = _YIELD_RANGE.match(tl.names[tl.cpu.name[i]])
+        if match:
+            u = int(match.group(1))
+            view.bars.append(Bar(max(float(tl.cpu.start[i]), t0) - t0, min(float(tl.cpu.end[i]), step.end_us) - t0,
+                                 cpu_lane(u), "yield", u, "yield"))
+    cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
+    view.lanes = cpu_lanes + [lane_of[s] for s in streams]
+
+    # Bands: comm running under compute, and GPU idle that the host caused.
+    start, end, kind = tl.gpu.start[gsel], tl.gpu.end[gsel], d.kernel_kind[gsel]
+    comm = (start[kind == c.COMM], end[kind == c.COMM])
+    compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
+    view.overlap = [(s - t0, e - t0) for s, e in zip(*iv.intersection(comm, compute))]
+    gs, ge, _ = host_idle_gaps(start, end, att.gpu_launch_start[gsel])
+    view.host_idle = [(s - t0, e - t0) for s, e in zip(gs, ge)]
+    return view

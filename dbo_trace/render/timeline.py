@@ -1,0 +1,54 @@
+"""The step timeline as a PNG or SVG (matplotlib): CPU threads above GPU streams, kernels coloured by
+microbatch and shaded by class, overlap and host-caused idle marked. Draws a StepView; computes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dbo_trace.analysis.view import StepView
+
+UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
+KIND_STYLE = {  # alpha, hatch
+    "compute": (0.95, None),
+    "comm": (0.95, "////"),
+    "copy": (0.45, None),
+    "launch": (0.9, None),
+    "yield": (0.25, None),
+}
+FORMATS = (".png", ".svg")
+
+
+def draw_timeline(view: StepView, path: Path, width_in: float = 12.0) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    lanes = view.lanes + ["overlap / host idle"]
+    row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
+    fig, ax = plt.subplots(figsize=(width_in, 1.1 + 0.42 * len(lanes)), dpi=130)
+    scale = 1000.0  # us -> ms on the axis
+    for bar in view.bars:
+        alpha, hatch = KIND_STYLE[bar.kind]
+        ax.broken_barh([(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)], (row[bar.lane] - 0.38, 0.76),
+                       facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"), alpha=alpha, hatch=hatch,
+                       edgecolor="black" if bar.kind == "comm" else "none", linewidth=0.3)
+    y = row["overlap / host idle"]
+    ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.overlap], (y - 0.05, 0.4), facecolors="#2ca02c")
+    ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.host_idle], (y - 0.38, 0.33), facecolors="#d62728")
+    ax.set_yticks(list(row.values()), list(row.keys()), fontsize=8)
+    ax.set_xlim(0, view.duration / scale)
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.set_xlabel("ms from the step's start", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(view.title, fontsize=9, loc="left")
+    legend = [Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"), Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
+              Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
+              Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
+              Patch(facecolor="#2ca02c", label="comm under compute"), Patch(facecolor="#d62728", label="GPU idle, host-caused")]
+    fig.legend(handles=legend, fontsize=7, ncol=6, loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,113 @@
+"""--timeline and --perfetto on the real samples: the pictures exist, and what they mark adds up to
+numbers computed another way (the report's JSON, and tests/reference.py over the raw trace)."""
+
+import json
+import struct
+
+import pytest
+
+import reference as ref
+from conftest import SAMPLES, run_cli, sample_trace
+
+from dbo_trace.analysis.report import Options  # noqa: E402
+from dbo_trace.analysis.session import analyze  # noqa: E402
+from dbo_trace.analysis.view import median_step, step_view  # noqa: E402
+from dbo_trace.trace.load import discover, load  # noqa: E402
+
+DRAWN = ["serial", "overlap", "graph", "hostbound"]
+
+
+def png_size(path):
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def analysed(variant):
+    return analyze(load(discover([SAMPLES / variant])), Options(), [variant])
+
+
+@pytest.mark.parametrize("variant", DRAWN)
+def test_timeline_png_is_drawn_for_every_sample(tmp_path, variant):
+    out = tmp_path / "t.png"
+    proc = run_cli("report", str(SAMPLES / variant), "--timeline", str(out))
+    assert proc.returncode == 0, proc.stderr
+    width, height = png_size(out)
+    assert width >= 1400 and height >= 300 and out.stat().st_size > 20_000
+    assert f"wrote {out}" in proc.stderr
+
+
+def test_timeline_svg_names_the_lanes(tmp_path):
+    out = tmp_path / "t.svg"
+    assert run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(out), "--step", "1").returncode == 0
+    text = out.read_text()
+    for lane in ("CPU microbatch 0", "CPU microbatch 1", "GPU stream 13 (compute", "GPU stream 17 (comm"):
+        assert lane in text
+
+
+def test_step_view_holds_every_kernel_of_the_step(tmp_path):
+    report = analysed("overlap")
+    rank = report.ranks[0]
+    view = step_view(rank, median_step(rank))
+    raw = ref.load(sample_trace("overlap"))["traceEvents"]
+    gpu = [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    in_step = [e for e in gpu if view.start <= e["ts"] <= view.end]
+    bars = [b for b in view.bars if b.lane.startswith("GPU")]
+    assert len(bars) == len(in_step) > 0
+    # Both microbatches' launches sit on their own CPU lanes, and the GPU bars carry both colours.
+    assert {b.ubatch for b in bars} == {0, 1}
+    assert {b.lane for b in view.bars if b.kind == "launch"} == {"CPU microbatch 0", "CPU microbatch 1"}
+
+
+@pytest.mark.parametrize("variant,band,metric", [("overlap", "overlap", "comm_hidden_us"), ("hostbound", "host_idle", "host_idle_us")])
+def test_marked_bands_add_up_to_the_step_metrics(variant, band, metric):
+    rank = analysed(variant).ranks[0]
+    view = step_view(rank, median_step(rank))
+    marked = sum(e - s for s, e in getattr(view, band))
+    assert marked == pytest.approx(getattr(view.step.metrics, metric), rel=1e-6, abs=0.01)
+    assert marked > 0
+
+
+def test_perfetto_reads_back_with_the_derived_tracks(tmp_path):
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    out = tmp_path / "o.pftrace"
+    proc = run_cli("report", str(SAMPLES / "overlap"), "--perfetto", str(out))
+    assert proc.returncode == 0, proc.stderr
+    trace = Trace.FromString(out.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
+    slices: dict[str, list] = {}
+    open_at: dict[int, tuple] = {}
+    for p in trace.packet:
+        if not p.HasField("track_event"):
+            continue
+        ev = p.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            assert ev.track_uuid not in open_at  # slices on a track never overlap
+            open_at[ev.track_uuid] = (p.timestamp, ev.name)
+        else:
+            start, name = open_at.pop(ev.track_uuid)
+            slices.setdefault(tracks[ev.track_uuid], []).append((start, p.timestamp, name))
+    js = json.loads(run_cli("report", "--json", str(SAMPLES / "overlap")).stdout)
+    raw = ref.load(sample_trace("overlap"))["traceEvents"]
+    gpu = [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert sum(len(v) for k, v in slices.items() if k.startswith("GPU stream")) == len(gpu)
+    assert len(slices["steps (verdict)"]) == len(js["steps"])
+    assert all(": overlapped (" in name for _, _, name in slices["steps (verdict)"])
+    hidden_us = sum(e - s for s, e, _ in slices["comm under compute"]) / 1000
+    exposed_us = sum(e - s for s, e, _ in slices["exposed comm"]) / 1000
+    assert hidden_us == pytest.approx(js["comm"]["hidden_us"], rel=1e-3)
+    assert hidden_us + exposed_us == pytest.approx(js["comm"]["busy_us"], rel=1e-3)
+    for name in ("microbatch 0 compute (GPU)", "microbatch 1 comm (GPU)"):
+        assert slices[name]
+
+
+def test_timeline_refuses_an_unknown_format_and_a_missing_step(tmp_path):
+    bad = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(tmp_path / "t.gif"))
+    assert bad.returncode == 2 and "--timeline writes .png or .svg" in bad.stderr
+    far = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(tmp_path / "t.png"), "--step", "99")
+    assert far.returncode == 2 and "--step 99: rank 0 has 5 steps" in far.stderr
+    kept = tmp_path / "mine.png"
+    kept.write_bytes(b"mine")
+    again = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(kept))
+    assert again.returncode == 2 and kept.read_bytes() == b"mine"
