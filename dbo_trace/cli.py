@@ -63,9 +63,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     import re
 
     from dbo_trace.analysis.report import Options
-    from dbo_trace.analysis.session import analyze
     from dbo_trace.render import RENDERERS
-    from dbo_trace.trace.load import discover, load, total_bytes
 
     for pattern in comm_kernels + ubatch_patterns:
         try:
@@ -78,8 +76,30 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     if timeline is not None and timeline.suffix.lower() not in (".png", ".svg"):
         fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
+    result = _analyzed(list(paths), options)
+    if timeline is not None:  # first, so the Markdown can link it
+        _draw_timeline(result, timeline, step_number, rank_number)
+    fmt = fmt or "terminal"
+    if fmt == "terminal":
+        renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty())
+    elif fmt == "markdown" and timeline is not None:
+        renderer = RENDERERS[fmt](image=os.path.relpath(timeline, output.parent if output else Path.cwd()))
+    else:
+        renderer = RENDERERS[fmt]()
+    _write_output(renderer.render(result), output)
+    if perfetto is not None:
+        from dbo_trace.render.perfetto import write_perfetto
+
+        _write_binary(write_perfetto(result), perfetto)
+
+
+def _analyzed(paths: list[Path], options):
+    """Read and analyse the inputs; bad input is one line and exit 2; warnings go to stderr."""
+    from dbo_trace.analysis.session import analyze
+    from dbo_trace.trace.load import discover, load, total_bytes
+
     try:
-        found = discover(list(paths))
+        found = discover(paths)
         with reading_bar(total_bytes(found)) as progress:
             loaded = load(found, progress)
         result = analyze(loaded, options, [str(p) for p in paths])
@@ -87,15 +107,48 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
         fail(str(exc))
     for warning in loaded.warnings:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
-    fmt = fmt or "terminal"
-    renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty()) if fmt == "terminal" else RENDERERS[fmt]()
-    _write_output(renderer.render(result), output)
-    if timeline is not None:
-        _draw_timeline(result, timeline, step_number, rank_number)
-    if perfetto is not None:
-        from dbo_trace.render.perfetto import write_perfetto
+    return result
 
-        _write_binary(write_perfetto(result), perfetto)
+
+@main.command()
+@click.argument("arms", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "fmt", flag_value="json", help="Machine-readable output.")
+@click.option("--markdown", "fmt", flag_value="markdown", help="Markdown for a pull request.")
+@click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
+@click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
+@click.option("--force", is_flag=True, help="Replace --output if it exists.")
+def compare(arms, fmt, labels, layers, output, force) -> None:
+    """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
+
+    \b
+    Each arm is a bundle, a trace or a folder of traces. Per arm: step time
+    (mean ± standard deviation over every step of every rank and window) and
+    its change against the first arm, round trips per layer and their cost,
+    hidden comm, graph replay share, and which differences are within noise.
+    """
+    from dbo_trace.analysis.compare import arm_of
+    from dbo_trace.analysis.compare import compare as compare_arms
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.render import compare as out
+
+    if len(arms) < 2:
+        fail("compare needs at least two arms (bundles or traces)")
+    if labels and len(labels) != len(arms):
+        fail(f"--label given {len(labels)} times for {len(arms)} arms; give one per arm or none")
+    if output is not None and output.exists() and not force:
+        fail(f"{output}: already exists; choose another path or pass --force to replace it")
+    names = list(labels) or [p.name or str(p) for p in arms]
+    compared = []
+    for name, path in zip(names, arms):
+        report = _analyzed([path], Options(layers=layers))
+        if not any(r.steps for r in report.ranks):
+            fail(f"{path}: no step with GPU activity to compare")
+        compared.append(arm_of(name, report))
+    compared = compare_arms(compared)
+    fmt = fmt or "terminal"
+    text = {"json": out.render_json, "markdown": out.render_markdown}.get(fmt)
+    _write_output(text(compared) if text else out.render_terminal(compared, color=output is None and sys.stdout.isatty()), output)
 
 
 def _chosen_rank(result, rank_number):

@@ -8,10 +8,15 @@ from dbo_trace.render.format import ms, num, pct, us
 
 
 class MarkdownRenderer:
+    def __init__(self, image: str | None = None):
+        self.image = image  # a timeline picture to link, relative to where the Markdown will live
+
     def render(self, report: Report) -> str:
         d = build_document(report)
         out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
+        if self.image:
+            out += ["", f"![CPU/GPU timeline of one step]({self.image})"]
         out += ["", "| rank | steps | GPU busy | comm hidden | host-caused GPU idle | graph launches | replayed kernels | verdict |", "|---|---|---|---|---|---|---|---|"]
         for r in d["ranks"]:
             out.append(

@@ -1,0 +1,64 @@
+"""`dbo-trace compare` output: the ablation table as terminal text, JSON or Markdown."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from dbo_trace import __version__
+from dbo_trace.analysis.compare import NOISE_SE, Arm
+from dbo_trace.render.format import ms, num, pct
+
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 1
+
+
+def _rows(arms: list[Arm]) -> list[list[str]]:
+    rows = []
+    for a in arms:
+        change = "baseline" if a.change is None else f"{100 * a.change:+.1f}%" + (" (noise)" if a.within_noise else "")
+        rows.append([a.label, str(a.steps), f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}", change,
+                     num(a.round_trips_per_layer), ms(a.per_round_trip_us), pct(a.comm_hidden_fraction),
+                     pct(a.replayed_kernel_fraction), a.verdict])
+    return rows
+
+
+HEADER = ["arm", "steps", "step time (mean ± sd)", "vs first", "round trips/layer", "per round trip",
+          "comm hidden", "graph-replayed kernels", "verdict"]
+
+
+def noise_line(arms: list[Arm]) -> str:
+    noise = [a.label for a in arms[1:] if a.within_noise]
+    real = [a.label for a in arms[1:] if not a.within_noise]
+    parts = []
+    if real:
+        parts.append(f"beyond noise against {arms[0].label}: {', '.join(real)}")
+    if noise:
+        parts.append(f"within noise (< {NOISE_SE:.0f} standard errors): {', '.join(noise)}")
+    return "; ".join(parts) + "."
+
+
+def render_markdown(arms: list[Arm]) -> str:
+    out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out += ["| " + " | ".join(r) + " |" for r in _rows(arms)]
+    return "\n".join(out + ["", noise_line(arms), ""])
+
+
+def render_json(arms: list[Arm]) -> str:
+    return json.dumps({"schema": COMPARE_SCHEMA, "schema_version": COMPARE_VERSION, "dbo_trace_version": __version__,
+                       "arms": [asdict(a) for a in arms], "noise": noise_line(arms)}, indent=2) + "\n"
+
+
+def render_terminal(arms: list[Arm], color: bool = False) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*HEADER, title="dbo-trace compare", title_justify="left")
+    for r in _rows(arms):
+        table.add_row(*r)
+    buf = StringIO()
+    console = Console(file=buf, force_terminal=color, width=None if color else 160, color_system="auto" if color else None)
+    console.print(table)
+    console.print(noise_line(arms))
+    return buf.getvalue()
