@@ -28,10 +28,10 @@ def test_compare_statistics_match_the_per_step_report():
     for arm, variant in zip(out["arms"], ("serial", "overlap", "graph")):
         walls = steps_ms(variant)
         assert arm["label"] == variant and arm["steps"] == len(walls)
-        assert arm["step_mean_us"] == pytest.approx(statistics.mean(walls), rel=1e-9)
-        assert arm["step_std_us"] == pytest.approx(statistics.stdev(walls), rel=1e-9)
+        assert arm["step_mean_us"] == pytest.approx(statistics.mean(walls), rel=1e-6)
+        assert arm["step_std_us"] == pytest.approx(statistics.stdev(walls), rel=1e-6)
         if variant != "serial":
-            assert arm["change"] == pytest.approx(statistics.mean(walls) / base - 1, rel=1e-9)
+            assert arm["change"] == pytest.approx(statistics.mean(walls) / base - 1, rel=1e-6)
     assert out["arms"][0]["change"] is None
     assert out["arms"][2]["replayed_kernel_fraction"] == pytest.approx(1.0)
     assert out["arms"][1]["round_trips_per_layer"] == 2
