@@ -151,6 +151,48 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
     _write_output(text(compared) if text else out.render_terminal(compared, color=output is None and sys.stdout.isatty()), output)
 
 
+@main.command("bundle")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="Archive to write (default: ./NAME-dbo-trace.tar.gz).")
+@click.option("--max-mb", default=25.0, show_default=True, type=click.FloatRange(min=0.001), help="Size cap of the archive.")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Steps around the median step in the Perfetto window.")
+@click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
+    """Pack what a reviewer needs into one archive: dbo-trace bundle RUN -o run.tar.gz
+
+    \b
+    summary.md (the --markdown report, linking timeline.png), timeline.png (the
+    median step), report.json, window.pftrace (Perfetto: a few steps around the
+    median step, not the whole run) and the manifest, secrets redacted again.
+    Trimmed to stay under --max-mb (25 MB, GitHub's attachment limit).
+    """
+    import tempfile
+
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.attach import median_timeline, pack
+    from dbo_trace.render import RENDERERS
+
+    out = out or Path(f"{source.resolve().name}-dbo-trace.tar.gz")
+    if out.exists() and not force:
+        fail(f"{out}: already exists; choose another path or pass --force to replace it")
+    result = _analyzed([source], Options(layers=layers))
+    if not any(r.steps for r in result.ranks):
+        fail(f"{source}: no step with GPU activity; nothing to draw or trim")
+    with tempfile.TemporaryDirectory() as tmp:
+        png = Path(tmp) / "timeline.png"
+        median_timeline(result, png)
+        try:
+            packed = pack(result, source, out, int(max_mb * 1e6), steps,
+                          RENDERERS["markdown"](image="timeline.png").render(result), png.read_bytes(),
+                          RENDERERS["json"]().render(result))
+        except ValueError as exc:
+            fail(f"{out}: {exc}")
+    click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
+    for line in packed.trimmed:
+        click.echo(f"  {line}")
+
+
 def _chosen_rank(result, rank_number):
     ranks = {r.rank: r for r in result.ranks}
     if rank_number is None:

@@ -56,26 +56,30 @@ class _Writer:
                     packet.track_event.name = name
 
 
-def _rank(w: _Writer, rank: RankReport) -> None:
+def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> None:
     d = rank.detail
     tl, att = d.timeline, d.attribution
     proc = w.track(f"rank {rank.rank} ({tl.source.name})", pid=tl.pid or 100000 + rank.rank)
-    in_steps = att.gpu_step >= 0
+    lo, hi = window or (-np.inf, np.inf)
+    keep_gpu = (tl.gpu.end > lo) & (tl.gpu.start < hi)
+    keep_calls = (tl.calls.end > lo) & (tl.calls.start < hi)
+    in_steps = (att.gpu_step >= 0) & keep_gpu
+    steps = [s for s in rank.steps if s.end_us > lo and s.start_us < hi]
 
     # The original activity: one track per GPU stream and per CPU thread.
-    for sid in np.unique(tl.gpu.lane):
-        sel = tl.gpu.lane == sid
+    for sid in np.unique(tl.gpu.lane[keep_gpu]):
+        sel = keep_gpu & (tl.gpu.lane == sid)
         w.slices(w.track(f"GPU stream {sid}", proc), tl.gpu.start[sel], tl.gpu.end[sel],
                  [tl.names[n] for n in tl.gpu.name[sel]])
-    for tid in np.unique(tl.calls.lane):
-        sel = tl.calls.lane == tid
+    for tid in np.unique(tl.calls.lane[keep_calls]):
+        sel = keep_calls & (tl.calls.lane == tid)
         w.slices(w.track(f"CPU thread {tid}: CUDA API", proc), tl.calls.start[sel], tl.calls.end[sel],
                  [tl.names[n] for n in tl.calls.name[sel]])
 
     # Derived tracks.
     root = w.track(f"{DERIVED}: rank {rank.rank}", proc)
-    w.slices(w.track("steps (verdict)", root), [s.start_us for s in rank.steps], [s.end_us for s in rank.steps],
-             [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in rank.steps])
+    w.slices(w.track("steps (verdict)", root), [s.start_us for s in steps], [s.end_us for s in steps],
+             [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in steps])
     for u in (0, 1):
         for phase, label in ((PHASE_COMPUTE, "compute"), (PHASE_COMM, "comm")):
             sel = in_steps & (att.gpu_ubatch == u) & (att.gpu_phase == phase)
@@ -89,20 +93,21 @@ def _rank(w: _Writer, rank: RankReport) -> None:
     s, e = iv.difference(comm_iv, compute_iv)
     w.slices(w.track("exposed comm", root), s, e, ["exposed comm"] * len(s))
     gs, ge = [], []
-    for step in rank.steps:  # per step, as the metrics count it
+    for step in steps:  # per step, as the metrics count it
         sel = att.gpu_step == step.index
         a, b, _ = host_idle_gaps(tl.gpu.start[sel], tl.gpu.end[sel], att.gpu_launch_start[sel])
         gs += list(a)
         ge += list(b)
     w.slices(w.track("GPU idle, host-caused", root), gs, ge, ["host-caused idle"] * len(gs))
-    graph = np.flatnonzero(c.call_kinds(tl.names, tl.calls.name) == c.CALL_GRAPH_LAUNCH)
+    graph = np.flatnonzero(keep_calls & (c.call_kinds(tl.names, tl.calls.name) == c.CALL_GRAPH_LAUNCH))
     w.slices(w.track("graph replays (cudaGraphLaunch)", root), tl.calls.start[graph], tl.calls.end[graph],
              ["cudaGraphLaunch"] * len(graph))
 
 
-def write_perfetto(report: Report) -> bytes:
+def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | None = None) -> bytes:
+    """The whole trace, or per rank only what overlaps windows[rank] (trace clock, us)."""
     w = _Writer()
     for rank in report.ranks:
-        if rank.detail is not None:
-            _rank(w, rank)
+        if rank.detail is not None and (windows is None or rank.rank in windows):
+            _rank(w, rank, None if windows is None else windows[rank.rank])
     return w.builder.serialize()

@@ -1,0 +1,101 @@
+"""`dbo-trace bundle`: one archive a reviewer can open, under a size cap, with secrets out.
+
+Holds the Markdown summary, the timeline picture of the median step, the JSON
+report, a Perfetto trace of a window of steps around the median step (not the
+whole run), and the recording's manifest, redacted again on packing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dbo_trace import bundle as fmt
+from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.view import median_step, step_view
+from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
+
+
+@dataclass
+class Packed:
+    archive: Path
+    size: int
+    members: list[str]
+    trimmed: list[str] = field(default_factory=list)
+
+
+def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, float]], list[str]]:
+    """Per rank, the time window of `steps` consecutive steps centred on the median step."""
+    windows, described = {}, []
+    for rank in report.ranks:
+        if not rank.steps:
+            continue
+        m = median_step(rank)
+        first = max(0, min(m - steps // 2, len(rank.steps) - steps))
+        chosen = rank.steps[first:first + steps]
+        windows[rank.rank] = (chosen[0].start_us, chosen[-1].end_us)
+        described.append(f"rank {rank.rank}: {chosen[0].label} to {chosen[-1].label} of {len(rank.steps)} steps")
+    return windows, described
+
+
+def clean_manifest(manifest: dict) -> dict:
+    """The recording's manifest with the redaction rules applied again (older bundles, edited ones)."""
+    out = redact_json(manifest)
+    for key in ("command", "user_command"):
+        if isinstance(out.get(key), list):
+            out[key] = redact_argv([str(a) for a in out[key]])
+    if isinstance(out.get("env"), dict):
+        out["env"] = redact_env({str(k): str(v) for k, v in out["env"].items()})
+    return out
+
+
+def _archive(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"dbo-trace/{name}")
+            info.size, info.mtime = len(data), int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, summary_md: str,
+         timeline_png: bytes, report_json: str) -> Packed:
+    from dbo_trace.render.perfetto import write_perfetto
+
+    members: dict[str, bytes] = {
+        "summary.md": redact_text(summary_md).encode(),
+        "timeline.png": timeline_png,
+        "report.json": redact_text(report_json).encode(),
+    }
+    if fmt.is_bundle(source):
+        members["manifest.json"] = (json.dumps(clean_manifest(fmt.read_manifest(source)), indent=2, sort_keys=True) + "\n").encode()
+    trimmed: list[str] = []
+    for n in sorted({steps, 1}, reverse=True):
+        windows, described = step_window(report, n)
+        members["window.pftrace"] = write_perfetto(report, windows)
+        data = _archive(members)
+        if len(data) <= max_bytes:
+            trimmed.append("Perfetto window: " + "; ".join(described))
+            break
+    else:
+        del members["window.pftrace"]
+        data = _archive(members)
+        trimmed.append(f"the Perfetto window was left out: one step alone exceeds the {max_bytes / 1e6:g} MB cap")
+        if len(data) > max_bytes:
+            raise ValueError(f"the summary alone is {len(data) / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap; raise --max-mb")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(out)
+    return Packed(out, len(data), sorted(members), trimmed)
+
+
+def median_timeline(report: Report, path: Path) -> None:
+    from dbo_trace.render.timeline import draw_timeline
+
+    rank = next(r for r in report.ranks if r.steps)
+    draw_timeline(step_view(rank, median_step(rank)), path)

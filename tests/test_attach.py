@@ -1,0 +1,84 @@
+"""`dbo-trace bundle`: the reviewer's archive from a real sample, under its cap, secrets planted in the
+manifest removed, and the Perfetto window holding only the chosen steps."""
+
+import json
+import shutil
+import tarfile
+
+from conftest import SAMPLES, run_cli
+
+SECRETS = ("hf_planted_secret", "sk-planted-secret", "pw-planted")
+
+
+def planted_copy(tmp_path):
+    src = tmp_path / "run"
+    shutil.copytree(SAMPLES / "overlap", src)
+    m = json.loads((src / "manifest.json").read_text())
+    m["env"] = {"HF_TOKEN": "hf_planted_secret", "VLLM_LOGGING_LEVEL": "INFO"}
+    m["command"] = ["vllm", "serve", "m", "--api-key", "sk-planted-secret", "--enable-dbo"]
+    m["endpoint"] = "http://user:pw-planted@example.invalid/v1"
+    (src / "manifest.json").write_text(json.dumps(m))
+    return src
+
+
+def members(archive):
+    with tarfile.open(archive) as tar:
+        return {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def window_steps(pftrace: bytes) -> list[str]:
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    trace = Trace.FromString(pftrace)
+    step_track = next(p.track_descriptor.uuid for p in trace.packet
+                      if p.HasField("track_descriptor") and p.track_descriptor.name == "steps (verdict)")
+    return [p.track_event.name for p in trace.packet if p.HasField("track_event")
+            and p.track_event.track_uuid == step_track and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+
+
+def test_bundle_packs_a_redacted_archive_under_the_cap(tmp_path):
+    src = planted_copy(tmp_path)
+    out = tmp_path / "review.tar.gz"
+    proc = run_cli("bundle", str(src), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size <= 25e6 and f"wrote {out}" in proc.stdout
+    files = members(out)
+    assert sorted(files) == ["manifest.json", "report.json", "summary.md", "timeline.png", "window.pftrace"]
+    blob = b"".join(files.values())
+    for secret in SECRETS:
+        assert secret.encode() not in blob
+    manifest = json.loads(files["manifest.json"])
+    assert manifest["env"] == {"HF_TOKEN": "<redacted>", "VLLM_LOGGING_LEVEL": "INFO"}
+    assert manifest["command"][4] == "<redacted>" and manifest["command"][5] == "--enable-dbo"
+    assert "![CPU/GPU timeline of one step](timeline.png)" in files["summary.md"].decode()
+    assert files["timeline.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    # Three steps around the median step (step 15 here: the median of the five step times).
+    report = json.loads(run_cli("report", "--json", str(SAMPLES / "overlap")).stdout)
+    by_time = sorted(report["steps"], key=lambda s: s["step_us"])
+    median_label = by_time[(len(by_time) - 1) // 2]["label"]
+    names = window_steps(files["window.pftrace"])
+    assert len(names) == 3 and any(n.startswith(median_label + ":") for n in names)
+
+
+def test_bundle_trims_the_window_to_fit_the_cap(tmp_path):
+    src = planted_copy(tmp_path)
+    sizes = {}
+    for n in (1, 5):
+        out = tmp_path / f"w{n}.tar.gz"
+        assert run_cli("bundle", str(src), "-o", str(out), "--steps", str(n)).returncode == 0
+        sizes[n] = out.stat().st_size
+    assert sizes[1] < sizes[5]
+    cap_mb = (sizes[1] + sizes[5]) / 2 / 1e6
+    out = tmp_path / "capped.tar.gz"
+    proc = run_cli("bundle", str(src), "-o", str(out), "--steps", "5", "--max-mb", f"{cap_mb:.6f}")
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size <= cap_mb * 1e6
+    assert len(window_steps(members(out)["window.pftrace"])) == 1
+    assert "of 5 steps" in proc.stdout
+
+
+def test_bundle_too_small_a_cap_is_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "x.tar.gz"
+    proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(out), "--max-mb", "0.001")
+    assert proc.returncode == 2 and "over the 0.001 MB cap; raise --max-mb" in proc.stderr
+    assert not out.exists() and not list(tmp_path.iterdir())
