@@ -50,10 +50,11 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Also draw a step's CPU/GPU timeline to this .png or .svg.")
 @click.option("--perfetto", type=click.Path(path_type=Path), help="Also write a Perfetto trace (.pftrace) with derived tracks.")
+@click.option("--html", "html_out", type=click.Path(path_type=Path), help="Also write a self-contained HTML report with a zoomable timeline.")
 @click.option("--step", "step_number", type=click.IntRange(min=1), help="The step to draw: its row in the per-step table (default: the median step).")
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
-def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, output, timeline, perfetto, step_number, rank_number, force) -> None:
+def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, output, timeline, perfetto, html_out, step_number, rank_number, force) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
 
     \b
@@ -70,7 +71,7 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
             re.compile(pattern)
         except re.error as exc:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
-    for target in (output, timeline, perfetto):  # before any work, so nothing is lost
+    for target in (output, timeline, perfetto, html_out):  # before any work, so nothing is lost
         if target is not None and target.exists() and not force:
             fail(f"{target}: already exists; choose another path or pass --force to replace it")
     if timeline is not None and timeline.suffix.lower() not in (".png", ".svg"):
@@ -91,6 +92,10 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
         from dbo_trace.render.perfetto import write_perfetto
 
         _write_binary(write_perfetto(result), perfetto)
+    if html_out is not None:
+        from dbo_trace.render.html import HtmlRenderer
+
+        _write_binary(HtmlRenderer().render(result).encode(), html_out)
 
 
 def _analyzed(paths: list[Path], options):
