@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
 # Records the shipped samples on a GPU host (the lent H200; see samples/README.md).
+# The samples were recorded at commit 809b895, whose dbo_trace/synthetic/workload.py this
+# script runs; that workload now lives on as `dbo-trace demo` (dbo_trace/demo/). To re-record
+# these exact bundles: `git worktree add /tmp/s 809b895` and run this script from there.
+# `scripts/gpu_demo.sh` records today's equivalents through `dbo-trace demo`.
 # On the device machine, from the repo root, with .gpu carried (../shared/tools/gpu-carry.sh):
 #   bash scripts/record_samples.sh "$OUT"
 # Writes $OUT/samples.tar.gz (one bundle per variant) and $OUT/record.log.
