@@ -50,9 +50,15 @@ def test_vllm_loader_finds_and_activates_the_plugin(traced):
     assert log.header["vllm"] == "0.33.0"
 
 
+def test_vllm_profiler_gets_profile_all_threads(traced):
+    _, out, _ = traced
+    assert out["profiler_experimental_config"] == "_ExperimentalConfig"
+
+
 def test_nothing_is_patched_without_dbo_trace_dir(tmp_path):
     out = run_pingpong(None)
     assert out["patched"] == [] and not out["enter_is_wrapped"] and out["log"] is None
+    assert out["profiler_experimental_config"] is None  # vLLM's own profiler, untouched
     assert out["wrapper_result"] == "ran" and len(out["truth"]) == 2 * 4 * LAYERS
 
 
@@ -105,9 +111,11 @@ def test_the_ubatch_wrapper_step_is_logged_with_its_path(traced):
 
 
 def test_counters_are_written_at_exit(traced):
-    folder, _, _ = traced
+    folder, out, _ = traced
+    assert out["counters_at_profiler_stop"] == "profiler_stop"
     (path,) = (folder / "events").glob("*.counters.json")
     body = json.loads(path.read_text())
+    # Written at the profiler's stop, then replaced at exit.
     assert body["format"] == "dbo-trace-counters" and body["reason"] == "exit" and body["hooks_enabled"]
     assert body["counters"]["ubatch.yields"] == 2 * 4 * LAYERS
     assert body["counters"]["steps.not_microbatched"] == 1

@@ -105,7 +105,24 @@ fc._forward_context = types.SimpleNamespace(batch_descriptor=None, ubatch_slices
 result = wrapper()
 fc._forward_context = None
 
+# vLLM's torch profiler wrapper: the plugin adds profile_all_threads; stopping it writes the counters.
+import tempfile  # noqa: E402
+
+from vllm.config.profiler import ProfilerConfig  # noqa: E402
+from vllm.profiler.wrapper import TorchProfilerWrapper  # noqa: E402
+
+profiler = TorchProfilerWrapper(ProfilerConfig(profiler="torch", torch_profiler_dir=tempfile.mkdtemp()),
+                                worker_name="w", local_rank=0, activities=["CPU"])
+experimental = profiler._profiler_kwargs.get("experimental_config")
+profiler.start()
+profiler.stop()
+counters_at_stop = None
+if installed is not None:
+    counters_at_stop = json.loads(installed.log.path.with_suffix(".counters.json").read_text())["reason"]
+
 if installed is not None:
     installed.log.flush()
 print(json.dumps({"patched": patched, "enter_is_wrapped": enter_is_wrapped, "truth": truth,
-                  "wrapper_result": result, "log": str(installed.log.path) if installed else None}))
+                  "wrapper_result": result, "log": str(installed.log.path) if installed else None,
+                  "profiler_experimental_config": type(experimental).__name__ if experimental is not None else None,
+                  "counters_at_profiler_stop": counters_at_stop}))
