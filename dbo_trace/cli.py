@@ -20,17 +20,22 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _write_output(text: str, output: Path | None) -> None:
-    """stdout, or the file (whose replacement the caller already allowed) via a rename."""
+    """stdout, or the file (whose replacement the caller already allowed)."""
     if output is None:
         click.echo(text, nl=False)
         return
-    tmp = output.with_name(output.name + ".tmp")
+    _write_file(text.encode(), output)
+
+
+def _write_file(data: bytes, path: Path) -> None:
+    """Write via a rename, so an interrupted write never leaves half a file where the user looks."""
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(text)
-        os.replace(tmp, output)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
     except OSError as exc:
-        fail(f"{output}: cannot write ({exc.strerror})")
-    click.echo(f"wrote {output}", err=True)
+        fail(f"{path}: cannot write ({exc.strerror})")
+    click.echo(f"wrote {path} ({len(data) / 1e6:.2f} MB)", err=True)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,11 +96,11 @@ def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, outp
     if perfetto is not None:
         from dbo_trace.render.perfetto import write_perfetto
 
-        _write_binary(write_perfetto(result), perfetto)
+        _write_file(write_perfetto(result), perfetto)
     if html_out is not None:
         from dbo_trace.render.html import HtmlRenderer
 
-        _write_binary(HtmlRenderer().render(result).encode(), html_out)
+        _write_file(HtmlRenderer().render(result).encode(), html_out)
 
 
 def _analyzed(paths: list[Path], options):
@@ -222,15 +227,6 @@ def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
     os.replace(tmp, path)
     click.echo(f"wrote {path} (rank {rank.rank}, {rank.steps[position].label})", err=True)
 
-
-def _write_binary(data: bytes, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        fail(f"{path}: cannot write ({exc.strerror})")
-    click.echo(f"wrote {path} ({len(data) / 1e6:.1f} MB)", err=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
