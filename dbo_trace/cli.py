@@ -306,8 +306,9 @@ def record(command, out, server, url, num_prompts, concurrency, input_len, outpu
 @click.option("--sweep-compute-us", default="100,200,400,800,1600", show_default=True, help="Grid: compute phase lengths.")
 @click.option("--sweep-comm-us", default="100,200,400,800,1600", show_default=True, help="Grid: comm lengths.")
 @click.option("--plot", type=click.Path(path_type=Path), help="With --sweep: also draw the grid to this PNG.")
+@click.option("--ubatching", type=click.Choice(["auto", "vllm", "builtin"]), default="auto", show_default=True, help="Whose UBatchContext drives the threads: vLLM's where it imports, or the built-in equivalent.")
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True, help="cpu: orchestration only (CI).")
-def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, sweep, sweep_compute_us, sweep_comm_us, plot, device) -> None:
+def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, sweep, sweep_compute_us, sweep_comm_us, plot, ubatching, device) -> None:
     """Check the diagnosis end to end on a DBO workload whose truth is known.
 
     \b
@@ -341,7 +342,7 @@ def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, s
         fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
     if plot is not None and plot.exists():
         fail(f"{plot}: already exists; choose another --plot path")
-    opts = DemoOptions(modes_of(mode, device), out, layers, tokens, hidden, compute_us, comm_us, steps, nproc, device)
+    opts = DemoOptions(modes_of(mode, device), out, layers, tokens, hidden, compute_us, comm_us, steps, nproc, device, ubatching)
     ui = ConsoleProgress()
     if sweep:
         rows = run_sweep(opts, sweep_compute_us, sweep_comm_us, ui)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs `dbo-trace demo` on the lent GPU machine (see docs/demo.md, samples/README.md).
 # From the repo root on the device, with .gpu carried (../shared/tools/gpu-carry.sh, EXTRA_WHEELS below):
-#   bash scripts/gpu_demo.sh "$OUT" modes    # every mode on one GPU, then on two GPUs (NCCL all_to_all)
+#   bash scripts/gpu_demo.sh "$OUT" modes    # every mode on one GPU (vLLM's and the built-in UBatchContext), then on two GPUs (NCCL all_to_all)
 #   bash scripts/gpu_demo.sh "$OUT" sweep    # the DBO-vs-serial grid and its picture
 # .gpu was built with:
 #   EXTRA_WHEELS="click rich markdown-it-py mdurl pygments matplotlib contourpy cycler fonttools kiwisolver
@@ -9,7 +9,7 @@
 # Writes $OUT/log.txt and $OUT/bundles.tar.gz (and $OUT/sweep.png).
 set -uo pipefail
 OUT=${1:?usage: gpu_demo.sh OUTDIR modes|sweep}
-WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|sweep}
+WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|builtin|sweep}
 bash .gpu/install.sh || exit 1
 export PYTHONPATH=/tmp/gpu-site:/tmp/gpu-vllm:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 COLUMNS=160
 cli() { python3 -m dbo_trace.cli "$@"; }
@@ -21,9 +21,15 @@ work=$(mktemp -d)
     modes)
       echo "== dbo-trace demo --mode all"
       cli demo --mode all -o "$work/demo-1gpu"; echo "exit status $?"
+      echo "== dbo-trace demo --mode all --ubatching builtin"
+      cli demo --mode all --ubatching builtin -o "$work/demo-1gpu-builtin"; echo "exit status $?"
       echo "== dbo-trace demo --mode all --nproc 2"
       cli demo --mode all --nproc 2 -o "$work/demo-2gpu"; echo "exit status $?"
       for b in "$work"/demo-2gpu/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
+      ;;
+    builtin)
+      echo "== dbo-trace demo --mode all --ubatching builtin"
+      cli demo --mode all --ubatching builtin -o "$work/demo-1gpu-builtin"; echo "exit status $?"
       ;;
     sweep)
       echo "== dbo-trace demo --sweep --plot sweep.png"

@@ -38,6 +38,7 @@ class DemoOptions:
     steps: int = 5
     nproc: int = 1
     device: str = "cuda"
+    ubatching: str = "auto"  # auto | vllm | builtin
 
 
 @dataclass
@@ -59,7 +60,7 @@ def worker_command(opts: DemoOptions, mode: str) -> list[str]:
         p.update(HOSTBOUND_OVERRIDES)
     cmd = [sys.executable, "-m", "dbo_trace.demo.worker", "--mode", mode, "--layers", str(p["layers"]),
            "--tokens", str(p["tokens"]), "--hidden", str(p["hidden"]), "--comm-us", str(p["comm_us"]),
-           "--steps", str(opts.steps), "--nproc", str(opts.nproc), "--device", opts.device]
+           "--steps", str(opts.steps), "--nproc", str(opts.nproc), "--device", opts.device, "--ubatching", opts.ubatching]
     if opts.compute_us is not None and mode != "hostbound":
         cmd += ["--compute-us", str(opts.compute_us)]
     if opts.device == "cpu":
