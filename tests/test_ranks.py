@@ -26,3 +26,30 @@ def test_two_ranks(tmp_path):
     hidden = sum(r["comm"]["hidden_us"] for r in doc["ranks"])
     assert abs(doc["comm"]["hidden_fraction"] - hidden / total) < 1e-3
     assert len(doc["steps"]) == len(doc["ranks"][0]["steps"]) + len(doc["ranks"][1]["steps"])
+
+
+def _shifted(src, dst, rank, shift_ns):
+    """The same trace as another rank whose clock base is shift_ns later: its steps start shift_ns later."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+    doc["baseTimeNanoseconds"] = doc["baseTimeNanoseconds"] + shift_ns
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_cross_rank_view_finds_the_late_rank_and_its_skew(tmp_path):
+    shift_ns = 1_250_000  # rank 1 runs 1.25 ms behind rank 0
+    _shifted(sample_trace("overlap-no-hooks"), tmp_path / "r0.pt.trace.json.gz", 0, 0)
+    _shifted(sample_trace("overlap-no-hooks"), tmp_path / "r1.pt.trace.json.gz", 1, shift_ns)
+    doc = report_json(str(tmp_path), "--comm-kernels", "spin_kernel")
+    cross = doc["cross_rank"]
+    assert cross["ranks"] == [0, 1]
+    assert len(cross["steps"]) == len(doc["ranks"][0]["steps"]) == 5
+    for step in cross["steps"]:
+        assert abs(step["skew_us"] - shift_ns / 1000) < 0.01 and step["last_rank"] == 1
+        assert abs(step["starts_us"]["1"] - step["starts_us"]["0"] - shift_ns / 1000) < 0.01
+    assert cross["last_counts"] == {"1": 5}
+    assert cross["summary"].startswith("rank 1 started last in 5 of 5 steps (skew median 1.25 ms")
+
+
+def test_one_rank_has_no_cross_rank_view():
+    assert report_json(str(sample_trace("overlap")))["cross_rank"] is None

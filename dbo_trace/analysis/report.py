@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -12,6 +13,9 @@ from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, w
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.ranks import CrossRank
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Report:
     verdict: Verdict
     options: Options
     warnings: list[str] = field(default_factory=list)
+    cross_rank: "CrossRank | None" = None  # set by session.analyze with two or more ranks
 
 
 def _profiled_all_threads(tl: Timeline) -> bool:

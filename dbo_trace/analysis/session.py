@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dbo_trace.analysis.ranks import cross_rank
 from dbo_trace.analysis.report import Options, Report, analyze_rank, combine
 from dbo_trace.trace.load import Loaded
 
@@ -21,4 +22,6 @@ def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     for tl in loaded.timelines:
         logs = [log for log in loaded.logs if log.pid is None or log.pid == tl.pid]
         ranks.append(analyze_rank(tl, logs, options))
-    return combine(ranks, options, inputs, loaded.warnings)
+    report = combine(ranks, options, inputs, loaded.warnings)
+    report.cross_rank = cross_rank(report.ranks)
+    return report

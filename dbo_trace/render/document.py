@@ -140,5 +140,24 @@ def build_document(report: Report) -> dict[str, Any]:
             "layers": report.options.layers,
         },
         "ranks": [rank_block(r) for r in report.ranks],
+        "cross_rank": cross_rank_block(report.cross_rank),
         "warnings": list(report.warnings),
+    }
+
+
+def cross_rank_block(view) -> dict[str, Any] | None:
+    if view is None:
+        return None
+    from dbo_trace.analysis.ranks import waits_summary
+
+    return {
+        "ranks": view.ranks,
+        "summary": waits_summary(view),
+        "median_skew_us": round(view.median_skew_us, 3),
+        "max_skew_us": round(view.max_skew_us, 3),
+        "last_counts": {str(k): v for k, v in sorted(view.last_counts.items())},
+        "exposed_comm_us": {str(k): round(v, 3) for k, v in sorted(view.exposed_comm_us.items())},
+        "steps": [{"position": s.position, "skew_us": round(s.skew_us, 3), "last_rank": s.last_rank,
+                   "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())}} for s in view.steps],
+        "notes": list(view.notes),
     }

@@ -24,6 +24,8 @@ class MarkdownRenderer:
                 f"| {pct(r['host']['idle_fraction'])} | {r['graphs']['launches']} | {pct(r['graphs']['replayed_kernel_fraction'])} "
                 f"| {r['verdict']['label']} |"
             )
+        if d["cross_rank"]:
+            out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
         rt = d["round_trips"]
         if rt:
             out += [

@@ -42,6 +42,11 @@ class TerminalRenderer:
                 f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})", r["verdict"]["label"],
             )
         console.print(ranks)
+        cross = d["cross_rank"]
+        if cross:
+            console.print(f"across ranks: {cross['summary']}")
+            for note in cross["notes"]:
+                console.print(f"[yellow]note:[/] {note}")
 
         rt = d["round_trips"]
         if rt:

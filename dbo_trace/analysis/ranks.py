@@ -1,0 +1,74 @@
+"""The cross-rank view: the k-th step of every rank side by side on one clock.
+
+In DBO with data/expert parallelism every step ends in collectives, so a rank
+that starts a step late makes the others wait at their first all-to-all; that
+wait shows up on them as exposed communication. Traces of one host share the
+clock time.time_ns() (Kineto's ts + baseTimeNanoseconds/1000), so starts are
+comparable across processes. Pure: RankReports in, a CrossRank out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dbo_trace.analysis.report import RankReport
+
+
+@dataclass
+class StepAlignment:
+    position: int  # the k-th reported step of each rank
+    starts_us: dict[int, float]  # rank -> start on the shared clock (us)
+    skew_us: float  # latest start - earliest start
+    last_rank: int  # the rank the others wait for
+
+
+@dataclass
+class CrossRank:
+    ranks: list[int]
+    steps: list[StepAlignment]
+    median_skew_us: float
+    max_skew_us: float
+    last_counts: dict[int, int]  # rank -> steps it started last
+    exposed_comm_us: dict[int, float]  # rank -> comm not under compute (where waiting for peers shows)
+    notes: list[str] = field(default_factory=list)
+
+
+def cross_rank(ranks: list[RankReport]) -> CrossRank | None:
+    """None with fewer than two ranks, or when a trace has no clock base to align on."""
+    usable = [r for r in ranks if r.steps and r.detail is not None and r.detail.timeline.base_time_ns is not None]
+    if len(usable) < 2:
+        return None
+    notes = []
+    if len(usable) < len(ranks):
+        notes.append(f"{len(ranks) - len(usable)} rank(s) left out: no steps or no baseTimeNanoseconds to align on")
+    count = min(len(r.steps) for r in usable)
+    if any(len(r.steps) != count for r in usable):
+        notes.append(f"ranks reported different step counts ({', '.join(str(len(r.steps)) for r in usable)}); "
+                     f"the first {count} of each are aligned")
+    steps = []
+    for k in range(count):
+        starts = {r.rank: r.steps[k].start_us + r.detail.timeline.base_time_ns / 1000.0 for r in usable}
+        first, last = min(starts.values()), max(starts.values())
+        steps.append(StepAlignment(k, starts, last - first, max(starts, key=starts.get)))
+    skews = np.array([s.skew_us for s in steps])
+    return CrossRank(
+        ranks=[r.rank for r in usable],
+        steps=steps,
+        median_skew_us=float(np.median(skews)),
+        max_skew_us=float(skews.max()),
+        last_counts=dict(Counter(s.last_rank for s in steps)),
+        exposed_comm_us={r.rank: r.total.comm_exposed_us for r in usable},
+        notes=notes,
+    )
+
+
+def waits_summary(view: CrossRank) -> str:
+    """One line: who the others wait for, and by how much."""
+    rank, times = max(view.last_counts.items(), key=lambda kv: kv[1])
+    most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.get)
+    return (f"rank {rank} started last in {times} of {len(view.steps)} steps (skew median {view.median_skew_us / 1000:.2f} ms, "
+            f"max {view.max_skew_us / 1000:.2f} ms): the others wait for it at their first collective; "
+            f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)")
