@@ -98,8 +98,10 @@ def main() -> None:
     records = 2 * (layers * 4 * 3 + 3)
     per_step = calls + records * costs["flush per record"]
     print(f"records per step: {records}; hooks per step: {2 * (layers * 8 + 1)} calls")
-    print(f"added per step of the 4-layer synthetic workload: {per_step:.0f} us "
-          f"({per_step / 32400 * 100:.2f}% of its 32.4 ms step on the H200)")
+    print(
+        f"added per step of the 4-layer synthetic workload: {per_step:.0f} us "
+        f"({per_step / 32400 * 100:.2f}% of its 32.4 ms step on the H200)"
+    )
 
 
 if __name__ == "__main__":

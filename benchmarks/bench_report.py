@@ -82,7 +82,9 @@ def main() -> int:
     t = time.perf_counter()
     size = build(path, int(args.gb * 1e9))
     mb = size / 1e6
-    print(f"trace: {path} ({mb:.0f} MB JSON, {path.stat().st_size / 1e6:.0f} MB gzipped, built in {time.perf_counter() - t:.0f} s)")
+    print(
+        f"trace: {path} ({mb:.0f} MB JSON, {path.stat().st_size / 1e6:.0f} MB gzipped, built in {time.perf_counter() - t:.0f} s)"
+    )
     report_code = (
         "import sys; from dbo_trace.cli import main; "
         f"sys.argv=['dbo-trace','report','--json','--comm-kernels','spin_kernel',{str(path)!r}]; main()"

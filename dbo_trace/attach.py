@@ -36,7 +36,7 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
             continue
         m = median_step(rank)
         first = max(0, min(m - steps // 2, len(rank.steps) - steps))
-        chosen = rank.steps[first:first + steps]
+        chosen = rank.steps[first : first + steps]
         windows[rank.rank] = (chosen[0].start_us, chosen[-1].end_us)
         described.append(f"rank {rank.rank}: {chosen[0].label} to {chosen[-1].label} of {len(rank.steps)} steps")
     return windows, described
@@ -63,8 +63,9 @@ def _archive(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, summary_md: str,
-         timeline_png: bytes, report_json: str) -> Packed:
+def pack(
+    report: Report, source: Path, out: Path, max_bytes: int, steps: int, summary_md: str, timeline_png: bytes, report_json: str
+) -> Packed:
     from dbo_trace.render.perfetto import write_perfetto
 
     members: dict[str, bytes] = {
@@ -73,7 +74,9 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, su
         "report.json": redact_text(report_json).encode(),
     }
     if fmt.is_bundle(source):
-        members["manifest.json"] = (json.dumps(clean_manifest(fmt.read_manifest(source)), indent=2, sort_keys=True) + "\n").encode()
+        members["manifest.json"] = (
+            json.dumps(clean_manifest(fmt.read_manifest(source)), indent=2, sort_keys=True) + "\n"
+        ).encode()
     trimmed: list[str] = []
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)
@@ -87,7 +90,9 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, su
         data = _archive(members)
         trimmed.append(f"the Perfetto window was left out: one step alone exceeds the {max_bytes / 1e6:g} MB cap")
         if len(data) > max_bytes:
-            raise ValueError(f"the summary alone is {len(data) / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap; raise --max-mb")
+            raise ValueError(
+                f"the summary alone is {len(data) / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap; raise --max-mb"
+            )
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(out)

@@ -60,8 +60,7 @@ def trace_files(folder: Path) -> list[Path]:
     found = [
         p
         for p in folder.iterdir()
-        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz"))
-        and p.name != MANIFEST_NAME
+        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")) and p.name != MANIFEST_NAME
     ]
     return sorted(found)
 
@@ -77,12 +76,11 @@ def read_manifest(bundle: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise BundleError(f"{path}: cannot read the bundle manifest ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
-        raise BundleError(f"{path}: not a dbo-trace manifest (no \"format\": \"{BUNDLE_FORMAT}\")")
+        raise BundleError(f'{path}: not a dbo-trace manifest (no "format": "{BUNDLE_FORMAT}")')
     version = manifest.get("version")
     if not isinstance(version, int) or version > BUNDLE_VERSION:
         raise BundleError(
-            f"{path}: bundle version {version!r} is newer than this dbo-trace reads "
-            f"({BUNDLE_VERSION}); upgrade dbo-trace"
+            f"{path}: bundle version {version!r} is newer than this dbo-trace reads ({BUNDLE_VERSION}); upgrade dbo-trace"
         )
     return manifest
 

@@ -14,6 +14,7 @@ from dbo_trace import __version__
 from dbo_trace.trace.errors import InputError
 from dbo_trace.ui import reading_bar
 
+
 def fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"dbo-trace: error: {message}", err=True)
     sys.exit(code)
@@ -48,18 +49,61 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "fmt", flag_value="json", help="Machine-readable output (docs/report-schema.md).")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Markdown for a pull request.")
-@click.option("--comm-kernels", "comm_kernels", multiple=True, metavar="REGEX", help="Also count kernels matching REGEX as communication (repeatable).")
-@click.option("--comm-stream", "comm_streams", multiple=True, type=int, metavar="ID", help="Count every kernel on stream ID as communication (repeatable).")
-@click.option("--ubatch-pattern", "ubatch_patterns", multiple=True, metavar="REGEX", help="CPU ranges of microbatch N match the Nth pattern, e.g. '\\(F\\)' '\\(B\\)' (repeatable).")
+@click.option(
+    "--comm-kernels",
+    "comm_kernels",
+    multiple=True,
+    metavar="REGEX",
+    help="Also count kernels matching REGEX as communication (repeatable).",
+)
+@click.option(
+    "--comm-stream",
+    "comm_streams",
+    multiple=True,
+    type=int,
+    metavar="ID",
+    help="Count every kernel on stream ID as communication (repeatable).",
+)
+@click.option(
+    "--ubatch-pattern",
+    "ubatch_patterns",
+    multiple=True,
+    metavar="REGEX",
+    help="CPU ranges of microbatch N match the Nth pattern, e.g. '\\(F\\)' '\\(B\\)' (repeatable).",
+)
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Also draw a step's CPU/GPU timeline to this .png or .svg.")
 @click.option("--perfetto", type=click.Path(path_type=Path), help="Also write a Perfetto trace (.pftrace) with derived tracks.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path), help="Also write a self-contained HTML report with a zoomable timeline.")
-@click.option("--step", "step_number", type=click.IntRange(min=1), help="The step to draw: its row in the per-step table (default: the median step).")
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path),
+    help="Also write a self-contained HTML report with a zoomable timeline.",
+)
+@click.option(
+    "--step",
+    "step_number",
+    type=click.IntRange(min=1),
+    help="The step to draw: its row in the per-step table (default: the median step).",
+)
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
-def report(paths, fmt, comm_kernels, comm_streams, ubatch_patterns, layers, output, timeline, perfetto, html_out, step_number, rank_number, force) -> None:
+def report(
+    paths,
+    fmt,
+    comm_kernels,
+    comm_streams,
+    ubatch_patterns,
+    layers,
+    output,
+    timeline,
+    perfetto,
+    html_out,
+    step_number,
+    rank_number,
+    force,
+) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
 
     \b
@@ -165,7 +209,13 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="Archive to write (default: ./NAME-dbo-trace.tar.gz).")
 @click.option("--max-mb", default=25.0, show_default=True, type=click.FloatRange(min=0.001), help="Size cap of the archive.")
-@click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1), help="Steps around the median step in the Perfetto window.")
+@click.option(
+    "--steps",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Steps around the median step in the Perfetto window.",
+)
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
@@ -193,9 +243,16 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
         png = Path(tmp) / "timeline.png"
         median_timeline(result, png)
         try:
-            packed = pack(result, source, out, int(max_mb * 1e6), steps,
-                          RENDERERS["markdown"](image="timeline.png").render(result), png.read_bytes(),
-                          RENDERERS["json"]().render(result))
+            packed = pack(
+                result,
+                source,
+                out,
+                int(max_mb * 1e6),
+                steps,
+                RENDERERS["markdown"](image="timeline.png").render(result),
+                png.read_bytes(),
+                RENDERERS["json"]().render(result),
+            )
         except ValueError as exc:
             fail(f"{out}: {exc}")
     click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
@@ -228,26 +285,80 @@ def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
     click.echo(f"wrote {path} (rank {rank.rank}, {rank.steps[position].label})", err=True)
 
 
-
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="Bundle folder to create (default: ./dbo-trace-DATE-TIME).")
-@click.option("--server/--program", "server", default=None, help="Treat COMMAND as an OpenAI-compatible server (default: when it is `vllm serve`).")
+@click.option(
+    "--server/--program",
+    "server",
+    default=None,
+    help="Treat COMMAND as an OpenAI-compatible server (default: when it is `vllm serve`).",
+)
 @click.option("--url", help="The server's base URL (default: from COMMAND's --host/--port, else http://127.0.0.1:8000).")
 @click.option("--num-prompts", default=64, show_default=True, type=click.IntRange(min=1), help="Requests in the profiled load.")
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(min=1), help="Requests in flight at once.")
 @click.option("--input-len", default=512, show_default=True, type=click.IntRange(min=1), help="Random prompt tokens per request.")
-@click.option("--output-len", default=64, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request (EOS ignored).")
+@click.option(
+    "--output-len", default=64, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request (EOS ignored)."
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random prompts.")
-@click.option("--warmup-prompts", default=8, show_default=True, type=click.IntRange(min=0), help="Requests sent before profiling (graph capture, caches).")
-@click.option("--profile-delay", default=0, show_default=True, type=click.IntRange(min=0), help="Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
-@click.option("--profile-steps", default=0, show_default=True, type=click.IntRange(min=0), help="Engine steps to profile, 0 for the whole load (vLLM's max_iterations).")
+@click.option(
+    "--warmup-prompts",
+    default=8,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Requests sent before profiling (graph capture, caches).",
+)
+@click.option(
+    "--profile-delay",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Engine steps to skip after the profiler starts (vLLM's delay_iterations).",
+)
+@click.option(
+    "--profile-steps",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Engine steps to profile, 0 for the whole load (vLLM's max_iterations).",
+)
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the traces (slower, larger).")
-@click.option("--startup-timeout", default=1200.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for /health.")
-@click.option("--grace", default=30.0, show_default=True, type=click.FloatRange(min=0), help="Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
-@click.option("--trace-timeout", default=300.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for the traces after /stop_profile.")
-def record(command, out, server, url, num_prompts, concurrency, input_len, output_len, seed, warmup_prompts,
-           profile_delay, profile_steps, with_stack, startup_timeout, grace, trace_timeout) -> None:
+@click.option(
+    "--startup-timeout", default=1200.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for /health."
+)
+@click.option(
+    "--grace",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between SIGINT, SIGTERM and SIGKILL when stopping.",
+)
+@click.option(
+    "--trace-timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds to wait for the traces after /stop_profile.",
+)
+def record(
+    command,
+    out,
+    server,
+    url,
+    num_prompts,
+    concurrency,
+    input_len,
+    output_len,
+    seed,
+    warmup_prompts,
+    profile_delay,
+    profile_steps,
+    with_stack,
+    startup_timeout,
+    grace,
+    trace_timeout,
+) -> None:
     """Record a DBO run into a bundle: dbo-trace record [OPTIONS] -- vllm serve MODEL --enable-dbo ...
 
     \b
@@ -272,18 +383,26 @@ def record(command, out, server, url, num_prompts, concurrency, input_len, outpu
         fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
     server = environment.is_vllm_serve(command) if server is None else server
     plan = RecordPlan(
-        command=command, out=out, server=server, base_url=(url or environment.server_url(command)).rstrip("/"),
-        load=LoadSpec(num_prompts, concurrency, input_len, output_len, seed), warmup_prompts=warmup_prompts,
+        command=command,
+        out=out,
+        server=server,
+        base_url=(url or environment.server_url(command)).rstrip("/"),
+        load=LoadSpec(num_prompts, concurrency, input_len, output_len, seed),
+        warmup_prompts=warmup_prompts,
         window=ProfileWindow(profile_delay, profile_steps, with_stack),
-        startup_timeout_s=startup_timeout, grace_s=grace, trace_timeout_s=trace_timeout,
+        startup_timeout_s=startup_timeout,
+        grace_s=grace,
+        trace_timeout_s=trace_timeout,
     )
     ui = ConsoleProgress()
     try:
         outcome = run_record(plan, ui)
     except ChildFailed as exc:  # before the bundle could be started (e.g. a malformed --profiler-config)
         fail(str(exc))
-    ui.phase(f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "
-             f"{len(outcome.manifest['events'])} event logs)")
+    ui.phase(
+        f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "
+        f"{len(outcome.manifest['events'])} event logs)"
+    )
     if outcome.manifest["traces"]:
         ui.phase(f"next: dbo-trace report {outcome.bundle}")
     if outcome.status == STATUS_COMPLETE:
@@ -293,22 +412,64 @@ def record(command, out, server, url, num_prompts, concurrency, input_len, outpu
 
 
 @main.command()
-@click.option("--mode", type=click.Choice(["serial", "overlap", "graph", "hostbound", "all"]), default="all", show_default=True, help="Which truth to check.")
+@click.option(
+    "--mode",
+    type=click.Choice(["serial", "overlap", "graph", "hostbound", "all"]),
+    default="all",
+    show_default=True,
+    help="Which truth to check.",
+)
 @click.option("--layers", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--tokens", default=16384, show_default=True, type=click.IntRange(min=2), help="Tokens per step, split over the two microbatches.")
+@click.option(
+    "--tokens",
+    default=16384,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Tokens per step, split over the two microbatches.",
+)
 @click.option("--hidden", default=8192, show_default=True, type=click.IntRange(min=64), help="GEMM width.")
-@click.option("--compute-us", type=click.FloatRange(min=1), help="Length of one compute phase (sets --tokens by measuring this GPU).")
-@click.option("--comm-us", default=1000.0, show_default=True, type=click.FloatRange(min=1), help="Length of one dispatch or combine.")
+@click.option(
+    "--compute-us", type=click.FloatRange(min=1), help="Length of one compute phase (sets --tokens by measuring this GPU)."
+)
+@click.option(
+    "--comm-us", default=1000.0, show_default=True, type=click.FloatRange(min=1), help="Length of one dispatch or combine."
+)
 @click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Profiled steps per mode.")
-@click.option("--nproc", default=1, show_default=True, type=click.IntRange(min=1), help="Processes, one per GPU: real all_to_all over NCCL.")
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="Folder for the bundles (default: ./dbo-trace-demo-DATE-TIME).")
+@click.option(
+    "--nproc", default=1, show_default=True, type=click.IntRange(min=1), help="Processes, one per GPU: real all_to_all over NCCL."
+)
+@click.option(
+    "-o", "--out", type=click.Path(path_type=Path), help="Folder for the bundles (default: ./dbo-trace-demo-DATE-TIME)."
+)
 @click.option("--sweep", is_flag=True, help="Step time with DBO against serial over a grid, beside the report's criterion.")
 @click.option("--sweep-compute-us", default="100,200,400,800,1600", show_default=True, help="Grid: compute phase lengths.")
 @click.option("--sweep-comm-us", default="100,200,400,800,1600", show_default=True, help="Grid: comm lengths.")
 @click.option("--plot", type=click.Path(path_type=Path), help="With --sweep: also draw the grid to this PNG.")
-@click.option("--ubatching", type=click.Choice(["auto", "vllm", "builtin"]), default="auto", show_default=True, help="Whose UBatchContext drives the threads: vLLM's where it imports, or the built-in equivalent.")
+@click.option(
+    "--ubatching",
+    type=click.Choice(["auto", "vllm", "builtin"]),
+    default="auto",
+    show_default=True,
+    help="Whose UBatchContext drives the threads: vLLM's where it imports, or the built-in equivalent.",
+)
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True, help="cpu: orchestration only (CI).")
-def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, sweep, sweep_compute_us, sweep_comm_us, plot, ubatching, device) -> None:
+def demo(
+    mode,
+    layers,
+    tokens,
+    hidden,
+    compute_us,
+    comm_us,
+    steps,
+    nproc,
+    out,
+    sweep,
+    sweep_compute_us,
+    sweep_comm_us,
+    plot,
+    ubatching,
+    device,
+) -> None:
     """Check the diagnosis end to end on a DBO workload whose truth is known.
 
     \b
@@ -358,8 +519,10 @@ def demo(mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, s
     results = run_demo(opts, ui)
     click.echo(demo_table(results), nl=False)
     backends = sorted({r.workload.get("ubatching", "?") for r in results if r.workload})
-    click.echo(f"microbatch threads: {', '.join(backends) or '-'} UBatchContext; device: "
-               f"{next((r.workload['device'] for r in results if r.workload), '-')}; processes: {nproc}")
+    click.echo(
+        f"microbatch threads: {', '.join(backends) or '-'} UBatchContext; device: "
+        f"{next((r.workload['device'] for r in results if r.workload), '-')}; processes: {nproc}"
+    )
     if not all((r.ok or not r.checked) and not r.error for r in results):
         sys.exit(1)
 
@@ -388,7 +551,10 @@ def run() -> None:
     except Exception as exc:  # a bug, not bad input: still one line unless asked
         if os.environ.get("DBO_TRACE_DEBUG"):
             raise
-        click.echo(f"dbo-trace: internal error: {type(exc).__name__}: {exc} (set DBO_TRACE_DEBUG=1 for details and please report it)", err=True)
+        click.echo(
+            f"dbo-trace: internal error: {type(exc).__name__}: {exc} (set DBO_TRACE_DEBUG=1 for details and please report it)",
+            err=True,
+        )
         sys.exit(3)
 
 

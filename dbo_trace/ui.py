@@ -22,8 +22,13 @@ def reading_bar(total: int) -> Iterator[Callable[[int], None] | None]:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     with Progress(
-        TextColumn("reading traces"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        console=_console(), transient=True,
+        TextColumn("reading traces"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=_console(),
+        transient=True,
     ) as bar:
         task = bar.add_task("read", total=total)
         yield lambda n: bar.update(task, completed=n)

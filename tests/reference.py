@@ -51,7 +51,11 @@ def both(a, b):
 def headline(path, comm_regex):
     doc = load(path)
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "user_annotation" and re.match(r"ProfilerStep#\d+$", e["name"]))
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and re.match(r"ProfilerStep#\d+$", e["name"])
+    )
     launch = {}
     graph_corr = set()
     for e in events:
@@ -69,7 +73,18 @@ def headline(path, comm_regex):
             if s0 <= t <= s1:
                 per_step[i].append(e)
     rx = re.compile(comm_regex)
-    totals = dict(comm=0.0, compute=0.0, hidden=0.0, busy=0.0, span=0.0, host_idle=0.0, kernels=0, comm_kernels=0, replayed=0, graph_launches=len(graph_corr))
+    totals = dict(
+        comm=0.0,
+        compute=0.0,
+        hidden=0.0,
+        busy=0.0,
+        span=0.0,
+        host_idle=0.0,
+        kernels=0,
+        comm_kernels=0,
+        replayed=0,
+        graph_launches=len(graph_corr),
+    )
     for kernels in per_step.values():
         if not kernels:
             continue

@@ -30,10 +30,18 @@ def window_steps(pftrace: bytes) -> list[str]:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
     trace = Trace.FromString(pftrace)
-    step_track = next(p.track_descriptor.uuid for p in trace.packet
-                      if p.HasField("track_descriptor") and p.track_descriptor.name == "steps (verdict)")
-    return [p.track_event.name for p in trace.packet if p.HasField("track_event")
-            and p.track_event.track_uuid == step_track and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    step_track = next(
+        p.track_descriptor.uuid
+        for p in trace.packet
+        if p.HasField("track_descriptor") and p.track_descriptor.name == "steps (verdict)"
+    )
+    return [
+        p.track_event.name
+        for p in trace.packet
+        if p.HasField("track_event")
+        and p.track_event.track_uuid == step_track
+        and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
+    ]
 
 
 def test_bundle_packs_a_redacted_archive_under_the_cap(tmp_path):

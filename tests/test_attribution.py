@@ -4,9 +4,16 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import SAMPLES, sample_trace
-from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, SOURCE_EVENT_LOG, SOURCE_HOOK_RANGES, SOURCE_PATTERNS, attribute
+
+from dbo_trace.analysis.attribution import (
+    PHASE_COMM,
+    PHASE_COMPUTE,
+    SOURCE_EVENT_LOG,
+    SOURCE_HOOK_RANGES,
+    SOURCE_PATTERNS,
+    attribute,
+)
 from dbo_trace.trace.eventlog import read_event_log
 from dbo_trace.trace.kineto import read_kineto
 from dbo_trace.trace.timeline import build_timeline

@@ -6,7 +6,6 @@ import math
 import statistics
 
 import pytest
-
 from conftest import SAMPLES, run_cli
 
 
@@ -48,7 +47,9 @@ def test_noise_call_separates_a_real_change_from_a_rerun():
 
 
 def test_compare_markdown_and_labels():
-    proc = run_cli("compare", "--markdown", "--label", "eager", "--label", "graphs", str(SAMPLES / "serial"), str(SAMPLES / "graph"))
+    proc = run_cli(
+        "compare", "--markdown", "--label", "eager", "--label", "graphs", str(SAMPLES / "serial"), str(SAMPLES / "graph")
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("| arm | steps | step time")
@@ -56,11 +57,14 @@ def test_compare_markdown_and_labels():
     assert lines[3].startswith("| graphs | 5 |") and "%" in lines[3]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["samples/serial"], "compare needs at least two arms"),
-    (["--label", "a", "samples/serial", "samples/graph"], "--label given 1 times for 2 arms"),
-    (["samples/serial", "samples/nope"], "samples/nope: no such file or directory"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["samples/serial"], "compare needs at least two arms"),
+        (["--label", "a", "samples/serial", "samples/graph"], "--label given 1 times for 2 arms"),
+        (["samples/serial", "samples/nope"], "samples/nope: no such file or directory"),
+    ],
+)
 def test_compare_bad_input_is_one_line(args, message):
     from conftest import ROOT
 

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import require_module, run_cli
 
 require_module("torch")
@@ -83,15 +82,31 @@ def test_two_ranks_over_gloo_record_a_trace_and_a_log_each(tmp_path):
     logs = logs_of(bundle)
     assert len(logs) == 2 and logs[0].pid != logs[1].pid
     # Both ranks hand over in the same order: their collectives pair up.
-    orders = [[(k, u) for k, u, _ in one_step(log, max(r[5] for r in log.records)) if k in ("yield", "resume")]
-              for log in logs]
+    orders = [[(k, u) for k, u, _ in one_step(log, max(r[5] for r in log.records)) if k in ("yield", "resume")] for log in logs]
     assert orders[0] == orders[1] and len(orders[0]) == 2 * 2 * 4 * LAYERS
 
 
 def test_builtin_ubatching_behaves_like_vllms(tmp_path):
     env = {**os.environ, "DBO_TRACE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "dbo_trace.demo.worker", "--device", "cpu", "--mode", "overlap",
-                           "--ubatching", "builtin", *SMALL, "--warmup", "1"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dbo_trace.demo.worker",
+            "--device",
+            "cpu",
+            "--mode",
+            "overlap",
+            "--ubatching",
+            "builtin",
+            *SMALL,
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "workload.json").read_text())["ubatching"] == "built-in"
     (log,) = logs_of(tmp_path)
@@ -107,8 +122,9 @@ def test_demo_without_a_gpu_says_so_and_fails(tmp_path):
         pytest.skip("this machine has a GPU")
     proc = run_cli("demo", "--mode", "overlap", "-o", str(tmp_path / "x"))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("dbo-trace: error: no CUDA GPU is visible: dbo-trace demo runs its workload "
-                                   "on a GPU (`dbo-trace report` runs anywhere)")
+    assert proc.stderr.strip() == (
+        "dbo-trace: error: no CUDA GPU is visible: dbo-trace demo runs its workload on a GPU (`dbo-trace report` runs anywhere)"
+    )
     assert not (tmp_path / "x").exists()
 
 

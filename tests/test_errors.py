@@ -5,7 +5,6 @@ import json
 import shutil
 
 import pytest
-
 from conftest import SAMPLES, run_cli, sample_trace
 
 
@@ -26,7 +25,16 @@ def _write(tmp_path, name, content):
     return path
 
 
-GOOD_EVENT = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 1.0, "args": {"stream": 7, "correlation": 1}}
+GOOD_EVENT = {
+    "ph": "X",
+    "cat": "kernel",
+    "name": "k",
+    "pid": 0,
+    "tid": 7,
+    "ts": 1.0,
+    "dur": 1.0,
+    "args": {"stream": 7, "correlation": 1},
+}
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ def test_random_sets_against_a_grid():
         s, e = iv.union(a0, a1)
         assert (np.diff(s) > 0).all() and (s[1:] > e[:-1]).all()
         gs, ge = iv.gaps(a0, a1)
-        assert (ge - gs).sum() == (0 if n == 0 else (~ga[int(s.min()):int(e.max())]).sum())
+        assert (ge - gs).sum() == (0 if n == 0 else (~ga[int(s.min()) : int(e.max())]).sum())
 
 
 def test_clip():

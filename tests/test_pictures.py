@@ -5,7 +5,6 @@ import json
 import struct
 
 import pytest
-
 import reference as ref
 from conftest import SAMPLES, run_cli, sample_trace
 
@@ -59,7 +58,9 @@ def test_step_view_holds_every_kernel_of_the_step(tmp_path):
     assert {b.lane for b in view.bars if b.kind == "launch"} == {"CPU microbatch 0", "CPU microbatch 1"}
 
 
-@pytest.mark.parametrize("variant,band,metric", [("overlap", "overlap", "comm_hidden_us"), ("hostbound", "host_idle", "host_idle_us")])
+@pytest.mark.parametrize(
+    "variant,band,metric", [("overlap", "overlap", "comm_hidden_us"), ("hostbound", "host_idle", "host_idle_us")]
+)
 def test_marked_bands_add_up_to_the_step_metrics(variant, band, metric):
     rank = analysed(variant).ranks[0]
     view = step_view(rank, median_step(rank))

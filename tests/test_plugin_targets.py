@@ -7,7 +7,7 @@ import sys
 
 from conftest import ROOT
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, logging, sys, types
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 
@@ -40,7 +40,7 @@ after = ctx._cpu_yield()
 ins.log.flush()
 print(json.dumps({"patched": ins.patched, "missing": ins.missing, "result": result, "after": after,
                   "enabled": ins.enabled}))
-'''
+"""
 
 
 def test_missing_target_warns_once_and_the_rest_work(tmp_path):

@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, require_module
 
 require_module("vllm")
@@ -28,7 +27,9 @@ def run_pingpong(env_dir):
     env = {k: v for k, v in os.environ.items() if k != "DBO_TRACE_DIR"}
     if env_dir is not None:
         env["DBO_TRACE_DIR"] = str(env_dir)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(LAYERS)], capture_output=True, text=True, env=env, cwd=env_dir or ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(LAYERS)], capture_output=True, text=True, env=env, cwd=env_dir or ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -43,9 +44,16 @@ def traced(tmp_path_factory):
 def test_vllm_loader_finds_and_activates_the_plugin(traced):
     _, out, log = traced
     assert out["enter_is_wrapped"]
-    for name in ("UBatchContext.__enter__", "UBatchContext.__exit__", "UBatchContext._cpu_yield",
-                 "UBatchContext.update_stream", "UBatchWrapper.__call__", "CUDAGraphWrapper.__call__",
-                 "TorchProfilerWrapper.__init__", "WorkerProfiler.stop"):
+    for name in (
+        "UBatchContext.__enter__",
+        "UBatchContext.__exit__",
+        "UBatchContext._cpu_yield",
+        "UBatchContext.update_stream",
+        "UBatchWrapper.__call__",
+        "CUDAGraphWrapper.__call__",
+        "TorchProfilerWrapper.__init__",
+        "WorkerProfiler.stop",
+    ):
         assert any(p.endswith(name) for p in out["patched"]), name
     assert log.header["vllm"] == "0.33.0"
 
@@ -68,7 +76,7 @@ def test_every_record_names_the_thread_that_really_ran(traced):
     assert len(threads) == 2
     ub_records = [r for r in log.records if r[4] >= 0]
     assert ub_records
-    for t_ns, kind, ident, native, ubatch, step, detail in ub_records:
+    for _, kind, ident, native, ubatch, _, _ in ub_records:
         assert (ident, native) == threads[ubatch], (kind, ubatch)
 
 

@@ -5,11 +5,21 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import VARIANTS, sample_trace
+
 from dbo_trace.trace.kineto import read_kineto
 
-CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation", "gpu_user_annotation", "python_function"}
+CATS = {
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "cuda_runtime",
+    "cuda_driver",
+    "cpu_op",
+    "user_annotation",
+    "gpu_user_annotation",
+    "python_function",
+}
 
 
 def _expected(doc):
@@ -42,8 +52,26 @@ def test_other_json_layouts(tmp_path, style):
 def test_boundary_lookalikes_inside_strings_and_nested_args(tmp_path):
     """'},{' inside a name and inside nested args must not split an event."""
     events = [
-        {"ph": "X", "cat": "kernel", "name": 'tricky"},{"name', "pid": 0, "tid": 7, "ts": 1.5, "dur": 2, "args": {"stream": 7, "correlation": 5}},
-        {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1, "args": {"nested": [{"a": 1}, {"b": 2}], "External id": 3}},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": 'tricky"},{"name',
+            "pid": 0,
+            "tid": 7,
+            "ts": 1.5,
+            "dur": 2,
+            "args": {"stream": 7, "correlation": 5},
+        },
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "op",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0.5,
+            "dur": 1,
+            "args": {"nested": [{"a": 1}, {"b": 2}], "External id": 3},
+        },
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
         {"ph": "i", "name": "Record Window End", "pid": "", "tid": "", "ts": 9},
     ]
@@ -60,7 +88,10 @@ def test_boundary_lookalikes_inside_strings_and_nested_args(tmp_path):
 
 
 def test_events_without_timestamp_are_counted_not_fatal(tmp_path):
-    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1}, {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}]
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1},
+    ]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     raw = read_kineto(path)

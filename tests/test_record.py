@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli, sample_trace
 
 FAKE = ROOT / "tests" / "helpers" / "fake_server.py"
@@ -45,9 +44,23 @@ class Server:
     def __init__(self, tmp: Path, behaviour: str = "normal", extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.pidfile, self.stats_file = tmp / "pids", tmp / "stats.json"
-        self.command = [sys.executable, str(FAKE), "serve", "fake-model", "--port", str(self.port),
-                        "--behaviour", behaviour, "--pidfile", str(self.pidfile), "--stats", str(self.stats_file),
-                        "--trace", str(sample_trace("overlap")), *extra]
+        self.command = [
+            sys.executable,
+            str(FAKE),
+            "serve",
+            "fake-model",
+            "--port",
+            str(self.port),
+            "--behaviour",
+            behaviour,
+            "--pidfile",
+            str(self.pidfile),
+            "--stats",
+            str(self.stats_file),
+            "--trace",
+            str(sample_trace("overlap")),
+            *extra,
+        ]
 
     def pids(self) -> list[int]:
         return [int(x) for x in self.pidfile.read_text().split()] if self.pidfile.exists() else []
@@ -57,8 +70,9 @@ class Server:
 
 
 def record(out: Path, server: Server, *options: str) -> subprocess.CompletedProcess:
-    return run_cli("record", "--server", "-o", str(out), "--grace", "3", "--startup-timeout", "30",
-                   *options, "--", *server.command)
+    return run_cli(
+        "record", "--server", "-o", str(out), "--grace", "3", "--startup-timeout", "30", *options, "--", *server.command
+    )
 
 
 def manifest_of(out: Path) -> dict:
@@ -68,8 +82,22 @@ def manifest_of(out: Path) -> dict:
 def test_record_normal_run_writes_a_complete_bundle(tmp_path):
     server = Server(tmp_path)
     out = tmp_path / "bundle"
-    proc = record(out, server, "--num-prompts", "6", "--concurrency", "2", "--warmup-prompts", "2",
-                  "--input-len", "32", "--output-len", "5", "--profile-steps", "7")
+    proc = record(
+        out,
+        server,
+        "--num-prompts",
+        "6",
+        "--concurrency",
+        "2",
+        "--warmup-prompts",
+        "2",
+        "--input-len",
+        "32",
+        "--output-len",
+        "5",
+        "--profile-steps",
+        "7",
+    )
     assert proc.returncode == 0, proc.stderr
     m = manifest_of(out)
     assert m["status"] == "complete" and m["reason"] is None
@@ -145,8 +173,25 @@ def test_record_server_dying_mid_load_fails_and_keeps_the_bundle(tmp_path):
 def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path, sig):
     server = Server(tmp_path, "slow")
     out = tmp_path / "bundle"
-    cmd = [sys.executable, "-m", "dbo_trace.cli", "record", "--server", "-o", str(out), "--grace", "3",
-           "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0", "--", *server.command]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dbo_trace.cli",
+        "record",
+        "--server",
+        "-o",
+        str(out),
+        "--grace",
+        "3",
+        "--num-prompts",
+        "100",
+        "--concurrency",
+        "1",
+        "--warmup-prompts",
+        "0",
+        "--",
+        *server.command,
+    ]
     rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "server.log"
     deadline = time.monotonic() + 30
@@ -180,9 +225,28 @@ def test_record_manifest_holds_no_secret(tmp_path):
     server = Server(tmp_path, extra=("--api-key", "sk-planted-secret"))
     out = tmp_path / "bundle"
     env = {**os.environ, "HF_TOKEN": "hf_planted_secret", "VLLM_TEST_URL": "http://user:pw-planted@host/x"}
-    proc = subprocess.run([sys.executable, "-m", "dbo_trace.cli", "record", "--server", "-o", str(out),
-                           "--num-prompts", "1", "--warmup-prompts", "0", "--grace", "3", "--", *server.command],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dbo_trace.cli",
+            "record",
+            "--server",
+            "-o",
+            str(out),
+            "--num-prompts",
+            "1",
+            "--warmup-prompts",
+            "0",
+            "--grace",
+            "3",
+            "--",
+            *server.command,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     text = (out / "manifest.json").read_text()
     for secret in ("sk-planted-secret", "hf_planted_secret", "pw-planted"):
@@ -194,9 +258,11 @@ def test_record_manifest_holds_no_secret(tmp_path):
 
 def test_record_program_mode_runs_the_command_with_the_plugin_environment(tmp_path):
     out = tmp_path / "bundle"
-    program = ("import os, shutil, sys\n"
-               "shutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'rank0.pt.trace.json.gz'))\n"
-               "from dbo_trace.record.plugin import register; register()\n")
+    program = (
+        "import os, shutil, sys\n"
+        "shutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'rank0.pt.trace.json.gz'))\n"
+        "from dbo_trace.record.plugin import register; register()\n"
+    )
     proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program, str(sample_trace("overlap")))
     assert proc.returncode == 0, proc.stderr
     m = manifest_of(out)

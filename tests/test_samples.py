@@ -1,7 +1,6 @@
 """The shipped samples, recorded on an H200: verdicts by construction, numbers against tests/reference.py."""
 
 import pytest
-
 from conftest import VARIANTS, manifest, report_json, sample_trace
 from reference import headline
 

@@ -97,7 +97,13 @@ def steps_from_annotations(tl: Timeline) -> Steps | None:
     if not rows:
         return None
     rows.sort()
-    return Steps(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), [r[2] for r in rows], [None] * len(rows), "ProfilerStep# annotations")
+    return Steps(
+        np.array([r[0] for r in rows]),
+        np.array([r[1] for r in rows]),
+        [r[2] for r in rows],
+        [None] * len(rows),
+        "ProfilerStep# annotations",
+    )
 
 
 STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates steps
@@ -313,7 +319,9 @@ def attribute(
         hit = (sorted_corr[pos] == gpu.correlation) & (gpu.correlation >= 0)
         launch_index[hit] = order[pos[hit]]
     known = launch_index >= 0
-    gpu_step = np.where(known, call_step[np.clip(launch_index, 0, None)] if n_calls else -1, _index_in(steps.start, steps.end, gpu.start))
+    gpu_step = np.where(
+        known, call_step[np.clip(launch_index, 0, None)] if n_calls else -1, _index_in(steps.start, steps.end, gpu.start)
+    )
     gpu_ubatch = np.where(known, ubatch[np.clip(launch_index, 0, None)] if n_calls else -1, -1).astype(np.int8)
     gpu_phase = np.where(known, phase[np.clip(launch_index, 0, None)] if n_calls else 0, 0).astype(np.int8)
     launch_start = np.where(known, tl.calls.start[np.clip(launch_index, 0, None)] if n_calls else np.nan, np.nan)

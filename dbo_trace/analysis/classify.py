@@ -29,14 +29,22 @@ COMM_PATTERNS: dict[str, str] = {
 # CUDA API calls by what they do to the GPU.
 CALL_OTHER, CALL_LAUNCH, CALL_GRAPH_LAUNCH, CALL_SYNC, CALL_COPY = 0, 1, 2, 3, 4
 _LAUNCH = {
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-    "cudaLaunchCooperativeKernelMultiDevice", "cuLaunchKernel", "cuLaunchKernelEx",
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cudaLaunchCooperativeKernel",
+    "cudaLaunchCooperativeKernelMultiDevice",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
 }
 _GRAPH_LAUNCH = {"cudaGraphLaunch", "cuGraphLaunch"}
 _SYNC = {
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
 }
 _COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
 
@@ -54,7 +62,9 @@ class CommRules:
         return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
 
 
-def kernel_kinds(names: list[str], name_ids: np.ndarray, is_copy: np.ndarray, streams: np.ndarray, rules: CommRules) -> np.ndarray:
+def kernel_kinds(
+    names: list[str], name_ids: np.ndarray, is_copy: np.ndarray, streams: np.ndarray, rules: CommRules
+) -> np.ndarray:
     """compute / comm / copy for each GPU activity; names are classified once each."""
     rx = rules.regex()
     comm_name = np.fromiter((bool(rx.search(n)) for n in names), bool, len(names))

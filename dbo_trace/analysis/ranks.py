@@ -46,8 +46,10 @@ def cross_rank(ranks: list[RankReport]) -> CrossRank | None:
         notes.append(f"{len(ranks) - len(usable)} rank(s) left out: no steps or no baseTimeNanoseconds to align on")
     count = min(len(r.steps) for r in usable)
     if any(len(r.steps) != count for r in usable):
-        notes.append(f"ranks reported different step counts ({', '.join(str(len(r.steps)) for r in usable)}); "
-                     f"the first {count} of each are aligned")
+        notes.append(
+            f"ranks reported different step counts ({', '.join(str(len(r.steps)) for r in usable)}); "
+            f"the first {count} of each are aligned"
+        )
     steps = []
     for k in range(count):
         starts = {r.rank: r.steps[k].start_us + r.detail.timeline.base_time_ns / 1000.0 for r in usable}
@@ -69,6 +71,8 @@ def waits_summary(view: CrossRank) -> str:
     """One line: who the others wait for, and by how much."""
     rank, times = max(view.last_counts.items(), key=lambda kv: kv[1])
     most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.get)
-    return (f"rank {rank} started last in {times} of {len(view.steps)} steps (skew median {view.median_skew_us / 1000:.2f} ms, "
-            f"max {view.max_skew_us / 1000:.2f} ms): the others wait for it at their first collective; "
-            f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)")
+    return (
+        f"rank {rank} started last in {times} of {len(view.steps)} steps (skew median {view.median_skew_us / 1000:.2f} ms, "
+        f"max {view.max_skew_us / 1000:.2f} ms): the others wait for it at their first collective; "
+        f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
+    )

@@ -88,14 +88,22 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams)
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)
-    launch_kind = np.where(att.gpu_launch_index >= 0, call_kind[np.clip(att.gpu_launch_index, 0, None)] if len(call_kind) else -1, -1)
+    launch_kind = np.where(
+        att.gpu_launch_index >= 0, call_kind[np.clip(att.gpu_launch_index, 0, None)] if len(call_kind) else -1, -1
+    )
     call_dur = tl.calls.end - tl.calls.start
     all_threads = _profiled_all_threads(tl)
 
     def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray) -> WindowMetrics:
         return window_metrics(
-            tl.gpu.start[gpu_sel], tl.gpu.end[gpu_sel], kinds[gpu_sel], att.gpu_ubatch[gpu_sel],
-            att.gpu_launch_start[gpu_sel], launch_kind[gpu_sel], call_kind[call_sel], call_dur[call_sel],
+            tl.gpu.start[gpu_sel],
+            tl.gpu.end[gpu_sel],
+            kinds[gpu_sel],
+            att.gpu_ubatch[gpu_sel],
+            att.gpu_launch_start[gpu_sel],
+            launch_kind[gpu_sel],
+            call_kind[call_sel],
+            call_dur[call_sel],
         )
 
     steps: list[StepReport] = []
@@ -109,8 +117,11 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         # A step lasts until its last GPU activity ends (a graph replay's CPU window is only the launch).
         step_end = max(float(att.steps.end[i]), float(tl.gpu.end[gpu_sel].max()))
         start = float(att.steps.start[i])
-        steps.append(StepReport(att.steps.label[i], att.steps.path[i], step_end - start, ops, logged >= 0, m, decide(m),
-                                i, start, step_end))
+        steps.append(
+            StepReport(
+                att.steps.label[i], att.steps.path[i], step_end - start, ops, logged >= 0, m, decide(m), i, start, step_end
+            )
+        )
 
     # Totals over the steps: between-step time (scheduler, profiler step) is not the step's.
     # With no step holding GPU activity, the whole trace is the window.
@@ -188,11 +199,17 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
     present = [p for p in parts if p is not None]
     if not present:
         return None
-    med = {f.name: float(np.median([getattr(p, f.name) for p in present])) for f in fields(RoundTrips)
-           if f.name not in ("source", "layers", "per_layer", "ratio")}
+    med = {
+        f.name: float(np.median([getattr(p, f.name) for p in present]))
+        for f in fields(RoundTrips)
+        if f.name not in ("source", "layers", "per_layer", "ratio")
+    }
     comm, compute = med["comm_per_round_trip_us"], med["compute_per_round_trip_us"]
     layers = present[0].layers
     return RoundTrips(
-        source=present[0].source, layers=layers, per_layer=med["per_step"] / layers if layers else None,
-        ratio=compute / comm if comm > 0 else None, **med,
+        source=present[0].source,
+        layers=layers,
+        per_layer=med["per_step"] / layers if layers else None,
+        ratio=compute / comm if comm > 0 else None,
+        **med,
     )

@@ -76,12 +76,13 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
             text += f"; {_pct(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
         reasons.append(text)
     if m.long_graph_launches:
-        reasons.append(f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {m.max_graph_launch_us / 1000:.2f} ms)")
+        reasons.append(
+            f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {m.max_graph_launch_us / 1000:.2f} ms)"
+        )
     if m.graph_launches:
         reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")
     if rt is not None and rt.ratio is not None:
-        covers = ("can cover the whole round trip" if rt.criterion_met
-                  else f"can cover at most {_pct(rt.ratio)} of it")
+        covers = "can cover the whole round trip" if rt.criterion_met else f"can cover at most {_pct(rt.ratio)} of it"
         reasons.append(
             f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us vs comm round trip "
             f"{rt.comm_per_round_trip_us:.0f} us: ratio {rt.ratio:.2f}, the other microbatch's compute {covers}"

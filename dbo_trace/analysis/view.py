@@ -56,9 +56,11 @@ def _pct(x: float | None) -> str:
 
 def step_title(rank: RankReport, step: StepReport) -> str:
     m = step.metrics
-    return (f"rank {rank.rank} · {step.label} ({step.path or 'path unknown'}) · {step.wall_us / 1000:.2f} ms · "
-            f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
-            f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}")
+    return (
+        f"rank {rank.rank} · {step.label} ({step.path or 'path unknown'}) · {step.wall_us / 1000:.2f} ms · "
+        f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
+        f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
+    )
 
 
 def step_view(rank: RankReport, position: int) -> StepView:
@@ -80,23 +82,40 @@ def step_view(rank: RankReport, position: int) -> StepView:
         replayed = (d.launch_kind[on] == c.CALL_GRAPH_LAUNCH).mean() > 0.5
         lane_of[sid] = f"GPU stream {sid} ({what}{', graph' if replayed else ''})"
     for i in gsel:
-        view.bars.append(Bar(float(tl.gpu.start[i]) - t0, float(tl.gpu.end[i]) - t0, lane_of[int(tl.gpu.lane[i])],
-                             tl.names[tl.gpu.name[i]], int(att.gpu_ubatch[i]), c.KIND_NAMES[int(d.kernel_kind[i])]))
+        view.bars.append(
+            Bar(
+                float(tl.gpu.start[i]) - t0,
+                float(tl.gpu.end[i]) - t0,
+                lane_of[int(tl.gpu.lane[i])],
+                tl.names[tl.gpu.name[i]],
+                int(att.gpu_ubatch[i]),
+                c.KIND_NAMES[int(d.kernel_kind[i])],
+            )
+        )
 
     # CPU: CUDA API calls grouped by the microbatch thread that made them; yields from the hook ranges.
     csel = np.flatnonzero(att.call_step == step.index)
     cpu_lane = lambda u: CPU_MAIN if u < 0 else f"CPU microbatch {u}"  # noqa: E731
     for i in csel:
         u = int(att.call_ubatch[i])
-        view.bars.append(Bar(float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u),
-                             tl.names[tl.calls.name[i]], u, "launch"))
+        view.bars.append(
+            Bar(float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u), tl.names[tl.calls.name[i]], u, "launch")
+        )
     ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.end > t0) & (tl.cpu.start < step.end_us))
     for i in ann:
         match = _YIELD_RANGE.match(tl.names[tl.cpu.name[i]])
         if match:
             u = int(match.group(1))
-            view.bars.append(Bar(max(float(tl.cpu.start[i]), t0) - t0, min(float(tl.cpu.end[i]), step.end_us) - t0,
-                                 cpu_lane(u), "yield", u, "yield"))
+            view.bars.append(
+                Bar(
+                    max(float(tl.cpu.start[i]), t0) - t0,
+                    min(float(tl.cpu.end[i]), step.end_us) - t0,
+                    cpu_lane(u),
+                    "yield",
+                    u,
+                    "yield",
+                )
+            )
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + [lane_of[s] for s in streams]
 

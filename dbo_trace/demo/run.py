@@ -58,9 +58,29 @@ def worker_command(opts: DemoOptions, mode: str) -> list[str]:
     p = {"layers": opts.layers, "tokens": opts.tokens, "hidden": opts.hidden, "comm_us": opts.comm_us}
     if mode == "hostbound":
         p.update(HOSTBOUND_OVERRIDES)
-    cmd = [sys.executable, "-m", "dbo_trace.demo.worker", "--mode", mode, "--layers", str(p["layers"]),
-           "--tokens", str(p["tokens"]), "--hidden", str(p["hidden"]), "--comm-us", str(p["comm_us"]),
-           "--steps", str(opts.steps), "--nproc", str(opts.nproc), "--device", opts.device, "--ubatching", opts.ubatching]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dbo_trace.demo.worker",
+        "--mode",
+        mode,
+        "--layers",
+        str(p["layers"]),
+        "--tokens",
+        str(p["tokens"]),
+        "--hidden",
+        str(p["hidden"]),
+        "--comm-us",
+        str(p["comm_us"]),
+        "--steps",
+        str(opts.steps),
+        "--nproc",
+        str(opts.nproc),
+        "--device",
+        opts.device,
+        "--ubatching",
+        opts.ubatching,
+    ]
     if opts.compute_us is not None and mode != "hostbound":
         cmd += ["--compute-us", str(opts.compute_us)]
     if opts.device == "cpu":
@@ -79,9 +99,13 @@ def judge(mode: str, report: Report) -> tuple[str, bool]:
 def _complete_manifest(bundle: Path, workload: dict) -> None:
     """What the report should know of the workload: its emulated comm kernel and its layer count."""
     manifest = fmt.read_manifest(bundle)
-    manifest.update(created_by="dbo-trace demo", layers=workload["layers"], workload=workload,
-                    comm_kernels=[SPIN_KERNEL] if workload["comm"]["kind"] == "spin" else [],
-                    profile_all_threads=workload["profile_all_threads"])
+    manifest.update(
+        created_by="dbo-trace demo",
+        layers=workload["layers"],
+        workload=workload,
+        comm_kernels=[SPIN_KERNEL] if workload["comm"]["kind"] == "spin" else [],
+        profile_all_threads=workload["profile_all_threads"],
+    )
     manifest.pop("format", None)
     manifest.pop("version", None)
     fmt.write_manifest(bundle, manifest)
@@ -124,8 +148,22 @@ def modes_of(choice: str, device: str = "cuda") -> tuple[str, ...]:
 
 def run_sweep(opts: DemoOptions, computes: str, comms: str, ui: Progress) -> list[dict]:
     """The worker's sweep, one JSON line per grid point; the table is the caller's."""
-    cmd = [sys.executable, "-m", "dbo_trace.demo.worker", "--sweep", "--compute-us", computes, "--comm-us", comms,
-           "--layers", str(opts.layers), "--hidden", str(opts.hidden), "--device", opts.device]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dbo_trace.demo.worker",
+        "--sweep",
+        "--compute-us",
+        computes,
+        "--comm-us",
+        comms,
+        "--layers",
+        str(opts.layers),
+        "--hidden",
+        str(opts.hidden),
+        "--device",
+        opts.device,
+    ]
     points = len(computes.split(",")) * len(comms.split(","))
     rows: list[dict] = []
     with ui.counter(f"sweep: {points} points", points) as advance:

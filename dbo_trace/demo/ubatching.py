@@ -21,9 +21,17 @@ _CURRENT_CONTEXTS: list["UBatchContext | None"] = []
 
 
 class UBatchContext:
-    def __init__(self, id: int, comm_stream, compute_stream, ready_barrier: threading.Barrier,
-                 cpu_wait_event: threading.Event, cpu_signal_event: threading.Event,
-                 gpu_comm_done_event, gpu_compute_done_event):
+    def __init__(
+        self,
+        id: int,
+        comm_stream,
+        compute_stream,
+        ready_barrier: threading.Barrier,
+        cpu_wait_event: threading.Event,
+        cpu_signal_event: threading.Event,
+        gpu_comm_done_event,
+        gpu_compute_done_event,
+    ):
         self.id = id
         self.comm_stream = comm_stream
         self.compute_stream = compute_stream
@@ -105,8 +113,9 @@ dbo_yield_and_switch_from_compute_to_comm = _on_current(UBatchContext.yield_and_
 dbo_yield_and_switch_from_comm_to_compute = _on_current(UBatchContext.yield_and_switch_from_comm_to_compute)
 
 
-def make_ubatch_contexts(num_micro_batches: int, compute_stream, comm_stream, forward_contexts,
-                         ready_barrier: threading.Barrier) -> list[UBatchContext]:
+def make_ubatch_contexts(
+    num_micro_batches: int, compute_stream, comm_stream, forward_contexts, ready_barrier: threading.Barrier
+) -> list[UBatchContext]:
     """As vLLM's: microbatch i waits on event i and signals event i+1, so they run in turn."""
     import torch
 
@@ -116,7 +125,15 @@ def make_ubatch_contexts(num_micro_batches: int, compute_stream, comm_stream, fo
     make_event = torch.Event  # as vLLM: device-agnostic events
     cpu_events = [threading.Event() for _ in range(num_micro_batches)]
     return [
-        UBatchContext(i, comm_stream, compute_stream, ready_barrier, cpu_events[i],
-                      cpu_events[(i + 1) % num_micro_batches], make_event(), make_event())
+        UBatchContext(
+            i,
+            comm_stream,
+            compute_stream,
+            ready_barrier,
+            cpu_events[i],
+            cpu_events[(i + 1) % num_micro_batches],
+            make_event(),
+            make_event(),
+        )
         for i in range(num_micro_batches)
     ]

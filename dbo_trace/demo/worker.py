@@ -78,8 +78,14 @@ def launch_ranks(args, argv) -> int:
     port = str(_free_port())
     procs = []
     for rank in range(args.nproc):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(args.nproc),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(args.nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
         env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (the lent machines have it off)
         procs.append(subprocess.Popen([sys.executable, "-m", "dbo_trace.demo.worker", *argv], env=env))
     codes = [None] * len(procs)
@@ -154,10 +160,12 @@ def _profile(torch, work, device, steps: int, trace_dir: Path, worker_name: str,
     from dbo_trace.record.vllm_targets import all_threads_config
 
     config = all_threads_config(torch) if all_threads else None
-    with profile(activities=device.profiler_activities(),
-                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(str(trace_dir), worker_name=worker_name, use_gzip=True),
-                 experimental_config=config) as prof:
+    with profile(
+        activities=device.profiler_activities(),
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(str(trace_dir), worker_name=worker_name, use_gzip=True),
+        experimental_config=config,
+    ) as prof:
         for _ in range(steps + 1):
             work.step()
             device.synchronize()
@@ -194,10 +202,19 @@ def run_mode(args) -> int:
         dist.destroy_process_group()
     if rank == 0:
         described = {
-            "mode": args.mode, "layers": args.layers, "tokens_per_ubatch": tokens // 2, "hidden": args.hidden,
-            "comm_us": comm_us, "comm": comm.describe(), "tiny_kernels": args.tiny_kernels if args.mode == "hostbound" else 0,
-            "profiled_steps": args.steps, "nproc": world, "device": device.name(), "ubatching": backend,
-            "torch": torch.__version__, "profile_all_threads": all_threads,
+            "mode": args.mode,
+            "layers": args.layers,
+            "tokens_per_ubatch": tokens // 2,
+            "hidden": args.hidden,
+            "comm_us": comm_us,
+            "comm": comm.describe(),
+            "tiny_kernels": args.tiny_kernels if args.mode == "hostbound" else 0,
+            "profiled_steps": args.steps,
+            "nproc": world,
+            "device": device.name(),
+            "ubatching": backend,
+            "torch": torch.__version__,
+            "profile_all_threads": all_threads,
             "unprofiled_step_us": {"median": statistics.median(wall), "min": min(wall), "all": wall},
         }
         (bundle / WORKLOAD_FILE).write_text(json.dumps(described, indent=1))
@@ -229,13 +246,21 @@ def run_sweep(args) -> int:
                 _profile(torch, work, device, 3, Path(tmp), "rank0", True)
                 result = analyze(load(discover([Path(tmp)])), Options(comm_patterns=(SPIN_KERNEL,), layers=args.layers), [tmp])
             rt = result.round_trips
-            print(json.dumps({
-                "compute_us": compute_us, "comm_us": comm_us, "tokens": tokens,
-                "serial_step_us": medians["serial"], "dbo_step_us": medians["overlap"],
-                "compute_per_round_trip_us": rt.compute_per_round_trip_us if rt else None,
-                "comm_per_round_trip_us": rt.comm_per_round_trip_us if rt else None,
-                "ratio": rt.ratio if rt else None,
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "compute_us": compute_us,
+                        "comm_us": comm_us,
+                        "tokens": tokens,
+                        "serial_step_us": medians["serial"],
+                        "dbo_step_us": medians["overlap"],
+                        "compute_per_round_trip_us": rt.compute_per_round_trip_us if rt else None,
+                        "comm_per_round_trip_us": rt.comm_per_round_trip_us if rt else None,
+                        "ratio": rt.ratio if rt else None,
+                    }
+                ),
+                flush=True,
+            )
     return 0
 
 

@@ -58,8 +58,13 @@ class AllToAllComm:
         self.dist = dist
         world = dist.get_world_size()
         elems = max(world, (nbytes // 2) // world * world)  # bf16, a multiple of the world size
-        self.bufs = [(torch.ones(elems, dtype=torch.bfloat16, device=device.device),
-                      torch.empty(elems, dtype=torch.bfloat16, device=device.device)) for _ in range(2)]
+        self.bufs = [
+            (
+                torch.ones(elems, dtype=torch.bfloat16, device=device.device),
+                torch.empty(elems, dtype=torch.bfloat16, device=device.device),
+            )
+            for _ in range(2)
+        ]
         self.nbytes = elems * 2
         self.backend, self.world = dist.get_backend(), world
 
@@ -123,12 +128,14 @@ class Workload:
 
     def _start_threads(self, errors: list):
         ctxs = self.ub.make_ubatch_contexts(
-            num_micro_batches=2, compute_stream=self.device.compute_stream, comm_stream=self.device.comm_stream,
-            forward_contexts=[None, None], ready_barrier=self.barrier,
+            num_micro_batches=2,
+            compute_stream=self.device.compute_stream,
+            comm_stream=self.device.comm_stream,
+            forward_contexts=[None, None],
+            ready_barrier=self.barrier,
         )
         self.device.prepare_contexts(ctxs)
-        threads = [threading.Thread(target=self._thread, args=(ctx, u, errors), name=f"ubatch{u}")
-                   for u, ctx in enumerate(ctxs)]
+        threads = [threading.Thread(target=self._thread, args=(ctx, u, errors), name=f"ubatch{u}") for u, ctx in enumerate(ctxs)]
         for t in threads:
             t.start()
         self.barrier.wait()

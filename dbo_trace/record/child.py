@@ -39,8 +39,13 @@ class Child:
         self._log = open(log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                argv, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except OSError as exc:
             self._log.close()

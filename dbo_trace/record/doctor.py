@@ -26,10 +26,14 @@ def _plugin_registered() -> Check:
         return Check("plugin entry point", False, f"cannot read entry points: {exc}")
     ours = [ep for ep in eps if ep.value.startswith("dbo_trace.")]
     if not ours:
-        return Check("plugin entry point", False, f"no {PLUGIN_GROUP} entry point for dbo_trace: reinstall dbo-trace in this Python")
+        return Check(
+            "plugin entry point", False, f"no {PLUGIN_GROUP} entry point for dbo_trace: reinstall dbo-trace in this Python"
+        )
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and ours[0].name not in allowed.split(","):
-        return Check("plugin entry point", False, f"VLLM_PLUGINS={allowed!r} excludes {ours[0].name!r} (dbo-trace record adds it)")
+        return Check(
+            "plugin entry point", False, f"VLLM_PLUGINS={allowed!r} excludes {ours[0].name!r} (dbo-trace record adds it)"
+        )
     return Check("plugin entry point", True, f"{PLUGIN_GROUP}: {ours[0].name} = {ours[0].value}")
 
 
@@ -41,7 +45,9 @@ def _all_threads() -> Check:
     from dbo_trace.record.vllm_targets import all_threads_config
 
     if all_threads_config(torch) is None:
-        return Check("profile_all_threads", False, f"torch {torch.__version__} lacks it: the event log alone attributes microbatch threads")
+        return Check(
+            "profile_all_threads", False, f"torch {torch.__version__} lacks it: the event log alone attributes microbatch threads"
+        )
     return Check("profile_all_threads", True, f"torch {torch.__version__} supports it; recordings turn it on")
 
 
@@ -62,8 +68,13 @@ def _targets() -> list[Check]:
             checks.append(Check(target.name, True, "would be instrumented"))
         except Exception as exc:
             optional = target.name in OPTIONAL_TARGETS
-            checks.append(Check(target.name, None if optional else False,
-                                ("optional, absent" if optional else "missing") + f" ({type(exc).__name__}: {exc})"[:160]))
+            checks.append(
+                Check(
+                    target.name,
+                    None if optional else False,
+                    ("optional, absent" if optional else "missing") + f" ({type(exc).__name__}: {exc})"[:160],
+                )
+            )
     return checks
 
 

@@ -19,15 +19,25 @@ ENV_PREFIXES = ("VLLM_", "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "DBO_TRACE_", "
 
 # `vllm serve` flags that decide whether and how DBO runs, grouped for the manifest.
 SERVE_SETTINGS = {
-    "dbo": ("enable-dbo", "dbo-decode-token-threshold", "dbo-prefill-token-threshold", "ubatch-size",
-            "microbatch-schedule"),
-    "parallel": ("tensor-parallel-size", "data-parallel-size", "pipeline-parallel-size", "enable-expert-parallel",
-                 "all2all-backend", "data-parallel-size-local", "enable-eplb"),
+    "dbo": ("enable-dbo", "dbo-decode-token-threshold", "dbo-prefill-token-threshold", "ubatch-size", "microbatch-schedule"),
+    "parallel": (
+        "tensor-parallel-size",
+        "data-parallel-size",
+        "pipeline-parallel-size",
+        "enable-expert-parallel",
+        "all2all-backend",
+        "data-parallel-size-local",
+        "enable-eplb",
+    ),
     "cudagraph": ("enforce-eager", "compilation-config", "cudagraph-capture-sizes", "max-cudagraph-capture-size"),
     "batching": ("max-num-seqs", "max-num-batched-tokens", "max-model-len"),
 }
-_SHORT_FLAGS = {"-tp": "tensor-parallel-size", "-dp": "data-parallel-size", "-pp": "pipeline-parallel-size",
-                "-O": "compilation-config"}
+_SHORT_FLAGS = {
+    "-tp": "tensor-parallel-size",
+    "-dp": "data-parallel-size",
+    "-pp": "pipeline-parallel-size",
+    "-O": "compilation-config",
+}
 
 
 def versions(names: Iterable[str] = VERSIONED) -> dict[str, str | None]:
@@ -45,7 +55,10 @@ def gpus(timeout_s: float = 10.0) -> dict:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=timeout_s, check=True,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}

@@ -94,8 +94,14 @@ def run_load(
                 prompt = todo.get_nowait()
             except queue.Empty:
                 return
-            body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len,
-                    "ignore_eos": True, "temperature": 0.0, "stream": False}
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": spec.output_len,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "stream": False,
+            }
             t0 = time.monotonic()
             status, reply = http("POST", f"{base_url}/v1/completions", body, timeout=spec.request_timeout_s)
             elapsed = time.monotonic() - t0

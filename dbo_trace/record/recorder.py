@@ -248,8 +248,10 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
             manifest.pop("profiling", None)
             _finish_manifest(out, manifest)
     if not manifest["events"] and status == STATUS_COMPLETE:
-        ui.note("no event log was written: the plugin did not load in the program "
-                "(is dbo-trace installed in its Python? see `dbo-trace doctor`)")
+        ui.note(
+            "no event log was written: the plugin did not load in the program "
+            "(is dbo-trace installed in its Python? see `dbo-trace doctor`)"
+        )
     return Outcome(out, status, reason, manifest)
 
 
@@ -276,8 +278,10 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) 
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui).as_dict()
     status, body = http("POST", f"{plan.base_url}/start_profile", timeout=60.0)
     if status != 200:
-        raise ChildFailed(f"the server refused POST /start_profile (HTTP {status}): {body[:200]!r}; "
-                          "does it run vLLM's torch profiler (--profiler-config)?")
+        raise ChildFailed(
+            f"the server refused POST /start_profile (HTTP {status}): {body[:200]!r}; "
+            "does it run vLLM's torch profiler (--profiler-config)?"
+        )
     manifest["profiling"] = True
     manifest["times"]["profile_started"] = _now()
     result = _load_phase(plan, child, model, plan.load, "profiled load", ui)

@@ -170,6 +170,7 @@ CUDA_GRAPH = "vllm.compilation.cuda_graph"
 PROFILER = "vllm.profiler.wrapper"
 AFD_UBATCH_WRAPPER = "afd_plugin.v1.worker.ubatch_wrapper"
 
+
 def context_targets(module: str) -> list[Target]:
     """UBatchContext's hooks, for vLLM's module or a class of the same protocol elsewhere (the demo's)."""
     return [

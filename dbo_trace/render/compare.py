@@ -16,14 +16,33 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
     rows = []
     for a in arms:
         change = "baseline" if a.change is None else f"{100 * a.change:+.1f}%" + (" (noise)" if a.within_noise else "")
-        rows.append([a.label, str(a.steps), f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}", change,
-                     num(a.round_trips_per_layer), ms(a.per_round_trip_us), pct(a.comm_hidden_fraction),
-                     pct(a.replayed_kernel_fraction), a.verdict])
+        rows.append(
+            [
+                a.label,
+                str(a.steps),
+                f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}",
+                change,
+                num(a.round_trips_per_layer),
+                ms(a.per_round_trip_us),
+                pct(a.comm_hidden_fraction),
+                pct(a.replayed_kernel_fraction),
+                a.verdict,
+            ]
+        )
     return rows
 
 
-HEADER = ["arm", "steps", "step time (mean ± sd)", "vs first", "round trips/layer", "per round trip",
-          "comm hidden", "graph-replayed kernels", "verdict"]
+HEADER = [
+    "arm",
+    "steps",
+    "step time (mean ± sd)",
+    "vs first",
+    "round trips/layer",
+    "per round trip",
+    "comm hidden",
+    "graph-replayed kernels",
+    "verdict",
+]
 
 
 def noise_line(arms: list[Arm]) -> str:
@@ -44,8 +63,19 @@ def render_markdown(arms: list[Arm]) -> str:
 
 
 def render_json(arms: list[Arm]) -> str:
-    return json.dumps({"schema": COMPARE_SCHEMA, "schema_version": COMPARE_VERSION, "dbo_trace_version": __version__,
-                       "arms": [asdict(a) for a in arms], "noise": noise_line(arms)}, indent=2) + "\n"
+    return (
+        json.dumps(
+            {
+                "schema": COMPARE_SCHEMA,
+                "schema_version": COMPARE_VERSION,
+                "dbo_trace_version": __version__,
+                "arms": [asdict(a) for a in arms],
+                "noise": noise_line(arms),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def render_terminal(arms: list[Arm], color: bool = False) -> str:

@@ -21,14 +21,22 @@ def demo_table(results: list[ModeResult]) -> str:
         t = r.report.total if r.report else None
         step = r.workload.get("unprofiled_step_us", {}).get("median")
         verdict = "ERROR" if r.error else ("ok" if r.ok else "WRONG") if r.checked else "ran (CPU: not diagnosed)"
-        rows.append([
-            r.mode, r.expected, r.got or "-", verdict,
-            "-" if step is None else f"{step / 1000:.2f} ms",
-            _pct(t.comm_hidden_fraction) if t else "-", _pct(t.host_idle_fraction) if t else "-",
-            _pct(t.replayed_kernel_fraction) if t else "-", str(r.bundle),
-        ])
-    out = _table(["mode", "expected", "diagnosed", "", "step (unprofiled)", "comm hidden", "host idle",
-                  "graph replayed", "bundle"], rows)
+        rows.append(
+            [
+                r.mode,
+                r.expected,
+                r.got or "-",
+                verdict,
+                "-" if step is None else f"{step / 1000:.2f} ms",
+                _pct(t.comm_hidden_fraction) if t else "-",
+                _pct(t.host_idle_fraction) if t else "-",
+                _pct(t.replayed_kernel_fraction) if t else "-",
+                str(r.bundle),
+            ]
+        )
+    out = _table(
+        ["mode", "expected", "diagnosed", "", "step (unprofiled)", "comm hidden", "host idle", "graph replayed", "bundle"], rows
+    )
     for r in results:
         if r.error:
             out += f"\n{r.mode}: {r.error}\n"
@@ -39,15 +47,42 @@ def sweep_table(rows: list[dict]) -> str:
     body = []
     for row in rows:
         judged = sweep_verdicts(row)
-        body.append([
-            f"{row['compute_us']:.0f}", f"{row['comm_us']:.0f}", f"{row['serial_step_us'] / 1000:.2f}",
-            f"{row['dbo_step_us'] / 1000:.2f}", f"{100 * judged['gain']:+.0f}%", "yes" if judged["pays"] else "no",
-            "-" if row["ratio"] is None else f"{row['ratio']:.2f}",
-            "-" if judged["predicted"] is None else ("yes" if judged["predicted"] else "no"),
-            "-" if judged["agree"] is None else ("yes" if judged["agree"] else "NO"),
-        ])
+        body.append(
+            [
+                f"{row['compute_us']:.0f}",
+                f"{row['comm_us']:.0f}",
+                f"{row['serial_step_us'] / 1000:.2f}",
+                f"{row['dbo_step_us'] / 1000:.2f}",
+                f"{100 * judged['gain']:+.0f}%",
+                "yes" if judged["pays"] else "no",
+                "-" if row["ratio"] is None else f"{row['ratio']:.2f}",
+                "-" if judged["predicted"] is None else ("yes" if judged["predicted"] else "no"),
+                "-" if judged["agree"] is None else ("yes" if judged["agree"] else "NO"),
+            ]
+        )
     agree = [sweep_verdicts(r)["agree"] for r in rows if sweep_verdicts(r)["agree"] is not None]
-    summary = (f"\nratio >= 1 matched 'DBO pays' at {sum(agree)} of {len(agree)} points: the ratio says whether a "
-               "round trip can hide entirely, not whether DBO pays (docs/analysis.md).\n") if agree else ""
-    return _table(["compute us", "comm us", "serial ms", "DBO ms", "DBO gain", "DBO pays",
-                   "compute/comm per round trip", "ratio >= 1", "same as 'pays'"], body) + summary
+    summary = (
+        (
+            f"\nratio >= 1 matched 'DBO pays' at {sum(agree)} of {len(agree)} points: the ratio says whether a "
+            "round trip can hide entirely, not whether DBO pays (docs/analysis.md).\n"
+        )
+        if agree
+        else ""
+    )
+    return (
+        _table(
+            [
+                "compute us",
+                "comm us",
+                "serial ms",
+                "DBO ms",
+                "DBO gain",
+                "DBO pays",
+                "compute/comm per round trip",
+                "ratio >= 1",
+                "same as 'pays'",
+            ],
+            body,
+        )
+        + summary
+    )

@@ -115,7 +115,11 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],
         "verdict": verdict_block(r.verdict),
-        "attribution": {"ubatch_source": r.attribution, "step_source": r.step_source, "profile_all_threads": r.profile_all_threads},
+        "attribution": {
+            "ubatch_source": r.attribution,
+            "step_source": r.step_source,
+            "profile_all_threads": r.profile_all_threads,
+        },
         "notes": list(r.notes),
     }
 
@@ -157,7 +161,14 @@ def cross_rank_block(view) -> dict[str, Any] | None:
         "max_skew_us": round(view.max_skew_us, 3),
         "last_counts": {str(k): v for k, v in sorted(view.last_counts.items())},
         "exposed_comm_us": {str(k): round(v, 3) for k, v in sorted(view.exposed_comm_us.items())},
-        "steps": [{"position": s.position, "skew_us": round(s.skew_us, 3), "last_rank": s.last_rank,
-                   "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())}} for s in view.steps],
+        "steps": [
+            {
+                "position": s.position,
+                "skew_us": round(s.skew_us, 3),
+                "last_rank": s.last_rank,
+                "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())},
+            }
+            for s in view.steps
+        ],
         "notes": list(view.notes),
     }

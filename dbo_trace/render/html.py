@@ -25,18 +25,40 @@ def _views(report: Report) -> list[dict]:
         for pos in range(first, min(len(rank.steps), first + MAX_STEPS)):
             v = step_view(rank, pos)
             names: dict[str, int] = {}
-            bars = [[round(b.start, 3), round(b.end, 3), v.lanes.index(b.lane), b.ubatch, KINDS.index(b.kind),
-                     names.setdefault(b.name, len(names))] for b in v.bars]
-            out.append({"rank": rank.rank, "label": rank.steps[pos].label, "median": pos == m, "title": v.title,
-                        "duration": v.duration, "lanes": v.lanes, "bars": bars, "names": list(names),
-                        "overlap": v.overlap, "idle": v.host_idle})
+            bars = [
+                [
+                    round(b.start, 3),
+                    round(b.end, 3),
+                    v.lanes.index(b.lane),
+                    b.ubatch,
+                    KINDS.index(b.kind),
+                    names.setdefault(b.name, len(names)),
+                ]
+                for b in v.bars
+            ]
+            out.append(
+                {
+                    "rank": rank.rank,
+                    "label": rank.steps[pos].label,
+                    "median": pos == m,
+                    "title": v.title,
+                    "duration": v.duration,
+                    "lanes": v.lanes,
+                    "bars": bars,
+                    "names": list(names),
+                    "overlap": v.overlap,
+                    "idle": v.host_idle,
+                }
+            )
     return out
 
 
 def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                   for i, r in enumerate(rows))
+    body = "".join(
+        f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+        for i, r in enumerate(rows)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -45,30 +67,77 @@ class HtmlRenderer:
         d = build_document(report)
         views = _views(report)
         index = {(v["rank"], v["label"]): i for i, v in enumerate(views)}
-        rank_rows = [[str(r["rank"]), str(len(r["steps"])), pct(r["gpu"]["utilization"]), pct(r["comm"]["hidden_fraction"]),
-                      pct(r["host"]["idle_fraction"]), str(r["graphs"]["launches"]), pct(r["graphs"]["replayed_kernel_fraction"]),
-                      r["verdict"]["label"]] for r in d["ranks"]]
+        rank_rows = [
+            [
+                str(r["rank"]),
+                str(len(r["steps"])),
+                pct(r["gpu"]["utilization"]),
+                pct(r["comm"]["hidden_fraction"]),
+                pct(r["host"]["idle_fraction"]),
+                str(r["graphs"]["launches"]),
+                pct(r["graphs"]["replayed_kernel_fraction"]),
+                r["verdict"]["label"],
+            ]
+            for r in d["ranks"]
+        ]
         step_rows, attrs = [], []
         for s in d["steps"]:
-            step_rows.append([str(s["rank"]), s["label"], s["path"] or "-", ms(s["step_us"]), pct(s["comm"]["hidden_fraction"]),
-                              pct(s["host"]["idle_fraction"]), str(s["host"]["launches"]), s["verdict"]["label"]])
+            step_rows.append(
+                [
+                    str(s["rank"]),
+                    s["label"],
+                    s["path"] or "-",
+                    ms(s["step_us"]),
+                    pct(s["comm"]["hidden_fraction"]),
+                    pct(s["host"]["idle_fraction"]),
+                    str(s["host"]["launches"]),
+                    s["verdict"]["label"],
+                ]
+            )
             i = index.get((s["rank"], s["label"]))
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d["round_trips"]
-        rt_html = "" if not rt else "<h2>Round trips</h2>" + _table(
-            ["step", "round trips/layer", "per round trip", "comm per round trip", "compute per microbatch", "ratio"],
-            [[ms(rt["step_us"]), "-" if rt["per_layer"] is None else f"{rt['per_layer']:g}", ms(rt["per_round_trip_us"]),
-              ms(rt["comm_per_round_trip_us"]), ms(rt["compute_per_round_trip_us"]),
-              "-" if rt["ratio"] is None else f"{rt['ratio']:.2f}"]])
+        rt_html = (
+            ""
+            if not rt
+            else "<h2>Round trips</h2>"
+            + _table(
+                ["step", "round trips/layer", "per round trip", "comm per round trip", "compute per microbatch", "ratio"],
+                [
+                    [
+                        ms(rt["step_us"]),
+                        "-" if rt["per_layer"] is None else f"{rt['per_layer']:g}",
+                        ms(rt["per_round_trip_us"]),
+                        ms(rt["comm_per_round_trip_us"]),
+                        ms(rt["compute_per_round_trip_us"]),
+                        "-" if rt["ratio"] is None else f"{rt['ratio']:.2f}",
+                    ]
+                ],
+            )
+        )
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
         return _PAGE.format(
-            verdict=html.escape(d["verdict"]["label"]), reasons=reasons, inputs=html.escape(", ".join(d["inputs"])),
-            ranks=_table(["rank", "steps", "GPU busy", "comm hidden", "host-caused GPU idle", "graph launches",
-                          "replayed kernels", "verdict"], rank_rows),
+            verdict=html.escape(d["verdict"]["label"]),
+            reasons=reasons,
+            inputs=html.escape(", ".join(d["inputs"])),
+            ranks=_table(
+                [
+                    "rank",
+                    "steps",
+                    "GPU busy",
+                    "comm hidden",
+                    "host-caused GPU idle",
+                    "graph launches",
+                    "replayed kernels",
+                    "verdict",
+                ],
+                rank_rows,
+            ),
             round_trips=rt_html,
             steps=_table(["rank", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
-            version=html.escape(d["dbo_trace_version"]), data=data,
+            version=html.escape(d["dbo_trace_version"]),
+            data=data,
         )
 
 

@@ -7,6 +7,10 @@ from dbo_trace.render.document import build_document
 from dbo_trace.render.format import ms, num, pct, us
 
 
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 class MarkdownRenderer:
     def __init__(self, image: str | None = None):
         self.image = image  # a timeline picture to link, relative to where the Markdown will live
@@ -17,12 +21,23 @@ class MarkdownRenderer:
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if self.image:
             out += ["", f"![CPU/GPU timeline of one step]({self.image})"]
-        out += ["", "| rank | steps | GPU busy | comm hidden | host-caused GPU idle | graph launches | replayed kernels | verdict |", "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "| rank | steps | GPU busy | comm hidden | host-caused GPU idle | graph launches | replayed kernels | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in d["ranks"]:
             out.append(
-                f"| {r['rank']} | {len(r['steps'])} | {pct(r['gpu']['utilization'])} | {pct(r['comm']['hidden_fraction'])} "
-                f"| {pct(r['host']['idle_fraction'])} | {r['graphs']['launches']} | {pct(r['graphs']['replayed_kernel_fraction'])} "
-                f"| {r['verdict']['label']} |"
+                _row(
+                    r["rank"],
+                    len(r["steps"]),
+                    pct(r["gpu"]["utilization"]),
+                    pct(r["comm"]["hidden_fraction"]),
+                    pct(r["host"]["idle_fraction"]),
+                    r["graphs"]["launches"],
+                    pct(r["graphs"]["replayed_kernel_fraction"]),
+                    r["verdict"]["label"],
+                )
             )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
@@ -30,15 +45,37 @@ class MarkdownRenderer:
         if rt:
             out += [
                 "",
-                "| step | round trips/layer | per round trip | comm per round trip | compute per microbatch | ratio | criterion |",
+                _row(
+                    "step",
+                    "round trips/layer",
+                    "per round trip",
+                    "comm per round trip",
+                    "compute per microbatch",
+                    "ratio",
+                    "criterion",
+                ),
                 "|---|---|---|---|---|---|---|",
-                f"| {ms(rt['step_us'])} | {num(rt['per_layer'])} | {ms(rt['per_round_trip_us'])} | {ms(rt['comm_per_round_trip_us'])} "
-                f"| {ms(rt['compute_per_round_trip_us'])} | {num(rt['ratio'])} | {'met' if rt['criterion_met'] else 'missed'} |",
+                _row(
+                    ms(rt["step_us"]),
+                    num(rt["per_layer"]),
+                    ms(rt["per_round_trip_us"]),
+                    ms(rt["comm_per_round_trip_us"]),
+                    ms(rt["compute_per_round_trip_us"]),
+                    num(rt["ratio"]),
+                    "met" if rt["criterion_met"] else "missed",
+                ),
                 "",
                 f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
-                "Criterion: per-microbatch compute >= comm round trip, so the round trip can hide entirely; below 1 at most that share of it hides (docs/analysis.md).",
+                "Criterion: per-microbatch compute >= comm round trip, so the round trip can hide entirely; "
+                "below 1 at most that share of it hides (docs/analysis.md).",
             ]
-        out += ["", "<details><summary>Per step</summary>", "", "| rank | step | path | time | comm hidden | host idle | launches | median launch | replayed | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "<details><summary>Per step</summary>",
+            "",
+            "| rank | step | path | time | comm hidden | host idle | launches | median launch | replayed | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for s in d["steps"]:
             out.append(
                 f"| {s['rank']} | {s['label']} | {s['path'] or '-'} | {ms(s['step_us'])} | {pct(s['comm']['hidden_fraction'])} "
@@ -49,5 +86,9 @@ class MarkdownRenderer:
         notes = [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]
         if notes:
             out += ["Notes:", *[f"- {n}" for n in notes], ""]
-        out.append(f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {d['ranks'][0]['attribution']['ubatch_source']}, steps from {d['ranks'][0]['attribution']['step_source']}</sub>")
+        att = d["ranks"][0]["attribution"]
+        out.append(
+            f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {att['ubatch_source']}, "
+            f"steps from {att['step_source']}</sub>"
+        )
         return "\n".join(out) + "\n"

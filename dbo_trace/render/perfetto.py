@@ -69,17 +69,24 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
     # The original activity: one track per GPU stream and per CPU thread.
     for sid in np.unique(tl.gpu.lane[keep_gpu]):
         sel = keep_gpu & (tl.gpu.lane == sid)
-        w.slices(w.track(f"GPU stream {sid}", proc), tl.gpu.start[sel], tl.gpu.end[sel],
-                 [tl.names[n] for n in tl.gpu.name[sel]])
+        w.slices(w.track(f"GPU stream {sid}", proc), tl.gpu.start[sel], tl.gpu.end[sel], [tl.names[n] for n in tl.gpu.name[sel]])
     for tid in np.unique(tl.calls.lane[keep_calls]):
         sel = keep_calls & (tl.calls.lane == tid)
-        w.slices(w.track(f"CPU thread {tid}: CUDA API", proc), tl.calls.start[sel], tl.calls.end[sel],
-                 [tl.names[n] for n in tl.calls.name[sel]])
+        w.slices(
+            w.track(f"CPU thread {tid}: CUDA API", proc),
+            tl.calls.start[sel],
+            tl.calls.end[sel],
+            [tl.names[n] for n in tl.calls.name[sel]],
+        )
 
     # Derived tracks.
     root = w.track(f"{DERIVED}: rank {rank.rank}", proc)
-    w.slices(w.track("steps (verdict)", root), [s.start_us for s in steps], [s.end_us for s in steps],
-             [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in steps])
+    w.slices(
+        w.track("steps (verdict)", root),
+        [s.start_us for s in steps],
+        [s.end_us for s in steps],
+        [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in steps],
+    )
     for u in (0, 1):
         for phase, label in ((PHASE_COMPUTE, "compute"), (PHASE_COMM, "comm")):
             sel = in_steps & (att.gpu_ubatch == u) & (att.gpu_phase == phase)
@@ -100,8 +107,12 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
         ge += list(b)
     w.slices(w.track("GPU idle, host-caused", root), gs, ge, ["host-caused idle"] * len(gs))
     graph = np.flatnonzero(keep_calls & (c.call_kinds(tl.names, tl.calls.name) == c.CALL_GRAPH_LAUNCH))
-    w.slices(w.track("graph replays (cudaGraphLaunch)", root), tl.calls.start[graph], tl.calls.end[graph],
-             ["cudaGraphLaunch"] * len(graph))
+    w.slices(
+        w.track("graph replays (cudaGraphLaunch)", root),
+        tl.calls.start[graph],
+        tl.calls.end[graph],
+        ["cudaGraphLaunch"] * len(graph),
+    )
 
 
 def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | None = None) -> bytes:

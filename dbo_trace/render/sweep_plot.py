@@ -19,14 +19,28 @@ def draw_sweep(rows: list[dict], path: Path) -> None:
     grid = [[None] * len(computes) for _ in comms]
     for r in rows:
         grid[comms.index(r["comm_us"])][computes.index(r["compute_us"])] = 100 * sweep_verdicts(r)["gain"]
-    image = ax.imshow([[g if g is not None else 0 for g in row] for row in grid], origin="lower", cmap="RdYlGn",
-                      vmin=-30, vmax=30, aspect="auto")
+    image = ax.imshow(
+        [[g if g is not None else 0 for g in row] for row in grid],
+        origin="lower",
+        cmap="RdYlGn",
+        vmin=-30,
+        vmax=30,
+        aspect="auto",
+    )
     for r in rows:
         judged = sweep_verdicts(r)
         x, y = computes.index(r["compute_us"]), comms.index(r["comm_us"])
         mark = "" if judged["predicted"] is None else ("✓" if judged["agree"] else "✗")
-        ax.text(x, y, f"{100 * judged['gain']:+.0f}%\n{mark} ratio {r['ratio']:.2f}" if r["ratio"] is not None
-                else f"{100 * judged['gain']:+.0f}%", ha="center", va="center", fontsize=8)
+        ax.text(
+            x,
+            y,
+            f"{100 * judged['gain']:+.0f}%\n{mark} ratio {r['ratio']:.2f}"
+            if r["ratio"] is not None
+            else f"{100 * judged['gain']:+.0f}%",
+            ha="center",
+            va="center",
+            fontsize=8,
+        )
     ax.set_xticks(range(len(computes)), [f"{c:.0f}" for c in computes])
     ax.set_yticks(range(len(comms)), [f"{c:.0f}" for c in comms])
     ax.set_xlabel("compute phase (us)")

@@ -12,7 +12,12 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import ms, num, pct, us
 
-_STYLE = {"overlapped": "bold green", "not-overlapped": "bold red", "host-bound": "bold yellow", "no-communication": "bold magenta"}
+_STYLE = {
+    "overlapped": "bold green",
+    "not-overlapped": "bold red",
+    "host-bound": "bold yellow",
+    "no-communication": "bold magenta",
+}
 MAX_STEP_ROWS = 20
 
 
@@ -32,14 +37,31 @@ class TerminalRenderer:
         console.print()
 
         ranks = Table(title="per rank", title_justify="left")
-        for col in ("rank", "steps", "GPU busy", "comm", "hidden", "exposed", "host idle", "launch / kernel (median)", "graphs (replayed)", "verdict"):
+        for col in (
+            "rank",
+            "steps",
+            "GPU busy",
+            "comm",
+            "hidden",
+            "exposed",
+            "host idle",
+            "launch / kernel (median)",
+            "graphs (replayed)",
+            "verdict",
+        ):
             ranks.add_column(col, justify="left" if col == "verdict" else "right")
         for r in d["ranks"]:
             ranks.add_row(
-                str(r["rank"]), str(len(r["steps"])), pct(r["gpu"]["utilization"]), ms(r["comm"]["busy_us"]),
-                pct(r["comm"]["hidden_fraction"]), ms(r["comm"]["exposed_us"]), pct(r["host"]["idle_fraction"]),
+                str(r["rank"]),
+                str(len(r["steps"])),
+                pct(r["gpu"]["utilization"]),
+                ms(r["comm"]["busy_us"]),
+                pct(r["comm"]["hidden_fraction"]),
+                ms(r["comm"]["exposed_us"]),
+                pct(r["host"]["idle_fraction"]),
                 f"{us(r['host']['median_launch_us'])} / {us(r['host']['median_kernel_us'])}",
-                f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})", r["verdict"]["label"],
+                f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})",
+                r["verdict"]["label"],
             )
         console.print(ranks)
         cross = d["cross_rank"]
@@ -51,11 +73,25 @@ class TerminalRenderer:
         rt = d["round_trips"]
         if rt:
             t = Table(title="DBO arithmetic (medians over steps)", title_justify="left")
-            for col in ("step", "round trips", "per layer", "per round trip", "comm/round trip", "compute/ubatch", "ratio", "criterion"):
+            for col in (
+                "step",
+                "round trips",
+                "per layer",
+                "per round trip",
+                "comm/round trip",
+                "compute/ubatch",
+                "ratio",
+                "criterion",
+            ):
                 t.add_column(col, justify="right")
             t.add_row(
-                ms(rt["step_us"]), num(rt["per_step"]), num(rt["per_layer"]), ms(rt["per_round_trip_us"]),
-                ms(rt["comm_per_round_trip_us"]), ms(rt["compute_per_round_trip_us"]), num(rt["ratio"]),
+                ms(rt["step_us"]),
+                num(rt["per_step"]),
+                num(rt["per_layer"]),
+                ms(rt["per_round_trip_us"]),
+                ms(rt["comm_per_round_trip_us"]),
+                ms(rt["compute_per_round_trip_us"]),
+                num(rt["ratio"]),
                 "met" if rt["criterion_met"] else "missed",
             )
             console.print(t)
@@ -66,9 +102,16 @@ class TerminalRenderer:
         rows = d["steps"]
         for s in rows[:MAX_STEP_ROWS]:
             steps.add_row(
-                str(s["rank"]), s["label"], s["path"] or "-", ms(s["step_us"]), pct(s["gpu"]["utilization"]),
-                pct(s["comm"]["hidden_fraction"]), pct(s["host"]["idle_fraction"]), str(s["host"]["launches"]),
-                "yes" if s["replayed"] else "no", s["verdict"]["label"],
+                str(s["rank"]),
+                s["label"],
+                s["path"] or "-",
+                ms(s["step_us"]),
+                pct(s["gpu"]["utilization"]),
+                pct(s["comm"]["hidden_fraction"]),
+                pct(s["host"]["idle_fraction"]),
+                str(s["host"]["launches"]),
+                "yes" if s["replayed"] else "no",
+                s["verdict"]["label"],
             )
         console.print(steps)
         if len(rows) > MAX_STEP_ROWS:

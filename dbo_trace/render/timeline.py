@@ -31,9 +31,15 @@ def draw_timeline(view: StepView, path: Path, width_in: float = 12.0) -> None:
     scale = 1000.0  # us -> ms on the axis
     for bar in view.bars:
         alpha, hatch = KIND_STYLE[bar.kind]
-        ax.broken_barh([(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)], (row[bar.lane] - 0.38, 0.76),
-                       facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"), alpha=alpha, hatch=hatch,
-                       edgecolor="black" if bar.kind == "comm" else "none", linewidth=0.3)
+        ax.broken_barh(
+            [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
+            (row[bar.lane] - 0.38, 0.76),
+            facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
+            alpha=alpha,
+            hatch=hatch,
+            edgecolor="black" if bar.kind == "comm" else "none",
+            linewidth=0.3,
+        )
     y = row["overlap / host idle"]
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.overlap], (y - 0.05, 0.4), facecolors="#2ca02c")
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.host_idle], (y - 0.38, 0.33), facecolors="#d62728")
@@ -44,10 +50,14 @@ def draw_timeline(view: StepView, path: Path, width_in: float = 12.0) -> None:
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(view.title, fontsize=9, loc="left")
-    legend = [Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"), Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
-              Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
-              Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
-              Patch(facecolor="#2ca02c", label="comm under compute"), Patch(facecolor="#d62728", label="GPU idle, host-caused")]
+    legend = [
+        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
+        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
+        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
+        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
+        Patch(facecolor="#2ca02c", label="comm under compute"),
+        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
+    ]
     fig.legend(handles=legend, fontsize=7, ncol=6, loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
     fig.savefig(path)

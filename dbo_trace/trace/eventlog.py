@@ -37,7 +37,9 @@ def read_event_log(path: Path) -> EventLogData:
     if not isinstance(header, dict) or header.get("format") != fmt.EVENTS_FORMAT:
         raise InputError(f"{path}: not a dbo-trace event log (its first line is not the header)")
     if header.get("version", 0) > fmt.EVENTS_VERSION:
-        raise InputError(f"{path}: event log version {header.get('version')} is newer than this dbo-trace reads; upgrade dbo-trace")
+        raise InputError(
+            f"{path}: event log version {header.get('version')} is newer than this dbo-trace reads; upgrade dbo-trace"
+        )
     records = []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
@@ -49,7 +51,9 @@ def read_event_log(path: Path) -> EventLogData:
                 break
             raise InputError(f"{path}:{number}: invalid JSON in the event log") from None
         if not isinstance(record, list) or len(record) != 7 or not isinstance(record[0], int):
-            raise InputError(f"{path}:{number}: an event log record must be [t_ns, kind, ident, native_tid, ubatch, step, detail]")
+            raise InputError(
+                f"{path}:{number}: an event log record must be [t_ns, kind, ident, native_tid, ubatch, step, detail]"
+            )
         records.append(record)
     records.sort(key=lambda r: r[0])
     return EventLogData(path=path, header=header, records=records)

@@ -197,7 +197,7 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
                 match = re.search(rb'"traceEvents"\s*:\s*\[\s*', buf)
                 if match is None:
                     if len(buf) > 64 << 20:
-                        raise InputError(f"{path}: no \"traceEvents\" array in the first 64 MB; not a torch profiler trace")
+                        raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
                     continue
                 head, buf, state = buf[: match.start()], buf[match.end() :], "events"
             if state == "events":
@@ -269,7 +269,9 @@ def _raise_bad_events(path: Path, chunk: bytes) -> None:
         where = re.search(r"\$\[\d+\]\.?(\S*)`?$", str(exc))
         field_name = where.group(1).rstrip("`") if where and where.group(1) else "an event"
         problem = str(exc).split(" - at ")[0]
-        raise InputError(f"{path}: an event's `{field_name}` has the wrong type ({problem}); not a torch profiler trace") from None
+        raise InputError(
+            f"{path}: an event's `{field_name}` has the wrong type ({problem}); not a torch profiler trace"
+        ) from None
     except msgspec.DecodeError as exc:
         raise InputError(f"{path}: invalid JSON in traceEvents ({exc}); the file may be truncated: re-export it") from None
     raise InputError(f"{path}: invalid JSON in traceEvents; the file may be truncated: re-export it")
@@ -283,8 +285,8 @@ def _raise_no_events(path: Path, buf: bytes) -> None:
     except msgspec.DecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc}); is it a torch profiler trace?") from None
     if isinstance(doc, dict) and "traceEvents" in doc:
-        raise InputError(f"{path}: \"traceEvents\" is not a list; not a torch profiler trace")
-    raise InputError(f"{path}: JSON without a \"traceEvents\" list; not a torch profiler (Chrome) trace")
+        raise InputError(f'{path}: "traceEvents" is not a list; not a torch profiler trace')
+    raise InputError(f'{path}: JSON without a "traceEvents" list; not a torch profiler (Chrome) trace')
 
 
 def _top_level(head: bytes, tail: bytes, path: Path) -> dict:

@@ -46,7 +46,10 @@ def _discover(path: Path, found: Found) -> None:
         traces_dir = path / fmt.TRACES_DIR
         traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
         if not traces:
-            raise InputError(f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ (was the recording stopped before the profiler wrote them?)")
+            raise InputError(
+                f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ "
+                "(was the recording stopped before the profiler wrote them?)"
+            )
         found.traces += traces
         events_dir = path / fmt.EVENTS_DIR
         if events_dir.is_dir():

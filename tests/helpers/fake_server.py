@@ -45,9 +45,15 @@ if args.behaviour == "ignore-sigint":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 # vLLM's engine core: another process of the group, which must not outlive the recording.
-helper = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
-                           + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if args.behaviour == "ignore-sigint" else "")
-                           + "time.sleep(600)"])
+helper = subprocess.Popen(
+    [
+        sys.executable,
+        "-c",
+        "import signal, time\n"
+        + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if args.behaviour == "ignore-sigint" else "")
+        + "time.sleep(600)",
+    ]
+)
 if args.pidfile:
     Path(args.pidfile).write_text(f"{os.getpid()}\n{helper.pid}\n")
 
@@ -58,8 +64,16 @@ if os.environ.get("DBO_TRACE_DIR"):
     register()
 
 config = json.loads(args.profiler_config) if args.profiler_config else {}
-stats = {"requests": 0, "profiled_requests": 0, "start_profile": 0, "stop_profile": 0,
-         "profiler_config": config, "max_tokens": [], "prompt_lens": [], "signals": []}
+stats = {
+    "requests": 0,
+    "profiled_requests": 0,
+    "start_profile": 0,
+    "stop_profile": 0,
+    "profiler_config": config,
+    "max_tokens": [],
+    "prompt_lens": [],
+    "signals": [],
+}
 profiling = False
 lock = threading.Lock()
 

@@ -68,8 +68,16 @@ truth: list[dict] = []  # appended by whichever thread runs: the order things re
 
 
 def op(u: int, what: str) -> None:
-    truth.append({"t_ns": time.time_ns(), "ubatch": u, "what": what, "stream": current_stream().name,
-                  "ident": threading.get_ident(), "native": threading.get_native_id()})
+    truth.append(
+        {
+            "t_ns": time.time_ns(),
+            "ubatch": u,
+            "what": what,
+            "stream": current_stream().name,
+            "ident": threading.get_ident(),
+            "native": threading.get_native_id(),
+        }
+    )
 
 
 def forward(ctx, u: int) -> None:
@@ -100,8 +108,7 @@ from vllm.v1.worker.gpu_ubatch_wrapper import UBatchWrapper  # noqa: E402
 wrapper = object.__new__(UBatchWrapper)
 wrapper.cudagraphs = {}
 wrapper.runnable = lambda *a, **k: "ran"
-fc._forward_context = types.SimpleNamespace(batch_descriptor=None, ubatch_slices=None,
-                                            cudagraph_runtime_mode=CUDAGraphMode.NONE)
+fc._forward_context = types.SimpleNamespace(batch_descriptor=None, ubatch_slices=None, cudagraph_runtime_mode=CUDAGraphMode.NONE)
 result = wrapper()
 fc._forward_context = None
 
@@ -111,8 +118,9 @@ import tempfile  # noqa: E402
 from vllm.config.profiler import ProfilerConfig  # noqa: E402
 from vllm.profiler.wrapper import TorchProfilerWrapper  # noqa: E402
 
-profiler = TorchProfilerWrapper(ProfilerConfig(profiler="torch", torch_profiler_dir=tempfile.mkdtemp()),
-                                worker_name="w", local_rank=0, activities=["CPU"])
+profiler = TorchProfilerWrapper(
+    ProfilerConfig(profiler="torch", torch_profiler_dir=tempfile.mkdtemp()), worker_name="w", local_rank=0, activities=["CPU"]
+)
 experimental = profiler._profiler_kwargs.get("experimental_config")
 profiler.start()
 profiler.stop()
@@ -122,7 +130,16 @@ if installed is not None:
 
 if installed is not None:
     installed.log.flush()
-print(json.dumps({"patched": patched, "enter_is_wrapped": enter_is_wrapped, "truth": truth,
-                  "wrapper_result": result, "log": str(installed.log.path) if installed else None,
-                  "profiler_experimental_config": type(experimental).__name__ if experimental is not None else None,
-                  "counters_at_profiler_stop": counters_at_stop}))
+print(
+    json.dumps(
+        {
+            "patched": patched,
+            "enter_is_wrapped": enter_is_wrapped,
+            "truth": truth,
+            "wrapper_result": result,
+            "log": str(installed.log.path) if installed else None,
+            "profiler_experimental_config": type(experimental).__name__ if experimental is not None else None,
+            "counters_at_profiler_stop": counters_at_stop,
+        }
+    )
+)
