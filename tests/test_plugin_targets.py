@@ -50,7 +50,11 @@ def test_missing_target_warns_once_and_the_rest_work(tmp_path):
     import json
 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["missing"] == ["no_such_module_xyz.Nothing.__call__"]
+    from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS
+
+    # With vLLM installed the optional AFD target may be missing too; it is not warned about.
+    assert "no_such_module_xyz.Nothing.__call__" in out["missing"]
+    assert set(out["missing"]) - {"no_such_module_xyz.Nothing.__call__"} <= OPTIONAL_TARGETS
     assert len([p for p in out["patched"] if p.startswith("standin_ubatching.")]) == 4
     warnings = [line for line in proc.stderr.splitlines() if "no_such_module_xyz" in line]
     assert len(warnings) == 1 and "not found in vLLM" in warnings[0]
