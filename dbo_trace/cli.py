@@ -15,6 +15,11 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.ui import reading_bar
 
 
+def _number(flag: str, default, kind, help: str):
+    """An option with a default that --help shows."""
+    return click.option(flag, default=default, show_default=True, type=kind, help=help)
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"dbo-trace: error: {message}", err=True)
     sys.exit(code)
@@ -208,14 +213,8 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
 @main.command("bundle")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="Archive to write (default: ./NAME-dbo-trace.tar.gz).")
-@click.option("--max-mb", default=25.0, show_default=True, type=click.FloatRange(min=0.001), help="Size cap of the archive.")
-@click.option(
-    "--steps",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Steps around the median step in the Perfetto window.",
-)
+@_number("--max-mb", 25.0, click.FloatRange(min=0.001), "Size cap of the archive.")
+@_number("--steps", 3, click.IntRange(min=1), "Steps around the median step in the Perfetto window.")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
@@ -295,52 +294,18 @@ def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
     help="Treat COMMAND as an OpenAI-compatible server (default: when it is `vllm serve`).",
 )
 @click.option("--url", help="The server's base URL (default: from COMMAND's --host/--port, else http://127.0.0.1:8000).")
-@click.option("--num-prompts", default=64, show_default=True, type=click.IntRange(min=1), help="Requests in the profiled load.")
-@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(min=1), help="Requests in flight at once.")
-@click.option("--input-len", default=512, show_default=True, type=click.IntRange(min=1), help="Random prompt tokens per request.")
-@click.option(
-    "--output-len", default=64, show_default=True, type=click.IntRange(min=1), help="Generated tokens per request (EOS ignored)."
-)
+@_number("--num-prompts", 64, click.IntRange(min=1), "Requests in the profiled load.")
+@_number("--concurrency", 16, click.IntRange(min=1), "Requests in flight at once.")
+@_number("--input-len", 512, click.IntRange(min=1), "Random prompt tokens per request.")
+@_number("--output-len", 64, click.IntRange(min=1), "Generated tokens per request (EOS ignored).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random prompts.")
-@click.option(
-    "--warmup-prompts",
-    default=8,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Requests sent before profiling (graph capture, caches).",
-)
-@click.option(
-    "--profile-delay",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Engine steps to skip after the profiler starts (vLLM's delay_iterations).",
-)
-@click.option(
-    "--profile-steps",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Engine steps to profile, 0 for the whole load (vLLM's max_iterations).",
-)
+@_number("--warmup-prompts", 8, click.IntRange(min=0), "Requests sent before profiling (graph capture, caches).")
+@_number("--profile-delay", 0, click.IntRange(min=0), "Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
+@_number("--profile-steps", 0, click.IntRange(min=0), "Engine steps to profile, 0 for the whole load (vLLM's max_iterations).")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the traces (slower, larger).")
-@click.option(
-    "--startup-timeout", default=1200.0, show_default=True, type=click.FloatRange(min=1), help="Seconds to wait for /health."
-)
-@click.option(
-    "--grace",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds between SIGINT, SIGTERM and SIGKILL when stopping.",
-)
-@click.option(
-    "--trace-timeout",
-    default=300.0,
-    show_default=True,
-    type=click.FloatRange(min=1),
-    help="Seconds to wait for the traces after /stop_profile.",
-)
+@_number("--startup-timeout", 1200.0, click.FloatRange(min=1), "Seconds to wait for /health.")
+@_number("--grace", 30.0, click.FloatRange(min=0), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
+@_number("--trace-timeout", 300.0, click.FloatRange(min=1), "Seconds to wait for the traces after /stop_profile.")
 def record(
     command,
     out,
@@ -420,24 +385,14 @@ def record(
     help="Which truth to check.",
 )
 @click.option("--layers", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option(
-    "--tokens",
-    default=16384,
-    show_default=True,
-    type=click.IntRange(min=2),
-    help="Tokens per step, split over the two microbatches.",
-)
-@click.option("--hidden", default=8192, show_default=True, type=click.IntRange(min=64), help="GEMM width.")
+@_number("--tokens", 16384, click.IntRange(min=2), "Tokens per step, split over the two microbatches.")
+@_number("--hidden", 8192, click.IntRange(min=64), "GEMM width.")
 @click.option(
     "--compute-us", type=click.FloatRange(min=1), help="Length of one compute phase (sets --tokens by measuring this GPU)."
 )
-@click.option(
-    "--comm-us", default=1000.0, show_default=True, type=click.FloatRange(min=1), help="Length of one dispatch or combine."
-)
-@click.option("--steps", default=5, show_default=True, type=click.IntRange(min=1), help="Profiled steps per mode.")
-@click.option(
-    "--nproc", default=1, show_default=True, type=click.IntRange(min=1), help="Processes, one per GPU: real all_to_all over NCCL."
-)
+@_number("--comm-us", 1000.0, click.FloatRange(min=1), "Length of one dispatch or combine.")
+@_number("--steps", 5, click.IntRange(min=1), "Profiled steps per mode.")
+@_number("--nproc", 1, click.IntRange(min=1), "Processes, one per GPU: real all_to_all over NCCL.")
 @click.option(
     "-o", "--out", type=click.Path(path_type=Path), help="Folder for the bundles (default: ./dbo-trace-demo-DATE-TIME)."
 )

@@ -17,3 +17,29 @@ def pct(x: float | None) -> str:
 
 def num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{x:.0f}"
+
+
+def round_trip_cells(rt: dict) -> list[str]:
+    """The DBO arithmetic row, as every text renderer shows it (the document's round_trips block)."""
+    return [
+        ms(rt["step_us"]),
+        num(rt["per_step"]),
+        num(rt["per_layer"]),
+        ms(rt["per_round_trip_us"]),
+        ms(rt["comm_per_round_trip_us"]),
+        ms(rt["compute_per_round_trip_us"]),
+        num(rt["ratio"]),
+        "met" if rt["criterion_met"] else "missed",
+    ]
+
+
+ROUND_TRIP_HEADER = [
+    "step",
+    "round trips",
+    "per layer",
+    "per round trip",
+    "comm per round trip",
+    "compute per microbatch",
+    "ratio",
+    "criterion",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ms, num, pct, us
+from dbo_trace.render.format import ROUND_TRIP_HEADER, ms, pct, round_trip_cells, us
 
 
 def _row(*cells) -> str:
@@ -45,25 +45,9 @@ class MarkdownRenderer:
         if rt:
             out += [
                 "",
-                _row(
-                    "step",
-                    "round trips/layer",
-                    "per round trip",
-                    "comm per round trip",
-                    "compute per microbatch",
-                    "ratio",
-                    "criterion",
-                ),
-                "|---|---|---|---|---|---|---|",
-                _row(
-                    ms(rt["step_us"]),
-                    num(rt["per_layer"]),
-                    ms(rt["per_round_trip_us"]),
-                    ms(rt["comm_per_round_trip_us"]),
-                    ms(rt["compute_per_round_trip_us"]),
-                    num(rt["ratio"]),
-                    "met" if rt["criterion_met"] else "missed",
-                ),
+                _row(*ROUND_TRIP_HEADER),
+                "|---" * len(ROUND_TRIP_HEADER) + "|",
+                _row(*round_trip_cells(rt)),
                 "",
                 f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
                 "Criterion: per-microbatch compute >= comm round trip, so the round trip can hide entirely; "

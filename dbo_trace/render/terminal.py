@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ms, num, pct, us
+from dbo_trace.render.format import ROUND_TRIP_HEADER, ms, pct, round_trip_cells, us
 
 _STYLE = {
     "overlapped": "bold green",
@@ -73,27 +73,9 @@ class TerminalRenderer:
         rt = d["round_trips"]
         if rt:
             t = Table(title="DBO arithmetic (medians over steps)", title_justify="left")
-            for col in (
-                "step",
-                "round trips",
-                "per layer",
-                "per round trip",
-                "comm/round trip",
-                "compute/ubatch",
-                "ratio",
-                "criterion",
-            ):
+            for col in ROUND_TRIP_HEADER:
                 t.add_column(col, justify="right")
-            t.add_row(
-                ms(rt["step_us"]),
-                num(rt["per_step"]),
-                num(rt["per_layer"]),
-                ms(rt["per_round_trip_us"]),
-                ms(rt["comm_per_round_trip_us"]),
-                ms(rt["compute_per_round_trip_us"]),
-                num(rt["ratio"]),
-                "met" if rt["criterion_met"] else "missed",
-            )
+            t.add_row(*round_trip_cells(rt))
             console.print(t)
 
         steps = Table(title="per step", title_justify="left")
