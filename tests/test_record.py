@@ -69,10 +69,28 @@ class Server:
         return json.loads(self.stats_file.read_text())
 
 
+def record_argv(out: Path, server: Server, *options: str) -> list[str]:
+    """`dbo-trace record` against the server; later options override the defaults here."""
+    return [
+        sys.executable,
+        "-m",
+        "dbo_trace.cli",
+        "record",
+        "--server",
+        "-o",
+        str(out),
+        "--grace",
+        "3",
+        "--startup-timeout",
+        "30",
+        *options,
+        "--",
+        *server.command,
+    ]
+
+
 def record(out: Path, server: Server, *options: str) -> subprocess.CompletedProcess:
-    return run_cli(
-        "record", "--server", "-o", str(out), "--grace", "3", "--startup-timeout", "30", *options, "--", *server.command
-    )
+    return subprocess.run(record_argv(out, server, *options), capture_output=True, text=True)
 
 
 def manifest_of(out: Path) -> dict:
@@ -173,25 +191,7 @@ def test_record_server_dying_mid_load_fails_and_keeps_the_bundle(tmp_path):
 def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path, sig):
     server = Server(tmp_path, "slow")
     out = tmp_path / "bundle"
-    cmd = [
-        sys.executable,
-        "-m",
-        "dbo_trace.cli",
-        "record",
-        "--server",
-        "-o",
-        str(out),
-        "--grace",
-        "3",
-        "--num-prompts",
-        "100",
-        "--concurrency",
-        "1",
-        "--warmup-prompts",
-        "0",
-        "--",
-        *server.command,
-    ]
+    cmd = record_argv(out, server, "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0")
     rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "server.log"
     deadline = time.monotonic() + 30
@@ -225,28 +225,8 @@ def test_record_manifest_holds_no_secret(tmp_path):
     server = Server(tmp_path, extra=("--api-key", "sk-planted-secret"))
     out = tmp_path / "bundle"
     env = {**os.environ, "HF_TOKEN": "hf_planted_secret", "VLLM_TEST_URL": "http://user:pw-planted@host/x"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dbo_trace.cli",
-            "record",
-            "--server",
-            "-o",
-            str(out),
-            "--num-prompts",
-            "1",
-            "--warmup-prompts",
-            "0",
-            "--grace",
-            "3",
-            "--",
-            *server.command,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    argv = record_argv(out, server, "--num-prompts", "1", "--warmup-prompts", "0")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     text = (out / "manifest.json").read_text()
     for secret in ("sk-planted-secret", "hf_planted_secret", "pw-planted"):
