@@ -80,8 +80,4 @@ def _targets() -> list[Check]:
 
 def diagnose() -> tuple[dict, list[Check]]:
     versions = environment.versions()
-    if versions.get("vllm") is None:
-        from dbo_trace.record.vllm_targets import vllm_version
-
-        versions["vllm"] = vllm_version()
     return versions, [_plugin_registered(), _all_threads(), *_targets()]

@@ -47,6 +47,10 @@ def versions(names: Iterable[str] = VERSIONED) -> dict[str, str | None]:
             found[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
+    if "vllm" in found and found["vllm"] is None:  # a source checkout on PYTHONPATH has no metadata
+        from dbo_trace.record.vllm_targets import vllm_version
+
+        found["vllm"] = vllm_version()
     return found
 
 
