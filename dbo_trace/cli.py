@@ -407,6 +407,14 @@ def record(
     show_default=True,
     help="Whose UBatchContext drives the threads: vLLM's where it imports, or the built-in equivalent.",
 )
+@click.option(
+    "--comm",
+    type=click.Choice(["auto", "spin", "all_to_all"]),
+    default="auto",
+    show_default=True,
+    help="auto: an emulated spin kernel on one GPU, NCCL all_to_all with --nproc; all_to_all on one GPU runs the "
+    "collective path over a world of one.",
+)
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True, help="cpu: orchestration only (CI).")
 def demo(
     mode,
@@ -423,6 +431,7 @@ def demo(
     sweep_comm_us,
     plot,
     ubatching,
+    comm,
     device,
 ) -> None:
     """Check the diagnosis end to end on a DBO workload whose truth is known.
@@ -458,7 +467,9 @@ def demo(
         fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
     if plot is not None and plot.exists():
         fail(f"{plot}: already exists; choose another --plot path")
-    opts = DemoOptions(modes_of(mode, device), out, layers, tokens, hidden, compute_us, comm_us, steps, nproc, device, ubatching)
+    opts = DemoOptions(
+        modes_of(mode, device), out, layers, tokens, hidden, compute_us, comm_us, steps, nproc, device, ubatching, comm
+    )
     ui = ConsoleProgress()
     if sweep:
         rows = run_sweep(opts, sweep_compute_us, sweep_comm_us, ui)

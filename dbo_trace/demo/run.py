@@ -39,6 +39,7 @@ class DemoOptions:
     nproc: int = 1
     device: str = "cuda"
     ubatching: str = "auto"  # auto | vllm | builtin
+    comm: str = "auto"  # auto | spin | all_to_all
 
 
 @dataclass
@@ -58,29 +59,12 @@ def worker_command(opts: DemoOptions, mode: str) -> list[str]:
     p = {"layers": opts.layers, "tokens": opts.tokens, "hidden": opts.hidden, "comm_us": opts.comm_us}
     if mode == "hostbound":
         p.update(HOSTBOUND_OVERRIDES)
-    cmd = [
-        sys.executable,
-        "-m",
-        "dbo_trace.demo.worker",
-        "--mode",
-        mode,
-        "--layers",
-        str(p["layers"]),
-        "--tokens",
-        str(p["tokens"]),
-        "--hidden",
-        str(p["hidden"]),
-        "--comm-us",
-        str(p["comm_us"]),
-        "--steps",
-        str(opts.steps),
-        "--nproc",
-        str(opts.nproc),
-        "--device",
-        opts.device,
-        "--ubatching",
-        opts.ubatching,
-    ]
+    options = {"mode": mode, "layers": p["layers"], "tokens": p["tokens"], "hidden": p["hidden"],
+               "comm-us": p["comm_us"], "steps": opts.steps, "nproc": opts.nproc, "device": opts.device,
+               "ubatching": opts.ubatching, "comm": opts.comm}  # fmt: skip
+    cmd = [sys.executable, "-m", "dbo_trace.demo.worker"]
+    for name, value in options.items():
+        cmd += [f"--{name}", str(value)]
     if opts.compute_us is not None and mode != "hostbound":
         cmd += ["--compute-us", str(opts.compute_us)]
     if opts.device == "cpu":

@@ -59,6 +59,13 @@ def parse(argv):
     p.add_argument("--steps", type=int, default=5, help="profiled steps")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--nproc", type=int, default=1)
+    p.add_argument(
+        "--comm",
+        choices=("auto", "spin", "all_to_all"),
+        default="auto",
+        help="auto: a spin kernel on one process, all_to_all across several; all_to_all on one process "
+        "runs the collective path over a world of one",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--ubatching", choices=("auto", "vllm", "builtin"), default="auto")
     p.add_argument("--no-all-threads", action="store_true", help="profile without profile_all_threads")
@@ -112,9 +119,11 @@ def _setup(args):
     else:
         device = CpuDevice(torch)
     dist = None
-    if world > 1:
+    if world > 1 or args.comm == "all_to_all":
         import torch.distributed as dist
 
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # a world of one, started without launch_ranks
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
         dist.init_process_group("nccl" if device.kind == "cuda" else "gloo", rank=rank, world_size=world)
     ub, backend = load_ubatching(args.ubatching)
     device.bind(ub)
@@ -132,7 +141,7 @@ def _compute_tokens(torch, device, hidden: int, compute_us: float) -> int:
 
 
 def _comm(torch, device, dist, args, comm_us: float):
-    if dist is None:
+    if dist is None or args.comm == "spin":
         return SpinComm(device, comm_us)
     nbytes = args.comm_bytes
     if nbytes is None and device.kind == "cuda":
