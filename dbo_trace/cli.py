@@ -412,8 +412,8 @@ def record(
     type=click.Choice(["auto", "spin", "all_to_all"]),
     default="auto",
     show_default=True,
-    help="auto: an emulated spin kernel on one GPU, NCCL all_to_all with --nproc; all_to_all on one GPU runs the "
-    "collective path over a world of one.",
+    help="auto: an emulated spin kernel on one GPU, NCCL all_to_all with --nproc; spin: the emulation on every "
+    "GPU even with --nproc.",
 )
 @click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True, help="cpu: orchestration only (CI).")
 def demo(
@@ -460,6 +460,11 @@ def demo(
             fail("no CUDA GPU is visible: dbo-trace demo runs its workload on a GPU (`dbo-trace report` runs anywhere)")
         if nproc > visible:
             fail(f"--nproc {nproc} needs {nproc} GPUs; {visible} visible")
+    if comm == "all_to_all" and nproc < 2:
+        fail(
+            "--comm all_to_all needs --nproc 2 or more: over a world of one, torch turns the all_to_all into a "
+            "device-to-device copy, which is not communication (measured on the H200, docs/demo.md)"
+        )
     if sweep and nproc > 1:
         fail("--sweep runs on one GPU; drop --nproc")
     out = out or Path(f"dbo-trace-demo-{dt.datetime.now():%Y%m%d-%H%M%S}")

@@ -9,7 +9,7 @@
 # Writes $OUT/log.txt and $OUT/bundles.tar.gz (and $OUT/sweep.png).
 set -uo pipefail
 OUT=${1:?usage: gpu_demo.sh OUTDIR modes|sweep}
-WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|builtin|nccl1|sweep}
+WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|builtin|sweep}
 bash .gpu/install.sh || exit 1
 export PYTHONPATH=/tmp/gpu-site:/tmp/gpu-vllm:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 COLUMNS=160
 cli() { python3 -m dbo_trace.cli "$@"; }
@@ -26,11 +26,6 @@ work=$(mktemp -d)
       echo "== dbo-trace demo --mode all --nproc 2"
       cli demo --mode all --nproc 2 -o "$work/demo-2gpu"; echo "exit status $?"
       for b in "$work"/demo-2gpu/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
-      ;;
-    nccl1)
-      echo "== dbo-trace demo --mode all --comm all_to_all   (NCCL over a world of one GPU)"
-      cli demo --mode all --comm all_to_all -o "$work/demo-1gpu-nccl"; echo "exit status $?"
-      for b in "$work"/demo-1gpu-nccl/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
       ;;
     builtin)
       echo "== dbo-trace demo --mode all --ubatching builtin"

@@ -137,3 +137,9 @@ def test_sweep_verdicts_compare_the_gain_with_the_criterion():
     assert sweep_verdicts(slower)["agree"] is True
     unknown = {"serial_step_us": 1000.0, "dbo_step_us": 900.0, "ratio": None}
     assert sweep_verdicts(unknown)["predicted"] is None and sweep_verdicts(unknown)["agree"] is None
+
+
+def test_all_to_all_over_one_process_is_refused(tmp_path):
+    proc = run_cli("demo", "--device", "cpu", "--comm", "all_to_all", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "--comm all_to_all needs --nproc 2 or more" in proc.stderr
+    assert not (tmp_path / "x").exists()
