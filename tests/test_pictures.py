@@ -112,3 +112,17 @@ def test_timeline_refuses_an_unknown_format_and_a_missing_step(tmp_path):
     kept.write_bytes(b"mine")
     again = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(kept))
     assert again.returncode == 2 and kept.read_bytes() == b"mine"
+
+
+def test_graph_replay_kernels_are_packed_into_few_lanes_without_overlap():
+    rank = analysed("graph").ranks[0]
+    view = step_view(rank, median_step(rank))
+    graph_lanes = [lane for lane in view.lanes if lane.startswith("GPU graph replay")]
+    # One GEMM and one comm kernel at a time at most: two lanes hold every replayed kernel.
+    assert graph_lanes == ["GPU graph replay 1", "GPU graph replay 2"]
+    gpu_bars = [b for b in view.bars if b.lane.startswith("GPU")]
+    assert len([b for b in gpu_bars if b.kind != "copy"]) == view.step.metrics.kernels
+    assert all(b.lane in graph_lanes for b in gpu_bars)
+    for lane in graph_lanes:
+        spans = sorted((b.start, b.end) for b in gpu_bars if b.lane == lane)
+        assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:]))

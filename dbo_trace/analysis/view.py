@@ -63,6 +63,19 @@ def step_title(rank: RankReport, step: StepReport) -> str:
     )
 
 
+def _pack(kernels: list[int], start: np.ndarray, end: np.ndarray) -> dict[int, int]:
+    """Kernel -> lane number, greedily: each kernel takes the first lane free at its start."""
+    lane_end: list[float] = []
+    out = {}
+    for i in sorted(kernels, key=lambda k: start[k]):
+        n = next((n for n, e in enumerate(lane_end) if e <= start[i]), len(lane_end))
+        if n == len(lane_end):
+            lane_end.append(0.0)
+        lane_end[n] = float(end[i])
+        out[i] = n
+    return out
+
+
 def step_view(rank: RankReport, position: int) -> StepView:
     step = rank.steps[position]
     d = rank.detail
@@ -72,21 +85,27 @@ def step_view(rank: RankReport, position: int) -> StepView:
     t0 = step.start_us
     view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step))
 
-    # GPU: one lane per stream, named by what runs there.
+    # GPU: one lane per stream, named by what runs there. A replayed graph forks onto many internal
+    # streams whose identity means nothing; their kernels are packed into as few lanes as overlap allows.
     gsel = np.flatnonzero(att.gpu_step == step.index)
-    streams = sorted({int(tl.gpu.lane[i]) for i in gsel})
-    lane_of = {}
-    for sid in streams:
+    graph_streams, gpu_lanes, lane_of_kernel = set(), [], {}
+    for sid in sorted({int(tl.gpu.lane[i]) for i in gsel}):
         on = gsel[tl.gpu.lane[gsel] == sid]
+        if (d.launch_kind[on] == c.CALL_GRAPH_LAUNCH).mean() > 0.5:
+            graph_streams.add(sid)
+            continue
         what = "+".join(c.KIND_NAMES[k] for k in sorted(set(d.kernel_kind[on].tolist())))
-        replayed = (d.launch_kind[on] == c.CALL_GRAPH_LAUNCH).mean() > 0.5
-        lane_of[sid] = f"GPU stream {sid} ({what}{', graph' if replayed else ''})"
+        gpu_lanes.append(f"GPU stream {sid} ({what})")
+        lane_of_kernel.update((int(i), gpu_lanes[-1]) for i in on)
+    packed = _pack([int(i) for i in gsel if int(tl.gpu.lane[i]) in graph_streams], tl.gpu.start, tl.gpu.end)
+    graph_lanes = [f"GPU graph replay {n + 1}" for n in range(max(packed.values(), default=-1) + 1)]
+    lane_of_kernel.update((i, graph_lanes[n]) for i, n in packed.items())
     for i in gsel:
         view.bars.append(
             Bar(
                 float(tl.gpu.start[i]) - t0,
                 float(tl.gpu.end[i]) - t0,
-                lane_of[int(tl.gpu.lane[i])],
+                lane_of_kernel[int(i)],
                 tl.names[tl.gpu.name[i]],
                 int(att.gpu_ubatch[i]),
                 c.KIND_NAMES[int(d.kernel_kind[i])],
@@ -117,7 +136,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
                 )
             )
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
-    view.lanes = cpu_lanes + [lane_of[s] for s in streams]
+    view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
     # Bands: comm running under compute, and GPU idle that the host caused.
     start, end, kind = tl.gpu.start[gsel], tl.gpu.end[gsel], d.kernel_kind[gsel]
