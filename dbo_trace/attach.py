@@ -17,6 +17,7 @@ from pathlib import Path
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view
+from dbo_trace.files import replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
 
 
@@ -93,14 +94,13 @@ def pack(
             raise ValueError(
                 f"the summary alone is {len(data) / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap; raise --max-mb"
             )
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(out)
+    replace_file(out, data)
     return Packed(out, len(data), sorted(members), trimmed)
 
 
-def median_timeline(report: Report, path: Path) -> None:
+def median_timeline(report: Report) -> bytes:
+    """The PNG of the first rank's median step."""
     from dbo_trace.render.timeline import draw_timeline
 
     rank = next(r for r in report.ranks if r.steps)
-    draw_timeline(step_view(rank, median_step(rank)), path)
+    return draw_timeline(step_view(rank, median_step(rank)))

@@ -12,9 +12,10 @@ docs/bundle-format.md is the reference; bump a version when a field changes mean
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from dbo_trace.files import replace_file
 
 BUNDLE_FORMAT = "dbo-trace-bundle"
 BUNDLE_VERSION = 1
@@ -90,7 +91,5 @@ def write_manifest(bundle: Path, manifest: dict[str, Any]) -> Path:
     bundle.mkdir(parents=True, exist_ok=True)
     body = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, **manifest}
     path = bundle / MANIFEST_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    replace_file(path, (json.dumps(body, indent=2, sort_keys=True, default=str) + "\n").encode())
     return path

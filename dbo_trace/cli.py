@@ -11,6 +11,7 @@ from typing import NoReturn
 import click
 
 from dbo_trace import __version__
+from dbo_trace.files import replace_file
 from dbo_trace.trace.errors import InputError
 from dbo_trace.ui import reading_bar
 
@@ -35,10 +36,8 @@ def _write_output(text: str, output: Path | None) -> None:
 
 def _write_file(data: bytes, path: Path) -> None:
     """Write via a rename, so an interrupted write never leaves half a file where the user looks."""
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        replace_file(path, data)
     except OSError as exc:
         fail(f"{path}: cannot write ({exc.strerror})")
     click.echo(f"wrote {path} ({len(data) / 1e6:.2f} MB)", err=True)
@@ -119,6 +118,7 @@ def report(
 
     from dbo_trace.analysis.report import Options
     from dbo_trace.render import RENDERERS
+    from dbo_trace.render.timeline import FORMATS as TIMELINE_FORMATS
 
     for pattern in comm_kernels + ubatch_patterns:
         try:
@@ -128,7 +128,7 @@ def report(
     for target in (output, timeline, perfetto, html_out):  # before any work, so nothing is lost
         if target is not None and target.exists() and not force:
             fail(f"{target}: already exists; choose another path or pass --force to replace it")
-    if timeline is not None and timeline.suffix.lower() not in (".png", ".svg"):
+    if timeline is not None and timeline.suffix.lower().lstrip(".") not in TIMELINE_FORMATS:
         fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
     result = _analyzed(list(paths), options)
@@ -226,8 +226,6 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     median step, not the whole run) and the manifest, secrets redacted again.
     Trimmed to stay under --max-mb (25 MB, GitHub's attachment limit).
     """
-    import tempfile
-
     from dbo_trace.analysis.report import Options
     from dbo_trace.attach import median_timeline, pack
     from dbo_trace.render import RENDERERS
@@ -238,22 +236,19 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     result = _analyzed([source], Options(layers=layers))
     if not any(r.steps for r in result.ranks):
         fail(f"{source}: no step with GPU activity; nothing to draw or trim")
-    with tempfile.TemporaryDirectory() as tmp:
-        png = Path(tmp) / "timeline.png"
-        median_timeline(result, png)
-        try:
-            packed = pack(
-                result,
-                source,
-                out,
-                int(max_mb * 1e6),
-                steps,
-                RENDERERS["markdown"](image="timeline.png").render(result),
-                png.read_bytes(),
-                RENDERERS["json"]().render(result),
-            )
-        except ValueError as exc:
-            fail(f"{out}: {exc}")
+    try:
+        packed = pack(
+            result,
+            source,
+            out,
+            int(max_mb * 1e6),
+            steps,
+            RENDERERS["markdown"](image="timeline.png").render(result),
+            median_timeline(result),
+            RENDERERS["json"]().render(result),
+        )
+    except ValueError as exc:
+        fail(f"{out}: {exc}")
     click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
     for line in packed.trimmed:
         click.echo(f"  {line}")
@@ -278,10 +273,8 @@ def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
     if step_number is not None and step_number > len(rank.steps):
         fail(f"--step {step_number}: rank {rank.rank} has {len(rank.steps)} steps")
     position = median_step(rank) if step_number is None else step_number - 1
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    draw_timeline(step_view(rank, position), tmp)
-    os.replace(tmp, path)
-    click.echo(f"wrote {path} (rank {rank.rank}, {rank.steps[position].label})", err=True)
+    _write_file(draw_timeline(step_view(rank, position), path.suffix.lower().lstrip(".")), path)
+    click.echo(f"  rank {rank.rank}, {rank.steps[position].label}", err=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -484,8 +477,7 @@ def demo(
         if plot is not None:
             from dbo_trace.render.sweep_plot import draw_sweep
 
-            draw_sweep(rows, plot)
-            click.echo(f"wrote {plot}", err=True)
+            _write_file(draw_sweep(rows), plot)
         return
     results = run_demo(opts, ui)
     click.echo(demo_table(results), nl=False)

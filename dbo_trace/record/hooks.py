@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dbo_trace import bundle as fmt
+from dbo_trace.files import replace_file
 from dbo_trace.record.events import EventLog
 
 try:  # NVTX ranges for Nsight Systems users; optional
@@ -165,9 +166,7 @@ class Instrumentation:
             # Counter updates come from one thread at a time (the microbatches ping-pong).
             "counters": dict(sorted(self.counters.items())),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(body, indent=1) + "\n")
-        os.replace(tmp, path)
+        replace_file(path, (json.dumps(body, indent=1) + "\n").encode())
 
     # -- microbatch-thread events (UBatchContext) ----------------------------
     def ub_wait(self, ub: int) -> None:

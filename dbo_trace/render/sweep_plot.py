@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 from dbo_trace.demo.run import sweep_verdicts
 
 
-def draw_sweep(rows: list[dict], path: Path) -> None:
+def draw_sweep(rows: list[dict]) -> bytes:
+    """The grid as PNG bytes; writing it is the caller's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,5 +49,7 @@ def draw_sweep(rows: list[dict], path: Path) -> None:
     ax.set_title("DBO step-time gain over serial microbatches\n✓/✗: the report's criterion (ratio >= 1 pays) agrees / disagrees")
     fig.colorbar(image, ax=ax, label="gain (%)")
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    return buf.getvalue()

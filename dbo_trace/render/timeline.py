@@ -3,7 +3,7 @@ microbatch and shaded by class, overlap and host-caused idle marked. Draws a Ste
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 from dbo_trace.analysis.view import StepView
 
@@ -15,10 +15,12 @@ KIND_STYLE = {  # alpha, hatch
     "launch": (0.9, None),
     "yield": (0.25, None),
 }
-FORMATS = (".png", ".svg")
+FORMATS = ("png", "svg")
 
 
-def draw_timeline(view: StepView, path: Path, width_in: float = 12.0) -> None:
+def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 12.0) -> bytes:
+    """The picture as PNG or SVG bytes; writing it is the caller's."""
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,5 +62,7 @@ def draw_timeline(view: StepView, path: Path, width_in: float = 12.0) -> None:
     ]
     fig.legend(handles=legend, fontsize=7, ncol=6, loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=image_format)
     plt.close(fig)
+    return buf.getvalue()
