@@ -26,6 +26,19 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+def _refuse_overwrite(*paths: Path | None, force: bool) -> None:
+    """Before any work, so nothing the user had is lost: an existing output needs --force."""
+    for path in paths:
+        if path is not None and path.exists() and not force:
+            fail(f"{path}: already exists; choose another path or pass --force to replace it")
+
+
+def _refuse_nonempty(out: Path) -> None:
+    """A folder to create and fill: it must be new or empty."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
+
+
 def _write_output(text: str, output: Path | None) -> None:
     """stdout, or the file (whose replacement the caller already allowed)."""
     if output is None:
@@ -125,9 +138,7 @@ def report(
             re.compile(pattern)
         except re.error as exc:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
-    for target in (output, timeline, perfetto, html_out):  # before any work, so nothing is lost
-        if target is not None and target.exists() and not force:
-            fail(f"{target}: already exists; choose another path or pass --force to replace it")
+    _refuse_overwrite(output, timeline, perfetto, html_out, force=force)
     if timeline is not None and timeline.suffix.lower().lstrip(".") not in TIMELINE_FORMATS:
         fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
     options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
@@ -195,8 +206,7 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
         fail("compare needs at least two arms (bundles or traces)")
     if labels and len(labels) != len(arms):
         fail(f"--label given {len(labels)} times for {len(arms)} arms; give one per arm or none")
-    if output is not None and output.exists() and not force:
-        fail(f"{output}: already exists; choose another path or pass --force to replace it")
+    _refuse_overwrite(output, force=force)
     names = list(labels) or [p.name or str(p) for p in arms]
     compared = []
     for name, path in zip(names, arms):
@@ -231,8 +241,7 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     from dbo_trace.render import RENDERERS
 
     out = out or Path(f"{source.resolve().name}-dbo-trace.tar.gz")
-    if out.exists() and not force:
-        fail(f"{out}: already exists; choose another path or pass --force to replace it")
+    _refuse_overwrite(out, force=force)
     result = _analyzed([source], Options(layers=layers))
     if not any(r.steps for r in result.ranks):
         fail(f"{source}: no step with GPU activity; nothing to draw or trim")
@@ -337,8 +346,7 @@ def record(
 
     command = list(command)
     out = out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
+    _refuse_nonempty(out)
     server = environment.is_vllm_serve(command) if server is None else server
     plan = RecordPlan(
         command=command,
@@ -461,8 +469,7 @@ def demo(
     if sweep and nproc > 1:
         fail("--sweep runs on one GPU; drop --nproc")
     out = out or Path(f"dbo-trace-demo-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
+    _refuse_nonempty(out)
     if plot is not None and plot.exists():
         fail(f"{plot}: already exists; choose another --plot path")
     opts = DemoOptions(
