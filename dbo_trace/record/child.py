@@ -36,20 +36,20 @@ class Child:
     def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
         self.argv = argv
         self.log_path = log_path
-        self._log = open(log_path, "ab")
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            self._log.close()
-            raise ChildFailed(f"{argv[0]}: cannot start ({exc.strerror}); check the command after --") from None
+        # The child writes the log through its own copy of the descriptor; ours is closed at once.
+        with open(log_path, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    argv,
+                    env=dict(env),
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise ChildFailed(f"{argv[0]}: cannot start ({exc.strerror}); check the command after --") from None
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
 
     @property
@@ -61,7 +61,6 @@ class Child:
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the program's output, for error messages."""
-        self._log.flush()
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(max(0, os.path.getsize(self.log_path) - 64 * 1024))
@@ -105,15 +104,7 @@ class Child:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - a process that survives SIGKILL
             code = None
-        self._log.close()
         return StopResult(code, sent)
-
-    def wait(self) -> int:
-        code = self.proc.wait()
-        if self.group_alive():  # the leader is gone; stragglers of its group are not ours to leave behind
-            self.stop(grace_s=5.0)
-        self._log.close()
-        return code
 
 
 # -- HTTP to the server (the standard library: nothing to install) ----------------------

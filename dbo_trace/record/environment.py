@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shlex
 import subprocess
 from typing import Iterable
 
@@ -115,7 +114,3 @@ def server_url(argv: list[str]) -> str:
     host = "127.0.0.1" if host in (None, True, "0.0.0.0", "::", "") else host
     port = flags.get("port", "8000")
     return f"http://{host}:{port}"
-
-
-def command_line(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)

@@ -256,14 +256,11 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
 
 
 def _wait_program(child: Child, ui: Progress) -> int:
+    """Until the program exits; what it left running in its group is stopped by record() like a server."""
     ui.phase(f"running {Path(child.argv[0]).name} (output in {child.log_path.name})")
-    while True:
-        code = child.poll()
-        if code is not None:
-            if child.group_alive():
-                child.stop(grace_s=5.0)
-            return code
+    while (code := child.poll()) is None:
         time.sleep(0.2)
+    return code
 
 
 def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) -> None:
