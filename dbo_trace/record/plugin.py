@@ -28,7 +28,7 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
     try:
         from dbo_trace.record.events import open_log
         from dbo_trace.record.hooks import Instrumentation
-        from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, targets_for, vllm_version
+        from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, TARGETS_BY_VERSION, targets_for, vllm_version
 
         version = vllm_version()
         targets, known = targets_for(version) if version else ([], True)
@@ -36,7 +36,8 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
         ins.install([*targets, *extra_targets])
         atexit.register(ins.safely, ins.write_counters, "exit")
         if not known:
-            _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", version, "0.33")
+            newest = TARGETS_BY_VERSION[-1][0]
+            _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", version, newest)
         for name in ins.missing:
             if name not in OPTIONAL_TARGETS:
                 _log.warning("dbo-trace: %s not found in vLLM %s; not instrumented", name, version)

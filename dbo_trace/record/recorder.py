@@ -9,6 +9,7 @@ the bundle's manifest says what was collected and no child is left alive.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -18,7 +19,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Protocol
+from typing import Callable, ContextManager, Iterator, NoReturn, Protocol
 
 from dbo_trace import bundle as fmt
 from dbo_trace.record import environment
@@ -176,16 +177,14 @@ def _finish_manifest(out: Path, manifest: dict) -> dict:
     return manifest
 
 
-# -- signals: SIGTERM and SIGHUP become an interrupt, like Ctrl-C -----------------------
+# -- signals ------------------------------------------------------------------------------
 @contextmanager
-def _terminations_interrupt() -> Iterator[None]:
-    def handler(signum, frame):
-        raise Interrupted(signal.Signals(signum).name)
-
+def _signals(handler, *signums: signal.Signals) -> Iterator[None]:
+    """Handle signums with handler for the block (only the main thread may set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, handler) for sig in signums}
     try:
         yield
     finally:
@@ -193,18 +192,14 @@ def _terminations_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-@contextmanager
-def _shielded() -> Iterator[None]:
-    """While stopping the child: a second Ctrl-C or SIGTERM must not leave it running."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+def _raise_interrupted(signum, frame) -> NoReturn:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+# SIGTERM and SIGHUP end a recording like Ctrl-C does.
+_terminations_interrupt = functools.partial(_signals, _raise_interrupted, signal.SIGTERM, signal.SIGHUP)
+# While stopping the child: a second Ctrl-C or SIGTERM must not leave it running.
+_shielded = functools.partial(_signals, signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # -- the recording --------------------------------------------------------------------------
