@@ -447,7 +447,7 @@ def demo(
     import datetime as dt
     import importlib.util
 
-    from dbo_trace.demo.run import DemoOptions, modes_of, run_demo, run_sweep
+    from dbo_trace.demo.run import DemoOptions, SweepFailed, modes_of, run_demo, run_sweep
     from dbo_trace.render.demo import demo_table, sweep_table
     from dbo_trace.ui import ConsoleProgress
 
@@ -477,7 +477,10 @@ def demo(
     )
     ui = ConsoleProgress()
     if sweep:
-        rows = run_sweep(opts, sweep_compute_us, sweep_comm_us, ui)
+        try:
+            rows = run_sweep(opts, sweep_compute_us, sweep_comm_us, ui)
+        except SweepFailed as exc:
+            fail(str(exc), code=1)
         out.mkdir(parents=True, exist_ok=True)
         (out / "sweep.json").write_text(json.dumps(rows, indent=1))
         click.echo(sweep_table(rows), nl=False)

@@ -143,3 +143,9 @@ def test_all_to_all_over_one_process_is_refused(tmp_path):
     proc = run_cli("demo", "--device", "cpu", "--comm", "all_to_all", "-o", str(tmp_path / "x"))
     assert proc.returncode == 2 and "--comm all_to_all needs --nproc 2 or more" in proc.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_failing_sweep_worker_is_one_error_line(tmp_path):
+    proc = run_cli("demo", "--device", "cpu", "--sweep", "--sweep-compute-us", "fast", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the sweep worker failed (exit 1): ValueError: could not convert string to float: 'fast'" in proc.stderr

@@ -9,9 +9,8 @@ import reference as ref
 from conftest import SAMPLES, run_cli, sample_trace
 
 from dbo_trace.analysis.report import Options  # noqa: E402
-from dbo_trace.analysis.session import analyze  # noqa: E402
+from dbo_trace.analysis.session import analyze_paths  # noqa: E402
 from dbo_trace.analysis.view import median_step, step_view  # noqa: E402
-from dbo_trace.trace.load import discover, load  # noqa: E402
 
 DRAWN = ["serial", "overlap", "graph", "hostbound"]
 
@@ -23,7 +22,7 @@ def png_size(path):
 
 
 def analysed(variant):
-    return analyze(load(discover([SAMPLES / variant])), Options(), [variant])
+    return analyze_paths([SAMPLES / variant], Options())
 
 
 @pytest.mark.parametrize("variant", DRAWN)

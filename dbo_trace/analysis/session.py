@@ -1,12 +1,13 @@
-"""analyze(): loaded traces and options in, a Report out."""
+"""analyze(): loaded traces and options in, a Report out; analyze_paths() reads them first."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from dbo_trace.analysis.ranks import cross_rank
 from dbo_trace.analysis.report import Options, Report, analyze_rank, combine
-from dbo_trace.trace.load import Loaded
+from dbo_trace.trace.load import Loaded, discover, load
 
 
 def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
@@ -25,3 +26,8 @@ def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     report = combine(ranks, options, inputs, loaded.warnings)
     report.cross_rank = cross_rank(report.ranks)
     return report
+
+
+def analyze_paths(paths: list[Path], options: Options) -> Report:
+    """Read and analyse, without a progress bar (the CLI shows one, so it calls the steps itself)."""
+    return analyze(load(discover(paths)), options, [str(p) for p in paths])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,10 @@ EXPECTED = {"serial": v.NOT_OVERLAPPED, "overlap": v.OVERLAPPED, "graph": v.OVER
 GRAPH_REPLAYED_AT_LEAST = 0.9  # the graph mode's kernels must come from replays
 # The host-bound mode needs launches to dominate: small, quick kernels and short communication.
 HOSTBOUND_OVERRIDES = {"layers": 2, "tokens": 4096, "hidden": 1024, "comm_us": 20.0}
+
+
+class SweepFailed(Exception):
+    """The sweep's worker process failed; the message has its last line."""
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,8 @@ def _complete_manifest(bundle: Path, workload: dict) -> None:
 
 
 def run_mode(opts: DemoOptions, mode: str, ui: Progress) -> ModeResult:
-    from dbo_trace.analysis.session import analyze
+    from dbo_trace.analysis.session import analyze_paths
     from dbo_trace.trace.errors import InputError
-    from dbo_trace.trace.load import discover, load
 
     result = ModeResult(mode, EXPECTED[mode], opts.out / mode, checked=opts.device == "cuda")
     ui.phase(f"demo {mode}: recording into {result.bundle}")
@@ -111,7 +115,7 @@ def run_mode(opts: DemoOptions, mode: str, ui: Progress) -> ModeResult:
     if not result.checked:
         return result  # the CPU has no kernels to diagnose: the orchestration ran, and that is what was asked
     try:
-        result.report = analyze(load(discover([result.bundle])), Options(), [str(result.bundle)])
+        result.report = analyze_paths([result.bundle], Options())
     except InputError as exc:
         result.error = str(exc)
         return result
@@ -150,15 +154,17 @@ def run_sweep(opts: DemoOptions, computes: str, comms: str, ui: Progress) -> lis
     ]
     points = len(computes.split(",")) * len(comms.split(","))
     rows: list[dict] = []
-    with ui.counter(f"sweep: {points} points", points) as advance:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stderr to a file, not a pipe: torch's warnings could fill a pipe nobody reads until stdout ends.
+    with ui.counter(f"sweep: {points} points", points) as advance, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         for line in proc.stdout:
             if line.startswith("{"):
                 rows.append(json.loads(line))
                 advance(len(rows))
-        err = proc.stderr.read()
         if proc.wait() != 0:
-            raise RuntimeError(f"the sweep worker failed (exit {proc.returncode}): {err.strip().splitlines()[-1:]}")
+            err.seek(0)
+            last = (err.read().strip().splitlines() or ["no output"])[-1]
+            raise SweepFailed(f"the sweep worker failed (exit {proc.returncode}): {last}")
     return rows
 
 

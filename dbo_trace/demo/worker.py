@@ -151,7 +151,11 @@ def _comm(torch, device, dist, args, comm_us: float):
     return AllToAllComm(torch, dist, device, nbytes or 4096)
 
 
-def _timed_steps(work, device, n: int) -> list[float]:
+def _timed_steps(work, device, n: int, warmup: int) -> list[float]:
+    """Wall time of n steps, each to its end on the device, after warmup untimed ones."""
+    for _ in range(warmup):
+        work.step()
+    device.synchronize()
     wall = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -194,10 +198,7 @@ def run_mode(args) -> int:
     cfg = WorkloadConfig(args.mode, args.layers, tokens, args.hidden, args.tiny_kernels)
     comm = _comm(torch, device, dist, args, comm_us)
     work = Workload(cfg, device, ub, comm, ins)
-    for _ in range(args.warmup):
-        work.step()
-    device.synchronize()
-    wall = _timed_steps(work, device, TIMED_STEPS)
+    wall = _timed_steps(work, device, TIMED_STEPS, args.warmup)
     bundle = Path(os.environ.get("DBO_TRACE_DIR") or args.out or tempfile.mkdtemp(prefix="dbo-trace-demo-"))
     trace_dir = Path(os.environ.get("DBO_TRACE_TRACES") or bundle / "traces")
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -232,8 +233,7 @@ def run_sweep(args) -> int:
     """Step time with DBO (overlap) against serialized microbatches per grid point, and the report's criterion."""
     torch, device, dist, ub, backend, rank, world = _setup(args)
     from dbo_trace.analysis.report import Options
-    from dbo_trace.analysis.session import analyze
-    from dbo_trace.trace.load import discover, load
+    from dbo_trace.analysis.session import analyze_paths
 
     computes = [float(x) for x in str(args.compute_us or "200,400,800").split(",")]
     comms = [float(x) for x in str(args.comm_us).split(",")]
@@ -244,14 +244,11 @@ def run_sweep(args) -> int:
             medians = {}
             for mode in ("serial", "overlap"):
                 work = Workload(WorkloadConfig(mode, args.layers, tokens, args.hidden), device, ub, comm)
-                for _ in range(args.warmup):
-                    work.step()
-                device.synchronize()
-                medians[mode] = statistics.median(_timed_steps(work, device, TIMED_STEPS))
+                medians[mode] = statistics.median(_timed_steps(work, device, TIMED_STEPS, args.warmup))
             with tempfile.TemporaryDirectory() as tmp:
                 work = Workload(WorkloadConfig("serial", args.layers, tokens, args.hidden), device, ub, comm)
                 _profile(torch, work, device, 3, Path(tmp), "rank0", True)
-                result = analyze(load(discover([Path(tmp)])), Options(comm_patterns=(SPIN_KERNEL,), layers=args.layers), [tmp])
+                result = analyze_paths([Path(tmp)], Options(comm_patterns=(SPIN_KERNEL,), layers=args.layers))
             rt = result.round_trips
             print(
                 json.dumps(
