@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
-from dbo_trace.analysis.view import median_step, step_view
+from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.files import replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
 
@@ -35,9 +35,7 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
     for rank in report.ranks:
         if not rank.steps:
             continue
-        m = median_step(rank)
-        first = max(0, min(m - steps // 2, len(rank.steps) - steps))
-        chosen = rank.steps[first : first + steps]
+        chosen = [rank.steps[p] for p in steps_around_median(rank, steps)]
         windows[rank.rank] = (chosen[0].start_us, chosen[-1].end_us)
         described.append(f"rank {rank.rank}: {chosen[0].label} to {chosen[-1].label} of {len(rank.steps)} steps")
     return windows, described

@@ -50,6 +50,12 @@ def median_step(rank: RankReport) -> int:
     return int(np.argsort(walls, kind="stable")[(len(walls) - 1) // 2])
 
 
+def steps_around_median(rank: RankReport, n: int) -> range:
+    """Positions of n consecutive steps centred on the median step (fewer if the rank has fewer)."""
+    first = max(0, min(median_step(rank) - n // 2, len(rank.steps) - n))
+    return range(first, min(len(rank.steps), first + n))
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 

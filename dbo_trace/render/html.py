@@ -7,7 +7,7 @@ import html
 import json
 
 from dbo_trace.analysis.report import Report
-from dbo_trace.analysis.view import median_step, step_view
+from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import ms, pct
 
@@ -21,8 +21,7 @@ def _views(report: Report) -> list[dict]:
         if not rank.steps or rank.detail is None:
             continue
         m = median_step(rank)
-        first = max(0, min(m - MAX_STEPS // 2, len(rank.steps) - MAX_STEPS))
-        for pos in range(first, min(len(rank.steps), first + MAX_STEPS)):
+        for pos in steps_around_median(rank, MAX_STEPS):
             v = step_view(rank, pos)
             names: dict[str, int] = {}
             bars = [
