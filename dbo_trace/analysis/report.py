@@ -47,6 +47,7 @@ class RankDetail:
     timeline: Timeline
     attribution: Attribution
     kernel_kind: np.ndarray  # classify.COMPUTE / COMM / COPY per GPU activity
+    call_kind: np.ndarray  # classify.CALL_* per CUDA API call
     launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
 
 
@@ -140,7 +141,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         round_trips=rt,
         verdict=decide(total, rt, all_threads),
         notes=notes,
-        detail=RankDetail(tl, att, kinds, launch_kind),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind),
     )
 
 

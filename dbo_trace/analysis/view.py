@@ -144,11 +144,27 @@ def step_view(rank: RankReport, position: int) -> StepView:
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
-    # Bands: comm running under compute, and GPU idle that the host caused.
-    start, end, kind = tl.gpu.start[gsel], tl.gpu.end[gsel], d.kernel_kind[gsel]
+    bands = step_bands(rank, step)
+    view.overlap = [(s - t0, e - t0) for s, e in zip(*bands.hidden_comm)]
+    view.host_idle = [(s - t0, e - t0) for s, e in zip(*bands.host_idle)]
+    return view
+
+
+@dataclass
+class StepBands:
+    """Derived intervals of one step on the trace clock, each a (starts, ends) pair of arrays."""
+
+    hidden_comm: tuple[np.ndarray, np.ndarray]  # comm running under compute
+    exposed_comm: tuple[np.ndarray, np.ndarray]  # comm with no compute beside it
+    host_idle: tuple[np.ndarray, np.ndarray]  # GPU idle with nothing queued: the host was late
+
+
+def step_bands(rank: RankReport, step: StepReport) -> StepBands:
+    """The intervals behind a step's overlap and host-idle numbers, as the metrics count them."""
+    d = rank.detail
+    sel = d.attribution.gpu_step == step.index
+    start, end, kind = d.timeline.gpu.start[sel], d.timeline.gpu.end[sel], d.kernel_kind[sel]
     comm = (start[kind == c.COMM], end[kind == c.COMM])
     compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
-    view.overlap = [(s - t0, e - t0) for s, e in zip(*iv.intersection(comm, compute))]
-    gs, ge, _ = host_idle_gaps(start, end, att.gpu_launch_start[gsel])
-    view.host_idle = [(s - t0, e - t0) for s, e in zip(gs, ge)]
-    return view
+    gs, ge, _ = host_idle_gaps(start, end, d.attribution.gpu_launch_start[sel])
+    return StepBands(iv.intersection(comm, compute), iv.difference(comm, compute), (gs, ge))

@@ -10,8 +10,8 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
-from dbo_trace.analysis.metrics import host_idle_gaps
 from dbo_trace.analysis.report import RankReport, Report
+from dbo_trace.analysis.view import step_bands
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
 DERIVED = "dbo-trace"
@@ -92,21 +92,16 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
             sel = in_steps & (att.gpu_ubatch == u) & (att.gpu_phase == phase)
             s, e = iv.union(tl.gpu.start[sel], tl.gpu.end[sel])
             w.slices(w.track(f"microbatch {u} {label} (GPU)", root), s, e, [f"ub{u} {label}"] * len(s))
-    comm = in_steps & (d.kernel_kind == c.COMM)
-    compute = in_steps & (d.kernel_kind == c.COMPUTE)
-    comm_iv, compute_iv = (tl.gpu.start[comm], tl.gpu.end[comm]), (tl.gpu.start[compute], tl.gpu.end[compute])
-    s, e = iv.intersection(comm_iv, compute_iv)
-    w.slices(w.track("comm under compute", root), s, e, ["hidden comm"] * len(s))
-    s, e = iv.difference(comm_iv, compute_iv)
-    w.slices(w.track("exposed comm", root), s, e, ["exposed comm"] * len(s))
-    gs, ge = [], []
-    for step in steps:  # per step, as the metrics count it
-        sel = att.gpu_step == step.index
-        a, b, _ = host_idle_gaps(tl.gpu.start[sel], tl.gpu.end[sel], att.gpu_launch_start[sel])
-        gs += list(a)
-        ge += list(b)
-    w.slices(w.track("GPU idle, host-caused", root), gs, ge, ["host-caused idle"] * len(gs))
-    graph = np.flatnonzero(keep_calls & (c.call_kinds(tl.names, tl.calls.name) == c.CALL_GRAPH_LAUNCH))
+    bands = [step_bands(rank, step) for step in steps]  # per step, as the metrics count them
+    for track, name, field in (
+        ("comm under compute", "hidden comm", "hidden_comm"),
+        ("exposed comm", "exposed comm", "exposed_comm"),
+        ("GPU idle, host-caused", "host-caused idle", "host_idle"),
+    ):
+        s = np.concatenate([getattr(b, field)[0] for b in bands]) if bands else np.empty(0)
+        e = np.concatenate([getattr(b, field)[1] for b in bands]) if bands else np.empty(0)
+        w.slices(w.track(track, root), s, e, [name] * len(s))
+    graph = np.flatnonzero(keep_calls & (d.call_kind == c.CALL_GRAPH_LAUNCH))
     w.slices(
         w.track("graph replays (cudaGraphLaunch)", root),
         tl.calls.start[graph],
