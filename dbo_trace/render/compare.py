@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import NOISE_SE, Arm
-from dbo_trace.render.format import ms, num, pct
+from dbo_trace.render.format import md_table, ms, num, pct
 
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 1
 
@@ -57,8 +57,7 @@ def noise_line(arms: list[Arm]) -> str:
 
 
 def render_markdown(arms: list[Arm]) -> str:
-    out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    out += ["| " + " | ".join(r) + " |" for r in _rows(arms)]
+    out = md_table(HEADER, _rows(arms))
     return "\n".join(out + ["", noise_line(arms), ""])
 
 

@@ -43,3 +43,9 @@ ROUND_TRIP_HEADER = [
     "ratio",
     "criterion",
 ]
+
+
+def md_table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table, one string per line."""
+    row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
