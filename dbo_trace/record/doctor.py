@@ -63,8 +63,7 @@ def _targets() -> list[Check]:
         checks.append(Check("vLLM version", False, f"{version} is not in the tested table; the newest entry's targets are tried"))
     for target in targets:
         try:
-            cls = getattr(importlib.import_module(target.module), target.cls)
-            getattr(cls, target.attr)
+            target.resolve()
             checks.append(Check(target.name, True, "would be instrumented"))
         except Exception as exc:
             optional = target.name in OPTIONAL_TARGETS

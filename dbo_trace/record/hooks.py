@@ -108,6 +108,11 @@ class Target:
     def name(self) -> str:
         return f"{self.module}.{self.cls}.{self.attr}"
 
+    def resolve(self) -> tuple[type, Any]:
+        """(class, attribute) as installed now; raises when the module, class or attribute is missing."""
+        cls = getattr(importlib.import_module(self.module), self.cls)
+        return cls, getattr(cls, self.attr)
+
 
 class Instrumentation:
     def __init__(self, log: EventLog):
@@ -205,8 +210,7 @@ class Instrumentation:
     def install(self, targets: list[Target]) -> None:
         for target in targets:
             try:
-                cls = getattr(importlib.import_module(target.module), target.cls)
-                original = getattr(cls, target.attr)
+                cls, original = target.resolve()
             except Exception:
                 self.missing.append(target.name)
                 continue
