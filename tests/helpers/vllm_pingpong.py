@@ -18,33 +18,9 @@ import vllm.forward_context as fc
 import vllm.v1.worker.ubatching as ub
 from vllm.plugins import load_general_plugins
 
+from dbo_trace.demo.devices import CpuDevice
+
 LAYERS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-
-
-class StandInStream:
-    """What UBatchContext needs of a CUDA stream, on the CPU."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def wait_event(self, event) -> None:
-        pass
-
-
-class StandInEvent:
-    def record(self, stream=None) -> None:
-        pass
-
-
-_current = threading.local()
-
-
-def current_stream():
-    return getattr(_current, "stream", None)
-
-
-def set_stream(stream) -> None:
-    _current.stream = stream
 
 
 load_general_plugins()
@@ -54,15 +30,13 @@ installed = plugin.installed()
 patched = [] if installed is None else list(installed.patched)
 enter_is_wrapped = hasattr(ub.UBatchContext.__enter__, "__wrapped__")
 
-ub.current_stream = current_stream
-torch.cuda.set_stream = set_stream
-
-compute, comm = StandInStream("compute"), StandInStream("comm")
+# The demo's CPU device: stand-in streams and events behind vLLM's current_stream and torch.cuda.set_stream.
+device = CpuDevice(torch)
+device.bind(ub)
+current_stream = device.current_stream
 barrier = threading.Barrier(3)
-ctxs = ub.make_ubatch_contexts(2, compute, comm, [None, None], barrier)
-for ctx in ctxs:
-    ctx.gpu_comm_done_event = StandInEvent()
-    ctx.gpu_compute_done_event = StandInEvent()
+ctxs = ub.make_ubatch_contexts(2, device.compute_stream, device.comm_stream, [None, None], barrier)
+device.prepare_contexts(ctxs)
 
 truth: list[dict] = []  # appended by whichever thread runs: the order things really happened
 
