@@ -66,6 +66,14 @@ def trace_files(folder: Path) -> list[Path]:
     return sorted(found)
 
 
+def event_files(bundle: Path, suffix: str = ".jsonl") -> list[Path]:
+    """A bundle's event logs (or, with suffix ".counters.json", its counters), in a stable order."""
+    folder = bundle / EVENTS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffix))
+
+
 def is_bundle(path: Path) -> bool:
     return path.is_dir() and (path / MANIFEST_NAME).is_file()
 

@@ -128,18 +128,11 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _files(out: Path, sub: str, suffixes: tuple[str, ...]) -> list[str]:
-    folder = out / sub
-    if not folder.is_dir():
-        return []
-    return sorted(str(p.relative_to(out)) for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
-
-
 def _counters(out: Path) -> dict:
     merged: dict[str, int] = {}
-    for rel in _files(out, fmt.EVENTS_DIR, (".counters.json",)):
+    for path in fmt.event_files(out, ".counters.json"):
         try:
-            body = json.loads((out / rel).read_text())
+            body = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         for key, value in body.get("counters", {}).items():
@@ -170,8 +163,9 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
 
 def _finish_manifest(out: Path, manifest: dict) -> dict:
     manifest["times"]["ended"] = _now()
-    manifest["traces"] = _files(out, fmt.TRACES_DIR, (".json", ".json.gz"))
-    manifest["events"] = _files(out, fmt.EVENTS_DIR, (".jsonl",))
+    traces_dir = out / fmt.TRACES_DIR
+    manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
+    manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
     manifest["counters"] = _counters(out)
     fmt.write_manifest(out, redact_json(manifest))
     return manifest

@@ -51,9 +51,7 @@ def _discover(path: Path, found: Found) -> None:
                 "(was the recording stopped before the profiler wrote them?)"
             )
         found.traces += traces
-        events_dir = path / fmt.EVENTS_DIR
-        if events_dir.is_dir():
-            found.logs += sorted(p for p in events_dir.iterdir() if p.suffix == ".jsonl")
+        found.logs += fmt.event_files(path)
         return
     traces = fmt.trace_files(path)
     if not traces:
