@@ -34,6 +34,8 @@ class EventLog:
         self._buffer: list[tuple] = []
         self._flush_lock = threading.Lock()
         self.step = 0
+        self.pid = os.getpid()
+        self._extra_header = dict(extra_header or {})
         header = {
             "format": EVENTS_FORMAT,
             "version": EVENTS_VERSION,
@@ -47,13 +49,27 @@ class EventLog:
         }
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(header, separators=(",", ":")) + "\n")
-        atexit.register(self.flush)
+        atexit.register(self.flush_at_exit)
 
     def emit(self, kind: str, ubatch: int = -1, detail: Any = None) -> None:
         buffer = self._buffer
         buffer.append((_time_ns(), kind, _get_ident(), _get_native_id(), ubatch, self.step, detail))
         if len(buffer) >= _MAX_BUFFERED:
             self.flush()
+
+    def forked(self) -> "EventLog":
+        """In a forked child: a log of its own (PID-named); records buffered at fork stay the parent's."""
+        self._buffer = []  # the parent writes these; the child must not write them again
+        self._flush_lock = threading.Lock()  # may have been held by a parent thread at fork
+        header = {k: v for k, v in self._extra_header.items()}
+        return EventLog(self.path.parent, extra_header={**header, "forked_from": self.pid})
+
+    def flush_at_exit(self) -> None:
+        """atexit: a vanished folder or a full disk must not print a traceback into the host's exit."""
+        try:
+            self.flush()
+        except Exception:
+            pass
 
     def flush(self) -> None:
         with self._flush_lock:
@@ -68,12 +84,16 @@ _LOG: EventLog | None = None
 
 
 def open_log(bundle_dir: str | os.PathLike, **header: Any) -> EventLog:
-    """The process's event log under BUNDLE/events/ (created once per process)."""
+    """The process's event log under BUNDLE/events/ (created once per process; a forked child gets its own)."""
     global _LOG
-    if _LOG is None:
+    if _LOG is None or _LOG.pid != os.getpid():
         _LOG = EventLog(Path(bundle_dir) / EVENTS_DIR, extra_header=header)
     return _LOG
 
 
-def current_log() -> EventLog | None:
+def reopen_after_fork() -> EventLog | None:
+    """Called in a forked child (vLLM forks its engine core from the API server by default)."""
+    global _LOG
+    if _LOG is not None and _LOG.pid != os.getpid():
+        _LOG = _LOG.forked()
     return _LOG

@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -38,6 +39,7 @@ _PHASE_COLOURS = {
     (1, "yield"): "grey",
 }
 _NVTX_DOMAIN = "dbo-trace"
+COUNTERS_INTERVAL_S = 1.0
 
 
 @functools.lru_cache(maxsize=64)
@@ -124,6 +126,7 @@ class Instrumentation:
         self.patched: list[str] = []
         self.missing: list[str] = []
         self._originals: list[tuple[type, str, Any]] = []
+        self._counters_written = 0.0
 
     # -- safety -----------------------------------------------------------
     def safely(self, fn: Callable, *args: Any) -> Any:
@@ -150,10 +153,28 @@ class Instrumentation:
         self.ranges.close()
         self.log.emit(fmt.EV_STEP_END)
         self.log.flush()
+        self.counters_due()
 
     def graph_event(self, kind: str, mode: str, tokens: int | None) -> None:
         self.counters[f"{kind}/{mode}/{tokens}"] += 1
         self.log.emit(kind, -1, {"mode": mode, "tokens": tokens})
+        self.counters_due()
+
+    def counters_due(self) -> None:
+        """Rewrite the counters at most once a second: a process killed without running atexit
+        (vLLM's forked engine core ends with os._exit) still leaves them on disk."""
+        now = time.monotonic()
+        if now - self._counters_written >= COUNTERS_INTERVAL_S:
+            self._counters_written = now
+            self.write_counters("periodic")
+
+    def forked(self) -> None:
+        """In a forked child: its own log and counters (the parent keeps writing its own)."""
+        from dbo_trace.record.events import reopen_after_fork
+
+        self.log = reopen_after_fork() or self.log
+        self.counters.clear()
+        self._counters_written = 0.0
 
     # -- the counters summary (at exit and at profiler stop) -------------------
     def write_counters(self, reason: str) -> None:

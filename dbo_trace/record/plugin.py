@@ -35,6 +35,9 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
         ins = Instrumentation(open_log(folder, vllm=version or "absent"))
         ins.install([*targets, *extra_targets])
         atexit.register(ins.safely, ins.write_counters, "exit")
+        # vLLM forks its engine core from the API server by default: the child must not write
+        # into the parent's PID-named log and counters (the parent would overwrite them at exit).
+        os.register_at_fork(after_in_child=lambda: ins.safely(ins.forked))
         if not known:
             newest = TARGETS_BY_VERSION[-1][0]
             _log.warning("dbo-trace: vLLM %s is not in the tested table; instrumenting as %s", version, newest)

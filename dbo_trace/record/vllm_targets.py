@@ -145,11 +145,18 @@ def _add_all_threads(wrapper: Any) -> None:
     import torch
 
     config = all_threads_config(torch)
-    base = wrapper._base_profiler_kwargs
-    if config is None or base.get("experimental_config") is not None:
-        return  # an older torch, or the user's own experimental config: the event log attributes alone
-    base["experimental_config"] = config
-    wrapper._profiler_kwargs.setdefault("experimental_config", config)
+    if config is None:
+        return  # an older torch: the event log attributes microbatch threads alone
+    base = getattr(wrapper, "_base_profiler_kwargs", None)
+    if isinstance(base, dict):  # vLLM 0.33 builds its profiler at start from these kwargs
+        if base.get("experimental_config") is None:
+            base["experimental_config"] = config
+            wrapper._profiler_kwargs.setdefault("experimental_config", config)
+        return
+    # vLLM 0.26 builds torch.profiler.profile in __init__; Kineto reads experimental_config at start.
+    profiler = getattr(wrapper, "profiler", None)
+    if profiler is not None and getattr(profiler, "experimental_config", "absent") is None:
+        profiler.experimental_config = config
 
 
 def _profiler_stop(ins: Instrumentation, original: Callable) -> Callable:
@@ -196,7 +203,8 @@ PROFILER_TARGETS = [
 # vLLM version prefix -> targets. Checked in order; the first prefix that matches wins.
 # docs/recording.md has the same table for people; keep the two in step.
 TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
-    ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),
+    ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the CPU (tests/test_plugin_vllm.py)
+    ("0.26", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the H200 with vllm serve (samples/vllm-*)
 ]
 # Absent unless the AFD plugin is installed: not worth a warning.
 OPTIONAL_TARGETS = {f"{AFD_UBATCH_WRAPPER}.AFDUBatchWrapper.__call__"}
