@@ -74,6 +74,18 @@ def main() -> None:
     help="Also count kernels matching REGEX as communication (repeatable).",
 )
 @click.option(
+    "--comm-kernels-only",
+    "comm_kernels_only",
+    multiple=True,
+    metavar="REGEX",
+    help="Count only kernels matching REGEX as communication, replacing the built-in families (repeatable).",
+)
+@click.option(
+    "--step-marker",
+    metavar="REGEX",
+    help="CPU ranges whose name matches REGEX are the steps (wins over vLLM's and the profiler's markers).",
+)
+@click.option(
     "--comm-stream",
     "comm_streams",
     multiple=True,
@@ -110,6 +122,8 @@ def report(
     paths,
     fmt,
     comm_kernels,
+    comm_kernels_only,
+    step_marker,
     comm_streams,
     ubatch_patterns,
     layers,
@@ -133,7 +147,9 @@ def report(
     from dbo_trace.render import RENDERERS
     from dbo_trace.render.timeline import FORMATS as TIMELINE_FORMATS
 
-    for pattern in comm_kernels + ubatch_patterns:
+    if comm_kernels and comm_kernels_only:
+        fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
+    for pattern in comm_kernels + comm_kernels_only + ubatch_patterns + ((step_marker,) if step_marker else ()):
         try:
             re.compile(pattern)
         except re.error as exc:
@@ -141,7 +157,14 @@ def report(
     _refuse_overwrite(output, timeline, perfetto, html_out, force=force)
     if timeline is not None and timeline.suffix.lower().lstrip(".") not in TIMELINE_FORMATS:
         fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
-    options = Options(tuple(comm_kernels), tuple(comm_streams), tuple(ubatch_patterns), layers)
+    options = Options(
+        tuple(comm_kernels or comm_kernels_only),
+        tuple(comm_streams),
+        tuple(ubatch_patterns),
+        layers,
+        step_marker=step_marker,
+        comm_only=bool(comm_kernels_only),
+    )
     result = _analyzed(list(paths), options)
     if timeline is not None:  # first, so the Markdown can link it
         _draw_timeline(result, timeline, step_number, rank_number)

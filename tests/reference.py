@@ -1,8 +1,16 @@
 """An independent, deliberately plain computation of the headline numbers from a raw trace.
 
-json.load, dicts and Python loops: nothing shared with dbo_trace's numpy code.
-Steps are the ProfilerStep#N windows; a kernel belongs to the step whose
-window holds its launching runtime call (joined by correlation id).
+json.load, dicts, lists and Python loops: nothing shared with dbo_trace's numpy code. It follows
+the definitions of docs/analysis.md ("The accounting model") word by word:
+- the window runs from the first event (CPU op, annotation, Python function, CUDA/HIP call, GPU
+  activity) to the last one's end;
+- GPU busy is the union of all GPU activity; utilization = busy / window;
+- comm hidden = time covered by comm kernels and compute kernels at once / time covered by comm;
+- host idle: every GPU idle stretch inside the window (the lead-in, the gaps, the tail) whose next
+  activity's launch call began after the stretch began, or that nothing follows;
+- steps: vLLM's execute_* annotations, else ProfilerStep#N; a step's window runs from its
+  annotation's start to the later of its end and the end of the last GPU activity launched in it;
+  in-step host idle = host idle inside the union of the step windows / that union's length.
 """
 
 from __future__ import annotations
@@ -11,11 +19,30 @@ import gzip
 import json
 import re
 
+LEGACY = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime", "Operator": "cpu_op"}
+GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+CALLS = ("cuda_runtime", "cuda_driver")
+CPU = ("cpu_op", "user_annotation", "python_function")
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch")
+VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(.*\)$")
+PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
 
 def load(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as fh:
         return json.load(fh)
+
+
+def events_of(path):
+    out = []
+    for e in load(path)["traceEvents"]:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        cat = LEGACY.get(e.get("cat"), e.get("cat"))
+        if cat in GPU + CALLS + CPU:
+            out.append(dict(e, cat=cat, end=e["ts"] + e.get("dur", 0)))
+    return out
 
 
 def merged(intervals):
@@ -48,65 +75,103 @@ def both(a, b):
     return total
 
 
+def phase(ctx, gen):
+    return "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
+
+
 def headline(path, comm_regex):
-    doc = load(path)
-    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = sorted(
-        (e["ts"], e["ts"] + e["dur"])
-        for e in events
-        if e.get("cat") == "user_annotation" and re.match(r"ProfilerStep#\d+$", e["name"])
-    )
+    events = events_of(path)
+    rx = re.compile(comm_regex, re.IGNORECASE)
+    window = (min(e["ts"] for e in events), max(e["end"] for e in events))
     launch = {}
     graph_corr = set()
     for e in events:
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+        if e["cat"] in CALLS and "correlation" in e.get("args", {}):
             launch[e["args"]["correlation"]] = e
-            if e["name"] == "cudaGraphLaunch":
+            if e["name"] in GRAPH_LAUNCHES:
                 graph_corr.add(e["args"]["correlation"])
-    per_step = {i: [] for i in range(len(steps))}
-    for e in events:
-        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
-            continue
-        call = launch.get(e["args"].get("correlation"))
-        t = call["ts"] if call else e["ts"]
-        for i, (s0, s1) in enumerate(steps):
-            if s0 <= t <= s1:
-                per_step[i].append(e)
-    rx = re.compile(comm_regex)
-    totals = dict(
-        comm=0.0,
-        compute=0.0,
-        hidden=0.0,
-        busy=0.0,
-        span=0.0,
-        host_idle=0.0,
-        kernels=0,
-        comm_kernels=0,
-        replayed=0,
+    gpu = [e for e in events if e["cat"] in GPU]
+    kernels = [e for e in gpu if e["cat"] == "kernel"]
+    comm = [(k["ts"], k["end"]) for k in kernels if rx.search(k["name"])]
+    compute = [(k["ts"], k["end"]) for k in kernels if not rx.search(k["name"])]
+
+    # Host idle: walk the GPU timeline in start order from the window's start. What ends a gap is
+    # the earliest known launch among the activities that start when the gap ends.
+    earliest_launch = {}
+    for g in gpu:
+        call = launch.get(g.get("args", {}).get("correlation"))
+        if call is not None:
+            earliest_launch[g["ts"]] = min(earliest_launch.get(g["ts"], call["ts"]), call["ts"])
+    host_idle = []
+    busy_until = window[0]
+    for g in sorted(gpu, key=lambda g: g["ts"]):
+        if g["ts"] > busy_until:
+            launched = earliest_launch.get(g["ts"])
+            if launched is not None and launched > busy_until:
+                host_idle.append((busy_until, g["ts"]))
+        busy_until = max(busy_until, g["end"])
+    if window[1] > busy_until:
+        host_idle.append((busy_until, window[1]))  # the tail: nothing more was queued
+
+    # Steps.
+    annotations = [e for e in events if e["cat"] in CPU]
+    marks = [e for e in annotations if VLLM_STEP.match(e["name"])] or [
+        e for e in annotations if PROFILER_STEP.match(e["name"])
+    ]
+    marks.sort(key=lambda e: e["ts"])
+    steps = []
+    for m in marks:
+        own = [
+            g for g in gpu
+            if (c := launch.get(g.get("args", {}).get("correlation"))) is not None and m["ts"] <= c["ts"] <= m["end"]
+        ]
+        if not own:
+            continue  # a step that launched nothing is not reported
+        v = VLLM_STEP.match(m["name"])
+        steps.append(
+            dict(
+                start=m["ts"],
+                end=max(m["end"], max(g["end"] for g in own)),
+                phase=phase(int(v.group(1)), int(v.group(2))) if v else None,
+                own=own,
+            )
+        )
+    step_windows = [(s["start"], s["end"]) for s in steps]
+    in_steps = covered(step_windows)
+
+    def phase_figures(name):
+        mine = [s for s in steps if s["phase"] == name]
+        if not mine:
+            return None
+        wins = [(s["start"], s["end"]) for s in mine]
+        span = covered(wins)
+        busy = both(wins, [(g["ts"], g["end"]) for g in gpu])
+        own_k = [g for s in mine for g in s["own"] if g["cat"] == "kernel"]
+        p_comm = [(k["ts"], k["end"]) for k in own_k if rx.search(k["name"])]
+        p_compute = [(k["ts"], k["end"]) for k in own_k if not rx.search(k["name"])]
+        walls = sorted(s["end"] - s["start"] for s in mine)
+        mid = len(walls) // 2
+        median = walls[mid] if len(walls) % 2 else (walls[mid - 1] + walls[mid]) / 2
+        return dict(
+            steps=len(mine),
+            median_step_us=median,
+            gpu_utilization=busy / span,
+            host_idle_fraction=both(wins, host_idle) / span,
+            comm_hidden_fraction=both(p_comm, p_compute) / covered(p_comm) if p_comm else None,
+        )
+
+    return dict(
+        window=window[1] - window[0],
+        busy=covered([(g["ts"], g["end"]) for g in gpu]),
+        comm=covered(comm),
+        hidden=both(comm, compute),
+        host_idle=covered(host_idle),
+        host_idle_in_steps=both(host_idle, step_windows),
+        in_steps=in_steps,
+        kernels=len(kernels),
+        comm_kernels=len(comm),
         graph_launches=len(graph_corr),
+        replayed=sum(1 for k in kernels if k.get("args", {}).get("correlation") in graph_corr),
+        steps=len(steps),
+        phases={p: f for p in ("prefill", "decode", "mixed") if (f := phase_figures(p)) is not None},
     )
-    for kernels in per_step.values():
-        if not kernels:
-            continue
-        comm = [(k["ts"], k["ts"] + k["dur"]) for k in kernels if k["cat"] == "kernel" and rx.search(k["name"])]
-        compute = [(k["ts"], k["ts"] + k["dur"]) for k in kernels if k["cat"] == "kernel" and not rx.search(k["name"])]
-        everything = [(k["ts"], k["ts"] + k["dur"]) for k in kernels]
-        totals["comm"] += covered(comm)
-        totals["compute"] += covered(compute)
-        totals["hidden"] += both(comm, compute)
-        totals["busy"] += covered(everything)
-        totals["span"] += max(e for _, e in everything) - min(s for s, _ in everything)
-        totals["kernels"] += sum(1 for k in kernels if k["cat"] == "kernel")
-        totals["comm_kernels"] += len(comm)
-        totals["replayed"] += sum(1 for k in kernels if k["cat"] == "kernel" and k["args"].get("correlation") in graph_corr)
-        # Host-caused idle: a gap whose next kernel's launch call started after the gap began.
-        ordered = sorted(kernels, key=lambda k: k["ts"])
-        busy_until = ordered[0]["ts"] + ordered[0]["dur"]
-        for k in ordered[1:]:
-            if k["ts"] > busy_until:
-                call = launch.get(k["args"].get("correlation"))
-                if call is not None and call["ts"] > busy_until:
-                    totals["host_idle"] += k["ts"] - busy_until
-            busy_until = max(busy_until, k["ts"] + k["dur"])
-    totals["steps"] = sum(1 for v in per_step.values() if v)
-    return totals

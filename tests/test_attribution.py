@@ -11,7 +11,9 @@ from dbo_trace.analysis.attribution import (
     PHASE_COMPUTE,
     SOURCE_EVENT_LOG,
     SOURCE_HOOK_RANGES,
+    SOURCE_NONE,
     SOURCE_PATTERNS,
+    SOURCE_THREADS,
     attribute,
 )
 from dbo_trace.trace.eventlog import read_event_log
@@ -67,11 +69,27 @@ def test_ubatch_patterns():
     assert np.bincount(att.gpu_ubatch.astype(int)).tolist() == [len(tl.gpu) // 2] * 2
 
 
-def test_no_source_falls_back_and_says_so():
+@pytest.mark.parametrize("variant", ["overlap-stock-profiler", "serial", "hostbound"])
+def test_launching_threads_agree_with_the_event_log(variant):
+    """A plain trace of vLLM's UBatchContext threads (stock profiler: their launch calls only): the two
+    non-main threads launching in a step are the microbatches. Checked kernel by kernel against the
+    event log's attribution of the same trace, which joins the hooks' own record by thread and time."""
+    tl = _timeline(variant)
+    by_log = attribute(tl, _logs(variant))
+    tl.names = [n.replace("dbo:", "hidden:") for n in tl.names]  # no hook ranges either: a stock trace
+    by_threads = attribute(tl, [])
+    assert by_threads.source == SOURCE_THREADS
+    assert (by_threads.gpu_ubatch == by_log.gpu_ubatch).all()
+
+
+def test_a_plain_trace_without_microbatch_threads_says_so():
+    """One launching thread (the main one): no microbatches, and the output says why."""
     tl = _timeline("overlap-no-hooks")
+    other = tl.calls.lane != tl.pid
+    tl.calls.lane[other] = tl.pid  # as if the main thread had launched everything
     att = attribute(tl, [])
-    assert (att.gpu_ubatch == -1).all()
-    assert any("microbatches unknown" in n for n in att.notes)
+    assert att.source == SOURCE_NONE and (att.gpu_ubatch == -1).all()
+    assert any("no microbatches" in n for n in att.notes)
 
 
 def test_event_log_of_another_process_is_not_used(tmp_path):

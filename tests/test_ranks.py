@@ -3,18 +3,36 @@
 import gzip
 import json
 
-from conftest import report_json, sample_trace
+from conftest import report_json, run_cli, sample_trace
 
 
-def _with_rank(src, dst, rank):
+def _first_ts(doc):
+    return min(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X")
+
+
+def _with_rank(src, dst, rank, align_with=None):
+    """src as rank `rank` of a two-rank job; align_with: a trace whose profiled window it is moved onto."""
     doc = json.loads(gzip.decompress(src.read_bytes()))
     doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+    if align_with is not None:
+        other = json.loads(gzip.decompress(align_with.read_bytes()))
+        doc["baseTimeNanoseconds"] = int(other["baseTimeNanoseconds"] + (_first_ts(other) - _first_ts(doc)) * 1000)
     dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_two_separate_runs_are_refused_with_a_pointer_to_compare(tmp_path):
+    """Two recordings made minutes apart are not ranks of one job: merging them invented a 'skew'."""
+    _with_rank(sample_trace("serial"), tmp_path / "a.pt.trace.json.gz", 1)
+    _with_rank(sample_trace("overlap-no-hooks"), tmp_path / "b.pt.trace.json.gz", 0)
+    proc = run_cli("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert "not ranks of one run" in proc.stderr and "dbo-trace compare" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_two_ranks(tmp_path):
     # File names sort opposite to ranks: the rank field must win.
-    _with_rank(sample_trace("serial"), tmp_path / "a.pt.trace.json.gz", 1)
+    _with_rank(sample_trace("serial"), tmp_path / "a.pt.trace.json.gz", 1, align_with=sample_trace("overlap-no-hooks"))
     _with_rank(sample_trace("overlap-no-hooks"), tmp_path / "b.pt.trace.json.gz", 0)
     doc = report_json(str(tmp_path), "--comm-kernels", "spin_kernel")
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]

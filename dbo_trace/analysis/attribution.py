@@ -4,9 +4,12 @@ Sources, best first:
 1. the hook event log: per thread, the phase at every instant (joined by
    thread ident and time, since the next step's threads reuse idents);
 2. `dbo:ub<N>:<phase>` record_function ranges written by the hooks (traces
-   recorded with profile_all_threads), or the user's --ubatch-pattern ranges:
-   joined by time, since only one microbatch thread runs Python at a time;
-3. nothing: comm/compute analysis per step only.
+   recorded with profile_all_threads): joined by time, since only one
+   microbatch thread runs Python at a time;
+3. the user's --ubatch-pattern ranges, likewise;
+4. launching threads: the stock profiler drops the microbatch threads' CPU ops but keeps their
+   launch calls, so two non-main threads launching in one step are the two microbatches;
+5. nothing: comm/compute analysis per step only.
 GPU activity inherits its launching call's attribution through the correlation id.
 """
 
@@ -18,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis.intervals import gaps
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
+from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
 
@@ -28,22 +33,12 @@ _PHASE_OF = {"compute": PHASE_COMPUTE, "comm": PHASE_COMM}
 SOURCE_EVENT_LOG = "event log"
 SOURCE_HOOK_RANGES = "dbo record_function ranges"
 SOURCE_PATTERNS = "--ubatch-pattern ranges"
+SOURCE_THREADS = "launching threads (no event log: two non-main threads launching in a step)"
 SOURCE_NONE = "none"
 
 _HOOK_RANGE = re.compile(r"^dbo:ub(\d+):(compute|comm)$")
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-
-
-@dataclass
-class Steps:
-    start: np.ndarray  # CPU window on the trace clock (us)
-    end: np.ndarray
-    label: list[str]
-    path: list[str | None]  # UBatchWrapper path, where the event log knows it
-    source: str
-
-    def __len__(self) -> int:
-        return len(self.start)
+THREAD_MIN_LAUNCHES = 2  # each microbatch thread launches at least this many kernels in a step
+THREAD_BALANCE = 4.0  # and the two launch counts are within this factor (microbatches are balanced)
 
 
 @dataclass
@@ -53,103 +48,15 @@ class Attribution:
     call_step: np.ndarray
     call_ubatch: np.ndarray
     call_phase: np.ndarray
-    gpu_step: np.ndarray
+    gpu_step: np.ndarray  # -1: in no step (between steps, or launched before the profiler started)
     gpu_ubatch: np.ndarray
     gpu_phase: np.ndarray
     gpu_launch_start: np.ndarray  # start of the launching API call; NaN where unknown
     gpu_launch_index: np.ndarray  # index into timeline.calls; -1 where unknown
     comm_phases: np.ndarray | None = None  # per step, comm phases the log saw (None: unknown)
     layers: int | None = None
+    launched_before_profiling: int = 0  # GPU activities whose launch predates the trace
     notes: list[str] = field(default_factory=list)
-
-
-def log_to_trace_us(t_ns: np.ndarray, base_time_ns: int) -> np.ndarray:
-    """time.time_ns() on the recording host -> the trace's microsecond clock."""
-    return (np.asarray(t_ns, dtype=np.int64) - np.int64(base_time_ns)) / 1000.0
-
-
-# -- steps ------------------------------------------------------------------------
-def steps_from_log(logs: list[EventLogData], base_time_ns: int) -> Steps | None:
-    begins: dict[tuple[int, int], tuple[int, str | None]] = {}
-    rows = []
-    for log in logs:
-        for t, kind, ident, _native, _ub, step, detail in log.records:
-            if kind == fmt.EV_STEP_BEGIN:
-                begins[(ident, step)] = (t, (detail or {}).get("path") if isinstance(detail, dict) else None)
-            elif kind == fmt.EV_STEP_END and (ident, step) in begins:
-                t0, path = begins.pop((ident, step))
-                rows.append((t0, t, f"step {step}", path))
-    if not rows:
-        return None
-    rows.sort()
-    start = log_to_trace_us(np.array([r[0] for r in rows]), base_time_ns)
-    end = log_to_trace_us(np.array([r[1] for r in rows]), base_time_ns)
-    return Steps(start, end, [r[2] for r in rows], [r[3] for r in rows], SOURCE_EVENT_LOG)
-
-
-def steps_from_annotations(tl: Timeline) -> Steps | None:
-    ann = np.flatnonzero(tl.cpu_is_annotation)
-    rows = []
-    for i in ann:
-        m = _PROFILER_STEP.match(tl.names[tl.cpu.name[i]])
-        if m:
-            rows.append((tl.cpu.start[i], tl.cpu.end[i], f"ProfilerStep#{m.group(1)}"))
-    if not rows:
-        return None
-    rows.sort()
-    return Steps(
-        np.array([r[0] for r in rows]),
-        np.array([r[1] for r in rows]),
-        [r[2] for r in rows],
-        [None] * len(rows),
-        "ProfilerStep# annotations",
-    )
-
-
-STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates steps
-STEP_GAP_FACTOR = 20.0
-
-
-def steps_from_gaps(tl: Timeline) -> Steps | None:
-    """No markers: split the GPU timeline at idle gaps far longer than the usual one."""
-    g_start, g_end = gaps(tl.gpu.start, tl.gpu.end)
-    if not len(g_start):
-        return None
-    length = g_end - g_start
-    cut = length >= max(STEP_GAP_MIN_US, STEP_GAP_FACTOR * float(np.median(length)))
-    if not cut.any():
-        return None
-    # Windows tile the timeline: each runs from the previous gap's start to the next one's,
-    # so a step's launch calls, which precede its kernels, fall inside it.
-    lo = min(tl.gpu.start.min(), tl.calls.start.min(initial=np.inf))
-    bounds = np.r_[lo, g_start[cut], tl.gpu.end.max()]
-    n = len(bounds) - 1
-    return Steps(bounds[:-1], bounds[1:], [f"segment {i + 1}" for i in range(n)], [None] * n, "GPU idle gaps (no step markers)")
-
-
-def whole_trace_step(tl: Timeline) -> Steps:
-    lo = min(tl.gpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
-    hi = max(tl.gpu.end.max(initial=-np.inf), tl.calls.end.max(initial=-np.inf))
-    return Steps(np.array([lo]), np.array([hi]), ["whole trace"], [None], "whole trace (no step markers)")
-
-
-def _inside_trace(steps: Steps, tl: Timeline) -> Steps | None:
-    """The steps that the profiler window saw (the log also holds warm-up and unprofiled steps)."""
-    if not len(tl.calls):
-        return None
-    hits = _index_in(steps.start, steps.end, tl.calls.start)
-    inside = np.isin(np.arange(len(steps)), hits[hits >= 0])
-    if not inside.any():
-        return None
-    keep = np.flatnonzero(inside)
-    return Steps(steps.start[keep], steps.end[keep], [steps.label[i] for i in keep], [steps.path[i] for i in keep], steps.source)
-
-
-def _index_in(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each time, the index of the (sorted, disjoint) window containing it, or -1."""
-    i = np.searchsorted(start, t, side="right") - 1
-    ok = (i >= 0) & (t <= end[np.clip(i, 0, None)]) if len(start) else np.zeros(len(t), bool)
-    return np.where(ok, i, -1)
 
 
 # -- microbatch and phase ------------------------------------------------------------
@@ -219,7 +126,8 @@ def _learn_tids(calls_tid: np.ndarray, calls_start: np.ndarray, states, tids_of,
     return learned
 
 
-def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase: np.ndarray) -> None:
+def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase: np.ndarray) -> bool:
+    """True when the log attributed at least one call of this trace."""
     states, tids_of = _thread_states(logs, tl.base_time_ns)
     calls = tl.calls
     main_tids = {log.header.get("main_native_tid") for log in logs} | {tl.pid}
@@ -233,6 +141,7 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
         idx = np.flatnonzero(mask)[ok]
         ubatch[idx] = ubs[i[ok]]
         phase[idx] = phases[i[ok]]
+    return bool((ubatch >= 0).any())
 
 
 def _from_ranges(tl: Timeline, ranges: list[tuple[float, float, int, int]], ubatch: np.ndarray, phase: np.ndarray) -> None:
@@ -269,11 +178,46 @@ def pattern_ranges(tl: Timeline, patterns: list[str]) -> list[tuple[float, float
     return out
 
 
+def main_thread_ids(tl: Timeline, logs: list[EventLogData]) -> set[int]:
+    """The process's main thread as the trace names it (Linux: its native id is the pid)."""
+    return {t for t in [tl.pid, *(log.header.get("main_native_tid") for log in logs)] if isinstance(t, int)}
+
+
+def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: np.ndarray) -> bool:
+    """No log, no ranges: in each step where two non-main threads launched kernels (DBO's
+    microbatch threads; the stock profiler keeps their launch calls), they are ub0 and ub1 in order
+    of first launch. A lone worker thread (an autograd thread, say) is not a microbatch."""
+    kinds = c.call_kinds(tl.names, tl.calls.name)
+    launch = np.isin(kinds, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH)) & (call_step >= 0) & ~np.isin(tl.calls.lane, list(main))
+    if not launch.any():
+        return False
+    found = False
+    idx = np.flatnonzero(launch)
+    order = np.lexsort((tl.calls.start[idx], call_step[idx]))
+    idx = idx[order]
+    bounds = np.flatnonzero(np.diff(call_step[idx])) + 1
+    for group in np.split(idx, bounds):
+        lanes, first, counts = np.unique(tl.calls.lane[group], return_index=True, return_counts=True)
+        ok = counts >= THREAD_MIN_LAUNCHES
+        if ok.sum() != 2:
+            continue
+        lanes, first, counts = lanes[ok], first[ok], counts[ok]
+        if counts.max() > THREAD_BALANCE * counts.min():
+            continue
+        step = call_step[group[0]]
+        in_step = call_step == step
+        for ub, k in enumerate(np.argsort(first)):
+            ubatch[in_step & (tl.calls.lane == lanes[k])] = ub
+        found = True
+    return found
+
+
 def attribute(
     tl: Timeline,
     logs: list[EventLogData],
     ubatch_patterns: list[str] | None = None,
     layers: int | None = None,
+    step_marker: str | None = None,
 ) -> Attribution:
     notes: list[str] = []
     usable_logs = [log for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
@@ -283,16 +227,16 @@ def attribute(
         notes.append("the trace has no baseTimeNanoseconds, so the event log cannot be aligned; not used")
         usable_logs = []
 
-    steps = steps_from_log(usable_logs, tl.base_time_ns) if usable_logs else None
-    steps = _inside_trace(steps, tl) if steps else None
-    steps = steps or steps_from_annotations(tl) or steps_from_gaps(tl) or whole_trace_step(tl)
+    steps = find_steps(tl, usable_logs, step_marker)
+    if step_marker and steps.source != "--step-marker ranges":
+        notes.append(f"no CPU range matched --step-marker {step_marker!r}; steps from {steps.source}")
+    call_step = index_in(steps.start, steps.end, tl.calls.start)
 
     n_calls = len(tl.calls)
     ubatch = np.full(n_calls, -1, np.int8)
     phase = np.zeros(n_calls, np.int8)
     source = SOURCE_NONE
-    if usable_logs:
-        _from_log(tl, usable_logs, ubatch, phase)
+    if usable_logs and _from_log(tl, usable_logs, ubatch, phase):
         source = SOURCE_EVENT_LOG
     elif ranges := hook_ranges(tl):
         _from_ranges(tl, ranges, ubatch, phase)
@@ -300,12 +244,13 @@ def attribute(
     elif ubatch_patterns and (ranges := pattern_ranges(tl, ubatch_patterns)):
         _from_ranges(tl, ranges, ubatch, phase)
         source = SOURCE_PATTERNS
-    elif ubatch_patterns:
-        notes.append("no CPU range matched --ubatch-pattern")
+    else:
+        if ubatch_patterns:
+            notes.append("no CPU range matched --ubatch-pattern")
+        if _from_threads(tl, call_step, main_thread_ids(tl, usable_logs), ubatch):
+            source = SOURCE_THREADS
     if source == SOURCE_NONE:
-        notes.append("microbatches unknown (no event log, no dbo ranges): comm/compute analysis per step only")
-
-    call_step = _index_in(steps.start, steps.end, tl.calls.start)
+        notes.append("no microbatches (no event log, no dbo ranges, no step launched from two worker threads)")
 
     # GPU activity -> its launching call, by correlation id.
     gpu = tl.gpu
@@ -319,14 +264,20 @@ def attribute(
         hit = (sorted_corr[pos] == gpu.correlation) & (gpu.correlation >= 0)
         launch_index[hit] = order[pos[hit]]
     known = launch_index >= 0
-    gpu_step = np.where(
-        known, call_step[np.clip(launch_index, 0, None)] if n_calls else -1, _index_in(steps.start, steps.end, gpu.start)
-    )
-    gpu_ubatch = np.where(known, ubatch[np.clip(launch_index, 0, None)] if n_calls else -1, -1).astype(np.int8)
-    gpu_phase = np.where(known, phase[np.clip(launch_index, 0, None)] if n_calls else 0, 0).astype(np.int8)
-    launch_start = np.where(known, tl.calls.start[np.clip(launch_index, 0, None)] if n_calls else np.nan, np.nan)
+    li = np.clip(launch_index, 0, None)
+    # Correlation ids grow with every launch: an id below the trace's first call's was launched
+    # before the profiler started, and belongs to no step of this trace.
+    first_corr = tl.calls.correlation[has_corr].min() if has_corr.any() else None
+    before = ~known & (gpu.correlation >= 0) & (gpu.correlation < first_corr) if first_corr is not None else ~known & False
+    by_time = index_in(steps.start, steps.end, gpu.start)
+    gpu_step = np.where(known, call_step[li] if n_calls else -1, np.where(before, -1, by_time))
+    gpu_ubatch = np.where(known, ubatch[li] if n_calls else -1, -1).astype(np.int8)
+    gpu_phase = np.where(known, phase[li] if n_calls else 0, 0).astype(np.int8)
+    launch_start = np.where(known, tl.calls.start[li] if n_calls else np.nan, np.nan)
+    if before.any():
+        notes.append(f"{int(before.sum())} GPU activities were launched before the profiler started: in no step")
 
-    comm_phases, log_layers = _log_counts(usable_logs, steps) if usable_logs else (None, None)
+    comm_phases, log_layers = _log_counts(usable_logs, steps) if source == SOURCE_EVENT_LOG else (None, None)
     return Attribution(
         steps=steps,
         source=source,
@@ -340,13 +291,14 @@ def attribute(
         gpu_launch_index=launch_index,
         comm_phases=comm_phases,
         layers=layers or log_layers,
+        launched_before_profiling=int(before.sum()),
         notes=notes,
     )
 
 
 def _log_counts(logs: list[EventLogData], steps: Steps) -> tuple[np.ndarray | None, int | None]:
     """Comm phases per step (-1 where the log saw no microbatch activity, e.g. graph replays) and layers."""
-    if steps.source != SOURCE_EVENT_LOG:
+    if steps.source != STEPS_FROM_LOG:
         return None, None
     by_label = {label: i for i, label in enumerate(steps.label)}
     counts = np.full(len(steps), -1, np.int64)

@@ -16,19 +16,25 @@ COMPUTE, COMM, COPY = 0, 1, 2
 KIND_NAMES = {COMPUTE: "compute", COMM: "comm", COPY: "copy"}
 
 COMM_PATTERNS: dict[str, str] = {
-    "NCCL": r"^nccl|ncclDevKernel|ncclKernel",
+    "NCCL / RCCL": r"^nccl|ncclDevKernel|ncclKernel|rccl",
     "DeepEP": r"deep_?ep|::ep::|\bep::(intranode|internode|internode_ll)|notify_dispatch|notify_combine|cached_notify",
     "pplx": r"pplx|\ball_?to_?all",
     "NVSHMEM": r"nvshmem",
     "custom all-reduce": r"cross_device_reduce|custom_?all_?reduce|\ball_?reduce",
     "all-gather / reduce-scatter": r"all_?gather|reduce_?scatter",
     "dispatch / combine": r"(moe|ep|a2a|all2all)_?(dispatch|combine)|\bdispatch_kernel|\bcombine_kernel",
-    "symmetric memory": r"symm_?mem|two_shot|one_shot_all",
+    "symmetric memory": r"symm_?mem|multimem|two_shot|one_shot_all",
 }
 
 # CUDA API calls by what they do to the GPU.
 CALL_OTHER, CALL_LAUNCH, CALL_GRAPH_LAUNCH, CALL_SYNC, CALL_COPY = 0, 1, 2, 3, 4
 _LAUNCH = {
+    # ROCm (HIP) traces name their launches hip*
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipLaunchCooperativeKernel",
     "cudaLaunchKernel",
     "cudaLaunchKernelExC",
     "cudaLaunchCooperativeKernel",
@@ -37,7 +43,7 @@ _LAUNCH = {
     "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
 }
-_GRAPH_LAUNCH = {"cudaGraphLaunch", "cuGraphLaunch"}
+_GRAPH_LAUNCH = {"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"}
 _SYNC = {
     "cudaDeviceSynchronize",
     "cudaStreamSynchronize",
@@ -45,20 +51,26 @@ _SYNC = {
     "cuStreamSynchronize",
     "cuCtxSynchronize",
     "cuEventSynchronize",
+    "hipDeviceSynchronize",
+    "hipStreamSynchronize",
+    "hipEventSynchronize",
 }
-_COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset")
+_COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
 
 
 @dataclass(frozen=True)
 class CommRules:
-    """The communication definition in force: built-in families plus the user's."""
+    """The communication definition in force: built-in families plus the user's, or the user's alone."""
 
     extra_patterns: tuple[str, ...] = ()
     streams: tuple[int, ...] = ()
     builtin: dict[str, str] = field(default_factory=lambda: dict(COMM_PATTERNS))
+    replace_builtin: bool = False  # --comm-kernels-only: the user's patterns are the whole set
 
     def regex(self) -> re.Pattern:
-        parts = list(self.builtin.values()) + list(self.extra_patterns)
+        parts = ([] if self.replace_builtin else list(self.builtin.values())) + list(self.extra_patterns)
+        if not parts:
+            return re.compile(r"(?!)")  # nothing is communication
         return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
 
 

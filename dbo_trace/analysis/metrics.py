@@ -18,7 +18,7 @@ LONG_GRAPH_LAUNCH_US = 1000.0  # a cudaGraphLaunch this long is host time worth 
 
 @dataclass
 class WindowMetrics:
-    span_us: float  # first GPU activity start -> last end
+    span_us: float  # the window (or union of windows) measured; see with_time in report.py
     gpu_busy_us: float  # union of all GPU activity
     compute_busy_us: float
     comm_busy_us: float
@@ -166,10 +166,11 @@ class RoundTrips:
     comm_per_round_trip_us: float  # comm busy time per round trip: the latency to hide
     compute_per_round_trip_us: float  # compute per microbatch segment that could hide one
     ratio: float | None  # compute / comm per round trip; >= 1: the round trip can hide entirely (docs/analysis.md)
+    microbatched: bool = True  # the DBO criterion speaks only where there are microbatches
 
     @property
     def criterion_met(self) -> bool | None:
-        return None if self.ratio is None else self.ratio >= 1.0
+        return None if self.ratio is None or not self.microbatched else self.ratio >= 1.0
 
 
 COMM_OPS_PER_ROUND_TRIP = 2  # a dispatch and a combine
@@ -182,6 +183,7 @@ def round_trips(
     compute_busy_us: np.ndarray,
     layers: int | None,
     source: str,
+    microbatched: bool = True,
 ) -> RoundTrips | None:
     """Medians over steps. comm_ops: communication operations per step."""
     ok = comm_ops > 0
@@ -201,4 +203,5 @@ def round_trips(
         comm_per_round_trip_us=comm,
         compute_per_round_trip_us=compute,
         ratio=compute / comm if comm > 0 else None,
+        microbatched=microbatched,
     )

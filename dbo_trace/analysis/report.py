@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.attribution import Attribution, attribute
+from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
+from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
+from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
@@ -24,20 +27,45 @@ class Options:
     comm_streams: tuple[int, ...] = ()
     ubatch_patterns: tuple[str, ...] = ()
     layers: int | None = None
+    step_marker: str | None = None
+    comm_only: bool = False  # comm_patterns replace the built-in communication families
 
 
 @dataclass
 class StepReport:
     label: str
     path: str | None
-    wall_us: float
+    wall_us: float  # from the step's CPU start to the end of the last GPU work it launched
     comm_ops: int
-    comm_ops_from_log: bool  # counted as event-log comm phases, else as comm kernels
+    comm_ops_from_log: bool  # counted as event-log comm phases, else as runs of comm kernels
     metrics: WindowMetrics
     verdict: Verdict
     index: int = -1  # into the attribution's steps
     start_us: float = 0.0  # the step's window on the trace clock
     end_us: float = 0.0
+    phase: str | None = None  # prefill / decode / mixed, where vLLM's annotation says
+    context_tokens: int | None = None
+    generation_tokens: int | None = None
+
+
+@dataclass
+class PhaseReport:
+    """The steps of one phase (prefill, decode, mixed) taken together: unions over their windows."""
+
+    phase: str
+    steps: int
+    median_step_us: float
+    metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
+    verdict: Verdict
+
+
+@dataclass
+class HostTest:
+    """What the host-bound verdict measured: in-step host idle where steps are real markers,
+    the whole window where they were inferred."""
+
+    fraction: float | None
+    basis: str
 
 
 @dataclass
@@ -49,19 +77,25 @@ class RankDetail:
     kernel_kind: np.ndarray  # classify.COMPUTE / COMM / COPY per GPU activity
     call_kind: np.ndarray  # classify.CALL_* per CUDA API call
     launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
+    partition: Partition  # the window cut into time buckets
 
 
 @dataclass
 class RankReport:
     rank: int
     source: str
-    attribution: str
+    attribution: str  # where the microbatches came from
     step_source: str
     profile_all_threads: bool
     steps: list[StepReport]
-    total: WindowMetrics
+    total: WindowMetrics  # over the profiled window
     round_trips: RoundTrips | None
     verdict: Verdict
+    window: TimeBuckets  # the profiled window by bucket
+    in_steps: TimeBuckets  # the union of the step windows by bucket
+    host_test: HostTest
+    phases: list[PhaseReport] = field(default_factory=list)
+    steps_inferred: bool = False
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
@@ -74,29 +108,58 @@ class Report:
     round_trips: RoundTrips | None
     verdict: Verdict
     options: Options
+    window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
     warnings: list[str] = field(default_factory=list)
     cross_rank: "CrossRank | None" = None  # set by session.analyze with two or more ranks
 
 
-def _profiled_all_threads(tl: Timeline) -> bool:
-    """CPU ops on threads other than the main one: the profiler saw the microbatch threads."""
-    ops = tl.cpu.lane[~tl.cpu_is_annotation] if len(tl.cpu) else tl.cpu.lane
-    return bool(len(ops) and tl.pid is not None and (ops != tl.pid).any())
+def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
+    """The profiler saw a microbatch thread's CPU ops (profile_all_threads): only then can its own
+    cost be blamed for host time. A worker thread of another kind (autograd, say) is no evidence."""
+    if att.source == SOURCE_NONE or not len(tl.cpu):
+        return False
+    lanes = set(np.unique(tl.calls.lane[att.call_ubatch >= 0]).tolist())
+    if att.source in (SOURCE_HOOK_RANGES,):
+        return True  # the dbo ranges are CPU ranges of the microbatch threads
+    ops = tl.cpu.lane[~tl.cpu_is_annotation]
+    return bool(lanes and np.isin(ops, list(lanes - {tl.pid})).any())
+
+
+def comm_operations(
+    step: np.ndarray, lane: np.ndarray, launch_start: np.ndarray, start: np.ndarray, is_comm: np.ndarray, n_steps: int
+) -> np.ndarray:
+    """Communication operations per step: a run of comm kernels launched back to back by one thread
+    (no compute launched between them) is one operation (DeepEP's notify + dispatch, NCCL's pieces).
+    Replayed kernels share one launch and are ordered by when they ran."""
+    keep = step >= 0
+    if not keep.any():
+        return np.zeros(n_steps, np.int64)
+    s, ln, comm = step[keep], lane[keep], is_comm[keep]
+    order = np.lexsort((start[keep], np.nan_to_num(launch_start[keep], nan=-np.inf), ln, s))
+    s, ln, comm = s[order], ln[order], comm[order]
+    same_group = np.r_[False, (s[1:] == s[:-1]) & (ln[1:] == ln[:-1])]
+    prev_comm = np.r_[False, comm[:-1]]
+    begins = comm & ~(same_group & prev_comm)
+    return np.bincount(s[begins], minlength=n_steps)
 
 
 def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> RankReport:
-    att: Attribution = attribute(tl, logs, list(options.ubatch_patterns), options.layers)
-    rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams)
+    att: Attribution = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker)
+    rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams, replace_builtin=options.comm_only)
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)
-    launch_kind = np.where(
-        att.gpu_launch_index >= 0, call_kind[np.clip(att.gpu_launch_index, 0, None)] if len(call_kind) else -1, -1
-    )
+    launched = att.gpu_launch_index >= 0
+    li = np.clip(att.gpu_launch_index, 0, None)
+    launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
+    launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
     call_dur = tl.calls.end - tl.calls.start
-    all_threads = _profiled_all_threads(tl)
+    microbatched = att.source != SOURCE_NONE
 
-    def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray) -> WindowMetrics:
-        return window_metrics(
+    lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
+    part = partition(lo, hi, tl.gpu.start, tl.gpu.end, kinds, att.gpu_launch_start)
+
+    def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
+        m = window_metrics(
             tl.gpu.start[gpu_sel],
             tl.gpu.end[gpu_sel],
             kinds[gpu_sel],
@@ -106,29 +169,59 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
             call_kind[call_sel],
             call_dur[call_sel],
         )
+        return with_time(m, part, *windows)
+
+    n_steps = len(att.steps)
+    own_end = np.full(n_steps, -np.inf)
+    stepped = att.gpu_step >= 0
+    np.maximum.at(own_end, att.gpu_step[stepped], tl.gpu.end[stepped])
+    # A step lasts until the last GPU work it launched ends (a graph replay's CPU window is only the launch).
+    step_lo = att.steps.start
+    step_hi = np.maximum(att.steps.end, own_end)
+    ops = comm_operations(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM, n_steps)
 
     steps: list[StepReport] = []
-    for i in range(len(att.steps)):
+    for i in range(n_steps):
         gpu_sel = att.gpu_step == i
         if not gpu_sel.any():
             continue
-        m = metrics(gpu_sel, att.call_step == i)
+        m = metrics(gpu_sel, att.call_step == i, (step_lo[i : i + 1], step_hi[i : i + 1]))
         logged = att.comm_phases[i] if att.comm_phases is not None else -1
-        ops = int(logged) if logged >= 0 else m.comm_kernels
-        # A step lasts until its last GPU activity ends (a graph replay's CPU window is only the launch).
-        step_end = max(float(att.steps.end[i]), float(tl.gpu.end[gpu_sel].max()))
-        start = float(att.steps.start[i])
+        n_ops = int(logged) if logged >= 0 else int(ops[i])
         steps.append(
             StepReport(
-                att.steps.label[i], att.steps.path[i], step_end - start, ops, logged >= 0, m, decide(m), i, start, step_end
+                att.steps.label[i],
+                att.steps.path[i],
+                float(step_hi[i] - step_lo[i]),
+                n_ops,
+                logged >= 0,
+                m,
+                decide(m, microbatched=microbatched),
+                i,
+                float(step_lo[i]),
+                float(step_hi[i]),
+                att.steps.phase[i],
+                att.steps.context_tokens[i],
+                att.steps.generation_tokens[i],
             )
         )
 
-    # Totals over the steps: between-step time (scheduler, profiler step) is not the step's.
-    # With no step holding GPU activity, the whole trace is the window.
     everything = np.ones(len(tl.gpu), bool), np.ones(len(tl.calls), bool)
-    total = sum_metrics([s.metrics for s in steps]) if steps else metrics(*everything)
-    rt = _round_trips(steps, att.layers)
+    total = metrics(*everything, (np.array([lo]), np.array([hi])))
+    window = TimeBuckets.from_row(hi - lo, part.measure(np.array([lo]), np.array([hi]))[0])
+    reported = np.array([s.index for s in steps], np.int64)
+    steps_union = union(step_lo[reported], step_hi[reported]) if len(reported) else (np.empty(0), np.empty(0))
+    in_steps = TimeBuckets.from_row(
+        float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
+    )
+    host_test = _host_test(att.steps.inferred, window, in_steps)
+    all_threads = _profiled_microbatch_threads(tl, att)
+    rt = _round_trips(steps, att.layers, microbatched)
+    phases = [
+        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched)
+        for p in PHASES
+        if any(s.phase == p for s in steps)
+    ]
     notes = list(att.notes) + tl.warnings
     return RankReport(
         rank=tl.rank,
@@ -139,22 +232,67 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps=steps,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, all_threads),
+        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched),
+        window=window,
+        in_steps=in_steps,
+        host_test=host_test,
+        phases=phases,
+        steps_inferred=att.steps.inferred,
         notes=notes,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part),
     )
 
 
-def _round_trips(steps: list[StepReport], layers: int | None) -> RoundTrips | None:
+def with_time(m: WindowMetrics, part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowMetrics:
+    """Span, busy time and host-caused idle of a window (or a union of windows) from the rank's one timeline."""
+    u_lo, u_hi = union(np.asarray(lo, float), np.asarray(hi, float))
+    row = part.measure(u_lo, u_hi).sum(axis=0) if len(u_lo) else np.zeros(5)
+    gaps = part.host_gaps_in(u_lo, u_hi)
+    return replace(
+        m,
+        span_us=float((u_hi - u_lo).sum()),
+        gpu_busy_us=float(row[B_COMPUTE] + row[B_COMM] + row[B_COPY]),
+        host_idle_us=float(row[B_HOST]),
+        host_idle_gaps=gaps[0],
+        idle_gaps=gaps[1],
+    )
+
+
+HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
+HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
+
+
+def _host_test(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
+    if inferred or in_steps.window_us <= 0:
+        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
+        return HostTest(frac, HOST_BASIS_WINDOW)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
+
+
+def _phase_report(phase: str, steps: list[StepReport], att: Attribution, metrics, microbatched: bool) -> PhaseReport:
+    idx = np.array([s.index for s in steps], np.int64)
+    gpu_sel = np.isin(att.gpu_step, idx)
+    call_sel = np.isin(att.call_step, idx)
+    m = metrics(gpu_sel, call_sel, (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps])))
+    return PhaseReport(
+        phase=phase,
+        steps=len(steps),
+        median_step_us=float(np.median([s.wall_us for s in steps])),
+        metrics=m,
+        verdict=decide(m, microbatched=microbatched),
+    )
+
+
+def _round_trips(steps: list[StepReport], layers: int | None, microbatched: bool) -> RoundTrips | None:
     if not steps:
         return None
     from_log = [s.comm_ops_from_log for s in steps]
     if all(from_log):
         source = "comm phases in the event log"
     elif not any(from_log):
-        source = "comm kernels (one per operation)"
+        source = "comm operations (runs of comm kernels launched back to back)"
     else:
-        source = "comm phases in the event log, comm kernels where a step had none (graph replay)"
+        source = "comm phases in the event log, comm operations where a step had none (graph replay)"
     return round_trips(
         np.array([s.wall_us for s in steps]),
         np.array([s.comm_ops for s in steps], dtype=float),
@@ -162,6 +300,7 @@ def _round_trips(steps: list[StepReport], layers: int | None) -> RoundTrips | No
         np.array([s.metrics.compute_busy_us for s in steps]),
         layers,
         source,
+        microbatched,
     )
 
 
@@ -183,15 +322,27 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
 
 
 def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
+    """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
+    added the same way (in-step where every rank has marker steps)."""
     total = sum_metrics([r.total for r in ranks])
     rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
+    window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
+    if len(ranks) == 1:
+        host = ranks[0].host_test
+    elif all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks):
+        span = sum(r.in_steps.window_us for r in ranks)
+        host = HostTest(sum(r.in_steps.host_idle_us for r in ranks) / span if span > 0 else None, HOST_BASIS_IN_STEPS)
+    else:
+        host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
+    microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     return Report(
         inputs=inputs,
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, any(r.profile_all_threads for r in ranks)),
+        verdict=decide(total, rt, any(r.profile_all_threads for r in ranks), host=host, microbatched=microbatched),
         options=options,
+        window=window,
         warnings=warnings,
     )
 
@@ -203,7 +354,7 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
     med = {
         f.name: float(np.median([getattr(p, f.name) for p in present]))
         for f in fields(RoundTrips)
-        if f.name not in ("source", "layers", "per_layer", "ratio")
+        if f.name not in ("source", "layers", "per_layer", "ratio", "microbatched")
     }
     comm, compute = med["comm_per_round_trip_us"], med["compute_per_round_trip_us"]
     layers = present[0].layers
@@ -212,5 +363,6 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
         layers=layers,
         per_layer=med["per_step"] / layers if layers else None,
         ratio=compute / comm if comm > 0 else None,
+        microbatched=any(p.microbatched for p in present),
         **med,
     )

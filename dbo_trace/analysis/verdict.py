@@ -1,7 +1,8 @@
 """The verdict: one label from a small set, with reasons that cite the numbers.
 
 Labels, in order of precedence (docs/analysis.md explains each threshold):
-  host-bound        the GPU sat idle waiting for launches for >= HOST_BOUND_IDLE of the span
+  host-bound        the GPU sat idle waiting for launches for >= HOST_BOUND_IDLE of the time measured
+                    (a rank: in-step time where steps are markers, else the whole window)
   no-communication  no communication kernel ran
   overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute
   not-overlapped    otherwise
@@ -11,7 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.report import HostTest
 
 HOST_BOUND = "host-bound"
 NO_COMMUNICATION = "no-communication"
@@ -38,12 +44,20 @@ def is_host_bound(m: WindowMetrics) -> bool:
     return (m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE
 
 
-def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: bool = False) -> Verdict:
+def decide(
+    m: WindowMetrics,
+    rt: RoundTrips | None = None,
+    profile_all_threads: bool = False,
+    host: "HostTest | None" = None,
+    microbatched: bool = False,
+) -> Verdict:
+    """host: what the host-bound test measures (a rank's in-step or whole-window fraction); without
+    it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply."""
     reasons: list[str] = []
-    host = m.host_idle_fraction or 0.0
+    host_frac = (host.fraction if host is not None else m.host_idle_fraction) or 0.0
     hidden = m.comm_hidden_fraction
 
-    if is_host_bound(m):
+    if host_frac >= HOST_BOUND_IDLE:
         label = HOST_BOUND
     elif m.comm_busy_us <= 0:
         label = NO_COMMUNICATION
@@ -52,11 +66,12 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
     else:
         label = NOT_OVERLAPPED
 
-    if host >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
+    if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
+        basis = f" ({host.basis})" if host is not None else ""
         reasons.append(
-            f"GPU idle waiting for the host {_pct(host)} of the span ({m.host_idle_us / 1000:.2f} ms in "
-            f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle); "
-            f"GPU busy {_pct(m.utilization)}"
+            f"GPU idle waiting for the host {_pct(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
+            f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle; "
+            f"GPU busy {_pct(m.utilization)} of the window"
         )
         if m.median_launch_us is not None and m.median_kernel_us is not None:
             reasons.append(
@@ -64,7 +79,7 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
                 f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
             )
         if profile_all_threads:
-            reasons.append("recorded with profile_all_threads: the profiler's own CPU cost inflates host time")
+            reasons.append("the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time")
     if m.comm_busy_us <= 0:
         reasons.append("no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)")
     else:
@@ -72,7 +87,7 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
             f"{_pct(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
             f"ran concurrently with compute; {m.comm_exposed_us / 1000:.2f} ms exposed"
         )
-        if m.comm_hidden_cross_fraction is not None:
+        if microbatched and m.comm_hidden_cross_fraction is not None:
             text += f"; {_pct(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
         reasons.append(text)
     if m.long_graph_launches:
@@ -81,10 +96,23 @@ def decide(m: WindowMetrics, rt: RoundTrips | None = None, profile_all_threads: 
         )
     if m.graph_launches:
         reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")
-    if rt is not None and rt.ratio is not None:
-        covers = "can cover the whole round trip" if rt.criterion_met else f"can cover at most {_pct(rt.ratio)} of it"
-        reasons.append(
-            f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us vs comm round trip "
-            f"{rt.comm_per_round_trip_us:.0f} us: ratio {rt.ratio:.2f}, the other microbatch's compute {covers}"
-        )
+    if microbatched and rt is not None and rt.ratio is not None:
+        reasons.append(_criterion_text(rt, label, hidden))
     return Verdict(label, reasons)
+
+
+def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
+    """The round-trip criterion says what *could* hide; it must not read as success where nothing did."""
+    head = (
+        f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us against a comm round trip of "
+        f"{rt.comm_per_round_trip_us:.0f} us (ratio {rt.ratio:.2f})"
+    )
+    if label == HOST_BOUND:
+        return f"{head}: moot while the step is host-bound; fix the host side first"
+    if rt.criterion_met:
+        could = "could hide the whole round trip"
+    else:
+        could = f"could hide at most {_pct(rt.ratio)} of it"
+    if hidden is None or hidden < OVERLAPPED_HIDDEN:
+        return f"{head}: the other microbatch's compute {could}, but only {_pct(hidden)} did"
+    return f"{head}: the other microbatch's compute {could}"

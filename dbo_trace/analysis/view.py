@@ -10,7 +10,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
-from dbo_trace.analysis.metrics import host_idle_gaps
+from dbo_trace.analysis.accounting import B_HOST
 from dbo_trace.analysis.report import RankReport, StepReport
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
@@ -166,5 +166,5 @@ def step_bands(rank: RankReport, step: StepReport) -> StepBands:
     start, end, kind = d.timeline.gpu.start[sel], d.timeline.gpu.end[sel], d.kernel_kind[sel]
     comm = (start[kind == c.COMM], end[kind == c.COMM])
     compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
-    gs, ge, _ = host_idle_gaps(start, end, d.attribution.gpu_launch_start[sel])
-    return StepBands(iv.intersection(comm, compute), iv.difference(comm, compute), (gs, ge))
+    host = d.partition.spans(B_HOST, step.start_us, step.end_us)  # as with_time counts it: the one timeline
+    return StepBands(iv.intersection(comm, compute), iv.difference(comm, compute), host)

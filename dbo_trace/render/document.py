@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dbo_trace import __version__
+from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.report import RankReport, Report, StepReport
-from dbo_trace.analysis.verdict import Verdict, is_host_bound
+from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport, sum_metrics
+from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -76,6 +79,37 @@ def round_trips_block(rt: RoundTrips | None) -> dict[str, Any] | None:
         "compute_per_round_trip_us": _r(rt.compute_per_round_trip_us),
         "ratio": _r(rt.ratio, 4),
         "criterion_met": rt.criterion_met,
+        "microbatched": rt.microbatched,
+    }
+
+
+def time_block(b: TimeBuckets) -> dict[str, Any]:
+    """Where the window's time went; the buckets add up to window_us (docs/analysis.md)."""
+    return {
+        "window_us": _r(b.window_us),
+        "compute_us": _r(b.compute_us),
+        "comm_exposed_us": _r(b.comm_exposed_us),
+        "copy_us": _r(b.copy_us),
+        "host_idle_us": _r(b.host_idle_us),
+        "other_idle_us": _r(b.other_idle_us),
+    }
+
+
+def host_test_block(h: HostTest) -> dict[str, Any]:
+    return {"fraction": _r(h.fraction, 4), "basis": h.basis}
+
+
+def phase_block(p: PhaseReport) -> dict[str, Any]:
+    m = p.metrics
+    return {
+        "steps": p.steps,
+        "median_step_us": _r(p.median_step_us),
+        "gpu_utilization": _r(m.utilization, 4),
+        "host_idle_fraction": _r(m.host_idle_fraction, 4),
+        "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
+        "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
+        "graph_launches": m.graph_launches,
+        "verdict": verdict_block(p.verdict),
     }
 
 
@@ -92,6 +126,10 @@ def step_block(step: StepReport, rank: int) -> dict[str, Any]:
         "rank": rank,
         "label": step.label,
         "path": step.path,
+        "phase": step.phase,
+        "context_tokens": step.context_tokens,
+        "generation_tokens": step.generation_tokens,
+        "start_us": _r(step.start_us),
         "step_us": _r(step.wall_us),
         "comm_ops": step.comm_ops,
         "replayed": is_replayed(step),
@@ -108,10 +146,18 @@ def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
 def rank_block(r: RankReport) -> dict[str, Any]:
     block = metrics_block(r.total)
     block["graphs"].update(graph_step_counts(r.steps))
+    block["host"]["bound"] = r.verdict.label == HOST_BOUND
     return {
         "rank": r.rank,
         "source": r.source,
         **block,
+        "steps_source": r.step_source,
+        "steps_inferred": r.steps_inferred,
+        "microbatch_source": r.attribution,
+        "time": time_block(r.window),
+        "time_in_steps": time_block(r.in_steps),
+        "host_test": host_test_block(r.host_test),
+        "phases": {p.phase: phase_block(p) for p in r.phases},
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],
         "verdict": verdict_block(r.verdict),
@@ -124,16 +170,48 @@ def rank_block(r: RankReport) -> dict[str, Any]:
     }
 
 
+def _sources(values: list[str]) -> str:
+    unique = list(dict.fromkeys(values))
+    return unique[0] if len(unique) == 1 else "; ".join(f"rank {i}: {v}" for i, v in enumerate(values))
+
+
+def all_phases(report: Report) -> dict[str, Any]:
+    """The phase table over all ranks: one rank's own, or per phase the ranks' steps together."""
+    if len(report.ranks) == 1:
+        return {p.phase: phase_block(p) for p in report.ranks[0].phases}
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(p.phase for r in report.ranks for p in r.phases):
+        parts = [p for r in report.ranks for p in r.phases if p.phase == name]
+        steps = [s.wall_us for r in report.ranks for s in r.steps if s.phase == name]
+        m = sum_metrics([p.metrics for p in parts])
+        out[name] = {
+            "steps": sum(p.steps for p in parts),
+            "median_step_us": _r(float(np.median(steps))),
+            "gpu_utilization": _r(m.utilization, 4),
+            "host_idle_fraction": _r(m.host_idle_fraction, 4),
+            "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
+            "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
+            "graph_launches": m.graph_launches,
+            "verdict": {"label": None, "reasons": [], "per_rank": [p.verdict.label for p in parts]},
+        }
+    return out
+
+
 def build_document(report: Report) -> dict[str, Any]:
     block = metrics_block(report.total)
     all_steps = [s for r in report.ranks for s in r.steps]
     block["graphs"].update(graph_step_counts(all_steps))
+    block["host"]["bound"] = report.verdict.label == HOST_BOUND
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "dbo_trace_version": __version__,
         "inputs": report.inputs,
         **block,
+        "steps_source": _sources([r.step_source for r in report.ranks]),
+        "microbatch_source": _sources([r.attribution for r in report.ranks]),
+        "time": time_block(report.window),
+        "phases": all_phases(report),
         "round_trips": round_trips_block(report.round_trips),
         "steps": [step_block(s, r.rank) for r in report.ranks for s in r.steps],
         "verdict": verdict_block(report.verdict),
@@ -142,6 +220,8 @@ def build_document(report: Report) -> dict[str, Any]:
             "comm_streams": list(report.options.comm_streams),
             "ubatch_patterns": list(report.options.ubatch_patterns),
             "layers": report.options.layers,
+            "step_marker": report.options.step_marker,
+            "comm_kernels_only": report.options.comm_only,
         },
         "ranks": [rank_block(r) for r in report.ranks],
         "cross_rank": cross_rank_block(report.cross_rank),

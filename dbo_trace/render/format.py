@@ -49,3 +49,35 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
     """A Markdown table, one string per line."""
     row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
+
+
+PHASE_HEADER = ("phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "verdict")
+
+
+def phase_cells(name: str, ph: dict) -> list[str]:
+    label = ph["verdict"]["label"] or "/".join(dict.fromkeys(ph["verdict"].get("per_rank", []))) or "-"
+    return [
+        name,
+        str(ph["steps"]),
+        ms(ph["median_step_us"]),
+        pct(ph["gpu_utilization"]),
+        pct(ph["host_idle_fraction"]),
+        pct(ph["comm_hidden_fraction"]),
+        pct(ph["replayed_kernel_fraction"]),
+        label,
+    ]
+
+
+def time_line(rank: dict) -> str:
+    """Where one rank's window went, bucket by bucket (they add up to the window)."""
+    t, w = rank["time"], rank["time"]["window_us"] or 0.0
+
+    def share(key: str) -> str:
+        return pct(t[key] / w) if w else "-"
+
+    host = rank["host_test"]
+    return (
+        f"rank {rank['rank']} time ({ms(w)} window): compute {share('compute_us')}, exposed comm "
+        f"{share('comm_exposed_us')}, copy {share('copy_us')}, GPU idle waiting on the host {share('host_idle_us')}, "
+        f"idle waiting on a dependency {share('other_idle_us')}; host-bound test: {pct(host['fraction'])} ({host['basis']})"
+    )

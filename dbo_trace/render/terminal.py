@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ROUND_TRIP_HEADER, ms, pct, round_trip_cells, us
+from dbo_trace.render.format import PHASE_HEADER, ROUND_TRIP_HEADER, ms, pct, phase_cells, round_trip_cells, time_line, us
 
 _STYLE = {
     "overlapped": "bold green",
@@ -64,6 +64,16 @@ class TerminalRenderer:
                 r["verdict"]["label"],
             )
         console.print(ranks)
+        for r in d["ranks"]:
+            console.print(time_line(r))
+        phases = d["phases"]
+        if phases:
+            t = Table(title="per phase (vLLM's step annotations)", title_justify="left")
+            for col in PHASE_HEADER:
+                t.add_column(col, justify="left" if col in ("phase", "verdict") else "right")
+            for name, ph in phases.items():
+                t.add_row(*phase_cells(name, ph))
+            console.print(t)
         cross = d["cross_rank"]
         if cross:
             console.print(f"across ranks: {cross['summary']}")
@@ -98,8 +108,7 @@ class TerminalRenderer:
         console.print(steps)
         if len(rows) > MAX_STEP_ROWS:
             console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
-        att = d["ranks"][0]["attribution"]
-        console.print(f"microbatches from: {att['ubatch_source']}; steps from: {att['step_source']}")
+        console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]:
             console.print(f"[yellow]note:[/] {note}")
         return buf.getvalue()

@@ -41,6 +41,16 @@ _CATEGORIES = {
     "user_annotation": CAT_USER_ANNOTATION,
     "gpu_user_annotation": CAT_GPU_ANNOTATION,
     "python_function": CAT_PYTHON,
+    # Kineto before ~2022 (torch 1.8-1.10) capitalised its categories.
+    "Kernel": CAT_KERNEL,
+    "Memcpy": CAT_MEMCPY,
+    "Memset": CAT_MEMSET,
+    "Runtime": CAT_RUNTIME,
+    "Driver": CAT_DRIVER,
+    "Operator": CAT_CPU_OP,
+    "User annotations": CAT_USER_ANNOTATION,
+    "user_annotations": CAT_USER_ANNOTATION,
+    "gpu_user_annotations": CAT_GPU_ANNOTATION,
 }
 
 BLOCK = 16 << 20  # bytes decompressed per read
@@ -51,8 +61,8 @@ _ARRAY_END = re.compile(rb"\}\s*\]")
 class _Args(msgspec.Struct):
     # -1 for "absent" keeps the column conversion free of None checks.
     correlation: int = -1
-    stream: int = -1
-    device: int = -1
+    stream: int | str = -1  # ROCm traces write it as a string ("0x0" or "7")
+    device: int | str = -1
     external_id: int = msgspec.field(default=-1, name="External id")
     name: str | None = None  # metadata events: the thread or process name
 
@@ -99,8 +109,12 @@ class RawTrace:
 
 
 def _as_int(value: int | str) -> int:
+    """An id that may come as a string: "0x1f" (ROCm streams), "stream 7" (old Kineto), "24572"."""
     if isinstance(value, int):
         return value
+    hexa = re.search(r"0[xX][0-9a-fA-F]+", value)
+    if hexa:
+        return int(hexa.group(), 16)
     digits = re.search(r"-?\d+", value)
     return int(digits.group()) if digits else -1
 
@@ -144,8 +158,8 @@ class _Columns:
         p["dur"].append(np.array([e.dur for e in timed], np.float64))
         p["correlation"].append(np.array([a.correlation for a in args], np.int64))
         p["external_id"].append(np.array([a.external_id for a in args], np.int64))
-        p["stream"].append(np.array([a.stream for a in args], np.int64))
-        p["device"].append(np.array([a.device for a in args], np.int64))
+        p["stream"].append(_ints([a.stream for a in args]))
+        p["device"].append(_ints([a.device for a in args]))
 
     def finish(self) -> tuple[EventColumns, list[str]]:
         dtypes = {"cat": np.int8, "name": np.int32}

@@ -97,6 +97,7 @@ def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
         for i, t in enumerate(sorted(timelines, key=lambda t: str(t.source))):
             t.rank = i
     timelines.sort(key=lambda t: t.rank)
+    _check_one_run(timelines)
     logs = []
     for path in found.logs:
         try:
@@ -104,3 +105,31 @@ def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
         except InputError as exc:
             warnings.append(f"skipped: {exc}")
     return Loaded(timelines, logs, found.manifests, warnings)
+
+
+def _wall_window(tl: Timeline) -> tuple[float, float] | None:
+    """The trace's events on the shared time.time_ns clock (us), where the trace has a clock base."""
+    if tl.base_time_ns is None:
+        return None
+    starts = [a.start.min() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    ends = [a.end.max() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    base = tl.base_time_ns / 1000.0
+    return base + float(min(starts)), base + float(max(ends))
+
+
+def _check_one_run(timelines: list[Timeline]) -> None:
+    """Traces given together are ranks of one run: their profiled windows overlap in time and they
+    agree on the world size. Two separate runs are refused (compare them instead)."""
+    if len(timelines) < 2:
+        return
+    sizes = {t.metadata["distributedInfo"].get("world_size") for t in timelines if isinstance(t.metadata.get("distributedInfo"), dict)}
+    sizes.discard(None)
+    hint = "they are not ranks of one run; to set runs side by side use `dbo-trace compare A B`"
+    if len(sizes) > 1:
+        raise InputError(f"the traces report different world sizes ({', '.join(map(str, sorted(sizes)))}): {hint}")
+    windows = [(t, w) for t in timelines if (w := _wall_window(t)) is not None]
+    for t, (lo, hi) in windows:
+        others = [w for u, w in windows if u is not t]
+        if others and not any(lo <= o_hi and o_lo <= hi for o_lo, o_hi in others):
+            gap = min(max(o_lo - hi, lo - o_hi) for o_lo, o_hi in others) / 1e6
+            raise InputError(f"{t.source}: its profiled window is {gap:.1f} s away from every other trace's: {hint}")

@@ -1,0 +1,252 @@
+"""Where the steps are: from the best source a trace offers, each with its phase where known.
+
+Sources, best first (docs/analysis.md, "Steps"):
+1. the user's --step-marker REGEX (an explicit choice wins over every guess);
+2. the plugin's event log (one step per UBatchWrapper call);
+3. vLLM's own step annotations `execute_context_<n>(<tok>)_generation_<m>(<tok>)` and the
+   detailed form `execute_<tok>_context_<n>(sq..)_generation_<m>(sq..)` (vllm/v1/worker/gpu_worker.py);
+4. `ProfilerStep#N` (torch profiler with a schedule);
+5. `gpu_model_runner: ...` ranges of vLLM's model runner, grouped from one `preprocess` to the next;
+6. long GPU idle gaps (inferred);
+7. the whole trace (inferred).
+Steps from 1-5 are markers; 6-7 are inferred, and the output says so. A step's phase (prefill,
+decode, mixed) comes from the vLLM annotation that holds its start, whatever the source.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dbo_trace import bundle as fmt
+from dbo_trace.analysis.intervals import gaps
+from dbo_trace.trace.eventlog import EventLogData
+from dbo_trace.trace.timeline import Timeline
+
+SOURCE_MARKER = "--step-marker ranges"
+SOURCE_EVENT_LOG = "event log"
+SOURCE_VLLM = "vLLM execute_* annotations"
+SOURCE_PROFILER_STEP = "ProfilerStep# annotations"
+SOURCE_MODEL_RUNNER = "vLLM gpu_model_runner ranges"
+SOURCE_GAPS = "GPU idle gaps (inferred: no step markers)"
+SOURCE_WHOLE = "whole trace (inferred: no step markers)"
+INFERRED_SOURCES = (SOURCE_GAPS, SOURCE_WHOLE)
+
+PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"
+PHASES = (PREFILL, DECODE, MIXED)
+
+# execute_context_2(1024)_generation_3(3)  |  execute_1027_context_2(sq1024sk..)_generation_3(sq3sk..)
+_VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_MODEL_RUNNER = "gpu_model_runner: "
+_MODEL_RUNNER_FIRST = "gpu_model_runner: preprocess"
+
+STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates inferred steps
+STEP_GAP_FACTOR = 20.0
+
+
+@dataclass
+class Steps:
+    start: np.ndarray  # CPU window on the trace clock (us), sorted, disjoint
+    end: np.ndarray
+    label: list[str]
+    path: list[str | None]  # UBatchWrapper path, where the event log knows it
+    source: str
+    phase: list[str | None] = field(default_factory=list)  # prefill / decode / mixed, where vLLM says
+    context_tokens: list[int | None] = field(default_factory=list)
+    generation_tokens: list[int | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n = len(self.start)
+        for name in ("phase", "context_tokens", "generation_tokens"):
+            if not getattr(self, name):
+                setattr(self, name, [None] * n)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def inferred(self) -> bool:
+        return self.source in INFERRED_SOURCES
+
+    def take(self, keep: np.ndarray) -> "Steps":
+        pick = [int(i) for i in keep]
+        return Steps(
+            self.start[keep],
+            self.end[keep],
+            [self.label[i] for i in pick],
+            [self.path[i] for i in pick],
+            self.source,
+            [self.phase[i] for i in pick],
+            [self.context_tokens[i] for i in pick],
+            [self.generation_tokens[i] for i in pick],
+        )
+
+
+def phase_of(context_requests: int, generation_requests: int) -> str | None:
+    """vLLM's counts: prefill (context) requests only, decode (generation) only, or both."""
+    if context_requests and generation_requests:
+        return MIXED
+    if context_requests:
+        return PREFILL
+    if generation_requests:
+        return DECODE
+    return None
+
+
+def _from_rows(rows: list[tuple], source: str) -> Steps | None:
+    """rows: (start, end, label[, phase, context tokens, generation tokens]); overlapping rows keep the outer one."""
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (r[0], -r[1]))
+    kept = []
+    last_end = -np.inf
+    for row in rows:
+        if row[0] >= last_end:  # nested or overlapping markers (a range inside a step) are not steps of their own
+            kept.append(row)
+            last_end = row[1]
+    n = len(kept)
+    return Steps(
+        np.array([r[0] for r in kept], float),
+        np.array([r[1] for r in kept], float),
+        [r[2] for r in kept],
+        [None] * n,
+        source,
+        [r[3] if len(r) > 3 else None for r in kept],
+        [r[4] if len(r) > 4 else None for r in kept],
+        [r[5] if len(r) > 5 else None for r in kept],
+    )
+
+
+def _cpu_ranges(tl: Timeline, match) -> list[tuple]:
+    """(start, end, name, match) for CPU ranges whose name matches; names are tested once each."""
+    hits = {i: m for i, name in enumerate(tl.names) if (m := match(name))}
+    if not hits:
+        return []
+    sel = np.flatnonzero(np.isin(tl.cpu.name, list(hits)))
+    return [(float(tl.cpu.start[i]), float(tl.cpu.end[i]), tl.names[tl.cpu.name[i]], hits[int(tl.cpu.name[i])]) for i in sel]
+
+
+def vllm_steps(tl: Timeline) -> Steps | None:
+    rows = []
+    for start, end, name, m in _cpu_ranges(tl, _VLLM_STEP.match):
+        ctx_req, ctx_tok, gen_req, gen_tok = (int(g) for g in m.groups())
+        rows.append((start, end, name, phase_of(ctx_req, gen_req), ctx_tok, gen_tok))
+    return _from_rows(rows, SOURCE_VLLM)
+
+
+def profiler_steps(tl: Timeline) -> Steps | None:
+    rows = [(s, e, name) for s, e, name, _ in _cpu_ranges(tl, _PROFILER_STEP.match)]
+    return _from_rows(rows, SOURCE_PROFILER_STEP)
+
+
+def model_runner_steps(tl: Timeline) -> Steps | None:
+    """From each `gpu_model_runner: preprocess` to the end of the last model-runner range before the next one."""
+    ranges = sorted(_cpu_ranges(tl, lambda n: n.startswith(_MODEL_RUNNER)))
+    firsts = [r for r in ranges if r[2] == _MODEL_RUNNER_FIRST]
+    if not firsts:
+        return None
+    starts = np.array([r[0] for r in firsts])
+    ends = starts.copy()
+    for s, e, _name, _ in ranges:
+        k = np.searchsorted(starts, s, side="right") - 1
+        if k >= 0:
+            ends[k] = max(ends[k], e)
+    rows = [(float(s), float(e), f"model runner step {i + 1}") for i, (s, e) in enumerate(zip(starts, ends))]
+    return _from_rows(rows, SOURCE_MODEL_RUNNER)
+
+
+def marker_steps(tl: Timeline, pattern: str) -> Steps | None:
+    rx = re.compile(pattern)
+    rows = [(s, e, name) for s, e, name, _ in _cpu_ranges(tl, rx.search)]
+    return _from_rows(rows, SOURCE_MARKER)
+
+
+def log_steps(logs: list[EventLogData], base_time_ns: int) -> Steps | None:
+    begins: dict[tuple[int, int], tuple[int, str | None]] = {}
+    rows = []
+    for log in logs:
+        for t, kind, ident, _native, _ub, step, detail in log.records:
+            if kind == fmt.EV_STEP_BEGIN:
+                begins[(ident, step)] = (t, detail.get("path") if isinstance(detail, dict) else None)
+            elif kind == fmt.EV_STEP_END and (ident, step) in begins:
+                t0, path = begins.pop((ident, step))
+                rows.append((t0, t, f"step {step}", path))
+    if not rows:
+        return None
+    rows.sort()
+    start = log_to_trace_us(np.array([r[0] for r in rows]), base_time_ns)
+    end = log_to_trace_us(np.array([r[1] for r in rows]), base_time_ns)
+    return Steps(start, end, [r[2] for r in rows], [r[3] for r in rows], SOURCE_EVENT_LOG)
+
+
+def log_to_trace_us(t_ns: np.ndarray, base_time_ns: int) -> np.ndarray:
+    """time.time_ns() on the recording host -> the trace's microsecond clock."""
+    return (np.asarray(t_ns, dtype=np.int64) - np.int64(base_time_ns)) / 1000.0
+
+
+def gap_steps(tl: Timeline) -> Steps | None:
+    """No markers: split the GPU timeline at idle gaps far longer than the usual one."""
+    g_start, g_end = gaps(tl.gpu.start, tl.gpu.end)
+    if not len(g_start):
+        return None
+    length = g_end - g_start
+    cut = length >= max(STEP_GAP_MIN_US, STEP_GAP_FACTOR * float(np.median(length)))
+    if not cut.any():
+        return None
+    # Windows tile the timeline: each runs from the previous gap's start to the next one's,
+    # so a segment's launch calls, which precede its kernels, fall inside it.
+    lo = min(tl.gpu.start.min(), tl.calls.start.min(initial=np.inf))
+    bounds = np.r_[lo, g_start[cut], tl.gpu.end.max()]
+    n = len(bounds) - 1
+    return Steps(bounds[:-1], bounds[1:], [f"segment {i + 1}" for i in range(n)], [None] * n, SOURCE_GAPS)
+
+
+def whole_trace(tl: Timeline) -> Steps:
+    lo = min(tl.gpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
+    hi = max(tl.gpu.end.max(initial=-np.inf), tl.calls.end.max(initial=-np.inf))
+    return Steps(np.array([lo]), np.array([hi]), ["whole trace"], [None], SOURCE_WHOLE)
+
+
+def index_in(start: np.ndarray, end: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each time, the index of the (sorted, disjoint) window containing it, or -1."""
+    if not len(start):
+        return np.full(len(t), -1, np.int64)
+    i = np.searchsorted(start, t, side="right") - 1
+    ok = (i >= 0) & (t <= end[np.clip(i, 0, None)])
+    return np.where(ok, i, -1)
+
+
+def _seen_by_profiler(steps: Steps, tl: Timeline) -> Steps | None:
+    """The steps the profiler window saw (the log also holds warm-up and unprofiled steps)."""
+    if not len(tl.calls):
+        return None
+    hits = index_in(steps.start, steps.end, tl.calls.start)
+    inside = np.isin(np.arange(len(steps)), hits[hits >= 0])
+    return steps.take(np.flatnonzero(inside)) if inside.any() else None
+
+
+def _with_phases(steps: Steps, vllm: Steps | None) -> Steps:
+    """Give each step the phase and token counts of the vLLM annotation that holds its start."""
+    if vllm is None or steps.source == SOURCE_VLLM:
+        return steps
+    k = index_in(vllm.start, vllm.end, steps.start)
+    for i, j in enumerate(k):
+        if j >= 0:
+            steps.phase[i] = vllm.phase[j]
+            steps.context_tokens[i] = vllm.context_tokens[j]
+            steps.generation_tokens[i] = vllm.generation_tokens[j]
+    return steps
+
+
+def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None = None) -> Steps:
+    """The steps of one rank's trace, from the best source it has."""
+    vllm = vllm_steps(tl)
+    steps = marker_steps(tl, step_marker) if step_marker else None
+    if steps is None and logs and tl.base_time_ns is not None:
+        found = log_steps(logs, tl.base_time_ns)
+        steps = _seen_by_profiler(found, tl) if found else None
+    steps = steps or vllm or profiler_steps(tl) or model_runner_steps(tl) or gap_steps(tl) or whole_trace(tl)
+    return _with_phases(steps, vllm)
