@@ -218,9 +218,11 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
     Each arm is a bundle, a trace or a folder of traces. Per arm: step time
     (mean ± standard deviation over every step of every rank and window) and
     its change against the first arm, round trips per layer and their cost,
-    hidden comm, graph replay share, and which differences are within noise.
+    hidden comm, graph replay share, and which differences are within noise;
+    then the same per phase (prefill, decode, mixed) where vLLM's step
+    annotations give phases in every arm.
     """
-    from dbo_trace.analysis.compare import arm_of
+    from dbo_trace.analysis.compare import arms_of, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.report import Options
     from dbo_trace.render import compare as out
@@ -231,13 +233,14 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
         fail(f"--label given {len(labels)} times for {len(arms)} arms; give one per arm or none")
     _refuse_overwrite(output, force=force)
     names = list(labels) or [p.name or str(p) for p in arms]
-    compared = []
-    for name, path in zip(names, arms):
+    reports = []
+    for path in arms:
         report = _analyzed([path], Options(layers=layers))
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
-        compared.append(arm_of(name, report))
-    compared = compare_arms(compared)
+        reports.append(report)
+    phases = shared_phases(reports)
+    compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
     fmt = fmt or "terminal"
     text = {"json": out.render_json, "markdown": out.render_markdown}.get(fmt)
     _write_output(text(compared) if text else out.render_terminal(compared, color=output is None and sys.stdout.isatty()), output)

@@ -13,14 +13,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.report import Report, sum_metrics
+from dbo_trace.analysis.steps import PHASES
 
 NOISE_SE = 2.0  # a difference within this many standard errors is within noise
+
+
+ALL_STEPS = "all"
 
 
 @dataclass
 class Arm:
     label: str
+    phase: str  # "all", or prefill / decode / mixed: the steps of that phase alone
     steps: int
     step_mean_us: float
     step_std_us: float
@@ -33,24 +38,49 @@ class Arm:
     within_noise: bool | None = None
 
 
-def arm_of(label: str, report: Report) -> Arm:
-    walls = np.array([s.wall_us for r in report.ranks for s in r.steps], float)
+def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
+    """One arm's row: every step, or the steps of one phase (vLLM's annotations say which)."""
+    steps = [s for r in report.ranks for s in r.steps if phase == ALL_STEPS or s.phase == phase]
+    walls = np.array([s.wall_us for s in steps], float)
     rt = report.round_trips
+    if phase == ALL_STEPS:
+        m, verdict = report.total, report.verdict.label
+    else:
+        parts = [p for r in report.ranks for p in r.phases if p.phase == phase]
+        m = sum_metrics([p.metrics for p in parts])
+        verdict = "/".join(dict.fromkeys(p.verdict.label for p in parts))
     return Arm(
         label=label,
+        phase=phase,
         steps=len(walls),
         step_mean_us=float(walls.mean()) if len(walls) else math.nan,
         step_std_us=float(walls.std(ddof=1)) if len(walls) > 1 else 0.0,
-        round_trips_per_layer=rt.per_layer if rt else None,
-        per_round_trip_us=rt.per_round_trip_us if rt else None,
-        comm_hidden_fraction=report.total.comm_hidden_fraction,
-        replayed_kernel_fraction=report.total.replayed_kernel_fraction,
-        verdict=report.verdict.label,
+        round_trips_per_layer=rt.per_layer if rt and phase == ALL_STEPS else None,
+        per_round_trip_us=rt.per_round_trip_us if rt and phase == ALL_STEPS else None,
+        comm_hidden_fraction=m.comm_hidden_fraction,
+        replayed_kernel_fraction=m.replayed_kernel_fraction,
+        verdict=verdict,
     )
 
 
+def arms_of(label: str, report: Report, phases: list[str]) -> list[Arm]:
+    return [arm_of(label, report)] + [arm_of(label, report, p) for p in phases]
+
+
+def shared_phases(reports: list[Report]) -> list[str]:
+    """The phases every arm has steps of, in prefill, decode, mixed order."""
+    have = [{s.phase for r in rep.ranks for s in r.steps} for rep in reports]
+    return [p for p in PHASES if all(p in h for h in have)]
+
+
 def compare(arms: list[Arm]) -> list[Arm]:
-    """Fill in each arm's change against the first, and whether it is within noise."""
+    """Fill in each arm's change against the first arm of the same phase, and whether it is within
+    noise. Returns the rows grouped by phase: all steps first, then each phase."""
+    order = list(dict.fromkeys(a.phase for a in arms))
+    return [a for phase in order for a in _against_first([b for b in arms if b.phase == phase])]
+
+
+def _against_first(arms: list[Arm]) -> list[Arm]:
     base = arms[0]
     for arm in arms[1:]:
         arm.change = arm.step_mean_us / base.step_mean_us - 1.0

@@ -142,6 +142,14 @@ class Instrumentation:
                 pass
             return None
 
+    def quietly(self, fn: Callable, *args: Any) -> Any:
+        """For our own bookkeeping (flush, counters): runs even after a hook turned the hooks off, so the
+        counters still say what happened ("hooks_enabled": false), and never raises."""
+        try:
+            return fn(*args)
+        except Exception:
+            return None
+
     # -- step-level events (UBatchWrapper, workloads) -------------------------
     def step_begin(self, path: str, tokens: list[int] | None = None) -> None:
         self.log.step += 1

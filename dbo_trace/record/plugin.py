@@ -34,7 +34,7 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
         targets, known = targets_for(version) if version else ([], True)
         ins = Instrumentation(open_log(folder, vllm=version or "absent"))
         ins.install([*targets, *extra_targets])
-        atexit.register(ins.safely, ins.write_counters, "exit")
+        atexit.register(ins.quietly, ins.write_counters, "exit")
         # vLLM forks its engine core from the API server by default: the child must not write
         # into the parent's PID-named log and counters (the parent would overwrite them at exit).
         os.register_at_fork(after_in_child=lambda: ins.safely(ins.forked))

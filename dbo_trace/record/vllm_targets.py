@@ -165,8 +165,8 @@ def _profiler_stop(ins: Instrumentation, original: Callable) -> Callable:
         try:
             return original(self, *args, **kwargs)
         finally:
-            ins.safely(ins.log.flush)
-            ins.safely(ins.write_counters, "profiler_stop")
+            ins.quietly(ins.log.flush)
+            ins.quietly(ins.write_counters, "profiler_stop")
 
     return stop
 

@@ -19,6 +19,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
         rows.append(
             [
                 a.label,
+                a.phase,
                 str(a.steps),
                 f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}",
                 change,
@@ -34,6 +35,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
 
 HEADER = [
     "arm",
+    "steps of",
     "steps",
     "step time (mean ± sd)",
     "vs first",
@@ -46,13 +48,19 @@ HEADER = [
 
 
 def noise_line(arms: list[Arm]) -> str:
-    noise = [a.label for a in arms[1:] if a.within_noise]
-    real = [a.label for a in arms[1:] if not a.within_noise]
+    first = arms[0]
+    whole = [a for a in arms if a.phase == first.phase]
+    noise = [a.label for a in whole[1:] if a.within_noise]
+    real = [a.label for a in whole[1:] if not a.within_noise]
     parts = []
     if real:
-        parts.append(f"beyond noise against {arms[0].label}: {', '.join(real)}")
+        parts.append(f"beyond noise against {first.label}: {', '.join(real)}")
     if noise:
         parts.append(f"within noise (< {NOISE_SE:.0f} standard errors): {', '.join(noise)}")
+    for phase in dict.fromkeys(a.phase for a in arms if a.phase != first.phase):
+        rows = [a for a in arms if a.phase == phase]
+        verdicts = ", ".join(f"{a.label} {'within noise' if a.within_noise else f'{100 * a.change:+.1f}%'}" for a in rows[1:])
+        parts.append(f"{phase} steps: {verdicts}")
     return "; ".join(parts) + "."
 
 

@@ -1,0 +1,99 @@
+"""Real traces from other projects (tests/data/README.md): every headline figure against the
+independent computation in tests/reference.py, counts exact, verdicts as the numbers say."""
+
+import pytest
+from conftest import ROOT, report_json
+from reference import headline
+
+from dbo_trace.analysis.classify import CommRules
+
+PUBLIC = ROOT / "tests" / "data" / "public"
+COMM = CommRules().regex().pattern  # the built-in families, as documented in docs/analysis.md
+
+# name -> (verdict, steps source): what the numbers of each trace say (docs/analysis.md thresholds).
+CASES = {
+    # Training, GPU behind the CPU: busy 36%, 63% of the window idle with work already queued
+    # (waiting on NCCL and events), 1% host idle: communication mostly exposed.
+    "hta-training-16rank-nccl-graphs.json.gz": ("not-overlapped", "ProfilerStep# annotations"),
+    "hta-training-2rank-nccl.json.gz": ("host-bound", "ProfilerStep# annotations"),
+    "hta-rocm-mi250.json.gz": ("host-bound", "ProfilerStep# annotations"),
+    "kineto-2021-v100.json.gz": ("host-bound", "ProfilerStep# annotations"),  # an Operator-category range in 2021
+}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {name: (report_json(str(PUBLIC / name)), headline(PUBLIC / name, COMM)) for name in CASES}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_figures_match_an_independent_union_computation(reports, name):
+    doc, ref = reports[name]
+    assert doc["time"]["window_us"] == pytest.approx(ref["window"], rel=1e-9, abs=0.01)
+    assert doc["gpu"]["busy_us"] == pytest.approx(ref["busy"], rel=1e-6, abs=0.01)
+    assert doc["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
+    assert doc["host"]["idle_fraction"] == pytest.approx(ref["host_idle"] / ref["window"], abs=1e-4)
+    if ref["comm"]:
+        assert doc["comm"]["hidden_fraction"] == pytest.approx(ref["hidden"] / ref["comm"], abs=1e-4)
+    else:
+        assert doc["comm"]["hidden_fraction"] is None
+    assert doc["gpu"]["kernels"] == ref["kernels"]
+    assert doc["comm"]["kernels"] == ref["comm_kernels"]
+    assert doc["graphs"]["launches"] == ref["graph_launches"]
+    if ref["kernels"]:
+        assert doc["graphs"]["replayed_kernel_fraction"] == pytest.approx(ref["replayed"] / ref["kernels"], abs=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_buckets_add_up_to_the_window(reports, name):
+    t = reports[name][0]["time"]
+    parts = t["compute_us"] + t["comm_exposed_us"] + t["copy_us"] + t["host_idle_us"] + t["other_idle_us"]
+    assert parts == pytest.approx(t["window_us"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_steps_and_verdict(reports, name):
+    doc, ref = reports[name]
+    label, source = CASES[name]
+    assert doc["steps_source"] == source
+    if source.startswith("ProfilerStep"):
+        assert len(doc["steps"]) == ref["steps"]
+        rank = doc["ranks"][0]
+        assert rank["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steps"] / ref["in_steps"], abs=1e-4)
+    assert doc["verdict"]["label"] == label
+
+
+def test_not_dbo_so_no_dbo_lines(reports):
+    """Training traces have no microbatches: no 'other microbatch' wording, no round-trip criterion."""
+    for name in CASES:
+        doc = reports[name][0]
+        assert doc["microbatch_source"] == "none"
+        text = " ".join(doc["verdict"]["reasons"])
+        assert "other microbatch" not in text and "round trip" not in text
+        if doc["round_trips"]:
+            assert doc["round_trips"]["criterion_met"] is None
+
+
+def test_profile_all_threads_is_not_blamed_without_microbatch_threads(reports):
+    """An autograd or worker thread with CPU ops is not the profiler's own host cost."""
+    for name in CASES:
+        assert "profile_all_threads" not in " ".join(reports[name][0]["verdict"]["reasons"])
+
+
+def test_rocm_launches_are_launches(reports):
+    doc, _ = reports["hta-rocm-mi250.json.gz"]
+    assert doc["host"]["launches"] == 14  # 12 hipLaunchKernel + 2 hipExtModuleLaunchKernel, one per kernel
+
+
+def test_graph_replays_counted_on_a_training_trace(reports):
+    doc, ref = reports["hta-training-16rank-nccl-graphs.json.gz"]
+    assert doc["graphs"]["launches"] == 70 == ref["graph_launches"]
+
+
+def test_two_ranks_of_one_job_are_read_together():
+    doc = report_json(str(PUBLIC / "hta-sampled-job"))
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    for r, name in zip(doc["ranks"], ("rank-0.json.gz", "rank-1.json.gz")):
+        ref = headline(PUBLIC / "hta-sampled-job" / name, COMM)
+        assert r["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
+        assert r["comm"]["hidden_fraction"] == pytest.approx(ref["hidden"] / ref["comm"], abs=1e-4)
