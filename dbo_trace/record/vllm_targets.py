@@ -131,7 +131,7 @@ def all_threads_config(torch: Any) -> Any:
 
 
 def _profiler_init(ins: Instrumentation, original: Callable) -> Callable:
-    """Turn on profile_all_threads so the microbatch threads' CPU ops land in vLLM's traces (DESIGN.md)."""
+    """Turn on profile_all_threads so the microbatch threads' CPU ops land in vLLM's traces (docs/recording.md)."""
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ROUND_TRIP_HEADER, md_table, ms, pct, round_trip_cells, us
+from dbo_trace.render.format import PHASE_HEADER, ROUND_TRIP_HEADER, md_table, ms, pct, phase_cells, round_trip_cells, time_line, us
 
 
 class MarkdownRenderer:
@@ -33,6 +33,11 @@ class MarkdownRenderer:
                 for r in d["ranks"]
             ],
         )
+        out += [""] + [f"- {time_line(r)}" for r in d["ranks"]]
+        if d["phases"]:
+            out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
+                list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
+            )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
         rt = d["round_trips"]
@@ -41,15 +46,17 @@ class MarkdownRenderer:
             out += [
                 "",
                 f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
-                "Criterion: per-microbatch compute >= comm round trip, so the round trip can hide entirely; "
-                "below 1 at most that share of it hides (docs/analysis.md).",
+                "Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
+                "*could* hide entirely; below 1 at most that share of it could; the hidden share says what did "
+                "(docs/analysis.md).",
             ]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
-            ["rank", "step", "path", "time", "comm hidden", "host idle", "launches", "median launch", "replayed", "verdict"],
+            ["rank", "step", "phase", "path", "time", "comm hidden", "host idle", "launches", "median launch", "replayed", "verdict"],
             [
                 [
                     s["rank"],
                     s["label"],
+                    s["phase"] or "-",
                     s["path"] or "-",
                     ms(s["step_us"]),
                     pct(s["comm"]["hidden_fraction"]),
@@ -66,9 +73,8 @@ class MarkdownRenderer:
         notes = [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]
         if notes:
             out += ["Notes:", *[f"- {n}" for n in notes], ""]
-        att = d["ranks"][0]["attribution"]
         out.append(
-            f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {att['ubatch_source']}, "
-            f"steps from {att['step_source']}</sub>"
+            f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {d['microbatch_source']}, "
+            f"steps from {d['steps_source']}</sub>"
         )
         return "\n".join(out) + "\n"
