@@ -115,14 +115,13 @@ def headline(path, comm_regex):
 
     # Steps.
     annotations = [e for e in events if e["cat"] in CPU]
-    marks = [e for e in annotations if VLLM_STEP.match(e["name"])] or [
-        e for e in annotations if PROFILER_STEP.match(e["name"])
-    ]
+    marks = [e for e in annotations if VLLM_STEP.match(e["name"])] or [e for e in annotations if PROFILER_STEP.match(e["name"])]
     marks.sort(key=lambda e: e["ts"])
     steps = []
     for m in marks:
         own = [
-            g for g in gpu
+            g
+            for g in gpu
             if (c := launch.get(g.get("args", {}).get("correlation"))) is not None and m["ts"] <= c["ts"] <= m["end"]
         ]
         if not own:

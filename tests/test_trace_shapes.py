@@ -30,15 +30,18 @@ def test_work_launched_before_the_profiler_is_in_no_step(tmp_path):
     doc = json.loads(gzip.decompress(src.read_bytes()))
     t0, t1 = first["start_us"], first["start_us"] + first["step_us"]
     calls = [
-        e for e in doc["traceEvents"]
+        e
+        for e in doc["traceEvents"]
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}) and t0 <= e["ts"] <= t1
     ]
     dropped = {e["args"]["correlation"] for e in calls}
     lowest_kept = min(
-        e["args"]["correlation"] for e in doc["traceEvents"]
+        e["args"]["correlation"]
+        for e in doc["traceEvents"]
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}) and e["ts"] > t1
     )
     assert max(dropped) < lowest_kept  # they are the earliest launches: as if before the profiler
+
     def profiled(e):  # what a profiler started at t1 would have seen on the CPU side
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):
             return e.get("args", {}).get("correlation") not in dropped
@@ -47,7 +50,11 @@ def test_work_launched_before_the_profiler_is_in_no_step(tmp_path):
         return True
 
     doc["traceEvents"] = [e for e in doc["traceEvents"] if profiled(e)]
-    orphans = sum(1 for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in dropped)
+    orphans = sum(
+        1
+        for e in doc["traceEvents"]
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in dropped
+    )
     path = tmp_path / "late-start.pt.trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     after = report_json(str(path))

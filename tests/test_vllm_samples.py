@@ -108,7 +108,14 @@ def test_a_mostly_idle_gpu_is_called_host_bound(docs, name):
 
 def test_compare_gives_the_ablation_per_phase():
     proc = run_cli(
-        "compare", "--json", str(SAMPLES / "vllm-eager-decode"), str(SAMPLES / "vllm-graphs-decode"), "--label", "eager", "--label", "graphs"
+        "compare",
+        "--json",
+        str(SAMPLES / "vllm-eager-decode"),
+        str(SAMPLES / "vllm-graphs-decode"),
+        "--label",
+        "eager",
+        "--label",
+        "graphs",
     )
     assert proc.returncode == 0, proc.stderr
     arms = {(a["label"], a["phase"]): a for a in json.loads(proc.stdout)["arms"]}

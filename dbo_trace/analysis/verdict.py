@@ -11,7 +11,6 @@ Labels, in order of precedence (docs/analysis.md explains each threshold):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import TYPE_CHECKING
 
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
@@ -79,7 +78,9 @@ def decide(
                 f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
             )
         if profile_all_threads:
-            reasons.append("the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time")
+            reasons.append(
+                "the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time"
+            )
     if m.comm_busy_us <= 0:
         reasons.append("no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)")
     else:

@@ -26,7 +26,8 @@ class CudaDevice:
         torch.cuda.set_stream(self.compute_stream)
 
     def bind(self, ub) -> None:
-        # vLLM's current_stream() helper does not track streams off a vLLM platform (seen on the H200 without vLLM's compiled ops); ours needs both.
+        # vLLM's current_stream() helper does not track streams off a vLLM platform (seen on the H200
+        # without vLLM's compiled ops); ours needs both.
         ub.current_stream = self.torch.cuda.current_stream
         if hasattr(ub, "set_stream"):
             ub.set_stream = self.torch.cuda.set_stream

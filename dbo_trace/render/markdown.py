@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import PHASE_HEADER, ROUND_TRIP_HEADER, md_table, ms, pct, phase_cells, round_trip_cells, time_line, us
+from dbo_trace.render.format import (
+    PHASE_HEADER,
+    ROUND_TRIP_HEADER,
+    md_table,
+    ms,
+    pct,
+    phase_cells,
+    round_trip_cells,
+    time_line,
+    us,
+)
 
 
 class MarkdownRenderer:
@@ -51,7 +61,19 @@ class MarkdownRenderer:
                 "(docs/analysis.md).",
             ]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
-            ["rank", "step", "phase", "path", "time", "comm hidden", "host idle", "launches", "median launch", "replayed", "verdict"],
+            [
+                "rank",
+                "step",
+                "phase",
+                "path",
+                "time",
+                "comm hidden",
+                "host idle",
+                "launches",
+                "median launch",
+                "replayed",
+                "verdict",
+            ],
             [
                 [
                     s["rank"],

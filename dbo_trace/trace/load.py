@@ -122,7 +122,9 @@ def _check_one_run(timelines: list[Timeline]) -> None:
     agree on the world size. Two separate runs are refused (compare them instead)."""
     if len(timelines) < 2:
         return
-    sizes = {t.metadata["distributedInfo"].get("world_size") for t in timelines if isinstance(t.metadata.get("distributedInfo"), dict)}
+    sizes = {
+        t.metadata["distributedInfo"].get("world_size") for t in timelines if isinstance(t.metadata.get("distributedInfo"), dict)
+    }
     sizes.discard(None)
     hint = "they are not ranks of one run; to set runs side by side use `dbo-trace compare A B`"
     if len(sizes) > 1:
