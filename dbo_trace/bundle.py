@@ -82,12 +82,15 @@ def read_manifest(bundle: Path) -> dict[str, Any]:
     path = bundle / MANIFEST_NAME
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BundleError(f"{path}: cannot read the bundle manifest ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise BundleError(f"{path}: cannot read the bundle manifest ({why})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f'{path}: not a dbo-trace manifest (no "format": "{BUNDLE_FORMAT}")')
     version = manifest.get("version")
-    if not isinstance(version, int) or version > BUNDLE_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise BundleError(f"{path}: the manifest has no valid version ({version!r}); it is damaged: re-record or fix it")
+    if version > BUNDLE_VERSION:
         raise BundleError(
             f"{path}: bundle version {version!r} is newer than this dbo-trace reads ({BUNDLE_VERSION}); upgrade dbo-trace"
         )

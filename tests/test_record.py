@@ -236,6 +236,29 @@ def test_record_manifest_holds_no_secret(tmp_path):
     assert m["command"][m["command"].index("--api-key") + 1] == "<redacted>"
 
 
+def test_a_failed_recording_leaks_no_secret_to_the_manifest_or_the_terminal(tmp_path):
+    """The failure path copies the server's last lines and error bodies: every planted secret must be
+    masked there, by its shape or because the run's own secret values are known."""
+    key = "abc123planted-argv-key"
+    server = Server(tmp_path, behaviour="die-leaky", extra=("--api-key", key))
+    out = tmp_path / "bundle"
+    secrets = {
+        "HF_TOKEN": "hf_plantedtokenvalue123456",
+        "HF_HUB_PASS": "planted-hub-pass-99",
+        "MY_BEARER": "plantedbearer0987654321",
+        "MODEL_URL": "https://bob:p@ss-planted@models.example/m",
+    }
+    env = {**os.environ, **secrets}
+    proc = subprocess.run(record_argv(out, server), capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    text = (out / "manifest.json").read_text()
+    assert "last lines" in json.loads(text)["reason"]  # the tail is there, masked
+    planted = [key, "plantedtokenvalue", "planted-hub-pass-99", "plantedbearer0987654321", "p@ss-planted", "ss-planted"]
+    for secret in planted:
+        assert secret not in text, secret
+        assert secret not in proc.stderr and secret not in proc.stdout, secret
+
+
 def test_record_program_mode_runs_the_command_with_the_plugin_environment(tmp_path):
     out = tmp_path / "bundle"
     program = (

@@ -1,7 +1,8 @@
 """The hook event log: one append-only JSON-lines file per process.
 
-Hot path cost is one tuple append (the GIL makes list.append atomic, so the
-microbatch threads need no lock); serialisation happens in flush(), at step
+Hot path cost is one tuple append to a deque (append and popleft are atomic,
+so the microbatch threads need no lock, and a flush running beside them neither
+loses nor repeats a record); serialisation happens in flush(), at step
 boundaries, at exit, or when the buffer reaches its bound.
 """
 
@@ -13,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ class EventLog:
     def __init__(self, folder: Path, *, extra_header: dict[str, Any] | None = None):
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{socket.gethostname()}-{os.getpid()}.jsonl"
-        self._buffer: list[tuple] = []
+        self._buffer: deque[tuple] = deque()
         self._flush_lock = threading.Lock()
         self.step = 0
         self.pid = os.getpid()
@@ -57,9 +59,16 @@ class EventLog:
         if len(buffer) >= _MAX_BUFFERED:
             self.flush()
 
+    def _drain(self) -> list[tuple]:
+        """Take what is buffered now; records appended meanwhile stay for the next flush."""
+        buffer, out = self._buffer, []
+        for _ in range(len(buffer)):
+            out.append(buffer.popleft())
+        return out
+
     def forked(self) -> "EventLog":
         """In a forked child: a log of its own (PID-named); records buffered at fork stay the parent's."""
-        self._buffer = []  # the parent writes these; the child must not write them again
+        self._buffer = deque()  # the parent writes these; the child must not write them again
         self._flush_lock = threading.Lock()  # may have been held by a parent thread at fork
         header = {k: v for k, v in self._extra_header.items()}
         return EventLog(self.path.parent, extra_header={**header, "forked_from": self.pid})
@@ -73,7 +82,7 @@ class EventLog:
 
     def flush(self) -> None:
         with self._flush_lock:
-            records, self._buffer = self._buffer, []
+            records = self._drain()
             if not records:
                 return
             with open(self.path, "ab") as fh:

@@ -26,7 +26,7 @@ from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
 from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_model
 from dbo_trace.record.plugin import ENV_DIR
-from dbo_trace.record.redact import redact_argv, redact_json
+from dbo_trace.record.redact import Redactor, redact_argv
 
 ENV_TRACES = "DBO_TRACE_TRACES"  # where a program (not a server) should write its profiler traces
 PLUGIN_NAME = "dbo_trace"
@@ -161,13 +161,13 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
     }
 
 
-def _finish_manifest(out: Path, manifest: dict) -> dict:
+def _finish_manifest(out: Path, manifest: dict, redactor: Redactor) -> dict:
     manifest["times"]["ended"] = _now()
     traces_dir = out / fmt.TRACES_DIR
     manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
     manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
     manifest["counters"] = _counters(out)
-    fmt.write_manifest(out, redact_json(manifest))
+    fmt.write_manifest(out, redactor.json(manifest))
     return manifest
 
 
@@ -203,13 +203,17 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     (out / fmt.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
     manifest = _initial_manifest(plan, argv)
-    fmt.write_manifest(out, redact_json(manifest))  # a bundle exists from the first moment
+    env = child_env(out)
+    # Every text that reaches the manifest or the terminal goes through one redactor, which knows
+    # this run's secret values (a key echoed in the server's log or an error body is caught too).
+    redactor = Redactor(env, list(plan.command) + argv)
+    fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
     log_name = "server.log" if plan.server else "program.log"
     manifest["log"] = log_name
     status, reason, child = STATUS_COMPLETE, None, None
     try:
         with _terminations_interrupt():
-            child = Child(argv, child_env(out), out / log_name)
+            child = Child(argv, env, out / log_name)
             manifest["pid"] = child.pid
             if plan.server:
                 _drive_server(plan, child, manifest, ui)
@@ -233,9 +237,10 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
                     stopped = child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the process group"))
                     manifest["stop"] = {"signals": stopped.signals_sent, "exit_status": stopped.returncode}
                 manifest["exit_status"] = child.poll()
+            reason = redactor.text(reason) if reason else reason
             manifest["status"], manifest["reason"] = status, reason
             manifest.pop("profiling", None)
-            _finish_manifest(out, manifest)
+            _finish_manifest(out, manifest, redactor)
     if not manifest["events"] and status == STATUS_COMPLETE:
         ui.note(
             "no event log was written: the plugin did not load in the program "

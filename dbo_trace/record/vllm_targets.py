@@ -11,12 +11,18 @@ from dbo_trace.record.hooks import Instrumentation, Target
 
 
 # -- UBatchContext (vllm/v1/worker/ubatching.py) -------------------------------
+def _with_id(record: Callable[[int], None], ctx: Any) -> None:
+    """Read the context's id inside the guard: a context whose .id is missing or raises must turn
+    the hooks off, not raise into vLLM."""
+    record(ctx.id)
+
+
 def _ctx_enter(ins: Instrumentation, original: Callable) -> Callable:
     @functools.wraps(original)
     def __enter__(self):
-        ins.safely(ins.ub_wait, self.id)
+        ins.safely(_with_id, ins.ub_wait, self)
         result = original(self)
-        ins.safely(ins.ub_run, self.id)
+        ins.safely(_with_id, ins.ub_run, self)
         return result
 
     return __enter__
@@ -25,7 +31,7 @@ def _ctx_enter(ins: Instrumentation, original: Callable) -> Callable:
 def _ctx_exit(ins: Instrumentation, original: Callable) -> Callable:
     @functools.wraps(original)
     def __exit__(self, *exc):
-        ins.safely(ins.ub_exit, self.id)
+        ins.safely(_with_id, ins.ub_exit, self)
         return original(self, *exc)
 
     return __exit__
@@ -34,9 +40,9 @@ def _ctx_exit(ins: Instrumentation, original: Callable) -> Callable:
 def _ctx_cpu_yield(ins: Instrumentation, original: Callable) -> Callable:
     @functools.wraps(original)
     def _cpu_yield(self):
-        ins.safely(ins.cpu_yield, self.id)
+        ins.safely(_with_id, ins.cpu_yield, self)
         result = original(self)
-        ins.safely(ins.cpu_resume, self.id)
+        ins.safely(_with_id, ins.cpu_resume, self)
         return result
 
     return _cpu_yield

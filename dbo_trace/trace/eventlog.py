@@ -22,6 +22,16 @@ class EventLogData:
         return self.header.get("pid")
 
 
+_MAX_INT = 1 << 63
+
+
+def _well_formed(record: object) -> bool:
+    """Seven fields, the five numbers plain int64s (time.time_ns, thread ids, ubatch, step), kind a string."""
+    if not isinstance(record, list) or len(record) != 7 or not isinstance(record[1], str):
+        return False
+    return all(type(record[i]) is int and -_MAX_INT <= record[i] < _MAX_INT for i in (0, 2, 3, 4, 5))
+
+
 def read_event_log(path: Path) -> EventLogData:
     decode = msgspec.json.decode
     try:
@@ -46,13 +56,14 @@ def read_event_log(path: Path) -> EventLogData:
             continue
         try:
             record = decode(line)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             if number == len(lines):  # a last line cut by a kill: keep the rest
                 break
             raise InputError(f"{path}:{number}: invalid JSON in the event log") from None
-        if not isinstance(record, list) or len(record) != 7 or not isinstance(record[0], int):
+        if not _well_formed(record):
             raise InputError(
-                f"{path}:{number}: an event log record must be [t_ns, kind, ident, native_tid, ubatch, step, detail]"
+                f"{path}:{number}: an event log record must be [t_ns, kind, ident, native_tid, ubatch, step, detail] "
+                "with whole numbers in range and a string kind"
             )
         records.append(record)
     records.sort(key=lambda r: r[0])

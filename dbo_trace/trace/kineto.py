@@ -74,7 +74,7 @@ class _Event(msgspec.Struct):
     pid: int | str = 0
     tid: int | str = 0
     ts: float | None = None
-    dur: float = 0.0
+    dur: float | None = None  # absent: refused for GPU activity and calls, 0 for instants of CPU ranges
     args: _Args | None = None
 
 
@@ -106,6 +106,7 @@ class RawTrace:
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)  # the top-level keys other than traceEvents
     skipped_no_time: int = 0  # 'X' events without ts: ignored, reported as a warning
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> events left out (warned)
 
 
 def _as_int(value: int | str) -> int:
@@ -119,12 +120,22 @@ def _as_int(value: int | str) -> int:
     return int(digits.group()) if digits else -1
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _ints(values: list) -> np.ndarray:
-    """pid/tid columns: ints almost always; Kineto's few string ids ("Spans", "") become their digits or -1."""
+    """Id columns: ints almost always; Kineto's few string ids ("Spans", "", "0x1f") become their
+    number or -1, and so does an integer beyond 64 bits (no real id is)."""
     try:
         return np.array(values, np.int64)
-    except (TypeError, ValueError):
-        return np.array([v if type(v) is int else _as_int(v) for v in values], np.int64)
+    except (TypeError, ValueError, OverflowError):
+        out = [v if type(v) is int else _as_int(v) for v in values]
+        return np.array([v if _INT64[0] <= v <= _INT64[1] else -1 for v in out], np.int64)
+
+
+MAX_ABS_TS_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp is corrupt
+MAX_DUR_US = 1e11  # ~28 hours for one event
+_TIMED = {CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_RUNTIME, CAT_DRIVER}  # a missing dur is not 0 for these
 
 
 class _Columns:
@@ -135,6 +146,7 @@ class _Columns:
         self.names: dict[str, int] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
         self.skipped_no_time = 0
+        self.dropped: dict[str, int] = {}
 
     def add(self, events: list[_Event]) -> None:
         cats = _CATEGORIES
@@ -146,18 +158,42 @@ class _Columns:
         self.skipped_no_time += len(keep) - len(timed)
         if not timed:
             return
+        cat = np.array([cats[e.cat] for e in timed], np.int8)
+        ts = np.array([e.ts for e in timed], np.float64)
+        no_dur = np.array([e.dur is None for e in timed])
+        dur = np.array([0.0 if e.dur is None else e.dur for e in timed], np.float64)
+        # Values that would flip a verdict if computed: left out, counted, and said (load.py warns).
+        bad = {
+            "GPU activity or CUDA call without a duration": no_dur & np.isin(cat, list(_TIMED)),
+            "negative duration": dur < 0,
+            "timestamp or duration out of range (corrupt)": ~np.isfinite(ts)
+            | (np.abs(ts) > MAX_ABS_TS_US)
+            | ~np.isfinite(dur)
+            | (dur > MAX_DUR_US),
+        }
+        ok = np.ones(len(timed), bool)
+        for reason, mask in bad.items():
+            mask &= ok
+            if mask.any():
+                self.dropped[reason] = self.dropped.get(reason, 0) + int(mask.sum())
+                ok &= ~mask
+        if not ok.all():
+            timed = [e for e, keep_it in zip(timed, ok) if keep_it]
+            cat, ts, dur = cat[ok], ts[ok], dur[ok]
+            if not timed:
+                return
         intern = self.names
         no = _Args()
         args = [e.args or no for e in timed]
         p = self.parts
-        p["cat"].append(np.array([cats[e.cat] for e in timed], np.int8))
+        p["cat"].append(cat)
         p["name"].append(np.array([intern.setdefault(e.name, len(intern)) for e in timed], np.int32))
         p["pid"].append(_ints([e.pid for e in timed]))
         p["tid"].append(_ints([e.tid for e in timed]))
-        p["ts"].append(np.array([e.ts for e in timed], np.float64))
-        p["dur"].append(np.array([e.dur for e in timed], np.float64))
-        p["correlation"].append(np.array([a.correlation for a in args], np.int64))
-        p["external_id"].append(np.array([a.external_id for a in args], np.int64))
+        p["ts"].append(ts)
+        p["dur"].append(dur)
+        p["correlation"].append(_ints([a.correlation for a in args]))
+        p["external_id"].append(_ints([a.external_id for a in args]))
         p["stream"].append(_ints([a.stream for a in args]))
         p["device"].append(_ints([a.device for a in args]))
 
@@ -194,19 +230,30 @@ def _open(path: Path) -> BinaryIO:
     return gzip.GzipFile(fileobj=fh) if magic == b"\x1f\x8b" else fh
 
 
+MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
+
+
 def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block: int = BLOCK) -> RawTrace:
     """Read one Kineto trace. progress(n) is called with the file bytes consumed so far."""
     fh = _open(path)
     raw = fh.fileobj if isinstance(fh, gzip.GzipFile) else fh
     columns = _Columns()
+    reader = _EventStream(path, columns)
     buf = b""
     state = "head"  # head -> events -> tail
     head = tail = b""
     try:
         for block_bytes in _blocks(fh, path, block):
-            buf += block_bytes
             if progress is not None:
                 progress(raw.tell())
+            if state == "tail":
+                tail += block_bytes
+                if len(tail) > MAX_EVENT_BYTES:
+                    raise InputError(
+                        f"{path}: more than {MAX_EVENT_BYTES >> 20} MB after traceEvents; not a torch profiler trace"
+                    )
+                continue
+            buf += block_bytes
             if state == "head":
                 match = re.search(rb'"traceEvents"\s*:\s*\[\s*', buf)
                 if match is None:
@@ -214,16 +261,14 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
                     continue
                 head, buf, state = buf[: match.start()], buf[match.end() :], "events"
-            if state == "events":
-                buf, done = _consume(buf, columns, path, final=False)
-                if done is not None:
-                    tail, state = done, "tail"
-            elif state == "tail":
-                tail += block_bytes
+                reader.offset = match.end()
+            buf, done = reader.consume(buf, final=False)
+            if done is not None:
+                tail, state = done, "tail"
         if state == "head":
             _raise_no_events(path, buf)
         if state == "events":
-            buf, done = _consume(buf, columns, path, final=True)
+            buf, done = reader.consume(buf, final=True)
             tail = done or b""
     finally:
         fh.close()
@@ -235,60 +280,157 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
         thread_names=columns.thread_names,
         metadata=_top_level(head, tail, path),
         skipped_no_time=columns.skipped_no_time,
+        dropped=dict(columns.dropped),
     )
 
 
-def _decode_chunk(chunk: bytes) -> list[_Event] | None:
+_WHITESPACE = b" \t\r\n"
+
+
+class _Truncated(Exception):
+    """The chunk was cut inside an element: not the file's fault."""
+
+
+class _Malformed(Exception):
+    """The JSON is broken at `at` (chunk offset). past_end: the cut ran past the array's `]` into the
+    document's tail, which is the cut's fault, not the file's."""
+
+    def __init__(self, at: int, text: str, past_end: bool):
+        super().__init__(text)
+        self.at, self.text, self.past_end = at, text, past_end
+
+
+MAX_TAIL_BYTES = 1 << 20  # the document after traceEvents (traceName, deviceProperties, ...) is small
+MAX_TAIL_CHECKS = 16  # `}]` candidates whose tail is parsed before the end is declared lost
+
+
+class _EventStream:
+    """Cuts the traceEvents array into chunks of whole events and decodes them.
+
+    Mid-stream a chunk ends at a `}` `,` `{` candidate. A cut inside a string or a nested value
+    leaves the chunk truncated: the cut moves to the previous candidate once, then waits for more
+    data. Broken JSON at byte q rules out every cut after q at once. So a bad event costs a decode
+    or two, never a walk back through the buffer. At the end of the file the array's `]` is the
+    last `}]` after which the rest parses as the document's tail. A type error is the file's fault
+    and is reported with its byte offset; so is broken JSON that is not the array's end.
+    """
+
+    def __init__(self, path: Path, columns: _Columns):
+        self.path, self.columns = path, columns
+        self.offset = 0  # uncompressed bytes before the buffer's first byte
+
+    def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
+        """Decode whole events from the front of buf. Returns (rest, the bytes after the array or None)."""
+        stripped = buf.lstrip(_WHITESPACE)
+        self.offset += len(buf) - len(stripped)
+        buf = stripped
+        if buf.startswith(b"]"):
+            return b"", buf[1:]
+        if final:
+            return self._to_the_end(buf)
+        rest, broken = self._whole_events(buf)
+        if rest is not buf:
+            return rest, None
+        if broken is not None:
+            raise self._error(broken)
+        if len(buf) > MAX_EVENT_BYTES + BLOCK:
+            raise InputError(
+                f"{self.path}: an event at byte {self.offset} is larger than {MAX_EVENT_BYTES >> 20} MB "
+                "(a corrupt or hostile trace); not read"
+            )
+        return buf, None
+
+    def _error(self, broken: _Malformed) -> InputError:
+        return InputError(
+            f"{self.path}: invalid JSON in traceEvents at byte {self.offset + broken.at} ({broken.text}); "
+            "the file may be truncated or corrupt: re-export it"
+        )
+
+    def _to_the_end(self, buf: bytes) -> tuple[bytes, bytes | None]:
+        """The rest of the file: whole events, the array's `]`, the document's tail."""
+        checks = 0
+        for m in reversed(list(_ARRAY_END.finditer(buf, max(0, len(buf) - MAX_TAIL_BYTES)))):
+            tail = buf[m.end() :].strip(_WHITESPACE)
+            if tail not in (b"", b"}") and not (tail.startswith(b",") and tail.endswith(b"}")):
+                continue  # a `}]` inside a string: what follows is no tail
+            checks += 1
+            if checks > MAX_TAIL_CHECKS:
+                break
+            try:
+                _decode_any(b"{" + tail[1:].strip(_WHITESPACE)) if tail.startswith(b",") else None
+            except msgspec.DecodeError:
+                continue
+            try:
+                events = self._decode(buf[: m.start() + 1])
+            except _Truncated:
+                continue
+            except _Malformed as exc:
+                if exc.past_end:
+                    continue
+                raise self._error(exc) from None
+            self.columns.add(events)
+            return b"", buf[m.end() :]
+        raise InputError(f"{self.path}: invalid JSON in traceEvents: the file ends inside it (truncated?); re-export it")
+
+    def _whole_events(self, buf: bytes) -> tuple[bytes, _Malformed | None]:
+        """Decode up to the last cut that holds whole elements; (rest, a genuine malformation that stopped it)."""
+        cuts = [m.start() for m in _BOUNDARY.finditer(buf)]
+        broken = None
+        truncated = 0
+        while cuts:
+            pos = cuts.pop()
+            try:
+                events = self._decode(buf[: pos + 1])
+            except _Truncated:
+                truncated += 1
+                if truncated >= 2:
+                    break  # the last element is still arriving: wait for more data
+                continue
+            except _Malformed as exc:
+                broken = None if exc.past_end else exc
+                cuts = [c for c in cuts if c < exc.at]  # every cut past the break fails the same way
+                continue
+            self.columns.add(events)
+            rest = buf[pos + 1 :].lstrip(_WHITESPACE)
+            rest = rest[1:] if rest.startswith(b",") else rest
+            self.offset += len(buf) - len(rest)
+            return rest, None
+        return buf, broken
+
+    def _decode(self, chunk: bytes) -> list[_Event]:
+        try:
+            return _decode_events(b"[" + chunk + b"]")
+        except msgspec.ValidationError as exc:
+            where = re.search(r"\$\[(\d+)\]\.?(\S*?)`?$", str(exc))
+            index = int(where.group(1)) if where else 0
+            field_name = where.group(2) if where and where.group(2) else "an event"
+            problem = str(exc).split(" - at ")[0]
+            raise InputError(
+                f"{self.path}: the event at byte {self.offset + _element_offset(chunk, index)} has a `{field_name}` of the "
+                f"wrong type ({problem}); not a torch profiler trace, or a corrupt one"
+            ) from None
+        except msgspec.DecodeError as exc:
+            text = str(exc)
+            at = re.search(r"\(byte (\d+)\)", text)
+            if "truncated" in text or at is None or int(at.group(1)) > len(chunk):
+                raise _Truncated() from None
+            q = max(0, int(at.group(1)) - 1)  # in the chunk, without the leading "["
+            past_end = chunk[:q].rstrip(_WHITESPACE).endswith(b"]")
+            raise _Malformed(q, text, past_end) from None
+
+
+_decode_raw = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+def _element_offset(chunk: bytes, index: int) -> int:
+    """Byte offset of the index-th element of a chunk of whole, well-formed elements."""
     try:
-        return _decode_events(b"[" + chunk + b"]")
-    except msgspec.DecodeError:
-        return None
-
-
-def _consume(buf: bytes, columns: _Columns, path: Path, final: bool) -> tuple[bytes, bytes | None]:
-    """Decode whole elements from the front of buf. Returns (rest, tail-after-array or None)."""
-    if buf.startswith(b"]"):
-        return b"", buf[1:]
-    end = _ARRAY_END.search(buf)
-    if end is not None:
-        # Candidate end of the array: everything before it may be the last elements.
-        events = _decode_chunk(buf[: end.start() + 1])
-        if events is not None:
-            columns.add(events)
-            return b"", buf[end.end() :]
-    # Decode up to the last boundary candidate; extend backwards on failure.
-    cut = len(buf)
-    while True:
-        candidates = [m.start() for m in _BOUNDARY.finditer(buf, max(0, cut - (1 << 20)), cut)]
-        if not candidates:
-            if final:
-                _raise_bad_events(path, buf)
-            return buf, None
-        pos = candidates[-1]
-        events = _decode_chunk(buf[: pos + 1])
-        if events is not None:
-            columns.add(events)
-            rest = buf[pos + 1 :].lstrip()
-            return rest[1:].lstrip() if rest.startswith(b",") else rest, None
-        cut = pos
-        if final and cut == 0:
-            _raise_bad_events(path, buf)
-
-
-def _raise_bad_events(path: Path, chunk: bytes) -> None:
-    try:
-        _decode_events(b"[" + chunk)
-    except msgspec.ValidationError as exc:
-        # msgspec's location ("$[12].ts") counts within the chunk, not the file: name the field only.
-        where = re.search(r"\$\[\d+\]\.?(\S*)`?$", str(exc))
-        field_name = where.group(1).rstrip("`") if where and where.group(1) else "an event"
-        problem = str(exc).split(" - at ")[0]
-        raise InputError(
-            f"{path}: an event's `{field_name}` has the wrong type ({problem}); not a torch profiler trace"
-        ) from None
-    except msgspec.DecodeError as exc:
-        raise InputError(f"{path}: invalid JSON in traceEvents ({exc}); the file may be truncated: re-export it") from None
-    raise InputError(f"{path}: invalid JSON in traceEvents; the file may be truncated: re-export it")
+        parts = _decode_raw(b"[" + chunk + b"]")
+        target = bytes(parts[index])
+    except Exception:
+        return 0
+    pos = chunk.find(target)
+    return max(pos, 0)
 
 
 def _raise_no_events(path: Path, buf: bytes) -> None:

@@ -37,6 +37,10 @@ def _discover(path: Path, found: Found) -> None:
     if path.is_file():
         found.traces.append(path)
         return
+    if not path.is_dir():
+        raise InputError(f"{path}: not a regular file or folder (a pipe or device?); give a trace file, a folder or a bundle")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise InputError(f"{path}: the folder cannot be listed (permission denied)")
     if fmt.is_bundle(path):
         try:
             manifest = fmt.read_manifest(path)

@@ -70,6 +70,8 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
     warnings = []
     if raw.skipped_no_time:
         warnings.append(f"{raw.path}: {raw.skipped_no_time} events without a timestamp were ignored")
+    for reason, count in raw.dropped.items():
+        warnings.append(f"{raw.path}: {count} events left out: {reason}")
     return Timeline(
         source=raw.path,
         rank=rank,

@@ -41,6 +41,12 @@ print("INFO fake vLLM API server starting", flush=True)
 if args.behaviour == "die":
     print("ERROR torch.OutOfMemoryError: CUDA out of memory (fake)", flush=True)
     sys.exit(1)
+if args.behaviour == "die-leaky":  # a server whose last words echo every secret it was given
+    print(f"DEBUG env HF_TOKEN={os.environ.get('HF_TOKEN')} HF_HUB_PASS={os.environ.get('HF_HUB_PASS')}", flush=True)
+    print(f"DEBUG args: api key {args.api_key}; Authorization: Bearer {os.environ.get('MY_BEARER')}", flush=True)
+    print(f"DEBUG fetching {os.environ.get('MODEL_URL')}", flush=True)
+    print('ERROR {"error": "bad key", "api_key": "' + str(args.api_key) + '"}', flush=True)
+    sys.exit(1)
 if args.behaviour == "ignore-sigint":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
