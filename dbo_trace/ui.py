@@ -40,11 +40,16 @@ class ConsoleProgress:
     def __init__(self) -> None:
         self.console = _console()
 
+    # Texts hold paths and server output: escaped, so a folder named `b[/]x` prints as itself.
     def phase(self, text: str) -> None:
-        self.console.print(f"[bold cyan]dbo-trace[/]: {text}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        self.console.print(f"[bold cyan]dbo-trace[/]: {escape(text)}", highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(f"[dim]dbo-trace: {text}[/]", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        self.console.print(f"[dim]dbo-trace: {escape(text)}[/]", highlight=False, soft_wrap=True)
 
     @contextmanager
     def counter(self, label: str, total: int) -> Iterator[Callable[[int], None]]:

@@ -285,3 +285,49 @@ def test_record_a_missing_program_is_one_clear_line(tmp_path):
     proc = run_cli("record", "-o", str(tmp_path / "b"), "--", "no-such-program-xyz")
     assert proc.returncode == 1
     assert "no-such-program-xyz: cannot start" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_trickling_health_endpoint_does_not_hold_the_startup_deadline(tmp_path):
+    """/health sends a header line a second forever: --startup-timeout is a wall-clock deadline."""
+    server = Server(tmp_path, behaviour="trickle-health")
+    out = tmp_path / "bundle"
+    t0 = time.monotonic()
+    proc = record(out, server, "--startup-timeout", "4", "--grace", "1")
+    assert time.monotonic() - t0 < 60
+    assert proc.returncode == 1 and "not healthy" in proc.stderr
+    assert manifest_of(out)["status"] == "failed"
+
+
+def test_a_garbage_health_status_line_is_not_healthy(tmp_path):
+    server = Server(tmp_path, behaviour="garbage-health")
+    out = tmp_path / "bundle"
+    proc = record(out, server, "--startup-timeout", "3", "--grace", "1")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert manifest_of(out)["status"] == "failed"
+
+
+@pytest.mark.parametrize("behaviour", ["short-reply", "huge-tokens"])
+def test_broken_completion_replies_end_the_load_instead_of_hanging(tmp_path, behaviour):
+    """A reply cut short of its Content-Length, or completion_tokens 1e999: counted, never a dead worker."""
+    server = Server(tmp_path, behaviour=behaviour)
+    out = tmp_path / "bundle"
+    proc = subprocess.run(
+        record_argv(out, server, "--num-prompts", "3", "--warmup-prompts", "0", "--grace", "1"),
+        capture_output=True, text=True, timeout=120,
+    )
+    assert "Traceback" not in proc.stderr
+    m = manifest_of(out)
+    assert m["status"] in ("complete", "failed")
+    assert m["load_result"]["sent"] == 3
+    if behaviour == "short-reply":
+        assert proc.returncode == 1 and m["load_result"]["failed"] == 3
+    else:
+        assert m["load_result"]["completed"] == 3 and m["load_result"]["output_tokens"] == 3 * 64
+
+
+def test_a_folder_name_with_markup_prints_as_itself(tmp_path):
+    out = tmp_path / "b[/]x"
+    program = "import os, shutil, sys\nshutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'r.pt.trace.json.gz'))\n"
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program, str(sample_trace("overlap")))
+    assert proc.returncode == 0, proc.stderr
+    assert "b[/]x" in proc.stderr

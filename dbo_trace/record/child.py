@@ -7,13 +7,15 @@ first, which then stops the program in order and keeps what was collected.
 
 from __future__ import annotations
 
+import http.client as httplib
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,26 +111,57 @@ class Child:
 
 # -- HTTP to the server (the standard library: nothing to install) ----------------------
 def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    """(status, body); status 0 when nothing answered."""
+    """(status, body); status 0 when nothing usable answered within `timeout` seconds of wall-clock
+    time. A socket time-out restarts on every read, so a server trickling a byte a second would hold
+    a plain request forever: a timer shuts the socket at the deadline. A garbage status line, a
+    reply cut short of its Content-Length, or anything else malformed is status 0 as well."""
+    parts = urllib.parse.urlsplit(url)
+    conn_cls = httplib.HTTPSConnection if parts.scheme == "https" else httplib.HTTPConnection
+    conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     data = json.dumps(body).encode() if body is not None else (b"" if method == "POST" else None)
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+
+    def cut() -> None:
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read() if exc.fp else b""
-    except (urllib.error.URLError, OSError, TimeoutError):
+        conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        payload = resp.read(MAX_REPLY_BYTES + 1)
+        promised = resp.getheader("Content-Length")
+        if len(payload) > MAX_REPLY_BYTES or (promised and promised.isdigit() and len(payload) < int(promised)):
+            return 0, b""  # too much, or cut short of what it promised
+        return resp.status, payload
+    except (OSError, httplib.HTTPException, ValueError):
         return 0, b""
+    finally:
+        timer.cancel()
+        conn.close()
+
+
+MAX_REPLY_BYTES = 16 << 20  # a completion or health reply is small; more is a broken server
 
 
 def wait_healthy(child: Child, base_url: str, timeout_s: float, tick: Callable[[float], None] | None = None) -> float:
-    """Seconds until GET /health answered 200; ChildFailed if the program dies or the time runs out."""
+    """Seconds until GET /health answered 200; ChildFailed if the program dies or the time runs out
+    (a deadline on the wall clock: each probe is cut at its own deadline too)."""
     start = time.monotonic()
     while True:
         code = child.poll()
         if code is not None:
             raise ChildFailed(f"the server exited with status {code} before it was healthy; its last lines:\n{child.tail()}")
-        status, _ = http("GET", f"{base_url}/health", timeout=2.0)
+        left = timeout_s - (time.monotonic() - start)
+        status, _ = http("GET", f"{base_url}/health", timeout=max(0.1, min(2.0, left)))
         waited = time.monotonic() - start
         if status == 200:
             return waited

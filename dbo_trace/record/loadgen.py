@@ -103,21 +103,29 @@ def run_load(
                 "stream": False,
             }
             t0 = time.monotonic()
-            status, reply = http("POST", f"{base_url}/v1/completions", body, timeout=spec.request_timeout_s)
+            try:
+                status, reply = http("POST", f"{base_url}/v1/completions", body, timeout=spec.request_timeout_s)
+                tokens = _completion_tokens(reply, spec.output_len) if status == 200 else 0
+                error = None if status == 200 else (f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}" if status else "no answer")
+            except BaseException as exc:  # a worker never dies silently: the load would wait for it forever
+                status, tokens, error = -1, 0, f"load worker failed: {type(exc).__name__}: {exc}"[:300]
             elapsed = time.monotonic() - t0
             with lock:
                 result.sent += 1
                 if status == 200:
                     result.completed += 1
                     result.latencies_s.append(elapsed)
-                    result.output_tokens += _completion_tokens(reply, spec.output_len)
+                    result.output_tokens += tokens
                 else:
                     result.failed += 1
                     if result.first_error is None:
-                        result.first_error = f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}" if status else "no answer"
+                        result.first_error = error
                 remaining[0] -= 1
                 if on_done:
-                    on_done(result)
+                    try:
+                        on_done(result)
+                    except Exception:
+                        pass
                 if remaining[0] == 0:
                     finished.set()
 
@@ -136,7 +144,10 @@ def run_load(
 
 
 def _completion_tokens(reply: bytes, default: int) -> int:
+    """The reply's completion_tokens; the requested count where the reply says nothing sensible."""
     try:
-        return int(json.loads(reply)["usage"]["completion_tokens"])
-    except (ValueError, KeyError, TypeError):
+        value = json.loads(reply)["usage"]["completion_tokens"]
+        count = int(value)
+    except (ValueError, KeyError, TypeError, OverflowError):  # 1e999 parses as inf
         return default
+    return count if 0 <= count <= 10 * max(default, 1) else default

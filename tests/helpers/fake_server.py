@@ -97,6 +97,15 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if self.path == "/health" and args.behaviour == "trickle-health":  # a header line a second, forever
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            while True:
+                self.wfile.write(b"X-Wait: 1\r\n")
+                self.wfile.flush()
+                time.sleep(1)
+        if self.path == "/health" and args.behaviour == "garbage-health":
+            self.wfile.write(b"\x00garbage that is no status line\r\n\r\n")
+            return
         if self.path == "/health":
             return self._reply(503 if args.behaviour == "hang" else 200)
         if self.path == "/v1/models":
@@ -116,6 +125,21 @@ class Handler(BaseHTTPRequestHandler):
                 n = stats["requests"]
             if args.behaviour == "slow":
                 time.sleep(0.5)
+            if args.behaviour == "short-reply":  # Content-Length promises 1000 bytes, 10 arrive
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b'{"choices"')
+                self.wfile.flush()
+                self.connection.shutdown(2)
+                return
+            if args.behaviour == "huge-tokens":
+                data = b'{"choices": [{"text": "x"}], "usage": {"completion_tokens": 1e999}}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if args.behaviour == "die-midrun" and n >= 4:
                 print("ERROR engine core died (fake)", flush=True)
                 helper.kill()
