@@ -331,3 +331,25 @@ def test_a_folder_name_with_markup_prints_as_itself(tmp_path):
     proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program, str(sample_trace("overlap")))
     assert proc.returncode == 0, proc.stderr
     assert "b[/]x" in proc.stderr
+
+
+def test_a_grandchild_that_leaves_the_group_is_stopped_and_said(tmp_path):
+    """A program whose child calls setsid() and outlives it: record tracks descendants and stops it."""
+    pidfile = tmp_path / "grandchild.pid"
+    program = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(1.0)\n"
+    )
+    out = tmp_path / "bundle"
+    proc = run_cli("record", "-o", str(out), "--grace", "1", "--", sys.executable, "-c", program)
+    grandchild = int(pidfile.read_text())
+    try:
+        assert not alive(grandchild), "the setsid grandchild outlived the recording"
+        m = manifest_of(out)
+        assert grandchild in m["stop"]["outside_group"] and m["stop"]["survivors"] == []
+        assert "left the group" in proc.stderr
+    finally:
+        if alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)

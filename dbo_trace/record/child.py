@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.parse
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -32,6 +32,31 @@ class ChildFailed(Exception):
 class StopResult:
     returncode: int | None
     signals_sent: list[str]
+    outside_group: list[int] = field(default_factory=list)  # descendants that had left the group (setsid)
+    survivors: list[int] = field(default_factory=list)  # processes still alive after SIGKILL
+
+
+TRACK_EVERY_S = 0.25
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) from /proc; empty where there is no /proc."""
+    table = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()  # after the command name, which may hold spaces
+        table[int(name)] = (int(fields[1]), fields[19].decode())  # ppid (field 4), starttime (field 22)
+    return table
 
 
 class Child:
@@ -53,13 +78,49 @@ class Child:
             except OSError as exc:
                 raise ChildFailed(f"{argv[0]}: cannot start ({exc.strerror}); check the command after --") from None
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
+        # Every descendant seen so far (pid -> start time): a grandchild that calls setsid() leaves
+        # the group, and a stop of the group alone would leave it running.
+        self.tracked: dict[int, str] = {}
+        self._tracked_at = 0.0
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def poll(self) -> int | None:
+        if time.monotonic() - self._tracked_at >= TRACK_EVERY_S:
+            self.track()
         return self.proc.poll()
+
+    def track(self) -> None:
+        """Add the program's current descendants to self.tracked."""
+        self._tracked_at = time.monotonic()
+        table = _process_table()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _start) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = [self.pid] + list(self.tracked)
+        while todo:
+            for kid in children.get(todo.pop(), []):
+                if kid not in self.tracked and kid in table:
+                    self.tracked[kid] = table[kid][1]
+                    todo.append(kid)
+
+    def escaped(self) -> list[int]:
+        """Tracked descendants still alive outside the group (they called setsid)."""
+        return self._alive_outside_group()
+
+    def _alive_outside_group(self) -> list[int]:
+        table = _process_table()
+        out = []
+        for pid, start in self.tracked.items():
+            if pid in table and table[pid][1] == start:  # the same process, not a reused pid
+                try:
+                    if os.getpgid(pid) != self.pgid:
+                        out.append(pid)
+                except ProcessLookupError:
+                    continue
+        return out
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the program's output, for error messages."""
@@ -106,7 +167,19 @@ class Child:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - a process that survives SIGKILL
             code = None
-        return StopResult(code, sent)
+        outside = self._alive_outside_group()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in outside:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + (min(grace_s, 5.0) if sig == signal.SIGTERM else 5.0)
+            while time.monotonic() < deadline and self._alive_outside_group():
+                time.sleep(0.05)
+            if not self._alive_outside_group():
+                break
+        return StopResult(code, sent, outside, self._alive_outside_group())
 
 
 # -- HTTP to the server (the standard library: nothing to install) ----------------------

@@ -232,10 +232,19 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
                 if manifest.get("profiling") and child.poll() is None:  # close the window: the server writes its traces
                     ui.phase("stopping the profiler")
                     _stop_profile(plan, manifest, timeout_s=min(plan.trace_timeout_s, 60.0))
-                if child.poll() is None or child.group_alive():
+                if child.poll() is None or child.group_alive() or child.escaped():
                     ui.phase("stopping the server" if plan.server else "stopping the program")
                     stopped = child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the process group"))
-                    manifest["stop"] = {"signals": stopped.signals_sent, "exit_status": stopped.returncode}
+                    manifest["stop"] = {
+                        "signals": stopped.signals_sent,
+                        "exit_status": stopped.returncode,
+                        "outside_group": stopped.outside_group,
+                        "survivors": stopped.survivors,
+                    }
+                    if stopped.outside_group:
+                        ui.note(f"stopped {len(stopped.outside_group)} process(es) that had left the group (setsid)")
+                    if stopped.survivors:
+                        ui.note(f"still running after SIGKILL: pids {stopped.survivors}")
                 manifest["exit_status"] = child.poll()
             reason = redactor.text(reason) if reason else reason
             manifest["status"], manifest["reason"] = status, reason
