@@ -27,9 +27,23 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _refuse_overwrite(*paths: Path | None, force: bool) -> None:
-    """Before any work, so nothing the user had is lost: an existing output needs --force."""
-    for path in paths:
-        if path is not None and path.exists() and not force:
+    """Before any work, so nothing the user had is lost and no output is left half-made: outputs are
+    distinct, their folders exist and are writable, and an existing output needs --force."""
+    given = [p for p in paths if p is not None]
+    seen: dict[Path, Path] = {}
+    for path in given:
+        key = path.resolve()
+        if key in seen:
+            fail(f"{path}: given for two outputs; give each output its own file")
+        seen[key] = path
+        if path.is_dir():
+            fail(f"{path}: is a folder; give a file name for the output")
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            fail(f"{path}: the folder {folder} does not exist; create it first")
+        if not os.access(folder, os.W_OK):
+            fail(f"{path}: the folder {folder} is not writable")
+        if path.exists() and not force:
             fail(f"{path}: already exists; choose another path or pass --force to replace it")
 
 

@@ -100,3 +100,20 @@ def test_output_file_is_never_overwritten(tmp_path):
     assert out.read_text() == "my notes"
     proc = run_cli("report", str(SAMPLES / "serial"), "--markdown", "-o", str(out), "--force")
     assert proc.returncode == 0 and "not-overlapped" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["-o", "{d}/same.html", "--html", "{d}/same.html"], "given for two outputs"),
+        (["--timeline", "{d}/ok.png", "-o", "{d}/nodir/x.md"], "does not exist"),
+        (["-o", "{d}"], "is a folder"),
+    ],
+)
+def test_outputs_are_checked_together_before_any_work(tmp_path, extra, message):
+    from conftest import SAMPLES, run_cli
+
+    args = [a.format(d=tmp_path) for a in extra]
+    proc = run_cli("report", str(SAMPLES / "overlap"), *args)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "ok.png").exists() and not (tmp_path / "same.html").exists()
