@@ -149,3 +149,19 @@ def test_a_failing_sweep_worker_is_one_error_line(tmp_path):
     proc = run_cli("demo", "--device", "cpu", "--sweep", "--sweep-compute-us", "fast", "-o", str(tmp_path / "x"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "the sweep worker failed (exit 1): ValueError: could not convert string to float: 'fast'" in proc.stderr
+
+
+def test_the_demo_says_when_dbo_did_not_pay_against_serial():
+    """Two H200s over NCCL (the demo's run of 2026-11-29): overlapped 39%, yet 36.2 ms against 31.5 ms
+    serial. Overlap is not success by itself; the demo's summary says whether DBO paid."""
+    from pathlib import Path
+
+    from dbo_trace.demo.run import ModeResult
+    from dbo_trace.render.demo import demo_table
+
+    def result(mode, step_us):
+        return ModeResult(mode, "-", Path("b"), workload={"unprofiled_step_us": {"median": step_us}})
+
+    text = demo_table([result("serial", 31_500.0), result("overlap", 36_200.0), result("graph", 28_000.0)])
+    assert "overlap: 36.20 ms against 31.50 ms serial (+15%), DBO did NOT pay" in text
+    assert "graph: 28.00 ms against 31.50 ms serial (-11%), DBO paid" in text

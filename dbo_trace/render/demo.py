@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dbo_trace.demo.run import ModeResult, sweep_verdicts
+from dbo_trace.demo.run import PAYS_AT_LEAST, ModeResult, sweep_verdicts
 
 
 def _pct(x: float | None) -> str:
@@ -13,6 +13,30 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
+
+
+def _step_us(r: ModeResult) -> float | None:
+    return r.workload.get("unprofiled_step_us", {}).get("median")
+
+
+def paid_line(results: list[ModeResult]) -> str | None:
+    """Whether DBO paid: each DBO mode's unprofiled step against the serial one. Overlap is not success
+    by itself: on two GPUs NCCL's kernels waited for their peer and the overlapped step was slower."""
+    serial = next((_step_us(r) for r in results if r.mode == "serial" and _step_us(r)), None)
+    if serial is None:
+        return None
+    parts = []
+    for r in results:
+        step = _step_us(r)
+        if r.mode in ("overlap", "graph") and step:
+            change = step / serial - 1.0
+            verdict = "paid" if change <= -PAYS_AT_LEAST else "did NOT pay" if change >= PAYS_AT_LEAST else "within noise"
+            hidden = r.report.total.comm_hidden_fraction if r.report else None
+            parts.append(
+                f"{r.mode}: {step / 1000:.2f} ms against {serial / 1000:.2f} ms serial ({100 * change:+.0f}%), DBO {verdict}"
+                + (f" with {_pct(hidden)} of comm hidden" if hidden is not None and verdict != "paid" else "")
+            )
+    return "DBO against serial microbatches: " + "; ".join(parts) if parts else None
 
 
 def demo_table(results: list[ModeResult]) -> str:
@@ -37,6 +61,9 @@ def demo_table(results: list[ModeResult]) -> str:
     out = _table(
         ["mode", "expected", "diagnosed", "", "step (unprofiled)", "comm hidden", "host idle", "graph replayed", "bundle"], rows
     )
+    paid = paid_line(results)
+    if paid:
+        out += f"\n{paid}\n"
     for r in results:
         if r.error:
             out += f"\n{r.mode}: {r.error}\n"
