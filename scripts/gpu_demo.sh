@@ -3,15 +3,17 @@
 # From the repo root on the device, with .gpu carried (../shared/tools/gpu-carry.sh, EXTRA_WHEELS below):
 #   bash scripts/gpu_demo.sh "$OUT" modes    # every mode on one GPU (vLLM's and the built-in UBatchContext), then on two GPUs (NCCL all_to_all)
 #   bash scripts/gpu_demo.sh "$OUT" sweep    # the DBO-vs-serial grid and its picture
+#   bash scripts/gpu_demo.sh "$OUT" two-gpu  # every mode on two GPUs only (NCCL all_to_all), each bundle reported
 # .gpu was built with:
 #   EXTRA_WHEELS="click rich markdown-it-py mdurl pygments matplotlib contourpy cycler fonttools kiwisolver
 #                 pillow pyparsing python-dateutil six packaging" ../shared/tools/gpu-carry.sh
 # Writes $OUT/log.txt and $OUT/bundles.tar.gz (and $OUT/sweep.png).
 set -uo pipefail
 OUT=${1:?usage: gpu_demo.sh OUTDIR modes|sweep}
-WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|builtin|sweep}
+WHAT=${2:?usage: gpu_demo.sh OUTDIR modes|builtin|sweep|two-gpu}
 bash .gpu/install.sh || exit 1
-export PYTHONPATH=/tmp/gpu-site:/tmp/gpu-vllm:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 COLUMNS=160
+export PYTHONPATH=/tmp/gpu-site:/tmp/gpu-vllm:$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 COLUMNS=160 \
+       TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 cli() { python3 -m dbo_trace.cli "$@"; }
 work=$(mktemp -d)
 {
@@ -25,6 +27,11 @@ work=$(mktemp -d)
       cli demo --mode all --ubatching builtin -o "$work/demo-1gpu-builtin"; echo "exit status $?"
       echo "== dbo-trace demo --mode all --nproc 2"
       cli demo --mode all --nproc 2 -o "$work/demo-2gpu"; echo "exit status $?"
+      for b in "$work"/demo-2gpu/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
+      ;;
+    two-gpu)
+      echo "== dbo-trace demo --mode all --nproc 2 (started $(date +%T))"
+      cli demo --mode all --nproc 2 -o "$work/demo-2gpu"; echo "exit status $? at $(date +%T)"
       for b in "$work"/demo-2gpu/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
       ;;
     builtin)
