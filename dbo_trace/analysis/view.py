@@ -60,10 +60,18 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
+def _step_kind(step: StepReport) -> str:
+    """What kind of step: its DBO path where the log knows it, else its vLLM phase, else unknown."""
+    parts = [p for p in (step.path, step.phase) if p]
+    if step.phase and step.context_tokens is not None:
+        parts[-1] += f", {step.context_tokens} prefill + {step.generation_tokens} decode tokens"
+    return "; ".join(parts) or "path unknown"
+
+
 def step_title(rank: RankReport, step: StepReport) -> str:
     m = step.metrics
     return (
-        f"rank {rank.rank} · {step.label} ({step.path or 'path unknown'}) · {step.wall_us / 1000:.2f} ms · "
+        f"rank {rank.rank} · {step.label} ({_step_kind(step)}) · {step.wall_us / 1000:.2f} ms · "
         f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
         f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
     )
