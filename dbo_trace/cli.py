@@ -21,6 +21,13 @@ def _number(flag: str, default, kind, help: str):
     return click.option(flag, default=default, show_default=True, type=kind, help=help)
 
 
+def _one_format(as_json: bool, as_markdown: bool) -> str:
+    """--json or --markdown or neither: both at once would silently lose one."""
+    if as_json and as_markdown:
+        fail("--json and --markdown choose one output each; give one of them (or write one with -o and run again)")
+    return "json" if as_json else "markdown" if as_markdown else "terminal"
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"dbo-trace: error: {message}", err=True)
     sys.exit(code)
@@ -78,8 +85,8 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "fmt", flag_value="json", help="Machine-readable output (docs/report-schema.md).")
-@click.option("--markdown", "fmt", flag_value="markdown", help="Markdown for a pull request.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md).")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
 @click.option(
     "--comm-kernels",
     "comm_kernels",
@@ -134,7 +141,8 @@ def main() -> None:
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
-    fmt,
+    as_json,
+    as_markdown,
     comm_kernels,
     comm_kernels_only,
     step_marker,
@@ -161,6 +169,9 @@ def report(
     from dbo_trace.render import RENDERERS
     from dbo_trace.render.timeline import FORMATS as TIMELINE_FORMATS
 
+    fmt = _one_format(as_json, as_markdown)
+    if (step_number is not None or rank_number is not None) and timeline is None:
+        fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
     if comm_kernels and comm_kernels_only:
         fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
     for pattern in comm_kernels + comm_kernels_only + ubatch_patterns + ((step_marker,) if step_marker else ()):
@@ -182,7 +193,6 @@ def report(
     result = _analyzed(list(paths), options)
     if timeline is not None:  # first, so the Markdown can link it
         _draw_timeline(result, timeline, step_number, rank_number)
-    fmt = fmt or "terminal"
     if fmt == "terminal":
         renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty())
     elif fmt == "markdown" and timeline is not None:
@@ -219,13 +229,13 @@ def _analyzed(paths: list[Path], options):
 
 @main.command()
 @click.argument("arms", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "fmt", flag_value="json", help="Machine-readable output.")
-@click.option("--markdown", "fmt", flag_value="markdown", help="Markdown for a pull request.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def compare(arms, fmt, labels, layers, output, force) -> None:
+def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
@@ -241,6 +251,7 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
     from dbo_trace.analysis.report import Options
     from dbo_trace.render import compare as out
 
+    fmt = _one_format(as_json, as_markdown)
     if len(arms) < 2:
         fail("compare needs at least two arms (bundles or traces)")
     if labels and len(labels) != len(arms):
@@ -255,7 +266,6 @@ def compare(arms, fmt, labels, layers, output, force) -> None:
         reports.append(report)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    fmt = fmt or "terminal"
     text = {"json": out.render_json, "markdown": out.render_markdown}.get(fmt)
     _write_output(text(compared) if text else out.render_terminal(compared, color=output is None and sys.stdout.isatty()), output)
 

@@ -117,3 +117,20 @@ def test_outputs_are_checked_together_before_any_work(tmp_path, extra, message):
     proc = run_cli("report", str(SAMPLES / "overlap"), *args)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "ok.png").exists() and not (tmp_path / "same.html").exists()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--json", "--markdown"], "--json and --markdown choose one output each"),
+        (["--step", "2"], "--step and --rank choose the step that --timeline draws"),
+        (["--rank", "0"], "--step and --rank choose the step that --timeline draws"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused(args, message):
+    from conftest import SAMPLES, run_cli
+
+    proc = run_cli("report", str(SAMPLES / "overlap"), *args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
+    proc = run_cli("compare", "--json", "--markdown", str(SAMPLES / "overlap"), str(SAMPLES / "serial"))
+    assert proc.returncode == 2 and "--json and --markdown" in proc.stderr

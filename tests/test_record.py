@@ -313,7 +313,9 @@ def test_broken_completion_replies_end_the_load_instead_of_hanging(tmp_path, beh
     out = tmp_path / "bundle"
     proc = subprocess.run(
         record_argv(out, server, "--num-prompts", "3", "--warmup-prompts", "0", "--grace", "1"),
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in proc.stderr
     m = manifest_of(out)
@@ -327,7 +329,9 @@ def test_broken_completion_replies_end_the_load_instead_of_hanging(tmp_path, beh
 
 def test_a_folder_name_with_markup_prints_as_itself(tmp_path):
     out = tmp_path / "b[/]x"
-    program = "import os, shutil, sys\nshutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'r.pt.trace.json.gz'))\n"
+    program = (
+        "import os, shutil, sys\nshutil.copy(sys.argv[1], os.path.join(os.environ['DBO_TRACE_TRACES'], 'r.pt.trace.json.gz'))\n"
+    )
     proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program, str(sample_trace("overlap")))
     assert proc.returncode == 0, proc.stderr
     assert "b[/]x" in proc.stderr

@@ -53,7 +53,9 @@ def test_overlap_hides_comm_under_the_other_microbatch_on_both_ranks(docs):
 
 def test_dbo_did_not_pay_on_two_gpus():
     """What the demo measured unprofiled (workload.json): DBO's steps no faster than serial's."""
-    step = {m: json.loads((SAMPLES / f"two-gpu-{m}" / "workload.json").read_text())["unprofiled_step_us"]["median"] for m in MODES}
+    step = {
+        m: json.loads((SAMPLES / f"two-gpu-{m}" / "workload.json").read_text())["unprofiled_step_us"]["median"] for m in MODES
+    }
     assert step["overlap"] / step["serial"] > 0.98 and step["graph"] / step["serial"] > 1.02
     log = (SAMPLES / "two-gpu-demo.log").read_text()
     assert "graph: 32.35 ms against 30.42 ms serial (+6%), DBO did NOT pay" in log

@@ -106,7 +106,11 @@ def run_load(
             try:
                 status, reply = http("POST", f"{base_url}/v1/completions", body, timeout=spec.request_timeout_s)
                 tokens = _completion_tokens(reply, spec.output_len) if status == 200 else 0
-                error = None if status == 200 else (f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}" if status else "no answer")
+                error = (
+                    None
+                    if status == 200
+                    else (f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}" if status else "no answer")
+                )
             except BaseException as exc:  # a worker never dies silently: the load would wait for it forever
                 status, tokens, error = -1, 0, f"load worker failed: {type(exc).__name__}: {exc}"[:300]
             elapsed = time.monotonic() - t0

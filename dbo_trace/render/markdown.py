@@ -92,7 +92,7 @@ class MarkdownRenderer:
             ],
         )
         out += ["", "</details>", ""]
-        notes = [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]
+        notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
             out += ["Notes:", *[f"- {n}" for n in notes], ""]
         out.append(

@@ -109,6 +109,6 @@ class TerminalRenderer:
         if len(rows) > MAX_STEP_ROWS:
             console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
         console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
-        for note in [n for r in d["ranks"] for n in r["notes"]] + d["warnings"]:
+        for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
             console.print(f"[yellow]note:[/] {note}")
         return buf.getvalue()
