@@ -90,3 +90,10 @@ def test_bundle_too_small_a_cap_is_one_line_and_writes_nothing(tmp_path):
     proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(out), "--max-mb", "0.001")
     assert proc.returncode == 2 and "over the 0.001 MB cap; raise --max-mb" in proc.stderr
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_bundle_into_a_missing_folder_is_one_line(tmp_path):
+    from conftest import SAMPLES, run_cli
+
+    proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(tmp_path / "nowhere" / "x.tar.gz"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -357,3 +357,25 @@ def test_a_grandchild_that_leaves_the_group_is_stopped_and_said(tmp_path):
     finally:
         if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_full_disk_at_the_end_still_leaves_a_final_manifest(tmp_path):
+    """The final manifest write fails (ENOSPC): record says so in one line, exits 1 (not a crash),
+    and the manifest on disk ends in a final state, not 'recording'."""
+    out = tmp_path / "bundle"
+    script = (
+        "import errno, sys\n"
+        "from dbo_trace import cli\n"
+        "from dbo_trace.record import recorder\n"
+        "real = recorder._finish_manifest\n"
+        "def full(*a, **k):\n"
+        "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+        "recorder._finish_manifest = full\n"
+        f"sys.argv = ['dbo-trace', 'record', '-o', {str(out)!r}, '--', sys.executable, '-c', 'pass']\n"
+        "cli.run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1, proc.stderr
+    assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    m = manifest_of(out)
+    assert m["status"] == "failed" and "could not write the manifest" in m["reason"]

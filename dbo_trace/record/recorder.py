@@ -171,6 +171,16 @@ def _finish_manifest(out: Path, manifest: dict, redactor: Redactor) -> dict:
     return manifest
 
 
+def _write_minimal_manifest(out: Path, manifest: dict, redactor: Redactor) -> None:
+    """The smallest final manifest (status, reason, times); if even that cannot be written, the
+    terminal says so (record's error line) and the manifest on disk is the one written at start."""
+    keep = ("created_by", "status", "reason", "mode", "command", "times", "exit_status")
+    try:
+        fmt.write_manifest(out, redactor.json({k: manifest.get(k) for k in keep}))
+    except OSError:
+        manifest["reason"] = f"{manifest['reason']}; the manifest on disk still says {STATUS_RECORDING!r}"
+
+
 # -- signals ------------------------------------------------------------------------------
 @contextmanager
 def _signals(handler, *signums: signal.Signals) -> Iterator[None]:
@@ -249,7 +259,17 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
             reason = redactor.text(reason) if reason else reason
             manifest["status"], manifest["reason"] = status, reason
             manifest.pop("profiling", None)
-            _finish_manifest(out, manifest, redactor)
+            manifest.setdefault("traces", [])
+            manifest.setdefault("events", [])
+            try:
+                _finish_manifest(out, manifest, redactor)
+            except OSError as exc:  # a full disk, say: the manifest must still end in a final state
+                status, reason = (
+                    STATUS_FAILED,
+                    f"could not write the manifest ({exc.strerror or exc}); {reason or ''}".rstrip("; "),
+                )
+                manifest["status"], manifest["reason"] = status, reason
+                _write_minimal_manifest(out, manifest, redactor)
     if not manifest["events"] and status == STATUS_COMPLETE:
         ui.note(
             "no event log was written: the plugin did not load in the program "
