@@ -10,6 +10,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
 from dbo_trace.analysis.steps import PHASES
@@ -96,6 +97,8 @@ class RankReport:
     host_test: HostTest
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
+    contention: Contention | None = None  # what overlap cost; None without two microbatches
+    comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
@@ -240,6 +243,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         host_test=host_test,
         phases=phases,
         steps_inferred=att.steps.inferred,
+        contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
+        comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
         notes=notes,
         detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part),
     )

@@ -11,6 +11,7 @@ import numpy as np
 
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
+from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport, sum_metrics
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -95,6 +96,32 @@ def time_block(b: TimeBuckets) -> dict[str, Any]:
     }
 
 
+def contention_block(x: Contention | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {
+        "compute_slowdown": _r(x.compute_slowdown, 4),
+        "comm_slowdown": _r(x.comm_slowdown, 4),
+        "compute_kernels_overlapped": x.compute_overlapped,
+        "comm_kernels_overlapped": x.comm_overlapped,
+        "serial_estimate_us": _r(x.serial_estimate_us),
+        "busy_us": _r(x.busy_us),
+        "saved_us": _r(x.saved_us),
+        "top": [
+            {
+                "name": k.name,
+                "kind": k.kind,
+                "alone": k.alone,
+                "overlapped": k.overlapped,
+                "median_alone_us": _r(k.median_alone_us),
+                "median_overlapped_us": _r(k.median_overlapped_us),
+                "slowdown": _r(k.slowdown, 4),
+            }
+            for k in x.top
+        ],
+    }
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -158,6 +185,8 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "time_in_steps": time_block(r.in_steps),
         "host_test": host_test_block(r.host_test),
         "phases": {p.phase: phase_block(p) for p in r.phases},
+        "contention": contention_block(r.contention),
+        "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],
         "verdict": verdict_block(r.verdict),

@@ -81,3 +81,33 @@ def time_line(rank: dict) -> str:
         f"{share('comm_exposed_us')}, copy {share('copy_us')}, GPU idle waiting on the host {share('host_idle_us')}, "
         f"idle waiting on a dependency {share('other_idle_us')}; host-bound test: {pct(host['fraction'])} ({host['basis']})"
     )
+
+
+def contention_line(rank: dict) -> str | None:
+    """What overlap cost on one rank, in words (docs/analysis.md, "What overlap costs")."""
+    x = rank.get("contention")
+    if not x:
+        return None
+    parts = []
+    for kind in ("compute", "comm"):
+        slow, n = x[f"{kind}_slowdown"], x[f"{kind}_kernels_overlapped"]
+        if slow is not None:
+            parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped)")
+    cost = (
+        "; ".join(parts) + " against their time alone"
+        if parts
+        else "no kernel ran both alone and beside the other microbatch, so no slowdown to measure"
+    )
+    return (
+        f"rank {rank['rank']} overlap cost: {cost}; overlap saved {ms(x['saved_us'])} "
+        f"(serial estimate {ms(x['serial_estimate_us'])}, GPU busy {ms(x['busy_us'])})"
+    )
+
+
+def comm_kernels_line(rank: dict, most: int = 3) -> str:
+    found = rank.get("comm_kernel_names") or []
+    if not found:
+        return f"rank {rank['rank']} communication kernels: none recognised"
+    shown = ", ".join(f"{k['name'][:60]} x{k['count']}" for k in found[:most])
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    return f"rank {rank['rank']} communication kernels: {shown}{more}"

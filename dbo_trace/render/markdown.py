@@ -44,6 +44,8 @@ class MarkdownRenderer:
             ],
         )
         out += [""] + [f"- {time_line(r)}" for r in d["ranks"]]
+        out += [f"- {line}" for r in d["ranks"] if (line := contention_line(r))]
+        out += [f"- {comm_kernels_line(r)}" for r in d["ranks"]]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]

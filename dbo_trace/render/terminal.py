@@ -10,7 +10,18 @@ from rich.table import Table
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import PHASE_HEADER, ROUND_TRIP_HEADER, ms, pct, phase_cells, round_trip_cells, time_line, us
+from dbo_trace.render.format import (
+    PHASE_HEADER,
+    ROUND_TRIP_HEADER,
+    comm_kernels_line,
+    contention_line,
+    ms,
+    pct,
+    phase_cells,
+    round_trip_cells,
+    time_line,
+    us,
+)
 
 _STYLE = {
     "overlapped": "bold green",
@@ -66,6 +77,9 @@ class TerminalRenderer:
         console.print(ranks)
         for r in d["ranks"]:
             console.print(time_line(r))
+            if (cost := contention_line(r)) is not None:
+                console.print(cost)
+            console.print(comm_kernels_line(r))
         phases = d["phases"]
         if phases:
             t = Table(title="per phase (vLLM's step annotations)", title_justify="left")

@@ -1,0 +1,132 @@
+"""What overlap costs: kernels run slower beside the other microbatch's kernels (they share SMs,
+memory bandwidth and, for NCCL, wait for their peer), so hidden comm is not all time saved.
+
+For every kernel of a known microbatch, the share of its duration during which some kernel of the
+other microbatch ran. `alone`: none of it; `overlapped`: at least half of it; in between is left
+out. Per kernel name, the median duration in each state; per kind (compute, comm), the extra time
+the overlapped kernels took over their names' alone medians, against that alone time. The serial
+estimate adds every kernel at its name's alone median (its own duration where the name never ran
+alone): about what the same work takes one microbatch after the other; minus the GPU's busy time,
+it is what overlap saved. Pure: arrays in, a Contention out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.intervals import union
+
+OVERLAPPED_AT_LEAST = 0.5  # share of a kernel's time beside the other microbatch to count as overlapped
+TOP_KERNELS = 5
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    name: str
+    kind: str  # compute | comm
+    alone: int
+    overlapped: int
+    median_alone_us: float
+    median_overlapped_us: float
+
+    @property
+    def slowdown(self) -> float:
+        return self.median_overlapped_us / self.median_alone_us - 1.0 if self.median_alone_us > 0 else 0.0
+
+    @property
+    def extra_us(self) -> float:
+        return self.overlapped * (self.median_overlapped_us - self.median_alone_us)
+
+
+@dataclass(frozen=True)
+class Contention:
+    compute_slowdown: float | None  # extra time / alone time of the overlapped compute kernels
+    comm_slowdown: float | None
+    compute_overlapped: int  # kernels that entered the figure
+    comm_overlapped: int
+    top: list[KernelCost]  # the names that lost the most time, most first
+    serial_estimate_us: float
+    busy_us: float
+
+    @property
+    def saved_us(self) -> float:
+        return self.serial_estimate_us - self.busy_us
+
+
+def _covered_within(lo: np.ndarray, hi: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """For each [lo, hi], the time covered by the disjoint sorted intervals (u_start, u_end)."""
+    if not len(u_start):
+        return np.zeros(len(lo))
+    cum = np.r_[0.0, np.cumsum(u_end - u_start)]
+
+    def upto(t: np.ndarray) -> np.ndarray:  # covered time in (-inf, t]
+        i = np.searchsorted(u_start, t, side="right")  # intervals starting at or before t
+        full = cum[np.maximum(i - 1, 0)]
+        last = np.where(i > 0, np.minimum(t, u_end[np.maximum(i - 1, 0)]) - u_start[np.maximum(i - 1, 0)], 0.0)
+        return np.where(i > 0, full + np.maximum(last, 0.0), 0.0)
+
+    return upto(hi) - upto(lo)
+
+
+def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -> np.ndarray:
+    """Per kernel: the share of its duration during which a kernel of another microbatch ran (NaN: no microbatch)."""
+    share = np.full(len(start), np.nan)
+    dur = end - start
+    for u in np.unique(ubatch[ubatch >= 0]):
+        mine = np.flatnonzero(ubatch == u)
+        other = (ubatch >= 0) & (ubatch != u)
+        o_start, o_end = union(start[other], end[other])
+        covered = _covered_within(start[mine], end[mine], o_start, o_end)
+        share[mine] = np.where(dur[mine] > 0, covered / np.where(dur[mine] > 0, dur[mine], 1.0), 0.0)
+    return share
+
+
+def contention(
+    start: np.ndarray, end: np.ndarray, kind: np.ndarray, ubatch: np.ndarray, name: np.ndarray, names: list[str]
+) -> Contention | None:
+    """None without two microbatches' kernels."""
+    kernel = kind != c.COPY
+    start, end, kind, ubatch, name = start[kernel], end[kernel], kind[kernel], ubatch[kernel], name[kernel]
+    if len(np.unique(ubatch[ubatch >= 0])) < 2:
+        return None
+    share = beside_other_share(start, end, ubatch)
+    dur = end - start
+    alone = share == 0
+    over = share >= OVERLAPPED_AT_LEAST
+    costs: list[KernelCost] = []
+    alone_median = {}
+    for n in np.unique(name[ubatch >= 0]):
+        sel = name == n
+        a, o = dur[sel & alone], dur[sel & over]
+        if len(a):
+            alone_median[int(n)] = float(np.median(a))
+        if len(a) and len(o):
+            k = int(np.bincount(kind[sel]).argmax())
+            costs.append(KernelCost(names[n], c.KIND_NAMES[k], len(a), len(o), float(np.median(a)), float(np.median(o))))
+
+    def slowdown(k: str) -> tuple[float | None, int]:
+        picked = [x for x in costs if x.kind == k]
+        base = sum(x.overlapped * x.median_alone_us for x in picked)
+        return (sum(x.extra_us for x in picked) / base if base > 0 else None), sum(x.overlapped for x in picked)
+
+    compute_slowdown, compute_n = slowdown("compute")
+    comm_slowdown, comm_n = slowdown("comm")
+    estimate = np.array([alone_median.get(int(n), d) for n, d in zip(name, dur)])
+    return Contention(
+        compute_slowdown=compute_slowdown,
+        comm_slowdown=comm_slowdown,
+        compute_overlapped=compute_n,
+        comm_overlapped=comm_n,
+        top=sorted(costs, key=lambda x: -x.extra_us)[:TOP_KERNELS],
+        serial_estimate_us=float(estimate.sum()),
+        busy_us=float(np.sum(np.diff(np.column_stack(union(start, end)), axis=1))) if len(start) else 0.0,
+    )
+
+
+def comm_kernel_names(kind: np.ndarray, name: np.ndarray, names: list[str]) -> list[tuple[str, int]]:
+    """The kernels counted as communication, with their counts, most first: the classification at a glance."""
+    ids, counts = np.unique(name[kind == c.COMM], return_counts=True)
+    return sorted(((names[i], int(n)) for i, n in zip(ids, counts)), key=lambda x: -x[1])
