@@ -7,8 +7,8 @@ import pytest
 from conftest import SAMPLES, report_json
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.session import analyze_paths
 from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.session import analyze_paths
 
 
 def plain_contention(rank):
@@ -26,7 +26,7 @@ def plain_contention(rank):
         if d.kernel_kind[i] != c.COPY
     ]
     state = []
-    for s, e, k, u, n in kernels:
+    for s, e, _kind, u, _name in kernels:
         if u < 0:
             state.append(None)
             continue
@@ -40,14 +40,14 @@ def plain_contention(rank):
         share = covered / (e - s) if e > s else 0.0
         state.append("alone" if share == 0 else "over" if share >= 0.5 else None)
     by_name = {}
-    for (s, e, k, u, n), st in zip(kernels, state):
+    for (s, e, k, _u, n), st in zip(kernels, state):
         by_name.setdefault(n, {"alone": [], "over": [], "kind": k})
         if st:
             by_name[n][st].append(e - s)
     out = {}
     for kind in (c.COMPUTE, c.COMM):
         extra = base = 0.0
-        for n, v in by_name.items():
+        for v in by_name.values():
             if v["kind"] == kind and v["alone"] and v["over"]:
                 a, o = statistics.median(v["alone"]), statistics.median(v["over"])
                 extra += len(v["over"]) * (o - a)

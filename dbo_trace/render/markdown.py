@@ -7,6 +7,8 @@ from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     PHASE_HEADER,
     ROUND_TRIP_HEADER,
+    comm_kernels_line,
+    contention_line,
     md_table,
     ms,
     pct,
