@@ -192,3 +192,14 @@ def test_bad_event_log_records_are_a_warning_not_a_crash(tmp_path, record):
     assert any(
         "event log record must be" in w or "invalid JSON in the event log" in w for w in json.loads(proc.stdout)["warnings"]
     )
+
+
+def test_a_nested_trace_events_key_elsewhere_is_not_the_events(tmp_path):
+    doc = real_events()
+    fake = [{"ph": "X", "cat": "kernel", "name": "fake", "ts": 1, "dur": 1}]
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps({"meta": {"traceEvents": fake}, **doc}))
+    plain = json.loads(report(write(tmp_path, real_events(), "plain.json.gz")).stdout)
+    proc = report(path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["gpu"]["kernels"] == plain["gpu"]["kernels"]

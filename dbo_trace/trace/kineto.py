@@ -255,7 +255,7 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
                 continue
             buf += block_bytes
             if state == "head":
-                match = re.search(rb'"traceEvents"\s*:\s*\[\s*', buf)
+                match = _top_level_events(buf)
                 if match is None:
                     if len(buf) > 64 << 20:
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
@@ -285,6 +285,23 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
 
 
 _WHITESPACE = b" \t\r\n"
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # strings (skipped whole) and brackets
+
+
+def _top_level_events(buf: bytes) -> re.Match | None:
+    """The `"traceEvents": [` of the document itself, not one nested in another key's value."""
+    for match in _EVENTS_KEY.finditer(buf):
+        depth = 0
+        for token in _TOKENS.finditer(buf, 0, match.start()):
+            t = token.group()
+            if t in (b"{", b"["):
+                depth += 1
+            elif t in (b"}", b"]"):
+                depth -= 1
+        if depth == 1:
+            return match
+    return None
 
 
 class _Truncated(Exception):
