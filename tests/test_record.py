@@ -379,3 +379,10 @@ def test_a_full_disk_at_the_end_still_leaves_a_final_manifest(tmp_path):
     assert "No space left on device" in proc.stderr and "Traceback" not in proc.stderr
     m = manifest_of(out)
     assert m["status"] == "failed" and "could not write the manifest" in m["reason"]
+
+
+def test_a_program_that_wrote_no_traces_is_told_how_programs_write_them(tmp_path):
+    out = tmp_path / "bundle"
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", "pass")
+    assert proc.returncode == 0
+    assert "the program wrote no traces" in proc.stderr and "$DBO_TRACE_TRACES" in proc.stderr

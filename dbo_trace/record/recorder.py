@@ -270,9 +270,14 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
                 )
                 manifest["status"], manifest["reason"] = status, reason
                 _write_minimal_manifest(out, manifest, redactor)
+    if status == STATUS_COMPLETE and not plan.server and not manifest["traces"]:
+        ui.note(
+            f"the program wrote no traces: a program records its own, with torch.profiler, into the folder "
+            f"${ENV_TRACES} names ({out / fmt.TRACES_DIR}); see docs/recording.md"
+        )
     if not manifest["events"] and status == STATUS_COMPLETE:
         ui.note(
-            "no event log was written: the plugin did not load in the program "
+            "no event log was written: no DBO class ran in the program, or the plugin did not load there "
             "(is dbo-trace installed in its Python? see `dbo-trace doctor`)"
         )
     return Outcome(out, status, reason, manifest)
