@@ -74,6 +74,29 @@ def event_files(bundle: Path, suffix: str = ".jsonl") -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffix))
 
 
+COUNTERS_SUFFIX = ".counters.json"
+
+
+def read_counters(folder: Path) -> list[tuple[Path, dict, float]]:
+    """Every process's counters under a DBO_TRACE_DIR (or its events/ folder): (path, body, age in
+    seconds). A file being replaced or half-written is skipped this time round."""
+    import time
+
+    paths = event_files(folder, COUNTERS_SUFFIX) or (
+        sorted(p for p in folder.iterdir() if p.name.endswith(COUNTERS_SUFFIX)) if folder.is_dir() else []
+    )
+    out = []
+    for path in paths:
+        try:
+            body = json.loads(path.read_text())
+            age = time.time() - path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if isinstance(body, dict) and body.get("format") == COUNTERS_FORMAT:
+            out.append((path, body, age))
+    return out
+
+
 def is_bundle(path: Path) -> bool:
     return path.is_dir() and (path / MANIFEST_NAME).is_file()
 

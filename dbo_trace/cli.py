@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -562,6 +563,60 @@ def doctor() -> None:
         click.echo(f"  {marks[check.ok]}  {check.name}: {check.detail}")
     if any(c.ok is False for c in checks):
         sys.exit(1)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--once", is_flag=True, help="Print the counters once and exit (for scripts and logs).")
+@_number("--interval", 1.0, click.FloatRange(min=0.1), "Seconds between refreshes.")
+def top(folder, once, interval) -> None:
+    """Live DBO counters of a running vLLM, without a profiler: dbo-trace top $DBO_TRACE_DIR
+
+    \b
+    Per process that runs the model: steps and steps/s, the share microbatched, the
+    UBatchWrapper paths taken, CUDA graph replays per mode, yields per step and how
+    long each microbatch waited for its turn. The plugin rewrites its counters every
+    second while steps run (DBO_TRACE_DIR must be set in the server's environment).
+    """
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from dbo_trace import bundle as fmt
+    from dbo_trace.analysis.live import live_row
+    from dbo_trace.render.live import live_table
+
+    if not folder.is_dir():
+        fail(f"{folder}: no such folder; give the server's DBO_TRACE_DIR or a recording")
+    previous: dict[str, dict] = {}
+
+    def table():
+        found = fmt.read_counters(folder)
+        rows = [live_row(body, previous.get(str(path)), interval, age) for path, body, age in found]
+        previous.update({str(path): body for path, body, _ in found})
+        working = [r for r in rows if r.steps or r.graph_replays or r.graph_captures]  # the API server runs no model
+        title = f"dbo-trace top {folder}"
+        if not rows:
+            title += " (no counters yet: is this the server's DBO_TRACE_DIR?)"
+        elif len(working) < len(rows):
+            title += f" ({len(rows) - len(working)} process(es) that run no model left out)"
+        return live_table(working, title), bool(rows)
+
+    console = Console(width=max(140, shutil.get_terminal_size((140, 24)).columns))
+    if once:
+        shown, found = table()
+        console.print(shown)
+        if not found:
+            sys.exit(1)
+        return
+    try:
+        with Live(table()[0], console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(interval)
+                live.update(table()[0])
+    except KeyboardInterrupt:
+        return
 
 
 def run() -> None:

@@ -165,3 +165,22 @@ def test_the_demo_says_when_dbo_did_not_pay_against_serial():
     text = demo_table([result("serial", 31_500.0), result("overlap", 36_200.0), result("graph", 28_000.0)])
     assert "overlap: 36.20 ms against 31.50 ms serial (+15%), DBO did NOT pay" in text
     assert "graph: 28.00 ms against 31.50 ms serial (-11%), DBO paid" in text
+
+
+def test_live_counters_and_their_series_in_the_recording(demo_all):
+    """The plugin's counters agree with its own log, record keeps their series, and `top` reads them:
+    every step microbatched, 8 yields per layer and step (4 switches x 2 microbatches), both waited."""
+    out, _ = demo_all
+    bundle = out / "overlap"
+    m = json.loads((bundle / "manifest.json").read_text())
+    (log,) = logs_of(bundle)
+    steps = sum(1 for r in log.records if r[1] == "step_begin")
+    assert m["counters"]["steps.eager_microbatched"] == steps
+    assert m["counters"]["ubatch.yields"] == 8 * LAYERS * steps
+    assert m["counters"]["ubatch.0.wait_us"] > 0 and m["counters"]["ubatch.1.wait_us"] > 0
+    series = [json.loads(line) for line in (bundle / m["counters_series"]).read_text().splitlines()]
+    assert series and series[-1]["counters"] == m["counters"]
+    assert [s["t_s"] for s in series] == sorted(s["t_s"] for s in series)
+    proc = run_cli("top", str(bundle), "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert "100%" in proc.stdout and f"{8 * LAYERS:.1f}" in proc.stdout and "ub0" in proc.stdout

@@ -225,6 +225,8 @@ def run_mode(args) -> int:
             "unprofiled_step_us": {"median": statistics.median(wall), "min": min(wall), "all": wall},
         }
         (bundle / WORKLOAD_FILE).write_text(json.dumps(described, indent=1))
+    if ins is not None:
+        ins.quietly(ins.write_counters, "exit")  # os._exit below skips atexit
     if dist is not None:
         # Seen on two H200s: NCCL's teardown after a CUDA graph captured its collectives hung until the
         # demo's time limit. Everything is written; leave without tearing the communicator down.

@@ -205,11 +205,20 @@ class Instrumentation:
     # -- microbatch-thread events (UBatchContext) ----------------------------
     def ub_wait(self, ub: int) -> None:
         self._thread.phase = "compute"
+        self._thread.waiting_since = time.perf_counter_ns()
         self.log.emit(fmt.EV_UB_WAIT, ub)
 
     def ub_run(self, ub: int) -> None:
+        self._count_wait(ub)
         self.log.emit(fmt.EV_UB_RUN, ub)
         self._open_phase(ub)
+
+    def _count_wait(self, ub: int) -> None:
+        """Time this microbatch thread spent waiting for its turn (live counters: `dbo-trace top`)."""
+        since = getattr(self._thread, "waiting_since", None)
+        if since is not None:
+            self.counters[f"ubatch.{ub}.wait_us"] += (time.perf_counter_ns() - since) // 1000
+            self._thread.waiting_since = None
 
     def ub_exit(self, ub: int) -> None:
         self.ranges.close()
@@ -224,10 +233,12 @@ class Instrumentation:
 
     def cpu_yield(self, ub: int) -> None:
         self.counters["ubatch.yields"] += 1
+        self._thread.waiting_since = time.perf_counter_ns()
         self.log.emit(fmt.EV_YIELD, ub)
         self.ranges.open(*_range_of(ub, "yield"))
 
     def cpu_resume(self, ub: int) -> None:
+        self._count_wait(ub)
         self.log.emit(fmt.EV_RESUME, ub)
         self._open_phase(ub)
 

@@ -181,6 +181,52 @@ def _write_minimal_manifest(out: Path, manifest: dict, redactor: Redactor) -> No
         manifest["reason"] = f"{manifest['reason']}; the manifest on disk still says {STATUS_RECORDING!r}"
 
 
+COUNTERS_SERIES = "counters-series.jsonl"
+SERIES_EVERY_S = 1.0
+
+
+class CounterSeries:
+    """The plugin's counters (summed over processes) once a second while the program runs, so a
+    recording keeps how they moved (steps/s, microbatched share over time), not only their end."""
+
+    def __init__(self, out: Path):
+        self.path = out / COUNTERS_SERIES
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="dbo-trace-counters")
+        self._t0 = time.monotonic()
+        self._lines = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _sample(self) -> None:
+        counters = _counters(self.path.parent)
+        if not counters and not self._lines:
+            return  # nothing yet: the series starts with the first counters
+        line = json.dumps({"t_s": round(time.monotonic() - self._t0, 3), "counters": counters}, sort_keys=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        self._lines += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(SERIES_EVERY_S):
+            try:
+                self._sample()
+            except OSError:
+                return
+
+    def stop(self) -> str | None:
+        """Stop sampling (one last sample); the file's name in the bundle, or None if nothing was counted."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            self._sample()
+        except OSError:
+            pass
+        return COUNTERS_SERIES if self._lines else None
+
+
 # -- signals ------------------------------------------------------------------------------
 @contextmanager
 def _signals(handler, *signums: signal.Signals) -> Iterator[None]:
@@ -221,9 +267,11 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     log_name = "server.log" if plan.server else "program.log"
     manifest["log"] = log_name
     status, reason, child = STATUS_COMPLETE, None, None
+    series = CounterSeries(out)
     try:
         with _terminations_interrupt():
             child = Child(argv, env, out / log_name)
+            series.start()
             manifest["pid"] = child.pid
             if plan.server:
                 _drive_server(plan, child, manifest, ui)
@@ -259,6 +307,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
             reason = redactor.text(reason) if reason else reason
             manifest["status"], manifest["reason"] = status, reason
             manifest.pop("profiling", None)
+            manifest["counters_series"] = series.stop()
             manifest.setdefault("traces", [])
             manifest.setdefault("events", [])
             try:

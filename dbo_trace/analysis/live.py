@@ -1,0 +1,68 @@
+"""The plugin's live counters, summarised per process: is DBO engaging on this traffic, without a
+profiler. Pure: the counters files' bodies in (and the previous sample, for rates), rows out.
+
+Counter names (dbo_trace/record/hooks.py): `steps.<path>` per UBatchWrapper call and its path,
+`graph_capture/<MODE>/<tokens>` and `graph_replay/<MODE>/<tokens>` per CUDAGraphWrapper call,
+`ubatch.yields`, `ubatch.<N>.wait_us` (time microbatch N's thread waited for its turn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dbo_trace import bundle as fmt
+
+MICROBATCHED_PATHS = (fmt.PATH_EAGER, fmt.PATH_GRAPH_CAPTURE, fmt.PATH_GRAPH_REPLAY)
+
+
+@dataclass(frozen=True)
+class LiveRow:
+    pid: int
+    steps: int
+    steps_per_s: float | None  # since the previous sample
+    microbatched_share: float | None
+    path_counts: dict[str, int]
+    graph_replays: dict[str, int]  # runtime mode -> CUDAGraphWrapper replays
+    graph_captures: int
+    yields_per_step: float | None  # per microbatched step
+    wait_ms_per_step: dict[int, float] = field(default_factory=dict)  # microbatch -> ms waited per microbatched step
+    age_s: float | None = None  # how old the counters are
+    hooks_enabled: bool = True
+
+
+def live_row(body: dict, previous: dict | None = None, interval_s: float | None = None, age_s: float | None = None) -> LiveRow:
+    counters: dict[str, int] = {k: int(v) for k, v in body.get("counters", {}).items() if isinstance(v, (int, float))}
+    paths = {k.split(".", 1)[1]: v for k, v in counters.items() if k.startswith("steps.")}
+    steps = sum(paths.values())
+    microbatched = sum(paths.get(p, 0) for p in MICROBATCHED_PATHS)
+    replays: dict[str, int] = {}
+    captures = 0
+    for key, value in counters.items():
+        kind, _, rest = key.partition("/")
+        if kind == fmt.EV_GRAPH_REPLAY:
+            mode = rest.split("/", 1)[0]
+            replays[mode] = replays.get(mode, 0) + value
+        elif kind == fmt.EV_GRAPH_CAPTURE:
+            captures += value
+    waits = {}
+    for key, value in counters.items():
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and parts[1].isdigit() and microbatched:
+            waits[int(parts[1])] = value / 1000.0 / microbatched
+    rate = None
+    if previous is not None and interval_s:
+        before = sum(int(v) for k, v in previous.get("counters", {}).items() if k.startswith("steps."))
+        rate = max(0, steps - before) / interval_s
+    return LiveRow(
+        pid=int(body.get("pid", -1)),
+        steps=steps,
+        steps_per_s=rate,
+        microbatched_share=microbatched / steps if steps else None,
+        path_counts=dict(sorted(paths.items())),
+        graph_replays=dict(sorted(replays.items())),
+        graph_captures=captures,
+        yields_per_step=counters.get("ubatch.yields", 0) / microbatched if microbatched else None,
+        wait_ms_per_step=dict(sorted(waits.items())),
+        age_s=age_s,
+        hooks_enabled=bool(body.get("hooks_enabled", True)),
+    )
