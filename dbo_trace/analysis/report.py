@@ -11,6 +11,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention
+from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
 from dbo_trace.analysis.steps import PHASES
@@ -98,6 +99,7 @@ class RankReport:
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
+    exposure: Exposure | None = None  # why comm was exposed; None without comm
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
@@ -245,9 +247,15 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps_inferred=att.steps.inferred,
         contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
+        exposure=_exposure(part, tl, kinds, att, lo, hi) if (kinds == c.COMM).any() else None,
         notes=notes,
         detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part),
     )
+
+
+def _exposure(part: Partition, tl: Timeline, kinds: np.ndarray, att: Attribution, lo: float, hi: float) -> Exposure:
+    seg_start, seg_end = part.spans(B_COMM, lo, hi)
+    return exposure(seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start)
 
 
 def _grouped(group: np.ndarray, n: int):

@@ -12,6 +12,7 @@ import numpy as np
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.contention import Contention
+from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport, sum_metrics
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -122,6 +123,12 @@ def contention_block(x: Contention | None) -> dict[str, Any] | None:
     }
 
 
+def exposure_block(x: Exposure | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"exposed_us": _r(x.exposed_us), **{f"{reason}_us": _r(t) for reason, t in x.by_reason_us.items()}}
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -186,6 +193,7 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "host_test": host_test_block(r.host_test),
         "phases": {p.phase: phase_block(p) for p in r.phases},
         "contention": contention_block(r.contention),
+        "exposed_comm_reasons": exposure_block(r.exposure),
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],

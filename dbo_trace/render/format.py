@@ -111,3 +111,15 @@ def comm_kernels_line(rank: dict, most: int = 3) -> str:
     shown = ", ".join(f"{k['name'][:60]} x{k['count']}" for k in found[:most])
     more = f" and {len(found) - most} more" if len(found) > most else ""
     return f"rank {rank['rank']} communication kernels: {shown}{more}"
+
+
+def exposure_line(rank: dict) -> str | None:
+    """Why one rank's comm was exposed, the largest causes first (docs/analysis.md)."""
+    from dbo_trace.analysis.exposure import REASON_TEXT
+
+    x = rank.get("exposed_comm_reasons")
+    if not x or not x["exposed_us"]:
+        return None
+    parts = sorted(((t, r) for r, text in REASON_TEXT.items() if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
+    why = "; ".join(f"{ms(t)} {REASON_TEXT[r]}" for t, r in parts)
+    return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"

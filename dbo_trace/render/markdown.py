@@ -9,6 +9,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     comm_kernels_line,
     contention_line,
+    exposure_line,
     md_table,
     ms,
     pct,
@@ -47,6 +48,7 @@ class MarkdownRenderer:
         )
         out += [""] + [f"- {time_line(r)}" for r in d["ranks"]]
         out += [f"- {line}" for r in d["ranks"] if (line := contention_line(r))]
+        out += [f"- {line}" for r in d["ranks"] if (line := exposure_line(r))]
         out += [f"- {comm_kernels_line(r)}" for r in d["ranks"]]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(

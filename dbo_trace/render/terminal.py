@@ -15,6 +15,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     comm_kernels_line,
     contention_line,
+    exposure_line,
     ms,
     pct,
     phase_cells,
@@ -79,6 +80,8 @@ class TerminalRenderer:
             console.print(time_line(r))
             if (cost := contention_line(r)) is not None:
                 console.print(cost)
+            if (why := exposure_line(r)) is not None:
+                console.print(why)
             console.print(comm_kernels_line(r))
         phases = d["phases"]
         if phases:

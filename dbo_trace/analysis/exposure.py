@@ -1,0 +1,86 @@
+"""Why communication is exposed: for every stretch where comm runs and no compute does, what the
+compute that could have hidden it was doing.
+
+The compute that could hide a stretch is the next compute kernel to start at or after it, of the
+other microbatch where microbatches are known (any compute otherwise), in the same step as the
+comm. Its state when the stretch began names the cause:
+  host       it had not been launched yet: the host (the other microbatch's thread, Python,
+             the launch path) was late
+  waiting    it had been launched but did not run: a stream waited on an event or a dependency
+             (an event recorded after the compute it guards makes comm wait for all of it)
+  nothing    there was none left in the step: the other microbatch had finished (imbalance
+             between microbatches, or the step's last comm)
+  unknown    its launch is not in the trace
+Pure: arrays in, an Exposure out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+
+HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
+REASONS = (HOST, WAITING, NOTHING, UNKNOWN)
+REASON_TEXT = {
+    HOST: "the other microbatch's compute had not been launched (host)",
+    WAITING: "compute was queued but waited on a stream or event dependency",
+    NOTHING: "no compute was left in the step to overlap (imbalance or the step's end)",
+    UNKNOWN: "the compute's launch is not in the trace",
+}
+
+
+@dataclass(frozen=True)
+class Exposure:
+    exposed_us: float
+    by_reason_us: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def top(self) -> list[tuple[str, float]]:
+        return sorted(((r, t) for r, t in self.by_reason_us.items() if t > 0), key=lambda x: -x[1])
+
+
+def exposure(
+    seg_start: np.ndarray,
+    seg_end: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    kind: np.ndarray,
+    ubatch: np.ndarray,
+    step: np.ndarray,
+    launch_start: np.ndarray,
+) -> Exposure:
+    """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity."""
+    by = {r: 0.0 for r in REASONS}
+    comm = np.flatnonzero(kind == c.COMM)
+    comm = comm[np.argsort(start[comm], kind="stable")]
+    comm_start = start[comm]
+    # Compute kernels grouped by step, each group in start order: a query looks at its own step only.
+    compute = np.flatnonzero(kind == c.COMPUTE)
+    compute = compute[np.lexsort((start[compute], step[compute]))]
+    c_step = step[compute]
+    for s, e in zip(seg_start, seg_end):
+        mid = 0.5 * (s + e)
+        j = int(np.searchsorted(comm_start, mid, side="right")) - 1
+        k = -1
+        for back in range(j, max(j - 16, -1), -1):  # comm kernels on several streams can overlap
+            if end[comm[back]] >= mid:
+                k = int(comm[back])
+                break
+        if k < 0:
+            continue
+        lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
+        group = compute[lo:hi]
+        later = group[start[group] >= s] if step[k] >= 0 else group[start[group] >= s]
+        if ubatch[k] >= 0:
+            later = later[(ubatch[later] >= 0) & (ubatch[later] != ubatch[k])]
+        if not len(later):
+            reason = NOTHING
+        else:
+            first = later[np.argmin(start[later])]
+            launched = launch_start[first]
+            reason = UNKNOWN if np.isnan(launched) else HOST if launched > s else WAITING
+        by[reason] += float(e - s)
+    return Exposure(float(np.sum(seg_end - seg_start)), by)

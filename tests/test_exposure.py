@@ -1,0 +1,81 @@
+"""Why comm is exposed, on real recordings: the stretches and their causes against a plain-Python
+computation from the same attribution (microbatch, step and launch time of every kernel)."""
+
+import math
+
+import pytest
+from conftest import SAMPLES
+from reference import merged
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.session import analyze_paths
+
+
+def exposed_stretches(kernels):
+    """Comm minus compute, as disjoint stretches, by walking merged lists."""
+    comm = merged([(s, e) for s, e, k, *_ in kernels if k == c.COMM])
+    compute = merged([(s, e) for s, e, k, *_ in kernels if k == c.COMPUTE])
+    out = []
+    for s, e in comm:
+        cursor = s
+        for cs, ce in compute:
+            if ce <= cursor or cs >= e:
+                continue
+            if cs > cursor:
+                out.append((cursor, cs))
+            cursor = max(cursor, ce)
+        if cursor < e:
+            out.append((cursor, e))
+    return out
+
+
+def plain_reasons(rank):
+    d = rank.detail
+    tl, att = d.timeline, d.attribution
+    kernels = [
+        (
+            float(tl.gpu.start[i]),
+            float(tl.gpu.end[i]),
+            int(d.kernel_kind[i]),
+            int(att.gpu_ubatch[i]),
+            int(att.gpu_step[i]),
+            float(att.gpu_launch_start[i]),
+        )
+        for i in range(len(tl.gpu))
+    ]
+    reasons = {"host": 0.0, "waiting": 0.0, "nothing": 0.0, "unknown": 0.0}
+    for s, e in exposed_stretches(kernels):
+        mid = (s + e) / 2
+        covering = [k for k in kernels if k[2] == c.COMM and k[0] <= mid <= k[1]]
+        if not covering:
+            continue
+        comm = max(covering, key=lambda k: (k[0], k[1] - k[0]))  # the latest-starting one, as a stream would show it
+        later = [k for k in kernels if k[2] == c.COMPUTE and k[0] >= s and (comm[4] < 0 or k[4] == comm[4])]
+        if comm[3] >= 0:
+            later = [k for k in later if k[3] >= 0 and k[3] != comm[3]]
+        if not later:
+            reason = "nothing"
+        else:
+            launched = min(later, key=lambda k: k[0])[5]
+            reason = "unknown" if math.isnan(launched) else "host" if launched > s else "waiting"
+        reasons[reason] += e - s
+    return reasons
+
+
+@pytest.mark.parametrize("sample", ["overlap", "serial", "two-gpu-overlap", "hostbound"])
+def test_exposed_comm_reasons_match_a_plain_computation(sample):
+    report = analyze_paths([SAMPLES / sample], Options())
+    for rank in report.ranks:
+        got = rank.exposure.by_reason_us
+        want = plain_reasons(rank)
+        assert rank.exposure.exposed_us == pytest.approx(rank.total.comm_exposed_us, rel=1e-6)
+        for reason, t in want.items():
+            assert got[reason] == pytest.approx(t, abs=1e-3), reason
+
+
+def test_a_host_bound_run_blames_the_host_and_a_comm_bound_one_the_dependency():
+    host = analyze_paths([SAMPLES / "hostbound"], Options()).ranks[0].exposure
+    assert host.top[0][0] == "host"
+    overlap = analyze_paths([SAMPLES / "overlap"], Options()).ranks[0].exposure
+    assert overlap.top[0][0] == "waiting"  # the other microbatch's compute waits for its own comm
