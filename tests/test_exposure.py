@@ -79,3 +79,23 @@ def test_a_host_bound_run_blames_the_host_and_a_comm_bound_one_the_dependency():
     assert host.top[0][0] == "host"
     overlap = analyze_paths([SAMPLES / "overlap"], Options()).ranks[0].exposure
     assert overlap.top[0][0] == "waiting"  # the other microbatch's compute waits for its own comm
+
+
+@pytest.mark.parametrize("sample", ["overlap", "two-gpu-overlap"])
+def test_comm_operations_per_microbatch_by_construction(sample):
+    """4 layers, each microbatch dispatches and combines once per layer: 8 operations per microbatch
+    in every step, each a single all-to-all (or spin) kernel; their hidden time adds up to the rank's."""
+    from conftest import report_json
+
+    doc = report_json(str(SAMPLES / sample))
+    for rank in doc["ranks"]:
+        ops = rank["comm_operations"]
+        assert [(o["ubatch"], o["index"]) for o in ops] == [(u, k) for u in (0, 1) for k in range(8)]
+        assert all(o["steps"] == len(rank["steps"]) for o in ops)
+        assert all(0 <= o["hidden_fraction"] <= 1 for o in ops)
+
+
+def test_no_operation_table_without_microbatches():
+    from conftest import report_json
+
+    assert report_json(str(SAMPLES / "vllm-graphs-decode"))["ranks"][0]["comm_operations"] == []

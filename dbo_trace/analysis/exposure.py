@@ -24,6 +24,12 @@ from dbo_trace.analysis import classify as c
 
 HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
 REASONS = (HOST, WAITING, NOTHING, UNKNOWN)
+REASON_SHORT = {
+    HOST: "host (not launched)",
+    WAITING: "waiting on a dependency",
+    NOTHING: "nothing left in the step",
+    UNKNOWN: "unknown",
+}
 REASON_TEXT = {
     HOST: "the other microbatch's compute had not been launched (host)",
     WAITING: "compute was queued but waited on a stream or event dependency",
@@ -36,6 +42,10 @@ REASON_TEXT = {
 class Exposure:
     exposed_us: float
     by_reason_us: dict[str, float] = field(default_factory=dict)
+    # per exposed stretch: the comm kernel it belongs to (index into the GPU activities), its length, its reason
+    stretch_kernel: tuple[int, ...] = ()
+    stretch_us: tuple[float, ...] = ()
+    stretch_reason: tuple[str, ...] = ()
 
     @property
     def top(self) -> list[tuple[str, float]]:
@@ -54,6 +64,9 @@ def exposure(
 ) -> Exposure:
     """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity."""
     by = {r: 0.0 for r in REASONS}
+    kernels: list[int] = []
+    lengths: list[float] = []
+    reasons: list[str] = []
     comm = np.flatnonzero(kind == c.COMM)
     comm = comm[np.argsort(start[comm], kind="stable")]
     comm_start = start[comm]
@@ -83,4 +96,7 @@ def exposure(
             launched = launch_start[first]
             reason = UNKNOWN if np.isnan(launched) else HOST if launched > s else WAITING
         by[reason] += float(e - s)
-    return Exposure(float(np.sum(seg_end - seg_start)), by)
+        kernels.append(k)
+        lengths.append(float(e - s))
+        reasons.append(reason)
+    return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels), tuple(lengths), tuple(reasons))

@@ -14,6 +14,7 @@ from dbo_trace.analysis.contention import Contention, comm_kernel_names, content
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
+from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
@@ -100,6 +101,7 @@ class RankReport:
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
     exposure: Exposure | None = None  # why comm was exposed; None without comm
+    operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
@@ -136,16 +138,12 @@ def comm_operations(
     """Communication operations per step: a run of comm kernels launched back to back by one thread
     (no compute launched between them) is one operation (DeepEP's notify + dispatch, NCCL's pieces).
     Replayed kernels share one launch and are ordered by when they ran."""
-    keep = step >= 0
-    if not keep.any():
+    ids = operation_ids(step, lane, launch_start, start, is_comm)
+    counted = ids >= 0
+    if not counted.any():
         return np.zeros(n_steps, np.int64)
-    s, ln, comm = step[keep], lane[keep], is_comm[keep]
-    order = np.lexsort((start[keep], np.nan_to_num(launch_start[keep], nan=-np.inf), ln, s))
-    s, ln, comm = s[order], ln[order], comm[order]
-    same_group = np.r_[False, (s[1:] == s[:-1]) & (ln[1:] == ln[:-1])]
-    prev_comm = np.r_[False, comm[:-1]]
-    begins = comm & ~(same_group & prev_comm)
-    return np.bincount(s[begins], minlength=n_steps)
+    unique_ids, first = np.unique(ids[counted], return_index=True)
+    return np.bincount(step[counted][first], minlength=n_steps)
 
 
 def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> RankReport:
@@ -184,6 +182,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     step_lo = att.steps.start
     step_hi = np.maximum(att.steps.end, own_end)
     ops = comm_operations(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM, n_steps)
+    op_ids = operation_ids(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM)
 
     # Each step's activities and calls as slices of one sort: O(events log events), not O(events x steps).
     gpu_of, call_of = _grouped(att.gpu_step, n_steps), _grouped(att.call_step, n_steps)
@@ -230,6 +229,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         if any(s.phase == p for s in steps)
     ]
     notes = list(att.notes) + tl.warnings
+    exposed = _exposure(part, tl, kinds, att, lo, hi) if (kinds == c.COMM).any() else None
     return RankReport(
         rank=tl.rank,
         source=str(tl.source),
@@ -247,7 +247,10 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps_inferred=att.steps.inferred,
         contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
-        exposure=_exposure(part, tl, kinds, att, lo, hi) if (kinds == c.COMM).any() else None,
+        exposure=exposed,
+        operations=operation_rows(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
+        if microbatched
+        else [],
         notes=notes,
         detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part),
     )

@@ -194,6 +194,18 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "phases": {p.phase: phase_block(p) for p in r.phases},
         "contention": contention_block(r.contention),
         "exposed_comm_reasons": exposure_block(r.exposure),
+        "comm_operations": [
+            {
+                "ubatch": o.ubatch,
+                "index": o.index,
+                "steps": o.steps,
+                "median_us": _r(o.median_us),
+                "hidden_fraction": _r(o.hidden_fraction, 4),
+                "median_exposed_us": _r(o.median_exposed_us),
+                "reason": o.reason,
+            }
+            for o in r.operations
+        ],
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],

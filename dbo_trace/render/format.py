@@ -123,3 +123,20 @@ def exposure_line(rank: dict) -> str | None:
     parts = sorted(((t, r) for r, text in REASON_TEXT.items() if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
     why = "; ".join(f"{ms(t)} {REASON_TEXT[r]}" for t, r in parts)
     return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"
+
+
+OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")
+
+
+def operation_cells(op: dict) -> list[str]:
+    from dbo_trace.analysis.exposure import REASON_SHORT
+
+    return [
+        "-" if op["ubatch"] < 0 else f"ub{op['ubatch']}",
+        str(op["index"] + 1),
+        str(op["steps"]),
+        ms(op["median_us"]),
+        pct(op["hidden_fraction"]),
+        ms(op["median_exposed_us"]),
+        "-" if op["reason"] is None else REASON_SHORT[op["reason"]],
+    ]

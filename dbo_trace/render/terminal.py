@@ -11,12 +11,14 @@ from rich.table import Table
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    OPERATION_HEADER,
     PHASE_HEADER,
     ROUND_TRIP_HEADER,
     comm_kernels_line,
     contention_line,
     exposure_line,
     ms,
+    operation_cells,
     pct,
     phase_cells,
     round_trip_cells,
@@ -31,6 +33,7 @@ _STYLE = {
     "no-communication": "bold magenta",
 }
 MAX_STEP_ROWS = 20
+MAX_OPERATION_ROWS = 16
 
 
 class TerminalRenderer:
@@ -91,6 +94,20 @@ class TerminalRenderer:
             for name, ph in phases.items():
                 t.add_row(*phase_cells(name, ph))
             console.print(t)
+        for r in d["ranks"]:
+            ops = r["comm_operations"]
+            if ops:
+                t = Table(
+                    title=f"rank {r['rank']} comm operations (per microbatch, in step order; medians over steps)",
+                    title_justify="left",
+                )
+                for col in OPERATION_HEADER:
+                    t.add_column(col, justify="left" if col.startswith("exposed mostly") else "right")
+                for op in ops[:MAX_OPERATION_ROWS]:
+                    t.add_row(*operation_cells(op))
+                console.print(t)
+                if len(ops) > MAX_OPERATION_ROWS:
+                    console.print(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
         cross = d["cross_rank"]
         if cross:
             console.print(f"across ranks: {cross['summary']}")

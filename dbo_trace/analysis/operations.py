@@ -1,0 +1,101 @@
+"""The communication operations of a DBO run, one row per (microbatch, k-th operation of the step):
+dispatch and combine per layer and microbatch, or each NCCL collective. Medians over steps of the
+operation's busy time, the share of it hidden under compute, and the main reason it was exposed.
+
+An operation is a run of comm kernels launched back to back by one thread (report.comm_operations
+counts them the same way). Pure: arrays in, rows out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.intervals import length, overlap_length
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    ubatch: int  # -1: microbatches unknown
+    index: int  # the k-th operation of that microbatch in a step (0-based)
+    steps: int  # steps that had it
+    median_us: float  # busy time of the operation's kernels
+    hidden_fraction: float | None  # of its busy time, under compute (all steps)
+    median_exposed_us: float
+    reason: str | None  # the exposure reason with the most time, where exposed
+
+
+def operation_ids(
+    step: np.ndarray, lane: np.ndarray, launch_start: np.ndarray, start: np.ndarray, is_comm: np.ndarray
+) -> np.ndarray:
+    """Per GPU activity, the id of the comm operation it is part of (-1: not comm or in no step)."""
+    ids = np.full(len(step), -1, np.int64)
+    keep = np.flatnonzero(step >= 0)
+    if not len(keep):
+        return ids
+    order = keep[np.lexsort((start[keep], np.nan_to_num(launch_start[keep], nan=-np.inf), lane[keep], step[keep]))]
+    s, ln, comm = step[order], lane[order], is_comm[order]
+    same = np.r_[False, (s[1:] == s[:-1]) & (ln[1:] == ln[:-1])]
+    begins = comm & ~(same & np.r_[False, comm[:-1]])
+    running = np.cumsum(begins) - 1
+    ids[order[comm]] = running[comm]
+    return ids
+
+
+def operation_rows(
+    start: np.ndarray,
+    end: np.ndarray,
+    kind: np.ndarray,
+    ubatch: np.ndarray,
+    step: np.ndarray,
+    op: np.ndarray,
+    exposure: Exposure | None,
+) -> list[OperationRow]:
+    compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
+    exposed_of: dict[int, Counter] = {}
+    if exposure is not None:
+        for k, t, r in zip(exposure.stretch_kernel, exposure.stretch_us, exposure.stretch_reason):
+            if op[k] >= 0:
+                exposed_of.setdefault(int(op[k]), Counter())[r] += t
+    per_op = []  # (step, ubatch, first start, op id)
+    for o in np.unique(op[op >= 0]):
+        sel = op == o
+        first = int(np.flatnonzero(sel)[np.argmin(start[sel])])
+        per_op.append((int(step[first]), int(ubatch[first]), float(start[sel].min()), int(o)))
+    per_op.sort()
+    position: dict[int, tuple[int, int]] = {}
+    seen: Counter = Counter()
+    for st, ub, _t, o in per_op:
+        position[o] = (ub, seen[(st, ub)])
+        seen[(st, ub)] += 1
+    groups: dict[tuple[int, int], list[int]] = {}
+    for o, key in position.items():
+        groups.setdefault(key, []).append(o)
+    rows = []
+    for (ub, index), ops in sorted(groups.items()):
+        busy, hidden, exposed, reasons = [], 0.0, [], Counter()
+        for o in ops:
+            sel = op == o
+            mine = (start[sel], end[sel])
+            b = length(*mine)
+            busy.append(b)
+            hidden += overlap_length(mine, compute)
+            exposed.append(sum(exposed_of.get(o, Counter()).values()))
+            reasons.update(exposed_of.get(o, Counter()))
+        total = float(np.sum(busy))
+        rows.append(
+            OperationRow(
+                ubatch=ub,
+                index=index,
+                steps=len(ops),
+                median_us=float(np.median(busy)),
+                hidden_fraction=hidden / total if total > 0 else None,
+                median_exposed_us=float(np.median(exposed)),
+                reason=reasons.most_common(1)[0][0] if reasons else None,
+            )
+        )
+    return rows
