@@ -247,7 +247,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     then the same per phase (prefill, decode, mixed) where vLLM's step
     annotations give phases in every arm.
     """
-    from dbo_trace.analysis.compare import arms_of, shared_phases
+    from dbo_trace.analysis.compare import arms_of, shape_warnings, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.report import Options
     from dbo_trace.render import compare as out
@@ -265,6 +265,8 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
+    for warning in shape_warnings(names, reports):
+        click.echo(f"dbo-trace: warning: {warning}", err=True)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
     text = {"json": out.render_json, "markdown": out.render_markdown}.get(fmt)

@@ -70,3 +70,12 @@ def test_compare_bad_input_is_one_line(args, message):
 
     proc = run_cli("compare", *args, cwd=ROOT)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_compare_warns_when_the_arms_differ_in_shape():
+    proc = run_cli("compare", str(SAMPLES / "overlap"), str(SAMPLES / "two-gpu-overlap"), str(SAMPLES / "vllm-graphs-decode"))
+    assert proc.returncode == 0, proc.stderr
+    assert "the arms differ in ranks (overlap 1, two-gpu-overlap 2, vllm-graphs-decode 1)" in proc.stderr
+    assert "the arms differ in microbatched" in proc.stderr
+    same = run_cli("compare", str(SAMPLES / "serial"), str(SAMPLES / "overlap"))
+    assert "differ" not in same.stderr

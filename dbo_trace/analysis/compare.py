@@ -87,3 +87,24 @@ def _against_first(arms: list[Arm]) -> list[Arm]:
         se = math.sqrt(base.step_std_us**2 / max(base.steps, 1) + arm.step_std_us**2 / max(arm.steps, 1))
         arm.within_noise = abs(arm.step_mean_us - base.step_mean_us) <= NOISE_SE * se
     return arms
+
+
+def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
+    """Arms that differ in shape compare unlike things: say so (ranks, layers, microbatched or not)."""
+
+    def shape(r: Report) -> dict[str, object]:
+        rt = r.round_trips
+        return {
+            "ranks": len(r.ranks),
+            "layers": rt.layers if rt else None,
+            "microbatched": any(x.attribution != "none" for x in r.ranks),
+        }
+
+    shapes = [shape(r) for r in reports]
+    out = []
+    for key in ("ranks", "layers", "microbatched"):
+        values = [s[key] for s in shapes]
+        if len(set(map(str, values))) > 1:
+            listed = ", ".join(f"{label} {value}" for label, value in zip(labels, values))
+            out.append(f"the arms differ in {key} ({listed}): check that they compare like with like")
+    return out
