@@ -125,3 +125,15 @@ def test_graph_replay_kernels_are_packed_into_few_lanes_without_overlap():
     for lane in graph_lanes:
         spans = sorted((b.start, b.end) for b in gpu_bars if b.lane == lane)
         assert all(prev_end <= start for (_, prev_end), (start, _) in zip(spans, spans[1:]))
+
+
+def test_the_lead_in_before_the_first_kernel_is_measured_and_host_idle():
+    """The overlap sample's steps start two microbatch threads before any kernel: the picture names
+    that stretch, and it is host-caused GPU idle from the step's start."""
+    rank = analysed("overlap").ranks[0]
+    view = step_view(rank, median_step(rank))
+    d = rank.detail
+    sel = d.attribution.gpu_step == view.step.index
+    assert view.lead_in_us == pytest.approx(float(d.timeline.gpu.start[sel].min()) - view.step.start_us)
+    assert view.lead_in_us > 1000.0
+    assert view.host_idle[0][0] == pytest.approx(0.0) and view.host_idle[0][1] >= view.lead_in_us - 1e-6

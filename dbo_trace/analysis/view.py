@@ -37,6 +37,7 @@ class StepView:
     bars: list[Bar] = field(default_factory=list)
     overlap: list[tuple[float, float]] = field(default_factory=list)  # comm under compute
     host_idle: list[tuple[float, float]] = field(default_factory=list)  # GPU idle, nothing queued
+    lead_in_us: float = 0.0  # from the step's start to its first kernel: threads starting, Python
     title: str = ""
 
     @property
@@ -152,6 +153,8 @@ def step_view(rank: RankReport, position: int) -> StepView:
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
+    first_kernel = min((b.start for b in view.bars if b.kind in ("compute", "comm", "copy")), default=0.0)
+    view.lead_in_us = max(0.0, first_kernel)
     bands = step_bands(rank, step)
     view.overlap = [(s - t0, e - t0) for s, e in zip(*bands.hidden_comm)]
     view.host_idle = [(s - t0, e - t0) for s, e in zip(*bands.host_idle)]

@@ -45,6 +45,15 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
     y = row["overlap / host idle"]
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.overlap], (y - 0.05, 0.4), facecolors="#2ca02c")
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.host_idle], (y - 0.38, 0.33), facecolors="#d62728")
+    if view.lead_in_us >= 0.05 * view.duration:  # worth a word: microbatch threads starting, Python before the GPU
+        ax.annotate(
+            f"lead-in {view.lead_in_us / scale:.2f} ms\nbefore the first kernel",
+            xy=(view.lead_in_us / scale / 2, y + 0.25),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="#d62728",
+        )
     ax.set_yticks(list(row.values()), list(row.keys()), fontsize=8)
     ax.set_xlim(0, view.duration / scale)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
