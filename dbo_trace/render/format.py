@@ -140,3 +140,14 @@ def operation_cells(op: dict) -> list[str]:
         ms(op["median_exposed_us"]),
         "-" if op["reason"] is None else REASON_SHORT[op["reason"]],
     ]
+
+
+def short_step_label(label: str) -> str:
+    """vLLM's `execute_context_2(1024)_generation_3(3)` as `ctx 2(1024) gen 3(3)`: the same facts, narrower."""
+    if label.startswith("execute_"):
+        import re
+
+        m = re.match(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)", label)
+        if m:
+            return f"ctx {m.group(1)}({m.group(2)}) gen {m.group(3)}({m.group(4)})"
+    return label

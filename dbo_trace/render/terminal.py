@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import shutil
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +23,7 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     round_trip_cells,
+    short_step_label,
     time_line,
     us,
 )
@@ -36,35 +38,42 @@ MAX_STEP_ROWS = 20
 MAX_OPERATION_ROWS = 16
 
 
+def _bullets(console: Console, texts: list[str]) -> None:
+    """Bulleted sentences whose continuation lines stay indented under their bullet."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=3, no_wrap=True)
+    grid.add_column(overflow="fold")
+    for text in texts:
+        grid.add_row("  -", text)
+    console.print(grid)
+
+
 class TerminalRenderer:
     def __init__(self, color: bool = False, width: int | None = None):
         self.color, self.width = color, width
 
     def render(self, report: Report) -> str:
         buf = io.StringIO()
-        width = self.width or max(120, shutil.get_terminal_size((120, 24)).columns)
+        # The terminal's own width, at least 80: tables are laid out to fit 100 columns without cutting cells.
+        width = self.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         console = Console(file=buf, force_terminal=self.color, no_color=not self.color, width=width, highlight=False)
         d = build_document(report)
         label = d["verdict"]["label"]
         console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
-        for reason in d["verdict"]["reasons"]:
-            console.print(f"  - {reason}")
+        _bullets(console, d["verdict"]["reasons"])
         console.print()
 
-        ranks = Table(title="per rank", title_justify="left")
-        for col in (
-            "rank",
-            "steps",
-            "GPU busy",
-            "comm",
-            "hidden",
-            "exposed",
-            "host idle",
-            "launch / kernel (median)",
-            "graphs (replayed)",
-            "verdict",
-        ):
-            ranks.add_column(col, justify="left" if col == "verdict" else "right")
+        ranks = Table(
+            title="per rank (launch / kernel: medians)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for col in ("rank", "steps", "busy", "comm", "hidden", "exposed", "host", "launch", "kernel", "replays", "verdict"):
+            ranks.add_column(
+                col, justify="left" if col == "verdict" else "right", no_wrap=True, min_width=16 if col == "verdict" else None
+            )
         for r in d["ranks"]:
             ranks.add_row(
                 str(r["rank"]),
@@ -74,18 +83,16 @@ class TerminalRenderer:
                 pct(r["comm"]["hidden_fraction"]),
                 ms(r["comm"]["exposed_us"]),
                 pct(r["host"]["idle_fraction"]),
-                f"{us(r['host']['median_launch_us'])} / {us(r['host']['median_kernel_us'])}",
+                us(r["host"]["median_launch_us"]),
+                us(r["host"]["median_kernel_us"]),
                 f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})",
                 r["verdict"]["label"],
             )
         console.print(ranks)
+        lines = []
         for r in d["ranks"]:
-            console.print(time_line(r))
-            if (cost := contention_line(r)) is not None:
-                console.print(cost)
-            if (why := exposure_line(r)) is not None:
-                console.print(why)
-            console.print(comm_kernels_line(r))
+            lines += [time_line(r), contention_line(r), exposure_line(r), comm_kernels_line(r)]
+        _bullets(console, [line for line in lines if line])
         phases = d["phases"]
         if phases:
             t = Table(title="per phase (vLLM's step annotations)", title_justify="left")
@@ -100,6 +107,9 @@ class TerminalRenderer:
                 t = Table(
                     title=f"rank {r['rank']} comm operations (per microbatch, in step order; medians over steps)",
                     title_justify="left",
+                    box=box.SIMPLE_HEAD,
+                    pad_edge=False,
+                    collapse_padding=True,
                 )
                 for col in OPERATION_HEADER:
                     t.add_column(col, justify="left" if col.startswith("exposed mostly") else "right")
@@ -122,15 +132,20 @@ class TerminalRenderer:
             t.add_row(*round_trip_cells(rt))
             console.print(t)
 
-        steps = Table(title="per step", title_justify="left")
-        for col in ("rank", "step", "path", "time", "GPU busy", "hidden", "host idle", "launches", "replayed", "verdict"):
-            steps.add_column(col, justify="left" if col in ("step", "path", "verdict") else "right")
+        steps = Table(title="per step", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for col in ("rank", "step", "kind", "time", "busy", "hidden", "host", "launch", "graph", "verdict"):
+            steps.add_column(
+                col,
+                justify="left" if col in ("step", "kind", "verdict") else "right",
+                no_wrap=True,
+                min_width=16 if col == "verdict" else len(col),  # headers and "no-communication" whole
+            )
         rows = d["steps"]
         for s in rows[:MAX_STEP_ROWS]:
             steps.add_row(
                 str(s["rank"]),
-                s["label"],
-                s["path"] or "-",
+                short_step_label(s["label"]),
+                s["path"] or s["phase"] or "-",
                 ms(s["step_us"]),
                 pct(s["gpu"]["utilization"]),
                 pct(s["comm"]["hidden_fraction"]),
