@@ -124,7 +124,7 @@ def test_compare_gives_the_ablation_per_phase():
     walls = {n: [s["step_us"] for s in d["steps"] if s["phase"] == "decode"] for n, d in docs.items()}
     assert eager["steps"] == len(walls["vllm-eager-decode"])
     assert eager["step_mean_us"] == pytest.approx(sum(walls["vllm-eager-decode"]) / eager["steps"], rel=1e-6)
-    assert graphs["change"] == pytest.approx(graphs["step_mean_us"] / eager["step_mean_us"] - 1, rel=1e-9)
+    assert graphs["change"] == pytest.approx(graphs["step_mean_us"] / eager["step_mean_us"] - 1, abs=1e-4)
     assert graphs["change"] < -0.5 and graphs["within_noise"] is False
 
 

@@ -9,7 +9,7 @@ from dbo_trace import __version__
 from dbo_trace.analysis.compare import NOISE_SE, Arm
 from dbo_trace.render.format import md_table, ms, num, pct
 
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 1
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -69,6 +69,16 @@ def render_markdown(arms: list[Arm]) -> str:
     return "\n".join(out + ["", noise_line(arms), ""])
 
 
+def _rounded(arm: dict) -> dict:
+    """Times to the nanosecond, fractions to 1e-4, as the report's JSON: no binary-fraction noise."""
+    out = {}
+    for key, value in arm.items():
+        if isinstance(value, float):
+            value = round(value, 3 if key.endswith("_us") else 4)
+        out[key] = value
+    return out
+
+
 def render_json(arms: list[Arm]) -> str:
     return (
         json.dumps(
@@ -76,7 +86,7 @@ def render_json(arms: list[Arm]) -> str:
                 "schema": COMPARE_SCHEMA,
                 "schema_version": COMPARE_VERSION,
                 "dbo_trace_version": __version__,
-                "arms": [asdict(a) for a in arms],
+                "arms": [_rounded(asdict(a)) for a in arms],
                 "noise": noise_line(arms),
             },
             indent=2,
