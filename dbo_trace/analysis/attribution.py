@@ -268,7 +268,9 @@ def attribute(
     # Correlation ids grow with every launch: an id below the trace's first call's was launched
     # before the profiler started, and belongs to no step of this trace.
     first_corr = tl.calls.correlation[has_corr].min() if has_corr.any() else None
-    before = ~known & (gpu.correlation >= 0) & (gpu.correlation < first_corr) if first_corr is not None else ~known & False
+    before = (
+        ~known & (gpu.correlation >= 0) & (gpu.correlation < first_corr) if first_corr is not None else np.zeros(len(gpu), bool)
+    )
     by_time = index_in(steps.start, steps.end, gpu.start)
     gpu_step = np.where(known, call_step[li] if n_calls else -1, np.where(before, -1, by_time))
     gpu_ubatch = np.where(known, ubatch[li] if n_calls else -1, -1).astype(np.int8)

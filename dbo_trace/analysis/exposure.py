@@ -86,7 +86,7 @@ def exposure(
             continue
         lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
         group = compute[lo:hi]
-        later = group[start[group] >= s] if step[k] >= 0 else group[start[group] >= s]
+        later = group[start[group] >= s]
         if ubatch[k] >= 0:
             later = later[(ubatch[later] >= 0) & (ubatch[later] != ubatch[k])]
         if not len(later):

@@ -18,7 +18,7 @@ LONG_GRAPH_LAUNCH_US = 1000.0  # a cudaGraphLaunch this long is host time worth 
 
 @dataclass
 class WindowMetrics:
-    span_us: float  # the window (or union of windows) measured; see with_time in report.py
+    span_us: float  # the window (or union of windows) measured: WindowTime
     gpu_busy_us: float  # union of all GPU activity
     compute_busy_us: float
     comm_busy_us: float
@@ -78,26 +78,16 @@ def _median(x: np.ndarray) -> float | None:
     return float(np.median(x)) if len(x) else None
 
 
-def host_idle_gaps(start: np.ndarray, end: np.ndarray, launch_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """GPU idle gaps in which nothing was queued: the activity that ended the gap was
-    launched after the gap began. Returns (gap starts, gap ends, number of all gaps)."""
-    if len(start) < 2:
-        return np.empty(0), np.empty(0), 0
-    order = np.argsort(start, kind="stable")
-    s, e, launch = start[order], end[order], launch_start[order]
-    running_end = np.maximum.accumulate(e)
-    gap_before = np.flatnonzero(s[1:] > running_end[:-1]) + 1  # activities that end a gap
-    gap_start = running_end[gap_before - 1]
-    # The earliest launch among the activities that start exactly when the gap ends.
-    host = launch[gap_before] > gap_start
-    host &= ~np.isnan(launch[gap_before])
-    return gap_start[host], s[gap_before][host], len(gap_before)
+@dataclass(frozen=True)
+class WindowTime:
+    """A window's time from the rank's one timeline (accounting.Partition): its length, GPU busy time,
+    host-caused idle and how many idle gaps (host-caused, all) begin in it."""
 
-
-def host_caused_idle(start: np.ndarray, end: np.ndarray, launch_start: np.ndarray) -> tuple[float, int, int]:
-    """(host-caused idle time, such gaps, all gaps): see host_idle_gaps."""
-    gs, ge, gaps = host_idle_gaps(start, end, launch_start)
-    return float((ge - gs).sum()), len(gs), gaps
+    span_us: float
+    gpu_busy_us: float
+    host_idle_us: float
+    host_idle_gaps: int
+    idle_gaps: int
 
 
 def window_metrics(
@@ -109,6 +99,7 @@ def window_metrics(
     launch_kind: np.ndarray,  # call kind of the launching call, -1 where unknown
     call_kind: np.ndarray,  # CUDA API calls in the window
     call_dur: np.ndarray,
+    time: WindowTime,
 ) -> WindowMetrics:
     is_comm, is_compute, is_copy = kind == c.COMM, kind == c.COMPUTE, kind == c.COPY
     comm = (start[is_comm], end[is_comm])
@@ -120,23 +111,22 @@ def window_metrics(
             mine = is_comm & (ubatch == u)
             others = is_compute & (ubatch >= 0) & (ubatch != u)
             cross += iv.overlap_length((start[mine], end[mine]), (start[others], end[others]))
-    host_idle, host_gaps, gaps = host_caused_idle(start, end, launch_start)
     launches = call_kind == c.CALL_LAUNCH
     graph = call_kind == c.CALL_GRAPH_LAUNCH
     replayed = launch_kind == c.CALL_GRAPH_LAUNCH
     kernels = ~is_copy
     dur = end - start
     return WindowMetrics(
-        span_us=float(end.max() - start.min()) if len(start) else 0.0,
-        gpu_busy_us=iv.length(start, end),
+        span_us=time.span_us,
+        gpu_busy_us=time.gpu_busy_us,
         compute_busy_us=iv.length(*compute),
         comm_busy_us=iv.length(*comm),
         copy_busy_us=iv.length(start[is_copy], end[is_copy]),
         comm_hidden_us=iv.overlap_length(comm, compute),
         comm_hidden_cross_us=cross,
-        host_idle_us=host_idle,
-        host_idle_gaps=host_gaps,
-        idle_gaps=gaps,
+        host_idle_us=time.host_idle_us,
+        host_idle_gaps=time.host_idle_gaps,
+        idle_gaps=time.idle_gaps,
         kernels=int(kernels.sum()),
         comm_kernels=int(is_comm.sum()),
         launches=int(launches.sum()),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,7 +13,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attr
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.intervals import union
-from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, round_trips, window_metrics
+from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, WindowTime, round_trips, window_metrics
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.verdict import Verdict, decide
@@ -162,7 +162,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     part = partition(lo, hi, tl.gpu.start, tl.gpu.end, kinds, att.gpu_launch_start)
 
     def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
-        m = window_metrics(
+        return window_metrics(
             tl.gpu.start[gpu_sel],
             tl.gpu.end[gpu_sel],
             kinds[gpu_sel],
@@ -171,8 +171,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
             launch_kind[gpu_sel],
             call_kind[call_sel],
             call_dur[call_sel],
+            window_time(part, *windows),
         )
-        return with_time(m, part, *windows)
 
     n_steps = len(att.steps)
     own_end = np.full(n_steps, -np.inf)
@@ -268,18 +268,17 @@ def _grouped(group: np.ndarray, n: int):
     return lambda i: order[bounds[i] : bounds[i + 1]]
 
 
-def with_time(m: WindowMetrics, part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowMetrics:
+def window_time(part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowTime:
     """Span, busy time and host-caused idle of a window (or a union of windows) from the rank's one timeline."""
     u_lo, u_hi = union(np.asarray(lo, float), np.asarray(hi, float))
     row = part.measure(u_lo, u_hi).sum(axis=0) if len(u_lo) else np.zeros(5)
-    gaps = part.host_gaps_in(u_lo, u_hi)
-    return replace(
-        m,
+    host_gaps, all_gaps = part.host_gaps_in(u_lo, u_hi)
+    return WindowTime(
         span_us=float((u_hi - u_lo).sum()),
         gpu_busy_us=float(row[B_COMPUTE] + row[B_COMM] + row[B_COPY]),
         host_idle_us=float(row[B_HOST]),
-        host_idle_gaps=gaps[0],
-        idle_gaps=gaps[1],
+        host_idle_gaps=host_gaps,
+        idle_gaps=all_gaps,
     )
 
 

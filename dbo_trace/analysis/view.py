@@ -177,5 +177,5 @@ def step_bands(rank: RankReport, step: StepReport) -> StepBands:
     start, end, kind = d.timeline.gpu.start[sel], d.timeline.gpu.end[sel], d.kernel_kind[sel]
     comm = (start[kind == c.COMM], end[kind == c.COMM])
     compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
-    host = d.partition.spans(B_HOST, step.start_us, step.end_us)  # as with_time counts it: the one timeline
+    host = d.partition.spans(B_HOST, step.start_us, step.end_us)  # as window_time counts it: the one timeline
     return StepBands(iv.intersection(comm, compute), iv.difference(comm, compute), host)
