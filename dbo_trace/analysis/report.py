@@ -138,11 +138,14 @@ def comm_operations(
     """Communication operations per step: a run of comm kernels launched back to back by one thread
     (no compute launched between them) is one operation (DeepEP's notify + dispatch, NCCL's pieces).
     Replayed kernels share one launch and are ordered by when they ran."""
-    ids = operation_ids(step, lane, launch_start, start, is_comm)
-    counted = ids >= 0
+    return operations_per_step(operation_ids(step, lane, launch_start, start, is_comm), step, n_steps)
+
+
+def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> np.ndarray:
+    counted = op_ids >= 0
     if not counted.any():
         return np.zeros(n_steps, np.int64)
-    unique_ids, first = np.unique(ids[counted], return_index=True)
+    _ids, first = np.unique(op_ids[counted], return_index=True)
     return np.bincount(step[counted][first], minlength=n_steps)
 
 
@@ -181,8 +184,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     # A step lasts until the last GPU work it launched ends (a graph replay's CPU window is only the launch).
     step_lo = att.steps.start
     step_hi = np.maximum(att.steps.end, own_end)
-    ops = comm_operations(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM, n_steps)
     op_ids = operation_ids(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM)
+    ops = operations_per_step(op_ids, att.gpu_step, n_steps)
 
     # Each step's activities and calls as slices of one sort: O(events log events), not O(events x steps).
     gpu_of, call_of = _grouped(att.gpu_step, n_steps), _grouped(att.call_step, n_steps)
