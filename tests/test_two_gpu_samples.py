@@ -59,3 +59,14 @@ def test_dbo_did_not_pay_on_two_gpus():
     assert step["overlap"] / step["serial"] > 0.98 and step["graph"] / step["serial"] > 1.02
     log = (SAMPLES / "two-gpu-demo.log").read_text()
     assert "graph: 32.35 ms against 30.42 ms serial (+6%), DBO did NOT pay" in log
+
+
+def test_all_rank_totals_follow_the_rules_declared_on_the_fields(docs):
+    """Times and counts add across ranks, medians are the median of the ranks', maxima the max
+    (metrics.ACROSS on each field of WindowMetrics)."""
+    doc = docs["overlap"]
+    ranks = doc["ranks"]
+    assert doc["comm"]["busy_us"] == pytest.approx(sum(r["comm"]["busy_us"] for r in ranks), abs=0.01)
+    assert doc["host"]["launches"] == sum(r["host"]["launches"] for r in ranks)
+    medians = sorted(r["host"]["median_kernel_us"] for r in ranks)
+    assert doc["host"]["median_kernel_us"] == pytest.approx(sum(medians) / 2, abs=0.01)

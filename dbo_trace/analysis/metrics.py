@@ -6,7 +6,7 @@ totals and the per-step figures cannot disagree in definition.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,6 +14,15 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 
 LONG_GRAPH_LAUNCH_US = 1000.0  # a cudaGraphLaunch this long is host time worth naming
+
+
+# How a figure combines across ranks (report.sum_metrics), declared on the field; unmarked fields add.
+ACROSS = "across"
+SUM, MEDIAN, MAX, SUM_IF_ALL = "sum", "median", "max", "sum_if_all"
+
+
+def _across(rule: str):
+    return field(metadata={ACROSS: rule})
 
 
 @dataclass
@@ -24,7 +33,7 @@ class WindowMetrics:
     comm_busy_us: float
     copy_busy_us: float
     comm_hidden_us: float  # comm time concurrent with compute
-    comm_hidden_cross_us: float | None  # comm of one microbatch under the *other*'s compute
+    comm_hidden_cross_us: float | None = _across(SUM_IF_ALL)  # comm of one microbatch under the *other*'s compute
     host_idle_us: float  # GPU idle gaps whose next activity was launched after the gap began
     host_idle_gaps: int
     idle_gaps: int
@@ -32,12 +41,12 @@ class WindowMetrics:
     comm_kernels: int
     launches: int
     launch_us: float
-    median_launch_us: float | None
-    median_kernel_us: float | None
-    median_queue_us: float | None  # launch call start -> kernel start
+    median_launch_us: float | None = _across(MEDIAN)
+    median_kernel_us: float | None = _across(MEDIAN)
+    median_queue_us: float | None = _across(MEDIAN)  # launch call start -> kernel start
     graph_launches: int
     long_graph_launches: int
-    max_graph_launch_us: float | None
+    max_graph_launch_us: float | None = _across(MAX)
     replayed_kernels: int
     replayed_gpu_us: float
     gpu_us: float  # sum of kernel durations (not a union): the denominator of replayed_gpu_us

@@ -13,7 +13,18 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attr
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.intervals import union
-from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics, WindowTime, round_trips, window_metrics
+from dbo_trace.analysis.metrics import (
+    ACROSS,
+    MAX,
+    MEDIAN,
+    SUM,
+    SUM_IF_ALL,
+    RoundTrips,
+    WindowMetrics,
+    WindowTime,
+    round_trips,
+    window_metrics,
+)
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.verdict import Verdict, decide
@@ -332,16 +343,18 @@ def _round_trips(steps: list[StepReport], layers: int | None, microbatched: bool
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
-    """All-rank totals: times and counts add; medians are the median of the ranks'; maxima the max."""
+    """All-rank (or all-phase) totals, each field by the rule declared on it (metrics.ACROSS):
+    times and counts add; medians are the median of the parts'; maxima the max."""
     out = {}
     for f in fields(WindowMetrics):
         values = [getattr(p, f.name) for p in parts]
         present = [v for v in values if v is not None]
-        if f.name.startswith("median_"):
+        rule = f.metadata.get(ACROSS, SUM)
+        if rule == MEDIAN:
             out[f.name] = float(np.median(present)) if present else None
-        elif f.name.startswith("max_"):
+        elif rule == MAX:
             out[f.name] = max(present) if present else None
-        elif f.name == "comm_hidden_cross_us":
+        elif rule == SUM_IF_ALL:
             out[f.name] = sum(present) if len(present) == len(values) else None
         else:
             out[f.name] = sum(values)
