@@ -86,3 +86,18 @@ def test_no_microbatches_no_contention():
     doc = report_json(str(SAMPLES / "vllm-graphs-decode"))
     assert doc["ranks"][0]["contention"] is None
     assert doc["ranks"][0]["comm_kernel_names"] == []
+
+
+def test_top_compute_kernels_against_a_plain_sum():
+    doc = report_json(str(SAMPLES / "two-gpu-overlap"))
+    report = analyze_paths([SAMPLES / "two-gpu-overlap"], Options())
+    for rank_doc, rank in zip(doc["ranks"], report.ranks):
+        d = rank.detail
+        totals = {}
+        for i in range(len(d.timeline.gpu)):
+            if d.kernel_kind[i] == c.COMPUTE:
+                n = d.timeline.names[d.timeline.gpu.name[i]]
+                totals[n] = totals.get(n, 0.0) + float(d.timeline.gpu.end[i] - d.timeline.gpu.start[i])
+        top = max(totals, key=totals.get)
+        assert rank_doc["top_compute_kernels"][0]["name"] == top
+        assert rank_doc["top_compute_kernels"][0]["total_us"] == pytest.approx(totals[top], abs=0.01)

@@ -130,3 +130,17 @@ def comm_kernel_names(kind: np.ndarray, name: np.ndarray, names: list[str]) -> l
     """The kernels counted as communication, with their counts, most first: the classification at a glance."""
     ids, counts = np.unique(name[kind == c.COMM], return_counts=True)
     return sorted(((names[i], int(n)) for i, n in zip(ids, counts)), key=lambda x: -x[1])
+
+
+def top_kernels(
+    kind: np.ndarray, name: np.ndarray, dur: np.ndarray, names: list[str], of_kind: int, most: int = 5
+) -> list[tuple[str, int, float]]:
+    """The kernels of one kind that took the most GPU time: (name, count, total us), most first."""
+    sel = kind == of_kind
+    if not sel.any():
+        return []
+    ids, inverse = np.unique(name[sel], return_inverse=True)
+    totals = np.bincount(inverse, weights=dur[sel])
+    counts = np.bincount(inverse)
+    order = np.argsort(-totals, kind="stable")[:most]
+    return [(names[ids[i]], int(counts[i]), float(totals[i])) for i in order]

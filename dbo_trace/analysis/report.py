@@ -10,7 +10,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
-from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention
+from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import (
@@ -114,6 +114,7 @@ class RankReport:
     exposure: Exposure | None = None  # why comm was exposed; None without comm
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
+    top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
@@ -261,6 +262,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps_inferred=att.steps.inferred,
         contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
+        top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         operations=operation_rows(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
         if microbatched

@@ -113,7 +113,9 @@ def step_view(rank: RankReport, position: int) -> StepView:
         gpu_lanes.append(f"GPU stream {sid} ({what})")
         lane_of_kernel.update((int(i), gpu_lanes[-1]) for i in on)
     packed = _pack([int(i) for i in gsel if int(tl.gpu.lane[i]) in graph_streams], tl.gpu.start, tl.gpu.end)
-    graph_lanes = [f"GPU graph replay {n + 1}" for n in range(max(packed.values(), default=-1) + 1)]
+    # Lanes of one replay, named so that two lanes do not read as two launches.
+    n_lanes = max(packed.values(), default=-1) + 1
+    graph_lanes = [f"GPU graph replay, lane {n + 1} of {n_lanes}" for n in range(n_lanes)]
     lane_of_kernel.update((i, graph_lanes[n]) for i, n in packed.items())
     for i in gsel:
         view.bars.append(

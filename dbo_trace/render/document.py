@@ -207,6 +207,7 @@ def rank_block(r: RankReport) -> dict[str, Any]:
             for o in r.operations
         ],
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
+        "top_compute_kernels": [{"name": n, "count": k, "total_us": _r(t)} for n, k, t in r.top_compute_kernels],
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],
         "verdict": verdict_block(r.verdict),

@@ -104,6 +104,14 @@ def contention_line(rank: dict) -> str | None:
     )
 
 
+def top_compute_line(rank: dict, most: int = 3) -> str | None:
+    top = rank.get("top_compute_kernels") or []
+    if not top:
+        return None
+    shown = ", ".join(f"{k['name'][:50]} x{k['count']} {ms(k['total_us'])}" for k in top[:most])
+    return f"rank {rank['rank']} top compute kernels: {shown}"
+
+
 def comm_kernels_line(rank: dict, most: int = 3) -> str:
     found = rank.get("comm_kernel_names") or []
     if not found:

@@ -16,6 +16,7 @@ from dbo_trace.render.format import (
     phase_cells,
     round_trip_cells,
     time_line,
+    top_compute_line,
     us,
 )
 
@@ -50,6 +51,7 @@ class MarkdownRenderer:
         out += [f"- {line}" for r in d["ranks"] if (line := contention_line(r))]
         out += [f"- {line}" for r in d["ranks"] if (line := exposure_line(r))]
         out += [f"- {comm_kernels_line(r)}" for r in d["ranks"]]
+        out += [f"- {line}" for r in d["ranks"] if (line := top_compute_line(r))]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]

@@ -25,6 +25,7 @@ from dbo_trace.render.format import (
     round_trip_cells,
     short_step_label,
     time_line,
+    top_compute_line,
     us,
 )
 
@@ -91,7 +92,7 @@ class TerminalRenderer:
         console.print(ranks)
         lines = []
         for r in d["ranks"]:
-            lines += [time_line(r), contention_line(r), exposure_line(r), comm_kernels_line(r)]
+            lines += [time_line(r), contention_line(r), exposure_line(r), comm_kernels_line(r), top_compute_line(r)]
         _bullets(console, [line for line in lines if line])
         phases = d["phases"]
         if phases:
