@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.report import Report, sum_metrics
+from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.steps import PHASES
 
 NOISE_SE = 2.0  # a difference within this many standard errors is within noise
@@ -46,9 +46,9 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     if phase == ALL_STEPS:
         m, verdict = report.total, report.verdict.label
     else:
-        parts = [p for r in report.ranks for p in r.phases if p.phase == phase]
-        m = sum_metrics([p.metrics for p in parts])
-        verdict = "/".join(dict.fromkeys(p.verdict.label for p in parts))
+        p = next(p for p in report.phases if p.phase == phase)
+        m = p.metrics
+        verdict = "/".join(dict.fromkeys(p.per_rank)) if p.per_rank is not None else p.verdict.label
     return Arm(
         label=label,
         phase=phase,

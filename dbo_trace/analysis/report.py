@@ -70,7 +70,8 @@ class PhaseReport:
     steps: int
     median_step_us: float
     metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
-    verdict: Verdict
+    verdict: Verdict | None  # None over several ranks: per_rank holds theirs
+    per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
 
 
 @dataclass
@@ -128,6 +129,7 @@ class Report:
     verdict: Verdict
     options: Options
     window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
+    phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
     warnings: list[str] = field(default_factory=list)
     cross_rank: "CrossRank | None" = None  # set by session.analyze with two or more ranks
 
@@ -378,6 +380,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     return Report(
+        phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
         total=total,
@@ -387,6 +390,26 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         window=window,
         warnings=warnings,
     )
+
+
+def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
+    """Per phase, the ranks' steps together: figures add (one GPU each), the step time is the median
+    over every rank's steps of that phase, and each rank keeps its own verdict."""
+    out = []
+    for name in dict.fromkeys(p.phase for r in ranks for p in r.phases):
+        parts = [p for r in ranks for p in r.phases if p.phase == name]
+        walls = [s.wall_us for r in ranks for s in r.steps if s.phase == name]
+        out.append(
+            PhaseReport(
+                phase=name,
+                steps=sum(p.steps for p in parts),
+                median_step_us=float(np.median(walls)),
+                metrics=sum_metrics([p.metrics for p in parts]),
+                verdict=None,
+                per_rank=[p.verdict.label for p in parts if p.verdict is not None],
+            )
+        )
+    return out
 
 
 def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport, sum_metrics
+from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
@@ -143,7 +141,9 @@ def phase_block(p: PhaseReport) -> dict[str, Any]:
         "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
         "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
         "graph_launches": m.graph_launches,
-        "verdict": verdict_block(p.verdict),
+        "verdict": verdict_block(p.verdict)
+        if p.verdict is not None
+        else {"label": None, "reasons": [], "per_rank": list(p.per_rank or [])},
     }
 
 
@@ -225,28 +225,6 @@ def _sources(values: list[str]) -> str:
     return unique[0] if len(unique) == 1 else "; ".join(f"rank {i}: {v}" for i, v in enumerate(values))
 
 
-def all_phases(report: Report) -> dict[str, Any]:
-    """The phase table over all ranks: one rank's own, or per phase the ranks' steps together."""
-    if len(report.ranks) == 1:
-        return {p.phase: phase_block(p) for p in report.ranks[0].phases}
-    out: dict[str, Any] = {}
-    for name in dict.fromkeys(p.phase for r in report.ranks for p in r.phases):
-        parts = [p for r in report.ranks for p in r.phases if p.phase == name]
-        steps = [s.wall_us for r in report.ranks for s in r.steps if s.phase == name]
-        m = sum_metrics([p.metrics for p in parts])
-        out[name] = {
-            "steps": sum(p.steps for p in parts),
-            "median_step_us": _r(float(np.median(steps))),
-            "gpu_utilization": _r(m.utilization, 4),
-            "host_idle_fraction": _r(m.host_idle_fraction, 4),
-            "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
-            "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
-            "graph_launches": m.graph_launches,
-            "verdict": {"label": None, "reasons": [], "per_rank": [p.verdict.label for p in parts]},
-        }
-    return out
-
-
 def build_document(report: Report) -> dict[str, Any]:
     block = metrics_block(report.total)
     all_steps = [s for r in report.ranks for s in r.steps]
@@ -261,7 +239,7 @@ def build_document(report: Report) -> dict[str, Any]:
         "steps_source": _sources([r.step_source for r in report.ranks]),
         "microbatch_source": _sources([r.attribution for r in report.ranks]),
         "time": time_block(report.window),
-        "phases": all_phases(report),
+        "phases": {p.phase: phase_block(p) for p in report.phases},
         "round_trips": round_trips_block(report.round_trips),
         "steps": [step_block(s, r.rank) for r in report.ranks for s in r.steps],
         "verdict": verdict_block(report.verdict),
