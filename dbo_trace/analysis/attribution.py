@@ -164,18 +164,11 @@ def hook_ranges(tl: Timeline) -> list[tuple[float, float, int, int]]:
 def pattern_ranges(tl: Timeline, patterns: list[str]) -> list[tuple[float, float, int, int]]:
     """--ubatch-pattern: the Nth pattern marks microbatch N's CPU ranges."""
     compiled = [re.compile(p) for p in patterns]
-    matches = {}
-    for name_id, name in enumerate(tl.names):
-        for ub, rx in enumerate(compiled):
-            if rx.search(name):
-                matches[name_id] = ub
-                break
-    out = []
-    if not matches:
-        return out
-    for i in np.flatnonzero(np.isin(tl.cpu.name, list(matches))):
-        out.append((tl.cpu.start[i], tl.cpu.end[i], matches[int(tl.cpu.name[i])], PHASE_NONE))
-    return out
+
+    def first_pattern(name: str) -> tuple[int] | None:  # a tuple, so that microbatch 0 counts as a match
+        return next(((ub,) for ub, rx in enumerate(compiled) if rx.search(name)), None)
+
+    return [(start, end, ub, PHASE_NONE) for start, end, _name, (ub,) in tl.cpu_ranges_named(first_pattern)]
 
 
 def main_thread_ids(tl: Timeline, logs: list[EventLogData]) -> set[int]:

@@ -120,31 +120,22 @@ def _from_rows(rows: list[tuple], source: str) -> Steps | None:
     )
 
 
-def _cpu_ranges(tl: Timeline, match) -> list[tuple]:
-    """(start, end, name, match) for CPU ranges whose name matches; names are tested once each."""
-    hits = {i: m for i, name in enumerate(tl.names) if (m := match(name))}
-    if not hits:
-        return []
-    sel = np.flatnonzero(np.isin(tl.cpu.name, list(hits)))
-    return [(float(tl.cpu.start[i]), float(tl.cpu.end[i]), tl.names[tl.cpu.name[i]], hits[int(tl.cpu.name[i])]) for i in sel]
-
-
 def vllm_steps(tl: Timeline) -> Steps | None:
     rows = []
-    for start, end, name, m in _cpu_ranges(tl, _VLLM_STEP.match):
+    for start, end, name, m in tl.cpu_ranges_named(_VLLM_STEP.match):
         ctx_req, ctx_tok, gen_req, gen_tok = (int(g) for g in m.groups())
         rows.append((start, end, name, phase_of(ctx_req, gen_req), ctx_tok, gen_tok))
     return _from_rows(rows, SOURCE_VLLM)
 
 
 def profiler_steps(tl: Timeline) -> Steps | None:
-    rows = [(s, e, name) for s, e, name, _ in _cpu_ranges(tl, _PROFILER_STEP.match)]
+    rows = [(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_PROFILER_STEP.match)]
     return _from_rows(rows, SOURCE_PROFILER_STEP)
 
 
 def model_runner_steps(tl: Timeline) -> Steps | None:
     """From each `gpu_model_runner: preprocess` to the end of the last model-runner range before the next one."""
-    ranges = sorted(_cpu_ranges(tl, lambda n: n.startswith(_MODEL_RUNNER)))
+    ranges = sorted(tl.cpu_ranges_named(lambda n: n.startswith(_MODEL_RUNNER)))
     firsts = [r for r in ranges if r[2] == _MODEL_RUNNER_FIRST]
     if not firsts:
         return None
@@ -160,7 +151,7 @@ def model_runner_steps(tl: Timeline) -> Steps | None:
 
 def marker_steps(tl: Timeline, pattern: str) -> Steps | None:
     rx = re.compile(pattern)
-    rows = [(s, e, name) for s, e, name, _ in _cpu_ranges(tl, rx.search)]
+    rows = [(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(rx.search)]
     return _from_rows(rows, SOURCE_MARKER)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,6 +51,18 @@ class Timeline:
     thread_names: dict[int, str] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+    def cpu_ranges_named(self, match: Callable[[str], Any]) -> list[tuple[float, float, str, Any]]:
+        """(start, end, name, what match returned) for each CPU range whose name match() accepts (a
+        truthy result); each distinct name is tested once, not each range."""
+        hits = {i: m for i, name in enumerate(self.names) if (m := match(name))}
+        if not hits:
+            return []
+        sel = np.flatnonzero(np.isin(self.cpu.name, list(hits)))
+        return [
+            (float(self.cpu.start[i]), float(self.cpu.end[i]), self.names[self.cpu.name[i]], hits[int(self.cpu.name[i])])
+            for i in sel
+        ]
 
 
 def _sorted_by_time(ev: k.EventColumns) -> k.EventColumns:
