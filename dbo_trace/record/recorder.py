@@ -129,12 +129,9 @@ def _now() -> str:
 
 
 def _counters(out: Path) -> dict:
+    """Every process's counters, summed (a file half-written at this moment is skipped this time)."""
     merged: dict[str, int] = {}
-    for path in fmt.event_files(out, ".counters.json"):
-        try:
-            body = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for _path, body, _age in fmt.read_counters(out):
         for key, value in body.get("counters", {}).items():
             merged[key] = merged.get(key, 0) + int(value)
     return merged
