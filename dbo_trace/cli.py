@@ -12,6 +12,7 @@ from typing import NoReturn
 import click
 
 from dbo_trace import __version__
+from dbo_trace.demo.workload import MODES as DEMO_MODES
 from dbo_trace.files import replace_file
 from dbo_trace.trace.errors import InputError
 from dbo_trace.ui import reading_bar
@@ -433,7 +434,7 @@ def record(
 @main.command()
 @click.option(
     "--mode",
-    type=click.Choice(["serial", "overlap", "graph", "hostbound", "all"]),
+    type=click.Choice([*DEMO_MODES, "all"]),
     default="all",
     show_default=True,
     help="Which truth to check.",

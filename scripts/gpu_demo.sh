@@ -4,6 +4,7 @@
 #   bash scripts/gpu_demo.sh "$OUT" modes    # every mode on one GPU (vLLM's and the built-in UBatchContext), then on two GPUs (NCCL all_to_all)
 #   bash scripts/gpu_demo.sh "$OUT" sweep    # the DBO-vs-serial grid and its picture
 #   bash scripts/gpu_demo.sh "$OUT" two-gpu  # every mode on two GPUs only (NCCL all_to_all), each bundle reported
+#   bash scripts/gpu_demo.sh "$OUT" causes   # the exposure-cause modes (late, smhungry) and their controls, each reported
 # .gpu was built with:
 #   EXTRA_WHEELS="click rich markdown-it-py mdurl pygments matplotlib contourpy cycler fonttools kiwisolver
 #                 pillow pyparsing python-dateutil six packaging" ../shared/tools/gpu-carry.sh
@@ -33,6 +34,23 @@ work=$(mktemp -d)
       echo "== dbo-trace demo --mode all --nproc 2 (started $(date +%T))"
       cli demo --mode all --nproc 2 -o "$work/demo-2gpu"; echo "exit status $? at $(date +%T)"
       for b in "$work"/demo-2gpu/*/; do echo "== dbo-trace report $b"; cli report "$b"; done
+      ;;
+    causes)
+      for mode in late smhungry overlap serial; do
+        echo "== dbo-trace demo --mode $mode (started $(date +%T))"
+        cli demo --mode $mode -o "$work/causes-$mode"; echo "exit status $?"
+        cli report "$work/causes-$mode/$mode"
+        python3 - "$work/causes-$mode/$mode" <<'PY'
+import glob, gzip, json, sys, collections
+for f in glob.glob(sys.argv[1] + "/traces/*.json*"):
+    ev = json.load(gzip.open(f) if f.endswith(".gz") else open(f))["traceEvents"]
+    print(f, collections.Counter(e.get("cat") for e in ev))
+    sync = [e for e in ev if e.get("cat") == "cuda_sync"]
+    print("cuda_sync examples:", json.dumps(sync[:3]))
+PY
+      done
+      echo "== dbo-trace demo --mode late --ubatching builtin"
+      cli demo --mode late --ubatching builtin -o "$work/causes-builtin"; echo "exit status $?"
       ;;
     builtin)
       echo "== dbo-trace demo --mode all --ubatching builtin"

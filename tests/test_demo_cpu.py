@@ -36,8 +36,9 @@ def demo_all(tmp_path_factory):
 
 def test_demo_cpu_records_every_mode_it_can_run(demo_all):
     out, proc = demo_all
-    assert sorted(p.name for p in out.iterdir()) == ["hostbound", "overlap", "serial"]  # no CUDA graphs on a CPU
-    for mode in ("serial", "overlap", "hostbound"):
+    cpu_modes = ["hostbound", "late", "overlap", "serial", "smhungry"]  # no CUDA graphs on a CPU
+    assert sorted(p.name for p in out.iterdir()) == cpu_modes
+    for mode in cpu_modes:
         m = json.loads((out / mode / "manifest.json").read_text())
         assert m["status"] == "complete" and m["created_by"] == "dbo-trace demo"
         assert m["workload"]["mode"] == mode and m["comm_kernels"] == ["spin_kernel"]

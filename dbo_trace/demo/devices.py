@@ -45,6 +45,13 @@ class CudaDevice:
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()
 
+    def wait_on_compute_stream_now(self) -> None:
+        """The late-record bug: the current (comm) stream waits on an event recorded now on the compute
+        stream, behind whatever is queued there, the other microbatch's compute included."""
+        event = self.torch.cuda.Event()
+        event.record(self.compute_stream)
+        self.torch.cuda.current_stream().wait_event(event)
+
     def spin(self, cycles: int) -> None:
         self.torch.cuda._sleep(cycles)
 
@@ -132,6 +139,9 @@ class CpuDevice:
         pass
 
     def synchronize(self) -> None:
+        pass
+
+    def wait_on_compute_stream_now(self) -> None:
         pass
 
     def spin(self, cycles: int) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbo_trace import bundle as fmt
+from dbo_trace.analysis import exposure
 from dbo_trace.analysis import verdict as v
 from dbo_trace.analysis.report import Options, Report
 from dbo_trace.demo.devices import SPIN_KERNEL
@@ -22,6 +23,9 @@ from dbo_trace.demo.workload import MODES
 from dbo_trace.record.recorder import STATUS_COMPLETE, Progress, RecordPlan, record
 
 EXPECTED = {"serial": v.NOT_OVERLAPPED, "overlap": v.OVERLAPPED, "graph": v.OVERLAPPED, "hostbound": v.HOST_BOUND}
+# The cause modes are judged by why comm was exposed: the report must name their bug as the main cause.
+EXPECTED_CAUSE = {"late": exposure.LATE_RECORD, "smhungry": exposure.CROWDED}
+EXPECTED.update({mode: f"exposed: {cause}" for mode, cause in EXPECTED_CAUSE.items()})
 GRAPH_REPLAYED_AT_LEAST = 0.9  # the graph mode's kernels must come from replays
 # The host-bound mode needs launches to dominate: small, quick kernels and short communication.
 HOSTBOUND_OVERRIDES = {"layers": 2, "tokens": 4096, "hidden": 1024, "comm_us": 20.0}
@@ -77,7 +81,19 @@ def worker_command(opts: DemoOptions, mode: str) -> list[str]:
     return cmd
 
 
+def main_exposure_cause(report: Report) -> str | None:
+    """The reason with the most exposed comm time, over all ranks."""
+    by: dict[str, float] = {}
+    for rank in report.ranks:
+        for reason, us in rank.exposure.top if rank.exposure is not None else ():
+            by[reason] = by.get(reason, 0.0) + us
+    return max(by, key=by.__getitem__) if by else None
+
+
 def judge(mode: str, report: Report) -> tuple[str, bool]:
+    if mode in EXPECTED_CAUSE:
+        got = f"exposed: {main_exposure_cause(report)}"
+        return got, got == EXPECTED[mode]
     got = report.verdict.label
     ok = got == EXPECTED[mode]
     if mode == "graph":

@@ -12,6 +12,13 @@ stream. Modes:
              (UBatchWrapper's full-graph path)
   hostbound  overlap with each compute replaced by many tiny kernels: the GPU
              mostly waits for the host to launch
+  late       overlap, but after each yield to comm the comm stream also waits on an event
+             recorded then on the compute stream, where the other microbatch's compute is
+             already queued: the event is recorded too late, and every dispatch and combine
+             waits for the other microbatch's compute (the bug a DBO change can introduce)
+  smhungry   overlap with each compute a memory-bound kernel of many waves of blocks: while
+             it runs it takes every SM as blocks free up, and the one-block comm kernel of the
+             other microbatch cannot start until it ends (what limiting a kernel's SMs fixes)
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 
 from dbo_trace import bundle as fmt
 
-MODES = ("serial", "overlap", "graph", "hostbound")
+MODES = ("serial", "overlap", "graph", "hostbound", "late", "smhungry")
 
 
 @dataclass
@@ -31,6 +38,7 @@ class WorkloadConfig:
     tokens: int = 16384  # per step, split over two microbatches
     hidden: int = 8192
     tiny_kernels: int = 100  # hostbound: kernels per compute phase
+    wide_elements: int = 1 << 29  # smhungry: float32 elements updated per compute phase (2 GiB)
 
 
 class SpinComm:
@@ -88,6 +96,10 @@ class Workload:
         self.w1 = torch.randn(h, h, device=dev, dtype=dtype, generator=gen) / h**0.5
         self.x = [torch.randn(t, h, device=dev, dtype=dtype, generator=gen) for _ in range(2)]
         self.small = [torch.zeros(256, device=dev) for _ in range(2)]
+        # smhungry: a buffer per microbatch whose in-place update reads and writes as many bytes as a
+        # GEMM of this shape takes time for, in many small blocks (measured: docs/demo.md)
+        wide = cfg.wide_elements if device.kind == "cuda" else 4096  # the CPU checks the orchestration only
+        self.wide = [torch.zeros(wide, device=dev) for _ in range(2)] if cfg.mode == "smhungry" else None
         self.barrier = threading.Barrier(3)
         self.graph = None
         self.steps_run = 0
@@ -98,21 +110,29 @@ class Workload:
             for _ in range(self.cfg.tiny_kernels):
                 self.small[u].add_(1.0)
             return x
+        if self.cfg.mode == "smhungry":
+            self.wide[u].add_(1.0)
+            return x
         return x @ self.w1
 
     def _forward(self, u: int, x):
         ub, serial = self.ub, self.cfg.mode == "serial"
         to_comm = ub.dbo_switch_to_comm_sync if serial else ub.dbo_yield_and_switch_from_compute_to_comm
         to_compute = ub.dbo_switch_to_compute_sync if serial else ub.dbo_yield_and_switch_from_comm_to_compute
+        late = self.cfg.mode == "late"
         for layer in range(self.cfg.layers):
             if self.ins is not None:
                 self.ins.safely(self.ins.log.emit, fmt.EV_LAYER, u, layer)
             h = self._compute(u, x)  # attention
             to_comm()
+            if late:
+                self.device.wait_on_compute_stream_now()
             self.comm(u)  # dispatch
             to_compute()
             x = self._compute(u, h)  # experts
             to_comm()
+            if late:
+                self.device.wait_on_compute_stream_now()
             self.comm(u)  # combine
             to_compute()
         return x

@@ -129,11 +129,17 @@ def _graph_call(ins: Instrumentation, original: Callable) -> Callable:
 
 # -- vLLM's torch profiler (vllm/profiler/wrapper.py) ------------------------------
 def all_threads_config(torch: Any) -> Any:
-    """An experimental config with profile_all_threads, or None where this torch lacks it."""
-    try:
-        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    except Exception:
-        return None
+    """The profiler's experimental config for a recording, or None where this torch lacks
+    profile_all_threads. It also asks for CUDA sync events where torch has them: each stream wait
+    then names the cudaEventRecord it waits on, which tells a late event record from an SM-hungry
+    kernel (docs/analysis.md, "Held-back communication")."""
+    make = torch._C._profiler._ExperimentalConfig
+    for flags in ({"profile_all_threads": True, "enable_cuda_sync_events": True}, {"profile_all_threads": True}):
+        try:
+            return make(**flags)
+        except Exception:
+            continue
+    return None
 
 
 def _profiler_init(ins: Instrumentation, original: Callable) -> Callable:
