@@ -174,3 +174,76 @@ def headline(path, comm_regex):
         steps=len(steps),
         phases={p: f for p in ("prefill", "decode", "mixed") if (f := phase_figures(p)) is not None},
     )
+
+
+def held_back(path, comm_regex):
+    """Comm kernels held back past the other microbatch's compute (docs/analysis.md, "Held-back
+    communication"), by the definition, in plain loops. The microbatch of a kernel is the thread
+    that launched it (the log is not read here); a kernel counts where a *LaunchKernel call launched it.
+
+    Returns {cause: (kernels, total delay us)} and the total number of comm kernels examined."""
+    rx = re.compile(comm_regex, re.IGNORECASE)
+    events = events_of(path)
+    calls = {e["args"]["correlation"]: e for e in events if e["cat"] in CALLS and "correlation" in e.get("args", {})}
+    gpu = []
+    for e in events:
+        if e["cat"] not in GPU:
+            continue
+        call = calls.get(e.get("args", {}).get("correlation"))
+        launched = call is not None and "LaunchKernel" in call["name"]
+        gpu.append(
+            {
+                "start": e["ts"],
+                "end": e["end"],
+                "stream": e.get("args", {}).get("stream", e["tid"]),
+                "comm": e["cat"] == "kernel" and bool(rx.search(e["name"])),
+                "compute": e["cat"] == "kernel" and not rx.search(e["name"]),
+                "call": call if launched else None,
+            }
+        )
+    thread_calls = {}
+    for call in calls.values():
+        thread_calls.setdefault(call["tid"], []).append(call)
+    result, examined = {}, 0
+    for k in gpu:
+        if not (k["comm"] and k["call"]):
+            continue
+        examined += 1
+        me, launched_at = k["call"]["tid"], k["call"]["ts"]
+        ready = k["call"]["end"]
+        for o in gpu:
+            if o["stream"] == k["stream"] and o["start"] < k["start"]:
+                ready = max(ready, o["end"])
+        own = [o for o in gpu if o["compute"] and o["call"] and o["call"]["tid"] == me and o["call"]["ts"] < launched_at]
+        if own:
+            ready = max(ready, max(own, key=lambda o: o["call"]["ts"])["end"])
+        delay = k["start"] - ready
+        if delay < 20.0:
+            continue
+        holders = [
+            o
+            for o in gpu
+            if o["compute"]
+            and o["call"]
+            and o["call"]["tid"] != me
+            and o["start"] <= ready + 25.0
+            and o["end"] > ready
+            and o["end"] - max(10.0, 0.1 * (o["end"] - o["start"])) <= k["start"] <= o["end"] + 25.0
+        ]
+        if not holders:
+            continue
+        h = min(holders, key=lambda o: o["end"])
+        if k["start"] < h["end"] - 1.0 or h["call"]["ts"] > launched_at:
+            cause = "crowded"
+        else:
+            mine = sorted(thread_calls[me], key=lambda c: c["ts"])
+            record = next(
+                (c for c in mine if c["name"].startswith("cudaEventRecord") and h["call"]["ts"] < c["ts"] < launched_at), None
+            )
+            waited = record is not None and any(
+                c["name"] == "cudaStreamWaitEvent" and record["ts"] < c["ts"] < launched_at for c in mine
+            )
+            cause = "late_record" if waited else "held"
+        n, total = result.get(cause, (0, 0.0))
+        result[cause] = (n + 1, total + delay)
+    return result, examined

@@ -28,6 +28,7 @@ COMM_PATTERNS: dict[str, str] = {
 
 # CUDA API calls by what they do to the GPU.
 CALL_OTHER, CALL_LAUNCH, CALL_GRAPH_LAUNCH, CALL_SYNC, CALL_COPY = 0, 1, 2, 3, 4
+CALL_EVENT_RECORD, CALL_STREAM_WAIT = 5, 6  # the two halves of a cross-stream dependency
 _LAUNCH = {
     # ROCm (HIP) traces name their launches hip*
     "hipLaunchKernel",
@@ -55,6 +56,8 @@ _SYNC = {
     "hipStreamSynchronize",
     "hipEventSynchronize",
 }
+_EVENT_RECORD_PREFIXES = ("cudaEventRecord", "cuEventRecord", "hipEventRecord")  # ...WithFlags too
+_STREAM_WAIT = {"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"}
 _COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
 
 
@@ -97,6 +100,10 @@ def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
             return CALL_SYNC
         if n.startswith(_COPY_PREFIXES):
             return CALL_COPY
+        if n.startswith(_EVENT_RECORD_PREFIXES):
+            return CALL_EVENT_RECORD
+        if n in _STREAM_WAIT:
+            return CALL_STREAM_WAIT
         return CALL_OTHER
 
     table = np.fromiter((kind(n) for n in names), np.int8, len(names))

@@ -11,6 +11,9 @@ comm. Its state when the stretch began names the cause:
   nothing    there was none left in the step: the other microbatch had finished (imbalance
              between microbatches, or the step's last comm)
   unknown    its launch is not in the trace
+  late-record, crowded, held
+             the comm kernel itself was held back: ready while the other microbatch's compute
+             ran, it started only when that compute ended (analysis/held.py says why)
 Pure: arrays in, an Exposure out.
 """
 
@@ -23,14 +26,22 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 
 HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
-REASONS = (HOST, WAITING, NOTHING, UNKNOWN)
+LATE_RECORD, CROWDED, HELD = "late_record", "crowded", "held"
+REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN)
 REASON_SHORT = {
+    LATE_RECORD: "held back: late event record",
+    CROWDED: "held back: no free SMs",
+    HELD: "held back by other ubatch",
     HOST: "host (not launched)",
     WAITING: "waiting on a dependency",
     NOTHING: "nothing left in the step",
     UNKNOWN: "unknown",
 }
 REASON_TEXT = {
+    LATE_RECORD: "the comm waited on an event recorded after the other microbatch's compute was queued (late record)",
+    CROWDED: "the comm was ready but could not start until the other microbatch's compute freed the SMs",
+    HELD: "the comm was ready but started only when the other microbatch's compute ended (record with CUDA sync "
+    "events to tell a late event record from an SM-hungry kernel)",
     HOST: "the other microbatch's compute had not been launched (host)",
     WAITING: "compute was queued but waited on a stream or event dependency",
     NOTHING: "no compute was left in the step to overlap (imbalance or the step's end)",
@@ -61,8 +72,12 @@ def exposure(
     ubatch: np.ndarray,
     step: np.ndarray,
     launch_start: np.ndarray,
+    held: dict[int, str] | None = None,
 ) -> Exposure:
-    """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity."""
+    """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity.
+    held: comm kernels held back past the other microbatch's compute (analysis/held.py) -> its cause,
+    which is the stretch's reason: had the comm started when ready, that compute would have hidden it."""
+    held = held or {}
     by = {r: 0.0 for r in REASONS}
     kernels: list[int] = []
     lengths: list[float] = []
@@ -83,6 +98,12 @@ def exposure(
                 k = int(comm[back])
                 break
         if k < 0:
+            continue
+        if k in held:
+            by[held[k]] += float(e - s)
+            kernels.append(k)
+            lengths.append(float(e - s))
+            reasons.append(held[k])
             continue
         lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
         group = compute[lo:hi]

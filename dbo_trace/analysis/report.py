@@ -12,6 +12,7 @@ from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Par
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
+from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import (
     ACROSS,
@@ -93,6 +94,7 @@ class RankDetail:
     call_kind: np.ndarray  # classify.CALL_* per CUDA API call
     launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
     partition: Partition  # the window cut into time buckets
+    held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
 
 
 @dataclass
@@ -113,6 +115,7 @@ class RankReport:
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
     exposure: Exposure | None = None  # why comm was exposed; None without comm
+    held_back: HeldSummary | None = None  # comm kernels held past the other microbatch's compute; None without microbatches
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
@@ -246,7 +249,15 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         if any(s.phase == p for s in steps)
     ]
     notes = list(att.notes) + tl.warnings
-    exposed = _exposure(part, tl, kinds, att, lo, hi) if (kinds == c.COMM).any() else None
+    held = _held_back(tl, kinds, att, call_kind) if microbatched and (kinds == c.COMM).any() else None
+    held_summary = (
+        None
+        if held is None
+        else summarize(
+            held, tl.gpu.name, tl.names, tl.calls.name, tl.calls.lane, att.call_ubatch, tl.calls.start, att.gpu_launch_start
+        )
+    )
+    exposed = _exposure(part, tl, kinds, att, lo, hi, held) if (kinds == c.COMM).any() else None
     return RankReport(
         rank=tl.rank,
         source=str(tl.source),
@@ -266,17 +277,29 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
         top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
+        held_back=held_summary,
         operations=operation_rows(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
         if microbatched
         else [],
         notes=notes,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held),
     )
 
 
-def _exposure(part: Partition, tl: Timeline, kinds: np.ndarray, att: Attribution, lo: float, hi: float) -> Exposure:
+def _held_back(tl: Timeline, kinds: np.ndarray, att: Attribution, call_kind: np.ndarray) -> HeldBack:
+    g, calls = tl.gpu, tl.calls
+    launched_by = att.gpu_launch_index
+    return held_back(g.start, g.end, g.lane, kinds, att.gpu_ubatch, launched_by, calls.start, calls.end, calls.lane, call_kind)
+
+
+def _exposure(
+    part: Partition, tl: Timeline, kinds: np.ndarray, att: Attribution, lo: float, hi: float, held: HeldBack | None
+) -> Exposure:
     seg_start, seg_end = part.spans(B_COMM, lo, hi)
-    return exposure(seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start)
+    causes = {} if held is None else held.causes()
+    return exposure(
+        seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start, causes
+    )
 
 
 def _grouped(group: np.ndarray, n: int):

@@ -11,6 +11,7 @@ from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -127,6 +128,31 @@ def exposure_block(x: Exposure | None) -> dict[str, Any] | None:
     return {"exposed_us": _r(x.exposed_us), **{f"{reason}_us": _r(t) for reason, t in x.by_reason_us.items()}}
 
 
+def held_back_block(x: HeldSummary | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    late = x.late_record
+    return {
+        "comm_kernels_examined": x.comm_kernels,
+        "kernels": x.kernels,
+        "delay_us": _r(x.delay_us),
+        "median_delay_us": _r(x.median_delay_us),
+        "by_cause": {cause: {"kernels": n, "delay_us": _r(us)} for cause, (n, us) in x.by_cause.items()},
+        "holders": [{"name": name, "kernels": n, "delay_us": _r(us)} for name, n, us in x.holders],
+        "late_record_example": None
+        if late is None
+        else {
+            "record_call": late.record_call,
+            "thread": late.thread,
+            "ubatch": late.ubatch,
+            "after_holder_launch_us": _r(late.after_holder_launch_us),
+            "holder": late.holder,
+            "comm_kernel": late.comm_kernel,
+            "delay_us": _r(late.delay_us),
+        },
+    }
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -194,6 +220,7 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "phases": {p.phase: phase_block(p) for p in r.phases},
         "contention": contention_block(r.contention),
         "exposed_comm_reasons": exposure_block(r.exposure),
+        "held_back_comm": held_back_block(r.held_back),
         "comm_operations": [
             {
                 "ubatch": o.ubatch,

@@ -133,6 +133,34 @@ def exposure_line(rank: dict) -> str | None:
     return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"
 
 
+def held_back_line(rank: dict) -> str | None:
+    """Comm kernels that waited for the other microbatch's compute to end, and why (docs/analysis.md)."""
+    x = rank.get("held_back_comm")
+    if not x or not x["kernels"]:
+        return None
+    causes = x["by_cause"]
+    parts = []
+    if "late_record" in causes:
+        c, late = causes["late_record"], x["late_record_example"]
+        who = f"ub{late['ubatch']}'s thread" if late["ubatch"] >= 0 else f"thread {late['thread']}"
+        parts.append(
+            f"{c['kernels']} waited on an event recorded too late ({ms(c['delay_us'])}; e.g. {late['record_call']} by "
+            f"{who} {ms(late['after_holder_launch_us'])} after {late['holder'][:40]} was launched)"
+        )
+    if "crowded" in causes:
+        c = causes["crowded"]
+        parts.append(f"{c['kernels']} found no free SMs beside it ({ms(c['delay_us'])}; an SM-hungry kernel)")
+    if "held" in causes:
+        c = causes["held"]
+        parts.append(f"{c['kernels']} for a reason the trace does not show ({ms(c['delay_us'])})")
+    holders = ", ".join(f"{h['name'][:40]} x{h['kernels']}" for h in x["holders"][:2])
+    return (
+        f"rank {rank['rank']} comm held back: {x['kernels']} of {x['comm_kernels_examined']} comm kernels were ready "
+        f"beside the other microbatch's compute but started as it ended, {ms(x['delay_us'])} of delay "
+        f"(median {ms(x['median_delay_us'])}): " + "; ".join(parts) + f". Held by: {holders}"
+    )
+
+
 OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")
 
 

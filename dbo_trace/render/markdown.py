@@ -10,6 +10,7 @@ from dbo_trace.render.format import (
     comm_kernels_line,
     contention_line,
     exposure_line,
+    held_back_line,
     md_table,
     ms,
     pct,
@@ -50,6 +51,7 @@ class MarkdownRenderer:
         out += [""] + [f"- {time_line(r)}" for r in d["ranks"]]
         out += [f"- {line}" for r in d["ranks"] if (line := contention_line(r))]
         out += [f"- {line}" for r in d["ranks"] if (line := exposure_line(r))]
+        out += [f"- {line}" for r in d["ranks"] if (line := held_back_line(r))]
         out += [f"- {comm_kernels_line(r)}" for r in d["ranks"]]
         out += [f"- {line}" for r in d["ranks"] if (line := top_compute_line(r))]
         if d["phases"]:

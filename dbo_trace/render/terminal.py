@@ -18,6 +18,7 @@ from dbo_trace.render.format import (
     comm_kernels_line,
     contention_line,
     exposure_line,
+    held_back_line,
     ms,
     operation_cells,
     pct,
@@ -92,7 +93,8 @@ class TerminalRenderer:
         console.print(ranks)
         lines = []
         for r in d["ranks"]:
-            lines += [time_line(r), contention_line(r), exposure_line(r), comm_kernels_line(r), top_compute_line(r)]
+            lines += [time_line(r), contention_line(r), exposure_line(r), held_back_line(r)]
+            lines += [comm_kernels_line(r), top_compute_line(r)]
         _bullets(console, [line for line in lines if line])
         phases = d["phases"]
         if phases:
