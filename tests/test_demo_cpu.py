@@ -185,3 +185,31 @@ def test_live_counters_and_their_series_in_the_recording(demo_all):
     proc = run_cli("top", str(bundle), "--once")
     assert proc.returncode == 0, proc.stderr
     assert "100%" in proc.stdout and f"{8 * LAYERS:.1f}" in proc.stdout and "ub0" in proc.stdout
+
+
+def test_top_follows_a_running_demo(tmp_path):
+    """`dbo-trace top` on a recording while its program runs: the step count grows between two looks
+    taken before the program exits (the plugin rewrites its counters every second)."""
+    import re
+    import time
+
+    out = tmp_path / "live"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "dbo_trace.cli", "demo", "--device", "cpu", "--mode", "overlap", *SMALL[:-2],
+         "--steps", "300", "-o", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while demo.poll() is None and time.monotonic() < deadline and len(set(seen)) < 2:
+            if (out / "overlap").is_dir():
+                shown = run_cli("top", str(out / "overlap"), "--once").stdout
+                row = re.search(r"│\s*\d+\s*│\s*(\d+)\s*│", shown)  # pid, then steps
+                if row and demo.poll() is None:
+                    seen.append(int(row.group(1)))
+            time.sleep(0.5)
+    finally:
+        demo.wait(timeout=180)
+    assert len(set(seen)) >= 2 and seen == sorted(seen), seen
+    assert demo.returncode == 0
