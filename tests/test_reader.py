@@ -96,3 +96,16 @@ def test_events_without_timestamp_are_counted_not_fatal(tmp_path):
     path.write_text(json.dumps({"traceEvents": events}))
     raw = read_kineto(path)
     assert len(raw.events.ts) == 1 and raw.skipped_no_time == 1
+
+
+@pytest.mark.parametrize("block", [1 << 24, 4096, 97])
+def test_a_tail_with_lists_of_objects_after_the_events(tmp_path, block):
+    """Valid JSON may put deviceProperties (a list of objects, so a `}]`) after traceEvents; the
+    reader must not take that `}]` for the array's end (found by the benchmark's tiled traces)."""
+    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    events = doc.pop("traceEvents")
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": ' + json.dumps(events) + ", " + json.dumps(doc)[1:])
+    raw = read_kineto(path, block=block)
+    assert _got(raw) == _expected({"traceEvents": events})
+    assert raw.metadata["deviceProperties"] == doc["deviceProperties"]

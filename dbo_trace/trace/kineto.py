@@ -432,7 +432,10 @@ class _EventStream:
             if "truncated" in text or at is None or int(at.group(1)) > len(chunk):
                 raise _Truncated() from None
             q = max(0, int(at.group(1)) - 1)  # in the chunk, without the leading "["
-            past_end = chunk[:q].rstrip(_WHITESPACE).endswith(b"]")
+            # msgspec points just past the offending byte: a cut past the array's end fails on the `,`
+            # after its `]` (trailing characters), so what precedes the error, less that `,`, ends in `]`.
+            before = chunk[:q].rstrip(_WHITESPACE)
+            past_end = (before[:-1].rstrip(_WHITESPACE) if before.endswith(b",") else before).endswith(b"]")
             raise _Malformed(q, text, past_end) from None
 
 
