@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import NOISE_SE, Arm
 from dbo_trace.render.format import md_table, ms, num, pct
+from dbo_trace.render.json_out import json_text
 
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
 
@@ -80,18 +80,14 @@ def _rounded(arm: dict) -> dict:
 
 
 def render_json(arms: list[Arm]) -> str:
-    return (
-        json.dumps(
-            {
-                "schema": COMPARE_SCHEMA,
-                "schema_version": COMPARE_VERSION,
-                "dbo_trace_version": __version__,
-                "arms": [_rounded(asdict(a)) for a in arms],
-                "noise": noise_line(arms),
-            },
-            indent=2,
-        )
-        + "\n"
+    return json_text(
+        {
+            "schema": COMPARE_SCHEMA,
+            "schema_version": COMPARE_VERSION,
+            "dbo_trace_version": __version__,
+            "arms": [_rounded(asdict(a)) for a in arms],
+            "noise": noise_line(arms),
+        }
     )
 
 
