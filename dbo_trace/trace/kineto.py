@@ -304,6 +304,19 @@ def _top_level_events(buf: bytes) -> re.Match | None:
     return None
 
 
+def _cuts_from_end(buf: bytes, before: int | None = None, window: int = 1 << 16) -> Iterator[int]:
+    """Element boundaries (the `}` of `},{`) that start before `before`, last first. Found window by
+    window from the end: the last one is almost always the cut, so a 16 MB block is not scanned
+    whole (listing every boundary took a tenth of the reading time)."""
+    hi = len(buf) if before is None else before
+    while hi > 0:
+        lo = max(0, hi - window)
+        # A boundary starting just below hi may end above it: search a little past hi.
+        found = [m.start() for m in _BOUNDARY.finditer(buf, lo, min(len(buf), hi + 4096)) if m.start() < hi]
+        yield from reversed(found)
+        hi, window = lo, window * 2
+
+
 class _Truncated(Exception):
     """The chunk was cut inside an element: not the file's fault."""
 
@@ -391,11 +404,10 @@ class _EventStream:
 
     def _whole_events(self, buf: bytes) -> tuple[bytes, _Malformed | None]:
         """Decode up to the last cut that holds whole elements; (rest, a genuine malformation that stopped it)."""
-        cuts = [m.start() for m in _BOUNDARY.finditer(buf)]
+        cuts = _cuts_from_end(buf)
         broken = None
         truncated = 0
-        while cuts:
-            pos = cuts.pop()
+        while (pos := next(cuts, None)) is not None:
             try:
                 events = self._decode(buf[: pos + 1])
             except _Truncated:
@@ -405,7 +417,7 @@ class _EventStream:
                 continue
             except _Malformed as exc:
                 broken = None if exc.past_end else exc
-                cuts = [c for c in cuts if c < exc.at]  # every cut past the break fails the same way
+                cuts = _cuts_from_end(buf, exc.at)  # every cut past the break fails the same way
                 continue
             self.columns.add(events)
             rest = buf[pos + 1 :].lstrip(_WHITESPACE)
