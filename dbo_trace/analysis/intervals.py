@@ -86,3 +86,61 @@ def difference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
             starts.append(cursor)
             ends.append(e)
     return np.array(starts, float), np.array(ends, float)
+
+
+# -- the same arithmetic for many groups at once (per step), without a Python loop over groups ----------
+def grouped_length(group: np.ndarray, n: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per group 0..n-1, the time its intervals cover (overlaps within a group counted once; group -1
+    is left out). Each group is shifted past the previous group's last end, so one running maximum
+    merges every group's intervals and never merges across groups."""
+    keep = group >= 0
+    g, s, e = group[keep], start[keep], end[keep]
+    out = np.zeros(n)
+    if not len(g):
+        return out
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    base = s[0]
+    s, e = s - base, e - base  # exact (same magnitude), and the shifts below stay small against them
+    first = np.r_[True, g[1:] != g[:-1]]
+    heads = np.flatnonzero(first)
+    group_lo = s[heads]
+    group_hi = np.maximum.reduceat(e, heads)
+    # Past the latest end of every earlier group (not just the previous one), so shifts only grow.
+    latest = np.maximum.accumulate(group_hi)
+    push = np.r_[0.0, np.maximum(0.0, latest[:-1] - group_lo[1:] + 1.0)]
+    shift = np.repeat(np.cumsum(push), np.diff(np.r_[heads, len(g)]))
+    s, e = s + shift, e + shift
+    running_end = np.maximum.accumulate(e)
+    begins = np.r_[True, s[1:] > running_end[:-1]]
+    idx = np.flatnonzero(begins)
+    lengths = running_end[np.r_[idx[1:] - 1, len(s) - 1]] - s[idx]
+    return np.bincount(g[idx], weights=lengths, minlength=n)
+
+
+def grouped_overlap_length(
+    group_a: np.ndarray, a: tuple[np.ndarray, np.ndarray], group_b: np.ndarray, b: tuple[np.ndarray, np.ndarray], n: int
+) -> np.ndarray:
+    """Per group: time covered by both sets, |A| + |B| - |A u B| (as overlap_length)."""
+    both = np.concatenate([group_a, group_b])
+    return (
+        grouped_length(group_a, n, *a)
+        + grouped_length(group_b, n, *b)
+        - grouped_length(both, n, np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+    )
+
+
+def grouped_median(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Per group: the median of its values (NaN where it has none), as np.median computes it."""
+    keep = group >= 0
+    g, v = group[keep], values[keep]
+    order = np.lexsort((v, g))
+    g, v = g[order], v[order]
+    counts = np.bincount(g, minlength=n)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    out = np.full(n, np.nan)
+    has = counts > 0
+    lo = (starts + (counts - 1) // 2)[has]
+    hi = (starts + counts // 2)[has]
+    out[has] = (v[lo] + v[hi]) / 2
+    return out

@@ -110,46 +110,107 @@ def window_metrics(
     call_dur: np.ndarray,
     time: WindowTime,
 ) -> WindowMetrics:
+    """One window's figures: the grouped computation with everything in group 0."""
+    (m,) = grouped_window_metrics(
+        np.zeros(len(start), np.int64), 1, start, end, kind, ubatch, launch_start, launch_kind,
+        np.zeros(len(call_kind), np.int64), call_kind, call_dur, [time],
+    )  # fmt: skip
+    return m
+
+
+def grouped_window_metrics(
+    group: np.ndarray,  # per GPU activity: its window (step) 0..n-1, -1 in none
+    n: int,
+    start: np.ndarray,
+    end: np.ndarray,
+    kind: np.ndarray,
+    ubatch: np.ndarray,
+    launch_start: np.ndarray,
+    launch_kind: np.ndarray,
+    call_group: np.ndarray,  # per CUDA API call: its window, -1 in none
+    call_kind: np.ndarray,
+    call_dur: np.ndarray,
+    times: list[WindowTime],
+) -> list[WindowMetrics]:
+    """Every window's figures at once, over sorted arrays (no Python loop over windows): a trace with
+    thousands of steps costs what its events cost (docs/performance.md)."""
     is_comm, is_compute, is_copy = kind == c.COMM, kind == c.COMPUTE, kind == c.COPY
-    comm = (start[is_comm], end[is_comm])
-    compute = (start[is_compute], end[is_compute])
-    cross = None
-    if len(ubatch) and (ubatch >= 0).any():
-        cross = 0.0
-        for u in np.unique(ubatch[ubatch >= 0]):
-            mine = is_comm & (ubatch == u)
-            others = is_compute & (ubatch >= 0) & (ubatch != u)
-            cross += iv.overlap_length((start[mine], end[mine]), (start[others], end[others]))
-    launches = call_kind == c.CALL_LAUNCH
-    graph = call_kind == c.CALL_GRAPH_LAUNCH
-    replayed = launch_kind == c.CALL_GRAPH_LAUNCH
     kernels = ~is_copy
     dur = end - start
-    return WindowMetrics(
-        span_us=time.span_us,
-        gpu_busy_us=time.gpu_busy_us,
-        compute_busy_us=iv.length(*compute),
-        comm_busy_us=iv.length(*comm),
-        copy_busy_us=iv.length(start[is_copy], end[is_copy]),
-        comm_hidden_us=iv.overlap_length(comm, compute),
-        comm_hidden_cross_us=cross,
-        host_idle_us=time.host_idle_us,
-        host_idle_gaps=time.host_idle_gaps,
-        idle_gaps=time.idle_gaps,
-        kernels=int(kernels.sum()),
-        comm_kernels=int(is_comm.sum()),
-        launches=int(launches.sum()),
-        launch_us=float(call_dur[launches].sum()),
-        median_launch_us=_median(call_dur[launches]),
-        median_kernel_us=_median(dur[kernels]),
-        median_queue_us=_median((start - launch_start)[~np.isnan(launch_start) & ~replayed]),
-        graph_launches=int(graph.sum()),
-        long_graph_launches=int((call_dur[graph] >= LONG_GRAPH_LAUNCH_US).sum()),
-        max_graph_launch_us=float(call_dur[graph].max()) if graph.any() else None,
-        replayed_kernels=int((replayed & kernels).sum()),
-        replayed_gpu_us=float(dur[replayed & kernels].sum()),
-        gpu_us=float(dur[kernels].sum()),
-    )
+    replayed = launch_kind == c.CALL_GRAPH_LAUNCH
+
+    def only(mask: np.ndarray, g: np.ndarray = group) -> np.ndarray:
+        return np.where(mask, g, -1)
+
+    def count(mask: np.ndarray, g: np.ndarray = group) -> np.ndarray:
+        sel = mask & (g >= 0)
+        return np.bincount(g[sel], minlength=n)
+
+    def total(mask: np.ndarray, values: np.ndarray, g: np.ndarray = group) -> np.ndarray:
+        sel = mask & (g >= 0)
+        return np.bincount(g[sel], weights=values[sel], minlength=n)
+
+    span = (start, end)  # every activity; only() picks which count for a figure
+    compute_busy = iv.grouped_length(only(is_compute), n, *span)
+    comm_busy = iv.grouped_length(only(is_comm), n, *span)
+    copy_busy = iv.grouped_length(only(is_copy), n, *span)
+    hidden = iv.grouped_overlap_length(only(is_comm), span, only(is_compute), span, n)
+    has_ubatch = count(ubatch >= 0) > 0
+    cross = np.zeros(n)
+    for u in np.unique(ubatch[ubatch >= 0]):
+        mine, others = only(is_comm & (ubatch == u)), only(is_compute & (ubatch >= 0) & (ubatch != u))
+        cross += iv.grouped_overlap_length(mine, span, others, span, n)
+    launches = call_kind == c.CALL_LAUNCH
+    graph = call_kind == c.CALL_GRAPH_LAUNCH
+    max_graph = np.full(n, -np.inf)
+    sel = graph & (call_group >= 0)
+    np.maximum.at(max_graph, call_group[sel], call_dur[sel])
+    median_launch = iv.grouped_median(only(launches, call_group), n, call_dur)
+    median_kernel = iv.grouped_median(only(kernels), n, dur)
+    median_queue = iv.grouped_median(only(~np.isnan(launch_start) & ~replayed), n, start - launch_start)
+    columns = {
+        "kernels": count(kernels),
+        "comm_kernels": count(is_comm),
+        "launches": count(launches, call_group),
+        "launch_us": total(launches, call_dur, call_group),
+        "graph_launches": count(graph, call_group),
+        "long_graph_launches": count(graph & (call_dur >= LONG_GRAPH_LAUNCH_US), call_group),
+        "replayed_kernels": count(replayed & kernels),
+        "replayed_gpu_us": total(replayed & kernels, dur),
+        "gpu_us": total(kernels, dur),
+    }
+
+    def maybe(x: float) -> float | None:
+        return None if np.isnan(x) else float(x)
+
+    return [
+        WindowMetrics(
+            span_us=times[i].span_us,
+            gpu_busy_us=times[i].gpu_busy_us,
+            compute_busy_us=float(compute_busy[i]),
+            comm_busy_us=float(comm_busy[i]),
+            copy_busy_us=float(copy_busy[i]),
+            comm_hidden_us=float(hidden[i]),
+            comm_hidden_cross_us=float(cross[i]) if has_ubatch[i] else None,
+            host_idle_us=times[i].host_idle_us,
+            host_idle_gaps=times[i].host_idle_gaps,
+            idle_gaps=times[i].idle_gaps,
+            kernels=int(columns["kernels"][i]),
+            comm_kernels=int(columns["comm_kernels"][i]),
+            launches=int(columns["launches"][i]),
+            launch_us=float(columns["launch_us"][i]),
+            median_launch_us=maybe(median_launch[i]),
+            median_kernel_us=maybe(median_kernel[i]),
+            median_queue_us=maybe(median_queue[i]),
+            graph_launches=int(columns["graph_launches"][i]),
+            long_graph_launches=int(columns["long_graph_launches"][i]),
+            max_graph_launch_us=float(max_graph[i]) if np.isfinite(max_graph[i]) else None,
+            replayed_kernels=int(columns["replayed_kernels"][i]),
+            replayed_gpu_us=float(columns["replayed_gpu_us"][i]),
+            gpu_us=float(columns["gpu_us"][i]),
+        )
+        for i in range(n)
+    ]
 
 
 @dataclass

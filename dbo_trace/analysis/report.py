@@ -23,6 +23,7 @@ from dbo_trace.analysis.metrics import (
     RoundTrips,
     WindowMetrics,
     WindowTime,
+    grouped_window_metrics,
     round_trips,
     window_metrics,
 )
@@ -204,14 +205,15 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     op_ids = operation_ids(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM)
     ops = operations_per_step(op_ids, att.gpu_step, n_steps)
 
-    # Each step's activities and calls as slices of one sort: O(events log events), not O(events x steps).
-    gpu_of, call_of = _grouped(att.gpu_step, n_steps), _grouped(att.call_step, n_steps)
+    # Every step's figures at once over sorted arrays: the cost grows with events, not events x steps.
+    per_step = grouped_window_metrics(
+        att.gpu_step, n_steps, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_launch_start, launch_kind,
+        att.call_step, call_kind, call_dur, window_times(part, step_lo, step_hi),
+    )  # fmt: skip
+    has_gpu = np.bincount(att.gpu_step[att.gpu_step >= 0], minlength=n_steps) > 0
     steps: list[StepReport] = []
-    for i in range(n_steps):
-        gpu_sel = gpu_of(i)
-        if not len(gpu_sel):
-            continue
-        m = metrics(gpu_sel, call_of(i), (step_lo[i : i + 1], step_hi[i : i + 1]))
+    for i in map(int, np.flatnonzero(has_gpu)):
+        m = per_step[i]
         logged = att.comm_phases[i] if att.comm_phases is not None else -1
         n_ops = int(logged) if logged >= 0 else int(ops[i])
         steps.append(
@@ -302,11 +304,19 @@ def _exposure(
     )
 
 
-def _grouped(group: np.ndarray, n: int):
-    """index(i) -> the positions whose group is i, in their original order."""
-    order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[order], np.arange(n + 1), side="left")
-    return lambda i: order[bounds[i] : bounds[i + 1]]
+def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> list[WindowTime]:
+    """Each window's time on its own (windows may overlap each other), all at once."""
+    rows = part.measure(lo, hi)
+    busy = rows[:, B_COMPUTE] + rows[:, B_COMM] + rows[:, B_COPY]
+
+    def begin_inside(starts: np.ndarray) -> np.ndarray:
+        return np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
+
+    host_gaps, all_gaps = begin_inside(part.host_starts), begin_inside(part.idle_starts)
+    return [
+        WindowTime(float(hi[i] - lo[i]), float(busy[i]), float(rows[i, B_HOST]), int(host_gaps[i]), int(all_gaps[i]))
+        for i in range(len(lo))
+    ]
 
 
 def window_time(part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowTime:
