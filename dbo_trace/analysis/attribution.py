@@ -146,19 +146,21 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
 
 def _from_ranges(tl: Timeline, ranges: list[tuple[float, float, int, int]], ubatch: np.ndarray, phase: np.ndarray) -> None:
     """Assign calls inside [start, end] of a range; later-starting (inner) ranges win."""
-    for start, end, ub, ph in sorted(ranges):
-        lo, hi = np.searchsorted(tl.calls.start, [start, end], side="left")
+    if not ranges:
+        return
+    ordered = sorted(ranges)
+    bounds = np.searchsorted(tl.calls.start, [(r[0], r[1]) for r in ordered], side="left")  # one call, not two a range
+    for (lo, hi), (_start, _end, ub, ph) in zip(bounds.tolist(), ordered):
         ubatch[lo:hi] = ub
         phase[lo:hi] = ph
 
 
 def hook_ranges(tl: Timeline) -> list[tuple[float, float, int, int]]:
-    out = []
-    for i in np.flatnonzero(tl.cpu_is_annotation):
-        m = _HOOK_RANGE.match(tl.names[tl.cpu.name[i]])
-        if m:
-            out.append((tl.cpu.start[i], tl.cpu.end[i], int(m.group(1)), _PHASE_OF[m.group(2)]))
-    return out
+    """The plugin's NVTX ranges (annotations), each distinct name matched once."""
+    return [
+        (start, end, int(m.group(1)), _PHASE_OF[m.group(2)])
+        for start, end, _name, m in tl.cpu_ranges_named(_HOOK_RANGE.match, annotations_only=True)
+    ]
 
 
 def pattern_ranges(tl: Timeline, patterns: list[str]) -> list[tuple[float, float, int, int]]:

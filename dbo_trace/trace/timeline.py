@@ -52,13 +52,16 @@ class Timeline:
     metadata: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def cpu_ranges_named(self, match: Callable[[str], Any]) -> list[tuple[float, float, str, Any]]:
-        """(start, end, name, what match returned) for each CPU range whose name match() accepts (a
-        truthy result); each distinct name is tested once, not each range."""
+    def cpu_ranges_named(
+        self, match: Callable[[str], Any], annotations_only: bool = False
+    ) -> list[tuple[float, float, str, Any]]:
+        """(start, end, name, what match returned) for each CPU range (each user annotation) whose name
+        match() accepts (a truthy result); each distinct name is tested once, not each range."""
         hits = {i: m for i, name in enumerate(self.names) if (m := match(name))}
         if not hits:
             return []
-        sel = np.flatnonzero(np.isin(self.cpu.name, list(hits)))
+        chosen = np.isin(self.cpu.name, list(hits))
+        sel = np.flatnonzero(chosen & self.cpu_is_annotation if annotations_only else chosen)
         return [
             (float(self.cpu.start[i]), float(self.cpu.end[i]), self.names[self.cpu.name[i]], hits[int(self.cpu.name[i])])
             for i in sel
