@@ -140,6 +140,11 @@ def main() -> None:
     help="The step to draw: its row in the per-step table (default: the median step).",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Processes reading and analysing ranks at once (default: $DBO_TRACE_WORKERS, else one per core).",
+)
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
@@ -157,6 +162,7 @@ def report(
     html_out,
     step_number,
     rank_number,
+    workers,
     force,
 ) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
@@ -192,7 +198,7 @@ def report(
         step_marker=step_marker,
         comm_only=bool(comm_kernels_only),
     )
-    result = _analyzed(list(paths), options)
+    result = _analyzed(list(paths), options, workers)
     if timeline is not None:  # first, so the Markdown can link it
         _draw_timeline(result, timeline, step_number, rank_number)
     if fmt == "terminal":
@@ -212,19 +218,18 @@ def report(
         _write_file(HtmlRenderer().render(result).encode(), html_out)
 
 
-def _analyzed(paths: list[Path], options):
+def _analyzed(paths: list[Path], options, workers: int | None = None):
     """Read and analyse the inputs; bad input is one line and exit 2; warnings go to stderr."""
-    from dbo_trace.analysis.session import analyze
-    from dbo_trace.trace.load import discover, load, total_bytes
+    from dbo_trace.analysis.session import analyze_found, workers_for
+    from dbo_trace.trace.load import discover, total_bytes
 
     try:
         found = discover(paths)
         with reading_bar(total_bytes(found)) as progress:
-            loaded = load(found, progress)
-        result = analyze(loaded, options, [str(p) for p in paths])
+            result = analyze_found(found, options, [str(p) for p in paths], workers_for(len(found.traces), workers), progress)
     except InputError as exc:
         fail(str(exc))
-    for warning in loaded.warnings:
+    for warning in result.warnings:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     return result
 

@@ -1,15 +1,21 @@
-"""analyze(): loaded traces and options in, a Report out; analyze_paths() reads them first."""
+"""analyze(): loaded traces and options in, a Report out; analyze_found() and analyze_paths() read them
+first, each rank in its own worker process where there are several."""
 
 from __future__ import annotations
 
+import os
 import re
+from concurrent.futures import as_completed
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from dbo_trace.analysis.ranks import cross_rank
-from dbo_trace.analysis.report import Options, Report, analyze_rank, combine
+from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.trace.errors import InputError
-from dbo_trace.trace.load import Loaded, discover, load
+from dbo_trace.trace.eventlog import EventLogData
+from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timeline, settle_ranks
+from dbo_trace.trace.timeline import Timeline
 
 
 def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
@@ -41,17 +47,76 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
     return replace(options, comm_patterns=tuple(dict.fromkeys(options.comm_patterns + tuple(extra))), layers=layers)
 
 
+def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
+    """The event logs written by this trace's process (or by any, where a log does not say)."""
+    return [log for log in logs if log.pid is None or log.pid == tl.pid]
+
+
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = options_from_manifests(options, loaded.manifests)
-    ranks = []
-    for tl in loaded.timelines:
-        logs = [log for log in loaded.logs if log.pid is None or log.pid == tl.pid]
-        ranks.append(analyze_rank(tl, logs, options))
-    report = combine(ranks, options, inputs, loaded.warnings)
+    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options) for tl in loaded.timelines]
+    return finish(ranks, options, inputs, loaded.warnings)
+
+
+def finish(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
+    report = combine(ranks, options, inputs, warnings)
     report.cross_rank = cross_rank(report.ranks)
     return report
 
 
-def analyze_paths(paths: list[Path], options: Options) -> Report:
+def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> RankReport | str:
+    """One rank in a worker process: its report, or the one-line error of its trace."""
+    try:
+        tl = read_timeline(trace, index)
+        return analyze_rank(tl, logs_of(tl, logs), options)
+    except InputError as exc:
+        return str(exc)
+
+
+def workers_for(ranks: int, asked: int | None = None) -> int:
+    """Worker processes for this many ranks: as asked (or DBO_TRACE_WORKERS), else one per core."""
+    if asked is None:
+        env = os.environ.get(WORKERS_ENV, "")
+        asked = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+    return max(1, min(asked, ranks))
+
+
+WORKERS_ENV = "DBO_TRACE_WORKERS"
+
+
+def analyze_found(
+    found: Found, options: Options, inputs: list[str], workers: int = 1, progress: Callable[[int], None] | None = None
+) -> Report:
+    """Read and analyse what discover() found. With workers > 1 and several traces, each rank is read
+    and analysed in its own process, workers at a time; the report is the same as with one."""
+    if workers <= 1 or len(found.traces) < 2:
+        return analyze(load(found, progress), options, inputs)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    options = options_from_manifests(options, found.manifests)
+    logs, warnings = read_logs(found)
+    results: dict[int, RankReport | str] = {}
+    done = 0
+    # spawn, not fork: the parent may run a progress thread, and a forked child would inherit its locks.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(_read_and_analyze, t, i, logs, options): i for i, t in enumerate(found.traces)}
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            done += os.path.getsize(found.traces[i])
+            if progress:
+                progress(done)
+    ranks = [r for _, r in sorted(results.items()) if not isinstance(r, str)]
+    errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
+    timelines = [r.detail.timeline for r in ranks]
+    warnings = settle_ranks(timelines, errors) + warnings
+    for r in ranks:
+        r.rank = r.detail.timeline.rank  # settle_ranks may have numbered them
+    ranks.sort(key=lambda r: r.rank)
+    return finish(ranks, options, inputs, warnings)
+
+
+def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:
     """Read and analyse, without a progress bar (the CLI shows one, so it calls the steps itself)."""
-    return analyze(load(discover(paths)), options, [str(p) for p in paths])
+    return analyze_found(discover(paths), options, [str(p) for p in paths], workers)

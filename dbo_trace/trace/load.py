@@ -74,41 +74,56 @@ def total_bytes(found: Found) -> int:
     return sum(os.path.getsize(t) for t in found.traces)
 
 
-def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
-    """Read every trace. One broken trace among several is a warning; all broken is an error."""
-    warnings: list[str] = []
-    timelines: list[Timeline] = []
-    errors: list[str] = []
-    done = 0
-    for index, trace in enumerate(found.traces):
-        size = os.path.getsize(trace)
+def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None) -> Timeline:
+    """One trace as a timeline; its rank from distributedInfo, else its position among the inputs."""
+    raw = read_kineto(trace, progress=progress)
+    info = raw.metadata.get("distributedInfo")
+    rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
+    tl = build_timeline(raw, rank)
+    if not len(tl.gpu):
+        raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
+    return tl
+
+
+def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
+    """The event logs, and a warning for each unreadable one."""
+    logs, warnings = [], []
+    for path in found.logs:
         try:
-            raw = read_kineto(trace, progress=(lambda n, base=done: progress(base + n)) if progress else None)
-            info = raw.metadata.get("distributedInfo")
-            rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
-            tl = build_timeline(raw, rank)
-            if not len(tl.gpu):
-                raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
-            timelines.append(tl)
+            logs.append(read_event_log(path))
         except InputError as exc:
-            errors.append(str(exc))
-        done += size
+            warnings.append(f"skipped: {exc}")
+    return logs, warnings
+
+
+def settle_ranks(timelines: list[Timeline], errors: list[str]) -> list[str]:
+    """Number, order and check the ranks that were read; errors of the others become warnings (all
+    failed is an error). Returns the warnings."""
     if not timelines:
         raise InputError(errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more traces failed)")
-    warnings += [f"skipped: {e}" for e in errors]
     ranks = [t.rank for t in timelines]
     if len(set(ranks)) != len(ranks):  # several processes without distributedInfo: number them
         for i, t in enumerate(sorted(timelines, key=lambda t: str(t.source))):
             t.rank = i
     timelines.sort(key=lambda t: t.rank)
     _check_one_run(timelines)
-    logs = []
-    for path in found.logs:
+    return [f"skipped: {e}" for e in errors]
+
+
+def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
+    """Read every trace. One broken trace among several is a warning; all broken is an error."""
+    timelines: list[Timeline] = []
+    errors: list[str] = []
+    done = 0
+    for index, trace in enumerate(found.traces):
         try:
-            logs.append(read_event_log(path))
+            timelines.append(read_timeline(trace, index, (lambda n, base=done: progress(base + n)) if progress else None))
         except InputError as exc:
-            warnings.append(f"skipped: {exc}")
-    return Loaded(timelines, logs, found.manifests, warnings)
+            errors.append(str(exc))
+        done += os.path.getsize(trace)
+    warnings = settle_ranks(timelines, errors)
+    logs, log_warnings = read_logs(found)
+    return Loaded(timelines, logs, found.manifests, warnings + log_warnings)
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
