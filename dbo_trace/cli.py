@@ -226,7 +226,8 @@ def _analyzed(paths: list[Path], options, workers: int | None = None):
     try:
         found = discover(paths)
         with reading_bar(total_bytes(found)) as progress:
-            result = analyze_found(found, options, [str(p) for p in paths], workers_for(len(found.traces), workers), progress)
+            n = workers_for(len(found.traces), workers)
+            result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     except InputError as exc:
         fail(str(exc))
     for warning in result.warnings:

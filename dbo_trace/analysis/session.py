@@ -73,12 +73,13 @@ def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options
         return str(exc)
 
 
-def workers_for(ranks: int, asked: int | None = None) -> int:
-    """Worker processes for this many ranks: as asked (or DBO_TRACE_WORKERS), else one per core."""
+def workers_for(traces: int, asked: int | None = None) -> int:
+    """Worker processes: as asked (or DBO_TRACE_WORKERS), else one per core; no more than the traces
+    where there are several (one large trace is decoded by all of them)."""
     if asked is None:
         env = os.environ.get(WORKERS_ENV, "")
         asked = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
-    return max(1, min(asked, ranks))
+    return max(1, asked if traces <= 1 else min(asked, traces))
 
 
 WORKERS_ENV = "DBO_TRACE_WORKERS"
@@ -88,9 +89,10 @@ def analyze_found(
     found: Found, options: Options, inputs: list[str], workers: int = 1, progress: Callable[[int], None] | None = None
 ) -> Report:
     """Read and analyse what discover() found. With workers > 1 and several traces, each rank is read
-    and analysed in its own process, workers at a time; the report is the same as with one."""
+    and analysed in its own process, workers at a time; with one large trace, its events are decoded
+    by the workers. The report is the same as with one process."""
     if workers <= 1 or len(found.traces) < 2:
-        return analyze(load(found, progress), options, inputs)
+        return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

@@ -16,6 +16,7 @@ failed decode just extends the chunk to the next candidate.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     # -1 for "absent" keeps the column conversion free of None checks.
     correlation: int = -1
     stream: int | str = -1  # ROCm traces write it as a string ("0x0" or "7")
@@ -67,7 +68,7 @@ class _Args(msgspec.Struct):
     name: str | None = None  # metadata events: the thread or process name
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -197,6 +198,17 @@ class _Columns:
         p["stream"].append(_ints([a.stream for a in args]))
         p["device"].append(_ints([a.device for a in args]))
 
+    def merge(self, other: "_Columns") -> None:
+        """Append another chunk's columns (decoded in a worker), re-interning its names in their order
+        of first appearance, so the name table is the one a sequential read builds."""
+        lookup = np.array([self.names.setdefault(n, len(self.names)) for n in other.names], np.int32)
+        for key, arrays in other.parts.items():
+            self.parts[key] += [lookup[a] for a in arrays] if key == "name" else arrays
+        self.thread_names.update(other.thread_names)
+        self.skipped_no_time += other.skipped_no_time
+        for reason, count in other.dropped.items():
+            self.dropped[reason] = self.dropped.get(reason, 0) + count
+
     def finish(self) -> tuple[EventColumns, list[str]]:
         dtypes = {"cat": np.int8, "name": np.int32}
         cols = {
@@ -233,12 +245,38 @@ def _open(path: Path) -> BinaryIO:
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
 
 
-def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block: int = BLOCK) -> RawTrace:
-    """Read one Kineto trace. progress(n) is called with the file bytes consumed so far."""
+PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start-up costs more than it saves
+
+
+def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block: int = BLOCK, workers: int = 1) -> RawTrace:
+    """Read one Kineto trace. progress(n) is called with the file bytes consumed so far. With
+    workers > 1 a large trace is decoded in that many worker processes; the result is the same."""
+    if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _is_gzip(path) else 1):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            # spawn, not fork: the parent may run a progress thread whose locks a forked child would inherit.
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                return _read(path, progress, block, pool, workers)
+        except (_ParallelFallback, BrokenProcessPool):
+            pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
+    return _read(path, progress, block)
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _read(path: Path, progress: Callable[[int], None] | None, block: int, pool=None, workers: int = 1) -> RawTrace:
     fh = _open(path)
     raw = fh.fileobj if isinstance(fh, gzip.GzipFile) else fh
     columns = _Columns()
-    reader = _EventStream(path, columns)
+    reader: _EventStream | _ParallelEvents = _EventStream(path, columns)
+    if pool is not None:
+        reader = _ParallelEvents(reader, pool, in_flight=2 * workers)
     buf = b""
     state = "head"  # head -> events -> tail
     head = tail = b""
@@ -261,7 +299,7 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
                     continue
                 head, buf, state = buf[: match.start()], buf[match.end() :], "events"
-                reader.offset = match.end()
+                (reader.stream if isinstance(reader, _ParallelEvents) else reader).offset = match.end()
             buf, done = reader.consume(buf, final=False)
             if done is not None:
                 tail, state = done, "tail"
@@ -270,6 +308,8 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
         if state == "events":
             buf, done = reader.consume(buf, final=True)
             tail = done or b""
+        if isinstance(reader, _ParallelEvents):
+            reader.drain()
     finally:
         fh.close()
     events, names = columns.finish()
@@ -332,6 +372,63 @@ class _Malformed(Exception):
 
 MAX_TAIL_BYTES = 1 << 20  # the document after traceEvents (traceName, deviceProperties, ...) is small
 MAX_TAIL_CHECKS = 16  # `}]` candidates whose tail is parsed before the end is declared lost
+
+
+# Between two events as Kineto writes them, and as a one-event-per-line file does. No JSON string holds
+# a raw newline, so these are structure; a cut inside a nested value fails to decode and falls back.
+FAST_BOUNDARIES = (b"\n  },\n  {", b"},\n{")
+
+
+class _ParallelFallback(Exception):
+    """A chunk cut at a Kineto boundary did not decode on its own: read the file the careful way."""
+
+
+def _decode_chunk(chunk: bytes) -> "_Columns | None":
+    """In a worker: whole events' columns, or None where the chunk does not decode cleanly."""
+    columns = _Columns()
+    try:
+        columns.add(_decode_events(b"[" + chunk + b"]"))
+    except (msgspec.DecodeError, InputError):
+        return None
+    return columns
+
+
+class _ParallelEvents:
+    """Decodes chunks in worker processes where the file has Kineto's layout: the main process
+    decompresses and cuts at FAST_BOUNDARIES (a byte search), workers decode, results merge in file
+    order. Anything unusual (no boundary in a block, a chunk that does not decode alone) goes back
+    to _EventStream, so errors and odd layouts are handled exactly as in a sequential read."""
+
+    def __init__(self, stream: "_EventStream", pool, in_flight: int):
+        self.stream, self.pool, self.in_flight = stream, pool, in_flight
+        self.pending: list = []
+
+    def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
+        if final or buf.lstrip(_WHITESPACE).startswith(b"]"):
+            self.drain()
+            return self.stream.consume(buf, final)
+        cut, boundary = max((buf.rfind(b), b) for b in FAST_BOUNDARIES)
+        if cut < 0:
+            self.drain()
+            return self.stream.consume(buf, final)
+        close = cut + boundary.index(b"}") + 1
+        self.pending.append(self.pool.submit(_decode_chunk, buf[:close]))
+        nxt = cut + len(boundary) - 1  # the next event's "{"
+        self.stream.offset += nxt
+        rest = buf[nxt:]
+        while len(self.pending) > self.in_flight:
+            self._merge(self.pending.pop(0))
+        return rest, None
+
+    def drain(self) -> None:
+        while self.pending:
+            self._merge(self.pending.pop(0))
+
+    def _merge(self, future) -> None:
+        part = future.result()
+        if part is None:
+            raise _ParallelFallback()
+        self.stream.columns.merge(part)
 
 
 class _EventStream:

@@ -74,9 +74,10 @@ def total_bytes(found: Found) -> int:
     return sum(os.path.getsize(t) for t in found.traces)
 
 
-def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None) -> Timeline:
-    """One trace as a timeline; its rank from distributedInfo, else its position among the inputs."""
-    raw = read_kineto(trace, progress=progress)
+def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> Timeline:
+    """One trace as a timeline; its rank from distributedInfo, else its position among the inputs.
+    workers > 1: a large trace is decoded in that many processes (trace/kineto.py)."""
+    raw = read_kineto(trace, progress=progress, workers=workers)
     info = raw.metadata.get("distributedInfo")
     rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
     tl = build_timeline(raw, rank)
@@ -110,14 +111,17 @@ def settle_ranks(timelines: list[Timeline], errors: list[str]) -> list[str]:
     return [f"skipped: {e}" for e in errors]
 
 
-def load(found: Found, progress: Callable[[int], None] | None = None) -> Loaded:
-    """Read every trace. One broken trace among several is a warning; all broken is an error."""
+def load(found: Found, progress: Callable[[int], None] | None = None, workers: int = 1) -> Loaded:
+    """Read every trace, one after the other (each decoded by `workers` processes where large). One
+    broken trace among several is a warning; all broken is an error."""
     timelines: list[Timeline] = []
     errors: list[str] = []
     done = 0
     for index, trace in enumerate(found.traces):
         try:
-            timelines.append(read_timeline(trace, index, (lambda n, base=done: progress(base + n)) if progress else None))
+            timelines.append(
+                read_timeline(trace, index, (lambda n, base=done: progress(base + n)) if progress else None, workers)
+            )
         except InputError as exc:
             errors.append(str(exc))
         done += os.path.getsize(trace)

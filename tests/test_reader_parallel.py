@@ -1,0 +1,55 @@
+"""The reader's worker processes (trace/kineto.py, _ParallelEvents) give what a sequential read gives,
+and hand anything unusual back to the sequential reader: errors keep their exact text."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from conftest import sample_trace
+
+from dbo_trace.trace import kineto as k
+from dbo_trace.trace.errors import InputError
+
+
+def _same(a: k.RawTrace, b: k.RawTrace) -> None:
+    assert a.names == b.names and a.thread_names == b.thread_names and a.metadata == b.metadata
+    assert a.dropped == b.dropped and a.skipped_no_time == b.skipped_no_time
+    for name in k.EventColumns.__dataclass_fields__:
+        assert np.array_equal(getattr(a.events, name), getattr(b.events, name)), name
+
+
+@pytest.fixture(autouse=True)
+def small_threshold(monkeypatch):
+    monkeypatch.setattr(k, "PARALLEL_MIN_BYTES", 0)
+
+
+@pytest.mark.parametrize("variant", ["vllm-graphs-decode", "late", "overlap"])
+def test_workers_read_what_one_process_reads(variant):
+    path = sample_trace(variant)
+    _same(k.read_kineto(path, block=1 << 20), k.read_kineto(path, block=1 << 20, workers=2))
+
+
+def test_one_event_per_line_layout(tmp_path):
+    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    events = doc.pop("traceEvents")
+    path = tmp_path / "lines.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n], " + json.dumps(doc)[1:])
+    _same(k.read_kineto(path, block=4096), k.read_kineto(path, block=4096, workers=2))
+
+
+def test_a_bad_event_gives_the_sequential_error(tmp_path):
+    """In Kineto's layout, so that the chunk holding it goes to a worker, fails there, and the file is
+    read again sequentially."""
+    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    events = doc.pop("traceEvents")
+    events[len(events) // 2]["ts"] = "soon"
+    path = tmp_path / "bad.json"
+    laid_out = ",\n".join("  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)
+    path.write_text('{"traceEvents": [\n' + laid_out + "\n], " + json.dumps(doc)[1:])
+    assert k.FAST_BOUNDARIES[0] in path.read_bytes()
+    with pytest.raises(InputError) as sequential:
+        k.read_kineto(path, block=4096)
+    with pytest.raises(InputError) as parallel:
+        k.read_kineto(path, block=4096, workers=2)
+    assert str(parallel.value) == str(sequential.value) and "wrong type" in str(parallel.value)
