@@ -1,13 +1,20 @@
-"""Throughput and peak memory of `dbo-trace report` on a large trace, next to plain json.load.
+"""Speed and peak memory of `dbo-trace report --json` at scale, side by side with json.load and HTA.
 
-    python benchmarks/bench_report.py [--gb 1.0] [--keep PATH]
+    python benchmarks/bench_report.py [--shapes a,b,c] [--gb 1.0] [--rank-mb 250] [--ranks 8]
+                                      [--hta-python PATH] [--workers 1,2] [--keep DIR]
 
-Builds a trace of realistic shape by tiling a real sample (samples/hostbound:
-CPU ops, runtime calls, ~1 us kernels, flows) with shifted timestamps and
-correlation ids until the uncompressed JSON reaches --gb, gzips it as vLLM's
-profiler does, then runs, each in a fresh process: the full report (read +
-analyse + render JSON) and json.load of the same file. Prints MB/s of
-uncompressed JSON and peak RSS. Figures for docs/performance.md.
+Shapes, each built by tiling a real H200 recording with shifted timestamps, correlation ids and
+step numbers, gzipped as vLLM's profiler writes traces:
+  a  --gb of JSON with few long steps: samples/hostbound (~1 us kernels, CPU ops, runtime calls,
+     two microbatch threads), its ProfilerStep markers replaced by one per 1/10 of the file
+  b  --gb of JSON with many short steps: samples/overlap (two microbatch threads), one
+     ProfilerStep per tiled step (about 10,000 in 1 GB)
+  c  --ranks files of --rank-mb each, shape b, as one run's ranks in one folder
+Each tool runs in a fresh process: `dbo-trace report --json` (read, analyse, write), json.load of
+the same files, and HTA's TraceAnalysis with its temporal breakdown (where --hta-python names a
+Python that has HolisticTraceAnalysis installed). Peak memory is the sum of the process tree's
+resident memory, sampled every 20 ms. Prints MB/s of uncompressed JSON, peak RSS as a multiple of
+the uncompressed size and the ratio to each peer; docs/performance.md keeps the figures.
 """
 
 from __future__ import annotations
@@ -16,29 +23,47 @@ import argparse
 import gzip
 import json
 import os
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STEP = "ProfilerStep#"
 
 
-def build(path: Path, target_bytes: int) -> int:
-    (src,) = (ROOT / "samples" / "hostbound" / "traces").glob("*.json.gz")
-    doc = json.loads(gzip.decompress(src.read_bytes()))
+def _sample_trace(name: str) -> dict:
+    (src,) = (ROOT / "samples" / name / "traces").glob("*.json.gz")
+    return json.loads(gzip.decompress(src.read_bytes()))
+
+
+def _kineto_layout(event: dict) -> str:
+    """One event laid out as Kineto writes it: `  {` and `  }` on lines of their own."""
+    return "  {\n    " + json.dumps(event)[1:-1] + "\n  }"
+
+
+def build(path: Path, sample: str, target_bytes: int, steps_total: int | None, rank: int | None = None, world: int = 1) -> int:
+    """Tile a sample's events until target_bytes of JSON. steps_total: that many long steps over the
+    whole file instead of the sample's own (shape a). Returns the uncompressed size."""
+    doc = _sample_trace(sample)
     events = doc.pop("traceEvents")
     timed = [e for e in events if "ts" in e]
     t0 = min(e["ts"] for e in timed)
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - t0 + 1000.0
     max_corr = max((e.get("args", {}).get("correlation", 0) for e in events), default=0) + 1
-    written = 0
+    markers = [e for e in events if str(e.get("name", "")).startswith(STEP)]
+    own_steps = len(markers)
+    if steps_total is not None:
+        events = [e for e in events if e not in markers]
+    per_copy = len(json.dumps(events)) + 2
+    copies = max(1, target_bytes // per_copy)
+    copies_per_step = max(1, copies // steps_total) if steps_total else None
+    written, copy, first = 0, 0, True
     with gzip.open(path, "wt", compresslevel=1) as out:
         out.write('{\n  "schemaVersion": 1,\n  "traceEvents": [\n')
-        copy = 0
-        first = True
         while written < target_bytes:
             shift, corr_shift = copy * span, copy * max_corr
             parts = []
@@ -51,53 +76,142 @@ def build(path: Path, target_bytes: int) -> int:
                     e2["args"] = dict(args, correlation=args["correlation"] + corr_shift)
                 if e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
                     e2["id"] += corr_shift
-                parts.append(json.dumps(e2))
+                if steps_total is None and str(e2.get("name", "")).startswith(STEP):
+                    e2["name"] = f"{STEP}{copy * own_steps + int(e2['name'][len(STEP):])}"
+                parts.append(_kineto_layout(e2))
+            if copies_per_step and copy % copies_per_step == 0:
+                m = dict(markers[0], name=f"{STEP}{copy // copies_per_step}", ts=round(t0 + shift, 3))
+                m["dur"] = round(copies_per_step * span - 500.0, 3)
+                parts.append(_kineto_layout(m))
             chunk = ("" if first else ",\n") + ",\n".join(parts)
             out.write(chunk)
             written += len(chunk)
-            first = False
-            copy += 1
-        tail = {k: v for k, v in doc.items()}
-        out.write("\n  ],\n" + json.dumps(tail)[1:] + "\n")
+            first, copy = False, copy + 1
+        if rank is not None:
+            doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": world}
+        out.write("\n  ],\n" + json.dumps(doc)[1:] + "\n")
     return written
 
 
-def measure(code: str) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of a fresh Python process running code."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/statm") as fh:
+                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+    return total / 1e6
+
+
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+    """Wall seconds, peak tree RSS (MB) and exit status of a fresh process."""
+    peak = [0.0]
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+    def sample() -> None:
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    _, err = proc.communicate()
     wall = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before) / 1024.0
+    watcher.join()
+    if proc.returncode:
+        print(f"  ! {' '.join(cmd[:3])}... exited {proc.returncode}: {err.decode(errors='replace').strip()[-300:]}")
+    return wall, peak[0], proc.returncode
+
+
+HTA_CODE = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+analyzer.get_temporal_breakdown(visualize=False)
+"""
+
+JSON_CODE = """
+import gzip, json, sys
+for p in sys.argv[1:]:
+    with gzip.open(p, "rt") as fh:
+        json.load(fh)
+"""
+
+
+def run_shape(name: str, folder: Path, mb: float, args, rows: list[dict]) -> None:
+    files = sorted(str(p) for p in folder.glob("*.json.gz"))
+    target = folder if len(files) > 1 else Path(files[0])
+    print(f"shape {name}: {len(files)} file(s), {mb:.0f} MB of JSON, {sum(os.path.getsize(f) for f in files) / 1e6:.0f} MB gzipped")
+    results = {}
+    for workers in args.workers:
+        env = dict(os.environ, DBO_TRACE_WORKERS=str(workers))
+        cmd = [sys.executable, "-m", "dbo_trace.cli", "report", "--json", "-o", str(folder / f"report-{workers}.json"),
+               "--force", str(target)]  # fmt: skip
+        results[f"dbo-trace ({workers} worker{'s' if workers > 1 else ''})"] = measure(cmd, env)
+    results["json.load"] = measure([sys.executable, "-c", JSON_CODE, *files])
+    if args.hta_python:
+        hta_dir = folder if len(files) > 1 else folder  # HTA reads a folder of per-rank traces
+        results["HTA TraceAnalysis + temporal breakdown"] = measure([args.hta_python, "-c", HTA_CODE, str(hta_dir)])
+    ours = min(w for key, (w, _, rc) in results.items() if key.startswith("dbo-trace") and rc == 0)
+    for key, (wall, peak, rc) in results.items():
+        status = "" if rc == 0 else f" (failed, exit {rc})"
+        ratio = f"{wall / ours:5.1f}x dbo-trace's time" if not key.startswith("dbo-trace") else ""
+        print(f"  {key:40s} {wall:7.1f} s {mb / wall:7.1f} MB/s  peak RSS {peak:7.0f} MB ({peak / mb:4.2f}x)  {ratio}{status}")
+        rows.append({"shape": name, "tool": key, "s": wall, "mb_s": mb / wall, "peak_mb": peak, "rc": rc})
+    outputs = [folder / f"report-{w}.json" for w in args.workers]
+    if len(outputs) > 1 and all(p.exists() for p in outputs):
+        same = len({p.read_bytes() for p in outputs}) == 1
+        print(f"  JSON documents identical across worker counts: {same}")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gb", type=float, default=1.0, help="uncompressed size of the generated trace")
-    p.add_argument("--keep", type=Path, help="write the trace here and keep it")
+    p.add_argument("--shapes", default="a,b,c")
+    p.add_argument("--gb", type=float, default=1.0, help="uncompressed size of shapes a and b")
+    p.add_argument("--rank-mb", type=float, default=250.0)
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--workers", default="1,2", help="worker counts to run dbo-trace with (DBO_TRACE_WORKERS)")
+    p.add_argument("--hta-python", help="a Python with HolisticTraceAnalysis installed")
+    p.add_argument("--keep", type=Path, help="build the traces here and keep them (reused when present)")
     args = p.parse_args()
-    folder = Path(tempfile.mkdtemp())
-    path = args.keep or folder / "big.pt.trace.json.gz"
-    t = time.perf_counter()
-    size = build(path, int(args.gb * 1e9))
-    mb = size / 1e6
-    print(
-        f"trace: {path} ({mb:.0f} MB JSON, {path.stat().st_size / 1e6:.0f} MB gzipped, built in {time.perf_counter() - t:.0f} s)"
-    )
-    report_code = (
-        "import sys; from dbo_trace.cli import main; "
-        f"sys.argv=['dbo-trace','report','--json','--comm-kernels','spin_kernel',{str(path)!r}]; main()"
-    )
-    # Peak RSS of children is a high-water mark over all of them: run the smaller one first.
-    wall, peak = measure(report_code)
-    print(f"dbo-trace report: {wall:6.1f} s  {mb / wall:6.1f} MB/s  peak RSS {peak:7.0f} MB")
-    wall_gz, _ = measure(f"import gzip; f=gzip.open({str(path)!r}); [None for _ in iter(lambda: f.read(1<<24), b'')]")
-    print(f"gzip decode only: {wall_gz:6.1f} s  {mb / wall_gz:6.1f} MB/s")
-    wall, peak = measure(f"import gzip, json; json.load(gzip.open({str(path)!r}))")
-    print(f"json.load       : {wall:6.1f} s  {mb / wall:6.1f} MB/s  peak RSS {peak:7.0f} MB")
+    args.workers = [int(w) for w in args.workers.split(",")]
+    base = args.keep or Path(tempfile.mkdtemp(prefix="dbo-trace-bench-"))
+    rows: list[dict] = []
+    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; {time.strftime('%Y-%m-%d')}")
+    for shape in args.shapes.split(","):
+        folder = base / shape
+        folder.mkdir(parents=True, exist_ok=True)
+        size_file = folder / "json-bytes"
+        if not size_file.exists():
+            t = time.perf_counter()
+            if shape == "a":
+                size = build(folder / "rank0.pt.trace.json.gz", "hostbound", int(args.gb * 1e9), steps_total=10)
+            elif shape == "b":
+                size = build(folder / "rank0.pt.trace.json.gz", "overlap", int(args.gb * 1e9), steps_total=None)
+            else:
+                size = sum(
+                    build(folder / f"rank{r}.pt.trace.json.gz", "overlap", int(args.rank_mb * 1e6), None, rank=r, world=args.ranks)
+                    for r in range(args.ranks)
+                )
+            size_file.write_text(str(size))
+            print(f"built shape {shape} in {time.perf_counter() - t:.0f} s")
+        run_shape(shape, folder, int(size_file.read_text()) / 1e6, args, rows)
     if not args.keep:
-        os.remove(path)
+        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 
