@@ -27,11 +27,6 @@ def test_random_sets_against_a_grid():
         assert (ge - gs).sum() == (0 if n == 0 else (~ga[int(s.min()) : int(e.max())]).sum())
 
 
-def test_clip():
-    s, e = iv.clip(np.array([0.0, 5, 20]), np.array([10.0, 8, 30]), 6, 25)
-    assert s.tolist() == [6, 6, 20] and e.tolist() == [10, 8, 25]
-
-
 def test_grouped_figures_equal_one_group_at_a_time():
     """The per-step arithmetic done for all steps at once agrees with doing each step alone, on
     overlapping, nested and empty groups at the magnitudes of real trace clocks."""

@@ -81,7 +81,6 @@ def test_boundary_lookalikes_inside_strings_and_nested_args(tmp_path):
         raw = read_kineto(path, block=block)
         assert sorted(raw.names) == sorted(['tricky"},{"name', "op"])
         assert raw.metadata == {"schemaVersion": 1, "baseTimeNanoseconds": 42}
-        assert raw.thread_names == {(1, 1): "main"}
         k = raw.names.index('tricky"},{"name')
         i = int(np.flatnonzero(raw.events.name == k)[0])
         assert raw.events.correlation[i] == 5 and raw.events.stream[i] == 7

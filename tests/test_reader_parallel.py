@@ -13,7 +13,7 @@ from dbo_trace.trace.errors import InputError
 
 
 def _same(a: k.RawTrace, b: k.RawTrace) -> None:
-    assert a.names == b.names and a.thread_names == b.thread_names and a.metadata == b.metadata
+    assert a.names == b.names and a.metadata == b.metadata
     assert a.dropped == b.dropped and a.skipped_no_time == b.skipped_no_time
     for name in k.EventColumns.__dataclass_fields__:
         assert np.array_equal(getattr(a.events, name), getattr(b.events, name)), name

@@ -47,7 +47,6 @@ class Attribution:
     source: str  # SOURCE_*
     call_step: np.ndarray
     call_ubatch: np.ndarray
-    call_phase: np.ndarray
     gpu_step: np.ndarray  # -1: in no step (between steps, or launched before the profiler started)
     gpu_ubatch: np.ndarray
     gpu_phase: np.ndarray
@@ -280,7 +279,6 @@ def attribute(
         source=source,
         call_step=call_step,
         call_ubatch=ubatch,
-        call_phase=phase,
         gpu_step=gpu_step,
         gpu_ubatch=gpu_ubatch,
         gpu_phase=gpu_phase,

@@ -34,13 +34,6 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
     return length(*a) + length(*b) - length(both_s, both_e)
 
 
-def clip(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-    """The parts of the intervals inside [lo, hi)."""
-    s, e = np.maximum(start, lo), np.minimum(end, hi)
-    keep = e > s
-    return s[keep], e[keep]
-
-
 def gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Idle gaps between the merged intervals (not before the first or after the last)."""
     s, e = union(start, end)

@@ -65,7 +65,6 @@ class _Args(msgspec.Struct, gc=False):
     # msgspec skips every other key in C.
     correlation: int = -1
     stream: int | str = -1  # ROCm traces write it as a string ("0x0" or "7")
-    name: str | None = None  # metadata events: the thread or process name
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -105,7 +104,6 @@ class RawTrace:
     path: Path
     events: EventColumns
     names: list[str]
-    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)  # the top-level keys other than traceEvents
     skipped_no_time: int = 0  # 'X' events without ts: ignored, reported as a warning
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> events left out (warned)
@@ -146,16 +144,12 @@ class _Columns:
     def __init__(self) -> None:
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in EventColumns.__dataclass_fields__}
         self.names: dict[str, int] = {}
-        self.thread_names: dict[tuple[int, int], str] = {}
         self.skipped_no_time = 0
         self.dropped: dict[str, int] = {}
 
     def add(self, events: list[_Event]) -> None:
         cats = _CATEGORIES
         keep = [e for e in events if e.ph == "X" and e.cat in cats]
-        for e in [e for e in events if e.ph == "M"]:
-            if e.name == "thread_name" and e.args is not None and e.args.name:
-                self.thread_names[(_as_int(e.pid), _as_int(e.tid))] = e.args.name
         timed = [e for e in keep if e.ts is not None]
         self.skipped_no_time += len(keep) - len(timed)
         if not timed:
@@ -207,7 +201,6 @@ class _Columns:
         lookup = np.array([self.names.setdefault(n, len(self.names)) for n in other.names], np.int32)
         for key, arrays in other.parts.items():
             self.parts[key] += [lookup[a] for a in arrays] if key == "name" else arrays
-        self.thread_names.update(other.thread_names)
         self.skipped_no_time += other.skipped_no_time
         for reason, count in other.dropped.items():
             self.dropped[reason] = self.dropped.get(reason, 0) + count
@@ -320,7 +313,6 @@ def _read(path: Path, progress: Callable[[int], None] | None, block: int, pool=N
         path=path,
         events=events,
         names=names,
-        thread_names=columns.thread_names,
         metadata=_top_level(head, tail, path),
         skipped_no_time=columns.skipped_no_time,
         dropped=dict(columns.dropped),

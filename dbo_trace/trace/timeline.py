@@ -48,7 +48,6 @@ class Timeline:
     cpu: Intervals  # cpu ops, user annotations, python functions
     cpu_is_annotation: np.ndarray
     base_time_ns: int | None  # trace ts + base_time_ns/1000 is the time.time_ns()/1000 clock
-    thread_names: dict[int, str] = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -99,7 +98,6 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         cpu=Intervals.from_columns(ev, cpu_mask, ev.tid),
         cpu_is_annotation=ev.cat[cpu_mask] == k.CAT_USER_ANNOTATION,
         base_time_ns=int(base) if isinstance(base, (int, float)) else None,
-        thread_names={tid: name for (p, tid), name in raw.thread_names.items() if p == pid},
         metadata=raw.metadata,
         warnings=warnings,
     )
