@@ -63,6 +63,14 @@ class StepReport:
     context_tokens: int | None = None
     generation_tokens: int | None = None
 
+    @property
+    def replayed(self) -> bool:
+        """A graph step: most of its kernels came from CUDA graph replays (docs/analysis.md)."""
+        return (self.metrics.replayed_kernel_fraction or 0.0) > REPLAYED_STEP_SHARE
+
+
+REPLAYED_STEP_SHARE = 0.5
+
 
 @dataclass
 class PhaseReport:

@@ -177,10 +177,6 @@ def verdict_block(v: Verdict) -> dict[str, Any]:
     return {"label": v.label, "reasons": list(v.reasons)}
 
 
-def is_replayed(step: StepReport) -> bool:
-    return (step.metrics.replayed_kernel_fraction or 0.0) > 0.5
-
-
 def step_block(step: StepReport, rank: int) -> dict[str, Any]:
     return {
         "rank": rank,
@@ -192,14 +188,14 @@ def step_block(step: StepReport, rank: int) -> dict[str, Any]:
         "start_us": _r(step.start_us),
         "step_us": _r(step.wall_us),
         "comm_ops": step.comm_ops,
-        "replayed": is_replayed(step),
+        "replayed": step.replayed,
         "verdict": verdict_block(step.verdict),
         **metrics_block(step.metrics),
     }
 
 
 def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
-    replayed = sum(1 for s in steps if is_replayed(s))
+    replayed = sum(1 for s in steps if s.replayed)
     return {"steps_replayed": replayed, "steps_eager": len(steps) - replayed}
 
 
