@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
-from dbo_trace.analysis.view import median_step, step_view, steps_around_median
+from dbo_trace.analysis.view import steps_around_median
 from dbo_trace.files import replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
 
@@ -62,15 +62,18 @@ def _archive(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def pack(
-    report: Report, source: Path, out: Path, max_bytes: int, steps: int, summary_md: str, timeline_png: bytes, report_json: str
-) -> Packed:
-    from dbo_trace.render.perfetto import write_perfetto
+def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) -> Packed:
+    """Every member rendered through the one registry: the Markdown linking the median step's
+    picture, the picture, the JSON document, and a Perfetto window trimmed to fit max_bytes."""
+    from dbo_trace.render import RENDERERS, RenderOptions
+
+    def text(name: str, options: RenderOptions = RenderOptions()) -> bytes:
+        return redact_text(str(RENDERERS[name].render(report, options))).encode()
 
     members: dict[str, bytes] = {
-        "summary.md": redact_text(summary_md).encode(),
-        "timeline.png": timeline_png,
-        "report.json": redact_text(report_json).encode(),
+        "summary.md": text("markdown", RenderOptions(image="timeline.png")),
+        "timeline.png": bytes(RENDERERS["png"].render(report, RenderOptions())),
+        "report.json": text("json"),
     }
     if fmt.is_bundle(source):
         members["manifest.json"] = (
@@ -79,7 +82,7 @@ def pack(
     trimmed: list[str] = []
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)
-        members["window.pftrace"] = write_perfetto(report, windows)
+        members["window.pftrace"] = bytes(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
         data = _archive(members)
         if len(data) <= max_bytes:
             trimmed.append("Perfetto window: " + "; ".join(described))
@@ -94,11 +97,3 @@ def pack(
             )
     replace_file(out, data)
     return Packed(out, len(data), sorted(members), trimmed)
-
-
-def median_timeline(report: Report) -> bytes:
-    """The PNG of the first rank's median step."""
-    from dbo_trace.render.timeline import draw_timeline
-
-    rank = next(r for r in report.ranks if r.steps)
-    return draw_timeline(step_view(rank, median_step(rank)))

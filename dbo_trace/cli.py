@@ -13,8 +13,8 @@ import click
 
 from dbo_trace import __version__
 from dbo_trace.demo.workload import MODES as DEMO_MODES
+from dbo_trace.errors import UsageError
 from dbo_trace.files import replace_file
-from dbo_trace.trace.errors import InputError
 from dbo_trace.ui import reading_bar
 
 
@@ -31,8 +31,19 @@ def _one_format(as_json: bool, as_markdown: bool) -> str:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    click.echo(f"dbo-trace: error: {message}", err=True)
-    sys.exit(code)
+    raise UsageError(message, code)
+
+
+class _Commands(click.Group):
+    """The one place a UsageError (bad input or usage, raised anywhere) becomes its line and status,
+    for the console script and for click's test runner alike."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            click.echo(f"dbo-trace: error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
 
 
 def _refuse_overwrite(*paths: Path | None, force: bool) -> None:
@@ -79,7 +90,7 @@ def _write_file(data: bytes, path: Path) -> None:
     click.echo(f"wrote {path} ({len(data) / 1e6:.2f} MB)", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dbo-trace")
 def main() -> None:
     """Profiling and overlap diagnosis for dual-batch overlap (DBO) in vLLM."""
@@ -174,10 +185,10 @@ def report(
     import re
 
     from dbo_trace.analysis.report import Options
-    from dbo_trace.render import RENDERERS
-    from dbo_trace.render.timeline import FORMATS as TIMELINE_FORMATS
+    from dbo_trace.analysis.view import chosen_step
+    from dbo_trace.render import RENDERERS, RenderOptions, for_path
 
-    fmt = _one_format(as_json, as_markdown)
+    main_output = _main_renderer(as_json, as_markdown, output)
     if (step_number is not None or rank_number is not None) and timeline is None:
         fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
     if comm_kernels and comm_kernels_only:
@@ -188,8 +199,11 @@ def report(
         except re.error as exc:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
     _refuse_overwrite(output, timeline, perfetto, html_out, force=force)
-    if timeline is not None and timeline.suffix.lower().lstrip(".") not in TIMELINE_FORMATS:
+    picture = for_path(timeline) if timeline is not None else None
+    if timeline is not None and (picture is None or picture.name not in ("png", "svg")):
         fail(f"{timeline}: --timeline writes .png or .svg; name the file with one of those")
+    # The picture first, so that the Markdown can link it.
+    extras = [(timeline, picture), (perfetto, RENDERERS["perfetto"]), (html_out, RENDERERS["html"])]
     options = Options(
         tuple(comm_kernels or comm_kernels_only),
         tuple(comm_streams),
@@ -199,23 +213,38 @@ def report(
         comm_only=bool(comm_kernels_only),
     )
     result = _analyzed(list(paths), options, workers)
-    if timeline is not None:  # first, so the Markdown can link it
-        _draw_timeline(result, timeline, step_number, rank_number)
-    if fmt == "terminal":
-        renderer = RENDERERS[fmt](color=output is None and sys.stdout.isatty())
-    elif fmt == "markdown" and timeline is not None:
-        renderer = RENDERERS[fmt](image=os.path.relpath(timeline, output.parent if output else Path.cwd()))
+    shown = RenderOptions(
+        color=output is None and sys.stdout.isatty(),
+        image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
+        step=step_number,
+        rank=rank_number,
+    )
+    for path, renderer in extras:
+        if path is not None and renderer is not None:
+            _write_file(_as_bytes(renderer.render(result, shown)), path)
+            if renderer is picture:
+                rank, position = chosen_step(result, rank_number, step_number)
+                click.echo(f"  rank {rank.rank}, {rank.steps[position].label}", err=True)
+    rendered = main_output.render(result, shown)
+    if main_output.binary:
+        _write_file(_as_bytes(rendered), output)
     else:
-        renderer = RENDERERS[fmt]()
-    _write_output(renderer.render(result), output)
-    if perfetto is not None:
-        from dbo_trace.render.perfetto import write_perfetto
+        _write_output(str(rendered), output)
 
-        _write_file(write_perfetto(result), perfetto)
-    if html_out is not None:
-        from dbo_trace.render.html import HtmlRenderer
 
-        _write_file(HtmlRenderer().render(result).encode(), html_out)
+def _main_renderer(as_json: bool, as_markdown: bool, output: Path | None):
+    """--json or --markdown, else what -o's suffix names (.json, .md, .html, .pftrace, .png, .svg),
+    else the terminal summary."""
+    from dbo_trace.render import RENDERERS, for_path
+
+    flagged = _one_format(as_json, as_markdown)
+    if flagged != "terminal" or output is None:
+        return RENDERERS[flagged]
+    return for_path(output) or RENDERERS["terminal"]
+
+
+def _as_bytes(rendered: str | bytes) -> bytes:
+    return rendered.encode() if isinstance(rendered, str) else rendered
 
 
 def _analyzed(paths: list[Path], options, workers: int | None = None):
@@ -223,13 +252,9 @@ def _analyzed(paths: list[Path], options, workers: int | None = None):
     from dbo_trace.analysis.session import analyze_found, workers_for
     from dbo_trace.trace.load import discover, total_bytes
 
-    try:
-        found = discover(paths)
-        with reading_bar(total_bytes(found)) as progress:
-            n = workers_for(len(found.traces), workers)
-            result = analyze_found(found, options, [str(p) for p in paths], n, progress)
-    except InputError as exc:
-        fail(str(exc))
+    found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
+    with reading_bar(total_bytes(found)) as progress:
+        result = analyze_found(found, options, [str(p) for p in paths], workers_for(len(found.traces), workers), progress)
     for warning in result.warnings:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     return result
@@ -257,7 +282,8 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     from dbo_trace.analysis.compare import arms_of, shape_warnings, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.report import Options
-    from dbo_trace.render import compare as out
+    from dbo_trace.render import RenderOptions, for_path
+    from dbo_trace.render.compare import COMPARE_RENDERERS
 
     fmt = _one_format(as_json, as_markdown)
     if len(arms) < 2:
@@ -276,8 +302,9 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    text = {"json": out.render_json, "markdown": out.render_markdown}.get(fmt)
-    _write_output(text(compared) if text else out.render_terminal(compared, color=output is None and sys.stdout.isatty()), output)
+    by_suffix = for_path(output) if output is not None and fmt == "terminal" else None
+    renderer = COMPARE_RENDERERS.get(by_suffix.name if by_suffix else fmt, COMPARE_RENDERERS["terminal"])
+    _write_output(renderer.render(compared, RenderOptions(color=output is None and sys.stdout.isatty())), output)
 
 
 @main.command("bundle")
@@ -297,8 +324,7 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     Trimmed to stay under --max-mb (25 MB, GitHub's attachment limit).
     """
     from dbo_trace.analysis.report import Options
-    from dbo_trace.attach import median_timeline, pack
-    from dbo_trace.render import RENDERERS
+    from dbo_trace.attach import pack
 
     out = out or Path(f"{source.resolve().name}-dbo-trace.tar.gz")
     _refuse_overwrite(out, force=force)
@@ -306,44 +332,12 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     if not any(r.steps for r in result.ranks):
         fail(f"{source}: no step with GPU activity; nothing to draw or trim")
     try:
-        packed = pack(
-            result,
-            source,
-            out,
-            int(max_mb * 1e6),
-            steps,
-            RENDERERS["markdown"](image="timeline.png").render(result),
-            median_timeline(result),
-            RENDERERS["json"]().render(result),
-        )
+        packed = pack(result, source, out, int(max_mb * 1e6), steps)
     except ValueError as exc:
         fail(f"{out}: {exc}")
     click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
     for line in packed.trimmed:
         click.echo(f"  {line}")
-
-
-def _chosen_rank(result, rank_number):
-    ranks = {r.rank: r for r in result.ranks}
-    if rank_number is None:
-        return result.ranks[0]
-    if rank_number not in ranks:
-        fail(f"--rank {rank_number}: the input has ranks {sorted(ranks)}")
-    return ranks[rank_number]
-
-
-def _draw_timeline(result, path: Path, step_number, rank_number) -> None:
-    from dbo_trace.analysis.view import median_step, step_view
-    from dbo_trace.render.timeline import draw_timeline
-
-    rank = _chosen_rank(result, rank_number)
-    if not rank.steps:
-        fail(f"{path}: rank {rank.rank} has no step with GPU activity to draw")
-    if step_number is not None and step_number > len(rank.steps):
-        fail(f"--step {step_number}: rank {rank.rank} has {len(rank.steps)} steps")
-    position = median_step(rank) if step_number is None else step_number - 1
-    _write_file(draw_timeline(step_view(rank, position), path.suffix.lower().lstrip(".")), path)
-    click.echo(f"  rank {rank.rank}, {rank.steps[position].label}", err=True)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -433,8 +427,7 @@ def record(
         ui.phase(f"next: dbo-trace report {outcome.bundle}")
     if outcome.status == STATUS_COMPLETE:
         return
-    click.echo(f"dbo-trace: error: {outcome.reason}", err=True)
-    sys.exit(130 if outcome.status == STATUS_INCOMPLETE else 1)
+    raise UsageError(outcome.reason, 130 if outcome.status == STATUS_INCOMPLETE else 1)
 
 
 @main.command()

@@ -51,6 +51,22 @@ def median_step(rank: RankReport) -> int:
     return int(np.argsort(walls, kind="stable")[(len(walls) - 1) // 2])
 
 
+def chosen_step(report, rank_number: int | None, step_number: int | None) -> tuple[RankReport, int]:
+    """The rank and the position of the step a picture draws: --rank (default the first rank with
+    steps) and --step (a row of the per-step table, 1-based; default the median step)."""
+    from dbo_trace.errors import UsageError
+
+    ranks = {r.rank: r for r in report.ranks}
+    if rank_number is not None and rank_number not in ranks:
+        raise UsageError(f"--rank {rank_number}: the input has ranks {sorted(ranks)}")
+    rank = ranks[rank_number] if rank_number is not None else next((r for r in report.ranks if r.steps), report.ranks[0])
+    if not rank.steps:
+        raise UsageError(f"rank {rank.rank} has no step with GPU activity to draw")
+    if step_number is not None and step_number > len(rank.steps):
+        raise UsageError(f"--step {step_number}: rank {rank.rank} has {len(rank.steps)} steps")
+    return rank, median_step(rank) if step_number is None else step_number - 1
+
+
 def steps_around_median(rank: RankReport, n: int) -> range:
     """Positions of n consecutive steps centred on the median step (fewer if the rank has fewer)."""
     first = max(0, min(median_step(rank) - n // 2, len(rank.steps) - n))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Callable
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import NOISE_SE, Arm
+from dbo_trace.render import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 
@@ -105,3 +107,26 @@ def render_terminal(arms: list[Arm], color: bool = False) -> str:
     console.print(table)
     console.print(noise_line(arms))
     return buf.getvalue()
+
+
+class _CompareOutput:
+    """compare's outputs, with the report renderers' shape (name, suffixes, binary, render): the
+    product is the compared arms instead of a Report."""
+
+    binary = False
+
+    def __init__(self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions], str]):
+        self.name, self.suffixes, self._render = name, suffixes, render
+
+    def render(self, arms: list[Arm], options: RenderOptions = RenderOptions()) -> str:
+        return self._render(arms, options)
+
+
+COMPARE_RENDERERS = {
+    r.name: r
+    for r in (
+        _CompareOutput("terminal", (".txt",), lambda arms, o: render_terminal(arms, color=o.color)),
+        _CompareOutput("json", (".json",), lambda arms, o: render_json(arms)),
+        _CompareOutput("markdown", (".md",), lambda arms, o: render_markdown(arms)),
+    )
+}

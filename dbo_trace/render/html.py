@@ -8,6 +8,7 @@ import json
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
+from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import ms, pct
 
@@ -62,7 +63,9 @@ def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None
 
 
 class HtmlRenderer:
-    def render(self, report: Report) -> str:
+    name, suffixes, binary = "html", (".html", ".htm"), False
+
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         d = build_document(report)
         views = _views(report)
         index = {(v["rank"], v["label"]): i for i, v in enumerate(views)}

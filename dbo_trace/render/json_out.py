@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from dbo_trace.analysis.report import Report
+from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 
 
@@ -18,5 +19,7 @@ def json_text(document: Any) -> str:
 
 
 class JsonRenderer:
-    def render(self, report: Report) -> str:
+    name, suffixes, binary = "json", (".json",), False
+
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         return json_text(build_document(report))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
+from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     PHASE_HEADER,
@@ -23,15 +24,14 @@ from dbo_trace.render.format import (
 
 
 class MarkdownRenderer:
-    def __init__(self, image: str | None = None):
-        self.image = image  # a timeline picture to link, relative to where the Markdown will live
+    name, suffixes, binary = "markdown", (".md",), False
 
-    def render(self, report: Report) -> str:
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         d = build_document(report)
         out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
-        if self.image:
-            out += ["", f"![CPU/GPU timeline of one step]({self.image})"]
+        if options.image:
+            out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
         out += [""] + md_table(
             ["rank", "steps", "GPU busy", "comm hidden", "host-caused GPU idle", "graph launches", "replayed kernels", "verdict"],
             [

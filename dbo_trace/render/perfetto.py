@@ -12,6 +12,7 @@ from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.report import RankReport, Report
 from dbo_trace.analysis.view import step_bands
+from dbo_trace.render import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
 DERIVED = "dbo-trace"
@@ -108,6 +109,13 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
         tl.calls.end[graph],
         ["cudaGraphLaunch"] * len(graph),
     )
+
+
+class PerfettoRenderer:
+    name, suffixes, binary = "perfetto", (".pftrace", ".perfetto-trace"), True
+
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> bytes:
+        return write_perfetto(report, options.windows)
 
 
 def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | None = None) -> bytes:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dbo_trace.analysis.report import Report
+from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,
@@ -51,14 +52,14 @@ def _bullets(console: Console, texts: list[str]) -> None:
 
 
 class TerminalRenderer:
-    def __init__(self, color: bool = False, width: int | None = None):
-        self.color, self.width = color, width
+    name, suffixes, binary = "terminal", (".txt",), False
 
-    def render(self, report: Report) -> str:
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         buf = io.StringIO()
         # The terminal's own width, at least 80: tables are laid out to fit 100 columns without cutting cells.
-        width = self.width or max(80, shutil.get_terminal_size((100, 24)).columns)
-        console = Console(file=buf, force_terminal=self.color, no_color=not self.color, width=width, highlight=False)
+        width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
+        color = options.color
+        console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
         d = build_document(report)
         label = d["verdict"]["label"]
         console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 
-from dbo_trace.analysis.view import StepView
+from dbo_trace.analysis.view import StepView, chosen_step, step_view
+from dbo_trace.render import RenderOptions
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
 KIND_STYLE = {  # alpha, hatch
@@ -16,6 +17,19 @@ KIND_STYLE = {  # alpha, hatch
     "yield": (0.25, None),
 }
 FORMATS = ("png", "svg")
+
+
+class TimelineRenderer:
+    """One step's picture: options.rank and options.step choose it (analysis/view.py chosen_step)."""
+
+    binary = True
+
+    def __init__(self, image_format: str):
+        self.name, self.suffixes = image_format, (f".{image_format}",)
+
+    def render(self, report, options: RenderOptions = RenderOptions()) -> bytes:
+        rank, position = chosen_step(report, options.rank, options.step)
+        return draw_timeline(step_view(rank, position), self.name)
 
 
 def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 12.0) -> bytes:
