@@ -31,6 +31,28 @@ def manifest(variant: str) -> dict:
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process, through click's test runner: the same status, stdout and stderr as
+    the console script (errors are turned into their line by the command group itself). A crash
+    raises here, with its traceback, instead of becoming the console script's one-line message."""
+    from click.testing import CliRunner
+
+    from dbo_trace.cli import main
+
+    here = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, list(args), prog_name="dbo-trace")
+    finally:
+        os.chdir(here)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def run_cli_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a separate process (`python -m dbo_trace.cli`): for what only a process shows
+    (signals, the console script's handling of crashes, a fresh interpreter's imports)."""
     return subprocess.run([sys.executable, "-m", "dbo_trace.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
