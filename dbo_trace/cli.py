@@ -249,7 +249,7 @@ def _as_bytes(rendered: str | bytes) -> bytes:
 
 def _analyzed(paths: list[Path], options, workers: int | None = None):
     """Read and analyse the inputs; bad input is one line and exit 2; warnings go to stderr."""
-    from dbo_trace.analysis.session import analyze_found, workers_for
+    from dbo_trace.pipeline import analyze_found, workers_for
     from dbo_trace.trace.load import discover, total_bytes
 
     found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
@@ -500,8 +500,8 @@ def demo(
     import datetime as dt
     import importlib.util
 
+    from dbo_trace.demo.output import demo_table, sweep_table
     from dbo_trace.demo.run import DemoOptions, SweepFailed, modes_of, run_demo, run_sweep
-    from dbo_trace.render.demo import demo_table, sweep_table
     from dbo_trace.ui import ConsoleProgress
 
     if importlib.util.find_spec("torch") is None:
@@ -538,7 +538,7 @@ def demo(
         (out / "sweep.json").write_text(json.dumps(rows, indent=1))
         click.echo(sweep_table(rows), nl=False)
         if plot is not None:
-            from dbo_trace.render.sweep_plot import draw_sweep
+            from dbo_trace.demo.sweep_plot import draw_sweep
 
             _write_file(draw_sweep(rows), plot)
         return

@@ -157,8 +157,8 @@ def test_the_demo_says_when_dbo_did_not_pay_against_serial():
     serial. Overlap is not success by itself; the demo's summary says whether DBO paid."""
     from pathlib import Path
 
+    from dbo_trace.demo.output import demo_table
     from dbo_trace.demo.run import ModeResult
-    from dbo_trace.render.demo import demo_table
 
     def result(mode, step_us):
         return ModeResult(mode, "-", Path("b"), workload={"unprofiled_step_us": {"median": step_us}})
