@@ -4,7 +4,7 @@ In DBO with data/expert parallelism every step ends in collectives, so a rank
 that starts a step late makes the others wait at their first all-to-all; that
 wait shows up on them as exposed communication. Traces of one host share the
 clock time.time_ns() (Kineto's ts + baseTimeNanoseconds/1000), so starts are
-comparable across processes. Pure: RankReports in, a CrossRank out.
+comparable across processes. Pure: each rank's step starts on that clock in, a CrossRank out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dbo_trace.analysis.report import RankReport
+
+@dataclass(frozen=True)
+class RankOnClock:
+    """What the cross-rank view needs of a rank."""
+
+    rank: int
+    step_starts_us: list[float] | None  # on the shared time.time_ns clock; None: no steps or no clock base
+    exposed_comm_us: float
 
 
 @dataclass
@@ -35,24 +42,35 @@ class CrossRank:
     exposed_comm_us: dict[int, float]  # rank -> comm not under compute (where waiting for peers shows)
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def summary(self) -> str:
+        """One line: who the others wait for, and by how much."""
+        rank, times = max(self.last_counts.items(), key=lambda kv: kv[1])
+        most_exposed = max(self.exposed_comm_us, key=self.exposed_comm_us.__getitem__)
+        return (
+            f"rank {rank} started last in {times} of {len(self.steps)} steps (skew median {self.median_skew_us / 1000:.2f} "
+            f"ms, max {self.max_skew_us / 1000:.2f} ms): the others wait for it at their first collective; "
+            f"most exposed comm on rank {most_exposed} ({self.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
+        )
 
-def cross_rank(ranks: list[RankReport]) -> CrossRank | None:
+
+def cross_rank(ranks: list[RankOnClock]) -> CrossRank | None:
     """None with fewer than two ranks, or when a trace has no clock base to align on."""
-    usable = [r for r in ranks if r.steps and r.detail is not None and r.detail.timeline.base_time_ns is not None]
+    usable = [r for r in ranks if r.step_starts_us]
     if len(usable) < 2:
         return None
     notes = []
     if len(usable) < len(ranks):
         notes.append(f"{len(ranks) - len(usable)} rank(s) left out: no steps or no baseTimeNanoseconds to align on")
-    count = min(len(r.steps) for r in usable)
-    if any(len(r.steps) != count for r in usable):
+    count = min(len(r.step_starts_us) for r in usable)
+    if any(len(r.step_starts_us) != count for r in usable):
         notes.append(
-            f"ranks reported different step counts ({', '.join(str(len(r.steps)) for r in usable)}); "
+            f"ranks reported different step counts ({', '.join(str(len(r.step_starts_us)) for r in usable)}); "
             f"the first {count} of each are aligned"
         )
     steps = []
     for k in range(count):
-        starts = {r.rank: r.steps[k].start_us + r.detail.timeline.base_time_ns / 1000.0 for r in usable}
+        starts = {r.rank: r.step_starts_us[k] for r in usable}
         first, last = min(starts.values()), max(starts.values())
         steps.append(StepAlignment(k, starts, last - first, max(starts, key=starts.get)))
     skews = np.array([s.skew_us for s in steps])
@@ -62,17 +80,6 @@ def cross_rank(ranks: list[RankReport]) -> CrossRank | None:
         median_skew_us=float(np.median(skews)),
         max_skew_us=float(skews.max()),
         last_counts=dict(Counter(s.last_rank for s in steps)),
-        exposed_comm_us={r.rank: r.total.comm_exposed_us for r in usable},
+        exposed_comm_us={r.rank: r.exposed_comm_us for r in usable},
         notes=notes,
-    )
-
-
-def waits_summary(view: CrossRank) -> str:
-    """One line: who the others wait for, and by how much."""
-    rank, times = max(view.last_counts.items(), key=lambda kv: kv[1])
-    most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.get)
-    return (
-        f"rank {rank} started last in {times} of {len(view.steps)} steps (skew median {view.median_skew_us / 1000:.2f} ms, "
-        f"max {view.max_skew_us / 1000:.2f} ms): the others wait for it at their first collective; "
-        f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
     )

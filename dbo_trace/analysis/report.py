@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,13 +27,11 @@ from dbo_trace.analysis.metrics import (
     window_metrics,
 )
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
+from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
-
-if TYPE_CHECKING:
-    from dbo_trace.analysis.ranks import CrossRank
 
 
 @dataclass(frozen=True)
@@ -143,7 +140,7 @@ class Report:
     window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
     warnings: list[str] = field(default_factory=list)
-    cross_rank: "CrossRank | None" = None  # set by session.analyze with two or more ranks
+    cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -430,7 +427,14 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         options=options,
         window=window,
         warnings=warnings,
+        cross_rank=cross_rank([_on_clock(r) for r in ranks]),
     )
+
+
+def _on_clock(r: RankReport) -> RankOnClock:
+    base = r.detail.timeline.base_time_ns if r.detail is not None else None
+    starts = [s.start_us + base / 1000.0 for s in r.steps] if r.steps and base is not None else None
+    return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
 
 
 def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:

@@ -283,11 +283,9 @@ def build_document(report: Report) -> dict[str, Any]:
 def cross_rank_block(view) -> dict[str, Any] | None:
     if view is None:
         return None
-    from dbo_trace.analysis.ranks import waits_summary
-
     return {
         "ranks": view.ranks,
-        "summary": waits_summary(view),
+        "summary": view.summary,
         "median_skew_us": round(view.median_skew_us, 3),
         "max_skew_us": round(view.max_skew_us, 3),
         "last_counts": {str(k): v for k, v in sorted(view.last_counts.items())},
