@@ -77,7 +77,7 @@ def build(path: Path, sample: str, target_bytes: int, steps_total: int | None, r
                 if e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
                     e2["id"] += corr_shift
                 if steps_total is None and str(e2.get("name", "")).startswith(STEP):
-                    e2["name"] = f"{STEP}{copy * own_steps + int(e2['name'][len(STEP):])}"
+                    e2["name"] = f"{STEP}{copy * own_steps + int(e2['name'][len(STEP) :])}"
                 parts.append(_kineto_layout(e2))
             if copies_per_step and copy % copies_per_step == 0:
                 m = dict(markers[0], name=f"{STEP}{copy // copies_per_step}", ts=round(t0 + shift, 3))
@@ -165,7 +165,8 @@ def _output(folder: Path, workers: int) -> Path:
 def run_shape(name: str, folder: Path, mb: float, args, rows: list[dict]) -> None:
     files = sorted(str(p) for p in folder.glob("*.json.gz"))
     target = folder if len(files) > 1 else Path(files[0])
-    print(f"shape {name}: {len(files)} file(s), {mb:.0f} MB of JSON, {sum(os.path.getsize(f) for f in files) / 1e6:.0f} MB gzipped")
+    gzipped = sum(os.path.getsize(f) for f in files) / 1e6
+    print(f"shape {name}: {len(files)} file(s), {mb:.0f} MB of JSON, {gzipped:.0f} MB gzipped")
     results = {}
     for workers in args.workers:
         env = dict(os.environ, DBO_TRACE_WORKERS=str(workers))
@@ -212,8 +213,9 @@ def main() -> int:
             elif shape == "b":
                 size = build(folder / "rank0.pt.trace.json.gz", "overlap", int(args.gb * 1e9), steps_total=None)
             else:
+                rank_bytes = int(args.rank_mb * 1e6)
                 size = sum(
-                    build(folder / f"rank{r}.pt.trace.json.gz", "overlap", int(args.rank_mb * 1e6), None, rank=r, world=args.ranks)
+                    build(folder / f"rank{r}.pt.trace.json.gz", "overlap", rank_bytes, None, rank=r, world=args.ranks)
                     for r in range(args.ranks)
                 )
             size_file.write_text(str(size))

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 from dbo_trace.analysis.report import Options
-from dbo_trace.analysis.session import analyze_paths
+from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -9,8 +9,8 @@ import reference as ref
 from conftest import SAMPLES, run_cli, sample_trace
 
 from dbo_trace.analysis.report import Options  # noqa: E402
-from dbo_trace.analysis.session import analyze_paths  # noqa: E402
 from dbo_trace.analysis.view import median_step, step_view  # noqa: E402
+from dbo_trace.pipeline import analyze_paths  # noqa: E402
 
 DRAWN = ["serial", "overlap", "graph", "hostbound"]
 

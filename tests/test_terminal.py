@@ -4,7 +4,7 @@ import pytest
 from conftest import SAMPLES
 
 from dbo_trace.analysis.report import Options
-from dbo_trace.analysis.session import analyze_paths
+from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
 SAMPLE_DIRS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())

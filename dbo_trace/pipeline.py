@@ -1,5 +1,6 @@
-"""analyze(): loaded traces and options in, a Report out; analyze_found() and analyze_paths() read them
-first, each rank in its own worker process where there are several."""
+"""The way from the user's paths to a Report: find the inputs, read them (each rank in its own worker
+process where there are several), check the manifests' declarations, analyse. The one entry point
+that does I/O; dbo_trace.analysis is pure (arrays in, reports out)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from dbo_trace.analysis.ranks import cross_rank
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
@@ -55,13 +55,7 @@ def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = options_from_manifests(options, loaded.manifests)
     ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options) for tl in loaded.timelines]
-    return finish(ranks, options, inputs, loaded.warnings)
-
-
-def finish(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
-    report = combine(ranks, options, inputs, warnings)
-    report.cross_rank = cross_rank(report.ranks)
-    return report
+    return combine(ranks, options, inputs, loaded.warnings)
 
 
 def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> RankReport | str:
@@ -116,7 +110,7 @@ def analyze_found(
     for r in ranks:
         r.rank = r.detail.timeline.rank  # settle_ranks may have numbered them
     ranks.sort(key=lambda r: r.rank)
-    return finish(ranks, options, inputs, warnings)
+    return combine(ranks, options, inputs, warnings)
 
 
 def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:
