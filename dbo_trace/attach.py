@@ -62,6 +62,10 @@ def _archive(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def _binary(rendered: str | bytes) -> bytes:
+    return rendered if isinstance(rendered, bytes) else rendered.encode()
+
+
 def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) -> Packed:
     """Every member rendered through the one registry: the Markdown linking the median step's
     picture, the picture, the JSON document, and a Perfetto window trimmed to fit max_bytes."""
@@ -72,7 +76,7 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) ->
 
     members: dict[str, bytes] = {
         "summary.md": text("markdown", RenderOptions(image="timeline.png")),
-        "timeline.png": bytes(RENDERERS["png"].render(report, RenderOptions())),
+        "timeline.png": _binary(RENDERERS["png"].render(report, RenderOptions())),
         "report.json": text("json"),
     }
     if fmt.is_bundle(source):
@@ -82,7 +86,7 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) ->
     trimmed: list[str] = []
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)
-        members["window.pftrace"] = bytes(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
+        members["window.pftrace"] = _binary(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
         data = _archive(members)
         if len(data) <= max_bytes:
             trimmed.append("Perfetto window: " + "; ".join(described))

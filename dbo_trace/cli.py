@@ -427,7 +427,7 @@ def record(
         ui.phase(f"next: dbo-trace report {outcome.bundle}")
     if outcome.status == STATUS_COMPLETE:
         return
-    raise UsageError(outcome.reason, 130 if outcome.status == STATUS_INCOMPLETE else 1)
+    raise UsageError(outcome.reason or "the recording did not complete", 130 if outcome.status == STATUS_INCOMPLETE else 1)
 
 
 @main.command()

@@ -105,10 +105,10 @@ def analyze_found(
                 progress(done)
     ranks = [r for _, r in sorted(results.items()) if not isinstance(r, str)]
     errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
-    timelines = [r.detail.timeline for r in ranks]
+    timelines = [r.detailed().timeline for r in ranks]
     warnings = settle_ranks(timelines, errors) + warnings
     for r in ranks:
-        r.rank = r.detail.timeline.rank  # settle_ranks may have numbered them
+        r.rank = r.detailed().timeline.rank  # settle_ranks may have numbered them
     ranks.sort(key=lambda r: r.rank)
     return combine(ranks, options, inputs, warnings)
 

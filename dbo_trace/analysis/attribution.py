@@ -127,9 +127,10 @@ def _learn_tids(calls_tid: np.ndarray, calls_start: np.ndarray, states, tids_of,
 
 def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase: np.ndarray) -> bool:
     """True when the log attributed at least one call of this trace."""
+    assert tl.base_time_ns is not None  # attribute() uses no log where the trace cannot be aligned with it
     states, tids_of = _thread_states(logs, tl.base_time_ns)
     calls = tl.calls
-    main_tids = {log.header.get("main_native_tid") for log in logs} | {tl.pid}
+    main_tids = {t for t in [log.header.get("main_native_tid") for log in logs] + [tl.pid] if isinstance(t, int)}
     tids_of = _learn_tids(calls.lane, calls.start, states, tids_of, main_tids)
     for ident, (times, ubs, phases) in states.items():
         mask = np.isin(calls.lane, list(tids_of[ident]))

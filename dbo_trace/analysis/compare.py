@@ -48,7 +48,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     else:
         p = next(p for p in report.phases if p.phase == phase)
         m = p.metrics
-        verdict = "/".join(dict.fromkeys(p.per_rank)) if p.per_rank is not None else p.verdict.label
+        verdict = "/".join(dict.fromkeys(p.per_rank)) if p.per_rank is not None else p.verdict.label if p.verdict else "-"
     return Arm(
         label=label,
         phase=phase,

@@ -21,10 +21,6 @@ ACROSS = "across"
 SUM, MEDIAN, MAX, SUM_IF_ALL = "sum", "median", "max", "sum_if_all"
 
 
-def _across(rule: str):
-    return field(metadata={ACROSS: rule})
-
-
 @dataclass
 class WindowMetrics:
     span_us: float  # the window (or union of windows) measured: WindowTime
@@ -33,7 +29,8 @@ class WindowMetrics:
     comm_busy_us: float
     copy_busy_us: float
     comm_hidden_us: float  # comm time concurrent with compute
-    comm_hidden_cross_us: float | None = _across(SUM_IF_ALL)  # comm of one microbatch under the *other*'s compute
+    # comm of one microbatch under the *other*'s compute
+    comm_hidden_cross_us: float | None = field(metadata={ACROSS: SUM_IF_ALL})
     host_idle_us: float  # GPU idle gaps whose next activity was launched after the gap began
     host_idle_gaps: int
     idle_gaps: int
@@ -41,12 +38,12 @@ class WindowMetrics:
     comm_kernels: int
     launches: int
     launch_us: float
-    median_launch_us: float | None = _across(MEDIAN)
-    median_kernel_us: float | None = _across(MEDIAN)
-    median_queue_us: float | None = _across(MEDIAN)  # launch call start -> kernel start
+    median_launch_us: float | None = field(metadata={ACROSS: MEDIAN})
+    median_kernel_us: float | None = field(metadata={ACROSS: MEDIAN})
+    median_queue_us: float | None = field(metadata={ACROSS: MEDIAN})  # launch call start -> kernel start
     graph_launches: int
     long_graph_launches: int
-    max_graph_launch_us: float | None = _across(MAX)
+    max_graph_launch_us: float | None = field(metadata={ACROSS: MAX})
     replayed_kernels: int
     replayed_gpu_us: float
     gpu_us: float  # sum of kernel durations (not a union): the denominator of replayed_gpu_us

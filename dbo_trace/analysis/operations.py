@@ -56,11 +56,11 @@ def operation_rows(
     exposure: Exposure | None,
 ) -> list[OperationRow]:
     compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
-    exposed_of: dict[int, Counter] = {}
+    exposed_of: dict[int, Counter[str]] = {}
     if exposure is not None:
         for k, t, r in zip(exposure.stretch_kernel, exposure.stretch_us, exposure.stretch_reason):
             if op[k] >= 0:
-                exposed_of.setdefault(int(op[k]), Counter())[r] += t
+                exposed_of.setdefault(int(op[k]), Counter())[r] += t  # type: ignore[assignment]  # us, not counts
     per_op = []  # (step, ubatch, first start, op id)
     for o in np.unique(op[op >= 0]):
         sel = op == o
@@ -77,7 +77,7 @@ def operation_rows(
         groups.setdefault(key, []).append(o)
     rows = []
     for (ub, index), ops in sorted(groups.items()):
-        busy, hidden, exposed, reasons = [], 0.0, [], Counter()
+        busy, hidden, exposed, reasons = [], 0.0, [], Counter[str]()
         for o in ops:
             sel = op == o
             mine = (start[sel], end[sel])

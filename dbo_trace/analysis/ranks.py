@@ -56,30 +56,30 @@ class CrossRank:
 
 def cross_rank(ranks: list[RankOnClock]) -> CrossRank | None:
     """None with fewer than two ranks, or when a trace has no clock base to align on."""
-    usable = [r for r in ranks if r.step_starts_us]
+    usable = [(r.rank, r.step_starts_us, r.exposed_comm_us) for r in ranks if r.step_starts_us]
     if len(usable) < 2:
         return None
     notes = []
     if len(usable) < len(ranks):
         notes.append(f"{len(ranks) - len(usable)} rank(s) left out: no steps or no baseTimeNanoseconds to align on")
-    count = min(len(r.step_starts_us) for r in usable)
-    if any(len(r.step_starts_us) != count for r in usable):
+    count = min(len(starts) for _, starts, _ in usable)
+    if any(len(starts) != count for _, starts, _ in usable):
         notes.append(
-            f"ranks reported different step counts ({', '.join(str(len(r.step_starts_us)) for r in usable)}); "
+            f"ranks reported different step counts ({', '.join(str(len(starts)) for _, starts, _ in usable)}); "
             f"the first {count} of each are aligned"
         )
     steps = []
     for k in range(count):
-        starts = {r.rank: r.step_starts_us[k] for r in usable}
-        first, last = min(starts.values()), max(starts.values())
-        steps.append(StepAlignment(k, starts, last - first, max(starts, key=starts.get)))
+        at = {rank: starts[k] for rank, starts, _ in usable}
+        first, last = min(at.values()), max(at.values())
+        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__)))
     skews = np.array([s.skew_us for s in steps])
     return CrossRank(
-        ranks=[r.rank for r in usable],
+        ranks=[rank for rank, _, _ in usable],
         steps=steps,
         median_skew_us=float(np.median(skews)),
         max_skew_us=float(skews.max()),
         last_counts=dict(Counter(s.last_rank for s in steps)),
-        exposed_comm_us={r.rank: r.exposed_comm_us for r in usable},
+        exposed_comm_us={rank: exposed for rank, _, exposed in usable},
         notes=notes,
     )

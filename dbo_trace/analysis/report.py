@@ -128,6 +128,12 @@ class RankReport:
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
+    def detailed(self) -> RankDetail:
+        """The timeline and attribution behind the figures, which pictures need (analyze_rank keeps them)."""
+        if self.detail is None:
+            raise ValueError(f"rank {self.rank}'s report carries no detail")
+        return self.detail
+
 
 @dataclass
 class Report:
@@ -400,7 +406,7 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
             out[f.name] = sum(present) if len(present) == len(values) else None
         else:
             out[f.name] = sum(values)
-    return WindowMetrics(**out)
+    return WindowMetrics(**out)  # type: ignore[arg-type]  # each field's value, combined by its rule
 
 
 def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:

@@ -93,7 +93,7 @@ def decide(
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(
-            f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {m.max_graph_launch_us / 1000:.2f} ms)"
+            f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
         )
     if m.graph_launches:
         reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")

@@ -119,7 +119,9 @@ def step_view(rank: RankReport, position: int) -> StepView:
     # GPU: one lane per stream, named by what runs there. A replayed graph forks onto many internal
     # streams whose identity means nothing; their kernels are packed into as few lanes as overlap allows.
     gsel = np.flatnonzero(att.gpu_step == step.index)
-    graph_streams, gpu_lanes, lane_of_kernel = set(), [], {}
+    graph_streams: set[int] = set()
+    gpu_lanes: list[str] = []
+    lane_of_kernel: dict[int, str] = {}
     for sid in sorted({int(tl.gpu.lane[i]) for i in gsel}):
         on = gsel[tl.gpu.lane[gsel] == sid]
         if (d.launch_kind[on] == c.CALL_GRAPH_LAUNCH).mean() > 0.5:
@@ -190,7 +192,7 @@ class StepBands:
 
 def step_bands(rank: RankReport, step: StepReport) -> StepBands:
     """The intervals behind a step's overlap and host-idle numbers, as the metrics count them."""
-    d = rank.detail
+    d = rank.detailed()
     sel = d.attribution.gpu_step == step.index
     start, end, kind = d.timeline.gpu.start[sel], d.timeline.gpu.end[sel], d.kernel_kind[sel]
     comm = (start[kind == c.COMM], end[kind == c.COMM])

@@ -173,7 +173,7 @@ def run_sweep(opts: DemoOptions, computes: str, comms: str, ui: Progress) -> lis
     # stderr to a file, not a pipe: torch's warnings could fill a pipe nobody reads until stdout ends.
     with ui.counter(f"sweep: {points} points", points) as advance, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             if line.startswith("{"):
                 rows.append(json.loads(line))
                 advance(len(rows))

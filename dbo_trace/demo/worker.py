@@ -95,15 +95,16 @@ def launch_ranks(args, argv) -> int:
         }
         env.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off (the lent machines have it off)
         procs.append(subprocess.Popen([sys.executable, "-m", "dbo_trace.demo.worker", *argv], env=env))
-    codes = [None] * len(procs)
+    codes: list[int | None] = [None] * len(procs)
     while any(c is None for c in codes):
         for i, proc in enumerate(procs):
             codes[i] = proc.poll()
-            if codes[i] not in (None, 0):
+            failed = codes[i]
+            if failed is not None and failed != 0:
                 for other in procs:
                     if other.poll() is None:
                         other.terminate()
-                return codes[i]
+                return failed
         time.sleep(0.1)
     return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from dbo_trace import bundle as fmt
 
@@ -99,9 +100,9 @@ class Workload:
         # smhungry: a buffer per microbatch whose in-place update reads and writes as many bytes as a
         # GEMM of this shape takes time for, in many small blocks (measured: docs/demo.md)
         wide = cfg.wide_elements if device.kind == "cuda" else 4096  # the CPU checks the orchestration only
-        self.wide = [torch.zeros(wide, device=dev) for _ in range(2)] if cfg.mode == "smhungry" else None
+        self.wide = [torch.zeros(wide if cfg.mode == "smhungry" else 1, device=dev) for _ in range(2)]
         self.barrier = threading.Barrier(3)
-        self.graph = None
+        self.graph: Any = None  # torch.cuda.CUDAGraph once captured
         self.steps_run = 0
 
     # -- one microbatch's forward, in its own thread ---------------------------------
@@ -170,7 +171,7 @@ class Workload:
     # -- steps, as UBatchWrapper.__call__ runs them -------------------------------------
     def step(self) -> None:
         tokens = [self.cfg.tokens // 2] * 2
-        ins, errors = self.ins, []
+        ins, errors = self.ins, list[BaseException]()
         if self.cfg.mode == "graph" and self.graph is not None:
             ins and ins.safely(ins.step_begin, fmt.PATH_GRAPH_REPLAY, tokens)
             ins and ins.safely(ins.graph_event, fmt.EV_GRAPH_REPLAY, "FULL", sum(tokens))

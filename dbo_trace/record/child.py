@@ -41,7 +41,7 @@ TRACK_EVERY_S = 0.25
 
 def _process_table() -> dict[int, tuple[int, str]]:
     """pid -> (parent pid, start time) from /proc; empty where there is no /proc."""
-    table = {}
+    table: dict[int, tuple[int, str]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -70,8 +70,8 @@ def gpus(timeout_s: float = 10.0) -> dict:
 
 
 def captured_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    env = os.environ if env is None else env
-    return redact_env({k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)})
+    source = os.environ if env is None else env
+    return redact_env({k: v for k, v in sorted(source.items()) if k.startswith(ENV_PREFIXES)})
 
 
 def parse_flags(argv: list[str]) -> dict[str, str | bool]:

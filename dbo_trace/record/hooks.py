@@ -48,7 +48,7 @@ def _range_of(ub: int, phase: str) -> tuple[str, str]:
     return f"dbo:ub{ub}:{phase}", _PHASE_COLOURS.get((ub, phase), "purple")
 
 
-_autograd_profiler = None  # torch.autograd.profiler once found; False where torch is absent
+_autograd_profiler: Any = None  # torch.autograd.profiler once found; False where torch is absent
 
 
 def _profiler_enabled() -> bool:

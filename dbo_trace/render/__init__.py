@@ -27,9 +27,14 @@ class RenderOptions:
 
 
 class Renderer(Protocol):
-    name: str
-    suffixes: tuple[str, ...]  # output files with these suffixes get this renderer
-    binary: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def suffixes(self) -> tuple[str, ...]: ...  # output files with these suffixes get this renderer
+
+    @property
+    def binary(self) -> bool: ...
 
     def render(self, report: Report, options: RenderOptions) -> str | bytes: ...
 

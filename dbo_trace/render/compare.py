@@ -61,9 +61,13 @@ def noise_line(arms: list[Arm]) -> str:
         parts.append(f"within noise (< {NOISE_SE:.0f} standard errors): {', '.join(noise)}")
     for phase in dict.fromkeys(a.phase for a in arms if a.phase != first.phase):
         rows = [a for a in arms if a.phase == phase]
-        verdicts = ", ".join(f"{a.label} {'within noise' if a.within_noise else f'{100 * a.change:+.1f}%'}" for a in rows[1:])
+        verdicts = ", ".join(f"{a.label} {_change(a)}" for a in rows[1:])
         parts.append(f"{phase} steps: {verdicts}")
     return "; ".join(parts) + "."
+
+
+def _change(arm: Arm) -> str:
+    return "within noise" if arm.within_noise else f"{100 * (arm.change or 0.0):+.1f}%"
 
 
 def render_markdown(arms: list[Arm]) -> str:

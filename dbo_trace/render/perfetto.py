@@ -58,7 +58,7 @@ class _Writer:
 
 
 def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> None:
-    d = rank.detail
+    d = rank.detailed()
     tl, att = d.timeline, d.attribution
     proc = w.track(f"rank {rank.rank} ({tl.source.name})", pid=tl.pid or 100000 + rank.rank)
     lo, hi = window or (-np.inf, np.inf)

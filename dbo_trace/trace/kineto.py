@@ -235,7 +235,7 @@ def _open(path: Path) -> BinaryIO:
         raise InputError(f"{path}: cannot open ({exc.strerror})") from None
     magic = fh.read(2)
     fh.seek(0)
-    return gzip.GzipFile(fileobj=fh) if magic == b"\x1f\x8b" else fh
+    return gzip.GzipFile(fileobj=fh) if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]  # both read bytes
 
 
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
@@ -270,9 +270,8 @@ def _read(path: Path, progress: Callable[[int], None] | None, block: int, pool=N
     fh = _open(path)
     raw = fh.fileobj if isinstance(fh, gzip.GzipFile) else fh
     columns = _Columns()
-    reader: _EventStream | _ParallelEvents = _EventStream(path, columns)
-    if pool is not None:
-        reader = _ParallelEvents(reader, pool, in_flight=2 * workers)
+    stream = _EventStream(path, columns)
+    reader: _EventStream | _ParallelEvents = stream if pool is None else _ParallelEvents(stream, pool, in_flight=2 * workers)
     buf = b""
     state = "head"  # head -> events -> tail
     head = tail = b""

@@ -79,7 +79,7 @@ def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | Non
     workers > 1: a large trace is decoded in that many processes (trace/kineto.py)."""
     raw = read_kineto(trace, progress=progress, workers=workers)
     info = raw.metadata.get("distributedInfo")
-    rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
+    rank: int = info["rank"] if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
     tl = build_timeline(raw, rank)
     if not len(tl.gpu):
         raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
@@ -118,10 +118,13 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
     errors: list[str] = []
     done = 0
     for index, trace in enumerate(found.traces):
+
+        def progress_of_this(n: int, base: int = done) -> None:
+            if progress is not None:
+                progress(base + n)
+
         try:
-            timelines.append(
-                read_timeline(trace, index, (lambda n, base=done: progress(base + n)) if progress else None, workers)
-            )
+            timelines.append(read_timeline(trace, index, progress_of_this if progress else None, workers))
         except InputError as exc:
             errors.append(str(exc))
         done += os.path.getsize(trace)
