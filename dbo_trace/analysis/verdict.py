@@ -35,7 +35,8 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
 
 
-def _pct(x: float | None) -> str:
+def pct_text(x: float | None) -> str:
+    """A share in prose ("n/a" where there is none); tables print "-" (render/format.py pct)."""
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
@@ -68,9 +69,9 @@ def decide(
     if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
         basis = f" ({host.basis})" if host is not None else ""
         reasons.append(
-            f"GPU idle waiting for the host {_pct(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
+            f"GPU idle waiting for the host {pct_text(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
             f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle; "
-            f"GPU busy {_pct(m.utilization)} of the window"
+            f"GPU busy {pct_text(m.utilization)} of the window"
         )
         if m.median_launch_us is not None and m.median_kernel_us is not None:
             reasons.append(
@@ -85,18 +86,18 @@ def decide(
         reasons.append("no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)")
     else:
         text = (
-            f"{_pct(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
+            f"{pct_text(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
             f"ran concurrently with compute; {m.comm_exposed_us / 1000:.2f} ms exposed"
         )
         if microbatched and m.comm_hidden_cross_fraction is not None:
-            text += f"; {_pct(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
+            text += f"; {pct_text(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(
             f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
         )
     if m.graph_launches:
-        reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {_pct(m.replayed_kernel_fraction)} of kernels")
+        reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels")
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
     return Verdict(label, reasons)
@@ -113,7 +114,7 @@ def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
     if rt.criterion_met:
         could = "could hide the whole round trip"
     else:
-        could = f"could hide at most {_pct(rt.ratio)} of it"
+        could = f"could hide at most {pct_text(rt.ratio)} of it"
     if hidden is None or hidden < OVERLAPPED_HIDDEN:
-        return f"{head}: the other microbatch's compute {could}, but only {_pct(hidden)} did"
+        return f"{head}: the other microbatch's compute {could}, but only {pct_text(hidden)} did"
     return f"{head}: the other microbatch's compute {could}"

@@ -12,6 +12,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_HOST
 from dbo_trace.analysis.report import RankReport, StepReport
+from dbo_trace.analysis.verdict import pct_text
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
 CPU_MAIN = "CPU main thread"
@@ -73,10 +74,6 @@ def steps_around_median(rank: RankReport, n: int) -> range:
     return range(first, min(len(rank.steps), first + n))
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.0f}%"
-
-
 def _step_kind(step: StepReport) -> str:
     """What kind of step: its DBO path where the log knows it, else its vLLM phase, else unknown."""
     parts = [p for p in (step.path, step.phase) if p]
@@ -89,8 +86,8 @@ def step_title(rank: RankReport, step: StepReport) -> str:
     m = step.metrics
     return (
         f"rank {rank.rank} · {step.label} ({_step_kind(step)}) · {step.wall_us / 1000:.2f} ms · "
-        f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
-        f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
+        f"{step.verdict.label} · comm hidden {pct_text(m.comm_hidden_fraction)} · host idle {pct_text(m.host_idle_fraction)}"
+        f" · graph-replayed kernels {pct_text(m.replayed_kernel_fraction)}"
     )
 
 

@@ -3,16 +3,7 @@
 from __future__ import annotations
 
 from dbo_trace.demo.run import PAYS_AT_LEAST, ModeResult, sweep_verdicts
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
+from dbo_trace.render.format import aligned_table, pct
 
 
 def _step_us(r: ModeResult) -> float | None:
@@ -34,7 +25,7 @@ def paid_line(results: list[ModeResult]) -> str | None:
             hidden = r.report.total.comm_hidden_fraction if r.report else None
             parts.append(
                 f"{r.mode}: {step / 1000:.2f} ms against {serial / 1000:.2f} ms serial ({100 * change:+.0f}%), DBO {verdict}"
-                + (f" with {_pct(hidden)} of comm hidden" if hidden is not None and verdict != "paid" else "")
+                + (f" with {pct(hidden)} of comm hidden" if hidden is not None and verdict != "paid" else "")
             )
     return "DBO against serial microbatches: " + "; ".join(parts) if parts else None
 
@@ -52,13 +43,13 @@ def demo_table(results: list[ModeResult]) -> str:
                 r.got or "-",
                 verdict,
                 "-" if step is None else f"{step / 1000:.2f} ms",
-                _pct(t.comm_hidden_fraction) if t else "-",
-                _pct(t.host_idle_fraction) if t else "-",
-                _pct(t.replayed_kernel_fraction) if t else "-",
+                pct(t.comm_hidden_fraction) if t else "-",
+                pct(t.host_idle_fraction) if t else "-",
+                pct(t.replayed_kernel_fraction) if t else "-",
                 str(r.bundle),
             ]
         )
-    out = _table(
+    out = aligned_table(
         ["mode", "expected", "diagnosed", "", "step (unprofiled)", "comm hidden", "host idle", "graph replayed", "bundle"], rows
     )
     paid = paid_line(results)
@@ -97,7 +88,7 @@ def sweep_table(rows: list[dict]) -> str:
         else ""
     )
     return (
-        _table(
+        aligned_table(
             [
                 "compute us",
                 "comm us",

@@ -45,6 +45,16 @@ ROUND_TRIP_HEADER = [
 ]
 
 
+def aligned_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table whose columns are padded to line up, for a terminal that shows it as text."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
+
+
 def md_table(header: list[str], rows: list[list]) -> list[str]:
     """A Markdown table, one string per line."""
     row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731

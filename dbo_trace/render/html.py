@@ -10,7 +10,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ms, pct
+from dbo_trace.render.format import ROUND_TRIP_HEADER, ms, pct, round_trip_cells
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -99,24 +99,7 @@ class HtmlRenderer:
             i = index.get((s["rank"], s["label"]))
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d["round_trips"]
-        rt_html = (
-            ""
-            if not rt
-            else "<h2>Round trips</h2>"
-            + _table(
-                ["step", "round trips/layer", "per round trip", "comm per round trip", "compute per microbatch", "ratio"],
-                [
-                    [
-                        ms(rt["step_us"]),
-                        "-" if rt["per_layer"] is None else f"{rt['per_layer']:g}",
-                        ms(rt["per_round_trip_us"]),
-                        ms(rt["comm_per_round_trip_us"]),
-                        ms(rt["compute_per_round_trip_us"]),
-                        "-" if rt["ratio"] is None else f"{rt['ratio']:.2f}",
-                    ]
-                ],
-            )
-        )
+        rt_html = "" if not rt else "<h2>Round trips</h2>" + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
         return _PAGE.format(
