@@ -254,7 +254,8 @@ def _analyzed(paths: list[Path], options, workers: int | None = None):
 
     found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
     with reading_bar(total_bytes(found)) as progress:
-        result = analyze_found(found, options, [str(p) for p in paths], workers_for(len(found.traces), workers), progress)
+        n = workers_for(len(found.traces), workers, total_bytes(found))
+        result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     return result

@@ -67,16 +67,23 @@ def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options
         return str(exc)
 
 
-def workers_for(traces: int, asked: int | None = None) -> int:
-    """Worker processes: as asked (or DBO_TRACE_WORKERS), else one per core; no more than the traces
-    where there are several (one large trace is decoded by all of them)."""
+def workers_for(traces: int, asked: int | None = None, total_bytes: int | None = None) -> int:
+    """Worker processes: as asked (--workers, else DBO_TRACE_WORKERS), else one per core where the
+    input is large enough to repay their start-up; no more than the traces where there are several
+    (one large trace is decoded by all of them)."""
     if asked is None:
         env = os.environ.get(WORKERS_ENV, "")
-        asked = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+        if env.isdigit() and int(env) > 0:
+            asked = int(env)
+        elif total_bytes is not None and total_bytes < PARALLEL_MIN_FILE_BYTES:
+            asked = 1  # a few MB: spawning workers would cost more than reading
+        else:
+            asked = os.cpu_count() or 1
     return max(1, asked if traces <= 1 else min(asked, traces))
 
 
 WORKERS_ENV = "DBO_TRACE_WORKERS"
+PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
 
 
 def analyze_found(

@@ -30,3 +30,15 @@ def test_a_broken_rank_is_a_warning_with_workers_too(tmp_path):
         assert "warning: skipped:" in proc.stderr and "rank9.pt.trace.json" in proc.stderr
         outputs.append(proc.stdout)
     assert outputs[0] == outputs[1]
+
+
+def test_small_inputs_stay_in_one_process_unless_asked(monkeypatch):
+    from dbo_trace.pipeline import PARALLEL_MIN_FILE_BYTES, WORKERS_ENV, workers_for
+
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    assert workers_for(8, None, PARALLEL_MIN_FILE_BYTES - 1) == 1  # spawning would cost more than reading
+    assert workers_for(8, 3, 1000) == 3  # --workers is honoured
+    assert workers_for(2, 4, 1000) == 2  # no more workers than ranks
+    assert workers_for(1, 4, 1000) == 4  # one trace: its decoding uses them all
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    assert workers_for(8, None, 1000) == 2
