@@ -137,3 +137,18 @@ def test_the_lead_in_before_the_first_kernel_is_measured_and_host_idle():
     assert view.lead_in_us == pytest.approx(float(d.timeline.gpu.start[sel].min()) - view.step.start_us)
     assert view.lead_in_us > 1000.0
     assert view.host_idle[0][0] == pytest.approx(0.0) and view.host_idle[0][1] >= view.lead_in_us - 1e-6
+
+
+def test_the_late_steps_picture_marks_each_held_back_comm_from_ready_to_start(tmp_path):
+    """Every held-back comm kernel of the drawn step gets a mark that ends where the kernel starts,
+    on the kernel's own lane; the Perfetto trace carries the same waits on their own tracks."""
+    rank = analysed("late").ranks[0]
+    position = median_step(rank)
+    view = step_view(rank, position)
+    comm_bars = {(round(b.start, 3), b.lane) for b in view.bars if b.kind == "comm"}
+    assert view.held_back and all(start > ready for ready, start, _, _ in view.held_back)
+    assert all((round(start, 3), lane) in comm_bars for _, start, lane, _ in view.held_back)
+    assert {cause for *_, cause in view.held_back} <= {"late_record", "crowded", "held"}
+    out = tmp_path / "late.pftrace"
+    assert run_cli("report", str(SAMPLES / "late"), "--perfetto", str(out)).returncode == 0
+    assert b"comm held back (ready, not started)" in out.read_bytes() and b"held back: late_record" in out.read_bytes()

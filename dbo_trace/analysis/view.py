@@ -11,6 +11,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_HOST
+from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.report import RankReport, StepReport
 from dbo_trace.analysis.verdict import pct_text
 
@@ -38,6 +39,8 @@ class StepView:
     bars: list[Bar] = field(default_factory=list)
     overlap: list[tuple[float, float]] = field(default_factory=list)  # comm under compute
     host_idle: list[tuple[float, float]] = field(default_factory=list)  # GPU idle, nothing queued
+    # comm held back (analysis/held.py): (ready, start, lane, cause) per kernel, ready to its start
+    held_back: list[tuple[float, float, str, str]] = field(default_factory=list)
     lead_in_us: float = 0.0  # from the step's start to its first kernel: threads starting, Python
     title: str = ""
 
@@ -175,7 +178,15 @@ def step_view(rank: RankReport, position: int) -> StepView:
     bands = step_bands(rank, step)
     view.overlap = [(s - t0, e - t0) for s, e in zip(*bands.hidden_comm)]
     view.host_idle = [(s - t0, e - t0) for s, e in zip(*bands.host_idle)]
+    if d.held is not None:
+        for k, ready, cause in held_in_step(d.held, set(gsel.tolist())):
+            view.held_back.append((ready - t0, float(tl.gpu.start[k]) - t0, lane_of_kernel[k], cause))
     return view
+
+
+def held_in_step(held: HeldBack, kernels: set[int]) -> list[tuple[int, float, str]]:
+    """(kernel, ready, cause) of the held-back comm kernels among these GPU activities."""
+    return [(int(k), float(r), CAUSES[int(i)]) for k, r, i in zip(held.kernel, held.ready, held.cause) if int(k) in kernels]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.report import RankReport, Report
-from dbo_trace.analysis.view import step_bands
+from dbo_trace.analysis.view import held_in_step, step_bands
 from dbo_trace.render import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
@@ -102,6 +102,17 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
         s = np.concatenate([getattr(b, field)[0] for b in bands]) if bands else np.empty(0)
         e = np.concatenate([getattr(b, field)[1] for b in bands]) if bands else np.empty(0)
         w.slices(w.track(track, root), s, e, [name] * len(s))
+    if d.held is not None:  # each held-back comm kernel, from when it was ready to when it started
+        kernels = set(np.flatnonzero(np.isin(att.gpu_step, [s.index for s in steps])).tolist())
+        held = held_in_step(d.held, kernels)
+        for u in sorted({int(att.gpu_ubatch[k]) for k, _, _ in held}):  # one microbatch's waits never overlap
+            mine = [(k, ready, cause) for k, ready, cause in held if att.gpu_ubatch[k] == u]
+            w.slices(
+                w.track(f"microbatch {u} comm held back (ready, not started)", root),
+                [ready for _, ready, _ in mine],
+                [float(tl.gpu.start[k]) for k, _, _ in mine],
+                [f"held back: {cause}" for _, _, cause in mine],
+            )
     graph = np.flatnonzero(keep_calls & (d.call_kind == c.CALL_GRAPH_LAUNCH))
     w.slices(
         w.track("graph replays (cudaGraphLaunch)", root),

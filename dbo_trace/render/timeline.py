@@ -17,6 +17,7 @@ KIND_STYLE = {  # alpha, hatch
     "yield": (0.25, None),
 }
 FORMATS = ("png", "svg")
+HELD_COLOUR = "#9467bd"
 
 
 class TimelineRenderer:
@@ -59,6 +60,8 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
     y = row["overlap / host idle"]
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.overlap], (y - 0.05, 0.4), facecolors="#2ca02c")
     ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.host_idle], (y - 0.38, 0.33), facecolors="#d62728")
+    for ready, start, lane, _cause in view.held_back:  # a thin bar under the comm's lane: ready, not running
+        ax.broken_barh([(ready / scale, (start - ready) / scale)], (row[lane] - 0.46, 0.1), facecolors=HELD_COLOUR)
     if view.lead_in_us >= 0.05 * view.duration:  # worth a word: microbatch threads starting, Python before the GPU
         ax.annotate(
             f"lead-in {view.lead_in_us / scale:.2f} ms\nbefore the first kernel",
@@ -83,7 +86,9 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
         Patch(facecolor="#2ca02c", label="comm under compute"),
         Patch(facecolor="#d62728", label="GPU idle, host-caused"),
     ]
-    fig.legend(handles=legend, fontsize=7, ncol=6, loc="lower center", frameon=False)
+    if view.held_back:
+        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
+    fig.legend(handles=legend, fontsize=7, ncol=len(legend), loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format=image_format)
