@@ -144,33 +144,62 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
     return bool((ubatch >= 0).any())
 
 
-def _from_ranges(tl: Timeline, ranges: list[tuple[float, float, int, int]], ubatch: np.ndarray, phase: np.ndarray) -> None:
+@dataclass(frozen=True)
+class CpuRanges:
+    """CPU ranges that name a microbatch (and phase): parallel arrays."""
+
+    start: np.ndarray
+    end: np.ndarray
+    ubatch: np.ndarray
+    phase: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _from_ranges(tl: Timeline, ranges: CpuRanges, ubatch: np.ndarray, phase: np.ndarray) -> None:
     """Assign calls inside [start, end] of a range; later-starting (inner) ranges win."""
-    if not ranges:
+    order = np.lexsort((ranges.phase, ranges.ubatch, ranges.end, ranges.start))
+    lo = np.searchsorted(tl.calls.start, ranges.start[order], side="left")
+    hi = np.searchsorted(tl.calls.start, ranges.end[order], side="left")
+    ubs, phases = ranges.ubatch[order], ranges.phase[order]
+    if (lo[1:] >= hi[:-1]).all():  # disjoint, as the plugin's ranges are: one vectorized assignment
+        lengths = np.maximum(hi - lo, 0)
+        idx = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(lo, lengths)
+        ubatch[idx] = np.repeat(ubs, lengths)
+        phase[idx] = np.repeat(phases, lengths)
         return
-    ordered = sorted(ranges)
-    bounds = np.searchsorted(tl.calls.start, [(r[0], r[1]) for r in ordered], side="left")  # one call, not two a range
-    for (lo, hi), (_start, _end, ub, ph) in zip(bounds.tolist(), ordered):
-        ubatch[lo:hi] = ub
-        phase[lo:hi] = ph
+    for a, b, ub, ph in zip(lo.tolist(), hi.tolist(), ubs.tolist(), phases.tolist()):  # nested: in order, inner last
+        ubatch[a:b] = ub
+        phase[a:b] = ph
 
 
-def hook_ranges(tl: Timeline) -> list[tuple[float, float, int, int]]:
-    """The plugin's NVTX ranges (annotations), each distinct name matched once."""
-    return [
-        (start, end, int(m.group(1)), _PHASE_OF[m.group(2)])
-        for start, end, _name, m in tl.cpu_ranges_named(_HOOK_RANGE.match, annotations_only=True)
-    ]
+def hook_ranges(tl: Timeline) -> CpuRanges:
+    """The plugin's NVTX ranges (annotations), each distinct name matched once, as arrays."""
+    ub_of = np.full(len(tl.names), -1, np.int64)
+    phase_of = np.zeros(len(tl.names), np.int64)
+    for i, name in enumerate(tl.names):
+        if m := _HOOK_RANGE.match(name):
+            ub_of[i], phase_of[i] = int(m.group(1)), _PHASE_OF[m.group(2)]
+    sel = np.flatnonzero(tl.cpu_is_annotation & (ub_of[tl.cpu.name] >= 0)) if len(tl.names) else np.empty(0, np.int64)
+    names = tl.cpu.name[sel]
+    return CpuRanges(tl.cpu.start[sel], tl.cpu.end[sel], ub_of[names], phase_of[names])
 
 
-def pattern_ranges(tl: Timeline, patterns: list[str]) -> list[tuple[float, float, int, int]]:
+def pattern_ranges(tl: Timeline, patterns: list[str]) -> CpuRanges:
     """--ubatch-pattern: the Nth pattern marks microbatch N's CPU ranges."""
     compiled = [re.compile(p) for p in patterns]
 
     def first_pattern(name: str) -> tuple[int] | None:  # a tuple, so that microbatch 0 counts as a match
         return next(((ub,) for ub, rx in enumerate(compiled) if rx.search(name)), None)
 
-    return [(start, end, ub, PHASE_NONE) for start, end, _name, (ub,) in tl.cpu_ranges_named(first_pattern)]
+    found = tl.cpu_ranges_named(first_pattern)
+    return CpuRanges(
+        np.array([r[0] for r in found], float),
+        np.array([r[1] for r in found], float),
+        np.array([r[3][0] for r in found], np.int64),
+        np.full(len(found), PHASE_NONE, np.int64),
+    )
 
 
 def main_thread_ids(tl: Timeline, logs: list[EventLogData]) -> set[int]:
@@ -233,10 +262,10 @@ def attribute(
     source = SOURCE_NONE
     if usable_logs and _from_log(tl, usable_logs, ubatch, phase):
         source = SOURCE_EVENT_LOG
-    elif ranges := hook_ranges(tl):
+    elif len(ranges := hook_ranges(tl)):
         _from_ranges(tl, ranges, ubatch, phase)
         source = SOURCE_HOOK_RANGES
-    elif ubatch_patterns and (ranges := pattern_ranges(tl, ubatch_patterns)):
+    elif ubatch_patterns and len(ranges := pattern_ranges(tl, ubatch_patterns)):
         _from_ranges(tl, ranges, ubatch, phase)
         source = SOURCE_PATTERNS
     else:
