@@ -79,7 +79,8 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _decode_events = msgspec.json.Decoder(list[_Event]).decode
-_EVENT_FIELDS = [operator.attrgetter(f) for f in ("cat", "name", "pid", "tid", "ts", "dur", "args")]
+_TS = operator.attrgetter("ts")
+_EVENT_FIELDS = [operator.attrgetter(f) for f in ("cat", "name", "pid", "tid", "dur", "args")]
 _ARG_FIELDS = [operator.attrgetter(f) for f in ("correlation", "stream")]
 _NO_ARGS = _Args()
 _decode_any = msgspec.json.Decoder().decode
@@ -148,18 +149,29 @@ class _Columns:
         self.dropped: dict[str, int] = {}
 
     def add(self, events: list[_Event]) -> None:
+        # Fields are pulled with map(attrgetter) and looked up with map(dict.__getitem__), both in C,
+        # and whole-column checks (`None in column`) replace per-event tests: what remains per event
+        # in Python is the one filter below.
         cats = _CATEGORIES
         keep = [e for e in events if e.ph == "X" and e.cat in cats]
-        timed = [e for e in keep if e.ts is not None]
+        ts_s = list(map(_TS, keep))
+        if None in ts_s:
+            timed = [e for e, t in zip(keep, ts_s) if t is not None]
+            ts_s = [t for t in ts_s if t is not None]
+        else:
+            timed = keep
         self.skipped_no_time += len(keep) - len(timed)
         if not timed:
             return
-        # Each field pulled by map(attrgetter) runs in C: less Python per event than a comprehension.
-        cat_s, name_s, pid_s, tid_s, ts_s, dur_s, args_s = (list(map(get, timed)) for get in _EVENT_FIELDS)
-        cat = np.array([cats[c] for c in cat_s], np.int8)
+        cat_s, name_s, pid_s, tid_s, dur_s, args_s = (list(map(get, timed)) for get in _EVENT_FIELDS)
+        cat = np.array(list(map(cats.__getitem__, cat_s)), np.int8)
         ts = np.array(ts_s, np.float64)
-        no_dur = np.array([d is None for d in dur_s])
-        dur = np.array([0.0 if d is None else d for d in dur_s], np.float64) if no_dur.any() else np.array(dur_s, np.float64)
+        if None in dur_s:
+            no_dur = np.array([d is None for d in dur_s])
+            dur = np.array([0.0 if d is None else d for d in dur_s], np.float64)
+        else:
+            no_dur = np.zeros(len(dur_s), bool)
+            dur = np.array(dur_s, np.float64)
         # Values that would flip a verdict if computed: left out, counted, and said (load.py warns).
         bad = {
             "GPU activity or CUDA call without a duration": no_dur & np.isin(cat, list(_TIMED)),
@@ -182,12 +194,14 @@ class _Columns:
             if not kept:
                 return
         intern = self.names
-        no = _NO_ARGS
-        args_s = [a or no for a in args_s]
+        for name in dict.fromkeys(name_s):  # the chunk's distinct names, in order of first appearance
+            intern.setdefault(name, len(intern))
+        if None in args_s:
+            args_s = [a or _NO_ARGS for a in args_s]
         correlation_s, stream_s = (list(map(get, args_s)) for get in _ARG_FIELDS)
         p = self.parts
         p["cat"].append(cat)
-        p["name"].append(np.array([intern.setdefault(n, len(intern)) for n in name_s], np.int32))
+        p["name"].append(np.array(list(map(intern.__getitem__, name_s)), np.int32))
         p["pid"].append(_ints(pid_s))
         p["tid"].append(_ints(tid_s))
         p["ts"].append(ts)
