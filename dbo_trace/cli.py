@@ -189,6 +189,13 @@ def report(
     from dbo_trace.render import RENDERERS, RenderOptions, for_path
 
     main_output = _main_renderer(as_json, as_markdown, output)
+    if len(paths) == 1 and _is_archive(paths[0]):
+        analysis_options = comm_kernels or comm_kernels_only or step_marker or comm_streams or ubatch_patterns or layers
+        if analysis_options or workers or timeline or perfetto or html_out or step_number or rank_number:
+            fail(f"{paths[0]}: a review archive holds the finished report, not the traces: it can be shown as text, "
+                 "Markdown or JSON, not re-analysed or drawn; run those options on the recording")  # fmt: skip
+        _refuse_overwrite(output, force=force)
+        return _show_archive(paths[0], main_output, output)
     if (step_number is not None or rank_number is not None) and timeline is None:
         fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
     if comm_kernels and comm_kernels_only:
@@ -230,6 +237,23 @@ def report(
         _write_file(_as_bytes(rendered), output)
     else:
         _write_output(str(rendered), output)
+
+
+def _is_archive(path: Path) -> bool:
+    from dbo_trace.archive import is_archive
+
+    return is_archive(path)
+
+
+def _show_archive(path: Path, renderer, output: Path | None) -> None:
+    """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
+    from dbo_trace.archive import read_report_document
+    from dbo_trace.render import RenderOptions
+
+    if not hasattr(renderer, "render_document"):
+        fail(f"{path}: a review archive can be shown as text, Markdown or JSON, not as {renderer.name}")
+    document = read_report_document(path)
+    _write_output(renderer.render_document(document, RenderOptions(color=output is None and sys.stdout.isatty())), output)
 
 
 def _main_renderer(as_json: bool, as_markdown: bool, output: Path | None):
@@ -308,24 +332,25 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     _write_output(renderer.render(compared, RenderOptions(color=output is None and sys.stdout.isatty())), output)
 
 
-@main.command("bundle")
+@main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="Archive to write (default: ./NAME-dbo-trace.tar.gz).")
 @_number("--max-mb", 25.0, click.FloatRange(min=0.001), "Size cap of the archive.")
 @_number("--steps", 3, click.IntRange(min=1), "Steps around the median step in the Perfetto window.")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
-def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
-    """Pack what a reviewer needs into one archive: dbo-trace bundle RUN -o run.tar.gz
+def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
+    """Pack what a reviewer needs into one archive: dbo-trace archive RUN -o run.tar.gz
 
     \b
     summary.md (the --markdown report, linking timeline.png), timeline.png (the
     median step), report.json, window.pftrace (Perfetto: a few steps around the
     median step, not the whole run) and the manifest, secrets redacted again.
     Trimmed to stay under --max-mb (25 MB, GitHub's attachment limit).
+    `dbo-trace report run.tar.gz` shows it again.
     """
     from dbo_trace.analysis.report import Options
-    from dbo_trace.attach import pack
+    from dbo_trace.archive import pack
 
     out = out or Path(f"{source.resolve().name}-dbo-trace.tar.gz")
     _refuse_overwrite(out, force=force)
@@ -339,6 +364,10 @@ def bundle_cmd(source, out, max_mb, steps, layers, force) -> None:
     click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
     for line in packed.trimmed:
         click.echo(f"  {line}")
+
+
+# The command's first name, kept so that scripts written for it still run.
+main.add_command(click.Command("bundle", callback=archive_cmd.callback, params=archive_cmd.params, hidden=True), "bundle")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -22,4 +22,7 @@ class JsonRenderer:
     name, suffixes, binary = "json", (".json",), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
-        return json_text(build_document(report))
+        return self.render_document(build_document(report), options)
+
+    def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
+        return json_text(d)

@@ -27,7 +27,10 @@ class MarkdownRenderer:
     name, suffixes, binary = "markdown", (".md",), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
-        d = build_document(report)
+        return self.render_document(build_document(report), options)
+
+    def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
+        """From the JSON document alone: what `report` shows of a review archive's report.json."""
         out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:

@@ -55,12 +55,15 @@ class TerminalRenderer:
     name, suffixes, binary = "terminal", (".txt",), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
+        return self.render_document(build_document(report), options)
+
+    def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
+        """From the JSON document alone: what `report` shows of a review archive's report.json."""
         buf = io.StringIO()
         # The terminal's own width, at least 80: tables are laid out to fit 100 columns without cutting cells.
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         color = options.color
         console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
-        d = build_document(report)
         label = d["verdict"]["label"]
         console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
         _bullets(console, d["verdict"]["reasons"])

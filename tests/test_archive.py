@@ -1,4 +1,4 @@
-"""`dbo-trace bundle`: the reviewer's archive from a real sample, under its cap, secrets planted in the
+"""`dbo-trace archive`: the reviewer's archive from a real sample, under its cap, secrets planted in the
 manifest removed, and the Perfetto window holding only the chosen steps."""
 
 import json
@@ -44,10 +44,10 @@ def window_steps(pftrace: bytes) -> list[str]:
     ]
 
 
-def test_bundle_packs_a_redacted_archive_under_the_cap(tmp_path):
+def test_archive_packs_a_redacted_archive_under_the_cap(tmp_path):
     src = planted_copy(tmp_path)
     out = tmp_path / "review.tar.gz"
-    proc = run_cli("bundle", str(src), "-o", str(out))
+    proc = run_cli("archive", str(src), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size <= 25e6 and f"wrote {out}" in proc.stdout
     files = members(out)
@@ -68,32 +68,54 @@ def test_bundle_packs_a_redacted_archive_under_the_cap(tmp_path):
     assert len(names) == 3 and any(n.startswith(median_label + ":") for n in names)
 
 
-def test_bundle_trims_the_window_to_fit_the_cap(tmp_path):
+def test_archive_trims_the_window_to_fit_the_cap(tmp_path):
     src = planted_copy(tmp_path)
     sizes = {}
     for n in (1, 5):
         out = tmp_path / f"w{n}.tar.gz"
-        assert run_cli("bundle", str(src), "-o", str(out), "--steps", str(n)).returncode == 0
+        assert run_cli("archive", str(src), "-o", str(out), "--steps", str(n)).returncode == 0
         sizes[n] = out.stat().st_size
     assert sizes[1] < sizes[5]
     cap_mb = (sizes[1] + sizes[5]) / 2 / 1e6
     out = tmp_path / "capped.tar.gz"
-    proc = run_cli("bundle", str(src), "-o", str(out), "--steps", "5", "--max-mb", f"{cap_mb:.6f}")
+    proc = run_cli("archive", str(src), "-o", str(out), "--steps", "5", "--max-mb", f"{cap_mb:.6f}")
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size <= cap_mb * 1e6
     assert len(window_steps(members(out)["window.pftrace"])) == 1
     assert "of 5 steps" in proc.stdout
 
 
-def test_bundle_too_small_a_cap_is_one_line_and_writes_nothing(tmp_path):
+def test_archive_too_small_a_cap_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "x.tar.gz"
-    proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(out), "--max-mb", "0.001")
+    proc = run_cli("archive", str(SAMPLES / "overlap"), "-o", str(out), "--max-mb", "0.001")
     assert proc.returncode == 2 and "over the 0.001 MB cap; raise --max-mb" in proc.stderr
     assert not out.exists() and not list(tmp_path.iterdir())
 
 
-def test_bundle_into_a_missing_folder_is_one_line(tmp_path):
+def test_archive_into_a_missing_folder_is_one_line(tmp_path):
     from conftest import SAMPLES, run_cli
 
-    proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(tmp_path / "nowhere" / "x.tar.gz"))
+    proc = run_cli("archive", str(SAMPLES / "overlap"), "-o", str(tmp_path / "nowhere" / "x.tar.gz"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_report_shows_an_archive_as_the_recording_reported_it(tmp_path):
+    """What was attached reads back: the archive's JSON is the recording's, and the terminal and
+    Markdown summaries render from it; options that need the traces are refused in one line."""
+    out = tmp_path / "review.tar.gz"
+    assert run_cli("archive", str(SAMPLES / "late"), "-o", str(out)).returncode == 0
+    direct = run_cli("report", "--json", str(SAMPLES / "late"))
+    again = run_cli("report", "--json", str(out))
+    assert again.returncode == 0 and json.loads(again.stdout) == json.loads(direct.stdout)
+    shown = run_cli("report", str(out))
+    assert shown.returncode == 0 and shown.stdout.startswith("verdict: ") and "comm held back" in shown.stdout
+    assert run_cli("report", "--markdown", str(out)).stdout.startswith("### dbo-trace: **")
+    refused = run_cli("report", str(out), "--timeline", str(tmp_path / "t.png"))
+    assert refused.returncode == 2 and "holds the finished report, not the traces" in refused.stderr
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_the_commands_first_name_still_runs(tmp_path):
+    out = tmp_path / "old-name.tar.gz"
+    proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(out))
+    assert proc.returncode == 0 and out.exists()

@@ -1,8 +1,10 @@
-"""`dbo-trace bundle`: one archive a reviewer can open, under a size cap, with secrets out.
+"""`dbo-trace archive`: one file a reviewer can open, under a size cap, with secrets out.
 
 Holds the Markdown summary, the timeline picture of the median step, the JSON
 report, a Perfetto trace of a window of steps around the median step (not the
-whole run), and the recording's manifest, redacted again on packing.
+whole run), and the recording's manifest, redacted again on packing. (A
+*recording*, the folder `record` writes, is what docs and code call a bundle.)
+`report` reads an archive back: its JSON report, rendered as text.
 """
 
 from __future__ import annotations
@@ -19,6 +21,41 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import steps_around_median
 from dbo_trace.files import replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
+
+MEMBER_ROOT = "dbo-trace"
+REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
+
+
+def is_archive(path: Path) -> bool:
+    """A review archive: a tar file (gzipped or not) with the report's JSON inside."""
+    try:
+        if not path.is_file() or not tarfile.is_tarfile(path):
+            return False
+        with tarfile.open(path) as tar:
+            return REPORT_MEMBER in tar.getnames()
+    except (OSError, tarfile.TarError, EOFError):
+        return False
+
+
+def read_report_document(path: Path) -> dict:
+    """The JSON document the archive holds; UsageError (one line) where it cannot be read."""
+    from dbo_trace.errors import UsageError
+    from dbo_trace.render.document import SCHEMA, SCHEMA_VERSION
+
+    try:
+        with tarfile.open(path) as tar:
+            member = tar.extractfile(REPORT_MEMBER)
+            doc = json.loads(member.read()) if member is not None else None
+    except (OSError, tarfile.TarError, EOFError, ValueError) as exc:
+        raise UsageError(f"{path}: the archive's report cannot be read ({exc}); re-create it with dbo-trace archive") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report; re-create it with dbo-trace archive")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"{path}: its report has schema version {doc.get('schema_version')}, this dbo-trace reads {SCHEMA_VERSION}; "
+            "re-create the archive from the recording"
+        )
+    return doc
 
 
 @dataclass
@@ -56,7 +93,7 @@ def _archive(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, data in members.items():
-            info = tarfile.TarInfo(f"dbo-trace/{name}")
+            info = tarfile.TarInfo(f"{MEMBER_ROOT}/{name}")
             info.size, info.mtime = len(data), int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
