@@ -77,7 +77,7 @@ def event_files(bundle: Path, suffix: str = ".jsonl") -> list[Path]:
 COUNTERS_SUFFIX = ".counters.json"
 
 
-def read_counters(folder: Path) -> list[tuple[Path, dict, float]]:
+def read_counters(folder: Path) -> list[tuple[Path, dict[str, Any], float]]:
     """Every process's counters under a DBO_TRACE_DIR (or its events/ folder): (path, body, age in
     seconds). A file being replaced or half-written is skipped this time round."""
     import time

@@ -69,13 +69,15 @@ class Partition:
         t = np.clip(np.asarray(t, float), self.bounds[0], self.bounds[-1])
         i = np.clip(np.searchsorted(self.bounds, t, side="right") - 1, 0, len(self.bucket) - 1)
         partial = (t - self.bounds[i])[:, None] * (self.bucket[i][:, None] == np.arange(len(BUCKETS))[None, :])
-        return self.cumulative[:, i].T + partial
+        cumulative: np.ndarray = self.cumulative[:, i].T + partial
+        return cumulative
 
     def measure(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Time of each bucket inside each window [lo, hi]: (windows, buckets)."""
         if not len(self.bucket):
             return np.zeros((len(lo), len(BUCKETS)))
-        return self._at(hi) - self._at(lo)
+        inside: np.ndarray = self._at(hi) - self._at(lo)
+        return inside
 
     def measure_union(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Time of each bucket inside the union of the windows (overlapping windows count once)."""

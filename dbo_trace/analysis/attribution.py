@@ -59,7 +59,10 @@ class Attribution:
 
 
 # -- microbatch and phase ------------------------------------------------------------
-def _thread_states(logs: list[EventLogData], base_time_ns: int):
+ThreadStates = dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]  # ident -> (times, ubatch, phase) change points
+
+
+def _thread_states(logs: list[EventLogData], base_time_ns: int) -> tuple[ThreadStates, dict[int, set[int]]]:
     """Per thread ident: change-point times and the (ubatch, phase) from each point on."""
     per_ident: dict[int, list[tuple[int, int, int]]] = {}
     tids_of: dict[int, set[int]] = {}
@@ -86,7 +89,7 @@ def _thread_states(logs: list[EventLogData], base_time_ns: int):
             per_ident.setdefault(ident, []).append((t, *state))
             # Stock profiler: the low 32 bits of the ident. profile_all_threads: a native id.
             tids_of.setdefault(ident, set()).update({ident & 0xFFFFFFFF, native})
-    out = {}
+    out: ThreadStates = {}
     for ident, rows in per_ident.items():
         rows.sort()
         arr = np.array(rows, dtype=np.int64)
@@ -94,7 +97,9 @@ def _thread_states(logs: list[EventLogData], base_time_ns: int):
     return out, tids_of
 
 
-def _learn_tids(calls_tid: np.ndarray, calls_start: np.ndarray, states, tids_of, main_tids: set[int]) -> dict[int, set[int]]:
+def _learn_tids(
+    calls_tid: np.ndarray, calls_start: np.ndarray, states: ThreadStates, tids_of: dict[int, set[int]], main_tids: set[int]
+) -> dict[int, set[int]]:
     """Trace thread ids -> thread ident, where the ids match neither the ident's low 32 bits nor a
     native id (seen with torch 2.11's stock profiler): each call votes for the microbatch thread
     that was running Python when it was made (only one runs at a time); the majority wins."""

@@ -70,7 +70,7 @@ class CommRules:
     builtin: dict[str, str] = field(default_factory=lambda: dict(COMM_PATTERNS))
     replace_builtin: bool = False  # --comm-kernels-only: the user's patterns are the whole set
 
-    def regex(self) -> re.Pattern:
+    def regex(self) -> re.Pattern[str]:
         parts = ([] if self.replace_builtin else list(self.builtin.values())) + list(self.extra_patterns)
         if not parts:
             return re.compile(r"(?!)")  # nothing is communication

@@ -66,9 +66,11 @@ def _covered_within(lo: np.ndarray, hi: np.ndarray, u_start: np.ndarray, u_end: 
         i = np.searchsorted(u_start, t, side="right")  # intervals starting at or before t
         full = cum[np.maximum(i - 1, 0)]
         last = np.where(i > 0, np.minimum(t, u_end[np.maximum(i - 1, 0)]) - u_start[np.maximum(i - 1, 0)], 0.0)
-        return np.where(i > 0, full + np.maximum(last, 0.0), 0.0)
+        covered: np.ndarray = np.where(i > 0, full + np.maximum(last, 0.0), 0.0)
+        return covered
 
-    return upto(hi) - upto(lo)
+    inside: np.ndarray = upto(hi) - upto(lo)
+    return inside
 
 
 def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -> np.ndarray:

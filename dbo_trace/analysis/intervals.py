@@ -116,11 +116,12 @@ def grouped_overlap_length(
 ) -> np.ndarray:
     """Per group: time covered by both sets, |A| + |B| - |A u B| (as overlap_length)."""
     both = np.concatenate([group_a, group_b])
-    return (
+    covered: np.ndarray = (
         grouped_length(group_a, n, *a)
         + grouped_length(group_b, n, *b)
         - grouped_length(both, n, np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
     )
+    return covered
 
 
 def grouped_median(group: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:

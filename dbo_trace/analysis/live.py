@@ -9,6 +9,7 @@ Counter names (dbo_trace/record/hooks.py): `steps.<path>` per UBatchWrapper call
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from dbo_trace import bundle as fmt
 
@@ -30,7 +31,9 @@ class LiveRow:
     hooks_enabled: bool = True
 
 
-def live_row(body: dict, previous: dict | None = None, interval_s: float | None = None, age_s: float | None = None) -> LiveRow:
+def live_row(
+    body: dict[str, Any], previous: dict[str, Any] | None = None, interval_s: float | None = None, age_s: float | None = None
+) -> LiveRow:
     counters: dict[str, int] = {k: int(v) for k, v in body.get("counters", {}).items() if isinstance(v, (int, float))}
     paths = {k.split(".", 1)[1]: v for k, v in counters.items() if k.startswith("steps.")}
     steps = sum(paths.values())

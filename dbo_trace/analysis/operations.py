@@ -68,7 +68,7 @@ def operation_rows(
         per_op.append((int(step[first]), int(ubatch[first]), float(start[sel].min()), int(o)))
     per_op.sort()
     position: dict[int, tuple[int, int]] = {}
-    seen: Counter = Counter()
+    seen: Counter[tuple[int, int]] = Counter()
     for st, ub, _t, o in per_op:
         position[o] = (ub, seen[(st, ub)])
         seen[(st, ub)] += 1

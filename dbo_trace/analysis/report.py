@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Callable
 
 import numpy as np
 
@@ -355,7 +356,10 @@ def _host_test(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> Ho
     return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
 
 
-def _phase_report(phase: str, steps: list[StepReport], att: Attribution, metrics, microbatched: bool) -> PhaseReport:
+MetricsOf = Callable[[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]], WindowMetrics]
+
+
+def _phase_report(phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool) -> PhaseReport:
     idx = np.array([s.index for s in steps], np.int64)
     gpu_sel = np.isin(att.gpu_step, idx)
     call_sel = np.isin(att.call_step, idx)

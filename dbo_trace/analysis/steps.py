@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ def phase_of(context_requests: int, generation_requests: int) -> str | None:
     return None
 
 
-def _from_rows(rows: list[tuple], source: str) -> Steps | None:
+def _from_rows(rows: list[tuple[Any, ...]], source: str) -> Steps | None:
     """rows: (start, end, label[, phase, context tokens, generation tokens]); overlapping rows keep the outer one."""
     if not rows:
         return None

@@ -12,7 +12,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_HOST
 from dbo_trace.analysis.held import CAUSES, HeldBack
-from dbo_trace.analysis.report import RankReport, StepReport
+from dbo_trace.analysis.report import RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import pct_text
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
@@ -55,7 +55,7 @@ def median_step(rank: RankReport) -> int:
     return int(np.argsort(walls, kind="stable")[(len(walls) - 1) // 2])
 
 
-def chosen_step(report, rank_number: int | None, step_number: int | None) -> tuple[RankReport, int]:
+def chosen_step(report: Report, rank_number: int | None, step_number: int | None) -> tuple[RankReport, int]:
     """The rank and the position of the step a picture draws: --rank (default the first rank with
     steps) and --step (a row of the per-step table, 1-based; default the median step)."""
     from dbo_trace.errors import UsageError
@@ -149,7 +149,10 @@ def step_view(rank: RankReport, position: int) -> StepView:
 
     # CPU: CUDA API calls grouped by the microbatch thread that made them; yields from the hook ranges.
     csel = np.flatnonzero(att.call_step == step.index)
-    cpu_lane = lambda u: CPU_MAIN if u < 0 else f"CPU microbatch {u}"  # noqa: E731
+
+    def cpu_lane(u: int) -> str:
+        return CPU_MAIN if u < 0 else f"CPU microbatch {u}"
+
     for i in csel:
         u = int(att.call_ubatch[i])
         view.bars.append(

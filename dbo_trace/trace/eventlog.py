@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -14,8 +15,8 @@ from dbo_trace.trace.errors import InputError
 @dataclass
 class EventLogData:
     path: Path
-    header: dict
-    records: list[list]  # [t_ns, kind, ident, native_tid, ubatch, step, detail], in time order
+    header: dict[str, Any]
+    records: list[list[Any]]  # [t_ns, kind, ident, native_tid, ubatch, step, detail], in time order
 
     @property
     def pid(self) -> int | None:

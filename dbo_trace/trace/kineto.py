@@ -20,9 +20,10 @@ import operator
 import os
 import re
 import zlib
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -105,7 +106,7 @@ class RawTrace:
     path: Path
     events: EventColumns
     names: list[str]
-    metadata: dict = field(default_factory=dict)  # the top-level keys other than traceEvents
+    metadata: dict[str, Any] = field(default_factory=dict)  # the top-level keys other than traceEvents
     skipped_no_time: int = 0  # 'X' events without ts: ignored, reported as a warning
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> events left out (warned)
 
@@ -124,7 +125,7 @@ def _as_int(value: int | str) -> int:
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _ints(values: list) -> np.ndarray:
+def _ints(values: list[Any]) -> np.ndarray:
     """Id columns: ints almost always; Kineto's few string ids ("Spans", "", "0x1f") become their
     number or -1, and so does an integer beyond 64 bits (no real id is)."""
     try:
@@ -280,7 +281,9 @@ def _is_gzip(path: Path) -> bool:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _read(path: Path, progress: Callable[[int], None] | None, block: int, pool=None, workers: int = 1) -> RawTrace:
+def _read(
+    path: Path, progress: Callable[[int], None] | None, block: int, pool: Executor | None = None, workers: int = 1
+) -> RawTrace:
     fh = _open(path)
     raw = fh.fileobj if isinstance(fh, gzip.GzipFile) else fh
     columns = _Columns()
@@ -337,7 +340,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # strings (skipped whole) and brackets
 
 
-def _top_level_events(buf: bytes) -> re.Match | None:
+def _top_level_events(buf: bytes) -> re.Match[bytes] | None:
     """The `"traceEvents": [` of the document itself, not one nested in another key's value."""
     for match in _EVENTS_KEY.finditer(buf):
         depth = 0
@@ -412,9 +415,9 @@ class _ParallelEvents:
     order. Anything unusual (no boundary in a block, a chunk that does not decode alone) goes back
     to _EventStream, so errors and odd layouts are handled exactly as in a sequential read."""
 
-    def __init__(self, stream: "_EventStream", pool, in_flight: int):
+    def __init__(self, stream: "_EventStream", pool: Executor, in_flight: int):
         self.stream, self.pool, self.in_flight = stream, pool, in_flight
-        self.pending: list = []
+        self.pending: list[Future[_Columns | None]] = []
 
     def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
         if final or buf.lstrip(_WHITESPACE).startswith(b"]"):
@@ -437,7 +440,7 @@ class _ParallelEvents:
         while self.pending:
             self._merge(self.pending.pop(0))
 
-    def _merge(self, future) -> None:
+    def _merge(self, future: Future[_Columns | None]) -> None:
         part = future.result()
         if part is None:
             raise _ParallelFallback()
@@ -587,7 +590,7 @@ def _raise_no_events(path: Path, buf: bytes) -> None:
     raise InputError(f'{path}: JSON without a "traceEvents" list; not a torch profiler (Chrome) trace')
 
 
-def _top_level(head: bytes, tail: bytes, path: Path) -> dict:
+def _top_level(head: bytes, tail: bytes, path: Path) -> dict[str, Any]:
     """The document's other top-level keys, from the bytes before and after traceEvents."""
     head = head.strip()
     tail = tail.strip()

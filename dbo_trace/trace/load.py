@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from dbo_trace import bundle as fmt
 from dbo_trace.trace.errors import InputError
@@ -18,7 +18,7 @@ from dbo_trace.trace.timeline import Timeline, build_timeline
 class Loaded:
     timelines: list[Timeline]
     logs: list[EventLogData]
-    manifests: list[dict]
+    manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
 
 
@@ -28,7 +28,7 @@ class Found:
 
     traces: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
-    manifests: list[dict] = field(default_factory=list)
+    manifests: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _discover(path: Path, found: Found) -> None:

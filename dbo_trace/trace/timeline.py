@@ -48,7 +48,7 @@ class Timeline:
     cpu: Intervals  # cpu ops, user annotations, python functions
     cpu_is_annotation: np.ndarray
     base_time_ns: int | None  # trace ts + base_time_ns/1000 is the time.time_ns()/1000 clock
-    metadata: dict = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def cpu_ranges_named(
