@@ -99,25 +99,26 @@ def exposure(
                 break
         if k < 0:
             continue
-        if k in held:
-            by[held[k]] += float(e - s)
-            kernels.append(k)
-            lengths.append(float(e - s))
-            reasons.append(held[k])
-            continue
-        lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
-        group = compute[lo:hi]
-        later = group[start[group] >= s]
-        if ubatch[k] >= 0:
-            later = later[(ubatch[later] >= 0) & (ubatch[later] != ubatch[k])]
-        if not len(later):
-            reason = NOTHING
-        else:
-            first = later[np.argmin(start[later])]
-            launched = launch_start[first]
-            reason = UNKNOWN if np.isnan(launched) else HOST if launched > s else WAITING
+        reason = held.get(k) or _compute_state(k, s, compute, c_step, start, ubatch, step, launch_start)
         by[reason] += float(e - s)
         kernels.append(k)
         lengths.append(float(e - s))
         reasons.append(reason)
     return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels), tuple(lengths), tuple(reasons))
+
+
+def _compute_state(
+    k: int, s: float, compute: np.ndarray, c_step: np.ndarray, start: np.ndarray, ubatch: np.ndarray,
+    step: np.ndarray, launch_start: np.ndarray,
+) -> str:  # fmt: skip
+    """The state, when the stretch began at s, of the compute that could have hidden comm kernel k:
+    the next compute kernel of the other microbatch in k's step (compute: sorted by step, then start)."""
+    lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
+    group = compute[lo:hi]
+    later = group[start[group] >= s]
+    if ubatch[k] >= 0:
+        later = later[(ubatch[later] >= 0) & (ubatch[later] != ubatch[k])]
+    if not len(later):
+        return NOTHING
+    launched = launch_start[later[np.argmin(start[later])]]
+    return UNKNOWN if np.isnan(launched) else HOST if launched > s else WAITING
