@@ -171,6 +171,10 @@ def held_back_line(rank: dict) -> str | None:
     )
 
 
+# The one-line findings of a rank, in the order every text renderer prints them (None: nothing to say).
+RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, comm_kernels_line, top_compute_line)
+
+
 OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")
 
 

@@ -7,18 +7,13 @@ from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     PHASE_HEADER,
+    RANK_LINES,
     ROUND_TRIP_HEADER,
-    comm_kernels_line,
-    contention_line,
-    exposure_line,
-    held_back_line,
     md_table,
     ms,
     pct,
     phase_cells,
     round_trip_cells,
-    time_line,
-    top_compute_line,
     us,
 )
 
@@ -51,12 +46,9 @@ class MarkdownRenderer:
                 for r in d["ranks"]
             ],
         )
-        out += [""] + [f"- {time_line(r)}" for r in d["ranks"]]
-        out += [f"- {line}" for r in d["ranks"] if (line := contention_line(r))]
-        out += [f"- {line}" for r in d["ranks"] if (line := exposure_line(r))]
-        out += [f"- {line}" for r in d["ranks"] if (line := held_back_line(r))]
-        out += [f"- {comm_kernels_line(r)}" for r in d["ranks"]]
-        out += [f"- {line}" for r in d["ranks"] if (line := top_compute_line(r))]
+        out.append("")
+        for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
+            out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]

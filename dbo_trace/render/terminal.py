@@ -15,19 +15,14 @@ from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,
     PHASE_HEADER,
+    RANK_LINES,
     ROUND_TRIP_HEADER,
-    comm_kernels_line,
-    contention_line,
-    exposure_line,
-    held_back_line,
     ms,
     operation_cells,
     pct,
     phase_cells,
     round_trip_cells,
     short_step_label,
-    time_line,
-    top_compute_line,
     us,
 )
 
@@ -95,11 +90,7 @@ class TerminalRenderer:
                 r["verdict"]["label"],
             )
         console.print(ranks)
-        lines = []
-        for r in d["ranks"]:
-            lines += [time_line(r), contention_line(r), exposure_line(r), held_back_line(r)]
-            lines += [comm_kernels_line(r), top_compute_line(r)]
-        _bullets(console, [line for line in lines if line])
+        _bullets(console, [line for r in d["ranks"] for line_of in RANK_LINES if (line := line_of(r))])
         phases = d["phases"]
         if phases:
             t = Table(title="per phase (vLLM's step annotations)", title_justify="left")
