@@ -48,13 +48,19 @@ class Partition:
         ends = np.r_[begins[1:], True]
         return s[begins], e[ends]
 
-    def host_gaps_in(self, lo: np.ndarray, hi: np.ndarray) -> tuple[int, int]:
-        """(host-caused gaps, all gaps) that begin inside the windows."""
+    def gaps_in(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per window, (host-caused gaps, all gaps) that begin inside it."""
 
-        def count(starts: np.ndarray) -> int:
-            return int((np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")).sum())
+        def count(starts: np.ndarray) -> np.ndarray:
+            inside: np.ndarray = np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
+            return inside
 
         return count(self.host_starts), count(self.idle_starts)
+
+    def host_gaps_in(self, lo: np.ndarray, hi: np.ndarray) -> tuple[int, int]:
+        """(host-caused gaps, all gaps) that begin inside the windows, together."""
+        host, every = self.gaps_in(lo, hi)
+        return int(host.sum()), int(every.sum())
 
     @property
     def lo(self) -> float:

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
+from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
@@ -319,30 +319,20 @@ def _exposure(
 def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> list[WindowTime]:
     """Each window's time on its own (windows may overlap each other), all at once."""
     rows = part.measure(lo, hi)
-    busy = rows[:, B_COMPUTE] + rows[:, B_COMM] + rows[:, B_COPY]
-
-    def begin_inside(starts: np.ndarray) -> np.ndarray:
-        return np.searchsorted(starts, hi, side="left") - np.searchsorted(starts, lo, side="left")
-
-    host_gaps, all_gaps = begin_inside(part.host_starts), begin_inside(part.idle_starts)
-    return [
-        WindowTime(float(hi[i] - lo[i]), float(busy[i]), float(rows[i, B_HOST]), int(host_gaps[i]), int(all_gaps[i]))
-        for i in range(len(lo))
-    ]
+    host_gaps, all_gaps = part.gaps_in(lo, hi)
+    return [_window_time(float(hi[i] - lo[i]), rows[i], int(host_gaps[i]), int(all_gaps[i])) for i in range(len(lo))]
 
 
 def window_time(part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowTime:
     """Span, busy time and host-caused idle of a window (or a union of windows) from the rank's one timeline."""
     u_lo, u_hi = union(np.asarray(lo, float), np.asarray(hi, float))
     row = part.measure(u_lo, u_hi).sum(axis=0) if len(u_lo) else np.zeros(5)
-    host_gaps, all_gaps = part.host_gaps_in(u_lo, u_hi)
-    return WindowTime(
-        span_us=float((u_hi - u_lo).sum()),
-        gpu_busy_us=float(row[B_COMPUTE] + row[B_COMM] + row[B_COPY]),
-        host_idle_us=float(row[B_HOST]),
-        host_idle_gaps=host_gaps,
-        idle_gaps=all_gaps,
-    )
+    return _window_time(float((u_hi - u_lo).sum()), row, *part.host_gaps_in(u_lo, u_hi))
+
+
+def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int) -> WindowTime:
+    buckets = TimeBuckets.from_row(span_us, row)
+    return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
 HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
