@@ -16,6 +16,7 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timeline, settle_ranks
 from dbo_trace.trace.timeline import Timeline
+from dbo_trace.trace.workers import process_pool
 
 
 def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
@@ -94,15 +95,11 @@ def analyze_found(
     by the workers. The report is the same as with one process."""
     if workers <= 1 or len(found.traces) < 2:
         return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     options = options_from_manifests(options, found.manifests)
     logs, warnings = read_logs(found)
     results: dict[int, RankReport | str] = {}
     done = 0
-    # spawn, not fork: the parent may run a progress thread, and a forked child would inherit its locks.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with process_pool(workers) as pool:
         futures = {pool.submit(_read_and_analyze, t, i, logs, options): i for i, t in enumerate(found.traces)}
         for future in as_completed(futures):
             i = futures[future]

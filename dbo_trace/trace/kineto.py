@@ -241,6 +241,9 @@ def _blocks(fh: BinaryIO, path: Path, size: int) -> Iterator[bytes]:
         raise InputError(f"{path}: {what} ({exc}); re-copy or re-export the trace") from None
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _open(path: Path) -> BinaryIO:
     try:
         fh = open(path, "rb")
@@ -250,7 +253,7 @@ def _open(path: Path) -> BinaryIO:
         raise InputError(f"{path}: cannot open ({exc.strerror})") from None
     magic = fh.read(2)
     fh.seek(0)
-    return gzip.GzipFile(fileobj=fh) if magic == b"\x1f\x8b" else fh  # type: ignore[return-value]  # both read bytes
+    return gzip.GzipFile(fileobj=fh) if magic == GZIP_MAGIC else fh  # type: ignore[return-value]  # both read bytes
 
 
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
@@ -263,13 +266,12 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
     """Read one Kineto trace. progress(n) is called with the file bytes consumed so far. With
     workers > 1 a large trace is decoded in that many worker processes; the result is the same."""
     if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _is_gzip(path) else 1):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
+        from dbo_trace.trace.workers import process_pool
+
         try:
-            # spawn, not fork: the parent may run a progress thread whose locks a forked child would inherit.
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with process_pool(workers) as pool:
                 return _read(path, progress, block, pool, workers)
         except (_ParallelFallback, BrokenProcessPool):
             pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
@@ -278,7 +280,7 @@ def read_kineto(path: Path, progress: Callable[[int], None] | None = None, block
 
 def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
+        return fh.read(2) == GZIP_MAGIC
 
 
 def _read(
@@ -311,7 +313,7 @@ def _read(
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
                     continue
                 head, buf, state = buf[: match.start()], buf[match.end() :], "events"
-                (reader.stream if isinstance(reader, _ParallelEvents) else reader).offset = match.end()
+                stream.offset = match.end()
             buf, done = reader.consume(buf, final=False)
             if done is not None:
                 tail, state = done, "tail"
