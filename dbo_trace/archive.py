@@ -99,21 +99,17 @@ def _archive(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def _binary(rendered: str | bytes) -> bytes:
-    return rendered if isinstance(rendered, bytes) else rendered.encode()
-
-
 def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) -> Packed:
     """Every member rendered through the one registry: the Markdown linking the median step's
     picture, the picture, the JSON document, and a Perfetto window trimmed to fit max_bytes."""
-    from dbo_trace.render import RENDERERS, RenderOptions
+    from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 
     def text(name: str, options: RenderOptions = RenderOptions()) -> bytes:
         return redact_text(str(RENDERERS[name].render(report, options))).encode()
 
     members: dict[str, bytes] = {
         "summary.md": text("markdown", RenderOptions(image="timeline.png")),
-        "timeline.png": _binary(RENDERERS["png"].render(report, RenderOptions())),
+        "timeline.png": as_bytes(RENDERERS["png"].render(report, RenderOptions())),
         "report.json": text("json"),
     }
     if fmt.is_bundle(source):
@@ -123,7 +119,7 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) ->
     trimmed: list[str] = []
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)
-        members["window.pftrace"] = _binary(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
+        members["window.pftrace"] = as_bytes(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
         data = _archive(members)
         if len(data) <= max_bytes:
             trimmed.append("Perfetto window: " + "; ".join(described))

@@ -186,9 +186,9 @@ def report(
 
     from dbo_trace.analysis.report import Options
     from dbo_trace.analysis.view import chosen_step
-    from dbo_trace.render import RENDERERS, RenderOptions, for_path
+    from dbo_trace.render import RENDERERS, RenderOptions, as_bytes, for_path
 
-    main_output = _main_renderer(as_json, as_markdown, output)
+    main_output = RENDERERS[_output_name(as_json, as_markdown, output)]
     if len(paths) == 1 and _is_archive(paths[0]):
         analysis_options = comm_kernels or comm_kernels_only or step_marker or comm_streams or ubatch_patterns or layers
         if analysis_options or workers or timeline or perfetto or html_out or step_number or rank_number:
@@ -221,20 +221,20 @@ def report(
     )
     result = _analyzed(list(paths), options, workers)
     shown = RenderOptions(
-        color=output is None and sys.stdout.isatty(),
+        color=_color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
         step=step_number,
         rank=rank_number,
     )
     for path, renderer in extras:
         if path is not None and renderer is not None:
-            _write_file(_as_bytes(renderer.render(result, shown)), path)
+            _write_file(as_bytes(renderer.render(result, shown)), path)
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
                 click.echo(f"  rank {rank.rank}, {rank.steps[position].label}", err=True)
     rendered = main_output.render(result, shown)
     if main_output.binary:
-        _write_file(_as_bytes(rendered), output)
+        _write_file(as_bytes(rendered), output)
     else:
         _write_output(str(rendered), output)
 
@@ -253,22 +253,22 @@ def _show_archive(path: Path, renderer, output: Path | None) -> None:
     if not hasattr(renderer, "render_document"):
         fail(f"{path}: a review archive can be shown as text, Markdown or JSON, not as {renderer.name}")
     document = read_report_document(path)
-    _write_output(renderer.render_document(document, RenderOptions(color=output is None and sys.stdout.isatty())), output)
+    _write_output(renderer.render_document(document, RenderOptions(color=_color(output))), output)
 
 
-def _main_renderer(as_json: bool, as_markdown: bool, output: Path | None):
+def _output_name(as_json: bool, as_markdown: bool, output: Path | None) -> str:
     """--json or --markdown, else what -o's suffix names (.json, .md, .html, .pftrace, .png, .svg),
     else the terminal summary."""
-    from dbo_trace.render import RENDERERS, for_path
+    from dbo_trace.render import for_path
 
     flagged = _one_format(as_json, as_markdown)
-    if flagged != "terminal" or output is None:
-        return RENDERERS[flagged]
-    return for_path(output) or RENDERERS["terminal"]
+    by_suffix = for_path(output) if output is not None and flagged == "terminal" else None
+    return by_suffix.name if by_suffix is not None else flagged
 
 
-def _as_bytes(rendered: str | bytes) -> bytes:
-    return rendered.encode() if isinstance(rendered, str) else rendered
+def _color(output: Path | None) -> bool:
+    """ANSI colour only for a terminal on stdout."""
+    return output is None and sys.stdout.isatty()
 
 
 def _analyzed(paths: list[Path], options, workers: int | None = None):
@@ -277,8 +277,9 @@ def _analyzed(paths: list[Path], options, workers: int | None = None):
     from dbo_trace.trace.load import discover, total_bytes
 
     found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
-    with reading_bar(total_bytes(found)) as progress:
-        n = workers_for(len(found.traces), workers, total_bytes(found))
+    size = total_bytes(found)
+    with reading_bar(size) as progress:
+        n = workers_for(len(found.traces), workers, size)
         result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
@@ -307,10 +308,10 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     from dbo_trace.analysis.compare import arms_of, shape_warnings, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.report import Options
-    from dbo_trace.render import RenderOptions, for_path
+    from dbo_trace.render import RenderOptions
     from dbo_trace.render.compare import COMPARE_RENDERERS
 
-    fmt = _one_format(as_json, as_markdown)
+    renderer = COMPARE_RENDERERS.get(_output_name(as_json, as_markdown, output), COMPARE_RENDERERS["terminal"])
     if len(arms) < 2:
         fail("compare needs at least two arms (bundles or traces)")
     if labels and len(labels) != len(arms):
@@ -327,9 +328,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
         click.echo(f"dbo-trace: warning: {warning}", err=True)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    by_suffix = for_path(output) if output is not None and fmt == "terminal" else None
-    renderer = COMPARE_RENDERERS.get(by_suffix.name if by_suffix else fmt, COMPARE_RENDERERS["terminal"])
-    _write_output(renderer.render(compared, RenderOptions(color=output is None and sys.stdout.isatty())), output)
+    _write_output(renderer.render(compared, RenderOptions(color=_color(output))), output)
 
 
 @main.command("archive")

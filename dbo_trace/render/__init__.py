@@ -62,6 +62,11 @@ def _registry() -> dict[str, Renderer]:
 RENDERERS: dict[str, Renderer] = _registry()
 
 
+def as_bytes(rendered: str | bytes) -> bytes:
+    """A renderer's output as the bytes of a file (text as UTF-8)."""
+    return rendered.encode() if isinstance(rendered, str) else rendered
+
+
 def for_path(path: Path) -> Renderer | None:
     """The renderer an output file's suffix asks for, or None for a suffix none writes."""
     suffix = path.suffix.lower()
