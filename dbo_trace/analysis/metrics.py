@@ -80,10 +80,6 @@ class WindowMetrics:
         return self.replayed_kernels / self.kernels if self.kernels else None
 
 
-def _median(x: np.ndarray) -> float | None:
-    return float(np.median(x)) if len(x) else None
-
-
 @dataclass(frozen=True)
 class WindowTime:
     """A window's time from the rank's one timeline (accounting.Partition): its length, GPU busy time,
