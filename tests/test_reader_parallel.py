@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import sample_trace
+from conftest import ROOT, sample_trace
 
 from dbo_trace.trace import kineto as k
 from dbo_trace.trace.errors import InputError
@@ -27,6 +27,20 @@ def small_threshold(monkeypatch):
 @pytest.mark.parametrize("variant", ["vllm-graphs-decode", "late", "overlap"])
 def test_workers_read_what_one_process_reads(variant):
     path = sample_trace(variant)
+    _same(k.read_kineto(path, block=1 << 20), k.read_kineto(path, block=1 << 20, workers=2))
+
+
+PUBLIC = ROOT / "tests" / "data" / "public"
+
+
+@pytest.mark.parametrize(
+    "name", ["hta-training-16rank-nccl-graphs.json.gz", "hta-rocm-mi250.json.gz", "kineto-2021-v100.json.gz"]
+)
+def test_workers_read_other_projects_traces_as_one_process_does(name):
+    """Traces this project did not write (HTA's and Kineto's test data, tests/data/README.md), in
+    Kineto's layout, so that their chunks go to the workers."""
+    path = PUBLIC / name
+    assert k.FAST_BOUNDARIES[0] in gzip.decompress(path.read_bytes())
     _same(k.read_kineto(path, block=1 << 20), k.read_kineto(path, block=1 << 20, workers=2))
 
 
