@@ -61,6 +61,17 @@ def test_truncated_gzip(tmp_path):
     _assert_refused(run_cli("report", str(_write(tmp_path, "cut.json.gz", data[: len(data) // 2]))), "cut.json.gz", "gzip")
 
 
+def test_corrupt_gzip(tmp_path):
+    """A flipped byte inside the deflate stream, and one in the member's CRC."""
+    data = bytearray(sample_trace("overlap").read_bytes())
+    middle = bytearray(data)
+    middle[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    crc = bytearray(data)
+    crc[-8] ^= 0xFF  # the CRC32 of the uncompressed data, in the gzip trailer
+    for name, content in (("middle.json.gz", middle), ("crc.json.gz", crc)):
+        _assert_refused(run_cli("report", "--json", str(_write(tmp_path, name, bytes(content)))), name, "gzip")
+
+
 def test_truncated_plain_json(tmp_path):
     text = gzip.decompress(sample_trace("overlap").read_bytes())
     _assert_refused(run_cli("report", str(_write(tmp_path, "cut.json", text[: len(text) // 2]))), "cut.json", "truncated")

@@ -40,6 +40,16 @@ def test_matches_json_load(variant, block):
     assert raw.metadata["baseTimeNanoseconds"] == doc["baseTimeNanoseconds"]
 
 
+def test_gzip_members_and_padding(tmp_path):
+    """gzip's rules: concatenated members are one stream, zero padding after a member is skipped."""
+    text = gzip.decompress(sample_trace("graph").read_bytes())
+    cut = len(text) // 3
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(text[:cut]) + bytes(512) + gzip.compress(text[cut:], compresslevel=1) + bytes(7))
+    raw = read_kineto(path, block=4096)
+    assert _got(raw) == _expected(json.loads(text))
+
+
 @pytest.mark.parametrize("style", ["minified", "indented"])
 def test_other_json_layouts(tmp_path, style):
     doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
