@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
+from dbo_trace.trace.alloc import reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timeline, settle_ranks
@@ -93,6 +94,7 @@ def analyze_found(
     """Read and analyse what discover() found. With workers > 1 and several traces, each rank is read
     and analysed in its own process, workers at a time; with one large trace, its events are decoded
     by the workers. The report is the same as with one process."""
+    reuse_freed_memory()
     if workers <= 1 or len(found.traces) < 2:
         return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
     options = options_from_manifests(options, found.manifests)

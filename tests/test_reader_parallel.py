@@ -33,6 +33,15 @@ def test_workers_read_what_one_process_reads(variant):
 PUBLIC = ROOT / "tests" / "data" / "public"
 
 
+@pytest.mark.parametrize("queued", [0, 1, 10**6])
+@pytest.mark.parametrize("path", [sample_trace("overlap"), PUBLIC / "hta-training-16rank-nccl-graphs.json.gz"])
+def test_chunks_decoded_here_or_in_workers_merge_in_order(monkeypatch, path, queued):
+    """0: the reading process decodes every chunk; 10**6: the worker decodes every chunk; 1: they
+    alternate as the worker keeps up."""
+    monkeypatch.setattr(k, "IN_FLIGHT_PER_WORKER", queued)
+    _same(k.read_kineto(path, block=4096), k.read_kineto(path, block=4096, workers=2))
+
+
 @pytest.mark.parametrize(
     "name", ["hta-training-16rank-nccl-graphs.json.gz", "hta-rocm-mi250.json.gz", "kineto-2021-v100.json.gz"]
 )

@@ -252,6 +252,7 @@ def build_document(report: Report) -> dict[str, Any]:
     block = metrics_block(report.total)
     all_steps = [s for r in report.ranks for s in r.steps]
     block["graphs"].update(graph_step_counts(all_steps))
+    ranks = [rank_block(r) for r in report.ranks]
     block["host"]["bound"] = report.verdict.label == HOST_BOUND
     return {
         "schema": SCHEMA,
@@ -264,7 +265,7 @@ def build_document(report: Report) -> dict[str, Any]:
         "time": time_block(report.window),
         "phases": {p.phase: phase_block(p) for p in report.phases},
         "round_trips": round_trips_block(report.round_trips),
-        "steps": [step_block(s, r.rank) for r in report.ranks for s in r.steps],
+        "steps": [step for rank in ranks for step in rank["steps"]],  # the ranks' own step blocks, built once
         "verdict": verdict_block(report.verdict),
         "options": {
             "comm_kernels": list(report.options.comm_patterns),
@@ -274,7 +275,7 @@ def build_document(report: Report) -> dict[str, Any]:
             "step_marker": report.options.step_marker,
             "comm_kernels_only": report.options.comm_only,
         },
-        "ranks": [rank_block(r) for r in report.ranks],
+        "ranks": ranks,
         "cross_rank": cross_rank_block(report.cross_rank),
         "warnings": list(report.warnings),
     }

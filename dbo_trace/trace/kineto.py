@@ -58,7 +58,8 @@ _CATEGORIES = {
 # Events are decoded about a megabyte at a time: their Python objects then stay in the CPU's cache
 # while they become columns (16 MB at a time ran 1.7x slower end to end; docs/performance.md).
 BLOCK = 1 << 20  # bytes decompressed per read, and decoded at once
-PARALLEL_BLOCK = 16 << 20  # bytes handed to a worker at once (fewer, larger messages)
+PARALLEL_BLOCK = 4 << 20  # bytes handed to a worker at once (fewer, larger messages)
+IN_FLIGHT_PER_WORKER = 8  # chunks queued per worker before the reading process decodes one itself
 MAX_READ = 16 << 20  # the most read at once while one event is still arriving
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -143,11 +144,27 @@ MAX_DUR_US = 1e11  # ~28 hours for one event
 _TIMED = {CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_RUNTIME, CAT_DRIVER}  # a missing dur is not 0 for these
 
 
+_DTYPES = {
+    "cat": np.int8,
+    "name": np.int32,
+    "pid": np.int64,
+    "tid": np.int64,
+    "ts": np.float64,
+    "dur": np.float64,
+    "correlation": np.int64,
+    "stream": np.int64,
+}
+
+
 class _Columns:
-    """Growable columns: a list of numpy arrays per chunk, concatenated once at the end."""
+    """Growable columns: one array per column, grown in place (realloc) to twice its size when
+    full. Growing in place, not keeping a part per chunk and concatenating at the end, holds the
+    events once instead of twice at the end of a read; the capacity never written is never
+    resident."""
 
     def __init__(self) -> None:
-        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in EventColumns.__dataclass_fields__}
+        self.arrays = {key: np.empty(0, dtype) for key, dtype in _DTYPES.items()}
+        self.size = 0
         self.names: dict[str, int] = {}
         self.skipped_no_time = 0
         self.dropped: dict[str, int] = {}
@@ -203,33 +220,50 @@ class _Columns:
         if None in args_s:
             args_s = [a or _NO_ARGS for a in args_s]
         correlation_s, stream_s = (list(map(get, args_s)) for get in _ARG_FIELDS)
-        p = self.parts
-        p["cat"].append(cat)
-        p["name"].append(np.array(list(map(intern.__getitem__, name_s)), np.int32))
-        p["pid"].append(_ints(pid_s))
-        p["tid"].append(_ints(tid_s))
-        p["ts"].append(ts)
-        p["dur"].append(dur)
-        p["correlation"].append(_ints(correlation_s))
-        p["stream"].append(_ints(stream_s))
+        self._append(
+            {
+                "cat": cat,
+                "name": np.array(list(map(intern.__getitem__, name_s)), np.int32),
+                "pid": _ints(pid_s),
+                "tid": _ints(tid_s),
+                "ts": ts,
+                "dur": dur,
+                "correlation": _ints(correlation_s),
+                "stream": _ints(stream_s),
+            }
+        )
+
+    def _append(self, values: dict[str, np.ndarray]) -> None:
+        end = self.size + len(values["ts"])
+        if end > len(self.arrays["ts"]):
+            capacity = max(end, 2 * len(self.arrays["ts"]), 1 << 12)
+            for array in self.arrays.values():
+                array.resize(capacity, refcheck=False)  # no views of it exist before finish()
+        for key, array in self.arrays.items():
+            array[self.size : end] = values[key]
+        self.size = end
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Sent back from a worker: the columns' filled part only."""
+        return dict(self.__dict__, arrays=self.filled())
+
+    def filled(self) -> dict[str, np.ndarray]:
+        return {key: array[: self.size] for key, array in self.arrays.items()}
 
     def merge(self, other: "_Columns") -> None:
         """Append another chunk's columns (decoded in a worker), re-interning its names in their order
         of first appearance, so the name table is the one a sequential read builds."""
         lookup = np.array([self.names.setdefault(n, len(self.names)) for n in other.names], np.int32)
-        for key, arrays in other.parts.items():
-            self.parts[key] += [lookup[a] for a in arrays] if key == "name" else arrays
+        values = other.filled()
+        if len(values["name"]):
+            values["name"] = lookup[values["name"]]
+        self._append(values)
         self.skipped_no_time += other.skipped_no_time
         for reason, count in other.dropped.items():
             self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def finish(self) -> tuple[EventColumns, list[str]]:
-        dtypes = {"cat": np.int8, "name": np.int32}
-        cols = {
-            k: (np.concatenate(v) if v else np.empty(0, dtypes.get(k, np.float64 if k in ("ts", "dur") else np.int64)))
-            for k, v in self.parts.items()
-        }
-        return EventColumns(**cols), list(self.names)
+        return EventColumns(**self.filled()), list(self.names)
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -249,7 +283,7 @@ class _Gunzip:
     def read(self, size: int) -> bytes:
         while True:
             if not self.pending:
-                self.pending = self.fh.read(1 << 18)
+                self.pending = self.fh.read(max(1 << 16, size // 8))  # JSON deflates 4-20x: about one read per block
                 if not self.in_member:
                     self.pending = self.pending.lstrip(b"\0")
                 if not self.pending:
@@ -311,8 +345,8 @@ def read_kineto(
         from dbo_trace.trace.workers import process_pool
 
         try:
-            with process_pool(workers) as pool:
-                return _read(path, progress, block or PARALLEL_BLOCK, pool, workers, piece=block or BLOCK)
+            with process_pool(workers - 1) as pool:  # this process decodes too
+                return _read(path, progress, block or PARALLEL_BLOCK, pool, workers - 1, piece=block or BLOCK)
         except (_ParallelFallback, BrokenProcessPool):
             pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
     return _read(path, progress, block or BLOCK)
@@ -335,7 +369,7 @@ def _read(
     columns = _Columns()
     stream = _EventStream(path, columns)
     reader: _EventStream | _ParallelEvents = (
-        stream if pool is None else _ParallelEvents(stream, pool, in_flight=2 * workers, piece=piece)
+        stream if pool is None else _ParallelEvents(stream, pool, in_flight=IN_FLIGHT_PER_WORKER * workers, piece=piece)
     )
     buf = b""
     state = "head"  # head -> events -> tail
@@ -443,6 +477,16 @@ MAX_TAIL_CHECKS = 16  # `}]` candidates whose tail is parsed before the end is d
 FAST_BOUNDARIES = (b"\n  },\n  {", b"},\n{")
 
 
+def _last_fast_boundary(buf: bytes) -> tuple[int, bytes]:
+    """The last of FAST_BOUNDARIES in buf, (-1, b"") if none: searched in its last 64 kB first,
+    since a boundary the file does not use would otherwise be searched for through all of it."""
+    for lo in (max(0, len(buf) - (1 << 16)), 0):
+        cut, boundary = max((buf.rfind(b, lo), b) for b in FAST_BOUNDARIES)
+        if cut >= 0 or lo == 0:
+            return cut, boundary
+    return -1, b""
+
+
 class _ParallelFallback(Exception):
     """A chunk cut at a Kineto boundary did not decode on its own: read the file the careful way."""
 
@@ -452,25 +496,26 @@ def _as_array(chunk: bytes | memoryview) -> bytes:
     return b"".join((b"[", chunk, b"]"))
 
 
-def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
-    """A chunk of whole events cut at FAST_BOUNDARIES into pieces of about `size` bytes."""
-    start = 0
-    while len(chunk) - start > size:
-        found = [(at, b) for b in FAST_BOUNDARIES if (at := chunk.find(b, start + size)) >= 0]
+def _pieces(buf: bytes, size: int, end: int) -> Iterator[memoryview]:
+    """buf[:end], whole events, cut at FAST_BOUNDARIES into pieces of about `size` bytes (no copies)."""
+    view, start = memoryview(buf), 0
+    while end - start > size:
+        found = [(at, b) for b in FAST_BOUNDARIES if (at := buf.find(b, start + size, end)) >= 0]
         if not found:
             break
         at, boundary = min(found)
-        yield chunk[start : at + boundary.index(b"}") + 1]
+        yield view[start : at + boundary.index(b"}") + 1]
         start = at + len(boundary) - 1  # the next event's "{"
-    yield chunk[start:]
+    yield view[start:end]
 
 
-def _decode_chunk(chunk: bytes, piece: int = BLOCK) -> "_Columns | None":
-    """In a worker: whole events' columns, or None where the chunk does not decode cleanly. Decoded
-    a piece at a time, so each piece's objects are still in the cache when they become columns."""
+def _decode_chunk(buf: bytes, piece: int = BLOCK, end: int | None = None) -> "_Columns | None":
+    """Whole events' columns of buf[:end], or None where they do not decode cleanly (in a worker, or
+    in the reading process). Decoded a piece at a time, so each piece's objects are still in the
+    cache when they become columns."""
     columns = _Columns()
     try:
-        for part in _pieces(chunk, piece):
+        for part in _pieces(buf, piece, len(buf) if end is None else end):
             columns.add(_decode_events(_as_array(part)))
     except (msgspec.DecodeError, InputError):
         return None
@@ -479,28 +524,34 @@ def _decode_chunk(chunk: bytes, piece: int = BLOCK) -> "_Columns | None":
 
 class _ParallelEvents:
     """Decodes chunks in worker processes where the file has Kineto's layout: the main process
-    decompresses and cuts at FAST_BOUNDARIES (a byte search), workers decode, results merge in file
-    order. Anything unusual (no boundary in a block, a chunk that does not decode alone) goes back
-    to _EventStream, so errors and odd layouts are handled exactly as in a sequential read."""
+    decompresses and cuts at FAST_BOUNDARIES (a byte search) and hands chunks to the workers while
+    they have fewer than `in_flight` queued, decoding the others itself (so n cores need n - 1
+    workers, and no core waits); results merge in file order. Anything unusual (no boundary in a
+    block, a chunk that does not decode alone) goes back to _EventStream, so errors and odd layouts
+    are handled exactly as in a sequential read."""
 
     def __init__(self, stream: "_EventStream", pool: Executor, in_flight: int, piece: int):
         self.stream, self.pool, self.in_flight, self.piece = stream, pool, in_flight, piece
-        self.pending: list[Future[_Columns | None]] = []
+        self.pending: list[Future[_Columns | None] | _Columns | None] = []  # in file order
 
     def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
         if final or buf.lstrip(_WHITESPACE).startswith(b"]"):
             self.drain()
             return self.stream.consume(buf, final)
-        cut, boundary = max((buf.rfind(b), b) for b in FAST_BOUNDARIES)
+        cut, boundary = _last_fast_boundary(buf)
         if cut < 0:
             self.drain()
             return self.stream.consume(buf, final)
         close = cut + boundary.index(b"}") + 1
-        self.pending.append(self.pool.submit(_decode_chunk, buf[:close], self.piece))
+        queued = sum(1 for p in self.pending if isinstance(p, Future) and not p.done())
+        if queued < self.in_flight:
+            self.pending.append(self.pool.submit(_decode_chunk, buf[:close], self.piece))
+        else:
+            self.pending.append(_decode_chunk(buf, self.piece, close))
         nxt = cut + len(boundary) - 1  # the next event's "{"
         self.stream.offset += nxt
         rest = buf[nxt:]
-        while len(self.pending) > self.in_flight:
+        while self.pending and not (isinstance(self.pending[0], Future) and not self.pending[0].done()):
             self._merge(self.pending.pop(0))
         return rest, None
 
@@ -508,8 +559,8 @@ class _ParallelEvents:
         while self.pending:
             self._merge(self.pending.pop(0))
 
-    def _merge(self, future: Future[_Columns | None]) -> None:
-        part = future.result()
+    def _merge(self, done: "Future[_Columns | None] | _Columns | None") -> None:
+        part = done.result() if isinstance(done, Future) else done
         if part is None:
             raise _ParallelFallback()
         self.stream.columns.merge(part)

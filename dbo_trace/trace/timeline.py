@@ -22,14 +22,15 @@ class Intervals:
     correlation: np.ndarray
 
     @classmethod
-    def from_columns(cls, ev: k.EventColumns, mask: np.ndarray, lane: np.ndarray) -> "Intervals":
-        """The masked events of time-sorted columns."""
+    def from_columns(cls, ev: k.EventColumns, index: np.ndarray, lane: np.ndarray) -> "Intervals":
+        """The events at `index` (positions in time order) of the columns."""
+        start = ev.ts[index]
         return cls(
-            start=ev.ts[mask],
-            end=ev.ts[mask] + ev.dur[mask],
-            name=ev.name[mask],
-            lane=lane[mask],
-            correlation=ev.correlation[mask],
+            start=start,
+            end=start + ev.dur[index],
+            name=ev.name[index],
+            lane=lane[index],
+            correlation=ev.correlation[index],
         )
 
     def __len__(self) -> int:
@@ -67,19 +68,18 @@ class Timeline:
         ]
 
 
-def _sorted_by_time(ev: k.EventColumns) -> k.EventColumns:
-    order = np.argsort(ev.ts, kind="stable")
-    return k.EventColumns(**{name: getattr(ev, name)[order] for name in k.EventColumns.__dataclass_fields__})
-
-
 def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
-    ev = _sorted_by_time(raw.events)
-    gpu_mask = np.isin(ev.cat, (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET))
-    call_mask = np.isin(ev.cat, (k.CAT_RUNTIME, k.CAT_DRIVER))
-    cpu_mask = np.isin(ev.cat, (k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON))
+    ev = raw.events
+    # Each kind's events in time order (stable: ties keep file order), gathered once per column they
+    # use: sorting every column first and then selecting gathered each twice.
+    order = np.argsort(ev.ts, kind="stable")
+    cat = ev.cat[order]
+    gpu_at = order[np.isin(cat, (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET))]
+    call_at = order[np.isin(cat, (k.CAT_RUNTIME, k.CAT_DRIVER))]
+    cpu_at = order[np.isin(cat, (k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON))]
     # Kineto gives a GPU event's stream in args.stream and in tid; prefer the former.
     stream = np.where(ev.stream >= 0, ev.stream, ev.tid)
-    pids = ev.pid[cpu_mask | call_mask]
+    pids = ev.pid[np.isin(ev.cat, (k.CAT_RUNTIME, k.CAT_DRIVER, k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON))]
     pid = int(np.bincount(pids - pids.min()).argmax() + pids.min()) if len(pids) else None
     base = raw.metadata.get("baseTimeNanoseconds")
     warnings = []
@@ -92,11 +92,11 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         rank=rank,
         pid=pid,
         names=raw.names,
-        gpu=Intervals.from_columns(ev, gpu_mask, stream),
-        gpu_is_copy=ev.cat[gpu_mask] != k.CAT_KERNEL,
-        calls=Intervals.from_columns(ev, call_mask, ev.tid),
-        cpu=Intervals.from_columns(ev, cpu_mask, ev.tid),
-        cpu_is_annotation=ev.cat[cpu_mask] == k.CAT_USER_ANNOTATION,
+        gpu=Intervals.from_columns(ev, gpu_at, stream),
+        gpu_is_copy=ev.cat[gpu_at] != k.CAT_KERNEL,
+        calls=Intervals.from_columns(ev, call_at, ev.tid),
+        cpu=Intervals.from_columns(ev, cpu_at, ev.tid),
+        cpu_is_annotation=ev.cat[cpu_at] == k.CAT_USER_ANNOTATION,
         base_time_ns=int(base) if isinstance(base, (int, float)) else None,
         metadata=raw.metadata,
         warnings=warnings,
