@@ -330,7 +330,9 @@ def _open(path: Path) -> BinaryIO | _Gunzip:
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
 
 
-PARALLEL_MIN_BYTES = 64 << 20  # below this a worker's start-up costs more than it saves
+# Below about this much JSON a worker process gains ~10% and costs its own interpreter, which on a
+# 200 MB trace takes peak memory from 0.7x to 1.15x the JSON (docs/performance.md).
+PARALLEL_MIN_BYTES = 512 << 20
 
 
 def read_kineto(
