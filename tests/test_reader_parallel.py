@@ -1,4 +1,4 @@
-"""The reader's worker processes (trace/kineto.py, _ParallelEvents) give what a sequential read gives,
+"""The reader's worker processes (trace/kineto.py, _SharedChunks) give what a sequential read gives,
 and hand anything unusual back to the sequential reader: errors keep their exact text."""
 
 import gzip
@@ -24,41 +24,54 @@ def small_threshold(monkeypatch):
     monkeypatch.setattr(k, "PARALLEL_MIN_BYTES", 0)
 
 
+def _shared(monkeypatch, path, **kwargs):
+    """read_kineto with workers, failing if it fell back to the sequential read."""
+    sequential = k._read
+
+    def only_shared(path, progress, block, share=None):
+        assert share is not None, "the shared read fell back to the sequential one"
+        return sequential(path, progress, block, share)
+
+    monkeypatch.setattr(k, "_read", only_shared)
+    try:
+        return k.read_kineto(path, **kwargs)
+    finally:
+        monkeypatch.setattr(k, "_read", sequential)
+
+
 @pytest.mark.parametrize("variant", ["vllm-graphs-decode", "late", "overlap"])
-def test_workers_read_what_one_process_reads(variant):
+def test_workers_read_what_one_process_reads(monkeypatch, variant):
     path = sample_trace(variant)
-    _same(k.read_kineto(path, block=1 << 20), k.read_kineto(path, block=1 << 20, workers=2))
+    _same(k.read_kineto(path, block=1 << 20), _shared(monkeypatch, path, block=1 << 20, workers=2))
 
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 
 
-@pytest.mark.parametrize("queued", [0, 1, 10**6])
+@pytest.mark.parametrize("workers", [2, 3])
 @pytest.mark.parametrize("path", [sample_trace("overlap"), PUBLIC / "hta-training-16rank-nccl-graphs.json.gz"])
-def test_chunks_decoded_here_or_in_workers_merge_in_order(monkeypatch, path, queued):
-    """0: the reading process decodes every chunk; 10**6: the worker decodes every chunk; 1: they
-    alternate as the worker keeps up."""
-    monkeypatch.setattr(k, "IN_FLIGHT_PER_WORKER", queued)
-    _same(k.read_kineto(path, block=4096), k.read_kineto(path, block=4096, workers=2))
+def test_processes_sharing_a_trace_merge_its_chunks_in_order(monkeypatch, path, workers):
+    """Small blocks: hundreds of chunks, taken in turn by this process and each worker."""
+    _same(k.read_kineto(path, block=4096), _shared(monkeypatch, path, block=4096, workers=workers))
 
 
 @pytest.mark.parametrize(
     "name", ["hta-training-16rank-nccl-graphs.json.gz", "hta-rocm-mi250.json.gz", "kineto-2021-v100.json.gz"]
 )
-def test_workers_read_other_projects_traces_as_one_process_does(name):
+def test_workers_read_other_projects_traces_as_one_process_does(monkeypatch, name):
     """Traces this project did not write (HTA's and Kineto's test data, tests/data/README.md), in
     Kineto's layout, so that their chunks go to the workers."""
     path = PUBLIC / name
     assert k.FAST_BOUNDARIES[0] in gzip.decompress(path.read_bytes())
-    _same(k.read_kineto(path, block=1 << 20), k.read_kineto(path, block=1 << 20, workers=2))
+    _same(k.read_kineto(path, block=1 << 16), _shared(monkeypatch, path, block=1 << 16, workers=2))
 
 
-def test_one_event_per_line_layout(tmp_path):
+def test_one_event_per_line_layout(monkeypatch, tmp_path):
     doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
     events = doc.pop("traceEvents")
     path = tmp_path / "lines.json"
     path.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n], " + json.dumps(doc)[1:])
-    _same(k.read_kineto(path, block=4096), k.read_kineto(path, block=4096, workers=2))
+    _same(k.read_kineto(path, block=4096), _shared(monkeypatch, path, block=4096, workers=2))
 
 
 def test_a_bad_event_gives_the_sequential_error(tmp_path):

@@ -19,7 +19,6 @@ import operator
 import os
 import re
 import zlib
-from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
@@ -58,8 +57,7 @@ _CATEGORIES = {
 # Events are decoded about a megabyte at a time: their Python objects then stay in the CPU's cache
 # while they become columns (16 MB at a time ran 1.7x slower end to end; docs/performance.md).
 BLOCK = 1 << 20  # bytes decompressed per read, and decoded at once
-PARALLEL_BLOCK = 4 << 20  # bytes handed to a worker at once (fewer, larger messages)
-IN_FLIGHT_PER_WORKER = 8  # chunks queued per worker before the reading process decodes one itself
+PARALLEL_BLOCK = 4 << 20  # bytes per read, and per chunk, when processes share a trace
 MAX_READ = 16 << 20  # the most read at once while one event is still arriving
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -281,6 +279,15 @@ class _Gunzip:
         self.in_member = False  # inflate has begun a member that has not ended
 
     def read(self, size: int) -> bytes:
+        """`size` bytes, fewer only at the end: processes that share a trace take turns by block, so
+        blocks must be alike in size (short ones went every second time to the same process)."""
+        parts, got = [], 0
+        while got < size and (out := self._inflate(size - got)):
+            parts.append(out)
+            got += len(out)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _inflate(self, size: int) -> bytes:
         while True:
             if not self.pending:
                 self.pending = self.fh.read(max(1 << 16, size // 8))  # JSON deflates 4-20x: about one read per block
@@ -339,17 +346,13 @@ def read_kineto(
     path: Path, progress: Callable[[int], None] | None = None, block: int | None = None, workers: int = 1
 ) -> RawTrace:
     """Read one Kineto trace. progress(n) is called with the file bytes consumed so far. With
-    workers > 1 a large trace is decoded in that many worker processes; the result is the same.
-    block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with workers), and decoded at once."""
+    workers > 1 a large trace is decoded by that many processes (this one and workers - 1 more);
+    the result is the same. block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with
+    workers), and decoded at once."""
     if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _is_gzip(path) else 1):
-        from concurrent.futures.process import BrokenProcessPool
-
-        from dbo_trace.trace.workers import process_pool
-
         try:
-            with process_pool(workers - 1) as pool:  # this process decodes too
-                return _read(path, progress, block or PARALLEL_BLOCK, pool, workers - 1, piece=block or BLOCK)
-        except (_ParallelFallback, BrokenProcessPool):
+            return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
+        except (_ParallelFallback, OSError):
             pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
     return _read(path, progress, block or BLOCK)
 
@@ -363,16 +366,14 @@ def _read(
     path: Path,
     progress: Callable[[int], None] | None,
     block: int,
-    pool: Executor | None = None,
-    workers: int = 1,
-    piece: int = BLOCK,
+    share: "Callable[[_EventStream], _SharedChunks] | None" = None,
 ) -> RawTrace:
+    """The file's blocks through its head, its traceEvents and its tail. share: the reader of a
+    trace that several processes decode (_read_shared); else this process decodes every event."""
     fh = _open(path)
     columns = _Columns()
     stream = _EventStream(path, columns)
-    reader: _EventStream | _ParallelEvents = (
-        stream if pool is None else _ParallelEvents(stream, pool, in_flight=IN_FLIGHT_PER_WORKER * workers, piece=piece)
-    )
+    reader: _EventStream | _SharedChunks = stream if share is None else share(stream)
     buf = b""
     state = "head"  # head -> events -> tail
     head = tail = b""
@@ -409,8 +410,6 @@ def _read(
         if state == "events":
             buf, done = reader.consume(buf, final=True)
             tail = done or b""
-        if isinstance(reader, _ParallelEvents):
-            reader.drain()
     finally:
         fh.close()
     events, names = columns.finish()
@@ -524,48 +523,155 @@ def _decode_chunk(buf: bytes, piece: int = BLOCK, end: int | None = None) -> "_C
     return columns
 
 
-class _ParallelEvents:
-    """Decodes chunks in worker processes where the file has Kineto's layout: the main process
-    decompresses and cuts at FAST_BOUNDARIES (a byte search) and hands chunks to the workers while
-    they have fewer than `in_flight` queued, decoding the others itself (so n cores need n - 1
-    workers, and no core waits); results merge in file order. Anything unusual (no boundary in a
-    block, a chunk that does not decode alone) goes back to _EventStream, so errors and odd layouts
-    are handled exactly as in a sequential read."""
+class _SharedChunks:
+    """The reader of a trace that `count` processes decode together. Every process inflates the
+    whole file itself and cuts the traceEvents array at FAST_BOUNDARIES the same way (same blocks,
+    same byte search), so all of them see the same numbered chunks without sending bytes to each
+    other; chunk i is decoded by process i % count. Inflating costs each process about a third of
+    what decoding its share saves, and handing the bytes over pipes cost more (docs/performance.md).
+    A block without a boundary ends the shared read (_ParallelFallback): the file is read again
+    sequentially, so errors and odd layouts are handled exactly as there. The array's last events,
+    its `]` and the document's tail are read by process 0 alone."""
 
-    def __init__(self, stream: "_EventStream", pool: Executor, in_flight: int, piece: int):
-        self.stream, self.pool, self.in_flight, self.piece = stream, pool, in_flight, piece
-        self.pending: list[Future[_Columns | None] | _Columns | None] = []  # in file order
+    def __init__(self, stream: "_EventStream", index: int, count: int, piece: int):
+        self.stream, self.index, self.count, self.piece = stream, index, count, piece
+        self.chunks = 0
 
     def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
         if final or buf.lstrip(_WHITESPACE).startswith(b"]"):
-            self.drain()
-            return self.stream.consume(buf, final)
+            return self.end(buf, final)
         cut, boundary = _last_fast_boundary(buf)
         if cut < 0:
-            self.drain()
-            return self.stream.consume(buf, final)
+            if len(buf) > MAX_READ:
+                raise _ParallelFallback()  # no Kineto layout, or a giant event: the sequential reader's case
+            return buf, None  # an event longer than the block: every process waits for more alike
         close = cut + boundary.index(b"}") + 1
-        queued = sum(1 for p in self.pending if isinstance(p, Future) and not p.done())
-        if queued < self.in_flight:
-            self.pending.append(self.pool.submit(_decode_chunk, buf[:close], self.piece))
-        else:
-            self.pending.append(_decode_chunk(buf, self.piece, close))
+        owner = self.chunks % self.count
+        self.chunks += 1
+        self.chunk(owner, _decode_chunk(buf, self.piece, close) if owner == self.index else None)
         nxt = cut + len(boundary) - 1  # the next event's "{"
         self.stream.offset += nxt
-        rest = buf[nxt:]
-        while self.pending and not (isinstance(self.pending[0], Future) and not self.pending[0].done()):
-            self._merge(self.pending.pop(0))
-        return rest, None
+        return buf[nxt:], None
 
-    def drain(self) -> None:
-        while self.pending:
-            self._merge(self.pending.pop(0))
+    def chunk(self, owner: int, part: "_Columns | None") -> None:
+        """A chunk's columns (decoded here where owner is this process, else None)."""
+        raise NotImplementedError
 
-    def _merge(self, done: "Future[_Columns | None] | _Columns | None") -> None:
-        part = done.result() if isinstance(done, Future) else done
-        if part is None:
+    def end(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
+        raise NotImplementedError
+
+
+class _SharedMain(_SharedChunks):
+    """Process 0: merges the chunks in file order, its own and those the workers send."""
+
+    def __init__(self, stream: "_EventStream", count: int, piece: int, inboxes: list[Any]):
+        super().__init__(stream, 0, count, piece)
+        self.inboxes = inboxes  # per worker (index 1..count-1 at 0..count-2): the pipe its chunks' columns come on
+        self.pending: list[tuple[int, _Columns | None]] = []  # (owner, columns where owner is 0), in file order
+
+    def chunk(self, owner: int, part: "_Columns | None") -> None:
+        if owner == 0 and part is None:
             raise _ParallelFallback()
-        self.stream.columns.merge(part)
+        self.pending.append((owner, part))
+        self._merge(wait=False)
+
+    def end(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
+        self._merge(wait=True)
+        return self.stream.consume(buf, final)
+
+    def _merge(self, wait: bool) -> None:
+        while self.pending:
+            owner, part = self.pending[0]
+            if owner:
+                inbox = self.inboxes[owner - 1]
+                if not wait and not inbox.poll():
+                    return
+                try:
+                    part = inbox.recv()
+                except (EOFError, OSError):
+                    part = None  # the worker died
+                if part is None:  # the worker failed, or its chunk did not decode alone
+                    raise _ParallelFallback()
+            self.pending.pop(0)
+            self.stream.columns.merge(part)  # type: ignore[arg-type]  # not None: checked above
+
+
+class _SharedWorker(_SharedChunks):
+    """Process 1..count-1: sends its chunks' columns to process 0, in order."""
+
+    def __init__(self, stream: "_EventStream", index: int, count: int, piece: int, send: Callable[[Any], None]):
+        super().__init__(stream, index, count, piece)
+        self.send = send
+
+    def chunk(self, owner: int, part: "_Columns | None") -> None:
+        if owner == self.index:
+            self.send(part)
+            if part is None:
+                raise _WorkerDone()
+
+    def end(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
+        raise _WorkerDone()
+
+
+class _WorkerDone(Exception):
+    """A worker has sent its last chunk (or a failure)."""
+
+
+def _decode_share(path: Path, index: int, count: int, block: int, piece: int, conn: Any) -> None:
+    """A worker process: read the file as process 0 does, decode every count-th chunk, send each."""
+    from dbo_trace.trace.alloc import reuse_freed_memory
+
+    reuse_freed_memory()
+    try:
+        _read(path, None, block, lambda stream: _SharedWorker(stream, index, count, piece, conn.send))
+    except _WorkerDone:
+        pass
+    except Exception:  # anything at all: process 0 reads the file again sequentially
+        conn.send(None)
+    finally:
+        conn.close()
+
+
+def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int, count: int, piece: int) -> RawTrace:
+    """Read one trace with `count` processes: this one and count - 1 spawned workers (_SharedChunks).
+    Raises _ParallelFallback or OSError where the sequential read should do it instead."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # not forked: the parent may run a progress thread
+    workers, inboxes = [], []
+    try:
+        for index in range(1, count):
+            receive, send = ctx.Pipe(duplex=False)
+            _widen(receive)
+            worker = ctx.Process(target=_decode_share, args=(path, index, count, block, piece, send), daemon=True)
+            worker.start()
+            send.close()
+            workers.append(worker)
+            inboxes.append(receive)
+        # Results are taken off the pipes by this thread when it merges, not by a receiving thread:
+        # each partial read would wait for the GIL while this thread decodes (5 ms a time).
+        return _read(path, progress, block, lambda stream: _SharedMain(stream, count, piece, inboxes))
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+            worker.join()
+        for inbox in inboxes:
+            inbox.close()
+
+
+_F_SETPIPE_SZ = 1031  # Linux's fcntl
+
+
+def _widen(conn: Any) -> None:
+    """A pipe that holds a chunk's columns (about 1 MB), so a worker does not wait for this process
+    to reach that chunk before it goes on; Linux only, best effort."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(conn.fileno(), _F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, OSError):
+        pass
 
 
 class _EventStream:
