@@ -17,7 +17,6 @@ CATS = {
     "cuda_driver",
     "cpu_op",
     "user_annotation",
-    "gpu_user_annotation",
     "python_function",
 }
 
