@@ -112,10 +112,9 @@ def partition(lo: float, hi: float, start: np.ndarray, end: np.ndarray, kind: np
 
     def coverage(sel: np.ndarray) -> np.ndarray:
         """How many activities of the selection cover each elementary segment (a sweep)."""
-        delta = np.zeros(len(bounds))
-        np.add.at(delta, np.searchsorted(bounds, start[sel]), 1)
-        np.add.at(delta, np.searchsorted(bounds, end[sel]), -1)
-        return np.cumsum(delta)[:-1] > 0
+        opened = np.bincount(np.searchsorted(bounds, start[sel]), minlength=len(bounds))
+        closed = np.bincount(np.searchsorted(bounds, end[sel]), minlength=len(bounds))
+        return np.cumsum(opened - closed)[:-1] > 0
 
     compute, comm, copy = coverage(kind == c.COMPUTE), coverage(kind == c.COMM), coverage(kind == c.COPY)
     bucket = np.where(compute, B_COMPUTE, np.where(comm, B_COMM, np.where(copy, B_COPY, _IDLE))).astype(np.int8)
