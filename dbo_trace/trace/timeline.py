@@ -21,18 +21,6 @@ class Intervals:
     lane: np.ndarray  # GPU: stream; CPU and API calls: thread id as the trace gives it
     correlation: np.ndarray
 
-    @classmethod
-    def from_columns(cls, ev: k.EventColumns, index: np.ndarray, lane: np.ndarray) -> "Intervals":
-        """The events at `index` (positions in time order) of the columns."""
-        start = ev.ts[index]
-        return cls(
-            start=start,
-            end=start + ev.dur[index],
-            name=ev.name[index],
-            lane=lane[index],
-            correlation=ev.correlation[index],
-        )
-
     def __len__(self) -> int:
         return len(self.start)
 
@@ -68,19 +56,42 @@ class Timeline:
         ]
 
 
+_GPU = (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET)
+_CALLS = (k.CAT_RUNTIME, k.CAT_DRIVER)
+_CPU = (k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON)
+
+
 def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
-    ev = raw.events
-    # Each kind's events in time order (stable: ties keep file order), gathered once per column they
-    # use: sorting every column first and then selecting gathered each twice.
-    order = np.argsort(ev.ts, kind="stable")
-    cat = ev.cat[order]
-    gpu_at = order[np.isin(cat, (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET))]
-    call_at = order[np.isin(cat, (k.CAT_RUNTIME, k.CAT_DRIVER))]
-    cpu_at = order[np.isin(cat, (k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON))]
+    """The timeline of one trace. It takes raw's columns over (raw.events is left empty) and lets
+    each go once it is gathered, so a trace's events are held about once, not twice, at the peak of
+    a read (docs/performance.md)."""
+    columns = dict(vars(raw.events))
+    raw.events = k.EventColumns(**{name: column[:0] for name, column in columns.items()})
+    # Each kind's events in time order (stable: ties keep file order), gathered once per column.
+    order = np.argsort(columns["ts"], kind="stable")
+    cat = columns.pop("cat")
+    sorted_cat = cat[order]
+    kinds = [order[np.isin(sorted_cat, cats)] for cats in (_GPU, _CALLS, _CPU)]
+    del order, sorted_cat
+    gpu_at, call_at, cpu_at = kinds
+    host = columns.pop("pid")[np.isin(cat, _CALLS + _CPU)]
+    pids, counts = np.unique(host, return_counts=True)
+    pid = int(pids[counts.argmax()]) if len(pids) else None  # the process that made most host events
+    gpu_is_copy, cpu_is_annotation = cat[gpu_at] != k.CAT_KERNEL, cat[cpu_at] == k.CAT_USER_ANNOTATION
+    del cat, host
+
+    def take(name: str) -> list[np.ndarray]:
+        column = columns.pop(name)
+        return [column[at] for at in kinds]
+
+    start = take("ts")
+    end = [s + d for s, d in zip(start, take("dur"))]
+    name, correlation = take("name"), take("correlation")
+    stream = columns.pop("stream")[gpu_at]
+    tid = take("tid")
     # Kineto gives a GPU event's stream in args.stream and in tid; prefer the former.
-    stream = np.where(ev.stream >= 0, ev.stream, ev.tid)
-    pids = ev.pid[np.isin(ev.cat, (k.CAT_RUNTIME, k.CAT_DRIVER, k.CAT_CPU_OP, k.CAT_USER_ANNOTATION, k.CAT_PYTHON))]
-    pid = int(np.bincount(pids - pids.min()).argmax() + pids.min()) if len(pids) else None
+    lane = [np.where(stream >= 0, stream, tid[0]), tid[1], tid[2]]
+    gpu, calls, cpu = (Intervals(start[i], end[i], name[i], lane[i], correlation[i]) for i in range(3))
     base = raw.metadata.get("baseTimeNanoseconds")
     warnings = []
     if raw.skipped_no_time:
@@ -92,11 +103,11 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         rank=rank,
         pid=pid,
         names=raw.names,
-        gpu=Intervals.from_columns(ev, gpu_at, stream),
-        gpu_is_copy=ev.cat[gpu_at] != k.CAT_KERNEL,
-        calls=Intervals.from_columns(ev, call_at, ev.tid),
-        cpu=Intervals.from_columns(ev, cpu_at, ev.tid),
-        cpu_is_annotation=ev.cat[cpu_at] == k.CAT_USER_ANNOTATION,
+        gpu=gpu,
+        gpu_is_copy=gpu_is_copy,
+        calls=calls,
+        cpu=cpu,
+        cpu_is_annotation=cpu_is_annotation,
         base_time_ns=int(base) if isinstance(base, (int, float)) else None,
         metadata=raw.metadata,
         warnings=warnings,
