@@ -41,3 +41,21 @@ def test_output_is_the_golden_one(reports, sample, renderer):
         path.write_text(got)
     assert path.exists(), f"no golden output {path}: run with DBO_TRACE_UPDATE_GOLDEN=1 and review it"
     assert got == path.read_text(), f"{path} differs: if the change is meant, update it (see this module's docstring)"
+
+
+def test_a_new_figure_is_one_line_and_every_listing_shows_it(reports, monkeypatch):
+    """issue 14's rule: a figure declared once in document.WINDOW_FIGURES reaches the JSON (every
+    window: run, rank, step) and the every-figure tables of the Markdown and HTML reports."""
+    import json
+
+    from dbo_trace.render import document
+
+    added = document.Figure("host", "p99_launch_us", lambda m: m.launch_us * 0.5 + 1.0)
+    monkeypatch.setattr(document, "WINDOW_FIGURES", (*document.WINDOW_FIGURES, added))
+    report = reports["overlap"]
+    d = json.loads(RENDERERS["json"].render(report))
+    rank = report.ranks[0]
+    for window, m in ((d, report.total), (d["ranks"][0], rank.total), (d["steps"][0], rank.steps[0].metrics)):
+        assert window["host"]["p99_launch_us"] == round(m.launch_us * 0.5 + 1.0, 3)
+    assert f"| host.p99_launch_us | {d['ranks'][0]['host']['p99_launch_us']} |" in RENDERERS["markdown"].render(report)
+    assert "<td>host.p99_launch_us</td>" in RENDERERS["html"].render(report)

@@ -5,7 +5,9 @@ Only field selection and rounding live here; every figure comes from dbo_trace.a
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Callable
 
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
@@ -24,46 +26,70 @@ def _r(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a window (a step, a rank, the run) as the report shows it."""
+
+    block: str  # the JSON block it sits in: gpu, comm, host, graphs
+    key: str
+    value: Callable[[WindowMetrics], Any]
+    digits: int | None = 3  # rounding; None: a count or a flag, as it is
+
+    @property
+    def name(self) -> str:
+        return f"{self.block}.{self.key}"
+
+
+def _figure(block: str, key: str, attribute: str, digits: int | None = 3) -> Figure:
+    return Figure(block, key, attrgetter(attribute), digits)
+
+
+# Every figure of a window, in the report's order. A new figure of WindowMetrics is one line here:
+# it then appears in the JSON and in the every-figure tables of the Markdown and HTML reports.
+WINDOW_FIGURES: tuple[Figure, ...] = (
+    _figure("gpu", "utilization", "utilization", 4),
+    _figure("gpu", "busy_us", "gpu_busy_us"),
+    _figure("gpu", "span_us", "span_us"),
+    _figure("gpu", "compute_busy_us", "compute_busy_us"),
+    _figure("gpu", "copy_busy_us", "copy_busy_us"),
+    _figure("gpu", "kernels", "kernels", None),
+    _figure("comm", "busy_us", "comm_busy_us"),
+    _figure("comm", "hidden_us", "comm_hidden_us"),
+    _figure("comm", "hidden_fraction", "comm_hidden_fraction", 4),
+    _figure("comm", "exposed_us", "comm_exposed_us"),
+    _figure("comm", "hidden_under_other_ubatch_us", "comm_hidden_cross_us"),
+    _figure("comm", "hidden_under_other_ubatch_fraction", "comm_hidden_cross_fraction", 4),
+    _figure("comm", "kernels", "comm_kernels", None),
+    Figure("host", "bound", is_host_bound, None),  # a window's own test; a rank's and the run's verdict replace it
+    _figure("host", "idle_us", "host_idle_us"),
+    _figure("host", "idle_fraction", "host_idle_fraction", 4),
+    _figure("host", "idle_gaps", "host_idle_gaps", None),
+    _figure("host", "all_idle_gaps", "idle_gaps", None),
+    _figure("host", "launches", "launches", None),
+    _figure("host", "launch_us", "launch_us"),
+    _figure("host", "median_launch_us", "median_launch_us"),
+    _figure("host", "median_kernel_us", "median_kernel_us"),
+    _figure("host", "median_queue_us", "median_queue_us"),
+    _figure("host", "long_graph_launches", "long_graph_launches", None),
+    _figure("host", "max_graph_launch_us", "max_graph_launch_us"),
+    _figure("graphs", "launches", "graph_launches", None),
+    _figure("graphs", "replayed_kernels", "replayed_kernels", None),
+    _figure("graphs", "replayed_kernel_fraction", "replayed_kernel_fraction", 4),
+    _figure("graphs", "replayed_gpu_fraction", "replayed_gpu_fraction", 4),
+)
+
+
 def metrics_block(m: WindowMetrics) -> dict[str, Any]:
-    return {
-        "gpu": {
-            "utilization": _r(m.utilization, 4),
-            "busy_us": _r(m.gpu_busy_us),
-            "span_us": _r(m.span_us),
-            "compute_busy_us": _r(m.compute_busy_us),
-            "copy_busy_us": _r(m.copy_busy_us),
-            "kernels": m.kernels,
-        },
-        "comm": {
-            "busy_us": _r(m.comm_busy_us),
-            "hidden_us": _r(m.comm_hidden_us),
-            "hidden_fraction": _r(m.comm_hidden_fraction, 4),
-            "exposed_us": _r(m.comm_exposed_us),
-            "hidden_under_other_ubatch_us": _r(m.comm_hidden_cross_us),
-            "hidden_under_other_ubatch_fraction": _r(m.comm_hidden_cross_fraction, 4),
-            "kernels": m.comm_kernels,
-        },
-        "host": {
-            "bound": is_host_bound(m),
-            "idle_us": _r(m.host_idle_us),
-            "idle_fraction": _r(m.host_idle_fraction, 4),
-            "idle_gaps": m.host_idle_gaps,
-            "all_idle_gaps": m.idle_gaps,
-            "launches": m.launches,
-            "launch_us": _r(m.launch_us),
-            "median_launch_us": _r(m.median_launch_us),
-            "median_kernel_us": _r(m.median_kernel_us),
-            "median_queue_us": _r(m.median_queue_us),
-            "long_graph_launches": m.long_graph_launches,
-            "max_graph_launch_us": _r(m.max_graph_launch_us),
-        },
-        "graphs": {
-            "launches": m.graph_launches,
-            "replayed_kernels": m.replayed_kernels,
-            "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
-            "replayed_gpu_fraction": _r(m.replayed_gpu_fraction, 4),
-        },
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for f in WINDOW_FIGURES:
+        value = f.value(m)
+        out.setdefault(f.block, {})[f.key] = value if f.digits is None else _r(value, f.digits)
+    return out
+
+
+def figure_of(block: dict[str, Any], figure: Figure) -> Any:
+    """A figure's value in a document's block (a rank's, a step's, the run's)."""
+    return block[figure.block][figure.key]
 
 
 def round_trips_block(rt: RoundTrips | None) -> dict[str, Any] | None:

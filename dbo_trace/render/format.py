@@ -1,6 +1,10 @@
-"""Number formatting shared by the text renderers."""
+"""Number formatting and tables shared by the text renderers."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from dbo_trace.render import document
 
 
 def ms(us: float | None) -> str:
@@ -59,6 +63,46 @@ def md_table(header: list[str], rows: list[list]) -> list[str]:
     """A Markdown table, one string per line."""
     row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
+
+
+RANK_HEADER = [
+    "rank",
+    "steps",
+    "GPU busy",
+    "comm hidden",
+    "host-caused GPU idle",
+    "graph launches",
+    "replayed kernels",
+    "verdict",
+]
+
+
+def rank_cells(r: dict) -> list[str]:
+    """A rank's summary row in the Markdown and HTML reports (the document's rank block)."""
+    return [
+        str(r["rank"]),
+        str(len(r["steps"])),
+        pct(r["gpu"]["utilization"]),
+        pct(r["comm"]["hidden_fraction"]),
+        pct(r["host"]["idle_fraction"]),
+        str(r["graphs"]["launches"]),
+        pct(r["graphs"]["replayed_kernel_fraction"]),
+        r["verdict"]["label"],
+    ]
+
+
+def _figure_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def figure_table(ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Every figure of every rank (document.WINDOW_FIGURES), as the JSON holds it: a figure a row."""
+    header = ["figure", *(f"rank {r['rank']}" for r in ranks)]
+    return header, [[f.name, *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
 
 
 PHASE_HEADER = ("phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "verdict")

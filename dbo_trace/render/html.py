@@ -10,7 +10,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import ROUND_TRIP_HEADER, ms, pct, round_trip_cells
+from dbo_trace.render.format import RANK_HEADER, ROUND_TRIP_HEADER, figure_table, ms, pct, rank_cells, round_trip_cells
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -69,19 +69,6 @@ class HtmlRenderer:
         d = build_document(report)
         views = _views(report)
         index = {(v["rank"], v["label"]): i for i, v in enumerate(views)}
-        rank_rows = [
-            [
-                str(r["rank"]),
-                str(len(r["steps"])),
-                pct(r["gpu"]["utilization"]),
-                pct(r["comm"]["hidden_fraction"]),
-                pct(r["host"]["idle_fraction"]),
-                str(r["graphs"]["launches"]),
-                pct(r["graphs"]["replayed_kernel_fraction"]),
-                r["verdict"]["label"],
-            ]
-            for r in d["ranks"]
-        ]
         step_rows, attrs = [], []
         for s in d["steps"]:
             step_rows.append(
@@ -106,19 +93,8 @@ class HtmlRenderer:
             verdict=html.escape(d["verdict"]["label"]),
             reasons=reasons,
             inputs=html.escape(", ".join(d["inputs"])),
-            ranks=_table(
-                [
-                    "rank",
-                    "steps",
-                    "GPU busy",
-                    "comm hidden",
-                    "host-caused GPU idle",
-                    "graph launches",
-                    "replayed kernels",
-                    "verdict",
-                ],
-                rank_rows,
-            ),
+            ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
+            figures=_table(*figure_table(d["ranks"])),
             round_trips=rt_html,
             steps=_table(["rank", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
             version=html.escape(d["dbo_trace_version"]),
@@ -151,6 +127,7 @@ tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.curre
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
 <canvas id="timeline"></canvas><div id="tip"></div>
 <h2>Steps</h2>{steps}
+<details><summary>Every figure, per rank</summary>{figures}</details>
 <p><small>dbo-trace {version}</small></p>
 <script id="data" type="application/json">{data}</script>
 <script>

@@ -7,12 +7,15 @@ from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     PHASE_HEADER,
+    RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    figure_table,
     md_table,
     ms,
     pct,
     phase_cells,
+    rank_cells,
     round_trip_cells,
     us,
 )
@@ -30,22 +33,7 @@ class MarkdownRenderer:
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:
             out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
-        out += [""] + md_table(
-            ["rank", "steps", "GPU busy", "comm hidden", "host-caused GPU idle", "graph launches", "replayed kernels", "verdict"],
-            [
-                [
-                    r["rank"],
-                    len(r["steps"]),
-                    pct(r["gpu"]["utilization"]),
-                    pct(r["comm"]["hidden_fraction"]),
-                    pct(r["host"]["idle_fraction"]),
-                    r["graphs"]["launches"],
-                    pct(r["graphs"]["replayed_kernel_fraction"]),
-                    r["verdict"]["label"],
-                ]
-                for r in d["ranks"]
-            ],
-        )
+        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
@@ -96,6 +84,8 @@ class MarkdownRenderer:
                 for s in d["steps"]
             ],
         )
+        out += ["", "</details>", ""]
+        out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d["ranks"]))
         out += ["", "</details>", ""]
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
