@@ -113,9 +113,8 @@ def analyze_found(
     errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
     timelines = [r.detailed().timeline for r in ranks]
     warnings = settle_ranks(timelines, errors) + warnings
-    for r in ranks:
-        r.rank = r.detailed().timeline.rank  # settle_ranks may have numbered them
-    ranks.sort(key=lambda r: r.rank)
+    # settle_ranks may have numbered them: each report takes its timeline's rank
+    ranks = sorted((replace(r, rank=r.detailed().timeline.rank) for r in ranks), key=lambda r: r.rank)
     return combine(ranks, options, inputs, warnings)
 
 

@@ -45,7 +45,7 @@ class Options:
     comm_only: bool = False  # comm_patterns replace the built-in communication families
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepReport:
     label: str
     path: str | None
@@ -70,7 +70,7 @@ class StepReport:
 REPLAYED_STEP_SHARE = 0.5
 
 
-@dataclass
+@dataclass(frozen=True)
 class PhaseReport:
     """The steps of one phase (prefill, decode, mixed) taken together: unions over their windows."""
 
@@ -82,7 +82,7 @@ class PhaseReport:
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostTest:
     """What the host-bound verdict measured: in-step host idle where steps are real markers,
     the whole window where they were inferred."""
@@ -91,7 +91,7 @@ class HostTest:
     basis: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankDetail:
     """What the pictures need beyond the numbers: the timeline and, per activity, its attribution and kind."""
 
@@ -104,7 +104,7 @@ class RankDetail:
     held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankReport:
     rank: int
     source: str
@@ -136,7 +136,7 @@ class RankReport:
         return self.detail
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
     inputs: list[str]
     ranks: list[RankReport]
