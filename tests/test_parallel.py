@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from conftest import SAMPLES, run_cli
+from conftest import SAMPLES, run_cli, sample_trace
 
 PUBLIC = SAMPLES.parent / "tests" / "data" / "public"
 
@@ -42,3 +42,80 @@ def test_small_inputs_stay_in_one_process_unless_asked(monkeypatch):
     assert workers_for(1, 4, 1000) == 4  # one trace: its decoding uses them all
     monkeypatch.setenv(WORKERS_ENV, "2")
     assert workers_for(8, None, 1000) == 2
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of a process group (zombies are not alive)."""
+    import os
+    from pathlib import Path
+
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z" and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
+    """Run the CLI in its own process group, Ctrl-C the group once the workers are at work: (status,
+    stderr, processes of the group left, seconds from Ctrl-C to the end)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while len(_group(proc.pid)) < 3 and time.monotonic() < deadline:  # the CLI, a worker, the resource tracker
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are at work, not starting
+    assert proc.poll() is None, "the report ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - interrupted
+    time.sleep(0.5)
+    return proc.returncode, err, _group(proc.pid), took
+
+
+CLI = "import sys; from dbo_trace.cli import run; sys.argv[0] = 'dbo-trace'; run()"
+
+
+def test_ctrl_c_stops_rank_workers_at_once_without_their_tracebacks(tmp_path):
+    """Ctrl-C reaches the whole process group. The workers ignore it and the parent stops them at once:
+    the user sees one line and no worker is left. (Before, each worker took the interrupt itself and
+    could print its own traceback before the parent stopped it: a race this test cannot force.)"""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for i in range(12):  # a second or so each: Ctrl-C finds the workers inside a rank
+        shutil.copy(sample_trace("vllm-big-mixed"), ranks / f"r{i}.pt.trace.json.gz")
+    status, err, left, took = _interrupted([CLI, "report", "--json", "--workers", "2", str(ranks)])
+    assert status != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert left == []
+    print(f"ended {took:.2f} s after Ctrl-C")
+    assert took < 2.0  # the ranks not yet analysed are dropped, not analysed first (they were)
+
+
+def test_ctrl_c_during_a_shared_read_stops_its_workers_without_their_tracebacks(tmp_path):
+    """One large trace read by two processes (trace/kineto.py, _read_shared), interrupted mid-read:
+    the real vLLM sample's events eight times over, in Kineto's layout, with the size threshold off."""
+    import gzip
+
+    text = gzip.decompress(sample_trace("vllm-big-mixed").read_bytes())
+    start = text.index(b"[", text.index(b'"traceEvents"')) + 1
+    end = text.rindex(b"}", 0, text.index(b"]", text.rindex(b'"ph"'))) + 1
+    path = tmp_path / "big.pt.trace.json"
+    path.write_bytes(text[:start] + b",".join([text[start:end]] * 8) + text[end:])
+    unlimited = "import dbo_trace.trace.kineto as k; k.PARALLEL_MIN_BYTES = 0; " + CLI
+    status, err, left, took = _interrupted([unlimited, "report", "--json", "--workers", "2", str(path)])
+    assert status != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert left == [] and took < 2.0

@@ -619,9 +619,9 @@ class _WorkerDone(Exception):
 
 def _decode_share(path: Path, index: int, count: int, block: int, piece: int, conn: Any) -> None:
     """A worker process: read the file as process 0 does, decode every count-th chunk, send each."""
-    from dbo_trace.trace.alloc import reuse_freed_memory
+    from dbo_trace.trace.workers import prepare_worker
 
-    reuse_freed_memory()
+    prepare_worker()
     try:
         _read(path, None, block, lambda stream: _SharedWorker(stream, index, count, piece, conn.send))
     except _WorkerDone:
@@ -637,6 +637,8 @@ def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int,
     Raises _ParallelFallback or OSError where the sequential read should do it instead."""
     import multiprocessing
 
+    from dbo_trace.trace.workers import start
+
     ctx = multiprocessing.get_context("spawn")  # not forked: the parent may run a progress thread
     workers, inboxes = [], []
     try:
@@ -644,7 +646,7 @@ def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int,
             receive, send = ctx.Pipe(duplex=False)
             _widen(receive)
             worker = ctx.Process(target=_decode_share, args=(path, index, count, block, piece, send), daemon=True)
-            worker.start()
+            start(worker)
             send.close()
             workers.append(worker)
             inboxes.append(receive)

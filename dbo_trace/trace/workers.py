@@ -1,14 +1,50 @@
-"""Worker processes for reading traces (one trace's chunks, or one rank each)."""
+"""Worker processes for reading traces (one trace's share, or one rank each)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
 
 from dbo_trace.trace.alloc import reuse_freed_memory
 
 
-def process_pool(workers: int) -> ProcessPoolExecutor:
+def prepare_worker() -> None:
+    """First thing in a worker: Ctrl-C reaches the whole process group, and the parent handles it
+    (it stops its workers and says so in one line), so a worker must not print a traceback of its
+    own; and freed memory is reused (trace/alloc.py)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reuse_freed_memory()
+
+
+def start(process: BaseProcess) -> None:
+    """Start a worker with Ctrl-C already ignored (an ignored signal stays ignored across exec), so
+    that it is ignored even while the worker is still importing."""
+    if threading.current_thread() is not threading.main_thread():
+        process.start()  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """Spawned, not forked: the parent may run a progress thread, whose locks a forked child would
-    inherit held."""
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=reuse_freed_memory)
+    inherit held. Interrupted (Ctrl-C) or failed, the workers are stopped at once instead of being
+    waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=prepare_worker)
+    try:
+        yield pool
+    except BaseException:
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before Python 3.14
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
