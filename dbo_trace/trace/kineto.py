@@ -11,6 +11,9 @@ decode itself: a chunk that starts at a true element boundary and decodes as a
 JSON array of objects also ends at one (a cut inside a string or a nested
 value leaves an unterminated string or unbalanced brackets, which fails), so a
 failed decode just extends the chunk to the next candidate.
+
+A large trace in Kineto's own layout can be read by several processes at once, each
+inflating it and decoding its share of the chunks (_SharedChunks, read_kineto's workers).
 """
 
 from __future__ import annotations
