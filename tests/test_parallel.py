@@ -44,26 +44,28 @@ def test_small_inputs_stay_in_one_process_unless_asked(monkeypatch):
     assert workers_for(8, None, 1000) == 2
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes of a process group (zombies are not alive)."""
+def _group(pgid: int, only: str = "") -> list[int]:
+    """The live processes of a process group (zombies are not alive); only: those whose command
+    line holds this."""
     import os
     from pathlib import Path
 
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z" and int(entry.name) != os.getpid():
+        if int(fields[2]) == pgid and fields[0] != "Z" and only.encode() in command:
             pids.append(int(entry.name))
     return pids
 
 
 def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
-    """Run the CLI in its own process group, Ctrl-C the group once the workers are at work: (status,
+    """Run the CLI in its own process group, Ctrl-C the group once its workers are at work: (status,
     stderr, processes of the group left, seconds from Ctrl-C to the end)."""
     import os
     import signal
@@ -74,11 +76,11 @@ def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
     proc = subprocess.Popen(
         [sys.executable, "-c", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    deadline = time.monotonic() + 60
-    while len(_group(proc.pid)) < 3 and time.monotonic() < deadline:  # the CLI, a worker, the resource tracker
+    while proc.poll() is None and not _group(proc.pid, only="spawn_main"):  # the workers' command line
         time.sleep(0.05)
     time.sleep(1.0)  # the workers are at work, not starting
-    assert proc.poll() is None, "the report ended before it could be interrupted"
+    if proc.poll() is not None:
+        raise AssertionError(f"the report ended (status {proc.returncode}) before it could be interrupted: {proc.stderr.read()}")
     os.killpg(proc.pid, signal.SIGINT)
     interrupted = time.monotonic()
     _, err = proc.communicate(timeout=60)

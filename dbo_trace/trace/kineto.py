@@ -24,12 +24,15 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 import msgspec
 import numpy as np
 
 from dbo_trace.trace.errors import InputError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection  # imported only where processes share a read: 20 ms
 
 # Event categories as small integers (the `cat` column): the ones the timeline uses. Others are not
 # kept (their events cost a tenth of a vLLM trace's reading): gpu_user_annotation, the GPU-side
@@ -567,7 +570,7 @@ class _SharedChunks:
 class _SharedMain(_SharedChunks):
     """Process 0: merges the chunks in file order, its own and those the workers send."""
 
-    def __init__(self, stream: "_EventStream", count: int, piece: int, inboxes: list[Any]):
+    def __init__(self, stream: "_EventStream", count: int, piece: int, inboxes: list[Connection]):
         super().__init__(stream, 0, count, piece)
         self.inboxes = inboxes  # per worker (index 1..count-1 at 0..count-2): the pipe its chunks' columns come on
         self.pending: list[tuple[int, _Columns | None]] = []  # (owner, columns where owner is 0), in file order
@@ -602,7 +605,7 @@ class _SharedMain(_SharedChunks):
 class _SharedWorker(_SharedChunks):
     """Process 1..count-1: sends its chunks' columns to process 0, in order."""
 
-    def __init__(self, stream: "_EventStream", index: int, count: int, piece: int, send: Callable[[Any], None]):
+    def __init__(self, stream: "_EventStream", index: int, count: int, piece: int, send: Callable[[_Columns | None], None]):
         super().__init__(stream, index, count, piece)
         self.send = send
 
@@ -620,7 +623,7 @@ class _WorkerDone(Exception):
     """A worker has sent its last chunk (or a failure)."""
 
 
-def _decode_share(path: Path, index: int, count: int, block: int, piece: int, conn: Any) -> None:
+def _decode_share(path: Path, index: int, count: int, block: int, piece: int, conn: Connection) -> None:
     """A worker process: read the file as process 0 does, decode every count-th chunk, send each."""
     from dbo_trace.trace.workers import prepare_worker
 
@@ -668,7 +671,7 @@ def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int,
 _F_SETPIPE_SZ = 1031  # Linux's fcntl
 
 
-def _widen(conn: Any) -> None:
+def _widen(conn: Connection) -> None:
     """A pipe that holds a chunk's columns (about 1 MB), so a worker does not wait for this process
     to reach that chunk before it goes on; Linux only, best effort."""
     try:
