@@ -116,7 +116,11 @@ def contention(
 
     compute_slowdown, compute_n = slowdown("compute")
     comm_slowdown, comm_n = slowdown("comm")
-    estimate = np.array([alone_median.get(int(n), d) for n, d in zip(name, dur)])
+    # Each kernel at its name's median alone where the name has one, else at its own duration.
+    by_name = np.full(int(name.max()) + 1 if len(name) else 0, np.nan)
+    by_name[list(alone_median)] = list(alone_median.values())
+    alone_at = by_name[name]
+    estimate = np.where(np.isnan(alone_at), dur, alone_at)
     return Contention(
         compute_slowdown=compute_slowdown,
         comm_slowdown=comm_slowdown,
