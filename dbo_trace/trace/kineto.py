@@ -328,6 +328,13 @@ def _read_block(fh: BinaryIO | _Gunzip, path: Path, size: int) -> bytes:
         raise InputError(f"{path}: {what} ({exc}); re-copy or re-export the trace") from None
 
 
+def _is_gzip(fh: BinaryIO) -> bool:
+    """Whether the open file starts with gzip's magic; its position is left at the start."""
+    gzipped = fh.read(2) == GZIP_MAGIC
+    fh.seek(0)
+    return gzipped
+
+
 def _open(path: Path) -> BinaryIO | _Gunzip:
     try:
         fh = open(path, "rb")
@@ -335,9 +342,7 @@ def _open(path: Path) -> BinaryIO | _Gunzip:
         raise InputError(f"{path}: no such file or directory") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot open ({exc.strerror})") from None
-    magic = fh.read(2)
-    fh.seek(0)
-    return _Gunzip(fh) if magic == GZIP_MAGIC else fh
+    return _Gunzip(fh) if _is_gzip(fh) else fh
 
 
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
@@ -355,7 +360,7 @@ def read_kineto(
     workers > 1 a large trace is decoded by that many processes (this one and workers - 1 more);
     the result is the same. block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with
     workers), and decoded at once."""
-    if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _is_gzip(path) else 1):
+    if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _gzipped(path) else 1):
         try:
             return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
         except (_ParallelFallback, OSError):
@@ -363,9 +368,9 @@ def read_kineto(
     return _read(path, progress, block or BLOCK)
 
 
-def _is_gzip(path: Path) -> bool:
+def _gzipped(path: Path) -> bool:
     with open(path, "rb") as fh:
-        return fh.read(2) == GZIP_MAGIC
+        return _is_gzip(fh)
 
 
 def _read(
@@ -451,8 +456,9 @@ def _top_level_events(buf: bytes) -> re.Match[bytes] | None:
 
 def _cuts_from_end(buf: bytes, before: int | None = None, window: int = 1 << 16) -> Iterator[int]:
     """Element boundaries (the `}` of `},{`) that start before `before`, last first. Found window by
-    window from the end: the last one is almost always the cut, so a 16 MB block is not scanned
-    whole (listing every boundary took a tenth of the reading time)."""
+    window from the end: the last one is almost always the cut, so a block (up to MAX_READ while an
+    event is still arriving) is not scanned whole (listing every boundary took a tenth of the
+    reading time)."""
     hi = len(buf) if before is None else before
     while hi > 0:
         lo = max(0, hi - window)
@@ -484,6 +490,12 @@ MAX_TAIL_CHECKS = 16  # `}]` candidates whose tail is parsed before the end is d
 FAST_BOUNDARIES = (b"\n  },\n  {", b"},\n{")
 
 
+def _around(at: int, boundary: bytes) -> tuple[int, int]:
+    """For one of FAST_BOUNDARIES found at `at`: where the event before it ends (past its `}`) and
+    where the next one begins (its `{`)."""
+    return at + boundary.index(b"}") + 1, at + len(boundary) - 1
+
+
 def _last_fast_boundary(buf: bytes) -> tuple[int, bytes]:
     """The last of FAST_BOUNDARIES in buf, (-1, b"") if none: searched in its last 64 kB first,
     since a boundary the file does not use would otherwise be searched for through all of it."""
@@ -510,9 +522,9 @@ def _pieces(buf: bytes, size: int, end: int) -> Iterator[memoryview]:
         found = [(at, b) for b in FAST_BOUNDARIES if (at := buf.find(b, start + size, end)) >= 0]
         if not found:
             break
-        at, boundary = min(found)
-        yield view[start : at + boundary.index(b"}") + 1]
-        start = at + len(boundary) - 1  # the next event's "{"
+        close, nxt = _around(*min(found))
+        yield view[start:close]
+        start = nxt
     yield view[start:end]
 
 
@@ -535,8 +547,9 @@ class _SharedChunks:
     same byte search), so all of them see the same numbered chunks without sending bytes to each
     other; chunk i is decoded by process i % count. Inflating costs each process about a third of
     what decoding its share saves, and handing the bytes over pipes cost more (docs/performance.md).
-    A block without a boundary ends the shared read (_ParallelFallback): the file is read again
-    sequentially, so errors and odd layouts are handled exactly as there. The array's last events,
+    A buffer past MAX_READ without a boundary, or a chunk that does not decode alone, ends the shared
+    read (_ParallelFallback): the file is read again sequentially, so errors and odd layouts are
+    handled exactly as there. The array's last events,
     its `]` and the document's tail are read by process 0 alone."""
 
     def __init__(self, stream: "_EventStream", index: int, count: int, piece: int):
@@ -551,11 +564,10 @@ class _SharedChunks:
             if len(buf) > MAX_READ:
                 raise _ParallelFallback()  # no Kineto layout, or a giant event: the sequential reader's case
             return buf, None  # an event longer than the block: every process waits for more alike
-        close = cut + boundary.index(b"}") + 1
+        close, nxt = _around(cut, boundary)
         owner = self.chunks % self.count
         self.chunks += 1
         self.chunk(owner, _decode_chunk(buf, self.piece, close) if owner == self.index else None)
-        nxt = cut + len(boundary) - 1  # the next event's "{"
         self.stream.offset += nxt
         return buf[nxt:], None
 
@@ -641,20 +653,17 @@ def _decode_share(path: Path, index: int, count: int, block: int, piece: int, co
 def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int, count: int, piece: int) -> RawTrace:
     """Read one trace with `count` processes: this one and count - 1 spawned workers (_SharedChunks).
     Raises _ParallelFallback or OSError where the sequential read should do it instead."""
-    import multiprocessing
+    from multiprocessing import Pipe
 
-    from dbo_trace.trace.workers import start
+    from dbo_trace.trace.workers import spawn
 
-    ctx = multiprocessing.get_context("spawn")  # not forked: the parent may run a progress thread
     workers, inboxes = [], []
     try:
         for index in range(1, count):
-            receive, send = ctx.Pipe(duplex=False)
+            receive, send = Pipe(duplex=False)
             _widen(receive)
-            worker = ctx.Process(target=_decode_share, args=(path, index, count, block, piece, send), daemon=True)
-            start(worker)
+            workers.append(spawn(_decode_share, (path, index, count, block, piece, send)))
             send.close()
-            workers.append(worker)
             inboxes.append(receive)
         # Results are taken off the pipes by this thread when it merges, not by a receiving thread:
         # each partial read would wait for the GIL while this thread decodes (5 ms a time).

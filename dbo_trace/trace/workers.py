@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
+from typing import Any, Callable
 
 from dbo_trace.trace.alloc import reuse_freed_memory
 
@@ -21,25 +22,32 @@ def prepare_worker() -> None:
     reuse_freed_memory()
 
 
-def start(process: BaseProcess) -> None:
-    """Start a worker with Ctrl-C already ignored (an ignored signal stays ignored across exec), so
-    that it is ignored even while the worker is still importing."""
+# Workers are spawned, not forked: the parent may run a progress thread, whose locks a forked child
+# would inherit held.
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
+    """A started worker process running target(*args), with Ctrl-C already ignored (an ignored
+    signal stays ignored across exec), so that it is ignored even while the worker is importing.
+    target calls prepare_worker() first."""
+    process = _SPAWN.Process(target=target, args=args, daemon=True)
     if threading.current_thread() is not threading.main_thread():
         process.start()  # signal handlers can only be set from the main thread
-        return
+        return process
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         process.start()
     finally:
         signal.signal(signal.SIGINT, previous)
+    return process
 
 
 @contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """Spawned, not forked: the parent may run a progress thread, whose locks a forked child would
-    inherit held. Interrupted (Ctrl-C) or failed, the workers are stopped at once instead of being
-    waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=prepare_worker)
+    """Spawned workers (as spawn()). Interrupted (Ctrl-C) or failed, the workers are stopped at once
+    instead of being waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
+    pool = ProcessPoolExecutor(workers, mp_context=_SPAWN, initializer=prepare_worker)
     try:
         yield pool
     except BaseException:
