@@ -11,7 +11,7 @@ does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import os
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's <malloc.h>
 # Blocks of 32 MB and more (the growing columns) keep their own mappings, which realloc moves
@@ -27,8 +27,10 @@ def reuse_freed_memory() -> None:
         return
     _tuned = True
     try:
-        name = ctypes.util.find_library("c")
-        mallopt = getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+        # The process's own symbols hold glibc's: no library search (find_library runs ldconfig).
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
         if mallopt is None:
             return
         for option, value in _SETTINGS:
