@@ -70,7 +70,12 @@ class Server:
 
 
 def record_argv(out: Path, server: Server, *options: str) -> list[str]:
-    """`dbo-trace record` against the server; later options override the defaults here."""
+    """`dbo-trace record` against the server; later options override the defaults here.
+
+    The default grace is long: a server that heeds SIGINT exits within it whatever the load, and
+    only a test that means to escalate (a server ignoring SIGINT) waits, with its own --grace.
+    With 3 s, CI's loaded two cores once took longer to end the stand-in server, and a normal
+    run's stop read SIGINT, SIGTERM."""
     return [
         sys.executable,
         "-m",
@@ -80,7 +85,7 @@ def record_argv(out: Path, server: Server, *options: str) -> list[str]:
         "-o",
         str(out),
         "--grace",
-        "3",
+        "30",
         "--startup-timeout",
         "30",
         *options,
