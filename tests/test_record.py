@@ -349,7 +349,7 @@ def test_a_grandchild_that_leaves_the_group_is_stopped_and_said(tmp_path):
         "import subprocess, sys, time\n"
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-        "time.sleep(1.0)\n"
+        "time.sleep(3.0)\n"  # time for record to see its descendant, even on a stalled machine
     )
     out = tmp_path / "bundle"
     proc = run_cli("record", "-o", str(out), "--grace", "1", "--", sys.executable, "-c", program)
