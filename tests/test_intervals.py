@@ -44,3 +44,19 @@ def test_grouped_figures_equal_one_group_at_a_time():
         v = rng.uniform(0, 10, m)
         want_median = [np.median(v[g == k]) if (g == k).any() else np.nan for k in range(n)]
         assert np.array_equal(iv.grouped_median(g, n, v), want_median, equal_nan=True)
+
+
+def test_grouped_median_by_sorting_and_by_selection_equals_the_statistics_module(monkeypatch):
+    """Both ways grouped_median takes (one sort of every value; a selection per group, for few large
+    groups) give each group's median exactly as the standard library does."""
+    import statistics
+
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n, m = int(rng.integers(1, 40)), int(rng.integers(0, 3000))
+        g = rng.integers(-1, n, m)
+        v = np.round(rng.lognormal(1, 1, m), int(rng.integers(0, 4)))  # with ties
+        want = [statistics.median(v[g == k].tolist()) if (g == k).any() else np.nan for k in range(n)]
+        for per_group_below in (0.0, float("inf")):
+            monkeypatch.setattr(iv, "SELECT_PER_GROUP_BELOW", per_group_below)
+            assert np.array_equal(iv.grouped_median(g, n, v), want, equal_nan=True), (trial, per_group_below)
