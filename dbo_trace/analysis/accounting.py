@@ -127,8 +127,11 @@ def partition(lo: float, hi: float, start: np.ndarray, end: np.ndarray, kind: np
     bucket = np.where(compute, B_COMPUTE, np.where(comm, B_COMM, np.where(copy, B_COPY, _IDLE))).astype(np.int8)
     idle_starts, host = _label_idle_gaps(bucket, bounds, start, launch_start, hi)
     lengths = np.diff(bounds)
-    per_bucket = lengths[None, :] * (bucket[None, :] == np.arange(len(BUCKETS))[:, None])
-    cumulative = np.concatenate([np.zeros((len(BUCKETS), 1)), np.cumsum(per_bucket, axis=1)], axis=1)
+    # Each segment's length in its bucket's row, then running sums in place: one (buckets, n + 1)
+    # array, not a mask, a product and a copy of that size (every segment is labelled by now).
+    cumulative = np.zeros((len(BUCKETS), n + 1))
+    cumulative[bucket, np.arange(1, n + 1)] = lengths
+    np.cumsum(cumulative, axis=1, out=cumulative)
     return Partition(bounds, bucket, cumulative, idle_starts, idle_starts[host])
 
 
