@@ -117,3 +117,37 @@ def test_a_tail_with_lists_of_objects_after_the_events(tmp_path, block):
     raw = read_kineto(path, block=block)
     assert _got(raw) == _expected({"traceEvents": events})
     assert raw.metadata["deviceProperties"] == doc["deviceProperties"]
+
+
+def test_absent_and_odd_fields_in_one_chunk(tmp_path):
+    """Every way a field may be absent or odd, side by side in one chunk (the columns are taken a
+    whole chunk at a time, with a slower path for odd values): each event lands as written here."""
+    base = {"ph": "X", "pid": 1, "tid": 2, "ts": 10.0, "dur": 1.0}
+    events = [
+        dict(base, cat="cpu_op", name="no ts", ts=None),  # null ts: skipped, counted
+        dict(base, cat="cpu_op", name="missing ts", ts=...),  # absent ts: the same
+        dict(base, cat="cpu_op", name="cpu no dur", dur=...),  # a CPU range without dur: an instant, 0
+        dict(base, cat="kernel", name="kernel no dur", dur=...),  # GPU activity without dur: dropped
+        dict(base, cat="kernel", name="string ids", pid="12", tid="stream 7", args={"stream": "0x1f"}),
+        dict(base, cat="kernel", name="null args", args=None),
+        dict(base, cat="kernel", name="huge id", args={"correlation": 1 << 70}),
+        dict(base, cat="kernel", name="plain", args={"correlation": 5, "stream": 7}),
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [{k: v for k, v in e.items() if v is not ...} for e in events]}))
+    raw = read_kineto(path)
+    assert raw.skipped_no_time == 2
+    assert raw.dropped == {"GPU activity or CUDA call without a duration": 1}
+    got = {
+        raw.names[n]: (int(p), int(t), float(d), int(c), int(s))
+        for n, p, t, d, c, s in zip(
+            raw.events.name, raw.events.pid, raw.events.tid, raw.events.dur, raw.events.correlation, raw.events.stream
+        )
+    }
+    assert got == {
+        "cpu no dur": (1, 2, 0.0, -1, -1),
+        "string ids": (12, 7, 1.0, -1, 31),
+        "null args": (1, 2, 1.0, -1, -1),
+        "huge id": (1, 2, 1.0, -1, -1),
+        "plain": (1, 2, 1.0, 5, 7),
+    }

@@ -88,9 +88,8 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _decode_events = msgspec.json.Decoder(list[_Event]).decode
-_TS = operator.attrgetter("ts")
-_EVENT_FIELDS = [operator.attrgetter(f) for f in ("cat", "name", "pid", "tid", "dur", "args")]
-_ARG_FIELDS = [operator.attrgetter(f) for f in ("correlation", "stream")]
+_TS, _DUR, _CAT, _NAME, _PID, _TID, _ARGS = map(operator.attrgetter, ("ts", "dur", "cat", "name", "pid", "tid", "args"))
+_CORRELATION, _STREAM = map(operator.attrgetter, ("correlation", "stream"))
 _NO_ARGS = _Args()
 _decode_any = msgspec.json.Decoder().decode
 
@@ -133,13 +132,13 @@ def _as_int(value: int | str) -> int:
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def _ints(values: list[Any]) -> np.ndarray:
-    """Id columns: ints almost always; Kineto's few string ids ("Spans", "", "0x1f") become their
-    number or -1, and so does an integer beyond 64 bits (no real id is)."""
+def _ints(items: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
+    """An id column, field of each item: ints almost always; Kineto's few string ids ("Spans", "",
+    "0x1f") become their number or -1, and so does an integer beyond 64 bits (no real id is)."""
     try:
-        return np.array(values, np.int64)
+        return np.fromiter(map(field, items), np.int64, len(items))
     except (TypeError, ValueError, OverflowError):
-        out = [v if type(v) is int else _as_int(v) for v in values]
+        out = [v if type(v) is int else _as_int(v) for v in map(field, items)]
         return np.array([v if _INT64[0] <= v <= _INT64[1] else -1 for v in out], np.int64)
 
 
@@ -174,29 +173,26 @@ class _Columns:
         self.dropped: dict[str, int] = {}
 
     def add(self, events: list[_Event]) -> None:
-        # Fields are pulled with map(attrgetter) and looked up with map(dict.__getitem__), both in C,
-        # and whole-column checks (`None in column`) replace per-event tests: what remains per event
-        # in Python is the one filter below.
+        # Fields are pulled with map(attrgetter) straight into arrays (np.fromiter) and looked up with
+        # map(dict.__getitem__), all in C, and whole-column checks replace per-event tests: what
+        # remains per event in Python is the one filter below.
         cats = _CATEGORIES
         keep = [e for e in events if e.ph == "X" and e.cat in cats]
-        ts_s = list(map(_TS, keep))
-        if None in ts_s:
-            timed = [e for e, t in zip(keep, ts_s) if t is not None]
-            ts_s = [t for t in ts_s if t is not None]
+        # A missing ts or dur (None) reads as NaN, which JSON cannot write: NaN is "absent".
+        ts = np.fromiter(map(_TS, keep), np.float64, len(keep))
+        absent = np.isnan(ts)
+        if absent.any():
+            timed = [e for e, a in zip(keep, absent.tolist()) if not a]
+            ts = ts[~absent]
         else:
             timed = keep
         self.skipped_no_time += len(keep) - len(timed)
         if not timed:
             return
-        cat_s, name_s, pid_s, tid_s, dur_s, args_s = (list(map(get, timed)) for get in _EVENT_FIELDS)
-        cat = np.array(list(map(cats.__getitem__, cat_s)), np.int8)
-        ts = np.array(ts_s, np.float64)
-        if None in dur_s:
-            no_dur = np.array([d is None for d in dur_s])
-            dur = np.array([0.0 if d is None else d for d in dur_s], np.float64)
-        else:
-            no_dur = np.zeros(len(dur_s), bool)
-            dur = np.array(dur_s, np.float64)
+        cat = np.fromiter(map(cats.__getitem__, map(_CAT, timed)), np.int8, len(timed))
+        dur = np.fromiter(map(_DUR, timed), np.float64, len(timed))
+        no_dur = np.isnan(dur)
+        dur[no_dur] = 0.0
         # Values that would flip a verdict if computed: left out, counted, and said (load.py warns).
         bad = {
             "GPU activity or CUDA call without a duration": no_dur & np.isin(cat, list(_TIMED)),
@@ -213,27 +209,27 @@ class _Columns:
                 self.dropped[reason] = self.dropped.get(reason, 0) + int(mask.sum())
                 ok &= ~mask
         if not ok.all():
-            kept = np.flatnonzero(ok).tolist()
-            name_s, pid_s, tid_s, args_s = ([col[i] for i in kept] for col in (name_s, pid_s, tid_s, args_s))
+            timed = [timed[i] for i in np.flatnonzero(ok).tolist()]
             cat, ts, dur = cat[ok], ts[ok], dur[ok]
-            if not kept:
+            if not timed:
                 return
         intern = self.names
+        name_s = list(map(_NAME, timed))
         for name in dict.fromkeys(name_s):  # the chunk's distinct names, in order of first appearance
             intern.setdefault(name, len(intern))
+        args_s = list(map(_ARGS, timed))
         if None in args_s:
             args_s = [a or _NO_ARGS for a in args_s]
-        correlation_s, stream_s = (list(map(get, args_s)) for get in _ARG_FIELDS)
         self._append(
             {
                 "cat": cat,
-                "name": np.array(list(map(intern.__getitem__, name_s)), np.int32),
-                "pid": _ints(pid_s),
-                "tid": _ints(tid_s),
+                "name": np.fromiter(map(intern.__getitem__, name_s), np.int32, len(name_s)),
+                "pid": _ints(timed, _PID),
+                "tid": _ints(timed, _TID),
                 "ts": ts,
                 "dur": dur,
-                "correlation": _ints(correlation_s),
-                "stream": _ints(stream_s),
+                "correlation": _ints(args_s, _CORRELATION),
+                "stream": _ints(args_s, _STREAM),
             }
         )
 
