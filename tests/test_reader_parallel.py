@@ -89,3 +89,26 @@ def test_a_bad_event_gives_the_sequential_error(tmp_path):
     with pytest.raises(InputError) as parallel:
         k.read_kineto(path, block=4096, workers=2)
     assert str(parallel.value) == str(sequential.value) and "wrong type" in str(parallel.value)
+
+
+def test_pieces_are_cut_at_the_first_boundary_past_each_size():
+    """_pieces against a regex: each piece ends at the first Kineto or one-per-line boundary at or
+    past `size` bytes from its start, however far it is (gaps beyond the 64 kB looked at first)."""
+    import re
+
+    rng = np.random.default_rng(5)
+    either = re.compile(rb"\n  \},\n  \{|\},\n\{")
+    for trial in range(40):
+        parts = []
+        for _ in range(int(rng.integers(1, 30))):
+            parts.append(b"x" * int(rng.choice([10, 500, 5000, 70000, 200000])))
+            parts.append(k.FAST_BOUNDARIES[int(rng.integers(0, 2))] if trial % 3 else k.FAST_BOUNDARIES[0])
+        buf = b"".join(parts) + b"y" * 100
+        size = int(rng.choice([100, 4096, 1 << 16, 1 << 20]))
+        want, start = [], 0
+        while len(buf) - start > size and (m := either.search(buf, start + size)):
+            close = m.start() + m.group().index(b"}") + 1
+            want.append((start, close))
+            start = m.end() - 1
+        want.append((start, len(buf)))
+        assert [bytes(p) for p in k._pieces(buf, size, len(buf))] == [buf[a:b] for a, b in want], trial

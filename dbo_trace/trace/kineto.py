@@ -511,14 +511,25 @@ def _as_array(chunk: bytes | memoryview) -> bytes:
     return b"".join((b"[", chunk, b"]"))
 
 
+def _next_fast_boundary(buf: bytes, lo: int, end: int) -> tuple[int, bytes] | None:
+    """The first of FAST_BOUNDARIES in buf[lo:end], None if none: searched in the next 64 kB first,
+    since a boundary the file does not use would otherwise be searched for through the rest of the
+    chunk for every piece (a fifth of a shared read's time, in Kineto's layout)."""
+    for hi in (min(end, lo + (1 << 16)), end):
+        found = [(at, b) for b in FAST_BOUNDARIES if (at := buf.find(b, lo, hi)) >= 0]
+        if found:
+            return min(found)
+    return None
+
+
 def _pieces(buf: bytes, size: int, end: int) -> Iterator[memoryview]:
     """buf[:end], whole events, cut at FAST_BOUNDARIES into pieces of about `size` bytes (no copies)."""
     view, start = memoryview(buf), 0
     while end - start > size:
-        found = [(at, b) for b in FAST_BOUNDARIES if (at := buf.find(b, start + size, end)) >= 0]
-        if not found:
+        found = _next_fast_boundary(buf, start + size, end)
+        if found is None:
             break
-        close, nxt = _around(*min(found))
+        close, nxt = _around(*found)
         yield view[start:close]
         start = nxt
     yield view[start:end]
