@@ -38,9 +38,6 @@ def test_grouped_figures_equal_one_group_at_a_time():
         e = s + rng.uniform(0, 60, m)
         want = [iv.length(s[g == k], e[g == k]) for k in range(n)]
         assert np.allclose(iv.grouped_length(g, n, s, e), want, rtol=0, atol=1e-6)
-        h = rng.integers(-1, n, m)
-        want_overlap = [iv.overlap_length((s[g == k], e[g == k]), (s[h == k], e[h == k])) for k in range(n)]
-        assert np.allclose(iv.grouped_overlap_length(g, (s, e), h, (s, e), n), want_overlap, rtol=0, atol=1e-6)
         v = rng.uniform(0, 10, m)
         want_median = [np.median(v[g == k]) if (g == k).any() else np.nan for k in range(n)]
         assert np.array_equal(iv.grouped_median(g, n, v), want_median, equal_nan=True)

@@ -143,16 +143,23 @@ def grouped_window_metrics(
         sel = mask & (g >= 0)
         return np.bincount(g[sel], weights=values[sel], minlength=n)
 
-    span = (start, end)  # every activity; only() picks which count for a figure
-    compute_busy = iv.grouped_length(only(is_compute), n, *span)
-    comm_busy = iv.grouped_length(only(is_comm), n, *span)
-    copy_busy = iv.grouped_length(only(is_copy), n, *span)
-    hidden = iv.grouped_overlap_length(only(is_comm), span, only(is_compute), span, n)
+    def busy(mask: np.ndarray) -> np.ndarray:
+        """Per window, the time the selected activities cover."""
+        return iv.grouped_length(only(mask), n, start, end)
+
+    def overlap(a: np.ndarray, b: np.ndarray, a_busy: np.ndarray, b_busy: np.ndarray) -> np.ndarray:
+        """Per window, the time covered by both of two disjoint selections: |A| + |B| - |A or B|, as
+        intervals.grouped_overlap_length gives it, from lengths already known and one union."""
+        both: np.ndarray = a_busy + b_busy - busy(a | b)
+        return both
+
+    compute_busy, comm_busy, copy_busy = busy(is_compute), busy(is_comm), busy(is_copy)
+    hidden = overlap(is_comm, is_compute, comm_busy, compute_busy)
     has_ubatch = count(ubatch >= 0) > 0
     cross = np.zeros(n)
     for u in np.unique(ubatch[ubatch >= 0]):
-        mine, others = only(is_comm & (ubatch == u)), only(is_compute & (ubatch >= 0) & (ubatch != u))
-        cross += iv.grouped_overlap_length(mine, span, others, span, n)
+        mine, others = is_comm & (ubatch == u), is_compute & (ubatch >= 0) & (ubatch != u)
+        cross += overlap(mine, others, busy(mine), busy(others))
     launches = call_kind == c.CALL_LAUNCH
     graph = call_kind == c.CALL_GRAPH_LAUNCH
     max_graph = np.full(n, -np.inf)
