@@ -81,6 +81,14 @@ def difference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     return np.array(starts, float), np.array(ends, float)
 
 
+def run_firsts(ascending: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of a sorted array begins: np.unique's return_index, without
+    its sort (ascending[run_firsts(ascending)] are the distinct values)."""
+    if not len(ascending):
+        return np.empty(0, np.intp)
+    return np.flatnonzero(np.r_[True, ascending[1:] != ascending[:-1]])
+
+
 # -- the same arithmetic for many groups at once (per step), without a Python loop over groups ----------
 def grouped_length(group: np.ndarray, n: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per group 0..n-1, the time its intervals cover (overlaps within a group counted once; group -1
@@ -95,8 +103,7 @@ def grouped_length(group: np.ndarray, n: int, start: np.ndarray, end: np.ndarray
     g, s, e = g[order], s[order], e[order]
     base = s[0]
     s, e = s - base, e - base  # exact (same magnitude), and the shifts below stay small against them
-    first = np.r_[True, g[1:] != g[:-1]]
-    heads = np.flatnonzero(first)
+    heads = run_firsts(g)
     group_lo = s[heads]
     group_hi = np.maximum.reduceat(e, heads)
     # Past the latest end of every earlier group (not just the previous one), so shifts only grow.
