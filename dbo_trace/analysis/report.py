@@ -11,7 +11,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
-from dbo_trace.analysis.exposure import Exposure, exposure
+from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import (
@@ -30,7 +30,7 @@ from dbo_trace.analysis.metrics import (
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank
 from dbo_trace.analysis.steps import PHASES
-from dbo_trace.analysis.verdict import Verdict, decide
+from dbo_trace.analysis.verdict import Findings, Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
 
@@ -272,6 +272,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         )
     )
     exposed = _exposure(part, tl, kinds, att, lo, hi, held) if (kinds == c.COMM).any() else None
+    cost = contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None
+    found = findings(window.window_us, [exposed], [cost])
     return RankReport(
         rank=tl.rank,
         source=str(tl.source),
@@ -281,13 +283,13 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps=steps,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched),
+        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found),
         window=window,
         in_steps=in_steps,
         host_test=host_test,
         phases=phases,
         steps_inferred=att.steps.inferred,
-        contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
+        contention=cost,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
         top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
@@ -297,6 +299,24 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         else [],
         notes=notes,
         detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held),
+    )
+
+
+def findings(window_us: float, exposures: list[Exposure | None], costs: list[Contention | None]) -> Findings:
+    """What the headline may name (analysis/verdict.py), from the figures the report prints: a rank's,
+    or every rank's added (each rank is its own GPU). The host cause and the peer wait are filled by
+    the analyses that measure them; until then they stay None and the headline does not name them."""
+    measured = [x for x in costs if x is not None]
+
+    def exposed_by(reason: str) -> float:
+        return float(sum(x.by_reason_us.get(reason, 0.0) for x in exposures if x is not None))
+
+    return Findings(
+        window_us=window_us,
+        late_record_us=exposed_by(LATE_RECORD),
+        crowded_us=exposed_by(CROWDED),
+        saved_us=float(sum(x.saved_us for x in measured)) if measured else None,
+        serial_estimate_us=float(sum(x.serial_estimate_us for x in measured)) if measured else None,
     )
 
 
@@ -423,7 +443,14 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, any(r.profile_all_threads for r in ranks), host=host, microbatched=microbatched),
+        verdict=decide(
+            total,
+            rt,
+            any(r.profile_all_threads for r in ranks),
+            host=host,
+            microbatched=microbatched,
+            findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks]),
+        ),
         options=options,
         window=window,
         warnings=warnings,

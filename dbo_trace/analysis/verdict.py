@@ -6,6 +6,9 @@ Labels, in order of precedence (docs/analysis.md explains each threshold):
   no-communication  no communication kernel ran
   overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute
   not-overlapped    otherwise
+
+The headline is the label and, where one exists, a qualifier naming the dominant finding, chosen by
+one fixed order (QUALIFIERS; docs/analysis.md, "Headline"). Every renderer prints verdict.headline.
 """
 
 from __future__ import annotations
@@ -29,10 +32,84 @@ HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
 OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
 
 
+# The qualifiers, in the order the headline looks for them: the first that holds is named.
+Q_HOST_BOUND = "host_bound"  # the label is host-bound: how much (and, once measured, why)
+Q_LATE_RECORD = "late_record"  # a bug in the code under study: comm waited on an event recorded too late
+Q_PEER_WAIT = "peer_wait"  # the time went waiting for another rank (cross-rank waits fill it where measured)
+Q_DID_NOT_PAY = "did_not_pay"  # overlapped, yet overlap saved little against the serial estimate
+Q_CROWDED = "crowded"  # comm ready beside the other microbatch's compute, with no free SMs
+QUALIFIERS = (Q_HOST_BOUND, Q_LATE_RECORD, Q_PEER_WAIT, Q_DID_NOT_PAY, Q_CROWDED)
+
+HEADLINE_SHARE = 0.05  # a held-back cause or a peer wait is named when it costs >= this share of the window
+PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the serial estimate
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the headline may name, from the same figures the report prints (a rank's, or the ranks'
+    added: each rank is its own GPU). None: not measured here (no microbatches, one rank, ...)."""
+
+    window_us: float = 0.0  # the profiled window (all ranks' windows added)
+    late_record_us: float = 0.0  # exposed comm whose kernel waited on a late event record (exposure)
+    crowded_us: float = 0.0  # exposed comm whose kernel found no free SMs (exposure)
+    saved_us: float | None = None  # overlap's saving: serial estimate - GPU busy (contention)
+    serial_estimate_us: float | None = None
+    host_cause: str | None = None  # slot: the host-time attribution's dominant cause, in words
+    peer_wait_us: float | None = None  # slot: time this rank (or the run) waited for a peer rank
+    peer_rank: int | None = None  # the rank waited for
+
+
+@dataclass(frozen=True)
+class Qualifier:
+    key: str  # one of QUALIFIERS
+    text: str  # the finding in words, with its numbers
+
+
 @dataclass
 class Verdict:
     label: str
     reasons: list[str] = field(default_factory=list)
+    qualifier: Qualifier | None = None  # the dominant finding; None where nothing stands out
+    findings: list[str] = field(default_factory=list)  # every qualifier that held, in QUALIFIERS order
+
+    @property
+    def headline(self) -> str:
+        """The first line of every report: the label, and the dominant finding in brackets."""
+        return self.label if self.qualifier is None else f"{self.label} ({self.qualifier.text})"
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f} ms"
+
+
+def qualifiers(label: str, host_fraction: float | None, f: Findings) -> list[Qualifier]:
+    """Every finding that holds, in QUALIFIERS order; the first is the headline's (docs/analysis.md)."""
+    out: list[Qualifier] = []
+    if label == HOST_BOUND:
+        cause = f": {f.host_cause}" if f.host_cause else ""
+        out.append(Qualifier(Q_HOST_BOUND, f"GPU idle waiting for the host {pct_text(host_fraction)}{cause}"))
+    if label == NO_COMMUNICATION:
+        return out  # nothing to hold back, wait on or overlap
+    notable = HEADLINE_SHARE * f.window_us
+    if f.late_record_us > 0 and f.late_record_us >= notable:
+        out.append(
+            Qualifier(Q_LATE_RECORD, f"comm held back by a late event record: {_ms(f.late_record_us)} of comm exposed")
+        )
+    if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
+        peer = f"rank {f.peer_rank}" if f.peer_rank is not None else "a peer rank"
+        out.append(Qualifier(Q_PEER_WAIT, f"waiting for {peer}: {_ms(f.peer_wait_us)}"))
+    if label == OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
+        share = f.saved_us / f.serial_estimate_us
+        if share < PAID_LITTLE:
+            what = (
+                f"overlap saved {_ms(f.saved_us)} of a {_ms(f.serial_estimate_us)} serial estimate, {pct_text(share)}"
+                if f.saved_us >= 0
+                else f"overlap took {_ms(-f.saved_us)} longer than the {_ms(f.serial_estimate_us)} serial estimate"
+            )
+            out.append(Qualifier(Q_DID_NOT_PAY, f"DBO did not pay: {what}"))
+    if f.crowded_us > 0 and f.crowded_us >= notable:
+        out.append(Qualifier(Q_CROWDED, f"comm held back by SM-hungry compute: {_ms(f.crowded_us)} of comm exposed"))
+    return out
 
 
 def pct_text(x: float | None) -> str:
@@ -50,9 +127,11 @@ def decide(
     profile_all_threads: bool = False,
     host: "HostTest | None" = None,
     microbatched: bool = False,
+    findings: Findings | None = None,
 ) -> Verdict:
     """host: what the host-bound test measures (a rank's in-step or whole-window fraction); without
-    it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply."""
+    it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply.
+    findings: what the headline may name (a rank's and the run's verdicts); without, the label alone."""
     reasons: list[str] = []
     host_frac = (host.fraction if host is not None else m.host_idle_fraction) or 0.0
     hidden = m.comm_hidden_fraction
@@ -100,7 +179,8 @@ def decide(
         reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels")
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
-    return Verdict(label, reasons)
+    found = qualifiers(label, host_frac, findings) if findings is not None else []
+    return Verdict(label, reasons, found[0] if found else None, [q.key for q in found])
 
 
 def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:

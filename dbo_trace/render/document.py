@@ -19,7 +19,7 @@ from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report,
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -195,12 +195,25 @@ def phase_block(p: PhaseReport) -> dict[str, Any]:
         "graph_launches": m.graph_launches,
         "verdict": verdict_block(p.verdict)
         if p.verdict is not None
-        else {"label": None, "reasons": [], "per_rank": list(p.per_rank or [])},
+        else {
+            "label": None,
+            "qualifier": None,
+            "headline": None,
+            "findings": [],
+            "reasons": [],
+            "per_rank": list(p.per_rank or []),
+        },
     }
 
 
 def verdict_block(v: Verdict) -> dict[str, Any]:
-    return {"label": v.label, "reasons": list(v.reasons)}
+    return {
+        "label": v.label,
+        "qualifier": None if v.qualifier is None else v.qualifier.key,
+        "headline": v.headline,
+        "findings": list(v.findings),
+        "reasons": list(v.reasons),
+    }
 
 
 def step_block(step: StepReport, rank: int) -> dict[str, Any]:

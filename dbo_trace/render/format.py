@@ -23,6 +23,17 @@ def num(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{x:.0f}"
 
 
+def tri(state: bool | None, yes: str = "met", no: str = "missed") -> str:
+    """A three-state figure: true, false, or unknown (null in the JSON: never shown as a negative)."""
+    return "unknown" if state is None else yes if state else no
+
+
+def headline(verdict: dict) -> str:
+    """The verdict's first line: its label and the dominant finding (analysis/verdict.py). A document
+    from before schema 3 (a review archive) has the label alone."""
+    return verdict.get("headline") or verdict["label"] or "-"
+
+
 def round_trip_cells(rt: dict) -> list[str]:
     """The DBO arithmetic row, as every text renderer shows it (the document's round_trips block)."""
     return [
@@ -33,7 +44,7 @@ def round_trip_cells(rt: dict) -> list[str]:
         ms(rt["comm_per_round_trip_us"]),
         ms(rt["compute_per_round_trip_us"]),
         num(rt["ratio"]),
-        "met" if rt["criterion_met"] else "missed",
+        tri(rt["criterion_met"]),
     ]
 
 
@@ -95,7 +106,7 @@ def _figure_cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return tri(value, "yes", "no")
     return str(value)
 
 

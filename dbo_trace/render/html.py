@@ -10,7 +10,16 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
-from dbo_trace.render.format import RANK_HEADER, ROUND_TRIP_HEADER, figure_table, ms, pct, rank_cells, round_trip_cells
+from dbo_trace.render.format import (
+    RANK_HEADER,
+    ROUND_TRIP_HEADER,
+    figure_table,
+    headline,
+    ms,
+    pct,
+    rank_cells,
+    round_trip_cells,
+)
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -91,6 +100,7 @@ class HtmlRenderer:
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
         return _PAGE.format(
             verdict=html.escape(d["verdict"]["label"]),
+            finding=html.escape(headline(d["verdict"])[len(d["verdict"]["label"]) :]),
             reasons=reasons,
             inputs=html.escape(", ".join(d["inputs"])),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
@@ -103,7 +113,7 @@ class HtmlRenderer:
 
 
 _PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>dbo-trace: {verdict}</title>
+<html lang="en"><head><meta charset="utf-8"><title>dbo-trace: {verdict}{finding}</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
 h1 span {{ padding: 2px 10px; border-radius: 6px; background: #eef; }}
@@ -115,7 +125,7 @@ tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.curre
 .legend span {{ display: inline-block; margin-right: 14px; }} .legend i {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }}
 </style></head>
 <body data-ready="0">
-<h1>dbo-trace: <span id="verdict">{verdict}</span></h1>
+<h1>dbo-trace: <span id="verdict">{verdict}</span><small id="finding">{finding}</small></h1>
 <ul id="reasons">{reasons}</ul>
 <p>Inputs: {inputs}</p>
 <h2>Ranks</h2>{ranks}

@@ -11,6 +11,7 @@ from dbo_trace.render.format import (
     RANK_LINES,
     ROUND_TRIP_HEADER,
     figure_table,
+    headline,
     md_table,
     ms,
     pct,
@@ -29,7 +30,8 @@ class MarkdownRenderer:
 
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
-        out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
+        label = d["verdict"]["label"]
+        out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label):]}", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:
             out += ["", f"![CPU/GPU timeline of one step]({options.image})"]

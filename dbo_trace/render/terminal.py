@@ -7,6 +7,7 @@ import shutil
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dbo_trace.analysis.report import Report
@@ -17,6 +18,7 @@ from dbo_trace.render.format import (
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    headline,
     ms,
     operation_cells,
     pct,
@@ -60,7 +62,7 @@ class TerminalRenderer:
         color = options.color
         console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
         label = d["verdict"]["label"]
-        console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
+        console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {escape(headline(d['verdict']))}[/]")
         _bullets(console, d["verdict"]["reasons"])
         console.print()
 
