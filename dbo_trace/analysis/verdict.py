@@ -92,9 +92,7 @@ def qualifiers(label: str, host_fraction: float | None, f: Findings) -> list[Qua
         return out  # nothing to hold back, wait on or overlap
     notable = HEADLINE_SHARE * f.window_us
     if f.late_record_us > 0 and f.late_record_us >= notable:
-        out.append(
-            Qualifier(Q_LATE_RECORD, f"comm held back by a late event record: {_ms(f.late_record_us)} of comm exposed")
-        )
+        out.append(Qualifier(Q_LATE_RECORD, f"comm held back by a late event record: {_ms(f.late_record_us)} of comm exposed"))
     if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
         peer = f"rank {f.peer_rank}" if f.peer_rank is not None else "a peer rank"
         out.append(Qualifier(Q_PEER_WAIT, f"waiting for {peer}: {_ms(f.peer_wait_us)}"))

@@ -1,0 +1,148 @@
+"""The first line carries the diagnosis: the verdict's label and, in brackets, the dominant finding
+(analysis/verdict.py, docs/analysis.md "Headline"), the same sentence in every renderer, and its
+numbers the ones the details below it print."""
+
+import re
+
+import pytest
+from conftest import SAMPLES, report_json, run_cli
+
+from dbo_trace.analysis.verdict import (
+    HOST_BOUND,
+    NO_COMMUNICATION,
+    NOT_OVERLAPPED,
+    OVERLAPPED,
+    Findings,
+    qualifiers,
+)
+
+# What each shipped sample is, by construction (samples/README.md, docs/demo.md): the finding that must lead.
+EXPECTED = {
+    "late": ("overlapped", "late_record"),  # the late cudaEventRecord bug
+    "smhungry": ("overlapped", "crowded"),  # an SM-hungry elementwise kernel
+    "overlap": ("overlapped", "crowded"),  # cuBLAS's cooperative GEMM keeps the SMs
+    "two-gpu-overlap": ("overlapped", "did_not_pay"),  # 61% hidden, no faster than serial
+    "graph": ("overlapped", None),  # 94% hidden: nothing stands out
+    "serial": ("not-overlapped", None),
+    "hostbound": ("host-bound", "host_bound"),
+    "vllm-graphs-decode": ("host-bound", "host_bound"),
+}
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return {name: report_json(str(SAMPLES / name)) for name in EXPECTED}
+
+
+def _ms(text: str, label: str) -> float:
+    m = re.search(label + r"[^0-9-]*(-?[0-9.]+) ms", text)
+    assert m, (label, text)
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_headline_names_the_dominant_finding(docs, name):
+    v = docs[name]["verdict"]
+    label, qualifier = EXPECTED[name]
+    assert v["label"] == label
+    assert v["qualifier"] == qualifier
+    assert (v["findings"][0] if v["findings"] else None) == qualifier
+    assert v["headline"].startswith(label)
+    assert (v["headline"] == label) == (qualifier is None)
+
+
+def test_late_record_headline_agrees_with_the_exposure_line(docs):
+    d = docs["late"]
+    x = d["ranks"][0]["exposed_comm_reasons"]
+    assert _ms(d["verdict"]["headline"], "late event record") == pytest.approx(x["late_record_us"] / 1000, abs=0.005)
+    assert x["late_record_us"] > x["crowded_us"]  # named first because it is the bug, and here also the larger
+
+
+def test_crowded_headline_agrees_with_the_exposure_line(docs):
+    for name in ("smhungry", "overlap"):
+        d = docs[name]
+        x = d["ranks"][0]["exposed_comm_reasons"]
+        assert _ms(d["verdict"]["headline"], "SM-hungry compute") == pytest.approx(x["crowded_us"] / 1000, abs=0.005)
+        assert x["late_record_us"] == 0
+
+
+def test_did_not_pay_headline_adds_the_ranks_overlap_cost(docs):
+    d = docs["two-gpu-overlap"]
+    costs = [r["contention"] for r in d["ranks"]]
+    saved = sum(c["serial_estimate_us"] - c["busy_us"] for c in costs)
+    serial = sum(c["serial_estimate_us"] for c in costs)
+    head = d["verdict"]["headline"]
+    assert _ms(head, "saved") == pytest.approx(saved / 1000, abs=0.01)
+    assert _ms(head, "of a") == pytest.approx(serial / 1000, abs=0.01)
+    assert saved < 0.05 * serial
+    for r in d["ranks"]:  # each rank's own verdict says it too, with its own figures
+        assert r["verdict"]["qualifier"] == "did_not_pay"
+        assert _ms(r["verdict"]["headline"], "saved") == pytest.approx(r["contention"]["saved_us"] / 1000, abs=0.005)
+
+
+def test_host_bound_headline_is_the_host_test(docs):
+    for name in ("hostbound", "vllm-graphs-decode"):
+        d = docs[name]
+        share = round(100 * d["ranks"][0]["host_test"]["fraction"])
+        assert f"GPU idle waiting for the host {share}%" in d["verdict"]["headline"]
+
+
+@pytest.mark.parametrize(
+    ("args", "first"),
+    [((), "verdict: "), (("--markdown",), "### dbo-trace: **")],
+)
+def test_every_text_renderer_opens_with_the_headline(docs, args, first):
+    for name in ("late", "two-gpu-overlap", "graph"):
+        out = run_cli("report", str(SAMPLES / name), *args).stdout
+        label = docs[name]["verdict"]["label"]
+        rest = docs[name]["verdict"]["headline"][len(label) :]
+        opening = " ".join(out.split("\n\n")[0].split())  # the first paragraph, unwrapped
+        assert opening.startswith(first + label + ("**" if args else "") + rest)
+
+
+def test_html_opens_with_the_headline(docs, tmp_path):
+    import html
+
+    out = tmp_path / "late.html"
+    assert run_cli("report", str(SAMPLES / "late"), "--html", str(out)).returncode == 0
+    page = out.read_text()
+    v = docs["late"]["verdict"]
+    assert (
+        f'<span id="verdict">{v["label"]}</span><small id="finding">{html.escape(v["headline"][len(v["label"]) :])}</small>'
+        in page
+    )
+
+
+# The order itself, on findings built by hand: each rule and each precedence.
+W = 100_000.0  # a 100 ms window: 5% is 5 ms
+
+
+def keys(label, **kw):
+    return [q.key for q in qualifiers(label, 0.9, Findings(window_us=W, **kw))]
+
+
+def test_order_late_record_before_peer_wait_before_did_not_pay_before_crowded():
+    every = dict(late_record_us=6000, crowded_us=9000, peer_wait_us=7000, peer_rank=1, saved_us=100, serial_estimate_us=W)
+    assert keys(OVERLAPPED, **every) == ["late_record", "peer_wait", "did_not_pay", "crowded"]
+    assert keys(HOST_BOUND, **every)[0] == "host_bound"
+    assert keys(NO_COMMUNICATION, **every) == []
+
+
+def test_thresholds():
+    assert keys(OVERLAPPED, late_record_us=4999) == []  # under 5% of the window
+    assert keys(OVERLAPPED, late_record_us=5000) == ["late_record"]
+    assert keys(OVERLAPPED, crowded_us=5000) == ["crowded"]
+    assert keys(OVERLAPPED, saved_us=4999, serial_estimate_us=W) == ["did_not_pay"]
+    assert keys(OVERLAPPED, saved_us=5000, serial_estimate_us=W) == []
+    assert keys(NOT_OVERLAPPED, saved_us=0, serial_estimate_us=W) == []  # nothing overlapped: the label says it
+    assert keys(OVERLAPPED, peer_wait_us=None) == []  # the slot absent: not named
+    assert keys(OVERLAPPED, peer_wait_us=5000) == ["peer_wait"]
+
+
+def test_wording_carries_the_numbers():
+    (q,) = qualifiers(OVERLAPPED, None, Findings(window_us=W, saved_us=-1500, serial_estimate_us=W))
+    assert q.text == "DBO did not pay: overlap took 1.50 ms longer than the 100.00 ms serial estimate"
+    (q,) = qualifiers(OVERLAPPED, None, Findings(window_us=W, peer_wait_us=8000, peer_rank=3))
+    assert q.text == "waiting for rank 3: 8.00 ms"
+    (q,) = qualifiers(HOST_BOUND, 0.62, Findings(window_us=W, host_cause="Python between launches"))
+    assert q.text == "GPU idle waiting for the host 62%: Python between launches"
