@@ -279,7 +279,7 @@ def attribute(
         if _from_threads(tl, call_step, main_thread_ids(tl, usable_logs), ubatch):
             source = SOURCE_THREADS
     if source == SOURCE_NONE:
-        notes.append("no microbatches (no event log, no dbo ranges, no step launched from two worker threads)")
+        notes.append(no_microbatch_note(bool(logs), bool(usable_logs), steps.path))
 
     # GPU activity -> its launching call, by correlation id.
     gpu = tl.gpu
@@ -324,6 +324,31 @@ def attribute(
         launched_before_profiling=int(before.sum()),
         notes=notes,
     )
+
+
+GRAPH_PATHS = (fmt.PATH_GRAPH_REPLAY, fmt.PATH_GRAPH_CAPTURE)
+
+
+def no_microbatch_note(had_logs: bool, usable_logs: bool, paths: list[str | None]) -> str:
+    """Why no kernel has a microbatch, from what was looked at: the event log (present, this
+    process's, what path its steps took), the dbo ranges and the launching threads."""
+    taken = sorted({p for p in paths if p})
+    if taken and set(taken) <= set(GRAPH_PATHS):
+        return (
+            f"microbatches not told apart: the event log says the steps took the microbatched CUDA graph path "
+            f"({', '.join(taken)}), and a replay launches both microbatches' kernels in one call; the figures that "
+            "need each kernel's microbatch (under the other microbatch, overlap cost, held-back comm, comm operations) "
+            "are left out"
+        )
+    if not had_logs:
+        log = "no event log"
+    elif not usable_logs:
+        log = "no usable event log of this process"
+    elif taken == [fmt.PATH_NOT_MICROBATCHED]:
+        log = f"the event log says the steps were not microbatched ({fmt.PATH_NOT_MICROBATCHED})"
+    else:
+        log = "the event log records no microbatch thread in this trace"
+    return f"no microbatches ({log}, no dbo ranges, no step launched from two worker threads)"
 
 
 def _log_counts(logs: list[EventLogData], steps: Steps) -> tuple[np.ndarray | None, int | None]:

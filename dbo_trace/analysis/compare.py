@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbo_trace.analysis.attribution import SOURCE_NONE
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.steps import PHASES
 
@@ -89,6 +91,12 @@ def _against_first(arms: list[Arm]) -> list[Arm]:
     return arms
 
 
+def microbatched(report: Report) -> bool:
+    """DBO ran: some kernel has a microbatch, or the event log says a step took a microbatched path
+    (a full-graph replay is microbatched although its kernels cannot be told apart)."""
+    return any(r.attribution != SOURCE_NONE or any(s.path in MICROBATCHED_PATHS for s in r.steps) for r in report.ranks)
+
+
 def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
     """Arms that differ in shape compare unlike things: say so (ranks, layers, microbatched or not)."""
 
@@ -97,7 +105,7 @@ def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
         return {
             "ranks": len(r.ranks),
             "layers": rt.layers if rt else None,
-            "microbatched": any(x.attribution != "none" for x in r.ranks),
+            "microbatched": microbatched(r),
         }
 
     shapes = [shape(r) for r in reports]

@@ -47,6 +47,12 @@ REASON_TEXT = {
     NOTHING: "no compute was left in the step to overlap (imbalance or the step's end)",
     UNKNOWN: "the compute's launch is not in the trace",
 }
+# Without microbatches the compute that could hide a stretch is any compute (not the other
+# microbatch's): the reasons that name the other microbatch say so instead.
+REASON_TEXT_NO_UBATCH = {
+    **REASON_TEXT,
+    HOST: "the next compute had not been launched (host)",
+}
 
 
 @dataclass(frozen=True)

@@ -188,13 +188,15 @@ def comm_kernels_line(rank: dict, most: int = 3) -> str:
 
 def exposure_line(rank: dict) -> str | None:
     """Why one rank's comm was exposed, the largest causes first (docs/analysis.md)."""
-    from dbo_trace.analysis.exposure import REASON_TEXT
+    from dbo_trace.analysis.attribution import SOURCE_NONE
+    from dbo_trace.analysis.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
 
     x = rank.get("exposed_comm_reasons")
     if not x or not x["exposed_us"]:
         return None
-    parts = sorted(((t, r) for r, text in REASON_TEXT.items() if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
-    why = "; ".join(f"{ms(t)} {REASON_TEXT[r]}" for t, r in parts)
+    text = REASON_TEXT_NO_UBATCH if rank.get("microbatch_source") == SOURCE_NONE else REASON_TEXT
+    parts = sorted(((t, r) for r in text if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
+    why = "; ".join(f"{ms(t)} {text[r]}" for t, r in parts)
     return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"
 
 

@@ -18,6 +18,7 @@ from dbo_trace.render.format import (
     phase_cells,
     rank_cells,
     round_trip_cells,
+    tri,
     us,
 )
 
@@ -80,7 +81,7 @@ class MarkdownRenderer:
                     pct(s["host"]["idle_fraction"]),
                     s["host"]["launches"],
                     us(s["host"]["median_launch_us"]),
-                    "yes" if s["replayed"] else "no",
+                    tri(s["replayed"], "yes", "no"),
                     s["verdict"]["label"],
                 ]
                 for s in d["steps"]

@@ -25,6 +25,7 @@ from dbo_trace.render.format import (
     phase_cells,
     round_trip_cells,
     short_step_label,
+    tri,
     us,
 )
 
@@ -151,7 +152,7 @@ class TerminalRenderer:
                 pct(s["comm"]["hidden_fraction"]),
                 pct(s["host"]["idle_fraction"]),
                 str(s["host"]["launches"]),
-                "yes" if s["replayed"] else "no",
+                tri(s["replayed"], "yes", "no"),
                 s["verdict"]["label"],
             )
         console.print(steps)
