@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
-from dbo_trace.analysis.view import steps_around_median
+from dbo_trace.analysis.view import steps_around_median, window_steps
 from dbo_trace.files import replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
 
@@ -72,9 +72,10 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
     for rank in report.ranks:
         if not rank.steps:
             continue
-        chosen = [rank.steps[p] for p in steps_around_median(rank, steps)]
-        windows[rank.rank] = (chosen[0].start_us, chosen[-1].end_us)
-        described.append(f"rank {rank.rank}: {chosen[0].label} to {chosen[-1].label} of {len(rank.steps)} steps")
+        positions = steps_around_median(rank, steps)
+        first, last = rank.steps[positions[0]], rank.steps[positions[-1]]
+        windows[rank.rank] = (first.start_us, last.end_us)
+        described.append(f"rank {rank.rank}: {window_steps(rank, positions)} of {len(rank.steps)}")
     return windows, described
 
 

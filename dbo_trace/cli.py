@@ -147,8 +147,9 @@ def main() -> None:
 @click.option(
     "--step",
     "step_number",
-    type=click.IntRange(min=1),
-    help="The step to draw: its row in the per-step table (default: the median step).",
+    metavar="STEP",
+    help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), "
+    "median (the default) or slowest.",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option(
@@ -185,7 +186,7 @@ def report(
     import re
 
     from dbo_trace.analysis.report import Options
-    from dbo_trace.analysis.view import chosen_step
+    from dbo_trace.analysis.view import chosen_step, step_name
     from dbo_trace.render import RENDERERS, RenderOptions, as_bytes, for_path
 
     main_output = RENDERERS[_output_name(as_json, as_markdown, output)]
@@ -231,7 +232,7 @@ def report(
             _write_file(as_bytes(renderer.render(result, shown)), path)
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
-                click.echo(f"  rank {rank.rank}, {rank.steps[position].label}", err=True)
+                click.echo(f"  rank {rank.rank}, step {step_name(rank, position)}", err=True)
     rendered = main_output.render(result, shown)
     if main_output.binary:
         _write_file(as_bytes(rendered), output)

@@ -46,4 +46,4 @@ def test_html_report_loads_in_a_browser_and_shows_the_verdict(tmp_path, variant)
     assert f'data-views="{len(expected["steps"])}"' in body
     # The script picked the median step: its row is highlighted and its title shown.
     assert dom.count('class="pick current"') == 1
-    assert re.search(r'<small id="view-title">rank 0 · step \d+', dom)
+    assert re.search(r'<small id="view-title">rank 0 · #\d+ step \d+', dom)  # the step's number, then its label

@@ -55,9 +55,50 @@ def median_step(rank: RankReport) -> int:
     return int(np.argsort(walls, kind="stable")[(len(walls) - 1) // 2])
 
 
-def chosen_step(report: Report, rank_number: int | None, step_number: int | None) -> tuple[RankReport, int]:
+SLOWEST, MEDIAN = "slowest", "median"
+
+
+def step_number(rank: RankReport, position: int) -> int:
+    """A step's number: its row in the rank's per-step table, from 1 (what --step takes)."""
+    return position + 1
+
+
+def step_name(rank: RankReport, position: int) -> str:
+    """`#3 (step 17)`: the number --step takes and the step's own label."""
+    return f"#{step_number(rank, position)} ({rank.steps[position].label})"
+
+
+def find_step(rank: RankReport, step: int | str | None) -> int:
+    """The position in rank.steps of the step --step names: its number (`3` or `#3`, the per-step
+    table's row), `median` (the default), `slowest`, or its label (`step 17`, vLLM's `execute_...`)."""
+    from dbo_trace.errors import UsageError
+
+    n = len(rank.steps)
+    text = MEDIAN if step is None else str(step).strip()
+    if text == MEDIAN:
+        return median_step(rank)
+    if text == SLOWEST:
+        return int(np.argmax([s.wall_us for s in rank.steps]))
+    digits = text[1:] if text.startswith("#") else text
+    if digits.isdigit():
+        number = int(digits)
+        if not 1 <= number <= n:
+            raise UsageError(f"--step {text}: rank {rank.rank} has {n} steps (#1 to #{n}: the per-step table's numbers)")
+        return number - 1
+    matches = [i for i, s in enumerate(rank.steps) if s.label == text]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        numbers = ", ".join(f"#{step_number(rank, i)}" for i in matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise UsageError(f"--step {text!r}: {len(matches)} steps of rank {rank.rank} have this label ({numbers}); give a number")
+    raise UsageError(
+        f"--step {text!r}: no step of rank {rank.rank} has this label; give a number (#1 to #{n}), a label, {MEDIAN} or {SLOWEST}"
+    )
+
+
+def chosen_step(report: Report, rank_number: int | None, step: int | str | None) -> tuple[RankReport, int]:
     """The rank and the position of the step a picture draws: --rank (default the first rank with
-    steps) and --step (a row of the per-step table, 1-based; default the median step)."""
+    steps) and --step (find_step: a number, a label, median or slowest; default the median step)."""
     from dbo_trace.errors import UsageError
 
     ranks = {r.rank: r for r in report.ranks}
@@ -66,15 +107,24 @@ def chosen_step(report: Report, rank_number: int | None, step_number: int | None
     rank = ranks[rank_number] if rank_number is not None else next((r for r in report.ranks if r.steps), report.ranks[0])
     if not rank.steps:
         raise UsageError(f"rank {rank.rank} has no step with GPU activity to draw")
-    if step_number is not None and step_number > len(rank.steps):
-        raise UsageError(f"--step {step_number}: rank {rank.rank} has {len(rank.steps)} steps")
-    return rank, median_step(rank) if step_number is None else step_number - 1
+    return rank, find_step(rank, step)
 
 
 def steps_around_median(rank: RankReport, n: int) -> range:
     """Positions of n consecutive steps centred on the median step (fewer if the rank has fewer)."""
     first = max(0, min(median_step(rank) - n // 2, len(rank.steps) - n))
     return range(first, min(len(rank.steps), first + n))
+
+
+def window_steps(rank: RankReport, positions: range) -> str:
+    """Consecutive steps by number, with their labels where those tell them apart: `steps #2 to #4
+    (step 16 to step 18)`, `step #3 (step 17)`; vLLM's labels repeat, so they are left out there."""
+    first, last = positions[0], positions[-1]
+    if first == last:
+        return f"step {step_name(rank, first)}"
+    a, b = rank.steps[first].label, rank.steps[last].label
+    labels = f" ({a} to {b})" if a != b else ""
+    return f"steps #{step_number(rank, first)} to #{step_number(rank, last)}{labels}"
 
 
 def _step_kind(step: StepReport) -> str:
@@ -85,10 +135,11 @@ def _step_kind(step: StepReport) -> str:
     return "; ".join(parts) or "path unknown"
 
 
-def step_title(rank: RankReport, step: StepReport) -> str:
+def step_title(rank: RankReport, step: StepReport, position: int | None = None) -> str:
     m = step.metrics
+    number = "" if position is None else f"#{step_number(rank, position)} "
     return (
-        f"rank {rank.rank} · {step.label} ({_step_kind(step)}) · {step.wall_us / 1000:.2f} ms · "
+        f"rank {rank.rank} · {number}{step.label} ({_step_kind(step)}) · {step.wall_us / 1000:.2f} ms · "
         f"{step.verdict.label} · comm hidden {pct_text(m.comm_hidden_fraction)} · host idle {pct_text(m.host_idle_fraction)}"
         f" · graph-replayed kernels {pct_text(m.replayed_kernel_fraction)}"
     )
@@ -114,7 +165,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
         raise ValueError("the rank report carries no detail (analyze_rank made it)")
     tl, att = d.timeline, d.attribution
     t0 = step.start_us
-    view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step))
+    view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step, position))
 
     # GPU: one lane per stream, named by what runs there. A replayed graph forks onto many internal
     # streams whose identity means nothing; their kernels are packed into as few lanes as overlap allows.

@@ -21,7 +21,7 @@ class RenderOptions:
     color: bool = False  # terminal: ANSI colour
     width: int | None = None  # terminal: columns (None: the terminal's, at least 80)
     image: str | None = None  # markdown: a picture to link, relative to where the Markdown will live
-    step: int | None = None  # pictures: the row of the per-step table to draw (None: the median step)
+    step: int | str | None = None  # pictures: the step to draw, as --step names it (None: the median step)
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
 

@@ -216,9 +216,10 @@ def verdict_block(v: Verdict) -> dict[str, Any]:
     }
 
 
-def step_block(step: StepReport, rank: int) -> dict[str, Any]:
+def step_block(step: StepReport, rank: int, number: int) -> dict[str, Any]:
     return {
         "rank": rank,
+        "number": number,  # the step's row in its rank's per-step table, from 1: what --step takes
         "label": step.label,
         "path": step.path,
         "phase": step.phase,
@@ -271,7 +272,7 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "top_compute_kernels": [{"name": n, "count": k, "total_us": _r(t)} for n, k, t in r.top_compute_kernels],
         "round_trips": round_trips_block(r.round_trips),
-        "steps": [step_block(s, r.rank) for s in r.steps],
+        "steps": [step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
         "verdict": verdict_block(r.verdict),
         "attribution": {
             "ubatch_source": r.attribution,

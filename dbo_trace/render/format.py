@@ -249,6 +249,11 @@ def operation_cells(op: dict) -> list[str]:
     ]
 
 
+def step_number_cell(step: dict) -> str:
+    """A step's number, what --step takes ("-" in a document from before schema 3)."""
+    return "-" if step.get("number") is None else str(step["number"])
+
+
 def short_step_label(label: str) -> str:
     """vLLM's `execute_context_2(1024)_generation_3(3)` as `ctx 2(1024) gen 3(3)`: the same facts, narrower."""
     if label.startswith("execute_"):

@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     pct,
     rank_cells,
     round_trip_cells,
+    step_number_cell,
 )
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
@@ -83,6 +84,7 @@ class HtmlRenderer:
             step_rows.append(
                 [
                     str(s["rank"]),
+                    step_number_cell(s),
                     s["label"],
                     s["path"] or "-",
                     ms(s["step_us"]),
@@ -106,7 +108,7 @@ class HtmlRenderer:
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
             figures=_table(*figure_table(d["ranks"])),
             round_trips=rt_html,
-            steps=_table(["rank", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
+            steps=_table(["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
             version=html.escape(d["dbo_trace_version"]),
             data=data,
         )

@@ -18,6 +18,7 @@ from dbo_trace.render.format import (
     phase_cells,
     rank_cells,
     round_trip_cells,
+    step_number_cell,
     tri,
     us,
 )
@@ -59,6 +60,7 @@ class MarkdownRenderer:
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",
+                "#",
                 "step",
                 "phase",
                 "path",
@@ -73,6 +75,7 @@ class MarkdownRenderer:
             [
                 [
                     s["rank"],
+                    step_number_cell(s),
                     s["label"],
                     s["phase"] or "-",
                     s["path"] or "-",

@@ -25,6 +25,7 @@ from dbo_trace.render.format import (
     phase_cells,
     round_trip_cells,
     short_step_label,
+    step_number_cell,
     tri,
     us,
 )
@@ -134,17 +135,19 @@ class TerminalRenderer:
             console.print(t)
 
         steps = Table(title="per step", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-        for col in ("rank", "step", "kind", "time", "busy", "hidden", "host", "launch", "graph", "verdict"):
+        rows = d["steps"]
+        verdict_width = max([len("verdict"), *(len(s["verdict"]["label"]) for s in rows[:MAX_STEP_ROWS])])
+        for col in ("rank", "#", "step", "kind", "time", "busy", "hidden", "host", "launch", "graph", "verdict"):
             steps.add_column(
                 col,
                 justify="left" if col in ("step", "kind", "verdict") else "right",
                 no_wrap=True,
-                min_width=16 if col == "verdict" else len(col),  # headers and "no-communication" whole
+                min_width=verdict_width if col == "verdict" else len(col),  # headers and the verdicts shown whole
             )
-        rows = d["steps"]
         for s in rows[:MAX_STEP_ROWS]:
             steps.add_row(
                 str(s["rank"]),
+                step_number_cell(s),
                 short_step_label(s["label"]),
                 s["path"] or s["phase"] or "-",
                 ms(s["step_us"]),
@@ -157,7 +160,10 @@ class TerminalRenderer:
             )
         console.print(steps)
         if len(rows) > MAX_STEP_ROWS:
-            console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
+            console.print(
+                f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all; --step takes a number, "
+                "a label, median or slowest)"
+            )
         console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
             console.print(f"[yellow]note:[/] {note}")
