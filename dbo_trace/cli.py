@@ -148,8 +148,7 @@ def main() -> None:
     "--step",
     "step_number",
     metavar="STEP",
-    help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), "
-    "median (the default) or slowest.",
+    help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), median (the default) or slowest.",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option(
@@ -598,17 +597,20 @@ def doctor() -> None:
 
 
 @main.command()
-@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("folder", type=click.Path(path_type=Path), required=False)
 @click.option("--once", is_flag=True, help="Print the counters once and exit (for scripts and logs).")
 @_number("--interval", 1.0, click.FloatRange(min=0.1), "Seconds between refreshes.")
 def top(folder, once, interval) -> None:
-    """Live DBO counters of a running vLLM, without a profiler: dbo-trace top $DBO_TRACE_DIR
+    """Live DBO counters of a running vLLM, without a profiler: dbo-trace top [FOLDER]
 
     \b
+    FOLDER is the server's DBO_TRACE_DIR or a recording; without it, $DBO_TRACE_DIR.
     Per process that runs the model: steps and steps/s, the share microbatched, the
     UBatchWrapper paths taken, CUDA graph replays per mode, yields per step and how
     long each microbatch waited for its turn. The plugin rewrites its counters every
     second while steps run (DBO_TRACE_DIR must be set in the server's environment).
+    On a terminal the table refreshes in place; piped or redirected, each refresh is
+    written as plain lines (a line per process, stamped with the time) as it comes.
     """
     import time
 
@@ -617,13 +619,18 @@ def top(folder, once, interval) -> None:
 
     from dbo_trace import bundle as fmt
     from dbo_trace.analysis.live import live_row
-    from dbo_trace.render.live import live_table
+    from dbo_trace.render.live import live_lines, live_table
 
+    if folder is None:
+        if not os.environ.get("DBO_TRACE_DIR"):
+            fail("top: no folder given and $DBO_TRACE_DIR is not set; give the server's DBO_TRACE_DIR or a recording")
+        folder = Path(os.environ["DBO_TRACE_DIR"])
+        click.echo(f"dbo-trace top: reading $DBO_TRACE_DIR ({folder})", err=True)
     if not folder.is_dir():
         fail(f"{folder}: no such folder; give the server's DBO_TRACE_DIR or a recording")
     previous: dict[str, dict] = {}
 
-    def table():
+    def sample():
         found = fmt.read_counters(folder)
         rows = [live_row(body, previous.get(str(path)), interval, age) for path, body, age in found]
         previous.update({str(path): body for path, body, _ in found})
@@ -633,21 +640,42 @@ def top(folder, once, interval) -> None:
             title += " (no counters yet: is this the server's DBO_TRACE_DIR?)"
         elif len(working) < len(rows):
             title += f" ({len(rows) - len(working)} process(es) that run no model left out)"
-        return live_table(working, title), bool(rows)
+        return working, title, bool(rows)
 
+    def table():
+        working, title, found = sample()
+        return live_table(working, title), found
+
+    def write_lines() -> bool:
+        working, title, found = sample()
+        sys.stdout.write("\n".join(live_lines(working, title, time.strftime("%H:%M:%S"))) + "\n")
+        sys.stdout.flush()
+        return found
+
+    plain = not sys.stdout.isatty()  # a pipe or a file: plain lines, each refresh as it comes
     console = Console(width=max(140, shutil.get_terminal_size((140, 24)).columns))
     if once:
-        shown, found = table()
-        console.print(shown)
+        if plain:
+            found = write_lines()
+        else:
+            shown, found = table()
+            console.print(shown)
         if not found:
             sys.exit(1)
         return
     try:
+        if plain:
+            while True:
+                write_lines()
+                time.sleep(interval)
         with Live(table()[0], console=console, refresh_per_second=4) as live:
             while True:
                 time.sleep(interval)
                 live.update(table()[0])
     except KeyboardInterrupt:
+        return
+    except BrokenPipeError:  # `dbo-trace top | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
 
 

@@ -1,0 +1,69 @@
+"""`dbo-trace top` piped or redirected writes plain lines as each refresh comes (not a live table
+that shows nothing until killed), and without a folder reads $DBO_TRACE_DIR. The expected figures
+come from the counters file itself (json.load)."""
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import SAMPLES, run_cli
+
+RECORDED = SAMPLES / "recorded-overlap"
+
+
+def counters_of(folder):
+    (path,) = sorted((folder / "events").glob("*.counters.json"))
+    return json.loads(path.read_text())
+
+
+def test_piped_top_writes_plain_lines_before_it_is_stopped(tmp_path):
+    body = counters_of(RECORDED)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dbo_trace.cli", "top", str(RECORDED), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while len(lines) < 4 and time.monotonic() < deadline:  # two refreshes: a title and a process each
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+        assert proc.poll() is None  # still running, and its lines already arrived
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert len(lines) == 4, lines
+    steps = body["counters"]["steps.eager_microbatched"]
+    rows = [line for line in lines if " pid: " in line]
+    assert len(rows) == 2 and all(f"pid: {body['pid']}; steps: {steps};" in r for r in rows)
+    assert all("\x1b" not in line and "│" not in line and line == line.rstrip() for line in lines)
+
+
+def test_once_piped_is_plain_lines_too():
+    proc = run_cli("top", str(RECORDED), "--once")
+    assert proc.returncode == 0, proc.stderr
+    body = counters_of(RECORDED)
+    assert f"pid: {body['pid']}; steps: {body['counters']['steps.eager_microbatched']};" in proc.stdout
+    assert "│" not in proc.stdout
+
+
+def test_top_without_a_folder_reads_dbo_trace_dir(monkeypatch):
+    monkeypatch.setenv("DBO_TRACE_DIR", str(RECORDED))
+    proc = run_cli("top", "--once")
+    assert proc.returncode == 0, proc.stderr
+    assert f"reading $DBO_TRACE_DIR ({RECORDED})" in proc.stderr
+    assert f"pid: {counters_of(RECORDED)['pid']};" in proc.stdout
+    monkeypatch.delenv("DBO_TRACE_DIR")
+    missing = run_cli("top", "--once")
+    assert missing.returncode == 2 and "$DBO_TRACE_DIR is not set" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_top_help_names_the_default_folder():
+    text = run_cli("top", "--help").stdout
+    assert "without it, $DBO_TRACE_DIR" in text and "plain lines" in text
