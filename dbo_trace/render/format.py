@@ -255,11 +255,13 @@ def step_number_cell(step: dict) -> str:
 
 
 def short_step_label(label: str) -> str:
-    """vLLM's `execute_context_2(1024)_generation_3(3)` as `ctx 2(1024) gen 3(3)`: the same facts, narrower."""
+    """vLLM's `execute_context_14(7168)_generation_2(2)` as `7168+2 tok`: its prefill and decode
+    tokens (the phase column says which kind of step, the # column which one; the full label, with
+    the request counts, is in the Markdown and the JSON). Other labels as they are."""
     if label.startswith("execute_"):
         import re
 
         m = re.match(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)", label)
         if m:
-            return f"ctx {m.group(1)}({m.group(2)}) gen {m.group(3)}({m.group(4)})"
+            return f"{m.group(2)}+{m.group(4)} tok"
     return label
