@@ -75,7 +75,7 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
         positions = steps_around_median(rank, steps)
         first, last = rank.steps[positions[0]], rank.steps[positions[-1]]
         windows[rank.rank] = (first.start_us, last.end_us)
-        described.append(f"rank {rank.rank}: {window_steps(rank, positions)} of {len(rank.steps)}")
+        described.append(f"rank {rank.rank}: {window_steps(rank, positions)} of {len(rank.steps)} steps")
     return windows, described
 
 
