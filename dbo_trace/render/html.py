@@ -108,7 +108,9 @@ class HtmlRenderer:
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
             figures=_table(*figure_table(d["ranks"])),
             round_trips=rt_html,
-            steps=_table(["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
+            steps=_table(
+                ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
+            ),
             version=html.escape(d["dbo_trace_version"]),
             data=data,
         )

@@ -33,7 +33,7 @@ class MarkdownRenderer:
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
         label = d["verdict"]["label"]
-        out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label):]}", ""]
+        out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label) :]}", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:
             out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
