@@ -146,3 +146,17 @@ def test_wording_carries_the_numbers():
     assert q.text == "waiting for rank 3: 8.00 ms"
     (q,) = qualifiers(HOST_BOUND, 0.62, Findings(window_us=W, host_cause="Python between launches"))
     assert q.text == "GPU idle waiting for the host 62%: Python between launches"
+
+
+def test_the_peer_wait_slot_is_read_where_the_cross_rank_view_has_it():
+    from types import SimpleNamespace
+
+    from dbo_trace.analysis.report import findings
+
+    assert findings(W, [], [], None).peer_wait_us is None  # one rank: no view
+    plain = SimpleNamespace(median_skew_us=10.0)  # a view without the field (today's): not named
+    assert findings(W, [], [], plain).peer_wait_us is None  # type: ignore[arg-type]
+    waits = SimpleNamespace(peer_wait_us=8000.0, peer_wait_rank=1)
+    f = findings(W, [], [], waits)  # type: ignore[arg-type]
+    assert (f.peer_wait_us, f.peer_rank) == (8000.0, 1)
+    assert qualifiers(OVERLAPPED, None, f)[0].text == "waiting for rank 1: 8.00 ms"

@@ -302,11 +302,21 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     )
 
 
-def findings(window_us: float, exposures: list[Exposure | None], costs: list[Contention | None]) -> Findings:
+def findings(
+    window_us: float,
+    exposures: list[Exposure | None],
+    costs: list[Contention | None],
+    peers: CrossRank | None = None,
+    host_cause: str | None = None,
+) -> Findings:
     """What the headline may name (analysis/verdict.py), from the figures the report prints: a rank's,
-    or every rank's added (each rank is its own GPU). The host cause and the peer wait are filled by
-    the analyses that measure them; until then they stay None and the headline does not name them."""
+    or every rank's added (each rank is its own GPU). The host cause (host-time attribution) and the
+    peer wait (cross-rank waits) are slots: host_cause is the attribution's dominant cause in words;
+    the peer wait is read from the cross-rank view's `peer_wait_us` and `peer_wait_rank` where that
+    view has them. Absent, they stay None and the headline does not name them."""
     measured = [x for x in costs if x is not None]
+    peer_wait = getattr(peers, "peer_wait_us", None)
+    peer_rank = getattr(peers, "peer_wait_rank", None)
 
     def exposed_by(reason: str) -> float:
         return float(sum(x.by_reason_us.get(reason, 0.0) for x in exposures if x is not None))
@@ -317,6 +327,9 @@ def findings(window_us: float, exposures: list[Exposure | None], costs: list[Con
         crowded_us=exposed_by(CROWDED),
         saved_us=float(sum(x.saved_us for x in measured)) if measured else None,
         serial_estimate_us=float(sum(x.serial_estimate_us for x in measured)) if measured else None,
+        host_cause=host_cause,
+        peer_wait_us=float(peer_wait) if isinstance(peer_wait, (int, float)) else None,
+        peer_rank=int(peer_rank) if isinstance(peer_rank, int) else None,
     )
 
 
@@ -437,6 +450,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     else:
         host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
+    peers = cross_rank([_on_clock(r) for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
@@ -449,12 +463,12 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
             any(r.profile_all_threads for r in ranks),
             host=host,
             microbatched=microbatched,
-            findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks]),
+            findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers),
         ),
         options=options,
         window=window,
         warnings=warnings,
-        cross_rank=cross_rank([_on_clock(r) for r in ranks]),
+        cross_rank=peers,
     )
 
 
