@@ -160,3 +160,21 @@ def test_the_peer_wait_slot_is_read_where_the_cross_rank_view_has_it():
     f = findings(W, [], [], waits)  # type: ignore[arg-type]
     assert (f.peer_wait_us, f.peer_rank) == (8000.0, 1)
     assert qualifiers(OVERLAPPED, None, f)[0].text == "waiting for rank 1: 8.00 ms"
+
+
+def test_a_document_from_before_the_headline_still_renders(docs):
+    """A review archive's report.json of schema 2 has no headline, qualifier or step numbers."""
+    import copy
+
+    from dbo_trace.render.markdown import MarkdownRenderer
+    from dbo_trace.render.terminal import TerminalRenderer
+
+    old = copy.deepcopy(docs["late"])
+    old["schema_version"] = 2
+    for block in [old, *old["ranks"], *old["steps"], *(s for r in old["ranks"] for s in r["steps"])]:
+        for key in ("headline", "qualifier", "findings"):
+            block["verdict"].pop(key, None)
+        block.pop("number", None)
+    text = TerminalRenderer().render_document(old)
+    assert text.startswith("verdict: overlapped\n")
+    assert MarkdownRenderer().render_document(old).startswith("### dbo-trace: **overlapped**\n")
