@@ -80,7 +80,11 @@ def phase(ctx, gen):
 
 
 def headline(path, comm_regex):
-    events = events_of(path)
+    return headline_of_events(events_of(path), comm_regex)
+
+
+def headline_of_events(events, comm_regex):
+    """headline() over events already in Kineto's shape (dicts with cat, name, ts, end, args)."""
     rx = re.compile(comm_regex, re.IGNORECASE)
     window = (min(e["ts"] for e in events), max(e["end"] for e in events))
     launch = {}

@@ -32,6 +32,7 @@ _PHASE_OF = {"compute": PHASE_COMPUTE, "comm": PHASE_COMM}
 
 SOURCE_EVENT_LOG = "event log"
 SOURCE_HOOK_RANGES = "dbo record_function ranges"
+SOURCE_HOOK_NVTX = "dbo NVTX ranges"  # the same ranges, seen by Nsight Systems
 SOURCE_PATTERNS = "--ubatch-pattern ranges"
 SOURCE_THREADS = "launching threads (no event log: two non-main threads launching in a step)"
 SOURCE_NONE = "none"
@@ -269,7 +270,7 @@ def attribute(
         source = SOURCE_EVENT_LOG
     elif len(ranges := hook_ranges(tl)):
         _from_ranges(tl, ranges, ubatch, phase)
-        source = SOURCE_HOOK_RANGES
+        source = SOURCE_HOOK_NVTX if tl.metadata.get("format") == "nsys-sqlite" else SOURCE_HOOK_RANGES
     elif ubatch_patterns and len(ranges := pattern_ranges(tl, ubatch_patterns)):
         _from_ranges(tl, ranges, ubatch, phase)
         source = SOURCE_PATTERNS

@@ -9,7 +9,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
-from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
@@ -156,7 +156,7 @@ def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
     if att.source == SOURCE_NONE or not len(tl.cpu):
         return False
     lanes = set(np.unique(tl.calls.lane[att.call_ubatch >= 0]).tolist())
-    if att.source in (SOURCE_HOOK_RANGES,):
+    if att.source in (SOURCE_HOOK_RANGES, SOURCE_HOOK_NVTX):
         return True  # the dbo ranges are CPU ranges of the microbatch threads
     ops = tl.cpu.lane[~tl.cpu_is_annotation]
     return bool(lanes and np.isin(ops, list(lanes - {tl.pid})).any())

@@ -2,7 +2,8 @@
 
 Sources, best first (docs/analysis.md, "Steps"):
 1. the user's --step-marker REGEX (an explicit choice wins over every guess);
-2. the plugin's event log (one step per UBatchWrapper call);
+2. the plugin's event log (one step per UBatchWrapper call), else its `dbo:step#<n>:<path>` ranges
+   (NVTX in Nsight Systems, record_function in torch traces);
 3. vLLM's own step annotations `execute_context_<n>(<tok>)_generation_<m>(<tok>)` and the
    detailed form `execute_<tok>_context_<n>(sq..)_generation_<m>(sq..)` (vllm/v1/worker/gpu_worker.py);
 4. `ProfilerStep#N` (torch profiler with a schedule);
@@ -28,6 +29,7 @@ from dbo_trace.trace.timeline import Timeline
 
 SOURCE_MARKER = "--step-marker ranges"
 SOURCE_EVENT_LOG = "event log"
+SOURCE_HOOK_RANGES = "dbo step ranges"
 SOURCE_VLLM = "vLLM execute_* annotations"
 SOURCE_PROFILER_STEP = "ProfilerStep# annotations"
 SOURCE_MODEL_RUNNER = "vLLM gpu_model_runner ranges"
@@ -41,6 +43,7 @@ PHASES = (PREFILL, DECODE, MIXED)
 # execute_context_2(1024)_generation_3(3)  |  execute_1027_context_2(sq1024sk..)_generation_3(sq3sk..)
 _VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_HOOK_STEP = re.compile(r"^dbo:step#(\d+):(\w+)$")  # the plugin's range around each UBatchWrapper call
 _MODEL_RUNNER = "gpu_model_runner: "
 _MODEL_RUNNER_FIRST = "gpu_model_runner: preprocess"
 
@@ -127,6 +130,16 @@ def vllm_steps(tl: Timeline) -> Steps | None:
         ctx_req, ctx_tok, gen_req, gen_tok = (int(g) for g in m.groups())
         rows.append((start, end, name, phase_of(ctx_req, gen_req), ctx_tok, gen_tok))
     return _from_rows(rows, SOURCE_VLLM)
+
+
+def hook_steps(tl: Timeline) -> Steps | None:
+    """The plugin's own step ranges, with their path, where its event log is not at hand."""
+    found = _from_rows([(s, e, f"step {m.group(1)}", m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match)], "")
+    if found is None:
+        return None
+    paths = [str(p) if p is not None else None for p in found.phase]  # _from_rows put the path in the 4th column
+    n = len(found)
+    return Steps(found.start, found.end, found.label, paths, SOURCE_HOOK_RANGES, [None] * n, [None] * n, [None] * n)
 
 
 def profiler_steps(tl: Timeline) -> Steps | None:
@@ -240,5 +253,5 @@ def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None =
     if steps is None and logs and tl.base_time_ns is not None:
         found = log_steps(logs, tl.base_time_ns)
         steps = _seen_by_profiler(found, tl) if found else None
-    steps = steps or vllm or profiler_steps(tl) or model_runner_steps(tl) or gap_steps(tl) or whole_trace(tl)
+    steps = steps or hook_steps(tl) or vllm or profiler_steps(tl) or model_runner_steps(tl) or gap_steps(tl) or whole_trace(tl)
     return _with_phases(steps, vllm)
