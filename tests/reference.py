@@ -36,7 +36,8 @@ def load(path):
 
 def events_of(path):
     out = []
-    for e in load(path)["traceEvents"]:
+    doc = load(path)
+    for e in doc["traceEvents"] if isinstance(doc, dict) else doc:  # or the JSON Array format
         if e.get("ph") != "X" or "ts" not in e:
             continue
         cat = LEGACY.get(e.get("cat"), e.get("cat"))

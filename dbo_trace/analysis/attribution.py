@@ -277,7 +277,13 @@ def attribute(
     else:
         if ubatch_patterns:
             notes.append("no CPU range matched --ubatch-pattern")
-        if _from_threads(tl, call_step, main_thread_ids(tl, usable_logs), ubatch):
+        # The thread that holds the step markers runs the step: it is not a microbatch thread (the
+        # trace may not name the main thread: Kineto before ~2021 gave pthread ids, not native ones).
+        # Old traces give ProfilerStep# as an op, not an annotation; the log's and inferred steps start
+        # at no CPU range.
+        marking = np.isin(tl.cpu.start, steps.start) if not steps.inferred else np.zeros(len(tl.cpu), bool)
+        main = main_thread_ids(tl, usable_logs) | set(np.unique(tl.cpu.lane[marking]).tolist())
+        if _from_threads(tl, call_step, main, ubatch):
             source = SOURCE_THREADS
     if source == SOURCE_NONE:
         notes.append("no microbatches (no event log, no dbo ranges, no step launched from two worker threads)")
