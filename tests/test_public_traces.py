@@ -126,3 +126,30 @@ def test_an_array_with_data_after_it_is_refused_in_one_line(tmp_path):
     bad.write_text('[{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}] {"x": 1}')
     proc = run_cli("report", str(bad))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["hta-training-16rank-nccl-graphs.json.gz", "hta-training-2rank-nccl.json.gz", "hta-sampled-job/rank-0.json.gz"]
+)
+def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_path, name):
+    """With torch's ProfilerStep# removed, the iterations come from Optimizer.step#: as many as the
+    profiler's steps, each after the previous one's optimizer step, which ran inside its ProfilerStep."""
+    import gzip
+    import json
+
+    with gzip.open(PUBLIC / name, "rt") as fh:
+        doc = json.load(fh)
+    marks = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in doc["traceEvents"]
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    )
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(doc))
+    report = report_json(str(stripped))
+    assert report["steps_source"].startswith("Optimizer.step#")
+    steps = report["steps"]
+    assert len(steps) == len(marks)
+    for (lo, hi), step in zip(marks[:-1], steps[1:]):
+        assert lo <= step["start_us"] <= hi  # the previous iteration's optimizer step ended in its ProfilerStep
