@@ -342,6 +342,27 @@ def _open(path: Path) -> BinaryIO | _Gunzip:
     return _Gunzip(fh) if _is_gzip(fh) else fh
 
 
+_CATEGORY = re.compile(rb'"cat"\s*:\s*"((?:[^"\\]|\\.){1,64})"')
+
+
+def categories_seen(path: Path, limit: int = 64 << 20) -> dict[str, int]:
+    """Event categories in the first `limit` bytes of a trace and how often each appears: what a trace
+    that gave no usable events does hold (a cheap look, for the error message only)."""
+    counts: dict[str, int] = {}
+    try:
+        fh = _open(path)
+        try:
+            head = fh.read(limit)
+        finally:
+            fh.close()
+    except (OSError, EOFError, zlib.error, InputError):
+        return counts
+    for m in _CATEGORY.finditer(head):
+        name = m.group(1).decode("utf-8", "replace")
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
 
 

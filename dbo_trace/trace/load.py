@@ -10,7 +10,7 @@ from typing import Any, Callable
 from dbo_trace import bundle as fmt
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
-from dbo_trace.trace.kineto import read_kineto
+from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
 from dbo_trace.trace.timeline import Timeline, build_timeline
 
@@ -86,8 +86,26 @@ def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | Non
     rank: int = info["rank"] if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
     tl = build_timeline(raw, rank)
     if not len(tl.gpu):
-        raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
+        raise InputError(f"{trace}: {_without_gpu_activity(trace, tl)}")
     return tl
+
+
+_OTHER_DEVICE = ("mtia", "xpu", "hpu", "npu", "tpu", "mlu")  # accelerators whose traces dbo-trace cannot read
+
+
+def _without_gpu_activity(trace: Path, tl: Timeline) -> str:
+    """Why a trace gave no GPU activity, from what it does hold."""
+    seen = categories_seen(trace)
+    other = sorted((c for c in seen if c.lower().startswith(_OTHER_DEVICE)), key=lambda c: -seen[c])
+    if other:
+        held = ", ".join(f"{c} ({seen[c]})" for c in other[:4])
+        return (
+            f"no CUDA or HIP GPU activity: the trace holds another accelerator's events ({held}); "
+            "dbo-trace reads NVIDIA (CUDA) and AMD (ROCm) traces"
+        )
+    if not len(tl.calls) and len(tl.cpu):
+        return "only CPU events, no GPU activity (was the profiler run without CUDA activities, ProfilerActivity.CUDA?)"
+    return "no GPU activity in the trace (was the profiler run without CUDA activities?)"
 
 
 def read_timelines(
