@@ -70,13 +70,23 @@ def kineto_to_nsys(trace, out, pid=4242, versioned_api=True):
             db.execute(
                 "insert into CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, streamId, correlationId, globalPid, "
                 "demangledName, shortName, graphNodeId) values (?,?,?,?,?,?,?,?,?)",
-                (start, end, args.get("device", 0), stream, corr, gpid, sid(e["name"]), sid(e["name"][:40]), args.get("graph node id")),
+                (
+                    start,
+                    end,
+                    args.get("device", 0),
+                    stream,
+                    corr,
+                    gpid,
+                    sid(e["name"]),
+                    sid(e["name"][:40]),
+                    args.get("graph node id"),
+                ),
             )
         elif cat == "gpu_memcpy":
             kind = next((v for k, v in COPY_KINDS.items() if k in e["name"]), 8)
             db.execute(
-                "insert into CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, streamId, correlationId, globalPid, bytes, copyKind) "
-                "values (?,?,?,?,?,?,?,?)",
+                "insert into CUPTI_ACTIVITY_KIND_MEMCPY (start, end, deviceId, streamId, correlationId, globalPid, bytes, "
+                "copyKind) values (?,?,?,?,?,?,?,?)",
                 (start, end, args.get("device", 0), stream, corr, gpid, args.get("bytes", 0), kind),
             )
         elif cat == "gpu_memset":
@@ -89,8 +99,16 @@ def kineto_to_nsys(trace, out, pid=4242, versioned_api=True):
             outer = (start, end, 0, gtid(e["tid"]), corr, sid(e["name"]), 0, None)
             db.execute("insert into CUPTI_ACTIVITY_KIND_RUNTIME values (?,?,?,?,?,?,?,?)", outer)
             if versioned_api:
-                inner = (start + min(100, (end - start) // 4), end - min(100, (end - start) // 4), 0, gtid(e["tid"]), corr,
-                         sid(e["name"] + "_v7000"), 0, None)
+                inner = (
+                    start + min(100, (end - start) // 4),
+                    end - min(100, (end - start) // 4),
+                    0,
+                    gtid(e["tid"]),
+                    corr,
+                    sid(e["name"] + "_v7000"),
+                    0,
+                    None,
+                )
                 db.execute("insert into CUPTI_ACTIVITY_KIND_RUNTIME values (?,?,?,?,?,?,?,?)", inner)
         elif cat in ("cpu_op", "user_annotation", "python_function"):
             db.execute(
@@ -120,18 +138,27 @@ def events_from_nsys(path, pid=None):
 
     if pid is None:
         pid = pid_of(db.execute("select globalPid from CUPTI_ACTIVITY_KIND_KERNEL limit 1").fetchone()[0])
-    for table, cat in (("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"),
-                       ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset")):
+    for table, cat in (
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", "gpu_memcpy"),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", "gpu_memset"),
+    ):
         if table not in tables:
             continue
         name = "demangledName" if cat == "kernel" else "0"
-        for start, end, stream, corr, gp, nm in db.execute(f"select start, end, streamId, correlationId, globalPid, {name} from {table}"):
+        for start, end, stream, corr, gp, nm in db.execute(
+            f"select start, end, streamId, correlationId, globalPid, {name} from {table}"
+        ):
             if pid_of(gp) != pid or end < start:
                 continue
             args = {"stream": stream}
             if corr is not None:
                 args["correlation"] = corr
-            out.append(dict(cat=cat, name=strings.get(nm, "copy") if cat == "kernel" else cat, ts=start / 1000, end=end / 1000, args=args))
+            out.append(
+                dict(
+                    cat=cat, name=strings.get(nm, "copy") if cat == "kernel" else cat, ts=start / 1000, end=end / 1000, args=args
+                )
+            )
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         seen = set()
         rows = sorted(db.execute("select start, end, globalTid, correlationId, nameId from CUPTI_ACTIVITY_KIND_RUNTIME"))
@@ -151,7 +178,15 @@ def events_from_nsys(path, pid=None):
         ):
             if pid_of(tid) != pid or end < start:
                 continue
-            out.append(dict(cat="user_annotation", name=text if text is not None else strings.get(text_id, ""), ts=start / 1000,
-                            end=end / 1000, tid=tid & ID_MASK, args={}))
+            out.append(
+                dict(
+                    cat="user_annotation",
+                    name=text if text is not None else strings.get(text_id, ""),
+                    ts=start / 1000,
+                    end=end / 1000,
+                    tid=tid & ID_MASK,
+                    args={},
+                )
+            )
     db.close()
     return out

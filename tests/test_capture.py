@@ -29,17 +29,27 @@ def _captured_trace(tmp_path, share):
     for s in chosen:
         lo, hi, tid = s["ts"], s["ts"] + s["dur"], s["tid"]
         inside = [
-            e for e in events
-            if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("tid") == tid and lo <= e["ts"] <= hi
+            e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("tid") == tid and lo <= e["ts"] <= hi
         ]
         launches = [e for e in inside if e["name"] in LAUNCHES]
         per_step[s["name"], s["ts"]] = len(launches)
         captured_corr |= {e["args"]["correlation"] for e in launches if "correlation" in e.get("args", {})}
         for name, ts in (("cudaStreamBeginCapture", lo + 0.001), ("cudaStreamEndCapture", hi - 0.002)):
-            extra.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": s["pid"], "tid": tid, "ts": ts, "dur": 0.001,
-                          "args": {"correlation": -7}})
+            extra.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": name,
+                    "pid": s["pid"],
+                    "tid": tid,
+                    "ts": ts,
+                    "dur": 0.001,
+                    "args": {"correlation": -7},
+                }
+            )
     kept = [
-        e for e in events
+        e
+        for e in events
         if not (e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in captured_corr)
     ]
     doc["traceEvents"] = kept + extra

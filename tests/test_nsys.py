@@ -71,8 +71,13 @@ def test_a_sample_exported_as_nsys_reads_as_its_kineto_trace(tmp_path, sample, o
     under_other = from_kineto["comm"]["hidden_under_other_ubatch_fraction"]
     if under_other is not None:
         assert from_nsys["comm"]["hidden_under_other_ubatch_fraction"] == pytest.approx(under_other, abs=1e-4)
-    for block, key in [("gpu", "utilization"), ("host", "idle_fraction"), ("comm", "hidden_fraction"),
-                       ("graphs", "replayed_kernel_fraction"), ("host", "in_step_idle_fraction")]:
+    for block, key in [
+        ("gpu", "utilization"),
+        ("host", "idle_fraction"),
+        ("comm", "hidden_fraction"),
+        ("graphs", "replayed_kernel_fraction"),
+        ("host", "in_step_idle_fraction"),
+    ]:
         a, b = from_nsys[block].get(key), from_kineto[block].get(key)
         assert (a is None) == (b is None), (block, key)
         if a is not None:
@@ -91,8 +96,13 @@ def test_an_export_of_two_processes_is_two_ranks(tmp_path):
     kineto_to_nsys(_kineto_trace("overlap-no-hooks"), second, pid=200)
     db = sqlite3.connect(out)
     db.execute("attach ? as b", (str(second),))
-    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                  "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+    ):
         db.execute(f"insert into {table} select * from b.{table}")  # same string ids: same trace
     db.commit()
     db.close()

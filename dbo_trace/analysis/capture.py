@@ -52,9 +52,13 @@ def capture_windows(
         elif depth.get(lane, 0) > 0:  # an end without its begin (the capture began before the trace) is ignored
             depth[lane] -= 1
             if depth[lane] == 0:
-                starts.append(opened.pop(lane)), ends.append(float(call_end[i])), lanes.append(lane)
+                starts.append(opened.pop(lane))
+                ends.append(float(call_end[i]))
+                lanes.append(lane)
     for lane, t in opened.items():
-        starts.append(t), ends.append(float(call_end[call_lane == lane].max())), lanes.append(lane)
+        starts.append(t)
+        ends.append(float(call_end[call_lane == lane].max()))
+        lanes.append(lane)
     order = np.argsort(starts, kind="stable")
     return np.array(starts, float)[order], np.array(ends, float)[order], np.array(lanes, np.int64)[order]
 
@@ -90,5 +94,7 @@ def with_capture(verdict: Verdict, capture: Capture, window_host_idle_us: float)
         f"not run ({capture.capture_us / 1000:.2f} ms capturing; {pct_text(share)} of the GPU's host-idle time)"
     )
     if verdict.label == HOST_BOUND and share >= CAPTURE_DOMINANT:
-        return Verdict(GRAPH_CAPTURE, [f"the trace is mostly {line}; profile after start-up to see the run itself"] + verdict.reasons)
+        return Verdict(
+            GRAPH_CAPTURE, [f"the trace is mostly {line}; profile after start-up to see the run itself"] + verdict.reasons
+        )
     return Verdict(verdict.label, verdict.reasons + [line])

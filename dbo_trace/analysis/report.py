@@ -9,8 +9,8 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
-from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
@@ -288,7 +288,9 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps=steps,
         total=total,
         round_trips=rt,
-        verdict=with_capture(decide(total, rt, all_threads, host=host_test, microbatched=microbatched), capture, window.host_idle_us),
+        verdict=with_capture(
+            decide(total, rt, all_threads, host=host_test, microbatched=microbatched), capture, window.host_idle_us
+        ),
         window=window,
         in_steps=in_steps,
         host_test=host_test,

@@ -278,5 +278,6 @@ def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None =
     if steps is None and logs and tl.base_time_ns is not None:
         found = log_steps(logs, tl.base_time_ns)
         steps = _seen_by_profiler(found, tl) if found else None
-    steps = steps or hook_steps(tl) or vllm or profiler_steps(tl) or optimizer_steps(tl) or model_runner_steps(tl) or gap_steps(tl) or whole_trace(tl)
+    steps = steps or hook_steps(tl) or vllm or profiler_steps(tl) or optimizer_steps(tl) or model_runner_steps(tl)
+    steps = steps or gap_steps(tl) or whole_trace(tl)
     return _with_phases(steps, vllm)

@@ -176,7 +176,7 @@ class _Names:
 
 def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: int, source: Path) -> list[Timeline]:
     gpu_parts = []  # (start, end, name ids, stream, correlation, pid, is_copy, name kind)
-    for table, copy in ((_KERNELS, False), (_MEMCPY, True), (_MEMSET, True)):
+    for table in (_KERNELS, _MEMCPY, _MEMSET):
         if table not in tables:
             continue
         cols = tables[table]
@@ -211,8 +211,19 @@ def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: 
     out = []
     for k, pid in enumerate(pids):
         out.append(
-            _timeline_of(int(pid), first_rank + k, source, gpu_parts, kernel_names, calls, call_names, nvtx, nvtx_names,
-                         session, thread_names)
+            _timeline_of(
+                int(pid),
+                first_rank + k,
+                source,
+                gpu_parts,
+                kernel_names,
+                calls,
+                call_names,
+                nvtx,
+                nvtx_names,
+                session,
+                thread_names,
+            )
         )
     return out
 
@@ -231,7 +242,12 @@ def _timeline_of(
     thread_names: dict[int, str],
 ) -> Timeline:
     names = _Names()
-    g_start, g_end, g_name, g_lane, g_corr, g_copy = [], [], [], [], [], []
+    g_start: list[np.ndarray] = []
+    g_end: list[np.ndarray] = []
+    g_name: list[np.ndarray] = []
+    g_lane: list[np.ndarray] = []
+    g_corr: list[np.ndarray] = []
+    g_copy: list[np.ndarray] = []
     for table, start, end, name, stream, corr, gpid in gpu_parts:
         mine = gpid == pid
         if table == _KERNELS:
@@ -241,8 +257,11 @@ def _timeline_of(
             ids = names.lookup(name[mine], copy_names)
         else:
             ids = np.full(int(mine.sum()), names.of("Memset"), np.int64)
-        g_start.append(start[mine]), g_end.append(end[mine]), g_name.append(ids)
-        g_lane.append(stream[mine]), g_corr.append(corr[mine]), g_copy.append(np.full(int(mine.sum()), table != _KERNELS))
+        for column, values in zip(
+            (g_start, g_end, g_name, g_lane, g_corr, g_copy),
+            (start[mine], end[mine], ids, stream[mine], corr[mine], np.full(int(mine.sum()), table != _KERNELS)),
+        ):
+            column.append(values)
     gpu, gpu_is_copy = _intervals(g_start, g_end, g_name, g_lane, g_corr, g_copy)
 
     if calls is not None:
