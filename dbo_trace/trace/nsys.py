@@ -195,16 +195,7 @@ def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: 
     if _RUNTIME in tables:
         calls = _int_columns(db, _RUNTIME, ["start", "end", "nameId", "globalTid", "correlationId"], "where end >= start")
     call_names = _strings(db, calls[2]) if calls is not None else {}
-    nvtx = None
-    if _NVTX in tables and {"text", "textId"} <= tables[_NVTX]:
-        types = ",".join(map(str, NVTX_RANGE_TYPES))
-        # A range's text is inline (text) or registered (textId); rows are few next to kernels.
-        rows = db.execute(
-            f"select start, end, coalesce(text, ''), coalesce(textId, -1), globalTid from {_NVTX} "
-            f"where eventType in ({types}) and end is not null and end >= start"
-        ).fetchall()
-        nvtx = rows
-    nvtx_names = _strings(db, [r[3] for r in nvtx]) if nvtx else {}
+    nvtx = _nvtx_ranges(db, tables)
     session = _session_start_ns(db, tables)
     thread_names = _thread_names(db, tables)
 
@@ -220,7 +211,6 @@ def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: 
                 calls,
                 call_names,
                 nvtx,
-                nvtx_names,
                 session,
                 thread_names,
             )
@@ -236,8 +226,7 @@ def _timeline_of(
     kernel_names: dict[int, str],
     calls: list[np.ndarray] | None,
     call_names: dict[int, str],
-    nvtx: list[tuple[Any, ...]] | None,
-    nvtx_names: dict[int, str],
+    nvtx: tuple[list[np.ndarray], list[str]] | None,
     session_ns: int | None,
     thread_names: dict[int, str],
 ) -> Timeline:
@@ -274,14 +263,12 @@ def _timeline_of(
     else:
         call_iv = _empty()
 
-    if nvtx:
-        rows = [r for r in nvtx if (int(r[4]) >> _PID_SHIFT & _ID_MASK) == pid]
-        text = [r[2] or nvtx_names.get(int(r[3]), "") for r in rows]
-        n_start = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-        n_end = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-        n_tid = np.fromiter((int(r[4]) & _ID_MASK for r in rows), np.int64, len(rows))
-        n_name = np.fromiter((names.of(t) for t in text), np.int64, len(rows))
-        cpu, _ = _intervals([n_start], [n_end], [n_name], [n_tid], [np.full(len(rows), -1, np.int64)], None)
+    if nvtx is not None:
+        (n_start, n_end, n_gtid, n_text), texts = nvtx
+        mine = (n_gtid >> _PID_SHIFT & _ID_MASK) == pid
+        n_name = names.lookup(n_text[mine], dict(enumerate(texts)), missing="")
+        n_tid = n_gtid[mine] & _ID_MASK
+        cpu, _ = _intervals([n_start[mine]], [n_end[mine]], [n_name], [n_tid], [np.full(len(n_tid), -1, np.int64)], None)
     else:
         cpu = _empty()
 
@@ -319,6 +306,31 @@ def _outermost_of_twins(start: np.ndarray, end: np.ndarray, name: np.ndarray, ti
     keep = np.zeros(n, bool)
     keep[order[first]] = True
     return keep
+
+
+def _nvtx_ranges(db: sqlite3.Connection, tables: dict[str, set[str]]) -> tuple[list[np.ndarray], list[str]] | None:
+    """NVTX push/pop and start/end ranges as (start, end, global thread id, text key) columns and
+    the distinct texts the keys index: a range's text is inline (`text`) or registered (`textId`).
+    Read in pieces, so that a trace of millions of ranges (torch's emit_nvtx) is held as arrays."""
+    if _NVTX not in tables or not {"text", "textId"} <= tables[_NVTX]:
+        return None
+    types = ",".join(map(str, NVTX_RANGE_TYPES))
+    cursor = db.execute(
+        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), text from {_NVTX} "
+        f"where eventType in ({types}) and end is not null and end >= start"
+    )
+    keys: dict[str | int, int] = {}  # an inline text, or a textId
+    parts: list[np.ndarray] = []
+    while rows := cursor.fetchmany(_ROWS):
+        block = np.empty((len(rows), 4), np.int64)
+        for i, (start, end, tid, text_id, text) in enumerate(rows):
+            key: str | int = text if text is not None else int(text_id)
+            block[i] = start, end, tid, keys.setdefault(key, len(keys))
+        parts.append(block)
+    columns = np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
+    registered = _strings(db, [k for k in keys if isinstance(k, int)])
+    texts = [k if isinstance(k, str) else registered.get(k, "") for k in keys]
+    return [columns[:, i].copy() for i in range(4)], texts
 
 
 def _intervals(
