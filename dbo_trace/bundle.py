@@ -56,12 +56,16 @@ class BundleError(Exception):
     """A bundle on disk is not what it should be; the message names the file."""
 
 
+# Kineto traces, and Nsight Systems reports and their SQLite exports.
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+
+
 def trace_files(folder: Path) -> list[Path]:
     """Trace files in a folder, in a stable order."""
     found = [
         p
         for p in folder.iterdir()
-        if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")) and p.name != MANIFEST_NAME
+        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != MANIFEST_NAME
     ]
     return sorted(found)
 

@@ -15,7 +15,7 @@ from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank,
 from dbo_trace.trace.alloc import reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timeline, settle_ranks
+from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timelines, settle_ranks
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
@@ -60,11 +60,11 @@ def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     return combine(ranks, options, inputs, loaded.warnings)
 
 
-def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> RankReport | str:
-    """One rank in a worker process: its report, or the one-line error of its trace."""
+def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> list[RankReport] | str:
+    """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
+    or the one-line error of the file."""
     try:
-        tl = read_timeline(trace, index)
-        return analyze_rank(tl, logs_of(tl, logs), options)
+        return [analyze_rank(tl, logs_of(tl, logs), options) for tl in read_timelines(trace, index)]
     except InputError as exc:
         return str(exc)
 
@@ -99,7 +99,7 @@ def analyze_found(
         return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
     options = options_from_manifests(options, found.manifests)
     logs, warnings = read_logs(found)
-    results: dict[int, RankReport | str] = {}
+    results: dict[int, list[RankReport] | str] = {}
     done = 0
     with process_pool(workers) as pool:
         futures = {pool.submit(_read_and_analyze, t, i, logs, options): i for i, t in enumerate(found.traces)}
@@ -109,7 +109,7 @@ def analyze_found(
             done += os.path.getsize(found.traces[i])
             if progress:
                 progress(done)
-    ranks = [r for _, r in sorted(results.items()) if not isinstance(r, str)]
+    ranks = [rank for _, r in sorted(results.items()) if not isinstance(r, str) for rank in r]
     errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
     timelines = [r.detailed().timeline for r in ranks]
     warnings = settle_ranks(timelines, errors) + warnings

@@ -36,7 +36,8 @@ def load(path):
 
 def events_of(path):
     out = []
-    for e in load(path)["traceEvents"]:
+    doc = load(path)
+    for e in doc["traceEvents"] if isinstance(doc, dict) else doc:  # or the JSON Array format
         if e.get("ph") != "X" or "ts" not in e:
             continue
         cat = LEGACY.get(e.get("cat"), e.get("cat"))
@@ -80,7 +81,11 @@ def phase(ctx, gen):
 
 
 def headline(path, comm_regex):
-    events = events_of(path)
+    return headline_of_events(events_of(path), comm_regex)
+
+
+def headline_of_events(events, comm_regex):
+    """headline() over events already in Kineto's shape (dicts with cat, name, ts, end, args)."""
     rx = re.compile(comm_regex, re.IGNORECASE)
     window = (min(e["ts"] for e in events), max(e["end"] for e in events))
     launch = {}

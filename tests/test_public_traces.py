@@ -2,7 +2,7 @@
 independent computation in tests/reference.py, counts exact, verdicts as the numbers say."""
 
 import pytest
-from conftest import ROOT, report_json
+from conftest import ROOT, report_json, run_cli
 from reference import headline
 
 from dbo_trace.analysis.classify import CommRules
@@ -18,6 +18,8 @@ CASES = {
     "hta-training-2rank-nccl.json.gz": ("host-bound", "ProfilerStep# annotations"),
     "hta-rocm-mi250.json.gz": ("host-bound", "ProfilerStep# annotations"),
     "kineto-2021-v100.json.gz": ("host-bound", "ProfilerStep# annotations"),  # an Operator-category range in 2021
+    # Kineto's 2020 JSON Array format; forward on the main thread, backward on autograd's (not microbatches).
+    "kineto-2020-array-resnet50.json.gz": ("no-communication", "ProfilerStep# annotations"),
 }
 
 
@@ -97,3 +99,57 @@ def test_two_ranks_of_one_job_are_read_together():
         ref = headline(PUBLIC / "hta-sampled-job" / name, COMM)
         assert r["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
         assert r["comm"]["hidden_fraction"] == pytest.approx(ref["hidden"] / ref["comm"], abs=1e-4)
+
+
+def test_the_json_array_format_reads_as_the_object_format(tmp_path):
+    """Kineto's 2020 layout (the document is the array of events) gives the figures the same events
+    give wrapped in {"traceEvents": ...}."""
+    import gzip
+    import json
+
+    array = PUBLIC / "kineto-2020-array-resnet50.json.gz"
+    with gzip.open(array, "rt") as fh:
+        events = json.load(fh)
+    assert isinstance(events, list)
+    wrapped = tmp_path / "wrapped.json"
+    wrapped.write_text(json.dumps({"traceEvents": events}))
+    a, b = report_json(str(array)), report_json(str(wrapped))
+    for doc in (a, b):
+        doc.pop("inputs")
+        for r in doc["ranks"]:
+            r.pop("source", None)
+    assert json.dumps(a, sort_keys=True).replace(str(array), "") == json.dumps(b, sort_keys=True).replace(str(wrapped), "")
+
+
+def test_an_array_with_data_after_it_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}] {"x": 1}')
+    proc = run_cli("report", str(bad))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["hta-training-16rank-nccl-graphs.json.gz", "hta-training-2rank-nccl.json.gz", "hta-sampled-job/rank-0.json.gz"]
+)
+def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_path, name):
+    """With torch's ProfilerStep# removed, the iterations come from Optimizer.step#: as many as the
+    profiler's steps, each after the previous one's optimizer step, which ran inside its ProfilerStep."""
+    import gzip
+    import json
+
+    with gzip.open(PUBLIC / name, "rt") as fh:
+        doc = json.load(fh)
+    marks = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in doc["traceEvents"]
+        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+    )
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    stripped = tmp_path / "stripped.json"
+    stripped.write_text(json.dumps(doc))
+    report = report_json(str(stripped))
+    assert report["steps_source"].startswith("Optimizer.step#")
+    steps = report["steps"]
+    assert len(steps) == len(marks)
+    for (lo, hi), step in zip(marks[:-1], steps[1:]):
+        assert lo <= step["start_us"] <= hi  # the previous iteration's optimizer step ended in its ProfilerStep

@@ -32,7 +32,9 @@ _PHASE_OF = {"compute": PHASE_COMPUTE, "comm": PHASE_COMM}
 
 SOURCE_EVENT_LOG = "event log"
 SOURCE_HOOK_RANGES = "dbo record_function ranges"
+SOURCE_HOOK_NVTX = "dbo NVTX ranges"  # the same ranges, seen by Nsight Systems
 SOURCE_PATTERNS = "--ubatch-pattern ranges"
+SOURCE_SGLANG = "SGLang two-batch overlap a<i>/b<i> ranges"
 SOURCE_THREADS = "launching threads (no event log: two non-main threads launching in a step)"
 SOURCE_NONE = "none"
 
@@ -207,6 +209,20 @@ def pattern_ranges(tl: Timeline, patterns: list[str]) -> CpuRanges:
     )
 
 
+_SGLANG_STAGE = (r"^a\d+$", r"^b\d+$")  # SGLANG_OPERATIONS_ENABLE_PROFILE=1 names each stage of batch a and b
+
+
+def sglang_ranges(tl: Timeline) -> CpuRanges:
+    """SGLang's two-batch overlap runs both microbatches in one thread, stage by stage, and with its
+    operations profile on wraps each stage in a range `a<i>` or `b<i>`. Taken only where both
+    batches have stages, about as many each (a lone range named `a1` is not a microbatch)."""
+    found = pattern_ranges(tl, list(_SGLANG_STAGE))
+    counts = np.bincount(found.ubatch, minlength=2) if len(found) else np.zeros(2, np.int64)
+    if counts.min() < 2 or counts.max() > THREAD_BALANCE * counts.min():
+        return CpuRanges(np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))
+    return found
+
+
 def main_thread_ids(tl: Timeline, logs: list[EventLogData]) -> set[int]:
     """The process's main thread as the trace names it (Linux: its native id is the pid)."""
     return {t for t in [tl.pid, *(log.header.get("main_native_tid") for log in logs)] if isinstance(t, int)}
@@ -269,14 +285,23 @@ def attribute(
         source = SOURCE_EVENT_LOG
     elif len(ranges := hook_ranges(tl)):
         _from_ranges(tl, ranges, ubatch, phase)
-        source = SOURCE_HOOK_RANGES
+        source = SOURCE_HOOK_NVTX if tl.metadata.get("format") == "nsys-sqlite" else SOURCE_HOOK_RANGES
     elif ubatch_patterns and len(ranges := pattern_ranges(tl, ubatch_patterns)):
         _from_ranges(tl, ranges, ubatch, phase)
         source = SOURCE_PATTERNS
+    elif not ubatch_patterns and len(ranges := sglang_ranges(tl)):
+        _from_ranges(tl, ranges, ubatch, phase)
+        source = SOURCE_SGLANG
     else:
         if ubatch_patterns:
             notes.append("no CPU range matched --ubatch-pattern")
-        if _from_threads(tl, call_step, main_thread_ids(tl, usable_logs), ubatch):
+        # The thread that holds the step markers runs the step: it is not a microbatch thread (the
+        # trace may not name the main thread: Kineto before ~2021 gave pthread ids, not native ones).
+        # Old traces give ProfilerStep# as an op, not an annotation; the log's and inferred steps start
+        # at no CPU range.
+        marking = np.isin(tl.cpu.start, steps.start) if not steps.inferred else np.zeros(len(tl.cpu), bool)
+        main = main_thread_ids(tl, usable_logs) | set(np.unique(tl.cpu.lane[marking]).tolist())
+        if _from_threads(tl, call_step, main, ubatch):
             source = SOURCE_THREADS
     if source == SOURCE_NONE:
         notes.append(no_microbatch_note(bool(logs), bool(usable_logs), steps.path))

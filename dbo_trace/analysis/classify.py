@@ -29,6 +29,7 @@ COMM_PATTERNS: dict[str, str] = {
 # CUDA API calls by what they do to the GPU.
 CALL_OTHER, CALL_LAUNCH, CALL_GRAPH_LAUNCH, CALL_SYNC, CALL_COPY = 0, 1, 2, 3, 4
 CALL_EVENT_RECORD, CALL_STREAM_WAIT = 5, 6  # the two halves of a cross-stream dependency
+CALL_CAPTURE_BEGIN, CALL_CAPTURE_END = 7, 8  # a stream's launches between them are recorded into a graph, not run
 _LAUNCH = {
     # ROCm (HIP) traces name their launches hip*
     "hipLaunchKernel",
@@ -58,6 +59,8 @@ _SYNC = {
 }
 _EVENT_RECORD_PREFIXES = ("cudaEventRecord", "cuEventRecord", "hipEventRecord")  # ...WithFlags too
 _STREAM_WAIT = {"cudaStreamWaitEvent", "cuStreamWaitEvent", "hipStreamWaitEvent"}
+_CAPTURE_BEGIN_PREFIXES = ("cudaStreamBeginCapture", "cuStreamBeginCapture", "hipStreamBeginCapture")  # ...ToGraph too
+_CAPTURE_END = {"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"}
 _COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "cuMemcpy", "cuMemset", "hipMemcpy", "hipMemset")
 
 
@@ -104,6 +107,10 @@ def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
             return CALL_EVENT_RECORD
         if n in _STREAM_WAIT:
             return CALL_STREAM_WAIT
+        if n.startswith(_CAPTURE_BEGIN_PREFIXES):
+            return CALL_CAPTURE_BEGIN
+        if n in _CAPTURE_END:
+            return CALL_CAPTURE_END
         return CALL_OTHER
 
     table = np.fromiter((kind(n) for n in names), np.int8, len(names))

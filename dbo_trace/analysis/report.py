@@ -9,7 +9,8 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
-from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
@@ -60,6 +61,7 @@ class StepReport:
     phase: str | None = None  # prefill / decode / mixed, where vLLM's annotation says
     context_tokens: int | None = None
     generation_tokens: int | None = None
+    captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
 
     @property
     def replayed(self) -> bool:
@@ -124,6 +126,7 @@ class RankReport:
     exposure: Exposure | None = None  # why comm was exposed; None without comm
     held_back: HeldSummary | None = None  # comm kernels held past the other microbatch's compute; None without microbatches
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
+    capture: Capture | None = None  # graph captures in the trace (analysis/capture.py); None without any
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
@@ -156,7 +159,7 @@ def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
     if att.source == SOURCE_NONE or not len(tl.cpu):
         return False
     lanes = set(np.unique(tl.calls.lane[att.call_ubatch >= 0]).tolist())
-    if att.source in (SOURCE_HOOK_RANGES,):
+    if att.source in (SOURCE_HOOK_RANGES, SOURCE_HOOK_NVTX):
         return True  # the dbo ranges are CPU ranges of the microbatch threads
     ops = tl.cpu.lane[~tl.cpu_is_annotation]
     return bool(lanes and np.isin(ops, list(lanes - {tl.pid})).any())
@@ -193,6 +196,9 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
 
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
     part = partition(lo, hi, tl.gpu.start, tl.gpu.end, kinds, att.gpu_launch_start)
+    capture = graph_capture(tl.calls.start, tl.calls.end, tl.calls.lane, call_kind, part)
+    captured_launch = capture.call_captured & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH)) & (att.call_step >= 0)
+    captured_per_step = np.bincount(att.call_step[captured_launch], minlength=len(att.steps))
 
     def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
         return window_metrics(
@@ -243,6 +249,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
                 att.steps.phase[i],
                 att.steps.context_tokens[i],
                 att.steps.generation_tokens[i],
+                int(captured_per_step[i]),
             )
         )
 
@@ -283,7 +290,9 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps=steps,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found),
+        verdict=with_capture(
+            decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found), capture, window.host_idle_us
+        ),
         window=window,
         in_steps=in_steps,
         host_test=host_test,
@@ -298,6 +307,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         if microbatched
         else [],
         notes=notes,
+        capture=capture if capture.found else None,
         detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held),
     )
 
@@ -457,18 +467,33 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=decide(
-            total,
-            rt,
-            any(r.profile_all_threads for r in ranks),
-            host=host,
-            microbatched=microbatched,
-            findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers),
+        verdict=with_capture(
+            decide(
+                total,
+                rt,
+                any(r.profile_all_threads for r in ranks),
+                host=host,
+                microbatched=microbatched,
+                findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers),
+            ),
+            _summed_capture([r.capture for r in ranks]),
+            window.host_idle_us,
         ),
         options=options,
         window=window,
         warnings=warnings,
         cross_rank=peers,
+    )
+
+
+def _summed_capture(parts: list[Capture | None]) -> Capture:
+    present = [p for p in parts if p is not None]
+    return Capture(
+        sum(p.windows for p in present),
+        sum(p.captured_launches for p in present),
+        sum(p.capture_us for p in present),
+        sum(p.host_idle_us for p in present),
+        np.zeros(0, bool),
     )
 
 

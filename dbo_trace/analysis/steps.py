@@ -2,10 +2,12 @@
 
 Sources, best first (docs/analysis.md, "Steps"):
 1. the user's --step-marker REGEX (an explicit choice wins over every guess);
-2. the plugin's event log (one step per UBatchWrapper call);
+2. the plugin's event log (one step per UBatchWrapper call), else its `dbo:step#<n>:<path>` ranges
+   (NVTX in Nsight Systems, record_function in torch traces);
 3. vLLM's own step annotations `execute_context_<n>(<tok>)_generation_<m>(<tok>)` and the
    detailed form `execute_<tok>_context_<n>(sq..)_generation_<m>(sq..)` (vllm/v1/worker/gpu_worker.py);
-4. `ProfilerStep#N` (torch profiler with a schedule);
+4. `ProfilerStep#N` (torch profiler with a schedule), else training iterations from the
+   `Optimizer.step#...` annotations torch writes every iteration;
 5. `gpu_model_runner: ...` ranges of vLLM's model runner, grouped from one `preprocess` to the next;
 6. long GPU idle gaps (inferred);
 7. the whole trace (inferred).
@@ -28,8 +30,10 @@ from dbo_trace.trace.timeline import Timeline
 
 SOURCE_MARKER = "--step-marker ranges"
 SOURCE_EVENT_LOG = "event log"
+SOURCE_HOOK_RANGES = "dbo step ranges"
 SOURCE_VLLM = "vLLM execute_* annotations"
 SOURCE_PROFILER_STEP = "ProfilerStep# annotations"
+SOURCE_OPTIMIZER = "Optimizer.step# annotations (training iterations)"
 SOURCE_MODEL_RUNNER = "vLLM gpu_model_runner ranges"
 SOURCE_GAPS = "GPU idle gaps (inferred: no step markers)"
 SOURCE_WHOLE = "whole trace (inferred: no step markers)"
@@ -41,6 +45,9 @@ PHASES = (PREFILL, DECODE, MIXED)
 # execute_context_2(1024)_generation_3(3)  |  execute_1027_context_2(sq1024sk..)_generation_3(sq3sk..)
 _VLLM_STEP = re.compile(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)[^)]*\)$")
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+_ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
+_HOOK_STEP = re.compile(r"^dbo:step#(\d+):(\w+)$")  # the plugin's range around each UBatchWrapper call
 _MODEL_RUNNER = "gpu_model_runner: "
 _MODEL_RUNNER_FIRST = "gpu_model_runner: preprocess"
 
@@ -129,9 +136,40 @@ def vllm_steps(tl: Timeline) -> Steps | None:
     return _from_rows(rows, SOURCE_VLLM)
 
 
+def hook_steps(tl: Timeline) -> Steps | None:
+    """The plugin's own step ranges, with their path, where its event log is not at hand."""
+    found = _from_rows([(s, e, f"step {m.group(1)}", m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match)], "")
+    if found is None:
+        return None
+    paths = [str(p) if p is not None else None for p in found.phase]  # _from_rows put the path in the 4th column
+    n = len(found)
+    return Steps(found.start, found.end, found.label, paths, SOURCE_HOOK_RANGES, [None] * n, [None] * n, [None] * n)
+
+
 def profiler_steps(tl: Timeline) -> Steps | None:
     rows = [(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_PROFILER_STEP.match)]
     return _from_rows(rows, SOURCE_PROFILER_STEP)
+
+
+def optimizer_steps(tl: Timeline) -> Steps | None:
+    """Training iterations where no ProfilerStep# marks them. An iteration ends with its optimizers'
+    step (several optimizers step one after the other: the i-th iteration ends with the last of
+    their i-th steps) and begins where the previous one ended; the first begins at its zero_grad
+    if one comes before, else at the trace's first host event. What follows the last optimizer
+    step is a partial iteration and is left out."""
+    ranges = _from_rows([(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_OPTIMIZER_STEP.match)], "")
+    if ranges is None:
+        return None
+    names, counts = np.unique(ranges.label, return_counts=True)
+    # Optimizers that step every iteration step equally often; one that steps less is not the clock.
+    steady = names[counts == counts.max()]
+    ends = np.max([ranges.end[np.asarray(ranges.label) == n] for n in steady], axis=0)
+    zero_grad = [s for s, _e, _n, _m in tl.cpu_ranges_named(_ZERO_GRAD.match) if s < ends[0]]
+    first_host = min(tl.cpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
+    starts = np.r_[min(zero_grad) if zero_grad else first_host, ends[:-1]]
+    n = len(ends)
+    labels = [f"iteration {i + 1}" for i in range(n)]
+    return Steps(starts.astype(float), ends.astype(float), labels, [None] * n, SOURCE_OPTIMIZER)
 
 
 def model_runner_steps(tl: Timeline) -> Steps | None:
@@ -240,5 +278,6 @@ def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None =
     if steps is None and logs and tl.base_time_ns is not None:
         found = log_steps(logs, tl.base_time_ns)
         steps = _seen_by_profiler(found, tl) if found else None
-    steps = steps or vllm or profiler_steps(tl) or model_runner_steps(tl) or gap_steps(tl) or whole_trace(tl)
+    steps = steps or hook_steps(tl) or vllm or profiler_steps(tl) or optimizer_steps(tl) or model_runner_steps(tl)
+    steps = steps or gap_steps(tl) or whole_trace(tl)
     return _with_phases(steps, vllm)

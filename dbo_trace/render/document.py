@@ -229,14 +229,22 @@ def step_block(step: StepReport, rank: int, number: int) -> dict[str, Any]:
         "step_us": _r(step.wall_us),
         "comm_ops": step.comm_ops,
         "replayed": step.replayed,
+        "captured_launches": step.captured_launches,
         "verdict": verdict_block(step.verdict),
         **metrics_block(step.metrics),
     }
 
 
 def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
+    """Steps by how they reached the GPU: replayed graphs, captured graphs (recorded, not run), eager."""
     replayed = sum(1 for s in steps if s.replayed)
-    return {"steps_replayed": replayed, "steps_eager": len(steps) - replayed}
+    captured = sum(1 for s in steps if s.captured_launches and not s.replayed)
+    return {
+        "steps_replayed": replayed,
+        "steps_captured": captured,
+        "steps_eager": len(steps) - replayed - captured,
+        "captured_launches": sum(s.captured_launches for s in steps),
+    }
 
 
 def rank_block(r: RankReport) -> dict[str, Any]:

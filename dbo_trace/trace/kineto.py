@@ -342,6 +342,27 @@ def _open(path: Path) -> BinaryIO | _Gunzip:
     return _Gunzip(fh) if _is_gzip(fh) else fh
 
 
+_CATEGORY = re.compile(rb'"cat"\s*:\s*"((?:[^"\\]|\\.){1,64})"')
+
+
+def categories_seen(path: Path, limit: int = 64 << 20) -> dict[str, int]:
+    """Event categories in the first `limit` bytes of a trace and how often each appears: what a trace
+    that gave no usable events does hold (a cheap look, for the error message only)."""
+    counts: dict[str, int] = {}
+    try:
+        fh = _open(path)
+        try:
+            head = fh.read(limit)
+        finally:
+            fh.close()
+    except (OSError, EOFError, zlib.error, InputError):
+        return counts
+    for m in _CATEGORY.finditer(head):
+        name = m.group(1).decode("utf-8", "replace")
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
 
 
@@ -399,7 +420,7 @@ def _read(
                 continue
             buf += block_bytes
             if state == "head":
-                match = _top_level_events(buf)
+                match = _top_level_events(buf) or _ARRAY_FORMAT.match(buf)
                 if match is None:
                     if len(buf) > 64 << 20:
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
@@ -432,6 +453,9 @@ def _read(
 
 
 _WHITESPACE = b" \t\r\n"
+# The Trace Event Format's other layout, which Kineto wrote until ~2021: the document is the array of
+# events itself, with no other keys (so no metadata).
+_ARRAY_FORMAT = re.compile(rb"\s*\[\s*(?=\{)")
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')  # strings (skipped whole) and brackets
 
@@ -850,6 +874,10 @@ def _top_level(head: bytes, tail: bytes, path: Path) -> dict[str, Any]:
     """The document's other top-level keys, from the bytes before and after traceEvents."""
     head = head.strip()
     tail = tail.strip()
+    if not head:  # the JSON Array format: the events were the whole document
+        if tail:
+            raise InputError(f"{path}: unexpected data after the array of trace events; the file may be corrupt")
+        return {}
     pieces = []
     if head.startswith(b"{"):
         inner = head[1:].strip().rstrip(b",").strip()

@@ -10,7 +10,8 @@ from typing import Any, Callable
 from dbo_trace import bundle as fmt
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
-from dbo_trace.trace.kineto import read_kineto
+from dbo_trace.trace.kineto import categories_seen, read_kineto
+from dbo_trace.trace.nsys import is_nsys, read_nsys
 from dbo_trace.trace.timeline import Timeline, build_timeline
 
 
@@ -59,7 +60,10 @@ def _discover(path: Path, found: Found) -> None:
         return
     traces = fmt.trace_files(path)
     if not traces:
-        raise InputError(f"{path}: no traces in this folder (expected *.json or *.json.gz, e.g. vLLM's *.pt.trace.json.gz)")
+        raise InputError(
+            f"{path}: no traces in this folder (expected *.json or *.json.gz, e.g. vLLM's *.pt.trace.json.gz, "
+            "or Nsight Systems' *.nsys-rep / *.sqlite)"
+        )
     found.traces += traces
 
 
@@ -82,8 +86,36 @@ def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | Non
     rank: int = info["rank"] if isinstance(info, dict) and isinstance(info.get("rank"), int) else index
     tl = build_timeline(raw, rank)
     if not len(tl.gpu):
-        raise InputError(f"{trace}: no GPU activity in the trace (was the profiler run without CUDA activities?)")
+        raise InputError(f"{trace}: {_without_gpu_activity(trace, tl)}")
     return tl
+
+
+_OTHER_DEVICE = ("mtia", "xpu", "hpu", "npu", "tpu", "mlu")  # accelerators whose traces dbo-trace cannot read
+
+
+def _without_gpu_activity(trace: Path, tl: Timeline) -> str:
+    """Why a trace gave no GPU activity, from what it does hold."""
+    seen = categories_seen(trace)
+    other = sorted((c for c in seen if c.lower().startswith(_OTHER_DEVICE)), key=lambda c: -seen[c])
+    if other:
+        held = ", ".join(f"{c} ({seen[c]})" for c in other[:4])
+        return (
+            f"no CUDA or HIP GPU activity: the trace holds another accelerator's events ({held}); "
+            "dbo-trace reads NVIDIA (CUDA) and AMD (ROCm) traces"
+        )
+    if not len(tl.calls) and len(tl.cpu):
+        return "only CPU events, no GPU activity (was the profiler run without CUDA activities, ProfilerActivity.CUDA?)"
+    return "no GPU activity in the trace (was the profiler run without CUDA activities?)"
+
+
+def read_timelines(
+    trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1
+) -> list[Timeline]:
+    """The timelines of one input file: a Kineto trace is one; an Nsight Systems export is one per
+    process that ran GPU work (numbered from index; settle_ranks renumbers clashes)."""
+    if is_nsys(trace):
+        return read_nsys(trace, index)
+    return [read_timeline(trace, index, progress, workers)]
 
 
 def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
@@ -124,7 +156,7 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
                 progress(base + n)
 
         try:
-            timelines.append(read_timeline(trace, index, progress_of_this if progress else None, workers))
+            timelines += read_timelines(trace, index, progress_of_this if progress else None, workers)
         except InputError as exc:
             errors.append(str(exc))
         done += os.path.getsize(trace)

@@ -1,0 +1,375 @@
+"""A reader for Nsight Systems exports (`nsys export --type=sqlite`), into the same timeline model as
+Kineto traces, so that every analysis runs on them unchanged.
+
+The export's schema (Nsight Systems' documentation of its SQLite export, docs/analysis.md
+"Nsight Systems exports"): times are integer nanoseconds from the session start, whose wall-clock
+time is `TARGET_INFO_SESSION_START_TIME.utcEpochNs`; names are ids into `StringIds(id, value)`;
+threads and processes are serialized global ids, the process id in bits 24-47 and the thread id in
+bits 0-23. GPU work is in `CUPTI_ACTIVITY_KIND_KERNEL` / `_MEMCPY` / `_MEMSET` (with
+`--cuda-graph-trace=node` a replayed kernel has a `graphNodeId` and the `cudaGraphLaunch`'s
+correlation id), CUDA API calls in `CUPTI_ACTIVITY_KIND_RUNTIME`, NVTX ranges in `NVTX_EVENTS`.
+
+One export may hold several processes (an MPI job, vLLM's engine cores): each process that ran GPU
+work is one timeline. Rows are read in pieces straight into arrays, so memory is the columns.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from dbo_trace.trace.errors import InputError
+from dbo_trace.trace.timeline import Intervals, Timeline
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+NSYS_REP_SUFFIX = ".nsys-rep"
+SUFFIXES = (".sqlite", ".db", NSYS_REP_SUFFIX)
+
+_KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
+_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+_RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+_NVTX = "NVTX_EVENTS"
+# NVTX event types that are ranges (push/pop and start/end); marks and naming events are not.
+NVTX_RANGE_TYPES = (59, 60)
+_ROWS = 1 << 16  # rows fetched at a time
+_PID_SHIFT, _ID_MASK = 24, (1 << 24) - 1
+
+# CUPTI's memcpy kinds, named as Kineto names its copies.
+_COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+# nsys names API calls by their versioned entry point (cudaLaunchKernel_v7000) and per-thread
+# default-stream variant (_ptsz, _ptds); the analyses know them by their plain names.
+_API_SUFFIX = re.compile(r"(?:_v\d+)?(?:_pt(?:sz|ds))?$")
+
+
+def is_nsys(path: Path) -> bool:
+    """An Nsight Systems report or its SQLite export (by suffix or by the SQLite header)."""
+    if path.name.endswith(NSYS_REP_SUFFIX):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def plain_api_name(name: str) -> str:
+    return _API_SUFFIX.sub("", name, count=1) or name
+
+
+def read_nsys(path: Path, first_rank: int = 0) -> list[Timeline]:
+    """Every process of the export that ran GPU work, as timelines numbered from first_rank."""
+    if path.name.endswith(NSYS_REP_SUFFIX):
+        with tempfile.TemporaryDirectory(prefix="dbo-trace-nsys-") as tmp:
+            return _read_export(_export_report(path, Path(tmp)), first_rank, shown_as=path)
+    return _read_export(path, first_rank, shown_as=path)
+
+
+def _export_report(path: Path, tmp: Path) -> Path:
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise InputError(
+            f"{path}: an Nsight Systems report; reading it needs `nsys` on PATH. "
+            f"Export it where nsys is installed (nsys export --type=sqlite {path.name}) and give the .sqlite file"
+        )
+    out = tmp / (path.name[: -len(NSYS_REP_SUFFIX)] + ".sqlite")
+    try:
+        done = subprocess.run(
+            [nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(out), str(path)],
+            capture_output=True,
+            timeout=3600,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{path}: `nsys export` failed ({exc}); export it by hand and give the .sqlite file") from None
+    if done.returncode != 0 or not out.is_file():
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise InputError(f"{path}: `nsys export` failed ({said[-1] if said else f'exit {done.returncode}'})")
+    return out
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        db.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise InputError(f"{path}: not a readable SQLite file ({exc}); give `nsys export --type=sqlite` output") from None
+    return db
+
+
+def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
+    names = [r[0] for r in db.execute("select name from sqlite_master where type in ('table', 'view')")]
+    return {n: {r[1] for r in db.execute(f'pragma table_info("{n}")')} for n in names}
+
+
+def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
+    db = _connect(path)
+    try:
+        tables = _tables(db)
+        if "StringIds" not in tables or not any(t in tables for t in (_KERNELS, _MEMCPY, _MEMSET, _RUNTIME, _NVTX)):
+            raise InputError(
+                f"{shown_as}: an SQLite file without Nsight Systems' tables (StringIds, CUPTI_ACTIVITY_KIND_*); "
+                "give the output of `nsys export --type=sqlite`"
+            )
+        if not any(t in tables for t in (_KERNELS, _MEMCPY, _MEMSET)):
+            raise InputError(
+                f"{shown_as}: the export holds no CUDA kernels or copies (was it recorded with `nsys profile -t cuda`?)"
+            )
+        return _timelines(db, tables, first_rank, shown_as)
+    except sqlite3.Error as exc:
+        raise InputError(f"{shown_as}: cannot read the Nsight Systems export ({exc})") from None
+    finally:
+        db.close()
+
+
+def _int_columns(db: sqlite3.Connection, table: str, columns: list[str], where: str = "") -> list[np.ndarray]:
+    """Integer columns of a table as arrays, read _ROWS rows at a time (NULL and absent columns -1)."""
+    cursor = db.execute(f"select {', '.join(f'coalesce({c}, -1)' for c in columns)} from {table} {where}")
+    pieces = []
+    while rows := cursor.fetchmany(_ROWS):
+        pieces.append(np.array(rows, dtype=np.int64).reshape(len(rows), len(columns)))
+    block = np.concatenate(pieces) if pieces else np.empty((0, len(columns)), np.int64)
+    return [block[:, i].copy() for i in range(len(columns))]
+
+
+def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
+    wanted = sorted({int(i) for i in ids if i >= 0})
+    found: dict[int, str] = {}
+    for lo in range(0, len(wanted), 500):
+        chunk = wanted[lo : lo + 500]
+        marks = ",".join("?" * len(chunk))
+        found.update(db.execute(f"select id, value from StringIds where id in ({marks})", chunk).fetchall())
+    return found
+
+
+class _Names:
+    """The timeline's name table: each distinct string once."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def of(self, name: str) -> int:
+        i = self._index.get(name)
+        if i is None:
+            i = self._index[name] = len(self.names)
+            self.names.append(name)
+        return i
+
+    def lookup(self, ids: np.ndarray, strings: dict[int, str], plain: bool = False, missing: str = "?") -> np.ndarray:
+        """Our name index for each of the export's string ids."""
+        distinct, inverse = np.unique(ids, return_inverse=True)
+        table = np.fromiter(
+            (self.of(plain_api_name(n) if plain else n) for n in (strings.get(int(i), missing) for i in distinct)),
+            np.int64,
+            len(distinct),
+        )
+        return table[inverse.reshape(-1)] if len(ids) else np.empty(0, np.int64)
+
+
+def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: int, source: Path) -> list[Timeline]:
+    gpu_parts = []  # (start, end, name ids, stream, correlation, pid, is_copy, name kind)
+    for table in (_KERNELS, _MEMCPY, _MEMSET):
+        if table not in tables:
+            continue
+        cols = tables[table]
+        label = "demangledName" if "demangledName" in cols else ("shortName" if "shortName" in cols else "-1")
+        what = "copyKind" if table == _MEMCPY and "copyKind" in cols else ("-1" if table != _KERNELS else label)
+        start, end, name, stream, corr, gpid = _int_columns(
+            db, table, ["start", "end", what, "streamId", "correlationId", "globalPid"], "where end >= start"
+        )
+        gpu_parts.append((table, start, end, name, stream, corr, gpid >> _PID_SHIFT & _ID_MASK))
+    pids = np.unique(np.concatenate([p[6] for p in gpu_parts])) if gpu_parts else np.empty(0, np.int64)
+    if not len(pids):
+        raise InputError(f"{source}: the export holds no CUDA kernels or copies (was it recorded with `nsys profile -t cuda`?)")
+    kernel_names = _strings(db, np.concatenate([p[3] for p in gpu_parts if p[0] == _KERNELS] or [np.empty(0, np.int64)]))
+
+    calls = None
+    if _RUNTIME in tables:
+        calls = _int_columns(db, _RUNTIME, ["start", "end", "nameId", "globalTid", "correlationId"], "where end >= start")
+    call_names = _strings(db, calls[2]) if calls is not None else {}
+    nvtx = _nvtx_ranges(db, tables)
+    session = _session_start_ns(db, tables)
+    thread_names = _thread_names(db, tables)
+
+    out = []
+    for k, pid in enumerate(pids):
+        out.append(
+            _timeline_of(
+                int(pid),
+                first_rank + k,
+                source,
+                gpu_parts,
+                kernel_names,
+                calls,
+                call_names,
+                nvtx,
+                session,
+                thread_names,
+            )
+        )
+    return out
+
+
+def _timeline_of(
+    pid: int,
+    rank: int,
+    source: Path,
+    gpu_parts: list[tuple[Any, ...]],
+    kernel_names: dict[int, str],
+    calls: list[np.ndarray] | None,
+    call_names: dict[int, str],
+    nvtx: tuple[list[np.ndarray], list[str]] | None,
+    session_ns: int | None,
+    thread_names: dict[int, str],
+) -> Timeline:
+    names = _Names()
+    g_start: list[np.ndarray] = []
+    g_end: list[np.ndarray] = []
+    g_name: list[np.ndarray] = []
+    g_lane: list[np.ndarray] = []
+    g_corr: list[np.ndarray] = []
+    g_copy: list[np.ndarray] = []
+    for table, start, end, name, stream, corr, gpid in gpu_parts:
+        mine = gpid == pid
+        if table == _KERNELS:
+            ids = names.lookup(name[mine], kernel_names, missing="(unnamed kernel)")
+        elif table == _MEMCPY:
+            copy_names = {int(c): f"Memcpy {_COPY_KIND.get(int(c), '?')}" for c in np.unique(name[mine])}
+            ids = names.lookup(name[mine], copy_names)
+        else:
+            ids = np.full(int(mine.sum()), names.of("Memset"), np.int64)
+        for column, values in zip(
+            (g_start, g_end, g_name, g_lane, g_corr, g_copy),
+            (start[mine], end[mine], ids, stream[mine], corr[mine], np.full(int(mine.sum()), table != _KERNELS)),
+        ):
+            column.append(values)
+    gpu, gpu_is_copy = _intervals(g_start, g_end, g_name, g_lane, g_corr, g_copy)
+
+    if calls is not None:
+        c_start, c_end, c_name, c_tid, c_corr = calls
+        mine = (c_tid >> _PID_SHIFT & _ID_MASK) == pid
+        c_start, c_end, c_tid, c_corr = c_start[mine], c_end[mine], c_tid[mine] & _ID_MASK, c_corr[mine]
+        ids = names.lookup(c_name[mine], call_names, plain=True)
+        keep = _outermost_of_twins(c_start, c_end, ids, c_tid, c_corr)
+        call_iv, _ = _intervals([c_start[keep]], [c_end[keep]], [ids[keep]], [c_tid[keep]], [c_corr[keep]], None)
+    else:
+        call_iv = _empty()
+
+    if nvtx is not None:
+        (n_start, n_end, n_gtid, n_text), texts = nvtx
+        mine = (n_gtid >> _PID_SHIFT & _ID_MASK) == pid
+        n_name = names.lookup(n_text[mine], dict(enumerate(texts)), missing="")
+        n_tid = n_gtid[mine] & _ID_MASK
+        cpu, _ = _intervals([n_start[mine]], [n_end[mine]], [n_name], [n_tid], [np.full(len(n_tid), -1, np.int64)], None)
+    else:
+        cpu = _empty()
+
+    metadata: dict[str, Any] = {"format": "nsys-sqlite"}
+    threads = {tid & _ID_MASK: name for tid, name in thread_names.items() if (tid >> _PID_SHIFT & _ID_MASK) == pid}
+    if threads:
+        metadata["threadNames"] = threads
+    return Timeline(
+        source=source,
+        rank=rank,
+        pid=pid,
+        names=names.names,
+        gpu=gpu,
+        gpu_is_copy=gpu_is_copy,
+        calls=call_iv,
+        cpu=cpu,
+        cpu_is_annotation=np.ones(len(cpu), bool),  # NVTX ranges are the user's annotations
+        base_time_ns=session_ns,
+        metadata=metadata,
+    )
+
+
+def _outermost_of_twins(start: np.ndarray, end: np.ndarray, name: np.ndarray, tid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """nsys may record one API call twice, the entry point and its versioned implementation nested in
+    it, with one correlation id (`cudaMalloc` around `cudaMalloc_v3020`): keep the outer one, so that
+    a call is counted once, as Kineto records it."""
+    n = len(start)
+    if not n:
+        return np.ones(0, bool)
+    # Twins share (thread, correlation, plain name); the outer one starts first, or lasts longest.
+    order = np.lexsort((-(end - start), start, name, corr, tid))
+    t, c, m = tid[order], corr[order], name[order]
+    first = np.ones(n, bool)
+    first[1:] = (t[1:] != t[:-1]) | (c[1:] != c[:-1]) | (m[1:] != m[:-1]) | (c[1:] < 0)
+    keep = np.zeros(n, bool)
+    keep[order[first]] = True
+    return keep
+
+
+def _nvtx_ranges(db: sqlite3.Connection, tables: dict[str, set[str]]) -> tuple[list[np.ndarray], list[str]] | None:
+    """NVTX push/pop and start/end ranges as (start, end, global thread id, text key) columns and
+    the distinct texts the keys index: a range's text is inline (`text`) or registered (`textId`).
+    Read in pieces, so that a trace of millions of ranges (torch's emit_nvtx) is held as arrays."""
+    if _NVTX not in tables or not {"text", "textId"} <= tables[_NVTX]:
+        return None
+    types = ",".join(map(str, NVTX_RANGE_TYPES))
+    cursor = db.execute(
+        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), text from {_NVTX} "
+        f"where eventType in ({types}) and end is not null and end >= start"
+    )
+    keys: dict[str | int, int] = {}  # an inline text, or a textId
+    parts: list[np.ndarray] = []
+    while rows := cursor.fetchmany(_ROWS):
+        block = np.empty((len(rows), 4), np.int64)
+        for i, (start, end, tid, text_id, text) in enumerate(rows):
+            key: str | int = text if text is not None else int(text_id)
+            block[i] = start, end, tid, keys.setdefault(key, len(keys))
+        parts.append(block)
+    columns = np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
+    registered = _strings(db, [k for k in keys if isinstance(k, int)])
+    texts = [k if isinstance(k, str) else registered.get(k, "") for k in keys]
+    return [columns[:, i].copy() for i in range(4)], texts
+
+
+def _intervals(
+    starts: list[np.ndarray],
+    ends: list[np.ndarray],
+    names: list[np.ndarray],
+    lanes: list[np.ndarray],
+    corrs: list[np.ndarray],
+    copies: list[np.ndarray] | None,
+) -> tuple[Intervals, np.ndarray]:
+    start = np.concatenate(starts) if starts else np.empty(0, np.int64)
+    order = np.argsort(start, kind="stable")
+
+    def cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return (np.concatenate(parts) if parts else np.empty(0, dtype))[order]
+
+    iv = Intervals(
+        start=start[order] / 1000.0,  # ns -> the timeline's microseconds
+        end=cat(ends, np.int64) / 1000.0,
+        name=cat(names, np.int64),
+        lane=cat(lanes, np.int64),
+        correlation=cat(corrs, np.int64),
+    )
+    return iv, (cat(copies, bool) if copies is not None else np.zeros(len(start), bool))
+
+
+def _empty() -> Intervals:
+    return _intervals([], [], [], [], [], None)[0]
+
+
+def _session_start_ns(db: sqlite3.Connection, tables: dict[str, set[str]]) -> int | None:
+    if "utcEpochNs" not in tables.get("TARGET_INFO_SESSION_START_TIME", set()):
+        return None
+    row = db.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and isinstance(row[0], int) and 0 < row[0] < 1 << 62 else None
+
+
+def _thread_names(db: sqlite3.Connection, tables: dict[str, set[str]]) -> dict[int, str]:
+    if not {"nameId", "globalTid"} <= tables.get("ThreadNames", set()):
+        return {}
+    rows = db.execute("select t.globalTid, s.value from ThreadNames t join StringIds s on s.id = t.nameId").fetchall()
+    return {int(tid): str(name) for tid, name in rows if isinstance(tid, int)}
