@@ -153,3 +153,23 @@ def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_
     assert len(steps) == len(marks)
     for (lo, hi), step in zip(marks[:-1], steps[1:]):
         assert lo <= step["start_us"] <= hi  # the previous iteration's optimizer step ended in its ProfilerStep
+
+
+def test_hip_graphs_are_called_hip_graphs(tmp_path):
+    """A ROCm trace's graph replays (hipGraphLaunch) are HIP graphs, not CUDA graphs: the 16-rank
+    training trace with its cudaGraphLaunch calls renamed as ROCm names them."""
+    import gzip
+    import json
+
+    with gzip.open(PUBLIC / "hta-training-16rank-nccl-graphs.json.gz", "rt") as fh:
+        doc = json.load(fh)
+    for e in doc["traceEvents"]:
+        if e.get("name") == "cudaGraphLaunch":
+            e["name"] = "hipGraphLaunch"
+    path = tmp_path / "rocm.json"
+    path.write_text(json.dumps(doc))
+    reasons = report_json(str(path))["verdict"]["reasons"]
+    assert any(r.startswith("HIP graphs replayed: 70 launches") for r in reasons)
+    assert not any("CUDA graphs" in r for r in reasons)
+    original = report_json(str(PUBLIC / "hta-training-16rank-nccl-graphs.json.gz"))["verdict"]["reasons"]
+    assert any(r.startswith("CUDA graphs replayed: 70 launches") for r in original)

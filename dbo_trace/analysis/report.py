@@ -291,7 +291,9 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         total=total,
         round_trips=rt,
         verdict=with_capture(
-            decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found), capture, window.host_idle_us
+            decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found, graph_api=graph_api(tl)),
+            capture,
+            window.host_idle_us,
         ),
         window=window,
         in_steps=in_steps,
@@ -475,6 +477,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
                 host=host,
                 microbatched=microbatched,
                 findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers),
+                graph_api=_ranks_graph_api(ranks),
             ),
             _summed_capture([r.capture for r in ranks]),
             window.host_idle_us,
@@ -484,6 +487,16 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         warnings=warnings,
         cross_rank=peers,
     )
+
+
+def graph_api(tl: Timeline) -> str:
+    """HIP on ROCm traces (hipGraphLaunch), else CUDA: what the graph lines call the graphs."""
+    return "HIP" if any(n.startswith("hipGraphLaunch") for n in tl.names) else "CUDA"
+
+
+def _ranks_graph_api(ranks: list[RankReport]) -> str:
+    apis = {graph_api(r.detail.timeline) for r in ranks if r.detail is not None}
+    return apis.pop() if len(apis) == 1 else "CUDA"
 
 
 def _summed_capture(parts: list[Capture | None]) -> Capture:

@@ -126,6 +126,7 @@ def decide(
     host: "HostTest | None" = None,
     microbatched: bool = False,
     findings: Findings | None = None,
+    graph_api: str = "CUDA",
 ) -> Verdict:
     """host: what the host-bound test measures (a rank's in-step or whole-window fraction); without
     it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply.
@@ -171,10 +172,13 @@ def decide(
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(
-            f"{m.long_graph_launches} cudaGraphLaunch calls took >= 1 ms (longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
+            f"{m.long_graph_launches} {graph_api.lower()}GraphLaunch calls took >= 1 ms "
+            f"(longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
         )
     if m.graph_launches:
-        reasons.append(f"CUDA graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels")
+        reasons.append(
+            f"{graph_api} graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels"
+        )
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
     found = qualifiers(label, host_frac, findings) if findings is not None else []
