@@ -16,7 +16,7 @@ MIN_WRAP = 12  # the narrowest a wrapping text column gets
 NEVER = 1_000  # Column.keep for a column that is never dropped
 WRAP_KEEP = 5  # columns kept less than this go before a text column wraps (rows stay one line)
 _GLUE = "\xa0"  # holds a number to its unit through textwrap (which breaks only at ASCII whitespace)
-_UNIT = re.compile(r"(?<=\d) (?=(?:ms|us|s)\b)|(?<=±) ")
+_UNIT = re.compile(r"(?<=\d) (?=(?:ms|us|s)\b)|(?<=±) | (?=±)")
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
