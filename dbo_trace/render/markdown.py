@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
@@ -13,12 +16,31 @@ from dbo_trace.render.format import (
     figure_table,
     md_table,
     ms,
+    operation_cells,
     pct,
     phase_cells,
     rank_cells,
     round_trip_cells,
     us,
 )
+
+
+def _code(text: str) -> str:
+    """Inline code that holds any text: a fence longer than the text's longest run of backticks."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def picture_note(image: str) -> list[str]:
+    """Where the picture is and how it gets into a comment: a GitHub comment cannot show a file from
+    the reviewer's disk (a link to a local path is a broken image), so it says to attach it instead."""
+    name = _code(image)
+    return [
+        f"> **Picture to attach:** the CPU/GPU timeline of one step is the file {name} (its path is relative to "
+        f"where this Markdown was written). A GitHub comment cannot show a file from your disk: drag {name} into "
+        "the comment box to attach it, and GitHub puts its link where you drop it.",
+    ]
 
 
 class MarkdownRenderer:
@@ -32,11 +54,17 @@ class MarkdownRenderer:
         out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:
-            out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
+            out += ["", *picture_note(options.image)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
+        for r in d["ranks"]:  # long: folded, like the per-step table
+            ops = r["comm_operations"]
+            if ops:
+                out += ["", f"<details><summary>Rank {r['rank']} comm operations ({len(ops)}: per microbatch, in step "
+                        "order; medians over steps)</summary>", ""]  # fmt: skip
+                out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
