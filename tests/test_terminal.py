@@ -121,3 +121,24 @@ def test_compare_keeps_its_headline_figures_at_every_width(width):
         change = "baseline" if arm["change"] is None else f"{100 * arm['change']:+.1f}%"
         row = next(line for line in text.splitlines() if line.split()[:1] == [arm["label"]])
         assert step in row and change in row and arm["verdict"] in row, (row, step, change)
+
+
+def test_a_table_too_wide_for_any_column_set_stacks_its_rows_whole():
+    from dbo_trace.render.layout import NEVER, Column, table
+
+    columns = [Column("arm", right=False), Column("step time"), Column("launch", keep=1), Column("verdict", right=False)]
+    rows = [
+        ["graphs-dbo", "27.16 ms ± 1.36 ms", "11.3 us", "not-overlapped"],
+        ["eager", "45.06 ms ± 0.47 ms", "9.5 us", "host-bound"],
+    ]
+    assert all(c.keep == NEVER for c in columns if c.header != "launch")
+    at = {w: table("t", columns, rows, w) for w in (30, 44, 50, 80)}
+    for w, lines in at.items():
+        assert all(len(line) <= w and line == line.rstrip() for line in lines), (w, lines)
+        text = "\n".join(lines)
+        for cell in (c for r in rows for c in r[:2] + r[3:]):
+            assert cell in text, (w, cell)  # every kept cell whole, on one line
+    assert any("not shown at 50 columns: launch" in line for line in at[50])
+    assert not any("not shown" in line for line in at[80])
+    for w in (44,):  # stacked: each `header value` pair whole on a line (at 30 this one is wider than a line)
+        assert any("step time 27.16 ms ± 1.36 ms" in line for line in at[w]) and any("launch 9.5 us" in x for x in at[w])

@@ -111,12 +111,22 @@ def _line(cells: list[str], cols: list[Column], widths: list[int]) -> str:
 
 
 def stacked(columns: list[Column], rows: list[list[str]], width: int) -> list[str]:
-    """Each row as one paragraph, `header value` pairs: for a width no columns fit."""
+    """Each row as one paragraph of `header value` pairs, a pair never split across lines (a value
+    never, unless it alone is wider than a line): for a width no columns fit."""
     out = []
     for r in rows:
-        head = f"{columns[0].header} {r[0]}:"
-        rest = ", ".join(f"{c.header} {v}" for c, v in zip(columns[1:], r[1:]))
-        out += wrap(f"{head} {rest}", width, "  ", "    ")
+        room = width - 4  # the continuation lines' indent
+        glued = []
+        for c, v in zip(columns, r):
+            value = v.replace(" ", _GLUE) if len(v) <= room else v  # a value whole on its line
+            header = c.header.replace(" ", _GLUE)
+            glued.append(header + (_GLUE if len(c.header) + 1 + len(v) <= room else " ") + value)
+        out += [
+            line.replace(_GLUE, " ")
+            for line in textwrap.wrap(
+                ", ".join(glued), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+            )
+        ]
     return out
 
 

@@ -86,10 +86,13 @@ class _Lines:
         for t in texts:
             self.line(t)
 
-    def paragraph(self, text: str, lead: str = "", style: str | None = None) -> None:
-        """A sentence wrapped to the width; a styled lead word (`note:`) keeps its colour."""
+    def paragraph(self, text: str, lead: str = "", style: str | None = None, whole: bool = False) -> None:
+        """A sentence wrapped to the width; the styled lead word (`note:`) keeps its colour, or with
+        whole every line of it is styled (the verdict)."""
         for k, piece in enumerate(wrap(lead + text, self.width, "", "  ")):
-            if k == 0 and lead and style:
+            if whole:
+                self.line(piece, style)
+            elif k == 0 and lead and style:
                 self.console.print(Text.assemble((lead.rstrip(), style), piece[len(lead.rstrip()) :]), soft_wrap=True)
             else:
                 self.line(piece)
@@ -119,7 +122,7 @@ class TerminalRenderer:
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         out = _Lines(width, options.color)
         label = d["verdict"]["label"]
-        out.paragraph(label, "verdict: ", _STYLE.get(label, "bold"))
+        out.paragraph(label, "verdict: ", _STYLE.get(label, "bold"), whole=True)
         out.bullets(d["verdict"]["reasons"])
         out.line()
 
