@@ -79,3 +79,30 @@ def test_every_event_keeps_its_source_args_and_each_launch_flows_to_its_work(tmp
         if variant in ("overlap", "graph"):
             assert any("grid" in a and "block" in a for a in (x for v in slices.values() for x in v))
     assert len(flows) == expected_flows > 0
+
+
+def test_a_window_keeps_the_args_and_flows_of_the_events_in_it(tmp_path):
+    """archive's window.pftrace: only a few steps, each event still with its args and flows."""
+    from conftest import sample_trace
+
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.render.perfetto import write_perfetto
+
+    report = analyze_paths([SAMPLES / "overlap"], Options())
+    step = report.ranks[0].steps[2]
+    out = tmp_path / "w.pftrace"
+    out.write_bytes(write_perfetto(report, {0: (step.start_us, step.end_us)}))
+    slices, flows = decoded(out)
+    events = [e for e in ref.load(sample_trace("overlap"))["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    inside = [
+        e for e in events if e.get("cat") in GPU_CATS + CALL_CATS and e["ts"] < step.end_us and e["ts"] + e["dur"] > step.start_us
+    ]
+    kernels = [e for e in inside if e["cat"] == "kernel"]
+    assert kernels
+    for e in kernels:
+        (args,) = slices[(ns(e["ts"]), e["name"])]
+        assert args["grid"] == as_written(e["args"]["grid"]) and args["correlation"] == e["args"]["correlation"]
+    calls = {e["args"]["correlation"] for e in inside if e["cat"] in CALL_CATS}
+    linked = [e for e in inside if e["cat"] in GPU_CATS and e["args"].get("correlation") in calls]
+    assert len(flows) == len(linked) > 0

@@ -82,14 +82,14 @@ def _annotate(annotation, key: str, value) -> None:
         annotation.string_value = json.dumps(value, separators=(", ", ": "))
 
 
-def _source_args(rank: RankReport) -> dict:
+def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict:
     """The source trace's own args of each GPU activity and CUDA call (grid, block, registers, bytes,
     ...): read back from the file, since the timeline keeps only what the analyses use. A source that
     cannot be read again (gone, or not a plain file) leaves the export with the timeline's args."""
     from dbo_trace.trace.event_args import event_args
 
     try:
-        return event_args(rank.detailed().timeline.source)
+        return event_args(rank.detailed().timeline.source, window)
     except Exception:  # noqa: BLE001 (an export without the extra args beats no export)
         return {}
 
@@ -106,7 +106,7 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
 
     # The original activity: one track per GPU stream and per CPU thread, each slice with its source
     # args (and the analysis's microbatch and class for GPU work), a flow from each launch to its work.
-    source = _source_args(rank)
+    source = _source_args(rank, window)
     launch = att.gpu_launch_index
     flow_base = (rank.rank + 1) << 40  # flow ids unique across ranks: a rank's GPU activity index below
     flows_from: dict[int, list[int]] = {}

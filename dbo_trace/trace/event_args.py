@@ -24,6 +24,7 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     ts: float | None = None
+    dur: float | None = None
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only for the events asked for
 
 
@@ -34,9 +35,11 @@ class _File(msgspec.Struct, gc=False):
 EventKey = tuple[bool, float, int]  # (a GPU activity, not a call; its ts as the trace writes it; its correlation)
 
 
-def event_args(path: Path) -> dict[EventKey, dict[str, Any]]:
+def event_args(path: Path, window: tuple[float, float] | None = None) -> dict[EventKey, dict[str, Any]]:
     """Each complete GPU activity's and CUDA call's args, keyed by what the timeline keeps of it: its
-    kind, its start (the trace's own ts) and its correlation id (-1 where it has none)."""
+    kind, its start (the trace's own ts) and its correlation id (-1 where it has none). With a window
+    (start, end in the trace's us), only the events that overlap it: the file is still read whole
+    (its decompressed JSON is held once while the args are picked out), the args kept are few."""
     fh = k._open(path)
     try:
         parts = []
@@ -45,12 +48,16 @@ def event_args(path: Path) -> dict[EventKey, dict[str, Any]]:
     finally:
         fh.close()
     data = b"".join(parts)
+    del parts
     events = msgspec.json.decode(data, type=_File).traceEvents
     out: dict[EventKey, dict[str, Any]] = {}
     decode_args = msgspec.json.Decoder(dict[str, Any]).decode
     decode_correlation = msgspec.json.Decoder(_Args).decode
+    lo, hi = window or (-float("inf"), float("inf"))
     for e in events:
         if e.ph != "X" or e.ts is None or not e.args or not (e.cat in _GPU or e.cat in _CALLS):
+            continue
+        if e.ts >= hi or e.ts + (e.dur or 0.0) <= lo:
             continue
         if not bytes(e.args).startswith(b"{"):  # null, or not an object: nothing to keep
             continue
