@@ -132,3 +132,6 @@ def test_the_rendered_page_holds_the_whole_diagnosis(tmp_path, variant):
     for note in expected["warnings"] + [n for r in expected["ranks"] for n in r["notes"]]:
         assert note in dom.items
     assert f"microbatches from: {expected['microbatch_source']}" in text
+    if expected["round_trips"]:  # the note under the DBO arithmetic, as the Markdown words it
+        note = next(line for line in markdown.splitlines() if line.startswith("Round trips counted from"))
+        assert note.replace("*could*", "could") in text

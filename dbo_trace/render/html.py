@@ -1,5 +1,7 @@
-"""--html: one self-contained page (no network): the verdict and reasons, the tables, and a zoomable
-CPU/GPU timeline per step. The page draws StepViews handed to it as JSON; it computes nothing."""
+"""--html: one self-contained page (no network) with the whole diagnosis the terminal and the Markdown
+give (verdict and reasons, each rank's findings, the per-rank, per-phase, comm-operation, round-trip
+and per-step tables, the notes) and a zoomable CPU/GPU timeline per rank. The page draws StepViews
+handed to it as JSON; it computes nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dbo_trace.render.format import (
     rank_cells,
     round_trip_cells,
 )
+from dbo_trace.render.markdown import round_trip_note
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -140,7 +143,13 @@ class HtmlRenderer:
             i = index.get((s["rank"], position))
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d["round_trips"]
-        rt_html = "" if not rt else "<h2>Round trips</h2>" + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
+        rt_html = (
+            ""
+            if not rt
+            else "<h2>Round trips</h2>"
+            + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
+            + f'<p id="round-trip-note">{html.escape(round_trip_note(rt))}</p>'
+        )
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")

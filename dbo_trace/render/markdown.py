@@ -43,6 +43,16 @@ def picture_note(image: str) -> list[str]:
     ]
 
 
+def round_trip_note(rt: dict, could: str = "could") -> str:
+    """What the DBO arithmetic table rests on, under it in the Markdown and HTML reports."""
+    return (
+        f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
+        f"Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
+        f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
+        "(docs/analysis.md)."
+    )
+
+
 class MarkdownRenderer:
     name, suffixes, binary = "markdown", (".md",), False
 
@@ -74,13 +84,7 @@ class MarkdownRenderer:
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
-            out += [
-                "",
-                f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
-                "Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
-                "*could* hide entirely; below 1 at most that share of it could; the hidden share says what did "
-                "(docs/analysis.md).",
-            ]
+            out += ["", round_trip_note(rt, "*could*")]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",
