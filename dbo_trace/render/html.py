@@ -180,6 +180,7 @@ td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.current {{ background: #e3e3ff; }}
 canvas.timeline {{ border: 1px solid #ccc; width: 100%; height: 200px; }}
 ul.findings li, ul.notes li {{ margin: 2px 0; }}
+div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 #tip {{ position: fixed; pointer-events: none; background: #222; color: #fff; padding: 3px 6px; font-size: 12px; display: none; }}
 .legend span {{ display: inline-block; margin-right: 14px; }} .legend i {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }}
 </style></head>
@@ -197,7 +198,7 @@ ul.findings li, ul.notes li {{ margin: 2px 0; }}
 <span><i style="background:#9467bd"></i>comm held back (ready, not started)</span>
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
 {timelines}<div id="tip"></div>
-<h2>Steps</h2>{steps}
+<h2>Steps</h2><div class="scroll">{steps}</div>
 {notes}
 <p id="sources"><small>{sources}</small></p>
 <details><summary>Every figure, per rank</summary>{figures}</details>
