@@ -68,8 +68,18 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
 
     lanes = view.lanes + ["overlap / host idle"]
     row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
+    legend = [
+        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
+        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
+        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
+        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
+        Patch(facecolor="#2ca02c", label="comm under compute"),
+        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
+    ]
+    if view.held_back:
+        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
     title = _title_lines(view.title)
-    legend_rows = -(-(6 + bool(view.held_back)) // LEGEND_COLUMNS)
+    legend_rows = -(-len(legend) // LEGEND_COLUMNS)
     heights = (LANE_IN * len(lanes), 0.22 * legend_rows)  # the lanes; the legend under the axis
     top = 0.2 + 0.2 * (title.count("\n") + 1)  # the title's lines
     axis = 0.55  # tick labels and the axis label
@@ -113,16 +123,6 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
     fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
-    legend = [
-        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
-        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
-        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
-        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
-        Patch(facecolor="#2ca02c", label="comm under compute"),
-        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
-    ]
-    if view.held_back:
-        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
     key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
     key.legend(
         handles=legend,
