@@ -232,6 +232,8 @@ def report(
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
                 click.echo(f"  rank {rank.rank}, step {step_name(rank, position)}", err=True)
+                if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
+                    click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
     rendered = main_output.render(result, shown)
     if main_output.binary:
         _write_file(as_bytes(rendered), output)

@@ -1,11 +1,14 @@
 """--html: one self-contained page, loaded in a real headless Chromium: it runs without errors, draws
-the median step's timeline, and shows the verdict the JSON report gives."""
+the median step's timeline of every rank, and shows the verdict the JSON report gives and the whole
+diagnosis the Markdown report gives (read from the rendered DOM, not from the page's source)."""
 
+import html
 import json
 import os
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import pytest
 from conftest import SAMPLES, run_cli
@@ -46,4 +49,89 @@ def test_html_report_loads_in_a_browser_and_shows_the_verdict(tmp_path, variant)
     assert f'data-views="{len(expected["steps"])}"' in body
     # The script picked the median step: its row is highlighted and its title shown.
     assert dom.count('class="pick current"') == 1
-    assert re.search(r'<small id="view-title">rank 0 · #\d+ step \d+', dom)  # the step's number, then its label
+    assert re.search(r'<h3 class="view-title" id="view-title-0">rank 0 · #\d+ step \d+', dom)  # the step's number, then its label
+
+
+class _Dom(HTMLParser):
+    """The rendered page's list items, table rows (by table) and whole text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[str] = []
+        self.tables: list[list[list[str]]] = []
+        self.text: list[str] = []
+        self._li: list[str] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "li":
+            self._li = []
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "li" and self._li is not None:
+            self.items.append("".join(self._li))
+            self._li = None
+        elif tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        for part in (self._li, self._cell):
+            if part is not None:
+                part.append(data)
+
+
+@pytest.mark.parametrize("variant", ["overlap", "late", "two-gpu-overlap", "vllm-graphs-decode"])
+def test_the_rendered_page_holds_the_whole_diagnosis(tmp_path, variant):
+    page = tmp_path / "report.html"
+    assert run_cli("report", str(SAMPLES / variant), "--html", str(page)).returncode == 0
+    dom_text = rendered_dom(page)
+    dom = _Dom()
+    dom.feed(dom_text)
+    expected = json.loads(run_cli("report", "--json", str(SAMPLES / variant)).stdout)
+    markdown = run_cli("report", "--markdown", str(SAMPLES / variant)).stdout
+    # Every finding the Markdown lists (reasons, each rank's time, overlap cost, exposure causes,
+    # held-back comm, kernels) is a list item of the page, word for word.
+    findings = [html.unescape(line[2:]) for line in markdown.splitlines() if line.startswith("- ")]
+    assert findings
+    for line in findings:
+        assert line in dom.items, f"the page lacks: {line[:100]}"
+    for r in expected["ranks"]:  # and the findings the JSON has are among them
+        has = {
+            "overlap cost": r["contention"],
+            "exposed comm": (r["exposed_comm_reasons"] or {}).get("exposed_us"),
+            "comm held back": (r["held_back_comm"] or {}).get("kernels"),
+        }
+        for kind in (k for k, v in has.items() if v):
+            assert any(i.startswith(f"rank {r['rank']} {kind}") for i in dom.items), (kind, r["rank"])
+    # The per-phase table: a row per phase, with its step count.
+    if expected["phases"]:
+        phase_table = next(t for t in dom.tables if t[0][:2] == ["phase", "steps"])
+        assert {row[0]: int(row[1]) for row in phase_table[1:]} == {p: v["steps"] for p, v in expected["phases"].items()}
+    # The comm operations of each rank: a row per operation.
+    operations = [t for t in dom.tables if t[0][:2] == ["microbatch", "op"]]
+    assert [len(t) - 1 for t in operations] == [len(r["comm_operations"]) for r in expected["ranks"] if r["comm_operations"]]
+    # Every rank with steps has its timeline, drawn, showing its median step; the legend names held-back comm.
+    drawn = [r["rank"] for r in expected["ranks"] if r["steps"]]
+    body = re.search(r"<body([^>]*)>", dom_text).group(1)
+    assert f'data-drawn="{len(drawn)}"' in body and "data-error" not in body
+    for rank in drawn:
+        assert re.search(rf'id="view-title-{rank}">rank {rank} · ', dom_text)
+    assert dom_text.count('class="pick current"') == len(drawn)
+    text = "".join(dom.text)
+    assert "comm held back (ready, not started)" in text
+    if expected["cross_rank"]:
+        assert f"Across ranks: {expected['cross_rank']['summary']}" in text
+    for note in expected["warnings"] + [n for r in expected["ranks"] for n in r["notes"]]:
+        assert note in dom.items
+    assert f"microbatches from: {expected['microbatch_source']}" in text
+    if expected["round_trips"]:  # the note under the DBO arithmetic, as the Markdown words it
+        note = next(line for line in markdown.splitlines() if line.startswith("Round trips counted from"))
+        assert note.replace("*could*", "could") in text

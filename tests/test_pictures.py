@@ -35,6 +35,27 @@ def test_timeline_png_is_drawn_for_every_sample(tmp_path, variant):
     assert f"wrote {out}" in proc.stderr
 
 
+@pytest.mark.parametrize("variant", ["overlap", "two-gpu-overlap", "vllm-eager-mixed-detailed"])
+def test_timeline_png_is_sized_for_a_comment_without_a_blank_band(tmp_path, variant):
+    """GitHub shows a comment's picture at most 880 px wide: the PNG is twice that (sharp on a
+    high-density screen, its 9-10 pt text about 12 px once scaled), and no band of blank rows takes
+    more than 8% of its height (the legend once sat under a sixth of empty picture)."""
+    import numpy as np
+    from PIL import Image
+
+    out = tmp_path / "t.png"
+    assert run_cli("report", str(SAMPLES / variant), "--timeline", str(out)).returncode == 0
+    pixels = np.asarray(Image.open(out).convert("L"))
+    height, width = pixels.shape
+    assert width == 2 * 880
+    blank = (pixels >= 250).all(axis=1)
+    longest = run = 0
+    for row in blank:
+        run = run + 1 if row else 0
+        longest = max(longest, run)
+    assert longest < 0.08 * height, f"{longest} blank rows of {height}"
+
+
 def test_timeline_svg_names_the_lanes(tmp_path):
     out = tmp_path / "t.svg"
     assert run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(out), "--step", "1").returncode == 0

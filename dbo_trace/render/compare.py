@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
+import shutil
 from dataclasses import asdict
 from typing import Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import NOISE_SE, Arm
+from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
+from dbo_trace.render.layout import Column, strip_trailing, table, wrap
 
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
 
@@ -97,20 +100,38 @@ def render_json(arms: list[Arm]) -> str:
     )
 
 
-def render_terminal(arms: list[Arm], color: bool = False) -> str:
-    from io import StringIO
+# The terminal table's columns (layout.Column): the headline figures (step time, its change, the
+# verdict) are never dropped; the others go, least needed first, when the terminal is narrow.
+COLUMNS = [
+    Column("arm", right=False, wrap=True),
+    Column("steps of", right=False),
+    Column("steps", keep=2),
+    Column("step time (mean ± sd)"),
+    Column("vs first", right=False),
+    Column("round trips/layer", keep=3),
+    Column("per round trip", keep=4),
+    Column("comm hidden", keep=7),
+    Column("graph-replayed kernels", keep=6),
+    Column("verdict", right=False),
+]
 
+
+def render_terminal(arms: list[Arm], color: bool = False, width: int | None = None) -> str:
+    """The table at the terminal's width (at least 80; piped: $COLUMNS, else 100), every cell whole."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.text import Text
 
-    table = Table(*HEADER, title="dbo-trace compare", title_justify="left")
-    for r in _rows(arms):
-        table.add_row(*r)
-    buf = StringIO()
-    console = Console(file=buf, force_terminal=color, width=None if color else 160, color_system="auto" if color else None)
-    console.print(table)
-    console.print(noise_line(arms))
-    return buf.getvalue()
+    width = width or max(80, shutil.get_terminal_size((100, 24)).columns)
+    rows = _rows(arms)
+    shown = list(range(len(COLUMNS)))
+    if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
+        shown.remove(1)
+    lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
+    for line in [*lines, *wrap(noise_line(arms), width, "", "  ")]:
+        console.print(Text(line), soft_wrap=True)
+    return strip_trailing(buf.getvalue())
 
 
 class _CompareOutput:
@@ -129,7 +150,7 @@ class _CompareOutput:
 COMPARE_RENDERERS = {
     r.name: r
     for r in (
-        _CompareOutput("terminal", (".txt",), lambda arms, o: render_terminal(arms, color=o.color)),
+        _CompareOutput("terminal", (".txt",), lambda arms, o: render_terminal(arms, color=o.color, width=o.width)),
         _CompareOutput("json", (".json",), lambda arms, o: render_json(arms)),
         _CompareOutput("markdown", (".md",), lambda arms, o: render_markdown(arms)),
     )

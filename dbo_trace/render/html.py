@@ -1,5 +1,7 @@
-"""--html: one self-contained page (no network): the verdict and reasons, the tables, and a zoomable
-CPU/GPU timeline per step. The page draws StepViews handed to it as JSON; it computes nothing."""
+"""--html: one self-contained page (no network) with the whole diagnosis the terminal and the Markdown
+give (verdict and reasons, each rank's findings, the per-rank, per-phase, comm-operation, round-trip
+and per-step tables, the notes) and a zoomable CPU/GPU timeline per rank. The page draws StepViews
+handed to it as JSON; it computes nothing."""
 
 from __future__ import annotations
 
@@ -11,16 +13,22 @@ from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    OPERATION_HEADER,
+    PHASE_HEADER,
     RANK_HEADER,
+    RANK_LINES,
     ROUND_TRIP_HEADER,
     figure_table,
     headline,
     ms,
+    operation_cells,
     pct,
+    phase_cells,
     rank_cells,
     round_trip_cells,
     step_number_cell,
 )
+from dbo_trace.render.markdown import round_trip_note
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -50,6 +58,7 @@ def _views(report: Report) -> list[dict]:
                 {
                     "rank": rank.rank,
                     "label": rank.steps[pos].label,
+                    "position": pos,
                     "median": pos == m,
                     "title": v.title,
                     "duration": v.duration,
@@ -58,6 +67,7 @@ def _views(report: Report) -> list[dict]:
                     "names": list(names),
                     "overlap": v.overlap,
                     "idle": v.host_idle,
+                    "held": [[round(ready, 3), round(start, 3), v.lanes.index(lane)] for ready, start, lane, _ in v.held_back],
                 }
             )
     return out
@@ -72,15 +82,54 @@ def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _list(items: list[str], css: str) -> str:
+    return f'<ul class="{css}">' + "".join(f"<li>{html.escape(x)}</li>" for x in items) + "</ul>" if items else ""
+
+
+def _diagnosis(d: dict) -> str:
+    """What the terminal and the Markdown say beyond the verdict, in their order: each rank's findings
+    (time, overlap cost, exposure causes, held-back comm, kernels), the per-phase table, the ranks'
+    comm operations, the cross-rank view."""
+    out = [_list([line for line_of in RANK_LINES for r in d["ranks"] if (line := line_of(r))], "findings")]
+    if d["phases"]:
+        out.append("<h2>Per phase <small>(vLLM's step annotations)</small></h2>")
+        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]))
+    for r in d["ranks"]:
+        ops = r["comm_operations"]
+        if ops:
+            out.append(
+                f'<details class="operations"><summary>Rank {r["rank"]} comm operations ({len(ops)}: per microbatch, '
+                "in step order; medians over steps)</summary>"
+                + _table(list(OPERATION_HEADER), [operation_cells(op) for op in ops])
+                + "</details>"
+            )
+    cross = d["cross_rank"]
+    if cross:
+        out.append(f'<p id="cross-rank">Across ranks: {html.escape(cross["summary"])}</p>' + _list(cross["notes"], "notes"))
+    return "\n".join(out)
+
+
+def _timelines(views: list[dict]) -> str:
+    """One canvas per rank with steps drawn: each shows its median step, a click on a step row its step."""
+    ranks = list(dict.fromkeys(v["rank"] for v in views))
+    return "\n".join(
+        f'<h3 class="view-title" id="view-title-{r}">rank {r}</h3>'
+        f'<canvas class="timeline" id="timeline-{r}" data-rank="{r}"></canvas>'
+        for r in ranks
+    )
+
+
 class HtmlRenderer:
     name, suffixes, binary = "html", (".html", ".htm"), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         d = build_document(report)
         views = _views(report)
-        index = {(v["rank"], v["label"]): i for i, v in enumerate(views)}
-        step_rows, attrs = [], []
+        # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
+        index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
+        step_rows, attrs, seen = [], [], dict.fromkeys((s["rank"] for s in d["steps"]), 0)
         for s in d["steps"]:
+            position, seen[s["rank"]] = seen[s["rank"]], seen[s["rank"]] + 1
             step_rows.append(
                 [
                     str(s["rank"]),
@@ -94,11 +143,18 @@ class HtmlRenderer:
                     s["verdict"]["label"],
                 ]
             )
-            i = index.get((s["rank"], s["label"]))
+            i = index.get((s["rank"], position))
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d["round_trips"]
-        rt_html = "" if not rt else "<h2>Round trips</h2>" + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
+        rt_html = (
+            ""
+            if not rt
+            else "<h2>Round trips</h2>"
+            + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
+            + f'<p id="round-trip-note">{html.escape(round_trip_note(rt))}</p>'
+        )
         reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
+        notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
         return _PAGE.format(
             verdict=html.escape(d["verdict"]["label"]),
@@ -106,11 +162,15 @@ class HtmlRenderer:
             reasons=reasons,
             inputs=html.escape(", ".join(d["inputs"])),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
+            diagnosis=_diagnosis(d),
             figures=_table(*figure_table(d["ranks"])),
             round_trips=rt_html,
+            timelines=_timelines(views),
             steps=_table(
                 ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
             ),
+            notes=("<h2>Notes</h2>" + _list(notes, "notes")) if notes else "",
+            sources=html.escape(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}"),
             version=html.escape(d["dbo_trace_version"]),
             data=data,
         )
@@ -124,7 +184,9 @@ h1 span {{ padding: 2px 10px; border-radius: 6px; background: #eef; }}
 table {{ border-collapse: collapse; margin: 8px 0 16px; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.current {{ background: #e3e3ff; }}
-#timeline {{ border: 1px solid #ccc; width: 100%; height: 360px; }}
+canvas.timeline {{ border: 1px solid #ccc; width: 100%; height: 200px; }}
+ul.findings li, ul.notes li {{ margin: 2px 0; }}
+div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 #tip {{ position: fixed; pointer-events: none; background: #222; color: #fff; padding: 3px 6px; font-size: 12px; display: none; }}
 .legend span {{ display: inline-block; margin-right: 14px; }} .legend i {{ display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }}
 </style></head>
@@ -133,14 +195,18 @@ tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.curre
 <ul id="reasons">{reasons}</ul>
 <p>Inputs: {inputs}</p>
 <h2>Ranks</h2>{ranks}
+{diagnosis}
 {round_trips}
-<h2>Timeline <small id="view-title"></small></h2>
+<h2>Timeline</h2>
 <p class="legend"><span><i style="background:#1f77b4"></i>microbatch 0</span><span><i style="background:#ff7f0e"></i>microbatch 1</span>
 <span><i style="background:#8c8c8c"></i>not attributed</span><span><i style="background:#555;outline:2px dashed #000"></i>communication (outlined)</span>
 <span><i style="background:#2ca02c"></i>comm under compute</span><span><i style="background:#d62728"></i>GPU idle, host-caused</span>
+<span><i style="background:#9467bd"></i>comm held back (ready, not started)</span>
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
-<canvas id="timeline"></canvas><div id="tip"></div>
-<h2>Steps</h2>{steps}
+{timelines}<div id="tip"></div>
+<h2>Steps</h2><div class="scroll">{steps}</div>
+{notes}
+<p id="sources"><small>{sources}</small></p>
 <details><summary>Every figure, per rank</summary>{figures}</details>
 <p><small>dbo-trace {version}</small></p>
 <script id="data" type="application/json">{data}</script>
@@ -148,62 +214,71 @@ tr.pick {{ cursor: pointer; }} tr.pick:hover {{ background: #f3f3ff; }} tr.curre
 window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }};
 (function () {{
   const D = JSON.parse(document.getElementById("data").textContent);
-  const canvas = document.getElementById("timeline"), ctx = canvas.getContext("2d"), tip = document.getElementById("tip");
-  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, LEFT = 190, ROW = 26;
-  let view = null, lo = 0, hi = 1;
+  const tip = document.getElementById("tip");
+  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", LEFT = 190, ROW = 26;
+  const panes = {{}};  // rank -> its canvas and the step it shows
   function show(i) {{
-    view = D.views[i]; lo = 0; hi = view.duration;
-    document.getElementById("view-title").textContent = view.title;
-    document.querySelectorAll("tr.pick").forEach(tr => tr.classList.toggle("current", Number(tr.dataset.view) === i));
-    draw();
+    const view = D.views[i], p = panes[view.rank];
+    p.view = view; p.lo = 0; p.hi = view.duration;
+    document.getElementById("view-title-" + view.rank).textContent = view.title;
+    document.querySelectorAll("tr.pick").forEach(tr => {{
+      const v = D.views[Number(tr.dataset.view)];
+      if (v.rank === view.rank) tr.classList.toggle("current", Number(tr.dataset.view) === i);
+    }});
+    draw(p);
   }}
-  function x(t) {{ return LEFT + (t - lo) / (hi - lo) * (canvas.width - LEFT - 10); }}
-  function draw() {{
-    const lanes = view.lanes.length + 1;
+  function draw(p) {{
+    const canvas = p.canvas, ctx = canvas.getContext("2d"), view = p.view, lanes = view.lanes.length + 1;
+    const x = t => LEFT + (t - p.lo) / (p.hi - p.lo) * (canvas.width - LEFT - 10);
     canvas.width = canvas.clientWidth; canvas.height = lanes * ROW + 30; canvas.style.height = canvas.height + "px";
     ctx.clearRect(0, 0, canvas.width, canvas.height); ctx.font = "12px sans-serif";
     view.lanes.concat(["overlap / host idle"]).forEach((name, r) => {{ ctx.fillStyle = "#222"; ctx.fillText(name, 6, r * ROW + 17); }});
     ctx.save(); ctx.beginPath(); ctx.rect(LEFT, 0, canvas.width - LEFT, canvas.height); ctx.clip();
     for (const b of view.bars) {{
-      if (b[1] < lo || b[0] > hi) continue;
+      if (b[1] < p.lo || b[0] > p.hi) continue;
       const kind = D.kinds[b[4]], x0 = x(b[0]), w = Math.max(1, x(b[1]) - x0), y = b[2] * ROW + 4;
       ctx.globalAlpha = kind === "yield" ? 0.25 : kind === "copy" ? 0.45 : 0.95;
       ctx.fillStyle = COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
       if (kind === "comm") {{ ctx.globalAlpha = 1; ctx.strokeStyle = "#000"; ctx.setLineDash([3, 2]); ctx.strokeRect(x0, y, w, ROW - 8); ctx.setLineDash([]); }}
     }}
     ctx.globalAlpha = 1;
+    ctx.fillStyle = HELD; for (const [s, e, lane] of view.held) ctx.fillRect(x(s), lane * ROW + ROW - 4, Math.max(1, x(e) - x(s)), 3);
     const band = view.lanes.length * ROW;
     ctx.fillStyle = "#2ca02c"; for (const [s, e] of view.overlap) ctx.fillRect(x(s), band + 4, Math.max(1, x(e) - x(s)), 8);
     ctx.fillStyle = "#d62728"; for (const [s, e] of view.idle) ctx.fillRect(x(s), band + 13, Math.max(1, x(e) - x(s)), 8);
     ctx.restore();
     ctx.fillStyle = "#555";
-    for (let k = 0; k <= 5; k++) {{ const t = lo + (hi - lo) * k / 5; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t) - 20, canvas.height - 6); }}
+    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t) - 20, canvas.height - 6); }}
   }}
-  canvas.addEventListener("wheel", ev => {{
-    ev.preventDefault();
-    const t = lo + (ev.offsetX - LEFT) / (canvas.width - LEFT - 10) * (hi - lo), f = ev.deltaY > 0 ? 1.25 : 0.8;
-    lo = Math.max(0, t - (t - lo) * f); hi = Math.min(view.duration, t + (hi - t) * f); draw();
+  document.querySelectorAll("canvas.timeline").forEach(canvas => {{
+    const p = panes[Number(canvas.dataset.rank)] = {{canvas: canvas, view: null, lo: 0, hi: 1}};
+    const at = ev => p.lo + (ev.offsetX - LEFT) / (canvas.width - LEFT - 10) * (p.hi - p.lo);
+    canvas.addEventListener("wheel", ev => {{
+      ev.preventDefault();
+      const t = at(ev), f = ev.deltaY > 0 ? 1.25 : 0.8;
+      p.lo = Math.max(0, t - (t - p.lo) * f); p.hi = Math.min(p.view.duration, t + (p.hi - t) * f); draw(p);
+    }});
+    let drag = null;
+    canvas.addEventListener("mousedown", ev => {{ drag = [ev.offsetX, p.lo, p.hi]; }});
+    window.addEventListener("mouseup", () => {{ drag = null; }});
+    canvas.addEventListener("mousemove", ev => {{
+      if (drag) {{
+        const dt = (ev.offsetX - drag[0]) / (canvas.width - LEFT - 10) * (drag[2] - drag[1]);
+        p.lo = drag[1] - dt; p.hi = drag[2] - dt; draw(p); return;
+      }}
+      const r = Math.floor(ev.offsetY / ROW), t = at(ev), view = p.view;
+      const hit = view.bars.find(b => b[2] === r && b[0] <= t && t <= b[1]);
+      if (!hit) {{ tip.style.display = "none"; return; }}
+      tip.textContent = view.names[hit[5]] + " · " + (hit[1] - hit[0]).toFixed(1) + " us · " + D.kinds[hit[4]] + (hit[3] >= 0 ? " · microbatch " + hit[3] : "");
+      tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px"; tip.style.display = "block";
+    }});
+    canvas.addEventListener("dblclick", () => {{ p.lo = 0; p.hi = p.view.duration; draw(p); }});
   }});
-  let drag = null;
-  canvas.addEventListener("mousedown", ev => {{ drag = [ev.offsetX, lo, hi]; }});
-  window.addEventListener("mouseup", () => {{ drag = null; }});
-  canvas.addEventListener("mousemove", ev => {{
-    if (drag) {{
-      const dt = (ev.offsetX - drag[0]) / (canvas.width - LEFT - 10) * (drag[2] - drag[1]);
-      lo = drag[1] - dt; hi = drag[2] - dt; draw(); return;
-    }}
-    const r = Math.floor(ev.offsetY / ROW), t = lo + (ev.offsetX - LEFT) / (canvas.width - LEFT - 10) * (hi - lo);
-    const hit = view.bars.find(b => b[2] === r && b[0] <= t && t <= b[1]);
-    if (!hit) {{ tip.style.display = "none"; return; }}
-    tip.textContent = view.names[hit[5]] + " · " + (hit[1] - hit[0]).toFixed(1) + " us · " + D.kinds[hit[4]] + (hit[3] >= 0 ? " · microbatch " + hit[3] : "");
-    tip.style.left = (ev.clientX + 12) + "px"; tip.style.top = (ev.clientY + 12) + "px"; tip.style.display = "block";
-  }});
-  canvas.addEventListener("dblclick", () => {{ lo = 0; hi = view.duration; draw(); }});
   document.querySelectorAll("tr.pick").forEach(tr => tr.addEventListener("click", () => show(Number(tr.dataset.view))));
-  const start = D.views.findIndex(v => v.median);
-  if (start >= 0) show(start);
+  D.views.forEach((v, i) => {{ if (v.median) show(i); }});  // each rank's median step
   document.body.dataset.ready = "1";
   document.body.dataset.views = String(D.views.length);
+  document.body.dataset.drawn = String(Object.values(panes).filter(p => p.view).length);
 }})();
 </script>
 </body></html>

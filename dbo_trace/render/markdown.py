@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
@@ -14,6 +17,7 @@ from dbo_trace.render.format import (
     headline,
     md_table,
     ms,
+    operation_cells,
     pct,
     phase_cells,
     rank_cells,
@@ -22,6 +26,34 @@ from dbo_trace.render.format import (
     tri,
     us,
 )
+
+
+def _code(text: str) -> str:
+    """Inline code that holds any text: a fence longer than the text's longest run of backticks."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def picture_note(image: str) -> list[str]:
+    """Where the picture is and how it gets into a comment: a GitHub comment cannot show a file from
+    the reviewer's disk (a link to a local path is a broken image), so it says to attach it instead."""
+    name = _code(image)
+    return [
+        f"> **Picture to attach:** the CPU/GPU timeline of one step is the file {name} (its path is relative to "
+        f"where this Markdown was written). A GitHub comment cannot show a file from your disk: drag {name} into "
+        "the comment box to attach it, and GitHub puts its link where you drop it.",
+    ]
+
+
+def round_trip_note(rt: dict, could: str = "could") -> str:
+    """What the DBO arithmetic table rests on, under it in the Markdown and HTML reports."""
+    return (
+        f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
+        f"Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
+        f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
+        "(docs/analysis.md)."
+    )
 
 
 class MarkdownRenderer:
@@ -36,11 +68,17 @@ class MarkdownRenderer:
         out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label) :]}", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
         if options.image:
-            out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
+            out += ["", *picture_note(options.image)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
+        for r in d["ranks"]:  # long: folded, like the per-step table
+            ops = r["comm_operations"]
+            if ops:
+                out += ["", f"<details><summary>Rank {r['rank']} comm operations ({len(ops)}: per microbatch, in step "
+                        "order; medians over steps)</summary>", ""]  # fmt: skip
+                out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
@@ -50,13 +88,7 @@ class MarkdownRenderer:
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
-            out += [
-                "",
-                f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
-                "Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
-                "*could* hide entirely; below 1 at most that share of it could; the hidden share says what did "
-                "(docs/analysis.md).",
-            ]
+            out += ["", round_trip_note(rt, "*could*")]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",

@@ -1,9 +1,12 @@
 """A Perfetto trace (TrackEvent protobuf, written with the `perfetto` package's builder): the original
-kernels and CUDA API calls, plus derived tracks a reviewer reads at a glance: steps with their verdicts,
-each microbatch's compute and comm on the GPU, comm under compute, exposed comm, host-caused GPU idle,
-and graph replays. Open it at ui.perfetto.dev."""
+kernels and CUDA API calls with their source args (grid, block, registers, bytes, correlation id,
+stream, ...) and a flow from each launch call to the GPU work it launched, plus derived tracks a
+reviewer reads at a glance: steps with their verdicts, each microbatch's compute and comm on the GPU,
+comm under compute, exposed comm, host-caused GPU idle, and graph replays. Open it at ui.perfetto.dev."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -39,11 +42,14 @@ class _Writer:
             desc.parent_uuid = parent
         return self._uuid
 
-    def slices(self, track: int, starts, ends, names) -> None:
-        """Non-overlapping slices on one track, times in microseconds."""
+    def slices(self, track: int, starts, ends, names, args=None, flows_out=None, flows_in=None) -> None:
+        """Non-overlapping slices on one track, times in microseconds. Per slice, optionally: its
+        arguments (a dict), the flows it starts (ids) and the flows it ends (ids)."""
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
-        for s, e, name in sorted(zip(starts, ends, names), key=lambda x: x[0]):
+        n = len(starts)
+        extra = zip(args or [None] * n, flows_out or [()] * n, flows_in or [()] * n)
+        for s, e, name, (arg, out, into) in sorted(zip(starts, ends, names, extra), key=lambda x: x[0]):
             for ts, kind in ((s, TrackEvent.TYPE_SLICE_BEGIN), (max(e, s), TrackEvent.TYPE_SLICE_END)):
                 packet = self.builder.add_packet()
                 packet.timestamp = int(round(ts * 1000))
@@ -55,6 +61,37 @@ class _Writer:
                 packet.track_event.track_uuid = track
                 if kind == TrackEvent.TYPE_SLICE_BEGIN:
                     packet.track_event.name = name
+                    packet.track_event.flow_ids.extend(out)
+                    packet.track_event.terminating_flow_ids.extend(into)
+                    for key, value in (arg or {}).items():
+                        _annotate(packet.track_event.debug_annotations.add(), key, value)
+
+
+def _annotate(annotation, key: str, value) -> None:
+    """One argument as Perfetto shows it: numbers and flags as themselves, lists and the rest as text."""
+    annotation.name = str(key)
+    if isinstance(value, bool):
+        annotation.bool_value = value
+    elif isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
+        annotation.int_value = value
+    elif isinstance(value, float):
+        annotation.double_value = value
+    elif isinstance(value, str):
+        annotation.string_value = value
+    else:  # grid and block dims, nested values: as the source writes them
+        annotation.string_value = json.dumps(value, separators=(", ", ": "))
+
+
+def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict:
+    """The source trace's own args of each GPU activity and CUDA call (grid, block, registers, bytes,
+    ...): read back from the file, since the timeline keeps only what the analyses use. A source that
+    cannot be read again (gone, or not a plain file) leaves the export with the timeline's args."""
+    from dbo_trace.trace.event_args import event_args
+
+    try:
+        return event_args(rank.detailed().timeline.source, window)
+    except Exception:  # noqa: BLE001 (an export without the extra args beats no export)
+        return {}
 
 
 def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> None:
@@ -67,17 +104,50 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
     in_steps = (att.gpu_step >= 0) & keep_gpu
     steps = [s for s in rank.steps if s.end_us > lo and s.start_us < hi]
 
-    # The original activity: one track per GPU stream and per CPU thread.
+    # The original activity: one track per GPU stream and per CPU thread, each slice with its source
+    # args (and the analysis's microbatch and class for GPU work), a flow from each launch to its work.
+    source = _source_args(rank, window)
+    launch = att.gpu_launch_index
+    flow_base = (rank.rank + 1) << 40  # flow ids unique across ranks: a rank's GPU activity index below
+    flows_from: dict[int, list[int]] = {}
+    for g in np.flatnonzero(keep_gpu & (launch >= 0)).tolist():
+        if keep_calls[launch[g]]:
+            flows_from.setdefault(int(launch[g]), []).append(flow_base + g)
+
+    def gpu_args(g: int) -> dict:
+        corr = int(tl.gpu.correlation[g])
+        derived = {
+            "correlation": corr,
+            "stream": int(tl.gpu.lane[g]),
+            "dbo-trace class": c.KIND_NAMES.get(int(d.kernel_kind[g]), "?"),
+            "dbo-trace microbatch": int(att.gpu_ubatch[g]),
+            "dbo-trace step": int(att.gpu_step[g]),
+        }
+        return {**source.get((True, float(tl.gpu.start[g]), corr), {}), **derived}
+
+    def call_args(i: int) -> dict:
+        corr = int(tl.calls.correlation[i])
+        return {**source.get((False, float(tl.calls.start[i]), corr), {}), "correlation": corr, "thread": int(tl.calls.lane[i])}
+
     for sid in np.unique(tl.gpu.lane[keep_gpu]):
-        sel = keep_gpu & (tl.gpu.lane == sid)
-        w.slices(w.track(f"GPU stream {sid}", proc), tl.gpu.start[sel], tl.gpu.end[sel], [tl.names[n] for n in tl.gpu.name[sel]])
+        sel = np.flatnonzero(keep_gpu & (tl.gpu.lane == sid)).tolist()
+        w.slices(
+            w.track(f"GPU stream {sid}", proc),
+            tl.gpu.start[sel],
+            tl.gpu.end[sel],
+            [tl.names[n] for n in tl.gpu.name[sel]],
+            args=[gpu_args(g) for g in sel],
+            flows_in=[(flow_base + g,) if launch[g] >= 0 and keep_calls[launch[g]] else () for g in sel],
+        )
     for tid in np.unique(tl.calls.lane[keep_calls]):
-        sel = keep_calls & (tl.calls.lane == tid)
+        sel = np.flatnonzero(keep_calls & (tl.calls.lane == tid)).tolist()
         w.slices(
             w.track(f"CPU thread {tid}: CUDA API", proc),
             tl.calls.start[sel],
             tl.calls.end[sel],
             [tl.names[n] for n in tl.calls.name[sel]],
+            args=[call_args(i) for i in sel],
+            flows_out=[flows_from.get(i, ()) for i in sel],
         )
 
     # Derived tracks.

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import io
 import shutil
+from dataclasses import replace
 
-from rich import box
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
@@ -29,6 +28,7 @@ from dbo_trace.render.format import (
     tri,
     us,
 )
+from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, wrap
 
 _STYLE = {
     "overlapped": "bold green",
@@ -39,15 +39,79 @@ _STYLE = {
 MAX_STEP_ROWS = 20
 MAX_OPERATION_ROWS = 16
 
+# The tables' columns; keep orders which go first when a table is too wide (layout.Column).
+RANK_COLUMNS = [
+    Column("rank"),
+    Column("steps", keep=3),
+    Column("busy"),
+    Column("comm", keep=6),
+    Column("hidden"),
+    Column("exposed"),
+    Column("host", keep=8),
+    Column("launch", keep=2),
+    Column("kernel", keep=1),
+    Column("replays", keep=5),
+    Column("verdict", right=False),
+]
+STEP_COLUMNS = [
+    Column("rank"),
+    Column("#"),
+    Column("step", right=False, wrap=True),
+    Column("kind", right=False, keep=7),
+    Column("time"),
+    Column("busy", keep=8),
+    Column("hidden"),
+    Column("host"),
+    Column("launch", keep=2),
+    Column("graph", keep=6),
+    Column("verdict", right=False),
+]
+_PHASE_KEEP = {"steps": 4, "replayed": 3}
+_OPERATION_KEEP = {"steps": 2, "median time": 5}
+_ROUND_TRIP_KEEP = {"round trips": 4, "per layer": 3}
 
-def _bullets(console: Console, texts: list[str]) -> None:
-    """Bulleted sentences whose continuation lines stay indented under their bullet."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=3, no_wrap=True)
-    grid.add_column(overflow="fold")
-    for text in texts:
-        grid.add_row("  -", text)
-    console.print(grid)
+
+def _columns(header, keep: dict[str, int], text: tuple[str, ...] = ()) -> list[Column]:
+    """Columns for a header shared with the other renderers (format.py): text ones left, wrapping."""
+    return [Column(h, right=h not in text, keep=keep.get(h, NEVER), wrap=h in text and h != "verdict") for h in header]
+
+
+class _Lines:
+    """The output as lines, each written whole: rich only colours them, never wraps or pads them."""
+
+    def __init__(self, width: int, color: bool):
+        self.width, self.buf = width, io.StringIO()
+        self.console = Console(file=self.buf, force_terminal=color, no_color=not color, width=width, highlight=False)
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        self.console.print(Text(text, style=style or ""), soft_wrap=True)
+
+    def lines(self, texts: list[str]) -> None:
+        for t in texts:
+            self.line(t)
+
+    def paragraph(self, text: str, lead: str = "", style: str | None = None, whole: bool = False) -> None:
+        """A sentence wrapped to the width; the styled lead word (`note:`) keeps its colour, or with
+        whole every line of it is styled (the verdict)."""
+        for k, piece in enumerate(wrap(lead + text, self.width, "", "  ")):
+            if whole:
+                self.line(piece, style)
+            elif k == 0 and lead and style:
+                self.console.print(Text.assemble((lead.rstrip(), style), piece[len(lead.rstrip()) :]), soft_wrap=True)
+            else:
+                self.line(piece)
+
+    def bullets(self, texts: list[str]) -> None:
+        """Bulleted sentences whose continuation lines stay indented under their bullet."""
+        for text in texts:
+            self.lines(wrap(text, self.width, "  - ", "    "))
+
+    def table(self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json") -> None:
+        self.lines(table(title, columns, rows, self.width, what))
+        self.line()
+
+    def text(self) -> str:
+        return strip_trailing(self.buf.getvalue())
 
 
 class TerminalRenderer:
@@ -58,113 +122,96 @@ class TerminalRenderer:
 
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
-        buf = io.StringIO()
-        # The terminal's own width, at least 80: tables are laid out to fit 100 columns without cutting cells.
+        # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
-        color = options.color
-        console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
+        out = _Lines(width, options.color)
         label = d["verdict"]["label"]
-        console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {escape(headline(d['verdict']))}[/]")
-        _bullets(console, d["verdict"]["reasons"])
-        console.print()
+        out.paragraph(headline(d["verdict"]), "verdict: ", _STYLE.get(label, "bold"), whole=True)
+        out.bullets(d["verdict"]["reasons"])
+        out.line()
 
-        ranks = Table(
-            title="per rank (launch / kernel: medians)",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            collapse_padding=True,
+        out.table(
+            "per rank (launch / kernel: medians)",
+            RANK_COLUMNS,
+            [
+                [
+                    str(r["rank"]),
+                    str(len(r["steps"])),
+                    pct(r["gpu"]["utilization"]),
+                    ms(r["comm"]["busy_us"]),
+                    pct(r["comm"]["hidden_fraction"]),
+                    ms(r["comm"]["exposed_us"]),
+                    pct(r["host"]["idle_fraction"]),
+                    us(r["host"]["median_launch_us"]),
+                    us(r["host"]["median_kernel_us"]),
+                    f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})",
+                    r["verdict"]["label"],
+                ]
+                for r in d["ranks"]
+            ],
         )
-        for col in ("rank", "steps", "busy", "comm", "hidden", "exposed", "host", "launch", "kernel", "replays", "verdict"):
-            ranks.add_column(
-                col, justify="left" if col == "verdict" else "right", no_wrap=True, min_width=16 if col == "verdict" else None
-            )
-        for r in d["ranks"]:
-            ranks.add_row(
-                str(r["rank"]),
-                str(len(r["steps"])),
-                pct(r["gpu"]["utilization"]),
-                ms(r["comm"]["busy_us"]),
-                pct(r["comm"]["hidden_fraction"]),
-                ms(r["comm"]["exposed_us"]),
-                pct(r["host"]["idle_fraction"]),
-                us(r["host"]["median_launch_us"]),
-                us(r["host"]["median_kernel_us"]),
-                f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})",
-                r["verdict"]["label"],
-            )
-        console.print(ranks)
-        _bullets(console, [line for r in d["ranks"] for line_of in RANK_LINES if (line := line_of(r))])
+        out.bullets([line for r in d["ranks"] for line_of in RANK_LINES if (line := line_of(r))])
+        out.line()
         phases = d["phases"]
         if phases:
-            t = Table(title="per phase (vLLM's step annotations)", title_justify="left")
-            for col in PHASE_HEADER:
-                t.add_column(col, justify="left" if col in ("phase", "verdict") else "right")
-            for name, ph in phases.items():
-                t.add_row(*phase_cells(name, ph))
-            console.print(t)
+            out.table(
+                "per phase (vLLM's step annotations)",
+                _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict")),
+                [phase_cells(name, ph) for name, ph in phases.items()],
+            )
         for r in d["ranks"]:
             ops = r["comm_operations"]
             if ops:
-                t = Table(
-                    title=f"rank {r['rank']} comm operations (per microbatch, in step order; medians over steps)",
-                    title_justify="left",
-                    box=box.SIMPLE_HEAD,
-                    pad_edge=False,
-                    collapse_padding=True,
+                out.table(
+                    f"rank {r['rank']} comm operations (per microbatch, in step order; medians over steps)",
+                    _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],)),
+                    [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
                 )
-                for col in OPERATION_HEADER:
-                    t.add_column(col, justify="left" if col.startswith("exposed mostly") else "right")
-                for op in ops[:MAX_OPERATION_ROWS]:
-                    t.add_row(*operation_cells(op))
-                console.print(t)
                 if len(ops) > MAX_OPERATION_ROWS:
-                    console.print(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
+                    out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
+                    out.line()
         cross = d["cross_rank"]
         if cross:
-            console.print(f"across ranks: {cross['summary']}")
+            out.paragraph(f"across ranks: {cross['summary']}")
             for note in cross["notes"]:
-                console.print(f"[yellow]note:[/] {note}")
+                out.paragraph(note, "note: ", "yellow")
+            out.line()
 
         rt = d["round_trips"]
         if rt:
-            t = Table(title="DBO arithmetic (medians over steps)", title_justify="left")
-            for col in ROUND_TRIP_HEADER:
-                t.add_column(col, justify="right")
-            t.add_row(*round_trip_cells(rt))
-            console.print(t)
+            out.table(
+                "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
+            )
 
-        steps = Table(title="per step", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         rows = d["steps"]
-        verdict_width = max([len("verdict"), *(len(s["verdict"]["label"]) for s in rows[:MAX_STEP_ROWS])])
-        for col in ("rank", "#", "step", "kind", "time", "busy", "hidden", "host", "launch", "graph", "verdict"):
-            steps.add_column(
-                col,
-                justify="left" if col in ("step", "kind", "verdict") else "right",
-                no_wrap=True,
-                min_width=verdict_width if col == "verdict" else len(col),  # headers and the verdicts shown whole
-            )
-        for s in rows[:MAX_STEP_ROWS]:
-            steps.add_row(
-                str(s["rank"]),
-                step_number_cell(s),
-                short_step_label(s["label"]),
-                s["path"] or s["phase"] or "-",
-                ms(s["step_us"]),
-                pct(s["gpu"]["utilization"]),
-                pct(s["comm"]["hidden_fraction"]),
-                pct(s["host"]["idle_fraction"]),
-                str(s["host"]["launches"]),
-                tri(s["replayed"], "yes", "no"),
-                s["verdict"]["label"],
-            )
-        console.print(steps)
+        one_rank = len({s["rank"] for s in rows}) <= 1  # the rank column says nothing then
+        out.table(
+            "per step",
+            [replace(c, keep=1 if one_rank else NEVER) if c.header == "rank" else c for c in STEP_COLUMNS],
+            [
+                [
+                    str(s["rank"]),
+                    step_number_cell(s),
+                    short_step_label(s["label"]),
+                    s["path"] or s["phase"] or "-",
+                    ms(s["step_us"]),
+                    pct(s["gpu"]["utilization"]),
+                    pct(s["comm"]["hidden_fraction"]),
+                    pct(s["host"]["idle_fraction"]),
+                    str(s["host"]["launches"]),
+                    tri(s["replayed"], "yes", "no"),
+                    s["verdict"]["label"],
+                ]
+                for s in rows[:MAX_STEP_ROWS]
+            ],
+            "--json or --markdown",
+        )
         if len(rows) > MAX_STEP_ROWS:
-            console.print(
+            out.paragraph(
                 f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all; --step takes a number, "
                 "a label, median or slowest)"
             )
-        console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
+        out.paragraph(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
-            console.print(f"[yellow]note:[/] {note}")
-        return buf.getvalue()
+            out.paragraph(note, "note: ", "yellow")
+        return out.text()

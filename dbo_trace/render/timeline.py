@@ -18,6 +18,29 @@ KIND_STYLE = {  # alpha, hatch
 }
 FORMATS = ("png", "svg")
 HELD_COLOUR = "#9467bd"
+# Sized for a GitHub comment, which shows a picture at most 880 px wide: drawn 8.8 in wide at 200 dpi
+# (1760 px, twice that for a sharp picture on a high-density screen), its text is 9-10 pt, about 12-14
+# px once the picture is scaled to 880 px.
+WIDTH_IN, DPI = 8.8, 200
+FONT, TITLE_FONT = 9, 10
+LANE_IN = 0.34  # height per lane
+LEGEND_COLUMNS = 4
+TITLE_CHARS = 110  # a title (across the whole picture) wraps at its " · " separators past this many characters
+
+
+def _title_lines(title: str, most: int = TITLE_CHARS) -> str:
+    """The title on as few lines as keep each under `most` characters, broken between its parts."""
+    import textwrap
+
+    lines: list[str] = []
+    for part in title.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= most:
+            lines[-1] += " · " + part
+        elif len(part) > most:  # a part too long for any line (a vLLM label) starts where the last ended
+            lines = lines[:-1] + textwrap.wrap(" · ".join(lines[-1:] + [part]), most)
+        else:
+            lines.append(part)
+    return "\n".join(lines)
 
 
 class TimelineRenderer:
@@ -33,7 +56,7 @@ class TimelineRenderer:
         return draw_timeline(step_view(rank, position), self.name)
 
 
-def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 12.0) -> bytes:
+def draw_timeline(view: StepView, image_format: str = "png", width_in: float = WIDTH_IN) -> bytes:
     """The picture as PNG or SVG bytes; writing it is the caller's."""
 
     import matplotlib
@@ -41,10 +64,32 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
 
     lanes = view.lanes + ["overlap / host idle"]
     row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
-    fig, ax = plt.subplots(figsize=(width_in, 1.1 + 0.42 * len(lanes)), dpi=130)
+    legend = [
+        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
+        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
+        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
+        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
+        Patch(facecolor="#2ca02c", label="comm under compute"),
+        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
+    ]
+    if view.held_back:
+        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
+    title = _title_lines(view.title)
+    legend_rows = -(-len(legend) // LEGEND_COLUMNS)
+    heights = (LANE_IN * len(lanes), 0.22 * legend_rows)  # the lanes; the legend under the axis
+    top = 0.2 + 0.2 * (title.count("\n") + 1)  # the title's lines
+    axis = 0.55  # tick labels and the axis label
+    fig, (ax, key) = plt.subplots(
+        2,
+        1,
+        figsize=(width_in, top + heights[0] + axis + heights[1] + 0.1),
+        dpi=DPI,
+        gridspec_kw={"height_ratios": heights},
+    )
     scale = 1000.0  # us -> ms on the axis
     for bar in view.bars:
         alpha, hatch = KIND_STYLE[bar.kind]
@@ -68,29 +113,31 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
             xy=(view.lead_in_us / scale / 2, y + 0.25),
             ha="center",
             va="bottom",
-            fontsize=7,
+            fontsize=FONT - 1,
             color="#d62728",
         )
-    ax.set_yticks(list(row.values()), list(row.keys()), fontsize=8)
+    ax.set_yticks(list(row.values()), list(row.keys()), fontsize=FONT)
     ax.set_xlim(0, view.duration / scale)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
-    ax.set_xlabel("ms from the step's start", fontsize=8)
-    ax.tick_params(axis="x", labelsize=8)
+    ax.set_xlabel("ms from the step's start", fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(view.title, fontsize=9, loc="left")
-    legend = [
-        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
-        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
-        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
-        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
-        Patch(facecolor="#2ca02c", label="comm under compute"),
-        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
-    ]
-    if view.held_back:
-        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
-    fig.legend(handles=legend, fontsize=7, ncol=len(legend), loc="lower center", frameon=False)
-    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
+    fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
+    key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
+    key.legend(
+        handles=legend,
+        fontsize=FONT,
+        ncol=LEGEND_COLUMNS,
+        loc="center",
+        bbox_to_anchor=(0, 0, 1, 1),  # centred on the picture, not on the axis beside the lane labels
+        bbox_transform=blended_transform_factory(fig.transFigure, key.transAxes),
+        frameon=False,
+        borderaxespad=0,
+        columnspacing=1.2,
+        handlelength=1.5,
+    )
+    fig.tight_layout(pad=0.4, h_pad=0.3)
     buf = io.BytesIO()
-    fig.savefig(buf, format=image_format)
+    fig.savefig(buf, format=image_format, dpi=DPI)
     plt.close(fig)
     return buf.getvalue()
