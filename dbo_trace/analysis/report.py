@@ -13,6 +13,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_RANGES, SOURCE_NONE, Attr
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
+from dbo_trace.analysis.host_time import HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import (
     ACROSS,
@@ -60,6 +61,7 @@ class StepReport:
     phase: str | None = None  # prefill / decode / mixed, where vLLM's annotation says
     context_tokens: int | None = None
     generation_tokens: int | None = None
+    host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
 
     @property
     def replayed(self) -> bool:
@@ -80,6 +82,7 @@ class PhaseReport:
     metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
+    host_causes: HostCauses | None = None  # over the union of its steps' windows
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class RankDetail:
     launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
     partition: Partition  # the window cut into time buckets
     held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
+    host_pieces: HostPieces | None = None  # the host-idle stretches cut by cause
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class RankReport:
     held_back: HeldSummary | None = None  # comm kernels held past the other microbatch's compute; None without microbatches
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
+    host_causes: HostCauses | None = None  # over what the host test measured (in-step time or the window)
+    host_causes_window: HostCauses | None = None  # over the whole window
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
@@ -148,6 +154,7 @@ class Report:
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
     warnings: list[str] = field(default_factory=list)
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
+    host_causes: HostCauses | None = None  # the ranks' host-test causes added
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -207,6 +214,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
             window_time(part, *windows),
         )
 
+    pieces = host_pieces(
+        part, tl.names, tl.gpu.start, att.gpu_launch_start, att.gpu_launch_index, att.gpu_step,
+        tl.calls.start, tl.calls.end, tl.calls.name, tl.calls.lane, call_kind, att.call_step, att.call_ubatch,
+        tl.cpu.start, tl.cpu.end, tl.cpu.name, tl.cpu.lane, tl.cpu_is_annotation,
+        att.steps.start, att.steps.end, not att.steps.inferred,
+    )  # fmt: skip
     n_steps = len(att.steps)
     own_end = np.full(n_steps, -np.inf)
     stepped = att.gpu_step >= 0
@@ -223,8 +236,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         att.call_step, call_kind, call_dur, window_times(part, step_lo, step_hi),
     )  # fmt: skip
     has_gpu = np.bincount(att.gpu_step[att.gpu_step >= 0], minlength=n_steps) > 0
+    shown = np.flatnonzero(has_gpu)
+    step_causes = pieces.causes_in(
+        step_lo[shown], step_hi[shown], np.array([per_step[i].host_idle_us for i in shown.tolist()]), top=3
+    )
     steps: list[StepReport] = []
-    for i in map(int, np.flatnonzero(has_gpu)):
+    for i, causes in zip(map(int, shown), step_causes):
         m = per_step[i]
         logged = att.comm_phases[i] if att.comm_phases is not None else -1
         n_ops = int(logged) if logged >= 0 else int(ops[i])
@@ -243,6 +260,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
                 att.steps.phase[i],
                 att.steps.context_tokens[i],
                 att.steps.generation_tokens[i],
+                causes,
             )
         )
 
@@ -255,10 +273,16 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
     )
     host_test = _host_test(att.steps.inferred, window, in_steps)
+    causes_window = pieces.causes_in(np.array([lo]), np.array([hi]), np.array([window.host_idle_us]))[0]
+    causes = (
+        causes_window
+        if host_test.basis == HOST_BASIS_WINDOW
+        else pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
+    )
     all_threads = _profiled_microbatch_threads(tl, att)
     rt = _round_trips(steps, att.layers, microbatched)
     phases = [
-        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched)
+        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched, pieces)
         for p in PHASES
         if any(s.phase == p for s in steps)
     ]
@@ -281,7 +305,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps=steps,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched),
+        verdict=decide(total, rt, all_threads, host=host_test, microbatched=microbatched, causes=causes),
         window=window,
         in_steps=in_steps,
         host_test=host_test,
@@ -289,6 +313,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps_inferred=att.steps.inferred,
         contention=contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
+        host_causes=causes,
+        host_causes_window=causes_window,
         top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary,
@@ -296,7 +322,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         if microbatched
         else [],
         notes=notes,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held, pieces),
     )
 
 
@@ -349,17 +375,22 @@ def _host_test(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> Ho
 MetricsOf = Callable[[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]], WindowMetrics]
 
 
-def _phase_report(phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool) -> PhaseReport:
+def _phase_report(
+    phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool, pieces: HostPieces
+) -> PhaseReport:
     idx = np.array([s.index for s in steps], np.int64)
     gpu_sel = np.isin(att.gpu_step, idx)
     call_sel = np.isin(att.call_step, idx)
-    m = metrics(gpu_sel, call_sel, (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps])))
+    windows = (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    m = metrics(gpu_sel, call_sel, windows)
+    causes = pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
         steps=len(steps),
         median_step_us=float(np.median([s.wall_us for s in steps])),
         metrics=m,
-        verdict=decide(m, microbatched=microbatched),
+        verdict=decide(m, microbatched=microbatched, causes=causes),
+        host_causes=causes,
     )
 
 
@@ -417,18 +448,25 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     else:
         host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
+    causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=decide(total, rt, any(r.profile_all_threads for r in ranks), host=host, microbatched=microbatched),
+        verdict=decide(total, rt, any(r.profile_all_threads for r in ranks), host=host, microbatched=microbatched, causes=causes),
         options=options,
         window=window,
         warnings=warnings,
         cross_rank=cross_rank([_on_clock(r) for r in ranks]),
+        host_causes=causes,
     )
+
+
+def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
+    present = [p for p in parts if p is not None]
+    return combine_causes(present) if present else None
 
 
 def _on_clock(r: RankReport) -> RankOnClock:
@@ -452,6 +490,7 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
                 metrics=sum_metrics([p.metrics for p in parts]),
                 verdict=None,
                 per_rank=[p.verdict.label for p in parts if p.verdict is not None],
+                host_causes=_combined_causes([p.host_causes for p in parts]),
             )
         )
     return out
