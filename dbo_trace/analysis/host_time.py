@@ -75,16 +75,12 @@ class HostCauses:
 
     @property
     def top(self) -> tuple[str, float] | None:
-        """The single largest item the line names: a range or operator by name, or a cause."""
+        """The single largest item the line names: a range or an operator by name, or a cause
+        (ties: the earlier in the line's order)."""
         items = [(CAUSE_TEXT[k], self.by_cause_us[k]) for k in (LAUNCH, SYNC, OTHER_CALL, STARTUP, BETWEEN, UNTRACED)]
         items += list(self.named[:1]) + [(f"{n} (CPU op)", t) for n, t in self.cpu_ops[:1]]
-        rest = [(CAUSE_TEXT[NAMED], self.by_cause_us[NAMED]), (CAUSE_TEXT[CPU_OP], self.by_cause_us[CPU_OP])]
-        best = max(items, key=lambda x: x[1], default=None)
-        if best is None or best[1] <= 0:
-            return None
-        # A kind whose names are each small but together largest is named as the kind.
-        kind = max(rest, key=lambda x: x[1])
-        return kind if kind[1] > best[1] and all(kind[1] > t for _, t in items) else best
+        best = max(items, key=lambda x: x[1])
+        return best if best[1] > 0 else None
 
 
 def no_causes() -> HostCauses:
@@ -501,3 +497,10 @@ def cause_line(causes: HostCauses, head: str) -> str:
         counted = f" ({calls:,} calls)" if calls else ""
         parts.append(f"{100 * share:.0f}% {text}{counted}")
     return f"{head}: of {total / 1000:.1f} ms GPU idle, " + ", ".join(parts)
+
+
+def host_line(scope: str, bound: bool, fraction: float | None, causes: HostCauses) -> str:
+    """The verdict's host line: `prefill host-bound 94%: of 41.2 ms GPU idle, ...`."""
+    share = "n/a" if fraction is None else f"{100 * fraction:.0f}%"
+    what = "host-bound" if bound else "GPU idle waiting for the host"
+    return cause_line(causes, f"{scope} {what} {share}".strip())

@@ -155,6 +155,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
+    host_test: HostTest | None = None  # what the run's host-bound test measured
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -461,6 +462,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         warnings=warnings,
         cross_rank=cross_rank([_on_clock(r) for r in ranks]),
         host_causes=causes,
+        host_test=host,
     )
 
 

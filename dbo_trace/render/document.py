@@ -14,12 +14,13 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldSummary
+from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -179,6 +180,29 @@ def held_back_block(x: HeldSummary | None) -> dict[str, Any] | None:
     }
 
 
+def host_causes_block(c: HostCauses | None, line: str | None = None) -> dict[str, Any] | None:
+    """What the host did while the GPU waited (docs/analysis.md, "Host time"); the causes add up to host_idle_us."""
+    if c is None:
+        return None
+
+    def share(us: float) -> float | None:
+        return _r(us / c.host_idle_us, 4) if c.host_idle_us > 0 else None
+
+    top = c.top
+    largest = c.largest
+    return {
+        "host_idle_us": _r(c.host_idle_us),
+        "causes": {key: {"us": _r(c.by_cause_us[k]), "share": share(c.by_cause_us[k])} for k, key in enumerate(CAUSES)},
+        "launch_calls": c.launch_calls,
+        "sync_calls": c.sync_calls,
+        "named": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.named],
+        "cpu_ops": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.cpu_ops],
+        "largest": None if largest is None else CAUSES[largest],
+        "top": None if top is None else {"name": top[0], "us": _r(top[1]), "share": share(top[1])},
+        "line": line,
+    }
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -193,6 +217,12 @@ def phase_block(p: PhaseReport) -> dict[str, Any]:
         "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
         "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
         "graph_launches": m.graph_launches,
+        "host_causes": host_causes_block(
+            p.host_causes,
+            None
+            if p.host_causes is None
+            else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
+        ),
         "verdict": verdict_block(p.verdict)
         if p.verdict is not None
         else {"label": None, "reasons": [], "per_rank": list(p.per_rank or [])},
@@ -217,6 +247,7 @@ def step_block(step: StepReport, rank: int) -> dict[str, Any]:
         "replayed": step.replayed,
         "verdict": verdict_block(step.verdict),
         **metrics_block(step.metrics),
+        "host_causes": host_causes_block(step.host_causes),
     }
 
 
@@ -239,6 +270,13 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "time": time_block(r.window),
         "time_in_steps": time_block(r.in_steps),
         "host_test": host_test_block(r.host_test),
+        "host_causes": host_causes_block(
+            r.host_causes,
+            None
+            if r.host_causes is None
+            else host_line(f"rank {r.rank}", r.verdict.label == HOST_BOUND, r.host_test.fraction, r.host_causes),
+        ),
+        "host_causes_window": host_causes_block(r.host_causes_window),
         "phases": {p.phase: phase_block(p) for p in r.phases},
         "contention": contention_block(r.contention),
         "exposed_comm_reasons": exposure_block(r.exposure),
@@ -289,6 +327,17 @@ def build_document(report: Report) -> dict[str, Any]:
         "steps_source": _sources([r.step_source for r in report.ranks]),
         "microbatch_source": _sources([r.attribution for r in report.ranks]),
         "time": time_block(report.window),
+        "host_causes": host_causes_block(
+            report.host_causes,
+            None
+            if report.host_causes is None
+            else host_line(
+                "",
+                report.verdict.label == HOST_BOUND,
+                report.host_test.fraction if report.host_test is not None else None,
+                report.host_causes,
+            ),
+        ),
         "phases": {p.phase: phase_block(p) for p in report.phases},
         "round_trips": round_trips_block(report.round_trips),
         "steps": [step for rank in ranks for step in rank["steps"]],  # the ranks' own step blocks, built once

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from dbo_trace.render import document
 
@@ -105,10 +105,13 @@ def figure_table(ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[f.name, *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
 
 
-PHASE_HEADER = ("phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "verdict")
+PHASE_HEADER = (
+    "phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "top host cause", "verdict"
+)  # fmt: skip
 
 
-def phase_cells(name: str, ph: dict) -> list[str]:
+def phase_cells(name: str, ph: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
     label = ph["verdict"]["label"] or "/".join(dict.fromkeys(ph["verdict"].get("per_rank", []))) or "-"
     return [
         name,
@@ -118,8 +121,43 @@ def phase_cells(name: str, ph: dict) -> list[str]:
         pct(ph["host_idle_fraction"]),
         pct(ph["comm_hidden_fraction"]),
         pct(ph["replayed_kernel_fraction"]),
+        top_cause_cell(ph.get("host_causes"), escape, name_width),
         label,
     ]
+
+
+def top_cause_cell(causes: dict | None, escape: Callable[[str], str] = str, name_width: int | None = None) -> str:
+    """The largest thing the host did while the GPU waited, and its share of that idle time."""
+    top = causes and causes.get("top")
+    if not top:
+        return "-"
+    return f"{escape(cut(top['name'], name_width))} {pct(top['share'])}"
+
+
+def cut(text: str, width: int | None) -> str:
+    """A long name cut to width, its end marked ("..." where the name was cut on purpose)."""
+    return text if width is None or len(text) <= width else text[: max(1, width - 3)] + "..."
+
+
+def md_escape(text: str) -> str:
+    """A trace string inert in a Markdown line or table cell: no table breaks, code spans, HTML or new lines."""
+    for old, new in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"), ("\r", " "), ("\n", " ")):
+        text = text.replace(old, new)
+    return text
+
+
+def host_cause_lines(d: dict) -> list[str]:
+    """Under a host-bound verdict: what the host did while the GPU waited, per host-bound phase
+    (the run's own line where there are no phases)."""
+    if d["verdict"]["label"] != "host-bound":
+        return []
+    lines = [
+        ph["host_causes"]["line"]
+        for ph in d["phases"].values()
+        if ph.get("host_causes") and "host-bound" in (ph["verdict"]["label"], *ph["verdict"].get("per_rank", []))
+    ]
+    run = d.get("host_causes")
+    return lines or ([run["line"]] if run and run.get("line") else [])
 
 
 def time_line(rank: dict) -> str:

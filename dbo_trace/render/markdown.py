@@ -11,6 +11,8 @@ from dbo_trace.render.format import (
     RANK_LINES,
     ROUND_TRIP_HEADER,
     figure_table,
+    host_cause_lines,
+    md_escape,
     md_table,
     ms,
     pct,
@@ -31,6 +33,7 @@ class MarkdownRenderer:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
         out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
+        out += [f"- host time: {md_escape(line)}" for line in host_cause_lines(d)]
         if options.image:
             out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
@@ -39,7 +42,7 @@ class MarkdownRenderer:
             out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
+                list(PHASE_HEADER), [phase_cells(name, ph, md_escape) for name, ph in d["phases"].items()]
             )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]

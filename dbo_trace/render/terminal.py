@@ -8,6 +8,7 @@ import shutil
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
@@ -17,6 +18,7 @@ from dbo_trace.render.format import (
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    host_cause_lines,
     ms,
     operation_cells,
     pct,
@@ -46,6 +48,21 @@ def _bullets(console: Console, texts: list[str]) -> None:
     console.print(grid)
 
 
+def _plain_bullets(console: Console, texts: list[str]) -> None:
+    """Bullets of text that holds trace strings: printed as plain text, never as markup."""
+    if not texts:
+        return
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=3, no_wrap=True)
+    grid.add_column(overflow="fold")
+    for text in texts:
+        grid.add_row("  -", Text(text))
+    console.print(grid)
+
+
+TOP_CAUSE_WIDTH = 16  # a range or operator name in the phase table (the JSON and Markdown have it whole)
+
+
 class TerminalRenderer:
     name, suffixes, binary = "terminal", (".txt",), False
 
@@ -62,6 +79,7 @@ class TerminalRenderer:
         label = d["verdict"]["label"]
         console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
         _bullets(console, d["verdict"]["reasons"])
+        _plain_bullets(console, [f"host time: {line}" for line in host_cause_lines(d)])
         console.print()
 
         ranks = Table(
@@ -93,11 +111,19 @@ class TerminalRenderer:
         _bullets(console, [line for r in d["ranks"] for line_of in RANK_LINES if (line := line_of(r))])
         phases = d["phases"]
         if phases:
-            t = Table(title="per phase (vLLM's step annotations)", title_justify="left")
+            t = Table(
+                title="per phase (vLLM's step annotations)",
+                title_justify="left",
+                box=box.SIMPLE_HEAD,
+                pad_edge=False,
+                collapse_padding=True,
+            )
             for col in PHASE_HEADER:
-                t.add_column(col, justify="left" if col in ("phase", "verdict") else "right")
+                # The numbers' headers may wrap; a cause and a verdict stay whole (the cause is cut to fit).
+                whole = col in ("top host cause", "verdict", "phase")
+                t.add_column(col, justify="left" if col in ("phase", "verdict", "top host cause") else "right", no_wrap=whole)
             for name, ph in phases.items():
-                t.add_row(*phase_cells(name, ph))
+                t.add_row(*(Text(cell) for cell in phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH)))
             console.print(t)
         for r in d["ranks"]:
             ops = r["comm_operations"]
