@@ -203,6 +203,21 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> dict[str
     }
 
 
+def step_causes_block(c: HostCauses | None) -> dict[str, Any] | None:
+    """A step's causes, compact (one per step): the time of each cause and the largest item."""
+    if c is None:
+        return None
+    top = c.top
+    return {
+        "host_idle_us": _r(c.host_idle_us),
+        "causes_us": {key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
+        "launch_calls": c.launch_calls,
+        "top": None
+        if top is None
+        else {"name": top[0], "us": _r(top[1]), "share": _r(top[1] / c.host_idle_us, 4) if c.host_idle_us > 0 else None},
+    }
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -247,7 +262,7 @@ def step_block(step: StepReport, rank: int) -> dict[str, Any]:
         "replayed": step.replayed,
         "verdict": verdict_block(step.verdict),
         **metrics_block(step.metrics),
-        "host_causes": host_causes_block(step.host_causes),
+        "host_causes": step_causes_block(step.host_causes),
     }
 
 
