@@ -15,6 +15,7 @@ import numpy as np
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.summaries import spread
 
 NOISE_SE = 2.0  # a difference within this many standard errors is within noise
 
@@ -36,6 +37,10 @@ class Arm:
     verdict: str
     change: float | None = None  # step time change against the first arm (fraction)
     within_noise: bool | None = None
+    step_median_us: float | None = None  # the middle and the tail, which one long step cannot move as it moves the mean
+    step_p90_us: float | None = None
+    step_p99_us: float | None = None
+    step_max_us: float | None = None
 
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
@@ -60,7 +65,15 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         comm_hidden_fraction=m.comm_hidden_fraction,
         replayed_kernel_fraction=m.replayed_kernel_fraction,
         verdict=verdict,
+        **_spread_fields(walls),
     )
+
+
+def _spread_fields(walls: np.ndarray) -> dict[str, float | None]:
+    x = spread(walls)
+    if x is None:
+        return {}
+    return {"step_median_us": x.median_us, "step_p90_us": x.p90_us, "step_p99_us": x.p99_us, "step_max_us": x.max_us}
 
 
 def arms_of(label: str, report: Report, phases: list[str]) -> list[Arm]:

@@ -31,6 +31,7 @@ from dbo_trace.analysis.metrics import (
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank
 from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
@@ -83,6 +84,7 @@ class PhaseReport:
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
+    step_spread: Spread | None = None  # its steps' times: median, p90, p99, max
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ class RankReport:
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     host_causes: HostCauses | None = None  # over what the host test measured (in-step time or the window)
     host_causes_window: HostCauses | None = None  # over the whole window
+    kernel_summary: KernelSummary | None = None  # per kernel name: count, total, mean, median, min, max, share
+    cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
@@ -316,6 +320,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
         host_causes=causes,
         host_causes_window=causes_window,
+        kernel_summary=kernel_summary(tl.names, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.gpu_is_copy),
+        cpu_ranges=cpu_range_summary(pieces, tl.cpu.name, tl.cpu.end - tl.cpu.start, window.host_idle_us),
         top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary,
@@ -392,6 +398,7 @@ def _phase_report(
         metrics=m,
         verdict=decide(m, microbatched=microbatched, causes=causes),
         host_causes=causes,
+        step_spread=spread([s.wall_us for s in steps]),
     )
 
 
@@ -493,6 +500,7 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
                 verdict=None,
                 per_rank=[p.verdict.label for p in parts if p.verdict is not None],
                 host_causes=_combined_causes([p.host_causes for p in parts]),
+                step_spread=spread(walls),
             )
         )
     return out

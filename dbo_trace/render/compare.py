@@ -11,7 +11,8 @@ from dbo_trace.render import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
+# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 3
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -24,6 +25,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 a.phase,
                 str(a.steps),
                 f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}",
+                _spread_cell(a),
                 change,
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
@@ -35,11 +37,18 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
     return rows
 
 
+def _spread_cell(a: Arm) -> str:
+    if a.step_median_us is None:
+        return "-"
+    return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f}) ms"
+
+
 HEADER = [
     "arm",
     "steps of",
     "steps",
     "step time (mean ± sd)",
+    "step median (p90, max)",
     "vs first",
     "round trips/layer",
     "per round trip",

@@ -17,6 +17,7 @@ from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
@@ -203,6 +204,49 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> dict[str
     }
 
 
+def kernel_summary_block(k: KernelSummary | None) -> dict[str, Any] | None:
+    if k is None:
+        return None
+    return {
+        "kernels": k.kernels,
+        "names": k.names,
+        "total_us": _r(k.total_us),
+        "rows": [
+            {
+                "name": row.name,
+                "count": row.count,
+                "total_us": _r(row.total_us),
+                "mean_us": _r(row.mean_us),
+                "median_us": _r(row.median_us),
+                "min_us": _r(row.min_us),
+                "max_us": _r(row.max_us),
+                "share": _r(row.share, 4),
+            }
+            for row in k.rows
+        ],
+    }
+
+
+def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": row.name,
+            "kind": row.kind,
+            "count": row.count,
+            "total_us": _r(row.total_us),
+            "host_idle_us": _r(row.host_idle_us),
+            "share": _r(row.share, 4),
+        }
+        for row in rows
+    ]
+
+
+def spread_block(x: Spread | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"median": _r(x.median_us), "p90": _r(x.p90_us), "p99": _r(x.p99_us), "max": _r(x.max_us)}
+
+
 def step_causes_block(c: HostCauses | None) -> dict[str, Any] | None:
     """A step's causes, compact (one per step): the time of each cause and the largest item."""
     if c is None:
@@ -232,6 +276,7 @@ def phase_block(p: PhaseReport) -> dict[str, Any]:
         "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
         "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
         "graph_launches": m.graph_launches,
+        "step_us": spread_block(p.step_spread),
         "host_causes": host_causes_block(
             p.host_causes,
             None
@@ -310,6 +355,8 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         ],
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "top_compute_kernels": [{"name": n, "count": k, "total_us": _r(t)} for n, k, t in r.top_compute_kernels],
+        "kernel_summary": kernel_summary_block(r.kernel_summary),
+        "cpu_range_summary": cpu_range_block(r.cpu_ranges),
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank) for s in r.steps],
         "verdict": verdict_block(r.verdict),

@@ -283,3 +283,67 @@ def short_step_label(label: str) -> str:
         if m:
             return f"ctx {m.group(1)}({m.group(2)}) gen {m.group(3)}({m.group(4)})"
     return label
+
+
+KERNEL_HEADER = ("kernel", "count", "total", "mean", "median", "min", "max", "of GPU time")
+CPU_RANGE_HEADER = ("CPU range", "kind", "count", "total", "host idle", "of host idle")
+SPREAD_HEADER = ("phase", "steps", "median", "p90", "p99", "max")
+
+
+def kernel_cells(row: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    return [
+        escape(cut(row["name"], name_width)),
+        str(row["count"]),
+        ms(row["total_us"]),
+        us(row["mean_us"]),
+        us(row["median_us"]),
+        us(row["min_us"]),
+        us(row["max_us"]),
+        pct(row["share"]),
+    ]
+
+
+def cpu_range_cells(row: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    return [
+        escape(cut(row["name"], name_width)),
+        row["kind"],
+        str(row["count"]),
+        ms(row["total_us"]),
+        ms(row["host_idle_us"]),
+        pct(row["share"]),
+    ]
+
+
+def spread_cells(name: str, ph: dict) -> list[str] | None:
+    x = ph.get("step_us")
+    if not x:
+        return None
+    return [name, str(ph["steps"]), ms(x["median"]), ms(x["p90"]), ms(x["p99"]), ms(x["max"])]
+
+
+MD_KERNEL_ROWS = 20
+MD_CPU_RANGE_ROWS = 20
+
+
+def summary_markdown(d: dict) -> list[str]:
+    """Step-time spread per phase, and per rank the kernel and CPU-range summaries (names whole, escaped)."""
+    out: list[str] = []
+    spreads = [row for name, ph in d["phases"].items() if (row := spread_cells(name, ph))]
+    if spreads:
+        out += ["Step time per phase:", ""] + md_table(list(SPREAD_HEADER), spreads) + [""]
+    for r in d["ranks"]:
+        k = r.get("kernel_summary")
+        if k and k["rows"]:
+            shown = k["rows"][:MD_KERNEL_ROWS]
+            out += [
+                f"<details><summary>Rank {r['rank']} kernels: {len(shown)} of {k['names']} names by total time "
+                f"({k['kernels']} kernels, {ms(k['total_us'])})</summary>",
+                "",
+            ]
+            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+        ranges = r.get("cpu_range_summary")
+        if ranges:
+            shown = ranges[:MD_CPU_RANGE_ROWS]
+            out += [f"<details><summary>Rank {r['rank']} CPU ranges by the host-caused GPU idle they explain</summary>", ""]
+            out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+    return out

@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     phase_cells,
     rank_cells,
     round_trip_cells,
+    summary_markdown,
     us,
 )
 
@@ -90,6 +91,7 @@ class MarkdownRenderer:
         out += ["", "</details>", ""]
         out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d["ranks"]))
         out += ["", "</details>", ""]
+        out += summary_markdown(d)
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
             out += ["Notes:", *[f"- {n}" for n in notes], ""]

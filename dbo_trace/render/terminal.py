@@ -14,17 +14,23 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    CPU_RANGE_HEADER,
+    KERNEL_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    SPREAD_HEADER,
+    cpu_range_cells,
     host_cause_lines,
+    kernel_cells,
     ms,
     operation_cells,
     pct,
     phase_cells,
     round_trip_cells,
     short_step_label,
+    spread_cells,
     us,
 )
 
@@ -60,7 +66,55 @@ def _plain_bullets(console: Console, texts: list[str]) -> None:
     console.print(grid)
 
 
-TOP_CAUSE_WIDTH = 16  # a range or operator name in the phase table (the JSON and Markdown have it whole)
+TOP_CAUSE_WIDTH = 16
+TERMINAL_KERNEL_ROWS = 10
+TERMINAL_CPU_RANGE_ROWS = 10
+
+
+def _summary_table(title: str) -> Table:
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+
+
+def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> int:
+    """What is left for the first (name) column once the others have their widest cell (2 columns apart)."""
+    others = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header) if i > 0)
+    return max(12, width - others - 2 * (len(header) - 1) - 4)  # and a margin rich keeps
+
+
+def _summaries(console: Console, d: dict, width: int) -> None:
+    """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
+    spreads = [row for name, ph in d["phases"].items() if (row := spread_cells(name, ph))]
+    if spreads:
+        t = _summary_table("step time per phase")
+        for col in SPREAD_HEADER:
+            t.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
+        for row in spreads:
+            t.add_row(*row)
+        console.print(t)
+    for r in d["ranks"]:
+        k = r.get("kernel_summary")
+        if k and k["rows"]:
+            shown = k["rows"][:TERMINAL_KERNEL_ROWS]
+            t = _summary_table(
+                f"rank {r['rank']} kernels: {len(shown)} of {k['names']} names by total time ({k['kernels']} kernels)"
+            )
+            for col in KERNEL_HEADER:
+                t.add_column(col, justify="left" if col == "kernel" else "right", no_wrap=True)
+            cells = [kernel_cells(row) for row in shown]
+            cut_at = _name_room(width, KERNEL_HEADER, cells)
+            for row in shown:
+                t.add_row(*(Text(cell) for cell in kernel_cells(row, name_width=cut_at)))
+            console.print(t)
+        ranges = r.get("cpu_range_summary")
+        if ranges:
+            t = _summary_table(f"rank {r['rank']} CPU ranges by the host-caused GPU idle they explain")
+            for col in CPU_RANGE_HEADER:
+                t.add_column(col, justify="left" if col in ("CPU range", "kind") else "right", no_wrap=True)
+            cells = [cpu_range_cells(row) for row in ranges[:TERMINAL_CPU_RANGE_ROWS]]
+            cut_at = _name_room(width, CPU_RANGE_HEADER, cells)
+            for row in ranges[:TERMINAL_CPU_RANGE_ROWS]:
+                t.add_row(*(Text(cell) for cell in cpu_range_cells(row, name_width=cut_at)))
+            console.print(t)  # a range or operator name in the phase table (the JSON and Markdown have it whole)
 
 
 class TerminalRenderer:
@@ -181,6 +235,7 @@ class TerminalRenderer:
         console.print(steps)
         if len(rows) > MAX_STEP_ROWS:
             console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
+        _summaries(console, d, width)
         console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
             console.print(f"[yellow]note:[/] {note}")
