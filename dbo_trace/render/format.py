@@ -140,8 +140,20 @@ def cut(text: str, width: int | None) -> str:
 
 
 def md_escape(text: str) -> str:
-    """A trace string inert in a Markdown line or table cell: no table breaks, code spans, HTML or new lines."""
-    for old, new in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"), ("\r", " "), ("\n", " ")):
+    """A trace string inert in a Markdown line or table cell: no table breaks, code spans, emphasis,
+    links, HTML or new lines."""
+    for old, new in (
+        ("\\", "\\\\"),
+        ("|", "\\|"),
+        ("`", "\\`"),
+        ("*", "\\*"),
+        ("_", "\\_"),
+        ("[", "\\["),
+        ("]", "\\]"),
+        ("<", "&lt;"),
+        ("\r", " "),
+        ("\n", " "),
+    ):
         text = text.replace(old, new)
     return text
 
