@@ -48,6 +48,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     steps = [s for r in report.ranks for s in r.steps if phase == ALL_STEPS or s.phase == phase]
     walls = np.array([s.wall_us for s in steps], float)
     rt = report.round_trips
+    x = spread(walls)
     if phase == ALL_STEPS:
         m, verdict = report.total, report.verdict.label
     else:
@@ -65,15 +66,11 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         comm_hidden_fraction=m.comm_hidden_fraction,
         replayed_kernel_fraction=m.replayed_kernel_fraction,
         verdict=verdict,
-        **_spread_fields(walls),
+        step_median_us=None if x is None else x.median_us,
+        step_p90_us=None if x is None else x.p90_us,
+        step_p99_us=None if x is None else x.p99_us,
+        step_max_us=None if x is None else x.max_us,
     )
-
-
-def _spread_fields(walls: np.ndarray) -> dict[str, float | None]:
-    x = spread(walls)
-    if x is None:
-        return {}
-    return {"step_median_us": x.median_us, "step_p90_us": x.p90_us, "step_p99_us": x.p99_us, "step_max_us": x.max_us}
 
 
 def arms_of(label: str, report: Report, phases: list[str]) -> list[Arm]:

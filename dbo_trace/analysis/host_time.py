@@ -288,17 +288,10 @@ def host_pieces(
     for k, st in enumerate(step.tolist()):
         followed[k] += [lane for lane in ub_lanes.get(st, []) if lane != followed[k][0]]
 
-    is_sync_name = _sync_names(names)
-    is_named_name = np.fromiter(
-        (not _STEP_MARKERS.match(n) for n in names), bool, len(names)
-    )  # annotations that are work, not markers
-    is_model_runner = np.fromiter((n.startswith(MODEL_RUNNER_PREFIX) for n in names), bool, len(names))
-    is_marker = ~is_named_name
-    call_sync = (call_kind == c.CALL_SYNC) | (is_sync_name[call_name] if len(names) else False)
+    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
     call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL))
-    cpu_named = (cpu_is_annotation | is_model_runner[cpu_name]) & is_named_name[cpu_name] if len(names) else cpu_is_annotation
-    cpu_op = ~cpu_is_annotation & ~is_model_runner[cpu_name] & ~is_marker[cpu_name] if len(names) else ~cpu_is_annotation
+    cpu_named, cpu_op = range_kinds(names, cpu_name, cpu_is_annotation)
 
     lanes_needed = sorted({lane for f in followed for lane in f})
     threads = {
@@ -376,6 +369,21 @@ def host_pieces(
 
 
 _NO_LANE = np.iinfo(np.int64).min
+
+
+def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per CPU range: is it a named range (an annotation or a model-runner phase, not a step
+    marker or a dbo range), is it a CPU operator (neither annotation nor marker)."""
+    if not len(names):
+        return cpu_is_annotation.copy(), ~cpu_is_annotation
+    marker = np.fromiter((bool(_STEP_MARKERS.match(n)) for n in names), bool, len(names))[cpu_name]
+    runner = np.fromiter((n.startswith(MODEL_RUNNER_PREFIX) for n in names), bool, len(names))[cpu_name]
+    return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
+
+
+def outermost_runs(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's ranges of one kind merged into runs named by their outermost range (what a picture draws)."""
+    return _runs(start, end, name)
 
 
 def _main_lane(call_lane: np.ndarray, cpu_lane: np.ndarray) -> int:
