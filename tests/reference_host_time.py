@@ -10,6 +10,7 @@ docs' text:
 - per instant, the first followed thread inside a CUDA call, a named range or a CPU operator
   decides, innermost kind first (sync, launch, other call, named, operator); else start-up window,
   between steps (outside every step marker), untraced.
+A thread with CPU operators and no CUDA call is the thread whose calls its operators hold most.
 Microbatch threads are taken as docs "Which microbatch" rule 4 finds them (two threads other than
 the step marker's thread launching kernels in the step, at least 2 launches each, within a factor
 of 4), in order of first launch: on the samples that is what the event log says too.
@@ -51,6 +52,10 @@ def call_kind(name):
 
 def is_marker(name):
     return bool(VLLM_STEP.match(name) or PROFILER_STEP.match(name) or name.startswith("dbo:"))
+
+
+def is_operator(e):
+    return e["cat"] != "user_annotation" and not e["name"].startswith("gpu_model_runner: ") and not is_marker(e["name"])
 
 
 def runs(events):
@@ -146,6 +151,20 @@ def host_causes(path):
                 startup.append([m["ts"], end])
     startup_layer = Layer(merge(startup))
 
+    # A thread with CPU operators and no CUDA call is the thread whose calls its operators hold most.
+    calling = {c["tid"] for c in calls}
+    alias = {}
+    for tid in {e["tid"] for e in cpu if e["cat"] != "user_annotation"} - calling:
+        mine = Layer(runs([e for e in cpu if e["tid"] == tid and is_operator(e)]))
+        held = {}
+        for c in calls:
+            if find(mine, c["ts"]) is not None:
+                held[c["tid"]] = held.get(c["tid"], 0) + 1
+        if held:
+            alias[tid] = min(held, key=lambda t: (-held[t], t))
+    for e in cpu:
+        e["tid"] = alias.get(e["tid"], e["tid"])
+
     layers_of = {}
 
     def layers(tid):
@@ -160,10 +179,7 @@ def host_causes(path):
                 e for e in ranges
                 if (e["cat"] == "user_annotation" or e["name"].startswith("gpu_model_runner: ")) and not is_marker(e["name"])
             ]  # fmt: skip
-            ops = [
-                e for e in ranges
-                if e["cat"] != "user_annotation" and not e["name"].startswith("gpu_model_runner: ") and not is_marker(e["name"])
-            ]  # fmt: skip
+            ops = [e for e in ranges if is_operator(e)]
             out.append(("named", Layer(runs(named))))
             out.append(("cpu_ops", Layer(runs(ops))))
             layers_of[tid] = out

@@ -147,3 +147,27 @@ def test_trace_names_are_inert_in_the_outputs(tmp_path):
     md = RENDERERS["markdown"].render(report, RenderOptions())
     line = next(li for li in md.splitlines() if li.startswith("- host time:"))
     assert "\\|" in line and "\\`y\\`" in line and "<b>" not in line and "next" in line
+
+
+def test_the_timeline_draws_what_the_host_did():
+    """The median decode step of graphs-decode: CPU operators on the main thread's lane, coloured by
+    name; the replayed kernels coloured by what they belong to; the legend only what is drawn."""
+    from dbo_trace.analysis.view import median_step, step_view
+    from dbo_trace.render.timeline import OTHER_GROUP, group_colour
+
+    r = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options()).ranks[0]
+    view = step_view(r, median_step(r))
+    ops = [b for b in view.bars if b.kind == "op"]
+    assert ops and all(b.lane == "CPU main thread" and b.group == b.name for b in ops)
+    assert any(b.name == "aten::copy_" for b in ops) and "aten::copy_" in view.groups
+    on_replay_lanes = [b for b in view.bars if b.lane.startswith("GPU graph replay") and b.kind == "compute"]
+    replayed = [b for b in on_replay_lanes if (b.group or "").startswith("graph replay at ")]
+    assert len(replayed) >= 0.8 * len(on_replay_lanes)  # the rest: eager kernels on the replay's stream
+    assert group_colour(view, replayed[0].group) != OTHER_GROUP and view.groups[0] == replayed[0].group
+    # Every op starts after the one before it ends on its lane: outermost runs, not nested ops.
+    ends = sorted((b.start, b.end) for b in ops)
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))
+    hostbound = analyze_paths([SAMPLES / "hostbound"], Options()).ranks[0]
+    v = step_view(hostbound, median_step(hostbound))
+    assert v.groups == ["aten::add_"]  # its operators, on the microbatch lanes their launches are on
+    assert {b.lane for b in v.bars if b.kind == "op"} == {"CPU microbatch 0", "CPU microbatch 1"}

@@ -292,6 +292,7 @@ def host_pieces(
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
     call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL))
     cpu_named, cpu_op = range_kinds(names, cpu_name, cpu_is_annotation)
+    cpu_lane = as_call_threads(cpu_lane, cpu_start, cpu_end, cpu_op, call_lane, call_start)
 
     lanes_needed = sorted({lane for f in followed for lane in f})
     threads = {
@@ -369,6 +370,40 @@ def host_pieces(
 
 
 _NO_LANE = np.iinfo(np.int64).min
+
+
+def as_call_threads(
+    cpu_lane: np.ndarray,
+    cpu_start: np.ndarray,
+    cpu_end: np.ndarray,
+    cpu_op: np.ndarray,
+    call_lane: np.ndarray,
+    call_start: np.ndarray,
+) -> np.ndarray:
+    """CPU ranges' threads as their CUDA calls name them. A thread that made no CUDA call but whose
+    CPU operators hold other threads' calls is the thread whose calls they hold most (seen with
+    profile_all_threads: each step's new microbatch threads' operators get new ids, their calls
+    the first step's). Ties: the lowest thread id."""
+    calling = set(np.unique(call_lane).tolist())
+    order = np.argsort(call_start, kind="stable")
+    c_start, c_lane = call_start[order], call_lane[order]
+    out = cpu_lane
+    for lane in np.unique(cpu_lane[cpu_op]).tolist():
+        if lane in calling:
+            continue
+        sel = cpu_op & (cpu_lane == lane)
+        lo, hi, _ = _runs(cpu_start[sel], cpu_end[sel], np.zeros(int(sel.sum()), np.int64))
+        if not len(lo):
+            continue
+        j = np.searchsorted(lo, c_start, side="right") - 1
+        held = (j >= 0) & (c_start < hi[np.clip(j, 0, None)])
+        if not held.any():
+            continue
+        values, counts = np.unique(c_lane[held], return_counts=True)
+        if out is cpu_lane:
+            out = cpu_lane.copy()
+        out[cpu_lane == lane] = values[counts.argmax()]
+    return out
 
 
 def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
