@@ -35,6 +35,7 @@ def _views(report: Report) -> list[dict]:
                     names.setdefault(b.name, len(names)),
                 ]
                 for b in v.bars
+                if b.kind in KINDS  # the page draws kernels, launches and yields; CPU ranges are the PNG's
             ]
             out.append(
                 {
