@@ -62,11 +62,7 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 
 def trace_files(folder: Path) -> list[Path]:
     """Trace files in a folder, in a stable order."""
-    found = [
-        p
-        for p in folder.iterdir()
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != MANIFEST_NAME
-    ]
+    found = [p for p in folder.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name != MANIFEST_NAME]
     return sorted(found)
 
 

@@ -19,7 +19,7 @@ from dbo_trace.render import RENDERERS, RenderOptions
 SAMPLE_DIRS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 CHECKED = ["overlap", "vllm-graphs-decode", "two-gpu-overlap", "graph", "late"]
 WIDTHS = [80, 100, 120]
-NUMBER = re.compile(r"\d+(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:\.\d+)?")  # a figure, not the digits of a (cut) kernel name
 
 
 @pytest.fixture(scope="module")

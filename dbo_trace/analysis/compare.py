@@ -17,6 +17,7 @@ from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.summaries import spread
 
 NOISE_SE = 2.0  # a difference within this many standard errors is within noise
 
@@ -38,6 +39,10 @@ class Arm:
     verdict: str
     change: float | None = None  # step time change against the first arm (fraction)
     within_noise: bool | None = None
+    step_median_us: float | None = None  # the middle and the tail, which one long step cannot move as it moves the mean
+    step_p90_us: float | None = None
+    step_p99_us: float | None = None
+    step_max_us: float | None = None
 
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
@@ -45,6 +50,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     steps = [s for r in report.ranks for s in r.steps if phase == ALL_STEPS or s.phase == phase]
     walls = np.array([s.wall_us for s in steps], float)
     rt = report.round_trips
+    x = spread(walls)
     if phase == ALL_STEPS:
         m, verdict = report.total, report.verdict.label
     else:
@@ -62,6 +68,10 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         comm_hidden_fraction=m.comm_hidden_fraction,
         replayed_kernel_fraction=m.replayed_kernel_fraction,
         verdict=verdict,
+        step_median_us=None if x is None else x.median_us,
+        step_p90_us=None if x is None else x.p90_us,
+        step_p99_us=None if x is None else x.p99_us,
+        step_max_us=None if x is None else x.max_us,
     )
 
 

@@ -14,6 +14,7 @@ from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
+from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
 from dbo_trace.analysis.metrics import (
     ACROSS,
@@ -31,6 +32,7 @@ from dbo_trace.analysis.metrics import (
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank
 from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import Findings, Verdict, decide
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
@@ -62,6 +64,7 @@ class StepReport:
     context_tokens: int | None = None
     generation_tokens: int | None = None
     captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
+    host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
 
     @property
     def replayed(self) -> bool:
@@ -82,6 +85,8 @@ class PhaseReport:
     metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
+    host_causes: HostCauses | None = None  # over the union of its steps' windows
+    step_spread: Spread | None = None  # its steps' times: median, p90, p99, max
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class RankDetail:
     launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
     partition: Partition  # the window cut into time buckets
     held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
+    host_pieces: HostPieces | None = None  # the host-idle stretches cut by cause
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,10 @@ class RankReport:
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
     capture: Capture | None = None  # graph captures in the trace (analysis/capture.py); None without any
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
+    host_causes: HostCauses | None = None  # over what the host test measured (in-step time or the window)
+    host_causes_window: HostCauses | None = None  # over the whole window
+    kernel_summary: KernelSummary | None = None  # per kernel name: count, total, mean, median, min, max, share
+    cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
@@ -151,6 +161,8 @@ class Report:
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
     warnings: list[str] = field(default_factory=list)
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
+    host_causes: HostCauses | None = None  # the ranks' host-test causes added
+    host_test: HostTest | None = None  # what the run's host-bound test measured
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -213,6 +225,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
             window_time(part, *windows),
         )
 
+    pieces = host_pieces(
+        part, tl.names, tl.gpu.start, att.gpu_launch_start, att.gpu_launch_index, att.gpu_step,
+        tl.calls.start, tl.calls.end, tl.calls.name, tl.calls.lane, call_kind, att.call_step, att.call_ubatch,
+        tl.cpu.start, tl.cpu.end, tl.cpu.name, tl.cpu.lane, tl.cpu_is_annotation,
+        att.steps.start, att.steps.end, not att.steps.inferred,
+    )  # fmt: skip
     n_steps = len(att.steps)
     own_end = np.full(n_steps, -np.inf)
     stepped = att.gpu_step >= 0
@@ -229,8 +247,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         att.call_step, call_kind, call_dur, window_times(part, step_lo, step_hi),
     )  # fmt: skip
     has_gpu = np.bincount(att.gpu_step[att.gpu_step >= 0], minlength=n_steps) > 0
+    shown = np.flatnonzero(has_gpu)
+    step_causes = pieces.causes_in(
+        step_lo[shown], step_hi[shown], np.array([per_step[i].host_idle_us for i in shown.tolist()]), top=3
+    )
     steps: list[StepReport] = []
-    for i in map(int, np.flatnonzero(has_gpu)):
+    for i, causes in zip(map(int, shown), step_causes):
         m = per_step[i]
         logged = att.comm_phases[i] if att.comm_phases is not None else -1
         n_ops = int(logged) if logged >= 0 else int(ops[i])
@@ -250,6 +272,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
                 att.steps.context_tokens[i],
                 att.steps.generation_tokens[i],
                 int(captured_per_step[i]),
+                causes,
             )
         )
 
@@ -262,10 +285,16 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
     )
     host_test = _host_test(att.steps.inferred, window, in_steps)
+    causes_window = pieces.causes_in(np.array([lo]), np.array([hi]), np.array([window.host_idle_us]))[0]
+    causes = (
+        causes_window
+        if host_test.basis == HOST_BASIS_WINDOW
+        else pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
+    )
     all_threads = _profiled_microbatch_threads(tl, att)
     rt = _round_trips(steps, att.layers, microbatched)
     phases = [
-        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched)
+        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched, pieces)
         for p in PHASES
         if any(s.phase == p for s in steps)
     ]
@@ -280,7 +309,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     )
     exposed = _exposure(part, tl, kinds, att, lo, hi, held) if (kinds == c.COMM).any() else None
     cost = contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None
-    found = findings(window.window_us, [exposed], [cost])
+    found = findings(window.window_us, [exposed], [cost], host_cause=host_cause_text(causes))
     return RankReport(
         rank=tl.rank,
         source=str(tl.source),
@@ -291,7 +320,16 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         total=total,
         round_trips=rt,
         verdict=with_capture(
-            decide(total, rt, all_threads, host=host_test, microbatched=microbatched, findings=found, graph_api=graph_api(tl)),
+            decide(
+                total,
+                rt,
+                all_threads,
+                host=host_test,
+                microbatched=microbatched,
+                findings=found,
+                causes=causes,
+                graph_api=graph_api(tl),
+            ),
             capture,
             window.host_idle_us,
         ),
@@ -302,6 +340,10 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         steps_inferred=att.steps.inferred,
         contention=cost,
         comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
+        host_causes=causes,
+        host_causes_window=causes_window,
+        kernel_summary=kernel_summary(tl.names, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.gpu_is_copy),
+        cpu_ranges=cpu_range_summary(pieces, tl.cpu.name, tl.cpu.end - tl.cpu.start, window.host_idle_us),
         top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary,
@@ -310,7 +352,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         else [],
         notes=notes,
         capture=capture if capture.found else None,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held, pieces),
     )
 
 
@@ -394,17 +436,23 @@ def _host_test(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> Ho
 MetricsOf = Callable[[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]], WindowMetrics]
 
 
-def _phase_report(phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool) -> PhaseReport:
+def _phase_report(
+    phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool, pieces: HostPieces
+) -> PhaseReport:
     idx = np.array([s.index for s in steps], np.int64)
     gpu_sel = np.isin(att.gpu_step, idx)
     call_sel = np.isin(att.call_step, idx)
-    m = metrics(gpu_sel, call_sel, (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps])))
+    windows = (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    m = metrics(gpu_sel, call_sel, windows)
+    causes = pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
         steps=len(steps),
         median_step_us=float(np.median([s.wall_us for s in steps])),
         metrics=m,
-        verdict=decide(m, microbatched=microbatched),
+        verdict=decide(m, microbatched=microbatched, causes=causes),
+        host_causes=causes,
+        step_spread=spread([s.wall_us for s in steps]),
     )
 
 
@@ -463,6 +511,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     peers = cross_rank([_on_clock(r) for r in ranks])
+    causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
@@ -476,7 +525,10 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
                 any(r.profile_all_threads for r in ranks),
                 host=host,
                 microbatched=microbatched,
-                findings=findings(window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers),
+                findings=findings(
+                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers, host_cause_text(causes)
+                ),
+                causes=causes,
                 graph_api=_ranks_graph_api(ranks),
             ),
             _summed_capture([r.capture for r in ranks]),
@@ -486,7 +538,21 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         window=window,
         warnings=warnings,
         cross_rank=peers,
+        host_causes=causes,
+        host_test=host,
     )
+
+
+def host_cause_text(causes: HostCauses | None) -> str | None:
+    """The host-bound headline's cause: the largest item of the host-time split, with its share
+    ("61% of it in gpu_model_runner: preprocess", "4% of it launch calls"). Names are cut: a
+    compiled graph's operator name runs to hundreds of characters."""
+    top = causes.top if causes is not None else None
+    if causes is None or top is None or causes.host_idle_us <= 0:
+        return None
+    name, us = top
+    where = name if name in CAUSE_TEXT.values() else f"in {name if len(name) <= 48 else name[:45] + '...'}"
+    return f"{100 * us / causes.host_idle_us:.0f}% of it {where}"
 
 
 def graph_api(tl: Timeline) -> str:
@@ -510,6 +576,11 @@ def _summed_capture(parts: list[Capture | None]) -> Capture:
     )
 
 
+def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
+    present = [p for p in parts if p is not None]
+    return combine_causes(present) if present else None
+
+
 def _on_clock(r: RankReport) -> RankOnClock:
     base = r.detail.timeline.base_time_ns if r.detail is not None else None
     starts = [s.start_us + base / 1000.0 for s in r.steps] if r.steps and base is not None else None
@@ -531,6 +602,8 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
                 metrics=sum_metrics([p.metrics for p in parts]),
                 verdict=None,
                 per_rank=[p.verdict.label for p in parts if p.verdict is not None],
+                host_causes=_combined_causes([p.host_causes for p in parts]),
+                step_spread=spread(walls),
             )
         )
     return out

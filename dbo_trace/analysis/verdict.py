@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dbo_trace.analysis.host_time import LAUNCH, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 
 if TYPE_CHECKING:
@@ -127,10 +128,12 @@ def decide(
     microbatched: bool = False,
     findings: Findings | None = None,
     graph_api: str = "CUDA",
+    causes: HostCauses | None = None,
 ) -> Verdict:
     """host: what the host-bound test measures (a rank's in-step or whole-window fraction); without
     it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply.
-    findings: what the headline may name (a rank's and the run's verdicts); without, the label alone."""
+    findings: what the headline may name (a rank's and the run's verdicts); without, the label alone.
+    causes: what the host did meanwhile (analysis/host_time.py): the launch line follows its numbers."""
     reasons: list[str] = []
     host_frac = (host.fraction if host is not None else m.host_idle_fraction) or 0.0
     hidden = m.comm_hidden_fraction
@@ -152,10 +155,11 @@ def decide(
             f"GPU busy {pct_text(m.utilization)} of the window"
         )
         if m.median_launch_us is not None and m.median_kernel_us is not None:
-            reasons.append(
+            medians = (
                 f"median launch call {m.median_launch_us:.1f} us against median kernel {m.median_kernel_us:.1f} us "
                 f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
             )
+            reasons.append(medians if causes is None else _launch_text(causes, medians))
         if profile_all_threads:
             reasons.append(
                 "the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time"
@@ -183,6 +187,14 @@ def decide(
         reasons.append(_criterion_text(rt, label, hidden))
     found = qualifiers(label, host_frac, findings) if findings is not None else []
     return Verdict(label, reasons, found[0] if found else None, [q.key for q in found])
+
+
+def _launch_text(causes: HostCauses, medians: str) -> str:
+    """Launching is named as the cause only where launch calls are the largest cause of the idle."""
+    share = pct_text(causes.share(LAUNCH))
+    if causes.launches_lead:
+        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls); {medians}"
+    return f"launch calls are {share} of the host-caused GPU idle, not its main cause; {medians}"
 
 
 def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:

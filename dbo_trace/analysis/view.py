@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -12,11 +13,13 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_HOST
 from dbo_trace.analysis.held import CAUSES, HeldBack
+from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
 from dbo_trace.analysis.report import RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import pct_text
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
 CPU_MAIN = "CPU main thread"
+GRAPH_LANE = "GPU graph replay"
 
 
 @dataclass
@@ -26,7 +29,8 @@ class Bar:
     lane: str
     name: str
     ubatch: int  # -1: not attributed
-    kind: str  # compute | comm | copy | launch | yield
+    kind: str  # compute | comm | copy | launch | yield | range (a named range) | op (a CPU operator)
+    group: str | None = None  # what it belongs to, for its colour: a range's name; a replayed kernel's launching range
 
 
 @dataclass
@@ -43,6 +47,7 @@ class StepView:
     held_back: list[tuple[float, float, str, str]] = field(default_factory=list)
     lead_in_us: float = 0.0  # from the step's start to its first kernel: threads starting, Python
     title: str = ""
+    groups: list[str] = field(default_factory=list)  # the coloured names, most time first; the rest "other"
 
     @property
     def duration(self) -> float:
@@ -184,7 +189,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
     packed = _pack([int(i) for i in gsel if int(tl.gpu.lane[i]) in graph_streams], tl.gpu.start, tl.gpu.end)
     # Lanes of one replay, named so that two lanes do not read as two launches.
     n_lanes = max(packed.values(), default=-1) + 1
-    graph_lanes = [f"GPU graph replay, lane {n + 1} of {n_lanes}" for n in range(n_lanes)]
+    graph_lanes = [f"{GRAPH_LANE}, lane {n + 1} of {n_lanes}" for n in range(n_lanes)]
     lane_of_kernel.update((i, graph_lanes[n]) for i, n in packed.items())
     for i in gsel:
         view.bars.append(
@@ -224,6 +229,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
                     "yield",
                 )
             )
+    _add_ranges(view, rank, gsel, csel, cpu_lane)
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
@@ -236,6 +242,63 @@ def step_view(rank: RankReport, position: int) -> StepView:
         for k, ready, cause in held_in_step(d.held, set(gsel.tolist())):
             view.held_back.append((ready - t0, float(tl.gpu.start[k]) - t0, lane_of_kernel[k], cause))
     return view
+
+
+RANGE_GROUPS = 8  # names coloured in a picture; the others share one colour
+
+
+def _add_ranges(view: StepView, rank: RankReport, gsel: np.ndarray, csel: np.ndarray, cpu_lane: Callable[[int], str]) -> None:
+    """The named ranges and top-level CPU operators of each thread that launched in the step, on that
+    thread's CPU lane (outermost only: docs "Host time"), and the group of each activity on a
+    graph-replay lane: the range around its launching call (the later-starting where two hold it),
+    else the replay it came from. The names with most
+    time in the step get colours. The view's first len(gsel) bars are gsel's kernels, in order."""
+    d = rank.detailed()
+    tl, att, step, t0 = d.timeline, d.attribution, view.step, view.start
+    named, ops = range_kinds(tl.names, tl.cpu.name, tl.cpu_is_annotation)
+    inside = (tl.cpu.end > step.start_us) & (tl.cpu.start < step.end_us)
+    lanes = as_call_threads(tl.cpu.lane, tl.cpu.start, tl.cpu.end, ops, tl.calls.lane, tl.calls.start)
+    ranges: list[tuple[float, float, str, int, str]] = []  # start, end, name, ubatch, kind
+    for tid in np.unique(tl.calls.lane[csel]).tolist():
+        mine = csel[tl.calls.lane[csel] == tid]
+        ubs, counts = np.unique(att.call_ubatch[mine], return_counts=True)
+        u = int(ubs[counts.argmax()])  # the lane its calls are drawn on
+        on = inside & (lanes == tid)
+        for kind, sel in (("range", on & named), ("op", on & ops)):
+            r_lo, r_hi, r_name = outermost_runs(tl.cpu.start[sel], tl.cpu.end[sel], tl.cpu.name[sel])
+            ranges += [(float(a), float(b), tl.names[int(n)], u, kind) for a, b, n in zip(r_lo, r_hi, r_name)]
+    # A replayed kernel belongs to the range that launched its graph, else to its replay.
+    starts = sorted(((a, b, name) for a, b, name, _u, _k in ranges), key=lambda r: r[0])
+    lo_of = np.array([r[0] for r in starts])
+    replays: dict[int, str] = {}
+    replayed: list[tuple[Bar, str]] = []
+    for bar, i in zip(view.bars[: len(gsel)], gsel.tolist()):
+        at = float(att.gpu_launch_start[i])
+        if not bar.lane.startswith(GRAPH_LANE) or np.isnan(at):
+            continue
+        j = int(np.searchsorted(lo_of, at, side="right")) - 1 if len(lo_of) else -1
+        while j >= 0 and starts[j][1] <= at:  # runs of two kinds may nest: walk back to one that holds it
+            j -= 1
+        if j >= 0:
+            group = starts[j][2]
+        elif d.launch_kind[i] != c.CALL_GRAPH_LAUNCH:
+            continue  # a copy on the replay's stream, launched outside any range
+        else:
+            call = int(att.gpu_launch_index[i])
+            group = replays.setdefault(call, f"graph replay at {(at - t0) / 1000:.2f} ms")
+        bar.group = group
+        replayed.append((bar, group))
+    time_of: dict[str, float] = {}
+    for a, b, name, _u, _k in ranges:
+        time_of[name] = time_of.get(name, 0.0) + min(b, step.end_us) - max(a, step.start_us)
+    for bar, group in replayed:
+        time_of[group] = time_of.get(group, 0.0) + bar.end - bar.start
+    # What replayed kernels belong to is coloured first (a GPU lane otherwise all grey), then the CPU's names.
+    by_time = [n for n, _ in sorted(time_of.items(), key=lambda x: (-x[1], x[0]))]
+    of_replays = {g for _, g in replayed}
+    view.groups = ([n for n in by_time if n in of_replays] + [n for n in by_time if n not in of_replays])[:RANGE_GROUPS]
+    for a, b, name, u, kind in ranges:
+        view.bars.append(Bar(max(a, step.start_us) - t0, min(b, step.end_us) - t0, cpu_lane(u), name, u, kind, name))
 
 
 def held_in_step(held: HeldBack, kernels: set[int]) -> list[tuple[int, float, str]]:

@@ -14,7 +14,8 @@ from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, wrap
 
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
+# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 3
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -27,6 +28,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 a.phase,
                 str(a.steps),
                 f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}",
+                _spread_cell(a),
                 change,
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
@@ -38,11 +40,18 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
     return rows
 
 
+def _spread_cell(a: Arm) -> str:
+    if a.step_median_us is None:
+        return "-"
+    return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f}) ms"
+
+
 HEADER = [
     "arm",
     "steps of",
     "steps",
     "step time (mean ± sd)",
+    "step median (p90, max)",
     "vs first",
     "round trips/layer",
     "per round trip",
@@ -107,6 +116,7 @@ COLUMNS = [
     Column("steps of", right=False),
     Column("steps", keep=2),
     Column("step time (mean ± sd)"),
+    Column("step median (p90, max)", keep=5),
     Column("vs first", right=False),
     Column("round trips/layer", keep=3),
     Column("per round trip", keep=4),

@@ -14,12 +14,16 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldSummary
+from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
-SCHEMA_VERSION = 3  # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number
+# 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
+# cpu_ranges, step_us spread
+SCHEMA_VERSION = 3
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -179,6 +183,87 @@ def held_back_block(x: HeldSummary | None) -> dict[str, Any] | None:
     }
 
 
+def host_causes_block(c: HostCauses | None, line: str | None = None) -> dict[str, Any] | None:
+    """What the host did while the GPU waited (docs/analysis.md, "Host time"); the causes add up to host_idle_us."""
+    if c is None:
+        return None
+
+    def share(us: float) -> float | None:
+        return _r(us / c.host_idle_us, 4) if c.host_idle_us > 0 else None
+
+    top = c.top
+    largest = c.largest
+    return {
+        "host_idle_us": _r(c.host_idle_us),
+        "causes": {key: {"us": _r(c.by_cause_us[k]), "share": share(c.by_cause_us[k])} for k, key in enumerate(CAUSES)},
+        "launch_calls": c.launch_calls,
+        "sync_calls": c.sync_calls,
+        "named": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.named],
+        "cpu_ops": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.cpu_ops],
+        "largest": None if largest is None else CAUSES[largest],
+        "top": None if top is None else {"name": top[0], "us": _r(top[1]), "share": share(top[1])},
+        "line": line,
+    }
+
+
+def kernel_summary_block(k: KernelSummary | None) -> dict[str, Any] | None:
+    if k is None:
+        return None
+    return {
+        "kernels": k.kernels,
+        "names": k.names,
+        "total_us": _r(k.total_us),
+        "rows": [
+            {
+                "name": row.name,
+                "count": row.count,
+                "total_us": _r(row.total_us),
+                "mean_us": _r(row.mean_us),
+                "median_us": _r(row.median_us),
+                "min_us": _r(row.min_us),
+                "max_us": _r(row.max_us),
+                "share": _r(row.share, 4),
+            }
+            for row in k.rows
+        ],
+    }
+
+
+def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": row.name,
+            "kind": row.kind,
+            "count": row.count,
+            "total_us": _r(row.total_us),
+            "host_idle_us": _r(row.host_idle_us),
+            "share": _r(row.share, 4),
+        }
+        for row in rows
+    ]
+
+
+def spread_block(x: Spread | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"median": _r(x.median_us), "p90": _r(x.p90_us), "p99": _r(x.p99_us), "max": _r(x.max_us)}
+
+
+def step_causes_block(c: HostCauses | None) -> dict[str, Any] | None:
+    """A step's causes, compact (one per step): the time of each cause and the largest item."""
+    if c is None:
+        return None
+    top = c.top
+    return {
+        "host_idle_us": _r(c.host_idle_us),
+        "causes_us": {key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
+        "launch_calls": c.launch_calls,
+        "top": None
+        if top is None
+        else {"name": top[0], "us": _r(top[1]), "share": _r(top[1] / c.host_idle_us, 4) if c.host_idle_us > 0 else None},
+    }
+
+
 def host_test_block(h: HostTest) -> dict[str, Any]:
     return {"fraction": _r(h.fraction, 4), "basis": h.basis}
 
@@ -193,6 +278,13 @@ def phase_block(p: PhaseReport) -> dict[str, Any]:
         "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
         "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
         "graph_launches": m.graph_launches,
+        "step_us": spread_block(p.step_spread),
+        "host_causes": host_causes_block(
+            p.host_causes,
+            None
+            if p.host_causes is None
+            else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
+        ),
         "verdict": verdict_block(p.verdict)
         if p.verdict is not None
         else {
@@ -232,6 +324,7 @@ def step_block(step: StepReport, rank: int, number: int) -> dict[str, Any]:
         "captured_launches": step.captured_launches,
         "verdict": verdict_block(step.verdict),
         **metrics_block(step.metrics),
+        "host_causes": step_causes_block(step.host_causes),
     }
 
 
@@ -261,6 +354,13 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         "time": time_block(r.window),
         "time_in_steps": time_block(r.in_steps),
         "host_test": host_test_block(r.host_test),
+        "host_causes": host_causes_block(
+            r.host_causes,
+            None
+            if r.host_causes is None
+            else host_line(f"rank {r.rank}", r.verdict.label == HOST_BOUND, r.host_test.fraction, r.host_causes),
+        ),
+        "host_causes_window": host_causes_block(r.host_causes_window),
         "phases": {p.phase: phase_block(p) for p in r.phases},
         "contention": contention_block(r.contention),
         "exposed_comm_reasons": exposure_block(r.exposure),
@@ -279,6 +379,8 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         ],
         "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
         "top_compute_kernels": [{"name": n, "count": k, "total_us": _r(t)} for n, k, t in r.top_compute_kernels],
+        "kernel_summary": kernel_summary_block(r.kernel_summary),
+        "cpu_range_summary": cpu_range_block(r.cpu_ranges),
         "round_trips": round_trips_block(r.round_trips),
         "steps": [step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
         "verdict": verdict_block(r.verdict),
@@ -311,6 +413,17 @@ def build_document(report: Report) -> dict[str, Any]:
         "steps_source": _sources([r.step_source for r in report.ranks]),
         "microbatch_source": _sources([r.attribution for r in report.ranks]),
         "time": time_block(report.window),
+        "host_causes": host_causes_block(
+            report.host_causes,
+            None
+            if report.host_causes is None
+            else host_line(
+                "",
+                report.verdict.label == HOST_BOUND,
+                report.host_test.fraction if report.host_test is not None else None,
+                report.host_causes,
+            ),
+        ),
         "phases": {p.phase: phase_block(p) for p in report.phases},
         "round_trips": round_trips_block(report.round_trips),
         "steps": [step for rank in ranks for step in rank["steps"]],  # the ranks' own step blocks, built once

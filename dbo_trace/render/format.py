@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from dbo_trace.render import document
 
@@ -116,10 +116,13 @@ def figure_table(ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, [[f.name, *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
 
 
-PHASE_HEADER = ("phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "verdict")
+PHASE_HEADER = (
+    "phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "top host cause", "verdict"
+)  # fmt: skip
 
 
-def phase_cells(name: str, ph: dict) -> list[str]:
+def phase_cells(name: str, ph: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
     label = ph["verdict"]["label"] or "/".join(dict.fromkeys(ph["verdict"].get("per_rank", []))) or "-"
     return [
         name,
@@ -129,8 +132,55 @@ def phase_cells(name: str, ph: dict) -> list[str]:
         pct(ph["host_idle_fraction"]),
         pct(ph["comm_hidden_fraction"]),
         pct(ph["replayed_kernel_fraction"]),
+        top_cause_cell(ph.get("host_causes"), escape, name_width),
         label,
     ]
+
+
+def top_cause_cell(causes: dict | None, escape: Callable[[str], str] = str, name_width: int | None = None) -> str:
+    """The largest thing the host did while the GPU waited, and its share of that idle time."""
+    top = causes and causes.get("top")
+    if not top:
+        return "-"
+    return f"{escape(cut(top['name'], name_width))} {pct(top['share'])}"
+
+
+def cut(text: str, width: int | None) -> str:
+    """A long name cut to width, its end marked ("..." where the name was cut on purpose)."""
+    return text if width is None or len(text) <= width else text[: max(1, width - 3)] + "..."
+
+
+def md_escape(text: str) -> str:
+    """A trace string inert in a Markdown line or table cell: no table breaks, code spans, emphasis,
+    links, HTML or new lines."""
+    for old, new in (
+        ("\\", "\\\\"),
+        ("|", "\\|"),
+        ("`", "\\`"),
+        ("*", "\\*"),
+        ("_", "\\_"),
+        ("[", "\\["),
+        ("]", "\\]"),
+        ("<", "&lt;"),
+        ("\r", " "),
+        ("\n", " "),
+    ):
+        text = text.replace(old, new)
+    return text
+
+
+def host_cause_lines(d: dict) -> list[str]:
+    """Under a host-bound verdict: what the host did while the GPU waited, per host-bound phase
+    (the run's own line where there are no phases)."""
+    if d["verdict"]["label"] != "host-bound":
+        return []
+    lines = [
+        ph["host_causes"]["line"]
+        for ph in d["phases"].values()
+        if ph.get("host_causes") and "host-bound" in (ph["verdict"]["label"], *ph["verdict"].get("per_rank", []))
+    ]
+    run = d.get("host_causes")
+    return lines or ([run["line"]] if run and run.get("line") else [])
 
 
 def time_line(rank: dict) -> str:
@@ -265,3 +315,67 @@ def short_step_label(label: str) -> str:
         if m:
             return f"{m.group(2)}+{m.group(4)} tok"
     return label
+
+
+KERNEL_HEADER = ("kernel", "count", "total", "mean", "median", "min", "max", "of GPU time")
+CPU_RANGE_HEADER = ("CPU range", "kind", "count", "total", "host idle", "of host idle")
+SPREAD_HEADER = ("phase", "steps", "median", "p90", "p99", "max")
+
+
+def kernel_cells(row: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    return [
+        escape(cut(row["name"], name_width)),
+        str(row["count"]),
+        ms(row["total_us"]),
+        us(row["mean_us"]),
+        us(row["median_us"]),
+        us(row["min_us"]),
+        us(row["max_us"]),
+        pct(row["share"]),
+    ]
+
+
+def cpu_range_cells(row: dict, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+    return [
+        escape(cut(row["name"], name_width)),
+        row["kind"],
+        str(row["count"]),
+        ms(row["total_us"]),
+        ms(row["host_idle_us"]),
+        pct(row["share"]),
+    ]
+
+
+def spread_cells(name: str, ph: dict) -> list[str] | None:
+    x = ph.get("step_us")
+    if not x:
+        return None
+    return [name, str(ph["steps"]), ms(x["median"]), ms(x["p90"]), ms(x["p99"]), ms(x["max"])]
+
+
+MD_KERNEL_ROWS = 20
+MD_CPU_RANGE_ROWS = 20
+
+
+def summary_markdown(d: dict) -> list[str]:
+    """Step-time spread per phase, and per rank the kernel and CPU-range summaries (names whole, escaped)."""
+    out: list[str] = []
+    spreads = [row for name, ph in d["phases"].items() if (row := spread_cells(name, ph))]
+    if spreads:
+        out += ["Step time per phase:", ""] + md_table(list(SPREAD_HEADER), spreads) + [""]
+    for r in d["ranks"]:
+        k = r.get("kernel_summary")
+        if k and k["rows"]:
+            shown = k["rows"][:MD_KERNEL_ROWS]
+            out += [
+                f"<details><summary>Rank {r['rank']} kernels: {len(shown)} of {k['names']} names by total time "
+                f"({k['kernels']} kernels, {ms(k['total_us'])})</summary>",
+                "",
+            ]
+            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+        ranges = r.get("cpu_range_summary")
+        if ranges:
+            shown = ranges[:MD_CPU_RANGE_ROWS]
+            out += [f"<details><summary>Rank {r['rank']} CPU ranges by the host-caused GPU idle they explain</summary>", ""]
+            out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+    return out

@@ -20,6 +20,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     figure_table,
     headline,
+    host_cause_lines,
     ms,
     operation_cells,
     pct,
@@ -53,6 +54,7 @@ def _views(report: Report) -> list[dict]:
                     names.setdefault(b.name, len(names)),
                 ]
                 for b in v.bars
+                if b.kind in KINDS  # the page draws kernels, launches and yields; CPU ranges are the PNG's
             ]
             out.append(
                 {
@@ -153,7 +155,10 @@ class HtmlRenderer:
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html.escape(round_trip_note(rt))}</p>'
         )
-        reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
+        reasons = "".join(
+            f"<li>{html.escape(r)}</li>"
+            for r in [*d["verdict"]["reasons"], *(f"host time: {line}" for line in host_cause_lines(d))]
+        )
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
         return _PAGE.format(

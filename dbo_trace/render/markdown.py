@@ -15,6 +15,8 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     figure_table,
     headline,
+    host_cause_lines,
+    md_escape,
     md_table,
     ms,
     operation_cells,
@@ -23,6 +25,7 @@ from dbo_trace.render.format import (
     rank_cells,
     round_trip_cells,
     step_number_cell,
+    summary_markdown,
     tri,
     us,
 )
@@ -67,6 +70,7 @@ class MarkdownRenderer:
         label = d["verdict"]["label"]
         out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label) :]}", ""]
         out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
+        out += [f"- host time: {md_escape(line)}" for line in host_cause_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
@@ -81,7 +85,7 @@ class MarkdownRenderer:
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
+                list(PHASE_HEADER), [phase_cells(name, ph, md_escape) for name, ph in d["phases"].items()]
             )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
@@ -125,6 +129,7 @@ class MarkdownRenderer:
         out += ["", "</details>", ""]
         out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d["ranks"]))
         out += ["", "</details>", ""]
+        out += summary_markdown(d)
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
             out += ["Notes:", *[f"- {n}" for n in notes], ""]

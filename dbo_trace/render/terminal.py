@@ -13,17 +13,24 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
+    CPU_RANGE_HEADER,
+    KERNEL_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    SPREAD_HEADER,
+    cpu_range_cells,
     headline,
+    host_cause_lines,
+    kernel_cells,
     ms,
     operation_cells,
     pct,
     phase_cells,
     round_trip_cells,
     short_step_label,
+    spread_cells,
     step_number_cell,
     tri,
     us,
@@ -38,6 +45,9 @@ _STYLE = {
 }
 MAX_STEP_ROWS = 20
 MAX_OPERATION_ROWS = 16
+TOP_CAUSE_WIDTH = 16  # characters of a range or operator name in the phase table (the JSON and Markdown have it whole)
+TERMINAL_KERNEL_ROWS = 10
+TERMINAL_CPU_RANGE_ROWS = 10
 
 # The tables' columns; keep orders which go first when a table is too wide (layout.Column).
 RANK_COLUMNS = [
@@ -114,6 +124,38 @@ class _Lines:
         return strip_trailing(self.buf.getvalue())
 
 
+def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> int:
+    """What is left for the first (name) column once the others have their widest cell (2 columns apart)."""
+    others = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header) if i > 0)
+    return max(12, width - others - 2 * (len(header) - 1) - 2)
+
+
+def _summaries(out: _Lines, d: dict, width: int) -> None:
+    """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
+    spreads = [row for name, ph in d["phases"].items() if (row := spread_cells(name, ph))]
+    if spreads:
+        out.table("step time per phase", _columns(SPREAD_HEADER, {}, ("phase",)), spreads)
+    for r in d["ranks"]:
+        k = r.get("kernel_summary")
+        if k and k["rows"]:
+            shown = k["rows"][:TERMINAL_KERNEL_ROWS]
+            cut_at = _name_room(width, KERNEL_HEADER, [kernel_cells(row) for row in shown])
+            out.table(
+                f"rank {r['rank']} kernels: {len(shown)} of {k['names']} names by total time ({k['kernels']} kernels)",
+                _columns(KERNEL_HEADER, {}, ("kernel",)),
+                [kernel_cells(row, name_width=cut_at) for row in shown],
+            )
+        ranges = r.get("cpu_range_summary")
+        if ranges:
+            shown = ranges[:TERMINAL_CPU_RANGE_ROWS]
+            cut_at = _name_room(width, CPU_RANGE_HEADER, [cpu_range_cells(row) for row in shown])
+            out.table(
+                f"rank {r['rank']} CPU ranges by the host-caused GPU idle they explain",
+                _columns(CPU_RANGE_HEADER, {}, ("CPU range", "kind")),
+                [cpu_range_cells(row, name_width=cut_at) for row in shown],
+            )
+
+
 class TerminalRenderer:
     name, suffixes, binary = "terminal", (".txt",), False
 
@@ -128,6 +170,7 @@ class TerminalRenderer:
         label = d["verdict"]["label"]
         out.paragraph(headline(d["verdict"]), "verdict: ", _STYLE.get(label, "bold"), whole=True)
         out.bullets(d["verdict"]["reasons"])
+        out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.line()
 
         out.table(
@@ -156,8 +199,8 @@ class TerminalRenderer:
         if phases:
             out.table(
                 "per phase (vLLM's step annotations)",
-                _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict")),
-                [phase_cells(name, ph) for name, ph in phases.items()],
+                _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict", "top host cause")),
+                [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in phases.items()],
             )
         for r in d["ranks"]:
             ops = r["comm_operations"]
@@ -211,6 +254,7 @@ class TerminalRenderer:
                 f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all; --step takes a number, "
                 "a label, median or slowest)"
             )
+        _summaries(out, d, width)
         out.paragraph(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
             out.paragraph(note, "note: ", "yellow")

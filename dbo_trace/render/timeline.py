@@ -43,6 +43,22 @@ def _title_lines(title: str, most: int = TITLE_CHARS) -> str:
     return "\n".join(lines)
 
 
+# CPU ranges and what replayed kernels belong to: pale, so the launches and the bands stay readable.
+GROUP_COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#80b1d3", "#b3de69", "#fccde5", "#ffed6f", "#bc80bd")
+OTHER_GROUP = "#d9d9d9"
+LEGEND_NAME = 48  # characters of a trace name in the legend
+
+
+def group_colour(view: StepView, group: str | None) -> str:
+    if group is None:
+        return OTHER_GROUP
+    return GROUP_COLOURS[view.groups.index(group)] if group in view.groups[: len(GROUP_COLOURS)] else OTHER_GROUP
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= LEGEND_NAME else name[: LEGEND_NAME - 3] + "..."
+
+
 class TimelineRenderer:
     """One step's picture: options.rank and options.step choose it (analysis/view.py chosen_step)."""
 
@@ -68,18 +84,27 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
 
     lanes = view.lanes + ["overlap / host idle"]
     row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
-    legend = [
-        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
-        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
-        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
-        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
-        Patch(facecolor="#2ca02c", label="comm under compute"),
-        Patch(facecolor="#d62728", label="GPU idle, host-caused"),
-    ]
+    # The legend lists only what the picture holds.
+    plain = [b for b in view.bars if b.kind not in ("range", "op") and b.group is None]
+    ubatches = {b.ubatch for b in plain}
+    legend = [Patch(facecolor=UBATCH_COLOURS[u], label=f"microbatch {u}") for u in (0, 1) if u in ubatches]
+    if ubatches - {0, 1}:
+        legend.append(Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"))
+    if any(b.kind == "comm" for b in view.bars):
+        legend.append(Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"))
+    if view.overlap:
+        legend.append(Patch(facecolor="#2ca02c", label="comm under compute"))
+    if view.host_idle:
+        legend.append(Patch(facecolor="#d62728", label="GPU idle, host-caused"))
     if view.held_back:
         legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
+    shown = {b.group for b in view.bars if b.group is not None}
+    names = [g for g in view.groups[: len(GROUP_COLOURS)] if g in shown]
+    legend += [Patch(facecolor=group_colour(view, g), label=_short(g)) for g in names]
+    if shown - set(names):
+        legend.append(Patch(facecolor=OTHER_GROUP, label="other CPU ranges"))
     title = _title_lines(view.title)
-    legend_rows = -(-len(legend) // LEGEND_COLUMNS)
+    legend_rows = max(1, -(-len(legend) // LEGEND_COLUMNS))
     heights = (LANE_IN * len(lanes), 0.22 * legend_rows)  # the lanes; the legend under the axis
     top = 0.2 + 0.2 * (title.count("\n") + 1)  # the title's lines
     axis = 0.55  # tick labels and the axis label
@@ -91,12 +116,23 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
         gridspec_kw={"height_ratios": heights},
     )
     scale = 1000.0  # us -> ms on the axis
+    for bar in view.bars:  # CPU ranges first, under the launches drawn over them
+        if bar.kind in ("range", "op"):
+            upper = bar.kind == "range"  # named ranges above, operators below, on their thread's lane
+            ax.broken_barh(
+                [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
+                (row[bar.lane] + (0.02 if upper else -0.38), 0.36),
+                facecolors=group_colour(view, bar.group),
+                edgecolor="none",
+            )
     for bar in view.bars:
+        if bar.kind in ("range", "op"):
+            continue
         alpha, hatch = KIND_STYLE[bar.kind]
         ax.broken_barh(
             [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
             (row[bar.lane] - 0.38, 0.76),
-            facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
+            facecolors=group_colour(view, bar.group) if bar.group is not None else UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
             alpha=alpha,
             hatch=hatch,
             edgecolor="black" if bar.kind == "comm" else "none",
@@ -122,9 +158,9 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
     ax.set_xlabel("ms from the step's start", fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
+    title_text = fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
     key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
-    key.legend(
+    handle = key.legend(
         handles=legend,
         fontsize=FONT,
         ncol=LEGEND_COLUMNS,
@@ -136,6 +172,9 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
         columnspacing=1.2,
         handlelength=1.5,
     )
+    for text in [title_text, *handle.get_texts()]:  # trace names and step labels: no math, no TeX
+        text.set_parse_math(False)
+        text.set_usetex(False)
     fig.tight_layout(pad=0.4, h_pad=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format=image_format, dpi=DPI)

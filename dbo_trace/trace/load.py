@@ -108,9 +108,7 @@ def _without_gpu_activity(trace: Path, tl: Timeline) -> str:
     return "no GPU activity in the trace (was the profiler run without CUDA activities?)"
 
 
-def read_timelines(
-    trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1
-) -> list[Timeline]:
+def read_timelines(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> list[Timeline]:
     """The timelines of one input file: a Kineto trace is one; an Nsight Systems export is one per
     process that ran GPU work (numbered from index; settle_ranks renumbers clashes)."""
     if is_nsys(trace):

@@ -1,0 +1,549 @@
+"""Host time explained: what the CPU was doing while the GPU waited (docs/analysis.md, "Host time").
+
+Every stretch of the `host_idle` bucket is split, instant by instant, into one of a fixed set of
+causes by what the threads it follows were doing then: the thread that launched the activity
+ending the stretch first, then the step's other microbatch threads. Per instant, the first of
+those threads that is in a recorded event decides, innermost kind first (a CUDA call, else a named
+range, else a CPU operator), and the outermost event of that kind names it. Where none is in an
+event: microbatch thread start-up, between steps, or untraced. The causes add up to host_idle.
+
+All of it is sorted sweeps: the stretches and each thread's events are sorted disjoint interval
+lists, and two such lists are intersected pair by pair in one pass (`_intersect`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.accounting import B_HOST, Partition
+from dbo_trace.analysis.intervals import union
+
+LAUNCH, SYNC, OTHER_CALL, NAMED, CPU_OP, STARTUP, BETWEEN, UNTRACED = range(8)
+CAUSES = (
+    "launch_calls", "synchronisation", "other_cuda_calls", "named", "cpu_ops", "ubatch_startup", "between_steps", "untraced"
+)  # fmt: skip
+CAUSE_TEXT = {
+    LAUNCH: "launch calls",
+    SYNC: "synchronisation",
+    OTHER_CALL: "other CUDA calls",
+    NAMED: "named ranges",
+    CPU_OP: "CPU operators",
+    STARTUP: "microbatch thread start-up",
+    BETWEEN: "between steps",
+    UNTRACED: "untraced",
+}
+TOP_NAMES = 5  # names kept per kind (named ranges, CPU operators) in a rank's or a phase's causes
+
+MODEL_RUNNER_PREFIX = "gpu_model_runner: "
+# Ranges that mark steps or microbatch phases (the window the question is asked in, or dbo-trace's
+# own hooks) are not work: time inside them alone is not named after them.
+_STEP_MARKERS = re.compile(r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)|ProfilerStep#\d+|dbo:.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class HostCauses:
+    """A window's host-caused GPU idle split by cause (us); the causes add up to host_idle_us."""
+
+    host_idle_us: float
+    by_cause_us: tuple[float, ...]  # one per CAUSES entry
+    launch_calls: int  # CUDA calls (other than synchronisation) the launch-call time came from
+    sync_calls: int
+    named: tuple[tuple[str, float], ...]  # the largest named ranges (name, us), largest first
+    cpu_ops: tuple[tuple[str, float], ...]  # the largest top-level CPU operators outside named ranges
+
+    def us(self, cause: int) -> float:
+        return self.by_cause_us[cause]
+
+    def share(self, cause: int) -> float | None:
+        return self.by_cause_us[cause] / self.host_idle_us if self.host_idle_us > 0 else None
+
+    @property
+    def largest(self) -> int | None:
+        """The cause with the most time (named ranges and CPU operators as kinds, all names together)."""
+        if self.host_idle_us <= 0:
+            return None
+        return int(np.argmax(self.by_cause_us))
+
+    @property
+    def launches_lead(self) -> bool:
+        """Launch calls are the largest cause: only then is the host time "spent launching kernels"."""
+        return self.largest == LAUNCH
+
+    @property
+    def top(self) -> tuple[str, float] | None:
+        """The single largest item the line names: a range or an operator by name, or a cause
+        (ties: the earlier in the line's order)."""
+        items = [(CAUSE_TEXT[k], self.by_cause_us[k]) for k in (LAUNCH, SYNC, OTHER_CALL, STARTUP, BETWEEN, UNTRACED)]
+        items += list(self.named[:1]) + [(f"{n} (CPU op)", t) for n, t in self.cpu_ops[:1]]
+        best = max(items, key=lambda x: x[1])
+        return best if best[1] > 0 else None
+
+
+def no_causes() -> HostCauses:
+    return HostCauses(0.0, (0.0,) * len(CAUSES), 0, 0, (), ())
+
+
+def combine_causes(parts: list[HostCauses], top: int = TOP_NAMES) -> HostCauses:
+    """Several windows' causes together (ranks: one GPU each, so times add). Names are merged by
+    name and cut to the top again; the cut names' time stays in their kind's total."""
+    if not parts:
+        return no_causes()
+    named: dict[str, float] = {}
+    ops: dict[str, float] = {}
+    for p in parts:
+        for n, t in p.named:
+            named[n] = named.get(n, 0.0) + t
+        for n, t in p.cpu_ops:
+            ops[n] = ops.get(n, 0.0) + t
+    return HostCauses(
+        sum(p.host_idle_us for p in parts),
+        tuple(float(sum(p.by_cause_us[k] for p in parts)) for k in range(len(CAUSES))),
+        sum(p.launch_calls for p in parts),
+        sum(p.sync_calls for p in parts),
+        _top(named, top),
+        _top(ops, top),
+    )
+
+
+def _top(totals: dict[str, float], n: int) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:n])
+
+
+@dataclass(frozen=True)
+class HostPieces:
+    """The host-idle stretches cut into attributed pieces: sorted, disjoint, covering the bucket."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    cause: np.ndarray  # LAUNCH ... UNTRACED
+    name: np.ndarray  # index into the names for NAMED and CPU_OP pieces, else -1
+    call_at: np.ndarray  # one time per counted CUDA call (where it met host idle), sorted
+    call_cause: np.ndarray  # LAUNCH or SYNC per counted call
+    names: list[str]
+
+    def causes_in(self, lo: np.ndarray, hi: np.ndarray, host_idle_us: np.ndarray, top: int = TOP_NAMES) -> list[HostCauses]:
+        """Per window [lo[i], hi[i]] (windows may overlap each other): the causes of the host idle in
+        it. host_idle_us: the window's host idle as the accounting measured it; untraced takes the
+        remainder, so the causes add up to it exactly."""
+        lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+        n = len(lo)
+        win, piece, length = _window_pairs(self.lo, self.hi, lo, hi)
+        k = len(CAUSES)
+        sums = np.bincount(win * k + self.cause[piece], weights=length, minlength=n * k).reshape(n, k)
+        first = np.searchsorted(self.call_at, lo, side="left")
+        last = np.searchsorted(self.call_at, hi, side="left")
+        launch_cum = np.r_[0, np.cumsum(self.call_cause == LAUNCH)]
+        sync_cum = np.r_[0, np.cumsum(self.call_cause == SYNC)]
+        named = _names_per_window(win, piece, length, self.cause, self.name, NAMED, n)
+        ops = _names_per_window(win, piece, length, self.cause, self.name, CPU_OP, n)
+        out = []
+        for i in range(n):
+            row = sums[i].copy()
+            row[UNTRACED] = max(0.0, float(host_idle_us[i]) - float(row.sum() - row[UNTRACED]))
+            out.append(
+                HostCauses(
+                    float(host_idle_us[i]),
+                    tuple(float(x) for x in row),
+                    int(launch_cum[last[i]] - launch_cum[first[i]]),
+                    int(sync_cum[last[i]] - sync_cum[first[i]]),
+                    _top({self.names[j]: t for j, t in named[i].items()}, top),
+                    _top({self.names[j]: t for j, t in ops[i].items()}, top),
+                )
+            )
+        return out
+
+    def causes_in_union(self, lo: np.ndarray, hi: np.ndarray, host_idle_us: float, top: int = TOP_NAMES) -> HostCauses:
+        """The causes inside the union of the windows (overlapping windows count once)."""
+        u_lo, u_hi = union(np.asarray(lo, float), np.asarray(hi, float))
+        if not len(u_lo):
+            return no_causes()
+        parts = self.causes_in(u_lo, u_hi, np.zeros(len(u_lo)), top=len(self.names))
+        together = combine_causes(parts, top)
+        row = list(together.by_cause_us)
+        row[UNTRACED] = max(0.0, host_idle_us - (sum(row) - row[UNTRACED]))
+        return HostCauses(host_idle_us, tuple(row), together.launch_calls, together.sync_calls, together.named, together.cpu_ops)
+
+
+def _names_per_window(
+    win: np.ndarray, piece: np.ndarray, length: np.ndarray, cause: np.ndarray, name: np.ndarray, kind: int, n: int
+) -> list[dict[int, float]]:
+    sel = cause[piece] == kind
+    out: list[dict[int, float]] = [{} for _ in range(n)]
+    if not sel.any():
+        return out
+    key = win[sel].astype(np.int64) * (int(name.max()) + 1) + name[piece[sel]]
+    keys, inverse = np.unique(key, return_inverse=True)
+    totals = np.bincount(inverse, weights=length[sel])
+    width = int(name.max()) + 1
+    for key_i, total in zip(keys.tolist(), totals.tolist()):
+        out[key_i // width][key_i % width] = total
+    return out
+
+
+def _window_pairs(p_lo: np.ndarray, p_hi: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every (window, piece) pair that overlaps, with the overlap's length: the pieces are sorted
+    and disjoint, so each window's pieces are one contiguous run found by two binary searches."""
+    first = np.searchsorted(p_hi, w_lo, side="right")
+    last = np.searchsorted(p_lo, w_hi, side="left")
+    counts = np.maximum(last - first, 0)
+    win = np.repeat(np.arange(len(w_lo)), counts)
+    piece = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    length = np.minimum(p_hi[piece], w_hi[win]) - np.maximum(p_lo[piece], w_lo[win])
+    keep = length > 0
+    return win[keep], piece[keep], length[keep]
+
+
+def _intersect(
+    a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two sorted disjoint interval lists: every overlap (lo, hi, index in a, index in b), in order."""
+    first = np.searchsorted(b_hi, a_lo, side="right")
+    last = np.searchsorted(b_lo, a_hi, side="left")
+    counts = np.maximum(last - first, 0)
+    ia = np.repeat(np.arange(len(a_lo)), counts)
+    ib = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    lo = np.maximum(a_lo[ia], b_lo[ib])
+    hi = np.minimum(a_hi[ia], b_hi[ib])
+    keep = hi > lo
+    return lo[keep], hi[keep], ia[keep], ib[keep]
+
+
+def _complement(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of a sorted disjoint list, from -inf to +inf."""
+    return np.r_[-np.inf, hi], np.r_[lo, np.inf]
+
+
+def _runs(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge a thread's events of one kind into runs, each named by its outermost event: the first to
+    start (the longer at a tie). An event starting at or after every earlier one's end begins a run."""
+    if not len(start):
+        return np.empty(0), np.empty(0), np.empty(0, np.int64)
+    order = np.lexsort((-end, start))
+    s, e, n = start[order], end[order], name[order]
+    running = np.maximum.accumulate(e)
+    begins = np.r_[True, s[1:] >= running[:-1]]
+    idx = np.flatnonzero(begins)
+    ends = running[np.r_[idx[1:] - 1, len(s) - 1]]
+    keep = ends > s[idx]
+    return s[idx][keep], ends[keep], n[idx][keep]
+
+
+@dataclass(frozen=True)
+class _Thread:
+    """One thread's recorded events as sorted disjoint layers."""
+
+    layers: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]  # (cause, lo, hi, name), innermost kind first
+    call_lo: np.ndarray  # each call, for counting
+    call_hi: np.ndarray
+    call_cause: np.ndarray
+
+
+def host_pieces(
+    part: Partition,
+    names: list[str],
+    gpu_start: np.ndarray,
+    gpu_launch_start: np.ndarray,
+    gpu_launch_index: np.ndarray,
+    gpu_step: np.ndarray,
+    call_start: np.ndarray,
+    call_end: np.ndarray,
+    call_name: np.ndarray,
+    call_lane: np.ndarray,
+    call_kind: np.ndarray,
+    call_step: np.ndarray,
+    call_ubatch: np.ndarray,
+    cpu_start: np.ndarray,
+    cpu_end: np.ndarray,
+    cpu_name: np.ndarray,
+    cpu_lane: np.ndarray,
+    cpu_is_annotation: np.ndarray,
+    step_lo: np.ndarray,
+    step_hi: np.ndarray,
+    steps_marked: bool,
+) -> HostPieces:
+    """Attribute every host-idle stretch of the partition (docs/analysis.md, "Host time").
+    step_lo/step_hi: the steps' CPU windows (sorted, disjoint); steps_marked: they come from markers
+    (inferred steps say nothing about what is between steps)."""
+    s_lo, s_hi = part.spans(B_HOST, part.lo, part.hi)
+    empty_i = np.empty(0, np.int64)
+    if not len(s_lo):
+        return HostPieces(np.empty(0), np.empty(0), empty_i, empty_i, np.empty(0), empty_i, names)
+    # The activity that ends each stretch: of those starting at its end, the earliest launched.
+    order = np.lexsort((np.where(np.isnan(gpu_launch_start), np.inf, gpu_launch_start), gpu_start))
+    starts = gpu_start[order]
+    at = np.clip(np.searchsorted(starts, s_hi, side="left"), 0, max(len(starts) - 1, 0))
+    ends_on = (np.take(starts, at, mode="clip") == s_hi) if len(starts) else np.zeros(len(s_hi), bool)
+    ender = np.where(ends_on, order[at] if len(order) else -1, -1)
+    launch = np.where(ender >= 0, gpu_launch_index[np.clip(ender, 0, None)] if len(gpu_launch_index) else -1, -1)
+    main = _main_lane(call_lane, cpu_lane)
+    lead = np.where(launch >= 0, call_lane[np.clip(launch, 0, None)] if len(call_lane) else main, main)
+    step = np.where(ender >= 0, gpu_step[np.clip(ender, 0, None)] if len(gpu_step) else -1, -1)
+
+    ub_lanes, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)
+    followed = [[int(x)] for x in lead.tolist()]  # per stretch, its threads in order
+    for k, st in enumerate(step.tolist()):
+        followed[k] += [lane for lane in ub_lanes.get(st, []) if lane != followed[k][0]]
+
+    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
+    call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
+    call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL))
+    cpu_named, cpu_op = range_kinds(names, cpu_name, cpu_is_annotation)
+    cpu_lane = as_call_threads(cpu_lane, cpu_start, cpu_end, cpu_op, call_lane, call_start)
+
+    lanes_needed = sorted({lane for f in followed for lane in f})
+    threads = {
+        lane: _thread_layers(
+            call_lane == lane, cpu_lane == lane, call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op
+        )
+        for lane in lanes_needed
+    }
+
+    out_lo: list[np.ndarray] = []
+    out_hi: list[np.ndarray] = []
+    out_cause: list[np.ndarray] = []
+    out_name: list[np.ndarray] = []
+    call_at: list[np.ndarray] = []
+    counted_cause: list[np.ndarray] = []
+
+    def emit(lo: np.ndarray, hi: np.ndarray, cause: int, name: np.ndarray | None = None) -> None:
+        out_lo.append(lo)
+        out_hi.append(hi)
+        out_cause.append(np.full(len(lo), cause, np.int64))
+        out_name.append(np.full(len(lo), -1, np.int64) if name is None else name.astype(np.int64))
+
+    # What no followed thread explains yet: (lo, hi, stretch), sorted and disjoint.
+    r_lo, r_hi, r_k = s_lo, s_hi, np.arange(len(s_lo))
+    depth = max(len(f) for f in followed)
+    for position in range(depth):
+        lane_at = np.array([f[position] if position < len(f) else _NO_LANE for f in followed], np.int64)[r_k]
+        rest_lo, rest_hi, rest_k = [r_lo[lane_at == _NO_LANE]], [r_hi[lane_at == _NO_LANE]], [r_k[lane_at == _NO_LANE]]
+        for lane in np.unique(lane_at[lane_at != _NO_LANE]).tolist():
+            sel = lane_at == lane
+            p_lo, p_hi, p_k = r_lo[sel], r_hi[sel], r_k[sel]
+            th = threads[lane]
+            # Innermost kind first (synchronisation, launch, other CUDA calls, named ranges, CPU
+            # operators): each layer takes what it covers of what the layers before it left.
+            lo, hi, k = p_lo, p_hi, p_k
+            for cause, l_lo, l_hi, l_name in th.layers:
+                h_lo, h_hi, _, ib = _intersect(lo, hi, l_lo, l_hi)
+                emit(h_lo, h_hi, cause, None if l_name is None else l_name[ib])
+                if cause in (LAUNCH, SYNC, OTHER_CALL):
+                    _count_calls(th, h_lo, h_hi, cause, call_at, counted_cause)
+                lo, hi, ia, _ = _intersect(lo, hi, *_complement(l_lo, l_hi))
+                k = k[ia]
+            rest_lo.append(lo)
+            rest_hi.append(hi)
+            rest_k.append(k)
+        r_lo, r_hi, r_k = np.concatenate(rest_lo), np.concatenate(rest_hi), np.concatenate(rest_k)
+        order = np.argsort(r_lo, kind="stable")
+        r_lo, r_hi, r_k = r_lo[order], r_hi[order], r_k[order]
+
+    # No followed thread in any event: a microbatch thread not yet started, between steps, or untraced.
+    up_lo, up_hi = _startup_windows(step_lo, step_hi, first_calls)
+    lo, hi, _, _ = _intersect(r_lo, r_hi, up_lo, up_hi)
+    emit(lo, hi, STARTUP)
+    lo, hi, _, _ = _intersect(r_lo, r_hi, *_complement(up_lo, up_hi))
+    if steps_marked:
+        b_lo, b_hi, _, _ = _intersect(lo, hi, *_complement(step_lo, step_hi))
+        emit(b_lo, b_hi, BETWEEN)
+        lo, hi, _, _ = _intersect(lo, hi, step_lo, step_hi)
+    emit(lo, hi, UNTRACED)
+
+    p_lo, p_hi = np.concatenate(out_lo), np.concatenate(out_hi)
+    order = np.argsort(p_lo, kind="stable")
+    at_all = np.concatenate(call_at) if call_at else np.empty(0)
+    cc = np.concatenate(counted_cause) if counted_cause else empty_i
+    c_order = np.argsort(at_all, kind="stable")
+    return HostPieces(
+        p_lo[order],
+        p_hi[order],
+        np.concatenate(out_cause)[order],
+        np.concatenate(out_name)[order],
+        at_all[c_order],
+        cc[c_order],
+        names,
+    )
+
+
+_NO_LANE = np.iinfo(np.int64).min
+
+
+def as_call_threads(
+    cpu_lane: np.ndarray,
+    cpu_start: np.ndarray,
+    cpu_end: np.ndarray,
+    cpu_op: np.ndarray,
+    call_lane: np.ndarray,
+    call_start: np.ndarray,
+) -> np.ndarray:
+    """CPU ranges' threads as their CUDA calls name them. A thread that made no CUDA call but whose
+    CPU operators hold other threads' calls is the thread whose calls they hold most (seen with
+    profile_all_threads: each step's new microbatch threads' operators get new ids, their calls
+    the first step's). Ties: the lowest thread id."""
+    calling = set(np.unique(call_lane).tolist())
+    order = np.argsort(call_start, kind="stable")
+    c_start, c_lane = call_start[order], call_lane[order]
+    out = cpu_lane
+    for lane in np.unique(cpu_lane[cpu_op]).tolist():
+        if lane in calling:
+            continue
+        sel = cpu_op & (cpu_lane == lane)
+        lo, hi, _ = _runs(cpu_start[sel], cpu_end[sel], np.zeros(int(sel.sum()), np.int64))
+        if not len(lo):
+            continue
+        j = np.searchsorted(lo, c_start, side="right") - 1
+        held = (j >= 0) & (c_start < hi[np.clip(j, 0, None)])
+        if not held.any():
+            continue
+        values, counts = np.unique(c_lane[held], return_counts=True)
+        if out is cpu_lane:
+            out = cpu_lane.copy()
+        out[cpu_lane == lane] = values[counts.argmax()]
+    return out
+
+
+def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per CPU range: is it a named range (an annotation or a model-runner phase, not a step
+    marker or a dbo range), is it a CPU operator (neither annotation nor marker)."""
+    if not len(names):
+        return cpu_is_annotation.copy(), ~cpu_is_annotation
+    marker = np.fromiter((bool(_STEP_MARKERS.match(n)) for n in names), bool, len(names))[cpu_name]
+    runner = np.fromiter((n.startswith(MODEL_RUNNER_PREFIX) for n in names), bool, len(names))[cpu_name]
+    return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
+
+
+def outermost_runs(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's ranges of one kind merged into runs named by their outermost range (what a picture draws)."""
+    return _runs(start, end, name)
+
+
+def _main_lane(call_lane: np.ndarray, cpu_lane: np.ndarray) -> int:
+    """The thread that made the most CUDA calls (the most CPU events where there are none)."""
+    lanes = call_lane if len(call_lane) else cpu_lane
+    if not len(lanes):
+        return _NO_LANE + 1
+    values, counts = np.unique(lanes, return_counts=True)
+    return int(values[counts.argmax()])
+
+
+def _ubatch_lanes(
+    call_step: np.ndarray, call_ubatch: np.ndarray, call_lane: np.ndarray, call_start: np.ndarray
+) -> tuple[dict[int, list[int]], dict[int, list[float]]]:
+    """Per step: its microbatch threads in microbatch order, and each one's first call in the step."""
+    sel = (call_step >= 0) & (call_ubatch >= 0)
+    if not sel.any():
+        return {}, {}
+    st, ub, lane, t = call_step[sel], call_ubatch[sel], call_lane[sel], call_start[sel]
+    order = np.lexsort((t, lane, ub, st))
+    st, ub, lane, t = st[order], ub[order], lane[order], t[order]
+    heads = np.flatnonzero(np.r_[True, (st[1:] != st[:-1]) | (ub[1:] != ub[:-1]) | (lane[1:] != lane[:-1])])
+    lanes: dict[int, list[int]] = {}
+    firsts: dict[int, list[float]] = {}
+    for h in heads.tolist():  # one per (step, microbatch, thread): a few per step
+        if int(lane[h]) not in lanes.setdefault(int(st[h]), []):
+            lanes[int(st[h])].append(int(lane[h]))
+        firsts.setdefault(int(st[h]), []).append(float(t[h]))
+    return lanes, firsts
+
+
+def _startup_windows(
+    step_lo: np.ndarray, step_hi: np.ndarray, first_calls: dict[int, list[float]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per microbatched step: from its start to the first call of its last microbatch thread to start."""
+    lo, hi = [], []
+    for st in sorted(first_calls):
+        if 0 <= st < len(step_lo):
+            end = min(max(first_calls[st]), float(step_hi[st]))
+            if end > step_lo[st]:
+                lo.append(float(step_lo[st]))
+                hi.append(end)
+    return union(np.array(lo, float), np.array(hi, float))
+
+
+def _sync_names(names: list[str]) -> np.ndarray:
+    """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async."""
+    return np.fromiter(
+        (n.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in n for n in names), bool, len(names)
+    )
+
+
+def _thread_layers(
+    call_sel: np.ndarray,
+    cpu_sel: np.ndarray,
+    call_start: np.ndarray,
+    call_end: np.ndarray,
+    call_cause: np.ndarray,
+    cpu_start: np.ndarray,
+    cpu_end: np.ndarray,
+    cpu_name: np.ndarray,
+    cpu_named: np.ndarray,
+    cpu_op: np.ndarray,
+) -> _Thread:
+    cs, ce, cause = call_start[call_sel], call_end[call_sel], call_cause[call_sel]
+    layers: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    for kind in (SYNC, LAUNCH, OTHER_CALL):
+        layers.append((kind, *union(cs[cause == kind], ce[cause == kind]), None))
+    for kind, sel in ((NAMED, cpu_sel & cpu_named), (CPU_OP, cpu_sel & cpu_op)):
+        layers.append((kind, *_runs(cpu_start[sel], cpu_end[sel], cpu_name[sel])))
+    order = np.argsort(cs, kind="stable")
+    return _Thread(layers, cs[order], ce[order], cause[order])
+
+
+def _count_calls(
+    th: _Thread, lo: np.ndarray, hi: np.ndarray, cause: int, call_at: list[np.ndarray], call_cause: list[np.ndarray]
+) -> None:
+    """Each call of the kind that met one of these pieces counts once, at the first instant it did."""
+    sel = th.call_cause == cause
+    c_lo, c_hi = th.call_lo[sel], th.call_hi[sel]
+    if not len(lo) or not len(c_lo):
+        return
+    j = np.searchsorted(hi, c_lo, side="right")
+    ok = (j < len(lo)) & (lo[np.clip(j, 0, len(lo) - 1)] < c_hi)
+    call_at.append(np.maximum(c_lo[ok], lo[j[ok]]))
+    call_cause.append(np.full(int(ok.sum()), cause, np.int64))
+
+
+LINE_NAMES = 3  # names per kind in the one-line summary
+LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
+
+
+def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, float, int | None]]:
+    """The line's items in a fixed order: (text, us, calls where counted). Named ranges and CPU
+    operators by name (the largest few, the rest of each kind as one item), then the others."""
+    items: list[tuple[str, float, int | None]] = [
+        (CAUSE_TEXT[LAUNCH], causes.us(LAUNCH), causes.launch_calls),
+        (CAUSE_TEXT[SYNC], causes.us(SYNC), causes.sync_calls),
+        (CAUSE_TEXT[OTHER_CALL], causes.us(OTHER_CALL), None),
+    ]
+    for kind, listed, suffix in ((NAMED, causes.named, ""), (CPU_OP, causes.cpu_ops, " (CPU op)")):
+        shown = listed[:names]
+        items += [(f"{n}{suffix}", t, None) for n, t in shown]
+        rest = causes.us(kind) - sum(t for _, t in shown)
+        if rest > 0:
+            items.append((f"other {CAUSE_TEXT[kind]}" if shown else CAUSE_TEXT[kind], rest, None))
+    items += [(CAUSE_TEXT[k], causes.us(k), None) for k in (STARTUP, BETWEEN, UNTRACED)]
+    return items
+
+
+def cause_line(causes: HostCauses, head: str) -> str:
+    """`<head>: of 41.2 ms GPU idle, 2% launch calls (1,204 calls), 61% gpu_model_runner: preprocess, ...`"""
+    total = causes.host_idle_us
+    parts = []
+    for i, (text, us, calls) in enumerate(cause_items(causes)):
+        share = us / total if total > 0 else 0.0
+        if i > 0 and share < LINE_MIN_SHARE:
+            continue
+        counted = f" ({calls:,} calls)" if calls else ""
+        parts.append(f"{100 * share:.0f}% {text}{counted}")
+    return f"{head}: of {total / 1000:.1f} ms GPU idle, " + ", ".join(parts)
+
+
+def host_line(scope: str, bound: bool, fraction: float | None, causes: HostCauses) -> str:
+    """The verdict's host line: `prefill host-bound 94%: of 41.2 ms GPU idle, ...`."""
+    share = "n/a" if fraction is None else f"{100 * fraction:.0f}%"
+    what = "host-bound" if bound else "GPU idle waiting for the host"
+    return cause_line(causes, f"{scope} {what} {share}".strip())
