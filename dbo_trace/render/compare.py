@@ -10,6 +10,7 @@ from dbo_trace.analysis.compare import NOISE_SE, Arm
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
+from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 2  # 2: a row per arm and phase (field `phase`), rounded figures
 
@@ -71,8 +72,8 @@ def _change(arm: Arm) -> str:
 
 
 def render_markdown(arms: list[Arm]) -> str:
-    out = md_table(HEADER, _rows(arms))
-    return "\n".join(out + ["", noise_line(arms), ""])
+    out = md_table(HEADER, [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)])  # the arm's label: a name
+    return "\n".join(out + ["", markdown_text(noise_line(arms)), ""])
 
 
 def _rounded(arm: dict) -> dict:
@@ -105,11 +106,18 @@ def render_terminal(arms: list[Arm], color: bool = False) -> str:
 
     table = Table(*HEADER, title="dbo-trace compare", title_justify="left")
     for r in _rows(arms):
-        table.add_row(*r)
+        table.add_row(*map(terminal_text, r))
     buf = StringIO()
-    console = Console(file=buf, force_terminal=color, width=None if color else 160, color_system="auto" if color else None)
+    console = Console(
+        file=buf,
+        force_terminal=color,
+        width=None if color else 160,
+        color_system="auto" if color else None,
+        markup=False,  # labels are paths and names: data, never markup
+        emoji=False,
+    )
     console.print(table)
-    console.print(noise_line(arms))
+    console.print(terminal_text(noise_line(arms)))
     return buf.getvalue()
 
 

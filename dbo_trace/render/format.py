@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbo_trace.render import document
+from dbo_trace.render.safe import Markdown, markdown_cell
 
 
 def ms(us: float | None) -> str:
@@ -60,8 +61,9 @@ def aligned_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:
-    """A Markdown table, one string per line."""
-    row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
+    stays text, no cell ends early or forges a row)."""
+    row = lambda cells: "| " + " | ".join(markdown_cell(c) for c in cells) + " |"  # noqa: E731
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
 
 
@@ -102,7 +104,7 @@ def _figure_cell(value: Any) -> str:
 def figure_table(ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Every figure of every rank (document.WINDOW_FIGURES), as the JSON holds it: a figure a row."""
     header = ["figure", *(f"rank {r['rank']}" for r in ranks)]
-    return header, [[f.name, *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
+    return header, [[Markdown(f.name), *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
 
 
 PHASE_HEADER = ("phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "verdict")

@@ -3,14 +3,12 @@ CPU/GPU timeline per step. The page draws StepViews handed to it as JSON; it com
 
 from __future__ import annotations
 
-import html
-import json
-
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import RANK_HEADER, ROUND_TRIP_HEADER, figure_table, ms, pct, rank_cells, round_trip_cells
+from dbo_trace.render.safe import html_text, script_json
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -54,9 +52,9 @@ def _views(report: Report) -> list[dict]:
 
 
 def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in header)
     body = "".join(
-        f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+        f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html_text(c)}</td>" for c in r) + "</tr>"
         for i, r in enumerate(rows)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -87,17 +85,17 @@ class HtmlRenderer:
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d["round_trips"]
         rt_html = "" if not rt else "<h2>Round trips</h2>" + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
-        reasons = "".join(f"<li>{html.escape(r)}</li>" for r in d["verdict"]["reasons"])
-        data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
+        reasons = "".join(f"<li>{html_text(r)}</li>" for r in d["verdict"]["reasons"])
+        data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
-            verdict=html.escape(d["verdict"]["label"]),
+            verdict=html_text(d["verdict"]["label"]),
             reasons=reasons,
-            inputs=html.escape(", ".join(d["inputs"])),
+            inputs=html_text(", ".join(d["inputs"])),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
             figures=_table(*figure_table(d["ranks"])),
             round_trips=rt_html,
             steps=_table(["rank", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs),
-            version=html.escape(d["dbo_trace_version"]),
+            version=html_text(d["dbo_trace_version"]),
             data=data,
         )
 

@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     round_trip_cells,
     us,
 )
+from dbo_trace.render.safe import markdown_code, markdown_text
 
 
 class MarkdownRenderer:
@@ -29,26 +30,27 @@ class MarkdownRenderer:
 
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
-        out = [f"### dbo-trace: **{d['verdict']['label']}**", ""]
-        out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
+        out = [f"### dbo-trace: **{markdown_text(d['verdict']['label'])}**", ""]
+        out += [f"- {markdown_text(reason)}" for reason in d["verdict"]["reasons"]]
         if options.image:
             out += ["", f"![CPU/GPU timeline of one step]({options.image})"]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
-            out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
+            out += [f"- {markdown_text(line)}" for r in d["ranks"] if (line := line_of(r))]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]
             )
         if d["cross_rank"]:
-            out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
+            out += ["", f"Across ranks: {markdown_text(d['cross_rank']['summary'])}."]
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += [
                 "",
-                f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
+                f"Round trips counted from {markdown_text(rt['source'])}; "
+                f"layers: {markdown_text(rt['layers'] or 'unknown (pass --layers)')}. "
                 "Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
                 "*could* hide entirely; below 1 at most that share of it could; the hidden share says what did "
                 "(docs/analysis.md).",
@@ -70,9 +72,9 @@ class MarkdownRenderer:
             [
                 [
                     s["rank"],
-                    s["label"],
+                    markdown_code(s["label"]),
                     s["phase"] or "-",
-                    s["path"] or "-",
+                    markdown_code(s["path"]) if s["path"] else "-",
                     ms(s["step_us"]),
                     pct(s["comm"]["hidden_fraction"]),
                     pct(s["host"]["idle_fraction"]),
@@ -89,9 +91,9 @@ class MarkdownRenderer:
         out += ["", "</details>", ""]
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
-            out += ["Notes:", *[f"- {n}" for n in notes], ""]
+            out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(
-            f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {d['microbatch_source']}, "
-            f"steps from {d['steps_source']}</sub>"
+            f"<sub>dbo-trace {markdown_text(d['dbo_trace_version'])}; microbatches from "
+            f"{markdown_text(d['microbatch_source'])}, steps from {markdown_text(d['steps_source'])}</sub>"
         )
         return "\n".join(out) + "\n"

@@ -8,6 +8,7 @@ import shutil
 from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
@@ -25,6 +26,7 @@ from dbo_trace.render.format import (
     short_step_label,
     us,
 )
+from dbo_trace.render.safe import terminal_document
 
 _STYLE = {
     "overlapped": "bold green",
@@ -54,13 +56,16 @@ class TerminalRenderer:
 
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
+        d = terminal_document(d)  # every string from input inert; markup and emoji are not parsed (below)
         buf = io.StringIO()
         # The terminal's own width, at least 80: tables are laid out to fit 100 columns without cutting cells.
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         color = options.color
-        console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
+        console = Console(
+            file=buf, force_terminal=color, no_color=not color, width=width, highlight=False, markup=False, emoji=False
+        )
         label = d["verdict"]["label"]
-        console.print(f"[{_STYLE.get(label, 'bold')}]verdict: {label}[/]")
+        console.print(Text(f"verdict: {label}", style=_STYLE.get(label, "bold")))
         _bullets(console, d["verdict"]["reasons"])
         console.print()
 
@@ -120,7 +125,7 @@ class TerminalRenderer:
         if cross:
             console.print(f"across ranks: {cross['summary']}")
             for note in cross["notes"]:
-                console.print(f"[yellow]note:[/] {note}")
+                console.print(Text.assemble(("note:", "yellow"), f" {note}"))
 
         rt = d["round_trips"]
         if rt:
@@ -157,5 +162,5 @@ class TerminalRenderer:
             console.print(f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all)")
         console.print(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
         for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
-            console.print(f"[yellow]note:[/] {note}")
+            console.print(Text.assemble(("note:", "yellow"), f" {note}"))
         return buf.getvalue()

@@ -7,6 +7,7 @@ import io
 
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
 from dbo_trace.render import RenderOptions
+from dbo_trace.render.safe import plot_text
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
 KIND_STYLE = {  # alpha, hatch
@@ -71,13 +72,13 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = 1
             fontsize=7,
             color="#d62728",
         )
-    ax.set_yticks(list(row.values()), list(row.keys()), fontsize=8)
+    ax.set_yticks(list(row.values()), [plot_text(lane) for lane in row], fontsize=8)  # lanes hold thread names
     ax.set_xlim(0, view.duration / scale)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel("ms from the step's start", fontsize=8)
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(view.title, fontsize=9, loc="left")
+    ax.set_title(plot_text(view.title), fontsize=9, loc="left")  # the title holds the step's label
     legend = [
         Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
         Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
