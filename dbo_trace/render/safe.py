@@ -32,14 +32,30 @@ def terminal_text(text: str) -> str:
     return visible(text)
 
 
+# In a document's JSON (msgspec writes C0 and DEL as \\u escapes, the rest as UTF-8): any
+# character visible() would escape. A document without one is shown as it is, without a walk.
+_UNSAFE_IN_JSON = re.compile(rb"\\u00[01][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
 def terminal_document(value: Any) -> Any:
     """A document (dicts, lists, strings, numbers) with every string, keys too, made terminal_text."""
+    import msgspec
+
+    try:
+        if not _UNSAFE_IN_JSON.search(msgspec.json.encode(value)):
+            return value  # the common case, at the encoder's speed: nothing to escape
+    except (TypeError, ValueError, OverflowError):  # a lone surrogate (UnicodeEncodeError), ...: walk
+        pass
+    return _terminal_walk(value)
+
+
+def _terminal_walk(value: Any) -> Any:
     if isinstance(value, str):
         return terminal_text(value)
     if isinstance(value, dict):
-        return {terminal_document(k) if isinstance(k, str) else k: terminal_document(v) for k, v in value.items()}
+        return {terminal_text(k) if isinstance(k, str) else k: _terminal_walk(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [terminal_document(v) for v in value]
+        return [_terminal_walk(v) for v in value]
     return value
 
 
