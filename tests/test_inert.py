@@ -254,3 +254,21 @@ def test_a_name_in_markdown_reads_back_exactly(name):
     expected = name.replace("\n", "\\x0a").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     assert shown(f"- {markdown_code(name)}") == expected
     assert shown(f"- {markdown_text(name)}") == expected.strip()
+
+
+def test_the_archive_of_a_hostile_recording_packs_and_reads_back_inert(hostile_bundle, tmp_path):
+    """`archive` draws the picture (math in names killed it) and writes the same escaped Markdown
+    into summary.md; `report ARCHIVE` shows the stored document inert."""
+    import tarfile
+
+    out = tmp_path / "review.tar.gz"
+    proc = run_cli("archive", str(hostile_bundle), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert_no_raw_controls(proc.stdout.replace("\n", " "))
+    with tarfile.open(out) as tar:
+        summary = tar.extractfile("dbo-trace/summary.md").read().decode()
+    check_markdown(summary)
+    for flag in ([], ["--markdown"], ["--json"]):
+        shown = run_cli("report", *flag, str(out))
+        assert shown.returncode == 0, shown.stderr
+        assert_no_raw_controls(shown.stdout)
