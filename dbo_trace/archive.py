@@ -13,6 +13,7 @@ import io
 import json
 import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,35 +27,88 @@ MEMBER_ROOT = "dbo-trace"
 REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
 
 
+# Reading an archive somebody attached is reading untrusted input: bounded in time and memory
+# (docs/outputs.md). `pack` writes the report third, after the summary and the picture, so it is
+# found among the first members, early in the (inflated) tar stream; a member larger than the cap
+# is refused from its header, before a byte of it is inflated.
+MAX_MEMBERS_BEFORE_REPORT = 16  # members read (headers only) before the report must have appeared
+MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and members skipped
+MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
+MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 6 deep
+
+
 def is_archive(path: Path) -> bool:
-    """A review archive: a tar file (gzipped or not) with the report's JSON inside."""
+    """A review archive: a tar file (gzipped or not) whose first member is one of `pack`'s
+    (`dbo-trace/...`). Only its first header is read; read_report_document checks the rest."""
     try:
         if not path.is_file() or not tarfile.is_tarfile(path):
             return False
         with tarfile.open(path) as tar:
-            return REPORT_MEMBER in tar.getnames()
-    except (OSError, tarfile.TarError, EOFError):
+            first = tar.next()
+            return first is not None and first.name.startswith(f"{MEMBER_ROOT}/")
+    except (OSError, tarfile.TarError, EOFError, zlib.error):
         return False
 
 
-def read_report_document(path: Path) -> dict:
-    """The JSON document the archive holds; UsageError (one line) where it cannot be read."""
+def _report_member(tar: tarfile.TarFile, path: Path, fix: str) -> tarfile.TarInfo:
+    """The report's header, reading the listing only as far as it: a bounded number of members, a
+    bounded number of bytes skipped, and no link, device or FIFO among them."""
     from dbo_trace.errors import UsageError
-    from dbo_trace.render.document import SCHEMA, SCHEMA_VERSION
 
+    for _ in range(MAX_MEMBERS_BEFORE_REPORT):
+        member = tar.next()
+        if member is None:
+            break
+        if not (member.isfile() or member.isdir()):
+            kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else "a device or FIFO"
+            raise UsageError(f"{path}: its member {member.name!r} is {kind}; an archive holds only files{fix}")
+        if member.name == REPORT_MEMBER:
+            if not member.isfile():
+                raise UsageError(f"{path}: {REPORT_MEMBER} is not a file{fix}")
+            if member.size > MAX_REPORT_BYTES:
+                raise UsageError(
+                    f"{path}: {REPORT_MEMBER} is {member.size / 1e6:.0f} MB, over the "
+                    f"{MAX_REPORT_BYTES >> 20} MiB a report may be{fix}"
+                )
+            return member
+        if member.offset_data + member.size > MAX_BYTES_BEFORE_REPORT:
+            break
+    raise UsageError(
+        f"{path}: no {REPORT_MEMBER} among its first {MAX_MEMBERS_BEFORE_REPORT} members and "
+        f"{MAX_BYTES_BEFORE_REPORT >> 20} MiB, where dbo-trace archive puts it{fix}"
+    )
+
+
+def read_report_document(path: Path) -> dict:
+    """The JSON document the archive holds, checked to have the shape the renderers read;
+    UsageError (one line) where it cannot be read."""
+    import msgspec
+
+    from dbo_trace.errors import UsageError
+    from dbo_trace.render.document import SCHEMA, SCHEMA_VERSION, document_problem
+
+    fix = "; re-create it with dbo-trace archive"
     try:
         with tarfile.open(path) as tar:
-            member = tar.extractfile(REPORT_MEMBER)
-            doc = json.loads(member.read()) if member is not None else None
-    except (OSError, tarfile.TarError, EOFError, ValueError) as exc:
-        raise UsageError(f"{path}: the archive's report cannot be read ({exc}); re-create it with dbo-trace archive") from None
+            member = _report_member(tar, path, fix)
+            stream = tar.extractfile(member)
+            data = stream.read(MAX_REPORT_BYTES + 1) if stream is not None else b""
+        doc = msgspec.json.decode(data)
+    except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
+        raise UsageError(f"{path}: the archive's report cannot be read ({exc}){fix}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise UsageError(f"{path}: {REPORT_MEMBER} is not valid JSON ({why}){fix}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report; re-create it with dbo-trace archive")
+        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report{fix}")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise UsageError(
-            f"{path}: its report has schema version {doc.get('schema_version')}, this dbo-trace reads {SCHEMA_VERSION}; "
+            f"{path}: its report has schema version {doc.get('schema_version')!r}, this dbo-trace reads {SCHEMA_VERSION}; "
             "re-create the archive from the recording"
         )
+    problem = document_problem(doc, MAX_DOCUMENT_DEPTH)
+    if problem is not None:
+        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {problem}{fix}")
     return doc
 
 

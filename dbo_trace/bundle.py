@@ -77,9 +77,39 @@ def event_files(bundle: Path, suffix: str = ".jsonl") -> list[Path]:
 COUNTERS_SUFFIX = ".counters.json"
 
 
+MAX_COUNTERS_BYTES = 4 << 20  # a process's counters file is a few KB; past this it is not one
+
+
+def _small_regular_file(path: Path, cap: int) -> bytes | None:
+    """The bytes of a regular file of at most cap bytes, else None, never blocking: opened
+    non-blocking (a FIFO does not wait for a writer) and checked on the open descriptor (a symlink
+    to /dev/zero is a device, however it was named)."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            return None
+        data = os.read(fd, cap + 1)
+        return data if len(data) <= cap else None
+    finally:
+        os.close(fd)
+
+
+def _finite_number(value: Any) -> bool:
+    import math
+
+    return (type(value) is int and abs(value) < 1 << 63) or (type(value) is float and math.isfinite(value))
+
+
 def read_counters(folder: Path) -> list[tuple[Path, dict[str, Any], float]]:
     """Every process's counters under a DBO_TRACE_DIR (or its events/ folder): (path, body, age in
-    seconds). A file being replaced or half-written is skipped this time round."""
+    seconds). A file being replaced or half-written is skipped this time round, and so is one that
+    is not a counters file: not a regular file (a FIFO, a device), over MAX_COUNTERS_BYTES, not a
+    JSON object of the format, nested too deeply. Of a body's counters only the finite numbers are
+    kept, and a pid that is not a whole number becomes -1."""
     import time
 
     paths = event_files(folder, COUNTERS_SUFFIX) or (
@@ -88,11 +118,17 @@ def read_counters(folder: Path) -> list[tuple[Path, dict[str, Any], float]]:
     out = []
     for path in paths:
         try:
-            body = json.loads(path.read_text())
+            data = _small_regular_file(path, MAX_COUNTERS_BYTES)
+            body = json.loads(data) if data is not None else None
             age = time.time() - path.stat().st_mtime
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(body, dict) and body.get("format") == COUNTERS_FORMAT:
+            counters = body.get("counters")
+            counters = counters if isinstance(counters, dict) else {}
+            body["counters"] = {str(k): v for k, v in counters.items() if _finite_number(v)}
+            if not (type(body.get("pid")) is int and _finite_number(body["pid"])):
+                body["pid"] = -1
             out.append((path, body, age))
     return out
 

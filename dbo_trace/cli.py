@@ -13,7 +13,7 @@ import click
 
 from dbo_trace import __version__
 from dbo_trace.demo.workload import MODES as DEMO_MODES
-from dbo_trace.errors import UsageError
+from dbo_trace.errors import UsageError, inert
 from dbo_trace.files import replace_file
 from dbo_trace.ui import reading_bar
 
@@ -42,7 +42,7 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except UsageError as exc:
-            click.echo(f"dbo-trace: error: {exc}", err=True)
+            click.echo(f"dbo-trace: error: {inert(str(exc))}", err=True)  # messages quote paths and names
             ctx.exit(exc.exit_code)
 
 
@@ -87,7 +87,7 @@ def _write_file(data: bytes, path: Path) -> None:
         replace_file(path, data)
     except OSError as exc:
         fail(f"{path}: cannot write ({exc.strerror})")
-    click.echo(f"wrote {path} ({len(data) / 1e6:.2f} MB)", err=True)
+    click.echo(f"wrote {inert(str(path))} ({len(data) / 1e6:.2f} MB)", err=True)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -231,7 +231,7 @@ def report(
             _write_file(as_bytes(renderer.render(result, shown)), path)
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
-                click.echo(f"  rank {rank.rank}, step {step_name(rank, position)}", err=True)
+                click.echo(f"  rank {rank.rank}, step {inert(step_name(rank, position))}", err=True)
                 if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
                     click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
     rendered = main_output.render(result, shown)
@@ -284,7 +284,7 @@ def _analyzed(paths: list[Path], options, workers: int | None = None):
         n = workers_for(len(found.traces), workers, size)
         result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
-        click.echo(f"dbo-trace: warning: {warning}", err=True)
+        click.echo(f"dbo-trace: warning: {inert(warning)}", err=True)
     return result
 
 
@@ -327,7 +327,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
     for warning in shape_warnings(names, reports):
-        click.echo(f"dbo-trace: warning: {warning}", err=True)
+        click.echo(f"dbo-trace: warning: {inert(warning)}", err=True)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
     _write_output(renderer.render(compared, RenderOptions(color=_color(output))), output)
@@ -362,9 +362,9 @@ def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
         packed = pack(result, source, out, int(max_mb * 1e6), steps)
     except ValueError as exc:
         fail(f"{out}: {exc}")
-    click.echo(f"wrote {packed.archive} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
+    click.echo(f"wrote {inert(str(packed.archive))} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")
     for line in packed.trimmed:
-        click.echo(f"  {line}")
+        click.echo(f"  {inert(line)}")  # step labels
 
 
 # The command's first name, kept so that scripts written for it still run.
@@ -692,7 +692,8 @@ def run() -> None:
         if os.environ.get("DBO_TRACE_DEBUG"):
             raise
         click.echo(
-            f"dbo-trace: internal error: {type(exc).__name__}: {exc} (set DBO_TRACE_DEBUG=1 for details and please report it)",
+            f"dbo-trace: internal error: {type(exc).__name__}: {inert(str(exc))} "
+            "(set DBO_TRACE_DEBUG=1 for details and please report it)",
             err=True,
         )
         sys.exit(3)

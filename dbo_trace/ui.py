@@ -5,6 +5,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from dbo_trace.errors import inert
+
 PROGRESS_MIN_BYTES = 32 << 20  # below this a load is quick: no bar
 
 
@@ -40,16 +42,18 @@ class ConsoleProgress:
     def __init__(self) -> None:
         self.console = _console()
 
-    # Texts hold paths and server output: escaped, so a folder named `b[/]x` prints as itself.
+    # Texts hold paths and server output: data, so a folder named `b[/]x` prints as itself and no
+    # control sequence in a server's line reaches the terminal.
     def phase(self, text: str) -> None:
-        from rich.markup import escape
+        from rich.text import Text
 
-        self.console.print(f"[bold cyan]dbo-trace[/]: {escape(text)}", highlight=False, soft_wrap=True)
+        line = Text.assemble(("dbo-trace", "bold cyan"), ": " + inert(text))
+        self.console.print(line, highlight=False, soft_wrap=True, emoji=False)
 
     def note(self, text: str) -> None:
-        from rich.markup import escape
+        from rich.text import Text
 
-        self.console.print(f"[dim]dbo-trace: {escape(text)}[/]", highlight=False, soft_wrap=True)
+        self.console.print(Text("dbo-trace: " + inert(text), style="dim"), highlight=False, soft_wrap=True, emoji=False)
 
     @contextmanager
     def counter(self, label: str, total: int) -> Iterator[Callable[[int], None]]:

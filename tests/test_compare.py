@@ -55,8 +55,8 @@ def test_compare_markdown_and_labels():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("| arm | steps of | steps | step time")
-    assert lines[2].startswith("| eager | all | 5 |") and "baseline" in lines[2]
-    assert lines[3].startswith("| graphs | all | 5 |") and "%" in lines[3]
+    assert lines[2].startswith("| `eager` | all | 5 |")  # a label is a name: in code and "baseline" in lines[2]
+    assert lines[3].startswith("| `graphs` | all | 5 |") and "%" in lines[3]
 
 
 @pytest.mark.parametrize(

@@ -203,3 +203,55 @@ def test_a_nested_trace_events_key_elsewhere_is_not_the_events(tmp_path):
     proc = report(path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["gpu"]["kernels"] == plain["gpu"]["kernels"]
+
+
+def _bundle_copy(tmp_path):
+    import shutil
+
+    folder = tmp_path / "run"
+    shutil.copytree(SAMPLES / "overlap", folder)
+    return folder
+
+
+@pytest.mark.parametrize("version", ["1", 1.5, -1, True, [1], 1 << 70])
+def test_an_event_log_header_of_the_wrong_type_is_one_warning(tmp_path, version):
+    """The log is skipped with one warning naming it; the trace is still reported."""
+    folder = _bundle_copy(tmp_path)
+    (log,) = (folder / "events").glob("*.jsonl")
+    lines = log.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["version"] = version
+    log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    proc = report(folder)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert str(log) in line and "version" in line and "not a whole number" in line
+    assert json.loads(proc.stdout)["microbatch_source"] != "event log"
+
+
+@pytest.mark.parametrize("base", [1e300, 1 << 70, -(1 << 65), "1795942397548009168", [1]])
+def test_a_base_time_out_of_range_is_a_warning_not_a_crash(tmp_path, base):
+    folder = _bundle_copy(tmp_path)
+    (trace,) = (folder / "traces").glob("*.json.gz")
+    doc = json.loads(gzip.decompress(trace.read_bytes()))
+    doc["baseTimeNanoseconds"] = base
+    trace.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+    proc = report(folder)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert any("baseTimeNanoseconds" in w and str(trace) in w for w in out["warnings"]), out["warnings"]
+    assert "baseTimeNanoseconds" in proc.stderr
+
+
+def test_a_kernel_with_a_negative_duration_is_counted_in_the_warnings(tmp_path):
+    """docs/performance.md: left out, counted and said, in the JSON's warnings and on stderr."""
+    doc = real_events()
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["dur"] = -3.0
+    path = write(tmp_path, doc)
+    proc = report(path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["gpu"]["kernels"] == len(kernels) - 1
+    assert f"{path}: 1 events left out: negative duration" in out["warnings"]
+    assert "1 events left out: negative duration" in proc.stderr

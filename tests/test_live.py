@@ -35,3 +35,35 @@ def test_a_graph_run_counts_replays_per_mode_in_the_engine_core():
             mode = key.split("/")[1]
             want[mode] = want.get(mode, 0) + value
     assert engine[0].graph_replays == want and engine[0].steps == 0  # no DBO: no UBatchWrapper steps
+
+
+def test_top_reads_hostile_counters_files_in_bounded_time(tmp_path):
+    """A counters folder is written by whatever runs there: a symlink to /dev/zero, a FIFO, a list,
+    numbers out of range, deep nesting and markup or control sequences in names are read in
+    bounded time and memory (regular files of at most a few MB, opened without blocking), skipped
+    or shown inert; the real process beside them is still shown."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    (real,) = (SAMPLES / "recorded-overlap" / "events").glob("*.counters.json")
+    body = json.loads(real.read_text())
+    (tmp_path / "a-1.counters.json").write_text(json.dumps(body))
+    os.symlink("/dev/zero", tmp_path / "b-2.counters.json")
+    os.mkfifo(tmp_path / "c-3.counters.json")
+    (tmp_path / "d-4.counters.json").write_text("[1, 2]")
+    (tmp_path / "e-5.counters.json").write_text(json.dumps({**body, "pid": 5, "counters": "many"}))
+    infinite = json.dumps({**body, "pid": 6}).replace('"steps.eager_microbatched": 19', '"steps.eager_microbatched": 1e400')
+    (tmp_path / "f-6.counters.json").write_text(infinite)
+    (tmp_path / "g-7.counters.json").write_text('{"format": "dbo-trace-counters", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    hostile = {**body, "pid": "[/x]", "counters": {"steps.[/x][link=http://e/]a\x1b]52;c;eA==\x07": 3, "steps.ok": 2}}
+    (tmp_path / "h-8.counters.json").write_text(json.dumps(hostile))
+    proc = subprocess.run(
+        [sys.executable, "-m", "dbo_trace.cli", "top", "--once", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f]", proc.stdout)
+    text = " ".join(proc.stdout.split())  # the table may wrap a cell
+    assert "573" in text and "eager_microbatched 19" in text  # the real process
+    assert "[/x][link=http://e/]a\\x1b]52;c;eA==" in text  # shown as written (the cell may be cut), inert

@@ -8,6 +8,7 @@ Counter names (dbo_trace/record/hooks.py): `steps.<path>` per UBatchWrapper call
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +32,18 @@ class LiveRow:
     hooks_enabled: bool = True
 
 
+def _counts(body: dict[str, Any]) -> dict[str, int]:
+    """A body's counters that are finite numbers, as whole numbers (a counters file is input)."""
+    raw = body.get("counters")
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): int(v) for k, v in raw.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
 def live_row(
     body: dict[str, Any], previous: dict[str, Any] | None = None, interval_s: float | None = None, age_s: float | None = None
 ) -> LiveRow:
-    counters: dict[str, int] = {k: int(v) for k, v in body.get("counters", {}).items() if isinstance(v, (int, float))}
+    counters = _counts(body)
     paths = {k.split(".", 1)[1]: v for k, v in counters.items() if k.startswith("steps.")}
     steps = sum(paths.values())
     microbatched = sum(paths.get(p, 0) for p in MICROBATCHED_PATHS)
@@ -54,10 +63,10 @@ def live_row(
             waits[int(parts[1])] = value / 1000.0 / microbatched
     rate = None
     if previous is not None and interval_s:
-        before = sum(int(v) for k, v in previous.get("counters", {}).items() if k.startswith("steps."))
+        before = sum(v for k, v in _counts(previous).items() if k.startswith("steps."))
         rate = max(0, steps - before) / interval_s
     return LiveRow(
-        pid=int(body.get("pid", -1)),
+        pid=pid if type(pid := body.get("pid")) is int else -1,
         steps=steps,
         steps_per_s=rate,
         microbatched_share=microbatched / steps if steps else None,

@@ -496,6 +496,13 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
     return WindowMetrics(**out)  # type: ignore[arg-type]  # each field's value, combined by its rule
 
 
+def _input_warnings(ranks: list[RankReport]) -> list[str]:
+    """What each trace's reader left out or could not use (events with a negative duration, a
+    baseTimeNanoseconds out of range, ...): a rank's notes, and the report's warnings too, which
+    the JSON lists and `report` prints on stderr, so nothing is dropped without a word."""
+    return list(dict.fromkeys(w for r in ranks if r.detail is not None for w in r.detail.timeline.warnings))
+
+
 def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
     added the same way (in-step where every rank has marker steps)."""
@@ -536,7 +543,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         ),
         options=options,
         window=window,
-        warnings=warnings,
+        warnings=warnings + [w for w in _input_warnings(ranks) if w not in warnings],
         cross_rank=peers,
         host_causes=causes,
         host_test=host,

@@ -13,6 +13,7 @@ from dbo_trace.render import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, wrap
+from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 3
@@ -83,8 +84,8 @@ def _change(arm: Arm) -> str:
 
 
 def render_markdown(arms: list[Arm]) -> str:
-    out = md_table(HEADER, _rows(arms))
-    return "\n".join(out + ["", noise_line(arms), ""])
+    out = md_table(HEADER, [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)])  # the arm's label: a name
+    return "\n".join(out + ["", markdown_text(noise_line(arms)), ""])
 
 
 def _rounded(arm: dict) -> dict:
@@ -132,14 +133,14 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
     from rich.text import Text
 
     width = width or max(80, shutil.get_terminal_size((100, 24)).columns)
-    rows = _rows(arms)
+    rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
     shown = list(range(len(COLUMNS)))
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
-    for line in [*lines, *wrap(noise_line(arms), width, "", "  ")]:
+    for line in [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]:
         console.print(Text(line), soft_wrap=True)
     return strip_trailing(buf.getvalue())
 

@@ -5,6 +5,7 @@ Only field selection and rounding live here; every figure comes from dbo_trace.a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Callable
@@ -463,3 +464,206 @@ def cross_rank_block(view) -> dict[str, Any] | None:
         ],
         "notes": list(view.notes),
     }
+
+
+# The shape of a stored document, as far as the renderers read it (render_document): what an
+# archive's report.json must hold before it is shown. A dict spec lists required keys (others are
+# allowed; a key ending in `?` may be absent); [spec] is a list of it; Nullable(spec) also allows null; MapOf(spec) is a dict of
+# any keys whose values have the shape; OneOf(...) a string among those. NUMBER is an int or a
+# finite float (not a bool), within the range a float holds.
+class Nullable:
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+
+class MapOf:
+    def __init__(self, spec: Any):
+        self.spec = spec
+
+
+class OneOf:
+    def __init__(self, *values: str):
+        self.values = values
+
+
+NUMBER, INT, TEXT, FLAG = "number", "whole number", "string", "true or false"
+_NUM = Nullable(NUMBER)
+_VERDICT = {"label": TEXT, "reasons": [TEXT]}
+
+
+def _figure_blocks() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for f in WINDOW_FIGURES:
+        out.setdefault(f.block, {})[f.key] = Nullable(FLAG) if f.key == "bound" else _NUM
+    return out
+
+
+def _with_figures(spec: dict[str, Any]) -> dict[str, Any]:
+    merged = {**spec}
+    for block, keys in _figure_blocks().items():
+        merged[block] = {**keys, **spec.get(block, {})}
+    return merged
+
+
+def _document_shape() -> dict[str, Any]:
+    from dbo_trace.analysis.exposure import REASON_SHORT, REASON_TEXT
+
+    time = {k: NUMBER for k in ("window_us", "compute_us", "comm_exposed_us", "copy_us", "host_idle_us", "other_idle_us")}
+    step = _with_figures(
+        {
+            "rank": INT,
+            "label": TEXT,
+            "path": Nullable(TEXT),
+            "phase": Nullable(TEXT),
+            "step_us": _NUM,
+            "replayed": FLAG,
+            "verdict": _VERDICT,
+        }
+    )
+    phase = {
+        "steps": INT,
+        **{k: _NUM for k in ("median_step_us", "gpu_utilization", "host_idle_fraction", "comm_hidden_fraction")},
+        "replayed_kernel_fraction": _NUM,
+        "verdict": {"label": Nullable(TEXT), "reasons": [TEXT], "per_rank?": [Nullable(TEXT)]},
+    }
+    round_trips = Nullable(
+        {
+            "source": TEXT,
+            "layers": Nullable(INT),
+            "criterion_met": Nullable(FLAG),
+            **{
+                k: _NUM
+                for k in ("step_us", "per_step", "per_layer", "per_round_trip_us", "comm_per_round_trip_us")
+                + ("compute_per_round_trip_us", "ratio")
+            },
+        }
+    )
+    causes = {"kernels": INT, "delay_us": _NUM}
+    held = Nullable(
+        {
+            "comm_kernels_examined": INT,
+            "kernels": INT,
+            "delay_us": _NUM,
+            "median_delay_us": _NUM,
+            "by_cause": MapOf(causes),
+            "holders": [{"name": TEXT, "kernels": INT}],
+            "late_record_example": Nullable(
+                {"record_call": TEXT, "thread": INT, "ubatch": INT, "after_holder_launch_us": _NUM, "holder": TEXT}
+            ),
+        }
+    )
+    rank = _with_figures(
+        {
+            "rank": INT,
+            "steps": [step],
+            "verdict": _VERDICT,
+            "notes": [TEXT],
+            "time": time,
+            "host_test": {"fraction": _NUM, "basis": TEXT},
+            "contention": Nullable(
+                {
+                    "compute_slowdown": _NUM,
+                    "comm_slowdown": _NUM,
+                    "compute_kernels_overlapped": Nullable(INT),
+                    "comm_kernels_overlapped": Nullable(INT),
+                    "serial_estimate_us": _NUM,
+                    "busy_us": _NUM,
+                    "saved_us": _NUM,
+                }
+            ),
+            "exposed_comm_reasons": Nullable({"exposed_us": _NUM, **{f"{r}_us?": _NUM for r in REASON_TEXT}}),
+            "held_back_comm": held,
+            "comm_operations": [
+                {
+                    "ubatch": INT,
+                    "index": INT,
+                    "steps": INT,
+                    "median_us": _NUM,
+                    "hidden_fraction": _NUM,
+                    "median_exposed_us": _NUM,
+                    "reason": Nullable(OneOf(*REASON_SHORT)),
+                }
+            ],
+            "comm_kernel_names": [{"name": TEXT, "count": INT}],
+            "top_compute_kernels": [{"name": TEXT, "count": INT, "total_us": _NUM}],
+        }
+    )
+    return _with_figures(
+        {
+            "dbo_trace_version": TEXT,
+            "inputs": [TEXT],
+            "steps_source": TEXT,
+            "microbatch_source": TEXT,
+            "phases": MapOf(phase),
+            "round_trips": round_trips,
+            "steps": [step],
+            "verdict": _VERDICT,
+            "ranks": [rank],
+            "cross_rank": Nullable({"summary": TEXT, "notes": [TEXT]}),
+            "warnings": [TEXT],
+        }
+    )
+
+
+_MAX_FLOAT_INT = 1 << 1000  # an int beyond a float's range cannot be formatted as a time
+
+
+def _problem(value: Any, spec: Any, where: str) -> str | None:
+    if isinstance(spec, Nullable):
+        return None if value is None else _problem(value, spec.spec, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        for key, inner in spec.items():
+            key, may_be_absent = (key[:-1], True) if key.endswith("?") else (key, False)
+            if key not in value:
+                if may_be_absent:
+                    continue
+                return f"{where}.{key} is missing"
+            found = _problem(value[key], inner, f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} is not a list"
+        return next((p for i, v in enumerate(value) if (p := _problem(v, spec[0], f"{where}[{i}]"))), None)
+    if isinstance(spec, MapOf):
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        return next((p for k, v in value.items() if (p := _problem(v, spec.spec, f"{where}.{k}"))), None)
+    if isinstance(spec, OneOf):
+        return None if value in spec.values else f"{where} is not one of {', '.join(spec.values)}"
+    ok = {
+        TEXT: isinstance(value, str),
+        FLAG: isinstance(value, bool),
+        INT: type(value) is int and abs(value) < _MAX_FLOAT_INT,
+        NUMBER: (type(value) is int and abs(value) < _MAX_FLOAT_INT) or (type(value) is float and math.isfinite(value)),
+    }[spec]
+    return None if ok else f"{where} is not a {spec}"
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """Whether the value nests deeper than limit (iteratively: no recursion to exhaust)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
+        if not level:
+            return False
+    return any(isinstance(c, (dict, list)) for c in level)
+
+
+def document_problem(document: Any, max_depth: int = 32) -> str | None:
+    """Why a stored document cannot be shown (the first problem found, naming its place, e.g.
+    `ranks[0].verdict.label is missing`), or None: nested no deeper than max_depth, and every field
+    the renderers read there with its type."""
+    if _depth(document, max_depth):
+        return f"nested more than {max_depth} deep"
+    found = _problem(document, _document_shape(), "report")
+    if found:
+        return found
+    for i, rank in enumerate(document["ranks"]):  # a late record is shown with its example
+        held = rank["held_back_comm"]
+        if held and "late_record" in held["by_cause"] and held["late_record_example"] is None:
+            return f"report.ranks[{i}].held_back_comm.late_record_example is missing"
+    return None

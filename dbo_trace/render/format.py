@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from dbo_trace.render import document
+from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 
 
 def ms(us: float | None) -> str:
@@ -71,8 +72,9 @@ def aligned_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def md_table(header: list[str], rows: list[list]) -> list[str]:
-    """A Markdown table, one string per line."""
-    row = lambda cells: "| " + " | ".join(str(c) for c in cells) + " |"  # noqa: E731
+    """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
+    stays text, no cell ends early or forges a row)."""
+    row = lambda cells: "| " + " | ".join(markdown_cell(c) for c in cells) + " |"  # noqa: E731
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
 
 
@@ -113,7 +115,7 @@ def _figure_cell(value: Any) -> str:
 def figure_table(ranks: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Every figure of every rank (document.WINDOW_FIGURES), as the JSON holds it: a figure a row."""
     header = ["figure", *(f"rank {r['rank']}" for r in ranks)]
-    return header, [[f.name, *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
+    return header, [[Markdown(f.name), *(_figure_cell(document.figure_of(r, f)) for r in ranks)] for f in document.WINDOW_FIGURES]
 
 
 PHASE_HEADER = (
@@ -148,25 +150,6 @@ def top_cause_cell(causes: dict | None, escape: Callable[[str], str] = str, name
 def cut(text: str, width: int | None) -> str:
     """A long name cut to width, its end marked ("..." where the name was cut on purpose)."""
     return text if width is None or len(text) <= width else text[: max(1, width - 3)] + "..."
-
-
-def md_escape(text: str) -> str:
-    """A trace string inert in a Markdown line or table cell: no table breaks, code spans, emphasis,
-    links, HTML or new lines."""
-    for old, new in (
-        ("\\", "\\\\"),
-        ("|", "\\|"),
-        ("`", "\\`"),
-        ("*", "\\*"),
-        ("_", "\\_"),
-        ("[", "\\["),
-        ("]", "\\]"),
-        ("<", "&lt;"),
-        ("\r", " "),
-        ("\n", " "),
-    ):
-        text = text.replace(old, new)
-    return text
 
 
 def host_cause_lines(d: dict) -> list[str]:
@@ -372,10 +355,11 @@ def summary_markdown(d: dict) -> list[str]:
                 f"({k['kernels']} kernels, {ms(k['total_us'])})</summary>",
                 "",
             ]
-            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code) for row in shown]) + ["", "</details>", ""]
         ranges = r.get("cpu_range_summary")
         if ranges:
             shown = ranges[:MD_CPU_RANGE_ROWS]
             out += [f"<details><summary>Rank {r['rank']} CPU ranges by the host-caused GPU idle they explain</summary>", ""]
-            out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, md_escape) for row in shown]) + ["", "</details>", ""]
+            out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, markdown_code) for row in shown])
+            out += ["", "</details>", ""]
     return out

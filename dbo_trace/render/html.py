@@ -5,9 +5,6 @@ handed to it as JSON; it computes nothing."""
 
 from __future__ import annotations
 
-import html
-import json
-
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render import RenderOptions
@@ -30,6 +27,7 @@ from dbo_trace.render.format import (
     step_number_cell,
 )
 from dbo_trace.render.markdown import round_trip_note
+from dbo_trace.render.safe import html_text, script_json
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
@@ -76,16 +74,16 @@ def _views(report: Report) -> list[dict]:
 
 
 def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in header)
     body = "".join(
-        f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
+        f"<tr{(row_attrs or [''] * len(rows))[i]}>" + "".join(f"<td>{html_text(c)}</td>" for c in r) + "</tr>"
         for i, r in enumerate(rows)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _list(items: list[str], css: str) -> str:
-    return f'<ul class="{css}">' + "".join(f"<li>{html.escape(x)}</li>" for x in items) + "</ul>" if items else ""
+    return f'<ul class="{css}">' + "".join(f"<li>{html_text(x)}</li>" for x in items) + "</ul>" if items else ""
 
 
 def _diagnosis(d: dict) -> str:
@@ -107,7 +105,7 @@ def _diagnosis(d: dict) -> str:
             )
     cross = d["cross_rank"]
     if cross:
-        out.append(f'<p id="cross-rank">Across ranks: {html.escape(cross["summary"])}</p>' + _list(cross["notes"], "notes"))
+        out.append(f'<p id="cross-rank">Across ranks: {html_text(cross["summary"])}</p>' + _list(cross["notes"], "notes"))
     return "\n".join(out)
 
 
@@ -153,19 +151,19 @@ class HtmlRenderer:
             if not rt
             else "<h2>Round trips</h2>"
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
-            + f'<p id="round-trip-note">{html.escape(round_trip_note(rt))}</p>'
+            + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'
         )
         reasons = "".join(
-            f"<li>{html.escape(r)}</li>"
+            f"<li>{html_text(r)}</li>"
             for r in [*d["verdict"]["reasons"], *(f"host time: {line}" for line in host_cause_lines(d))]
         )
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
-        data = json.dumps({"views": views, "kinds": KINDS}, separators=(",", ":")).replace("</", "<\\/")
+        data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
-            verdict=html.escape(d["verdict"]["label"]),
-            finding=html.escape(headline(d["verdict"])[len(d["verdict"]["label"]) :]),
+            verdict=html_text(d["verdict"]["label"]),
+            finding=html_text(headline(d["verdict"])[len(d["verdict"]["label"]) :]),
             reasons=reasons,
-            inputs=html.escape(", ".join(d["inputs"])),
+            inputs=html_text(", ".join(d["inputs"])),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
             diagnosis=_diagnosis(d),
             figures=_table(*figure_table(d["ranks"])),
@@ -175,8 +173,8 @@ class HtmlRenderer:
                 ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
             ),
             notes=("<h2>Notes</h2>" + _list(notes, "notes")) if notes else "",
-            sources=html.escape(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}"),
-            version=html.escape(d["dbo_trace_version"]),
+            sources=html_text(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}"),
+            version=html_text(d["dbo_trace_version"]),
             data=data,
         )
 

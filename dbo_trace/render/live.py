@@ -4,9 +4,11 @@ and as plain lines (one per process per refresh) for a pipe or a file. Presentat
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from dbo_trace.analysis.live import LiveRow
 from dbo_trace.render.format import pct
+from dbo_trace.render.safe import terminal_text
 
 HEADER = ("pid", "steps", "steps/s", "microbatched", "paths", "graph replays", "yields/step", "wait/step per ubatch", "age")
 
@@ -28,14 +30,20 @@ def live_cells(r: LiveRow) -> list[str]:
     ]
 
 
+def _cell(text: str) -> Text:
+    """Counter keys and the folder's name are data: shown inert, never read as rich markup."""
+    return Text(terminal_text(text))
+
+
 def live_table(rows: list[LiveRow], title: str) -> Table:
-    table = Table(*HEADER, title=title, title_justify="left")
+    table = Table(*HEADER, title=_cell(title), title_justify="left")
     for r in rows:
-        table.add_row(*live_cells(r))
+        table.add_row(*map(_cell, live_cells(r)))
     return table
 
 
 def live_lines(rows: list[LiveRow], title: str, clock: str) -> list[str]:
     """One refresh as plain lines for a pipe or a log: `clock title`, then a line per process of
-    `column: value` pairs (no colour, no box, no cursor movement)."""
-    return [f"{clock} {title}"] + [f"{clock} " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER, live_cells(r))) for r in rows]
+    `column: value` pairs (no colour, no box, no cursor movement); every string inert."""
+    lines = [f"{clock} {title}"] + [f"{clock} " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER, live_cells(r))) for r in rows]
+    return [terminal_text(line) for line in lines]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from dbo_trace.analysis.report import Report
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.document import build_document
@@ -16,7 +14,6 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     host_cause_lines,
-    md_escape,
     md_table,
     ms,
     operation_cells,
@@ -29,19 +26,13 @@ from dbo_trace.render.format import (
     tri,
     us,
 )
-
-
-def _code(text: str) -> str:
-    """Inline code that holds any text: a fence longer than the text's longest run of backticks."""
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+from dbo_trace.render.safe import markdown_code, markdown_text
 
 
 def picture_note(image: str) -> list[str]:
     """Where the picture is and how it gets into a comment: a GitHub comment cannot show a file from
     the reviewer's disk (a link to a local path is a broken image), so it says to attach it instead."""
-    name = _code(image)
+    name = markdown_code(image)
     return [
         f"> **Picture to attach:** the CPU/GPU timeline of one step is the file {name} (its path is relative to "
         f"where this Markdown was written). A GitHub comment cannot show a file from your disk: drag {name} into "
@@ -68,15 +59,15 @@ class MarkdownRenderer:
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
         label = d["verdict"]["label"]
-        out = [f"### dbo-trace: **{label}**{headline(d['verdict'])[len(label) :]}", ""]
-        out += [f"- {reason}" for reason in d["verdict"]["reasons"]]
-        out += [f"- host time: {md_escape(line)}" for line in host_cause_lines(d)]
+        out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d['verdict'])[len(label) :])}", ""]
+        out += [f"- {markdown_text(reason)}" for reason in d["verdict"]["reasons"]]
+        out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
-            out += [f"- {line}" for r in d["ranks"] if (line := line_of(r))]
+            out += [f"- {markdown_text(line)}" for r in d["ranks"] if (line := line_of(r))]
         for r in d["ranks"]:  # long: folded, like the per-step table
             ops = r["comm_operations"]
             if ops:
@@ -85,10 +76,10 @@ class MarkdownRenderer:
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
         if d["phases"]:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph, md_escape) for name, ph in d["phases"].items()]
+                list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d["phases"].items()]
             )
         if d["cross_rank"]:
-            out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
+            out += ["", f"Across ranks: {markdown_text(d['cross_rank']['summary'])}."]
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
@@ -112,9 +103,9 @@ class MarkdownRenderer:
                 [
                     s["rank"],
                     step_number_cell(s),
-                    s["label"],
+                    markdown_code(s["label"]),
                     s["phase"] or "-",
-                    s["path"] or "-",
+                    markdown_code(s["path"]) if s["path"] else "-",
                     ms(s["step_us"]),
                     pct(s["comm"]["hidden_fraction"]),
                     pct(s["host"]["idle_fraction"]),
@@ -132,9 +123,9 @@ class MarkdownRenderer:
         out += summary_markdown(d)
         notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
         if notes:
-            out += ["Notes:", *[f"- {n}" for n in notes], ""]
+            out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(
-            f"<sub>dbo-trace {d['dbo_trace_version']}; microbatches from {d['microbatch_source']}, "
-            f"steps from {d['steps_source']}</sub>"
+            f"<sub>dbo-trace {markdown_text(d['dbo_trace_version'])}; microbatches from "
+            f"{markdown_text(d['microbatch_source'])}, steps from {markdown_text(d['steps_source'])}</sub>"
         )
         return "\n".join(out) + "\n"

@@ -36,6 +36,7 @@ from dbo_trace.render.format import (
     us,
 )
 from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, wrap
+from dbo_trace.render.safe import terminal_document
 
 _STYLE = {
     "overlapped": "bold green",
@@ -164,6 +165,7 @@ class TerminalRenderer:
 
     def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
         """From the JSON document alone: what `report` shows of a review archive's report.json."""
+        d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         out = _Lines(width, options.color)

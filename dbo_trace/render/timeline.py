@@ -7,6 +7,7 @@ import io
 
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
 from dbo_trace.render import RenderOptions
+from dbo_trace.render.safe import plot_text
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
 KIND_STYLE = {  # alpha, hatch
@@ -100,7 +101,7 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
         legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
     shown = {b.group for b in view.bars if b.group is not None}
     names = [g for g in view.groups[: len(GROUP_COLOURS)] if g in shown]
-    legend += [Patch(facecolor=group_colour(view, g), label=_short(g)) for g in names]
+    legend += [Patch(facecolor=group_colour(view, g), label=plot_text(_short(g))) for g in names]  # trace names
     if shown - set(names):
         legend.append(Patch(facecolor=OTHER_GROUP, label="other CPU ranges"))
     title = _title_lines(view.title)
@@ -152,15 +153,15 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
             fontsize=FONT - 1,
             color="#d62728",
         )
-    ax.set_yticks(list(row.values()), list(row.keys()), fontsize=FONT)
+    ax.set_yticks(list(row.values()), [plot_text(lane) for lane in row], fontsize=FONT)  # lanes hold thread names
     ax.set_xlim(0, view.duration / scale)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel("ms from the step's start", fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
-    title_text = fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
+    fig.suptitle(plot_text(title), x=0.01, ha="left", fontsize=TITLE_FONT)  # the title holds the step's label
     key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
-    handle = key.legend(
+    key.legend(
         handles=legend,
         fontsize=FONT,
         ncol=LEGEND_COLUMNS,
@@ -172,9 +173,6 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
         columnspacing=1.2,
         handlelength=1.5,
     )
-    for text in [title_text, *handle.get_texts()]:  # trace names and step labels: no math, no TeX
-        text.set_parse_math(False)
-        text.set_usetex(False)
     fig.tight_layout(pad=0.4, h_pad=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format=image_format, dpi=DPI)

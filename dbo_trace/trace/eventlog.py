@@ -47,6 +47,10 @@ def read_event_log(path: Path) -> EventLogData:
         header = None
     if not isinstance(header, dict) or header.get("format") != fmt.EVENTS_FORMAT:
         raise InputError(f"{path}: not a dbo-trace event log (its first line is not the header)")
+    for key in ("version", "pid"):  # the header's numbers, compared and matched below: whole numbers or absent
+        value = header.get(key)
+        if value is not None and not (type(value) is int and 0 <= value < _MAX_INT):
+            raise InputError(f"{path}: the event log header's {key} is {value!r}, not a whole number; the log is damaged")
     if header.get("version", 0) > fmt.EVENTS_VERSION:
         raise InputError(
             f"{path}: event log version {header.get('version')} is newer than this dbo-trace reads; upgrade dbo-trace"

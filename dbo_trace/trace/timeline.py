@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -94,6 +95,12 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
     gpu, calls, cpu = (Intervals(start[i], end[i], name[i], lane[i], correlation[i]) for i in range(3))
     base = raw.metadata.get("baseTimeNanoseconds")
     warnings = []
+    if base is not None and not _valid_base_time(base):  # an int64 of nanoseconds, as Kineto writes it
+        warnings.append(
+            f"{raw.path}: its baseTimeNanoseconds {base!r:.40} is not a time in nanoseconds; the trace is not "
+            "aligned with the event log or the other ranks"
+        )
+        base = None
     if raw.skipped_no_time:
         warnings.append(f"{raw.path}: {raw.skipped_no_time} events without a timestamp were ignored")
     for reason, count in raw.dropped.items():
@@ -108,7 +115,17 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         calls=calls,
         cpu=cpu,
         cpu_is_annotation=cpu_is_annotation,
-        base_time_ns=int(base) if isinstance(base, (int, float)) else None,
+        base_time_ns=None if base is None else int(base),
         metadata=raw.metadata,
         warnings=warnings,
     )
+
+
+def _valid_base_time(value: object) -> bool:
+    """A whole number of nanoseconds an int64 holds, also after a microsecond timestamp is added."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return abs(value) < MAX_BASE_TIME_NS
+
+
+MAX_BASE_TIME_NS = 1 << 62  # ~146 years of nanoseconds from the epoch; int64 arithmetic never overflows below

@@ -1,0 +1,185 @@
+"""`report ARCHIVE` reads an archive somebody attached: untrusted input, read in bounded time and
+memory (the caps of docs/outputs.md), and a damaged one is one line and exit 2, never a crash.
+
+Each hostile archive is built here with tarfile from a real one (`dbo-trace archive samples/late`):
+a report member that inflates past the cap, thousands of members before the report, a huge member
+first, links, devices and FIFOs, and report documents with missing keys, wrong types, deep
+nesting and lone surrogates. The caps are lowered for the size cases, so that the members that
+exceed them stay small enough to build in a test; the code path is the one the defaults take."""
+
+import copy
+import io
+import json
+import tarfile
+import time
+
+import pytest
+from conftest import SAMPLES, run_cli
+
+from dbo_trace import archive
+from dbo_trace.render import RENDERERS, RenderOptions
+from dbo_trace.render.document import document_problem
+
+REPORT = "dbo-trace/report.json"
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """The members of a real archive, in order: (name, bytes)."""
+    out = tmp_path_factory.mktemp("real") / "late.tar.gz"
+    assert run_cli("archive", str(SAMPLES / "late"), "-o", str(out)).returncode == 0
+    with tarfile.open(out) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def build(path, entries):
+    """A gzipped tar of entries: (name, bytes) for a file, or a TarInfo of another type."""
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        for entry in entries:
+            if isinstance(entry, tarfile.TarInfo):
+                tar.addfile(entry)
+            else:
+                name, data = entry
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def with_report(real, data):
+    return [(n, data if n == REPORT else d) for n, d in real]
+
+
+def document(real):
+    return json.loads(dict(real)[REPORT])
+
+
+def refused(path, *words):
+    started = time.perf_counter()
+    proc = run_cli("report", str(path))
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0], proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return elapsed
+
+
+def test_the_real_archive_reads_back(real, tmp_path):
+    proc = run_cli("report", str(build(tmp_path / "a.tar.gz", real)))
+    assert proc.returncode == 0 and proc.stdout.startswith("verdict: ")
+
+
+def test_a_report_member_past_the_cap_is_refused_from_its_header(real, tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "MAX_REPORT_BYTES", 1 << 20)
+    bomb = b" " * (2 << 20) + dict(real)[REPORT]  # valid JSON, 2 MiB of spaces first
+    refused(build(tmp_path / "bomb.tar.gz", with_report(real, bomb)), "over the 1 MiB")
+
+
+def test_many_members_before_the_report_stop_the_listing(real, tmp_path):
+    empties = [(f"dbo-trace/empty-{i}", b"") for i in range(5000)]
+    path = build(tmp_path / "many.tar.gz", [real[0], *empties, *real[1:]])
+    assert refused(path, "first 16 members") < 5
+
+
+def test_a_huge_member_first_is_not_inflated_to_find_the_report(real, tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "MAX_BYTES_BEFORE_REPORT", 1 << 20)
+    path = build(tmp_path / "big.tar.gz", [("dbo-trace/zeros", bytes(4 << 20)), *real])
+    refused(path, "1 MiB")
+
+
+def _special(kind):
+    info = tarfile.TarInfo(REPORT)
+    if kind == "symlink":
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    elif kind == "hardlink":
+        info.type, info.linkname = tarfile.LNKTYPE, "dbo-trace/summary.md"
+    elif kind == "device":
+        info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 5  # /dev/zero
+    else:
+        info.type = tarfile.FIFOTYPE
+    return info
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hardlink", "device", "fifo"])
+def test_links_devices_and_fifos_are_refused_in_one_line(real, tmp_path, kind):
+    entries = [e if e[0] != REPORT else _special(kind) for e in real]
+    refused(build(tmp_path / f"{kind}.tar.gz", entries), "an archive holds only files")
+
+
+def _set(doc, where, value):
+    target = doc
+    for key in where[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[where[-1]]
+    else:
+        target[where[-1]] = value
+
+
+@pytest.mark.parametrize(
+    "where,value,words",
+    [
+        (("verdict",), KeyError, "report.verdict is missing"),
+        (("ranks", 0, "verdict", "label"), 7, "report.ranks[0].verdict.label is not a string"),
+        (("steps", 0, "step_us"), "12 ms", "report.steps[0].step_us is not a number"),
+        (("ranks", 0, "comm_operations"), {"a": 1}, "is not a list"),
+        (("ranks", 0, "time", "window_us"), None, "report.ranks[0].time.window_us is not a number"),
+        (("round_trips",), [], "report.round_trips is not an object"),
+        (("ranks", 0, "held_back_comm", "late_record_example"), None, "late_record_example is missing"),
+        (("ranks", 0, "steps", 0, "gpu", "utilization"), 10**400, "is not a number"),
+        (("warnings",), [["nested"]], "report.warnings[0] is not a string"),
+    ],
+)
+def test_a_damaged_document_is_named_in_one_line(real, tmp_path, where, value, words):
+    doc = document(real)
+    _set(doc, where, value)
+    data = json.dumps(doc).encode()
+    refused(build(tmp_path / "damaged.tar.gz", with_report(real, data)), "is damaged", words)
+
+
+@pytest.mark.parametrize("depth,words", [(40, "nested more than 32 deep"), (200_000, "not valid JSON")])
+def test_deep_nesting_is_refused(real, tmp_path, depth, words):
+    doc = document(real)
+    data = json.dumps(doc).encode()
+    data = data[:-1] + b', "extra": ' + b"[" * depth + b"]" * depth + b"}"
+    refused(build(tmp_path / "deep.tar.gz", with_report(real, data)), words)
+
+
+def test_a_lone_surrogate_is_refused(real, tmp_path):
+    data = dict(real)[REPORT].replace(b'"dbo_trace_version": "', b'"dbo_trace_version": "\\ud800', 1)
+    assert b"\\ud800" in data
+    refused(build(tmp_path / "surrogate.tar.gz", with_report(real, data)), "not valid JSON")
+
+
+def _paths(value, where=()):
+    """Every place in a document, the first element of each list only (the others have its shape)."""
+    yield where
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*where, k))
+    elif isinstance(value, list) and value:
+        yield from _paths(value[0], (*where, 0))
+
+
+def test_every_field_damaged_in_every_way_is_refused_or_shown(real):
+    """The shape check covers what the renderers read: for each place of a real document, removed
+    or replaced by each wrong type, either the check names a problem or every document renderer
+    shows it without an exception (the terminal's, the slowest, with the four most different)."""
+    base = document(real)
+    shown = 0
+    for where in list(_paths(base))[1:]:
+        for value in (KeyError, None, "x", {}, 1, True, []):
+            doc = copy.deepcopy(base)
+            try:
+                _set(doc, where, value)
+            except (TypeError, IndexError):
+                continue
+            if document_problem(doc) is not None:
+                continue
+            names = ("markdown", "json", "terminal") if value in (KeyError, None, "x") or value == {} else ("markdown", "json")
+            for name in names:
+                RENDERERS[name].render_document(doc, RenderOptions(width=120))
+            shown += 1
+    assert shown > 100  # most of the document is free text and counts that any value renders
