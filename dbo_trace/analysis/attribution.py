@@ -119,8 +119,9 @@ def _learn_tids(
     ends = np.array([e for _, e, _ in spans])
     idents = np.array([i for _, _, i in spans], dtype=np.int64)
     learned = {ident: set(tids) for ident, tids in tids_of.items()}
+    calls_of = _calls_by_thread(calls_tid)
     for tid in unknown:
-        t = calls_start[calls_tid == tid]
+        t = calls_start[calls_of[int(tid)]]
         j = np.searchsorted(starts, t, side="right") - 1
         inside = (j >= 0) & (t < ends[np.clip(j, 0, None)])
         if inside.sum() * 2 > len(t):  # a clear majority of this thread's calls
@@ -130,6 +131,13 @@ def _learn_tids(
     return learned
 
 
+def _calls_by_thread(lane: np.ndarray) -> dict[int, np.ndarray]:
+    """Thread id -> the indices of its calls, ascending: one sort, instead of a scan of every call per thread."""
+    order = np.argsort(lane, kind="stable")
+    heads = np.flatnonzero(np.r_[True, lane[order][1:] != lane[order][:-1]]) if len(lane) else np.empty(0, np.intp)
+    return {int(t): part for t, part in zip(lane[order][heads], np.split(order, heads[1:]))}
+
+
 def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase: np.ndarray) -> bool:
     """True when the log attributed at least one call of this trace."""
     assert tl.base_time_ns is not None  # attribute() uses no log where the trace cannot be aligned with it
@@ -137,13 +145,15 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
     calls = tl.calls
     main_tids = {t for t in [log.header.get("main_native_tid") for log in logs] + [tl.pid] if isinstance(t, int)}
     tids_of = _learn_tids(calls.lane, calls.start, states, tids_of, main_tids)
+    calls_of = _calls_by_thread(calls.lane)
     for ident, (times, ubs, phases) in states.items():
-        mask = np.isin(calls.lane, list(tids_of[ident]))
-        if not mask.any():
+        mine = [calls_of[t] for t in tids_of[ident] if t in calls_of]
+        if not mine:
             continue
-        i = np.searchsorted(times, calls.start[mask], side="right") - 1
+        at = np.sort(np.concatenate(mine))  # the calls of this ident's threads, in call order
+        i = np.searchsorted(times, calls.start[at], side="right") - 1
         ok = i >= 0
-        idx = np.flatnonzero(mask)[ok]
+        idx = at[ok]
         ubatch[idx] = ubs[i[ok]]
         phase[idx] = phases[i[ok]]
     return bool((ubatch >= 0).any())
@@ -225,6 +235,9 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
     order = np.lexsort((tl.calls.start[idx], call_step[idx]))
     idx = idx[order]
     bounds = np.flatnonzero(np.diff(call_step[idx])) + 1
+    # Every call of a step, found by one sort rather than a scan of all calls per step.
+    by_step = np.argsort(call_step, kind="stable")
+    step_sorted = call_step[by_step]
     for group in np.split(idx, bounds):
         lanes, first, counts = np.unique(tl.calls.lane[group], return_index=True, return_counts=True)
         ok = counts >= THREAD_MIN_LAUNCHES
@@ -234,9 +247,9 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
         if counts.max() > THREAD_BALANCE * counts.min():
             continue
         step = call_step[group[0]]
-        in_step = call_step == step
+        in_step = by_step[np.searchsorted(step_sorted, step, side="left") : np.searchsorted(step_sorted, step, side="right")]
         for ub, k in enumerate(np.argsort(first)):
-            ubatch[in_step & (tl.calls.lane == lanes[k])] = ub
+            ubatch[in_step[tl.calls.lane[in_step] == lanes[k]]] = ub
         found = True
     return found
 

@@ -128,6 +128,14 @@ def _padded(sorted_values: np.ndarray, sentinel: float) -> np.ndarray:
     return np.append(sorted_values, sentinel)
 
 
+def _by_thread(calls: np.ndarray, call_thread: np.ndarray) -> dict[int, np.ndarray]:
+    """Thread -> its calls among these (ascending): one sort, not a scan of every call per thread."""
+    order = calls[np.argsort(call_thread[calls], kind="stable")]
+    threads = call_thread[order]
+    heads = np.flatnonzero(np.r_[True, threads[1:] != threads[:-1]]) if len(order) else np.empty(0, np.intp)
+    return {int(t): part for t, part in zip(threads[heads], np.split(order, heads[1:]))}
+
+
 def held_back(
     gpu_start: np.ndarray,
     gpu_end: np.ndarray,
@@ -193,13 +201,14 @@ def held_back(
     # both before the comm's launch. Per launching thread (a handful), vectorized within it.
     undecided = np.flatnonzero((cause == CAUSES.index(HELD)) & (holder_launch < launch_start[kernel]))
     threads = call_thread[li[kernel[undecided]]]
+    records_of = _by_thread(np.flatnonzero(call_kind == c.CALL_EVENT_RECORD), call_thread)
+    waits_of = _by_thread(np.flatnonzero(call_kind == c.CALL_STREAM_WAIT), call_thread)
     for thread in np.unique(threads):
         ix = undecided[threads == thread]
-        mine = call_thread == thread
-        records = np.flatnonzero(mine & (call_kind == c.CALL_EVENT_RECORD))
+        records = records_of.get(int(thread), np.empty(0, np.int64))
         records = records[np.argsort(call_start[records], kind="stable")]
         record_starts = _padded(call_start[records], np.inf)
-        wait_starts = _padded(np.sort(call_start[mine & (call_kind == c.CALL_STREAM_WAIT)]), np.inf)
+        wait_starts = _padded(np.sort(call_start[waits_of.get(int(thread), np.empty(0, np.int64))]), np.inf)
         first = np.searchsorted(record_starts, holder_launch[ix], side="right")  # the first record after the holder's launch
         record_start = record_starts[first]
         wait_start = wait_starts[np.searchsorted(wait_starts, record_start, side="right")]  # the first wait after it
