@@ -22,9 +22,9 @@ resident memory, sampled every 20 ms. Prints MB/s of uncompressed JSON, peak RSS
 the uncompressed size and the ratio to each peer; docs/performance.md keeps the figures.
 
 --scaling MB: each shape at MB, 2x, 4x and 8x that (shape c: --ranks ranks sharing it), `report
---json` with one worker in a fresh process, best of --repeat; beside the end-to-end time, the read
-and the analysis (with the document) timed inside the process. Prints the exponent k fitted to
-time ~ size^k (least squares over the four sizes): 1 is linear, 2 quadratic.
+--json` with one worker in a fresh process, best of --repeat; beside the end-to-end (wall) time,
+the read and the analysis (with the document) in CPU time inside the process. Prints the exponent
+k fitted to time ~ size^k (least squares over the four sizes): 1 is linear, 2 quadratic.
 """
 
 from __future__ import annotations
@@ -234,7 +234,8 @@ def shape_folder(base: Path, shape: str, gb: float, rank_mb: float, ranks: int) 
 
 
 # Run in a fresh process by the scaling run: the read and the analysis (with the document) timed
-# apart, as `report --json` does them with one worker.
+# apart, as `report --json` does them with one worker, in CPU time of the process (on a shared
+# machine other processes' load moves wall time far more).
 PARTS_CODE = """
 import json, sys, time
 from pathlib import Path
@@ -242,13 +243,13 @@ from dbo_trace.analysis.report import Options
 from dbo_trace.pipeline import analyze
 from dbo_trace.render.json_out import JsonRenderer
 from dbo_trace.trace.load import discover, load
-t0 = time.perf_counter()
+t0 = time.process_time()
 loaded = load(discover([Path(sys.argv[1])]), workers=1)
-t1 = time.perf_counter()
+t1 = time.process_time()
 comm = tuple(sys.argv[2:])
 report = analyze(loaded, Options(comm_patterns=comm), [sys.argv[1]])
 text = JsonRenderer().render(report)
-t2 = time.perf_counter()
+t2 = time.process_time()
 print(json.dumps({"read": t1 - t0, "analysis": t2 - t1, "steps": sum(len(r.steps) for r in report.ranks)}))
 """
 
@@ -281,7 +282,7 @@ def run_scaling(args, base: Path) -> None:
             rows.append((size, min(walls), best["read"], best["analysis"], parts[0]["steps"]))
             print(
                 f"  shape {shape} {size:7.1f} MB, {parts[0]['steps']:6d} steps: report --json {min(walls):6.2f} s, "
-                f"read {best['read']:6.2f} s, analysis + document {best['analysis']:6.2f} s   load {_loadavg()}",
+                f"read {best['read']:6.2f} s, analysis + document {best['analysis']:6.2f} s (CPU)   load {_loadavg()}",
                 flush=True,
             )
         sizes = [r[0] for r in rows]
