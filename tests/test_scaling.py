@@ -13,9 +13,11 @@ Shapes (benchmarks/bench_report.py builds the same from JSON):
             gaps), with one step spanning everything, with every copy's correlation ids repeated
 
 Time is CPU time of this process (time.process_time: other processes' load does not count), the best
-of 3 at each size. N is chosen per shape so that 8N takes about 0.1 s here, large enough that a
-quadratic term shows over the fixed cost of an analysis (the operation and exposure paths of
-dbo-trace 0.2.0, quadratic, measured 21-31x on shapes d/nccl/one-step at these sizes).
+of 3 at each size. N is chosen per shape so that 8N takes 0.1-0.3 s here: large enough that a
+quadratic term shows over the fixed cost of an analysis. The code before issue 21 (fb7505c), whose
+operation and exposure analyses were quadratic, measured 21-24x on d, d-threads, nccl, no-markers,
+one-step and duplicate-correlation at these sizes (a 9.0x, b 6.7x: they have no comm operations);
+this code 6-9x (docs/performance.md).
 """
 
 from __future__ import annotations
