@@ -33,9 +33,7 @@ def _tile(iv: Intervals, copies: int, span: float, corr_shift: int | None) -> In
     )
 
 
-def tiled(
-    tl: Timeline, copies: int, *, markers: str = "own", shift_correlation: bool = True, steps_total: int = 10
-) -> Timeline:
+def tiled(tl: Timeline, copies: int, *, markers: str = "own", shift_correlation: bool = True, steps_total: int = 10) -> Timeline:
     """The timeline repeated `copies` times. markers: "own" keeps the recording's ProfilerStep ranges
     (one step per recorded step), "none" drops them (steps must be inferred), "one" replaces them by a
     single ProfilerStep spanning everything, "few" by steps_total long steps (shape a).
