@@ -89,8 +89,10 @@ def exposure(
     of = np.full(len(mid), -1, np.int64)
     for back in range(16):
         at = j - back
-        open_ = (of < 0) & (at >= 0)
-        hit = np.flatnonzero(open_)[end[comm[at[open_]]] >= mid[open_]]
+        pending = (of < 0) & (at >= 0)
+        if not pending.any():
+            break
+        hit = np.flatnonzero(pending)[end[comm[at[pending]]] >= mid[pending]]
         of[hit] = comm[at[hit]]
     found = np.flatnonzero(of >= 0)
     kernels = of[found]

@@ -64,13 +64,14 @@ def operation_rows(
     if not len(sel):
         return []
     # Every operation at once, over arrays sorted by operation: its first kernel (the earliest start,
-    # the lowest index on ties, as argmin picks), its busy time (the union of its kernels) and the
-    # part of that under compute (prefix sums over one union of all compute): operations x log(kernels).
+    # the lowest index on ties, as argmin picks), its busy time (the union of its kernels, summed as
+    # intervals.length sums it) and the part of that under compute (prefix sums over one union of all
+    # compute): sorts and searches, not a union over all compute per operation.
     by_op = sel[np.lexsort((start[sel], op[sel]))]
     heads = run_firsts(op[by_op])
     ids, first = op[by_op][heads], by_op[heads]
-    _g, m_start, m_end = grouped_union(op[sel], start[sel], end[sel])
-    m_heads = run_firsts(_g)  # the same operations, in the same (ascending) order as ids
+    merged_op, m_start, m_end = grouped_union(op[sel], start[sel], end[sel])
+    m_heads = run_firsts(merged_op)  # the same operations, in the same (ascending) order as ids
     busy_of = grouped_sum(m_heads, m_end - m_start)
     compute_start, compute_end = union(start[kind == c.COMPUTE], end[kind == c.COMPUTE])
     hidden_of = np.add.reduceat(covered_within(m_start, m_end, compute_start, compute_end), m_heads)
