@@ -55,11 +55,15 @@ def operation_rows(
     op: np.ndarray,
     exposure: Exposure | None,
 ) -> list[OperationRow]:
-    exposed_of: dict[int, Counter[str]] = {}
-    if exposure is not None:
-        for k, t, r in zip(exposure.stretch_kernel, exposure.stretch_us, exposure.stretch_reason):
-            if op[k] >= 0:
-                exposed_of.setdefault(int(op[k]), Counter())[r] += t  # type: ignore[assignment]  # us, not counts
+    exposed_of: dict[int, dict[str, float]] = {}  # per operation, exposed us by reason, added in stretch order
+    if exposure is not None and exposure.stretch_kernel:
+        stretch_op = op[np.asarray(exposure.stretch_kernel, np.int64)].tolist()
+        for o, t, r in zip(stretch_op, exposure.stretch_us, exposure.stretch_reason):
+            if o >= 0:
+                mine = exposed_of.get(o)
+                if mine is None:
+                    mine = exposed_of[o] = {}
+                mine[r] = mine.get(r, 0) + t
     sel = np.flatnonzero(op >= 0)
     if not len(sel):
         return []
@@ -75,7 +79,8 @@ def operation_rows(
     busy_of = grouped_sum(m_heads, m_end - m_start)
     compute_start, compute_end = union(start[kind == c.COMPUTE], end[kind == c.COMPUTE])
     hidden_of = np.add.reduceat(covered_within(m_start, m_end, compute_start, compute_end), m_heads)
-    at = {int(o): i for i, o in enumerate(ids)}
+    at = {o: i for i, o in enumerate(ids.tolist())}
+    busy_list, hidden_list = busy_of.tolist(), hidden_of.tolist()
     per_op = sorted(zip(step[first].tolist(), ubatch[first].tolist(), start[first].tolist(), ids.tolist()))
     position: dict[int, tuple[int, int]] = {}
     seen: Counter[tuple[int, int]] = Counter()
@@ -89,10 +94,12 @@ def operation_rows(
     for (ub, index), ops in sorted(groups.items()):
         busy, hidden, exposed, reasons = [], 0.0, [], Counter[str]()
         for o in ops:
-            busy.append(float(busy_of[at[o]]))
-            hidden += float(hidden_of[at[o]])
-            exposed.append(sum(exposed_of.get(o, Counter()).values()))
-            reasons.update(exposed_of.get(o, Counter()))
+            busy.append(busy_list[at[o]])
+            hidden += hidden_list[at[o]]
+            mine = exposed_of.get(o)
+            exposed.append(sum(mine.values()) if mine else 0)
+            if mine:
+                reasons.update(mine)
         total = float(np.sum(busy))
         rows.append(
             OperationRow(
