@@ -22,6 +22,7 @@ import numpy as np
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.intervals import index_groups
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
 from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
@@ -119,7 +120,7 @@ def _learn_tids(
     ends = np.array([e for _, e, _ in spans])
     idents = np.array([i for _, _, i in spans], dtype=np.int64)
     learned = {ident: set(tids) for ident, tids in tids_of.items()}
-    calls_of = _calls_by_thread(calls_tid)
+    calls_of = index_groups(calls_tid)
     for tid in unknown:
         t = calls_start[calls_of[int(tid)]]
         j = np.searchsorted(starts, t, side="right") - 1
@@ -131,13 +132,6 @@ def _learn_tids(
     return learned
 
 
-def _calls_by_thread(lane: np.ndarray) -> dict[int, np.ndarray]:
-    """Thread id -> the indices of its calls, ascending: one sort, instead of a scan of every call per thread."""
-    order = np.argsort(lane, kind="stable")
-    heads = np.flatnonzero(np.r_[True, lane[order][1:] != lane[order][:-1]]) if len(lane) else np.empty(0, np.intp)
-    return {int(t): part for t, part in zip(lane[order][heads], np.split(order, heads[1:]))}
-
-
 def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase: np.ndarray) -> bool:
     """True when the log attributed at least one call of this trace."""
     assert tl.base_time_ns is not None  # attribute() uses no log where the trace cannot be aligned with it
@@ -145,7 +139,7 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
     calls = tl.calls
     main_tids = {t for t in [log.header.get("main_native_tid") for log in logs] + [tl.pid] if isinstance(t, int)}
     tids_of = _learn_tids(calls.lane, calls.start, states, tids_of, main_tids)
-    calls_of = _calls_by_thread(calls.lane)
+    calls_of = index_groups(calls.lane)
     for ident, (times, ubs, phases) in states.items():
         mine = [calls_of[t] for t in tids_of[ident] if t in calls_of]
         if not mine:
@@ -235,9 +229,7 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
     order = np.lexsort((tl.calls.start[idx], call_step[idx]))
     idx = idx[order]
     bounds = np.flatnonzero(np.diff(call_step[idx])) + 1
-    # Every call of a step, found by one sort rather than a scan of all calls per step.
-    by_step = np.argsort(call_step, kind="stable")
-    step_sorted = call_step[by_step]
+    calls_of_step = index_groups(call_step)  # rather than a scan of all calls per step
     for group in np.split(idx, bounds):
         lanes, first, counts = np.unique(tl.calls.lane[group], return_index=True, return_counts=True)
         ok = counts >= THREAD_MIN_LAUNCHES
@@ -247,7 +239,7 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
         if counts.max() > THREAD_BALANCE * counts.min():
             continue
         step = call_step[group[0]]
-        in_step = by_step[np.searchsorted(step_sorted, step, side="left") : np.searchsorted(step_sorted, step, side="right")]
+        in_step = calls_of_step[int(step)]
         for ub, k in enumerate(np.argsort(first)):
             ubatch[in_step[tl.calls.lane[in_step] == lanes[k]]] = ub
         found = True

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.intervals import covered_within, union
+from dbo_trace.analysis.intervals import covered_within, index_groups, union
 
 OVERLAPPED_AT_LEAST = 0.5  # share of a kernel's time beside the other microbatch to count as overlapped
 TOP_KERNELS = 5
@@ -83,11 +83,9 @@ def contention(
     over = share >= OVERLAPPED_AT_LEAST
     costs: list[KernelCost] = []
     alone_median = {}
-    # Each name's kernels (in index order) by one sort, rather than a scan of every kernel per name.
-    name_order = np.argsort(name, kind="stable")
-    name_sorted = name[name_order]
+    of_name = index_groups(name)  # each name's kernels, rather than a scan of every kernel per name
     for n in np.unique(name[ubatch >= 0]):
-        sel = name_order[np.searchsorted(name_sorted, n, side="left") : np.searchsorted(name_sorted, n, side="right")]
+        sel = of_name[int(n)]
         a, o = dur[sel[alone[sel]]], dur[sel[over[sel]]]
         if len(a):
             alone_median[int(n)] = float(np.median(a))

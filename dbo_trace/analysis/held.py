@@ -29,6 +29,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.exposure import CROWDED, HELD, LATE_RECORD
+from dbo_trace.analysis.intervals import index_groups
 
 STARTED_BEFORE_END_US = 1.0  # started this much before the holder's end: it did not wait for its end
 MIN_DELAY_US = 20.0  # shorter waits are launch latency and scheduling noise
@@ -128,14 +129,6 @@ def _padded(sorted_values: np.ndarray, sentinel: float) -> np.ndarray:
     return np.append(sorted_values, sentinel)
 
 
-def _by_thread(calls: np.ndarray, call_thread: np.ndarray) -> dict[int, np.ndarray]:
-    """Thread -> its calls among these (ascending): one sort, not a scan of every call per thread."""
-    order = calls[np.argsort(call_thread[calls], kind="stable")]
-    threads = call_thread[order]
-    heads = np.flatnonzero(np.r_[True, threads[1:] != threads[:-1]]) if len(order) else np.empty(0, np.intp)
-    return {int(t): part for t, part in zip(threads[heads], np.split(order, heads[1:]))}
-
-
 def held_back(
     gpu_start: np.ndarray,
     gpu_end: np.ndarray,
@@ -201,8 +194,8 @@ def held_back(
     # both before the comm's launch. Per launching thread (a handful), vectorized within it.
     undecided = np.flatnonzero((cause == CAUSES.index(HELD)) & (holder_launch < launch_start[kernel]))
     threads = call_thread[li[kernel[undecided]]]
-    records_of = _by_thread(np.flatnonzero(call_kind == c.CALL_EVENT_RECORD), call_thread)
-    waits_of = _by_thread(np.flatnonzero(call_kind == c.CALL_STREAM_WAIT), call_thread)
+    records_of = index_groups(call_thread, np.flatnonzero(call_kind == c.CALL_EVENT_RECORD))  # per thread, by one sort
+    waits_of = index_groups(call_thread, np.flatnonzero(call_kind == c.CALL_STREAM_WAIT))
     for thread in np.unique(threads):
         ix = undecided[threads == thread]
         records = records_of.get(int(thread), np.empty(0, np.int64))

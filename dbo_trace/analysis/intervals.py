@@ -89,6 +89,16 @@ def run_firsts(ascending: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, ascending[1:] != ascending[:-1]])
 
 
+def index_groups(keys: np.ndarray, among: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """Key -> the positions (ascending) holding it, among the ascending positions `among` (all where
+    None): one stable sort, instead of a mask over every position per key."""
+    at = np.arange(len(keys)) if among is None else among
+    order = at[np.argsort(keys[at], kind="stable")]
+    sorted_keys = keys[order]
+    heads = run_firsts(sorted_keys)
+    return {int(k): part for k, part in zip(sorted_keys[heads].tolist(), np.split(order, heads[1:]))}
+
+
 # -- the same arithmetic for many groups at once (per step), without a Python loop over groups ----------
 def covered_within(lo: np.ndarray, hi: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
     """For each [lo, hi], the time covered by the disjoint sorted intervals (u_start, u_end): by prefix

@@ -208,11 +208,8 @@ def step_bands(rank: RankReport, step: StepReport) -> StepBands:
 
 def steps_bands(rank: RankReport, steps: list[StepReport]) -> list[StepBands]:
     """step_bands of many steps: each step's GPU activities found by one sort, not a scan per step."""
-    gpu_step = rank.detailed().attribution.gpu_step
-    order = np.argsort(gpu_step, kind="stable")  # ascending indices within a step, as a mask gives them
-    first = np.searchsorted(gpu_step[order], [s.index for s in steps], side="left")
-    last = np.searchsorted(gpu_step[order], [s.index for s in steps], side="right")
-    return [_bands(rank, s, order[a:b]) for s, a, b in zip(steps, first, last)]
+    of_step = iv.index_groups(rank.detailed().attribution.gpu_step)
+    return [_bands(rank, s, of_step.get(s.index, np.empty(0, np.int64))) for s in steps]
 
 
 def _bands(rank: RankReport, step: StepReport, sel: np.ndarray) -> StepBands:
