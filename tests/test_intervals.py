@@ -57,3 +57,44 @@ def test_grouped_median_by_sorting_and_by_selection_equals_the_statistics_module
         for per_group_below in (0.0, float("inf")):
             monkeypatch.setattr(iv, "SELECT_PER_GROUP_BELOW", per_group_below)
             assert np.array_equal(iv.grouped_median(g, n, v), want, equal_nan=True), (trial, per_group_below)
+
+
+def test_covered_within_against_a_grid():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n, q = rng.integers(0, 12), rng.integers(1, 8)
+        a0 = rng.integers(0, 180, n).astype(float)
+        a1 = a0 + rng.integers(1, 30, n)
+        lo = rng.integers(0, 200, q).astype(float)
+        hi = lo + rng.integers(0, 50, q)
+        covered = _grid(a0, a1)
+        u0, u1 = iv.union(a0, a1)
+        got = iv.covered_within(lo, hi, u0, u1)
+        assert got.tolist() == [float(covered[int(a) : int(b)].sum()) for a, b in zip(lo, hi)]
+
+
+def test_grouped_union_and_sum_are_union_and_np_sum_of_each_group_to_the_bit():
+    """The operations' busy time: the same floats as intervals.length on each operation alone."""
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(1, 300))
+        group = rng.integers(0, 12, n)
+        start = rng.random(n) * 1e7 + 5e12  # trace-clock magnitudes: the sums round
+        end = start + rng.random(n) * rng.choice([10.0, 1e4])
+        g, s, e = iv.grouped_union(group, start, end)
+        heads = iv.run_firsts(g)
+        sums = iv.grouped_sum(heads, e - s)
+        for k, key in enumerate(g[heads]):
+            mine = group == key
+            u0, u1 = iv.union(start[mine], end[mine])
+            part = slice(heads[k], heads[k + 1] if k + 1 < len(heads) else len(g))
+            assert s[part].tolist() == u0.tolist() and e[part].tolist() == u1.tolist()
+            assert sums[k] == iv.length(start[mine], end[mine])
+
+
+def test_index_groups_are_the_masks():
+    keys = np.array([3, 1, 3, 2, 1, 3])
+    among = np.array([0, 2, 3, 5])
+    assert {k: v.tolist() for k, v in iv.index_groups(keys).items()} == {1: [1, 4], 2: [3], 3: [0, 2, 5]}
+    assert {k: v.tolist() for k, v in iv.index_groups(keys, among).items()} == {2: [3], 3: [0, 2, 5]}
+    assert iv.index_groups(np.empty(0, np.int64)) == {}

@@ -49,6 +49,44 @@ def test_gzip_members_and_padding(tmp_path):
     assert _got(raw) == _expected(json.loads(text))
 
 
+@pytest.fixture(params=["isal", "zlib"])
+def inflater(request, monkeypatch):
+    """The reader with ISA-L's inflate (a dependency) and with zlib's, its fallback where isal is missing."""
+    from dbo_trace.trace import kineto
+
+    if request.param == "zlib":
+        monkeypatch.setattr(kineto, "isal_zlib", None)
+    else:
+        pytest.importorskip("isal")
+    assert request.param in type(kineto._inflater()).__module__ + repr(type(kineto._inflater()))
+    return request.param
+
+
+def test_both_inflaters_read_members_and_padding_alike(tmp_path, inflater):
+    text = gzip.decompress(sample_trace("overlap").read_bytes())
+    cut = len(text) // 2
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(text[:cut], compresslevel=9) + bytes(3) + gzip.compress(text[cut:], compresslevel=1))
+    for block in (97, 4096, 1 << 20):
+        assert _got(read_kineto(path, block=block)) == _expected(json.loads(text))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_both_inflaters_refuse_bad_gzip_in_one_line(tmp_path, inflater, damage):
+    from dbo_trace.trace.errors import InputError
+
+    data = bytearray(sample_trace("overlap").read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:
+        data[len(data) // 2 : len(data) // 2 + 64] = bytes(range(64))
+    path = tmp_path / f"{damage}.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="truncated or corrupt gzip") as caught:
+        read_kineto(path)
+    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
 @pytest.mark.parametrize("style", ["minified", "indented"])
 def test_other_json_layouts(tmp_path, style):
     doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))

@@ -38,10 +38,13 @@ class Partition:
     host_starts: np.ndarray  # start of every host-caused one
 
     def spans(self, bucket: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-        """The stretches of one bucket inside [lo, hi], merged: what a picture draws for it."""
-        seg_lo = np.maximum(self.bounds[:-1], lo)
-        seg_hi = np.minimum(self.bounds[1:], hi)
-        keep = (self.bucket == bucket) & (seg_hi > seg_lo)
+        """The stretches of one bucket inside [lo, hi], merged: what a picture draws for it. Only the
+        segments that reach into [lo, hi] are looked at (a search), so a step costs its own segments."""
+        first = max(int(np.searchsorted(self.bounds, lo, side="right")) - 1, 0)
+        last = min(int(np.searchsorted(self.bounds, hi, side="left")), len(self.bucket))
+        seg_lo = np.maximum(self.bounds[first:last], lo)
+        seg_hi = np.minimum(self.bounds[first + 1 : last + 1], hi)
+        keep = (self.bucket[first:last] == bucket) & (seg_hi > seg_lo)
         s, e = seg_lo[keep], seg_hi[keep]
         if not len(s):
             return s, e

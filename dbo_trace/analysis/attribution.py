@@ -22,6 +22,7 @@ import numpy as np
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.intervals import index_groups
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
 from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
@@ -121,8 +122,9 @@ def _learn_tids(
     ends = np.array([e for _, e, _ in spans])
     idents = np.array([i for _, _, i in spans], dtype=np.int64)
     learned = {ident: set(tids) for ident, tids in tids_of.items()}
+    calls_of = index_groups(calls_tid)
     for tid in unknown:
-        t = calls_start[calls_tid == tid]
+        t = calls_start[calls_of[int(tid)]]
         j = np.searchsorted(starts, t, side="right") - 1
         inside = (j >= 0) & (t < ends[np.clip(j, 0, None)])
         if inside.sum() * 2 > len(t):  # a clear majority of this thread's calls
@@ -139,13 +141,15 @@ def _from_log(tl: Timeline, logs: list[EventLogData], ubatch: np.ndarray, phase:
     calls = tl.calls
     main_tids = {t for t in [log.header.get("main_native_tid") for log in logs] + [tl.pid] if isinstance(t, int)}
     tids_of = _learn_tids(calls.lane, calls.start, states, tids_of, main_tids)
+    calls_of = index_groups(calls.lane)
     for ident, (times, ubs, phases) in states.items():
-        mask = np.isin(calls.lane, list(tids_of[ident]))
-        if not mask.any():
+        mine = [calls_of[t] for t in tids_of[ident] if t in calls_of]
+        if not mine:
             continue
-        i = np.searchsorted(times, calls.start[mask], side="right") - 1
+        at = np.sort(np.concatenate(mine))  # the calls of this ident's threads, in call order
+        i = np.searchsorted(times, calls.start[at], side="right") - 1
         ok = i >= 0
-        idx = np.flatnonzero(mask)[ok]
+        idx = at[ok]
         ubatch[idx] = ubs[i[ok]]
         phase[idx] = phases[i[ok]]
     return bool((ubatch >= 0).any())
@@ -241,6 +245,7 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
     order = np.lexsort((tl.calls.start[idx], call_step[idx]))
     idx = idx[order]
     bounds = np.flatnonzero(np.diff(call_step[idx])) + 1
+    calls_of_step = index_groups(call_step)  # rather than a scan of all calls per step
     for group in np.split(idx, bounds):
         lanes, first, counts = np.unique(tl.calls.lane[group], return_index=True, return_counts=True)
         ok = counts >= THREAD_MIN_LAUNCHES
@@ -250,9 +255,9 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
         if counts.max() > THREAD_BALANCE * counts.min():
             continue
         step = call_step[group[0]]
-        in_step = call_step == step
+        in_step = calls_of_step[int(step)]
         for ub, k in enumerate(np.argsort(first)):
-            ubatch[in_step & (tl.calls.lane == lanes[k])] = ub
+            ubatch[in_step[tl.calls.lane[in_step] == lanes[k]]] = ub
         found = True
     return found
 

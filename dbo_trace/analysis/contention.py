@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import covered_within, index_groups, union
 
 OVERLAPPED_AT_LEAST = 0.5  # share of a kernel's time beside the other microbatch to count as overlapped
 TOP_KERNELS = 5
@@ -56,23 +56,6 @@ class Contention:
         return self.serial_estimate_us - self.busy_us
 
 
-def _covered_within(lo: np.ndarray, hi: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
-    """For each [lo, hi], the time covered by the disjoint sorted intervals (u_start, u_end)."""
-    if not len(u_start):
-        return np.zeros(len(lo))
-    cum = np.r_[0.0, np.cumsum(u_end - u_start)]
-
-    def upto(t: np.ndarray) -> np.ndarray:  # covered time in (-inf, t]
-        i = np.searchsorted(u_start, t, side="right")  # intervals starting at or before t
-        full = cum[np.maximum(i - 1, 0)]
-        last = np.where(i > 0, np.minimum(t, u_end[np.maximum(i - 1, 0)]) - u_start[np.maximum(i - 1, 0)], 0.0)
-        covered: np.ndarray = np.where(i > 0, full + np.maximum(last, 0.0), 0.0)
-        return covered
-
-    inside: np.ndarray = upto(hi) - upto(lo)
-    return inside
-
-
 def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -> np.ndarray:
     """Per kernel: the share of its duration during which a kernel of another microbatch ran (NaN: no microbatch)."""
     share = np.full(len(start), np.nan)
@@ -81,7 +64,7 @@ def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -
         mine = np.flatnonzero(ubatch == u)
         other = (ubatch >= 0) & (ubatch != u)
         o_start, o_end = union(start[other], end[other])
-        covered = _covered_within(start[mine], end[mine], o_start, o_end)
+        covered = covered_within(start[mine], end[mine], o_start, o_end)
         share[mine] = np.where(dur[mine] > 0, covered / np.where(dur[mine] > 0, dur[mine], 1.0), 0.0)
     return share
 
@@ -100,9 +83,10 @@ def contention(
     over = share >= OVERLAPPED_AT_LEAST
     costs: list[KernelCost] = []
     alone_median = {}
+    of_name = index_groups(name)  # each name's kernels, rather than a scan of every kernel per name
     for n in np.unique(name[ubatch >= 0]):
-        sel = name == n
-        a, o = dur[sel & alone], dur[sel & over]
+        sel = of_name[int(n)]
+        a, o = dur[sel[alone[sel]]], dur[sel[over[sel]]]
         if len(a):
             alone_median[int(n)] = float(np.median(a))
         if len(a) and len(o):

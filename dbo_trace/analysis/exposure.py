@@ -85,46 +85,77 @@ def exposure(
     which is the stretch's reason: had the comm started when ready, that compute would have hidden it."""
     held = held or {}
     by = {r: 0.0 for r in REASONS}
-    kernels: list[int] = []
-    lengths: list[float] = []
-    reasons: list[str] = []
     comm = np.flatnonzero(kind == c.COMM)
     comm = comm[np.argsort(start[comm], kind="stable")]
-    comm_start = start[comm]
-    # Compute kernels grouped by step, each group in start order: a query looks at its own step only.
+    seg_start, seg_end = np.asarray(seg_start, float), np.asarray(seg_end, float)
+    # The comm kernel of each stretch: the latest-starting one at its middle still running there,
+    # among the 16 before it (comm kernels on several streams can overlap).
+    mid = 0.5 * (seg_start + seg_end)
+    j = np.searchsorted(start[comm], mid, side="right") - 1
+    of = np.full(len(mid), -1, np.int64)
+    for back in range(16):
+        at = j - back
+        pending = (of < 0) & (at >= 0)
+        if not pending.any():
+            break
+        hit = np.flatnonzero(pending)[end[comm[at[pending]]] >= mid[pending]]
+        of[hit] = comm[at[hit]]
+    found = np.flatnonzero(of >= 0)
+    kernels = of[found]
+    state = _compute_states(kernels, seg_start[found], start, kind, ubatch, step, launch_start)
+    reasons = [held.get(int(k)) or STATES[i] for k, i in zip(kernels.tolist(), state.tolist())]
+    lengths = (seg_end[found] - seg_start[found]).tolist()
+    for r, t in zip(reasons, lengths):  # in stretch order, as the figures have always been added
+        by[r] += t
+    return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels.tolist()), tuple(lengths), tuple(reasons))
+
+
+STATES = (HOST, WAITING, NOTHING, UNKNOWN)
+
+
+def _compute_states(
+    k: np.ndarray, s: np.ndarray, start: np.ndarray, kind: np.ndarray, ubatch: np.ndarray, step: np.ndarray,
+    launch_start: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """For each comm kernel k[i] and the time s[i] its stretch began, the state (index into STATES) of
+    the compute that could have hidden it: the first compute kernel to start at or after s[i] in k's
+    step (anywhere, where k is in no step), of another microbatch where k's is known; on equal starts
+    the lowest step, then the lowest index. One sorted merge of queries and candidates per microbatch
+    of the queries (a handful), not a scan of the step per stretch."""
+    out = np.full(len(k), STATES.index(NOTHING), np.int64)
     compute = np.flatnonzero(kind == c.COMPUTE)
-    compute = compute[np.lexsort((start[compute], step[compute]))]
-    c_step = step[compute]
-    for s, e in zip(seg_start, seg_end):
-        mid = 0.5 * (s + e)
-        j = int(np.searchsorted(comm_start, mid, side="right")) - 1
-        k = -1
-        for back in range(j, max(j - 16, -1), -1):  # comm kernels on several streams can overlap
-            if end[comm[back]] >= mid:
-                k = int(comm[back])
-                break
-        if k < 0:
-            continue
-        reason = held.get(k) or _compute_state(k, s, compute, c_step, start, ubatch, step, launch_start)
-        by[reason] += float(e - s)
-        kernels.append(k)
-        lengths.append(float(e - s))
-        reasons.append(reason)
-    return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels), tuple(lengths), tuple(reasons))
+    compute = compute[np.lexsort((start[compute], step[compute]))]  # the order ties are broken in
+    for u in np.unique(ubatch[k]).tolist():
+        q = np.flatnonzero(ubatch[k] == u)
+        cand = compute if u < 0 else compute[(ubatch[compute] >= 0) & (ubatch[compute] != u)]
+        for stepped in (True, False):
+            qq = q[(step[k[q]] >= 0) == stepped]
+            if len(qq) and len(cand):
+                pick = _first_at_or_after(step[cand] if stepped else None, start[cand], step[k[qq]], s[qq])
+                got = pick >= 0
+                launched = launch_start[cand[pick[got]]]
+                host_or_waiting = np.where(launched > s[qq[got]], STATES.index(HOST), STATES.index(WAITING))
+                out[qq[got]] = np.where(np.isnan(launched), STATES.index(UNKNOWN), host_or_waiting)
+    return out
 
 
-def _compute_state(
-    k: int, s: float, compute: np.ndarray, c_step: np.ndarray, start: np.ndarray, ubatch: np.ndarray,
-    step: np.ndarray, launch_start: np.ndarray,
-) -> str:  # fmt: skip
-    """The state, when the stretch began at s, of the compute that could have hidden comm kernel k:
-    the next compute kernel of the other microbatch in k's step (compute: sorted by step, then start)."""
-    lo, hi = np.searchsorted(c_step, [step[k], step[k] + 1]) if step[k] >= 0 else (0, len(compute))
-    group = compute[lo:hi]
-    later = group[start[group] >= s]
-    if ubatch[k] >= 0:
-        later = later[(ubatch[later] >= 0) & (ubatch[later] != ubatch[k])]
-    if not len(later):
-        return NOTHING
-    launched = launch_start[later[np.argmin(start[later])]]
-    return UNKNOWN if np.isnan(launched) else HOST if launched > s else WAITING
+def _first_at_or_after(c_group: np.ndarray | None, c_start: np.ndarray, q_group: np.ndarray, q_start: np.ndarray) -> np.ndarray:
+    """For each query, the position of the first candidate (in the candidates' given order) of its
+    group (any group where c_group is None) that starts at or after the query: the earliest such start,
+    the earliest position on ties. -1: none. Queries and candidates are sorted together once."""
+    n_c = len(c_start)
+    if c_group is None:
+        c_group, q_group = np.zeros(n_c, np.int64), np.zeros(len(q_start), np.int64)
+    group = np.r_[c_group, q_group]
+    t = np.r_[c_start, q_start]
+    is_candidate = np.r_[np.ones(n_c, np.int8), np.zeros(len(q_start), np.int8)]  # a query sorts before an equal start
+    position = np.r_[np.arange(n_c), np.zeros(len(q_start), np.int64)]
+    order = np.lexsort((position, is_candidate, t, group))
+    # At every place in that order, the place of the next candidate at or after it.
+    at = np.where(is_candidate[order] == 1, np.arange(len(order)), len(order))
+    next_at = np.minimum.accumulate(at[::-1])[::-1]
+    places = np.empty(len(order), np.int64)
+    places[order] = np.arange(len(order))
+    nxt = next_at[places[n_c:]]
+    hit = order[np.minimum(nxt, len(order) - 1)]
+    return np.where((nxt < len(order)) & (group[hit] == q_group), hit, -1)

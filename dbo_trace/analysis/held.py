@@ -29,6 +29,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.exposure import CROWDED, HELD, LATE_RECORD
+from dbo_trace.analysis.intervals import index_groups
 
 STARTED_BEFORE_END_US = 1.0  # started this much before the holder's end: it did not wait for its end
 MIN_DELAY_US = 20.0  # shorter waits are launch latency and scheduling noise
@@ -193,13 +194,14 @@ def held_back(
     # both before the comm's launch. Per launching thread (a handful), vectorized within it.
     undecided = np.flatnonzero((cause == CAUSES.index(HELD)) & (holder_launch < launch_start[kernel]))
     threads = call_thread[li[kernel[undecided]]]
+    records_of = index_groups(call_thread, np.flatnonzero(call_kind == c.CALL_EVENT_RECORD))  # per thread, by one sort
+    waits_of = index_groups(call_thread, np.flatnonzero(call_kind == c.CALL_STREAM_WAIT))
     for thread in np.unique(threads):
         ix = undecided[threads == thread]
-        mine = call_thread == thread
-        records = np.flatnonzero(mine & (call_kind == c.CALL_EVENT_RECORD))
+        records = records_of.get(int(thread), np.empty(0, np.int64))
         records = records[np.argsort(call_start[records], kind="stable")]
         record_starts = _padded(call_start[records], np.inf)
-        wait_starts = _padded(np.sort(call_start[mine & (call_kind == c.CALL_STREAM_WAIT)]), np.inf)
+        wait_starts = _padded(np.sort(call_start[waits_of.get(int(thread), np.empty(0, np.int64))]), np.inf)
         first = np.searchsorted(record_starts, holder_launch[ix], side="right")  # the first record after the holder's launch
         record_start = record_starts[first]
         wait_start = wait_starts[np.searchsorted(wait_starts, record_start, side="right")]  # the first wait after it

@@ -89,7 +89,68 @@ def run_firsts(ascending: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, ascending[1:] != ascending[:-1]])
 
 
+def index_groups(keys: np.ndarray, among: np.ndarray | None = None) -> dict[int, np.ndarray]:
+    """Key -> the positions (ascending) holding it, among the ascending positions `among` (all where
+    None): one stable sort, instead of a mask over every position per key."""
+    at = np.arange(len(keys)) if among is None else among
+    order = at[np.argsort(keys[at], kind="stable")]
+    sorted_keys = keys[order]
+    heads = run_firsts(sorted_keys)
+    return {int(k): part for k, part in zip(sorted_keys[heads].tolist(), np.split(order, heads[1:]))}
+
+
 # -- the same arithmetic for many groups at once (per step), without a Python loop over groups ----------
+def covered_within(lo: np.ndarray, hi: np.ndarray, u_start: np.ndarray, u_end: np.ndarray) -> np.ndarray:
+    """For each [lo, hi], the time covered by the disjoint sorted intervals (u_start, u_end): by prefix
+    sums of covered length, so that many queries against one union cost a search each, not a scan."""
+    if not len(u_start):
+        return np.zeros(len(lo))
+    cum = np.r_[0.0, np.cumsum(u_end - u_start)]
+
+    def upto(t: np.ndarray) -> np.ndarray:  # covered time in (-inf, t]
+        i = np.searchsorted(u_start, t, side="right")  # intervals starting at or before t
+        full = cum[np.maximum(i - 1, 0)]
+        last = np.where(i > 0, np.minimum(t, u_end[np.maximum(i - 1, 0)]) - u_start[np.maximum(i - 1, 0)], 0.0)
+        covered: np.ndarray = np.where(i > 0, full + np.maximum(last, 0.0), 0.0)
+        return covered
+
+    inside: np.ndarray = upto(hi) - upto(lo)
+    return inside
+
+
+def grouped_union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group, union() of its intervals, for every group at once: (group, start, end) of the merged
+    intervals, sorted by group then start. The same values as union() on each group alone (no
+    shifting): the running maximum of the ends restarts at each group by working on the ends' ranks,
+    offset per group, which are integers."""
+    if not len(group):
+        return np.empty(0, np.int64), np.empty(0), np.empty(0)
+    order = np.lexsort((start, group))  # stable: ties keep index order, as union's argsort does
+    g, s, e = group[order], start[order], end[order]
+    heads = run_firsts(g)
+    which = np.repeat(np.arange(len(heads), dtype=np.int64), np.diff(np.r_[heads, len(g)]))
+    ends_sorted = np.sort(e)
+    offset = which * len(e)
+    running_end = ends_sorted[np.maximum.accumulate(np.searchsorted(ends_sorted, e) + offset) - offset]
+    begins = np.r_[True, s[1:] > running_end[:-1]]
+    begins[heads] = True
+    idx = np.flatnonzero(begins)
+    return g[idx], s[idx], running_end[np.r_[idx[1:] - 1, len(s) - 1]]
+
+
+NP_SUM_SEQUENTIAL_BELOW = 8  # np.sum adds fewer values one after the other; more, pairwise in blocks
+
+
+def grouped_sum(heads: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each group's np.sum, to the last bit (groups: the runs of values starting at heads). bincount
+    adds in order, as np.sum does below 8 values; longer groups, rare, are summed by np.sum itself."""
+    sizes = np.diff(np.r_[heads, len(values)])
+    out: np.ndarray = np.bincount(np.repeat(np.arange(len(heads)), sizes), weights=values, minlength=len(heads))
+    for k in np.flatnonzero(sizes >= NP_SUM_SEQUENTIAL_BELOW):
+        out[k] = np.sum(values[heads[k] : heads[k] + sizes[k]])
+    return out
+
+
 def grouped_length(group: np.ndarray, n: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per group 0..n-1, the time its intervals cover (overlaps within a group counted once; group -1
     is left out). Each group is shifted past the previous group's last end, so one running maximum

@@ -15,7 +15,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.exposure import Exposure
-from dbo_trace.analysis.intervals import length, overlap_length
+from dbo_trace.analysis.intervals import covered_within, grouped_sum, grouped_union, run_firsts, union
 
 
 @dataclass(frozen=True)
@@ -55,18 +55,33 @@ def operation_rows(
     op: np.ndarray,
     exposure: Exposure | None,
 ) -> list[OperationRow]:
-    compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])
-    exposed_of: dict[int, Counter[str]] = {}
-    if exposure is not None:
-        for k, t, r in zip(exposure.stretch_kernel, exposure.stretch_us, exposure.stretch_reason):
-            if op[k] >= 0:
-                exposed_of.setdefault(int(op[k]), Counter())[r] += t  # type: ignore[assignment]  # us, not counts
-    per_op = []  # (step, ubatch, first start, op id)
-    for o in np.unique(op[op >= 0]):
-        sel = op == o
-        first = int(np.flatnonzero(sel)[np.argmin(start[sel])])
-        per_op.append((int(step[first]), int(ubatch[first]), float(start[sel].min()), int(o)))
-    per_op.sort()
+    exposed_of: dict[int, dict[str, float]] = {}  # per operation, exposed us by reason, added in stretch order
+    if exposure is not None and exposure.stretch_kernel:
+        stretch_op = op[np.asarray(exposure.stretch_kernel, np.int64)].tolist()
+        for o, t, r in zip(stretch_op, exposure.stretch_us, exposure.stretch_reason):
+            if o >= 0:
+                mine = exposed_of.get(o)
+                if mine is None:
+                    mine = exposed_of[o] = {}
+                mine[r] = mine.get(r, 0) + t
+    sel = np.flatnonzero(op >= 0)
+    if not len(sel):
+        return []
+    # Every operation at once, over arrays sorted by operation: its first kernel (the earliest start,
+    # the lowest index on ties, as argmin picks), its busy time (the union of its kernels, summed as
+    # intervals.length sums it) and the part of that under compute (prefix sums over one union of all
+    # compute): sorts and searches, not a union over all compute per operation.
+    by_op = sel[np.lexsort((start[sel], op[sel]))]
+    heads = run_firsts(op[by_op])
+    ids, first = op[by_op][heads], by_op[heads]
+    merged_op, m_start, m_end = grouped_union(op[sel], start[sel], end[sel])
+    m_heads = run_firsts(merged_op)  # the same operations, in the same (ascending) order as ids
+    busy_of = grouped_sum(m_heads, m_end - m_start)
+    compute_start, compute_end = union(start[kind == c.COMPUTE], end[kind == c.COMPUTE])
+    hidden_of = np.add.reduceat(covered_within(m_start, m_end, compute_start, compute_end), m_heads)
+    at = {o: i for i, o in enumerate(ids.tolist())}
+    busy_list, hidden_list = busy_of.tolist(), hidden_of.tolist()
+    per_op = sorted(zip(step[first].tolist(), ubatch[first].tolist(), start[first].tolist(), ids.tolist()))
     position: dict[int, tuple[int, int]] = {}
     seen: Counter[tuple[int, int]] = Counter()
     for st, ub, _t, o in per_op:
@@ -79,13 +94,12 @@ def operation_rows(
     for (ub, index), ops in sorted(groups.items()):
         busy, hidden, exposed, reasons = [], 0.0, [], Counter[str]()
         for o in ops:
-            sel = op == o
-            mine = (start[sel], end[sel])
-            b = length(*mine)
-            busy.append(b)
-            hidden += overlap_length(mine, compute)
-            exposed.append(sum(exposed_of.get(o, Counter()).values()))
-            reasons.update(exposed_of.get(o, Counter()))
+            busy.append(busy_list[at[o]])
+            hidden += hidden_list[at[o]]
+            mine = exposed_of.get(o)
+            exposed.append(sum(mine.values()) if mine else 0)
+            if mine:
+                reasons.update(mine)
         total = float(np.sum(busy))
         rows.append(
             OperationRow(

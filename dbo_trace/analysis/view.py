@@ -317,8 +317,17 @@ class StepBands:
 
 def step_bands(rank: RankReport, step: StepReport) -> StepBands:
     """The intervals behind a step's overlap and host-idle numbers, as the metrics count them."""
+    return _bands(rank, step, np.flatnonzero(rank.detailed().attribution.gpu_step == step.index))
+
+
+def steps_bands(rank: RankReport, steps: list[StepReport]) -> list[StepBands]:
+    """step_bands of many steps: each step's GPU activities found by one sort, not a scan per step."""
+    of_step = iv.index_groups(rank.detailed().attribution.gpu_step)
+    return [_bands(rank, s, of_step.get(s.index, np.empty(0, np.int64))) for s in steps]
+
+
+def _bands(rank: RankReport, step: StepReport, sel: np.ndarray) -> StepBands:
     d = rank.detailed()
-    sel = d.attribution.gpu_step == step.index
     start, end, kind = d.timeline.gpu.start[sel], d.timeline.gpu.end[sel], d.kernel_kind[sel]
     comm = (start[kind == c.COMM], end[kind == c.COMM])
     compute = (start[kind == c.COMPUTE], end[kind == c.COMPUTE])

@@ -14,7 +14,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.report import RankReport, Report
-from dbo_trace.analysis.view import held_in_step, step_bands
+from dbo_trace.analysis.view import held_in_step, steps_bands
 from dbo_trace.render import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
@@ -163,7 +163,7 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
             sel = in_steps & (att.gpu_ubatch == u) & (att.gpu_phase == phase)
             s, e = iv.union(tl.gpu.start[sel], tl.gpu.end[sel])
             w.slices(w.track(f"microbatch {u} {label} (GPU)", root), s, e, [f"ub{u} {label}"] * len(s))
-    bands = [step_bands(rank, step) for step in steps]  # per step, as the metrics count them
+    bands = steps_bands(rank, steps)  # per step, as the metrics count them
     for track, name, field in (
         ("comm under compute", "hidden comm", "hidden_comm"),
         ("exposed comm", "exposed comm", "exposed_comm"),

@@ -1,0 +1,77 @@
+"""Longer traces in memory, tiled from a real recording's timeline: the shapes of
+benchmarks/bench_report.py (and their pathologies) at any length, without writing or reading JSON.
+
+Each copy of the recording is shifted by its span (plus a gap) in time and, unless asked otherwise,
+by the largest correlation id in correlation ids, as bench_report.build shifts the JSON events.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from dbo_trace.trace.timeline import Intervals, Timeline
+
+GAP_US = 1000.0  # between copies, as bench_report.build leaves
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+def _tile(iv: Intervals, copies: int, span: float, corr_shift: int | None) -> Intervals:
+    k = np.repeat(np.arange(copies), len(iv))
+    shift = k * span
+    corr = np.tile(iv.correlation, copies)
+    if corr_shift is not None:
+        corr = np.where(corr >= 0, corr + k * corr_shift, corr)
+    return Intervals(
+        np.tile(iv.start, copies) + shift,
+        np.tile(iv.end, copies) + shift,
+        np.tile(iv.name, copies),
+        np.tile(iv.lane, copies),
+        corr,
+    )
+
+
+def tiled(tl: Timeline, copies: int, *, markers: str = "own", shift_correlation: bool = True, steps_total: int = 10) -> Timeline:
+    """The timeline repeated `copies` times. markers: "own" keeps the recording's ProfilerStep ranges
+    (one step per recorded step), "none" drops them (steps must be inferred), "one" replaces them by a
+    single ProfilerStep spanning everything, "few" by steps_total long steps (shape a).
+    shift_correlation=False keeps every copy's correlation ids: duplicates, as a broken trace has."""
+    starts = [a.start.min() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    ends = [a.end.max() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    t0, span = float(min(starts)), float(max(ends)) - float(min(starts)) + GAP_US
+    corrs = [a.correlation.max() for a in (tl.gpu, tl.calls) if len(a)]
+    corr_shift = int(max(corrs)) + 1 if shift_correlation else None
+    names = list(tl.names)
+    is_marker_name = np.array([bool(_PROFILER_STEP.match(n)) for n in names] + [False])
+    cpu, annotation = tl.cpu, tl.cpu_is_annotation
+    if markers != "own":
+        keep = ~is_marker_name[cpu.name]
+        cpu = Intervals(*(getattr(cpu, f)[keep] for f in ("start", "end", "name", "lane", "correlation")))
+        annotation = annotation[keep]
+    gpu, calls, cpu_t = (_tile(a, copies, span, corr_shift) for a in (tl.gpu, tl.calls, cpu))
+    annotation = np.tile(annotation, copies)
+    if markers in ("one", "few"):
+        n = 1 if markers == "one" else max(1, min(steps_total, copies))
+        per = -(-copies // n)  # copies per step
+        lo = t0 + np.arange(n) * per * span
+        hi = np.minimum(lo + per * span, t0 + copies * span) - GAP_US / 2
+        first = len(names)
+        names += [f"ProfilerStep#{i + 1}" for i in range(n)]
+        lane = int(tl.pid) if tl.pid is not None else 0
+        extra = Intervals(lo, hi, np.arange(first, first + n), np.full(n, lane), np.full(n, -1))
+        cpu_t, order = _merged(cpu_t, extra)
+        annotation = np.r_[annotation, np.ones(n, bool)][order]
+    gpu_is_copy = np.tile(tl.gpu_is_copy, copies)
+    return replace(
+        tl, names=names, gpu=gpu, gpu_is_copy=gpu_is_copy, calls=calls, cpu=cpu_t, cpu_is_annotation=annotation, warnings=[]
+    )
+
+
+def _merged(a: Intervals, b: Intervals) -> tuple[Intervals, np.ndarray]:
+    """a and b as one Intervals sorted by start (stable), and the order that sorted them."""
+    fields = ("start", "end", "name", "lane", "correlation")
+    both = [np.r_[getattr(a, f), getattr(b, f)] for f in fields]
+    order = np.argsort(both[0], kind="stable")
+    return Intervals(*(x[order] for x in both)), order
