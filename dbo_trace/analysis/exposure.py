@@ -14,6 +14,8 @@ comm. Its state when the stretch began names the cause:
   late-record, crowded, held
              the comm kernel itself was held back: ready while the other microbatch's compute
              ran, it started only when that compute ended (analysis/held.py says why)
+  peer       before all of these: the stretch lies in the part of the comm kernel that waited for
+             the last rank to arrive at the same collective (analysis/peers.py)
 Pure: arrays in, an Exposure out.
 """
 
@@ -27,8 +29,10 @@ from dbo_trace.analysis import classify as c
 
 HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
 LATE_RECORD, CROWDED, HELD = "late_record", "crowded", "held"
-REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN)
+PEER = "peer"
+REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN, PEER)
 REASON_SHORT = {
+    PEER: "waiting for a peer rank",
     LATE_RECORD: "held back: late event record",
     CROWDED: "held back: no free SMs",
     HELD: "held back by other ubatch",
@@ -38,6 +42,7 @@ REASON_SHORT = {
     UNKNOWN: "unknown",
 }
 REASON_TEXT = {
+    PEER: "the comm kernel was waiting for a peer rank to arrive at the same collective",
     LATE_RECORD: "the comm waited on an event recorded after the other microbatch's compute was queued (late record)",
     CROWDED: "the comm was ready but could not start until the other microbatch's compute freed the SMs",
     HELD: "the comm was ready but started only when the other microbatch's compute ended (record with CUDA sync "
@@ -73,10 +78,13 @@ def exposure(
     step: np.ndarray,
     launch_start: np.ndarray,
     held: dict[int, str] | None = None,
+    peer_until: np.ndarray | None = None,
 ) -> Exposure:
     """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity.
     held: comm kernels held back past the other microbatch's compute (analysis/held.py) -> its cause,
-    which is the stretch's reason: had the comm started when ready, that compute would have hidden it."""
+    which is the stretch's reason: had the comm started when ready, that compute would have hidden it.
+    peer_until: per GPU activity, until when the comm kernel waited for a peer rank (NaN: it did not;
+    analysis/peers.py): that part of a stretch is PEER, the rest takes its reason as above."""
     held = held or {}
     by = {r: 0.0 for r in REASONS}
     kernels: list[int] = []
@@ -99,6 +107,15 @@ def exposure(
                 break
         if k < 0:
             continue
+        if peer_until is not None and peer_until[k] > s:
+            waited = float(min(e, peer_until[k]) - s)
+            by[PEER] += waited
+            kernels.append(k)
+            lengths.append(waited)
+            reasons.append(PEER)
+            s = s + waited
+            if s >= e:
+                continue
         reason = held.get(k) or _compute_state(k, s, compute, c_step, start, ubatch, step, launch_start)
         by[reason] += float(e - s)
         kernels.append(k)

@@ -147,6 +147,9 @@ def contention_line(rank: dict) -> str | None:
         slow, n = x[f"{kind}_slowdown"], x[f"{kind}_kernels_overlapped"]
         if slow is not None:
             parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped)")
+            transfer = x.get("comm_transfer_slowdown") if kind == "comm" else None
+            if transfer is not None:
+                parts[-1] += f", of which transfers {100 * transfer:+.0f}% and the rest waiting for a peer rank"
     cost = (
         "; ".join(parts) + " against their time alone"
         if parts
@@ -185,6 +188,18 @@ def exposure_line(rank: dict) -> str | None:
     parts = sorted(((t, r) for r, text in REASON_TEXT.items() if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
     why = "; ".join(f"{ms(t)} {REASON_TEXT[r]}" for t, r in parts)
     return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"
+
+
+def cross_rank_lines(d: dict) -> list[str]:
+    """The cross-rank view: who the others waited for, who waited for whom, and the notes."""
+    cross = d.get("cross_rank")
+    if not cross:
+        return []
+    a = cross.get("alignment")
+    how = []
+    if a and a.get("method"):
+        how = [f"ranks aligned by {a['method']} (expected accuracy {a['accuracy_us']:g} us)"]
+    return [cross["summary"], *how, *cross.get("lines", [])]
 
 
 def held_back_line(rank: dict) -> str | None:

@@ -10,6 +10,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    cross_rank_lines,
     figure_table,
     md_table,
     ms,
@@ -43,6 +44,7 @@ class MarkdownRenderer:
             )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
+            out += [""] + [f"- {line}" for line in cross_rank_lines(d)[1:]]
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])

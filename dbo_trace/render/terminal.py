@@ -7,6 +7,7 @@ import shutil
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dbo_trace.analysis.report import Report
@@ -17,6 +18,7 @@ from dbo_trace.render.format import (
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    cross_rank_lines,
     ms,
     operation_cells,
     pct,
@@ -119,6 +121,8 @@ class TerminalRenderer:
         cross = d["cross_rank"]
         if cross:
             console.print(f"across ranks: {cross['summary']}")
+            for line in cross_rank_lines(d)[1:]:
+                console.print(f"  {escape(line)}")
             for note in cross["notes"]:
                 console.print(f"[yellow]note:[/] {note}")
 
