@@ -1,0 +1,166 @@
+"""Across ranks: clocks aligned from what the traces have, collectives matched, each one's wait, the
+waits summed per rank, the straggler threshold; figures against tests/peers_reference.py, a plain
+computation from docs/analysis.md that shares no code with dbo_trace."""
+
+import gzip
+import json
+
+import pytest
+from conftest import SAMPLES, report_json
+from peers_reference import waits
+
+from dbo_trace.analysis.classify import CommRules
+
+PUBLIC = SAMPLES.parent / "tests" / "data" / "public"
+TWO_GPU = ("overlap", "serial", "graph", "hostbound")
+
+
+def _traces(folder):
+    return sorted((folder / "traces").glob("*.json.gz")) if (folder / "traces").is_dir() else sorted(folder.glob("*.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return {m: report_json(str(SAMPLES / f"two-gpu-{m}")) for m in TWO_GPU}
+
+
+@pytest.mark.parametrize("mode", TWO_GPU)
+def test_waits_agree_with_the_independent_computation(docs, mode):
+    doc = docs[mode]
+    cross = doc["cross_rank"]
+    assert cross["alignment"]["method"] == "baseTimeNanoseconds"
+    ref, collectives = waits(_traces(SAMPLES / f"two-gpu-{mode}"), CommRules().regex().pattern)
+    got = cross["waits"]
+    assert len(got["operations"]) == len(collectives) > 0
+    for rank, r in ref.items():
+        mine = got["ranks"][str(rank)]
+        assert mine["comm_us"] == pytest.approx(r["comm"], rel=1e-6)
+        tolerance = 0.01 * r["comm"]  # within 1% of the rank's comm time
+        assert abs(mine["wait_us"] - r["wait"]) <= tolerance
+        assert abs(mine["transfer_us"] - r["transfer"]) <= tolerance
+        for peer, us in r["waited_for"].items():
+            assert abs(mine["waited_for_us"][str(peer)] - us) <= tolerance
+        assert doc["ranks"][rank]["peer_wait"]["wait_us"] == mine["wait_us"]
+
+
+def test_each_operation_wait_is_the_last_arrival_less_its_own_bounded_by_its_kernel(docs):
+    for op in docs["overlap"]["cross_rank"]["waits"]["operations"]:
+        arrivals = {r: v["arrival_us"] for r, v in op["ranks"].items()}
+        last = max(arrivals.values())
+        assert arrivals[str(op["last_rank"])] == last
+        for v in op["ranks"].values():
+            assert v["wait_us"] == pytest.approx(min(last - v["arrival_us"], v["kernel_us"]), abs=1e-3)
+            assert v["transfer_us"] == pytest.approx(v["kernel_us"] - v["wait_us"], abs=2e-3)
+
+
+def test_a_10_us_skew_is_not_a_straggler(docs):
+    cross = docs["overlap"]["cross_rank"]
+    assert cross["max_skew_us"] < 20
+    assert cross["summary"].startswith("no straggler")
+    assert cross["late_counts"] == {}
+    assert cross["straggler_threshold_us"] >= 0.02 * cross["median_step_us"]
+
+
+def test_overlap_names_who_waited_for_whom_and_where(docs):
+    lines = docs["overlap"]["cross_rank"]["lines"]
+    assert any(line.startswith("rank 1 waited") and "for peers: rank 0" in line and "microbatch" in line for line in lines)
+    assert any(line.startswith("arrived last by more than") for line in lines)
+    reasons = docs["overlap"]["ranks"][1]["exposed_comm_reasons"]
+    assert reasons["peer_us"] > 0
+    # the reasons still add up to the exposed time
+    assert sum(v for k, v in reasons.items() if k != "exposed_us") == pytest.approx(reasons["exposed_us"], abs=0.01)
+
+
+def _rewrite(src, dst, change):
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    change(doc)
+    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def _to_epoch(doc):
+    base = doc.pop("baseTimeNanoseconds") / 1000.0
+    for e in doc["traceEvents"]:
+        if "ts" in e:
+            e["ts"] = e["ts"] + base
+
+
+def _no_clock(doc, shift_us):
+    doc.pop("baseTimeNanoseconds")
+    for e in doc["traceEvents"]:
+        if "ts" in e:
+            e["ts"] = e["ts"] - 5.1e12 + shift_us
+
+
+def test_epoch_ts_aligns_like_base_time(tmp_path, docs):
+    for src in _traces(SAMPLES / "two-gpu-overlap"):
+        _rewrite(src, tmp_path / src.name, _to_epoch)
+    doc = report_json(str(tmp_path))
+    cross = doc["cross_rank"]
+    assert cross["alignment"]["method"] == "ts on the epoch clock"
+    before = docs["overlap"]["cross_rank"]["waits"]["ranks"]
+    for rank, r in cross["waits"]["ranks"].items():
+        assert r["wait_us"] == pytest.approx(before[rank]["wait_us"], abs=0.5)
+
+
+def test_without_a_clock_the_first_collective_anchors_the_ranks(tmp_path, docs):
+    """Each rank's trace clock shifted by a different amount: the anchor puts them back together."""
+    for i, src in enumerate(_traces(SAMPLES / "two-gpu-overlap")):
+        _rewrite(src, tmp_path / src.name, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
+    doc = report_json(str(tmp_path))
+    cross = doc["cross_rank"]
+    assert cross["alignment"]["method"] == "first matched collective's end"
+    assert any("first matched collective" in n for n in cross["notes"])
+    # the anchor is the first collective's end: as good as those ends agree (13.5 us on this sample)
+    before = docs["overlap"]["cross_rank"]["waits"]["ranks"]
+    for rank, r in cross["waits"]["ranks"].items():
+        assert abs(r["wait_us"] - before[rank]["wait_us"]) < 0.1 * before[rank]["comm_us"]
+
+
+def test_sequences_that_disagree_are_refused_and_said(tmp_path):
+    def other_collective(doc):
+        n = 0
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and "nccl" in e["name"].lower():
+                n += 1
+                if n % 3 == 0:
+                    e["args"]["Collective name"] = "all_reduce"
+
+    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
+    _rewrite(src0, tmp_path / src0.name, lambda d: None)
+    _rewrite(src1, tmp_path / src1.name, other_collective)
+    cross = report_json(str(tmp_path))["cross_rank"]
+    assert cross["waits"] is None
+    assert any("not matched" in n and "do not line up" in n for n in cross["notes"])
+
+
+def test_public_sampled_job_on_the_epoch_clock():
+    """Two ranks of HTA's 128-rank job: ts in epoch microseconds, no baseTimeNanoseconds. The ranks'
+    SendRecv sequences on their first stream are not one sequence (other peers among the 128), and
+    are refused; what matched agrees with the independent computation."""
+    folder = PUBLIC / "hta-sampled-job"
+    cross = report_json(str(folder))["cross_rank"]
+    assert cross["alignment"]["method"] == "ts on the epoch clock"
+    assert any(n.startswith("stream #0") and "not matched" in n for n in cross["notes"])
+    ref, collectives = waits(_traces(folder), CommRules().regex().pattern)
+    got = cross["waits"]
+    assert len(got["operations"]) == len(collectives)
+    for rank, r in ref.items():
+        mine = got["ranks"][str(rank)]
+        assert abs(mine["wait_us"] - r["wait"]) <= 0.01 * r["comm"]
+
+
+def test_ranks_that_cannot_be_aligned_say_why(tmp_path):
+    """No clock on either rank and no collective in common: a note, never a silent null."""
+    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
+
+    def strip(doc, shift):
+        _no_clock(doc, shift)
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("cat") == "kernel" and "nccl" in e["name"].lower())]
+
+    _rewrite(src0, tmp_path / src0.name, lambda d: strip(d, 0.0))
+    _rewrite(src1, tmp_path / src1.name, lambda d: strip(d, 5000.0))
+    cross = report_json(str(tmp_path))["cross_rank"]
+    assert cross is not None
+    assert cross["alignment"]["method"] is None
+    assert "not aligned" in cross["alignment"]["note"]
+    assert cross["summary"].startswith("ranks not set side by side")
