@@ -170,11 +170,12 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
         peer, us = max(r.waited_for_us.items(), key=lambda kv: kv[1])
         (ub, k), at = max(r.by_op_us.items(), key=lambda kv: kv[1])
         share = f" ({r.wait_share:.0%} of its comm time)" if r.wait_share is not None else ""
-        others = (
-            f", {len(r.waited_for_us) - 1} other rank(s) {(r.wait_us - us) / 1000:.2f} ms" if len(r.waited_for_us) > 1 else ""
-        )
+        n_others = len(r.waited_for_us) - 1
+        whom = f"for rank {peer}"
+        if n_others:
+            whom = f"for peers: rank {peer} {us / 1000:.2f} ms, {n_others} other rank(s) {(r.wait_us - us) / 1000:.2f} ms"
         out.append(
-            f"rank {r.rank} waited {r.wait_us / 1000:.2f} ms{share} for peers: rank {peer} {us / 1000:.2f} ms{others}; "
+            f"rank {r.rank} waited {r.wait_us / 1000:.2f} ms{share} {whom}, "
             f"mostly at {op_label(ub, k, layers, r.ops_per_ubatch)} ({at / 1000:.2f} ms); transfer {r.transfer_us / 1000:.2f} ms"
         )
     late = sorted((r for r in w.ranks.values() if r.last_ops), key=lambda r: (-r.last_ops, r.rank))

@@ -146,10 +146,9 @@ def contention_line(rank: dict) -> str | None:
     for kind in ("compute", "comm"):
         slow, n = x[f"{kind}_slowdown"], x[f"{kind}_kernels_overlapped"]
         if slow is not None:
-            parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped)")
             transfer = x.get("comm_transfer_slowdown") if kind == "comm" else None
-            if transfer is not None:
-                parts[-1] += f", of which transfers {100 * transfer:+.0f}% and the rest waiting for a peer rank"
+            split = "" if transfer is None else f"; their transfers {100 * transfer:+.0f}%, the rest waiting for a peer rank"
+            parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped{split})")
     cost = (
         "; ".join(parts) + " against their time alone"
         if parts
