@@ -164,3 +164,19 @@ def test_ranks_that_cannot_be_aligned_say_why(tmp_path):
     assert cross["alignment"]["method"] is None
     assert "not aligned" in cross["alignment"]["note"]
     assert cross["summary"].startswith("ranks not set side by side")
+
+
+def test_without_base_time_the_event_log_aligns_the_ranks(tmp_path, docs):
+    """A bundle whose traces lost baseTimeNanoseconds (clocks shifted apart): the event logs'
+    step_begin times (time.time_ns) paired with the traces' ProfilerStep ranges align them."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(SAMPLES / "two-gpu-overlap", bundle)
+    for i, trace in enumerate(_traces(bundle)):
+        _rewrite(trace, trace, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
+    cross = report_json(str(bundle))["cross_rank"]
+    assert cross["alignment"]["method"] == "event log time_ns"
+    before = docs["overlap"]["cross_rank"]["waits"]["ranks"]
+    for rank, r in cross["waits"]["ranks"].items():
+        assert abs(r["wait_us"] - before[rank]["wait_us"]) <= 0.01 * before[rank]["comm_us"]

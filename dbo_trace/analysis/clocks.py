@@ -29,7 +29,7 @@ ANCHOR_ACCURACY_US = 10.0  # NCCL's ends on the ranks of one collective: within 
 
 EPOCH_LO_US, EPOCH_HI_US = 1.5e15, 2.0e15  # 2017 to 2033 in microseconds since 1970
 LOG_MIN_STEPS = 2
-LOG_MAX_SPREAD_US = 1000.0  # paired step begins that scatter more than this are not a clock
+LOG_MAX_SPREAD_US = 200.0  # paired step begins that scatter more than this are not a clock
 
 
 @dataclass(frozen=True)
@@ -64,13 +64,27 @@ def epoch_offset(clue: RankClue) -> tuple[str, float, float] | None:
         return EPOCH_TS, 0.0, CLOCK_ACCURACY_US
     log, marks = clue.log_step_begins_ns, clue.marker_step_starts_us
     if log is not None and marks is not None and min(len(log), len(marks)) >= LOG_MIN_STEPS:
-        n = min(len(log), len(marks))
-        diff = np.sort(log)[:n] / 1000.0 - np.sort(marks)[:n]
-        offset = float(np.median(diff))
-        spread = float(np.median(np.abs(diff - offset)))
-        if spread <= LOG_MAX_SPREAD_US:
-            return EVENT_LOG, offset, max(CLOCK_ACCURACY_US, spread)
+        found = log_offset(np.sort(log) / 1000.0, np.sort(marks))
+        if found is not None:
+            return EVENT_LOG, found[0], max(CLOCK_ACCURACY_US, found[1])
     return None
+
+
+def log_offset(log_us: np.ndarray, marks_us: np.ndarray) -> tuple[float, float] | None:
+    """(offset, spread): the log's step begins (epoch us) paired with the trace's marker steps, the
+    marks being a run of consecutive logged steps (the profiler saw some of them): of every way to
+    line them up, the one whose differences scatter least (median absolute deviation). None where
+    even that scatters more than LOG_MAX_SPREAD_US."""
+    n = min(len(log_us), len(marks_us))
+    best: tuple[float, float] | None = None
+    for shift in range(len(log_us) - n + 1):
+        for start in range(len(marks_us) - n + 1):
+            diff = log_us[shift : shift + n] - marks_us[start : start + n]
+            offset = float(np.median(diff))
+            spread = float(np.median(np.abs(diff - offset)))
+            if best is None or spread < best[1]:
+                best = (offset, spread)
+    return best if best is not None and best[1] <= LOG_MAX_SPREAD_US else None
 
 
 def align_on_epoch(clues: list[RankClue]) -> tuple[Alignment | None, list[int]]:

@@ -88,12 +88,32 @@ class RankWaits:
 
 
 @dataclass(frozen=True)
+class GroupWaits:
+    """The matched collectives of one step (or one microbatch): who arrived last there, and the waits."""
+
+    key: int  # step position (the lowest rank's), or microbatch
+    ops: int
+    wait_us: dict[int, float]  # rank -> us it waited
+    last_ops: dict[int, int]  # rank -> collectives it arrived last at by more than the threshold
+    caused_us: dict[int, float]  # rank -> what the others waited for it there
+    max_skew_us: float
+
+    @property
+    def straggler(self) -> int | None:
+        """The rank that held the others back most here (above the threshold), if any."""
+        return max(self.caused_us, key=lambda r: (self.caused_us[r], -r)) if self.caused_us else None
+
+
+@dataclass(frozen=True)
 class PeerWaits:
     ops: list[MatchedOp]
     ranks: dict[int, RankWaits]
     kernel_wait_us: dict[int, tuple[np.ndarray, np.ndarray]]  # rank -> (gpu indices, wait us)
     threshold_us: float  # skews above it are a straggler, not noise
     notes: list[str] = field(default_factory=list)
+    zero_us: float = 0.0  # arrivals are relative to this instant of the shared clock (float precision)
+    steps: list[GroupWaits] = field(default_factory=list)  # per step position (the lowest rank's)
+    ubatches: list[GroupWaits] = field(default_factory=list)  # per microbatch (the lowest rank's), where known
 
     @property
     def median_end_spread_us(self) -> float | None:
@@ -203,9 +223,14 @@ def match(ranks: list[RankComm], offsets: dict[int, float] | None) -> tuple[list
 
 
 def peer_waits(
-    ranks: list[RankComm], offsets: dict[int, float], threshold_us: float, matched: list[tuple[str, dict[int, np.ndarray]]]
+    ranks: list[RankComm],
+    offsets: dict[int, float],
+    threshold_us: float,
+    matched: list[tuple[str, dict[int, np.ndarray]]],
+    zero_us: float = 0.0,
 ) -> PeerWaits:
-    """The waits of every matched collective, and their sums per rank (see the module's docstring)."""
+    """The waits of every matched collective, and their sums per rank, step and microbatch (see the
+    module's docstring). offsets: relative to zero_us, so that arrivals keep the nanosecond."""
     by_rank = {r.rank: r for r in ranks}
     ops: list[MatchedOp] = []
     kernel_wait: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {r.rank: ([], []) for r in ranks}
@@ -242,7 +267,30 @@ def peer_waits(
         r: (np.concatenate(ix) if ix else np.empty(0, np.int64), np.concatenate(w) if w else np.empty(0))
         for r, (ix, w) in kernel_wait.items()
     }
-    return PeerWaits(ops, totals, kw, threshold_us)
+    steps = _groups(ops, [o.step[0] for o in ops], threshold_us)
+    ubatches = _groups(ops, [o.ubatch[0] for o in ops], threshold_us)
+    return PeerWaits(ops, totals, kw, threshold_us, [], zero_us, steps, ubatches)
+
+
+def _groups(ops: list[MatchedOp], keys: list[int], threshold_us: float) -> list[GroupWaits]:
+    """The collectives grouped by key (steps or microbatches; -1, none, left out)."""
+    members: dict[int, list[MatchedOp]] = {}
+    for o, k in zip(ops, keys):
+        if k >= 0:
+            members.setdefault(k, []).append(o)
+    out = []
+    for k, group in sorted(members.items()):
+        wait: Counter[int] = Counter()
+        last: Counter[int] = Counter()
+        caused: Counter[int] = Counter()
+        for o in group:
+            for r, w in zip(o.ranks, o.wait_us):
+                wait[r] += w  # type: ignore[assignment]  # us, not counts
+            if o.skew_us > threshold_us:
+                last[o.last_rank] += 1
+                caused[o.last_rank] += sum(o.wait_us)  # type: ignore[assignment]
+        out.append(GroupWaits(k, len(group), dict(wait), dict(last), dict(caused), max(o.skew_us for o in group)))
+    return out
 
 
 def _rank_waits(r: RankComm, ops: list[MatchedOp], threshold_us: float) -> RankWaits:

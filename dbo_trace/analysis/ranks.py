@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from dbo_trace.analysis.clocks import Alignment
-from dbo_trace.analysis.peers import PeerWaits
+from dbo_trace.analysis.peers import GroupWaits, PeerWaits
 
 STRAGGLER_STEP_SHARE = 0.02  # a skew under 2% of the median step is not a straggler
 STRAGGLER_ACCURACY_TIMES = 3.0  # nor one under 3x what the clocks can tell apart
@@ -185,9 +186,31 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
             for r in late
         ]
         out.append(f"arrived last by more than {w.threshold_us / 1000:.2f} ms: " + ", ".join(parts))
+        title = "per step (numbered from 1 in report order), who arrived last (what the others waited for it)"
+        out += _group_lines(w.steps, title, lambda k: f"step {k + 1}", MAX_STEP_GROUPS)
+        out += _group_lines(w.ubatches, "per microbatch, likewise", lambda k: f"microbatch {k}", MAX_STEP_GROUPS)
     else:
         out.append(
             f"no rank arrived last at any of {len(w.ops)} matched collectives by more than "
             f"{w.threshold_us / 1000:.2f} ms (the threshold)"
         )
     return out
+
+
+MAX_STEP_GROUPS = 8
+
+
+def _group_lines(groups: list[GroupWaits], title: str, name: Callable[[int], str], most: int) -> list[str]:
+    """Who held the others back in each step or microbatch (above the threshold), most first."""
+    parts = []
+    for g in groups:
+        ranked = sorted(g.caused_us, key=lambda r: (-g.caused_us[r], r))
+        if not ranked:
+            parts.append(f"{name(g.key)}: none")
+            continue
+        who = ", ".join(f"rank {r} at {g.last_ops[r]} of {g.ops} ({g.caused_us[r] / 1000:.2f} ms)" for r in ranked)
+        parts.append(f"{name(g.key)}: {who}")
+    if not parts or all(p.endswith(": none") for p in parts):
+        return []
+    more = f"; {len(parts) - most} more in the JSON" if len(parts) > most else ""
+    return [f"{title}: " + "; ".join(parts[:most]) + more]

@@ -472,12 +472,14 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
         notes.append(alignment.note)
     waits: PeerWaits | None = None
     if alignment.aligned:
-        matched, match_notes = match(comms, alignment.offset_us)
+        zero = min(alignment.offset_us.values())  # epoch microseconds lose the nanosecond in a float: relative
+        relative = {r: off - zero for r, off in alignment.offset_us.items()}
+        matched, match_notes = match(comms, relative)
         notes += match_notes
         walls = [s.wall_us for r in ranks for s in r.steps]
         threshold = straggler_threshold(float(np.median(walls)) if walls else None, alignment.accuracy_us)
         if matched:
-            waits = peer_waits(comms, alignment.offset_us, threshold, matched)
+            waits = peer_waits(comms, relative, threshold, matched, zero)
             ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
         elif not match_notes and any(len(c.start) for c in comms):
             notes.append("no communication channel is shared by two ranks: no collective matched")
@@ -490,7 +492,8 @@ def _clue(r: RankReport) -> RankClue:
     d = r.detailed()
     tl = d.timeline
     firsts = [float(a.start.min()) for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
-    marks = d.attribution.steps.start if d.attribution.steps.source != SOURCE_EVENT_LOG else None
+    steps = d.attribution.steps
+    marks = steps.start if steps.source != SOURCE_EVENT_LOG and not steps.inferred else None  # markers only
     return RankClue(r.rank, tl.base_time_ns, min(firsts) if firsts else None, d.log_step_begins_ns, marks)
 
 

@@ -386,13 +386,28 @@ def peer_wait_block(r: Any, view: Any) -> dict[str, Any]:
     }
 
 
+def group_waits_block(g: Any, key: str) -> dict[str, Any]:
+    return {
+        key: g.key,
+        "operations": g.ops,
+        "straggler": g.straggler,
+        "max_skew_us": _r(g.max_skew_us),
+        "wait_us": {str(k): _r(v) for k, v in sorted(g.wait_us.items())},
+        "last_ops": {str(k): v for k, v in sorted(g.last_ops.items())},
+        "caused_us": {str(k): _r(v) for k, v in sorted(g.caused_us.items())},
+    }
+
+
 def waits_block(w: Any) -> dict[str, Any] | None:
     if w is None:
         return None
     return {
         "threshold_us": round(w.threshold_us, 3),
+        "zero_us": w.zero_us,  # arrivals are microseconds after this instant of the shared clock
         "median_end_spread_us": _r(w.median_end_spread_us),
         "ranks": {str(k): rank_waits_block(r) for k, r in sorted(w.ranks.items())},
+        "steps": [group_waits_block(g, "step") for g in w.steps],
+        "ubatches": [group_waits_block(g, "ubatch") for g in w.ubatches],
         "operations": [
             {
                 "channel": o.channel,
@@ -401,7 +416,7 @@ def waits_block(w: Any) -> dict[str, Any] | None:
                 "skew_us": _r(o.skew_us),
                 "ranks": {
                     str(r): {
-                        "arrival_us": round(o.arrival_us[i], 3),
+                        "arrival_us": round(o.arrival_us[i], 3),  # from zero_us
                         "kernel_us": _r(o.kernel_us[i]),
                         "wait_us": _r(o.wait_us[i]),
                         "transfer_us": _r(o.kernel_us[i] - o.wait_us[i]),
