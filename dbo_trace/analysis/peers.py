@@ -135,21 +135,27 @@ def _tolerance(dur: np.ndarray) -> float:
     return max(END_TOLERANCE_US, END_TOLERANCE_SHARE * float(np.median(dur))) if len(dur) else END_TOLERANCE_US
 
 
-def _agree(a: RankComm, ia: np.ndarray, b: RankComm, ib: np.ndarray) -> bool:
-    if any(a.signature[i] != b.signature[j] for i, j in zip(ia.tolist(), ib.tolist())):
+def _agree(a: RankComm, ia: np.ndarray, b: RankComm, ib: np.ndarray, codes: dict[int, np.ndarray]) -> bool:
+    if not np.array_equal(codes[a.rank][ia], codes[b.rank][ib]):
         return False
     strict = a.same_size[ia] & b.same_size[ib] & (a.nelems[ia] >= 0) & (b.nelems[ib] >= 0)
     return bool(np.all(a.nelems[ia][strict] == b.nelems[ib][strict]))
 
 
 def pair(
-    ref: RankComm, ref_at: np.ndarray, other: RankComm, other_at: np.ndarray, offsets: dict[int, float] | None
+    ref: RankComm,
+    ref_at: np.ndarray,
+    other: RankComm,
+    other_at: np.ndarray,
+    offsets: dict[int, float] | None,
+    codes: dict[int, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray] | str:
-    """Pairs (indices into ref_at, into other_at) of one channel's kernels, or why they do not pair."""
+    """Pairs (indices into ref_at, into other_at) of one channel's kernels, or why they do not pair.
+    codes: per rank, each kernel's signature as a number shared by all ranks."""
     n, m = len(ref_at), len(other_at)
     if (ref.seq[ref_at] >= 0).all() and (other.seq[other_at] >= 0).all():
         common, ia, ib = np.intersect1d(ref.seq[ref_at], other.seq[other_at], return_indices=True)
-        if len(common) and _agree(ref, ref_at[ia], other, other_at[ib]):
+        if len(common) and _agree(ref, ref_at[ia], other, other_at[ib], codes):
             return ia, ib
         return "their sequence numbers (Seq) name different collectives"
     best: tuple[float, int] | None = None
@@ -159,7 +165,7 @@ def pair(
             continue
         ia = np.arange(lo, hi)
         ib = ia + d
-        if not _agree(ref, ref_at[ia], other, other_at[ib]):
+        if not _agree(ref, ref_at[ia], other, other_at[ib], codes):
             continue
         if offsets is None:  # no clock yet (the anchor): only the plain order, complete
             if d == 0 and n == m:
@@ -191,6 +197,8 @@ def match(ranks: list[RankComm], offsets: dict[int, float] | None) -> tuple[list
     columns: the k-th entry of every rank is one collective), and notes on what was refused."""
     notes: list[str] = []
     positions = {r.rank: channel_positions(r) for r in ranks}
+    table: dict[str, int] = {}
+    codes = {r.rank: np.array([table.setdefault(x, len(table)) for x in r.signature], np.int64) for r in ranks}
     by_rank = {r.rank: r for r in ranks}
     channels = sorted({ch for p in positions.values() for ch in p})
     out = []
@@ -203,7 +211,7 @@ def match(ranks: list[RankComm], offsets: dict[int, float] | None) -> tuple[list
         keep = np.ones(len(ref_at), bool)
         pairs: dict[int, np.ndarray] = {}
         for other in present[1:]:
-            found = pair(by_rank[ref], ref_at, by_rank[other], positions[other][ch], offsets)
+            found = pair(by_rank[ref], ref_at, by_rank[other], positions[other][ch], offsets, codes)
             if isinstance(found, str):
                 notes.append(f"{ch}: rank {other}'s collectives not matched with rank {ref}'s: {found}")
                 continue
