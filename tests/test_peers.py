@@ -180,3 +180,51 @@ def test_without_base_time_the_event_log_aligns_the_ranks(tmp_path, docs):
     before = docs["overlap"]["cross_rank"]["waits"]["ranks"]
     for rank, r in cross["waits"]["ranks"].items():
         assert abs(r["wait_us"] - before[rank]["wait_us"]) <= 0.01 * before[rank]["comm_us"]
+
+
+def _as_rank(doc, rank, world_size, late_us=0.0):
+    """doc as `rank` of a `world_size` job; late_us: its NCCL kernels start that much later (ending
+    where they did, as a late rank's do: the others wait for it), where they are long enough."""
+    doc["distributedInfo"] = dict(doc["distributedInfo"], rank=rank, world_size=world_size)
+    for e in doc["traceEvents"]:
+        if late_us and e.get("cat") == "kernel" and "nccl" in e["name"].lower() and e["dur"] > 2 * late_us:
+            e["ts"] += late_us
+            e["dur"] -= late_us
+
+
+def test_eight_ranks_with_one_late_rank_agree_with_the_independent_computation(tmp_path):
+    """The two-GPU overlap ranks copied into an 8-rank job, rank 5 arriving 300 us late at its
+    long collectives: the others wait for it, and each rank's waits agree with the plain computation."""
+    src = _traces(SAMPLES / "two-gpu-overlap")
+    paths = []
+    for rank in range(8):
+        path = tmp_path / f"rank{rank}.pt.trace.json.gz"
+        _rewrite(src[rank % 2], path, lambda d, rank=rank: _as_rank(d, rank, 8, 300.0 if rank == 5 else 0.0))
+        paths.append(path)
+    cross = report_json(str(tmp_path))["cross_rank"]
+    got = cross["waits"]["ranks"]
+    ref, collectives = waits(paths, CommRules().regex().pattern)
+    assert len(cross["waits"]["operations"]) == len(collectives) == 80
+    for rank, r in ref.items():
+        mine = got[str(rank)]
+        assert abs(mine["wait_us"] - r["wait"]) <= 0.01 * r["comm"]
+        for peer, us in r["waited_for"].items():
+            assert abs(mine["waited_for_us"][str(peer)] - us) <= 0.01 * r["comm"]
+    assert {r for r, v in got.items() if v["waited_for_us"]} == {str(r) for r in range(8)}
+    assert sum(got["0"]["waited_for_us"].values()) == pytest.approx(got["0"]["wait_us"], abs=0.01)
+
+
+def test_a_rank_whose_clock_is_off_is_refused_not_matched(tmp_path):
+    """Rank 1's clock base 2 ms late: its kernels end 2 ms after everyone's, which no real collective
+    does; its sequence is refused and a note says so (the clocks, not a straggler)."""
+    src = _traces(SAMPLES / "two-gpu-overlap")
+    for rank in range(2):
+
+        def shifted(doc, rank=rank):
+            if rank == 1:
+                doc["baseTimeNanoseconds"] += 2_000_000
+
+        _rewrite(src[rank], tmp_path / src[rank].name, shifted)
+    cross = report_json(str(tmp_path))["cross_rank"]
+    assert cross["waits"] is None
+    assert any("rank 1's collectives not matched" in n for n in cross["notes"])

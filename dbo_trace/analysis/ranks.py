@@ -165,19 +165,25 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
     if w is None:
         return []
     out = []
-    for r in sorted(w.ranks.values(), key=lambda x: x.rank):
-        if r.wait_us <= 0 or not r.waited_for_us:
-            continue
+    waiting = [r for r in w.ranks.values() if r.wait_us > 0 and r.waited_for_us]
+    shown = sorted(sorted(waiting, key=lambda x: (-x.wait_us, x.rank))[:MAX_WAIT_LINES], key=lambda x: x.rank)
+    for r in shown:
         peer, us = max(r.waited_for_us.items(), key=lambda kv: kv[1])
         (ub, k), at = max(r.by_op_us.items(), key=lambda kv: kv[1])
         share = f" ({r.wait_share:.0%} of its comm time)" if r.wait_share is not None else ""
         n_others = len(r.waited_for_us) - 1
         whom = f"for rank {peer}"
         if n_others:
-            whom = f"for peers: rank {peer} {us / 1000:.2f} ms, {n_others} other rank(s) {(r.wait_us - us) / 1000:.2f} ms"
+            whom = f"for peers: rank {peer} {us / 1000:.2f} ms, {n_others} other rank(s) {(r.wait_us - us) / 1000:.2f} ms in all"
         out.append(
             f"rank {r.rank} waited {r.wait_us / 1000:.2f} ms{share} {whom}, "
             f"mostly at {op_label(ub, k, layers, r.ops_per_ubatch)} ({at / 1000:.2f} ms); transfer {r.transfer_us / 1000:.2f} ms"
+        )
+    if len(waiting) > len(shown):
+        rest = [r for r in waiting if r not in shown]
+        out.append(
+            f"{len(rest)} more rank(s) waited {sum(r.wait_us for r in rest) / 1000:.2f} ms in all, at most "
+            f"{max(r.wait_us for r in rest) / 1000:.2f} ms (the JSON lists every rank)"
         )
     late = sorted((r for r in w.ranks.values() if r.last_ops), key=lambda r: (-r.last_ops, r.rank))
     if late:
@@ -198,6 +204,7 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
 
 
 MAX_STEP_GROUPS = 8
+MAX_WAIT_LINES = 4  # ranks that waited most, one line each
 
 
 def _group_lines(groups: list[GroupWaits], title: str, name: Callable[[int], str], most: int) -> list[str]:
