@@ -228,3 +228,44 @@ def test_a_rank_whose_clock_is_off_is_refused_not_matched(tmp_path):
     cross = report_json(str(tmp_path))["cross_rank"]
     assert cross["waits"] is None
     assert any("rank 1's collectives not matched" in n for n in cross["notes"])
+
+
+def test_perfetto_draws_every_rank_on_one_axis_with_its_waits(tmp_path, docs):
+    from conftest import run_cli
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    out = tmp_path / "o.pftrace"
+    assert run_cli("report", str(SAMPLES / "two-gpu-overlap"), "--perfetto", str(out)).returncode == 0
+    trace = Trace.FromString(out.read_bytes())
+    parent, names, process = {}, {}, {}
+    for p in trace.packet:
+        if p.HasField("track_descriptor"):
+            t = p.track_descriptor
+            names[t.uuid] = t.process.process_name if t.HasField("process") else t.name
+            parent[t.uuid] = t.parent_uuid if t.HasField("parent_uuid") else None
+    for uuid in names:
+        top = uuid
+        while parent[top] is not None:
+            top = parent[top]
+        process[uuid] = names[top].split()[1]  # "rank N (file)"
+    waited: dict[str, float] = {}
+    first_comm: dict[str, float] = {}
+    begin: dict[int, int] = {}
+    for p in trace.packet:
+        if not p.HasField("track_event"):
+            continue
+        ev = p.track_event
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            begin[ev.track_uuid] = p.timestamp
+            if ev.name.startswith("ncclDevKernel"):
+                rank = process[ev.track_uuid]
+                first_comm[rank] = min(first_comm.get(rank, float("inf")), p.timestamp / 1000)
+        elif names[ev.track_uuid].startswith("waiting for a peer rank"):
+            rank = process[ev.track_uuid]
+            waited[rank] = waited.get(rank, 0.0) + (p.timestamp - begin[ev.track_uuid]) / 1000
+    cross = docs["overlap"]["cross_rank"]
+    for rank, r in cross["waits"]["ranks"].items():
+        assert waited[rank] == pytest.approx(r["wait_us"], abs=0.01 * len(cross["waits"]["operations"]))
+    # the first collective's arrivals are as far apart in the picture as on the shared clock
+    first = cross["waits"]["operations"][0]["ranks"]
+    assert first_comm["1"] - first_comm["0"] == pytest.approx(first["1"]["arrival_us"] - first["0"]["arrival_us"], abs=0.01)

@@ -112,6 +112,8 @@ class PeerWaits:
     threshold_us: float  # skews above it are a straggler, not noise
     notes: list[str] = field(default_factory=list)
     zero_us: float = 0.0  # arrivals are relative to this instant of the shared clock (float precision)
+    # rank -> (start, end, rank waited for) of each wait on the rank's own trace clock, for pictures
+    wait_spans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     steps: list[GroupWaits] = field(default_factory=list)  # per step position (the lowest rank's)
     ubatches: list[GroupWaits] = field(default_factory=list)  # per microbatch (the lowest rank's), where known
 
@@ -242,6 +244,7 @@ def peer_waits(
     by_rank = {r.rank: r for r in ranks}
     ops: list[MatchedOp] = []
     kernel_wait: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {r.rank: ([], []) for r in ranks}
+    spans: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {r.rank: [] for r in ranks}
     for ch, columns in matched:
         order = sorted(columns)
         arrival = np.vstack([by_rank[r].start[columns[r]] + offsets[r] for r in order])  # ranks x ops
@@ -249,9 +252,13 @@ def peer_waits(
         last = np.argmax(arrival, axis=0)
         wait = np.clip(arrival.max(axis=0) - arrival, 0.0, kernel)
         skew = arrival.max(axis=0) - arrival.min(axis=0)
+        last_rank = np.array(order)[last]
         for row, r in enumerate(order):
             kernel_wait[r][0].append(by_rank[r].gpu_index[columns[r]])
             kernel_wait[r][1].append(wait[row])
+            waited = wait[row] > 0
+            begin = by_rank[r].start[columns[r]][waited]
+            spans[r].append((begin, begin + wait[row][waited], last_rank[waited]))
         labels = [(by_rank[r].ubatch[columns[r]], by_rank[r].step[columns[r]], by_rank[r].op_index[columns[r]]) for r in order]
         for k in range(arrival.shape[1]):
             ops.append(
@@ -277,7 +284,12 @@ def peer_waits(
     }
     steps = _groups(ops, [o.step[0] for o in ops], threshold_us)
     ubatches = _groups(ops, [o.ubatch[0] for o in ops], threshold_us)
-    return PeerWaits(ops, totals, kw, threshold_us, [], zero_us, steps, ubatches)
+    wait_spans = {
+        r: (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
+        for r, parts in spans.items()
+        if parts
+    }
+    return PeerWaits(ops, totals, kw, threshold_us, [], zero_us, wait_spans, steps, ubatches)
 
 
 def _groups(ops: list[MatchedOp], keys: list[int], threshold_us: float) -> list[GroupWaits]:

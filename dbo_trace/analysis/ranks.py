@@ -66,6 +66,14 @@ class CrossRank:
     def lines(self) -> list[str]:
         return wait_lines(self, self.layers)
 
+    def shift_us(self, rank: int) -> float:
+        """What to add to a rank's trace clock to draw every rank on one time axis (the shared clock
+        less its earliest offset, so the numbers stay small); 0 where the ranks are not aligned."""
+        a = self.alignment
+        if a is None or not a.offset_us or rank not in a.offset_us:
+            return 0.0
+        return a.offset_us[rank] - min(a.offset_us.values())
+
     @property
     def summary(self) -> str:
         """One line: who the others wait for, and by how much (a straggler only above the threshold)."""
