@@ -269,3 +269,30 @@ def test_perfetto_draws_every_rank_on_one_axis_with_its_waits(tmp_path, docs):
     # the first collective's arrivals are as far apart in the picture as on the shared clock
     first = cross["waits"]["operations"][0]["ranks"]
     assert first_comm["1"] - first_comm["0"] == pytest.approx(first["1"]["arrival_us"] - first["0"]["arrival_us"], abs=0.01)
+
+
+def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
+    from conftest import run_cli
+
+    from dbo_trace.analysis.ranks_view import ranks_step_view
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.pipeline import analyze_paths
+
+    report = analyze_paths([SAMPLES / "two-gpu-hostbound"], Options())
+    doc = report_json(str(SAMPLES / "two-gpu-hostbound"))
+    for position in range(len(report.ranks[0].steps)):
+        view = ranks_step_view(report, position)
+        assert view.lanes == ["rank 0 compute", "rank 0 comm", "rank 1 compute", "rank 1 comm"]
+        for r in report.ranks:
+            kernels = sum(1 for b in view.bars if b.lane.startswith(f"rank {r.rank} "))
+            assert kernels == sum(1 for x in r.detailed().attribution.gpu_step if x == r.steps[position].index) > 0
+            marked = sum(e - s for s, e, lane, _ in view.waits if lane == f"rank {r.rank} comm")
+            by_step = doc["cross_rank"]["waits"]["ranks"][str(r.rank)]["by_step_us"].get(str(position), 0.0)
+            assert marked == pytest.approx(by_step, abs=0.01)
+        assert all(0 <= b.start <= b.end <= view.duration + 1e-6 for b in view.bars)
+    out = tmp_path / "ranks.png"
+    proc = run_cli("report", str(SAMPLES / "two-gpu-hostbound"), "--timeline", str(out), "--all-ranks")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "every rank" in proc.stderr
+    lone = run_cli("report", str(SAMPLES / "two-gpu-hostbound"), "--all-ranks")
+    assert lone.returncode == 2 and "--all-ranks draws every rank's step in --timeline" in lone.stderr
