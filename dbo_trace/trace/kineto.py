@@ -74,8 +74,9 @@ class _Args(msgspec.Struct, gc=False):
     # msgspec skips every other key in C.
     correlation: int = -1
     stream: int | str = -1  # ROCm traces write it as a string ("0x0" or "7")
-    # What Kineto (torch >= 2.4) writes on an NCCL kernel, to match collectives across ranks.
-    # Typed Any: a value of another type than expected must not fail the chunk's decode.
+    # What Kineto (torch >= 2.4) writes on an NCCL kernel, to match collectives across ranks. Typed
+    # Any: a value of another type than expected must not fail the chunk's decode. Absent (None) in
+    # almost every event, so a chunk without a collective costs one pass that finds none.
     collective: Any = msgspec.field(default=None, name="Collective name")
     group: Any = msgspec.field(default=None, name="Process Group Name")
     nelems: Any = msgspec.field(default=None, name="In msg nelems")
@@ -257,6 +258,8 @@ class _Columns:
         args_s = list(map(_ARGS, timed))
         if None in args_s:
             args_s = [a or _NO_ARGS for a in args_s]
+        n = len(timed)
+        comm = any(map(_COLLECTIVE, args_s))  # in C, stops at the first; Kineto writes Seq, group and size beside it
         self._append(
             {
                 "cat": cat,
@@ -267,10 +270,10 @@ class _Columns:
                 "dur": dur,
                 "correlation": _ints(args_s, _CORRELATION),
                 "stream": _ints(args_s, _STREAM),
-                "collective": _interned(args_s, _COLLECTIVE, intern),
-                "group": _interned(args_s, _GROUP, intern),
-                "nelems": _counts(args_s, _NELEMS),
-                "seq": _counts(args_s, _SEQ),
+                "collective": _interned(args_s, _COLLECTIVE, intern) if comm else np.full(n, -1, np.int32),
+                "group": _interned(args_s, _GROUP, intern) if comm else np.full(n, -1, np.int32),
+                "nelems": _counts(args_s, _NELEMS) if comm else np.full(n, -1, np.int64),
+                "seq": _counts(args_s, _SEQ) if comm else np.full(n, -1, np.int64),
             }
         )
 
