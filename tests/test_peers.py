@@ -296,3 +296,33 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "every rank" in proc.stderr
     lone = run_cli("report", str(SAMPLES / "two-gpu-hostbound"), "--all-ranks")
     assert lone.returncode == 2 and "--all-ranks draws every rank's step in --timeline" in lone.stderr
+
+
+def _kernel(ts, **args):
+    return {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": 7, "ts": ts, "dur": 5.0, "args": args}
+
+
+def test_the_reader_keeps_a_collectives_args_and_shrugs_off_odd_ones(tmp_path):
+    from dbo_trace.trace import kineto
+
+    events = [
+        _kernel(1.0, stream=7, correlation=1, **{"Collective name": "all_reduce", "Process Group Name": "3"}),
+        _kernel(2.0, stream=7, correlation=2, **{"In msg nelems": 1024, "Seq": 12, "Collective name": "all_reduce"}),
+        _kernel(3.0, stream=7, correlation=3, **{"Collective name": 5, "In msg nelems": "many", "Seq": -4}),
+        _kernel(4.0, stream=7, correlation=4),
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    raw = kineto.read_kineto(path)
+    e = raw.events
+    assert [raw.names[i] if i >= 0 else None for i in e.collective] == ["all_reduce", "all_reduce", None, None]
+    assert [raw.names[i] if i >= 0 else None for i in e.group] == ["3", None, None, None]
+    assert e.nelems.tolist() == [-1, 1024, -1, -1] and e.seq.tolist() == [-1, 12, -1, -1]
+    # a worker's chunk merged into the reading process's columns: the names re-interned
+    first, second = kineto._Columns(), kineto._Columns()
+    first.add(kineto._decode_events(json.dumps(events[3:]).encode()))
+    second.add(kineto._decode_events(json.dumps(events[:3]).encode()))
+    first.merge(second)
+    merged, names = first.finish()
+    assert [names[i] if i >= 0 else None for i in merged.collective] == [None, "all_reduce", "all_reduce", None]
+    assert [names[i] if i >= 0 else None for i in merged.group] == [None, "3", None, None]
