@@ -15,6 +15,7 @@ from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.ranks import op_label
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
@@ -338,7 +339,7 @@ def cross_rank_block(view) -> dict[str, Any] | None:
         "median_step_us": None if view.median_step_us is None else round(view.median_step_us, 3),
         "late_counts": {str(k): v for k, v in sorted(view.late_counts.items())},
         "lines": view.lines,
-        "waits": waits_block(view.waits),
+        "waits": waits_block(view.waits, view.layers),
     }
 
 
@@ -354,7 +355,7 @@ def alignment_block(a: Any) -> dict[str, Any] | None:
     }
 
 
-def rank_waits_block(r: Any) -> dict[str, Any]:
+def rank_waits_block(r: Any, layers: int | None = None) -> dict[str, Any]:
     return {
         "comm_us": _r(r.comm_us),
         "matched_us": _r(r.matched_us),
@@ -363,7 +364,7 @@ def rank_waits_block(r: Any) -> dict[str, Any]:
         "transfer_us": _r(r.transfer_us),
         "waited_for_us": {str(k): _r(v) for k, v in sorted(r.waited_for_us.items())},
         "by_op": [
-            {"ubatch": ub, "index": k, "wait_us": _r(us)}
+            {"ubatch": ub, "index": k, "label": op_label(ub, k, layers, r.ops_per_ubatch), "wait_us": _r(us)}
             for (ub, k), us in sorted(r.by_op_us.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
         "by_step_us": {str(k): _r(v) for k, v in sorted(r.by_step_us.items())},
@@ -398,14 +399,14 @@ def group_waits_block(g: Any, key: str) -> dict[str, Any]:
     }
 
 
-def waits_block(w: Any) -> dict[str, Any] | None:
+def waits_block(w: Any, layers: int | None = None) -> dict[str, Any] | None:
     if w is None:
         return None
     return {
         "threshold_us": round(w.threshold_us, 3),
         "zero_us": w.zero_us,  # arrivals are microseconds after this instant of the shared clock
         "median_end_spread_us": _r(w.median_end_spread_us),
-        "ranks": {str(k): rank_waits_block(r) for k, r in sorted(w.ranks.items())},
+        "ranks": {str(k): rank_waits_block(r, layers) for k, r in sorted(w.ranks.items())},
         "steps": [group_waits_block(g, "step") for g in w.steps],
         "ubatches": [group_waits_block(g, "ubatch") for g in w.ubatches],
         "operations": [
