@@ -326,3 +326,24 @@ def test_the_reader_keeps_a_collectives_args_and_shrugs_off_odd_ones(tmp_path):
     merged, names = first.finish()
     assert [names[i] if i >= 0 else None for i in merged.collective] == [None, "all_reduce", "all_reduce", None]
     assert [names[i] if i >= 0 else None for i in merged.group] == [None, "3", None, None]
+
+
+def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
+    """A hostile group name (markup, an escape sequence) reaches the notes printable and escaped."""
+
+    def hostile(doc):
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {}):
+                e["args"]["Process Group Name"] = "[bold red]pg\x1b[31m"
+
+    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
+    _rewrite(src0, tmp_path / src0.name, lambda d: None)
+    _rewrite(src1, tmp_path / src1.name, hostile)
+    from conftest import run_cli
+
+    proc = run_cli("report", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout
+    assert "note: group [bold red]pg?[31m is on" in proc.stdout
+    cross = report_json(str(tmp_path))["cross_rank"]
+    assert any(n.startswith("group 0 is on rank 0 only") for n in cross["notes"])

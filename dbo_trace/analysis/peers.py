@@ -207,6 +207,9 @@ def match(ranks: list[RankComm], offsets: dict[int, float] | None) -> tuple[list
     for ch in channels:
         present = [r for r in sorted(by_rank) if ch in positions[r]]
         if len(present) < 2:
+            if len(by_rank) > 1:
+                n = len(positions[present[0]][ch])
+                notes.append(f"{ch} is on rank {present[0]} only of the ranks given: its {n} kernels have no partner")
             continue
         ref = present[0]
         ref_at = positions[ref][ch]

@@ -507,7 +507,7 @@ def _rank_comm(r: RankReport) -> RankComm:
     lanes = tl.gpu.lane[comm]
     ordinal = {lane: n for n, lane in enumerate(dict.fromkeys(lanes.tolist()))}  # streams by first use
     channel = [
-        f"group {names[g]}" if g >= 0 else f"stream #{ordinal[lane]}"
+        f"group {_inert(names[g])}" if g >= 0 else f"stream #{ordinal[lane]}"
         for g, lane in zip(args.group[comm].tolist(), lanes.tolist())
     ]
     collective = [names[x] if x >= 0 else "" for x in args.collective[comm].tolist()]
@@ -529,6 +529,12 @@ def _rank_comm(r: RankReport) -> RankComm:
         op_index=_op_index(r, d)[comm],
         comm_us=float((tl.gpu.end[comm] - tl.gpu.start[comm]).sum()),
     )
+
+
+def _inert(name: str, most: int = 40) -> str:
+    """A process group's name from the trace as it may appear in a note: printable, short."""
+    shown = "".join(ch if ch.isprintable() else "?" for ch in name[:most])
+    return shown + ("..." if len(name) > most else "")
 
 
 def _op_index(r: RankReport, d: RankDetail) -> np.ndarray:

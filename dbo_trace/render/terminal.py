@@ -124,7 +124,7 @@ class TerminalRenderer:
             for line in cross_rank_lines(d)[1:]:
                 console.print(f"  {escape(line)}")
             for note in cross["notes"]:
-                console.print(f"[yellow]note:[/] {note}")
+                console.print(f"[yellow]note:[/] {escape(note)}")  # notes name process groups: trace strings
 
         rt = d["round_trips"]
         if rt:
