@@ -44,6 +44,7 @@ class StepAlignment:
     starts_us: dict[int, float]  # rank -> start on the shared clock (us)
     skew_us: float  # latest start - earliest start
     last_rank: int  # the rank the others wait for
+    straggler: bool = False  # the skew is above the threshold: a straggler, not noise
 
 
 @dataclass
@@ -140,6 +141,8 @@ def cross_rank(
     walls = [t for r in ranks for t in r.step_us]
     median_step = float(np.median(walls)) if walls else None
     threshold = straggler_threshold(median_step, alignment.accuracy_us if alignment is not None else None)
+    for s in steps:
+        s.straggler = s.skew_us > threshold
     return CrossRank(
         ranks=[rank for rank, _, _ in usable],
         steps=steps,
@@ -151,7 +154,7 @@ def cross_rank(
         alignment=alignment,
         threshold_us=threshold,
         median_step_us=median_step,
-        late_counts=dict(Counter(s.last_rank for s in steps if s.skew_us > threshold)),
+        late_counts=dict(Counter(s.last_rank for s in steps if s.straggler)),
         waits=waits,
         layers=layers,
     )

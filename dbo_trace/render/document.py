@@ -329,6 +329,7 @@ def cross_rank_block(view) -> dict[str, Any] | None:
                 "skew_us": round(s.skew_us, 3),
                 "last_rank": s.last_rank,
                 "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())},
+                "straggler": s.straggler,  # version 3
             }
             for s in view.steps
         ],
