@@ -110,7 +110,6 @@ class PeerWaits:
     ranks: dict[int, RankWaits]
     kernel_wait_us: dict[int, tuple[np.ndarray, np.ndarray]]  # rank -> (gpu indices, wait us)
     threshold_us: float  # skews above it are a straggler, not noise
-    notes: list[str] = field(default_factory=list)
     zero_us: float = 0.0  # arrivals are relative to this instant of the shared clock (float precision)
     # rank -> (start, end, rank waited for) of each wait on the rank's own trace clock, for pictures
     wait_spans: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -123,14 +122,8 @@ class PeerWaits:
         (NCCL's ends are nearly simultaneous on one host)."""
         if not self.ops:
             return None
-        return float(
-            np.median(
-                [
-                    max(a + k for a, k in zip(o.arrival_us, o.kernel_us)) - min(a + k for a, k in zip(o.arrival_us, o.kernel_us))
-                    for o in self.ops
-                ]
-            )
-        )
+        ends = [[a + k for a, k in zip(o.arrival_us, o.kernel_us)] for o in self.ops]
+        return float(np.median([max(e) - min(e) for e in ends]))
 
 
 def _tolerance(dur: np.ndarray) -> float:
@@ -180,8 +173,12 @@ def pair(
         if spread <= _tolerance(dur) and (best is None or spread < best[0]):
             best = (spread, d)
     if best is None:
-        how = "in order" if offsets is None else "at any shift with the kernels' ends agreeing in time"
-        return f"their {n} and {m} kernels do not line up {how} (names, collectives or sizes disagree)"
+        if offsets is None:
+            return f"their {n} and {m} kernels do not line up in order (names, collectives or sizes disagree)"
+        return (
+            f"their {n} and {m} kernels do not line up at any shift with their ends agreeing in time (names, "
+            "collectives or sizes disagree, or the clocks do: ranks on different hosts, a sampled trace?)"
+        )
     d = best[1]
     ia = np.arange(max(0, -d), min(n, m - d))
     return ia, ia + d
@@ -292,7 +289,7 @@ def peer_waits(
         for r, parts in spans.items()
         if parts
     }
-    return PeerWaits(ops, totals, kw, threshold_us, [], zero_us, wait_spans, steps, ubatches)
+    return PeerWaits(ops, totals, kw, threshold_us, zero_us, wait_spans, steps, ubatches)
 
 
 def _groups(ops: list[MatchedOp], keys: list[int], threshold_us: float) -> list[GroupWaits]:
