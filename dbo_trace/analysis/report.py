@@ -474,12 +474,13 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
     if alignment.aligned:
         zero = min(alignment.offset_us.values())  # epoch microseconds lose the nanosecond in a float: relative
         relative = {r: off - zero for r, off in alignment.offset_us.items()}
-        matched, match_notes = match(comms, relative)
+        on_the_clock = [c for c in comms if c.rank in relative]  # an anchor may have placed only some ranks
+        matched, match_notes = match(on_the_clock, relative)
         notes += match_notes
         walls = [s.wall_us for r in ranks for s in r.steps]
         threshold = straggler_threshold(float(np.median(walls)) if walls else None, alignment.accuracy_us)
         if matched:
-            waits = peer_waits(comms, relative, threshold, matched, zero)
+            waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
             ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
         elif not match_notes and any(len(c.start) for c in comms):
             notes.append("no communication channel is shared by two ranks: no collective matched")
