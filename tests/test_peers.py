@@ -347,3 +347,21 @@ def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
     assert "note: group [bold red]pg?[31m is on" in proc.stdout
     cross = report_json(str(tmp_path))["cross_rank"]
     assert any(n.startswith("group 0 is on rank 0 only") for n in cross["notes"])
+
+
+def test_two_separate_runs_on_epoch_ts_are_refused(tmp_path):
+    """Traces with epoch ts and no baseTimeNanoseconds are checked for being one run too."""
+    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
+    _rewrite(src0, tmp_path / src0.name, _to_epoch)
+
+    def an_hour_later(doc):
+        _to_epoch(doc)
+        for e in doc["traceEvents"]:
+            if "ts" in e:
+                e["ts"] += 3600e6
+
+    _rewrite(src1, tmp_path / src1.name, an_hour_later)
+    from conftest import run_cli
+
+    proc = run_cli("report", str(tmp_path))
+    assert proc.returncode == 2 and "not ranks of one run" in proc.stderr

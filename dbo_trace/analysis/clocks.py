@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US
+
 BASE_TIME = "baseTimeNanoseconds"
 EPOCH_TS = "ts on the epoch clock"
 EVENT_LOG = "event log time_ns"
@@ -27,7 +29,6 @@ ANCHOR = "first matched collective's end"
 CLOCK_ACCURACY_US = 5.0
 ANCHOR_ACCURACY_US = 10.0  # NCCL's ends on the ranks of one collective: within ~10 us on one host
 
-EPOCH_LO_US, EPOCH_HI_US = 1.5e15, 2.0e15  # 2017 to 2033 in microseconds since 1970
 LOG_MIN_STEPS = 2
 LOG_MAX_SPREAD_US = 200.0  # paired step begins that scatter more than this are not a clock
 

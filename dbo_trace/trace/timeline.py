@@ -25,6 +25,11 @@ class Intervals:
         return len(self.start)
 
 
+# Older Kineto wrote ts as microseconds since 1970 with no baseTimeNanoseconds: such a ts is already
+# on the time.time_ns() clock. 1.5e15-2.0e15 us is 2017 to 2033; no trace-relative clock gets there.
+EPOCH_LO_US, EPOCH_HI_US = 1.5e15, 2.0e15
+
+
 @dataclass
 class CommArgs:
     """Per GPU activity, what Kineto wrote about the collective an NCCL kernel runs (torch >= 2.4):
