@@ -365,3 +365,19 @@ def test_two_separate_runs_on_epoch_ts_are_refused(tmp_path):
 
     proc = run_cli("report", str(tmp_path))
     assert proc.returncode == 2 and "not ranks of one run" in proc.stderr
+
+
+def test_markdown_shows_the_cross_rank_notes_inert(tmp_path):
+    def hostile(doc):
+        for e in doc["traceEvents"]:
+            if e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {}):
+                e["args"]["Process Group Name"] = "<img src=x>[a](b)*c*"
+
+    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
+    _rewrite(src0, tmp_path / src0.name, lambda d: None)
+    _rewrite(src1, tmp_path / src1.name, hostile)
+    from conftest import run_cli
+
+    md = run_cli("report", str(tmp_path), "--markdown").stdout
+    assert "- note: group \\<img src=x\\>\\[a\\]\\(b\\)\\*c\\* is on rank 1 only" in md
+    assert "<img" not in md.replace("\\<", "")  # only escaped

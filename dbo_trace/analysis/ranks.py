@@ -160,6 +160,10 @@ def cross_rank(
     )
 
 
+def _share(x: float) -> str:
+    return "under 1%" if 0 < x < 0.005 else f"{x:.0%}"
+
+
 def op_label(ubatch: int, index: int, layers: int | None, ops_per_ubatch: int | None) -> str:
     """A comm operation by microbatch and place in the step: with DBO, dispatch and combine per layer."""
     who = f"microbatch {ubatch}'s " if ubatch >= 0 else ""
@@ -181,7 +185,7 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
     for r in shown:
         peer, us = max(r.waited_for_us.items(), key=lambda kv: kv[1])
         (ub, k), at = max(r.by_op_us.items(), key=lambda kv: kv[1])
-        share = f" ({r.wait_share:.0%} of its comm time)" if r.wait_share is not None else ""
+        share = f" ({_share(r.wait_share)} of its comm time)" if r.wait_share is not None else ""
         n_others = len(r.waited_for_us) - 1
         whom = f"for rank {peer}"
         if n_others:

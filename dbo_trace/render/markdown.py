@@ -21,6 +21,14 @@ from dbo_trace.render.format import (
     us,
 )
 
+_MARKDOWN_SPECIAL = str.maketrans({ch: "\\" + ch for ch in "\\`*_{}[]()<>#+-.!|~"})
+
+
+def _inert_markdown(text: str) -> str:
+    """A note that names trace strings (process groups) as plain text in Markdown: every character
+    Markdown or HTML could read as syntax backslash-escaped, control characters dropped."""
+    return "".join(ch for ch in text if ch.isprintable()).translate(_MARKDOWN_SPECIAL)
+
 
 class MarkdownRenderer:
     name, suffixes, binary = "markdown", (".md",), False
@@ -45,6 +53,7 @@ class MarkdownRenderer:
         if d["cross_rank"]:
             out += ["", f"Across ranks: {d['cross_rank']['summary']}."]
             out += [""] + [f"- {line}" for line in cross_rank_lines(d)[1:]]
+            out += [f"- note: {_inert_markdown(note)}" for note in d["cross_rank"].get("notes", [])]
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
