@@ -381,3 +381,20 @@ def test_markdown_shows_the_cross_rank_notes_inert(tmp_path):
     md = run_cli("report", str(tmp_path), "--markdown").stdout
     assert "- note: group \\<img src=x\\>\\[a\\]\\(b\\)\\*c\\* is on rank 1 only" in md
     assert "<img" not in md.replace("\\<", "")  # only escaped
+
+
+def test_the_rank_and_microbatch_that_held_the_others_back(docs):
+    waits = docs["overlap"]["cross_rank"]["waits"]
+    most = waits["held_back_most"]
+    assert (most["rank"], most["ubatch"]) == (0, 1)
+    by_ubatch = {g["ubatch"]: g for g in waits["ubatches"]}
+    assert (
+        most["caused_us"]
+        == by_ubatch[1]["caused_us"]["0"]
+        == max(us for g in waits["ubatches"] for us in g["caused_us"].values())
+    )
+    for rank, r in waits["ranks"].items():  # a rank's caused waits are its microbatches' together
+        assert r["caused_us"] == pytest.approx(sum(g["caused_us"].get(rank, 0.0) for g in waits["ubatches"]), abs=0.01)
+    line = [x for x in docs["overlap"]["cross_rank"]["lines"] if x.startswith("held the others back most")]
+    assert line == ["held the others back most: rank 0's microbatch 1, last above the threshold at 9 of its 40 "
+                    "collectives, the others waiting 12.45 ms for it there"]  # fmt: skip

@@ -117,6 +117,21 @@ class PeerWaits:
     ubatches: list[GroupWaits] = field(default_factory=list)  # per microbatch (the lowest rank's), where known
 
     @property
+    def held_back_most(self) -> tuple[int, int, float, int, int] | None:
+        """(rank, microbatch, us the others waited for it, collectives it arrived last at above the
+        threshold, that microbatch's collectives): who held the others back most, or None."""
+        best: tuple[int, int, float, int, int] | None = None
+        for g in self.ubatches:
+            for rank, us in g.caused_us.items():
+                if best is None or (us, -rank, -g.key) > (best[2], -best[0], -best[1]):
+                    best = (rank, g.key, us, g.last_ops[rank], g.ops)
+        if best is None:  # microbatches unknown: by rank over all collectives
+            for w in sorted(self.ranks.values(), key=lambda x: (-x.caused_us, x.rank)):
+                if w.last_ops:
+                    return (w.rank, -1, w.caused_us, w.last_ops, len(self.ops))
+        return best
+
+    @property
     def median_end_spread_us(self) -> float | None:
         """How far apart the matched kernels' ends are on the shared clock: a check of the alignment
         (NCCL's ends are nearly simultaneous on one host)."""

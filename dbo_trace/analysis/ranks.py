@@ -207,6 +207,14 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
             for r in late
         ]
         out.append(f"arrived last by more than {w.threshold_us / 1000:.2f} ms: " + ", ".join(parts))
+        most = w.held_back_most
+        if most is not None:
+            rank, ub, us, n, of = most
+            who = f"rank {rank}'s microbatch {ub}" if ub >= 0 else f"rank {rank}"
+            out.append(
+                f"held the others back most: {who}, last above the threshold at {n} of its {of} collectives, "
+                f"the others waiting {us / 1000:.2f} ms for it there"
+            )
         title = "per step (numbered from 1 in report order), who arrived last (what the others waited for it)"
         out += _group_lines(w.steps, title, lambda k: f"step {k + 1}", MAX_STEP_GROUPS)
         out += _group_lines(w.ubatches, "per microbatch, likewise", lambda k: f"microbatch {k}", MAX_STEP_GROUPS)

@@ -400,6 +400,13 @@ def group_waits_block(g: Any, key: str) -> dict[str, Any]:
     }
 
 
+def held_back_most_block(most: tuple[int, int, float, int, int] | None) -> dict[str, Any] | None:
+    if most is None:
+        return None
+    rank, ubatch, us, last_ops, ops = most
+    return {"rank": rank, "ubatch": ubatch, "caused_us": _r(us), "last_ops": last_ops, "operations": ops}
+
+
 def waits_block(w: Any, layers: int | None = None) -> dict[str, Any] | None:
     if w is None:
         return None
@@ -407,6 +414,7 @@ def waits_block(w: Any, layers: int | None = None) -> dict[str, Any] | None:
         "threshold_us": round(w.threshold_us, 3),
         "zero_us": w.zero_us,  # arrivals are microseconds after this instant of the shared clock
         "median_end_spread_us": _r(w.median_end_spread_us),
+        "held_back_most": held_back_most_block(w.held_back_most),
         "ranks": {str(k): rank_waits_block(r, layers) for k, r in sorted(w.ranks.items())},
         "steps": [group_waits_block(g, "step") for g in w.steps],
         "ubatches": [group_waits_block(g, "ubatch") for g in w.ubatches],
