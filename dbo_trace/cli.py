@@ -151,6 +151,7 @@ def main() -> None:
     help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), median (the default) or slowest.",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -173,6 +174,7 @@ def report(
     html_out,
     step_number,
     rank_number,
+    all_ranks,
     workers,
     force,
 ) -> None:
@@ -191,13 +193,15 @@ def report(
     main_output = RENDERERS[_output_name(as_json, as_markdown, output)]
     if len(paths) == 1 and _is_archive(paths[0]):
         analysis_options = comm_kernels or comm_kernels_only or step_marker or comm_streams or ubatch_patterns or layers
-        if analysis_options or workers or timeline or perfetto or html_out or step_number or rank_number:
+        if analysis_options or workers or timeline or perfetto or html_out or step_number or rank_number or all_ranks:
             fail(f"{paths[0]}: a review archive holds the finished report, not the traces: it can be shown as text, "
                  "Markdown or JSON, not re-analysed or drawn; run those options on the recording")  # fmt: skip
         _refuse_overwrite(output, force=force)
         return _show_archive(paths[0], main_output, output)
     if (step_number is not None or rank_number is not None) and timeline is None:
         fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
+    if all_ranks and timeline is None:
+        fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
     if comm_kernels and comm_kernels_only:
         fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
     for pattern in comm_kernels + comm_kernels_only + ubatch_patterns + ((step_marker,) if step_marker else ()):
@@ -225,13 +229,15 @@ def report(
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
         step=step_number,
         rank=rank_number,
+        all_ranks=all_ranks,
     )
     for path, renderer in extras:
         if path is not None and renderer is not None:
             _write_file(as_bytes(renderer.render(result, shown)), path)
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
-                click.echo(f"  rank {rank.rank}, step {inert(step_name(rank, position))}", err=True)
+                who = "every rank" if all_ranks else f"rank {rank.rank}"
+                click.echo(f"  {who}, step {inert(step_name(rank, position))}", err=True)
                 if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
                     click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
     rendered = main_output.render(result, shown)

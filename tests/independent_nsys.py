@@ -33,11 +33,20 @@ from pathlib import Path
 from typing import Any, Iterable
 
 # "Host": launch calls, counted apart from graph launches.
-LAUNCH_NAMES = frozenset({
-    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-    "cuLaunchCooperativeKernel", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel",
-    "hipExtModuleLaunchKernel", "hipLaunchCooperativeKernel",
-})
+LAUNCH_NAMES = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipLaunchCooperativeKernel",
+    }
+)
 LAUNCH_PREFIXES = ("cudaLaunchCooperativeKernel",)  # "cudaLaunchCooperativeKernel*"
 
 # "Graph capture": the begin/end calls of a stream capture, CUDA runtime, driver and HIP alike.
@@ -46,10 +55,19 @@ CAPTURE_END = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStrea
 
 # Kineto categories. Host: "a CPU op, an annotation, a Python function, a CUDA/HIP runtime or
 # driver call" (2021 names too). GPU activity: "kernels, memcpy, memset".
-KINETO_HOST_CATS = frozenset({
-    "cpu_op", "user_annotation", "python_function", "cuda_runtime", "cuda_driver",
-    "Operator", "Runtime", "Driver", "Python",
-})
+KINETO_HOST_CATS = frozenset(
+    {
+        "cpu_op",
+        "user_annotation",
+        "python_function",
+        "cuda_runtime",
+        "cuda_driver",
+        "Operator",
+        "Runtime",
+        "Driver",
+        "Python",
+    }
+)
 KINETO_CALL_CATS = frozenset({"cuda_runtime", "cuda_driver", "Runtime", "Driver"})
 KINETO_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
 KINETO_KERNEL_CATS = frozenset({"kernel", "Kernel"})
@@ -85,8 +103,9 @@ def union_length(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def idle_stretches(window: tuple[int, int], gpu: list[tuple[int, int, Any]],
-                   launch_start: dict[Any, int]) -> list[tuple[int, int, str]]:
+def idle_stretches(
+    window: tuple[int, int], gpu: list[tuple[int, int, Any]], launch_start: dict[Any, int]
+) -> list[tuple[int, int, str]]:
     """Every idle stretch of the GPU in the window as (begin, end, 'host'|'other').
 
     `gpu` holds (start, end, key) per activity, `launch_start` the start of the call that
@@ -119,6 +138,7 @@ def idle_stretches(window: tuple[int, int], gpu: list[tuple[int, int, Any]],
 
 # --- Nsight Systems exports -------------------------------------------------------------------
 
+
 def _pid(global_id: int) -> int:
     return (global_id >> 24) & 0xFFFFFF
 
@@ -135,7 +155,8 @@ def nsys_ranks(path: str | Path) -> dict[int, dict[str, Any]]:
         # CUDA API calls, one record per (thread, correlation id, plain name): the outer one
         calls: dict[tuple[int, int, str], tuple[int, int]] = {}
         for start, end, gtid, corr, name_id in db.execute(
-                "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"):
+            "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+        ):
             key = (gtid, corr, plain_name(strings[name_id]))
             prev = calls.get(key)
             if prev is None or start < prev[0] or (start == prev[0] and end > prev[1]):
@@ -153,7 +174,8 @@ def nsys_ranks(path: str | Path) -> dict[int, dict[str, Any]]:
                 launch_start[(pid, corr)] = start
         if _table_exists(db, "NVTX_EVENTS"):
             for start, end, gtid in db.execute(
-                    "SELECT start, end, globalTid FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL"):
+                "SELECT start, end, globalTid FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL"
+            ):
                 host.setdefault(_pid(gtid), []).append((start, end))
         gpu: dict[int, list[tuple[int, int, tuple[int, int]]]] = {}
         kernels: dict[int, int] = {}
@@ -198,6 +220,7 @@ def _figures(window: tuple[int, int], acts: list, launch_start: dict) -> dict[st
 
 # --- Kineto traces ----------------------------------------------------------------------------
 
+
 def load_kineto(path: str | Path) -> dict[str, Any]:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -215,7 +238,7 @@ def _span_ns(e: dict) -> tuple[int, int]:
 
 
 def training_iterations(events: list[dict]) -> list[tuple[float, float]]:
-    """"Steps", item 4, without ProfilerStep#: (start, end) in trace microseconds per iteration.
+    """ "Steps", item 4, without ProfilerStep#: (start, end) in trace microseconds per iteration.
 
     An iteration ends with its optimizers' step; where several optimizers step, the i-th iteration
     ends with the last of their i-th steps, and an optimizer stepping less often than the others is
@@ -227,7 +250,7 @@ def training_iterations(events: list[dict]) -> list[tuple[float, float]]:
     for e in host:
         name = e.get("name", "")
         if name.startswith("Optimizer.step#"):
-            optimizer = name[len("Optimizer.step#"):].removesuffix(".step")
+            optimizer = name[len("Optimizer.step#") :].removesuffix(".step")
             steps.setdefault(optimizer, []).append(e)
     if not steps:
         return []
@@ -235,8 +258,9 @@ def training_iterations(events: list[dict]) -> list[tuple[float, float]]:
     clocks = [sorted(v, key=lambda e: float(e["ts"])) for v in steps.values() if len(v) == most]
     ends = [max(float(c[i]["ts"]) + float(c[i].get("dur", 0)) for c in clocks) for i in range(most)]
     first_step = min(float(c[0]["ts"]) for c in clocks)
-    zero_grads = [float(e["ts"]) for e in host
-                  if e.get("name", "").startswith("Optimizer.zero_grad#") and float(e["ts"]) < first_step]
+    zero_grads = [
+        float(e["ts"]) for e in host if e.get("name", "").startswith("Optimizer.zero_grad#") and float(e["ts"]) < first_step
+    ]
     first_start = min(zero_grads) if zero_grads else min(float(e["ts"]) for e in host)
     starts = [first_start] + ends[:-1]
     return list(zip(starts, ends))
@@ -244,9 +268,16 @@ def training_iterations(events: list[dict]) -> list[tuple[float, float]]:
 
 def capture_windows(events: list[dict]) -> list[tuple[Any, int, int]]:
     """(thread, begin, end) in ns per capture window: from a thread's first begin to its last end."""
-    calls = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in KINETO_CALL_CATS
-                    and (e.get("name") in CAPTURE_BEGIN or e.get("name") in CAPTURE_END)),
-                   key=lambda e: float(e["ts"]))
+    calls = sorted(
+        (
+            e
+            for e in events
+            if e.get("ph") == "X"
+            and e.get("cat") in KINETO_CALL_CATS
+            and (e.get("name") in CAPTURE_BEGIN or e.get("name") in CAPTURE_END)
+        ),
+        key=lambda e: float(e["ts"]),
+    )
     depth: dict[Any, int] = {}
     opened: dict[Any, int] = {}
     windows = []
@@ -268,8 +299,7 @@ def kineto_capture(events: list[dict]) -> dict[str, Any]:
     """Captured launch count and the share of host-idle time inside capture windows ("Graph
     capture"), with the accounting model's window and host-idle stretches over a Kineto trace."""
     windows = capture_windows(events)
-    launches = [e for e in events if e.get("ph") == "X" and e.get("cat") in KINETO_CALL_CATS
-                and is_launch(e.get("name", ""))]
+    launches = [e for e in events if e.get("ph") == "X" and e.get("cat") in KINETO_CALL_CATS and is_launch(e.get("name", ""))]
     captured = []
     for e in launches:
         thread = (e.get("pid"), e.get("tid"))

@@ -56,7 +56,8 @@ def test_nsys_duplicate_call_records_count_once():
     db = sqlite3.connect(f"file:{PUBLIC / NSYS[0]}?mode=ro", uri=True)
     rows = db.execute(
         "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId"
-        " WHERE s.value LIKE 'cudaLaunchKernel%'").fetchone()[0]
+        " WHERE s.value LIKE 'cudaLaunchKernel%'"
+    ).fetchone()[0]
     db.close()
     (mine,) = ref.nsys_ranks(PUBLIC / NSYS[0]).values()
     assert rows == 2 * mine["launches"] == 10
@@ -88,6 +89,7 @@ def test_training_iterations_without_profiler_steps(name, tmp_path):
 
 # --- 3. Graph capture -------------------------------------------------------------------------
 
+
 def _captured_trace(tmp_path, share_of_steps):
     """The eager decode trace with cudaStreamBeginCapture/EndCapture written inside each of the
     first `share_of_steps` of its execute_* steps (on the annotation's thread, 1 us after its start
@@ -96,22 +98,39 @@ def _captured_trace(tmp_path, share_of_steps):
     (trace,) = sorted((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
     doc = ref.load_kineto(trace)
     events = doc["traceEvents"]
-    annotations = sorted((e for e in events if e.get("cat") == "user_annotation"
-                          and e.get("name", "").startswith("execute_")), key=lambda e: float(e["ts"]))
-    chosen = annotations[:int(len(annotations) * share_of_steps)]
+    annotations = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and e.get("name", "").startswith("execute_")),
+        key=lambda e: float(e["ts"]),
+    )
+    chosen = annotations[: int(len(annotations) * share_of_steps)]
     corr = max(e["args"]["correlation"] for e in events if "correlation" in e.get("args", {}))
     added = []
     for a in chosen:
-        for call, ts in (("cudaStreamBeginCapture", float(a["ts"]) + 1.0),
-                         ("cudaStreamEndCapture", float(a["ts"]) + float(a["dur"]) - 3.0)):
+        for call, ts in (
+            ("cudaStreamBeginCapture", float(a["ts"]) + 1.0),
+            ("cudaStreamEndCapture", float(a["ts"]) + float(a["dur"]) - 3.0),
+        ):
             corr += 1
-            added.append({"ph": "X", "cat": "cuda_runtime", "name": call, "pid": a["pid"], "tid": a["tid"],
-                          "ts": ts, "dur": 2.0, "args": {"correlation": corr}})
+            added.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": call,
+                    "pid": a["pid"],
+                    "tid": a["tid"],
+                    "ts": ts,
+                    "dur": 2.0,
+                    "args": {"correlation": corr},
+                }
+            )
     events = events + added
     captured = ref.kineto_capture(events)["captured_correlations"]
-    events = [e for e in events
-              if not (e.get("cat") == "kernel" and e.get("args", {}).get("correlation") in captured)
-              and not (e.get("cat") == "ac2g" and e.get("id") in captured)]
+    events = [
+        e
+        for e in events
+        if not (e.get("cat") == "kernel" and e.get("args", {}).get("correlation") in captured)
+        and not (e.get("cat") == "ac2g" and e.get("id") in captured)
+    ]
     doc["traceEvents"] = events
     path = tmp_path / "captured.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
@@ -126,9 +145,13 @@ def test_graph_capture_counts_and_verdict(tmp_path, share_of_steps):
     assert len(mine["windows"]) == len(chosen)
     # the edges are unambiguous: the capturing thread makes no other CUDA call near them
     threads = {thread for thread, _, _ in mine["windows"]}
-    calls = [(round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000), e["name"])
-             for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
-             and (e.get("pid"), e.get("tid")) in threads and "Capture" not in e["name"]]
+    calls = [
+        (round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000), e["name"])
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and (e.get("pid"), e.get("tid")) in threads
+        and "Capture" not in e["name"]
+    ]
     edges = sorted(edge for _, begin, end in mine["windows"] for edge in (begin, end))
     for lo, hi, name in calls:
         near = [edge for edge in edges if lo - 20_000 <= edge <= hi + 20_000]

@@ -14,6 +14,8 @@ comm. Its state when the stretch began names the cause:
   late-record, crowded, held
              the comm kernel itself was held back: ready while the other microbatch's compute
              ran, it started only when that compute ended (analysis/held.py says why)
+  peer       before all of these: the stretch lies in the part of the comm kernel that waited for
+             the last rank to arrive at the same collective (analysis/peers.py)
 Pure: arrays in, an Exposure out.
 """
 
@@ -27,8 +29,10 @@ from dbo_trace.analysis import classify as c
 
 HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
 LATE_RECORD, CROWDED, HELD = "late_record", "crowded", "held"
-REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN)
+PEER = "peer"
+REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN, PEER)
 REASON_SHORT = {
+    PEER: "waiting for a peer rank",
     LATE_RECORD: "held back: late event record",
     CROWDED: "held back: no free SMs",
     HELD: "held back by other ubatch",
@@ -38,6 +42,7 @@ REASON_SHORT = {
     UNKNOWN: "unknown",
 }
 REASON_TEXT = {
+    PEER: "the comm kernel was waiting for a peer rank to arrive at the same collective",
     LATE_RECORD: "the comm waited on an event recorded after the other microbatch's compute was queued (late record)",
     CROWDED: "the comm was ready but could not start until the other microbatch's compute freed the SMs",
     HELD: "the comm was ready but started only when the other microbatch's compute ended (record with CUDA sync "
@@ -79,10 +84,13 @@ def exposure(
     step: np.ndarray,
     launch_start: np.ndarray,
     held: dict[int, str] | None = None,
+    peer_until: np.ndarray | None = None,
 ) -> Exposure:
     """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity.
     held: comm kernels held back past the other microbatch's compute (analysis/held.py) -> its cause,
-    which is the stretch's reason: had the comm started when ready, that compute would have hidden it."""
+    which is the stretch's reason: had the comm started when ready, that compute would have hidden it.
+    peer_until: per GPU activity, until when the comm kernel waited for a peer rank (NaN: it did not;
+    analysis/peers.py): that part of a stretch is PEER, the rest takes its reason as above."""
     held = held or {}
     by = {r: 0.0 for r in REASONS}
     comm = np.flatnonzero(kind == c.COMM)
@@ -101,13 +109,33 @@ def exposure(
         hit = np.flatnonzero(pending)[end[comm[at[pending]]] >= mid[pending]]
         of[hit] = comm[at[hit]]
     found = np.flatnonzero(of >= 0)
-    kernels = of[found]
-    state = _compute_states(kernels, seg_start[found], start, kind, ubatch, step, launch_start)
-    reasons = [held.get(int(k)) or STATES[i] for k, i in zip(kernels.tolist(), state.tolist())]
-    lengths = (seg_end[found] - seg_start[found]).tolist()
-    for r, t in zip(reasons, lengths):  # in stretch order, as the figures have always been added
-        by[r] += t
-    return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels.tolist()), tuple(lengths), tuple(reasons))
+    of_stretch = of[found]
+    s0, e0 = seg_start[found], seg_end[found]
+    # The part of a stretch its comm kernel spent waiting for a peer rank comes first; the rest takes
+    # the reason of the compute state when that wait ended.
+    waited = np.zeros(len(found))
+    if peer_until is not None and len(found):
+        until = peer_until[of_stretch]
+        waited = np.where(until > s0, np.minimum(e0, until) - s0, 0.0)  # NaN: no wait
+    s1 = s0 + waited
+    state = _compute_states(of_stretch, s1, start, kind, ubatch, step, launch_start)
+    kernels: list[int] = []
+    lengths: list[float] = []
+    reasons: list[str] = []
+    for k, w, a, b, i in zip(of_stretch.tolist(), waited.tolist(), s1.tolist(), e0.tolist(), state.tolist()):
+        if w > 0:  # in stretch order, as the figures have always been added
+            by[PEER] += w
+            kernels.append(k)
+            lengths.append(w)
+            reasons.append(PEER)
+            if a >= b:
+                continue
+        reason = held.get(k) or STATES[i]
+        by[reason] += b - a
+        kernels.append(k)
+        lengths.append(b - a)
+        reasons.append(reason)
+    return Exposure(float(np.sum(seg_end - seg_start)), by, tuple(kernels), tuple(lengths), tuple(reasons))
 
 
 STATES = (HOST, WAITING, NOTHING, UNKNOWN)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -11,8 +11,9 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
+from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
-from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, Exposure, exposure
+from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
@@ -30,10 +31,12 @@ from dbo_trace.analysis.metrics import (
     window_metrics,
 )
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
-from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank
-from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
+from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
+from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import Findings, Verdict, decide
+from dbo_trace.analysis.verdict import LABELS, Findings, Verdict, decide, qualifiers
+from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
 
@@ -110,6 +113,7 @@ class RankDetail:
     partition: Partition  # the window cut into time buckets
     held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
     host_pieces: HostPieces | None = None  # the host-idle stretches cut by cause
+    log_step_begins_ns: np.ndarray | None = None  # the event log's step begins (time.time_ns), to align ranks
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,8 @@ class RankReport:
     cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
     notes: list[str] = field(default_factory=list)
+    # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
+    comm_transfer_slowdown: float | None = None
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -352,7 +358,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
         else [],
         notes=notes,
         capture=capture if capture.found else None,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held, pieces),
+        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held, pieces, _log_step_begins(logs)),
     )
 
 
@@ -362,19 +368,20 @@ def findings(
     costs: list[Contention | None],
     peers: CrossRank | None = None,
     host_cause: str | None = None,
+    waited_for: int | None = None,
 ) -> Findings:
     """What the headline may name (analysis/verdict.py), from the figures the report prints: a rank's,
-    or every rank's added (each rank is its own GPU). The host cause (host-time attribution) and the
-    peer wait (cross-rank waits) are slots: host_cause is the attribution's dominant cause in words;
-    the peer wait is read from the cross-rank view's `peer_wait_us` and `peer_wait_rank` where that
-    view has them. Absent, they stay None and the headline does not name them."""
+    or every rank's added (each rank is its own GPU). host_cause: the host-time attribution's largest
+    item in words. The peer wait is the exposed comm that was waiting for a peer rank (exposure's
+    `peer` reason, set where the ranks' collectives were matched), and the rank waited for: a rank's
+    own (waited_for), or for the run the rank that held the others back most (analysis/peers.py)."""
     measured = [x for x in costs if x is not None]
-    peer_wait = getattr(peers, "peer_wait_us", None)
-    peer_rank = getattr(peers, "peer_wait_rank", None)
 
     def exposed_by(reason: str) -> float:
         return float(sum(x.by_reason_us.get(reason, 0.0) for x in exposures if x is not None))
 
+    held = peers.waits.held_back_most if peers is not None and peers.waits is not None else None
+    peer_wait = exposed_by(PEER)
     return Findings(
         window_us=window_us,
         late_record_us=exposed_by(LATE_RECORD),
@@ -382,9 +389,28 @@ def findings(
         saved_us=float(sum(x.saved_us for x in measured)) if measured else None,
         serial_estimate_us=float(sum(x.serial_estimate_us for x in measured)) if measured else None,
         host_cause=host_cause,
-        peer_wait_us=float(peer_wait) if isinstance(peer_wait, (int, float)) else None,
-        peer_rank=int(peer_rank) if isinstance(peer_rank, int) else None,
+        peer_wait_us=peer_wait if peer_wait > 0 else None,
+        peer_rank=waited_for if waited_for is not None else (held[0] if held else None),
     )
+
+
+def _with_peer_headline(r: RankReport, view: CrossRank | None) -> RankReport:
+    """A rank's headline once the ranks' waits are known: its exposed comm that waited for a peer may
+    now be the dominant finding (analysis/verdict.py's order). The label and reasons stay."""
+    waits = view.waits.ranks.get(r.rank) if view is not None and view.waits is not None else None
+    if waits is None or r.verdict.label not in LABELS:
+        return r
+    most = max(waits.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+    f = findings(
+        r.window.window_us, [r.exposure], [r.contention], view, host_cause_text(r.host_causes), most[0] if most else None
+    )
+    found = qualifiers(r.verdict.label, r.host_test.fraction, f)
+    return replace(r, verdict=replace(r.verdict, qualifier=found[0] if found else None, findings=[q.key for q in found]))
+
+
+def _log_step_begins(logs: list[EventLogData]) -> np.ndarray | None:
+    begins = [r[0] for log in logs for r in log.records if r[1] == EV_STEP_BEGIN]
+    return np.sort(np.array(begins, np.int64)) if begins else None
 
 
 def _held_back(tl: Timeline, kinds: np.ndarray, att: Attribution, call_kind: np.ndarray) -> HeldBack:
@@ -394,13 +420,21 @@ def _held_back(tl: Timeline, kinds: np.ndarray, att: Attribution, call_kind: np.
 
 
 def _exposure(
-    part: Partition, tl: Timeline, kinds: np.ndarray, att: Attribution, lo: float, hi: float, held: HeldBack | None
+    part: Partition,
+    tl: Timeline,
+    kinds: np.ndarray,
+    att: Attribution,
+    lo: float,
+    hi: float,
+    held: HeldBack | None,
+    peer_until: np.ndarray | None = None,
 ) -> Exposure:
     seg_start, seg_end = part.spans(B_COMM, lo, hi)
     causes = {} if held is None else held.causes()
     return exposure(
-        seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start, causes
-    )
+        seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start, causes,
+        peer_until,
+    )  # fmt: skip
 
 
 def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> list[WindowTime]:
@@ -517,7 +551,9 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     else:
         host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
-    peers = cross_rank([_on_clock(r) for r in ranks])
+    view, ranks = across_ranks(ranks)
+    ranks = [_with_peer_headline(r, view) for r in ranks]
+    peers = view
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
@@ -544,7 +580,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         options=options,
         window=window,
         warnings=warnings + [w for w in _input_warnings(ranks) if w not in warnings],
-        cross_rank=peers,
+        cross_rank=view,
         host_causes=causes,
         host_test=host,
     )
@@ -588,10 +624,151 @@ def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
     return combine_causes(present) if present else None
 
 
-def _on_clock(r: RankReport) -> RankOnClock:
-    base = r.detail.timeline.base_time_ns if r.detail is not None else None
-    starts = [s.start_us + base / 1000.0 for s in r.steps] if r.steps and base is not None else None
-    return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
+def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankReport]]:
+    """The ranks on one clock, their collectives matched and each one's wait (analysis/clocks.py,
+    analysis/peers.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
+    if len(ranks) < 2 or any(r.detail is None for r in ranks):
+        return None, ranks
+    comms = [_rank_comm(r) for r in ranks]
+    alignment, missing = align_on_epoch([_clue(r) for r in ranks])
+    notes: list[str] = []
+    if alignment is None:
+        first, first_notes = match(comms, None)
+        by_rank = {c.rank: c for c in comms}
+        if first:  # the channel whose matched collectives begin earliest on the lowest rank
+            ch, columns = min(first, key=lambda m: by_rank[min(m[1])].start[m[1][min(m[1])][0]])
+            alignment = align_on_anchor({r: float(by_rank[r].end[ix[0]]) for r, ix in columns.items()}, missing)
+        else:
+            alignment = align_on_anchor({}, missing)
+            notes += first_notes
+    if alignment.note:
+        notes.append(alignment.note)
+    waits: PeerWaits | None = None
+    if alignment.aligned:
+        zero = min(alignment.offset_us.values())  # epoch microseconds lose the nanosecond in a float: relative
+        relative = {r: off - zero for r, off in alignment.offset_us.items()}
+        on_the_clock = [c for c in comms if c.rank in relative]  # an anchor may have placed only some ranks
+        matched, match_notes = match(on_the_clock, relative)
+        notes += match_notes
+        walls = [s.wall_us for r in ranks for s in r.steps]
+        threshold = straggler_threshold(float(np.median(walls)) if walls else None, alignment.accuracy_us)
+        if matched:
+            waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
+            ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
+        elif not match_notes and any(len(c.start) for c in comms):
+            notes.append("no communication channel is shared by two ranks: no collective matched")
+    on_clock = [_on_clock(r, alignment) for r in ranks]
+    layers = next((r.detailed().attribution.layers for r in ranks if r.detailed().attribution.layers), None)
+    return cross_rank(on_clock, alignment, waits, notes, layers), ranks
+
+
+def _clue(r: RankReport) -> RankClue:
+    d = r.detailed()
+    tl = d.timeline
+    firsts = [float(a.start.min()) for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    steps = d.attribution.steps
+    marks = steps.start if steps.source != SOURCE_EVENT_LOG and not steps.inferred else None  # markers only
+    return RankClue(r.rank, tl.base_time_ns, min(firsts) if firsts else None, d.log_step_begins_ns, marks)
+
+
+def _rank_comm(r: RankReport) -> RankComm:
+    """The rank's comm kernels in start order with what matching and the wait sums need."""
+    d = r.detailed()
+    tl, att, names = d.timeline, d.attribution, d.timeline.names
+    args = tl.comm_args()
+    comm = np.flatnonzero(d.kernel_kind == c.COMM)
+    comm = comm[np.argsort(tl.gpu.start[comm], kind="stable")]
+    lanes = tl.gpu.lane[comm]
+    ordinal = {lane: n for n, lane in enumerate(dict.fromkeys(lanes.tolist()))}  # streams by first use
+    channel = [
+        f"group {_inert(names[g])}" if g >= 0 else f"stream #{ordinal[lane]}"
+        for g, lane in zip(args.group[comm].tolist(), lanes.tolist())
+    ]
+    collective = [names[x] if x >= 0 else "" for x in args.collective[comm].tolist()]
+    signature = [f"{names[n]}|{col}" for n, col in zip(tl.gpu.name[comm].tolist(), collective)]
+    position = {s.index: k for k, s in enumerate(r.steps)}
+    step = np.array([position.get(int(x), -1) for x in att.gpu_step[comm]], np.int64)
+    return RankComm(
+        rank=r.rank,
+        gpu_index=comm,
+        start=tl.gpu.start[comm],
+        end=tl.gpu.end[comm],
+        channel=channel,
+        signature=signature,
+        nelems=args.nelems[comm],
+        same_size=np.array([col.lower() in SAME_SIZE for col in collective], bool),
+        seq=args.seq[comm],
+        ubatch=att.gpu_ubatch[comm].astype(np.int64),
+        step=step,
+        op_index=_op_index(r, d)[comm],
+        comm_us=float((tl.gpu.end[comm] - tl.gpu.start[comm]).sum()),
+    )
+
+
+def _inert(name: str, most: int = 40) -> str:
+    """A process group's name from the trace as it may appear in a note: printable, short."""
+    shown = "".join(ch if ch.isprintable() else "?" for ch in name[:most])
+    return shown + ("..." if len(name) > most else "")
+
+
+def _op_index(r: RankReport, d: RankDetail) -> np.ndarray:
+    """Per GPU activity, the k-th comm operation of its microbatch in its step (-1: none), as
+    operation_rows counts them."""
+    tl, att = d.timeline, d.attribution
+    li = np.clip(att.gpu_launch_index, 0, None)
+    lane = np.where(att.gpu_launch_index >= 0, tl.calls.lane[li] if len(tl.calls) else -1, -1)
+    ops = operation_ids(att.gpu_step, lane, att.gpu_launch_start, tl.gpu.start, d.kernel_kind == c.COMM)
+    out = np.full(len(ops), -1, np.int64)
+    counted = np.flatnonzero(ops >= 0)
+    if not len(counted):
+        return out
+    ids, first = np.unique(ops[counted], return_index=True)
+    heads = counted[first]
+    order = np.lexsort((tl.gpu.start[heads], att.gpu_ubatch[heads], att.gpu_step[heads]))
+    k = np.empty(len(ids), np.int64)
+    group = np.c_[att.gpu_step[heads][order], att.gpu_ubatch[heads][order]]
+    new = np.r_[True, np.any(group[1:] != group[:-1], axis=1)]
+    starts = np.flatnonzero(new)
+    run = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    k[order] = run
+    out[counted] = k[np.searchsorted(ids, ops[counted])]
+    return out
+
+
+def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> RankReport:
+    """The rank with the exposed comm inside its kernels' waits for a peer so called (reason PEER).
+    Waits within the clocks' accuracy are not told apart from none."""
+    d = r.detailed()
+    index, wait = waits.kernel_wait_us.get(r.rank, (np.empty(0, np.int64), np.empty(0)))
+    if r.exposure is None or not len(index):
+        return r
+    tl = d.timeline
+    until = np.full(len(tl.gpu), np.nan)
+    real = wait > (alignment.accuracy_us or 0.0)
+    until[index[real]] = tl.gpu.start[index[real]] + wait[real]
+    lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
+    exposed = _exposure(d.partition, tl, d.kernel_kind, d.attribution, lo, hi, d.held, until)
+    operations = r.operations
+    if operations:
+        att = d.attribution
+        li = np.clip(att.gpu_launch_index, 0, None)
+        lane = np.where(att.gpu_launch_index >= 0, tl.calls.lane[li] if len(tl.calls) else -1, -1)
+        op_ids = operation_ids(att.gpu_step, lane, att.gpu_launch_start, tl.gpu.start, d.kernel_kind == c.COMM)
+        operations = operation_rows(tl.gpu.start, tl.gpu.end, d.kernel_kind, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
+    transfer_slowdown = r.contention.comm_slowdown if r.contention is not None else None
+    if r.contention is not None:
+        # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
+        waited = np.zeros(len(tl.gpu))
+        waited[index] = wait
+        again = contention(tl.gpu.start, tl.gpu.end - waited, d.kernel_kind, d.attribution.gpu_ubatch, tl.gpu.name, tl.names)
+        transfer_slowdown = again.comm_slowdown if again is not None else None
+    return replace(r, exposure=exposed, operations=operations, comm_transfer_slowdown=transfer_slowdown)
+
+
+def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
+    offset = alignment.offset_us.get(r.rank)
+    starts = [s.start_us + offset for s in r.steps] if r.steps and offset is not None else None
+    return RankOnClock(r.rank, starts, r.total.comm_exposed_us, [s.wall_us for s in r.steps])
 
 
 def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:

@@ -23,6 +23,7 @@ class RenderOptions:
     image: str | None = None  # markdown: a picture to link, relative to where the Markdown will live
     step: int | str | None = None  # pictures: the step to draw, as --step names it (None: the median step)
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
+    all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
 
 

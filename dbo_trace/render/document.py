@@ -17,6 +17,7 @@ from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.ranks import op_label
 from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -127,7 +128,7 @@ def time_block(b: TimeBuckets) -> dict[str, Any]:
     }
 
 
-def contention_block(x: Contention | None) -> dict[str, Any] | None:
+def contention_block(x: Contention | None, transfer_slowdown: float | None = None) -> dict[str, Any] | None:
     if x is None:
         return None
     return {
@@ -138,6 +139,7 @@ def contention_block(x: Contention | None) -> dict[str, Any] | None:
         "serial_estimate_us": _r(x.serial_estimate_us),
         "busy_us": _r(x.busy_us),
         "saved_us": _r(x.saved_us),
+        "comm_transfer_slowdown": _r(transfer_slowdown, 4),  # version 3: comm_slowdown less the waits for peers
         "top": [
             {
                 "name": k.name,
@@ -363,7 +365,7 @@ def rank_block(r: RankReport) -> dict[str, Any]:
         ),
         "host_causes_window": host_causes_block(r.host_causes_window),
         "phases": {p.phase: phase_block(p) for p in r.phases},
-        "contention": contention_block(r.contention),
+        "contention": contention_block(r.contention, r.comm_transfer_slowdown),
         "exposed_comm_reasons": exposure_block(r.exposure),
         "held_back_comm": held_back_block(r.held_back),
         "comm_operations": [
@@ -404,6 +406,10 @@ def build_document(report: Report) -> dict[str, Any]:
     all_steps = [s for r in report.ranks for s in r.steps]
     block["graphs"].update(graph_step_counts(all_steps))
     ranks = [rank_block(r) for r in report.ranks]
+    waits = report.cross_rank.waits if report.cross_rank is not None else None
+    for r in ranks:  # version 3: what this rank waited for its peers (null: one rank, or none matched)
+        mine = waits.ranks.get(r["rank"]) if waits is not None else None
+        r["peer_wait"] = None if mine is None else peer_wait_block(mine, report.cross_rank)
     block["host"]["bound"] = report.verdict.label == HOST_BOUND
     return {
         "schema": SCHEMA,
@@ -459,10 +465,116 @@ def cross_rank_block(view) -> dict[str, Any] | None:
                 "skew_us": round(s.skew_us, 3),
                 "last_rank": s.last_rank,
                 "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())},
+                "straggler": s.straggler,  # version 3
             }
             for s in view.steps
         ],
         "notes": list(view.notes),
+        # version 3
+        "alignment": alignment_block(view.alignment),
+        "straggler_threshold_us": round(view.threshold_us, 3),
+        "median_step_us": None if view.median_step_us is None else round(view.median_step_us, 3),
+        "late_counts": {str(k): v for k, v in sorted(view.late_counts.items())},
+        "lines": view.lines,
+        "waits": waits_block(view.waits, view.layers),
+    }
+
+
+def alignment_block(a: Any) -> dict[str, Any] | None:
+    if a is None:
+        return None
+    return {
+        "method": a.method,
+        "per_rank": {str(k): v for k, v in sorted(a.per_rank.items())},
+        "accuracy_us": a.accuracy_us,
+        "offset_us": {str(k): round(v, 3) for k, v in sorted(a.offset_us.items())},
+        "note": a.note,
+    }
+
+
+def rank_waits_block(r: Any, layers: int | None = None) -> dict[str, Any]:
+    return {
+        "comm_us": _r(r.comm_us),
+        "matched_us": _r(r.matched_us),
+        "wait_us": _r(r.wait_us),
+        "wait_share": _r(r.wait_share, 4),
+        "transfer_us": _r(r.transfer_us),
+        "waited_for_us": {str(k): _r(v) for k, v in sorted(r.waited_for_us.items())},
+        "by_op": [
+            {"ubatch": ub, "index": k, "label": op_label(ub, k, layers, r.ops_per_ubatch), "wait_us": _r(us)}
+            for (ub, k), us in sorted(r.by_op_us.items(), key=lambda kv: (-kv[1], kv[0]))
+        ],
+        "by_step_us": {str(k): _r(v) for k, v in sorted(r.by_step_us.items())},
+        "last_ops": r.last_ops,
+        "caused_us": _r(r.caused_us),
+    }
+
+
+def peer_wait_block(r: Any, view: Any) -> dict[str, Any]:
+    """A rank's waits for its peers in brief, for a headline (analysis/peers.py)."""
+    top = max(r.waited_for_us.items(), key=lambda kv: kv[1]) if r.waited_for_us else None
+    mostly = max(r.by_op_us.items(), key=lambda kv: kv[1]) if r.by_op_us else None
+    return {
+        "wait_us": _r(r.wait_us),
+        "wait_share": _r(r.wait_share, 4),
+        "transfer_us": _r(r.transfer_us),
+        "waited_mostly_for": None if top is None else top[0],
+        "mostly_at": None if mostly is None else {"ubatch": mostly[0][0], "index": mostly[0][1], "wait_us": _r(mostly[1])},
+        "significant": r.wait_us > view.threshold_us,
+    }
+
+
+def group_waits_block(g: Any, key: str) -> dict[str, Any]:
+    return {
+        key: g.key,
+        "operations": g.ops,
+        "straggler": g.straggler,
+        "max_skew_us": _r(g.max_skew_us),
+        "wait_us": {str(k): _r(v) for k, v in sorted(g.wait_us.items())},
+        "last_ops": {str(k): v for k, v in sorted(g.last_ops.items())},
+        "caused_us": {str(k): _r(v) for k, v in sorted(g.caused_us.items())},
+    }
+
+
+def held_back_most_block(most: tuple[int, int, float, int, int] | None) -> dict[str, Any] | None:
+    if most is None:
+        return None
+    rank, ubatch, us, last_ops, ops = most
+    return {"rank": rank, "ubatch": ubatch, "caused_us": _r(us), "last_ops": last_ops, "operations": ops}
+
+
+def waits_block(w: Any, layers: int | None = None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return {
+        "threshold_us": round(w.threshold_us, 3),
+        "zero_us": w.zero_us,  # arrivals are microseconds after this instant of the shared clock
+        "median_end_spread_us": _r(w.median_end_spread_us),
+        "held_back_most": held_back_most_block(w.held_back_most),
+        "ranks": {str(k): rank_waits_block(r, layers) for k, r in sorted(w.ranks.items())},
+        "steps": [group_waits_block(g, "step") for g in w.steps],
+        "ubatches": [group_waits_block(g, "ubatch") for g in w.ubatches],
+        "operations": [
+            {
+                "channel": o.channel,
+                "position": o.position,
+                "last_rank": o.last_rank,
+                "skew_us": _r(o.skew_us),
+                "ranks": {
+                    str(r): {
+                        "arrival_us": round(o.arrival_us[i], 3),  # from zero_us
+                        "kernel_us": _r(o.kernel_us[i]),
+                        "wait_us": _r(o.wait_us[i]),
+                        "transfer_us": _r(o.kernel_us[i] - o.wait_us[i]),
+                        "ubatch": o.ubatch[i],
+                        "step": o.step[i],
+                        "op_index": o.op_index[i],
+                    }
+                    for i, r in enumerate(o.ranks)
+                },
+            }
+            for o in w.ops
+        ],
     }
 
 

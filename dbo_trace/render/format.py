@@ -190,7 +190,9 @@ def contention_line(rank: dict) -> str | None:
     for kind in ("compute", "comm"):
         slow, n = x[f"{kind}_slowdown"], x[f"{kind}_kernels_overlapped"]
         if slow is not None:
-            parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped)")
+            transfer = x.get("comm_transfer_slowdown") if kind == "comm" else None
+            split = "" if transfer is None else f"; their transfers {100 * transfer:+.0f}%, the rest waiting for a peer rank"
+            parts.append(f"{kind} kernels {100 * slow:+.0f}% ({n} overlapped{split})")
     cost = (
         "; ".join(parts) + " against their time alone"
         if parts
@@ -231,6 +233,18 @@ def exposure_line(rank: dict) -> str | None:
     parts = sorted(((t, r) for r in text if (t := x.get(f"{r}_us") or 0) > 0), reverse=True)
     why = "; ".join(f"{ms(t)} {text[r]}" for t, r in parts)
     return f"rank {rank['rank']} exposed comm {ms(x['exposed_us'])}: {why}"
+
+
+def cross_rank_lines(d: dict) -> list[str]:
+    """The cross-rank view: who the others waited for, who waited for whom, and the notes."""
+    cross = d.get("cross_rank")
+    if not cross:
+        return []
+    a = cross.get("alignment")
+    how = []
+    if a and a.get("method"):
+        how = [f"ranks aligned by {a['method']} (expected accuracy {a['accuracy_us']:g} us)"]
+    return [cross["summary"], *how, *cross.get("lines", [])]
 
 
 def held_back_line(rank: dict) -> str | None:

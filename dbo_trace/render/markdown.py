@@ -11,6 +11,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    cross_rank_lines,
     figure_table,
     headline,
     host_cause_lines,
@@ -80,6 +81,8 @@ class MarkdownRenderer:
             )
         if d["cross_rank"]:
             out += ["", f"Across ranks: {markdown_text(d['cross_rank']['summary'])}."]
+            out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
+            out += [f"- note: {markdown_text(note)}" for note in d["cross_rank"].get("notes", [])]
         rt = d["round_trips"]
         if rt:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])

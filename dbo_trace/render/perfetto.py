@@ -13,6 +13,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.report import RankReport, Report
 from dbo_trace.analysis.view import held_in_step, steps_bands
 from dbo_trace.render import RenderOptions
@@ -28,6 +29,7 @@ class _Writer:
         self.builder = TraceProtoBuilder()
         self._uuid = 0
         self._first = True
+        self.shift_us = 0.0  # the current rank's place on the ranks' shared time axis (analysis: CrossRank.shift_us)
 
     def track(self, name: str, parent: int | None = None, pid: int | None = None) -> int:
         self._uuid += 1
@@ -52,7 +54,7 @@ class _Writer:
         for s, e, name, (arg, out, into) in sorted(zip(starts, ends, names, extra), key=lambda x: x[0]):
             for ts, kind in ((s, TrackEvent.TYPE_SLICE_BEGIN), (max(e, s), TrackEvent.TYPE_SLICE_END)):
                 packet = self.builder.add_packet()
-                packet.timestamp = int(round(ts * 1000))
+                packet.timestamp = int(round((ts + self.shift_us) * 1000))
                 packet.trusted_packet_sequence_id = SEQUENCE_ID
                 if self._first:
                     packet.sequence_flags = 1  # SEQ_INCREMENTAL_STATE_CLEARED
@@ -94,7 +96,7 @@ def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict:
         return {}
 
 
-def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> None:
+def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cross: CrossRank | None = None) -> None:
     d = rank.detailed()
     tl, att = d.timeline, d.attribution
     proc = w.track(f"rank {rank.rank} ({tl.source.name})", pid=tl.pid or 100000 + rank.rank)
@@ -183,6 +185,15 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None) -> N
                 [float(tl.gpu.start[k]) for k, _, _ in mine],
                 [f"held back: {cause}" for _, _, cause in mine],
             )
+    spans = cross.waits.wait_spans.get(rank.rank) if cross is not None and cross.waits is not None else None
+    if spans is not None:  # each comm kernel's wait for the last rank of its collective
+        keep = (spans[1] > lo) & (spans[0] < hi)
+        w.slices(
+            w.track("waiting for a peer rank (in comm kernels)", root),
+            spans[0][keep],
+            spans[1][keep],
+            [f"waiting for rank {int(r)}" for r in spans[2][keep]],
+        )
     graph = np.flatnonzero(keep_calls & (d.call_kind == c.CALL_GRAPH_LAUNCH))
     w.slices(
         w.track("graph replays (cudaGraphLaunch)", root),
@@ -200,9 +211,12 @@ class PerfettoRenderer:
 
 
 def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | None = None) -> bytes:
-    """The whole trace, or per rank only what overlaps windows[rank] (trace clock, us)."""
+    """The whole trace, or per rank only what overlaps windows[rank] (trace clock, us). Several ranks:
+    one process each, all on one time axis where the ranks could be aligned (docs/analysis.md)."""
     w = _Writer()
+    cross = report.cross_rank
     for rank in report.ranks:
         if rank.detail is not None and (windows is None or rank.rank in windows):
-            _rank(w, rank, None if windows is None else windows[rank.rank])
+            w.shift_us = cross.shift_us(rank.rank) if cross is not None else 0.0
+            _rank(w, rank, None if windows is None else windows[rank.rank], cross)
     return w.builder.serialize()

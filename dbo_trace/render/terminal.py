@@ -21,6 +21,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     SPREAD_HEADER,
     cpu_range_cells,
+    cross_rank_lines,
     headline,
     host_cause_lines,
     kernel_cells,
@@ -218,6 +219,7 @@ class TerminalRenderer:
         cross = d["cross_rank"]
         if cross:
             out.paragraph(f"across ranks: {cross['summary']}")
+            out.bullets(cross_rank_lines(d)[1:])
             for note in cross["notes"]:
                 out.paragraph(note, "note: ", "yellow")
             out.line()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
 from dbo_trace.render import RenderOptions
 from dbo_trace.render.safe import plot_text
@@ -60,6 +61,9 @@ def _short(name: str) -> str:
     return name if len(name) <= LEGEND_NAME else name[: LEGEND_NAME - 3] + "..."
 
 
+PEER_WAIT_COLOUR = "#d62728"
+
+
 class TimelineRenderer:
     """One step's picture: options.rank and options.step choose it (analysis/view.py chosen_step)."""
 
@@ -70,6 +74,8 @@ class TimelineRenderer:
 
     def render(self, report, options: RenderOptions = RenderOptions()) -> bytes:
         rank, position = chosen_step(report, options.rank, options.step)
+        if options.all_ranks:
+            return draw_ranks_timeline(ranks_step_view(report, position), self.name)
         return draw_timeline(step_view(rank, position), self.name)
 
 
@@ -176,5 +182,52 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
     fig.tight_layout(pad=0.4, h_pad=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format=image_format, dpi=DPI)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def draw_ranks_timeline(view: RanksView, image_format: str = "png", width_in: float = 12.0) -> bytes:
+    """Every rank's step on one time axis: compute and comm lanes per rank, coloured by microbatch,
+    and under each comm kernel a red bar for its wait for a peer rank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    row = {name: len(view.lanes) - 1 - i for i, name in enumerate(view.lanes)}
+    fig, ax = plt.subplots(figsize=(width_in, 1.2 + 0.42 * len(view.lanes)), dpi=130)
+    scale = 1000.0  # us -> ms on the axis
+    for bar in view.bars:
+        alpha, hatch = KIND_STYLE[bar.kind]
+        ax.broken_barh(
+            [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
+            (row[bar.lane] - 0.3, 0.68),
+            facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
+            alpha=alpha,
+            hatch=hatch,
+            edgecolor="black" if bar.kind == "comm" else "none",
+            linewidth=0.3,
+        )
+    for start, end, lane, _peer in view.waits:  # a bar under the comm kernel: the part that waited
+        ax.broken_barh([(start / scale, (end - start) / scale)], (row[lane] - 0.46, 0.14), facecolors=PEER_WAIT_COLOUR)
+    ax.set_yticks(list(row.values()), [plot_text(lane) for lane in row], fontsize=8)  # lanes hold thread names
+    ax.set_xlim(0, max(view.duration, 1.0) / scale)
+    ax.set_ylim(-0.6, len(view.lanes) - 0.4)
+    ax.set_xlabel("ms from the earliest rank's step start (shared clock)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(plot_text(view.title), fontsize=9, loc="left")  # the title holds step labels
+    legend = [
+        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
+        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
+        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
+        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
+        Patch(facecolor=PEER_WAIT_COLOUR, label="comm waiting for a peer rank"),
+    ]
+    fig.legend(handles=legend, fontsize=7, ncol=len(legend), loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
+    buf = io.BytesIO()
+    fig.savefig(buf, format=image_format)
     plt.close(fig)
     return buf.getvalue()

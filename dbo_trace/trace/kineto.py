@@ -89,6 +89,13 @@ class _Args(msgspec.Struct, gc=False):
     # msgspec skips every other key in C.
     correlation: int = -1
     stream: int | str = -1  # ROCm traces write it as a string ("0x0" or "7")
+    # What Kineto (torch >= 2.4) writes on an NCCL kernel, to match collectives across ranks. Typed
+    # Any: a value of another type than expected must not fail the chunk's decode. Absent (None) in
+    # almost every event, so a chunk without a collective costs one pass that finds none.
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    group: Any = msgspec.field(default=None, name="Process Group Name")
+    nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    seq: Any = msgspec.field(default=None, name="Seq")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -104,7 +111,9 @@ class _Event(msgspec.Struct, gc=False):
 
 _decode_events = msgspec.json.Decoder(list[_Event]).decode
 _TS, _DUR, _CAT, _NAME, _PID, _TID, _ARGS = map(operator.attrgetter, ("ts", "dur", "cat", "name", "pid", "tid", "args"))
-_CORRELATION, _STREAM = map(operator.attrgetter, ("correlation", "stream"))
+_CORRELATION, _STREAM, _COLLECTIVE, _GROUP, _NELEMS, _SEQ = map(
+    operator.attrgetter, ("correlation", "stream", "collective", "group", "nelems", "seq")
+)
 _NO_ARGS = _Args()
 _decode_any = msgspec.json.Decoder().decode
 
@@ -121,6 +130,10 @@ class EventColumns:
     dur: np.ndarray
     correlation: np.ndarray  # -1 where absent
     stream: np.ndarray
+    collective: np.ndarray  # args "Collective name": index into RawTrace.names, -1 where absent
+    group: np.ndarray  # args "Process Group Name": index into RawTrace.names, -1 where absent
+    nelems: np.ndarray  # args "In msg nelems", -1 where absent
+    seq: np.ndarray  # args "Seq" (a collective's sequence number on its group), -1 where absent
 
 
 @dataclass
@@ -157,6 +170,26 @@ def _ints(items: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
         return np.array([v if _INT64[0] <= v <= _INT64[1] else -1 for v in out], np.int64)
 
 
+def _interned(items: list[Any], field: Callable[[Any], Any], intern: dict[str, int]) -> np.ndarray:
+    """A string field of each item as its index in the name table, -1 where absent (almost all
+    events: only NCCL kernels and their CPU ops carry these)."""
+    values = list(map(field, items))
+    if values.count(None) == len(values):
+        return np.full(len(values), -1, np.int32)
+    for v in dict.fromkeys(values):
+        if isinstance(v, str):
+            intern.setdefault(v, len(intern))
+    return np.array([intern[v] if isinstance(v, str) else -1 for v in values], np.int32)
+
+
+def _counts(items: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
+    """A whole-number field of each item, -1 where absent or of another kind."""
+    values = list(map(field, items))
+    if values.count(None) == len(values):
+        return np.full(len(values), -1, np.int64)
+    return np.array([v if type(v) is int and 0 <= v <= _INT64[1] else -1 for v in values], np.int64)
+
+
 MAX_ABS_TS_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp is corrupt
 MAX_DUR_US = 1e11  # ~28 hours for one event
 # A missing dur is not 0 for these: by category code (np.isin cost a sixth of a millisecond a chunk).
@@ -172,6 +205,10 @@ _DTYPES = {
     "dur": np.float64,
     "correlation": np.int64,
     "stream": np.int64,
+    "collective": np.int32,
+    "group": np.int32,
+    "nelems": np.int64,
+    "seq": np.int64,
 }
 
 
@@ -236,6 +273,8 @@ class _Columns:
         args_s = list(map(_ARGS, timed))
         if None in args_s:
             args_s = [a or _NO_ARGS for a in args_s]
+        n = len(timed)
+        comm = any(map(_COLLECTIVE, args_s))  # in C, stops at the first; Kineto writes Seq, group and size beside it
         self._append(
             {
                 "cat": cat,
@@ -246,6 +285,10 @@ class _Columns:
                 "dur": dur,
                 "correlation": _ints(args_s, _CORRELATION),
                 "stream": _ints(args_s, _STREAM),
+                "collective": _interned(args_s, _COLLECTIVE, intern) if comm else np.full(n, -1, np.int32),
+                "group": _interned(args_s, _GROUP, intern) if comm else np.full(n, -1, np.int32),
+                "nelems": _counts(args_s, _NELEMS) if comm else np.full(n, -1, np.int64),
+                "seq": _counts(args_s, _SEQ) if comm else np.full(n, -1, np.int64),
             }
         )
 
@@ -273,6 +316,10 @@ class _Columns:
         values = other.filled()
         if len(values["name"]):
             values["name"] = lookup[values["name"]]
+            for key in ("collective", "group"):
+                named = values[key] >= 0
+                if named.any():
+                    values[key] = np.where(named, lookup[np.clip(values[key], 0, None)], -1).astype(np.int32)
         self._append(values)
         self.skipped_no_time += other.skipped_no_time
         for reason, count in other.dropped.items():

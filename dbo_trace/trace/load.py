@@ -12,7 +12,7 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
-from dbo_trace.trace.timeline import Timeline, build_timeline
+from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
 
 @dataclass
@@ -164,11 +164,14 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
-    """The trace's events on the shared time.time_ns clock (us), where the trace has a clock base."""
-    if tl.base_time_ns is None:
-        return None
+    """The trace's events on the shared time.time_ns clock (us), where the trace has a clock base
+    or its ts is already on that clock (epoch microseconds)."""
     starts = [a.start.min() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
     ends = [a.end.max() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    if tl.base_time_ns is None:
+        if not starts or not EPOCH_LO_US <= min(starts) <= EPOCH_HI_US:
+            return None
+        return float(min(starts)), float(max(ends))
     base = tl.base_time_ns / 1000.0
     return base + float(min(starts)), base + float(max(ends))
 

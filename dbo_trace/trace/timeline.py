@@ -26,6 +26,26 @@ class Intervals:
         return len(self.start)
 
 
+# Older Kineto wrote ts as microseconds since 1970 with no baseTimeNanoseconds: such a ts is already
+# on the time.time_ns() clock. 1.5e15-2.0e15 us is 2017 to 2033; no trace-relative clock gets there.
+EPOCH_LO_US, EPOCH_HI_US = 1.5e15, 2.0e15
+
+
+@dataclass
+class CommArgs:
+    """Per GPU activity, what Kineto wrote about the collective an NCCL kernel runs (torch >= 2.4):
+    -1 where absent. Names are indices into Timeline.names."""
+
+    collective: np.ndarray
+    group: np.ndarray
+    nelems: np.ndarray
+    seq: np.ndarray
+
+    @staticmethod
+    def absent(n: int) -> "CommArgs":
+        return CommArgs(np.full(n, -1, np.int32), np.full(n, -1, np.int32), np.full(n, -1, np.int64), np.full(n, -1, np.int64))
+
+
 @dataclass
 class Timeline:
     source: Path
@@ -40,6 +60,10 @@ class Timeline:
     base_time_ns: int | None  # trace ts + base_time_ns/1000 is the time.time_ns()/1000 clock
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    gpu_args: CommArgs | None = None  # None: the trace was built without them
+
+    def comm_args(self) -> CommArgs:
+        return self.gpu_args if self.gpu_args is not None else CommArgs.absent(len(self.gpu))
 
     def cpu_ranges_named(
         self, match: Callable[[str], Any], annotations_only: bool = False
@@ -89,6 +113,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
     end = [s + d for s, d in zip(start, take("dur"))]
     name, correlation = take("name"), take("correlation")
     stream = columns.pop("stream")[gpu_at]
+    gpu_args = CommArgs(*(columns.pop(key)[gpu_at] for key in ("collective", "group", "nelems", "seq")))
     tid = take("tid")
     # Kineto gives a GPU event's stream in args.stream and in tid; prefer the former.
     lane = [np.where(stream >= 0, stream, tid[0]), tid[1], tid[2]]
@@ -118,6 +143,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         base_time_ns=None if base is None else int(base),
         metadata=raw.metadata,
         warnings=warnings,
+        gpu_args=gpu_args,
     )
 
 
