@@ -148,18 +148,35 @@ def test_wording_carries_the_numbers():
     assert q.text == "GPU idle waiting for the host 62%: Python between launches"
 
 
-def test_the_peer_wait_slot_is_read_where_the_cross_rank_view_has_it():
+def test_the_peer_wait_is_the_exposed_comm_that_waited_for_a_peer():
+    """The headline's peer wait is what the exposure analysis calls waiting for a peer rank (set once
+    the ranks' collectives are matched), and the rank waited for: a rank's own, else the run's
+    rank that held the others back most."""
     from types import SimpleNamespace
 
+    from dbo_trace.analysis.exposure import PEER, Exposure
     from dbo_trace.analysis.report import findings
 
-    assert findings(W, [], [], None).peer_wait_us is None  # one rank: no view
-    plain = SimpleNamespace(median_skew_us=10.0)  # a view without the field (today's): not named
-    assert findings(W, [], [], plain).peer_wait_us is None  # type: ignore[arg-type]
-    waits = SimpleNamespace(peer_wait_us=8000.0, peer_wait_rank=1)
-    f = findings(W, [], [], waits)  # type: ignore[arg-type]
+    assert findings(W, [], [], None).peer_wait_us is None  # one rank: nothing matched
+    waited = Exposure(9000.0, {PEER: 8000.0, "host": 1000.0})
+    assert findings(W, [Exposure(1000.0, {"host": 1000.0})], [], None).peer_wait_us is None
+    view = SimpleNamespace(waits=SimpleNamespace(held_back_most=(1, 0, 8000.0, 3, 4)))
+    f = findings(W, [waited], [], view)  # type: ignore[arg-type]
     assert (f.peer_wait_us, f.peer_rank) == (8000.0, 1)
     assert qualifiers(OVERLAPPED, None, f)[0].text == "waiting for rank 1: 8.00 ms"
+    own = findings(W, [waited], [], view, waited_for=0)  # type: ignore[arg-type]
+    assert own.peer_rank == 0
+
+
+def test_two_gpu_hostbound_rank_1_finds_its_wait_for_rank_0_after_the_host():
+    """Rank 1's exposed comm was almost all waiting for rank 0 (the cross-rank waits): the finding is
+    there, second to the host-bound one, as the order says; rank 0, which the other waited for, has
+    none."""
+    doc = report_json(str(SAMPLES / "two-gpu-hostbound"))
+    rank0, rank1 = doc["ranks"]
+    assert rank1["exposed_comm_reasons"]["peer_us"] > 0.05 * rank1["time"]["window_us"]
+    assert rank1["verdict"]["findings"] == ["host_bound", "peer_wait"]
+    assert rank0["verdict"]["findings"] == ["host_bound"]
 
 
 def test_a_document_from_before_the_headline_still_renders(docs):

@@ -600,7 +600,7 @@ class OneOf:
 
 NUMBER, INT, TEXT, FLAG = "number", "whole number", "string", "true or false"
 _NUM = Nullable(NUMBER)
-_VERDICT = {"label": TEXT, "reasons": [TEXT]}
+_VERDICT = {"label": TEXT, "reasons": [TEXT], "headline?": Nullable(TEXT), "qualifier?": Nullable(TEXT), "findings?": [TEXT]}
 
 
 def _figure_blocks() -> dict[str, dict[str, Any]]:
@@ -629,10 +629,23 @@ def _document_shape() -> dict[str, Any]:
             "phase": Nullable(TEXT),
             "step_us": _NUM,
             "replayed": FLAG,
+            "number?": Nullable(INT),
+            "captured_launches?": INT,
             "verdict": _VERDICT,
         }
     )
+    host_causes = Nullable(
+        {
+            "host_idle_us?": _NUM,
+            "line": Nullable(TEXT),
+            "top?": Nullable({"name": TEXT, "us": _NUM, "share": _NUM}),
+            "causes?": MapOf({"us": _NUM, "share": _NUM}),
+        }
+    )
+    spread = Nullable({k: _NUM for k in ("median", "p90", "p99", "max")})
     phase = {
+        "host_causes?": host_causes,
+        "step_us?": spread,
         "steps": INT,
         **{k: _NUM for k in ("median_step_us", "gpu_utilization", "host_idle_fraction", "comm_hidden_fraction")},
         "replayed_kernel_fraction": _NUM,
@@ -681,6 +694,7 @@ def _document_shape() -> dict[str, Any]:
                     "serial_estimate_us": _NUM,
                     "busy_us": _NUM,
                     "saved_us": _NUM,
+                    "comm_transfer_slowdown?": _NUM,
                 }
             ),
             "exposed_comm_reasons": Nullable({"exposed_us": _NUM, **{f"{r}_us?": _NUM for r in REASON_TEXT}}),
@@ -698,6 +712,29 @@ def _document_shape() -> dict[str, Any]:
             ],
             "comm_kernel_names": [{"name": TEXT, "count": INT}],
             "top_compute_kernels": [{"name": TEXT, "count": INT, "total_us": _NUM}],
+            "host_causes?": host_causes,
+            "kernel_summary?": Nullable(
+                {
+                    "kernels": INT,
+                    "names": INT,
+                    "total_us": _NUM,
+                    "rows": [
+                        {
+                            "name": TEXT,
+                            "count": INT,
+                            **{k: _NUM for k in ("total_us", "mean_us", "median_us", "min_us")},
+                            "max_us": _NUM,
+                            "share": _NUM,
+                        }
+                    ],
+                }
+            ),  # fmt: skip
+            "cpu_range_summary?": [
+                {"name": TEXT, "kind": TEXT, "count": INT, "total_us": _NUM, "host_idle_us": _NUM, "share": _NUM}
+            ],
+            "peer_wait?": Nullable(
+                {"wait_us": _NUM, "wait_share": _NUM, "transfer_us?": _NUM, "waited_mostly_for?": Nullable(INT)}
+            ),
         }
     )
     return _with_figures(
@@ -711,7 +748,15 @@ def _document_shape() -> dict[str, Any]:
             "steps": [step],
             "verdict": _VERDICT,
             "ranks": [rank],
-            "cross_rank": Nullable({"summary": TEXT, "notes": [TEXT]}),
+            "cross_rank": Nullable(
+                {
+                    "summary": TEXT,
+                    "notes": [TEXT],
+                    "lines?": [TEXT],
+                    "alignment?": Nullable({"method": Nullable(TEXT), "accuracy_us": _NUM}),
+                }
+            ),
+            "host_causes?": host_causes,
             "warnings": [TEXT],
         }
     )

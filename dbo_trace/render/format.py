@@ -243,7 +243,8 @@ def cross_rank_lines(d: dict) -> list[str]:
     a = cross.get("alignment")
     how = []
     if a and a.get("method"):
-        how = [f"ranks aligned by {a['method']} (expected accuracy {a['accuracy_us']:g} us)"]
+        accuracy = "" if a.get("accuracy_us") is None else f" (expected accuracy {a['accuracy_us']:g} us)"
+        how = [f"ranks aligned by {a['method']}{accuracy}"]
     return [cross["summary"], *how, *cross.get("lines", [])]
 
 

@@ -15,6 +15,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    cross_rank_lines,
     figure_table,
     headline,
     host_cause_lines,
@@ -105,7 +106,10 @@ def _diagnosis(d: dict) -> str:
             )
     cross = d["cross_rank"]
     if cross:
-        out.append(f'<p id="cross-rank">Across ranks: {html_text(cross["summary"])}</p>' + _list(cross["notes"], "notes"))
+        out.append(
+            f'<p id="cross-rank">Across ranks: {html_text(cross["summary"])}</p>'
+            + _list(cross_rank_lines(d)[1:] + [f"note: {n}" for n in cross["notes"]], "cross-rank-lines")
+        )
     return "\n".join(out)
 
 
