@@ -116,13 +116,12 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="plugin-order-") as tmp:
             env = dict(os.environ, DBO_TRACE_DIR=tmp)
             env.pop("VLLM_PLUGINS", None)
-            proc = subprocess.run(
-                [sys.executable, __file__, "--child", ",".join(order)], env=env, capture_output=True, text=True
-            )
+            proc = subprocess.run([sys.executable, __file__, "--child", ",".join(order)], env=env, capture_output=True, text=True)
         lines = [ln[7:] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
-            print(json.dumps({"order_asked": list(order), "ok": False, "exit": proc.returncode,
-                              "stderr_tail": proc.stderr[-2000:]}))
+            print(
+                json.dumps({"order_asked": list(order), "ok": False, "exit": proc.returncode, "stderr_tail": proc.stderr[-2000:]})
+            )
             failed += 1
             continue
         result = json.loads(lines[-1])

@@ -61,8 +61,11 @@ DSV2=/tmp/vllm26-dsv2lite
 DSV2_SERVE=(--load-format dummy --max-model-len 4096 --max-num-batched-tokens 16384 --max-num-seqs 128
             --gpu-memory-utilization 0.6 --port 8000)
 GRAPHS=(--compilation-config '{"cudagraph_mode": "FULL_AND_PIECEWISE"}')
-PREFILL=(--num-prompts 64 --concurrency 32 --input-len 3000 --output-len 2 --profile-steps 30)
+# The prefill warm-up is the profiled load itself (64 prompts): Triton JIT-compiles fused_moe_kernel for each new
+# batch shape, which took a second of GPU idle in the first profiled step of a run warmed with 8 prompts.
+PREFILL=(--num-prompts 64 --concurrency 32 --input-len 3000 --output-len 2 --warmup-prompts 64 --profile-steps 30)
 DECODE=(--num-prompts 128 --concurrency 64 --input-len 256 --output-len 128 --profile-delay 4 --profile-steps 30)
+EAGER_DECODE_STEPS=(--profile-steps 15)   # eager decode writes ~5x the events of graph decode a step
 
 dsv2_sets() {
   local set=$1
@@ -86,9 +89,9 @@ dsv2_sets() {
       echo "## both general plugins through vLLM's own loader, in either order (scripts/vllm26/plugin_order.py)"
       python3 "$HERE/plugin_order.py"; echo "plugin_order exit status $?"
     } 2>&1 | tee "$OUT/afd-doctor.log"
-    # A real server with both plugins: the small model, eager, run from the repository, where
-    # dbo_trace.egg-info (pip install -e) makes dbo_trace the first plugin found; the dsv2 recordings run
-    # from $W, where the AFD plugin on PYTHONPATH comes first. The logs show the order each process saw.
+    # A real server with both plugins: the small model, eager. vLLM finds the AFD plugin (on PYTHONPATH)
+    # before dbo-trace's (site-packages) here and in the dsv2 recordings; plugin_order.py above loads them
+    # the other way round too. The server logs show the order each process saw.
     plugins_seen
     one vllm-afd-plugins "$MODEL" --num-prompts 8 --concurrency 8 --input-len 128 --output-len 8 --profile-steps 10 -- --enforce-eager
   fi
@@ -106,7 +109,7 @@ dsv2_sets() {
       dsv2lite-eager-prefill) one "$name" "$DSV2" "${PREFILL[@]}" -- --enforce-eager ;;
       dsv2lite-graphs-prefill) one "$name" "$DSV2" "${PREFILL[@]}" -- "${GRAPHS[@]}" ;;
       dsv2lite-graphs-decode) one "$name" "$DSV2" "${DECODE[@]}" -- "${GRAPHS[@]}" ;;
-      dsv2lite-eager-decode) one "$name" "$DSV2" "${DECODE[@]}" -- --enforce-eager ;;
+      dsv2lite-eager-decode) one "$name" "$DSV2" "${DECODE[@]}" "${EAGER_DECODE_STEPS[@]}" -- --enforce-eager ;;
       *) echo "unknown dsv2 sample $name" ;;
     esac
   done
@@ -116,7 +119,7 @@ dsv2_sets() {
 
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv
-  if ! python3 -c 'import dbo_trace' 2>/dev/null; then
+  if ! command -v dbo-trace >/dev/null; then  # (import dbo_trace succeeds from the repository root without an install)
     python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
   fi
   dbo-trace doctor
