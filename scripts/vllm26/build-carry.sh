@@ -6,12 +6,17 @@
 #   bash scripts/vllm26/build-carry.sh [DEST]        # DEST defaults to .dev/vllm26 (ignored by git)
 #
 # Needs: python3 with pip (reaches PyPI), xz. Takes a few minutes (download and xz).
-# Writes DEST/p1 DEST/p2 (pieces of vllm26.tar.xz), DEST/parts.sha256 and DEST/install.sh.
+# Writes DEST/p1, p2, ... (pieces of vllm26.tar.xz), DEST/parts.sha256 and DEST/install.sh.
 # scripts/vllm26/README.md says how the parts travel and what was dropped from the wheel and why.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 DEST=${1:-.dev/vllm26}
-PART_BYTES=${PART_BYTES:-60489696}   # each part plus the rest of the tree stays under 64 MiB
+# Each part travels with the working tree (tracked and untracked-not-ignored files) in one device call of
+# at most 64 MiB: the parts are 64 MiB less the tree as it is now, less 4 MiB for what the calls also carry
+# (.dev/afd, under 1 MiB) and for samples added later. More parts when the tree grows.
+tree_bytes=$(cd "$HERE/../.." && git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+PART_BYTES=${PART_BYTES:-$(( 64 * 1048576 - tree_bytes - 4 * 1048576 ))}
+echo "parts of $PART_BYTES bytes (the working tree that travels with each: $tree_bytes bytes)"
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 work=$(mktemp -d /tmp/vllm26-build.XXXXXX)
