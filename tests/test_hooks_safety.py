@@ -94,3 +94,44 @@ def test_exit_is_quiet_when_the_events_folder_is_gone(tmp_path):
     assert proc.returncode == 0
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+GRAPH_MANAGER = r"""
+import json, sys, types
+mod = types.ModuleType("standin_cudagraph_utils")
+class Desc:
+    num_tokens = 64
+class CudaGraphManager:  # vLLM's V2 model runner: FULL graphs replay here, not in CUDAGraphWrapper
+    replays = 0
+    def run_fullgraph(self, desc):
+        CudaGraphManager.replays += 1
+        return "hidden"
+class ModelCudaGraphManager(CudaGraphManager):
+    def run_fullgraph(self, desc):
+        return super().run_fullgraph(desc)
+mod.CudaGraphManager = CudaGraphManager
+sys.modules["standin_cudagraph_utils"] = mod
+from dbo_trace.record import plugin
+from dbo_trace.record.vllm_targets import graph_manager_targets
+plugin.register(extra_targets=graph_manager_targets("standin_cudagraph_utils"))
+ins = plugin.installed()
+m = ModelCudaGraphManager()
+results = [m.run_fullgraph(Desc()) for _ in range(3)] + [m.run_fullgraph(object())]  # a descriptor without tokens
+ins.write_counters("test")
+print(json.dumps({"results": results, "replays": CudaGraphManager.replays, "counters": ins.counters, "on": ins.enabled}))
+"""
+
+
+def test_the_v2_model_runners_full_graph_replays_are_counted_once_each(tmp_path):
+    """vLLM's V2 model runner (DeepSeek-V2 on 0.26) replays FULL graphs through
+    CudaGraphManager.run_fullgraph; a subclass's override that calls super() is one replay, not two,
+    and a descriptor without a token count is still a replay."""
+    env = {**os.environ, "DBO_TRACE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", GRAPH_MANAGER], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["results"] == ["hidden"] * 4 and out["replays"] == 4 and out["on"]
+    replays = {k: v for k, v in out["counters"].items() if k.startswith("graph_replay/")}
+    assert replays == {"graph_replay/FULL/64": 3, "graph_replay/FULL/None": 1}
+    (log,) = (tmp_path / "events").glob("*.jsonl")
+    assert log.read_text().count('"graph_replay"') == 4

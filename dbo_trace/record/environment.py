@@ -12,7 +12,7 @@ from dbo_trace import __version__
 from dbo_trace.record.redact import redact_env
 
 # Distributions whose versions a reviewer asks for first.
-VERSIONED = ("vllm", "torch", "nvtx", "afd-plugin", "triton", "deep_ep")
+VERSIONED = ("vllm", "torch", "nvtx", "vllm-afd-plugin", "triton", "deep_ep")  # the AFD plugin's distribution name
 # Environment variables that change what DBO does or how it is measured (kept, secrets redacted).
 ENV_PREFIXES = ("VLLM_", "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "DBO_TRACE_", "HF_", "OMP_", "NVIDIA_", "AFD_")
 

@@ -127,6 +127,28 @@ def _graph_call(ins: Instrumentation, original: Callable) -> Callable:
     return __call__
 
 
+# -- CudaGraphManager.run_fullgraph (vllm/v1/worker/gpu/cudagraph_utils.py) -----------
+# The V2 model runner (DeepSeek-V2 on vLLM 0.26, seen on the H200) replays FULL graphs here, not
+# through CUDAGraphWrapper.__call__, which sees only its piecewise graphs.
+def _graph_tokens(desc: Any) -> int | None:
+    tokens = getattr(desc, "num_tokens", None)
+    return tokens if isinstance(tokens, int) else None
+
+
+def _fullgraph_replay(ins: Instrumentation, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def run_fullgraph(self, desc, *args, **kwargs):
+        ins.safely(ins.graph_event, fmt.EV_GRAPH_REPLAY, "FULL", ins.safely(_graph_tokens, desc))
+        return original(self, desc, *args, **kwargs)
+
+    return run_fullgraph
+
+
+def graph_manager_targets(module: str) -> list[Target]:
+    """The V2 model runner's graph manager in `module` (a stand-in's in the tests)."""
+    return [Target(module, "CudaGraphManager", "run_fullgraph", _fullgraph_replay)]
+
+
 # -- vLLM's torch profiler (vllm/profiler/wrapper.py) ------------------------------
 def all_threads_config(torch: Any) -> Any:
     """The profiler's experimental config for a recording, or None where this torch lacks
@@ -188,6 +210,7 @@ UBATCH_WRAPPER = "vllm.v1.worker.gpu_ubatch_wrapper"
 CUDA_GRAPH = "vllm.compilation.cuda_graph"
 PROFILER = "vllm.profiler.wrapper"
 AFD_UBATCH_WRAPPER = "afd_plugin.v1.worker.ubatch_wrapper"
+V2_CUDAGRAPH = "vllm.v1.worker.gpu.cudagraph_utils"
 
 
 def context_targets(module: str) -> list[Target]:
@@ -206,6 +229,7 @@ STEP_TARGETS = [
     Target(CUDA_GRAPH, "CUDAGraphWrapper", "__call__", _graph_call),
     # The AFD plugin overrides __call__; its steps are instrumented the same way.
     Target(AFD_UBATCH_WRAPPER, "AFDUBatchWrapper", "__call__", _wrapper_call),
+    *graph_manager_targets(V2_CUDAGRAPH),
 ]
 PROFILER_TARGETS = [
     Target(PROFILER, "TorchProfilerWrapper", "__init__", _profiler_init),
@@ -218,8 +242,9 @@ TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
     ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the CPU (tests/test_plugin_vllm.py)
     ("0.26", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the H200 with vllm serve (samples/vllm-*)
 ]
-# Absent unless the AFD plugin is installed: not worth a warning.
-OPTIONAL_TARGETS = {f"{AFD_UBATCH_WRAPPER}.AFDUBatchWrapper.__call__"}
+# Absent unless the AFD plugin is installed: not worth a warning. The V2 model runner's module imports
+# only with vLLM's full dependencies (pybase64, ...), which a CPU-only test install leaves out.
+OPTIONAL_TARGETS = {f"{AFD_UBATCH_WRAPPER}.AFDUBatchWrapper.__call__", f"{V2_CUDAGRAPH}.CudaGraphManager.run_fullgraph"}
 
 
 def vllm_version() -> str | None:
