@@ -1,0 +1,38 @@
+"""The README's output blocks are real: every line of a block that starts with `verdict:` is a line
+of `dbo-trace report` on the sample the paragraph before it names, at 100 columns (lines the README
+leaves out are marked `...`)."""
+
+import re
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+from dbo_trace.analysis.report import Options
+from dbo_trace.pipeline import analyze_paths
+from dbo_trace.render import RENDERERS, RenderOptions
+
+README = (ROOT / "README.md").read_text()
+BLOCK = re.compile(r"```\n(verdict: .*?)```", re.S)
+SAMPLE = re.compile(r"samples/([\w-]+)|shipped `([\w-]+)` sample")
+
+
+def _blocks():
+    out = []
+    for m in BLOCK.finditer(README):
+        before = README[max(0, m.start() - 600) : m.start()]
+        names = [a or b for a, b in SAMPLE.findall(before)]
+        out.append((names[-1], m.group(1)))
+    return out
+
+
+def test_the_readme_shows_output_blocks():
+    assert len(_blocks()) >= 2
+
+
+@pytest.mark.parametrize("sample, block", _blocks(), ids=[name for name, _ in _blocks()])
+def test_every_line_of_an_output_block_is_real_output(sample, block):
+    report = analyze_paths([SAMPLES / sample], Options())
+    real = RENDERERS["terminal"].render(report, RenderOptions(width=100)).splitlines()
+    shown = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("...")]
+    missing = [line for line in shown if line not in real]
+    assert not missing, f"README lines that `report samples/{sample}` does not print: {missing[:3]}"
