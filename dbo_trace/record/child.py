@@ -186,8 +186,11 @@ class Child:
 def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
     """(status, body); status 0 when nothing usable answered within `timeout` seconds of wall-clock
     time. A socket time-out restarts on every read, so a server trickling a byte a second would hold
-    a plain request forever: a timer shuts the socket at the deadline. A garbage status line, a
-    reply cut short of its Content-Length, or anything else malformed is status 0 as well."""
+    a plain request forever: a timer shuts the socket at the deadline, and a reply the timer cut is
+    status 0 whatever was read of it (http.client takes the end of file after a status line for the
+    end of the headers, so a /health that never finished its headers looked like a 200). A garbage
+    status line, a reply cut short of its Content-Length, or anything else malformed is status 0 as
+    well: a reply counts only when its status, headers and body all arrived within the deadline."""
     parts = urllib.parse.urlsplit(url)
     conn_cls = httplib.HTTPSConnection if parts.scheme == "https" else httplib.HTTPConnection
     conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
@@ -196,7 +199,14 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0)
     if parts.query:
         path += "?" + parts.query
 
+    lock = threading.Lock()
+    state = {"read": False, "cut": False}
+
     def cut() -> None:
+        with lock:  # a reply read in full just before the deadline stays read
+            if state["read"]:
+                return
+            state["cut"] = True
         sock = conn.sock
         if sock is not None:
             try:
@@ -211,6 +221,10 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0)
         conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         payload = resp.read(MAX_REPLY_BYTES + 1)
+        with lock:
+            state["read"] = True
+            if state["cut"]:
+                return 0, b""  # the deadline came first: what was read is not the whole reply
         promised = resp.getheader("Content-Length")
         if len(payload) > MAX_REPLY_BYTES or (promised and promised.isdigit() and len(payload) < int(promised)):
             return 0, b""  # too much, or cut short of what it promised

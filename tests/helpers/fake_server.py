@@ -35,6 +35,7 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--api-key")
+p.add_argument("--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine")
 args = p.parse_args()
 
 print("INFO fake vLLM API server starting", flush=True)
@@ -64,7 +65,7 @@ if args.pidfile:
     Path(args.pidfile).write_text(f"{os.getpid()}\n{helper.pid}\n")
 
 # Like vLLM, load the general plugins (after the helper exists, so a hang test still sees its pids).
-if os.environ.get("DBO_TRACE_DIR"):
+if os.environ.get("DBO_TRACE_DIR") and not args.no_plugins:
     from dbo_trace.record.plugin import register
 
     register()
