@@ -423,7 +423,7 @@ def record(
     from dbo_trace.record import environment
     from dbo_trace.record.child import ChildFailed
     from dbo_trace.record.loadgen import LoadSpec
-    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan
+    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan, Refused
     from dbo_trace.record.recorder import record as run_record
     from dbo_trace.ui import ConsoleProgress
 
@@ -446,7 +446,7 @@ def record(
     ui = ConsoleProgress()
     try:
         outcome = run_record(plan, ui)
-    except ChildFailed as exc:  # before the bundle could be started (e.g. a malformed --profiler-config)
+    except (ChildFailed, Refused) as exc:  # before anything started (a malformed --profiler-config, a busy port)
         fail(str(exc))
     ui.phase(
         f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "

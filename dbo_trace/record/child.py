@@ -59,6 +59,45 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
+
+
+def listening_inodes(port: int) -> set[int]:
+    """The inodes of the sockets listening on TCP `port` (IPv4 and IPv6) in this network namespace,
+    from /proc/net/tcp{,6}; empty where there is no /proc."""
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl, local address:port (hex), remote, state, ..., inode (10th)
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(fields[9]))
+    return found
+
+
+def socket_owners(inodes: set[int], pids: list[int]) -> list[int]:
+    """Those of pids that hold one of these sockets open (their /proc/PID/fd links name it)."""
+    names = {f"socket:[{inode}]" for inode in inodes}
+    owners = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in names:
+                    owners.append(pid)
+                    break
+            except OSError:
+                continue
+    return owners
+
+
 class Child:
     def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
         self.argv = argv
@@ -121,6 +160,16 @@ class Child:
                 except ProcessLookupError:
                     continue
         return out
+
+    def listens_on(self, port: int) -> bool | None:
+        """Whether the socket listening on TCP `port` belongs to the program or a descendant: True,
+        False (only other processes listen there), or None where this cannot be told (no /proc, or no
+        listener on the port in this network namespace)."""
+        self.track()
+        inodes = listening_inodes(port)
+        if not inodes:
+            return None
+        return bool(socket_owners(inodes, [self.pid, *self.tracked]))
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the program's output, for error messages."""

@@ -35,7 +35,10 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--api-key")
-p.add_argument("--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine")
+p.add_argument("--note", action="append", help="any text, ignored (a command line that holds secrets)")
+p.add_argument(
+    "--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine"
+)
 args = p.parse_args()
 
 print("INFO fake vLLM API server starting", flush=True)
@@ -47,6 +50,9 @@ if args.behaviour == "die-leaky":  # a server whose last words echo every secret
     print(f"DEBUG args: api key {args.api_key}; Authorization: Bearer {os.environ.get('MY_BEARER')}", flush=True)
     print(f"DEBUG fetching {os.environ.get('MODEL_URL')}", flush=True)
     print('ERROR {"error": "bad key", "api_key": "' + str(args.api_key) + '"}', flush=True)
+    sys.exit(1)
+if args.behaviour == "die-shapes":  # last words: whatever $LEAK_LINES holds (secrets in their shapes)
+    print(os.environ.get("LEAK_LINES", ""), flush=True)
     sys.exit(1)
 if args.behaviour == "ignore-sigint":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -109,6 +115,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/health":
             return self._reply(503 if args.behaviour == "hang" else 200)
+        if self.path == "/v1/models" and args.behaviour == "deep-models":  # nested 100,000 deep: past any parser's stack
+            data = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path == "/v1/models":
             return self._reply(200, {"data": [{"id": args.model}]})
         self._reply(404)
