@@ -7,6 +7,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -43,7 +44,7 @@ def _link_new(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def _write_beside(path: Path, data: bytes, put) -> None:
+def _write_beside(path: Path, data: bytes, put: Callable[[str, Path], None]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
     try:
         with os.fdopen(fd, "wb") as fh:

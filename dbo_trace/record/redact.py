@@ -32,7 +32,7 @@ _QUOTED = r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
 # user:password@ (the password may hold '@', '/' or a space) or token@, up to the '@' before a host:
 # the shortest such stretch, so that a later e-mail address on the line stays.
 _URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^\s/@:]*:[^\n]{0,256}?|[^\s/@:]+)@"
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^\s/@:]*:(?:(?!://)[^\n]){0,256}?|[^\s/@:]+)@"
     r"(?=[A-Za-z0-9._~-]+(?::\d+)?(?:[/?#\s\"'<>,;)\]}]|$))"
 )
 # NAME=value, NAME: value, NAME='a value' (Python's repr of arguments, as vLLM logs them: Namespace(api_key='x')).
@@ -54,7 +54,13 @@ _BEARER = re.compile(r"(?i)\b(?P<kind>bearer|basic|token)\s+(?P<value>[A-Za-z0-9
 _NL = r"(?:\r?\n|\\r?\\n)"
 _PEM_KIND = r"(?P<kind>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)"
 _PEM_BLOCK = re.compile(rf"-----BEGIN {_PEM_KIND}-----.{{0,20000}}?-----END (?P=kind)-----", re.S)
-_PEM_OPEN = re.compile(rf"-----BEGIN {_PEM_KIND}-----(?!{re.escape(REDACTED)})(?:{_NL}(?:[A-Za-z0-9+/=]{{16,}}|[A-Za-z-]+: [^\n\\]*|[A-Za-z0-9+/=]*))*")
+# A line of a key: base64, a padded last line, a header (Proc-Type: ...), or an empty line before more
+# base64; not a log line.
+_PEM_LINE = (
+    r"(?:[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9+/]*={1,2}|(?:Proc-Type|DEK-Info|Comment): [^\n\\]*"
+    rf"|(?={_NL}[A-Za-z0-9+/]{{16,}}))"
+)
+_PEM_OPEN = re.compile(rf"-----BEGIN {_PEM_KIND}-----(?!{re.escape(REDACTED)})(?:{_NL}{_PEM_LINE})*")
 _PEM_TAIL = re.compile(rf"(?:[A-Za-z0-9+/=]{{16,}}[ \t]*{_NL})+(?=-----END [A-Z0-9 ]*PRIVATE KEY)")
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any, Callable
 
 from dbo_trace.errors import Terminated
@@ -44,7 +45,7 @@ def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
     return process
 
 
-def _raise_terminated(signum, frame) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
