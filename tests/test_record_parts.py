@@ -161,3 +161,60 @@ def test_the_token_rules_name_their_source():
 
     assert len({rule for rule, _, _ in TOKEN_RULES}) == len(TOKEN_RULES)
     assert all(source.startswith(("detect-secrets", "gitleaks")) for _, _, source in TOKEN_RULES)
+
+
+def test_a_json_document_stays_json_and_its_numbers_stay():
+    """archive.py redacts the report's JSON text: token counts under names with TOKEN in them stay
+    (null, numbers, lists of numbers), a secret value in a list is masked item by item, still JSON."""
+    document = {
+        "steps": [{"context_tokens": None, "generation_tokens": 512, "tokens": [256, 256]}],
+        "api_key": ["plantedjsonkey1", 7],
+        "note": "ok",
+    }
+    masked = json.loads(redact_text(json.dumps(document, indent=1)))
+    assert masked["steps"] == document["steps"] and masked["note"] == "ok"
+    assert masked["api_key"] == [REDACTED, 7]
+
+
+# Texts a hostile server (or a kernel name in an archived report) can print, 100 kB each: a pattern
+# tried at every character of a long run costs quadratic time (a URL scheme tried at each letter of
+# a long word, a base64 run at each of its characters: 108 s and 269 s before the patterns were bounded).
+HOSTILE_TEXTS = {
+    "scheme without end": "https://a:" + "x" * 100_000,
+    "private key without end": ("-----BEGIN RSA PRIVATE KEY-----" + "A" * 100_000) * 3,
+    "base64 lines without end": ("A" * 64 + "\n") * 1_500,
+    "open quoted pairs": '"a": "' * 16_000,
+    "jwt starts": "eyJ-" * 25_000,
+    "open lists": "'api_key': [" * 8_000,
+    "dotted name": "a." * 50_000,
+}
+HOSTILE_BOUND_S = 30.0  # all of them take about 1 s on a loaded 2-core machine; before, minutes
+
+
+def test_hostile_texts_are_redacted_in_linear_time():
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import json, sys, time\n"
+        "from dbo_trace.record.redact import redact_text\n"
+        "texts = json.load(sys.stdin)\n"
+        "t0 = time.perf_counter()\n"
+        "for text in texts.values():\n"
+        "    redact_text(text)\n"
+        "print(round(time.perf_counter() - t0, 2))\n"
+    )
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            input=json.dumps(HOSTILE_TEXTS),
+            capture_output=True,
+            text=True,
+            timeout=HOSTILE_BOUND_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"redacting {len(HOSTILE_TEXTS)} hostile texts took over {HOSTILE_BOUND_S} s") from None
+    assert proc.returncode == 0, proc.stderr
+    print(f"redacted in {proc.stdout.strip()} s ({time.monotonic() - t0:.1f} s with the interpreter's start)")

@@ -27,28 +27,39 @@ _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "
 _SECRET_WHOLE_WORDS = {"PASS", "PWD"}  # as whole words only: HF_HUB_PASS, not COMPASS
 _SECRET_FLAG_WORDS = {"TOKEN", "KEY", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "AUTH"}
 
+# Every pattern below is bounded, or starts only where a run of its characters starts (a lookbehind),
+# so that a hostile text costs linear time: a scheme tried at every letter of a long word, or a base64
+# run tried at each of its characters, took minutes on 100 kB (tests/test_record_parts.py).
 # A quoted string, its escaped quotes included ("a\"b", 'it\'s'), on one line.
-_QUOTED = r""""(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
+_QUOTED = r""""(?:[^"\\\n]|\\.){0,4096}"|'(?:[^'\\\n]|\\.){0,4096}'"""
 # user:password@ (the password may hold '@', '/' or a space) or token@, up to the '@' before a host:
 # the shortest such stretch, so that a later e-mail address on the line stays.
 _URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<cred>[^\s/@:]*:(?:(?!://)[^\n]){0,256}?|[^\s/@:]+)@"
+    r"(?<![a-zA-Z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]{0,31}://)"
+    r"(?P<cred>[^\s/@:]{0,256}:(?:(?!://)[^\n]){0,256}?|[^\s/@:]{1,256})@"
     r"(?=[A-Za-z0-9._~-]+(?::\d+)?(?:[/?#\s\"'<>,;)\]}]|$))"
 )
 # NAME=value, NAME: value, NAME='a value' (Python's repr of arguments, as vLLM logs them: Namespace(api_key='x')).
 _ASSIGNMENT = re.compile(
-    rf"(?P<name>\b[A-Za-z_][A-Za-z0-9_.-]*)(?P<eq>\s*[=:]\s*)(?P<value>{_QUOTED}|\[[^\]\n]*\]|[^\s\"',;&)}}\]]+)"
+    rf"(?P<name>(?<![A-Za-z0-9_.-])[A-Za-z_][A-Za-z0-9_.-]{{0,63}})(?P<eq>[ \t]{{0,8}}[=:][ \t]{{0,8}})"
+    rf"(?P<value>{_QUOTED}|\[[^\]]{{0,2000}}\]|[^\s\"',;&)}}\]]+)"
 )
 # "name": "value" and 'name': 'value' (JSON, and Python's repr of a dict: {'api_key': 'x'}), the value
 # also a list (['k1', 'k2']) or a bare word.
 _QUOTED_PAIR = re.compile(
-    rf"""(?P<nq>["'])(?P<name>[^"'\\\n]{{1,64}})(?P=nq)(?P<sep>\s*[:=]\s*)(?P<value>{_QUOTED}|\[[^\]\n]*\]|\([^)\n]*\)|[^\s,;}}\]]+)"""
+    rf"""(?P<nq>["'])(?P<name>[^"'\\\n]{{1,64}})(?P=nq)(?P<sep>[ \t]{{0,8}}[:=][ \t]{{0,8}})"""
+    rf"(?P<value>{_QUOTED}|\[[^\]]{{0,2000}}\]|\([^)\n]{{0,2000}}\)|[^\s,;}}\]]+)"
 )
 # --api-key VALUE and --hf-token=VALUE in free text (a logged command line).
-_FLAG_VALUE = re.compile(rf"(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_-]*)(?P<sep>=|[ \t]+)(?P<value>{_QUOTED}|[^\s\"']+)")
+_FLAG_VALUE = re.compile(
+    rf"(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_-]{{0,63}})(?P<sep>=|[ \t]{{1,8}})(?P<value>{_QUOTED}|[^\s\"']+)"
+)
 # aws_secret_access_key VALUE: a secret's name, a space, then a value with a digit in it.
-_SPACED_PAIR = re.compile(r"(?P<name>\b[A-Za-z][A-Za-z0-9]*(?:[_-][A-Za-z0-9]+)+)(?P<sp>[ \t]+)(?P<value>[A-Za-z0-9/+=._~-]{8,})")
-_BEARER = re.compile(r"(?i)\b(?P<kind>bearer|basic|token)\s+(?P<value>[A-Za-z0-9._~+/=-]{8,})")
+_SPACED_PAIR = re.compile(
+    r"(?P<name>(?<![A-Za-z0-9_-])[A-Za-z][A-Za-z0-9]{0,63}(?:[_-][A-Za-z0-9]{1,64}){1,8})(?P<sp>[ \t]{1,8})"
+    r"(?P<value>[A-Za-z0-9/+=._~-]{8,4096})"
+)
+_BEARER = re.compile(r"(?i)\b(?P<kind>bearer|basic|token)[ \t]{1,8}(?P<value>[A-Za-z0-9._~+/=-]{8,4096})")
 # PEM private keys: a whole block, a block cut short by the end of the text, and the end of a block
 # whose start was cut off (a log tail). Line breaks as they are or escaped (\n in a repr or JSON).
 _NL = r"(?:\r?\n|\\r?\\n)"
@@ -61,7 +72,9 @@ _PEM_LINE = (
     rf"|(?={_NL}[A-Za-z0-9+/]{{16,}}))"
 )
 _PEM_OPEN = re.compile(rf"-----BEGIN {_PEM_KIND}-----(?!{re.escape(REDACTED)})(?:{_NL}{_PEM_LINE})*")
-_PEM_TAIL = re.compile(rf"(?:[A-Za-z0-9+/=]{{16,}}[ \t]*{_NL})+(?=-----END [A-Z0-9 ]*PRIVATE KEY)")
+_PEM_TAIL = re.compile(
+    rf"(?<![A-Za-z0-9+/=])(?:[A-Za-z0-9+/=]{{16,100}}[ \t]{{0,8}}{_NL}){{1,200}}(?=-----END [A-Z0-9 ]*PRIVATE KEY)"
+)
 
 
 def _rule(pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -84,7 +97,7 @@ TOKEN_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     (
         "jwt",
-        _rule(r"\beyJ[A-Za-z0-9_=-]{8,}\.[A-Za-z0-9_=-]{8,}(?:\.[A-Za-z0-9_.+/=-]*)?"),
+        _rule(r"(?<![A-Za-z0-9_=-])eyJ[A-Za-z0-9_=-]{8,}\.[A-Za-z0-9_=-]{8,}(?:\.[A-Za-z0-9_.+/=-]*)?"),
         "detect-secrets jwt.py (the signature taken whole)",
     ),
     ("stripe-key", _rule(r"\b[rs]k_(?:live|test)_[0-9a-zA-Z]{16,}"), "detect-secrets stripe.py (24: at least 16; test keys too)"),
@@ -110,7 +123,7 @@ TOKEN_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
 # AWS's secret access key: 40 characters beside an AWS key name (detect-secrets aws.py, quotes made
 # optional), or right after an access key id ("AKIA... wJalr...", the pair as printed).
 _AWS_SECRET = re.compile(
-    r"(?i)(?P<lead>aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?[\s\"'=:]+)(?P<value>[0-9a-zA-Z/+]{40})(?![0-9a-zA-Z/+=])"
+    r"(?i)(?P<lead>aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?[\s\"'=:]{1,8})(?P<value>[0-9a-zA-Z/+]{40})(?![0-9a-zA-Z/+=])"
 )
 _AWS_PAIR = re.compile(rf"(?P<lead>{re.escape(REDACTED)}[\s,;:|\"'=]+)(?P<value>[0-9a-zA-Z/+]{{40}})(?![0-9a-zA-Z/+=])")
 MIN_LEARNED = 6  # shorter values are not learned: masking "1" or "true" everywhere would wreck the text
@@ -126,13 +139,22 @@ def is_secret_flag(flag: str) -> bool:
     return words[-1] in _SECRET_FLAG_WORDS
 
 
-def _masked(value: str) -> str:
-    """A value replaced, its quotes or brackets kept, so that the text around it still reads."""
+# Values that hold no secret and whose masking would break a JSON document (archive.py redacts the
+# report's JSON text): numbers, null, true, false (and Python's None, True, False).
+_LITERAL = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|null|true|false|None|True|False")
+_DQ = '"'  # a double-quoted name: JSON's, maybe
+_ITEM = re.compile(rf"{_QUOTED}|[^\s,\[\]()]+")
+
+
+def _masked(value: str, json_literals: bool = False) -> str:
+    """A value replaced, its quotes kept, so that the text around it still reads; in a list or tuple
+    each item is. With json_literals (a "name": value pair, which may be JSON's) a number or a
+    literal stays, so that a JSON document stays one."""
     if len(value) >= 2 and value[0] in "\"'" and value[-1] == value[0]:
         return f"{value[0]}{REDACTED}{value[0]}"
     if value[:1] in "[(":
-        return f"{value[0]}{REDACTED}{')' if value[0] == '(' else ']'}"
-    return REDACTED
+        return _ITEM.sub(lambda m: _masked(m.group(0), json_literals), value)
+    return value if json_literals and _LITERAL.fullmatch(value) else REDACTED
 
 
 def _not_masked(value: str) -> bool:
@@ -150,7 +172,7 @@ def redact_text(text: str) -> str:
     text = _BEARER.sub(lambda m: f"{m['kind']} {REDACTED}", text)  # before NAME: value, which would take "Bearer"
     text = _QUOTED_PAIR.sub(
         lambda m: (
-            f"{m['nq']}{m['name']}{m['nq']}{m['sep']}{_masked(m['value'])}"
+            f"{m['nq']}{m['name']}{m['nq']}{m['sep']}{_masked(m['value'], json_literals=m['nq'] == _DQ)}"
             if is_secret_name(m["name"]) and _not_masked(m["value"])
             else m.group(0)
         ),
