@@ -13,8 +13,8 @@ import click
 
 from dbo_trace import __version__
 from dbo_trace.demo.workload import MODES as DEMO_MODES
-from dbo_trace.errors import UsageError, inert
-from dbo_trace.files import replace_file
+from dbo_trace.errors import Terminated, UsageError, inert
+from dbo_trace.files import create_file, replace_file
 from dbo_trace.ui import reading_bar
 
 
@@ -36,7 +36,8 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 class _Commands(click.Group):
     """The one place a UsageError (bad input or usage, raised anywhere) becomes its line and status,
-    for the console script and for click's test runner alike."""
+    for the console script and for click's test runner alike; and an interrupt its line and the
+    status a shell expects (click's own "Aborted!" exits 1, which reads as a failure)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -44,6 +45,12 @@ class _Commands(click.Group):
         except UsageError as exc:
             click.echo(f"dbo-trace: error: {inert(str(exc))}", err=True)  # messages quote paths and names
             ctx.exit(exc.exit_code)
+        except Terminated:  # SIGTERM while workers ran: they are stopped (trace/workers.py)
+            click.echo("dbo-trace: terminated", err=True)
+            ctx.exit(143)
+        except KeyboardInterrupt:
+            click.echo("dbo-trace: interrupted", err=True)
+            ctx.exit(130)
 
 
 def _refuse_overwrite(*paths: Path | None, force: bool) -> None:
@@ -73,18 +80,23 @@ def _refuse_nonempty(out: Path) -> None:
         fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
 
 
-def _write_output(text: str, output: Path | None) -> None:
-    """stdout, or the file (whose replacement the caller already allowed)."""
+def _write_output(text: str, output: Path | None, force: bool) -> None:
+    """stdout, or the file (replaced only with --force)."""
     if output is None:
         click.echo(text, nl=False)
         return
-    _write_file(text.encode(), output)
+    _write_file(text.encode(), output, force)
 
 
-def _write_file(data: bytes, path: Path) -> None:
-    """Write via a rename, so an interrupted write never leaves half a file where the user looks."""
+def _write_file(data: bytes, path: Path, force: bool) -> None:
+    """Write via a temporary file, so an interrupted write never leaves half a file where the user
+    looks. Without --force the file is created exclusively: _refuse_overwrite checked before the work,
+    but another process (a second `report -o` of the same name) may have written it since."""
     try:
-        replace_file(path, data)
+        (replace_file if force else create_file)(path, data)
+    except FileExistsError:
+        fail(f"{path}: already exists (written since dbo-trace started, by another process?); nothing was replaced: "
+             "choose another path or pass --force to replace it")  # fmt: skip
     except OSError as exc:
         fail(f"{path}: cannot write ({exc.strerror})")
     click.echo(f"wrote {inert(str(path))} ({len(data) / 1e6:.2f} MB)", err=True)
@@ -197,7 +209,7 @@ def report(
             fail(f"{paths[0]}: a review archive holds the finished report, not the traces: it can be shown as text, "
                  "Markdown or JSON, not re-analysed or drawn; run those options on the recording")  # fmt: skip
         _refuse_overwrite(output, force=force)
-        return _show_archive(paths[0], main_output, output)
+        return _show_archive(paths[0], main_output, output, force)
     if (step_number is not None or rank_number is not None) and timeline is None:
         fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
     if all_ranks and timeline is None:
@@ -233,7 +245,7 @@ def report(
     )
     for path, renderer in extras:
         if path is not None and renderer is not None:
-            _write_file(as_bytes(renderer.render(result, shown)), path)
+            _write_file(as_bytes(renderer.render(result, shown)), path, force)
             if renderer is picture:
                 rank, position = chosen_step(result, rank_number, step_number)
                 who = "every rank" if all_ranks else f"rank {rank.rank}"
@@ -242,9 +254,9 @@ def report(
                     click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
     rendered = main_output.render(result, shown)
     if main_output.binary:
-        _write_file(as_bytes(rendered), output)
+        _write_file(as_bytes(rendered), output, force)
     else:
-        _write_output(str(rendered), output)
+        _write_output(str(rendered), output, force)
 
 
 def _is_archive(path: Path) -> bool:
@@ -253,7 +265,7 @@ def _is_archive(path: Path) -> bool:
     return is_archive(path)
 
 
-def _show_archive(path: Path, renderer, output: Path | None) -> None:
+def _show_archive(path: Path, renderer, output: Path | None, force: bool) -> None:
     """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
     from dbo_trace.archive import read_report_document
     from dbo_trace.render import RenderOptions
@@ -261,7 +273,7 @@ def _show_archive(path: Path, renderer, output: Path | None) -> None:
     if not hasattr(renderer, "render_document"):
         fail(f"{path}: a review archive can be shown as text, Markdown or JSON, not as {renderer.name}")
     document = read_report_document(path)
-    _write_output(renderer.render_document(document, RenderOptions(color=_color(output))), output)
+    _write_output(renderer.render_document(document, RenderOptions(color=_color(output))), output, force)
 
 
 def _output_name(as_json: bool, as_markdown: bool, output: Path | None) -> str:
@@ -336,7 +348,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
         click.echo(f"dbo-trace: warning: {inert(warning)}", err=True)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    _write_output(renderer.render(compared, RenderOptions(color=_color(output))), output)
+    _write_output(renderer.render(compared, RenderOptions(color=_color(output))), output, force)
 
 
 @main.command("archive")
@@ -431,7 +443,7 @@ def record(
     from dbo_trace.record import environment
     from dbo_trace.record.child import ChildFailed
     from dbo_trace.record.loadgen import LoadSpec
-    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan
+    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan, Refused
     from dbo_trace.record.recorder import record as run_record
     from dbo_trace.ui import ConsoleProgress
 
@@ -454,7 +466,7 @@ def record(
     ui = ConsoleProgress()
     try:
         outcome = run_record(plan, ui)
-    except ChildFailed as exc:  # before the bundle could be started (e.g. a malformed --profiler-config)
+    except (ChildFailed, Refused) as exc:  # before anything started (a malformed --profiler-config, a busy port)
         fail(str(exc))
     ui.phase(
         f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "
@@ -577,7 +589,7 @@ def demo(
         if plot is not None:
             from dbo_trace.demo.sweep_plot import draw_sweep
 
-            _write_file(draw_sweep(rows), plot)
+            _write_file(draw_sweep(rows), plot, force=False)
         return
     results = run_demo(opts, ui)
     click.echo(demo_table(results), nl=False)
@@ -599,7 +611,7 @@ def doctor() -> None:
     click.echo("versions: " + ", ".join(f"{k} {v or '-'}" for k, v in versions.items()))
     marks = {True: "ok  ", False: "FAIL", None: "info"}
     for check in checks:
-        click.echo(f"  {marks[check.ok]}  {check.name}: {check.detail}")
+        click.echo(f"  {marks[check.ok]}  {inert(check.name)}: {inert(str(check.detail))}")
     if any(c.ok is False for c in checks):
         sys.exit(1)
 
@@ -633,7 +645,7 @@ def top(folder, once, interval) -> None:
         if not os.environ.get("DBO_TRACE_DIR"):
             fail("top: no folder given and $DBO_TRACE_DIR is not set; give the server's DBO_TRACE_DIR or a recording")
         folder = Path(os.environ["DBO_TRACE_DIR"])
-        click.echo(f"dbo-trace top: reading $DBO_TRACE_DIR ({folder})", err=True)
+        click.echo(f"dbo-trace top: reading $DBO_TRACE_DIR ({inert(str(folder))})", err=True)
     if not folder.is_dir():
         fail(f"{folder}: no such folder; give the server's DBO_TRACE_DIR or a recording")
     previous: dict[str, dict] = {}

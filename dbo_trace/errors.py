@@ -33,3 +33,8 @@ class UsageError(Exception):
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while workers ran (trace/workers.py): handled as Ctrl-C is, so the workers are
+    stopped and not left orphaned; the command exits 143 (128 + SIGTERM), as a process it killed would."""

@@ -1,9 +1,13 @@
 """The one atomic writer: no fixed temporary name (a planted symlink is not followed, a user's
-`.tmp` file is not overwritten), nothing left behind on failure."""
+`.tmp` file is not overwritten), nothing left behind on failure; and its exclusive twin, which never
+replaces a file that appeared after the caller checked."""
 
 import os
+import subprocess
+import sys
 
 import pytest
+from conftest import ROOT, sample_trace
 
 from dbo_trace.files import replace_file
 
@@ -30,3 +34,84 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path):
     with pytest.raises(OSError):
         replace_file(target, b"x")
     assert os.listdir(tmp_path) == ["adir"] and os.listdir(target) == []
+
+
+def test_create_file_never_replaces_what_appeared_meanwhile(tmp_path):
+    from dbo_trace.files import create_file
+
+    (tmp_path / "out.md").write_text("theirs")
+    with pytest.raises(FileExistsError):
+        create_file(tmp_path / "out.md", b"ours")
+    assert (tmp_path / "out.md").read_text() == "theirs"
+    victim = tmp_path / "victim"
+    (tmp_path / "link.md").symlink_to(victim)  # dangling: a create through it would make the victim
+    with pytest.raises(FileExistsError):
+        create_file(tmp_path / "link.md", b"ours")
+    assert not victim.exists()
+    create_file(tmp_path / "new.md", b"ours")
+    assert (tmp_path / "new.md").read_bytes() == b"ours"
+    assert sorted(os.listdir(tmp_path)) == ["link.md", "new.md", "out.md"]  # no temporary file left
+
+
+def test_create_file_without_hard_links_still_refuses_and_writes(tmp_path, monkeypatch):
+    """A filesystem without hard links (FAT): the name is reserved exclusively, then renamed over."""
+    import errno
+
+    from dbo_trace.files import create_file
+
+    def no_links(*a, **k):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    create_file(tmp_path / "a.md", b"ours")
+    assert (tmp_path / "a.md").read_bytes() == b"ours"
+    with pytest.raises(FileExistsError):
+        create_file(tmp_path / "a.md", b"again")
+    assert (tmp_path / "a.md").read_bytes() == b"ours" and os.listdir(tmp_path) == ["a.md"]
+
+
+def _report_while_another_writes(out, *options):
+    """`report -o out` whose analysis, like a second report's finishing first, ends with out written."""
+    trace = str(sample_trace("overlap"))
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from dbo_trace import cli\n"
+        "real = cli._analyzed\n"
+        "def analyzed(*a, **k):\n"
+        "    result = real(*a, **k)\n"
+        f"    Path({str(out)!r}).write_text('theirs')\n"
+        "    return result\n"
+        "cli._analyzed = analyzed\n"
+        f"sys.argv = ['dbo-trace', 'report', '--markdown', '-o', {str(out)!r}, {trace!r}, *{list(options)!r}]\n"
+        "cli.run()\n"
+    )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_an_output_written_during_the_report_is_not_replaced(tmp_path):
+    """The no-overwrite check runs before the work; an output another process wrote since is kept
+    (before: silently replaced), in one line, exit 2; --force still replaces it."""
+    out = tmp_path / "same.md"
+    proc = _report_while_another_writes(out)
+    assert proc.returncode == 2, proc.stderr
+    assert "nothing was replaced" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert out.read_text() == "theirs" and os.listdir(tmp_path) == ["same.md"]
+    out.unlink()
+    proc = _report_while_another_writes(out, "--force")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text().startswith("### dbo-trace: ")
+
+
+def test_two_reports_to_one_output_at_once_one_wins(tmp_path):
+    """Two `report -o same.md` started together: exactly one writes it, the other is refused."""
+    out = tmp_path / "same.md"
+    argv = [sys.executable, "-m", "dbo_trace.cli", "report", "--markdown", "-o", str(out), str(sample_trace("overlap"))]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    assert sorted(code for code, _ in results) == [0, 2], results
+    assert any("already exists" in err for code, err in results if code == 2)
+    assert os.listdir(tmp_path) == ["same.md"]

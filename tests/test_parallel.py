@@ -64,14 +64,17 @@ def _group(pgid: int, only: str = "") -> list[int]:
     return pids
 
 
-def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
-    """Run the CLI in its own process group, Ctrl-C the group once its workers are at work: (status,
-    stderr, processes of the group left, seconds from Ctrl-C to the end)."""
+def _interrupted(argv: list[str], sig: int | None = None, group: bool = True) -> tuple[int, str, list[int], float]:
+    """Run the CLI in its own process group, Ctrl-C the group (or send sig to the group, or with
+    group=False to the parent alone) once its workers are at work: (status, stderr, processes of the
+    group left, seconds from the signal to the end). What is left is killed before returning."""
     import os
     import signal
     import subprocess
     import sys
     import time
+
+    sig = signal.SIGINT if sig is None else sig
 
     proc = subprocess.Popen(
         [sys.executable, "-c", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -81,7 +84,10 @@ def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
     time.sleep(1.0)  # the workers are at work, not starting
     if proc.poll() is not None:
         raise AssertionError(f"the report ended (status {proc.returncode}) before it could be interrupted: {proc.stderr.read()}")
-    os.killpg(proc.pid, signal.SIGINT)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
     interrupted = time.monotonic()
     try:
         _, err = proc.communicate(timeout=60)
@@ -90,7 +96,13 @@ def _interrupted(argv: list[str]) -> tuple[int, str, list[int], float]:
         raise AssertionError("the report did not end within 60 s of Ctrl-C") from None
     took = time.monotonic() - interrupted
     time.sleep(0.5)
-    return proc.returncode, err, _group(proc.pid), took
+    left = _group(proc.pid)
+    for pid in left:  # orphaned workers: leave nothing behind a failed test
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, err, left, took
 
 
 CLI = "import sys; from dbo_trace.cli import run; sys.argv[0] = 'dbo-trace'; run()"
@@ -130,7 +142,8 @@ def test_ctrl_c_stops_rank_workers_at_once_without_their_tracebacks(tmp_path):
     status, err, left, took = _interrupted([CLI, "report", "--json", "--workers", "2", str(ranks)])
     for trace in ranks.iterdir():
         trace.unlink()  # 120 MB on disk, once the last name is gone
-    assert status != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    # 130, as a shell reports Ctrl-C (click's own "Aborted!" exited 1)
+    assert status == 130 and "Traceback" not in err and err.strip() == "dbo-trace: interrupted", err
     assert left == []
     print(f"ended {took:.2f} s after Ctrl-C")
     assert took < ENDS_WITHIN_S  # the workers are stopped, not left to finish their rank
@@ -144,6 +157,38 @@ def test_ctrl_c_during_a_shared_read_stops_its_workers_without_their_tracebacks(
     unlimited = "import dbo_trace.trace.kineto as k; k.PARALLEL_MIN_BYTES = 0; " + CLI
     status, err, left, took = _interrupted([unlimited, "report", "--json", "--workers", "2", str(path)])
     path.unlink()
-    assert status != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert status == 130 and "Traceback" not in err and err.strip() == "dbo-trace: interrupted", err
     print(f"ended {took:.2f} s after Ctrl-C")
     assert left == [] and took < ENDS_WITHIN_S
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["rank-workers", "shared-read"])
+def test_sigterm_to_report_stops_its_workers_and_exits_143(tmp_path, shared):
+    """SIGTERM to the report process alone (a `kill PID`, a job scheduler): before, it died at once and
+    its workers, spawned and not told, ran on (277 MB each, alive 20 s later). Now it is handled as
+    Ctrl-C is: the workers are stopped, one line, exit 143."""
+    import signal
+
+    if shared:
+        path = _repeated_trace(tmp_path / "big.pt.trace.json.gz", 100)
+        argv = [
+            "import dbo_trace.trace.kineto as k; k.PARALLEL_MIN_BYTES = 0; " + CLI,
+            "report",
+            "--json",
+            "--workers",
+            "2",
+            str(path),
+        ]
+    else:
+        ranks = tmp_path / "ranks"
+        ranks.mkdir()
+        first = _repeated_trace(ranks / "r0.pt.trace.json.gz", 100)
+        (ranks / "r1.pt.trace.json.gz").hardlink_to(first)
+        argv = [CLI, "report", "--json", "--workers", "2", str(ranks)]
+    status, err, left, took = _interrupted(argv, signal.SIGTERM, group=False)
+    for trace in tmp_path.rglob("*.gz"):
+        trace.unlink()
+    assert left == [], f"workers left running: {left}"
+    assert status == 143 and "Traceback" not in err and err.strip() == "dbo-trace: terminated", (status, err)
+    print(f"ended {took:.2f} s after SIGTERM")
+    assert took < ENDS_WITHIN_S

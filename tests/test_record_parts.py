@@ -103,3 +103,118 @@ def test_redact_env_json_and_text():
         "urls": [f"s3://{REDACTED}@b/o"],
     }
     assert redact_text("no secret here") == "no secret here"
+
+
+# Every secret shape of issue 24, item 5, as it would appear in a server's log or an error body:
+# (the text, the parts of it that must not survive). Made-up values in the providers' formats.
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJwbGFudGVkIn0.c2lnbmF0dXJlcGxhbnRlZDEyMzQ1Njc4OTA"
+AWS_ID, AWS_SECRET = "AKIAPLANTED234567ABC", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTED123"
+PEM_BODY = ("MIIEpAIBAAKCAQEAplantedPEMbodyLINEone0123456789", "plantedPEMbodyLINEtwo0123456789abcdefABCDEF==")
+SECRET_SHAPES = [
+    (f"session cookie {JWT} accepted", [JWT, "c2lnbmF0dXJlcGxhbnRlZDEyMzQ1Njc4OTA"]),
+    (f"credentials {AWS_ID} {AWS_SECRET}", [AWS_ID, AWS_SECRET]),
+    (f"aws_secret_access_key {AWS_SECRET}", [AWS_SECRET]),
+    (
+        "github_pat_11PLANTED0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcd",
+        ["11PLANTED0123456789"],
+    ),
+    ("charge with sk_live_PLANTED4eC39HqLyjWDarjtT", ["PLANTED4eC39HqLyjWDarjtT"]),
+    ("maps key AIzaSyPLANTED0123456789abcdefghijklmnop in use", ["SyPLANTED0123456789abcdefghijklmnop"]),
+    ("non-default args: {'model': 'm', 'api_key': 'planted repr value', 'port': 8000}", ["planted repr value", "repr value"]),
+    ("non-default args: {'api_key': ['plantedlist1', 'plantedlist2'], 'port': 8000}", ["plantedlist1", "plantedlist2"]),
+    ("Namespace(api_key='planted namespace value', port=8000)", ["planted namespace value", "namespace value"]),
+    ("GET https://bob:pl/anted@models.example/m", ["pl/anted", "anted"]),
+    ("GET https://bob:planted pass@models.example/m", ["planted pass", "pass@"]),
+    ("argv: vllm serve m --api-key plantedflagvalue --port 8000", ["plantedflagvalue"]),
+    ("argv: vllm serve m --hf-token=plantedflagtoken", ["plantedflagtoken"]),
+    (f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY[0]}\n{PEM_BODY[1]}\n-----END RSA PRIVATE KEY-----", list(PEM_BODY)),
+    (f"key='-----BEGIN PRIVATE KEY-----\\n{PEM_BODY[0]}\\n{PEM_BODY[1]}\\n-----END PRIVATE KEY-----'", list(PEM_BODY)),
+    (f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_BODY[0]}\n{PEM_BODY[1]}", list(PEM_BODY)),  # cut short
+    (f"{PEM_BODY[0]}\n{PEM_BODY[1]}\n-----END EC PRIVATE KEY-----", list(PEM_BODY)),  # its start cut off
+    ('{"error": "bad key", "api_key": "abc\\"plantedescaped value"}', ["plantedescaped", "abc"]),
+    ("{'password': 'it\\'s planted'}", ["planted", "it\\'s"]),
+]
+# Settings and messages a reviewer needs: left as they are.
+NOT_SECRETS = [
+    "INFO --max-num-batched-tokens 8192 --dbo-decode-token-threshold 32 loaded in 3.2 s",
+    "ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "INFO Profiler started. Writing traces to /tmp/run1/traces",
+    "see https://docs.vllm.ai/en/latest/ or mail me@example.com",
+]
+
+
+@pytest.mark.parametrize("text,secrets", SECRET_SHAPES, ids=[f"shape{i}" for i in range(len(SECRET_SHAPES))])
+def test_every_secret_shape_is_masked(text, secrets):
+    masked = redact_text(text)
+    assert REDACTED in masked
+    for secret in secrets:
+        assert secret not in masked, (secret, masked)
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_what_is_not_a_secret_stays(text):
+    assert redact_text(text) == text
+
+
+def test_the_token_rules_name_their_source():
+    from dbo_trace.record.redact import TOKEN_RULES
+
+    assert len({rule for rule, _, _ in TOKEN_RULES}) == len(TOKEN_RULES)
+    assert all(source.startswith(("detect-secrets", "gitleaks")) for _, _, source in TOKEN_RULES)
+
+
+def test_a_json_document_stays_json_and_its_numbers_stay():
+    """archive.py redacts the report's JSON text: token counts under names with TOKEN in them stay
+    (null, numbers, lists of numbers), a secret value in a list is masked item by item, still JSON."""
+    document = {
+        "steps": [{"context_tokens": None, "generation_tokens": 512, "tokens": [256, 256]}],
+        "api_key": ["plantedjsonkey1", 7],
+        "note": "ok",
+    }
+    masked = json.loads(redact_text(json.dumps(document, indent=1)))
+    assert masked["steps"] == document["steps"] and masked["note"] == "ok"
+    assert masked["api_key"] == [REDACTED, 7]
+
+
+# Texts a hostile server (or a kernel name in an archived report) can print, 100 kB each: a pattern
+# tried at every character of a long run costs quadratic time (a URL scheme tried at each letter of
+# a long word, a base64 run at each of its characters: 108 s and 269 s before the patterns were bounded).
+HOSTILE_TEXTS = {
+    "scheme without end": "https://a:" + "x" * 100_000,
+    "private key without end": ("-----BEGIN RSA PRIVATE KEY-----" + "A" * 100_000) * 3,
+    "base64 lines without end": ("A" * 64 + "\n") * 1_500,
+    "open quoted pairs": '"a": "' * 16_000,
+    "jwt starts": "eyJ-" * 25_000,
+    "open lists": "'api_key': [" * 8_000,
+    "dotted name": "a." * 50_000,
+}
+HOSTILE_BOUND_S = 30.0  # all of them take about 1 s on a loaded 2-core machine; before, minutes
+
+
+def test_hostile_texts_are_redacted_in_linear_time():
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import json, sys, time\n"
+        "from dbo_trace.record.redact import redact_text\n"
+        "texts = json.load(sys.stdin)\n"
+        "t0 = time.perf_counter()\n"
+        "for text in texts.values():\n"
+        "    redact_text(text)\n"
+        "print(round(time.perf_counter() - t0, 2))\n"
+    )
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", script],
+            input=json.dumps(HOSTILE_TEXTS),
+            capture_output=True,
+            text=True,
+            timeout=HOSTILE_BOUND_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"redacting {len(HOSTILE_TEXTS)} hostile texts took over {HOSTILE_BOUND_S} s") from None
+    assert proc.returncode == 0, proc.stderr
+    print(f"redacted in {proc.stdout.strip()} s ({time.monotonic() - t0:.1f} s with the interpreter's start)")

@@ -59,6 +59,45 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+_TCP_LISTEN = "0A"  # the state column of /proc/net/tcp
+
+
+def listening_inodes(port: int) -> set[int]:
+    """The inodes of the sockets listening on TCP `port` (IPv4 and IPv6) in this network namespace,
+    from /proc/net/tcp{,6}; empty where there is no /proc."""
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl, local address:port (hex), remote, state, ..., inode (10th)
+            if len(fields) > 9 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(fields[9]))
+    return found
+
+
+def socket_owners(inodes: set[int], pids: list[int]) -> list[int]:
+    """Those of pids that hold one of these sockets open (their /proc/PID/fd links name it)."""
+    names = {f"socket:[{inode}]" for inode in inodes}
+    owners = []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in names:
+                    owners.append(pid)
+                    break
+            except OSError:
+                continue
+    return owners
+
+
 class Child:
     def __init__(self, argv: list[str], env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
         self.argv = argv
@@ -121,6 +160,16 @@ class Child:
                 except ProcessLookupError:
                     continue
         return out
+
+    def listens_on(self, port: int) -> bool | None:
+        """Whether the socket listening on TCP `port` belongs to the program or a descendant: True,
+        False (only other processes listen there), or None where this cannot be told (no /proc, or no
+        listener on the port in this network namespace)."""
+        self.track()
+        inodes = listening_inodes(port)
+        if not inodes:
+            return None
+        return bool(socket_owners(inodes, [self.pid, *self.tracked]))
 
     def tail(self, lines: int = 20) -> str:
         """The last lines of the program's output, for error messages."""
@@ -186,8 +235,11 @@ class Child:
 def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
     """(status, body); status 0 when nothing usable answered within `timeout` seconds of wall-clock
     time. A socket time-out restarts on every read, so a server trickling a byte a second would hold
-    a plain request forever: a timer shuts the socket at the deadline. A garbage status line, a
-    reply cut short of its Content-Length, or anything else malformed is status 0 as well."""
+    a plain request forever: a timer shuts the socket at the deadline, and a reply the timer cut is
+    status 0 whatever was read of it (http.client takes the end of file after a status line for the
+    end of the headers, so a /health that never finished its headers looked like a 200). A garbage
+    status line, a reply cut short of its Content-Length, or anything else malformed is status 0 as
+    well: a reply counts only when its status, headers and body all arrived within the deadline."""
     parts = urllib.parse.urlsplit(url)
     conn_cls = httplib.HTTPSConnection if parts.scheme == "https" else httplib.HTTPConnection
     conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
@@ -196,7 +248,14 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0)
     if parts.query:
         path += "?" + parts.query
 
+    lock = threading.Lock()
+    state = {"read": False, "cut": False}
+
     def cut() -> None:
+        with lock:  # a reply read in full just before the deadline stays read
+            if state["read"]:
+                return
+            state["cut"] = True
         sock = conn.sock
         if sock is not None:
             try:
@@ -211,6 +270,10 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 10.0)
         conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         payload = resp.read(MAX_REPLY_BYTES + 1)
+        with lock:
+            state["read"] = True
+            if state["cut"]:
+                return 0, b""  # the deadline came first: what was read is not the whole reply
         promised = resp.getheader("Content-Length")
         if len(payload) > MAX_REPLY_BYTES or (promised and promised.isdigit() and len(payload) < int(promised)):
             return 0, b""  # too much, or cut short of what it promised

@@ -62,13 +62,16 @@ def random_prompts(spec: LoadSpec) -> list[list[int]]:
 
 
 def served_model(base_url: str) -> str | None:
+    """The first model /v1/models names; None for anything else (no reply, not JSON, nested past the
+    parser's depth, no id, an id that is not a name)."""
     status, body = http("GET", f"{base_url}/v1/models")
     if status != 200:
         return None
     try:
-        return json.loads(body)["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError):
+        model = json.loads(body)["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return None
+    return model if isinstance(model, str) and model else None
 
 
 def run_load(
@@ -152,6 +155,6 @@ def _completion_tokens(reply: bytes, default: int) -> int:
     try:
         value = json.loads(reply)["usage"]["completion_tokens"]
         count = int(value)
-    except (ValueError, KeyError, TypeError, OverflowError):  # 1e999 parses as inf
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # 1e999 parses as inf
         return default
     return count if 0 <= count <= 10 * max(default, 1) else default

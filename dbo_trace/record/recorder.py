@@ -14,8 +14,10 @@ import json
 import os
 import platform
 import signal
+import socket
 import threading
 import time
+import urllib.parse
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ from dbo_trace.record.redact import Redactor, redact_argv
 ENV_TRACES = "DBO_TRACE_TRACES"  # where a program (not a server) should write its profiler traces
 PLUGIN_NAME = "dbo_trace"
 STATUS_RECORDING, STATUS_COMPLETE, STATUS_INCOMPLETE, STATUS_FAILED = "recording", "complete", "incomplete", "failed"
+STATUS_NO_TRACES = "no_traces"  # ran to its end, but no trace was written: nothing for `report` to read
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,11 @@ class Outcome:
 
 
 class Interrupted(Exception):
-    """SIGTERM/SIGHUP arrived; handled like Ctrl-C."""
+    """SIGTERM, SIGHUP or SIGQUIT arrived; handled like Ctrl-C."""
+
+
+class Refused(Exception):
+    """The recording cannot start (the port is taken, the folder is another recording's); nothing was started."""
 
 
 # -- the command as run -------------------------------------------------------------
@@ -132,7 +139,10 @@ def _counters(out: Path) -> dict:
     """Every process's counters, summed (a file half-written at this moment is skipped this time)."""
     merged: dict[str, int] = {}
     for _path, body, _age in fmt.read_counters(out):
-        for key, value in body.get("counters", {}).items():
+        counters = body.get("counters")
+        for key, value in counters.items() if isinstance(counters, dict) else ():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+                continue  # a count is a number: "many", null, NaN or 1e999 from a broken writer is left out
             merged[key] = merged.get(key, 0) + int(value)
     return merged
 
@@ -158,12 +168,29 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
     }
 
 
-def _finish_manifest(out: Path, manifest: dict, redactor: Redactor) -> dict:
+def _no_traces_reason(plan: RecordPlan, manifest: dict) -> str:
+    traces = plan.out / fmt.TRACES_DIR
+    if plan.server:
+        return (
+            f"the server wrote no trace into {traces} (POST /stop_profile answered {manifest.get('stop_profile_status')}): "
+            "does it run vLLM's torch profiler? nothing here for `dbo-trace report`; see docs/recording.md"
+        )
+    return (
+        f"the program wrote no traces: a program records its own, with torch.profiler, into the folder "
+        f"${ENV_TRACES} names ({traces}); see docs/recording.md"
+    )
+
+
+def _finish_manifest(out: Path, manifest: dict, redactor: Redactor, no_traces_reason: str | None = None) -> dict:
+    """The files collected, and the final manifest written. A run that ended well but left no trace
+    is not complete: it says so (STATUS_NO_TRACES) and why."""
     manifest["times"]["ended"] = _now()
     traces_dir = out / fmt.TRACES_DIR
     manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
     manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
     manifest["counters"] = _counters(out)
+    if manifest["status"] == STATUS_COMPLETE and not manifest["traces"]:
+        manifest["status"], manifest["reason"] = STATUS_NO_TRACES, no_traces_reason or "no trace was written"
     fmt.write_manifest(out, redactor.json(manifest))
     return manifest
 
@@ -174,7 +201,7 @@ def _write_minimal_manifest(out: Path, manifest: dict, redactor: Redactor) -> No
     keep = ("created_by", "status", "reason", "mode", "command", "times", "exit_status")
     try:
         fmt.write_manifest(out, redactor.json({k: manifest.get(k) for k in keep}))
-    except OSError:
+    except Exception:
         manifest["reason"] = f"{manifest['reason']}; the manifest on disk still says {STATUS_RECORDING!r}"
 
 
@@ -243,27 +270,86 @@ def _raise_interrupted(signum, frame) -> NoReturn:
     raise Interrupted(signal.Signals(signum).name)
 
 
-# SIGTERM and SIGHUP end a recording like Ctrl-C does.
-_terminations_interrupt = functools.partial(_signals, _raise_interrupted, signal.SIGTERM, signal.SIGHUP)
+# SIGTERM, SIGHUP and SIGQUIT end a recording like Ctrl-C does (SIGQUIT's default, a core dump,
+# would leave the server's group running and the manifest at "recording").
+_TERMINATIONS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_terminations_interrupt = functools.partial(_signals, _raise_interrupted, *_TERMINATIONS)
 # While stopping the child: a second Ctrl-C or SIGTERM must not leave it running.
-_shielded = functools.partial(_signals, signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_shielded = functools.partial(_signals, signal.SIG_IGN, signal.SIGINT, *_TERMINATIONS)
+
+
+# -- before anything starts ---------------------------------------------------------------
+def _host_port(base_url: str) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.hostname or "127.0.0.1", port or (443 if parts.scheme == "https" else 80)
+
+
+def refuse_busy_port(base_url: str) -> None:
+    """Refused if something already answers at the server's address: its /health would be taken for
+    the server's, and its model recorded."""
+    host, port = _host_port(base_url)
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            pass
+    except OSError:
+        return  # refused, unreachable or unresolvable: nothing answers there now
+    raise Refused(
+        f"{host}:{port} is already in use: another process answers there before the server has started "
+        f"(another vLLM?); stop it, or give the server another --port (and --url if dbo-trace cannot read it from the command)"
+    )
+
+
+def claim_folder(out: Path) -> None:
+    """Make `out` this recording's, atomically: created if new (an existing folder must be empty), and
+    its manifest created exclusively, so that a second `record` into the same folder at the same
+    moment is refused instead of writing beside the first."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir()
+    except FileExistsError:
+        if not out.is_dir():
+            raise Refused(f"{out}: exists and is not a folder; choose another --out") from None
+    except OSError as exc:
+        raise Refused(f"{out}: cannot create the folder ({exc.strerror}); choose another --out") from None
+    manifest = out / fmt.MANIFEST_NAME
+    try:
+        os.close(os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        raise Refused(f"{out}: another recording is writing there; choose another --out (nothing there was changed)") from None
+    except OSError as exc:
+        raise Refused(f"{out}: cannot write there ({exc.strerror}); choose another --out") from None
+    if os.listdir(out) != [fmt.MANIFEST_NAME]:  # filled between the caller's check and the claim
+        os.unlink(manifest)
+        raise Refused(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
 
 
 # -- the recording --------------------------------------------------------------------------
 def record(plan: RecordPlan, ui: Progress) -> Outcome:
+    """Refused (nothing made) if the server's port is taken or the folder is not this run's to fill;
+    otherwise the bundle, whose manifest ends in a final status whatever happens (an internal error
+    is re-raised once the manifest says "failed" and the child is stopped)."""
     out = plan.out
-    (out / fmt.TRACES_DIR).mkdir(parents=True, exist_ok=True)
-    (out / fmt.EVENTS_DIR).mkdir(parents=True, exist_ok=True)
     argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+    if plan.server:
+        refuse_busy_port(plan.base_url)
     manifest = _initial_manifest(plan, argv)
     env = child_env(out)
     # Every text that reaches the manifest or the terminal goes through one redactor, which knows
     # this run's secret values (a key echoed in the server's log or an error body is caught too).
     redactor = Redactor(env, list(plan.command) + argv)
+    claim_folder(out)
     fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
+    (out / fmt.TRACES_DIR).mkdir()
+    (out / fmt.EVENTS_DIR).mkdir()
     log_name = "server.log" if plan.server else "program.log"
     manifest["log"] = log_name
-    status, reason, child = STATUS_COMPLETE, None, None
+    # Failed until the work has ended one way or another: whatever escapes below leaves a true status.
+    status, child = STATUS_FAILED, None
+    reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
     try:
         with _terminations_interrupt():
@@ -272,61 +358,75 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
             manifest["pid"] = child.pid
             if plan.server:
                 _drive_server(plan, child, manifest, ui)
+                status, reason = STATUS_COMPLETE, None
             else:
                 code = _wait_program(child, ui)
                 manifest["exit_status"] = code
-                if code != 0:
-                    status, reason = STATUS_FAILED, f"the program exited with status {code}; its last lines:\n{child.tail()}"
+                status, reason = (
+                    (STATUS_COMPLETE, None)
+                    if code == 0
+                    else (STATUS_FAILED, f"the program exited with status {code}; its last lines:\n{child.tail()}")
+                )
     except (KeyboardInterrupt, Interrupted) as exc:
         status, reason = STATUS_INCOMPLETE, f"interrupted ({exc or 'SIGINT'}); the bundle holds what was collected"
     except ChildFailed as exc:
         status, reason = STATUS_FAILED, str(exc)
+    except Exception as exc:  # a bug: the manifest says so, the child is stopped, then the CLI's one line
+        status, reason = STATUS_FAILED, f"dbo-trace record failed: {type(exc).__name__}: {exc}"
+        raise
     finally:
         with _shielded():
-            if child is not None:
-                if manifest.get("profiling") and child.poll() is None:  # close the window: the server writes its traces
-                    ui.phase("stopping the profiler")
-                    _stop_profile(plan, manifest, timeout_s=min(plan.trace_timeout_s, 60.0))
-                if child.poll() is None or child.group_alive() or child.escaped():
-                    ui.phase("stopping the server" if plan.server else "stopping the program")
-                    stopped = child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the process group"))
-                    manifest["stop"] = {
-                        "signals": stopped.signals_sent,
-                        "exit_status": stopped.returncode,
-                        "outside_group": stopped.outside_group,
-                        "survivors": stopped.survivors,
-                    }
-                    if stopped.outside_group:
-                        ui.note(f"stopped {len(stopped.outside_group)} process(es) that had left the group (setsid)")
-                    if stopped.survivors:
-                        ui.note(f"still running after SIGKILL: pids {stopped.survivors}")
-                manifest["exit_status"] = child.poll()
-            reason = redactor.text(reason) if reason else reason
-            manifest["status"], manifest["reason"] = status, reason
-            manifest.pop("profiling", None)
-            manifest["counters_series"] = series.stop()
-            manifest.setdefault("traces", [])
-            manifest.setdefault("events", [])
-            try:
-                _finish_manifest(out, manifest, redactor)
-            except OSError as exc:  # a full disk, say: the manifest must still end in a final state
-                status, reason = (
-                    STATUS_FAILED,
-                    f"could not write the manifest ({exc.strerror or exc}); {reason or ''}".rstrip("; "),
-                )
-                manifest["status"], manifest["reason"] = status, reason
-                _write_minimal_manifest(out, manifest, redactor)
-    if status == STATUS_COMPLETE and not plan.server and not manifest["traces"]:
-        ui.note(
-            f"the program wrote no traces: a program records its own, with torch.profiler, into the folder "
-            f"${ENV_TRACES} names ({out / fmt.TRACES_DIR}); see docs/recording.md"
-        )
-    if not manifest["events"] and status == STATUS_COMPLETE:
+            status, reason = _wind_up(plan, child, manifest, series, redactor, ui, status, reason)
+    if not manifest.get("events") and status == STATUS_COMPLETE:
         ui.note(
             "no event log was written: no DBO class ran in the program, or the plugin did not load there "
             "(is dbo-trace installed in its Python? see `dbo-trace doctor`)"
         )
     return Outcome(out, status, reason, manifest)
+
+
+def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: str | None) -> tuple[str, str | None]:
+    """Close the profile window, stop the child, write the final manifest: each step guarded, so that
+    a failing one (a server that answers nonsense, a full disk, a bug) still leaves the child stopped
+    and the manifest final. Returns the final (status, reason)."""
+    out = plan.out
+    if child is not None:
+        try:
+            if manifest.get("profiling") and child.poll() is None:  # close the window: the server writes its traces
+                ui.phase("stopping the profiler")
+                _stop_profile(plan, manifest, timeout_s=min(plan.trace_timeout_s, 60.0))
+        except Exception as exc:
+            failure = f"closing the profile window failed ({type(exc).__name__}: {exc})"
+            status, reason = STATUS_FAILED, f"{reason}; {failure}" if reason else failure
+        if child.poll() is None or child.group_alive() or child.escaped():
+            ui.phase("stopping the server" if plan.server else "stopping the program")
+            stopped = child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the process group"))
+            manifest["stop"] = {
+                "signals": stopped.signals_sent,
+                "exit_status": stopped.returncode,
+                "outside_group": stopped.outside_group,
+                "survivors": stopped.survivors,
+            }
+            if stopped.outside_group:
+                ui.note(f"stopped {len(stopped.outside_group)} process(es) that had left the group (setsid)")
+            if stopped.survivors:
+                ui.note(f"still running after SIGKILL: pids {stopped.survivors}")
+        manifest["exit_status"] = child.poll()
+    reason = redactor.text(reason) if reason else reason
+    manifest["status"], manifest["reason"] = status, reason
+    manifest.pop("profiling", None)
+    manifest["counters_series"] = series.stop()
+    manifest.setdefault("traces", [])
+    manifest.setdefault("events", [])
+    try:
+        _finish_manifest(out, manifest, redactor, _no_traces_reason(plan, manifest))
+        return manifest["status"], manifest["reason"]
+    except Exception as exc:  # a full disk, say: the manifest must still end in a final state
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        status, reason = STATUS_FAILED, f"could not write the manifest ({why}); {reason or ''}".rstrip("; ")
+        manifest["status"], manifest["reason"] = status, reason
+        _write_minimal_manifest(out, manifest, redactor)
+        return status, reason
 
 
 def _wait_program(child: Child, ui: Progress) -> int:
@@ -340,6 +440,14 @@ def _wait_program(child: Child, ui: Progress) -> int:
 def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) -> None:
     ui.phase(f"waiting for the server at {plan.base_url}/health")
     manifest["times"]["healthy_after_s"] = round(wait_healthy(child, plan.base_url, plan.startup_timeout_s), 1)
+    host, port = _host_port(plan.base_url)
+    ours = child.listens_on(port)
+    if ours is False:
+        raise ChildFailed(
+            f"{plan.base_url}/health was answered by a process outside the server's process tree (something else "
+            f"listens on port {port}); stop it, or give the server another --port"
+        )
+    manifest["listener_verified"] = ours  # True: the port's listener is the server or its descendant; null: not checked
     model = served_model(plan.base_url)
     if model is None:
         raise ChildFailed(f"{plan.base_url}/v1/models named no model; is this an OpenAI-compatible server?")

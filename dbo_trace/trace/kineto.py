@@ -749,19 +749,20 @@ def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int,
     Raises _ParallelFallback or OSError where the sequential read should do it instead."""
     from multiprocessing import Pipe
 
-    from dbo_trace.trace.workers import spawn
+    from dbo_trace.trace.workers import sigterm_interrupts, spawn
 
     workers, inboxes = [], []
     try:
-        for index in range(1, count):
-            receive, send = Pipe(duplex=False)
-            _widen(receive)
-            workers.append(spawn(_decode_share, (path, index, count, block, piece, send)))
-            send.close()
-            inboxes.append(receive)
-        # Results are taken off the pipes by this thread when it merges, not by a receiving thread:
-        # each partial read would wait for the GIL while this thread decodes (5 ms a time).
-        return _read(path, progress, block, lambda stream: _SharedMain(stream, count, piece, inboxes))
+        with sigterm_interrupts():  # SIGTERM, like Ctrl-C, reaches the finally below: the shares' workers are stopped
+            for index in range(1, count):
+                receive, send = Pipe(duplex=False)
+                _widen(receive)
+                workers.append(spawn(_decode_share, (path, index, count, block, piece, send)))
+                send.close()
+                inboxes.append(receive)
+            # Results are taken off the pipes by this thread when it merges, not by a receiving thread:
+            # each partial read would wait for the GIL while this thread decodes (5 ms a time).
+            return _read(path, progress, block, lambda stream: _SharedMain(stream, count, piece, inboxes))
     finally:
         for worker in workers:
             if worker.is_alive():

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any, Callable
 
+from dbo_trace.errors import Terminated
 from dbo_trace.trace.alloc import reuse_freed_memory
 
 
@@ -43,16 +45,37 @@ def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
     return process
 
 
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """For the block, SIGTERM to this process raises Terminated (a KeyboardInterrupt) in the main
+    thread, so whoever stops workers on Ctrl-C stops them on SIGTERM too. Its default, dying at once,
+    left the workers running: they are not told (a spawned worker is a daemon only to a parent that
+    exits normally). Only the main thread may set handlers: elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """Spawned workers (as spawn()). Interrupted (Ctrl-C) or failed, the workers are stopped at once
-    instead of being waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
-    pool = ProcessPoolExecutor(workers, mp_context=_SPAWN, initializer=prepare_worker)
-    try:
-        yield pool
-    except BaseException:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before Python 3.14
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    """Spawned workers (as spawn()). Interrupted (Ctrl-C or SIGTERM) or failed, the workers are stopped
+    at once instead of being waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
+    with sigterm_interrupts():
+        pool = ProcessPoolExecutor(workers, mp_context=_SPAWN, initializer=prepare_worker)
+        try:
+            yield pool
+        except BaseException:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before Python 3.14
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()

@@ -35,6 +35,10 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--api-key")
+p.add_argument("--note", action="append", help="any text, ignored (a command line that holds secrets)")
+p.add_argument(
+    "--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine"
+)
 args = p.parse_args()
 
 print("INFO fake vLLM API server starting", flush=True)
@@ -46,6 +50,9 @@ if args.behaviour == "die-leaky":  # a server whose last words echo every secret
     print(f"DEBUG args: api key {args.api_key}; Authorization: Bearer {os.environ.get('MY_BEARER')}", flush=True)
     print(f"DEBUG fetching {os.environ.get('MODEL_URL')}", flush=True)
     print('ERROR {"error": "bad key", "api_key": "' + str(args.api_key) + '"}', flush=True)
+    sys.exit(1)
+if args.behaviour == "die-shapes":  # last words: whatever $LEAK_LINES holds (secrets in their shapes)
+    print(os.environ.get("LEAK_LINES", ""), flush=True)
     sys.exit(1)
 if args.behaviour == "ignore-sigint":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -64,7 +71,7 @@ if args.pidfile:
     Path(args.pidfile).write_text(f"{os.getpid()}\n{helper.pid}\n")
 
 # Like vLLM, load the general plugins (after the helper exists, so a hang test still sees its pids).
-if os.environ.get("DBO_TRACE_DIR"):
+if os.environ.get("DBO_TRACE_DIR") and not args.no_plugins:
     from dbo_trace.record.plugin import register
 
     register()
@@ -108,6 +115,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path == "/health":
             return self._reply(503 if args.behaviour == "hang" else 200)
+        if self.path == "/v1/models" and args.behaviour == "deep-models":  # nested 100,000 deep: past any parser's stack
+            data = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path == "/v1/models":
             return self._reply(200, {"data": [{"id": args.model}]})
         self._reply(404)
