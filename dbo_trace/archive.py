@@ -20,7 +20,7 @@ from pathlib import Path
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import steps_around_median, window_steps
-from dbo_trace.files import replace_file
+from dbo_trace.files import create_file, replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
 
 MEMBER_ROOT = "dbo-trace"
@@ -154,7 +154,7 @@ def _archive(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) -> Packed:
+def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, force: bool = False) -> Packed:
     """Every member rendered through the one registry: the Markdown linking the median step's
     picture, the picture, the JSON document, and a Perfetto window trimmed to fit max_bytes."""
     from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
@@ -187,5 +187,7 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int) ->
             raise ValueError(
                 f"the summary alone is {len(data) / 1e6:.1f} MB, over the {max_bytes / 1e6:g} MB cap; raise --max-mb"
             )
-    replace_file(out, data)
+    # Without --force, an archive that appeared during the work is kept (FileExistsError): the
+    # earlier check was only a check.
+    (replace_file if force else create_file)(out, data)
     return Packed(out, len(data), sorted(members), trimmed)

@@ -377,7 +377,9 @@ def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
     if not any(r.steps for r in result.ranks):
         fail(f"{source}: no step with GPU activity; nothing to draw or trim")
     try:
-        packed = pack(result, source, out, int(max_mb * 1e6), steps)
+        packed = pack(result, source, out, int(max_mb * 1e6), steps, force=force)
+    except FileExistsError:
+        fail(f"{out}: appeared while the archive was made; not replaced (use --force to replace it)")
     except ValueError as exc:
         fail(f"{out}: {exc}")
     click.echo(f"wrote {inert(str(packed.archive))} ({packed.size / 1e6:.2f} MB, cap {max_mb:g} MB): {', '.join(packed.members)}")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, sample_trace
+from conftest import ROOT, SAMPLES, sample_trace
 
 from dbo_trace.files import replace_file
 
@@ -70,9 +70,9 @@ def test_create_file_without_hard_links_still_refuses_and_writes(tmp_path, monke
     assert (tmp_path / "a.md").read_bytes() == b"ours" and os.listdir(tmp_path) == ["a.md"]
 
 
-def _report_while_another_writes(out, *options):
+def _report_while_another_writes(out, *options, command=("report", "--markdown")):
     """`report -o out` whose analysis, like a second report's finishing first, ends with out written."""
-    trace = str(sample_trace("overlap"))
+    trace = str(sample_trace("overlap")) if command[0] == "report" else str(SAMPLES / "overlap")
     script = (
         "import sys\n"
         "from pathlib import Path\n"
@@ -83,7 +83,7 @@ def _report_while_another_writes(out, *options):
         f"    Path({str(out)!r}).write_text('theirs')\n"
         "    return result\n"
         "cli._analyzed = analyzed\n"
-        f"sys.argv = ['dbo-trace', 'report', '--markdown', '-o', {str(out)!r}, {trace!r}, *{list(options)!r}]\n"
+        f"sys.argv = ['dbo-trace', *{list(command)!r}, '-o', {str(out)!r}, {trace!r}, *{list(options)!r}]\n"
         "cli.run()\n"
     )
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -101,6 +101,17 @@ def test_an_output_written_during_the_report_is_not_replaced(tmp_path):
     proc = _report_while_another_writes(out, "--force")
     assert proc.returncode == 0, proc.stderr
     assert out.read_text().startswith("### dbo-trace: ")
+
+
+def test_an_archive_written_during_the_work_is_not_replaced(tmp_path):
+    out = tmp_path / "run.tar.gz"
+    proc = _report_while_another_writes(out, command=("archive",))
+    assert proc.returncode == 2, proc.stderr
+    assert "not replaced" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert out.read_text() == "theirs" and os.listdir(tmp_path) == ["run.tar.gz"]
+    proc = _report_while_another_writes(out, "--force", command=("archive",))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:2] == b"\x1f\x8b"  # a gzip archive replaced it, as asked
 
 
 def test_two_reports_to_one_output_at_once_one_wins(tmp_path):
