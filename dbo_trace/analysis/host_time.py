@@ -283,18 +283,19 @@ def host_pieces(
     lead = np.where(launch >= 0, call_lane[np.clip(launch, 0, None)] if len(call_lane) else main, main)
     step = np.where(ender >= 0, gpu_step[np.clip(ender, 0, None)] if len(gpu_step) else -1, -1)
 
-    ub_lanes, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)
-    followed = [[int(x)] for x in lead.tolist()]  # per stretch, its threads in order
-    for k, st in enumerate(step.tolist()):
-        followed[k] += [lane for lane in ub_lanes.get(st, []) if lane != followed[k][0]]
-
+    # The threads each stretch follows, in order: its lead thread, then its step's microbatch
+    # threads other than the lead (a table row per step), looked up by position (`_followed_at`).
+    ub_table, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)
+    step_row = np.where((step >= 0) & (step < len(ub_table) - 1), step, len(ub_table) - 1)
+    depth = 1 + int(_others_followed(ub_table, step_row, lead).max(initial=0))
     call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
     call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL))
     cpu_named, cpu_op = range_kinds(names, cpu_name, cpu_is_annotation)
     cpu_lane = as_call_threads(cpu_lane, cpu_start, cpu_end, cpu_op, call_lane, call_start)
 
-    lanes_needed = sorted({lane for f in followed for lane in f})
+    in_table = ub_table[np.unique(step_row)].ravel()
+    lanes_needed = np.union1d(lead, in_table[in_table != _NO_LANE]).tolist()
     threads = {
         lane: _thread_layers(
             call_lane == lane, cpu_lane == lane, call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op
@@ -312,14 +313,13 @@ def host_pieces(
     def emit(lo: np.ndarray, hi: np.ndarray, cause: int, name: np.ndarray | None = None) -> None:
         out_lo.append(lo)
         out_hi.append(hi)
-        out_cause.append(np.full(len(lo), cause, np.int64))
-        out_name.append(np.full(len(lo), -1, np.int64) if name is None else name.astype(np.int64))
+        out_cause.append(np.full(len(lo), cause, np.int8))
+        out_name.append(np.full(len(lo), -1, np.int32) if name is None else name.astype(np.int32, copy=False))
 
     # What no followed thread explains yet: (lo, hi, stretch), sorted and disjoint.
     r_lo, r_hi, r_k = s_lo, s_hi, np.arange(len(s_lo))
-    depth = max(len(f) for f in followed)
     for position in range(depth):
-        lane_at = np.array([f[position] if position < len(f) else _NO_LANE for f in followed], np.int64)[r_k]
+        lane_at = _followed_at(position, lead[r_k], ub_table, step_row[r_k])
         rest_lo, rest_hi, rest_k = [r_lo[lane_at == _NO_LANE]], [r_hi[lane_at == _NO_LANE]], [r_k[lane_at == _NO_LANE]]
         for lane in np.unique(lane_at[lane_at != _NO_LANE]).tolist():
             sel = lane_at == lane
@@ -353,20 +353,29 @@ def host_pieces(
         lo, hi, _, _ = _intersect(lo, hi, step_lo, step_hi)
     emit(lo, hi, UNTRACED)
 
-    p_lo, p_hi = np.concatenate(out_lo), np.concatenate(out_hi)
+    # Millions of pieces on a large trace: each field is put in order on its own, its parts freed.
+    p_lo = np.concatenate(out_lo)
+    out_lo.clear()
     order = np.argsort(p_lo, kind="stable")
     at_all = np.concatenate(call_at) if call_at else np.empty(0)
     cc = np.concatenate(counted_cause) if counted_cause else empty_i
     c_order = np.argsort(at_all, kind="stable")
     return HostPieces(
         p_lo[order],
-        p_hi[order],
-        np.concatenate(out_cause)[order],
-        np.concatenate(out_name)[order],
+        _in_order(out_hi, order),
+        _in_order(out_cause, order),
+        _in_order(out_name, order),
         at_all[c_order],
         cc[c_order],
         names,
     )
+
+
+def _in_order(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """The parts joined and taken in order; the parts list is emptied."""
+    joined = np.concatenate(parts)
+    parts.clear()
+    return joined[order]
 
 
 _NO_LANE = np.iinfo(np.int64).min
@@ -432,11 +441,13 @@ def _main_lane(call_lane: np.ndarray, cpu_lane: np.ndarray) -> int:
 
 def _ubatch_lanes(
     call_step: np.ndarray, call_ubatch: np.ndarray, call_lane: np.ndarray, call_start: np.ndarray
-) -> tuple[dict[int, list[int]], dict[int, list[float]]]:
-    """Per step: its microbatch threads in microbatch order, and each one's first call in the step."""
+) -> tuple[np.ndarray, dict[int, list[float]]]:
+    """Per step: its microbatch threads in microbatch order (row `step` of a table padded with
+    _NO_LANE, one row more than the steps: an empty row for stretches without a step), and each
+    one's first call in the step."""
     sel = (call_step >= 0) & (call_ubatch >= 0)
     if not sel.any():
-        return {}, {}
+        return np.full((1, 0), _NO_LANE, np.int64), {}
     st, ub, lane, t = call_step[sel], call_ubatch[sel], call_lane[sel], call_start[sel]
     order = np.lexsort((t, lane, ub, st))
     st, ub, lane, t = st[order], ub[order], lane[order], t[order]
@@ -447,7 +458,35 @@ def _ubatch_lanes(
         if int(lane[h]) not in lanes.setdefault(int(st[h]), []):
             lanes[int(st[h])].append(int(lane[h]))
         firsts.setdefault(int(st[h]), []).append(float(t[h]))
-    return lanes, firsts
+    table = np.full((max(lanes) + 2, max(len(v) for v in lanes.values())), _NO_LANE, np.int64)
+    for s, row in lanes.items():
+        table[s, : len(row)] = row
+    return table, firsts
+
+
+def _others_followed(ub_table: np.ndarray, row: np.ndarray, lead: np.ndarray) -> np.ndarray:
+    """Per stretch: how many of its step's microbatch threads it follows after its lead."""
+    n = np.zeros(len(row), np.int64)
+    for j in range(ub_table.shape[1]):
+        col = ub_table[row, j]
+        n += (col != _NO_LANE) & (col != lead)
+    return n
+
+
+def _followed_at(position: int, lead: np.ndarray, ub_table: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """Per stretch: the thread it follows at this position (0: its lead; then its step's microbatch
+    threads other than the lead, in microbatch order), or _NO_LANE past its last."""
+    if position == 0:
+        return lead
+    out = np.full(len(row), _NO_LANE, np.int64)
+    seen = np.zeros(len(row), np.int64)
+    for j in range(ub_table.shape[1]):
+        col = ub_table[row, j]
+        other = (col != _NO_LANE) & (col != lead)
+        seen += other
+        at = other & (seen == position)
+        out[at] = col[at]
+    return out
 
 
 def _startup_windows(
