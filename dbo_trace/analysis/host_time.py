@@ -301,9 +301,10 @@ def _split(
     keep = hi > lo
     met = (lo[keep], hi[keep], ia[keep], ib[keep])
     del lo, hi, keep, ia, ib
-    g_first = first + ((first < nb) & (b_lo[np.minimum(first, nb - 1)] <= a_lo))
-    g_last = last + 1 - ((last > 0) & (b_hi[np.maximum(last - 1, 0)] >= a_hi))
-    return met, _in_gaps(a_lo, a_hi, b_lo, b_hi, g_first, g_last)
+    first += (first < nb) & (b_lo[np.minimum(first, nb - 1)] <= a_lo)  # now the first gap met
+    last += 1
+    last -= (last > 1) & (b_hi[np.maximum(last - 2, 0)] >= a_hi)  # now one past the last gap met
+    return met, _in_gaps(a_lo, a_hi, b_lo, b_hi, first, last)
 
 
 def _pairs(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
