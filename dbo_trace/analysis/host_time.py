@@ -245,13 +245,26 @@ def _intersect(
     a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Two sorted disjoint interval lists: every overlap (lo, hi, index in a, index in b), in order."""
-    first = np.searchsorted(b_hi, a_lo, side="right")
-    last = np.searchsorted(b_lo, a_hi, side="left")
+    first, last = _meeting(a_lo, a_hi, b_lo, b_hi)
     ia, ib = _pairs(first, last)
     lo = np.maximum(a_lo[ia], b_lo[ib])
     hi = np.minimum(a_hi[ia], b_hi[ib])
     keep = hi > lo
     return lo[keep], hi[keep], ia[keep], ib[keep]
+
+
+def _meeting(a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per a: the first b ending after it starts (how many end at or before) and one past the last
+    b starting before it ends (how many start before), both sorted. The searches cost a log per
+    query: where b is the shorter list, b's ends are looked up in a instead and counted up."""
+    if len(b_lo) >= len(a_lo):
+        return np.searchsorted(b_hi, a_lo, side="right"), np.searchsorted(b_lo, a_hi, side="left")
+    n = len(a_lo)
+    # b_hi[j] <= a_lo[i] exactly where fewer than i + 1 of a's starts lie below b_hi[j];
+    # b_lo[j] < a_hi[i] exactly where at most i of a's ends lie at or below b_lo[j].
+    first = np.cumsum(np.bincount(np.searchsorted(a_lo, b_hi, side="left"), minlength=n + 1)[:n])
+    last = np.cumsum(np.bincount(np.searchsorted(a_hi, b_lo, side="right"), minlength=n + 1)[:n])
+    return first, last
 
 
 def _subtract(
@@ -293,8 +306,7 @@ def _split(
         return _intersect(a_lo, a_hi, b_lo, b_hi), (a_lo, a_hi, np.arange(len(a_lo)))
     if not (b_hi > b_lo).all():  # a point would split a's remainder: count the gaps exactly
         return _intersect(a_lo, a_hi, b_lo, b_hi), _subtract(a_lo, a_hi, b_lo, b_hi)
-    first = np.searchsorted(b_hi, a_lo, side="right")
-    last = np.searchsorted(b_lo, a_hi, side="left")
+    first, last = _meeting(a_lo, a_hi, b_lo, b_hi)
     ia, ib = _pairs(first, last)
     lo = np.maximum(a_lo[ia], b_lo[ib])
     hi = np.minimum(a_hi[ia], b_hi[ib])
