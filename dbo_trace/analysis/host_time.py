@@ -36,6 +36,7 @@ CAUSE_TEXT = {
     BETWEEN: "between steps",
     UNTRACED: "untraced",
 }
+_PAIRS_AT_ONCE = 1 << 18  # (window, piece) pairs materialised at once in causes_in
 TOP_NAMES = 5  # names kept per kind (named ranges, CPU operators) in a rank's or a phase's causes
 
 MODEL_RUNNER_PREFIX = "gpu_model_runner: "
@@ -131,15 +132,31 @@ class HostPieces:
         remainder, so the causes add up to it exactly."""
         lo, hi = np.asarray(lo, float), np.asarray(hi, float)
         n = len(lo)
-        win, piece, length = _window_pairs(self.lo, self.hi, lo, hi)
         k = len(CAUSES)
-        sums = np.bincount(win * k + self.cause[piece], weights=length, minlength=n * k).reshape(n, k)
+        sums = np.zeros((n, k))
+        named: list[dict[int, float]] = [{} for _ in range(n)]
+        ops: list[dict[int, float]] = [{} for _ in range(n)]
+        # The (window, piece) pairs a few windows at a time, so that they never take more than
+        # _PAIRS_AT_ONCE entries (a window with more, such as the whole trace's, alone and by slices).
+        first_piece = np.searchsorted(self.hi, lo, side="right")
+        last_piece = np.searchsorted(self.lo, hi, side="left")
+        through = np.cumsum(np.maximum(last_piece - first_piece, 0))
+        w0 = 0
+        while w0 < n:
+            before = int(through[w0 - 1]) if w0 else 0
+            w1 = max(w0 + 1, int(np.searchsorted(through, before + _PAIRS_AT_ONCE, side="right")))
+            if w1 == w0 + 1:
+                self._one_window(w0, lo[w0], hi[w0], int(first_piece[w0]), int(last_piece[w0]), sums, named, ops)
+            else:
+                win, piece, length = _window_pairs(self.lo, self.hi, lo[w0:w1], hi[w0:w1])
+                sums[w0:w1] = np.bincount(win * k + self.cause[piece], weights=length, minlength=(w1 - w0) * k).reshape(-1, k)
+                named[w0:w1] = _names_per_window(win, piece, length, self.cause, self.name, NAMED, w1 - w0)
+                ops[w0:w1] = _names_per_window(win, piece, length, self.cause, self.name, CPU_OP, w1 - w0)
+            w0 = w1
         first = np.searchsorted(self.call_at, lo, side="left")
         last = np.searchsorted(self.call_at, hi, side="left")
         launch_cum = np.r_[0, np.cumsum(self.call_cause == LAUNCH)]
         sync_cum = np.r_[0, np.cumsum(self.call_cause == SYNC)]
-        named = _names_per_window(win, piece, length, self.cause, self.name, NAMED, n)
-        ops = _names_per_window(win, piece, length, self.cause, self.name, CPU_OP, n)
         out = []
         for i in range(n):
             row = sums[i].copy()
@@ -155,6 +172,33 @@ class HostPieces:
                 )
             )
         return out
+
+    def _one_window(
+        self,
+        i: int,
+        w_lo: float,
+        w_hi: float,
+        first: int,
+        last: int,
+        sums: np.ndarray,
+        named: list[dict[int, float]],
+        ops: list[dict[int, float]],
+    ) -> None:
+        """Window i's sums and names from slices of the pieces (its pieces are one contiguous run),
+        in the same order as the pairs would give them."""
+        if last <= first:
+            return
+        length = np.minimum(self.hi[first:last], w_hi) - np.maximum(self.lo[first:last], w_lo)
+        cause, name = self.cause[first:last], self.name[first:last]
+        keep = length > 0
+        if not keep.all():
+            length, cause, name = length[keep], cause[keep], name[keep]
+        sums[i] = np.bincount(cause, weights=length, minlength=len(CAUSES))
+        for kind, out in ((NAMED, named), (CPU_OP, ops)):
+            sel = cause == kind
+            if sel.any():
+                keys, inverse = np.unique(name[sel], return_inverse=True)
+                out[i] = dict(zip(keys.tolist(), np.bincount(inverse, weights=length[sel]).tolist()))
 
     def causes_in_union(self, lo: np.ndarray, hi: np.ndarray, host_idle_us: float, top: int = TOP_NAMES) -> HostCauses:
         """The causes inside the union of the windows (overlapping windows count once)."""
@@ -201,20 +245,90 @@ def _intersect(
     a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Two sorted disjoint interval lists: every overlap (lo, hi, index in a, index in b), in order."""
-    first = np.searchsorted(b_hi, a_lo, side="right")
-    last = np.searchsorted(b_lo, a_hi, side="left")
-    counts = np.maximum(last - first, 0)
-    ia = np.repeat(np.arange(len(a_lo)), counts)
-    ib = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    first, last = _meeting(a_lo, a_hi, b_lo, b_hi)
+    ia, ib = _pairs(first, last)
     lo = np.maximum(a_lo[ia], b_lo[ib])
     hi = np.minimum(a_hi[ia], b_hi[ib])
     keep = hi > lo
     return lo[keep], hi[keep], ia[keep], ib[keep]
 
 
-def _complement(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The gaps of a sorted disjoint list, from -inf to +inf."""
-    return np.r_[-np.inf, hi], np.r_[lo, np.inf]
+def _meeting(a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per a: the first b ending after it starts (how many end at or before) and one past the last
+    b starting before it ends (how many start before), both sorted. The searches cost a log per
+    query: where b is the shorter list, b's ends are looked up in a instead and counted up."""
+    if len(b_lo) >= len(a_lo):
+        return np.searchsorted(b_hi, a_lo, side="right"), np.searchsorted(b_lo, a_hi, side="left")
+    n = len(a_lo)
+    # b_hi[j] <= a_lo[i] exactly where fewer than i + 1 of a's starts lie below b_hi[j];
+    # b_lo[j] < a_hi[i] exactly where at most i of a's ends lie at or below b_lo[j].
+    first = np.cumsum(np.bincount(np.searchsorted(a_lo, b_hi, side="left"), minlength=n + 1)[:n])
+    last = np.cumsum(np.bincount(np.searchsorted(a_hi, b_lo, side="right"), minlength=n + 1)[:n])
+    return first, last
+
+
+def _subtract(
+    a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What b does not cover of a (both sorted, disjoint, a finite): (lo, hi, index in a), in order.
+    The overlaps of a with b's gaps (-inf, b_lo[0]), (b_hi[0], b_lo[1]), ..., (b_hi[-1], inf),
+    without building the gaps: gap j runs from b_hi[j - 1] (-inf for j = 0) to b_lo[j] (inf past the last)."""
+    if not len(b_lo):
+        return a_lo, a_hi, np.arange(len(a_lo))
+    first = np.searchsorted(b_lo, a_lo, side="right")
+    last = np.searchsorted(b_hi, a_hi, side="left") + 1
+    return _in_gaps(a_lo, a_hi, b_lo, b_hi, first, last)
+
+
+def _in_gaps(
+    a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ia, gap = _pairs(first, last)
+    lo = a_lo[ia]
+    after = gap > 0
+    lo[after] = np.maximum(lo[after], b_hi[gap[after] - 1])
+    hi = a_hi[ia]
+    before = gap < len(b_lo)
+    hi[before] = np.minimum(hi[before], b_lo[gap[before]])
+    keep = hi > lo
+    return lo[keep], hi[keep], ia[keep]
+
+
+def _split(
+    a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """`_intersect` and `_subtract` of the same lists from one pair of binary searches. Where every
+    b has a length, the gaps meeting a[i] follow from the b meeting it: the first gap is the one
+    before b[first] unless b[first] starts at or before a[i]; the last is the one after b[last - 1]
+    unless that ends at or after a[i]'s end."""
+    nb = len(b_lo)
+    if not nb:
+        return _intersect(a_lo, a_hi, b_lo, b_hi), (a_lo, a_hi, np.arange(len(a_lo)))
+    if not (b_hi > b_lo).all():  # a point would split a's remainder: count the gaps exactly
+        return _intersect(a_lo, a_hi, b_lo, b_hi), _subtract(a_lo, a_hi, b_lo, b_hi)
+    first, last = _meeting(a_lo, a_hi, b_lo, b_hi)
+    ia, ib = _pairs(first, last)
+    lo = np.maximum(a_lo[ia], b_lo[ib])
+    hi = np.minimum(a_hi[ia], b_hi[ib])
+    keep = hi > lo
+    met = (lo[keep], hi[keep], ia[keep], ib[keep])
+    del lo, hi, keep, ia, ib
+    first += (first < nb) & (b_lo[np.minimum(first, nb - 1)] <= a_lo)  # now the first gap met
+    last += 1
+    last -= (last > 1) & (b_hi[np.maximum(last - 2, 0)] >= a_hi)  # now one past the last gap met
+    return met, _in_gaps(a_lo, a_hi, b_lo, b_hi, first, last)
+
+
+def _pairs(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Item i of a meets items first[i] .. last[i] - 1 of b: every (i, j), in order."""
+    counts = last - first
+    np.maximum(counts, 0, out=counts)
+    if counts.max(initial=0) <= 1:  # the common case: no repeats to spell out
+        ia = np.flatnonzero(counts)
+        return ia, first[ia]
+    ia = np.repeat(np.arange(len(first)), counts)
+    ib = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    return ia, ib
 
 
 def _runs(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -269,10 +383,47 @@ def host_pieces(
     step_lo/step_hi: the steps' CPU windows (sorted, disjoint); steps_marked: they come from markers
     (inferred steps say nothing about what is between steps)."""
     s_lo, s_hi = part.spans(B_HOST, part.lo, part.hi)
-    empty_i = np.empty(0, np.int64)
     if not len(s_lo):
-        return HostPieces(np.empty(0), np.empty(0), empty_i, empty_i, np.empty(0), empty_i, names)
-    # The activity that ends each stretch: of those starting at its end, the earliest launched.
+        return _Emitted().pieces(names)
+    lead, step = _stretch_leads(s_hi, gpu_start, gpu_launch_start, gpu_launch_index, gpu_step, call_lane, cpu_lane)
+    # The threads each stretch follows, in order: its lead thread, then its step's microbatch
+    # threads other than the lead (a table row per step), looked up by position (`_followed_at`).
+    ub_table, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)
+    step_row = np.where((step >= 0) & (step < len(ub_table) - 1), step, len(ub_table) - 1)
+    del step
+    out = _Emitted()
+    r_lo, r_hi = _follow_threads(
+        out, s_lo, s_hi, lead, ub_table, step_row, names,
+        call_start, call_end, call_name, call_lane, call_kind, cpu_start, cpu_end, cpu_name, cpu_lane, cpu_is_annotation,
+    )  # fmt: skip
+    del lead, step_row
+
+    # No followed thread in any event: a microbatch thread not yet started, between steps, or untraced.
+    up_lo, up_hi = _startup_windows(step_lo, step_hi, first_calls)
+    lo, hi, _, _ = _intersect(r_lo, r_hi, up_lo, up_hi)
+    out.emit(lo, hi, STARTUP)
+    lo, hi, _ = _subtract(r_lo, r_hi, up_lo, up_hi)
+    del r_lo, r_hi
+    if steps_marked:
+        b_lo, b_hi, _ = _subtract(lo, hi, step_lo, step_hi)
+        out.emit(b_lo, b_hi, BETWEEN)
+        lo, hi, _, _ = _intersect(lo, hi, step_lo, step_hi)
+    out.emit(lo, hi, UNTRACED)
+    del lo, hi
+    return out.pieces(names)
+
+
+def _stretch_leads(
+    s_hi: np.ndarray,
+    gpu_start: np.ndarray,
+    gpu_launch_start: np.ndarray,
+    gpu_launch_index: np.ndarray,
+    gpu_step: np.ndarray,
+    call_lane: np.ndarray,
+    cpu_lane: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per stretch: the thread that launched the activity ending it (of those starting at its end,
+    the earliest launched; the main thread where none was launched) and that activity's step."""
     order = np.lexsort((np.where(np.isnan(gpu_launch_start), np.inf, gpu_launch_start), gpu_start))
     starts = gpu_start[order]
     at = np.clip(np.searchsorted(starts, s_hi, side="left"), 0, max(len(starts) - 1, 0))
@@ -282,91 +433,118 @@ def host_pieces(
     main = _main_lane(call_lane, cpu_lane)
     lead = np.where(launch >= 0, call_lane[np.clip(launch, 0, None)] if len(call_lane) else main, main)
     step = np.where(ender >= 0, gpu_step[np.clip(ender, 0, None)] if len(gpu_step) else -1, -1)
+    return lead, step
 
-    ub_lanes, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)
-    followed = [[int(x)] for x in lead.tolist()]  # per stretch, its threads in order
-    for k, st in enumerate(step.tolist()):
-        followed[k] += [lane for lane in ub_lanes.get(st, []) if lane != followed[k][0]]
 
+class _Emitted:
+    """The attributed pieces and counted calls as they are found, in parts."""
+
+    def __init__(self) -> None:
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.cause: list[np.ndarray] = []
+        self.name: list[np.ndarray] = []
+        self.call_at: list[np.ndarray] = []
+        self.call_cause: list[np.ndarray] = []
+
+    def emit(self, lo: np.ndarray, hi: np.ndarray, cause: int, name: np.ndarray | None = None) -> None:
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.cause.append(np.full(len(lo), cause, np.int8))
+        self.name.append(np.full(len(lo), -1, np.int32) if name is None else name.astype(np.int32, copy=False))
+
+    def pieces(self, names: list[str]) -> HostPieces:
+        """All of it in time order. Millions of pieces on a large trace: each field is put in order
+        on its own and its parts freed."""
+        p_lo = _joined(self.lo, np.float64)
+        order = np.argsort(p_lo, kind="stable")
+        p_lo = p_lo[order]
+        at = _joined(self.call_at, np.float64)
+        c_order = np.argsort(at, kind="stable")
+        return HostPieces(
+            p_lo,
+            _joined(self.hi, np.float64)[order],
+            _joined(self.cause, np.int8)[order],
+            _joined(self.name, np.int32)[order],
+            at[c_order],
+            _joined(self.call_cause, np.int8)[c_order],
+            names,
+        )
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The parts as one array; the parts list is emptied."""
+    joined: np.ndarray = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+    parts.clear()
+    return joined
+
+
+def _follow_threads(
+    out: _Emitted,
+    s_lo: np.ndarray,
+    s_hi: np.ndarray,
+    lead: np.ndarray,
+    ub_table: np.ndarray,
+    step_row: np.ndarray,
+    names: list[str],
+    call_start: np.ndarray,
+    call_end: np.ndarray,
+    call_name: np.ndarray,
+    call_lane: np.ndarray,
+    call_kind: np.ndarray,
+    cpu_start: np.ndarray,
+    cpu_end: np.ndarray,
+    cpu_name: np.ndarray,
+    cpu_lane: np.ndarray,
+    cpu_is_annotation: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Attribute the stretches to the threads they follow, position by position; what none of
+    them explains is returned (sorted, disjoint). The threads' layers are freed on return."""
+    depth = 1 + int(_others_followed(ub_table, step_row, lead).max(initial=0))
     call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
-    call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL))
+    call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL)).astype(np.int8)
+    del call_sync, call_launch
     cpu_named, cpu_op = range_kinds(names, cpu_name, cpu_is_annotation)
     cpu_lane = as_call_threads(cpu_lane, cpu_start, cpu_end, cpu_op, call_lane, call_start)
 
-    lanes_needed = sorted({lane for f in followed for lane in f})
+    in_table = ub_table[np.unique(step_row)].ravel()
+    lanes_needed = np.union1d(lead, in_table[in_table != _NO_LANE]).tolist()
     threads = {
         lane: _thread_layers(
             call_lane == lane, cpu_lane == lane, call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op
         )
         for lane in lanes_needed
     }
-
-    out_lo: list[np.ndarray] = []
-    out_hi: list[np.ndarray] = []
-    out_cause: list[np.ndarray] = []
-    out_name: list[np.ndarray] = []
-    call_at: list[np.ndarray] = []
-    counted_cause: list[np.ndarray] = []
-
-    def emit(lo: np.ndarray, hi: np.ndarray, cause: int, name: np.ndarray | None = None) -> None:
-        out_lo.append(lo)
-        out_hi.append(hi)
-        out_cause.append(np.full(len(lo), cause, np.int64))
-        out_name.append(np.full(len(lo), -1, np.int64) if name is None else name.astype(np.int64))
+    del call_cause, cpu_named, cpu_op, cpu_lane
 
     # What no followed thread explains yet: (lo, hi, stretch), sorted and disjoint.
     r_lo, r_hi, r_k = s_lo, s_hi, np.arange(len(s_lo))
-    depth = max(len(f) for f in followed)
     for position in range(depth):
-        lane_at = np.array([f[position] if position < len(f) else _NO_LANE for f in followed], np.int64)[r_k]
-        rest_lo, rest_hi, rest_k = [r_lo[lane_at == _NO_LANE]], [r_hi[lane_at == _NO_LANE]], [r_k[lane_at == _NO_LANE]]
-        for lane in np.unique(lane_at[lane_at != _NO_LANE]).tolist():
+        lane_at = _followed_at(position, lead[r_k], ub_table, step_row[r_k])
+        none = lane_at == _NO_LANE
+        rest_lo, rest_hi, rest_k = [r_lo[none]], [r_hi[none]], [r_k[none]]
+        for lane in np.unique(lane_at[~none]).tolist():
             sel = lane_at == lane
-            p_lo, p_hi, p_k = r_lo[sel], r_hi[sel], r_k[sel]
             th = threads[lane]
             # Innermost kind first (synchronisation, launch, other CUDA calls, named ranges, CPU
             # operators): each layer takes what it covers of what the layers before it left.
-            lo, hi, k = p_lo, p_hi, p_k
+            lo, hi, k = r_lo[sel], r_hi[sel], r_k[sel]
             for cause, l_lo, l_hi, l_name in th.layers:
-                h_lo, h_hi, _, ib = _intersect(lo, hi, l_lo, l_hi)
-                emit(h_lo, h_hi, cause, None if l_name is None else l_name[ib])
+                (h_lo, h_hi, _, ib), (lo, hi, ia) = _split(lo, hi, l_lo, l_hi)
+                out.emit(h_lo, h_hi, cause, None if l_name is None else l_name[ib])
                 if cause in (LAUNCH, SYNC, OTHER_CALL):
-                    _count_calls(th, h_lo, h_hi, cause, call_at, counted_cause)
-                lo, hi, ia, _ = _intersect(lo, hi, *_complement(l_lo, l_hi))
+                    _count_calls(th, h_lo, h_hi, cause, out.call_at, out.call_cause)
                 k = k[ia]
             rest_lo.append(lo)
             rest_hi.append(hi)
             rest_k.append(k)
+        del lane_at, none
         r_lo, r_hi, r_k = np.concatenate(rest_lo), np.concatenate(rest_hi), np.concatenate(rest_k)
+        del rest_lo, rest_hi, rest_k
         order = np.argsort(r_lo, kind="stable")
         r_lo, r_hi, r_k = r_lo[order], r_hi[order], r_k[order]
-
-    # No followed thread in any event: a microbatch thread not yet started, between steps, or untraced.
-    up_lo, up_hi = _startup_windows(step_lo, step_hi, first_calls)
-    lo, hi, _, _ = _intersect(r_lo, r_hi, up_lo, up_hi)
-    emit(lo, hi, STARTUP)
-    lo, hi, _, _ = _intersect(r_lo, r_hi, *_complement(up_lo, up_hi))
-    if steps_marked:
-        b_lo, b_hi, _, _ = _intersect(lo, hi, *_complement(step_lo, step_hi))
-        emit(b_lo, b_hi, BETWEEN)
-        lo, hi, _, _ = _intersect(lo, hi, step_lo, step_hi)
-    emit(lo, hi, UNTRACED)
-
-    p_lo, p_hi = np.concatenate(out_lo), np.concatenate(out_hi)
-    order = np.argsort(p_lo, kind="stable")
-    at_all = np.concatenate(call_at) if call_at else np.empty(0)
-    cc = np.concatenate(counted_cause) if counted_cause else empty_i
-    c_order = np.argsort(at_all, kind="stable")
-    return HostPieces(
-        p_lo[order],
-        p_hi[order],
-        np.concatenate(out_cause)[order],
-        np.concatenate(out_name)[order],
-        at_all[c_order],
-        cc[c_order],
-        names,
-    )
+    return r_lo, r_hi
 
 
 _NO_LANE = np.iinfo(np.int64).min
@@ -432,11 +610,13 @@ def _main_lane(call_lane: np.ndarray, cpu_lane: np.ndarray) -> int:
 
 def _ubatch_lanes(
     call_step: np.ndarray, call_ubatch: np.ndarray, call_lane: np.ndarray, call_start: np.ndarray
-) -> tuple[dict[int, list[int]], dict[int, list[float]]]:
-    """Per step: its microbatch threads in microbatch order, and each one's first call in the step."""
+) -> tuple[np.ndarray, dict[int, list[float]]]:
+    """Per step: its microbatch threads in microbatch order (row `step` of a table padded with
+    _NO_LANE, one row more than the steps: an empty row for stretches without a step), and each
+    one's first call in the step."""
     sel = (call_step >= 0) & (call_ubatch >= 0)
     if not sel.any():
-        return {}, {}
+        return np.full((1, 0), _NO_LANE, np.int64), {}
     st, ub, lane, t = call_step[sel], call_ubatch[sel], call_lane[sel], call_start[sel]
     order = np.lexsort((t, lane, ub, st))
     st, ub, lane, t = st[order], ub[order], lane[order], t[order]
@@ -447,7 +627,35 @@ def _ubatch_lanes(
         if int(lane[h]) not in lanes.setdefault(int(st[h]), []):
             lanes[int(st[h])].append(int(lane[h]))
         firsts.setdefault(int(st[h]), []).append(float(t[h]))
-    return lanes, firsts
+    table = np.full((max(lanes) + 2, max(len(v) for v in lanes.values())), _NO_LANE, np.int64)
+    for s, row in lanes.items():
+        table[s, : len(row)] = row
+    return table, firsts
+
+
+def _others_followed(ub_table: np.ndarray, row: np.ndarray, lead: np.ndarray) -> np.ndarray:
+    """Per stretch: how many of its step's microbatch threads it follows after its lead."""
+    n = np.zeros(len(row), np.int64)
+    for j in range(ub_table.shape[1]):
+        col = ub_table[row, j]
+        n += (col != _NO_LANE) & (col != lead)
+    return n
+
+
+def _followed_at(position: int, lead: np.ndarray, ub_table: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """Per stretch: the thread it follows at this position (0: its lead; then its step's microbatch
+    threads other than the lead, in microbatch order), or _NO_LANE past its last."""
+    if position == 0:
+        return lead
+    out = np.full(len(row), _NO_LANE, np.int64)
+    seen = np.zeros(len(row), np.int64)
+    for j in range(ub_table.shape[1]):
+        col = ub_table[row, j]
+        other = (col != _NO_LANE) & (col != lead)
+        seen += other
+        at = other & (seen == position)
+        out[at] = col[at]
+    return out
 
 
 def _startup_windows(
@@ -504,7 +712,7 @@ def _count_calls(
     j = np.searchsorted(hi, c_lo, side="right")
     ok = (j < len(lo)) & (lo[np.clip(j, 0, len(lo) - 1)] < c_hi)
     call_at.append(np.maximum(c_lo[ok], lo[j[ok]]))
-    call_cause.append(np.full(int(ok.sum()), cause, np.int64))
+    call_cause.append(np.full(int(ok.sum()), cause, np.int8))
 
 
 LINE_NAMES = 3  # names per kind in the one-line summary
