@@ -112,7 +112,7 @@ def analyze_found(
     ranks = [rank for _, r in sorted(results.items()) if not isinstance(r, str) for rank in r]
     errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
     timelines = [r.detailed().timeline for r in ranks]
-    warnings = settle_ranks(timelines, errors) + warnings
+    warnings = found.warnings + settle_ranks(timelines, errors) + warnings
     # settle_ranks may have numbered them: each report takes its timeline's rank
     ranks = sorted((replace(r, rank=r.detailed().timeline.rank) for r in ranks), key=lambda r: r.rank)
     return combine(ranks, options, inputs, warnings)

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import SAMPLES, run_cli, sample_trace
+from conftest import SAMPLES, report_json, run_cli, sample_trace
 
 
 def _assert_refused(proc, name, *words):
@@ -145,3 +145,28 @@ def test_options_that_would_be_ignored_are_refused(args, message):
     assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
     proc = run_cli("compare", "--json", "--markdown", str(SAMPLES / "overlap"), str(SAMPLES / "serial"))
     assert proc.returncode == 2 and "--json and --markdown" in proc.stderr
+
+
+def test_the_same_run_given_twice_is_read_once_with_a_warning():
+    """Two identical ranks would double every total (a newcomer's `report samples/overlap samples/overlap`)."""
+    once = report_json(str(SAMPLES / "overlap"))
+    proc = run_cli("report", "--json", str(SAMPLES / "overlap"), str(SAMPLES / "overlap"))
+    assert proc.returncode == 0
+    twice = json.loads(proc.stdout)
+    assert len(twice["ranks"]) == 1 and twice["comm"]["exposed_us"] == once["comm"]["exposed_us"]
+    assert any("given more than once" in w for w in twice["warnings"])
+    trace = next((SAMPLES / "overlap" / "traces").glob("*.json.gz"))
+    both = json.loads(run_cli("report", "--json", str(SAMPLES / "overlap"), str(trace)).stdout)
+    assert len(both["ranks"]) == 1 and any("read once" in w for w in both["warnings"])
+
+
+def test_a_tar_that_is_not_a_review_archive_says_so(tmp_path):
+    import tarfile
+
+    (tmp_path / "a.txt").write_text("hi")
+    out = tmp_path / "other.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(tmp_path / "a.txt", arcname="a.txt")
+    proc = run_cli("report", str(out))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "a tar archive, not a trace" in proc.stderr and "not valid JSON" not in proc.stderr

@@ -173,3 +173,22 @@ def test_the_late_steps_picture_marks_each_held_back_comm_from_ready_to_start(tm
     out = tmp_path / "late.pftrace"
     assert run_cli("report", str(SAMPLES / "late"), "--perfetto", str(out)).returncode == 0
     assert b"comm held back (ready, not started)" in out.read_bytes() and b"held back: late_record" in out.read_bytes()
+
+
+def test_the_title_wraps_between_its_parts_and_shows_no_escapes(monkeypatch):
+    """The title's own line breaks are the layout's; only the trace's strings in it are made inert
+    (a step label could hold a newline). Before, the layout's breaks were escaped: `\\x0a` in the title."""
+    import matplotlib
+
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.view import median_step, step_view
+    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.render.timeline import draw_timeline
+
+    rank = analyze_paths([SAMPLES / "overlap"], Options()).ranks[0]
+    view = step_view(rank, median_step(rank))
+    monkeypatch.setitem(matplotlib.rcParams, "svg.fonttype", "none")  # text as <text>, not paths
+    svg = draw_timeline(view, "svg").decode()
+    assert "\\x0a" not in svg and "x0a" not in svg
+    titles = [t for t in svg.split("<text") if "rank 0" in t and "step" in t]
+    assert titles, "the title is drawn"

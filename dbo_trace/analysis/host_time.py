@@ -745,7 +745,7 @@ def cause_line(causes: HostCauses, head: str) -> str:
         share = us / total if total > 0 else 0.0
         if i > 0 and share < LINE_MIN_SHARE:
             continue
-        counted = f" ({calls:,} calls)" if calls else ""
+        counted = f" ({calls:,} call{'s' if calls != 1 else ''})" if calls else ""
         parts.append(f"{100 * share:.0f}% {text}{counted}")
     return f"{head}: of {total / 1000:.1f} ms GPU idle, " + ", ".join(parts)
 

@@ -208,7 +208,7 @@ def top_compute_line(rank: dict, most: int = 3) -> str | None:
     top = rank.get("top_compute_kernels") or []
     if not top:
         return None
-    shown = ", ".join(f"{k['name'][:50]} x{k['count']} {ms(k['total_us'])}" for k in top[:most])
+    shown = ", ".join(f"{cut(k['name'], 50)} x{k['count']} {ms(k['total_us'])}" for k in top[:most])
     return f"rank {rank['rank']} top compute kernels: {shown}"
 
 
@@ -260,7 +260,7 @@ def held_back_line(rank: dict) -> str | None:
         who = f"ub{late['ubatch']}'s thread" if late["ubatch"] >= 0 else f"thread {late['thread']}"
         parts.append(
             f"{c['kernels']} waited on an event recorded too late ({ms(c['delay_us'])}; e.g. {late['record_call']} by "
-            f"{who} {ms(late['after_holder_launch_us'])} after {late['holder'][:40]} was launched)"
+            f"{who} {ms(late['after_holder_launch_us'])} after {cut(late['holder'], 40)} was launched)"
         )
     if "crowded" in causes:
         c = causes["crowded"]
@@ -268,7 +268,7 @@ def held_back_line(rank: dict) -> str | None:
     if "held" in causes:
         c = causes["held"]
         parts.append(f"{c['kernels']} for a reason the trace does not show ({ms(c['delay_us'])})")
-    holders = ", ".join(f"{h['name'][:40]} x{h['kernels']}" for h in x["holders"][:2])
+    holders = ", ".join(f"{cut(h['name'], 40)} x{h['kernels']}" for h in x["holders"][:2])
     return (
         f"rank {rank['rank']} comm held back: {x['kernels']} of {x['comm_kernels_examined']} comm kernels were ready "
         f"beside the other microbatch's compute but started as it ended, {ms(x['delay_us'])} of delay "

@@ -110,7 +110,7 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
     legend += [Patch(facecolor=group_colour(view, g), label=plot_text(_short(g))) for g in names]  # trace names
     if shown - set(names):
         legend.append(Patch(facecolor=OTHER_GROUP, label="other CPU ranges"))
-    title = _title_lines(view.title)
+    title = _title_lines(plot_text(view.title))  # inert first: the line breaks are the layout's own
     legend_rows = max(1, -(-len(legend) // LEGEND_COLUMNS))
     heights = (LANE_IN * len(lanes), 0.22 * legend_rows)  # the lanes; the legend under the axis
     top = 0.2 + 0.2 * (title.count("\n") + 1)  # the title's lines
@@ -165,7 +165,7 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
     ax.set_xlabel("ms from the step's start", fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(plot_text(title), x=0.01, ha="left", fontsize=TITLE_FONT)  # the title holds the step's label
+    fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
     key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
     key.legend(
         handles=legend,

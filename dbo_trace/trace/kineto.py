@@ -924,6 +924,11 @@ def _element_offset(chunk: bytes, index: int) -> int:
 def _raise_no_events(path: Path, buf: bytes) -> None:
     if not buf.strip():
         raise InputError(f"{path}: the file is empty; re-export the trace")
+    if buf[257:262] == b"ustar":  # a tar header's magic
+        raise InputError(
+            f"{path}: a tar archive, not a trace, and not one `dbo-trace archive` made (it has no report.json "
+            "first); unpack it and give its traces or bundle folder"
+        )
     try:
         doc = _decode_any(buf)
     except msgspec.DecodeError as exc:

@@ -30,6 +30,7 @@ class Found:
     traces: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -69,8 +70,18 @@ def _discover(path: Path, found: Found) -> None:
 
 def discover(paths: list[Path]) -> Found:
     found = Found()
+    seen: set[Path] = set()
     for p in paths:
+        key = p.resolve()
+        if key in seen:  # the same run twice would be two identical ranks, every total doubled
+            found.warnings.append(f"{p}: given more than once; read once")
+            continue
+        seen.add(key)
         _discover(p, found)
+    traces = list(dict.fromkeys(found.traces))  # a file given beside the folder that holds it
+    if len(traces) < len(found.traces):
+        found.warnings.append("a trace was given both by itself and inside a folder or bundle; read once")
+    found.traces, found.logs = traces, list(dict.fromkeys(found.logs))
     return found
 
 
@@ -160,7 +171,7 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         done += os.path.getsize(trace)
     warnings = settle_ranks(timelines, errors)
     logs, log_warnings = read_logs(found)
-    return Loaded(timelines, logs, found.manifests, warnings + log_warnings)
+    return Loaded(timelines, logs, found.manifests, found.warnings + warnings + log_warnings)
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
