@@ -125,6 +125,8 @@ def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
         return _timelines(db, tables, first_rank, shown_as)
     except sqlite3.Error as exc:
         raise InputError(f"{shown_as}: cannot read the Nsight Systems export ({exc})") from None
+    except _BadValue as exc:
+        raise InputError(f"{shown_as}: {exc}") from None
     finally:
         db.close()
 
@@ -134,9 +136,25 @@ def _int_columns(db: sqlite3.Connection, table: str, columns: list[str], where: 
     cursor = db.execute(f"select {', '.join(f'coalesce({c}, -1)' for c in columns)} from {table} {where}")
     pieces = []
     while rows := cursor.fetchmany(_ROWS):
-        pieces.append(np.array(rows, dtype=np.int64).reshape(len(rows), len(columns)))
+        pieces.append(_int_block(rows, len(columns), table))
     block = np.concatenate(pieces) if pieces else np.empty((0, len(columns)), np.int64)
     return [block[:, i].copy() for i in range(len(columns))]
+
+
+class _BadValue(Exception):
+    """A column of the export holds what nsys never writes there (the message says which table)."""
+
+
+def _int_block(rows: list[Any], width: int, table: str) -> np.ndarray:
+    """Rows of integers as an array; a text, blob or out-of-range value (a corrupt or hand-made
+    file) is bad input, not a crash."""
+    try:
+        return np.array(rows, dtype=np.int64).reshape(len(rows), width)
+    except (ValueError, TypeError, OverflowError):
+        raise _BadValue(
+            f"{table} holds a value that is not a 64-bit integer where nsys writes one; "
+            "re-export it with `nsys export --type=sqlite`"
+        ) from None
 
 
 def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
@@ -145,8 +163,15 @@ def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
     for lo in range(0, len(wanted), 500):
         chunk = wanted[lo : lo + 500]
         marks = ",".join("?" * len(chunk))
-        found.update(db.execute(f"select id, value from StringIds where id in ({marks})", chunk).fetchall())
+        found.update((i, _text(v)) for i, v in db.execute(f"select id, value from StringIds where id in ({marks})", chunk))
     return found
+
+
+def _text(value: Any) -> str:
+    """A string as nsys writes it; a blob or a number where text belongs (a hand-made file) is read as text."""
+    if isinstance(value, str):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class _Names:
@@ -322,11 +347,11 @@ def _nvtx_ranges(db: sqlite3.Connection, tables: dict[str, set[str]]) -> tuple[l
     keys: dict[str | int, int] = {}  # an inline text, or a textId
     parts: list[np.ndarray] = []
     while rows := cursor.fetchmany(_ROWS):
-        block = np.empty((len(rows), 4), np.int64)
-        for i, (start, end, tid, text_id, text) in enumerate(rows):
-            key: str | int = text if text is not None else int(text_id)
-            block[i] = start, end, tid, keys.setdefault(key, len(keys))
-        parts.append(block)
+        keyed = []
+        for start, end, tid, text_id, text in rows:
+            key: str | int = _text(text) if text is not None else text_id if isinstance(text_id, int) else -1
+            keyed.append((start, end, tid, keys.setdefault(key, len(keys))))
+        parts.append(_int_block(keyed, 4, _NVTX))
     columns = np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
     registered = _strings(db, [k for k in keys if isinstance(k, int)])
     texts = [k if isinstance(k, str) else registered.get(k, "") for k in keys]
