@@ -15,8 +15,11 @@ work is one timeline. Rows are read in pieces straight into arrays, so memory is
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import tempfile
@@ -41,6 +44,8 @@ _NVTX = "NVTX_EVENTS"
 NVTX_RANGE_TYPES = (59, 60)
 _ROWS = 1 << 16  # rows fetched at a time
 _PID_SHIFT, _ID_MASK = 24, (1 << 24) - 1
+EXPORT_TIMEOUT_S = 3600.0  # for `nsys export` of a .nsys-rep (a large report takes minutes)
+_LOG_TAIL = 4096  # bytes of nsys's output kept for the error line
 
 # CUPTI's memcpy kinds, named as Kineto names its copies.
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -80,27 +85,43 @@ def _export_report(path: Path, tmp: Path) -> Path:
             f"Export it where nsys is installed (nsys export --type=sqlite {path.name}) and give the .sqlite file"
         )
     out = tmp / (path.name[: -len(NSYS_REP_SUFFIX)] + ".sqlite")
-    try:
-        done = subprocess.run(
-            [nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(out), str(path)],
-            capture_output=True,
-            timeout=3600,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{path}: `nsys export` failed ({exc}); export it by hand and give the .sqlite file") from None
-    if done.returncode != 0 or not out.is_file():
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(f"{path}: `nsys export` failed ({said[-1] if said else f'exit {done.returncode}'})")
+    # nsys's output goes to a file, of which only the end is read, and it runs in its own process
+    # group, killed whole on a timeout or an interrupt: a hung or chatty nsys (or a child of it that
+    # keeps the pipes open) cannot hold the report or its memory.
+    with open(tmp / "nsys-export.log", "w+b") as log:
+        try:
+            proc = subprocess.Popen(
+                [nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(out), str(path.resolve())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InputError(f"{path}: `nsys export` failed ({exc}); export it by hand and give the .sqlite file") from None
+        try:
+            code = proc.wait(timeout=EXPORT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise InputError(
+                f"{path}: `nsys export` ran past {EXPORT_TIMEOUT_S:.0f} s; export it by hand and give the .sqlite file"
+            ) from None
+        finally:  # nsys itself, or what it left running (which could still be writing the export)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.seek(max(0, log.seek(0, os.SEEK_END) - _LOG_TAIL))
+        said = log.read().decode("utf-8", "replace").strip().splitlines()
+    if code != 0 or not out.is_file():
+        raise InputError(f"{path}: `nsys export` failed ({said[-1] if said else f'exit {code}'})")
     return out
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, shown_as: Path) -> sqlite3.Connection:
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         db.execute("select count(*) from sqlite_master").fetchone()
     except sqlite3.Error as exc:
-        raise InputError(f"{path}: not a readable SQLite file ({exc}); give `nsys export --type=sqlite` output") from None
+        raise InputError(f"{shown_as}: not a readable SQLite file ({exc}); give `nsys export --type=sqlite` output") from None
     return db
 
 
@@ -110,7 +131,7 @@ def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
 
 
 def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
-    db = _connect(path)
+    db = _connect(path, shown_as)
     try:
         tables = _tables(db)
         if "StringIds" not in tables or not any(t in tables for t in (_KERNELS, _MEMCPY, _MEMSET, _RUNTIME, _NVTX)):
