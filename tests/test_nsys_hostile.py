@@ -108,3 +108,16 @@ def test_an_nsys_that_writes_garbage_for_the_export_names_the_report(tmp_path, m
     report = _fake_nsys(tmp_path, monkeypatch, 'while [ "$1" != -o ]; do shift; done\nhead -c 1000000 /dev/urandom > "$2"')
     line = _one_line_exit_2(run_cli("report", str(report)), report)
     assert "dbo-trace-nsys-" not in line
+
+
+def test_an_enormous_name_is_read_only_so_far(tmp_path):
+    # One kernel named with 20 MB: the report stays small, the name's start kept.
+    path = _broken(
+        tmp_path,
+        "update StringIds set value = 'nvjet' || printf('%.*c', 20000000, 'x') "
+        "where id = (select demangledName from CUPTI_ACTIVITY_KIND_KERNEL limit 1)",
+    )
+    proc = run_cli("report", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout) < 2_000_000
+    assert "nvjet" + "x" * 100 in proc.stdout

@@ -45,6 +45,9 @@ NVTX_RANGE_TYPES = (59, 60)
 _ROWS = 1 << 16  # rows fetched at a time
 _PID_SHIFT, _ID_MASK = 24, (1 << 24) - 1
 EXPORT_TIMEOUT_S = 3600.0  # for `nsys export` of a .nsys-rep (a large report takes minutes)
+# A name is read up to this many characters: no tool writes longer ones (a C++ template kernel's
+# demangled name is a few kB), and a hostile export's gigabyte string would cost the report its memory.
+MAX_NAME_CHARS = 1 << 16
 _LOG_TAIL = 4096  # bytes of nsys's output kept for the error line
 
 # CUPTI's memcpy kinds, named as Kineto names its copies.
@@ -184,7 +187,10 @@ def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
     for lo in range(0, len(wanted), 500):
         chunk = wanted[lo : lo + 500]
         marks = ",".join("?" * len(chunk))
-        found.update((i, _text(v)) for i, v in db.execute(f"select id, value from StringIds where id in ({marks})", chunk))
+        found.update(
+            (i, _text(v))
+            for i, v in db.execute(f"select id, substr(value, 1, {MAX_NAME_CHARS}) from StringIds where id in ({marks})", chunk)
+        )
     return found
 
 
@@ -362,7 +368,7 @@ def _nvtx_ranges(db: sqlite3.Connection, tables: dict[str, set[str]]) -> tuple[l
         return None
     types = ",".join(map(str, NVTX_RANGE_TYPES))
     cursor = db.execute(
-        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), text from {_NVTX} "
+        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), substr(text, 1, {MAX_NAME_CHARS}) from {_NVTX} "
         f"where eventType in ({types}) and end is not null and end >= start"
     )
     keys: dict[str | int, int] = {}  # an inline text, or a textId
@@ -417,5 +423,7 @@ def _session_start_ns(db: sqlite3.Connection, tables: dict[str, set[str]]) -> in
 def _thread_names(db: sqlite3.Connection, tables: dict[str, set[str]]) -> dict[int, str]:
     if not {"nameId", "globalTid"} <= tables.get("ThreadNames", set()):
         return {}
-    rows = db.execute("select t.globalTid, s.value from ThreadNames t join StringIds s on s.id = t.nameId").fetchall()
+    rows = db.execute(
+        f"select t.globalTid, substr(s.value, 1, {MAX_NAME_CHARS}) from ThreadNames t join StringIds s on s.id = t.nameId"
+    ).fetchall()
     return {int(tid): str(name) for tid, name in rows if isinstance(tid, int)}
