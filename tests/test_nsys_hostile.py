@@ -121,3 +121,10 @@ def test_an_enormous_name_is_read_only_so_far(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout) < 2_000_000
     assert "nvjet" + "x" * 100 in proc.stdout
+
+
+def test_an_extra_table_named_with_quotes_is_ignored(tmp_path):
+    # A table whose name holds a quote and SQL was spliced into a pragma: the export was refused.
+    path = _broken(tmp_path, 'create table "a""b; drop table StringIds; --" (x)')
+    proc = run_cli("report", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr

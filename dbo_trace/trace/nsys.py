@@ -130,7 +130,8 @@ def _connect(path: Path, shown_as: Path) -> sqlite3.Connection:
 
 def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
     names = [r[0] for r in db.execute("select name from sqlite_master where type in ('table', 'view')")]
-    return {n: {r[1] for r in db.execute(f'pragma table_info("{n}")')} for n in names}
+    # The name as a bound parameter: a table named with a quote is any other table, not SQL.
+    return {n: {r[0] for r in db.execute("select name from pragma_table_info(?)", (n,))} for n in names}
 
 
 def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
