@@ -145,3 +145,22 @@ def test_options_that_would_be_ignored_are_refused(args, message):
     assert proc.returncode == 2 and message in proc.stderr and proc.stdout == ""
     proc = run_cli("compare", "--json", "--markdown", str(SAMPLES / "overlap"), str(SAMPLES / "serial"))
     assert proc.returncode == 2 and "--json and --markdown" in proc.stderr
+
+
+_EVENT = json.dumps(GOOD_EVENT)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 200_000,  # a JSON Array trace that is only brackets
+        "[" * 3_000 + "]" * 3_000,
+        "[" + '{"a":' * 3_000 + "1" + "}" * 3_000 + "]",  # a nested event in the array layout
+        '{"traceEvents": [' + _EVENT + '], "distributedInfo": ' + '{"a":' * 3_000 + "1" + "}" * 3_000 + "}",
+        '{"traceEvents": [{"ph": "X", "args": {"x": ' + '{"a":' * 3_000 + "1" + "}" * 3_000 + "}}]}",
+    ],
+)
+def test_json_nested_past_the_decoders_depth_is_refused(tmp_path, content):
+    # msgspec raised RecursionError: an internal error (exit 3).
+    path = _write(tmp_path, "deep.json", content)
+    _assert_refused(run_cli("report", str(path)), "deep.json", "nested over a thousand levels deep")
