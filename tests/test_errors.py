@@ -170,3 +170,21 @@ def test_a_tar_that_is_not_a_review_archive_says_so(tmp_path):
     proc = run_cli("report", str(out))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "a tar archive, not a trace" in proc.stderr and "not valid JSON" not in proc.stderr
+
+_EVENT = json.dumps(GOOD_EVENT)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 200_000,  # a JSON Array trace that is only brackets
+        "[" * 3_000 + "]" * 3_000,
+        "[" + '{"a":' * 3_000 + "1" + "}" * 3_000 + "]",  # a nested event in the array layout
+        '{"traceEvents": [' + _EVENT + '], "distributedInfo": ' + '{"a":' * 3_000 + "1" + "}" * 3_000 + "}",
+        '{"traceEvents": [{"ph": "X", "args": {"x": ' + '{"a":' * 3_000 + "1" + "}" * 3_000 + "}}]}",
+    ],
+)
+def test_json_nested_past_the_decoders_depth_is_refused(tmp_path, content):
+    # msgspec raised RecursionError: an internal error (exit 3).
+    path = _write(tmp_path, "deep.json", content)
+    _assert_refused(run_cli("report", str(path)), "deep.json", "nested over a thousand levels deep")

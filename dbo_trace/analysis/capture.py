@@ -5,6 +5,7 @@ work failed to reach the GPU (docs/analysis.md, "Graph capture")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import numpy as np
 
@@ -29,6 +30,18 @@ class Capture:
     @property
     def found(self) -> bool:
         return self.windows > 0
+
+
+def _calls_of_lane(call_lane: np.ndarray) -> Callable[[int], np.ndarray]:
+    """The indices (in time order) of a thread's calls, from one sort of the calls by thread: a
+    look-up per capturing thread, not a pass over every call for each."""
+    order = np.argsort(call_lane, kind="stable")
+    lanes = call_lane[order]
+
+    def of_lane(lane: int) -> np.ndarray:
+        return order[np.searchsorted(lanes, lane, "left") : np.searchsorted(lanes, lane, "right")]
+
+    return of_lane
 
 
 def capture_windows(
@@ -56,10 +69,12 @@ def capture_windows(
                 starts.append(opened.pop(lane))
                 ends.append(float(call_end[i]))
                 lanes.append(lane)
-    for lane, t in opened.items():
-        starts.append(t)
-        ends.append(float(call_end[call_lane == lane].max()))
-        lanes.append(lane)
+    if opened:
+        of_lane = _calls_of_lane(call_lane)
+        for lane, t in opened.items():
+            starts.append(t)
+            ends.append(float(call_end[of_lane(lane)].max()))
+            lanes.append(lane)
     order = np.argsort(starts, kind="stable")
     return np.array(starts, float)[order], np.array(ends, float)[order], np.array(lanes, np.int64)[order]
 
@@ -69,8 +84,9 @@ def graph_capture(
 ) -> Capture:
     w_start, w_end, w_lane = capture_windows(call_start, call_end, call_lane, call_kind)
     captured = np.zeros(len(call_start), bool)
-    for lane in np.unique(w_lane):  # threads that captured: few
-        mine = np.flatnonzero(call_lane == lane)
+    of_lane = _calls_of_lane(call_lane)
+    for lane in np.unique(w_lane):  # threads that captured: few, but not in a hostile trace
+        mine = of_lane(int(lane))
         ws, we = w_start[w_lane == lane], w_end[w_lane == lane]
         k = np.searchsorted(ws, call_start[mine], side="right") - 1
         inside = (k >= 0) & (call_start[mine] <= we[np.clip(k, 0, None)])

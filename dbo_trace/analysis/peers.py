@@ -29,6 +29,7 @@ MAX_SHIFT = 8  # kernels one rank's sequence may start before or after another's
 END_TOLERANCE_US = 50.0  # matched kernels' ends agree within this, or a quarter of their duration
 END_TOLERANCE_SHARE = 0.25
 # Collectives whose message size is the same on every rank (all-to-all-v and send/recv differ).
+MAX_CHANNEL_NOTES = 8  # notes on channels that could not be matched, listed; the rest counted
 SAME_SIZE = ("all_reduce", "allreduce", "broadcast", "reduce", "all_gather", "allgather", "reduce_scatter", "barrier")
 
 
@@ -244,6 +245,9 @@ def match(ranks: list[RankComm], offsets: dict[int, float] | None) -> tuple[list
             notes.append(f"{ch}: {dropped} of rank {ref}'s {len(ref_at)} kernels have no partner on every rank (left out)")
         columns = {ref: ref_at[keep]} | {o: col[keep] for o, col in pairs.items()}
         out.append((ch, columns))
+    if len(notes) > MAX_CHANNEL_NOTES:  # a trace's thousands of group names are not thousands of lines
+        more = len(notes) - MAX_CHANNEL_NOTES
+        notes = notes[:MAX_CHANNEL_NOTES] + [f"and {more} more channels with unmatched kernels (not listed)"]
     return out, notes
 
 

@@ -160,10 +160,16 @@ def optimizer_steps(tl: Timeline) -> Steps | None:
     ranges = _from_rows([(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_OPTIMIZER_STEP.match)], "")
     if ranges is None:
         return None
-    names, counts = np.unique(ranges.label, return_counts=True)
+    _names, which, counts = np.unique(np.asarray(ranges.label), return_inverse=True, return_counts=True)
+    which = which.reshape(-1)
     # Optimizers that step every iteration step equally often; one that steps less is not the clock.
-    steady = names[counts == counts.max()]
-    ends = np.max([ranges.end[np.asarray(ranges.label) == n] for n in steady], axis=0)
+    # The i-th iteration ends at the latest i-th step of those: each step's rank among its
+    # optimizer's steps, in time order, by one stable sort (not a pass over the steps per name).
+    rows = np.flatnonzero(counts[which] == counts.max())
+    by_name = rows[np.argsort(which[rows], kind="stable")]
+    rank = np.arange(len(by_name)) % counts.max()
+    ends = np.full(counts.max(), -np.inf)
+    np.maximum.at(ends, rank, ranges.end[by_name])
     zero_grad = [s for s, _e, _n, _m in tl.cpu_ranges_named(_ZERO_GRAD.match) if s < ends[0]]
     first_host = min(tl.cpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
     starts = np.r_[min(zero_grad) if zero_grad else first_host, ends[:-1]]

@@ -440,12 +440,17 @@ def read_kineto(
     workers > 1 a large trace is decoded by that many processes (this one and workers - 1 more);
     the result is the same. block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with
     workers), and decoded at once."""
-    if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _gzipped(path) else 1):
-        try:
-            return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
-        except (_ParallelFallback, OSError):
-            pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
-    return _read(path, progress, block or BLOCK)
+    try:
+        if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _gzipped(path) else 1):
+            try:
+                return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
+            except (_ParallelFallback, OSError):
+                pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
+        return _read(path, progress, block or BLOCK)
+    except RecursionError:  # msgspec's decoders refuse JSON nested past Python's recursion limit
+        raise InputError(
+            f"{path}: JSON nested over a thousand levels deep, which no trace is; not a torch profiler trace, or a corrupt one"
+        ) from None
 
 
 def _gzipped(path: Path) -> bool:

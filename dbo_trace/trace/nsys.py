@@ -15,8 +15,11 @@ work is one timeline. Rows are read in pieces straight into arrays, so memory is
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import tempfile
@@ -41,6 +44,11 @@ _NVTX = "NVTX_EVENTS"
 NVTX_RANGE_TYPES = (59, 60)
 _ROWS = 1 << 16  # rows fetched at a time
 _PID_SHIFT, _ID_MASK = 24, (1 << 24) - 1
+EXPORT_TIMEOUT_S = 3600.0  # for `nsys export` of a .nsys-rep (a large report takes minutes)
+# A name is read up to this many characters: no tool writes longer ones (a C++ template kernel's
+# demangled name is a few kB), and a hostile export's gigabyte string would cost the report its memory.
+MAX_NAME_CHARS = 1 << 16
+_LOG_TAIL = 4096  # bytes of nsys's output kept for the error line
 
 # CUPTI's memcpy kinds, named as Kineto names its copies.
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -80,37 +88,54 @@ def _export_report(path: Path, tmp: Path) -> Path:
             f"Export it where nsys is installed (nsys export --type=sqlite {path.name}) and give the .sqlite file"
         )
     out = tmp / (path.name[: -len(NSYS_REP_SUFFIX)] + ".sqlite")
-    try:
-        done = subprocess.run(
-            [nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(out), str(path)],
-            capture_output=True,
-            timeout=3600,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{path}: `nsys export` failed ({exc}); export it by hand and give the .sqlite file") from None
-    if done.returncode != 0 or not out.is_file():
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(f"{path}: `nsys export` failed ({said[-1] if said else f'exit {done.returncode}'})")
+    # nsys's output goes to a file, of which only the end is read, and it runs in its own process
+    # group, killed whole on a timeout or an interrupt: a hung or chatty nsys (or a child of it that
+    # keeps the pipes open) cannot hold the report or its memory.
+    with open(tmp / "nsys-export.log", "w+b") as log:
+        try:
+            proc = subprocess.Popen(
+                [nsys, "export", "--type=sqlite", "--force-overwrite=true", "-o", str(out), str(path.resolve())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InputError(f"{path}: `nsys export` failed ({exc}); export it by hand and give the .sqlite file") from None
+        try:
+            code = proc.wait(timeout=EXPORT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise InputError(
+                f"{path}: `nsys export` ran past {EXPORT_TIMEOUT_S:.0f} s; export it by hand and give the .sqlite file"
+            ) from None
+        finally:  # nsys itself, or what it left running (which could still be writing the export)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.seek(max(0, log.seek(0, os.SEEK_END) - _LOG_TAIL))
+        said = log.read().decode("utf-8", "replace").strip().splitlines()
+    if code != 0 or not out.is_file():
+        raise InputError(f"{path}: `nsys export` failed ({said[-1] if said else f'exit {code}'})")
     return out
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, shown_as: Path) -> sqlite3.Connection:
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         db.execute("select count(*) from sqlite_master").fetchone()
     except sqlite3.Error as exc:
-        raise InputError(f"{path}: not a readable SQLite file ({exc}); give `nsys export --type=sqlite` output") from None
+        raise InputError(f"{shown_as}: not a readable SQLite file ({exc}); give `nsys export --type=sqlite` output") from None
     return db
 
 
 def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
     names = [r[0] for r in db.execute("select name from sqlite_master where type in ('table', 'view')")]
-    return {n: {r[1] for r in db.execute(f'pragma table_info("{n}")')} for n in names}
+    # The name as a bound parameter: a table named with a quote is any other table, not SQL.
+    return {n: {r[0] for r in db.execute("select name from pragma_table_info(?)", (n,))} for n in names}
 
 
 def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
-    db = _connect(path)
+    db = _connect(path, shown_as)
     try:
         tables = _tables(db)
         if "StringIds" not in tables or not any(t in tables for t in (_KERNELS, _MEMCPY, _MEMSET, _RUNTIME, _NVTX)):
@@ -125,6 +150,8 @@ def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
         return _timelines(db, tables, first_rank, shown_as)
     except sqlite3.Error as exc:
         raise InputError(f"{shown_as}: cannot read the Nsight Systems export ({exc})") from None
+    except _BadValue as exc:
+        raise InputError(f"{shown_as}: {exc}") from None
     finally:
         db.close()
 
@@ -134,9 +161,25 @@ def _int_columns(db: sqlite3.Connection, table: str, columns: list[str], where: 
     cursor = db.execute(f"select {', '.join(f'coalesce({c}, -1)' for c in columns)} from {table} {where}")
     pieces = []
     while rows := cursor.fetchmany(_ROWS):
-        pieces.append(np.array(rows, dtype=np.int64).reshape(len(rows), len(columns)))
+        pieces.append(_int_block(rows, len(columns), table))
     block = np.concatenate(pieces) if pieces else np.empty((0, len(columns)), np.int64)
     return [block[:, i].copy() for i in range(len(columns))]
+
+
+class _BadValue(Exception):
+    """A column of the export holds what nsys never writes there (the message says which table)."""
+
+
+def _int_block(rows: list[Any], width: int, table: str) -> np.ndarray:
+    """Rows of integers as an array; a text, blob or out-of-range value (a corrupt or hand-made
+    file) is bad input, not a crash."""
+    try:
+        return np.array(rows, dtype=np.int64).reshape(len(rows), width)
+    except (ValueError, TypeError, OverflowError):
+        raise _BadValue(
+            f"{table} holds a value that is not a 64-bit integer where nsys writes one; "
+            "re-export it with `nsys export --type=sqlite`"
+        ) from None
 
 
 def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
@@ -145,8 +188,18 @@ def _strings(db: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
     for lo in range(0, len(wanted), 500):
         chunk = wanted[lo : lo + 500]
         marks = ",".join("?" * len(chunk))
-        found.update(db.execute(f"select id, value from StringIds where id in ({marks})", chunk).fetchall())
+        found.update(
+            (i, _text(v))
+            for i, v in db.execute(f"select id, substr(value, 1, {MAX_NAME_CHARS}) from StringIds where id in ({marks})", chunk)
+        )
     return found
+
+
+def _text(value: Any) -> str:
+    """A string as nsys writes it; a blob or a number where text belongs (a hand-made file) is read as text."""
+    if isinstance(value, str):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class _Names:
@@ -316,17 +369,17 @@ def _nvtx_ranges(db: sqlite3.Connection, tables: dict[str, set[str]]) -> tuple[l
         return None
     types = ",".join(map(str, NVTX_RANGE_TYPES))
     cursor = db.execute(
-        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), text from {_NVTX} "
+        f"select start, end, coalesce(globalTid, -1), coalesce(textId, -1), substr(text, 1, {MAX_NAME_CHARS}) from {_NVTX} "
         f"where eventType in ({types}) and end is not null and end >= start"
     )
     keys: dict[str | int, int] = {}  # an inline text, or a textId
     parts: list[np.ndarray] = []
     while rows := cursor.fetchmany(_ROWS):
-        block = np.empty((len(rows), 4), np.int64)
-        for i, (start, end, tid, text_id, text) in enumerate(rows):
-            key: str | int = text if text is not None else int(text_id)
-            block[i] = start, end, tid, keys.setdefault(key, len(keys))
-        parts.append(block)
+        keyed = []
+        for start, end, tid, text_id, text in rows:
+            key: str | int = _text(text) if text is not None else text_id if isinstance(text_id, int) else -1
+            keyed.append((start, end, tid, keys.setdefault(key, len(keys))))
+        parts.append(_int_block(keyed, 4, _NVTX))
     columns = np.concatenate(parts) if parts else np.empty((0, 4), np.int64)
     registered = _strings(db, [k for k in keys if isinstance(k, int)])
     texts = [k if isinstance(k, str) else registered.get(k, "") for k in keys]
@@ -371,5 +424,7 @@ def _session_start_ns(db: sqlite3.Connection, tables: dict[str, set[str]]) -> in
 def _thread_names(db: sqlite3.Connection, tables: dict[str, set[str]]) -> dict[int, str]:
     if not {"nameId", "globalTid"} <= tables.get("ThreadNames", set()):
         return {}
-    rows = db.execute("select t.globalTid, s.value from ThreadNames t join StringIds s on s.id = t.nameId").fetchall()
+    rows = db.execute(
+        f"select t.globalTid, substr(s.value, 1, {MAX_NAME_CHARS}) from ThreadNames t join StringIds s on s.id = t.nameId"
+    ).fetchall()
     return {int(tid): str(name) for tid, name in rows if isinstance(tid, int)}
