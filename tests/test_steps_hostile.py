@@ -50,9 +50,12 @@ def test_many_distinct_optimizer_names_take_linear_time():
     times = []
     for n in (2_000, 16_000):
         tl = _distinct_optimizers(n)
-        started = time.perf_counter()
-        steps = optimizer_steps(tl)
-        times.append(time.perf_counter() - started)
+        best = float("inf")
+        for _ in range(3):  # the best of three in CPU time: a loaded machine's pauses do not count
+            started = time.process_time()
+            steps = optimizer_steps(tl)
+            best = min(best, time.process_time() - started)
+        times.append(best)
         assert steps is not None and len(steps) == 1  # each optimizer stepped once: one iteration, ending at the last
         assert steps.end[0] == (n - 1) * 10 + 5
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
