@@ -27,13 +27,6 @@ def length(start: np.ndarray, end: np.ndarray) -> float:
     return float(np.sum(e - s))
 
 
-def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
-    """Time covered by both sets: |A| + |B| - |A u B|."""
-    both_s = np.concatenate([a[0], b[0]])
-    both_e = np.concatenate([a[1], b[1]])
-    return length(*a) + length(*b) - length(both_s, both_e)
-
-
 def gaps(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Idle gaps between the merged intervals (not before the first or after the last)."""
     s, e = union(start, end)

@@ -148,8 +148,8 @@ def grouped_window_metrics(
         return iv.grouped_length(only(mask), n, start, end)
 
     def overlap(a: np.ndarray, b: np.ndarray, a_busy: np.ndarray, b_busy: np.ndarray) -> np.ndarray:
-        """Per window, the time covered by both of two disjoint selections: |A| + |B| - |A or B|
-        (as intervals.overlap_length for one window), from lengths already known and one union."""
+        """Per window, the time covered by both of two disjoint selections: |A| + |B| - |A or B|,
+        from lengths already known and one union."""
         both: np.ndarray = a_busy + b_busy - busy(a | b)
         return both
 
