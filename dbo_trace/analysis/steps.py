@@ -105,7 +105,8 @@ def phase_of(context_requests: int, generation_requests: int) -> str | None:
 
 
 def _from_rows(rows: list[tuple[Any, ...]], source: str) -> Steps | None:
-    """rows: (start, end, label[, phase, context tokens, generation tokens]); overlapping rows keep the outer one."""
+    """rows: (start, end, label[, phase, context tokens, generation tokens[, path]]); overlapping rows keep
+    the outer one."""
     if not rows:
         return None
     rows.sort(key=lambda r: (r[0], -r[1]))
@@ -115,12 +116,11 @@ def _from_rows(rows: list[tuple[Any, ...]], source: str) -> Steps | None:
         if row[0] >= last_end:  # nested or overlapping markers (a range inside a step) are not steps of their own
             kept.append(row)
             last_end = row[1]
-    n = len(kept)
     return Steps(
         np.array([r[0] for r in kept], float),
         np.array([r[1] for r in kept], float),
         [r[2] for r in kept],
-        [None] * n,
+        [r[6] if len(r) > 6 else None for r in kept],
         source,
         [r[3] if len(r) > 3 else None for r in kept],
         [r[4] if len(r) > 4 else None for r in kept],
@@ -138,12 +138,8 @@ def vllm_steps(tl: Timeline) -> Steps | None:
 
 def hook_steps(tl: Timeline) -> Steps | None:
     """The plugin's own step ranges, with their path, where its event log is not at hand."""
-    found = _from_rows([(s, e, f"step {m.group(1)}", m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match)], "")
-    if found is None:
-        return None
-    paths = [str(p) if p is not None else None for p in found.phase]  # _from_rows put the path in the 4th column
-    n = len(found)
-    return Steps(found.start, found.end, found.label, paths, SOURCE_HOOK_RANGES, [None] * n, [None] * n, [None] * n)
+    rows = [(s, e, f"step {m.group(1)}", None, None, None, m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match)]
+    return _from_rows(rows, SOURCE_HOOK_RANGES)
 
 
 def profiler_steps(tl: Timeline) -> Steps | None:

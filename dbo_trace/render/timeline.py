@@ -8,6 +8,7 @@ import io
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
 from dbo_trace.render import RenderOptions
+from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
@@ -57,10 +58,6 @@ def group_colour(view: StepView, group: str | None) -> str:
     return GROUP_COLOURS[view.groups.index(group)] if group in view.groups[: len(GROUP_COLOURS)] else OTHER_GROUP
 
 
-def _short(name: str) -> str:
-    return name if len(name) <= LEGEND_NAME else name[: LEGEND_NAME - 3] + "..."
-
-
 PEER_WAIT_COLOUR = "#d62728"
 
 
@@ -107,7 +104,7 @@ def draw_timeline(view: StepView, image_format: str = "png", width_in: float = W
         legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
     shown = {b.group for b in view.bars if b.group is not None}
     names = [g for g in view.groups[: len(GROUP_COLOURS)] if g in shown]
-    legend += [Patch(facecolor=group_colour(view, g), label=plot_text(_short(g))) for g in names]  # trace names
+    legend += [Patch(facecolor=group_colour(view, g), label=plot_text(cut(g, LEGEND_NAME))) for g in names]  # trace names
     if shown - set(names):
         legend.append(Patch(facecolor=OTHER_GROUP, label="other CPU ranges"))
     title = _title_lines(plot_text(view.title))  # inert first: the line breaks are the layout's own
