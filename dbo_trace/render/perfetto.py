@@ -131,8 +131,9 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         corr = int(tl.calls.correlation[i])
         return {**source.get((False, float(tl.calls.start[i]), corr), {}), "correlation": corr, "thread": int(tl.calls.lane[i])}
 
-    for sid in np.unique(tl.gpu.lane[keep_gpu]):
-        sel = np.flatnonzero(keep_gpu & (tl.gpu.lane == sid)).tolist()
+    # Each lane's events grouped once (a mask per lane cost lanes x events where a replay forks onto many streams).
+    for sid, at in iv.index_groups(tl.gpu.lane, np.flatnonzero(keep_gpu)).items():
+        sel = at.tolist()
         w.slices(
             w.track(f"GPU stream {sid}", proc),
             tl.gpu.start[sel],
@@ -141,8 +142,8 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
             args=[gpu_args(g) for g in sel],
             flows_in=[(flow_base + g,) if launch[g] >= 0 and keep_calls[launch[g]] else () for g in sel],
         )
-    for tid in np.unique(tl.calls.lane[keep_calls]):
-        sel = np.flatnonzero(keep_calls & (tl.calls.lane == tid)).tolist()
+    for tid, at in iv.index_groups(tl.calls.lane, np.flatnonzero(keep_calls)).items():
+        sel = at.tolist()
         w.slices(
             w.track(f"CPU thread {tid}: CUDA API", proc),
             tl.calls.start[sel],
