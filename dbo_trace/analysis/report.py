@@ -146,6 +146,7 @@ class RankReport:
     notes: list[str] = field(default_factory=list)
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
+    graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -316,6 +317,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     exposed = _exposure(part, tl, kinds, att, lo, hi, held) if (kinds == c.COMM).any() else None
     cost = contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None
     found = findings(window.window_us, [exposed], [cost], host_cause=host_cause_text(causes))
+    api = graph_api(tl)
     return RankReport(
         rank=tl.rank,
         source=str(tl.source),
@@ -334,11 +336,12 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
                 microbatched=microbatched,
                 findings=found,
                 causes=causes,
-                graph_api=graph_api(tl),
+                graph_api=api,
             ),
             capture,
             window.host_idle_us,
         ),
+        graph_api=api,
         window=window,
         in_steps=in_steps,
         host_test=host_test,
@@ -604,7 +607,7 @@ def graph_api(tl: Timeline) -> str:
 
 
 def _ranks_graph_api(ranks: list[RankReport]) -> str:
-    apis = {graph_api(r.detail.timeline) for r in ranks if r.detail is not None}
+    apis = {r.graph_api for r in ranks}
     return apis.pop() if len(apis) == 1 else "CUDA"
 
 
