@@ -1,43 +1,18 @@
 """Renderers: each turns a finished Report into one output and computes nothing (see document.py).
 
-One protocol and one registry. A new output is one module with one class that has a name, the file
-suffixes it writes, whether it is binary, and render(report, options); registered in RENDERERS
-below, it is reachable from `report` by its flag or by an output file's suffix, from `bundle`, and
-from the golden tests.
+One protocol, in render/base.py with the options and as_bytes (re-exported here), and one registry,
+here. A new output is one module with one class that has a name, the file suffixes it writes,
+whether it is binary, and render(report, options); registered in RENDERERS below, it is reachable
+from `report` by its flag or by an output file's suffix, from `bundle`, and from the golden tests.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:
-    from dbo_trace.analysis.report import Report
+from dbo_trace.render.base import Renderer, RenderOptions, as_bytes
 
-
-@dataclass(frozen=True)
-class RenderOptions:
-    color: bool = False  # terminal: ANSI colour
-    width: int | None = None  # terminal: columns (None: the terminal's, at least 80)
-    image: str | None = None  # markdown: a picture to link, relative to where the Markdown will live
-    step: int | str | None = None  # pictures: the step to draw, as --step names it (None: the median step)
-    rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
-    all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
-    windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
-
-
-class Renderer(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def suffixes(self) -> tuple[str, ...]: ...  # output files with these suffixes get this renderer
-
-    @property
-    def binary(self) -> bool: ...
-
-    def render(self, report: Report, options: RenderOptions) -> str | bytes: ...
+__all__ = ["RENDERERS", "Renderer", "RenderOptions", "as_bytes", "for_path"]
 
 
 def _registry() -> dict[str, Renderer]:
@@ -61,11 +36,6 @@ def _registry() -> dict[str, Renderer]:
 
 
 RENDERERS: dict[str, Renderer] = _registry()
-
-
-def as_bytes(rendered: str | bytes) -> bytes:
-    """A renderer's output as the bytes of a file (text as UTF-8)."""
-    return rendered.encode() if isinstance(rendered, str) else rendered
 
 
 def for_path(path: Path) -> Renderer | None:

@@ -9,7 +9,7 @@ from typing import Callable
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, wrap

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from dbo_trace.analysis.report import Report
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.safe import json_inert
 

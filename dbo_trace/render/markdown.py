@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,

@@ -16,7 +16,7 @@ from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.report import RankReport, Report
 from dbo_trace.analysis.view import held_in_step, steps_bands
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
 DERIVED = "dbo-trace"

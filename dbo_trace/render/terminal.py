@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dbo_trace.analysis.report import Report
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import build_document
 from dbo_trace.render.format import (
     CPU_RANGE_HEADER,

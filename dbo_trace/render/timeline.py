@@ -7,7 +7,7 @@ import io
 
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
-from dbo_trace.render import RenderOptions
+from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
 
