@@ -1,0 +1,54 @@
+"""Builders for tests that make a trace out of a real one: read it to its JSON value, change it,
+write it back. Plain json and gzip only, no code of the package: what a test computes from these
+dicts stays independent of the reader it checks. (The independent references, tests/reference*.py,
+tests/independent_*.py, tests/peers_reference.py and tests/nsys_export.py, do not use this either:
+each stays self-contained.)
+
+A name ending in .gz is gzip, any other plain JSON, both ways: a file that says .gz and is not
+gzip fails to read."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+def read_trace(path: Path) -> Any:
+    """The trace's JSON value: its document (a dict), or the list of events of the 2020 layout."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.name.endswith(".gz") else data)
+
+
+def write_trace(doc: Any, path: Path, **dumps: Any) -> Path:
+    """doc as the file path (gzip, quickly, for a .gz name); dumps: json.dumps's layout arguments."""
+    text = json.dumps(doc, **dumps).encode()
+    path.write_bytes(gzip.compress(text, compresslevel=1) if path.name.endswith(".gz") else text)
+    return path
+
+
+def rewrite_trace(src: Path, dst: Path, edit: Callable[[dict], Any]) -> Path:
+    """src's document changed by edit(doc) (in place, or the document it returns), written to dst."""
+    doc = read_trace(src)
+    edited = edit(doc)
+    return write_trace(doc if edited is None else edited, dst)
+
+
+def rewrite_events(src: Path, dst: Path, edit: Callable[[list[dict]], list[dict]]) -> Path:
+    """src with its traceEvents replaced by edit(the events), the rest of the document kept, at dst."""
+    return rewrite_trace(src, dst, lambda doc: doc.update(traceEvents=edit(doc["traceEvents"])))
+
+
+def events_of(doc: dict | list[dict], *categories: str) -> list[dict]:
+    """The document's events of these categories (every event without any), in file order."""
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return [e for e in events if not categories or e.get("cat") in categories]
+
+
+def complete_events(doc: dict | list[dict]) -> list[dict]:
+    """The document's complete events (ph "X": those with a duration), in file order."""
+    return [e for e in events_of(doc) if e.get("ph") == "X"]
