@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli, sample_trace
+from traces import complete_events, read_trace
 
 
 def _assert_refused(proc, name, *words):
@@ -17,6 +18,17 @@ def _assert_refused(proc, name, *words):
     assert lines[0].startswith("dbo-trace: error: ") and name in lines[0]
     for word in words:
         assert word in lines[0]
+
+
+def _refused_line(proc, name, *words):
+    _assert_refused(proc, name, *words)
+    return proc.stderr.strip()
+
+
+def write_bytes(path, content):
+    """content as the file path, gzip for a .gz name."""
+    path.write_bytes(gzip.compress(content) if path.name.endswith(".gz") else content)
+    return path
 
 
 def _write(tmp_path, name, content):
@@ -54,6 +66,40 @@ GOOD_EVENT = {
 )
 def test_bad_files(tmp_path, name, content, words):
     _assert_refused(run_cli("report", str(_write(tmp_path, name, content))), name, *words)
+
+
+def _array_layout(tmp_path, name, end):
+    """A real trace in the 2020 layout (the document is the array of events), its last `]` replaced by end."""
+    text = json.dumps(complete_events(read_trace(sample_trace("graph"))))
+    return write_bytes(tmp_path / name, text[:-1].encode() + end)
+
+
+@pytest.mark.parametrize(
+    "name, end, words",
+    [
+        ("comma.json", b", ]", ["comma after the last trace event", "byte "]),
+        ("comma.json.gz", b",\n]\n", ["comma after the last trace event", "byte "]),
+        ("after.json", b'] {"traceEvents": []}', ["data after the array of trace events", "byte "]),
+        ("after.json.gz", b"]]", ["data after the array of trace events", "byte "]),
+    ],
+)
+def test_an_array_layout_trace_that_is_whole_says_what_is_wrong_not_truncated(tmp_path, name, end, words):
+    """Every event is there; the reader said the file ended inside the events (truncated)."""
+    line = _refused_line(run_cli("report", str(_array_layout(tmp_path, name, end))), name, *words)
+    assert "truncated" not in line
+
+
+def test_a_trailing_comma_in_the_object_layout_is_named_too(tmp_path):
+    doc = read_trace(sample_trace("graph"))
+    text = json.dumps(doc["traceEvents"])[:-1] + ", ]"
+    path = write_bytes(tmp_path / "comma.json", ('{"traceEvents": ' + text + "}").encode())
+    assert "truncated" not in _refused_line(run_cli("report", str(path)), "comma.json", "comma after the last trace event")
+
+
+@pytest.mark.parametrize("content", ["[]", " [ ]\n"])
+def test_an_empty_array_says_it_holds_no_events(tmp_path, content):
+    line = _refused_line(run_cli("report", str(_write(tmp_path, "empty.json", content))), "empty.json", "holds no events")
+    assert "traceEvents" not in line
 
 
 def test_truncated_gzip(tmp_path):

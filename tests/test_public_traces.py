@@ -126,6 +126,7 @@ def test_an_array_with_data_after_it_is_refused_in_one_line(tmp_path):
     bad.write_text('[{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1}] {"x": 1}')
     proc = run_cli("report", str(bad))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "data after the array of trace events" in proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -487,14 +487,16 @@ def _read(
                 continue
             buf += block_bytes
             if state == "head":
-                match = _top_level_events(buf) or _ARRAY_FORMAT.match(buf)
+                # The array layout first: a document that opens with `[{` is that layout, whatever a
+                # `"traceEvents": [` after its end says (data after the array, a second trace).
+                match = _ARRAY_FORMAT.match(buf) or _top_level_events(buf)
                 if match is None:
                     if len(buf) > 64 << 20:
                         raise InputError(f'{path}: no "traceEvents" array in the first 64 MB; not a torch profiler trace')
                     size = max(block, min(len(buf), MAX_READ))
                     continue
                 head, buf, state = buf[: match.start()], buf[match.end() :], "events"
-                stream.offset = match.end()
+                stream.offset, stream.array_layout = match.end(), not head.strip()
             buf, done = reader.consume(buf, final=False)
             if done is not None:
                 tail, state = done, "tail"
@@ -805,6 +807,7 @@ class _EventStream:
     def __init__(self, path: Path, columns: _Columns):
         self.path, self.columns = path, columns
         self.offset = 0  # uncompressed bytes before the buffer's first byte
+        self.array_layout = False  # the document is the array of events itself (nothing may follow it)
 
     def consume(self, buf: bytes, final: bool) -> tuple[bytes, bytes | None]:
         """Decode whole events from the front of buf. Returns (rest, the bytes after the array or None)."""
@@ -857,7 +860,34 @@ class _EventStream:
                 raise self._error(exc) from None
             self.columns.add(events)
             return b"", buf[m.end() :]
-        raise InputError(f"{self.path}: invalid JSON in traceEvents: the file ends inside it (truncated?); re-export it")
+        raise self._no_end(buf)
+
+    def _no_end(self, buf: bytes) -> InputError:
+        """What is wrong where no `}]` closes the events: a comma after the last event, data after
+        the array (the array layout), else a file cut inside the events. On the error path only: at
+        most two more decodes, each of events that are checked to be whole."""
+        comma = _last(_TRAILING_COMMA, buf)
+        if comma is not None and self._whole(buf, comma.start() + 1):
+            return InputError(
+                f"{self.path}: a comma after the last trace event, before the closing `]` (byte "
+                f"{self.offset + comma.start(1)}), which JSON does not allow; delete it or re-export the trace"
+            )
+        end = _last(_ARRAY_END, buf)
+        if self.array_layout and end is not None and self._whole(buf, end.start() + 1):
+            after = self.offset + len(buf) - len(buf[end.end() :].lstrip(_WHITESPACE))
+            return InputError(
+                f"{self.path}: data after the array of trace events (from byte {after}); "
+                "the file may be two traces joined, or corrupt: keep one trace per file or re-export it"
+            )
+        return InputError(f"{self.path}: invalid JSON in traceEvents: the file ends inside it (truncated?); re-export it")
+
+    def _whole(self, buf: bytes, end: int) -> bool:
+        """Whether buf[:end] decodes as whole events (a type error in them is raised as such)."""
+        try:
+            self._decode(buf, end)
+        except (_Truncated, _Malformed):
+            return False
+        return True
 
     def _whole_events(self, buf: bytes) -> tuple[bytes, _Malformed | None]:
         """Decode up to the last cut that holds whole elements; (rest, a genuine malformation that stopped it)."""
@@ -913,6 +943,13 @@ class _EventStream:
 
 
 _decode_raw = msgspec.json.Decoder(list[msgspec.Raw]).decode
+_TRAILING_COMMA = re.compile(rb"\}\s*(,)\s*\]")
+
+
+def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
+    """The last match of pattern in buf's last MAX_TAIL_BYTES."""
+    matches = list(pattern.finditer(buf, max(0, len(buf) - MAX_TAIL_BYTES)))
+    return matches[-1] if matches else None
 
 
 def _element_offset(chunk: bytes, index: int) -> int:
@@ -940,6 +977,8 @@ def _raise_no_events(path: Path, buf: bytes) -> None:
         raise InputError(f"{path}: not valid JSON ({exc}); is it a torch profiler trace?") from None
     if isinstance(doc, dict) and "traceEvents" in doc:
         raise InputError(f'{path}: "traceEvents" is not a list; not a torch profiler trace')
+    if doc == []:  # the array layout with nothing in it
+        raise InputError(f"{path}: the trace holds no events (an empty JSON array); profile at least one step and re-export it")
     raise InputError(f'{path}: JSON without a "traceEvents" list; not a torch profiler (Chrome) trace')
 
 
