@@ -40,20 +40,34 @@ def test_timeline_png_is_sized_for_a_comment_without_a_blank_band(tmp_path, vari
     """GitHub shows a comment's picture at most 880 px wide: the PNG is twice that (sharp on a
     high-density screen, its 9-10 pt text about 12 px once scaled), and no band of blank rows takes
     more than 8% of its height (the legend once sat under a sixth of empty picture)."""
+    out = tmp_path / "t.png"
+    assert run_cli("report", str(SAMPLES / variant), "--timeline", str(out)).returncode == 0
+    longest, height, width = longest_blank_band(out)
+    assert width == 2 * 880
+    assert longest < 0.08 * height, f"{longest} blank rows of {height}"
+
+
+@pytest.mark.parametrize("variant", ["two-gpu-overlap", "two-gpu-hostbound"])
+def test_the_all_ranks_picture_has_no_blank_band(tmp_path, variant):
+    """The legend sat 0.6 in above the bottom, under a fifth of the picture blank (71 rows of 374)."""
+    out = tmp_path / "ranks.png"
+    assert run_cli("report", str(SAMPLES / variant), "--all-ranks", "--timeline", str(out)).returncode == 0
+    longest, height, _ = longest_blank_band(out)
+    assert longest < 0.08 * height, f"{longest} blank rows of {height}"
+
+
+def longest_blank_band(path):
+    """(the most blank pixel rows in a row, the height, the width) of a PNG: blank is near-white across."""
     import numpy as np
     from PIL import Image
 
-    out = tmp_path / "t.png"
-    assert run_cli("report", str(SAMPLES / variant), "--timeline", str(out)).returncode == 0
-    pixels = np.asarray(Image.open(out).convert("L"))
+    pixels = np.asarray(Image.open(path).convert("L"))
     height, width = pixels.shape
-    assert width == 2 * 880
-    blank = (pixels >= 250).all(axis=1)
     longest = run = 0
-    for row in blank:
+    for row in (pixels >= 250).all(axis=1):
         run = run + 1 if row else 0
         longest = max(longest, run)
-    assert longest < 0.08 * height, f"{longest} blank rows of {height}"
+    return longest, height, width
 
 
 def test_timeline_svg_names_the_lanes(tmp_path):

@@ -191,9 +191,20 @@ def draw_ranks_timeline(view: RanksView, image_format: str = "png", width_in: fl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
 
     row = {name: len(view.lanes) - 1 - i for i, name in enumerate(view.lanes)}
-    fig, ax = plt.subplots(figsize=(width_in, 1.2 + 0.42 * len(view.lanes)), dpi=130)
+    # The legend has its own row, as tall as its one line, under the axis (as in draw_timeline): kept
+    # off the lanes' axis by a fixed margin, it sat under a band of blank picture a fifth as tall.
+    heights = (0.42 * len(view.lanes), 0.16)  # the lanes; the legend
+    top, axis = 0.3, 0.45  # the title; the tick labels and the axis label
+    fig, (ax, key) = plt.subplots(
+        2,
+        1,
+        figsize=(width_in, top + heights[0] + axis + heights[1] + 0.1),
+        dpi=130,
+        gridspec_kw={"height_ratios": heights},
+    )
     scale = 1000.0  # us -> ms on the axis
     for bar in view.bars:
         alpha, hatch = KIND_STYLE[bar.kind]
@@ -222,8 +233,18 @@ def draw_ranks_timeline(view: RanksView, image_format: str = "png", width_in: fl
         Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
         Patch(facecolor=PEER_WAIT_COLOUR, label="comm waiting for a peer rank"),
     ]
-    fig.legend(handles=legend, fontsize=7, ncol=len(legend), loc="lower center", frameon=False)
-    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
+    key.axis("off")
+    key.legend(
+        handles=legend,
+        fontsize=7,
+        ncol=len(legend),
+        loc="center",
+        bbox_to_anchor=(0, 0, 1, 1),  # centred on the picture, not on the axis beside the lane labels
+        bbox_transform=blended_transform_factory(fig.transFigure, key.transAxes),
+        frameon=False,
+        borderaxespad=0,
+    )
+    fig.tight_layout(pad=0.4, h_pad=0.3)
     buf = io.BytesIO()
     fig.savefig(buf, format=image_format)
     plt.close(fig)
