@@ -5,11 +5,9 @@ captures the way CUDA records them: cudaStreamBeginCapture / cudaStreamEndCaptur
 launches on its thread, and no kernel from those launches (none runs during a capture). The counts
 are checked against a plain walk over the JSON."""
 
-import gzip
-import json
-
 import pytest
 from conftest import SAMPLES, report_json
+from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, write_trace
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
@@ -17,20 +15,17 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 def _captured_trace(tmp_path, share):
     """The sample with the first `share` of its steps captured; (path, launches captured per step)."""
     src = next((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
-    with gzip.open(src, "rt") as fh:
-        doc = json.load(fh)
+    doc = read_trace(src)
     events = doc["traceEvents"]
     steps = sorted(
-        (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("execute_")),
+        (e for e in events_of(doc, "user_annotation") if str(e.get("name", "")).startswith("execute_")),
         key=lambda e: e["ts"],
     )
     chosen = steps[: int(len(steps) * share)]
     captured_corr, per_step, extra = set(), {}, []
     for s in chosen:
         lo, hi, tid = s["ts"], s["ts"] + s["dur"], s["tid"]
-        inside = [
-            e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("tid") == tid and lo <= e["ts"] <= hi
-        ]
+        inside = [e for e in events_of(doc, *CALL_CATEGORIES) if e.get("tid") == tid and lo <= e["ts"] <= hi]
         launches = [e for e in inside if e["name"] in LAUNCHES]
         per_step[s["name"], s["ts"]] = len(launches)
         captured_corr |= {e["args"]["correlation"] for e in launches if "correlation" in e.get("args", {})}
@@ -47,16 +42,9 @@ def _captured_trace(tmp_path, share):
                     "args": {"correlation": -7},
                 }
             )
-    kept = [
-        e
-        for e in events
-        if not (e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e.get("args", {}).get("correlation") in captured_corr)
-    ]
+    kept = [e for e in events if not (e.get("cat") in GPU_CATEGORIES and e.get("args", {}).get("correlation") in captured_corr)]
     doc["traceEvents"] = kept + extra
-    out = tmp_path / "captured.json.gz"
-    with gzip.open(out, "wt") as fh:
-        json.dump(doc, fh)
-    return out, per_step
+    return write_trace(doc, tmp_path / "captured.json.gz"), per_step
 
 
 def test_a_trace_that_is_mostly_capture_is_called_capture_not_host_bound(tmp_path):

@@ -4,13 +4,13 @@ first real recordings whose GPU is busy. Every verdict and figure is checked aga
 (plain Python from json.load, docs/analysis.md's definitions), graph launches against a count of the
 trace's own cudaGraphLaunch events, and the AFD plugin against each process's counters and vLLM's log."""
 
-import gzip
 import json
 import re
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli
 from reference import both, covered, headline
+from traces import complete_events, read_trace
 
 from dbo_trace.analysis.classify import CommRules
 
@@ -26,7 +26,7 @@ def trace_of(name):
 
 
 def raw_events(name):
-    return [e for e in json.loads(gzip.decompress(trace_of(name).read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    return complete_events(read_trace(trace_of(name)))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_the_plugin_misses_the_v2_model_runners_full_graph_replays(name):
     from dbo_trace.trace.eventlog import read_event_log
 
     events = raw_events(name)
-    base = json.loads(gzip.decompress(trace_of(name).read_bytes()))["baseTimeNanoseconds"]
+    base = read_trace(trace_of(name))["baseTimeNanoseconds"]
     timed = [e for e in events if e.get("cat") in ("cpu_op", "cuda_runtime", "kernel")]
     lo = min(e["ts"] for e in timed) * 1000 + base
     hi = max(e["ts"] + e["dur"] for e in timed) * 1000 + base

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli, sample_trace
-from traces import complete_events, read_trace
+from traces import complete_events, read_trace, write_raw
 
 
 def _assert_refused(proc, name, *words):
@@ -23,12 +23,6 @@ def _assert_refused(proc, name, *words):
 def _refused_line(proc, name, *words):
     _assert_refused(proc, name, *words)
     return proc.stderr.strip()
-
-
-def write_bytes(path, content):
-    """content as the file path, gzip for a .gz name."""
-    path.write_bytes(gzip.compress(content) if path.name.endswith(".gz") else content)
-    return path
 
 
 def _write(tmp_path, name, content):
@@ -71,7 +65,7 @@ def test_bad_files(tmp_path, name, content, words):
 def _array_layout(tmp_path, name, end):
     """A real trace in the 2020 layout (the document is the array of events), its last `]` replaced by end."""
     text = json.dumps(complete_events(read_trace(sample_trace("graph"))))
-    return write_bytes(tmp_path / name, text[:-1].encode() + end)
+    return write_raw(text[:-1].encode() + end, tmp_path / name)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +86,7 @@ def test_an_array_layout_trace_that_is_whole_says_what_is_wrong_not_truncated(tm
 def test_a_trailing_comma_in_the_object_layout_is_named_too(tmp_path):
     doc = read_trace(sample_trace("graph"))
     text = json.dumps(doc["traceEvents"])[:-1] + ", ]"
-    path = write_bytes(tmp_path / "comma.json", ('{"traceEvents": ' + text + "}").encode())
+    path = write_raw(('{"traceEvents": ' + text + "}").encode(), tmp_path / "comma.json")
     assert "truncated" not in _refused_line(run_cli("report", str(path)), "comma.json", "comma after the last trace event")
 
 

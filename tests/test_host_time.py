@@ -2,13 +2,11 @@
 everywhere, agree with a plain recomputation from json.load (tests/reference_host_time.py), follow
 the worked example, and the launch wording follows the numbers."""
 
-import gzip
-import json
-
 import pytest
 from conftest import ROOT, SAMPLES, sample_trace
 from reference_host_time import CAUSES as REF_CAUSES
 from reference_host_time import host_causes as reference_causes
+from traces import write_trace
 
 from dbo_trace.analysis.host_time import CAUSES
 from dbo_trace.analysis.report import Options
@@ -91,10 +89,7 @@ def _worked_example(tmp_path, preprocess="gpu_model_runner: preprocess", first_k
         x("kernel", "gemm", 4000, first_kernel_us, tid=9, stream=9, correlation=3),
         x("kernel", "gemm", 12000, 1000, tid=9, stream=9, correlation=4),
     ]
-    path = tmp_path / "example.pt.trace.json.gz"
-    with gzip.open(path, "wt") as fh:
-        json.dump({"schemaVersion": 1, "traceEvents": events}, fh)
-    return path
+    return write_trace({"schemaVersion": 1, "traceEvents": events}, tmp_path / "example.pt.trace.json.gz")
 
 
 def test_the_worked_example(tmp_path):

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import SAMPLES
+from traces import read_trace, rewrite_trace, write_trace
 
 HANG = 120  # seconds: a quadratic re-scan took 80-130 s on 2.7 MB; a linear read takes well under 5
 
@@ -34,13 +35,11 @@ def one_line_error(proc, *words):
 
 def real_events():
     (path,) = (SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz")
-    return json.loads(gzip.decompress(path.read_bytes()))
+    return read_trace(path)
 
 
 def write(tmp_path, doc, name="t.json.gz"):
-    path = tmp_path / name
-    path.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
-    return path
+    return write_trace(doc, tmp_path / name)
 
 
 def test_one_wrong_typed_event_near_the_start_is_found_at_once(tmp_path):
@@ -197,8 +196,7 @@ def test_bad_event_log_records_are_a_warning_not_a_crash(tmp_path, record):
 def test_a_nested_trace_events_key_elsewhere_is_not_the_events(tmp_path):
     doc = real_events()
     fake = [{"ph": "X", "cat": "kernel", "name": "fake", "ts": 1, "dur": 1}]
-    path = tmp_path / "nested.json"
-    path.write_text(json.dumps({"meta": {"traceEvents": fake}, **doc}))
+    path = write_trace({"meta": {"traceEvents": fake}, **doc}, tmp_path / "nested.json")
     plain = json.loads(report(write(tmp_path, real_events(), "plain.json.gz")).stdout)
     proc = report(path)
     assert proc.returncode == 0, proc.stderr
@@ -233,9 +231,7 @@ def test_an_event_log_header_of_the_wrong_type_is_one_warning(tmp_path, version)
 def test_a_base_time_out_of_range_is_a_warning_not_a_crash(tmp_path, base):
     folder = _bundle_copy(tmp_path)
     (trace,) = (folder / "traces").glob("*.json.gz")
-    doc = json.loads(gzip.decompress(trace.read_bytes()))
-    doc["baseTimeNanoseconds"] = base
-    trace.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+    rewrite_trace(trace, trace, lambda doc: doc.update(baseTimeNanoseconds=base))
     proc = report(folder)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -10,7 +10,6 @@ are checked here by rules written from the formats' definitions (and the Markdow
 markdown-it, which rich depends on), and the HTML page is opened in a real headless Chromium.
 """
 
-import gzip
 import json
 import re
 import shutil
@@ -19,6 +18,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import SAMPLES, run_cli, run_cli_process
 from markdown_it import MarkdownIt
+from traces import rewrite_events
 
 from dbo_trace.analysis.report import Options
 from dbo_trace.pipeline import analyze_paths
@@ -50,12 +50,11 @@ FOLDER = "run " + ESC + "]0;owned" + BEL + "\u202e [/x] [link=x]y\n# @octocat <b
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def _rewrite_trace(path, rename):
-    doc = json.loads(gzip.decompress(path.read_bytes()))
-    for event in doc["traceEvents"]:
+def _renamed(events):
+    for event in events:
         if isinstance(event.get("name"), str):
-            event["name"] = rename(event["name"])
-    path.write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+            event["name"] = _rename(event["name"])
+    return events
 
 
 def _rename(name: str) -> str:
@@ -74,7 +73,7 @@ def hostile_bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inert") / FOLDER
     shutil.copytree(SAMPLES / "overlap", folder)
     (trace,) = (folder / "traces").glob("*.json.gz")
-    _rewrite_trace(trace, _rename)
+    rewrite_events(trace, trace, _renamed)
     (log,) = (folder / "events").glob("*.jsonl")
     lines = log.read_text().splitlines()
     records = [json.loads(line) for line in lines[1:]]

@@ -2,12 +2,12 @@
 must appear and one where it must not. The facts are read here from the raw files (the event log's
 lines, json.load), not from the package."""
 
-import gzip
 import json
 from pathlib import Path
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli
+from traces import read_trace
 
 PUBLIC = Path(__file__).parent / "data" / "public"
 
@@ -89,5 +89,4 @@ def test_notes_are_printed_once_each(name):
 
 
 def test_public_trace_is_gzip_json():  # the fixture the tests above read is what it says
-    with gzip.open(PUBLIC / "kineto-2021-v100.json.gz", "rt") as f:
-        assert "traceEvents" in json.load(f)
+    assert "traceEvents" in read_trace(PUBLIC / "kineto-2021-v100.json.gz")  # read as gzip: it is gzip

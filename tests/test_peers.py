@@ -2,12 +2,12 @@
 waits summed per rank, the straggler threshold; figures against tests/peers_reference.py, a plain
 computation from docs/analysis.md that shares no code with dbo_trace."""
 
-import gzip
 import json
 
 import pytest
 from conftest import SAMPLES, report_json
 from peers_reference import waits
+from traces import rewrite_trace, write_trace
 
 from dbo_trace.analysis.classify import CommRules
 
@@ -71,12 +71,6 @@ def test_overlap_names_who_waited_for_whom_and_where(docs):
     assert sum(v for k, v in reasons.items() if k != "exposed_us") == pytest.approx(reasons["exposed_us"], abs=0.01)
 
 
-def _rewrite(src, dst, change):
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    change(doc)
-    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
-
-
 def _to_epoch(doc):
     base = doc.pop("baseTimeNanoseconds") / 1000.0
     for e in doc["traceEvents"]:
@@ -93,7 +87,7 @@ def _no_clock(doc, shift_us):
 
 def test_epoch_ts_aligns_like_base_time(tmp_path, docs):
     for src in _traces(SAMPLES / "two-gpu-overlap"):
-        _rewrite(src, tmp_path / src.name, _to_epoch)
+        rewrite_trace(src, tmp_path / src.name, _to_epoch)
     doc = report_json(str(tmp_path))
     cross = doc["cross_rank"]
     assert cross["alignment"]["method"] == "ts on the epoch clock"
@@ -105,7 +99,7 @@ def test_epoch_ts_aligns_like_base_time(tmp_path, docs):
 def test_without_a_clock_the_first_collective_anchors_the_ranks(tmp_path, docs):
     """Each rank's trace clock shifted by a different amount: the anchor puts them back together."""
     for i, src in enumerate(_traces(SAMPLES / "two-gpu-overlap")):
-        _rewrite(src, tmp_path / src.name, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
+        rewrite_trace(src, tmp_path / src.name, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
     doc = report_json(str(tmp_path))
     cross = doc["cross_rank"]
     assert cross["alignment"]["method"] == "first matched collective's end"
@@ -126,8 +120,8 @@ def test_sequences_that_disagree_are_refused_and_said(tmp_path):
                     e["args"]["Collective name"] = "all_reduce"
 
     src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    _rewrite(src0, tmp_path / src0.name, lambda d: None)
-    _rewrite(src1, tmp_path / src1.name, other_collective)
+    rewrite_trace(src0, tmp_path / src0.name, lambda d: None)
+    rewrite_trace(src1, tmp_path / src1.name, other_collective)
     cross = report_json(str(tmp_path))["cross_rank"]
     assert cross["waits"] is None
     assert any("not matched" in n and "do not line up" in n for n in cross["notes"])
@@ -157,8 +151,8 @@ def test_ranks_that_cannot_be_aligned_say_why(tmp_path):
         _no_clock(doc, shift)
         doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("cat") == "kernel" and "nccl" in e["name"].lower())]
 
-    _rewrite(src0, tmp_path / src0.name, lambda d: strip(d, 0.0))
-    _rewrite(src1, tmp_path / src1.name, lambda d: strip(d, 5000.0))
+    rewrite_trace(src0, tmp_path / src0.name, lambda d: strip(d, 0.0))
+    rewrite_trace(src1, tmp_path / src1.name, lambda d: strip(d, 5000.0))
     cross = report_json(str(tmp_path))["cross_rank"]
     assert cross is not None
     assert cross["alignment"]["method"] is None
@@ -174,7 +168,7 @@ def test_without_base_time_the_event_log_aligns_the_ranks(tmp_path, docs):
     bundle = tmp_path / "bundle"
     shutil.copytree(SAMPLES / "two-gpu-overlap", bundle)
     for i, trace in enumerate(_traces(bundle)):
-        _rewrite(trace, trace, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
+        rewrite_trace(trace, trace, lambda d, i=i: _no_clock(d, 1000.0 + 777_000.0 * i))
     cross = report_json(str(bundle))["cross_rank"]
     assert cross["alignment"]["method"] == "event log time_ns"
     before = docs["overlap"]["cross_rank"]["waits"]["ranks"]
@@ -199,7 +193,7 @@ def test_eight_ranks_with_one_late_rank_agree_with_the_independent_computation(t
     paths = []
     for rank in range(8):
         path = tmp_path / f"rank{rank}.pt.trace.json.gz"
-        _rewrite(src[rank % 2], path, lambda d, rank=rank: _as_rank(d, rank, 8, 300.0 if rank == 5 else 0.0))
+        rewrite_trace(src[rank % 2], path, lambda d, rank=rank: _as_rank(d, rank, 8, 300.0 if rank == 5 else 0.0))
         paths.append(path)
     cross = report_json(str(tmp_path))["cross_rank"]
     got = cross["waits"]["ranks"]
@@ -224,7 +218,7 @@ def test_a_rank_whose_clock_is_off_is_refused_not_matched(tmp_path):
             if rank == 1:
                 doc["baseTimeNanoseconds"] += 2_000_000
 
-        _rewrite(src[rank], tmp_path / src[rank].name, shifted)
+        rewrite_trace(src[rank], tmp_path / src[rank].name, shifted)
     cross = report_json(str(tmp_path))["cross_rank"]
     assert cross["waits"] is None
     assert any("rank 1's collectives not matched" in n for n in cross["notes"])
@@ -312,7 +306,7 @@ def test_the_reader_keeps_a_collectives_args_and_shrugs_off_odd_ones(tmp_path):
         _kernel(4.0, stream=7, correlation=4),
     ]
     path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": events}))
+    write_trace({"traceEvents": events}, path)
     raw = kineto.read_kineto(path)
     e = raw.events
     assert [raw.names[i] if i >= 0 else None for i in e.collective] == ["all_reduce", "all_reduce", None, None]
@@ -337,8 +331,8 @@ def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
                 e["args"]["Process Group Name"] = "[bold red]pg\x1b[31m"
 
     src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    _rewrite(src0, tmp_path / src0.name, lambda d: None)
-    _rewrite(src1, tmp_path / src1.name, hostile)
+    rewrite_trace(src0, tmp_path / src0.name, lambda d: None)
+    rewrite_trace(src1, tmp_path / src1.name, hostile)
     from conftest import run_cli
 
     proc = run_cli("report", str(tmp_path))
@@ -352,7 +346,7 @@ def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
 def test_two_separate_runs_on_epoch_ts_are_refused(tmp_path):
     """Traces with epoch ts and no baseTimeNanoseconds are checked for being one run too."""
     src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    _rewrite(src0, tmp_path / src0.name, _to_epoch)
+    rewrite_trace(src0, tmp_path / src0.name, _to_epoch)
 
     def an_hour_later(doc):
         _to_epoch(doc)
@@ -360,7 +354,7 @@ def test_two_separate_runs_on_epoch_ts_are_refused(tmp_path):
             if "ts" in e:
                 e["ts"] += 3600e6
 
-    _rewrite(src1, tmp_path / src1.name, an_hour_later)
+    rewrite_trace(src1, tmp_path / src1.name, an_hour_later)
     from conftest import run_cli
 
     proc = run_cli("report", str(tmp_path))
@@ -374,8 +368,8 @@ def test_markdown_shows_the_cross_rank_notes_inert(tmp_path):
                 e["args"]["Process Group Name"] = "<img src=x>[a](b)*c*"
 
     src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    _rewrite(src0, tmp_path / src0.name, lambda d: None)
-    _rewrite(src1, tmp_path / src1.name, hostile)
+    rewrite_trace(src0, tmp_path / src0.name, lambda d: None)
+    rewrite_trace(src1, tmp_path / src1.name, hostile)
     from conftest import run_cli
 
     md = run_cli("report", str(tmp_path), "--markdown").stdout

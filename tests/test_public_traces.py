@@ -4,6 +4,7 @@ independent computation in tests/reference.py, counts exact, verdicts as the num
 import pytest
 from conftest import ROOT, report_json, run_cli
 from reference import headline
+from traces import events_of, read_trace, rewrite_trace, write_trace
 
 from dbo_trace.analysis.classify import CommRules
 
@@ -104,15 +105,12 @@ def test_two_ranks_of_one_job_are_read_together():
 def test_the_json_array_format_reads_as_the_object_format(tmp_path):
     """Kineto's 2020 layout (the document is the array of events) gives the figures the same events
     give wrapped in {"traceEvents": ...}."""
-    import gzip
     import json
 
     array = PUBLIC / "kineto-2020-array-resnet50.json.gz"
-    with gzip.open(array, "rt") as fh:
-        events = json.load(fh)
+    events = read_trace(array)
     assert isinstance(events, list)
-    wrapped = tmp_path / "wrapped.json"
-    wrapped.write_text(json.dumps({"traceEvents": events}))
+    wrapped = write_trace({"traceEvents": events}, tmp_path / "wrapped.json")
     a, b = report_json(str(array)), report_json(str(wrapped))
     for doc in (a, b):
         doc.pop("inputs")
@@ -135,19 +133,14 @@ def test_an_array_with_data_after_it_is_refused_in_one_line(tmp_path):
 def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_path, name):
     """With torch's ProfilerStep# removed, the iterations come from Optimizer.step#: as many as the
     profiler's steps, each after the previous one's optimizer step, which ran inside its ProfilerStep."""
-    import gzip
-    import json
-
-    with gzip.open(PUBLIC / name, "rt") as fh:
-        doc = json.load(fh)
+    doc = read_trace(PUBLIC / name)
     marks = sorted(
         (e["ts"], e["ts"] + e["dur"])
-        for e in doc["traceEvents"]
-        if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+        for e in events_of(doc, "user_annotation")
+        if str(e.get("name", "")).startswith("ProfilerStep#")
     )
     doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
-    stripped = tmp_path / "stripped.json"
-    stripped.write_text(json.dumps(doc))
+    stripped = write_trace(doc, tmp_path / "stripped.json")
     report = report_json(str(stripped))
     assert report["steps_source"].startswith("Optimizer.step#")
     steps = report["steps"]
@@ -159,16 +152,13 @@ def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_
 def test_hip_graphs_are_called_hip_graphs(tmp_path):
     """A ROCm trace's graph replays (hipGraphLaunch) are HIP graphs, not CUDA graphs: the 16-rank
     training trace with its cudaGraphLaunch calls renamed as ROCm names them."""
-    import gzip
-    import json
 
-    with gzip.open(PUBLIC / "hta-training-16rank-nccl-graphs.json.gz", "rt") as fh:
-        doc = json.load(fh)
-    for e in doc["traceEvents"]:
-        if e.get("name") == "cudaGraphLaunch":
-            e["name"] = "hipGraphLaunch"
-    path = tmp_path / "rocm.json"
-    path.write_text(json.dumps(doc))
+    def as_rocm(doc):
+        for e in doc["traceEvents"]:
+            if e.get("name") == "cudaGraphLaunch":
+                e["name"] = "hipGraphLaunch"
+
+    path = rewrite_trace(PUBLIC / "hta-training-16rank-nccl-graphs.json.gz", tmp_path / "rocm.json", as_rocm)
     reasons = report_json(str(path))["verdict"]["reasons"]
     assert any(r.startswith("HIP graphs replayed: 70 launches") for r in reasons)
     assert not any("CUDA graphs" in r for r in reasons)

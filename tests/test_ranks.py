@@ -1,23 +1,21 @@
 """Several ranks: one timeline each, ordered by distributedInfo.rank, totals that add up."""
 
-import gzip
-import json
-
 from conftest import report_json, run_cli, sample_trace
+from traces import complete_events, read_trace, rewrite_trace, write_trace
 
 
 def _first_ts(doc):
-    return min(e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X")
+    return min(e["ts"] for e in complete_events(doc))
 
 
 def _with_rank(src, dst, rank, align_with=None):
     """src as rank `rank` of a two-rank job; align_with: a trace whose profiled window it is moved onto."""
-    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc = read_trace(src)
     doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
     if align_with is not None:
-        other = json.loads(gzip.decompress(align_with.read_bytes()))
+        other = read_trace(align_with)
         doc["baseTimeNanoseconds"] = int(other["baseTimeNanoseconds"] + (_first_ts(other) - _first_ts(doc)) * 1000)
-    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    write_trace(doc, dst)
 
 
 def test_two_separate_runs_are_refused_with_a_pointer_to_compare(tmp_path):
@@ -48,10 +46,12 @@ def test_two_ranks(tmp_path):
 
 def _shifted(src, dst, rank, shift_ns):
     """The same trace as another rank whose clock base is shift_ns later: its steps start shift_ns later."""
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
-    doc["baseTimeNanoseconds"] = doc["baseTimeNanoseconds"] + shift_ns
-    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    def as_rank(doc):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2, "backend": "nccl"}
+        doc["baseTimeNanoseconds"] = doc["baseTimeNanoseconds"] + shift_ns
+
+    rewrite_trace(src, dst, as_rank)
 
 
 def test_cross_rank_view_finds_the_late_rank_and_its_skew(tmp_path):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 from conftest import VARIANTS, sample_trace
+from traces import read_trace, write_trace
 
 from dbo_trace.trace.kineto import read_kineto
 
@@ -33,7 +34,7 @@ def _got(raw):
 @pytest.mark.parametrize("block", [1 << 24, 4096, 97])
 def test_matches_json_load(variant, block):
     path = sample_trace(variant)
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = read_trace(path)
     raw = read_kineto(path, block=block)
     assert _got(raw) == _expected(doc)
     assert raw.metadata["baseTimeNanoseconds"] == doc["baseTimeNanoseconds"]
@@ -89,9 +90,8 @@ def test_both_inflaters_refuse_bad_gzip_in_one_line(tmp_path, inflater, damage):
 
 @pytest.mark.parametrize("style", ["minified", "indented"])
 def test_other_json_layouts(tmp_path, style):
-    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(doc, separators=(",", ":")) if style == "minified" else json.dumps(doc, indent=4))
+    doc = read_trace(sample_trace("graph"))
+    path = write_trace(doc, tmp_path / "t.json", **({"separators": (",", ":")} if style == "minified" else {"indent": 4}))
     raw = read_kineto(path, block=1000)
     assert _got(raw) == _expected(doc)
 
@@ -122,8 +122,7 @@ def test_boundary_lookalikes_inside_strings_and_nested_args(tmp_path):
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
         {"ph": "i", "name": "Record Window End", "pid": "", "tid": "", "ts": 9},
     ]
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 42}))
+    path = write_trace({"schemaVersion": 1, "traceEvents": events, "baseTimeNanoseconds": 42}, tmp_path / "t.json")
     for block in (7, 64, 4096):
         raw = read_kineto(path, block=block)
         assert sorted(raw.names) == sorted(['tricky"},{"name', "op"])
@@ -138,8 +137,7 @@ def test_events_without_timestamp_are_counted_not_fatal(tmp_path):
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "dur": 1},
         {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1},
     ]
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": events}))
+    path = write_trace({"traceEvents": events}, tmp_path / "t.json")
     raw = read_kineto(path)
     assert len(raw.events.ts) == 1 and raw.skipped_no_time == 1
 
@@ -148,7 +146,7 @@ def test_events_without_timestamp_are_counted_not_fatal(tmp_path):
 def test_a_tail_with_lists_of_objects_after_the_events(tmp_path, block):
     """Valid JSON may put deviceProperties (a list of objects, so a `}]`) after traceEvents; the
     reader must not take that `}]` for the array's end (found by the benchmark's tiled traces)."""
-    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    doc = read_trace(sample_trace("graph"))
     events = doc.pop("traceEvents")
     path = tmp_path / "t.json"
     path.write_text('{"traceEvents": ' + json.dumps(events) + ", " + json.dumps(doc)[1:])
@@ -171,8 +169,7 @@ def test_absent_and_odd_fields_in_one_chunk(tmp_path):
         dict(base, cat="kernel", name="huge id", args={"correlation": 1 << 70}),
         dict(base, cat="kernel", name="plain", args={"correlation": 5, "stream": 7}),
     ]
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps({"traceEvents": [{k: v for k, v in e.items() if v is not ...} for e in events]}))
+    path = write_trace({"traceEvents": [{k: v for k, v in e.items() if v is not ...} for e in events]}, tmp_path / "t.json")
     raw = read_kineto(path)
     assert raw.skipped_no_time == 2
     assert raw.dropped == {"GPU activity or CUDA call without a duration": 1}

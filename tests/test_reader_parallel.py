@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from conftest import ROOT, sample_trace
+from traces import read_trace
 
 from dbo_trace.trace import kineto as k
 from dbo_trace.trace.errors import InputError
@@ -67,7 +68,7 @@ def test_workers_read_other_projects_traces_as_one_process_does(monkeypatch, nam
 
 
 def test_one_event_per_line_layout(monkeypatch, tmp_path):
-    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    doc = read_trace(sample_trace("graph"))
     events = doc.pop("traceEvents")
     path = tmp_path / "lines.json"
     path.write_text('{"traceEvents": [\n' + ",\n".join(json.dumps(e) for e in events) + "\n], " + json.dumps(doc)[1:])
@@ -77,7 +78,7 @@ def test_one_event_per_line_layout(monkeypatch, tmp_path):
 def test_a_bad_event_gives_the_sequential_error(tmp_path):
     """In Kineto's layout, so that the chunk holding it goes to a worker, fails there, and the file is
     read again sequentially."""
-    doc = json.loads(gzip.decompress(sample_trace("graph").read_bytes()))
+    doc = read_trace(sample_trace("graph"))
     events = doc.pop("traceEvents")
     events[len(events) // 2]["ts"] = "soon"
     path = tmp_path / "bad.json"

@@ -6,24 +6,22 @@ recording of samples/overlap with the plugin's dbo:ub<N> ranges renamed to SGLan
 once as recorded (two threads) and once with every host event moved onto one thread, as SGLang
 runs: the microbatch figures must be those the plugin's own ranges give."""
 
-import gzip
-import json
 import re
 
 import pytest
 from conftest import SAMPLES, report_json
+from traces import events_of, read_trace, rewrite_trace, write_trace
 
 HOOK = re.compile(r"^dbo:ub([01]):")
 
 
 def _as_sglang(tmp_path, one_thread):
     src = next((SAMPLES / "overlap" / "traces").glob("*.json.gz"))
-    with gzip.open(src, "rt") as fh:
-        doc = json.load(fh)
+    doc = read_trace(src)
     stage = [0, 0]
     main_tid = None
-    for e in doc["traceEvents"]:
-        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#"):
+    for e in events_of(doc, "user_annotation"):
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
             main_tid = e["tid"]
     renamed = []
     for e in sorted(doc["traceEvents"], key=lambda e: e.get("ts", 0)):
@@ -38,10 +36,7 @@ def _as_sglang(tmp_path, one_thread):
             e = dict(e, tid=main_tid)
         renamed.append(e)
     doc["traceEvents"] = renamed
-    out = tmp_path / "sglang.json.gz"
-    with gzip.open(out, "wt") as fh:
-        json.dump(doc, fh)
-    return out, src
+    return write_trace(doc, tmp_path / "sglang.json.gz"), src
 
 
 @pytest.mark.parametrize("one_thread", [False, True])
@@ -58,11 +53,10 @@ def test_stage_ranges_give_the_two_microbatches(tmp_path, one_thread):
 
 def test_a_few_ranges_named_like_stages_are_not_microbatches(tmp_path):
     src = next((SAMPLES / "overlap-no-hooks" / "traces").glob("*.json.gz"))
-    with gzip.open(src, "rt") as fh:
-        doc = json.load(fh)
-    first = next(e for e in doc["traceEvents"] if e.get("cat") == "user_annotation")
-    doc["traceEvents"].append(dict(first, name="a1"))  # one range called a1, no b<i>
-    out = tmp_path / "one.json.gz"
-    with gzip.open(out, "wt") as fh:
-        json.dump(doc, fh)
+
+    def one_stage_range(doc):
+        first = events_of(doc, "user_annotation")[0]
+        doc["traceEvents"].append(dict(first, name="a1"))  # one range called a1, no b<i>
+
+    out = rewrite_trace(src, tmp_path / "one.json.gz", one_stage_range)
     assert "SGLang" not in report_json(str(out))["microbatch_source"]

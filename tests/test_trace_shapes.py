@@ -1,24 +1,15 @@
 """Shapes real traces take that the demo's do not: work launched before the profiler started, ROCm's
 string streams and hip* calls, symmetric-memory collectives, collectives of several kernels."""
 
-import gzip
-import json
-
 import numpy as np
 import pytest
 from conftest import ROOT, SAMPLES, report_json, run_cli
+from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, rewrite_trace, write_trace
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.report import comm_operations
 
 PUBLIC = ROOT / "tests" / "data" / "public"
-
-
-def _rewrite(src, dst, edit):
-    doc = json.loads(gzip.decompress(src.read_bytes()))
-    edit(doc)
-    dst.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return dst
 
 
 def test_work_launched_before_the_profiler_is_in_no_step(tmp_path):
@@ -27,18 +18,12 @@ def test_work_launched_before_the_profiler_is_in_no_step(tmp_path):
     (src,) = (SAMPLES / "vllm-graphs-decode" / "traces").glob("*.json.gz")
     before = report_json(str(src))
     first = before["steps"][0]
-    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc = read_trace(src)
     t0, t1 = first["start_us"], first["start_us"] + first["step_us"]
-    calls = [
-        e
-        for e in doc["traceEvents"]
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}) and t0 <= e["ts"] <= t1
-    ]
+    calls = [e for e in events_of(doc, *CALL_CATEGORIES) if "correlation" in e.get("args", {}) and t0 <= e["ts"] <= t1]
     dropped = {e["args"]["correlation"] for e in calls}
     lowest_kept = min(
-        e["args"]["correlation"]
-        for e in doc["traceEvents"]
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}) and e["ts"] > t1
+        e["args"]["correlation"] for e in events_of(doc, *CALL_CATEGORIES) if "correlation" in e.get("args", {}) and e["ts"] > t1
     )
     assert max(dropped) < lowest_kept  # they are the earliest launches: as if before the profiler
 
@@ -50,13 +35,8 @@ def test_work_launched_before_the_profiler_is_in_no_step(tmp_path):
         return True
 
     doc["traceEvents"] = [e for e in doc["traceEvents"] if profiled(e)]
-    orphans = sum(
-        1
-        for e in doc["traceEvents"]
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in dropped
-    )
-    path = tmp_path / "late-start.pt.trace.json.gz"
-    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    orphans = sum(1 for e in events_of(doc, *GPU_CATEGORIES) if e["args"].get("correlation") in dropped)
+    path = write_trace(doc, tmp_path / "late-start.pt.trace.json.gz")
     after = report_json(str(path))
     assert orphans > 0
     assert sum(s["gpu"]["kernels"] for s in after["steps"]) == sum(s["gpu"]["kernels"] for s in before["steps"][1:])
@@ -75,7 +55,7 @@ def test_rocm_string_streams_and_hip_graph_launches(tmp_path):
         launch = next(e for e in doc["traceEvents"] if e.get("name") == "hipLaunchKernel")
         launch["name"] = "hipGraphLaunch"
 
-    doc = report_json(str(_rewrite(src, tmp_path / "rocm.json.gz", as_rocm)))
+    doc = report_json(str(rewrite_trace(src, tmp_path / "rocm.json.gz", as_rocm)))
     assert doc["gpu"]["kernels"] == plain["gpu"]["kernels"] and doc["gpu"]["busy_us"] == plain["gpu"]["busy_us"]
     assert doc["graphs"]["launches"] == 1 and doc["graphs"]["replayed_kernels"] == 1
     assert doc["host"]["launches"] == plain["host"]["launches"] - 1

@@ -2,13 +2,13 @@
 steps and phases against vLLM's own execute_* annotations, graph launches against the trace and the
 plugin's log, every figure against tests/reference.py, the counters from the engine core."""
 
-import gzip
 import json
 import re
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli
 from reference import headline
+from traces import read_trace
 
 from dbo_trace.analysis.classify import CommRules
 from dbo_trace.trace.eventlog import read_event_log
@@ -23,7 +23,7 @@ def trace_of(name):
 
 
 def raw(name):
-    return json.loads(gzip.decompress(trace_of(name).read_bytes()))
+    return read_trace(trace_of(name))
 
 
 @pytest.fixture(scope="module")

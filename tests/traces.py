@@ -26,16 +26,20 @@ def read_trace(path: Path) -> Any:
 
 def write_trace(doc: Any, path: Path, **dumps: Any) -> Path:
     """doc as the file path (gzip, quickly, for a .gz name); dumps: json.dumps's layout arguments."""
-    text = json.dumps(doc, **dumps).encode()
-    path.write_bytes(gzip.compress(text, compresslevel=1) if path.name.endswith(".gz") else text)
+    return write_raw(json.dumps(doc, **dumps).encode(), path)
+
+
+def write_raw(content: bytes, path: Path) -> Path:
+    """Bytes as the file path (gzip for a .gz name): a trace laid out by hand, broken on purpose."""
+    path.write_bytes(gzip.compress(content, compresslevel=1) if path.name.endswith(".gz") else content)
     return path
 
 
-def rewrite_trace(src: Path, dst: Path, edit: Callable[[dict], Any]) -> Path:
-    """src's document changed by edit(doc) (in place, or the document it returns), written to dst."""
+def rewrite_trace(src: Path, dst: Path, edit: Callable[[dict], None]) -> Path:
+    """src's document changed in place by edit(doc), written to dst (which may be src)."""
     doc = read_trace(src)
-    edited = edit(doc)
-    return write_trace(doc if edited is None else edited, dst)
+    edit(doc)
+    return write_trace(doc, dst)
 
 
 def rewrite_events(src: Path, dst: Path, edit: Callable[[list[dict]], list[dict]]) -> Path:
