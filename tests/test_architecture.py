@@ -155,3 +155,27 @@ def test_cycle_finder_names_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"f"}, "f": {"e", "d"}}
     assert sorted(cycles_in(graph)) == ["a -> b -> c -> a", "e -> f -> e"]
     assert cycles_in({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+TESTS = ROOT / "tests"
+# Computations written apart from the package (docs say how, the package's code is not read): they
+# share no code with it, nor with the tests' builders, only the standard library and each other.
+INDEPENDENT = sorted(
+    [*TESTS.glob("reference*.py"), *TESTS.glob("independent_*.py"), TESTS / "peers_reference.py", TESTS / "nsys_export.py"]
+)
+
+
+@pytest.mark.parametrize("path", INDEPENDENT, ids=lambda p: p.name)
+def test_the_independent_references_stay_self_contained(path):
+    import sys
+
+    own = {p.stem for p in INDEPENDENT}
+    for module in imports_of(path):
+        top = module.split(".")[0]
+        assert top in sys.stdlib_module_names or top in own, f"tests/{path.name} imports {module}"
+
+
+def test_the_test_builders_use_no_package_code():
+    """tests/traces.py reads and writes traces with json and gzip: what a test computes from its
+    dicts stays independent of the reader it checks."""
+    assert not [m for m in imports_of(TESTS / "traces.py") if m.startswith("dbo_trace")]
