@@ -24,9 +24,9 @@ call of a function defined in dbo_trace/analysis, each ndarray argument's size, 
 arguments and in dataclass arguments, such as the rank's shared state RankDetail, too). A helper
 called once per item with whole arrays, the usual shape of a quadratic path, makes that count grow
 with items x events. It is exact and needs no repetition: 7.8-8.0x for 8x the copies on every shape
-here (under 8 where a state object holds arrays that grow less than the events); the code before issue 21 gave 39-48x on the six shapes with comm
-operations at 2 and 16 copies. It cannot see a loop that scans inline (a mask per step in the loop
-body): the timing test is for those.
+here (under 8 where a state object holds arrays that grow less than the events); the code before
+issue 21 gave 39-48x on the six shapes with comm operations at 2 and 16 copies. It cannot see a
+loop that scans inline (a mask per step in the loop body): the timing test is for those.
 """
 
 from __future__ import annotations

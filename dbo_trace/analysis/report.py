@@ -34,7 +34,17 @@ from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import LABELS, Findings, Verdict, decide, qualifiers
+from dbo_trace.analysis.verdict import (
+    HOST_BASIS_IN_STEPS,
+    HOST_BASIS_WINDOW,
+    LABELS,
+    Findings,
+    Verdict,
+    decide,
+    host_test_of,
+    qualifiers,
+)
+from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
@@ -89,15 +99,6 @@ class PhaseReport:
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
     step_spread: Spread | None = None  # its steps' times: median, p90, p99, max
-
-
-@dataclass(frozen=True)
-class HostTest:
-    """What the host-bound verdict measured: in-step host idle where steps are real markers,
-    the whole window where they were inferred."""
-
-    fraction: float | None
-    basis: str
 
 
 @dataclass(frozen=True)
@@ -561,17 +562,6 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
     return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
-HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
-HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
-
-
-def host_test_of(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
-    if inferred or in_steps.window_us <= 0:
-        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HOST_BASIS_WINDOW)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
-
-
 def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> PhaseReport:
     att = d.attribution
     idx = np.array([s.index for s in steps], np.int64)
@@ -642,13 +632,10 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     total = sum_metrics([r.total for r in ranks])
     rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
-    if len(ranks) == 1:
-        host = ranks[0].host_test
-    elif all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks):
-        span = sum(r.in_steps.window_us for r in ranks)
-        host = HostTest(sum(r.in_steps.host_idle_us for r in ranks) / span if span > 0 else None, HOST_BASIS_IN_STEPS)
-    else:
-        host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
+    in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
+    # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
+    every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
+    host = ranks[0].host_test if len(ranks) == 1 else host_test_of(not every_in_steps, window, in_steps)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
