@@ -247,7 +247,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         graph_api=api,
     )
     return RankReport(
-        rank=tl.rank if rank is None else rank,
+        rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,

@@ -49,7 +49,9 @@ class CommArgs:
 @dataclass
 class Timeline:
     source: Path
-    rank: int
+    # The rank its trace claims: distributedInfo's, else the input's position (an Nsight export's
+    # processes numbered from it). Only a claim: settle_ranks decides each rank's number, once.
+    claimed_rank: int
     pid: int | None  # the host process, where the trace says
     names: list[str]
     gpu: Intervals  # kernels, memcpy, memset
@@ -132,7 +134,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         warnings.append(f"{raw.path}: {count} events left out: {reason}")
     return Timeline(
         source=raw.path,
-        rank=rank,
+        claimed_rank=rank,
         pid=pid,
         names=raw.names,
         gpu=gpu,
