@@ -21,7 +21,7 @@ ACROSS = "across"
 SUM, MEDIAN, MAX, SUM_IF_ALL = "sum", "median", "max", "sum_if_all"
 
 
-@dataclass
+@dataclass(frozen=True)
 class WindowMetrics:
     span_us: float  # the window (or union of windows) measured: WindowTime
     gpu_busy_us: float  # union of all GPU activity
@@ -225,7 +225,7 @@ def grouped_window_metrics(
     ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoundTrips:
     """The DBO profitability arithmetic (docs/analysis.md)."""
 

@@ -85,7 +85,7 @@ class Qualifier:
     text: str  # the finding in words, with its numbers
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     label: str
     reasons: list[str] = field(default_factory=list)
