@@ -15,7 +15,7 @@ from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank,
 from dbo_trace.trace.alloc import reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, Loaded, discover, load, read_logs, read_timelines, settle_ranks
+from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_timelines, settle_ranks
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
@@ -56,7 +56,7 @@ def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
 
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = options_from_manifests(options, loaded.manifests)
-    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options) for tl in loaded.timelines]
+    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n) for n, tl in zip(loaded.ranks, loaded.timelines)]
     return combine(ranks, options, inputs, loaded.warnings)
 
 
@@ -111,11 +111,12 @@ def analyze_found(
                 progress(done)
     ranks = [rank for _, r in sorted(results.items()) if not isinstance(r, str) for rank in r]
     errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
-    timelines = [r.detailed().timeline for r in ranks]
-    warnings = found.warnings + settle_ranks(timelines, errors) + warnings
-    # settle_ranks may have numbered them: each report takes its timeline's rank
-    ranks = sorted((replace(r, rank=r.detailed().timeline.rank) for r in ranks), key=lambda r: r.rank)
-    return combine(ranks, options, inputs, warnings)
+    # The workers analysed each rank before every trace's claim was known: the numbers are decided
+    # now, once (settle_ranks), and given to the reports; a report's number differs from its claim
+    # only where claims clashed.
+    numbers, settle_warnings = settle_ranks([r.detailed().timeline for r in ranks], errors)
+    numbered = [r if r.rank == n else replace(r, rank=n) for r, n in zip(ranks, numbers)]
+    return combine([numbered[i] for i in rank_order(numbers)], options, inputs, found.warnings + settle_warnings + warnings)
 
 
 def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:

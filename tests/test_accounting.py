@@ -15,7 +15,7 @@ LAUNCH = np.array([0.5, 1, 7]) * MS
 
 
 def test_worked_example_buckets():
-    part = partition(0.0, 10 * MS, START, END, KIND, LAUNCH)
+    part = partition(lo=0.0, hi=10 * MS, start=START, end=END, kind=KIND, launch_start=LAUNCH)
     row = part.measure(np.array([0.0]), np.array([10 * MS]))[0]
     assert row.tolist() == pytest.approx([3 * MS, 1 * MS, 0, 6 * MS, 0])
     step = part.measure(np.array([0.0]), np.array([6 * MS]))[0]
@@ -27,13 +27,13 @@ def test_worked_example_buckets():
 
 def test_queued_work_is_not_host_idle():
     """The 8 ms kernel launched at 4.5 ms, before the GPU went idle at 5: waiting on a dependency."""
-    part = partition(0.0, 9 * MS, START, END, KIND, np.array([0.5, 1, 4.5]) * MS)
+    part = partition(lo=0.0, hi=9 * MS, start=START, end=END, kind=KIND, launch_start=np.array([0.5, 1, 4.5]) * MS)
     row = part.measure(np.array([0.0]), np.array([9 * MS]))[0]
     assert row[B_HOST] == pytest.approx(2 * MS) and row[4] == pytest.approx(3 * MS)
 
 
 def test_unions_count_overlapping_windows_once():
-    part = partition(0.0, 10 * MS, START, END, KIND, LAUNCH)
+    part = partition(lo=0.0, hi=10 * MS, start=START, end=END, kind=KIND, launch_start=LAUNCH)
     both = part.measure_union(np.array([0.0, 1 * MS]), np.array([4 * MS, 6 * MS]))
     assert both.sum() == pytest.approx(6 * MS)
     assert both[B_COMPUTE] == pytest.approx(2 * MS) and both[B_COMM] == pytest.approx(1 * MS)

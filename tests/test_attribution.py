@@ -1,6 +1,7 @@
 """Microbatch and phase attribution on the real samples, from each source."""
 
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def test_ubatch_patterns():
     att = attribute(tl, [], ubatch_patterns=[r"^dbo:ub0:(compute|comm)$", r"^dbo:ub1:(compute|comm)$"])
     # The hook ranges win when present; a trace without them falls to the patterns.
     assert att.source == SOURCE_HOOK_RANGES
-    tl.names = [n.replace("dbo:", "mine:") for n in tl.names]
+    tl = replace(tl, names=[n.replace("dbo:", "mine:") for n in tl.names])
     att = attribute(tl, [], ubatch_patterns=[r"^mine:ub0:", r"^mine:ub1:"])
     assert att.source == SOURCE_PATTERNS
     assert np.bincount(att.gpu_ubatch.astype(int)).tolist() == [len(tl.gpu) // 2] * 2
@@ -76,7 +77,7 @@ def test_launching_threads_agree_with_the_event_log(variant):
     event log's attribution of the same trace, which joins the hooks' own record by thread and time."""
     tl = _timeline(variant)
     by_log = attribute(tl, _logs(variant))
-    tl.names = [n.replace("dbo:", "hidden:") for n in tl.names]  # no hook ranges either: a stock trace
+    tl = replace(tl, names=[n.replace("dbo:", "hidden:") for n in tl.names])  # no hook ranges either: a stock trace
     by_threads = attribute(tl, [])
     assert by_threads.source == SOURCE_THREADS
     assert (by_threads.gpu_ubatch == by_log.gpu_ubatch).all()
@@ -107,7 +108,7 @@ def test_steps_from_gaps_without_markers():
     marked = attribute(_timeline("overlap-no-hooks"), [])
     assert marked.steps.source.startswith("ProfilerStep")
     tl = _timeline("overlap-no-hooks")
-    tl.names = [n.replace("ProfilerStep#", "Unmarked#") for n in tl.names]
+    tl = replace(tl, names=[n.replace("ProfilerStep#", "Unmarked#") for n in tl.names])
     att = attribute(tl, [])
     assert att.steps.source.startswith("GPU idle gaps")
     assert len(att.steps) == 5

@@ -58,23 +58,23 @@ def tiled(a, copies, pathology):
         out_step[:] = -1
         out_launch[:] = np.nanmin(launch)
     seg_offsets = np.repeat(np.arange(copies) * shift, len(a["seg"][0]))
-    return (
-        np.tile(a["seg"][0], copies) + seg_offsets,
-        np.tile(a["seg"][1], copies) + seg_offsets,
-        np.tile(start, copies) + offsets,
-        np.tile(end, copies) + offsets,
-        np.tile(kind, copies),
-        np.tile(ubatch, copies),
-        out_step,
-        out_launch,
-    )
+    return {
+        "seg_start": np.tile(a["seg"][0], copies) + seg_offsets,
+        "seg_end": np.tile(a["seg"][1], copies) + seg_offsets,
+        "start": np.tile(start, copies) + offsets,
+        "end": np.tile(end, copies) + offsets,
+        "kind": np.tile(kind, copies),
+        "ubatch": np.tile(ubatch, copies),
+        "step": out_step,
+        "launch_start": out_launch,
+    }
 
 
 def best_of_three(args) -> float:
     times = []
     for _ in range(3):
         started = time.process_time()  # CPU time: a loaded machine's waits do not count
-        exposure(*args)
+        exposure(**args)
         times.append(time.process_time() - started)
     return min(times)
 
@@ -89,7 +89,7 @@ def assert_near_linear(sample_arrays, pathology):
 
     small = tiled(sample_arrays, N, pathology)
     large = tiled(sample_arrays, 4 * N, pathology)
-    assert len(large[0]) == 4 * len(small[0])
+    assert len(large["seg_start"]) == 4 * len(small["seg_start"])
     best_of_three(small)  # warm: imports, caches
     t_small, t_large = best_of_three(small), best_of_three(large)
     growth = t_large / t_small
@@ -107,8 +107,8 @@ def test_with_the_steps_kept_the_time_grows_linearly_today(sample_arrays):
 
 def test_the_tiled_input_keeps_the_samples_answer(sample_arrays):
     """Tiling is faithful: with the steps kept, N copies expose N times the sample's comm."""
-    one = exposure(*tiled(sample_arrays, 1, "steps kept"))
-    many = exposure(*tiled(sample_arrays, 5, "steps kept"))
+    one = exposure(**tiled(sample_arrays, 1, "steps kept"))
+    many = exposure(**tiled(sample_arrays, 5, "steps kept"))
     assert many.exposed_us == pytest.approx(5 * one.exposed_us, rel=1e-9)
     for reason, t in one.by_reason_us.items():
         assert many.by_reason_us[reason] == pytest.approx(5 * t, rel=1e-6, abs=1e-6)

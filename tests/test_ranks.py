@@ -72,3 +72,20 @@ def test_cross_rank_view_finds_the_late_rank_and_its_skew(tmp_path):
 
 def test_one_rank_has_no_cross_rank_view():
     assert report_json(str(sample_trace("overlap")))["cross_rank"] is None
+
+
+def test_clashing_claims_are_numbered_once_by_name_and_the_timelines_keep_their_claim(tmp_path):
+    """Both traces claim rank 1: the ranks are numbered by file name (a: 0, b: 1), in one process and
+    with a worker per trace alike, and the number lives on the report only (the timelines still say
+    what their traces claimed)."""
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.pipeline import analyze_paths
+
+    _with_rank(sample_trace("serial"), tmp_path / "b.pt.trace.json.gz", 1, align_with=sample_trace("overlap-no-hooks"))
+    _with_rank(sample_trace("overlap-no-hooks"), tmp_path / "a.pt.trace.json.gz", 1)
+    by_name = sorted(p.name for p in tmp_path.iterdir())
+    for workers in (1, 2):
+        report = analyze_paths([tmp_path], Options(comm_patterns=("spin_kernel",)), workers=workers)
+        assert [(r.rank, r.source.rsplit("/", 1)[-1]) for r in report.ranks] == list(enumerate(by_name))
+        assert [r.detailed().timeline.claimed_rank for r in report.ranks] == [1, 1]
+        assert report.cross_rank is not None and report.cross_rank.ranks == [0, 1]

@@ -21,15 +21,17 @@ this code 6-9x (docs/performance.md).
 
 Work, counted independently of time: the array elements handed to the analysis's functions (every
 call of a function defined in dbo_trace/analysis, each ndarray argument's size, arrays in tuple
-arguments too). A helper called once per item with whole arrays, the usual shape of a quadratic
-path, makes that count grow with items x events. It is exact and needs no repetition: 8.00x for
-8x the copies on every shape here; the code before issue 21 gave 39-48x on the six shapes with comm
-operations at 2 and 16 copies. It cannot see a loop that scans inline (a mask per step in the loop
-body): the timing test is for those.
+arguments and in dataclass arguments, such as the rank's shared state RankDetail, too). A helper
+called once per item with whole arrays, the usual shape of a quadratic path, makes that count grow
+with items x events. It is exact and needs no repetition: 7.8-8.0x for 8x the copies on every shape
+here (under 8 where a state object holds arrays that grow less than the events); the code before
+issue 21 gave 39-48x on the six shapes with comm operations at 2 and 16 copies. It cannot see a
+loop that scans inline (a mask per step in the loop body): the timing test is for those.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -90,6 +92,19 @@ def test_analysis_grows_linearly(shape):
 ANALYSIS = str(Path(dbo_trace.analysis.__file__).parent)
 
 
+def _elements(value, depth: int = 0) -> int:
+    """The array elements in an argument: an array, the arrays of a tuple, and those a dataclass
+    holds (a rank's state, RankDetail, its timeline and partition: two levels down), so that a
+    helper called per item with the whole state counts its arrays too."""
+    if isinstance(value, np.ndarray):
+        return value.size
+    if isinstance(value, tuple):
+        return sum(x.size for x in value if isinstance(x, np.ndarray))
+    if depth < 2 and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return sum(_elements(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
+    return 0
+
+
 def _elements_passed(run) -> int:
     """The array elements passed to functions of dbo_trace/analysis while run() runs."""
     total = 0
@@ -100,11 +115,8 @@ def _elements_passed(run) -> int:
             return
         code = frame.f_code
         for name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
-            value = frame.f_locals.get(name)
-            if isinstance(value, np.ndarray):
-                total += value.size
-            elif isinstance(value, tuple):
-                total += sum(x.size for x in value if isinstance(x, np.ndarray))
+            if name != "self":  # a method's own object is not handed to it
+                total += _elements(frame.f_locals.get(name))
 
     previous = sys.getprofile()
     sys.setprofile(profile)

@@ -104,7 +104,15 @@ def window_of(*event_sets: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]
     return lo, hi
 
 
-def partition(lo: float, hi: float, start: np.ndarray, end: np.ndarray, kind: np.ndarray, launch_start: np.ndarray) -> Partition:
+def partition(
+    *,
+    lo: float,
+    hi: float,
+    start: np.ndarray,  # (n_gpu,) float64
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+) -> Partition:
     """Cut [lo, hi] into buckets. start/end/kind/launch_start: every GPU activity of the rank
     (launch_start NaN where its launching call is not in the trace)."""
     start = np.clip(start, lo, hi)

@@ -44,7 +44,7 @@ THREAD_MIN_LAUNCHES = 2  # each microbatch thread launches at least this many ke
 THREAD_BALANCE = 4.0  # and the two launch counts are within this factor (microbatches are balanced)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attribution:
     steps: Steps
     source: str  # SOURCE_*

@@ -80,7 +80,12 @@ def capture_windows(
 
 
 def graph_capture(
-    call_start: np.ndarray, call_end: np.ndarray, call_lane: np.ndarray, call_kind: np.ndarray, part: Partition
+    *,
+    call_start: np.ndarray,  # (n_calls,) float64
+    call_end: np.ndarray,  # (n_calls,) float64
+    call_lane: np.ndarray,  # (n_calls,) int64
+    call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
+    part: Partition,
 ) -> Capture:
     w_start, w_end, w_lane = capture_windows(call_start, call_end, call_lane, call_kind)
     captured = np.zeros(len(call_start), bool)

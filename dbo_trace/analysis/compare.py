@@ -9,7 +9,7 @@ the standard error of the difference (about a 95% band for a few dozen steps).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,7 +25,7 @@ NOISE_SE = 2.0  # a difference within this many standard errors is within noise
 ALL_STEPS = "all"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Arm:
     label: str
     phase: str  # "all", or prefill / decode / mixed: the steps of that phase alone
@@ -86,19 +86,25 @@ def shared_phases(reports: list[Report]) -> list[str]:
 
 
 def compare(arms: list[Arm]) -> list[Arm]:
-    """Fill in each arm's change against the first arm of the same phase, and whether it is within
-    noise. Returns the rows grouped by phase: all steps first, then each phase."""
+    """Each arm with its change against the first arm of the same phase, and whether it is within
+    noise (new rows: the arms given are left as they are), grouped by phase: all steps first, then
+    each phase."""
     order = list(dict.fromkeys(a.phase for a in arms))
     return [a for phase in order for a in _against_first([b for b in arms if b.phase == phase])]
 
 
 def _against_first(arms: list[Arm]) -> list[Arm]:
     base = arms[0]
-    for arm in arms[1:]:
-        arm.change = arm.step_mean_us / base.step_mean_us - 1.0
-        se = math.sqrt(base.step_std_us**2 / max(base.steps, 1) + arm.step_std_us**2 / max(arm.steps, 1))
-        arm.within_noise = abs(arm.step_mean_us - base.step_mean_us) <= NOISE_SE * se
-    return arms
+    return [base] + [_against(arm, base) for arm in arms[1:]]
+
+
+def _against(arm: Arm, base: Arm) -> Arm:
+    se = math.sqrt(base.step_std_us**2 / max(base.steps, 1) + arm.step_std_us**2 / max(arm.steps, 1))
+    return replace(
+        arm,
+        change=arm.step_mean_us / base.step_mean_us - 1.0,
+        within_noise=abs(arm.step_mean_us - base.step_mean_us) <= NOISE_SE * se,
+    )
 
 
 def microbatched(report: Report) -> bool:

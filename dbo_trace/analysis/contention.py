@@ -70,7 +70,13 @@ def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -
 
 
 def contention(
-    start: np.ndarray, end: np.ndarray, kind: np.ndarray, ubatch: np.ndarray, name: np.ndarray, names: list[str]
+    *,
+    start: np.ndarray,  # (n_gpu,) float64
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    name: np.ndarray,  # (n_gpu,) int32 into names
+    names: list[str],
 ) -> Contention | None:
     """None without two microbatches' kernels."""
     kernel = kind != c.COPY

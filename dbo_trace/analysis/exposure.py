@@ -75,16 +75,17 @@ class Exposure:
 
 
 def exposure(
-    seg_start: np.ndarray,
-    seg_end: np.ndarray,
-    start: np.ndarray,
-    end: np.ndarray,
-    kind: np.ndarray,
-    ubatch: np.ndarray,
-    step: np.ndarray,
-    launch_start: np.ndarray,
+    *,
+    seg_start: np.ndarray,  # (n_stretches,) float64
+    seg_end: np.ndarray,  # (n_stretches,) float64
+    start: np.ndarray,  # (n_gpu,) float64
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    step: np.ndarray,  # (n_gpu,) int64, -1 in none
+    launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
     held: dict[int, str] | None = None,
-    peer_until: np.ndarray | None = None,
+    peer_until: np.ndarray | None = None,  # (n_gpu,) float64, NaN: no wait
 ) -> Exposure:
     """seg_*: the exposed-comm stretches (comm running, no compute); the rest: every GPU activity.
     held: comm kernels held back past the other microbatch's compute (analysis/held.py) -> its cause,

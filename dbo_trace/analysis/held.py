@@ -91,9 +91,17 @@ class HeldSummary:
 
 
 def summarize(
-    h: HeldBack, gpu_name: np.ndarray, names: list[str], call_name: np.ndarray, call_thread: np.ndarray,
-    call_ubatch: np.ndarray, call_start: np.ndarray, holder_launch_start: np.ndarray, most: int = 3,
-) -> HeldSummary:  # fmt: skip
+    h: HeldBack,
+    *,
+    gpu_name: np.ndarray,  # (n_gpu,) int32 into names
+    names: list[str],
+    call_name: np.ndarray,  # (n_calls,) int32 into names
+    call_thread: np.ndarray,  # (n_calls,) int64
+    call_ubatch: np.ndarray,  # (n_calls,) int8, -1 unknown
+    call_start: np.ndarray,  # (n_calls,) float64
+    holder_launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+    most: int = 3,
+) -> HeldSummary:
     """holder_launch_start: per GPU activity, its launch call's start (NaN where unknown)."""
     holders: dict[str, list[float]] = {}
     for k, d in zip(h.holder, h.delay_us):
@@ -130,16 +138,17 @@ def _padded(sorted_values: np.ndarray, sentinel: float) -> np.ndarray:
 
 
 def held_back(
-    gpu_start: np.ndarray,
-    gpu_end: np.ndarray,
-    gpu_stream: np.ndarray,
-    kinds: np.ndarray,
-    ubatch: np.ndarray,
-    launch_index: np.ndarray,
-    call_start: np.ndarray,
-    call_end: np.ndarray,
-    call_thread: np.ndarray,
-    call_kind: np.ndarray,
+    *,
+    gpu_start: np.ndarray,  # (n_gpu,) float64
+    gpu_end: np.ndarray,  # (n_gpu,) float64
+    gpu_stream: np.ndarray,  # (n_gpu,) int64
+    kinds: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    launch_index: np.ndarray,  # (n_gpu,) int64 into the calls, -1 unknown
+    call_start: np.ndarray,  # (n_calls,) float64
+    call_end: np.ndarray,  # (n_calls,) float64
+    call_thread: np.ndarray,  # (n_calls,) int64
+    call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
 ) -> HeldBack:
     n = len(gpu_start)
     launched = launch_index >= 0

@@ -357,26 +357,27 @@ class _Thread:
 
 
 def host_pieces(
+    *,
     part: Partition,
     names: list[str],
-    gpu_start: np.ndarray,
-    gpu_launch_start: np.ndarray,
-    gpu_launch_index: np.ndarray,
-    gpu_step: np.ndarray,
-    call_start: np.ndarray,
-    call_end: np.ndarray,
-    call_name: np.ndarray,
-    call_lane: np.ndarray,
-    call_kind: np.ndarray,
-    call_step: np.ndarray,
-    call_ubatch: np.ndarray,
-    cpu_start: np.ndarray,
-    cpu_end: np.ndarray,
-    cpu_name: np.ndarray,
-    cpu_lane: np.ndarray,
-    cpu_is_annotation: np.ndarray,
-    step_lo: np.ndarray,
-    step_hi: np.ndarray,
+    gpu_start: np.ndarray,  # (n_gpu,) float64
+    gpu_launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+    gpu_launch_index: np.ndarray,  # (n_gpu,) int64 into the calls, -1 unknown
+    gpu_step: np.ndarray,  # (n_gpu,) int64, -1 in none
+    call_start: np.ndarray,  # (n_calls,) float64
+    call_end: np.ndarray,  # (n_calls,) float64
+    call_name: np.ndarray,  # (n_calls,) int32 into names
+    call_lane: np.ndarray,  # (n_calls,) int64
+    call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
+    call_step: np.ndarray,  # (n_calls,) int64, -1 in none
+    call_ubatch: np.ndarray,  # (n_calls,) int8, -1 unknown
+    cpu_start: np.ndarray,  # (n_cpu,) float64
+    cpu_end: np.ndarray,  # (n_cpu,) float64
+    cpu_name: np.ndarray,  # (n_cpu,) int32 into names
+    cpu_lane: np.ndarray,  # (n_cpu,) int64
+    cpu_is_annotation: np.ndarray,  # (n_cpu,) bool
+    step_lo: np.ndarray,  # (n_steps,) float64
+    step_hi: np.ndarray,  # (n_steps,) float64
     steps_marked: bool,
 ) -> HostPieces:
     """Attribute every host-idle stretch of the partition (docs/analysis.md, "Host time").

@@ -21,7 +21,7 @@ ACROSS = "across"
 SUM, MEDIAN, MAX, SUM_IF_ALL = "sum", "median", "max", "sum_if_all"
 
 
-@dataclass
+@dataclass(frozen=True)
 class WindowMetrics:
     span_us: float  # the window (or union of windows) measured: WindowTime
     gpu_busy_us: float  # union of all GPU activity
@@ -93,37 +93,49 @@ class WindowTime:
 
 
 def window_metrics(
-    start: np.ndarray,
-    end: np.ndarray,
-    kind: np.ndarray,
-    ubatch: np.ndarray,
-    launch_start: np.ndarray,
-    launch_kind: np.ndarray,  # call kind of the launching call, -1 where unknown
-    call_kind: np.ndarray,  # CUDA API calls in the window
-    call_dur: np.ndarray,
+    *,
+    start: np.ndarray,  # (n_gpu,) float64: the window's GPU activities
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+    launch_kind: np.ndarray,  # (n_gpu,) int8: call kind of the launching call, -1 where unknown
+    call_kind: np.ndarray,  # (n_calls,) int8: the CUDA API calls in the window
+    call_dur: np.ndarray,  # (n_calls,) float64
     time: WindowTime,
 ) -> WindowMetrics:
     """One window's figures: the grouped computation with everything in group 0."""
     (m,) = grouped_window_metrics(
-        np.zeros(len(start), np.int64), 1, start, end, kind, ubatch, launch_start, launch_kind,
-        np.zeros(len(call_kind), np.int64), call_kind, call_dur, [time],
-    )  # fmt: skip
+        group=np.zeros(len(start), np.int64),
+        n=1,
+        start=start,
+        end=end,
+        kind=kind,
+        ubatch=ubatch,
+        launch_start=launch_start,
+        launch_kind=launch_kind,
+        call_group=np.zeros(len(call_kind), np.int64),
+        call_kind=call_kind,
+        call_dur=call_dur,
+        times=[time],
+    )
     return m
 
 
 def grouped_window_metrics(
-    group: np.ndarray,  # per GPU activity: its window (step) 0..n-1, -1 in none
+    *,
+    group: np.ndarray,  # (n_gpu,) int64: each GPU activity's window (step) 0..n-1, -1 in none
     n: int,
-    start: np.ndarray,
-    end: np.ndarray,
-    kind: np.ndarray,
-    ubatch: np.ndarray,
-    launch_start: np.ndarray,
-    launch_kind: np.ndarray,
-    call_group: np.ndarray,  # per CUDA API call: its window, -1 in none
-    call_kind: np.ndarray,
-    call_dur: np.ndarray,
-    times: list[WindowTime],
+    start: np.ndarray,  # (n_gpu,) float64
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+    launch_kind: np.ndarray,  # (n_gpu,) int8: call kind of the launching call, -1 where unknown
+    call_group: np.ndarray,  # (n_calls,) int64: each CUDA API call's window, -1 in none
+    call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
+    call_dur: np.ndarray,  # (n_calls,) float64
+    times: list[WindowTime],  # (n,): each window's time from the partition
 ) -> list[WindowMetrics]:
     """Every window's figures at once, over sorted arrays (no Python loop over windows): a trace with
     thousands of steps costs what its events cost (docs/performance.md)."""
@@ -213,7 +225,7 @@ def grouped_window_metrics(
     ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoundTrips:
     """The DBO profitability arithmetic (docs/analysis.md)."""
 

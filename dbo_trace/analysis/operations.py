@@ -30,7 +30,12 @@ class OperationRow:
 
 
 def operation_ids(
-    step: np.ndarray, lane: np.ndarray, launch_start: np.ndarray, start: np.ndarray, is_comm: np.ndarray
+    *,
+    step: np.ndarray,  # (n_gpu,) int64, -1 in none
+    lane: np.ndarray,  # (n_gpu,) int64: the launching thread, -1 unknown
+    launch_start: np.ndarray,  # (n_gpu,) float64, NaN unknown
+    start: np.ndarray,  # (n_gpu,) float64
+    is_comm: np.ndarray,  # (n_gpu,) bool
 ) -> np.ndarray:
     """Per GPU activity, the id of the comm operation it is part of (-1: not comm or in no step)."""
     ids = np.full(len(step), -1, np.int64)
@@ -47,12 +52,13 @@ def operation_ids(
 
 
 def operation_rows(
-    start: np.ndarray,
-    end: np.ndarray,
-    kind: np.ndarray,
-    ubatch: np.ndarray,
-    step: np.ndarray,
-    op: np.ndarray,
+    *,
+    start: np.ndarray,  # (n_gpu,) float64
+    end: np.ndarray,  # (n_gpu,) float64
+    kind: np.ndarray,  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    step: np.ndarray,  # (n_gpu,) int64, -1 in none
+    op: np.ndarray,  # (n_gpu,) int64: operation_ids
     exposure: Exposure | None,
 ) -> list[OperationRow]:
     exposed_of: dict[int, dict[str, float]] = {}  # per operation, exposed us by reason, added in stretch order

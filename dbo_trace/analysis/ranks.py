@@ -38,7 +38,7 @@ class RankOnClock:
     step_us: list[float] = field(default_factory=list)  # the steps' times (for the threshold)
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepAlignment:
     position: int  # the k-th reported step of each rank
     starts_us: dict[int, float]  # rank -> start on the shared clock (us)
@@ -47,7 +47,7 @@ class StepAlignment:
     straggler: bool = False  # the skew is above the threshold: a straggler, not noise
 
 
-@dataclass
+@dataclass(frozen=True)
 class CrossRank:
     ranks: list[int]
     steps: list[StepAlignment]
@@ -132,17 +132,15 @@ def cross_rank(
             f"ranks reported different step counts ({', '.join(str(len(starts)) for _, starts, _ in usable)}); "
             f"the first {count} of each are aligned"
         )
+    walls = [t for r in ranks for t in r.step_us]
+    median_step = float(np.median(walls)) if walls else None
+    threshold = straggler_threshold(median_step, alignment.accuracy_us if alignment is not None else None)
     steps = []
     for k in range(count):
         at = {rank: starts[k] for rank, starts, _ in usable}
         first, last = min(at.values()), max(at.values())
-        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__)))
+        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__), straggler=last - first > threshold))
     skews = np.array([s.skew_us for s in steps])
-    walls = [t for r in ranks for t in r.step_us]
-    median_step = float(np.median(walls)) if walls else None
-    threshold = straggler_threshold(median_step, alignment.accuracy_us if alignment is not None else None)
-    for s in steps:
-        s.straggler = s.skew_us > threshold
     return CrossRank(
         ranks=[rank for rank, _, _ in usable],
         steps=steps,

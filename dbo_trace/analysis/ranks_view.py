@@ -13,7 +13,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import Bar
 
 
-@dataclass
+@dataclass(frozen=True)
 class RanksView:
     position: int  # the k-th reported step of every rank (0-based)
     start: float  # on the shared axis (the shared clock less its earliest offset), us
@@ -37,17 +37,19 @@ def ranks_step_view(report: Report, position: int) -> RanksView:
     hi = max((r.steps[position].end_us + shift[r.rank] for r in ranks), default=0.0)
     aligned = cross is not None and cross.alignment is not None and cross.alignment.aligned
     how = cross.alignment.method if aligned and cross is not None and cross.alignment is not None else "not aligned"
-    view = RanksView(position, lo, hi, [], title=f"step {position + 1} of every rank on one time axis ({how})")
+    lanes: list[str] = []
+    bars: list[Bar] = []
+    waits: list[tuple[float, float, str, int]] = []
     spans = cross.waits.wait_spans if cross is not None and cross.waits is not None else {}
     for r in ranks:
         d, step, s = r.detailed(), r.steps[position], shift[r.rank]
         compute_lane, comm_lane = f"rank {r.rank} compute", f"rank {r.rank} comm"
-        view.lanes += [compute_lane, comm_lane]
+        lanes += [compute_lane, comm_lane]
         tl = d.timeline
         sel = np.flatnonzero(d.attribution.gpu_step == step.index)
         for i in sel:
             kind = int(d.kernel_kind[i])
-            view.bars.append(
+            bars.append(
                 Bar(
                     float(tl.gpu.start[i]) + s - lo,
                     float(tl.gpu.end[i]) + s - lo,
@@ -60,8 +62,9 @@ def ranks_step_view(report: Report, position: int) -> RanksView:
         if r.rank in spans:
             begin, end, peer = spans[r.rank]
             inside = (begin >= step.start_us) & (begin < step.end_us)
-            view.waits += [
+            waits += [
                 (float(b) + s - lo, float(e) + s - lo, comm_lane, int(p))
                 for b, e, p in zip(begin[inside], end[inside], peer[inside])
             ]
-    return view
+    title = f"step {position + 1} of every rank on one time axis ({how})"
+    return RanksView(position, lo, hi, lanes, bars=bars, waits=waits, title=title)

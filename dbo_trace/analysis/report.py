@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
 
 import numpy as np
 
@@ -35,7 +34,17 @@ from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import LABELS, Findings, Verdict, decide, qualifiers
+from dbo_trace.analysis.verdict import (
+    HOST_BASIS_IN_STEPS,
+    HOST_BASIS_WINDOW,
+    LABELS,
+    Findings,
+    Verdict,
+    decide,
+    host_test_of,
+    qualifiers,
+)
+from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline
@@ -93,27 +102,34 @@ class PhaseReport:
 
 
 @dataclass(frozen=True)
-class HostTest:
-    """What the host-bound verdict measured: in-step host idle where steps are real markers,
-    the whole window where they were inferred."""
-
-    fraction: float | None
-    basis: str
-
-
-@dataclass(frozen=True)
 class RankDetail:
-    """What the pictures need beyond the numbers: the timeline and, per activity, its attribution and kind."""
+    """A rank's shared state: built once at analyze_rank's start (rank_detail), handed to each of the
+    rank's analyses, and kept on its report for the pictures and `combine`. Shapes: n_gpu GPU
+    activities, n_calls CUDA API calls, n_steps the attribution's steps."""
 
     timeline: Timeline
     attribution: Attribution
-    kernel_kind: np.ndarray  # classify.COMPUTE / COMM / COPY per GPU activity
-    call_kind: np.ndarray  # classify.CALL_* per CUDA API call
-    launch_kind: np.ndarray  # call kind of each GPU activity's launching call, -1 where unknown
+    kernel_kind: np.ndarray  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    call_kind: np.ndarray  # (n_calls,) int8: classify.CALL_*
+    launch_kind: np.ndarray  # (n_gpu,) int8: call kind of the launching call, -1 where unknown
     partition: Partition  # the window cut into time buckets
-    held: HeldBack | None = None  # per held-back comm kernel: holder, delay, cause
-    host_pieces: HostPieces | None = None  # the host-idle stretches cut by cause
-    log_step_begins_ns: np.ndarray | None = None  # the event log's step begins (time.time_ns), to align ranks
+    held: HeldBack | None  # per held-back comm kernel: holder, delay, cause; None without microbatches or comm
+    host_pieces: HostPieces  # the host-idle stretches cut by cause
+    log_step_begins_ns: np.ndarray | None  # (n_begins,) int64: the event log's step begins (time.time_ns), to align ranks
+    launch_lane: np.ndarray  # (n_gpu,) int64: the thread of the launching call, -1 where unknown
+    call_us: np.ndarray  # (n_calls,) float64: each CUDA API call's duration
+    step_start_us: np.ndarray  # (n_steps,) float64: each step's window, from its CPU start
+    step_end_us: np.ndarray  # (n_steps,) float64: to the end of the last GPU work it launched
+    operation: np.ndarray  # (n_gpu,) int64: each comm kernel's communication operation (operation_ids), -1 else
+    window_us: tuple[float, float]  # the profiled window: the first event's start, the last one's end
+
+    @property
+    def microbatched(self) -> bool:
+        return self.attribution.source != SOURCE_NONE
+
+    @property
+    def has_comm(self) -> bool:
+        return bool((self.kernel_kind == c.COMM).any())
 
 
 @dataclass(frozen=True)
@@ -190,7 +206,8 @@ def comm_operations(
     """Communication operations per step: a run of comm kernels launched back to back by one thread
     (no compute launched between them) is one operation (DeepEP's notify + dispatch, NCCL's pieces).
     Replayed kernels share one launch and are ordered by when they ran."""
-    return operations_per_step(operation_ids(step, lane, launch_start, start, is_comm), step, n_steps)
+    ids = operation_ids(step=step, lane=lane, launch_start=launch_start, start=start, is_comm=is_comm)
+    return operations_per_step(ids, step, n_steps)
 
 
 def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> np.ndarray:
@@ -201,8 +218,71 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
     return np.bincount(step[counted][first], minlength=n_steps)
 
 
-def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> RankReport:
-    att: Attribution = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker)
+def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None) -> RankReport:
+    """One rank's report: its shared state once (rank_detail), then each analysis over it.
+    rank: the rank's number as the caller settled it (trace/load.py settle_ranks); None: the one its
+    trace claims."""
+    d = rank_detail(tl, logs, options)
+    capture = graph_capture(
+        call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
+    )
+    steps = step_reports(d, capture)
+    whole = whole_window(d, steps)
+    phases = [
+        phase_report(d, phase=p, steps=[s for s in steps if s.phase == p]) for p in PHASES if any(s.phase == p for s in steps)
+    ]
+    exposed = rank_exposure(d) if d.has_comm else None
+    cost = rank_contention(d) if d.microbatched else None
+    all_threads = _profiled_microbatch_threads(tl, d.attribution)
+    rt = _round_trips(steps, d.attribution.layers, d.microbatched)
+    api = graph_api(tl)
+    verdict = decide(
+        whole.total,
+        rt,
+        all_threads,
+        host=whole.host_test,
+        microbatched=d.microbatched,
+        findings=findings(whole.window.window_us, [exposed], [cost], host_cause=host_cause_text(whole.causes)),
+        causes=whole.causes,
+        graph_api=api,
+    )
+    return RankReport(
+        rank=tl.claimed_rank if rank is None else rank,
+        source=str(tl.source),
+        attribution=d.attribution.source,
+        step_source=d.attribution.steps.source,
+        profile_all_threads=all_threads,
+        steps=steps,
+        total=whole.total,
+        round_trips=rt,
+        verdict=with_capture(verdict, capture, whole.window.host_idle_us),
+        graph_api=api,
+        window=whole.window,
+        in_steps=whole.in_steps,
+        host_test=whole.host_test,
+        phases=phases,
+        steps_inferred=d.attribution.steps.inferred,
+        contention=cost,
+        comm_kernels=comm_kernel_names(d.kernel_kind, tl.gpu.name, tl.names),
+        host_causes=whole.causes,
+        host_causes_window=whole.causes_window,
+        kernel_summary=kernel_summary(tl.names, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.gpu_is_copy),
+        cpu_ranges=cpu_range_summary(d.host_pieces, tl.cpu.name, tl.cpu.end - tl.cpu.start, whole.window.host_idle_us),
+        top_compute_kernels=top_kernels(d.kernel_kind, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
+        exposure=exposed,
+        held_back=held_summary(d),
+        operations=rank_operations(d, exposed) if d.microbatched else [],
+        notes=list(d.attribution.notes) + tl.warnings,
+        capture=capture if capture.found else None,
+        detail=d,
+    )
+
+
+def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> RankDetail:
+    """What the rank's analyses share, each computed once: the attribution, every activity's and
+    call's kind, the launching threads, the window's partition into time buckets, the step windows,
+    the comm operations, the held-back comm and the host-idle pieces."""
+    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker)
     rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams, replace_builtin=options.comm_only)
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)
@@ -210,159 +290,206 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options) -> Ra
     li = np.clip(att.gpu_launch_index, 0, None)
     launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
     launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
-    call_dur = tl.calls.end - tl.calls.start
-    microbatched = att.source != SOURCE_NONE
-
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    part = partition(lo, hi, tl.gpu.start, tl.gpu.end, kinds, att.gpu_launch_start)
-    capture = graph_capture(tl.calls.start, tl.calls.end, tl.calls.lane, call_kind, part)
-    captured_launch = capture.call_captured & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH)) & (att.call_step >= 0)
-    captured_per_step = np.bincount(att.call_step[captured_launch], minlength=len(att.steps))
-
-    def metrics(gpu_sel: np.ndarray, call_sel: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
-        return window_metrics(
-            tl.gpu.start[gpu_sel],
-            tl.gpu.end[gpu_sel],
-            kinds[gpu_sel],
-            att.gpu_ubatch[gpu_sel],
-            att.gpu_launch_start[gpu_sel],
-            launch_kind[gpu_sel],
-            call_kind[call_sel],
-            call_dur[call_sel],
-            window_time(part, *windows),
-        )
-
+    part = partition(lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start)
+    step_start, step_end = _step_windows(tl, att)
+    is_comm = kinds == c.COMM
+    held = None
+    if att.source != SOURCE_NONE and is_comm.any():
+        held = held_back(
+            gpu_start=tl.gpu.start, gpu_end=tl.gpu.end, gpu_stream=tl.gpu.lane, kinds=kinds, ubatch=att.gpu_ubatch,
+            launch_index=att.gpu_launch_index, call_start=tl.calls.start, call_end=tl.calls.end,
+            call_thread=tl.calls.lane, call_kind=call_kind,
+        )  # fmt: skip
     pieces = host_pieces(
-        part, tl.names, tl.gpu.start, att.gpu_launch_start, att.gpu_launch_index, att.gpu_step,
-        tl.calls.start, tl.calls.end, tl.calls.name, tl.calls.lane, call_kind, att.call_step, att.call_ubatch,
-        tl.cpu.start, tl.cpu.end, tl.cpu.name, tl.cpu.lane, tl.cpu_is_annotation,
-        att.steps.start, att.steps.end, not att.steps.inferred,
+        part=part, names=tl.names, gpu_start=tl.gpu.start, gpu_launch_start=att.gpu_launch_start,
+        gpu_launch_index=att.gpu_launch_index, gpu_step=att.gpu_step, call_start=tl.calls.start, call_end=tl.calls.end,
+        call_name=tl.calls.name, call_lane=tl.calls.lane, call_kind=call_kind, call_step=att.call_step,
+        call_ubatch=att.call_ubatch, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name,
+        cpu_lane=tl.cpu.lane, cpu_is_annotation=tl.cpu_is_annotation, step_lo=att.steps.start, step_hi=att.steps.end,
+        steps_marked=not att.steps.inferred,
     )  # fmt: skip
-    n_steps = len(att.steps)
-    own_end = np.full(n_steps, -np.inf)
+    return RankDetail(
+        timeline=tl,
+        attribution=att,
+        kernel_kind=kinds,
+        call_kind=call_kind,
+        launch_kind=launch_kind,
+        partition=part,
+        held=held,
+        host_pieces=pieces,
+        log_step_begins_ns=_log_step_begins(logs),
+        launch_lane=launch_lane,
+        call_us=tl.calls.end - tl.calls.start,
+        step_start_us=step_start,
+        step_end_us=step_end,
+        operation=operation_ids(
+            step=att.gpu_step, lane=launch_lane, launch_start=att.gpu_launch_start, start=tl.gpu.start, is_comm=is_comm
+        ),
+        window_us=(lo, hi),
+    )
+
+
+def _step_windows(tl: Timeline, att: Attribution) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's window: from its CPU start until the last GPU work it launched ends (a graph
+    replay's CPU window is only the launch)."""
+    own_end = np.full(len(att.steps), -np.inf)
     stepped = att.gpu_step >= 0
     np.maximum.at(own_end, att.gpu_step[stepped], tl.gpu.end[stepped])
-    # A step lasts until the last GPU work it launched ends (a graph replay's CPU window is only the launch).
-    step_lo = att.steps.start
-    step_hi = np.maximum(att.steps.end, own_end)
-    op_ids = operation_ids(att.gpu_step, launch_lane, att.gpu_launch_start, tl.gpu.start, kinds == c.COMM)
-    ops = operations_per_step(op_ids, att.gpu_step, n_steps)
+    return att.steps.start, np.maximum(att.steps.end, own_end)
 
-    # Every step's figures at once over sorted arrays: the cost grows with events, not events x steps.
+
+def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
+    """The figures of the selected activities and calls (gpu: (n_gpu,) bool, calls: (n_calls,) bool)
+    over the union of the windows (lo, hi)."""
+    tl, att = d.timeline, d.attribution
+    return window_metrics(
+        start=tl.gpu.start[gpu],
+        end=tl.gpu.end[gpu],
+        kind=d.kernel_kind[gpu],
+        ubatch=att.gpu_ubatch[gpu],
+        launch_start=att.gpu_launch_start[gpu],
+        launch_kind=d.launch_kind[gpu],
+        call_kind=d.call_kind[calls],
+        call_dur=d.call_us[calls],
+        time=window_time(d.partition, *windows),
+    )
+
+
+def step_reports(d: RankDetail, capture: Capture) -> list[StepReport]:
+    """Every step with GPU activity: its figures, verdict and host causes. The figures of all steps
+    at once over sorted arrays: the cost grows with events, not events x steps."""
+    tl, att = d.timeline, d.attribution
+    n_steps = len(att.steps)
+    step_lo, step_hi = d.step_start_us, d.step_end_us
     per_step = grouped_window_metrics(
-        att.gpu_step, n_steps, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_launch_start, launch_kind,
-        att.call_step, call_kind, call_dur, window_times(part, step_lo, step_hi),
-    )  # fmt: skip
+        group=att.gpu_step,
+        n=n_steps,
+        start=tl.gpu.start,
+        end=tl.gpu.end,
+        kind=d.kernel_kind,
+        ubatch=att.gpu_ubatch,
+        launch_start=att.gpu_launch_start,
+        launch_kind=d.launch_kind,
+        call_group=att.call_step,
+        call_kind=d.call_kind,
+        call_dur=d.call_us,
+        times=window_times(d.partition, step_lo, step_hi),
+    )
+    ops = operations_per_step(d.operation, att.gpu_step, n_steps)
+    captured_launch = capture.call_captured & np.isin(d.call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH)) & (att.call_step >= 0)
+    captured_per_step = np.bincount(att.call_step[captured_launch], minlength=n_steps)
     has_gpu = np.bincount(att.gpu_step[att.gpu_step >= 0], minlength=n_steps) > 0
     shown = np.flatnonzero(has_gpu)
-    step_causes = pieces.causes_in(
+    step_causes = d.host_pieces.causes_in(
         step_lo[shown], step_hi[shown], np.array([per_step[i].host_idle_us for i in shown.tolist()]), top=3
     )
     steps: list[StepReport] = []
     for i, causes in zip(map(int, shown), step_causes):
         m = per_step[i]
         logged = att.comm_phases[i] if att.comm_phases is not None else -1
-        n_ops = int(logged) if logged >= 0 else int(ops[i])
         steps.append(
             StepReport(
-                att.steps.label[i],
-                att.steps.path[i],
-                float(step_hi[i] - step_lo[i]),
-                n_ops,
-                logged >= 0,
-                m,
-                decide(m, microbatched=microbatched),
-                i,
-                float(step_lo[i]),
-                float(step_hi[i]),
-                att.steps.phase[i],
-                att.steps.context_tokens[i],
-                att.steps.generation_tokens[i],
-                int(captured_per_step[i]),
-                causes,
+                label=att.steps.label[i],
+                path=att.steps.path[i],
+                wall_us=float(step_hi[i] - step_lo[i]),
+                comm_ops=int(logged) if logged >= 0 else int(ops[i]),
+                comm_ops_from_log=logged >= 0,
+                metrics=m,
+                verdict=decide(m, microbatched=d.microbatched),
+                index=i,
+                start_us=float(step_lo[i]),
+                end_us=float(step_hi[i]),
+                phase=att.steps.phase[i],
+                context_tokens=att.steps.context_tokens[i],
+                generation_tokens=att.steps.generation_tokens[i],
+                captured_launches=int(captured_per_step[i]),
+                host_causes=causes,
             )
         )
+    return steps
 
-    everything = np.ones(len(tl.gpu), bool), np.ones(len(tl.calls), bool)
-    total = metrics(*everything, (np.array([lo]), np.array([hi])))
-    window = TimeBuckets.from_row(hi - lo, part.measure(np.array([lo]), np.array([hi]))[0])
+
+@dataclass(frozen=True)
+class WholeWindow:
+    """A rank's figures over its profiled window and over its steps' union, and the host test between them."""
+
+    total: WindowMetrics
+    window: TimeBuckets
+    in_steps: TimeBuckets
+    host_test: HostTest
+    causes: HostCauses  # over what the host test measured
+    causes_window: HostCauses
+
+
+def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
+    tl = d.timeline
+    lo, hi = d.window_us
+    whole = (np.array([lo]), np.array([hi]))
+    total = metrics_of(d, gpu=np.ones(len(tl.gpu), bool), calls=np.ones(len(tl.calls), bool), windows=whole)
+    part = d.partition
+    window = TimeBuckets.from_row(hi - lo, part.measure(*whole)[0])
     reported = np.array([s.index for s in steps], np.int64)
-    steps_union = union(step_lo[reported], step_hi[reported]) if len(reported) else (np.empty(0), np.empty(0))
+    steps_union = union(d.step_start_us[reported], d.step_end_us[reported]) if len(reported) else (np.empty(0), np.empty(0))
     in_steps = TimeBuckets.from_row(
         float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
     )
-    host_test = _host_test(att.steps.inferred, window, in_steps)
-    causes_window = pieces.causes_in(np.array([lo]), np.array([hi]), np.array([window.host_idle_us]))[0]
+    host_test = host_test_of(d.attribution.steps.inferred, window, in_steps)
+    causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
         if host_test.basis == HOST_BASIS_WINDOW
-        else pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
+        else d.host_pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
     )
-    all_threads = _profiled_microbatch_threads(tl, att)
-    rt = _round_trips(steps, att.layers, microbatched)
-    phases = [
-        _phase_report(p, [s for s in steps if s.phase == p], att, metrics, microbatched, pieces)
-        for p in PHASES
-        if any(s.phase == p for s in steps)
-    ]
-    notes = list(att.notes) + tl.warnings
-    held = _held_back(tl, kinds, att, call_kind) if microbatched and (kinds == c.COMM).any() else None
-    held_summary = (
-        None
-        if held is None
-        else summarize(
-            held, tl.gpu.name, tl.names, tl.calls.name, tl.calls.lane, att.call_ubatch, tl.calls.start, att.gpu_launch_start
-        )
+    return WholeWindow(total, window, in_steps, host_test, causes, causes_window)
+
+
+def held_summary(d: RankDetail) -> HeldSummary | None:
+    if d.held is None:
+        return None
+    tl, att = d.timeline, d.attribution
+    return summarize(
+        d.held, gpu_name=tl.gpu.name, names=tl.names, call_name=tl.calls.name, call_thread=tl.calls.lane,
+        call_ubatch=att.call_ubatch, call_start=tl.calls.start, holder_launch_start=att.gpu_launch_start,
+    )  # fmt: skip
+
+
+def rank_exposure(d: RankDetail, *, peer_until: np.ndarray | None = None) -> Exposure:
+    """Why the rank's comm was exposed (analysis/exposure.py); peer_until: (n_gpu,) float64, where a
+    comm kernel waited for a peer rank, until when (NaN: it did not)."""
+    tl, att = d.timeline, d.attribution
+    lo, hi = d.window_us
+    seg_start, seg_end = d.partition.spans(B_COMM, lo, hi)
+    return exposure(
+        seg_start=seg_start,
+        seg_end=seg_end,
+        start=tl.gpu.start,
+        end=tl.gpu.end,
+        kind=d.kernel_kind,
+        ubatch=att.gpu_ubatch,
+        step=att.gpu_step,
+        launch_start=att.gpu_launch_start,
+        held={} if d.held is None else d.held.causes(),
+        peer_until=peer_until,
     )
-    exposed = _exposure(part, tl, kinds, att, lo, hi, held) if (kinds == c.COMM).any() else None
-    cost = contention(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, tl.gpu.name, tl.names) if microbatched else None
-    found = findings(window.window_us, [exposed], [cost], host_cause=host_cause_text(causes))
-    api = graph_api(tl)
-    return RankReport(
-        rank=tl.rank,
-        source=str(tl.source),
-        attribution=att.source,
-        step_source=att.steps.source,
-        profile_all_threads=all_threads,
-        steps=steps,
-        total=total,
-        round_trips=rt,
-        verdict=with_capture(
-            decide(
-                total,
-                rt,
-                all_threads,
-                host=host_test,
-                microbatched=microbatched,
-                findings=found,
-                causes=causes,
-                graph_api=api,
-            ),
-            capture,
-            window.host_idle_us,
-        ),
-        graph_api=api,
-        window=window,
-        in_steps=in_steps,
-        host_test=host_test,
-        phases=phases,
-        steps_inferred=att.steps.inferred,
-        contention=cost,
-        comm_kernels=comm_kernel_names(kinds, tl.gpu.name, tl.names),
-        host_causes=causes,
-        host_causes_window=causes_window,
-        kernel_summary=kernel_summary(tl.names, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.gpu_is_copy),
-        cpu_ranges=cpu_range_summary(pieces, tl.cpu.name, tl.cpu.end - tl.cpu.start, window.host_idle_us),
-        top_compute_kernels=top_kernels(kinds, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
+
+
+def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) -> Contention | None:
+    """What overlap cost (analysis/contention.py); comm_wait_us: (n_gpu,) float64, each comm kernel's
+    wait for its peer ranks, taken off its end (what slower transfers alone cost)."""
+    tl = d.timeline
+    end = tl.gpu.end if comm_wait_us is None else tl.gpu.end - comm_wait_us
+    return contention(
+        start=tl.gpu.start, end=end, kind=d.kernel_kind, ubatch=d.attribution.gpu_ubatch, name=tl.gpu.name, names=tl.names
+    )
+
+
+def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
+    tl, att = d.timeline, d.attribution
+    return operation_rows(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
         exposure=exposed,
-        held_back=held_summary,
-        operations=operation_rows(tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
-        if microbatched
-        else [],
-        notes=notes,
-        capture=capture if capture.found else None,
-        detail=RankDetail(tl, att, kinds, call_kind, launch_kind, part, held, pieces, _log_step_begins(logs)),
-    )
+    )  # fmt: skip
 
 
 def findings(
@@ -416,30 +543,6 @@ def _log_step_begins(logs: list[EventLogData]) -> np.ndarray | None:
     return np.sort(np.array(begins, np.int64)) if begins else None
 
 
-def _held_back(tl: Timeline, kinds: np.ndarray, att: Attribution, call_kind: np.ndarray) -> HeldBack:
-    g, calls = tl.gpu, tl.calls
-    launched_by = att.gpu_launch_index
-    return held_back(g.start, g.end, g.lane, kinds, att.gpu_ubatch, launched_by, calls.start, calls.end, calls.lane, call_kind)
-
-
-def _exposure(
-    part: Partition,
-    tl: Timeline,
-    kinds: np.ndarray,
-    att: Attribution,
-    lo: float,
-    hi: float,
-    held: HeldBack | None,
-    peer_until: np.ndarray | None = None,
-) -> Exposure:
-    seg_start, seg_end = part.spans(B_COMM, lo, hi)
-    causes = {} if held is None else held.causes()
-    return exposure(
-        seg_start, seg_end, tl.gpu.start, tl.gpu.end, kinds, att.gpu_ubatch, att.gpu_step, att.gpu_launch_start, causes,
-        peer_until,
-    )  # fmt: skip
-
-
 def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> list[WindowTime]:
     """Each window's time on its own (windows may overlap each other), all at once."""
     rows = part.measure(lo, hi)
@@ -459,35 +562,18 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
     return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
-HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
-HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
-
-
-def _host_test(inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
-    if inferred or in_steps.window_us <= 0:
-        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HOST_BASIS_WINDOW)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
-
-
-MetricsOf = Callable[[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]], WindowMetrics]
-
-
-def _phase_report(
-    phase: str, steps: list[StepReport], att: Attribution, metrics: MetricsOf, microbatched: bool, pieces: HostPieces
-) -> PhaseReport:
+def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> PhaseReport:
+    att = d.attribution
     idx = np.array([s.index for s in steps], np.int64)
-    gpu_sel = np.isin(att.gpu_step, idx)
-    call_sel = np.isin(att.call_step, idx)
     windows = (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
-    m = metrics(gpu_sel, call_sel, windows)
-    causes = pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
+    m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
+    causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
         steps=len(steps),
         median_step_us=float(np.median([s.wall_us for s in steps])),
         metrics=m,
-        verdict=decide(m, microbatched=microbatched, causes=causes),
+        verdict=decide(m, microbatched=d.microbatched, causes=causes),
         host_causes=causes,
         step_spread=spread([s.wall_us for s in steps]),
     )
@@ -546,13 +632,10 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     total = sum_metrics([r.total for r in ranks])
     rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
-    if len(ranks) == 1:
-        host = ranks[0].host_test
-    elif all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks):
-        span = sum(r.in_steps.window_us for r in ranks)
-        host = HostTest(sum(r.in_steps.host_idle_us for r in ranks) / span if span > 0 else None, HOST_BASIS_IN_STEPS)
-    else:
-        host = HostTest(window.host_idle_us / window.window_us if window.window_us > 0 else None, HOST_BASIS_WINDOW)
+    in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
+    # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
+    every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
+    host = ranks[0].host_test if len(ranks) == 1 else host_test_of(not every_in_steps, window, in_steps)
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
@@ -703,7 +786,7 @@ def _rank_comm(r: RankReport) -> RankComm:
         seq=args.seq[comm],
         ubatch=att.gpu_ubatch[comm].astype(np.int64),
         step=step,
-        op_index=_op_index(r, d)[comm],
+        op_index=_op_index(d)[comm],
         comm_us=float((tl.gpu.end[comm] - tl.gpu.start[comm]).sum()),
     )
 
@@ -714,13 +797,10 @@ def _inert(name: str, most: int = 40) -> str:
     return shown + ("..." if len(name) > most else "")
 
 
-def _op_index(r: RankReport, d: RankDetail) -> np.ndarray:
+def _op_index(d: RankDetail) -> np.ndarray:
     """Per GPU activity, the k-th comm operation of its microbatch in its step (-1: none), as
     operation_rows counts them."""
-    tl, att = d.timeline, d.attribution
-    li = np.clip(att.gpu_launch_index, 0, None)
-    lane = np.where(att.gpu_launch_index >= 0, tl.calls.lane[li] if len(tl.calls) else -1, -1)
-    ops = operation_ids(att.gpu_step, lane, att.gpu_launch_start, tl.gpu.start, d.kernel_kind == c.COMM)
+    tl, att, ops = d.timeline, d.attribution, d.operation
     out = np.full(len(ops), -1, np.int64)
     counted = np.flatnonzero(ops >= 0)
     if not len(counted):
@@ -749,21 +829,14 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     until = np.full(len(tl.gpu), np.nan)
     real = wait > (alignment.accuracy_us or 0.0)
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
-    lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    exposed = _exposure(d.partition, tl, d.kernel_kind, d.attribution, lo, hi, d.held, until)
-    operations = r.operations
-    if operations:
-        att = d.attribution
-        li = np.clip(att.gpu_launch_index, 0, None)
-        lane = np.where(att.gpu_launch_index >= 0, tl.calls.lane[li] if len(tl.calls) else -1, -1)
-        op_ids = operation_ids(att.gpu_step, lane, att.gpu_launch_start, tl.gpu.start, d.kernel_kind == c.COMM)
-        operations = operation_rows(tl.gpu.start, tl.gpu.end, d.kernel_kind, att.gpu_ubatch, att.gpu_step, op_ids, exposed)
+    exposed = rank_exposure(d, peer_until=until)
+    operations = rank_operations(d, exposed) if r.operations else r.operations
     transfer_slowdown = r.contention.comm_slowdown if r.contention is not None else None
     if r.contention is not None:
         # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
         waited = np.zeros(len(tl.gpu))
         waited[index] = wait
-        again = contention(tl.gpu.start, tl.gpu.end - waited, d.kernel_kind, d.attribution.gpu_ubatch, tl.gpu.name, tl.names)
+        again = rank_contention(d, comm_wait_us=waited)
         transfer_slowdown = again.comm_slowdown if again is not None else None
     return replace(r, exposure=exposed, operations=operations, comm_transfer_slowdown=transfer_slowdown)
 

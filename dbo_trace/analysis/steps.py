@@ -55,7 +55,7 @@ STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap)
 STEP_GAP_FACTOR = 20.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Steps:
     start: np.ndarray  # CPU window on the trace clock (us), sorted, disjoint
     end: np.ndarray
@@ -70,7 +70,7 @@ class Steps:
         n = len(self.start)
         for name in ("phase", "context_tokens", "generation_tokens"):
             if not getattr(self, name):
-                setattr(self, name, [None] * n)
+                object.__setattr__(self, name, [None] * n)  # frozen: the one fill-in, at construction
 
     def __len__(self) -> int:
         return len(self.start)

@@ -14,13 +14,10 @@ one fixed order (QUALIFIERS; docs/analysis.md, "Headline"). Every renderer print
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host_time import LAUNCH, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-
-if TYPE_CHECKING:
-    from dbo_trace.analysis.report import HostTest
 
 HOST_BOUND = "host-bound"
 NO_COMMUNICATION = "no-communication"
@@ -45,6 +42,28 @@ HEADLINE_SHARE = 0.05  # a held-back cause or a peer wait is named when it costs
 PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the serial estimate
 
 
+HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
+HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
+
+
+@dataclass(frozen=True)
+class HostTest:
+    """What the host-bound verdict measured: in-step host idle where steps are real markers,
+    the whole window where they were inferred."""
+
+    fraction: float | None
+    basis: str
+
+
+def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
+    """The host test of a rank, or of ranks whose buckets are added: in-step host idle over time in
+    steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
+    if steps_inferred or in_steps.window_us <= 0:
+        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
+        return HostTest(frac, HOST_BASIS_WINDOW)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
+
+
 @dataclass(frozen=True)
 class Findings:
     """What the headline may name, from the same figures the report prints (a rank's, or the ranks'
@@ -66,7 +85,7 @@ class Qualifier:
     text: str  # the finding in words, with its numbers
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     label: str
     reasons: list[str] = field(default_factory=list)
@@ -124,7 +143,7 @@ def decide(
     m: WindowMetrics,
     rt: RoundTrips | None = None,
     profile_all_threads: bool = False,
-    host: "HostTest | None" = None,
+    host: HostTest | None = None,
     microbatched: bool = False,
     findings: Findings | None = None,
     graph_api: str = "CUDA",

@@ -13,6 +13,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
+from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.report import RankReport, Report
 from dbo_trace.analysis.view import held_in_step, steps_bands
@@ -161,10 +162,10 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         [s.end_us for s in steps],
         [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in steps],
     )
-    for u in (0, 1):
+    busy = microbatch_busy(start=tl.gpu.start, end=tl.gpu.end, ubatch=att.gpu_ubatch, phase=att.gpu_phase, selected=in_steps)
+    for u in MICROBATCHES:
         for phase, label in ((PHASE_COMPUTE, "compute"), (PHASE_COMM, "comm")):
-            sel = in_steps & (att.gpu_ubatch == u) & (att.gpu_phase == phase)
-            s, e = iv.union(tl.gpu.start[sel], tl.gpu.end[sel])
+            s, e = busy[(u, phase)]
             w.slices(w.track(f"microbatch {u} {label} (GPU)", root), s, e, [f"ub{u} {label}"] * len(s))
     bands = steps_bands(rank, steps)  # per step, as the metrics count them
     for track, name, field in (

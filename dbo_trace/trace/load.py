@@ -17,7 +17,8 @@ from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_t
 
 @dataclass
 class Loaded:
-    timelines: list[Timeline]
+    timelines: list[Timeline]  # in rank order
+    ranks: list[int]  # each timeline's rank number (settle_ranks)
     logs: list[EventLogData]
     manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
@@ -90,7 +91,7 @@ def total_bytes(found: Found) -> int:
 
 
 def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> Timeline:
-    """One trace as a timeline; its rank from distributedInfo, else its position among the inputs.
+    """One trace as a timeline; the rank it claims from distributedInfo, else its position among the inputs.
     workers > 1: a large trace is decoded in that many processes (trace/kineto.py)."""
     raw = read_kineto(trace, progress=progress, workers=workers)
     info = raw.metadata.get("distributedInfo")
@@ -121,7 +122,7 @@ def _without_gpu_activity(trace: Path, tl: Timeline) -> str:
 
 def read_timelines(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> list[Timeline]:
     """The timelines of one input file: a Kineto trace is one; an Nsight Systems export is one per
-    process that ran GPU work (numbered from index; settle_ranks renumbers clashes)."""
+    process that ran GPU work (claiming ranks from index on; settle_ranks numbers clashing claims)."""
     if is_nsys(trace):
         return read_nsys(trace, index)
     return [read_timeline(trace, index, progress, workers)]
@@ -138,18 +139,26 @@ def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
     return logs, warnings
 
 
-def settle_ranks(timelines: list[Timeline], errors: list[str]) -> list[str]:
-    """Number, order and check the ranks that were read; errors of the others become warnings (all
-    failed is an error). Returns the warnings."""
+def settle_ranks(timelines: list[Timeline], errors: list[str]) -> tuple[list[int], list[str]]:
+    """Each timeline's rank number, in the order given: the rank its trace claims, or, where claims
+    clash (several processes without distributedInfo), its place among the traces by name. Checks
+    that they are one run; errors of the others become warnings (all failed is an error). Returns
+    the numbers and the warnings. The one place a rank's number is decided: the timelines are not
+    changed, the caller carries the number into the rank's report (analyze_rank's rank)."""
     if not timelines:
         raise InputError(errors[0] if len(errors) == 1 else f"{errors[0]} (and {len(errors) - 1} more traces failed)")
-    ranks = [t.rank for t in timelines]
-    if len(set(ranks)) != len(ranks):  # several processes without distributedInfo: number them
-        for i, t in enumerate(sorted(timelines, key=lambda t: str(t.source))):
-            t.rank = i
-    timelines.sort(key=lambda t: t.rank)
-    _check_one_run(timelines)
-    return [f"skipped: {e}" for e in errors]
+    numbers = [t.claimed_rank for t in timelines]
+    if len(set(numbers)) != len(numbers):  # several processes without distributedInfo: number them
+        by_name = sorted(range(len(timelines)), key=lambda i: str(timelines[i].source))
+        for number, i in enumerate(by_name):
+            numbers[i] = number
+    _check_one_run([timelines[i] for i in rank_order(numbers)])
+    return numbers, [f"skipped: {e}" for e in errors]
+
+
+def rank_order(numbers: list[int]) -> list[int]:
+    """The positions of the rank numbers, lowest number first."""
+    return sorted(range(len(numbers)), key=numbers.__getitem__)
 
 
 def load(found: Found, progress: Callable[[int], None] | None = None, workers: int = 1) -> Loaded:
@@ -169,9 +178,16 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         except InputError as exc:
             errors.append(str(exc))
         done += os.path.getsize(trace)
-    warnings = settle_ranks(timelines, errors)
+    numbers, warnings = settle_ranks(timelines, errors)
     logs, log_warnings = read_logs(found)
-    return Loaded(timelines, logs, found.manifests, found.warnings + warnings + log_warnings)
+    order = rank_order(numbers)
+    return Loaded(
+        timelines=[timelines[i] for i in order],
+        ranks=[numbers[i] for i in order],
+        logs=logs,
+        manifests=found.manifests,
+        warnings=found.warnings + warnings + log_warnings,
+    )
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:

@@ -331,7 +331,7 @@ def _timeline_of(
         metadata["threadNames"] = threads
     return Timeline(
         source=source,
-        rank=rank,
+        claimed_rank=rank,
         pid=pid,
         names=names.names,
         gpu=gpu,

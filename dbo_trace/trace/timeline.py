@@ -12,7 +12,7 @@ import numpy as np
 from dbo_trace.trace import kineto as k
 
 
-@dataclass
+@dataclass(frozen=True)
 class Intervals:
     """Parallel arrays; every field has one entry per interval, sorted by start."""
 
@@ -31,7 +31,7 @@ class Intervals:
 EPOCH_LO_US, EPOCH_HI_US = 1.5e15, 2.0e15
 
 
-@dataclass
+@dataclass(frozen=True)
 class CommArgs:
     """Per GPU activity, what Kineto wrote about the collective an NCCL kernel runs (torch >= 2.4):
     -1 where absent. Names are indices into Timeline.names."""
@@ -46,10 +46,12 @@ class CommArgs:
         return CommArgs(np.full(n, -1, np.int32), np.full(n, -1, np.int32), np.full(n, -1, np.int64), np.full(n, -1, np.int64))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Timeline:
     source: Path
-    rank: int
+    # The rank its trace claims: distributedInfo's, else the input's position (an Nsight export's
+    # processes numbered from it). Only a claim: settle_ranks decides each rank's number, once.
+    claimed_rank: int
     pid: int | None  # the host process, where the trace says
     names: list[str]
     gpu: Intervals  # kernels, memcpy, memset
@@ -132,7 +134,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         warnings.append(f"{raw.path}: {count} events left out: {reason}")
     return Timeline(
         source=raw.path,
-        rank=rank,
+        claimed_rank=rank,
         pid=pid,
         names=raw.names,
         gpu=gpu,

@@ -1,0 +1,98 @@
+"""Each microbatch's compute and comm stretches (analysis/busy.py, the Perfetto export's microbatch
+lanes) against a plain merge written here: sort one pair's intervals by start, join each to the
+last stretch where it starts at or before that stretch's end."""
+
+import time
+
+import numpy as np
+import pytest
+from conftest import SAMPLES
+
+from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE, PHASE_WAIT
+from dbo_trace.analysis.busy import microbatch_busy
+from dbo_trace.analysis.report import Options
+from dbo_trace.pipeline import analyze_paths
+
+
+def merged(pairs):
+    out = []
+    for s, e in sorted(pairs, key=lambda p: p[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
+def reference(start, end, ubatch, phase, selected):
+    return {
+        (u, p): merged(
+            [(float(s), float(e)) for s, e, ub, ph, k in zip(start, end, ubatch, phase, selected) if k and ub == u and ph == p]
+        )
+        for u in (0, 1)
+        for p in (PHASE_COMPUTE, PHASE_COMM)
+    }
+
+
+def as_lists(busy):
+    return {key: list(zip(s.tolist(), e.tolist())) for key, (s, e) in busy.items()}
+
+
+def test_random_activities_against_the_plain_merge():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        start = np.sort(rng.integers(0, 400, n).astype(float)) + 5e12  # trace-clock magnitudes
+        end = start + rng.integers(0, 40, n)  # zero-length ones too
+        ubatch = rng.integers(-1, 3, n).astype(np.int8)  # -1 unknown and 2 are no lane of the export
+        phase = rng.choice([PHASE_NONE, PHASE_COMPUTE, PHASE_COMM, PHASE_WAIT], n)
+        selected = rng.random(n) < 0.8
+        got = microbatch_busy(start=start, end=end, ubatch=ubatch, phase=phase, selected=selected)
+        assert as_lists(got) == reference(start, end, ubatch, phase, selected)
+
+
+def test_a_real_dbo_run_has_both_microbatches_lanes_and_they_are_the_merge():
+    (rank,) = analyze_paths([SAMPLES / "overlap"], Options(comm_patterns=("spin_kernel",))).ranks
+    d = rank.detailed()
+    tl, att = d.timeline, d.attribution
+    arrays = dict(start=tl.gpu.start, end=tl.gpu.end, ubatch=att.gpu_ubatch, phase=att.gpu_phase, selected=att.gpu_step >= 0)
+    got = as_lists(microbatch_busy(**arrays))
+    assert got == reference(**arrays)
+    assert all(len(stretches) > 0 for stretches in got.values()), "the sample runs both microbatches' compute and comm"
+
+
+def test_the_cost_grows_with_the_activities():
+    """Linear (one sort): 8x the activities take about 8x the CPU time; 16x is the limit (test_scaling.py's)."""
+    rng = np.random.default_rng(3)
+
+    def arrays(n):
+        start = np.cumsum(rng.random(n) * 10.0)
+        return dict(
+            start=start,
+            end=start + rng.random(n) * 30.0,
+            ubatch=rng.integers(-1, 2, n).astype(np.int8),
+            phase=rng.choice([PHASE_COMPUTE, PHASE_COMM], n),
+            selected=np.ones(n, bool),
+        )
+
+    def best(a):
+        times = []
+        for _ in range(3):
+            t = time.process_time()
+            microbatch_busy(**a)
+            times.append(time.process_time() - t)
+        return min(times)
+
+    small, large = arrays(50_000), arrays(400_000)
+    best(small)
+    ratio = best(large) / max(best(small), 1e-9)
+    assert ratio <= 16.0, f"8x the activities took {ratio:.1f}x the time"
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_no_or_one_activity(n):
+    got = microbatch_busy(
+        start=np.zeros(n), end=np.ones(n), ubatch=np.zeros(n, np.int8), phase=np.full(n, PHASE_COMM), selected=np.ones(n, bool)
+    )
+    assert as_lists(got)[(0, PHASE_COMM)] == ([(0.0, 1.0)] if n else [])
+    assert as_lists(got)[(1, PHASE_COMPUTE)] == []
