@@ -67,13 +67,6 @@ def module_name(path) -> str:
 
 
 # Imports known to close a cycle, each with what removes it. Every other cycle fails the test.
-KNOWN_CYCLE_EDGES = {
-    # HostTest (under TYPE_CHECKING): removed by the analysis refactor (issue 28, "RankDetail first"),
-    # which moves HostTest and the host test into verdict.py. Delete this entry at its merge.
-    ("dbo_trace.analysis.verdict", "dbo_trace.analysis.report"),
-}
-
-
 def import_graph(paths) -> dict[str, set[str]]:
     """Each module's imports of the package's other modules. Importing a.b runs package a's
     __init__ first, but that is not an edge a -> ...: only what a module names is."""
@@ -143,9 +136,6 @@ def cycles_in(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_cycle():
     graph = import_graph(MODULES)
-    for importer, imported in KNOWN_CYCLE_EDGES:
-        assert imported in graph[importer], f"{importer} no longer imports {imported}: delete it from KNOWN_CYCLE_EDGES"
-        graph[importer].discard(imported)
     cycles = cycles_in(graph)
     assert not cycles, "import cycles (move what both sides need into the lower module):\n" + "\n".join(cycles)
 
