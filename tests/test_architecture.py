@@ -1,6 +1,6 @@
 """The import graph keeps its shape (docs/architecture.md): trace -> analysis ->
-render, one way; recording and the demo apart; only the CLI and the pipeline above them all. Every
-import counts, those inside functions too."""
+render, one way; recording and the demo apart; only the CLI, its commands and the pipeline above
+them all, and nothing but the CLI above the commands. Every import counts, those inside functions too."""
 
 import ast
 
@@ -17,6 +17,8 @@ ALLOWED = {
     "render": LEAVES | {"trace", "analysis"},
     "record": LEAVES | {"ui"},
     "demo": LEAVES | {"ui", "record", "analysis", "trace", "render", "pipeline"},
+    # where cli.py sits: above everything but cli.py, which only declares the options
+    "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "pipeline", "archive"},
 }
 
 
@@ -54,3 +56,13 @@ def test_no_upward_or_sideways_import(path):
         target = layer_of(module)
         ok = target == layer or module in allowed or target in allowed
         assert ok, f"{'/'.join(here)} imports {module}: {layer} may import only {sorted(allowed)}"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
+def test_only_the_cli_imports_the_commands(path):
+    """The top-level modules (the pipeline, the archive, the leaves) sit below the commands; the
+    sub-packages are held by ALLOWED above, in which only "commands" itself names no command."""
+    if path.name == "cli.py":
+        return
+    for module in imports_of(path):
+        assert layer_of(module) not in ("commands", "cli"), f"{path.name} imports {module}: only cli.py uses the commands"
