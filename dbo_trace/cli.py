@@ -168,7 +168,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
 
 @main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="Archive to write (default: ./NAME-dbo-trace.tar.gz).")
+@click.option("-o", "--out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).")
 @_number("--max-mb", 25.0, click.FloatRange(min=0.001), "Size cap of the archive.")
 @_number("--steps", 3, click.IntRange(min=1), "Steps around the median step in the Perfetto window.")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")

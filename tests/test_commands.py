@@ -333,3 +333,12 @@ def test_top_checks(tmp_path, monkeypatch):
     assert TopRequest(tmp_path).checked().folder == tmp_path
     monkeypatch.setenv("DBO_TRACE_DIR", str(tmp_path))
     assert TopRequest().checked().folder == tmp_path
+
+
+@pytest.mark.parametrize("name", ["run.zip", "run.tar", "run.gz", "run.tgz"])
+def test_archive_is_named_tar_gz(tmp_path, name):
+    out = tmp_path / name
+    assert refused(ArchiveRequest(SAMPLES / "overlap", out)) == (
+        f"{out}: dbo-trace archive writes a gzipped tar; give -o a name that ends in .tar.gz"
+    )
+    assert ArchiveRequest(SAMPLES / "overlap", tmp_path / "RUN.TAR.GZ").checked()

@@ -11,6 +11,8 @@ from dbo_trace.commands import common
 from dbo_trace.commands.common import fail, refuse_overwrite
 from dbo_trace.errors import inert
 
+SUFFIX = ".tar.gz"
+
 
 @dataclass(frozen=True)
 class ArchiveRequest:
@@ -26,6 +28,8 @@ class ArchiveRequest:
         return self.out or Path(f"{self.source.resolve().name}-dbo-trace.tar.gz")
 
     def checked(self) -> ArchiveRequest:
+        if not self.archive.name.lower().endswith(SUFFIX):  # pack writes a gzipped tar whatever the name says
+            fail(f"{self.archive}: dbo-trace archive writes a gzipped tar; give -o a name that ends in {SUFFIX}")
         refuse_overwrite(self.archive, force=self.force)
         return self
 
