@@ -349,6 +349,8 @@ def top(folder, once, interval) -> None:
     second while steps run (DBO_TRACE_DIR must be set in the server's environment).
     On a terminal the table refreshes in place; piped or redirected, each refresh is
     written as plain lines (a line per process, stamped with the time) as it comes.
+    A recording that has finished (its manifest says so) is shown once, as with
+    --once: its counters will not change.
     """
     from dbo_trace.commands import top as command
 

@@ -32,6 +32,22 @@ class TopRequest:
         return replace(self, folder=folder)
 
 
+def finished(folder: Path) -> str | None:
+    """The final status of a recording that has ended, else None: record writes its manifest with
+    status "recording" when it starts and its final status (complete, incomplete, failed, ...) at the
+    end; a server's own DBO_TRACE_DIR has no manifest, and a manifest that cannot be read says nothing."""
+    from dbo_trace import bundle as fmt
+    from dbo_trace.record.recorder import STATUS_RECORDING
+
+    if not fmt.is_bundle(folder):
+        return None
+    try:
+        status = fmt.read_manifest(folder).get("status")
+    except fmt.BundleError:
+        return None
+    return status if isinstance(status, str) and status != STATUS_RECORDING else None
+
+
 def run(request: TopRequest) -> None:
     import time
 
@@ -70,7 +86,10 @@ def run(request: TopRequest) -> None:
 
     plain = not sys.stdout.isatty()  # a pipe or a file: plain lines, each refresh as it comes
     console = Console(width=max(140, shutil.get_terminal_size((140, 24)).columns))
-    if request.once:
+    final = None if request.once else finished(folder)
+    if final is not None:  # its counters will not change: waiting for more would wait forever
+        click.echo(f"dbo-trace top: the recording has finished ({inert(final)}); its final counters, once", err=True)
+    if request.once or final is not None:
         if plain:
             found = write_lines()
         else:
