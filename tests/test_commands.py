@@ -342,3 +342,21 @@ def test_archive_is_named_tar_gz(tmp_path, name):
         f"{out}: dbo-trace archive writes a gzipped tar; give -o a name that ends in .tar.gz"
     )
     assert ArchiveRequest(SAMPLES / "overlap", tmp_path / "RUN.TAR.GZ").checked()
+
+
+def test_top_knows_a_finished_recording(tmp_path):
+    import json
+
+    from dbo_trace.commands.top import finished
+
+    assert (
+        finished(SAMPLES / "recorded-overlap")
+        == json.loads((SAMPLES / "recorded-overlap" / "manifest.json").read_text())["status"]
+    )
+    assert finished(tmp_path) is None  # a server's DBO_TRACE_DIR: no manifest
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "dbo-trace-bundle", "version": 1, "status": "recording"}))
+    assert finished(tmp_path) is None
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "dbo-trace-bundle", "version": 1, "status": "failed"}))
+    assert finished(tmp_path) == "failed"
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert finished(tmp_path) is None  # says nothing: top goes on refreshing
