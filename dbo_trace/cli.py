@@ -135,9 +135,10 @@ def report(
     from dbo_trace.commands import report as command
 
     request = command.ReportRequest(
-        tuple(paths), as_json, as_markdown, tuple(comm_kernels), tuple(comm_kernels_only), step_marker,
-        tuple(comm_streams), tuple(ubatch_patterns), layers, output, timeline, perfetto, html_out, step_number,
-        rank_number, all_ranks, workers, force,
+        paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
+        comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
+        ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
+        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, workers=workers, force=force,
     )  # fmt: skip
     command.run(request.checked())
 
@@ -163,7 +164,11 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     """
     from dbo_trace.commands import compare as command
 
-    command.run(command.CompareRequest(tuple(arms), as_json, as_markdown, tuple(labels), layers, output, force).checked())
+    request = command.CompareRequest(
+        arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
+        force=force,
+    )  # fmt: skip
+    command.run(request.checked())
 
 
 @main.command("archive")
@@ -185,7 +190,8 @@ def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
     """
     from dbo_trace.commands import archive as command
 
-    command.run(command.ArchiveRequest(source, out, max_mb, steps, layers, force).checked())
+    request = command.ArchiveRequest(source=source, out=out, max_mb=max_mb, steps=steps, layers=layers, force=force)
+    command.run(request.checked())
 
 
 # The command's first name, kept so that scripts written for it still run.
@@ -244,8 +250,10 @@ def record(
     from dbo_trace.commands import record as recording
 
     request = recording.RecordRequest(
-        tuple(command), out, server, url, num_prompts, concurrency, input_len, output_len, seed, warmup_prompts,
-        profile_delay, profile_steps, with_stack, startup_timeout, grace, trace_timeout,
+        command=tuple(command), out=out, server=server, url=url, num_prompts=num_prompts, concurrency=concurrency,
+        input_len=input_len, output_len=output_len, seed=seed, warmup_prompts=warmup_prompts,
+        profile_delay=profile_delay, profile_steps=profile_steps, with_stack=with_stack,
+        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout,
     )  # fmt: skip
     recording.run(request.checked())
 
@@ -320,8 +328,9 @@ def demo(
     from dbo_trace.commands import demo as command
 
     request = command.DemoRequest(
-        mode, layers, tokens, hidden, compute_us, comm_us, steps, nproc, out, sweep, sweep_compute_us, sweep_comm_us,
-        plot, ubatching, comm, device,
+        mode=mode, layers=layers, tokens=tokens, hidden=hidden, compute_us=compute_us, comm_us=comm_us, steps=steps,
+        nproc=nproc, out=out, sweep=sweep, sweep_compute_us=sweep_compute_us, sweep_comm_us=sweep_comm_us, plot=plot,
+        ubatching=ubatching, comm=comm, device=device,
     )  # fmt: skip
     command.run(request.checked())
 
@@ -354,7 +363,7 @@ def top(folder, once, interval) -> None:
     """
     from dbo_trace.commands import top as command
 
-    command.run(command.TopRequest(folder, once, interval).checked())
+    command.run(command.TopRequest(folder=folder, once=once, interval=interval).checked())
 
 
 def run() -> None:
