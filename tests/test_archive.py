@@ -2,9 +2,11 @@
 manifest removed, and the Perfetto window holding only the chosen steps."""
 
 import json
+import os
 import shutil
 import tarfile
 
+import pytest
 from conftest import SAMPLES, run_cli
 
 SECRETS = ("hf_planted_secret", "sk-planted-secret", "pw-planted")
@@ -120,3 +122,16 @@ def test_the_commands_first_name_still_runs(tmp_path):
     out = tmp_path / "old-name.tar.gz"
     proc = run_cli("bundle", str(SAMPLES / "overlap"), "-o", str(out))
     assert proc.returncode == 0 and out.exists()
+
+
+@pytest.mark.parametrize("name", ["review.zip", "review.tar", "review.tgz", "review"])
+def test_archive_refuses_a_name_that_is_not_tar_gz(tmp_path, name):
+    """Before: `-o review.zip` silently wrote a gzipped tar under that name. Now one line, exit 2,
+    nothing written, before any analysis."""
+    out = tmp_path / name
+    proc = run_cli("archive", str(SAMPLES / "overlap"), "-o", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        proc.stderr == f"dbo-trace: error: {out}: dbo-trace archive writes a gzipped tar; give -o a name that ends in .tar.gz\n"
+    )
+    assert proc.stdout == "" and not out.exists() and os.listdir(tmp_path) == []

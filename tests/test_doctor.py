@@ -2,6 +2,7 @@
 checked against stand-in vLLM packages laid out like vLLM 0.33's."""
 
 import importlib.util
+import itertools
 import os
 import subprocess
 import sys
@@ -34,8 +35,11 @@ def _doctor(pythonpath, **env):
 
 
 def _line(out, name):
-    (line,) = [x for x in out.splitlines() if f" {name}: " in x]
-    return line
+    """The check's entry: its line and the lines it wraps onto (indented past the mark)."""
+    lines = out.splitlines()
+    (at,) = [i for i, x in enumerate(lines) if f" {name}: " in x]
+    entry = [lines[at], *itertools.takewhile(lambda x: x.startswith(" " * 8), lines[at + 1 :])]
+    return " ".join(x.strip() for x in entry)
 
 
 def test_doctor_on_this_python():
@@ -68,3 +72,28 @@ def test_doctor_flags_an_untested_vllm_and_an_excluded_plugin(tmp_path):
     assert proc.returncode == 1
     assert "0.1.0 is not in the tested table" in _line(proc.stdout, "vLLM version")
     assert "excludes" in _line(proc.stdout, "plugin entry point")
+
+
+def test_doctor_without_vllm_fails_and_names_it(tmp_path):
+    """Before: vLLM missing was "info" and exit 0, though record cannot work then."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise ImportError('no vLLM in this Python')\n")
+    proc = _doctor(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = _line(proc.stdout, "vLLM targets")
+    assert line.startswith("FAIL") and "vLLM is not installed here" in line and "dbo-trace record needs it" in line
+
+
+def test_doctor_fits_80_columns(tmp_path):
+    """Piped (no terminal) and with COLUMNS=80, every line fits 80 columns: the long target names and
+    their details wrap under the name, the versions line at its commas. Before: lines of 100 and more."""
+    root = _standin_vllm(tmp_path, "0.33.0", with_ubatching=True)
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    for extra in ({}, {"COLUMNS": "80"}):
+        full = {**env, **extra, "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])}
+        proc = subprocess.run([sys.executable, "-m", "dbo_trace.cli", "doctor"], capture_output=True, text=True, env=full)
+        lines = proc.stdout.splitlines()
+        assert max(map(len, lines)) <= 80, [x for x in lines if len(x) > 80]
+        assert any(len(x) > 70 for x in lines)  # the width is used, not a narrow fallback
+        assert "optional, absent" in _line(proc.stdout, "afd_plugin.v1.worker.ubatch_wrapper.AFDUBatchWrapper.__call__")
+        assert len([x for x in lines if x.startswith("  ok    vllm.v1.worker.ubatching.UBatchContext.")]) == 4

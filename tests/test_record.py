@@ -602,7 +602,13 @@ def test_a_second_record_into_the_same_folder_is_refused(tmp_path):
         while time.monotonic() < deadline and not (out / "program.log").exists():
             time.sleep(0.05)
         before = (out / "manifest.json").read_text()
-        second = _patched_record(out, "cli._refuse_nonempty = lambda out: None", sys.executable, "-c", "print('second')")
+        second = _patched_record(
+            out,
+            "from dbo_trace.commands import common; common.refuse_nonempty = lambda out: None",
+            sys.executable,
+            "-c",
+            "print('second')",
+        )
         assert second.returncode == 2, second.stderr
         assert second.stderr.startswith("dbo-trace: error: ") and len(second.stderr.strip().splitlines()) == 1, second.stderr
         assert "another recording is writing there" in second.stderr

@@ -3,6 +3,7 @@ that shows nothing until killed), and without a folder reads $DBO_TRACE_DIR. The
 come from the counters file itself (json.load)."""
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -17,10 +18,19 @@ def counters_of(folder):
     return json.loads(path.read_text())
 
 
+def recording_in_progress(tmp_path):
+    """The recorded sample as record leaves it while the server runs: its manifest says "recording"."""
+    live = tmp_path / "live"
+    shutil.copytree(RECORDED / "events", live / "events")
+    manifest = json.loads((RECORDED / "manifest.json").read_text())
+    (live / "manifest.json").write_text(json.dumps({**manifest, "status": "recording"}))
+    return live
+
+
 def test_piped_top_writes_plain_lines_before_it_is_stopped(tmp_path):
     body = counters_of(RECORDED)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dbo_trace.cli", "top", str(RECORDED), "--interval", "0.2"],
+        [sys.executable, "-m", "dbo_trace.cli", "top", str(recording_in_progress(tmp_path)), "--interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -42,6 +52,22 @@ def test_piped_top_writes_plain_lines_before_it_is_stopped(tmp_path):
     rows = [line for line in lines if " pid: " in line]
     assert len(rows) == 2 and all(f"pid: {body['pid']}; steps: {steps};" in r for r in rows)
     assert all("\x1b" not in line and "│" not in line and line == line.rstrip() for line in lines)
+
+
+def test_top_of_a_finished_recording_shows_its_final_counters_once():
+    """Before: top on a recording that had finished (its manifest's status complete) refreshed
+    forever, its counters never to change. Now it prints them once, says so, and exits 0."""
+    body = counters_of(RECORDED)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dbo_trace.cli", "top", str(RECORDED), "--interval", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if " pid: " in line]
+    assert len(rows) == 1 and f"pid: {body['pid']}; steps: {body['counters']['steps.eager_microbatched']};" in rows[0]
+    assert proc.stderr == "dbo-trace top: the recording has finished (complete); its final counters, once\n"
 
 
 def test_once_piped_is_plain_lines_too():

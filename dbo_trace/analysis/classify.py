@@ -6,6 +6,7 @@ a side stream is not evidence: real traces run GEMMs on side streams.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -74,10 +75,18 @@ class CommRules:
     replace_builtin: bool = False  # --comm-kernels-only: the user's patterns are the whole set
 
     def regex(self) -> re.Pattern[str]:
-        parts = ([] if self.replace_builtin else list(self.builtin.values())) + list(self.extra_patterns)
-        if not parts:
-            return re.compile(r"(?!)")  # nothing is communication
-        return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
+        parts = (() if self.replace_builtin else tuple(self.builtin.values())) + self.extra_patterns
+        return comm_regex(tuple(parts))
+
+
+@functools.lru_cache(maxsize=16)
+def comm_regex(parts: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression of the communication patterns, compiled once per set (every rank of a
+    report shares it). The patterns were checked where they came in: the command's checked() for the
+    user's, the pipeline for a manifest's."""
+    if not parts:
+        return re.compile(r"(?!)")  # nothing is communication
+    return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
 
 
 def kernel_kinds(

@@ -64,20 +64,46 @@ SLOWEST, MEDIAN = "slowest", "median"
 
 
 def step_number(rank: RankReport, position: int) -> int:
-    """A step's number: its row in the rank's per-step table, from 1 (what --step takes)."""
+    """A step's number: its row in the rank's per-step table, from 1 (what find_step takes)."""
     return position + 1
 
 
 def step_name(rank: RankReport, position: int) -> str:
-    """`#3 (step 17)`: the number --step takes and the step's own label."""
+    """`#3 (step 17)`: the number find_step takes and the step's own label."""
     return f"#{step_number(rank, position)} ({rank.steps[position].label})"
 
 
-def find_step(rank: RankReport, step: int | str | None) -> int:
-    """The position in rank.steps of the step --step names: its number (`3` or `#3`, the per-step
-    table's row), `median` (the default), `slowest`, or its label (`step 17`, vLLM's `execute_...`)."""
-    from dbo_trace.errors import UsageError
+class ChoiceNotFound(ValueError):
+    """A picture's choice of rank or step names nothing in the report. Plain data (what was asked,
+    what there is); the command line says it in its own words (commands/report.py drawn_step)."""
 
+
+class RankNotFound(ChoiceNotFound):
+    def __init__(self, asked: int, ranks: tuple[int, ...]):
+        super().__init__(f"rank {asked}: the report has ranks {list(ranks)}")
+        self.asked, self.ranks = asked, ranks
+
+
+class NoStepToDraw(ChoiceNotFound):
+    def __init__(self, rank: int):
+        super().__init__(f"rank {rank} has no step with GPU activity to draw")
+        self.rank = rank
+
+
+class StepNotFound(ChoiceNotFound):
+    """asked: the step as given (stripped); numbered: asked by number (out of range), else by label,
+    which no step has or several have (matches: their numbers)."""
+
+    def __init__(self, asked: str, rank: int, steps: int, numbered: bool, matches: tuple[int, ...] = ()):
+        what = "out of range" if numbered else f"{len(matches)} steps have this label" if matches else "no such label"
+        super().__init__(f"step {asked!r} of rank {rank} ({steps} steps): {what}")
+        self.asked, self.rank, self.steps, self.numbered, self.matches = asked, rank, steps, numbered, matches
+
+
+def find_step(rank: RankReport, step: int | str | None) -> int:
+    """The position in rank.steps of the step named: its number (`3` or `#3`, the per-step table's
+    row), `median` (the default), `slowest`, or its label (`step 17`, vLLM's `execute_...`).
+    StepNotFound where none (or several) is."""
     n = len(rank.steps)
     text = MEDIAN if step is None else str(step).strip()
     if text == MEDIAN:
@@ -88,30 +114,24 @@ def find_step(rank: RankReport, step: int | str | None) -> int:
     if digits.isdigit():
         number = int(digits)
         if not 1 <= number <= n:
-            raise UsageError(f"--step {text}: rank {rank.rank} has {n} steps (#1 to #{n}: the per-step table's numbers)")
+            raise StepNotFound(text, rank.rank, n, numbered=True)
         return number - 1
     matches = [i for i, s in enumerate(rank.steps) if s.label == text]
     if len(matches) == 1:
         return matches[0]
-    if matches:
-        numbers = ", ".join(f"#{step_number(rank, i)}" for i in matches[:5]) + (", ..." if len(matches) > 5 else "")
-        raise UsageError(f"--step {text!r}: {len(matches)} steps of rank {rank.rank} have this label ({numbers}); give a number")
-    raise UsageError(
-        f"--step {text!r}: no step of rank {rank.rank} has this label; give a number (#1 to #{n}), a label, {MEDIAN} or {SLOWEST}"
-    )
+    raise StepNotFound(text, rank.rank, n, numbered=False, matches=tuple(step_number(rank, i) for i in matches))
 
 
 def chosen_step(report: Report, rank_number: int | None, step: int | str | None) -> tuple[RankReport, int]:
-    """The rank and the position of the step a picture draws: --rank (default the first rank with
-    steps) and --step (find_step: a number, a label, median or slowest; default the median step)."""
-    from dbo_trace.errors import UsageError
-
+    """The rank and the position of the step a picture draws: rank_number (default the first rank
+    with steps) and step (find_step: a number, a label, median or slowest; default the median step).
+    A ChoiceNotFound where the report has no such rank or step."""
     ranks = {r.rank: r for r in report.ranks}
     if rank_number is not None and rank_number not in ranks:
-        raise UsageError(f"--rank {rank_number}: the input has ranks {sorted(ranks)}")
+        raise RankNotFound(rank_number, tuple(sorted(ranks)))
     rank = ranks[rank_number] if rank_number is not None else next((r for r in report.ranks if r.steps), report.ranks[0])
     if not rank.steps:
-        raise UsageError(f"rank {rank.rank} has no step with GPU activity to draw")
+        raise NoStepToDraw(rank.rank)
     return rank, find_step(rank, step)
 
 

@@ -56,7 +56,9 @@ def _targets() -> list[Check]:
 
     version = vllm_version()  # the import, not the metadata: a source checkout on PYTHONPATH counts
     if version is None:
-        return [Check("vLLM targets", None, "vLLM is not installed here: nothing to instrument (report still works)")]
+        # record runs `vllm serve` with the plugin in it: without vLLM there is nothing to record (report needs none)
+        needed = "dbo-trace record needs it in the server's Python; report works without it"
+        return [Check("vLLM targets", False, f"vLLM is not installed here (`import vllm` fails): {needed}")]
     targets, known = targets_for(version)
     checks = []
     if not known:

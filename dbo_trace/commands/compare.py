@@ -1,0 +1,63 @@
+"""`dbo-trace compare`: arms of an ablation side by side."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dbo_trace.commands import common
+from dbo_trace.commands.common import color, fail, output_name, refuse_overwrite, warn, write_output
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    arms: tuple[Path, ...]
+    as_json: bool = False
+    as_markdown: bool = False
+    labels: tuple[str, ...] = ()
+    layers: int | None = None
+    output: Path | None = None
+    force: bool = False
+
+    @property
+    def format(self) -> str:
+        """json, markdown or terminal (a suffix compare does not write shows the terminal table)."""
+        from dbo_trace.render.compare import COMPARE_RENDERERS
+
+        name = output_name(self.as_json, self.as_markdown, self.output)
+        return name if name in COMPARE_RENDERERS else "terminal"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.labels) or [p.name or str(p) for p in self.arms]
+
+    def checked(self) -> CompareRequest:
+        output_name(self.as_json, self.as_markdown, self.output)  # --json with --markdown: refused first
+        if len(self.arms) < 2:
+            fail("compare needs at least two arms (bundles or traces)")
+        if self.labels and len(self.labels) != len(self.arms):
+            fail(f"--label given {len(self.labels)} times for {len(self.arms)} arms; give one per arm or none")
+        refuse_overwrite(self.output, force=self.force)
+        return self
+
+
+def run(request: CompareRequest) -> None:
+    from dbo_trace.analysis.compare import arms_of, shape_warnings, shared_phases
+    from dbo_trace.analysis.compare import compare as compare_arms
+    from dbo_trace.analysis.report import Options
+    from dbo_trace.render import RenderOptions
+    from dbo_trace.render.compare import COMPARE_RENDERERS
+
+    renderer = COMPARE_RENDERERS[request.format]
+    names = request.names
+    reports = []
+    for path in request.arms:
+        report = common.analyzed([path], Options(layers=request.layers))
+        if not any(r.steps for r in report.ranks):
+            fail(f"{path}: no step with GPU activity to compare")
+        reports.append(report)
+    for warning in shape_warnings(names, reports):
+        warn(warning)
+    phases = shared_phases(reports)
+    compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
+    write_output(renderer.render(compared, RenderOptions(color=color(request.output))), request.output, request.force)

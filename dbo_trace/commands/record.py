@@ -1,0 +1,79 @@
+"""`dbo-trace record`: a DBO run recorded into a bundle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dbo_trace.commands import common
+from dbo_trace.commands.common import fail
+from dbo_trace.errors import UsageError
+
+
+@dataclass(frozen=True)
+class RecordRequest:
+    command: tuple[str, ...]
+    out: Path | None = None  # checked() fills the default, ./dbo-trace-DATE-TIME
+    server: bool | None = None  # None: when COMMAND is `vllm serve`
+    url: str | None = None
+    num_prompts: int = 64
+    concurrency: int = 16
+    input_len: int = 512
+    output_len: int = 64
+    seed: int = 0
+    warmup_prompts: int = 8
+    profile_delay: int = 0
+    profile_steps: int = 0
+    with_stack: bool = False
+    startup_timeout: float = 1200.0
+    grace: float = 30.0
+    trace_timeout: float = 300.0
+
+    def checked(self) -> RecordRequest:
+        """The request with its bundle folder named (new or empty) and server mode decided."""
+        import datetime as dt
+
+        from dbo_trace.record import environment
+
+        out = self.out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
+        common.refuse_nonempty(out)
+        server = environment.is_vllm_serve(list(self.command)) if self.server is None else self.server
+        return replace(self, out=out, server=server)
+
+
+def run(request: RecordRequest) -> None:
+    from dbo_trace.record import environment
+    from dbo_trace.record.child import ChildFailed
+    from dbo_trace.record.loadgen import LoadSpec
+    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan, Refused
+    from dbo_trace.record.recorder import record as run_record
+    from dbo_trace.ui import ConsoleProgress
+
+    command = list(request.command)
+    assert request.out is not None and request.server is not None, "run a checked() request"
+    plan = RecordPlan(
+        command=command,
+        out=request.out,
+        server=request.server,
+        base_url=(request.url or environment.server_url(command)).rstrip("/"),
+        load=LoadSpec(request.num_prompts, request.concurrency, request.input_len, request.output_len, request.seed),
+        warmup_prompts=request.warmup_prompts,
+        window=ProfileWindow(request.profile_delay, request.profile_steps, request.with_stack),
+        startup_timeout_s=request.startup_timeout,
+        grace_s=request.grace,
+        trace_timeout_s=request.trace_timeout,
+    )
+    ui = ConsoleProgress()
+    try:
+        outcome = run_record(plan, ui)
+    except (ChildFailed, Refused) as exc:  # before anything started (a malformed --profiler-config, a busy port)
+        fail(str(exc))
+    ui.phase(
+        f"bundle: {outcome.bundle} ({outcome.status}; {len(outcome.manifest['traces'])} traces, "
+        f"{len(outcome.manifest['events'])} event logs)"
+    )
+    if outcome.manifest["traces"]:
+        ui.phase(f"next: dbo-trace report {outcome.bundle}")
+    if outcome.status == STATUS_COMPLETE:
+        return
+    raise UsageError(outcome.reason or "the recording did not complete", 130 if outcome.status == STATUS_INCOMPLETE else 1)

@@ -1,0 +1,193 @@
+"""`dbo-trace report`: traces, a folder or a bundle analysed and rendered; or, for one review
+archive, the report it holds shown again (ArchiveView: nothing is re-analysed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from dbo_trace.commands import common
+from dbo_trace.commands.common import check_regexes, color, fail, output_name, refuse_overwrite, write_file, write_output
+from dbo_trace.errors import inert
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.report import Options, RankReport, Report
+    from dbo_trace.render import Renderer
+
+
+@dataclass(frozen=True)
+class ArchiveView:
+    """`report ARCHIVE`: the finished report a review archive holds, as text, Markdown or JSON."""
+
+    archive: Path
+    format: str  # a renderer's name (output_name)
+    output: Path | None = None
+    force: bool = False
+
+    def checked(self) -> ArchiveView:
+        from dbo_trace.render import RENDERERS
+
+        refuse_overwrite(self.output, force=self.force)
+        if not hasattr(RENDERERS[self.format], "render_document"):
+            fail(f"{self.archive}: a review archive can be shown as text, Markdown or JSON, not as {self.format}")
+        return self
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    paths: tuple[Path, ...]
+    as_json: bool = False
+    as_markdown: bool = False
+    comm_kernels: tuple[str, ...] = ()
+    comm_kernels_only: tuple[str, ...] = ()
+    step_marker: str | None = None
+    comm_streams: tuple[int, ...] = ()
+    ubatch_patterns: tuple[str, ...] = ()
+    layers: int | None = None
+    output: Path | None = None
+    timeline: Path | None = None
+    perfetto: Path | None = None
+    html: Path | None = None
+    step: str | None = None  # --step as given: a number, #number, a label, median or slowest
+    rank: int | None = None
+    all_ranks: bool = False
+    workers: int | None = None
+    force: bool = False
+
+    @property
+    def format(self) -> str:
+        return output_name(self.as_json, self.as_markdown, self.output)
+
+    @property
+    def options(self) -> Options:
+        from dbo_trace.analysis.report import Options
+
+        return Options(
+            tuple(self.comm_kernels or self.comm_kernels_only),
+            tuple(self.comm_streams),
+            tuple(self.ubatch_patterns),
+            self.layers,
+            step_marker=self.step_marker,
+            comm_only=bool(self.comm_kernels_only),
+        )
+
+    def _reanalyses(self) -> bool:
+        """Options that need the traces: analysis options, workers, pictures, the step chosen."""
+        analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
+        drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks)
+        return any((*analysis, self.layers, self.workers, *drawing))
+
+    def checked(self) -> ReportRequest | ArchiveView:
+        """This request, every option checked before any work; for one review archive, the
+        ArchiveView it amounts to (checked too)."""
+        name = self.format
+        if len(self.paths) == 1 and _is_archive(self.paths[0]):
+            if self._reanalyses():
+                fail(f"{self.paths[0]}: a review archive holds the finished report, not the traces: it can be shown as text, "
+                     "Markdown or JSON, not re-analysed or drawn; run those options on the recording")  # fmt: skip
+            return ArchiveView(self.paths[0], name, self.output, self.force).checked()
+        if (self.step is not None or self.rank is not None) and self.timeline is None:
+            fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
+        if self.all_ranks and self.timeline is None:
+            fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
+        if self.comm_kernels and self.comm_kernels_only:
+            fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
+        check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
+        refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
+        if self.timeline is not None and self.picture is None:
+            fail(f"{self.timeline}: --timeline writes .png or .svg; name the file with one of those")
+        return self
+
+    @property
+    def picture(self) -> Renderer | None:
+        """The renderer of --timeline's file: PNG or SVG, else None."""
+        from dbo_trace.render import for_path
+
+        found = for_path(self.timeline) if self.timeline is not None else None
+        return found if found is not None and found.name in ("png", "svg") else None
+
+
+def _given(pattern: str | None) -> tuple[str, ...]:
+    return (pattern,) if pattern else ()
+
+
+def _is_archive(path: Path) -> bool:
+    from dbo_trace.archive import is_archive
+
+    return is_archive(path)
+
+
+def run(request: ReportRequest | ArchiveView) -> None:
+    """A checked request's work: analyse and write every output asked for; or show an archive."""
+    if isinstance(request, ArchiveView):
+        return show_archive(request)
+    import os
+
+    from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
+
+    main_output = RENDERERS[request.format]
+    picture, timeline, output = request.picture, request.timeline, request.output
+    result = common.analyzed(list(request.paths), request.options, request.workers)
+    drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
+    shown = RenderOptions(
+        color=color(output),
+        image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
+        step=request.step,
+        rank=request.rank,
+        all_ranks=request.all_ranks,
+    )
+    # The picture first, so that the Markdown can link it.
+    extras = [(timeline, picture), (request.perfetto, RENDERERS["perfetto"]), (request.html, RENDERERS["html"])]
+    for path, renderer in extras:
+        if path is not None and renderer is not None:
+            write_file(as_bytes(renderer.render(result, shown)), path, request.force)
+            if renderer is picture and drawn is not None:
+                from dbo_trace.analysis.view import step_name
+
+                rank, position = drawn
+                who = "every rank" if request.all_ranks else f"rank {rank.rank}"
+                click.echo(f"  {who}, step {inert(step_name(rank, position))}", err=True)
+                if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
+                    click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
+    rendered = main_output.render(result, shown)
+    if main_output.binary:
+        write_file(as_bytes(rendered), output, request.force)  # type: ignore[arg-type]  # a binary format came from -o
+    else:
+        write_output(str(rendered), output, request.force)
+
+
+def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[RankReport, int]:
+    """The rank and step position a picture draws (analysis/view.py chosen_step), or the user's
+    line saying, in the command line's words, what --rank or --step named that is not there."""
+    from dbo_trace.analysis.view import MEDIAN, SLOWEST, NoStepToDraw, RankNotFound, StepNotFound, chosen_step
+
+    try:
+        return chosen_step(report, rank, step)
+    except RankNotFound as exc:
+        fail(f"--rank {exc.asked}: the input has ranks {list(exc.ranks)}")
+    except NoStepToDraw as exc:
+        fail(f"rank {exc.rank} has no step with GPU activity to draw")
+    except StepNotFound as exc:
+        text, n = exc.asked, exc.steps
+        if exc.numbered:
+            fail(f"--step {text}: rank {exc.rank} has {n} steps (#1 to #{n}: the per-step table's numbers)")
+        if exc.matches:
+            numbers = ", ".join(f"#{k}" for k in exc.matches[:5]) + (", ..." if len(exc.matches) > 5 else "")
+            fail(f"--step {text!r}: {len(exc.matches)} steps of rank {exc.rank} have this label ({numbers}); give a number")
+        fail(
+            f"--step {text!r}: no step of rank {exc.rank} has this label; give a number (#1 to #{n}), a label, "
+            f"{MEDIAN} or {SLOWEST}"
+        )
+
+
+def show_archive(view: ArchiveView) -> None:
+    """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
+    from dbo_trace.archive import read_report_document
+    from dbo_trace.render import RENDERERS, RenderOptions
+
+    renderer = RENDERERS[view.format]
+    document = read_report_document(view.archive)
+    write_output(renderer.render_document(document, RenderOptions(color=color(view.output))), view.output, view.force)  # type: ignore[attr-defined]

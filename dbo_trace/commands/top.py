@@ -1,0 +1,114 @@
+"""`dbo-trace top`: live DBO counters of a running vLLM, read from its DBO_TRACE_DIR."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import click
+
+from dbo_trace.commands.common import fail
+from dbo_trace.errors import inert
+
+
+@dataclass(frozen=True)
+class TopRequest:
+    folder: Path | None = None  # None: $DBO_TRACE_DIR (checked() fills it in)
+    once: bool = False
+    interval: float = 1.0
+
+    def checked(self) -> TopRequest:
+        folder = self.folder
+        if folder is None:
+            if not os.environ.get("DBO_TRACE_DIR"):
+                fail("top: no folder given and $DBO_TRACE_DIR is not set; give the server's DBO_TRACE_DIR or a recording")
+            folder = Path(os.environ["DBO_TRACE_DIR"])
+            click.echo(f"dbo-trace top: reading $DBO_TRACE_DIR ({inert(str(folder))})", err=True)
+        if not folder.is_dir():
+            fail(f"{folder}: no such folder; give the server's DBO_TRACE_DIR or a recording")
+        return replace(self, folder=folder)
+
+
+def finished(folder: Path) -> str | None:
+    """The final status of a recording that has ended, else None: record writes its manifest with
+    status "recording" when it starts and its final status (complete, incomplete, failed, ...) at the
+    end; a server's own DBO_TRACE_DIR has no manifest, and a manifest that cannot be read says nothing."""
+    from dbo_trace import bundle as fmt
+    from dbo_trace.record.recorder import STATUS_RECORDING
+
+    if not fmt.is_bundle(folder):
+        return None
+    try:
+        status = fmt.read_manifest(folder).get("status")
+    except fmt.BundleError:
+        return None
+    return status if isinstance(status, str) and status != STATUS_RECORDING else None
+
+
+def run(request: TopRequest) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from dbo_trace import bundle as fmt
+    from dbo_trace.analysis.live import live_row
+    from dbo_trace.render.live import live_lines, live_table
+
+    folder, interval = request.folder, request.interval
+    assert folder is not None, "run a checked() request"
+    previous: dict[str, dict] = {}
+
+    def sample():
+        found = fmt.read_counters(folder)
+        rows = [live_row(body, previous.get(str(path)), interval, age) for path, body, age in found]
+        previous.update({str(path): body for path, body, _ in found})
+        working = [r for r in rows if r.steps or r.graph_replays or r.graph_captures]  # the API server runs no model
+        title = f"dbo-trace top {folder}"
+        if not rows:
+            title += " (no counters yet: is this the server's DBO_TRACE_DIR?)"
+        elif len(working) < len(rows):
+            title += f" ({len(rows) - len(working)} process(es) that run no model left out)"
+        return working, title, bool(rows)
+
+    def table():
+        working, title, found = sample()
+        return live_table(working, title), found
+
+    def write_lines() -> bool:
+        working, title, found = sample()
+        sys.stdout.write("\n".join(live_lines(working, title, time.strftime("%H:%M:%S"))) + "\n")
+        sys.stdout.flush()
+        return found
+
+    plain = not sys.stdout.isatty()  # a pipe or a file: plain lines, each refresh as it comes
+    console = Console(width=max(140, shutil.get_terminal_size((140, 24)).columns))
+    final = None if request.once else finished(folder)
+    if final is not None:  # its counters will not change: waiting for more would wait forever
+        click.echo(f"dbo-trace top: the recording has finished ({inert(final)}); its final counters, once", err=True)
+    if request.once or final is not None:
+        if plain:
+            found = write_lines()
+        else:
+            shown, found = table()
+            console.print(shown)
+        if not found:
+            sys.exit(1)
+        return
+    try:
+        if plain:
+            while True:
+                write_lines()
+                time.sleep(interval)
+        with Live(table()[0], console=console, refresh_per_second=4) as live:
+            while True:
+                time.sleep(interval)
+                live.update(table()[0])
+    except KeyboardInterrupt:
+        return
+    except BrokenPipeError:  # `dbo-trace top | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
