@@ -248,11 +248,14 @@ def record(
     (DBO_TRACE_DIR set, traces expected under $DBO_TRACE_TRACES).
     """
     from dbo_trace.commands import record as recording
+    from dbo_trace.record.loadgen import LoadSpec
+    from dbo_trace.record.recorder import ProfileWindow
 
     request = recording.RecordRequest(
-        command=tuple(command), out=out, server=server, url=url, num_prompts=num_prompts, concurrency=concurrency,
-        input_len=input_len, output_len=output_len, seed=seed, warmup_prompts=warmup_prompts,
-        profile_delay=profile_delay, profile_steps=profile_steps, with_stack=with_stack,
+        command=tuple(command), out=out, server=server, url=url,
+        load=LoadSpec(num_prompts=num_prompts, concurrency=concurrency, input_len=input_len, output_len=output_len, seed=seed),
+        warmup_prompts=warmup_prompts,
+        window=ProfileWindow(delay_iterations=profile_delay, max_iterations=profile_steps, with_stack=with_stack),
         startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout,
     )  # fmt: skip
     recording.run(request.checked())

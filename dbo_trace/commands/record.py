@@ -8,6 +8,8 @@ from pathlib import Path
 from dbo_trace.commands import common
 from dbo_trace.commands.common import fail
 from dbo_trace.errors import UsageError
+from dbo_trace.record.loadgen import LoadSpec
+from dbo_trace.record.recorder import ProfileWindow
 
 
 @dataclass(frozen=True)
@@ -16,15 +18,9 @@ class RecordRequest:
     out: Path | None = None  # checked() fills the default, ./dbo-trace-DATE-TIME
     server: bool | None = None  # None: when COMMAND is `vllm serve`
     url: str | None = None
-    num_prompts: int = 64
-    concurrency: int = 16
-    input_len: int = 512
-    output_len: int = 64
-    seed: int = 0
+    load: LoadSpec = LoadSpec()  # the profiled load
     warmup_prompts: int = 8
-    profile_delay: int = 0
-    profile_steps: int = 0
-    with_stack: bool = False
+    window: ProfileWindow = ProfileWindow()  # how the profiler brackets the load
     startup_timeout: float = 1200.0
     grace: float = 30.0
     trace_timeout: float = 300.0
@@ -44,8 +40,7 @@ class RecordRequest:
 def run(request: RecordRequest) -> None:
     from dbo_trace.record import environment
     from dbo_trace.record.child import ChildFailed
-    from dbo_trace.record.loadgen import LoadSpec
-    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, ProfileWindow, RecordPlan, Refused
+    from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, RecordPlan, Refused
     from dbo_trace.record.recorder import record as run_record
     from dbo_trace.ui import ConsoleProgress
 
@@ -56,9 +51,9 @@ def run(request: RecordRequest) -> None:
         out=request.out,
         server=request.server,
         base_url=(request.url or environment.server_url(command)).rstrip("/"),
-        load=LoadSpec(request.num_prompts, request.concurrency, request.input_len, request.output_len, request.seed),
+        load=request.load,
         warmup_prompts=request.warmup_prompts,
-        window=ProfileWindow(request.profile_delay, request.profile_steps, request.with_stack),
+        window=request.window,
         startup_timeout_s=request.startup_timeout,
         grace_s=request.grace,
         trace_timeout_s=request.trace_timeout,
