@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -648,7 +648,12 @@ def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
 
 def time_block(b: TimeBuckets) -> TimeBlock:
     return TimeBlock(
-        *(_r(x) for x in (b.window_us, b.compute_us, b.comm_exposed_us, b.copy_us, b.host_idle_us, b.other_idle_us))  # type: ignore[arg-type]
+        window_us=round(float(b.window_us), 3),
+        compute_us=round(float(b.compute_us), 3),
+        comm_exposed_us=round(float(b.comm_exposed_us), 3),
+        copy_us=round(float(b.copy_us), 3),
+        host_idle_us=round(float(b.host_idle_us), 3),
+        other_idle_us=round(float(b.other_idle_us), 3),
     )
 
 
@@ -904,7 +909,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
                 median_us=_r(o.median_us),
                 hidden_fraction=_r(o.hidden_fraction, 4),
                 median_exposed_us=_r(o.median_exposed_us),
-                reason=o.reason,  # type: ignore[arg-type]  # one of analysis.exposure.REASONS
+                reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
             )
             for o in r.operations
         ],
