@@ -38,7 +38,7 @@ REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
 MAX_MEMBERS_BEFORE_REPORT = 16  # members read (headers only) before the report must have appeared
 MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and members skipped
 MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
-MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 6 deep
+MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 8 deep (cross_rank.waits.operations[].ranks)
 
 
 def is_archive(path: Path) -> bool:
