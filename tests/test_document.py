@@ -36,7 +36,6 @@ def test_the_fixed_vocabularies_are_the_analyses():
     assert set(typing.get_args(document.Reason)) == set(REASON_SHORT)
     reasons = [name.removesuffix("_us") for name in document.ExposedCommReasons.__struct_fields__[1:]]
     assert reasons == list(REASONS)  # the exposure block's keys, in the order the analysis adds them
-    assert document.LATE_RECORD in REASONS
 
 
 def test_the_host_causes_are_the_analysis_causes(hostbound):

@@ -19,7 +19,7 @@ from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
-from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
@@ -190,7 +190,7 @@ class PhaseVerdict(Struct):
     headline: str | None
     findings: list[str]
     reasons: list[str]
-    per_rank: list[str | None] | UnsetType = UNSET
+    per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
 
 
 class TimeBlock(Struct):
@@ -358,9 +358,6 @@ class LateRecordExample(Struct):
     holder: str
     comm_kernel: str
     delay_us: float | None
-
-
-LATE_RECORD = "late_record"  # analysis.exposure.LATE_RECORD: a held-back cause shown with its example
 
 
 class HeldBackBlock(Struct):

@@ -141,14 +141,14 @@ PHASE_HEADER = (
 )  # fmt: skip
 
 
-def per_rank_labels(v: PhaseVerdict) -> list[str | None]:
+def per_rank_labels(v: PhaseVerdict) -> list[str]:
     """A phase's verdict per rank, where the phase has no verdict of its own (else none)."""
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
 
 
 def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
     """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
-    label = ph.verdict.label or "/".join(str(x) for x in dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
+    label = ph.verdict.label or "/".join(dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
     top = ph.host_causes.top if ph.host_causes is not None else None
     return [
         name,
@@ -272,21 +272,23 @@ def held_back_line(rank: RankBlock) -> str | None:
     x = rank.held_back_comm
     if x is None or not x.kernels:
         return None
+    from dbo_trace.analysis.exposure import CROWDED, HELD, LATE_RECORD
+
     causes = x.by_cause
     parts = []
     late = x.late_record_example
-    if "late_record" in causes and late is not None:  # the document holds the example with the cause
-        c = causes["late_record"]
+    if LATE_RECORD in causes and late is not None:  # the document holds the example with the cause
+        c = causes[LATE_RECORD]
         who = f"ub{late.ubatch}'s thread" if late.ubatch >= 0 else f"thread {late.thread}"
         parts.append(
             f"{c.kernels} waited on an event recorded too late ({ms(c.delay_us)}; e.g. {late.record_call} by "
             f"{who} {ms(late.after_holder_launch_us)} after {cut(late.holder, 40)} was launched)"
         )
-    if "crowded" in causes:
-        c = causes["crowded"]
+    if CROWDED in causes:
+        c = causes[CROWDED]
         parts.append(f"{c.kernels} found no free SMs beside it ({ms(c.delay_us)}; an SM-hungry kernel)")
-    if "held" in causes:
-        c = causes["held"]
+    if HELD in causes:
+        c = causes[HELD]
         parts.append(f"{c.kernels} for a reason the trace does not show ({ms(c.delay_us)})")
     holders = ", ".join(f"{cut(h.name, 40)} x{h.kernels}" for h in x.holders[:2])
     return (
