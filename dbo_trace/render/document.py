@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -65,19 +65,27 @@ class Figures(Struct):
 
 
 F = TypeVar("F", bound=Figures)
-_FIGURE_FIELDS: dict[type[Figures], tuple[tuple[str, Callable[[WindowMetrics], Any] | None, int | None], ...]] = {}
 
 
-def figure_fields(cls: type[Figures]) -> tuple[tuple[str, Callable[[WindowMetrics], Any] | None, int | None], ...]:
-    """A block's fields in order: (name, the figure's source or None for a field that is not a
-    figure, rounding). Read from the fields' annotations once per class."""
+class FigureField(NamedTuple):
+    name: str
+    source: Callable[[WindowMetrics], Any] | None  # None: a field that is not a figure (given by the builder)
+    digits: int | None
+
+
+_FIGURE_FIELDS: dict[type[Figures], tuple[FigureField, ...]] = {}
+
+
+def figure_fields(cls: type[Figures]) -> tuple[FigureField, ...]:
+    """A block's fields in order, each with its figure's declaration; read from the fields'
+    annotations once per class."""
     found = _FIGURE_FIELDS.get(cls)
     if found is None:
         out = []
         for f in msgspec.structs.fields(cls):
-            extra = next((m.extra for m in getattr(f.type, "__metadata__", ()) if isinstance(m, msgspec.Meta) and m.extra), {})
-            source, digits = extra.get(FIGURE, (None, None))
-            out.append((f.name, source, digits))
+            extras = [m.extra for m in getattr(f.type, "__metadata__", ()) if isinstance(m, msgspec.Meta) and m.extra]
+            source, digits = extras[-1].get(FIGURE, (None, None)) if extras else (None, None)
+            out.append(FigureField(f.name, source, digits))
         found = _FIGURE_FIELDS[cls] = tuple(out)
     return found
 
