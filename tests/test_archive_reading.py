@@ -149,7 +149,24 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3 and 4")
+
+
+def test_a_version_3_archive_still_reads(real, tmp_path):
+    """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
+    archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
+    doc = document(real)
+    assert doc["schema_version"] == 4 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    new = build(tmp_path / "v4.tar.gz", real)
+    for r in doc["ranks"]:
+        r["attribution"] = {"ubatch_source": r["microbatch_source"], "step_source": r["steps_source"], **r["attribution"]}
+    doc["schema_version"] = 3
+    old = build(tmp_path / "v3.tar.gz", with_report(real, json.dumps(doc).encode()))
+    for flag in ([], ["--markdown"]):
+        shown = [run_cli("report", str(path), *flag) for path in (old, new)]
+        assert [p.returncode for p in shown] == [0, 0], shown[0].stderr
+        assert shown[0].stdout == shown[1].stdout
+    assert json.loads(run_cli("report", str(old), "--json").stdout) == doc  # its --json: the stored document
 
 
 @pytest.mark.parametrize("depth,words", [(40, "nested more than 32 deep"), (200_000, "not valid JSON")])

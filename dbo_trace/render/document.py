@@ -31,9 +31,10 @@ from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
-# cpu_ranges, step_us spread
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (3,)  # what a review archive's report may have been written with
+# cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
+# (the rank's microbatch_source and steps_source hold them)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
@@ -430,9 +431,11 @@ class CpuRange(Struct):
     share: float | None
 
 
-class Attribution(Struct):
-    ubatch_source: str
-    step_source: str
+class Attribution(Struct, kw_only=True):
+    # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
+    # kept as read so that its --json is the stored document; never written since version 4.
+    ubatch_source: str | UnsetType = UNSET
+    step_source: str | UnsetType = UNSET
     profile_all_threads: bool | None
 
 
@@ -925,9 +928,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         round_trips=round_trips_block(r.round_trips),
         steps=[step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
         verdict=verdict_block(r.verdict),
-        attribution=Attribution(
-            ubatch_source=r.attribution, step_source=r.step_source, profile_all_threads=r.profile_all_threads
-        ),
+        attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
     )
