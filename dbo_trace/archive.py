@@ -16,12 +16,16 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
 from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
+
+if TYPE_CHECKING:
+    from dbo_trace.render.document import ReportDocument
 
 MEMBER_ROOT = "dbo-trace"
 REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
@@ -34,7 +38,7 @@ REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
 MAX_MEMBERS_BEFORE_REPORT = 16  # members read (headers only) before the report must have appeared
 MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and members skipped
 MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
-MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 6 deep
+MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 8 deep (cross_rank.waits.operations[].ranks)
 
 
 def is_archive(path: Path) -> bool:
@@ -79,13 +83,33 @@ def _report_member(tar: tarfile.TarFile, path: Path, fix: str) -> tarfile.TarInf
     )
 
 
-def read_report_document(path: Path) -> dict:
-    """The JSON document the archive holds, checked to have the shape the renderers read;
-    UsageError (one line) where it cannot be read."""
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether the value nests deeper than limit (iteratively: no recursion to exhaust)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
+        if not level:
+            return False
+    return any(isinstance(c, (dict, list)) for c in level)
+
+
+def _validation_problem(exc: Exception) -> str:
+    """msgspec's ValidationError as `report.ranks[0].verdict.label: expected ...`: the place first."""
+    text = str(exc)
+    what, _, where = text.rpartition(" - at `")
+    if not what:  # the document itself (msgspec names no place)
+        what, where = text, "$`"
+    place = "report" + where.removesuffix("`").removeprefix("$")
+    return f"{place}: {what[:1].lower()}{what[1:]}"
+
+
+def read_report_document(path: Path) -> ReportDocument:
+    """The document the archive holds, decoded into a ReportDocument with every type checked;
+    UsageError (one line, naming the archive and the place) where it cannot be read."""
     import msgspec
 
     from dbo_trace.errors import UsageError
-    from dbo_trace.render.document import SCHEMA, SCHEMA_VERSION, document_problem
+    from dbo_trace.render.document import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ReportDocument
 
     fix = "; re-create it with dbo-trace archive"
     try:
@@ -101,15 +125,20 @@ def read_report_document(path: Path) -> dict:
         raise UsageError(f"{path}: {REPORT_MEMBER} is not valid JSON ({why}){fix}") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report{fix}")
-    if doc.get("schema_version") != SCHEMA_VERSION:
+    version = doc.get("schema_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path}: its report has schema version {doc.get('schema_version')!r}, this dbo-trace reads {SCHEMA_VERSION}; "
-            "re-create the archive from the recording"
+            f"{path}: its report has schema version {version!r}, this dbo-trace reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
-    problem = document_problem(doc, MAX_DOCUMENT_DEPTH)
-    if problem is not None:
-        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {problem}{fix}")
-    return doc
+    # The document's own nesting is bounded by its types; an unknown key's value is not, and would
+    # be walked (or skipped) whole: refused first, in time linear in the document.
+    if _deeper_than(doc, MAX_DOCUMENT_DEPTH):
+        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: nested more than {MAX_DOCUMENT_DEPTH} deep{fix}")
+    try:
+        return msgspec.convert(doc, ReportDocument)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {_validation_problem(exc)}{fix}") from None
 
 
 @dataclass

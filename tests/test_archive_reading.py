@@ -13,12 +13,13 @@ import json
 import tarfile
 import time
 
+import msgspec
 import pytest
 from conftest import SAMPLES, run_cli
 
 from dbo_trace import archive
 from dbo_trace.render import RENDERERS, RenderOptions
-from dbo_trace.render.document import document_problem
+from dbo_trace.render.document import ReportDocument
 
 REPORT = "dbo-trace/report.json"
 
@@ -121,15 +122,19 @@ def _set(doc, where, value):
 @pytest.mark.parametrize(
     "where,value,words",
     [
-        (("verdict",), KeyError, "report.verdict is missing"),
-        (("ranks", 0, "verdict", "label"), 7, "report.ranks[0].verdict.label is not a string"),
-        (("steps", 0, "step_us"), "12 ms", "report.steps[0].step_us is not a number"),
-        (("ranks", 0, "comm_operations"), {"a": 1}, "is not a list"),
-        (("ranks", 0, "time", "window_us"), None, "report.ranks[0].time.window_us is not a number"),
-        (("round_trips",), [], "report.round_trips is not an object"),
-        (("ranks", 0, "held_back_comm", "late_record_example"), None, "late_record_example is missing"),
-        (("ranks", 0, "steps", 0, "gpu", "utilization"), 10**400, "is not a number"),
-        (("warnings",), [["nested"]], "report.warnings[0] is not a string"),
+        (("verdict",), KeyError, "report: object missing required field `verdict`"),
+        (("ranks", 0, "verdict", "label"), 7, "report.ranks[0].verdict.label: expected `str`, got `int`"),
+        (("steps", 0, "step_us"), "12 ms", "report.steps[0].step_us: expected `float | null`, got `str`"),
+        (("steps", 0, "gpu", "utilization"), "busy", "report.steps[0].gpu.utilization: expected `float | null`, got `str`"),
+        (("ranks", 0, "comm_operations"), {"a": 1}, "report.ranks[0].comm_operations: expected `array`, got `object`"),
+        (("ranks", 0, "comm_operations", 0, "reason"), "bogus", "report.ranks[0].comm_operations[0].reason: invalid enum"),
+        (("ranks", 0, "time", "window_us"), None, "report.ranks[0].time.window_us: expected `float`, got `null`"),
+        (("round_trips",), [], "report.round_trips: expected `object | null`, got `array`"),
+        (("ranks", 0, "held_back_comm", "late_record_example"), None, "held_back_comm: late_record_example is missing"),
+        (("ranks", 0, "steps", 0, "gpu", "utilization"), 10**400, "steps[0].gpu.utilization: number out of range"),
+        (("ranks", 0, "steps", 0, "host", "launches"), 10**400, "report.ranks[0].steps[0].host.launches: expected `int` <="),
+        (("ranks", 0, "phases"), [], "report.ranks[0].phases: expected `object`, got `array`"),
+        (("warnings",), [["nested"]], "report.warnings[0]: expected `str`, got `array`"),
     ],
 )
 def test_a_damaged_document_is_named_in_one_line(real, tmp_path, where, value, words):
@@ -137,6 +142,31 @@ def test_a_damaged_document_is_named_in_one_line(real, tmp_path, where, value, w
     _set(doc, where, value)
     data = json.dumps(doc).encode()
     refused(build(tmp_path / "damaged.tar.gz", with_report(real, data)), "is damaged", words)
+
+
+@pytest.mark.parametrize("version", [99, 2, "3", None])
+def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, version):
+    doc = document(real)
+    doc["schema_version"] = version
+    data = json.dumps(doc).encode()
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3 and 4")
+
+
+def test_a_version_3_archive_still_reads(real, tmp_path):
+    """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
+    archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
+    doc = document(real)
+    assert doc["schema_version"] == 4 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    new = build(tmp_path / "v4.tar.gz", real)
+    for r in doc["ranks"]:
+        r["attribution"] = {"ubatch_source": r["microbatch_source"], "step_source": r["steps_source"], **r["attribution"]}
+    doc["schema_version"] = 3
+    old = build(tmp_path / "v3.tar.gz", with_report(real, json.dumps(doc).encode()))
+    for flag in ([], ["--markdown"]):
+        shown = [run_cli("report", str(path), *flag) for path in (old, new)]
+        assert [p.returncode for p in shown] == [0, 0], shown[0].stderr
+        assert shown[0].stdout == shown[1].stdout
+    assert json.loads(run_cli("report", str(old), "--json").stdout) == doc  # its --json: the stored document
 
 
 @pytest.mark.parametrize("depth,words", [(40, "nested more than 32 deep"), (200_000, "not valid JSON")])
@@ -164,8 +194,8 @@ def _paths(value, where=()):
 
 
 def test_every_field_damaged_in_every_way_is_refused_or_shown(real):
-    """The shape check covers what the renderers read: for each place of a real document, removed
-    or replaced by each wrong type, either the check names a problem or every document renderer
+    """The document's types cover what the renderers read: for each place of a real document, removed
+    or replaced by each wrong type, either decoding names a problem or every document renderer
     shows it without an exception (the terminal's, the slowest, with the four most different)."""
     base = document(real)
     shown = 0
@@ -176,10 +206,12 @@ def test_every_field_damaged_in_every_way_is_refused_or_shown(real):
                 _set(doc, where, value)
             except (TypeError, IndexError):
                 continue
-            if document_problem(doc) is not None:
+            try:
+                typed = msgspec.convert(doc, ReportDocument)  # what the archive's reader does
+            except msgspec.ValidationError:
                 continue
             names = ("markdown", "json", "terminal") if value in (KeyError, None, "x") or value == {} else ("markdown", "json")
             for name in names:
-                RENDERERS[name].render_document(doc, RenderOptions(width=120))
+                RENDERERS[name].render_document(typed, RenderOptions(width=120))
             shown += 1
     assert shown > 100  # most of the document is free text and counts that any value renders

@@ -43,19 +43,29 @@ def test_output_is_the_golden_one(reports, sample, renderer):
     assert got == path.read_text(), f"{path} differs: if the change is meant, update it (see this module's docstring)"
 
 
-def test_a_new_figure_is_one_line_and_every_listing_shows_it(reports, monkeypatch):
-    """issue 14's rule: a figure declared once in document.WINDOW_FIGURES reaches the JSON (every
-    window: run, rank, step) and the every-figure tables of the Markdown and HTML reports."""
+def test_a_new_figure_is_one_field_and_every_listing_shows_it(reports, monkeypatch):
+    """issue 14's and 28's rule: a figure is one field of one block struct of document.py, its
+    source and rounding declared on it (document.figure); it then reaches the JSON (every window:
+    run, rank, step) and the every-figure tables of the Markdown and HTML reports, none of which
+    names it."""
     import json
+    from typing import Annotated
+
+    import msgspec
 
     from dbo_trace.render import document
 
-    added = document.Figure("host", "p99_launch_us", lambda m: m.launch_us * 0.5 + 1.0)
-    monkeypatch.setattr(document, "WINDOW_FIGURES", (*document.WINDOW_FIGURES, added))
+    def p99(m):
+        return m.launch_us * 0.5 + 1.0 / 3
+
+    added = ("p99_launch_us", Annotated[float | None, document.figure(p99, 4)])
+    monkeypatch.setattr(document, "Host", msgspec.defstruct("Host", [added], bases=(document.Host,)))
     report = reports["overlap"]
     d = json.loads(RENDERERS["json"].render(report))
     rank = report.ranks[0]
     for window, m in ((d, report.total), (d["ranks"][0], rank.total), (d["steps"][0], rank.steps[0].metrics)):
-        assert window["host"]["p99_launch_us"] == round(m.launch_us * 0.5 + 1.0, 3)
-    assert f"| host.p99_launch_us | {d['ranks'][0]['host']['p99_launch_us']} |" in RENDERERS["markdown"].render(report)
-    assert "<td>host.p99_launch_us</td>" in RENDERERS["html"].render(report)
+        assert list(window["host"])[-1] == "p99_launch_us"  # after the block's other figures
+        assert window["host"]["p99_launch_us"] == round(m.launch_us * 0.5 + 1.0 / 3, 4)
+    value = d["ranks"][0]["host"]["p99_launch_us"]
+    assert f"| host.p99_launch_us | {value} |" in RENDERERS["markdown"].render(report)
+    assert f"<td>host.p99_launch_us</td><td>{value}</td>" in RENDERERS["html"].render(report)

@@ -46,8 +46,8 @@ def test_causes_add_up_to_the_host_idle_bucket(source):
         assert float((pieces.hi - pieces.lo).sum()) == pytest.approx(r.window.host_idle_us, rel=1e-9, abs=1e-6)
         assert (pieces.lo[1:] >= pieces.hi[:-1]).all()  # sorted and disjoint
     doc = build_document(report)
-    block = doc["ranks"][0]["host_causes_window"]
-    assert sum(v["us"] for v in block["causes"].values()) == pytest.approx(block["host_idle_us"], abs=0.01)
+    block = doc.ranks[0].host_causes_window
+    assert sum(v.us for v in block.causes.values()) == pytest.approx(block.host_idle_us, abs=0.01)
 
 
 def _reference_cases():

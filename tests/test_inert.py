@@ -15,6 +15,7 @@ import re
 import shutil
 import xml.etree.ElementTree as ET
 
+import msgspec
 import pytest
 from conftest import SAMPLES, run_cli, run_cli_process
 from markdown_it import MarkdownIt
@@ -23,7 +24,7 @@ from traces import rewrite_events
 from dbo_trace.analysis.report import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
-from dbo_trace.render.document import build_document
+from dbo_trace.render.document import ReportDocument, build_document
 
 ESC, BEL = "\x1b", "\x07"
 SHAPES = [
@@ -90,7 +91,7 @@ def hostile_report(request, hostile_bundle):
     marker = "^ProfilerStep" if request.param == "marker steps" else None
     report = analyze_paths([hostile_bundle], Options(step_marker=marker))
     assert any(r.steps for r in report.ranks)
-    names = json.dumps(build_document(report))
+    names = json.dumps(msgspec.to_builtins(build_document(report)))
     assert json.dumps(HOSTILE)[1:-1] in names  # the hostile strings did reach the report
     return report
 
@@ -178,7 +179,7 @@ def test_the_json_keeps_the_data_exactly_and_prints_inert(hostile_report):
 
 def test_the_archive_documents_render_inert(hostile_report):
     """What `report ARCHIVE` shows comes from the stored document alone: the same escaping."""
-    document = json.loads(RENDERERS["json"].render(hostile_report, RenderOptions()))
+    document = msgspec.json.decode(RENDERERS["json"].render(hostile_report, RenderOptions()), type=ReportDocument)
     text = RENDERERS["terminal"].render_document(document, RenderOptions(width=400))
     assert_no_raw_controls(text)
     assert "[/x]" in text

@@ -27,7 +27,8 @@ def test_counters_count_every_step_and_yield_the_worker_ran():
 def test_report_attributes_from_the_event_log_and_sees_the_overlap():
     doc = report_json(str(BUNDLE))
     rank = doc["ranks"][0]
-    assert rank["attribution"] == {"ubatch_source": "event log", "step_source": "event log", "profile_all_threads": True}
+    assert rank["microbatch_source"] == rank["steps_source"] == "event log"
+    assert rank["attribution"] == {"profile_all_threads": True}
     assert doc["verdict"]["label"] == "overlapped" and len(doc["steps"]) == PROFILED
     assert all(s["path"] == "eager_microbatched" and s["comm_ops"] == 2 * 2 * LAYERS for s in doc["steps"])
     # Every comm kernel ran under the *other* microbatch's compute, if under any.

@@ -96,7 +96,7 @@ def test_plain_trace_without_bundle_needs_comm_pattern():
     # ...until the user says so.
     doc = report_json(trace, "--comm-kernels", "spin_kernel", "--layers", "4")
     assert doc["verdict"]["label"] == "overlapped"
-    assert doc["ranks"][0]["attribution"]["step_source"] == "ProfilerStep# annotations"
+    assert doc["ranks"][0]["steps_source"] == "ProfilerStep# annotations"
     assert doc["round_trips"]["per_layer"] == 2
 
 

@@ -1,334 +1,171 @@
-"""The report as a JSON-ready document (schema in docs/report-schema.md). Every renderer reads this.
+"""The report as a typed document (schema in docs/report-schema.md): a tree of msgspec Structs,
+`ReportDocument` at the root. Every text renderer reads it; `--json` is its encoding, and a review
+archive's report.json is decoded back into it (archive.read_report_document), its types checked.
 
-Only field selection and rounding live here; every figure comes from dbo_trace.analysis.
+Only field selection and rounding live here; every figure comes from dbo_trace.analysis. A Struct's
+fields are the JSON keys in their order (the bytes of `--json` are the encoding of this tree).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar, cast
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
 
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
+from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
-from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.ranks import op_label
-from dbo_trace.analysis.report import HostTest, PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
+from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
-# cpu_ranges, step_us spread
-SCHEMA_VERSION = 3
+# cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
+# (the rank's microbatch_source and steps_source hold them)
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One figure of a window (a step, a rank, the run) as the report shows it."""
-
-    block: str  # the JSON block it sits in: gpu, comm, host, graphs
-    key: str
-    value: Callable[[WindowMetrics], Any]
-    digits: int | None = 3  # rounding; None: a count or a flag, as it is
-
-    @property
-    def name(self) -> str:
-        return f"{self.block}.{self.key}"
+# A whole number as an archive may hold it: within 64 bits (a hostile 5000-digit number could not
+# be printed; a float holds it); msgspec checks it on decoding.
+Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+# Why a comm operation was exposed (analysis.exposure.REASON_SHORT's keys; a test keeps them equal).
+Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 
 
-def _figure(block: str, key: str, attribute: str, digits: int | None = 3) -> Figure:
-    return Figure(block, key, attrgetter(attribute), digits)
+# ---- window figures -------------------------------------------------------------------------------
+
+FIGURE = "figure"  # the key of a figure's declaration in its field's msgspec.Meta(extra=...)
 
 
-# Every figure of a window, in the report's order. A new figure of WindowMetrics is one line here:
-# it then appears in the JSON and in the every-figure tables of the Markdown and HTML reports.
-WINDOW_FIGURES: tuple[Figure, ...] = (
-    _figure("gpu", "utilization", "utilization", 4),
-    _figure("gpu", "busy_us", "gpu_busy_us"),
-    _figure("gpu", "span_us", "span_us"),
-    _figure("gpu", "compute_busy_us", "compute_busy_us"),
-    _figure("gpu", "copy_busy_us", "copy_busy_us"),
-    _figure("gpu", "kernels", "kernels", None),
-    _figure("comm", "busy_us", "comm_busy_us"),
-    _figure("comm", "hidden_us", "comm_hidden_us"),
-    _figure("comm", "hidden_fraction", "comm_hidden_fraction", 4),
-    _figure("comm", "exposed_us", "comm_exposed_us"),
-    _figure("comm", "hidden_under_other_ubatch_us", "comm_hidden_cross_us"),
-    _figure("comm", "hidden_under_other_ubatch_fraction", "comm_hidden_cross_fraction", 4),
-    _figure("comm", "kernels", "comm_kernels", None),
-    Figure("host", "bound", is_host_bound, None),  # a window's own test; a rank's and the run's verdict replace it
-    _figure("host", "idle_us", "host_idle_us"),
-    _figure("host", "idle_fraction", "host_idle_fraction", 4),
-    _figure("host", "idle_gaps", "host_idle_gaps", None),
-    _figure("host", "all_idle_gaps", "idle_gaps", None),
-    _figure("host", "launches", "launches", None),
-    _figure("host", "launch_us", "launch_us"),
-    _figure("host", "median_launch_us", "median_launch_us"),
-    _figure("host", "median_kernel_us", "median_kernel_us"),
-    _figure("host", "median_queue_us", "median_queue_us"),
-    _figure("host", "long_graph_launches", "long_graph_launches", None),
-    _figure("host", "max_graph_launch_us", "max_graph_launch_us"),
-    _figure("graphs", "launches", "graph_launches", None),
-    _figure("graphs", "replayed_kernels", "replayed_kernels", None),
-    _figure("graphs", "replayed_kernel_fraction", "replayed_kernel_fraction", 4),
-    _figure("graphs", "replayed_gpu_fraction", "replayed_gpu_fraction", 4),
-)
+def figure(source: str | Callable[[WindowMetrics], Any], digits: int | None = 3) -> msgspec.Meta:
+    """A window figure's one declaration, on its field: where its value comes from (a WindowMetrics
+    attribute, or a function of the metrics) and its rounding (None: a count or a flag, as it is)."""
+    value = attrgetter(source) if isinstance(source, str) else source
+    return msgspec.Meta(extra={FIGURE: (value, digits)})
 
 
-def metrics_block(m: WindowMetrics) -> dict[str, Any]:
-    out: dict[str, dict[str, Any]] = {}
-    for f in WINDOW_FIGURES:
-        value = f.value(m)
-        out.setdefault(f.block, {})[f.key] = value if f.digits is None else _r(value, f.digits)
-    return out
+class Figures(Struct):
+    """A block of window figures (gpu, comm, host, graphs): every field that carries a figure() is
+    built from a window's WindowMetrics and listed by every renderer that lists figures."""
 
 
-def figure_of(block: dict[str, Any], figure: Figure) -> Any:
-    """A figure's value in a document's block (a rank's, a step's, the run's)."""
-    return block[figure.block][figure.key]
+F = TypeVar("F", bound=Figures)
 
 
-def round_trips_block(rt: RoundTrips | None) -> dict[str, Any] | None:
-    if rt is None:
-        return None
-    return {
-        "source": rt.source,
-        "per_step": _r(rt.per_step),
-        "layers": rt.layers,
-        "per_layer": _r(rt.per_layer),
-        "step_us": _r(rt.step_us),
-        "per_round_trip_us": _r(rt.per_round_trip_us),
-        "comm_per_round_trip_us": _r(rt.comm_per_round_trip_us),
-        "compute_per_round_trip_us": _r(rt.compute_per_round_trip_us),
-        "ratio": _r(rt.ratio, 4),
-        "criterion_met": rt.criterion_met,
-        "microbatched": rt.microbatched,
-    }
+class FigureField(NamedTuple):
+    name: str
+    source: Callable[[WindowMetrics], Any] | None  # None: a field that is not a figure (given by the builder)
+    digits: int | None
 
 
-def time_block(b: TimeBuckets) -> dict[str, Any]:
-    """Where the window's time went; the buckets add up to window_us (docs/analysis.md)."""
-    return {
-        "window_us": _r(b.window_us),
-        "compute_us": _r(b.compute_us),
-        "comm_exposed_us": _r(b.comm_exposed_us),
-        "copy_us": _r(b.copy_us),
-        "host_idle_us": _r(b.host_idle_us),
-        "other_idle_us": _r(b.other_idle_us),
-    }
+_FIGURE_FIELDS: dict[type[Figures], tuple[FigureField, ...]] = {}
 
 
-def contention_block(x: Contention | None, transfer_slowdown: float | None = None) -> dict[str, Any] | None:
-    if x is None:
-        return None
-    return {
-        "compute_slowdown": _r(x.compute_slowdown, 4),
-        "comm_slowdown": _r(x.comm_slowdown, 4),
-        "compute_kernels_overlapped": x.compute_overlapped,
-        "comm_kernels_overlapped": x.comm_overlapped,
-        "serial_estimate_us": _r(x.serial_estimate_us),
-        "busy_us": _r(x.busy_us),
-        "saved_us": _r(x.saved_us),
-        "comm_transfer_slowdown": _r(transfer_slowdown, 4),  # version 3: comm_slowdown less the waits for peers
-        "top": [
-            {
-                "name": k.name,
-                "kind": k.kind,
-                "alone": k.alone,
-                "overlapped": k.overlapped,
-                "median_alone_us": _r(k.median_alone_us),
-                "median_overlapped_us": _r(k.median_overlapped_us),
-                "slowdown": _r(k.slowdown, 4),
-            }
-            for k in x.top
-        ],
-    }
+def figure_fields(cls: type[Figures]) -> tuple[FigureField, ...]:
+    """A block's fields in order, each with its figure's declaration; read from the fields'
+    annotations once per class."""
+    found = _FIGURE_FIELDS.get(cls)
+    if found is None:
+        out = []
+        for f in msgspec.structs.fields(cls):
+            extras = [m.extra for m in getattr(f.type, "__metadata__", ()) if isinstance(m, msgspec.Meta) and m.extra]
+            source, digits = extras[-1].get(FIGURE, (None, None)) if extras else (None, None)
+            out.append(FigureField(f.name, source, digits))
+        found = _FIGURE_FIELDS[cls] = tuple(out)
+    return found
 
 
-def exposure_block(x: Exposure | None) -> dict[str, Any] | None:
-    if x is None:
-        return None
-    return {"exposed_us": _r(x.exposed_us), **{f"{reason}_us": _r(t) for reason, t in x.by_reason_us.items()}}
+def figures_of(cls: type[F], m: WindowMetrics, **given: Any) -> F:
+    """A block of figures of one window, every figure from its declaration; `given`: the fields
+    that are not figures of the window (or a figure the caller decides, such as a rank's host.bound)."""
+    values = []
+    for name, source, digits in figure_fields(cls):
+        if name in given:
+            values.append(given[name])
+        elif source is None:
+            raise TypeError(f"{cls.__name__}.{name} is neither a figure nor given")
+        else:
+            value = source(m)
+            values.append(value if digits is None else _r(value, digits))
+    return cls(*values)
 
 
-def held_back_block(x: HeldSummary | None) -> dict[str, Any] | None:
-    if x is None:
-        return None
-    late = x.late_record
-    return {
-        "comm_kernels_examined": x.comm_kernels,
-        "kernels": x.kernels,
-        "delay_us": _r(x.delay_us),
-        "median_delay_us": _r(x.median_delay_us),
-        "by_cause": {cause: {"kernels": n, "delay_us": _r(us)} for cause, (n, us) in x.by_cause.items()},
-        "holders": [{"name": name, "kernels": n, "delay_us": _r(us)} for name, n, us in x.holders],
-        "late_record_example": None
-        if late is None
-        else {
-            "record_call": late.record_call,
-            "thread": late.thread,
-            "ubatch": late.ubatch,
-            "after_holder_launch_us": _r(late.after_holder_launch_us),
-            "holder": late.holder,
-            "comm_kernel": late.comm_kernel,
-            "delay_us": _r(late.delay_us),
-        },
-    }
+def figure_rows(window: Struct) -> Iterator[tuple[str, Any]]:
+    """Every figure of a window (a rank's, a step's, the run's) as (`block.key`, its value), in the
+    document's order: what the every-figure tables list."""
+    for block in window.__struct_fields__:
+        value = getattr(window, block)
+        if isinstance(value, Figures):
+            for name, source, _ in figure_fields(type(value)):
+                if source is not None:
+                    yield f"{block}.{name}", getattr(value, name)
 
 
-def host_causes_block(c: HostCauses | None, line: str | None = None) -> dict[str, Any] | None:
-    """What the host did while the GPU waited (docs/analysis.md, "Host time"); the causes add up to host_idle_us."""
-    if c is None:
-        return None
-
-    def share(us: float) -> float | None:
-        return _r(us / c.host_idle_us, 4) if c.host_idle_us > 0 else None
-
-    top = c.top
-    largest = c.largest
-    return {
-        "host_idle_us": _r(c.host_idle_us),
-        "causes": {key: {"us": _r(c.by_cause_us[k]), "share": share(c.by_cause_us[k])} for k, key in enumerate(CAUSES)},
-        "launch_calls": c.launch_calls,
-        "sync_calls": c.sync_calls,
-        "named": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.named],
-        "cpu_ops": [{"name": n, "us": _r(t), "share": share(t)} for n, t in c.cpu_ops],
-        "largest": None if largest is None else CAUSES[largest],
-        "top": None if top is None else {"name": top[0], "us": _r(top[1]), "share": share(top[1])},
-        "line": line,
-    }
+class Gpu(Figures):
+    utilization: Annotated[float | None, figure("utilization", 4)]
+    busy_us: Annotated[float | None, figure("gpu_busy_us")]
+    span_us: Annotated[float | None, figure("span_us")]
+    compute_busy_us: Annotated[float | None, figure("compute_busy_us")]
+    copy_busy_us: Annotated[float | None, figure("copy_busy_us")]
+    kernels: Annotated[Int, figure("kernels", None)]
 
 
-def kernel_summary_block(k: KernelSummary | None) -> dict[str, Any] | None:
-    if k is None:
-        return None
-    return {
-        "kernels": k.kernels,
-        "names": k.names,
-        "total_us": _r(k.total_us),
-        "rows": [
-            {
-                "name": row.name,
-                "count": row.count,
-                "total_us": _r(row.total_us),
-                "mean_us": _r(row.mean_us),
-                "median_us": _r(row.median_us),
-                "min_us": _r(row.min_us),
-                "max_us": _r(row.max_us),
-                "share": _r(row.share, 4),
-            }
-            for row in k.rows
-        ],
-    }
+class Comm(Figures):
+    busy_us: Annotated[float | None, figure("comm_busy_us")]
+    hidden_us: Annotated[float | None, figure("comm_hidden_us")]
+    hidden_fraction: Annotated[float | None, figure("comm_hidden_fraction", 4)]
+    exposed_us: Annotated[float | None, figure("comm_exposed_us")]
+    hidden_under_other_ubatch_us: Annotated[float | None, figure("comm_hidden_cross_us")]
+    hidden_under_other_ubatch_fraction: Annotated[float | None, figure("comm_hidden_cross_fraction", 4)]
+    kernels: Annotated[Int, figure("comm_kernels", None)]
 
 
-def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": row.name,
-            "kind": row.kind,
-            "count": row.count,
-            "total_us": _r(row.total_us),
-            "host_idle_us": _r(row.host_idle_us),
-            "share": _r(row.share, 4),
-        }
-        for row in rows
-    ]
+class Host(Figures):
+    # A step's own test; a rank's and the run's is their verdict's (given by rank_block and build_document).
+    bound: Annotated[bool | None, figure(is_host_bound, None)]
+    idle_us: Annotated[float | None, figure("host_idle_us")]
+    idle_fraction: Annotated[float | None, figure("host_idle_fraction", 4)]
+    idle_gaps: Annotated[Int, figure("host_idle_gaps", None)]
+    all_idle_gaps: Annotated[Int, figure("idle_gaps", None)]
+    launches: Annotated[Int, figure("launches", None)]
+    launch_us: Annotated[float | None, figure("launch_us")]
+    median_launch_us: Annotated[float | None, figure("median_launch_us")]
+    median_kernel_us: Annotated[float | None, figure("median_kernel_us")]
+    median_queue_us: Annotated[float | None, figure("median_queue_us")]
+    long_graph_launches: Annotated[Int, figure("long_graph_launches", None)]
+    max_graph_launch_us: Annotated[float | None, figure("max_graph_launch_us")]
 
 
-def spread_block(x: Spread | None) -> dict[str, Any] | None:
-    if x is None:
-        return None
-    return {"median": _r(x.median_us), "p90": _r(x.p90_us), "p99": _r(x.p99_us), "max": _r(x.max_us)}
+class Graphs(Figures):
+    launches: Annotated[Int, figure("graph_launches", None)]
+    replayed_kernels: Annotated[Int, figure("replayed_kernels", None)]
+    replayed_kernel_fraction: Annotated[float | None, figure("replayed_kernel_fraction", 4)]
+    replayed_gpu_fraction: Annotated[float | None, figure("replayed_gpu_fraction", 4)]
 
 
-def step_causes_block(c: HostCauses | None) -> dict[str, Any] | None:
-    """A step's causes, compact (one per step): the time of each cause and the largest item."""
-    if c is None:
-        return None
-    top = c.top
-    return {
-        "host_idle_us": _r(c.host_idle_us),
-        "causes_us": {key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
-        "launch_calls": c.launch_calls,
-        "top": None
-        if top is None
-        else {"name": top[0], "us": _r(top[1]), "share": _r(top[1] / c.host_idle_us, 4) if c.host_idle_us > 0 else None},
-    }
+class StepGraphs(Graphs):
+    """A rank's and the run's graphs block: the figures, then its steps by how they reached the GPU."""
 
-
-def host_test_block(h: HostTest) -> dict[str, Any]:
-    return {"fraction": _r(h.fraction, 4), "basis": h.basis}
-
-
-def phase_block(p: PhaseReport) -> dict[str, Any]:
-    m = p.metrics
-    return {
-        "steps": p.steps,
-        "median_step_us": _r(p.median_step_us),
-        "gpu_utilization": _r(m.utilization, 4),
-        "host_idle_fraction": _r(m.host_idle_fraction, 4),
-        "comm_hidden_fraction": _r(m.comm_hidden_fraction, 4),
-        "replayed_kernel_fraction": _r(m.replayed_kernel_fraction, 4),
-        "graph_launches": m.graph_launches,
-        "step_us": spread_block(p.step_spread),
-        "host_causes": host_causes_block(
-            p.host_causes,
-            None
-            if p.host_causes is None
-            else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
-        ),
-        "verdict": verdict_block(p.verdict)
-        if p.verdict is not None
-        else {
-            "label": None,
-            "qualifier": None,
-            "headline": None,
-            "findings": [],
-            "reasons": [],
-            "per_rank": list(p.per_rank or []),
-        },
-    }
-
-
-def verdict_block(v: Verdict) -> dict[str, Any]:
-    return {
-        "label": v.label,
-        "qualifier": None if v.qualifier is None else v.qualifier.key,
-        "headline": v.headline,
-        "findings": list(v.findings),
-        "reasons": list(v.reasons),
-    }
-
-
-def step_block(step: StepReport, rank: int, number: int) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "number": number,  # the step's row in its rank's per-step table, from 1: what --step takes
-        "label": step.label,
-        "path": step.path,
-        "phase": step.phase,
-        "context_tokens": step.context_tokens,
-        "generation_tokens": step.generation_tokens,
-        "start_us": _r(step.start_us),
-        "step_us": _r(step.wall_us),
-        "comm_ops": step.comm_ops,
-        "replayed": step.replayed,
-        "captured_launches": step.captured_launches,
-        "verdict": verdict_block(step.verdict),
-        **metrics_block(step.metrics),
-        "host_causes": step_causes_block(step.host_causes),
-    }
+    steps_replayed: Int
+    steps_captured: Int  # captured graphs (recorded, not run)
+    steps_eager: Int
+    captured_launches: Int
 
 
 def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
@@ -343,57 +180,758 @@ def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
     }
 
 
-def rank_block(r: RankReport) -> dict[str, Any]:
-    block = metrics_block(r.total)
-    block["graphs"].update(graph_step_counts(r.steps))
-    block["host"]["bound"] = r.verdict.label == HOST_BOUND
-    return {
-        "rank": r.rank,
-        "source": r.source,
-        **block,
-        "steps_source": r.step_source,
-        "steps_inferred": r.steps_inferred,
-        "microbatch_source": r.attribution,
-        "time": time_block(r.window),
-        "time_in_steps": time_block(r.in_steps),
-        "host_test": host_test_block(r.host_test),
-        "host_causes": host_causes_block(
-            r.host_causes,
-            None
-            if r.host_causes is None
-            else host_line(f"rank {r.rank}", r.verdict.label == HOST_BOUND, r.host_test.fraction, r.host_causes),
+# ---- the blocks -----------------------------------------------------------------------------------
+
+
+class VerdictBlock(Struct):
+    label: str
+    qualifier: str | None
+    headline: str | None
+    findings: list[str]
+    reasons: list[str]
+
+
+class PhaseVerdict(Struct):
+    """A phase's verdict: its own where every rank has the phase, else no label and each rank's."""
+
+    label: str | None
+    qualifier: str | None
+    headline: str | None
+    findings: list[str]
+    reasons: list[str]
+    per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
+
+
+class TimeBlock(Struct):
+    """Where the window's time went; the buckets add up to window_us (docs/analysis.md)."""
+
+    window_us: float
+    compute_us: float
+    comm_exposed_us: float
+    copy_us: float
+    host_idle_us: float
+    other_idle_us: float
+
+
+class HostTestBlock(Struct):
+    fraction: float | None
+    basis: str
+
+
+class Share(Struct):
+    us: float | None
+    share: float | None
+
+
+class NamedShare(Struct):
+    name: str
+    us: float | None
+    share: float | None
+
+
+class HostCausesBlock(Struct):
+    """What the host did while the GPU waited (docs/analysis.md, "Host time"); the causes add up to host_idle_us."""
+
+    host_idle_us: float | None
+    causes: dict[str, Share]  # by analysis.host_time.CAUSES, in its order
+    launch_calls: Int
+    sync_calls: Int
+    named: list[NamedShare]
+    cpu_ops: list[NamedShare]
+    largest: str | None
+    top: NamedShare | None
+    line: str | None
+
+
+class StepCauses(Struct):
+    """A step's causes, compact (one per step): the time of each cause and the largest item."""
+
+    host_idle_us: float | None
+    causes_us: dict[str, float | None]
+    launch_calls: Int
+    top: NamedShare | None
+
+
+class SpreadBlock(Struct):
+    median: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+class PhaseBlock(Struct):
+    steps: Int
+    median_step_us: float | None
+    gpu_utilization: float | None
+    host_idle_fraction: float | None
+    comm_hidden_fraction: float | None
+    replayed_kernel_fraction: float | None
+    graph_launches: Int
+    step_us: SpreadBlock | None
+    host_causes: HostCausesBlock | None
+    verdict: PhaseVerdict
+
+
+class StepBlock(Struct):
+    rank: Int
+    number: Int  # the step's row in its rank's per-step table, from 1: what --step takes
+    label: str
+    path: str | None
+    phase: str | None
+    context_tokens: Int | None
+    generation_tokens: Int | None
+    start_us: float | None
+    step_us: float | None
+    comm_ops: Int
+    replayed: bool
+    captured_launches: Int
+    verdict: VerdictBlock
+    gpu: Gpu
+    comm: Comm
+    host: Host
+    graphs: Graphs
+    host_causes: StepCauses | None
+
+
+class RoundTripsBlock(Struct):
+    source: str
+    per_step: float | None
+    layers: Int | None
+    per_layer: float | None
+    step_us: float | None
+    per_round_trip_us: float | None
+    comm_per_round_trip_us: float | None
+    compute_per_round_trip_us: float | None
+    ratio: float | None
+    criterion_met: bool | None
+    microbatched: bool
+
+
+class ContentionKernel(Struct):
+    name: str
+    kind: str
+    alone: Int
+    overlapped: Int
+    median_alone_us: float | None
+    median_overlapped_us: float | None
+    slowdown: float | None
+
+
+class ContentionBlock(Struct):
+    compute_slowdown: float | None
+    comm_slowdown: float | None
+    compute_kernels_overlapped: Int | None
+    comm_kernels_overlapped: Int | None
+    serial_estimate_us: float | None
+    busy_us: float | None
+    saved_us: float | None
+    comm_transfer_slowdown: float | None  # version 3: comm_slowdown less the waits for peers
+    top: list[ContentionKernel]
+
+
+class ExposedCommReasons(Struct):
+    """Exposed comm time, and its share by reason (analysis.exposure.REASONS, in that order, as `<reason>_us`)."""
+
+    exposed_us: float | None
+    late_record_us: float | None
+    crowded_us: float | None
+    held_us: float | None
+    host_us: float | None
+    waiting_us: float | None
+    nothing_us: float | None
+    unknown_us: float | None
+    peer_us: float | None
+
+    def by_reason(self) -> Iterator[tuple[str, float | None]]:
+        """(reason, us) for every reason, in the document's order."""
+        for name in self.__struct_fields__[1:]:
+            yield name[: -len("_us")], getattr(self, name)
+
+
+class HeldCause(Struct):
+    kernels: Int
+    delay_us: float | None
+
+
+class Holder(Struct):
+    name: str
+    kernels: Int
+    delay_us: float | None
+
+
+class LateRecordExample(Struct):
+    record_call: str
+    thread: Int
+    ubatch: Int
+    after_holder_launch_us: float | None
+    holder: str
+    comm_kernel: str
+    delay_us: float | None
+
+
+class HeldBackBlock(Struct):
+    comm_kernels_examined: Int
+    kernels: Int
+    delay_us: float | None
+    median_delay_us: float | None
+    by_cause: dict[str, HeldCause]
+    holders: list[Holder]
+    late_record_example: LateRecordExample | None
+
+    def __post_init__(self) -> None:
+        if LATE_RECORD in self.by_cause and self.late_record_example is None:
+            raise ValueError("late_record_example is missing (a late record is shown with its example)")
+
+
+class CommOperation(Struct):
+    ubatch: Int
+    index: Int
+    steps: Int
+    median_us: float | None
+    hidden_fraction: float | None
+    median_exposed_us: float | None
+    reason: Reason | None
+
+
+class NameCount(Struct):
+    name: str
+    count: Int
+
+
+class NameCountTotal(Struct):
+    name: str
+    count: Int
+    total_us: float | None
+
+
+class KernelRow(Struct):
+    name: str
+    count: Int
+    total_us: float | None
+    mean_us: float | None
+    median_us: float | None
+    min_us: float | None
+    max_us: float | None
+    share: float | None
+
+
+class KernelSummaryBlock(Struct):
+    kernels: Int
+    names: Int
+    total_us: float | None
+    rows: list[KernelRow]
+
+
+class CpuRange(Struct):
+    name: str
+    kind: str
+    count: Int
+    total_us: float | None
+    host_idle_us: float | None
+    share: float | None
+
+
+class Attribution(Struct, kw_only=True):
+    # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
+    # kept as read so that its --json is the stored document; never written since version 4.
+    ubatch_source: str | UnsetType = UNSET
+    step_source: str | UnsetType = UNSET
+    profile_all_threads: bool | None
+
+
+class MostlyAt(Struct):
+    ubatch: Int
+    index: Int
+    wait_us: float | None
+
+
+class PeerWait(Struct):
+    """A rank's waits for its peers in brief, for a headline (analysis/peers.py)."""
+
+    wait_us: float | None
+    wait_share: float | None
+    transfer_us: float | None
+    waited_mostly_for: Int | None
+    mostly_at: MostlyAt | None
+    significant: bool
+
+
+class RankBlock(Struct):
+    rank: Int
+    source: str
+    gpu: Gpu
+    comm: Comm
+    host: Host
+    graphs: StepGraphs
+    steps_source: str
+    steps_inferred: bool
+    microbatch_source: str
+    time: TimeBlock
+    time_in_steps: TimeBlock
+    host_test: HostTestBlock
+    host_causes: HostCausesBlock | None
+    host_causes_window: HostCausesBlock | None
+    phases: dict[str, PhaseBlock]
+    contention: ContentionBlock | None
+    exposed_comm_reasons: ExposedCommReasons | None
+    held_back_comm: HeldBackBlock | None
+    comm_operations: list[CommOperation]
+    comm_kernel_names: list[NameCount]
+    top_compute_kernels: list[NameCountTotal]
+    kernel_summary: KernelSummaryBlock | None
+    cpu_range_summary: list[CpuRange]
+    round_trips: RoundTripsBlock | None
+    steps: list[StepBlock]
+    verdict: VerdictBlock
+    attribution: Attribution
+    notes: list[str]
+    peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
+
+
+class OptionsBlock(Struct):
+    comm_kernels: list[str]
+    comm_streams: list[Int]
+    ubatch_patterns: list[str]
+    layers: Int | None
+    step_marker: str | None
+    comm_kernels_only: bool
+
+
+class CrossStep(Struct):
+    position: Int
+    skew_us: float
+    last_rank: Int
+    starts_us: dict[str, float]
+    straggler: bool  # version 3
+
+
+class AlignmentBlock(Struct):
+    method: str | None
+    per_rank: dict[str, str]
+    accuracy_us: float | None
+    offset_us: dict[str, float]
+    note: str | None
+
+
+class ByOp(Struct):
+    ubatch: Int
+    index: Int
+    label: str
+    wait_us: float | None
+
+
+class RankWaitsBlock(Struct):
+    comm_us: float | None
+    matched_us: float | None
+    wait_us: float | None
+    wait_share: float | None
+    transfer_us: float | None
+    waited_for_us: dict[str, float | None]
+    by_op: list[ByOp]
+    by_step_us: dict[str, float | None]
+    last_ops: Int
+    caused_us: float | None
+
+
+class StepWaits(Struct):
+    step: Int
+    operations: Int
+    straggler: Int | None
+    max_skew_us: float | None
+    wait_us: dict[str, float | None]
+    last_ops: dict[str, Int]
+    caused_us: dict[str, float | None]
+
+
+class UbatchWaits(Struct):
+    ubatch: Int
+    operations: Int
+    straggler: Int | None
+    max_skew_us: float | None
+    wait_us: dict[str, float | None]
+    last_ops: dict[str, Int]
+    caused_us: dict[str, float | None]
+
+
+class HeldBackMost(Struct):
+    rank: Int
+    ubatch: Int
+    caused_us: float | None
+    last_ops: Int
+    operations: Int
+
+
+class OperationRank(Struct):
+    arrival_us: float  # from zero_us
+    kernel_us: float | None
+    wait_us: float | None
+    transfer_us: float | None
+    ubatch: Int
+    step: Int
+    op_index: Int
+
+
+class OperationWaits(Struct):
+    channel: str
+    position: Int
+    last_rank: Int
+    skew_us: float | None
+    ranks: dict[str, OperationRank]
+
+
+class WaitsBlock(Struct):
+    threshold_us: float
+    zero_us: float  # arrivals are microseconds after this instant of the shared clock
+    median_end_spread_us: float | None
+    held_back_most: HeldBackMost | None
+    ranks: dict[str, RankWaitsBlock]
+    steps: list[StepWaits]
+    ubatches: list[UbatchWaits]
+    operations: list[OperationWaits]
+
+
+class CrossRankBlock(Struct):
+    ranks: list[Int]
+    summary: str
+    median_skew_us: float
+    max_skew_us: float
+    last_counts: dict[str, Int]
+    exposed_comm_us: dict[str, float]
+    steps: list[CrossStep]
+    notes: list[str]
+    # version 3
+    alignment: AlignmentBlock | None
+    straggler_threshold_us: float
+    median_step_us: float | None
+    late_counts: dict[str, Int]
+    lines: list[str]
+    waits: WaitsBlock | None
+
+
+class ReportDocument(Struct):
+    """The whole report: the run's totals (its figures over all ranks), then each rank's."""
+
+    schema: str
+    schema_version: Int
+    dbo_trace_version: str
+    inputs: list[str]
+    gpu: Gpu
+    comm: Comm
+    host: Host
+    graphs: StepGraphs
+    steps_source: str
+    microbatch_source: str
+    time: TimeBlock
+    host_causes: HostCausesBlock | None
+    phases: dict[str, PhaseBlock]
+    round_trips: RoundTripsBlock | None
+    steps: list[StepBlock]  # every rank's steps, in rank order (the ranks' own blocks)
+    verdict: VerdictBlock
+    options: OptionsBlock
+    ranks: list[RankBlock]
+    cross_rank: CrossRankBlock | None
+    warnings: list[str]
+
+
+# ---- building it from a Report ----------------------------------------------------------------------
+
+
+def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
+    if rt is None:
+        return None
+    return RoundTripsBlock(
+        source=rt.source,
+        per_step=_r(rt.per_step),
+        layers=rt.layers,
+        per_layer=_r(rt.per_layer),
+        step_us=_r(rt.step_us),
+        per_round_trip_us=_r(rt.per_round_trip_us),
+        comm_per_round_trip_us=_r(rt.comm_per_round_trip_us),
+        compute_per_round_trip_us=_r(rt.compute_per_round_trip_us),
+        ratio=_r(rt.ratio, 4),
+        criterion_met=rt.criterion_met,
+        microbatched=rt.microbatched,
+    )
+
+
+def time_block(b: TimeBuckets) -> TimeBlock:
+    return TimeBlock(
+        window_us=round(float(b.window_us), 3),
+        compute_us=round(float(b.compute_us), 3),
+        comm_exposed_us=round(float(b.comm_exposed_us), 3),
+        copy_us=round(float(b.copy_us), 3),
+        host_idle_us=round(float(b.host_idle_us), 3),
+        other_idle_us=round(float(b.other_idle_us), 3),
+    )
+
+
+def contention_block(x: Contention | None, transfer_slowdown: float | None = None) -> ContentionBlock | None:
+    if x is None:
+        return None
+    return ContentionBlock(
+        compute_slowdown=_r(x.compute_slowdown, 4),
+        comm_slowdown=_r(x.comm_slowdown, 4),
+        compute_kernels_overlapped=x.compute_overlapped,
+        comm_kernels_overlapped=x.comm_overlapped,
+        serial_estimate_us=_r(x.serial_estimate_us),
+        busy_us=_r(x.busy_us),
+        saved_us=_r(x.saved_us),
+        comm_transfer_slowdown=_r(transfer_slowdown, 4),
+        top=[
+            ContentionKernel(
+                name=k.name,
+                kind=k.kind,
+                alone=k.alone,
+                overlapped=k.overlapped,
+                median_alone_us=_r(k.median_alone_us),
+                median_overlapped_us=_r(k.median_overlapped_us),
+                slowdown=_r(k.slowdown, 4),
+            )
+            for k in x.top
+        ],
+    )
+
+
+def exposure_block(x: Exposure | None) -> ExposedCommReasons | None:
+    if x is None:
+        return None
+    return ExposedCommReasons(exposed_us=_r(x.exposed_us), **{f"{reason}_us": _r(t) for reason, t in x.by_reason_us.items()})
+
+
+def held_back_block(x: HeldSummary | None) -> HeldBackBlock | None:
+    if x is None:
+        return None
+    late = x.late_record
+    return HeldBackBlock(
+        comm_kernels_examined=x.comm_kernels,
+        kernels=x.kernels,
+        delay_us=_r(x.delay_us),
+        median_delay_us=_r(x.median_delay_us),
+        by_cause={cause: HeldCause(kernels=n, delay_us=_r(us)) for cause, (n, us) in x.by_cause.items()},
+        holders=[Holder(name=name, kernels=n, delay_us=_r(us)) for name, n, us in x.holders],
+        late_record_example=None
+        if late is None
+        else LateRecordExample(
+            record_call=late.record_call,
+            thread=late.thread,
+            ubatch=late.ubatch,
+            after_holder_launch_us=_r(late.after_holder_launch_us),
+            holder=late.holder,
+            comm_kernel=late.comm_kernel,
+            delay_us=_r(late.delay_us),
         ),
-        "host_causes_window": host_causes_block(r.host_causes_window),
-        "phases": {p.phase: phase_block(p) for p in r.phases},
-        "contention": contention_block(r.contention, r.comm_transfer_slowdown),
-        "exposed_comm_reasons": exposure_block(r.exposure),
-        "held_back_comm": held_back_block(r.held_back),
-        "comm_operations": [
-            {
-                "ubatch": o.ubatch,
-                "index": o.index,
-                "steps": o.steps,
-                "median_us": _r(o.median_us),
-                "hidden_fraction": _r(o.hidden_fraction, 4),
-                "median_exposed_us": _r(o.median_exposed_us),
-                "reason": o.reason,
-            }
+    )
+
+
+def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCausesBlock | None:
+    if c is None:
+        return None
+
+    def share(us: float) -> float | None:
+        return _r(us / c.host_idle_us, 4) if c.host_idle_us > 0 else None
+
+    top = c.top
+    largest = c.largest
+    return HostCausesBlock(
+        host_idle_us=_r(c.host_idle_us),
+        causes={key: Share(us=_r(c.by_cause_us[k]), share=share(c.by_cause_us[k])) for k, key in enumerate(CAUSES)},
+        launch_calls=c.launch_calls,
+        sync_calls=c.sync_calls,
+        named=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.named],
+        cpu_ops=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops],
+        largest=None if largest is None else CAUSES[largest],
+        top=None if top is None else NamedShare(name=top[0], us=_r(top[1]), share=share(top[1])),
+        line=line,
+    )
+
+
+def kernel_summary_block(k: KernelSummary | None) -> KernelSummaryBlock | None:
+    if k is None:
+        return None
+    return KernelSummaryBlock(
+        kernels=k.kernels,
+        names=k.names,
+        total_us=_r(k.total_us),
+        rows=[
+            KernelRow(
+                name=row.name,
+                count=row.count,
+                total_us=_r(row.total_us),
+                mean_us=_r(row.mean_us),
+                median_us=_r(row.median_us),
+                min_us=_r(row.min_us),
+                max_us=_r(row.max_us),
+                share=_r(row.share, 4),
+            )
+            for row in k.rows
+        ],
+    )
+
+
+def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[CpuRange]:
+    return [
+        CpuRange(
+            name=row.name,
+            kind=row.kind,
+            count=row.count,
+            total_us=_r(row.total_us),
+            host_idle_us=_r(row.host_idle_us),
+            share=_r(row.share, 4),
+        )
+        for row in rows
+    ]
+
+
+def spread_block(x: Spread | None) -> SpreadBlock | None:
+    if x is None:
+        return None
+    return SpreadBlock(median=_r(x.median_us), p90=_r(x.p90_us), p99=_r(x.p99_us), max=_r(x.max_us))
+
+
+def step_causes_block(c: HostCauses | None) -> StepCauses | None:
+    if c is None:
+        return None
+    top = c.top
+    return StepCauses(
+        host_idle_us=_r(c.host_idle_us),
+        causes_us={key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
+        launch_calls=c.launch_calls,
+        top=None
+        if top is None
+        else NamedShare(name=top[0], us=_r(top[1]), share=_r(top[1] / c.host_idle_us, 4) if c.host_idle_us > 0 else None),
+    )
+
+
+def verdict_block(v: Verdict) -> VerdictBlock:
+    return VerdictBlock(
+        label=v.label,
+        qualifier=None if v.qualifier is None else v.qualifier.key,
+        headline=v.headline,
+        findings=list(v.findings),
+        reasons=list(v.reasons),
+    )
+
+
+def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
+    v = p.verdict
+    if v is None:
+        return PhaseVerdict(label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=list(p.per_rank or []))
+    return PhaseVerdict(
+        label=v.label,
+        qualifier=None if v.qualifier is None else v.qualifier.key,
+        headline=v.headline,
+        findings=list(v.findings),
+        reasons=list(v.reasons),
+    )
+
+
+def phase_block(p: PhaseReport) -> PhaseBlock:
+    m = p.metrics
+    return PhaseBlock(
+        steps=p.steps,
+        median_step_us=_r(p.median_step_us),
+        gpu_utilization=_r(m.utilization, 4),
+        host_idle_fraction=_r(m.host_idle_fraction, 4),
+        comm_hidden_fraction=_r(m.comm_hidden_fraction, 4),
+        replayed_kernel_fraction=_r(m.replayed_kernel_fraction, 4),
+        graph_launches=m.graph_launches,
+        step_us=spread_block(p.step_spread),
+        host_causes=host_causes_block(
+            p.host_causes,
+            None
+            if p.host_causes is None
+            else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
+        ),
+        verdict=phase_verdict_block(p),
+    )
+
+
+def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
+    m = step.metrics
+    return StepBlock(
+        rank=rank,
+        number=number,
+        label=step.label,
+        path=step.path,
+        phase=step.phase,
+        context_tokens=step.context_tokens,
+        generation_tokens=step.generation_tokens,
+        start_us=_r(step.start_us),
+        step_us=_r(step.wall_us),
+        comm_ops=step.comm_ops,
+        replayed=step.replayed,
+        captured_launches=step.captured_launches,
+        verdict=verdict_block(step.verdict),
+        gpu=figures_of(Gpu, m),
+        comm=figures_of(Comm, m),
+        host=figures_of(Host, m),
+        graphs=figures_of(Graphs, m),
+        host_causes=step_causes_block(step.host_causes),
+    )
+
+
+def peer_wait_block(r: RankWaits, view: CrossRank) -> PeerWait:
+    top = max(r.waited_for_us.items(), key=lambda kv: kv[1]) if r.waited_for_us else None
+    mostly = max(r.by_op_us.items(), key=lambda kv: kv[1]) if r.by_op_us else None
+    return PeerWait(
+        wait_us=_r(r.wait_us),
+        wait_share=_r(r.wait_share, 4),
+        transfer_us=_r(r.transfer_us),
+        waited_mostly_for=None if top is None else top[0],
+        mostly_at=None if mostly is None else MostlyAt(ubatch=mostly[0][0], index=mostly[0][1], wait_us=_r(mostly[1])),
+        significant=r.wait_us > view.threshold_us,
+    )
+
+
+def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
+    bound = r.verdict.label == HOST_BOUND
+    waits = cross_rank.waits if cross_rank is not None else None
+    mine = waits.ranks.get(r.rank) if waits is not None else None
+    return RankBlock(
+        rank=r.rank,
+        source=r.source,
+        gpu=figures_of(Gpu, r.total),
+        comm=figures_of(Comm, r.total),
+        host=figures_of(Host, r.total, bound=bound),
+        graphs=figures_of(StepGraphs, r.total, **graph_step_counts(r.steps)),
+        steps_source=r.step_source,
+        steps_inferred=r.steps_inferred,
+        microbatch_source=r.attribution,
+        time=time_block(r.window),
+        time_in_steps=time_block(r.in_steps),
+        host_test=HostTestBlock(fraction=_r(r.host_test.fraction, 4), basis=r.host_test.basis),
+        host_causes=host_causes_block(
+            r.host_causes,
+            None if r.host_causes is None else host_line(f"rank {r.rank}", bound, r.host_test.fraction, r.host_causes),
+        ),
+        host_causes_window=host_causes_block(r.host_causes_window),
+        phases={p.phase: phase_block(p) for p in r.phases},
+        contention=contention_block(r.contention, r.comm_transfer_slowdown),
+        exposed_comm_reasons=exposure_block(r.exposure),
+        held_back_comm=held_back_block(r.held_back),
+        comm_operations=[
+            CommOperation(
+                ubatch=o.ubatch,
+                index=o.index,
+                steps=o.steps,
+                median_us=_r(o.median_us),
+                hidden_fraction=_r(o.hidden_fraction, 4),
+                median_exposed_us=_r(o.median_exposed_us),
+                reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
+            )
             for o in r.operations
         ],
-        "comm_kernel_names": [{"name": n, "count": k} for n, k in r.comm_kernels],
-        "top_compute_kernels": [{"name": n, "count": k, "total_us": _r(t)} for n, k, t in r.top_compute_kernels],
-        "kernel_summary": kernel_summary_block(r.kernel_summary),
-        "cpu_range_summary": cpu_range_block(r.cpu_ranges),
-        "round_trips": round_trips_block(r.round_trips),
-        "steps": [step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
-        "verdict": verdict_block(r.verdict),
-        "attribution": {
-            "ubatch_source": r.attribution,
-            "step_source": r.step_source,
-            "profile_all_threads": r.profile_all_threads,
-        },
-        "notes": list(r.notes),
-    }
+        comm_kernel_names=[NameCount(name=n, count=k) for n, k in r.comm_kernels],
+        top_compute_kernels=[NameCountTotal(name=n, count=k, total_us=_r(t)) for n, k, t in r.top_compute_kernels],
+        kernel_summary=kernel_summary_block(r.kernel_summary),
+        cpu_range_summary=cpu_range_block(r.cpu_ranges),
+        round_trips=round_trips_block(r.round_trips),
+        steps=[step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
+        verdict=verdict_block(r.verdict),
+        attribution=Attribution(profile_all_threads=r.profile_all_threads),
+        notes=list(r.notes),
+        peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
+    )
 
 
 def _sources(values: list[str]) -> str:
@@ -401,426 +939,173 @@ def _sources(values: list[str]) -> str:
     return unique[0] if len(unique) == 1 else "; ".join(f"rank {i}: {v}" for i, v in enumerate(values))
 
 
-def build_document(report: Report) -> dict[str, Any]:
-    block = metrics_block(report.total)
-    all_steps = [s for r in report.ranks for s in r.steps]
-    block["graphs"].update(graph_step_counts(all_steps))
-    ranks = [rank_block(r) for r in report.ranks]
-    waits = report.cross_rank.waits if report.cross_rank is not None else None
-    for r in ranks:  # version 3: what this rank waited for its peers (null: one rank, or none matched)
-        mine = waits.ranks.get(r["rank"]) if waits is not None else None
-        r["peer_wait"] = None if mine is None else peer_wait_block(mine, report.cross_rank)
-    block["host"]["bound"] = report.verdict.label == HOST_BOUND
-    return {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
-        "dbo_trace_version": __version__,
-        "inputs": report.inputs,
-        **block,
-        "steps_source": _sources([r.step_source for r in report.ranks]),
-        "microbatch_source": _sources([r.attribution for r in report.ranks]),
-        "time": time_block(report.window),
-        "host_causes": host_causes_block(
+def build_document(report: Report) -> ReportDocument:
+    m = report.total
+    ranks = [rank_block(r, report.cross_rank) for r in report.ranks]
+    bound = report.verdict.label == HOST_BOUND
+    return ReportDocument(
+        schema=SCHEMA,
+        schema_version=SCHEMA_VERSION,
+        dbo_trace_version=__version__,
+        inputs=report.inputs,
+        gpu=figures_of(Gpu, m),
+        comm=figures_of(Comm, m),
+        host=figures_of(Host, m, bound=bound),
+        graphs=figures_of(StepGraphs, m, **graph_step_counts([s for r in report.ranks for s in r.steps])),
+        steps_source=_sources([r.step_source for r in report.ranks]),
+        microbatch_source=_sources([r.attribution for r in report.ranks]),
+        time=time_block(report.window),
+        host_causes=host_causes_block(
             report.host_causes,
             None
             if report.host_causes is None
             else host_line(
                 "",
-                report.verdict.label == HOST_BOUND,
+                bound,
                 report.host_test.fraction if report.host_test is not None else None,
                 report.host_causes,
             ),
         ),
-        "phases": {p.phase: phase_block(p) for p in report.phases},
-        "round_trips": round_trips_block(report.round_trips),
-        "steps": [step for rank in ranks for step in rank["steps"]],  # the ranks' own step blocks, built once
-        "verdict": verdict_block(report.verdict),
-        "options": {
-            "comm_kernels": list(report.options.comm_patterns),
-            "comm_streams": list(report.options.comm_streams),
-            "ubatch_patterns": list(report.options.ubatch_patterns),
-            "layers": report.options.layers,
-            "step_marker": report.options.step_marker,
-            "comm_kernels_only": report.options.comm_only,
-        },
-        "ranks": ranks,
-        "cross_rank": cross_rank_block(report.cross_rank),
-        "warnings": list(report.warnings),
-    }
+        phases={p.phase: phase_block(p) for p in report.phases},
+        round_trips=round_trips_block(report.round_trips),
+        steps=[step for rank in ranks for step in rank.steps],  # the ranks' own step blocks, built once
+        verdict=verdict_block(report.verdict),
+        options=OptionsBlock(
+            comm_kernels=list(report.options.comm_patterns),
+            comm_streams=list(report.options.comm_streams),
+            ubatch_patterns=list(report.options.ubatch_patterns),
+            layers=report.options.layers,
+            step_marker=report.options.step_marker,
+            comm_kernels_only=report.options.comm_only,
+        ),
+        ranks=ranks,
+        cross_rank=cross_rank_block(report.cross_rank),
+        warnings=list(report.warnings),
+    )
 
 
-def cross_rank_block(view) -> dict[str, Any] | None:
+def _keyed(values: dict[int, Any], digits: int | None = None) -> dict[str, Any]:
+    """A dict by rank (or step) as the JSON holds it: keys as strings, in order, values rounded."""
+    return {str(k): v if digits is None else round(v, digits) for k, v in sorted(values.items())}
+
+
+def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
     if view is None:
         return None
-    return {
-        "ranks": view.ranks,
-        "summary": view.summary,
-        "median_skew_us": round(view.median_skew_us, 3),
-        "max_skew_us": round(view.max_skew_us, 3),
-        "last_counts": {str(k): v for k, v in sorted(view.last_counts.items())},
-        "exposed_comm_us": {str(k): round(v, 3) for k, v in sorted(view.exposed_comm_us.items())},
-        "steps": [
-            {
-                "position": s.position,
-                "skew_us": round(s.skew_us, 3),
-                "last_rank": s.last_rank,
-                "starts_us": {str(k): round(v, 3) for k, v in sorted(s.starts_us.items())},
-                "straggler": s.straggler,  # version 3
-            }
+    return CrossRankBlock(
+        ranks=view.ranks,
+        summary=view.summary,
+        median_skew_us=round(view.median_skew_us, 3),
+        max_skew_us=round(view.max_skew_us, 3),
+        last_counts=_keyed(view.last_counts),
+        exposed_comm_us=_keyed(view.exposed_comm_us, 3),
+        steps=[
+            CrossStep(
+                position=s.position,
+                skew_us=round(s.skew_us, 3),
+                last_rank=s.last_rank,
+                starts_us=_keyed(s.starts_us, 3),
+                straggler=s.straggler,
+            )
             for s in view.steps
         ],
-        "notes": list(view.notes),
-        # version 3
-        "alignment": alignment_block(view.alignment),
-        "straggler_threshold_us": round(view.threshold_us, 3),
-        "median_step_us": None if view.median_step_us is None else round(view.median_step_us, 3),
-        "late_counts": {str(k): v for k, v in sorted(view.late_counts.items())},
-        "lines": view.lines,
-        "waits": waits_block(view.waits, view.layers),
-    }
+        notes=list(view.notes),
+        alignment=alignment_block(view.alignment),
+        straggler_threshold_us=round(view.threshold_us, 3),
+        median_step_us=None if view.median_step_us is None else round(view.median_step_us, 3),
+        late_counts=_keyed(view.late_counts),
+        lines=view.lines,
+        waits=waits_block(view.waits, view.layers),
+    )
 
 
-def alignment_block(a: Any) -> dict[str, Any] | None:
+def alignment_block(a: Alignment | None) -> AlignmentBlock | None:
     if a is None:
         return None
-    return {
-        "method": a.method,
-        "per_rank": {str(k): v for k, v in sorted(a.per_rank.items())},
-        "accuracy_us": a.accuracy_us,
-        "offset_us": {str(k): round(v, 3) for k, v in sorted(a.offset_us.items())},
-        "note": a.note,
-    }
+    return AlignmentBlock(
+        method=a.method,
+        per_rank=_keyed(a.per_rank),
+        accuracy_us=a.accuracy_us,
+        offset_us=_keyed(a.offset_us, 3),
+        note=a.note,
+    )
 
 
-def rank_waits_block(r: Any, layers: int | None = None) -> dict[str, Any]:
-    return {
-        "comm_us": _r(r.comm_us),
-        "matched_us": _r(r.matched_us),
-        "wait_us": _r(r.wait_us),
-        "wait_share": _r(r.wait_share, 4),
-        "transfer_us": _r(r.transfer_us),
-        "waited_for_us": {str(k): _r(v) for k, v in sorted(r.waited_for_us.items())},
-        "by_op": [
-            {"ubatch": ub, "index": k, "label": op_label(ub, k, layers, r.ops_per_ubatch), "wait_us": _r(us)}
+def _rounded(values: dict[int, float]) -> dict[str, float | None]:
+    return {str(k): _r(v) for k, v in sorted(values.items())}
+
+
+def rank_waits_block(r: RankWaits, layers: int | None = None) -> RankWaitsBlock:
+    return RankWaitsBlock(
+        comm_us=_r(r.comm_us),
+        matched_us=_r(r.matched_us),
+        wait_us=_r(r.wait_us),
+        wait_share=_r(r.wait_share, 4),
+        transfer_us=_r(r.transfer_us),
+        waited_for_us=_rounded(r.waited_for_us),
+        by_op=[
+            ByOp(ubatch=ub, index=k, label=op_label(ub, k, layers, r.ops_per_ubatch), wait_us=_r(us))
             for (ub, k), us in sorted(r.by_op_us.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
-        "by_step_us": {str(k): _r(v) for k, v in sorted(r.by_step_us.items())},
-        "last_ops": r.last_ops,
-        "caused_us": _r(r.caused_us),
-    }
+        by_step_us=_rounded(r.by_step_us),
+        last_ops=r.last_ops,
+        caused_us=_r(r.caused_us),
+    )
 
 
-def peer_wait_block(r: Any, view: Any) -> dict[str, Any]:
-    """A rank's waits for its peers in brief, for a headline (analysis/peers.py)."""
-    top = max(r.waited_for_us.items(), key=lambda kv: kv[1]) if r.waited_for_us else None
-    mostly = max(r.by_op_us.items(), key=lambda kv: kv[1]) if r.by_op_us else None
-    return {
-        "wait_us": _r(r.wait_us),
-        "wait_share": _r(r.wait_share, 4),
-        "transfer_us": _r(r.transfer_us),
-        "waited_mostly_for": None if top is None else top[0],
-        "mostly_at": None if mostly is None else {"ubatch": mostly[0][0], "index": mostly[0][1], "wait_us": _r(mostly[1])},
-        "significant": r.wait_us > view.threshold_us,
-    }
+G = TypeVar("G", StepWaits, UbatchWaits)
 
 
-def group_waits_block(g: Any, key: str) -> dict[str, Any]:
-    return {
-        key: g.key,
-        "operations": g.ops,
-        "straggler": g.straggler,
-        "max_skew_us": _r(g.max_skew_us),
-        "wait_us": {str(k): _r(v) for k, v in sorted(g.wait_us.items())},
-        "last_ops": {str(k): v for k, v in sorted(g.last_ops.items())},
-        "caused_us": {str(k): _r(v) for k, v in sorted(g.caused_us.items())},
-    }
+def group_waits_block(cls: type[G], g: GroupWaits) -> G:
+    return cls(
+        g.key,
+        operations=g.ops,
+        straggler=g.straggler,
+        max_skew_us=_r(g.max_skew_us),
+        wait_us=_rounded(g.wait_us),
+        last_ops=_keyed(g.last_ops),
+        caused_us=_rounded(g.caused_us),
+    )
 
 
-def held_back_most_block(most: tuple[int, int, float, int, int] | None) -> dict[str, Any] | None:
+def held_back_most_block(most: tuple[int, int, float, int, int] | None) -> HeldBackMost | None:
     if most is None:
         return None
     rank, ubatch, us, last_ops, ops = most
-    return {"rank": rank, "ubatch": ubatch, "caused_us": _r(us), "last_ops": last_ops, "operations": ops}
+    return HeldBackMost(rank=rank, ubatch=ubatch, caused_us=_r(us), last_ops=last_ops, operations=ops)
 
 
-def waits_block(w: Any, layers: int | None = None) -> dict[str, Any] | None:
+def operation_waits_block(o: MatchedOp) -> OperationWaits:
+    return OperationWaits(
+        channel=o.channel,
+        position=o.position,
+        last_rank=o.last_rank,
+        skew_us=_r(o.skew_us),
+        ranks={
+            str(r): OperationRank(
+                arrival_us=round(o.arrival_us[i], 3),
+                kernel_us=_r(o.kernel_us[i]),
+                wait_us=_r(o.wait_us[i]),
+                transfer_us=_r(o.kernel_us[i] - o.wait_us[i]),
+                ubatch=o.ubatch[i],
+                step=o.step[i],
+                op_index=o.op_index[i],
+            )
+            for i, r in enumerate(o.ranks)
+        },
+    )
+
+
+def waits_block(w: PeerWaits | None, layers: int | None = None) -> WaitsBlock | None:
     if w is None:
         return None
-    return {
-        "threshold_us": round(w.threshold_us, 3),
-        "zero_us": w.zero_us,  # arrivals are microseconds after this instant of the shared clock
-        "median_end_spread_us": _r(w.median_end_spread_us),
-        "held_back_most": held_back_most_block(w.held_back_most),
-        "ranks": {str(k): rank_waits_block(r, layers) for k, r in sorted(w.ranks.items())},
-        "steps": [group_waits_block(g, "step") for g in w.steps],
-        "ubatches": [group_waits_block(g, "ubatch") for g in w.ubatches],
-        "operations": [
-            {
-                "channel": o.channel,
-                "position": o.position,
-                "last_rank": o.last_rank,
-                "skew_us": _r(o.skew_us),
-                "ranks": {
-                    str(r): {
-                        "arrival_us": round(o.arrival_us[i], 3),  # from zero_us
-                        "kernel_us": _r(o.kernel_us[i]),
-                        "wait_us": _r(o.wait_us[i]),
-                        "transfer_us": _r(o.kernel_us[i] - o.wait_us[i]),
-                        "ubatch": o.ubatch[i],
-                        "step": o.step[i],
-                        "op_index": o.op_index[i],
-                    }
-                    for i, r in enumerate(o.ranks)
-                },
-            }
-            for o in w.ops
-        ],
-    }
-
-
-# The shape of a stored document, as far as the renderers read it (render_document): what an
-# archive's report.json must hold before it is shown. A dict spec lists required keys (others are
-# allowed; a key ending in `?` may be absent); [spec] is a list of it; Nullable(spec) also allows null; MapOf(spec) is a dict of
-# any keys whose values have the shape; OneOf(...) a string among those. NUMBER is an int or a
-# finite float (not a bool), within the range a float holds.
-class Nullable:
-    def __init__(self, spec: Any):
-        self.spec = spec
-
-
-class MapOf:
-    def __init__(self, spec: Any):
-        self.spec = spec
-
-
-class OneOf:
-    def __init__(self, *values: str):
-        self.values = values
-
-
-NUMBER, INT, TEXT, FLAG = "number", "whole number", "string", "true or false"
-_NUM = Nullable(NUMBER)
-_VERDICT = {"label": TEXT, "reasons": [TEXT], "headline?": Nullable(TEXT), "qualifier?": Nullable(TEXT), "findings?": [TEXT]}
-
-
-def _figure_blocks() -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for f in WINDOW_FIGURES:
-        out.setdefault(f.block, {})[f.key] = Nullable(FLAG) if f.key == "bound" else _NUM
-    return out
-
-
-def _with_figures(spec: dict[str, Any]) -> dict[str, Any]:
-    merged = {**spec}
-    for block, keys in _figure_blocks().items():
-        merged[block] = {**keys, **spec.get(block, {})}
-    return merged
-
-
-def _document_shape() -> dict[str, Any]:
-    from dbo_trace.analysis.exposure import REASON_SHORT, REASON_TEXT
-
-    time = {k: NUMBER for k in ("window_us", "compute_us", "comm_exposed_us", "copy_us", "host_idle_us", "other_idle_us")}
-    step = _with_figures(
-        {
-            "rank": INT,
-            "label": TEXT,
-            "path": Nullable(TEXT),
-            "phase": Nullable(TEXT),
-            "step_us": _NUM,
-            "replayed": FLAG,
-            "number?": Nullable(INT),
-            "captured_launches?": INT,
-            "verdict": _VERDICT,
-        }
+    return WaitsBlock(
+        threshold_us=round(w.threshold_us, 3),
+        zero_us=w.zero_us,
+        median_end_spread_us=_r(w.median_end_spread_us),
+        held_back_most=held_back_most_block(w.held_back_most),
+        ranks={str(k): rank_waits_block(r, layers) for k, r in sorted(w.ranks.items())},
+        steps=[group_waits_block(StepWaits, g) for g in w.steps],
+        ubatches=[group_waits_block(UbatchWaits, g) for g in w.ubatches],
+        operations=[operation_waits_block(o) for o in w.ops],
     )
-    host_causes = Nullable(
-        {
-            "host_idle_us?": _NUM,
-            "line": Nullable(TEXT),
-            "top?": Nullable({"name": TEXT, "us": _NUM, "share": _NUM}),
-            "causes?": MapOf({"us": _NUM, "share": _NUM}),
-        }
-    )
-    spread = Nullable({k: _NUM for k in ("median", "p90", "p99", "max")})
-    phase = {
-        "host_causes?": host_causes,
-        "step_us?": spread,
-        "steps": INT,
-        **{k: _NUM for k in ("median_step_us", "gpu_utilization", "host_idle_fraction", "comm_hidden_fraction")},
-        "replayed_kernel_fraction": _NUM,
-        "verdict": {"label": Nullable(TEXT), "reasons": [TEXT], "per_rank?": [Nullable(TEXT)]},
-    }
-    round_trips = Nullable(
-        {
-            "source": TEXT,
-            "layers": Nullable(INT),
-            "criterion_met": Nullable(FLAG),
-            **{
-                k: _NUM
-                for k in ("step_us", "per_step", "per_layer", "per_round_trip_us", "comm_per_round_trip_us")
-                + ("compute_per_round_trip_us", "ratio")
-            },
-        }
-    )
-    causes = {"kernels": INT, "delay_us": _NUM}
-    held = Nullable(
-        {
-            "comm_kernels_examined": INT,
-            "kernels": INT,
-            "delay_us": _NUM,
-            "median_delay_us": _NUM,
-            "by_cause": MapOf(causes),
-            "holders": [{"name": TEXT, "kernels": INT}],
-            "late_record_example": Nullable(
-                {"record_call": TEXT, "thread": INT, "ubatch": INT, "after_holder_launch_us": _NUM, "holder": TEXT}
-            ),
-        }
-    )
-    rank = _with_figures(
-        {
-            "rank": INT,
-            "steps": [step],
-            "verdict": _VERDICT,
-            "notes": [TEXT],
-            "time": time,
-            "host_test": {"fraction": _NUM, "basis": TEXT},
-            "contention": Nullable(
-                {
-                    "compute_slowdown": _NUM,
-                    "comm_slowdown": _NUM,
-                    "compute_kernels_overlapped": Nullable(INT),
-                    "comm_kernels_overlapped": Nullable(INT),
-                    "serial_estimate_us": _NUM,
-                    "busy_us": _NUM,
-                    "saved_us": _NUM,
-                    "comm_transfer_slowdown?": _NUM,
-                }
-            ),
-            "exposed_comm_reasons": Nullable({"exposed_us": _NUM, **{f"{r}_us?": _NUM for r in REASON_TEXT}}),
-            "held_back_comm": held,
-            "comm_operations": [
-                {
-                    "ubatch": INT,
-                    "index": INT,
-                    "steps": INT,
-                    "median_us": _NUM,
-                    "hidden_fraction": _NUM,
-                    "median_exposed_us": _NUM,
-                    "reason": Nullable(OneOf(*REASON_SHORT)),
-                }
-            ],
-            "comm_kernel_names": [{"name": TEXT, "count": INT}],
-            "top_compute_kernels": [{"name": TEXT, "count": INT, "total_us": _NUM}],
-            "host_causes?": host_causes,
-            "kernel_summary?": Nullable(
-                {
-                    "kernels": INT,
-                    "names": INT,
-                    "total_us": _NUM,
-                    "rows": [
-                        {
-                            "name": TEXT,
-                            "count": INT,
-                            **{k: _NUM for k in ("total_us", "mean_us", "median_us", "min_us")},
-                            "max_us": _NUM,
-                            "share": _NUM,
-                        }
-                    ],
-                }
-            ),  # fmt: skip
-            "cpu_range_summary?": [
-                {"name": TEXT, "kind": TEXT, "count": INT, "total_us": _NUM, "host_idle_us": _NUM, "share": _NUM}
-            ],
-            "peer_wait?": Nullable(
-                {"wait_us": _NUM, "wait_share": _NUM, "transfer_us?": _NUM, "waited_mostly_for?": Nullable(INT)}
-            ),
-        }
-    )
-    return _with_figures(
-        {
-            "dbo_trace_version": TEXT,
-            "inputs": [TEXT],
-            "steps_source": TEXT,
-            "microbatch_source": TEXT,
-            "phases": MapOf(phase),
-            "round_trips": round_trips,
-            "steps": [step],
-            "verdict": _VERDICT,
-            "ranks": [rank],
-            "cross_rank": Nullable(
-                {
-                    "summary": TEXT,
-                    "notes": [TEXT],
-                    "lines?": [TEXT],
-                    "alignment?": Nullable({"method": Nullable(TEXT), "accuracy_us": _NUM}),
-                }
-            ),
-            "host_causes?": host_causes,
-            "warnings": [TEXT],
-        }
-    )
-
-
-_MAX_FLOAT_INT = 1 << 1000  # an int beyond a float's range cannot be formatted as a time
-
-
-def _problem(value: Any, spec: Any, where: str) -> str | None:
-    if isinstance(spec, Nullable):
-        return None if value is None else _problem(value, spec.spec, where)
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            return f"{where} is not an object"
-        for key, inner in spec.items():
-            key, may_be_absent = (key[:-1], True) if key.endswith("?") else (key, False)
-            if key not in value:
-                if may_be_absent:
-                    continue
-                return f"{where}.{key} is missing"
-            found = _problem(value[key], inner, f"{where}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(spec, list):
-        if not isinstance(value, list):
-            return f"{where} is not a list"
-        return next((p for i, v in enumerate(value) if (p := _problem(v, spec[0], f"{where}[{i}]"))), None)
-    if isinstance(spec, MapOf):
-        if not isinstance(value, dict):
-            return f"{where} is not an object"
-        return next((p for k, v in value.items() if (p := _problem(v, spec.spec, f"{where}.{k}"))), None)
-    if isinstance(spec, OneOf):
-        return None if value in spec.values else f"{where} is not one of {', '.join(spec.values)}"
-    ok = {
-        TEXT: isinstance(value, str),
-        FLAG: isinstance(value, bool),
-        INT: type(value) is int and abs(value) < _MAX_FLOAT_INT,
-        NUMBER: (type(value) is int and abs(value) < _MAX_FLOAT_INT) or (type(value) is float and math.isfinite(value)),
-    }[spec]
-    return None if ok else f"{where} is not a {spec}"
-
-
-def _depth(value: Any, limit: int) -> bool:
-    """Whether the value nests deeper than limit (iteratively: no recursion to exhaust)."""
-    level: list[Any] = [value]
-    for _ in range(limit):
-        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
-        if not level:
-            return False
-    return any(isinstance(c, (dict, list)) for c in level)
-
-
-def document_problem(document: Any, max_depth: int = 32) -> str | None:
-    """Why a stored document cannot be shown (the first problem found, naming its place, e.g.
-    `ranks[0].verdict.label is missing`), or None: nested no deeper than max_depth, and every field
-    the renderers read there with its type."""
-    if _depth(document, max_depth):
-        return f"nested more than {max_depth} deep"
-    found = _problem(document, _document_shape(), "report")
-    if found:
-        return found
-    for i, rank in enumerate(document["ranks"]):  # a late record is shown with its example
-        held = rank["held_back_comm"]
-        if held and "late_record" in held["by_cause"] and held["late_record_example"] is None:
-            return f"report.ranks[{i}].held_back_comm.late_record_example is missing"
-    return None

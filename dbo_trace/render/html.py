@@ -5,10 +5,12 @@ handed to it as JSON; it computes nothing."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dbo_trace.analysis.report import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.document import build_document
+from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,
     PHASE_HEADER,
@@ -34,7 +36,7 @@ MAX_STEPS = 20  # steps per rank embedded with their timelines (around the media
 KINDS = ["compute", "comm", "copy", "launch", "yield"]
 
 
-def _views(report: Report) -> list[dict]:
+def _views(report: Report) -> list[dict[str, Any]]:
     out = []
     for rank in report.ranks:
         if not rank.steps or rank.detail is None:
@@ -87,33 +89,33 @@ def _list(items: list[str], css: str) -> str:
     return f'<ul class="{css}">' + "".join(f"<li>{html_text(x)}</li>" for x in items) + "</ul>" if items else ""
 
 
-def _diagnosis(d: dict) -> str:
+def _diagnosis(d: ReportDocument) -> str:
     """What the terminal and the Markdown say beyond the verdict, in their order: each rank's findings
     (time, overlap cost, exposure causes, held-back comm, kernels), the per-phase table, the ranks'
     comm operations, the cross-rank view."""
-    out = [_list([line for line_of in RANK_LINES for r in d["ranks"] if (line := line_of(r))], "findings")]
-    if d["phases"]:
+    out = [_list([line for line_of in RANK_LINES for r in d.ranks if (line := line_of(r))], "findings")]
+    if d.phases:
         out.append("<h2>Per phase <small>(vLLM's step annotations)</small></h2>")
-        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d["phases"].items()]))
-    for r in d["ranks"]:
-        ops = r["comm_operations"]
+        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
+    for r in d.ranks:
+        ops = r.comm_operations
         if ops:
             out.append(
-                f'<details class="operations"><summary>Rank {r["rank"]} comm operations ({len(ops)}: per microbatch, '
+                f'<details class="operations"><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, '
                 "in step order; medians over steps)</summary>"
                 + _table(list(OPERATION_HEADER), [operation_cells(op) for op in ops])
                 + "</details>"
             )
-    cross = d["cross_rank"]
-    if cross:
+    cross = d.cross_rank
+    if cross is not None:
         out.append(
-            f'<p id="cross-rank">Across ranks: {html_text(cross["summary"])}</p>'
-            + _list(cross_rank_lines(d)[1:] + [f"note: {n}" for n in cross["notes"]], "cross-rank-lines")
+            f'<p id="cross-rank">Across ranks: {html_text(cross.summary)}</p>'
+            + _list(cross_rank_lines(d)[1:] + [f"note: {n}" for n in cross.notes], "cross-rank-lines")
         )
     return "\n".join(out)
 
 
-def _timelines(views: list[dict]) -> str:
+def _timelines(views: list[dict[str, Any]]) -> str:
     """One canvas per rank with steps drawn: each shows its median step, a click on a step row its step."""
     ranks = list(dict.fromkeys(v["rank"] for v in views))
     return "\n".join(
@@ -131,54 +133,53 @@ class HtmlRenderer:
         views = _views(report)
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
-        step_rows, attrs, seen = [], [], dict.fromkeys((s["rank"] for s in d["steps"]), 0)
-        for s in d["steps"]:
-            position, seen[s["rank"]] = seen[s["rank"]], seen[s["rank"]] + 1
+        step_rows, attrs, seen = [], [], dict.fromkeys((s.rank for s in d.steps), 0)
+        for s in d.steps:
+            position, seen[s.rank] = seen[s.rank], seen[s.rank] + 1
             step_rows.append(
                 [
-                    str(s["rank"]),
+                    str(s.rank),
                     step_number_cell(s),
-                    s["label"],
-                    s["path"] or "-",
-                    ms(s["step_us"]),
-                    pct(s["comm"]["hidden_fraction"]),
-                    pct(s["host"]["idle_fraction"]),
-                    str(s["host"]["launches"]),
-                    s["verdict"]["label"],
+                    s.label,
+                    s.path or "-",
+                    ms(s.step_us),
+                    pct(s.comm.hidden_fraction),
+                    pct(s.host.idle_fraction),
+                    str(s.host.launches),
+                    s.verdict.label,
                 ]
             )
-            i = index.get((s["rank"], position))
+            i = index.get((s.rank, position))
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
-        rt = d["round_trips"]
+        rt = d.round_trips
         rt_html = (
             ""
-            if not rt
+            if rt is None
             else "<h2>Round trips</h2>"
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'
         )
         reasons = "".join(
-            f"<li>{html_text(r)}</li>"
-            for r in [*d["verdict"]["reasons"], *(f"host time: {line}" for line in host_cause_lines(d))]
+            f"<li>{html_text(r)}</li>" for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d))]
         )
-        notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
+        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
-            verdict=html_text(d["verdict"]["label"]),
-            finding=html_text(headline(d["verdict"])[len(d["verdict"]["label"]) :]),
+            verdict=html_text(d.verdict.label),
+            finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
-            inputs=html_text(", ".join(d["inputs"])),
-            ranks=_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]]),
+            inputs=html_text(", ".join(d.inputs)),
+            ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),
-            figures=_table(*figure_table(d["ranks"])),
+            figures=_table(*figure_table(d)),
             round_trips=rt_html,
             timelines=_timelines(views),
             steps=_table(
                 ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
             ),
             notes=("<h2>Notes</h2>" + _list(notes, "notes")) if notes else "",
-            sources=html_text(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}"),
-            version=html_text(d["dbo_trace_version"]),
+            sources=html_text(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}"),
+            version=html_text(d.dbo_trace_version),
             data=data,
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.document import build_document
+from dbo_trace.render.document import ReportDocument, RoundTripsBlock, build_document
 from dbo_trace.render.format import (
     OPERATION_HEADER,
     PHASE_HEADER,
@@ -41,10 +41,10 @@ def picture_note(image: str) -> list[str]:
     ]
 
 
-def round_trip_note(rt: dict, could: str = "could") -> str:
+def round_trip_note(rt: RoundTripsBlock, could: str = "could") -> str:
     """What the DBO arithmetic table rests on, under it in the Markdown and HTML reports."""
     return (
-        f"Round trips counted from {rt['source']}; layers: {rt['layers'] or 'unknown (pass --layers)'}. "
+        f"Round trips counted from {rt.source}; layers: {rt.layers or 'unknown (pass --layers)'}. "
         f"Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
         f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
         "(docs/analysis.md)."
@@ -57,34 +57,34 @@ class MarkdownRenderer:
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         return self.render_document(build_document(report), options)
 
-    def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
-        """From the JSON document alone: what `report` shows of a review archive's report.json."""
-        label = d["verdict"]["label"]
-        out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d['verdict'])[len(label) :])}", ""]
-        out += [f"- {markdown_text(reason)}" for reason in d["verdict"]["reasons"]]
+    def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
+        """From the document alone: what `report` shows of a review archive's report.json."""
+        label = d.verdict.label
+        out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
+        out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image)]
-        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d["ranks"]])
+        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
-            out += [f"- {markdown_text(line)}" for r in d["ranks"] if (line := line_of(r))]
-        for r in d["ranks"]:  # long: folded, like the per-step table
-            ops = r["comm_operations"]
+            out += [f"- {markdown_text(line)}" for r in d.ranks if (line := line_of(r))]
+        for r in d.ranks:  # long: folded, like the per-step table
+            ops = r.comm_operations
             if ops:
-                out += ["", f"<details><summary>Rank {r['rank']} comm operations ({len(ops)}: per microbatch, in step "
+                out += ["", f"<details><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step "
                         "order; medians over steps)</summary>", ""]  # fmt: skip
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
-        if d["phases"]:
+        if d.phases:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d["phases"].items()]
+                list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]
             )
-        if d["cross_rank"]:
-            out += ["", f"Across ranks: {markdown_text(d['cross_rank']['summary'])}."]
+        if d.cross_rank is not None:
+            out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
-            out += [f"- note: {markdown_text(note)}" for note in d["cross_rank"].get("notes", [])]
-        rt = d["round_trips"]
-        if rt:
+            out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
+        rt = d.round_trips
+        if rt is not None:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*")]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
@@ -104,31 +104,31 @@ class MarkdownRenderer:
             ],
             [
                 [
-                    s["rank"],
+                    s.rank,
                     step_number_cell(s),
-                    markdown_code(s["label"]),
-                    s["phase"] or "-",
-                    markdown_code(s["path"]) if s["path"] else "-",
-                    ms(s["step_us"]),
-                    pct(s["comm"]["hidden_fraction"]),
-                    pct(s["host"]["idle_fraction"]),
-                    s["host"]["launches"],
-                    us(s["host"]["median_launch_us"]),
-                    tri(s["replayed"], "yes", "no"),
-                    s["verdict"]["label"],
+                    markdown_code(s.label),
+                    s.phase or "-",
+                    markdown_code(s.path) if s.path else "-",
+                    ms(s.step_us),
+                    pct(s.comm.hidden_fraction),
+                    pct(s.host.idle_fraction),
+                    s.host.launches,
+                    us(s.host.median_launch_us),
+                    tri(s.replayed, "yes", "no"),
+                    s.verdict.label,
                 ]
-                for s in d["steps"]
+                for s in d.steps
             ],
         )
         out += ["", "</details>", ""]
-        out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d["ranks"]))
+        out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d))
         out += ["", "</details>", ""]
         out += summary_markdown(d)
-        notes = list(dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]))
+        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
         if notes:
             out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(
-            f"<sub>dbo-trace {markdown_text(d['dbo_trace_version'])}; microbatches from "
-            f"{markdown_text(d['microbatch_source'])}, steps from {markdown_text(d['steps_source'])}</sub>"
+            f"<sub>dbo-trace {markdown_text(d.dbo_trace_version)}; microbatches from "
+            f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}</sub>"
         )
         return "\n".join(out) + "\n"

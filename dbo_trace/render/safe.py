@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from dbo_trace.errors import inert
 
@@ -37,8 +37,12 @@ def terminal_text(text: str) -> str:
 _UNSAFE_IN_JSON = re.compile(rb"\\u00[01][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae]|\xe2\x81[\xa6-\xa9]")
 
 
-def terminal_document(value: Any) -> Any:
-    """A document (dicts, lists, strings, numbers) with every string, keys too, made terminal_text."""
+T = TypeVar("T")
+
+
+def terminal_document(value: T) -> T:
+    """A document (the ReportDocument tree of Structs, or dicts, lists, strings, numbers) with every
+    string, keys too, made terminal_text: the same tree, its Structs of the same types."""
     import msgspec
 
     try:
@@ -46,12 +50,16 @@ def terminal_document(value: Any) -> Any:
             return value  # the common case, at the encoder's speed: nothing to escape
     except (TypeError, ValueError, OverflowError):  # a lone surrogate (UnicodeEncodeError), ...: walk
         pass
-    return _terminal_walk(value)
+    return cast(T, _terminal_walk(value))
 
 
 def _terminal_walk(value: Any) -> Any:
+    import msgspec
+
     if isinstance(value, str):
         return terminal_text(value)
+    if isinstance(value, msgspec.Struct):
+        return msgspec.structs.replace(value, **{f: _terminal_walk(getattr(value, f)) for f in value.__struct_fields__})
     if isinstance(value, dict):
         return {terminal_text(k) if isinstance(k, str) else k: _terminal_walk(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Sequence
 from dataclasses import replace
 
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.text import Text
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.document import build_document
+from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
@@ -83,7 +84,7 @@ _OPERATION_KEEP = {"steps": 2, "median time": 5}
 _ROUND_TRIP_KEEP = {"round trips": 4, "per layer": 3}
 
 
-def _columns(header, keep: dict[str, int], text: tuple[str, ...] = ()) -> list[Column]:
+def _columns(header: Sequence[str], keep: dict[str, int], text: tuple[str, ...] = ()) -> list[Column]:
     """Columns for a header shared with the other renderers (format.py): text ones left, wrapping."""
     return [Column(h, right=h not in text, keep=keep.get(h, NEVER), wrap=h in text and h != "verdict") for h in header]
 
@@ -132,29 +133,29 @@ def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> in
     return max(12, width - others - 2 * (len(header) - 1) - 2)
 
 
-def _summaries(out: _Lines, d: dict, width: int) -> None:
+def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
-    spreads = [row for name, ph in d["phases"].items() if (row := spread_cells(name, ph))]
+    spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
     if spreads:
         out.table("step time per phase", _columns(SPREAD_HEADER, {}, ("phase",)), spreads)
-    for r in d["ranks"]:
-        k = r.get("kernel_summary")
-        if k and k["rows"]:
-            shown = k["rows"][:TERMINAL_KERNEL_ROWS]
+    for r in d.ranks:
+        k = r.kernel_summary
+        if k is not None and k.rows:
+            shown = k.rows[:TERMINAL_KERNEL_ROWS]
             cut_at = _name_room(width, KERNEL_HEADER, [kernel_cells(row) for row in shown])
             out.table(
-                f"rank {r['rank']} kernels: {len(shown)} of {k['names']} names by total time ({k['kernels']} kernels)",
+                f"rank {r.rank} kernels: {len(shown)} of {k.names} names by total time ({k.kernels} kernels)",
                 _columns(KERNEL_HEADER, {}, ("kernel",)),
                 [kernel_cells(row, name_width=cut_at) for row in shown],
             )
-        ranges = r.get("cpu_range_summary")
+        ranges = r.cpu_range_summary
         if ranges:
-            shown = ranges[:TERMINAL_CPU_RANGE_ROWS]
-            cut_at = _name_room(width, CPU_RANGE_HEADER, [cpu_range_cells(row) for row in shown])
+            shown_ranges = ranges[:TERMINAL_CPU_RANGE_ROWS]
+            cut_at = _name_room(width, CPU_RANGE_HEADER, [cpu_range_cells(row) for row in shown_ranges])
             out.table(
-                f"rank {r['rank']} CPU ranges by the host-caused GPU idle they explain",
+                f"rank {r.rank} CPU ranges by the host-caused GPU idle they explain",
                 _columns(CPU_RANGE_HEADER, {}, ("CPU range", "kind")),
-                [cpu_range_cells(row, name_width=cut_at) for row in shown],
+                [cpu_range_cells(row, name_width=cut_at) for row in shown_ranges],
             )
 
 
@@ -164,15 +165,15 @@ class TerminalRenderer:
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
         return self.render_document(build_document(report), options)
 
-    def render_document(self, d: dict, options: RenderOptions = RenderOptions()) -> str:
-        """From the JSON document alone: what `report` shows of a review archive's report.json."""
+    def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
+        """From the document alone: what `report` shows of a review archive's report.json."""
         d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
         width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
         out = _Lines(width, options.color)
-        label = d["verdict"]["label"]
-        out.paragraph(headline(d["verdict"]), "verdict: ", _STYLE.get(label, "bold"), whole=True)
-        out.bullets(d["verdict"]["reasons"])
+        label = d.verdict.label
+        out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
+        out.bullets(d.verdict.reasons)
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.line()
 
@@ -181,73 +182,73 @@ class TerminalRenderer:
             RANK_COLUMNS,
             [
                 [
-                    str(r["rank"]),
-                    str(len(r["steps"])),
-                    pct(r["gpu"]["utilization"]),
-                    ms(r["comm"]["busy_us"]),
-                    pct(r["comm"]["hidden_fraction"]),
-                    ms(r["comm"]["exposed_us"]),
-                    pct(r["host"]["idle_fraction"]),
-                    us(r["host"]["median_launch_us"]),
-                    us(r["host"]["median_kernel_us"]),
-                    f"{r['graphs']['launches']} ({pct(r['graphs']['replayed_kernel_fraction'])})",
-                    r["verdict"]["label"],
+                    str(r.rank),
+                    str(len(r.steps)),
+                    pct(r.gpu.utilization),
+                    ms(r.comm.busy_us),
+                    pct(r.comm.hidden_fraction),
+                    ms(r.comm.exposed_us),
+                    pct(r.host.idle_fraction),
+                    us(r.host.median_launch_us),
+                    us(r.host.median_kernel_us),
+                    f"{r.graphs.launches} ({pct(r.graphs.replayed_kernel_fraction)})",
+                    r.verdict.label,
                 ]
-                for r in d["ranks"]
+                for r in d.ranks
             ],
         )
-        out.bullets([line for r in d["ranks"] for line_of in RANK_LINES if (line := line_of(r))])
+        out.bullets([line for r in d.ranks for line_of in RANK_LINES if (line := line_of(r))])
         out.line()
-        phases = d["phases"]
+        phases = d.phases
         if phases:
             out.table(
                 "per phase (vLLM's step annotations)",
                 _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict", "top host cause")),
                 [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in phases.items()],
             )
-        for r in d["ranks"]:
-            ops = r["comm_operations"]
+        for r in d.ranks:
+            ops = r.comm_operations
             if ops:
                 out.table(
-                    f"rank {r['rank']} comm operations (per microbatch, in step order; medians over steps)",
+                    f"rank {r.rank} comm operations (per microbatch, in step order; medians over steps)",
                     _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],)),
                     [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
                 )
                 if len(ops) > MAX_OPERATION_ROWS:
                     out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
                     out.line()
-        cross = d["cross_rank"]
-        if cross:
-            out.paragraph(f"across ranks: {cross['summary']}")
+        cross = d.cross_rank
+        if cross is not None:
+            out.paragraph(f"across ranks: {cross.summary}")
             out.bullets(cross_rank_lines(d)[1:])
-            for note in cross["notes"]:
+            for note in cross.notes:
                 out.paragraph(note, "note: ", "yellow")
             out.line()
 
-        rt = d["round_trips"]
-        if rt:
+        rt = d.round_trips
+        if rt is not None:
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
 
-        rows = d["steps"]
-        one_rank = len({s["rank"] for s in rows}) <= 1  # the rank column says nothing then
+        rows = d.steps
+        one_rank = len({s.rank for s in rows}) <= 1  # the rank column says nothing then
         out.table(
             "per step",
             [replace(c, keep=1 if one_rank else NEVER) if c.header == "rank" else c for c in STEP_COLUMNS],
             [
                 [
-                    str(s["rank"]),
+                    str(s.rank),
                     step_number_cell(s),
-                    short_step_label(s["label"]),
-                    s["path"] or s["phase"] or "-",
-                    ms(s["step_us"]),
-                    pct(s["gpu"]["utilization"]),
-                    pct(s["comm"]["hidden_fraction"]),
-                    pct(s["host"]["idle_fraction"]),
-                    str(s["host"]["launches"]),
-                    tri(s["replayed"], "yes", "no"),
-                    s["verdict"]["label"],
+                    short_step_label(s.label),
+                    s.path or s.phase or "-",
+                    ms(s.step_us),
+                    pct(s.gpu.utilization),
+                    pct(s.comm.hidden_fraction),
+                    pct(s.host.idle_fraction),
+                    str(s.host.launches),
+                    tri(s.replayed, "yes", "no"),
+                    s.verdict.label,
                 ]
                 for s in rows[:MAX_STEP_ROWS]
             ],
@@ -259,7 +260,7 @@ class TerminalRenderer:
                 "a label, median or slowest)"
             )
         _summaries(out, d, width)
-        out.paragraph(f"microbatches from: {d['microbatch_source']}; steps from: {d['steps_source']}")
-        for note in dict.fromkeys([n for r in d["ranks"] for n in r["notes"]] + d["warnings"]):  # a note of every rank once
+        out.paragraph(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}")
+        for note in dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings):  # a note of every rank once
             out.paragraph(note, "note: ", "yellow")
         return out.text()
