@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import shutil
 from dataclasses import asdict
-from typing import Callable
+from typing import Any, Callable
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
@@ -88,7 +88,7 @@ def render_markdown(arms: list[Arm]) -> str:
     return "\n".join(out + ["", markdown_text(noise_line(arms)), ""])
 
 
-def _rounded(arm: dict) -> dict:
+def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     """Times to the nanosecond, fractions to 1e-4, as the report's JSON: no binary-fraction noise."""
     out = {}
     for key, value in arm.items():

@@ -7,6 +7,8 @@ comm under compute, exposed comm, host-caused GPU idle, and graph replays. Open 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +47,16 @@ class _Writer:
             desc.parent_uuid = parent
         return self._uuid
 
-    def slices(self, track: int, starts, ends, names, args=None, flows_out=None, flows_in=None) -> None:
+    def slices(
+        self,
+        track: int,
+        starts: Sequence[float] | np.ndarray,
+        ends: Sequence[float] | np.ndarray,
+        names: Sequence[str] | np.ndarray,
+        args: Sequence[dict[str, Any] | None] | None = None,
+        flows_out: Sequence[Sequence[int]] | None = None,
+        flows_in: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         """Non-overlapping slices on one track, times in microseconds. Per slice, optionally: its
         arguments (a dict), the flows it starts (ids) and the flows it ends (ids)."""
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
@@ -70,7 +81,7 @@ class _Writer:
                         _annotate(packet.track_event.debug_annotations.add(), key, value)
 
 
-def _annotate(annotation, key: str, value) -> None:
+def _annotate(annotation: Any, key: str, value: Any) -> None:  # annotation: a DebugAnnotation message
     """One argument as Perfetto shows it: numbers and flags as themselves, lists and the rest as text."""
     annotation.name = str(key)
     if isinstance(value, bool):
@@ -85,7 +96,7 @@ def _annotate(annotation, key: str, value) -> None:
         annotation.string_value = json.dumps(value, separators=(", ", ": "))
 
 
-def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict:
+def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict[tuple[bool, float, int], dict[str, Any]]:
     """The source trace's own args of each GPU activity and CUDA call (grid, block, registers, bytes,
     ...): read back from the file, since the timeline keeps only what the analyses use. A source that
     cannot be read again (gone, or not a plain file) leaves the export with the timeline's args."""
@@ -117,7 +128,7 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         if keep_calls[launch[g]]:
             flows_from.setdefault(int(launch[g]), []).append(flow_base + g)
 
-    def gpu_args(g: int) -> dict:
+    def gpu_args(g: int) -> dict[str, Any]:
         corr = int(tl.gpu.correlation[g])
         derived = {
             "correlation": corr,
@@ -128,7 +139,7 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         }
         return {**source.get((True, float(tl.gpu.start[g]), corr), {}), **derived}
 
-    def call_args(i: int) -> dict:
+    def call_args(i: int) -> dict[str, Any]:
         corr = int(tl.calls.correlation[i])
         return {**source.get((False, float(tl.calls.start[i]), corr), {}), "correlation": corr, "thread": int(tl.calls.lane[i])}
 
@@ -221,4 +232,5 @@ def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | Non
         if rank.detail is not None and (windows is None or rank.rank in windows):
             w.shift_us = cross.shift_us(rank.rank) if cross is not None else 0.0
             _rank(w, rank, None if windows is None else windows[rank.rank], cross)
-    return w.builder.serialize()
+    data: bytes = w.builder.serialize()
+    return data

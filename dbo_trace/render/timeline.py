@@ -4,12 +4,16 @@ microbatch and shaded by class, overlap and host-caused idle marked. Draws a Ste
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
 from dbo_trace.analysis.view import StepView, chosen_step, step_view
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.report import Report
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
 KIND_STYLE = {  # alpha, hatch
@@ -69,7 +73,7 @@ class TimelineRenderer:
     def __init__(self, image_format: str):
         self.name, self.suffixes = image_format, (f".{image_format}",)
 
-    def render(self, report, options: RenderOptions = RenderOptions()) -> bytes:
+    def render(self, report: Report, options: RenderOptions = RenderOptions()) -> bytes:
         rank, position = chosen_step(report, options.rank, options.step)
         if options.all_ranks:
             return draw_ranks_timeline(ranks_step_view(report, position), self.name)
