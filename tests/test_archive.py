@@ -135,3 +135,21 @@ def test_archive_refuses_a_name_that_is_not_tar_gz(tmp_path, name):
         proc.stderr == f"dbo-trace: error: {out}: dbo-trace archive writes a gzipped tar; give -o a name that ends in .tar.gz\n"
     )
     assert proc.stdout == "" and not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_only_report_alone_reads_an_archive_and_the_others_say_so(tmp_path):
+    """Before: compare, archive and report of an archive beside a recording called the archive "not
+    one `dbo-trace archive` made (it has no report.json first)", of a file dbo-trace archive had
+    just written. Now each names it a review archive and says what reads it; nothing is written."""
+    review = tmp_path / "review.tar.gz"
+    assert run_cli("archive", str(SAMPLES / "overlap"), "-o", str(review)).returncode == 0
+    said = f"{review}: a review archive, which holds a finished report, not traces: `dbo-trace report {review}`"
+    for args in (
+        ("compare", str(review), str(SAMPLES / "serial")),
+        ("archive", str(review), "-o", str(tmp_path / "again.tar.gz")),
+        ("report", str(review), str(SAMPLES / "serial")),
+    ):
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"dbo-trace: error: {said}"), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["review.tar.gz"]

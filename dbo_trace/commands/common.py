@@ -111,9 +111,14 @@ def warn(message: str) -> None:
 
 def analyzed(paths: list[Path], options: Options, workers: int | None = None) -> Report:
     """Read and analyse the inputs; bad input is one line and exit 2; warnings go to stderr."""
+    from dbo_trace.archive import is_archive
     from dbo_trace.pipeline import analyze_found, workers_for
     from dbo_trace.trace.load import discover, total_bytes
 
+    for path in paths:  # `report ARCHIVE` alone shows one (commands/report.py); nothing else reads them
+        if is_archive(path):
+            fail(f"{path}: a review archive, which holds a finished report, not traces: `dbo-trace report {path}` "
+                 "shows it on its own; give the recording's bundle folder or traces here")  # fmt: skip
     found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
     size = total_bytes(found)
     with reading_bar(size) as progress:

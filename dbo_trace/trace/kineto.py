@@ -968,8 +968,8 @@ def _raise_no_events(path: Path, buf: bytes) -> None:
         raise InputError(f"{path}: the file is empty; re-export the trace")
     if buf[257:262] == b"ustar":  # a tar header's magic
         raise InputError(
-            f"{path}: a tar archive, not a trace, and not one `dbo-trace archive` made (it has no report.json "
-            "first); unpack it and give its traces or bundle folder"
+            f"{path}: a tar archive, not a trace (nor a review archive `dbo-trace archive` wrote); unpack it and "
+            "give its traces or bundle folder"
         )
     try:
         doc = _decode_any(buf)
