@@ -93,3 +93,32 @@ def test_top_without_a_folder_reads_dbo_trace_dir(monkeypatch):
 def test_top_help_names_the_default_folder():
     text = run_cli("top", "--help").stdout
     assert "without it, $DBO_TRACE_DIR" in text and "plain lines" in text
+
+
+def test_top_of_a_finished_bundle_without_counters_says_so_and_stops(tmp_path):
+    """Before: `top samples/overlap` (a demo bundle: a manifest without a status, no counters)
+    printed "no counters yet" every second until killed. Now one line, exit 1, at once."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "dbo_trace.cli", "top", str(SAMPLES / "overlap"), "--interval", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.endswith(f"dbo-trace: error: {SAMPLES / 'overlap'}: the recording has finished and holds no counters "
+                                "(recorded without DBO_TRACE_DIR's plugin counters?); `dbo-trace report` reads its traces\n")  # fmt: skip
+
+
+def test_ctrl_c_stops_top_with_130(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dbo_trace.cli", "top", str(recording_in_progress(tmp_path)), "--interval", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline()  # running
+        proc.send_signal(2)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()

@@ -35,7 +35,8 @@ class TopRequest:
 def finished(folder: Path) -> str | None:
     """The final status of a recording that has ended, else None: record writes its manifest with
     status "recording" when it starts and its final status (complete, incomplete, failed, ...) at the
-    end; a server's own DBO_TRACE_DIR has no manifest, and a manifest that cannot be read says nothing."""
+    end; a bundle without a status (the demo's, or one from before statuses) was written whole. A
+    server's own DBO_TRACE_DIR has no manifest, and a manifest that cannot be read says nothing."""
     from dbo_trace import bundle as fmt
     from dbo_trace.record.recorder import STATUS_RECORDING
 
@@ -45,6 +46,8 @@ def finished(folder: Path) -> str | None:
         status = fmt.read_manifest(folder).get("status")
     except fmt.BundleError:
         return None
+    if status is None:
+        return "written whole"
     return status if isinstance(status, str) and status != STATUS_RECORDING else None
 
 
@@ -96,6 +99,9 @@ def run(request: TopRequest) -> None:
             shown, found = table()
             console.print(shown)
         if not found:
+            if final is not None:
+                fail(f"{folder}: the recording has finished and holds no counters (recorded without DBO_TRACE_DIR's "
+                     "plugin counters?); `dbo-trace report` reads its traces", 1)  # fmt: skip
             sys.exit(1)
         return
     try:
@@ -107,8 +113,8 @@ def run(request: TopRequest) -> None:
             while True:
                 time.sleep(interval)
                 live.update(table()[0])
-    except KeyboardInterrupt:
-        return
+    except KeyboardInterrupt:  # the way to stop it: exit 130, as every command stopped by Ctrl-C
+        sys.exit(130)
     except BrokenPipeError:  # `dbo-trace top | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
