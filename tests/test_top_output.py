@@ -105,8 +105,11 @@ def test_top_of_a_finished_bundle_without_counters_says_so_and_stops(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.endswith(f"dbo-trace: error: {SAMPLES / 'overlap'}: the recording has finished and holds no counters "
-                                "(recorded without DBO_TRACE_DIR's plugin counters?); `dbo-trace report` reads its traces\n")  # fmt: skip
+    said = (
+        f"dbo-trace: error: {SAMPLES / 'overlap'}: the recording has finished and holds no counters "
+        "(recorded without DBO_TRACE_DIR's plugin counters?); `dbo-trace report` reads its traces\n"
+    )
+    assert proc.stderr.endswith(said)
 
 
 def test_ctrl_c_stops_top_with_130(tmp_path):
