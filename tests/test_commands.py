@@ -233,7 +233,7 @@ def test_compare_checks(tmp_path):
     assert CompareRequest(arms).names == ["overlap", "serial"]
     assert CompareRequest(arms, output=Path("c.html")).format == "terminal"  # compare writes no HTML
     assert refused(CompareRequest(arms[:1])) == "compare needs at least two arms (bundles or traces)"
-    assert refused(CompareRequest(arms, labels=("a",))) == "--label given 1 times for 2 arms; give one per arm or none"
+    assert refused(CompareRequest(arms, labels=("a",))) == "--label given once for 2 arms; give one per arm or none"
     assert refused(CompareRequest(arms, as_json=True, as_markdown=True)).startswith("--json and --markdown choose one")
     taken = tmp_path / "c.md"
     taken.write_text("")

@@ -63,7 +63,7 @@ def test_compare_markdown_and_labels():
     "args,message",
     [
         (["samples/serial"], "compare needs at least two arms"),
-        (["--label", "a", "samples/serial", "samples/graph"], "--label given 1 times for 2 arms"),
+        (["--label", "a", "samples/serial", "samples/graph"], "--label given once for 2 arms"),
         (["samples/serial", "samples/nope"], "samples/nope: no such file or directory"),
     ],
 )

@@ -36,7 +36,8 @@ class CompareRequest:
         if len(self.arms) < 2:
             fail("compare needs at least two arms (bundles or traces)")
         if self.labels and len(self.labels) != len(self.arms):
-            fail(f"--label given {len(self.labels)} times for {len(self.arms)} arms; give one per arm or none")
+            times = "once" if len(self.labels) == 1 else f"{len(self.labels)} times"
+            fail(f"--label given {times} for {len(self.arms)} arms; give one per arm or none")
         refuse_overwrite(self.output, force=self.force)
         return self
 
