@@ -67,3 +67,20 @@ def test_top_reads_hostile_counters_files_in_bounded_time(tmp_path):
     text = " ".join(proc.stdout.split())  # the table may wrap a cell
     assert "573" in text and "eager_microbatched 19" in text  # the real process
     assert "[/x][link=http://e/]a\\x1b]52;c;eA==" in text  # shown as written (the cell may be cut), inert
+
+
+def test_the_live_table_fits_the_terminal_and_keeps_each_figure_whole():
+    """Before: the table was drawn at least 140 columns wide (125 on an 80-column terminal). Now it is
+    laid out as every terminal table is: at 80 columns no line is longer, and the figures that stay
+    are whole; a wide terminal shows every column."""
+    from dbo_trace.render.live import HEADER, live_cells, live_table
+
+    rows = [live_row(b) for b in counters("vllm-graphs-decode") + counters("recorded-overlap")]
+    for width in (80, 100, 200):
+        lines = live_table(rows, "dbo-trace top samples/x", width).plain.splitlines()
+        assert max(len(line) for line in lines) <= width, width
+        shown = "\n".join(lines)
+        for r in rows:
+            assert str(r.pid) in shown and f"  {r.steps}  " in shown.replace("\n", " ")
+    wide = live_table(rows, "t", 200).plain
+    assert all(h in wide for h in HEADER) and all(c in wide for r in rows for c in live_cells(r))

@@ -79,7 +79,7 @@ def run(request: TopRequest) -> None:
 
     def table():
         working, title, found = sample()
-        return live_table(working, title), found
+        return live_table(working, title, shutil.get_terminal_size((80, 24)).columns), found
 
     def write_lines() -> bool:
         working, title, found = sample()
@@ -88,7 +88,7 @@ def run(request: TopRequest) -> None:
         return found
 
     plain = not sys.stdout.isatty()  # a pipe or a file: plain lines, each refresh as it comes
-    console = Console(width=max(140, shutil.get_terminal_size((140, 24)).columns))
+    console = Console(soft_wrap=True)  # the lines are laid out to the width already
     final = None if request.once else finished(folder)
     if final is not None:  # its counters will not change: waiting for more would wait forever
         click.echo(f"dbo-trace top: the recording has finished ({inert(final)}); its final counters, once", err=True)

@@ -3,14 +3,26 @@ and as plain lines (one per process per refresh) for a pipe or a file. Presentat
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 
 from dbo_trace.analysis.live import LiveRow
 from dbo_trace.render.format import pct
+from dbo_trace.render.layout import Column, table
 from dbo_trace.render.safe import terminal_text
 
-HEADER = ("pid", "steps", "steps/s", "microbatched", "paths", "graph replays", "yields/step", "wait/step per ubatch", "age")
+# The table's columns; at a narrow terminal the text ones wrap and the least needed give way first.
+COLUMNS = (
+    Column("pid", right=False),
+    Column("steps"),
+    Column("steps/s", keep=3),
+    Column("microbatched"),
+    Column("paths", right=False, wrap=True),
+    Column("graph replays", right=False, wrap=True),
+    Column("yields/step", keep=2),
+    Column("wait/step per ubatch", right=False, wrap=True, keep=4),
+    Column("age", keep=1),
+)
+HEADER = tuple(c.header for c in COLUMNS)
 
 
 def live_cells(r: LiveRow) -> list[str]:
@@ -30,16 +42,11 @@ def live_cells(r: LiveRow) -> list[str]:
     ]
 
 
-def _cell(text: str) -> Text:
-    """Counter keys and the folder's name are data: shown inert, never read as rich markup."""
-    return Text(terminal_text(text))
-
-
-def live_table(rows: list[LiveRow], title: str) -> Table:
-    table = Table(*HEADER, title=_cell(title), title_justify="left")
-    for r in rows:
-        table.add_row(*map(_cell, live_cells(r)))
-    return table
+def live_table(rows: list[LiveRow], title: str, width: int) -> Text:
+    """One refresh for a terminal of `width` columns (at least 80): the title, then the table laid
+    out by render/layout.py, as every terminal table is; every string inert."""
+    cells = [[terminal_text(c) for c in live_cells(r)] for r in rows]
+    return Text("\n".join(table(terminal_text(title), list(COLUMNS), cells, max(width, 80), what="piped output")))
 
 
 def live_lines(rows: list[LiveRow], title: str, clock: str) -> list[str]:
