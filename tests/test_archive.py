@@ -153,3 +153,18 @@ def test_only_report_alone_reads_an_archive_and_the_others_say_so(tmp_path):
         assert proc.returncode == 2 and proc.stderr.startswith(f"dbo-trace: error: {said}"), (args, proc.stderr)
         assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["review.tar.gz"]
+
+
+def test_archive_lines_fit_80_columns_the_path_whole_on_its_own(tmp_path, monkeypatch):
+    """Before: one line of 105 columns (path, size, every member) and a Perfetto-window line of 129
+    on two ranks. Now the path stands whole on its own line, the rest wraps to the width."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "review.tar.gz"
+    proc = run_cli("archive", str(SAMPLES / "two-gpu-overlap"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    first, *rest = proc.stdout.splitlines()
+    assert first == f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, cap 25 MB)"
+    assert rest and all(len(line) <= 80 and line.startswith("  ") for line in rest), rest
+    said = " ".join(line.strip() for line in rest)
+    assert "holding manifest.json, report.json, summary.md, timeline.png, window.pftrace" in said
+    assert "rank 0: steps #3 to #5" in said and "rank 1: steps #3 to #5" in said

@@ -48,8 +48,12 @@ def run(request: ArchiveRequest) -> None:
         fail(f"{out}: appeared while the archive was made; not replaced (use --force to replace it)")
     except ValueError as exc:
         fail(f"{out}: {exc}")
-    click.echo(
-        f"wrote {inert(str(packed.archive))} ({packed.size / 1e6:.2f} MB, cap {request.max_mb:g} MB): {', '.join(packed.members)}"
-    )
+    from dbo_trace.render.layout import wrap
+
+    width = common.terminal_width()
+    # The path whole on its own line (to copy), what it holds wrapped under it.
+    lines = [f"wrote {inert(str(packed.archive))} ({packed.size / 1e6:.2f} MB, cap {request.max_mb:g} MB)"]
+    lines += wrap(f"holding {', '.join(packed.members)}", width, "  ", "    ")
     for line in packed.trimmed:
-        click.echo(f"  {inert(line)}")  # step labels
+        lines += wrap(inert(line), width, "  ", "    ")  # step labels
+    click.echo("\n".join(lines))

@@ -51,6 +51,14 @@ def check_regexes(patterns: tuple[str, ...]) -> None:
             fail(f"{pattern!r}: not a valid regular expression ({exc})")
 
 
+def terminal_width() -> int:
+    """The columns the commands' own lines fit (doctor, top, archive): the terminal's, at least 80;
+    piped, $COLUMNS, else 80."""
+    import shutil
+
+    return max(80, shutil.get_terminal_size((80, 24)).columns)
+
+
 def color(output: Path | None) -> bool:
     """ANSI colour only for a terminal on stdout."""
     return output is None and sys.stdout.isatty()

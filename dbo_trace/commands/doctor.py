@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass
 
 import click
 
+from dbo_trace.commands.common import terminal_width
 from dbo_trace.errors import inert
 
 
@@ -25,7 +25,7 @@ def run(request: DoctorRequest) -> None:
     from dbo_trace.render.layout import wrap
 
     versions, checks = diagnose()
-    width = max(80, shutil.get_terminal_size((80, 24)).columns)  # piped: $COLUMNS, else 80
+    width = terminal_width()
     pairs = ", ".join(f"{k}\N{NO-BREAK SPACE}{v or '-'}" for k, v in versions.items())  # a name keeps its version
     lines = [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrap(f"versions: {pairs}", width, rest="  ")]
     marks = {True: "ok  ", False: "FAIL", None: "info"}

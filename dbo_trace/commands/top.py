@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
-from dbo_trace.commands.common import fail
+from dbo_trace.commands.common import fail, terminal_width
 from dbo_trace.errors import inert
 
 
@@ -79,7 +78,7 @@ def run(request: TopRequest) -> None:
 
     def table():
         working, title, found = sample()
-        return live_table(working, title, shutil.get_terminal_size((80, 24)).columns), found
+        return live_table(working, title, terminal_width()), found
 
     def write_lines() -> bool:
         working, title, found = sample()
