@@ -38,6 +38,20 @@ class _Commands(click.Group):
             ctx.exit(130)
 
 
+def _dash_is_stdout(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """`-o -` is stdout, as for most tools (before: a file named `-`)."""
+    return None if value is not None and str(value) == "-" else value
+
+
+_OUTPUT_OPTION = click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    callback=_dash_is_stdout,
+    help="Write to a file instead of stdout (-: stdout).",
+)
+
+
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dbo-trace")
 def main() -> None:
@@ -83,7 +97,7 @@ def main() -> None:
     help="CPU ranges of microbatch N match the Nth pattern, e.g. '\\(F\\)' '\\(B\\)' (repeatable).",
 )
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
+@_OUTPUT_OPTION
 @click.option("--timeline", type=click.Path(path_type=Path), help="Also draw a step's CPU/GPU timeline to this .png or .svg.")
 @click.option("--perfetto", type=click.Path(path_type=Path), help="Also write a Perfetto trace (.pftrace) with derived tracks.")
 @click.option(
@@ -149,7 +163,7 @@ def report(
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write to a file instead of stdout.")
+@_OUTPUT_OPTION
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
 def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/

@@ -360,3 +360,15 @@ def test_top_knows_a_finished_recording(tmp_path):
     assert finished(tmp_path) == "failed"
     (tmp_path / "manifest.json").write_text("{not json")
     assert finished(tmp_path) is None  # says nothing: top goes on refreshing
+
+
+def test_dash_as_output_is_stdout(tmp_path):
+    """Before: `report -o -` and `compare -o -` wrote a file named `-`. Now stdout, as for most tools."""
+    from conftest import SAMPLES, run_cli
+
+    direct = run_cli("report", "--json", str(SAMPLES / "overlap"), cwd=tmp_path)
+    dashed = run_cli("report", "--json", str(SAMPLES / "overlap"), "-o", "-", cwd=tmp_path)
+    assert dashed.returncode == 0 and dashed.stdout == direct.stdout
+    compared = run_cli("compare", str(SAMPLES / "serial"), str(SAMPLES / "overlap"), "-o", "-", cwd=tmp_path)
+    assert compared.returncode == 0 and compared.stdout.startswith("dbo-trace compare")
+    assert list(tmp_path.iterdir()) == []
