@@ -256,7 +256,9 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     ctx.fillStyle = "#d62728"; for (const [s, e] of view.idle) ctx.fillRect(x(s), band + 13, Math.max(1, x(e) - x(s)), 8);
     ctx.restore();
     ctx.fillStyle = "#555";
-    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t) - 20, canvas.height - 6); }}
+    // The end ticks' labels align to their edge, so the last one is not cut at the canvas's right.
+    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center"; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t), canvas.height - 6); }}
+    ctx.textAlign = "left";
   }}
   document.querySelectorAll("canvas.timeline").forEach(canvas => {{
     const p = panes[Number(canvas.dataset.rank)] = {{canvas: canvas, view: null, lo: 0, hi: 1}};
