@@ -41,10 +41,11 @@ def picture_note(image: str) -> list[str]:
     ]
 
 
-def round_trip_note(rt: RoundTripsBlock, could: str = "could") -> str:
-    """What the DBO arithmetic table rests on, under it in the Markdown and HTML reports."""
+def round_trip_note(rt: RoundTripsBlock, could: str = "could", source: str | None = None) -> str:
+    """What the DBO arithmetic table rests on, under it in the Markdown and HTML reports. source:
+    rt.source as the output needs it (the Markdown's escaped: an archive's may hold any text)."""
     return (
-        f"Round trips counted from {rt.source}; layers: {rt.layers or 'unknown (pass --layers)'}. "
+        f"Round trips counted from {rt.source if source is None else source}; layers: {rt.layers or 'unknown (pass --layers)'}. "
         f"Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
         f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
         "(docs/analysis.md)."
@@ -86,7 +87,7 @@ class MarkdownRenderer:
         rt = d.round_trips
         if rt is not None:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
-            out += ["", round_trip_note(rt, "*could*")]
+            out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",
