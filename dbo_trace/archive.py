@@ -16,7 +16,9 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.report import Report
@@ -38,7 +40,6 @@ REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
 MAX_MEMBERS_BEFORE_REPORT = 16  # members read (headers only) before the report must have appeared
 MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and members skipped
 MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
-MAX_DOCUMENT_DEPTH = 32  # the report's own nesting is 8 deep (cross_rank.waits.operations[].ranks)
 
 
 def is_archive(path: Path) -> bool:
@@ -83,16 +84,6 @@ def _report_member(tar: tarfile.TarFile, path: Path, fix: str) -> tarfile.TarInf
     )
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether the value nests deeper than limit (iteratively: no recursion to exhaust)."""
-    level: list[Any] = [value]
-    for _ in range(limit):
-        level = [v for c in level if isinstance(c, (dict, list)) for v in (c.values() if isinstance(c, dict) else c)]
-        if not level:
-            return False
-    return any(isinstance(c, (dict, list)) for c in level)
-
-
 def _validation_problem(exc: Exception) -> str:
     """msgspec's ValidationError as `report.ranks[0].verdict.label: expected ...`: the place first."""
     text = str(exc)
@@ -103,11 +94,16 @@ def _validation_problem(exc: Exception) -> str:
     return f"{place}: {what[:1].lower()}{what[1:]}"
 
 
+class _Head(msgspec.Struct):
+    """What is read of a report before its types are known: its schema and version (any JSON value)."""
+
+    schema: object = None
+    schema_version: object = None
+
+
 def read_report_document(path: Path) -> ReportDocument:
     """The document the archive holds, decoded into a ReportDocument with every type checked;
     UsageError (one line, naming the archive and the place) where it cannot be read."""
-    import msgspec
-
     from dbo_trace.errors import UsageError
     from dbo_trace.render.document import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ReportDocument
 
@@ -116,29 +112,41 @@ def read_report_document(path: Path) -> ReportDocument:
         with tarfile.open(path) as tar:
             member = _report_member(tar, path, fix)
             stream = tar.extractfile(member)
-            data = stream.read(MAX_REPORT_BYTES + 1) if stream is not None else b""
-        doc = msgspec.json.decode(data)
+            # As long as its header says (checked under the cap): a read of the cap itself would
+            # allocate the whole cap, 128 MiB, for every archive shown.
+            data = stream.read(member.size) if stream is not None else b""
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: the archive's report cannot be read ({exc}){fix}") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+
+    def not_json(exc: Exception) -> UsageError:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise UsageError(f"{path}: {REPORT_MEMBER} is not valid JSON ({why}){fix}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        return UsageError(f"{path}: {REPORT_MEMBER} is not valid JSON ({why}){fix}")
+
+    # Decoded straight into types, twice: the schema and its version first (every other key skipped,
+    # nothing built), then the document, which stops at the first value its types do not allow. No
+    # untyped tree is built: a key the types do not have is refused as it is met, so a few kB of
+    # gzip cannot inflate into gigabytes of Python objects, and nesting is bounded by the types
+    # (msgspec's own recursion limit bounds what it skips).
+    try:
+        head = msgspec.json.decode(data, type=_Head)
+    except msgspec.ValidationError:  # not an object
+        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report{fix}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise not_json(exc) from None
+    if head.schema != SCHEMA:
         raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report{fix}")
-    version = doc.get("schema_version")
+    version = head.schema_version
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
             f"{path}: its report has schema version {version!r}, this dbo-trace reads "
             f"{' and '.join(map(str, READABLE_VERSIONS))} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
-    # The document's own nesting is bounded by its types; an unknown key's value is not, and would
-    # be walked (or skipped) whole: refused first, in time linear in the document.
-    if _deeper_than(doc, MAX_DOCUMENT_DEPTH):
-        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: nested more than {MAX_DOCUMENT_DEPTH} deep{fix}")
     try:
-        return msgspec.convert(doc, ReportDocument)
+        return msgspec.json.decode(data, type=ReportDocument)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {_validation_problem(exc)}{fix}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:  # a lone surrogate in a string the first pass skipped
+        raise not_json(exc) from None
 
 
 @dataclass

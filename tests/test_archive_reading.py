@@ -169,7 +169,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     assert json.loads(run_cli("report", str(old), "--json").stdout) == doc  # its --json: the stored document
 
 
-@pytest.mark.parametrize("depth,words", [(40, "nested more than 32 deep"), (200_000, "not valid JSON")])
+@pytest.mark.parametrize("depth,words", [(40, "unknown field `extra`"), (200_000, "not valid JSON")])
 def test_deep_nesting_is_refused(real, tmp_path, depth, words):
     doc = document(real)
     data = json.dumps(doc).encode()
@@ -215,3 +215,49 @@ def test_every_field_damaged_in_every_way_is_refused_or_shown(real):
                 RENDERERS[name].render_document(typed, RenderOptions(width=120))
             shown += 1
     assert shown > 100  # most of the document is free text and counts that any value renders
+
+
+@pytest.mark.parametrize(
+    "where,words",
+    [
+        ((), "report: object contains unknown field `extra`"),
+        (("ranks", 0), "report.ranks[0]: object contains unknown field `extra`"),
+        (("ranks", 0, "steps", 0, "gpu"), "report.ranks[0].steps[0].gpu: object contains unknown field `extra`"),
+    ],
+)
+def test_an_unknown_key_is_named(real, tmp_path, where, words):
+    """Every key a version writes is its document's (a new key bumps the version), so an unknown one
+    is damage; kept, it would be dropped silently from the --json that shows the stored document."""
+    doc = document(real)
+    target = doc
+    for key in where:
+        target = target[key]
+    target["extra"] = [1]
+    refused(build(tmp_path / "unknown.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
+
+
+@pytest.mark.parametrize("where", ["extra", "warnings"])
+def test_a_document_is_read_in_memory_bounded_by_its_types(real, tmp_path, where):
+    """A million empty objects (3 MB of JSON, a few kB gzipped) where the types allow none, under an
+    unknown key or as a list of strings: refused without building them (as Python dicts: 64 MB)."""
+    import tracemalloc
+
+    from dbo_trace.errors import UsageError
+
+    doc = document(real)
+    doc[where] = []
+    data = json.dumps(doc).encode().replace(f'"{where}": []'.encode(), f'"{where}": ['.encode() + b"{}," * 999_999 + b"{}]")
+    path = build(tmp_path / "objects.tar.gz", with_report(real, data))
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="is damaged"):
+            archive.read_report_document(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(data), (peak, len(data))
+
+
+def test_the_stored_bytes_are_what_json_shows(real, tmp_path):
+    proc = run_cli("report", str(build(tmp_path / "a.tar.gz", real)), "--json")
+    assert proc.returncode == 0 and proc.stdout.encode() == dict(real)[REPORT]

@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar, cast
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, UnsetType
 
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
@@ -35,6 +35,12 @@ SCHEMA = "dbo-trace-report"
 # (the rank's microbatch_source and steps_source hold them)
 SCHEMA_VERSION = 4
 READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
+
+
+class Struct(msgspec.Struct, forbid_unknown_fields=True):
+    """Every block of the document: decoding refuses a key its type does not have. A version writes
+    only its document's keys (a new key bumps it), so an unknown one in an archive is damage, and
+    kept it would vanish from the --json that shows the stored document."""
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:
