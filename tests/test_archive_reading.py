@@ -135,6 +135,14 @@ def _set(doc, where, value):
         (("ranks", 0, "steps", 0, "host", "launches"), 10**400, "report.ranks[0].steps[0].host.launches: expected `int` <="),
         (("ranks", 0, "phases"), [], "report.ranks[0].phases: expected `object`, got `array`"),
         (("warnings",), [["nested"]], "report.warnings[0]: expected `str`, got `array`"),
+        (("verdict", "qualifier"), "no_such_finding", "report.verdict.qualifier: invalid enum value 'no_such_finding'"),
+        (("ranks", 0, "verdict", "findings"), ["crowded", "x"], "report.ranks[0].verdict.findings[1]: invalid enum value 'x'"),
+        (("steps", 0, "verdict", "label"), "fine", "report.steps[0].verdict.label: invalid enum value 'fine'"),
+        (("gpu", "kernels"), -5, "report.gpu.kernels: expected `int` >= 0"),
+        (("graphs", "steps_replayed"), -1, "report.graphs.steps_replayed: expected `int` >= 0"),
+        (("ranks", 0, "steps", 0, "comm_ops"), -3, "report.ranks[0].steps[0].comm_ops: expected `int` >= 0"),
+        (("ranks", 0, "steps", 0, "number"), 0, "report.ranks[0].steps[0].number: expected `int` >= 1"),
+        (("ranks", 0, "comm_kernel_names", 0, "count"), -1, "report.ranks[0].comm_kernel_names[0].count: expected `int` >= 0"),
     ],
 )
 def test_a_damaged_document_is_named_in_one_line(real, tmp_path, where, value, words):

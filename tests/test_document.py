@@ -44,6 +44,13 @@ def test_the_fixed_vocabularies_are_the_analyses():
     assert reasons == list(REASONS)  # the exposure block's keys, in the order the analysis adds them
 
 
+def test_the_verdict_vocabularies_are_the_analyses():
+    from dbo_trace.analysis.verdict import LABELS, QUALIFIERS
+
+    assert typing.get_args(document.Label) == LABELS
+    assert typing.get_args(document.QualifierKey) == QUALIFIERS
+
+
 def test_the_host_causes_are_the_analysis_causes(hostbound):
     d = hostbound
     blocks = [d.host_causes, *(r.host_causes for r in d.ranks)]

@@ -50,8 +50,14 @@ def _r(x: float | None, digits: int = 3) -> float | None:
 # A whole number as an archive may hold it: within 64 bits (a hostile 5000-digit number could not
 # be printed; a float holds it); msgspec checks it on decoding.
 Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+# How many of something (kernels, launches, steps, calls): never below zero. A step's number counts from 1.
+Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 # Why a comm operation was exposed (analysis.exposure.REASON_SHORT's keys; a test keeps them equal).
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
+# A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
+Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
+QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
 
 
 # ---- window figures -------------------------------------------------------------------------------
@@ -129,7 +135,7 @@ class Gpu(Figures):
     span_us: Annotated[float | None, figure("span_us")]
     compute_busy_us: Annotated[float | None, figure("compute_busy_us")]
     copy_busy_us: Annotated[float | None, figure("copy_busy_us")]
-    kernels: Annotated[Int, figure("kernels", None)]
+    kernels: Annotated[Count, figure("kernels", None)]
 
 
 class Comm(Figures):
@@ -139,7 +145,7 @@ class Comm(Figures):
     exposed_us: Annotated[float | None, figure("comm_exposed_us")]
     hidden_under_other_ubatch_us: Annotated[float | None, figure("comm_hidden_cross_us")]
     hidden_under_other_ubatch_fraction: Annotated[float | None, figure("comm_hidden_cross_fraction", 4)]
-    kernels: Annotated[Int, figure("comm_kernels", None)]
+    kernels: Annotated[Count, figure("comm_kernels", None)]
 
 
 class Host(Figures):
@@ -147,20 +153,20 @@ class Host(Figures):
     bound: Annotated[bool | None, figure(is_host_bound, None)]
     idle_us: Annotated[float | None, figure("host_idle_us")]
     idle_fraction: Annotated[float | None, figure("host_idle_fraction", 4)]
-    idle_gaps: Annotated[Int, figure("host_idle_gaps", None)]
-    all_idle_gaps: Annotated[Int, figure("idle_gaps", None)]
-    launches: Annotated[Int, figure("launches", None)]
+    idle_gaps: Annotated[Count, figure("host_idle_gaps", None)]
+    all_idle_gaps: Annotated[Count, figure("idle_gaps", None)]
+    launches: Annotated[Count, figure("launches", None)]
     launch_us: Annotated[float | None, figure("launch_us")]
     median_launch_us: Annotated[float | None, figure("median_launch_us")]
     median_kernel_us: Annotated[float | None, figure("median_kernel_us")]
     median_queue_us: Annotated[float | None, figure("median_queue_us")]
-    long_graph_launches: Annotated[Int, figure("long_graph_launches", None)]
+    long_graph_launches: Annotated[Count, figure("long_graph_launches", None)]
     max_graph_launch_us: Annotated[float | None, figure("max_graph_launch_us")]
 
 
 class Graphs(Figures):
-    launches: Annotated[Int, figure("graph_launches", None)]
-    replayed_kernels: Annotated[Int, figure("replayed_kernels", None)]
+    launches: Annotated[Count, figure("graph_launches", None)]
+    replayed_kernels: Annotated[Count, figure("replayed_kernels", None)]
     replayed_kernel_fraction: Annotated[float | None, figure("replayed_kernel_fraction", 4)]
     replayed_gpu_fraction: Annotated[float | None, figure("replayed_gpu_fraction", 4)]
 
@@ -168,10 +174,10 @@ class Graphs(Figures):
 class StepGraphs(Graphs):
     """A rank's and the run's graphs block: the figures, then its steps by how they reached the GPU."""
 
-    steps_replayed: Int
-    steps_captured: Int  # captured graphs (recorded, not run)
-    steps_eager: Int
-    captured_launches: Int
+    steps_replayed: Count
+    steps_captured: Count  # captured graphs (recorded, not run)
+    steps_eager: Count
+    captured_launches: Count
 
 
 def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
@@ -190,20 +196,20 @@ def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
 
 
 class VerdictBlock(Struct):
-    label: str
-    qualifier: str | None
+    label: Label
+    qualifier: QualifierKey | None
     headline: str | None
-    findings: list[str]
+    findings: list[QualifierKey]
     reasons: list[str]
 
 
 class PhaseVerdict(Struct):
     """A phase's verdict: its own where every rank has the phase, else no label and each rank's."""
 
-    label: str | None
-    qualifier: str | None
+    label: Label | None
+    qualifier: QualifierKey | None
     headline: str | None
-    findings: list[str]
+    findings: list[QualifierKey]
     reasons: list[str]
     per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
 
@@ -240,8 +246,8 @@ class HostCausesBlock(Struct):
 
     host_idle_us: float | None
     causes: dict[str, Share]  # by analysis.host_time.CAUSES, in its order
-    launch_calls: Int
-    sync_calls: Int
+    launch_calls: Count
+    sync_calls: Count
     named: list[NamedShare]
     cpu_ops: list[NamedShare]
     largest: str | None
@@ -254,7 +260,7 @@ class StepCauses(Struct):
 
     host_idle_us: float | None
     causes_us: dict[str, float | None]
-    launch_calls: Int
+    launch_calls: Count
     top: NamedShare | None
 
 
@@ -266,13 +272,13 @@ class SpreadBlock(Struct):
 
 
 class PhaseBlock(Struct):
-    steps: Int
+    steps: Count
     median_step_us: float | None
     gpu_utilization: float | None
     host_idle_fraction: float | None
     comm_hidden_fraction: float | None
     replayed_kernel_fraction: float | None
-    graph_launches: Int
+    graph_launches: Count
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
     verdict: PhaseVerdict
@@ -280,17 +286,17 @@ class PhaseBlock(Struct):
 
 class StepBlock(Struct):
     rank: Int
-    number: Int  # the step's row in its rank's per-step table, from 1: what --step takes
+    number: Number  # the step's row in its rank's per-step table, from 1: what --step takes
     label: str
     path: str | None
     phase: str | None
-    context_tokens: Int | None
-    generation_tokens: Int | None
+    context_tokens: Count | None
+    generation_tokens: Count | None
     start_us: float | None
     step_us: float | None
-    comm_ops: Int
+    comm_ops: Count
     replayed: bool
-    captured_launches: Int
+    captured_launches: Count
     verdict: VerdictBlock
     gpu: Gpu
     comm: Comm
@@ -302,7 +308,7 @@ class StepBlock(Struct):
 class RoundTripsBlock(Struct):
     source: str
     per_step: float | None
-    layers: Int | None
+    layers: Number | None
     per_layer: float | None
     step_us: float | None
     per_round_trip_us: float | None
@@ -316,8 +322,8 @@ class RoundTripsBlock(Struct):
 class ContentionKernel(Struct):
     name: str
     kind: str
-    alone: Int
-    overlapped: Int
+    alone: Count
+    overlapped: Count
     median_alone_us: float | None
     median_overlapped_us: float | None
     slowdown: float | None
@@ -326,8 +332,8 @@ class ContentionKernel(Struct):
 class ContentionBlock(Struct):
     compute_slowdown: float | None
     comm_slowdown: float | None
-    compute_kernels_overlapped: Int | None
-    comm_kernels_overlapped: Int | None
+    compute_kernels_overlapped: Count | None
+    comm_kernels_overlapped: Count | None
     serial_estimate_us: float | None
     busy_us: float | None
     saved_us: float | None
@@ -355,13 +361,13 @@ class ExposedCommReasons(Struct):
 
 
 class HeldCause(Struct):
-    kernels: Int
+    kernels: Count
     delay_us: float | None
 
 
 class Holder(Struct):
     name: str
-    kernels: Int
+    kernels: Count
     delay_us: float | None
 
 
@@ -376,8 +382,8 @@ class LateRecordExample(Struct):
 
 
 class HeldBackBlock(Struct):
-    comm_kernels_examined: Int
-    kernels: Int
+    comm_kernels_examined: Count
+    kernels: Count
     delay_us: float | None
     median_delay_us: float | None
     by_cause: dict[str, HeldCause]
@@ -392,7 +398,7 @@ class HeldBackBlock(Struct):
 class CommOperation(Struct):
     ubatch: Int
     index: Int
-    steps: Int
+    steps: Count
     median_us: float | None
     hidden_fraction: float | None
     median_exposed_us: float | None
@@ -401,18 +407,18 @@ class CommOperation(Struct):
 
 class NameCount(Struct):
     name: str
-    count: Int
+    count: Count
 
 
 class NameCountTotal(Struct):
     name: str
-    count: Int
+    count: Count
     total_us: float | None
 
 
 class KernelRow(Struct):
     name: str
-    count: Int
+    count: Count
     total_us: float | None
     mean_us: float | None
     median_us: float | None
@@ -422,8 +428,8 @@ class KernelRow(Struct):
 
 
 class KernelSummaryBlock(Struct):
-    kernels: Int
-    names: Int
+    kernels: Count
+    names: Count
     total_us: float | None
     rows: list[KernelRow]
 
@@ -431,7 +437,7 @@ class KernelSummaryBlock(Struct):
 class CpuRange(Struct):
     name: str
     kind: str
-    count: Int
+    count: Count
     total_us: float | None
     host_idle_us: float | None
     share: float | None
@@ -498,7 +504,7 @@ class OptionsBlock(Struct):
     comm_kernels: list[str]
     comm_streams: list[Int]
     ubatch_patterns: list[str]
-    layers: Int | None
+    layers: Number | None
     step_marker: str | None
     comm_kernels_only: bool
 
@@ -535,27 +541,27 @@ class RankWaitsBlock(Struct):
     waited_for_us: dict[str, float | None]
     by_op: list[ByOp]
     by_step_us: dict[str, float | None]
-    last_ops: Int
+    last_ops: Count
     caused_us: float | None
 
 
 class StepWaits(Struct):
     step: Int
-    operations: Int
+    operations: Count
     straggler: Int | None
     max_skew_us: float | None
     wait_us: dict[str, float | None]
-    last_ops: dict[str, Int]
+    last_ops: dict[str, Count]
     caused_us: dict[str, float | None]
 
 
 class UbatchWaits(Struct):
     ubatch: Int
-    operations: Int
+    operations: Count
     straggler: Int | None
     max_skew_us: float | None
     wait_us: dict[str, float | None]
-    last_ops: dict[str, Int]
+    last_ops: dict[str, Count]
     caused_us: dict[str, float | None]
 
 
@@ -563,8 +569,8 @@ class HeldBackMost(Struct):
     rank: Int
     ubatch: Int
     caused_us: float | None
-    last_ops: Int
-    operations: Int
+    last_ops: Count
+    operations: Count
 
 
 class OperationRank(Struct):
@@ -601,7 +607,7 @@ class CrossRankBlock(Struct):
     summary: str
     median_skew_us: float
     max_skew_us: float
-    last_counts: dict[str, Int]
+    last_counts: dict[str, Count]
     exposed_comm_us: dict[str, float]
     steps: list[CrossStep]
     notes: list[str]
@@ -609,7 +615,7 @@ class CrossRankBlock(Struct):
     alignment: AlignmentBlock | None
     straggler_threshold_us: float
     median_step_us: float | None
-    late_counts: dict[str, Int]
+    late_counts: dict[str, Count]
     lines: list[str]
     waits: WaitsBlock | None
 
@@ -808,27 +814,24 @@ def step_causes_block(c: HostCauses | None) -> StepCauses | None:
     )
 
 
+def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
+    """The verdict's label, qualifier and findings as the document types them: analysis.verdict's
+    LABELS and QUALIFIERS (a test keeps them equal)."""
+    qualifier = None if v.qualifier is None else v.qualifier.key
+    return cast("Label", v.label), cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
+
+
 def verdict_block(v: Verdict) -> VerdictBlock:
-    return VerdictBlock(
-        label=v.label,
-        qualifier=None if v.qualifier is None else v.qualifier.key,
-        headline=v.headline,
-        findings=list(v.findings),
-        reasons=list(v.reasons),
-    )
+    label, qualifier, findings = _vocabulary(v)
+    return VerdictBlock(label=label, qualifier=qualifier, headline=v.headline, findings=findings, reasons=list(v.reasons))
 
 
 def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
     v = p.verdict
     if v is None:
         return PhaseVerdict(label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=list(p.per_rank or []))
-    return PhaseVerdict(
-        label=v.label,
-        qualifier=None if v.qualifier is None else v.qualifier.key,
-        headline=v.headline,
-        findings=list(v.findings),
-        reasons=list(v.reasons),
-    )
+    label, qualifier, findings = _vocabulary(v)
+    return PhaseVerdict(label=label, qualifier=qualifier, headline=v.headline, findings=findings, reasons=list(v.reasons))
 
 
 def phase_block(p: PhaseReport) -> PhaseBlock:
