@@ -269,3 +269,30 @@ def test_a_document_is_read_in_memory_bounded_by_its_types(real, tmp_path, where
 def test_the_stored_bytes_are_what_json_shows(real, tmp_path):
     proc = run_cli("report", str(build(tmp_path / "a.tar.gz", real)), "--json")
     assert proc.returncode == 0 and proc.stdout.encode() == dict(real)[REPORT]
+
+
+def test_the_terminal_shows_long_lists_of_an_archive_in_bounded_lines(real):
+    """Each sentence costs the terminal ~0.1 ms to lay out, and an archive can hold millions of them
+    in a few bytes each (reasons, notes, warnings, phases): the terminal shows the first of each list
+    and says how many more there are, as for steps; the Markdown and the JSON list all."""
+    doc = document(real)
+    n = 20_000
+    doc["verdict"]["reasons"] = [f"reason {i}" for i in range(n)]
+    doc["warnings"] = [f"warning {i}" for i in range(n)]
+    doc["ranks"][0]["notes"] = [f"note {i}" for i in range(n)]
+    phase = {"steps": 1, "median_step_us": 1.0, "gpu_utilization": None, "host_idle_fraction": None,
+             "comm_hidden_fraction": None, "replayed_kernel_fraction": None, "graph_launches": 0, "step_us": None,
+             "host_causes": None, "verdict": {"label": None, "qualifier": None, "headline": None, "findings": [],
+                                              "reasons": [], "per_rank": ["overlapped"]}}  # fmt: skip
+    doc["phases"] = {f"phase {i}": phase for i in range(n)}
+    typed = msgspec.convert(doc, ReportDocument)
+    text = RENDERERS["terminal"].render_document(typed, RenderOptions(width=100))
+    lines = text.splitlines()
+    assert len(lines) < 600, len(lines)
+    assert "reason 0" in text and "note 0" in text and "phase 0" in text
+    assert "reason 19999" not in text and "phase 19999" not in text and "warning 0" not in text  # the rank's notes first
+    assert "  ... 19950 more (--json or --markdown lists all)" in lines  # the reasons
+    assert "  ... 39950 more notes (--json or --markdown lists all)" in lines  # the rank's, then the warnings
+    assert "  ... 19950 more phases (--json or --markdown lists all)" in lines
+    markdown = RENDERERS["markdown"].render_document(typed, RenderOptions())
+    assert "reason 19999" in markdown and "warning 19999" in markdown and "phase 19999" in markdown

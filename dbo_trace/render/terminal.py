@@ -48,6 +48,10 @@ _STYLE = {
 }
 MAX_STEP_ROWS = 20
 MAX_OPERATION_ROWS = 16
+# Sentences of one list (the verdict's reasons, the notes, the cross-rank lines) and rows of the phase
+# tables: a report has a few, but an archive's report.json may hold millions in a few bytes each,
+# and each costs the terminal ~0.1 ms to lay out. The rest are counted; the Markdown and JSON list all.
+MAX_LIST_LINES = 50
 TOP_CAUSE_WIDTH = 16  # characters of a range or operator name in the phase table (the JSON and Markdown have it whole)
 TERMINAL_KERNEL_ROWS = 10
 TERMINAL_CPU_RANGE_ROWS = 10
@@ -114,10 +118,16 @@ class _Lines:
             else:
                 self.line(piece)
 
-    def bullets(self, texts: list[str]) -> None:
-        """Bulleted sentences whose continuation lines stay indented under their bullet."""
-        for text in texts:
+    def bullets(self, texts: list[str], most: int | None = MAX_LIST_LINES) -> None:
+        """Bulleted sentences whose continuation lines stay indented under their bullet; past `most`
+        (None: no limit), how many more."""
+        for text in texts[:most]:
             self.lines(wrap(text, self.width, "  - ", "    "))
+        self.more(len(texts) - len(texts[:most]))
+
+    def more(self, left: int, what: str = "") -> None:
+        if left > 0:
+            self.line(f"  ... {left} more{what} (--json or --markdown lists all)")
 
     def table(self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json") -> None:
         self.lines(table(title, columns, rows, self.width, what))
@@ -137,7 +147,8 @@ def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
     if spreads:
-        out.table("step time per phase", _columns(SPREAD_HEADER, {}, ("phase",)), spreads)
+        out.table("step time per phase", _columns(SPREAD_HEADER, {}, ("phase",)), spreads[:MAX_LIST_LINES])
+        out.more(len(spreads) - MAX_LIST_LINES, " phases")
     for r in d.ranks:
         k = r.kernel_summary
         if k is not None and k.rows:
@@ -197,15 +208,16 @@ class TerminalRenderer:
                 for r in d.ranks
             ],
         )
-        out.bullets([line for r in d.ranks for line_of in RANK_LINES if (line := line_of(r))])
+        out.bullets([line for r in d.ranks for line_of in RANK_LINES if (line := line_of(r))], most=None)  # a few per rank
         out.line()
         phases = d.phases
         if phases:
             out.table(
                 "per phase (vLLM's step annotations)",
                 _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict", "top host cause")),
-                [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in phases.items()],
+                [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in list(phases.items())[:MAX_LIST_LINES]],
             )
+            out.more(len(phases) - MAX_LIST_LINES, " phases")
         for r in d.ranks:
             ops = r.comm_operations
             if ops:
@@ -221,8 +233,9 @@ class TerminalRenderer:
         if cross is not None:
             out.paragraph(f"across ranks: {cross.summary}")
             out.bullets(cross_rank_lines(d)[1:])
-            for note in cross.notes:
+            for note in cross.notes[:MAX_LIST_LINES]:
                 out.paragraph(note, "note: ", "yellow")
+            out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
         rt = d.round_trips
@@ -261,6 +274,8 @@ class TerminalRenderer:
             )
         _summaries(out, d, width)
         out.paragraph(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}")
-        for note in dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings):  # a note of every rank once
+        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))  # a note of every rank once
+        for note in notes[:MAX_LIST_LINES]:
             out.paragraph(note, "note: ", "yellow")
+        out.more(len(notes) - MAX_LIST_LINES, " notes")
         return out.text()
