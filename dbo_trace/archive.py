@@ -94,6 +94,12 @@ def _validation_problem(exc: Exception) -> str:
     return f"{place}: {what[:1].lower()}{what[1:]}"
 
 
+def _shown(value: object, most: int = 40) -> str:
+    """A value from the archive in an error line: its repr, cut (a version may be a megabyte string)."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[: most - 3]}..."
+
+
 class _Head(msgspec.Struct):
     """What is read of a report before its types are known: its schema and version (any JSON value)."""
 
@@ -129,8 +135,8 @@ def read_report_document(path: Path) -> ReportDocument:
     # (msgspec's own recursion limit bounds what it skips).
     try:
         head = msgspec.json.decode(data, type=_Head)
-    except msgspec.ValidationError:  # not an object
-        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report{fix}") from None
+    except msgspec.ValidationError as exc:  # not an object, or a number past what Python holds
+        raise UsageError(f"{path}: {REPORT_MEMBER} is not a dbo-trace report ({_validation_problem(exc)}){fix}") from None
     except (msgspec.DecodeError, RecursionError) as exc:
         raise not_json(exc) from None
     if head.schema != SCHEMA:
@@ -138,7 +144,7 @@ def read_report_document(path: Path) -> ReportDocument:
     version = head.schema_version
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path}: its report has schema version {version!r}, this dbo-trace reads "
+            f"{path}: its report has schema version {_shown(version)}, this dbo-trace reads "
             f"{' and '.join(map(str, READABLE_VERSIONS))} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
     try:

@@ -296,3 +296,17 @@ def test_the_terminal_shows_long_lists_of_an_archive_in_bounded_lines(real):
     assert "  ... 19950 more phases (--json or --markdown lists all)" in lines
     markdown = RENDERERS["markdown"].render_document(typed, RenderOptions())
     assert "reason 19999" in markdown and "warning 19999" in markdown and "phase 19999" in markdown
+
+
+@pytest.mark.parametrize(
+    "version", ["A" * 100_000, list(range(50_000)), "digits"], ids=["long string", "long list", "huge number"]
+)
+def test_a_huge_schema_version_is_named_in_a_short_line(real, tmp_path, version):
+    doc = document(real)
+    doc["schema_version"] = None
+    data = json.dumps(doc).encode()
+    shown = b"9" * 5000 if version == "digits" else json.dumps(version).encode()
+    data = data.replace(b'"schema_version": null', b'"schema_version": ' + shown)
+    path = build(tmp_path / "version.tar.gz", with_report(real, data))
+    refused(path, "schema")  # `schema version 'AAA...` or `report.schema_version: integer value out of range`
+    assert len(run_cli("report", str(path)).stderr) < 400
