@@ -91,13 +91,17 @@ def _validation_problem(exc: Exception) -> str:
     if not what:  # the document itself (msgspec names no place)
         what, where = text, "$`"
     place = "report" + where.removesuffix("`").removeprefix("$")
+    what = _cut(what, 120)  # it quotes the value: an unknown key or enum value may be a megabyte
     return f"{place}: {what[:1].lower()}{what[1:]}"
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else f"{text[: most - 3]}..."
 
 
 def _shown(value: object, most: int = 40) -> str:
     """A value from the archive in an error line: its repr, cut (a version may be a megabyte string)."""
-    text = repr(value)
-    return text if len(text) <= most else f"{text[: most - 3]}..."
+    return _cut(repr(value), most)
 
 
 class _Head(msgspec.Struct):

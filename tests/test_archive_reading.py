@@ -310,3 +310,16 @@ def test_a_huge_schema_version_is_named_in_a_short_line(real, tmp_path, version)
     path = build(tmp_path / "version.tar.gz", with_report(real, data))
     refused(path, "schema")  # `schema version 'AAA...` or `report.schema_version: integer value out of range`
     assert len(run_cli("report", str(path)).stderr) < 400
+
+
+@pytest.mark.parametrize("where", ["qualifier", "key"])
+def test_a_huge_bad_value_is_named_in_a_short_line(real, tmp_path, where):
+    """msgspec's message quotes the value (an unknown enum value, an unknown key): cut, the place kept."""
+    doc = document(real)
+    if where == "qualifier":
+        doc["ranks"][0]["verdict"]["qualifier"] = "A" * 100_000
+    else:
+        doc["ranks"][0]["A" * 100_000] = 1
+    path = build(tmp_path / "huge.tar.gz", with_report(real, json.dumps(doc).encode()))
+    refused(path, "is damaged", "report.ranks[0]")
+    assert len(run_cli("report", str(path)).stderr) < 400
