@@ -152,11 +152,32 @@ def read_report_document(path: Path) -> ReportDocument:
             f"{' and '.join(map(str, READABLE_VERSIONS))} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
     try:
-        return msgspec.json.decode(data, type=ReportDocument)
+        document = msgspec.json.decode(data, type=ReportDocument)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {_validation_problem(exc)}{fix}") from None
     except (msgspec.DecodeError, RecursionError) as exc:  # a lone surrogate in a string the first pass skipped
         raise not_json(exc) from None
+    problem = _version_keys_problem(document, version)
+    if problem is not None:
+        raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {problem}{fix}")
+    return document
+
+
+# The keys version 3 had that 4 dropped (render/document.py, Attribution): each version's own.
+VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
+
+
+def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
+    """Where a document holds the keys of the other version than its number says (a rank's
+    attribution block: version 3 has two keys that 4 dropped): written by neither."""
+    for i, rank in enumerate(document.ranks):
+        for key in VERSION_3_ATTRIBUTION:
+            held = getattr(rank.attribution, key) is not msgspec.UNSET
+            if held and version >= 4:
+                return f"report.ranks[{i}].attribution: {key} is a key of version 3, which version {version} dropped"
+            if not held and version == 3:
+                return f"report.ranks[{i}].attribution: {key} is missing (version 3 has it)"
+    return None
 
 
 @dataclass

@@ -323,3 +323,17 @@ def test_a_huge_bad_value_is_named_in_a_short_line(real, tmp_path, where):
     path = build(tmp_path / "huge.tar.gz", with_report(real, json.dumps(doc).encode()))
     refused(path, "is damaged", "report.ranks[0]")
     assert len(run_cli("report", str(path)).stderr) < 400
+
+
+@pytest.mark.parametrize("version,keys,words", [
+    (4, ("ubatch_source",), "report.ranks[0].attribution: ubatch_source is a key of version 3"),
+    (3, ("step_source",), "report.ranks[0].attribution: ubatch_source is missing (version 3 has it)"),
+])  # fmt: skip
+def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, words):
+    """Version 3 and 4 differ in two keys of a rank's attribution block: a document with one
+    version's number and the other's keys was written by neither."""
+    doc = document(real)
+    doc["schema_version"] = version
+    for r in doc["ranks"]:
+        r["attribution"] = {**{k: r["microbatch_source"] for k in keys}, **r["attribution"]}
+    refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
