@@ -42,15 +42,51 @@ MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and m
 MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
 
 
+MAX_HEADER_BYTES = 64 << 10  # a pax or GNU long-name header's own data (`pack` writes none)
+# The headers whose data tarfile reads into memory whole, as part of the next member's header.
+_EXTENDED_HEADERS = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
+
+
+class HeaderTooLarge(Exception):
+    """A member's extended header is over MAX_HEADER_BYTES, or is a sparse file's (never `pack`'s)."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """A header read as tarfile reads it, but whose extended data (pax, GNU long names) is refused
+    from its size before tarfile reads it whole into memory: 300 MB of a pax header gzip to 0.4 MB,
+    and come before any member. A sparse file's header (its map read block after block) likewise."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.type in _EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
+            size = f"{self.size / 1e6:.1f} MB"
+            raise HeaderTooLarge(f"a member's extended header is {size}, over the {MAX_HEADER_BYTES >> 10} KiB one may be")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise HeaderTooLarge(f"its member {self.name!r} is a sparse file; an archive holds only plain files")
+        return super()._proc_member(tar)  # type: ignore[misc,no-any-return]  # tarfile's own, not in its stubs
+
+
+def _open(path: Path) -> tarfile.TarFile:
+    return tarfile.open(path, tarinfo=_BoundedTarInfo)
+
+
 def is_archive(path: Path) -> bool:
     """A review archive: a tar file (gzipped or not) whose first member is one of `pack`'s
-    (`dbo-trace/...`). Only its first header is read; read_report_document checks the rest."""
+    (`dbo-trace/...`). Only its first header is read; read_report_document checks the rest. A tar
+    whose first header is too large to read counts as one, so that reading it names the problem."""
     try:
-        if not path.is_file() or not tarfile.is_tarfile(path):
+        if not path.is_file():
             return False
-        with tarfile.open(path) as tar:
+        with _open(path) as tar:
             first = tar.next()
             return first is not None and first.name.startswith(f"{MEMBER_ROOT}/")
+    except HeaderTooLarge:
+        return True
     except (OSError, tarfile.TarError, EOFError, zlib.error):
         return False
 
@@ -119,12 +155,14 @@ def read_report_document(path: Path) -> ReportDocument:
 
     fix = "; re-create it with dbo-trace archive"
     try:
-        with tarfile.open(path) as tar:
+        with _open(path) as tar:
             member = _report_member(tar, path, fix)
             stream = tar.extractfile(member)
             # As long as its header says (checked under the cap): a read of the cap itself would
             # allocate the whole cap, 128 MiB, for every archive shown.
             data = stream.read(member.size) if stream is not None else b""
+    except HeaderTooLarge as exc:
+        raise UsageError(f"{path}: {exc}{fix}") from None
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: the archive's report cannot be read ({exc}){fix}") from None
 

@@ -337,3 +337,30 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     for r in doc["ranks"]:
         r["attribution"] = {**{k: r["microbatch_source"] for k in keys}, **r["attribution"]}
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
+
+
+def test_a_huge_extended_header_is_refused_before_it_is_read(real, tmp_path):
+    """A pax header's data is read into memory whole by tarfile, before any member is listed: 300 MB
+    of it gzips to 0.4 MB. Refused from its size, before a byte of it is read (here 16 MiB)."""
+    import tracemalloc
+
+    from dbo_trace.errors import UsageError
+
+    path = tmp_path / "pax.tar.gz"
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=1) as tar:
+        for k, (name, data) in enumerate(real):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if k == 0:
+                info.pax_headers = {"comment": "A" * (16 << 20)}
+            tar.addfile(info, io.BytesIO(data))
+    refused(path, "header")
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="header"):
+            archive.read_report_document(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+    assert archive.is_archive(path)  # so that `report` names the problem, not the trace reader
