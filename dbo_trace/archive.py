@@ -70,6 +70,14 @@ class _BoundedTarInfo(tarfile.TarInfo):
             raise HeaderTooLarge(f"its member {self.name!r} is a sparse file; an archive holds only plain files")
         return super()._proc_member(tar)  # type: ignore[misc,no-any-return]  # tarfile's own, not in its stubs
 
+    # A pax header may make its member a GNU sparse file, whose map tarfile reads from the member's
+    # data, as many numbers as the map says (a trillion, from a header of a few bytes), before the
+    # listing goes on; `pack` writes no sparse file.
+    def _proc_gnusparse_00(self, *_: object) -> None:
+        raise HeaderTooLarge("a member is a sparse file (its pax header says so); an archive holds only plain files")
+
+    _proc_gnusparse_01 = _proc_gnusparse_10 = _proc_gnusparse_00
+
 
 def _open(path: Path) -> tarfile.TarFile:
     return tarfile.open(path, tarinfo=_BoundedTarInfo)
