@@ -149,10 +149,12 @@ def _shown(value: object, most: int = 40) -> str:
 
 
 class _Head(msgspec.Struct):
-    """What is read of a report before its types are known: its schema and version (any JSON value)."""
+    """What is read of a report before its types are known: its schema and version, as a string and
+    a scalar (any of them, to be named in the error): an array or object there is refused as met,
+    not built (a million {} in the version's place would be 64 MB of dicts)."""
 
-    schema: object = None
-    schema_version: object = None
+    schema: str | None = None
+    schema_version: bool | int | float | str | None = None
 
 
 def read_report_document(path: Path) -> ReportDocument:

@@ -381,3 +381,26 @@ def test_a_pax_sparse_map_is_refused_before_it_is_read(real, tmp_path):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     assert refused(path, "sparse") < 5
+
+
+@pytest.mark.parametrize("where", ["schema", "schema_version"])
+def test_the_head_is_read_in_memory_bounded_by_its_types(real, tmp_path, where):
+    """The schema and its version are read before the document's types: as a string and a scalar,
+    so that a million empty objects in their place are refused as met, not built."""
+    import tracemalloc
+
+    from dbo_trace.errors import UsageError
+
+    doc = document(real)
+    doc[where] = []
+    data = json.dumps(doc).encode().replace(f'"{where}": []'.encode(), f'"{where}": ['.encode() + b"{}," * 999_999 + b"{}]")
+    path = build(tmp_path / "head.tar.gz", with_report(real, data))
+    refused(path, "not a dbo-trace report", f"report.{where}: expected")
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError):
+            archive.read_report_document(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(data), (peak, len(data))
