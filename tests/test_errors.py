@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+import sys
 
 import pytest
 from conftest import SAMPLES, report_json, run_cli, sample_trace
@@ -211,6 +212,7 @@ def test_a_tar_that_is_not_a_review_archive_says_so(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "a tar archive, not a trace" in proc.stderr and "not valid JSON" not in proc.stderr
 
+
 _EVENT = json.dumps(GOOD_EVENT)
 
 
@@ -225,6 +227,14 @@ _EVENT = json.dumps(GOOD_EVENT)
     ],
 )
 def test_json_nested_past_the_decoders_depth_is_refused(tmp_path, content):
-    # msgspec raised RecursionError: an internal error (exit 3).
+    # msgspec raised RecursionError: an internal error (exit 3). Under Python 3.13 its decoders go
+    # deeper (the interpreter's C recursion limit grew), so there a 3,000-deep document decodes and is
+    # taken for what it holds (a report, or a refusal of its content); never a traceback.
     path = _write(tmp_path, "deep.json", content)
-    _assert_refused(run_cli("report", str(path)), "deep.json", "nested over a thousand levels deep")
+    proc = run_cli("report", str(path))
+    if sys.version_info < (3, 13) or len(content) > 100_000:
+        _assert_refused(proc, "deep.json", "nested over a thousand levels deep")
+    else:
+        assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
+        if proc.returncode == 2:
+            _assert_refused(proc, "deep.json")
