@@ -138,11 +138,10 @@ def _now() -> str:
 def _counters(out: Path) -> dict:
     """Every process's counters, summed (a file half-written at this moment is skipped this time)."""
     merged: dict[str, int] = {}
+    # read_counters keeps of a body's counters only a dict of finite numbers ("many", null, NaN and
+    # 1e999 from a broken writer are left out there).
     for _path, body, _age in fmt.read_counters(out):
-        counters = body.get("counters")
-        for key, value in counters.items() if isinstance(counters, dict) else ():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
-                continue  # a count is a number: "many", null, NaN or 1e999 from a broken writer is left out
+        for key, value in body["counters"].items():
             merged[key] = merged.get(key, 0) + int(value)
     return merged
 
