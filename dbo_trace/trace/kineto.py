@@ -417,7 +417,7 @@ def categories_seen(path: Path, limit: int = 64 << 20) -> dict[str, int]:
             head = fh.read(limit)
         finally:
             fh.close()
-    except (OSError, EOFError, zlib.error, InputError):
+    except _READ_ERRORS + (InputError,):
         return counts
     for m in _CATEGORY.finditer(head):
         name = m.group(1).decode("utf-8", "replace")
