@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from dbo_trace.trace.errors import InputError
-from dbo_trace.trace.timeline import Intervals, Timeline
+from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, Timeline
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_SUFFIX = ".nsys-rep"
@@ -418,7 +418,7 @@ def _session_start_ns(db: sqlite3.Connection, tables: dict[str, set[str]]) -> in
     if "utcEpochNs" not in tables.get("TARGET_INFO_SESSION_START_TIME", set()):
         return None
     row = db.execute("select utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()
-    return int(row[0]) if row and isinstance(row[0], int) and 0 < row[0] < 1 << 62 else None
+    return int(row[0]) if row and isinstance(row[0], int) and 0 < row[0] < MAX_BASE_TIME_NS else None
 
 
 def _thread_names(db: sqlite3.Connection, tables: dict[str, set[str]]) -> dict[int, str]:
