@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from dbo_trace.trace import kineto as k
+from dbo_trace.trace.nsys import is_nsys
 
 _GPU = {name for name, cat in k._CATEGORIES.items() if cat in (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET)}
 _CALLS = {name for name, cat in k._CATEGORIES.items() if cat in (k.CAT_RUNTIME, k.CAT_DRIVER)}
@@ -39,7 +40,10 @@ def event_args(path: Path, window: tuple[float, float] | None = None) -> dict[Ev
     """Each complete GPU activity's and CUDA call's args, keyed by what the timeline keeps of it: its
     kind, its start (the trace's own ts) and its correlation id (-1 where it has none). With a window
     (start, end in the trace's us), only the events that overlap it: the file is still read whole
-    (its decompressed JSON is held once while the args are picked out), the args kept are few."""
+    (its decompressed JSON is held once while the args are picked out), the args kept are few. An
+    Nsight Systems export has none of these (it is not JSON): none, without reading it."""
+    if is_nsys(path):  # before: read whole into memory (a report's export is gigabytes), then refused by the decoder
+        return {}
     fh = k._open(path)
     try:
         parts = []
