@@ -143,10 +143,6 @@ def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
                 f"{shown_as}: an SQLite file without Nsight Systems' tables (StringIds, CUPTI_ACTIVITY_KIND_*); "
                 "give the output of `nsys export --type=sqlite`"
             )
-        if not any(t in tables for t in (_KERNELS, _MEMCPY, _MEMSET)):
-            raise InputError(
-                f"{shown_as}: the export holds no CUDA kernels or copies (was it recorded with `nsys profile -t cuda`?)"
-            )
         return _timelines(db, tables, first_rank, shown_as)
     except sqlite3.Error as exc:
         raise InputError(f"{shown_as}: cannot read the Nsight Systems export ({exc})") from None
@@ -240,7 +236,7 @@ def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: 
         )
         gpu_parts.append((table, start, end, name, stream, corr, gpid >> _PID_SHIFT & _ID_MASK))
     pids = np.unique(np.concatenate([p[6] for p in gpu_parts])) if gpu_parts else np.empty(0, np.int64)
-    if not len(pids):
+    if not len(pids):  # no kernel, memcpy or memset table, or none with a row
         raise InputError(f"{source}: the export holds no CUDA kernels or copies (was it recorded with `nsys profile -t cuda`?)")
     kernel_names = _strings(db, np.concatenate([p[3] for p in gpu_parts if p[0] == _KERNELS] or [np.empty(0, np.int64)]))
 
