@@ -33,7 +33,6 @@ from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, Timeline
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_SUFFIX = ".nsys-rep"
-SUFFIXES = (".sqlite", ".db", NSYS_REP_SUFFIX)
 
 _KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
 _MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
