@@ -729,6 +729,9 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
             notes += first_notes
     if alignment.note:
         notes.append(alignment.note)
+    walls = [s.wall_us for r in ranks for s in r.steps]
+    median_step = float(np.median(walls)) if walls else None
+    threshold = straggler_threshold(median_step, alignment.accuracy_us)  # one for the waits and the view
     waits: PeerWaits | None = None
     if alignment.aligned:
         zero = min(alignment.offset_us.values())  # epoch microseconds lose the nanosecond in a float: relative
@@ -736,8 +739,6 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
         on_the_clock = [c for c in comms if c.rank in relative]  # an anchor may have placed only some ranks
         matched, match_notes = match(on_the_clock, relative)
         notes += match_notes
-        walls = [s.wall_us for r in ranks for s in r.steps]
-        threshold = straggler_threshold(float(np.median(walls)) if walls else None, alignment.accuracy_us)
         if matched:
             waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
             ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
@@ -745,7 +746,7 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
             notes.append("no communication channel is shared by two ranks: no collective matched")
     on_clock = [_on_clock(r, alignment) for r in ranks]
     layers = next((r.detailed().attribution.layers for r in ranks if r.detailed().attribution.layers), None)
-    return cross_rank(on_clock, alignment, waits, notes, layers), ranks
+    return cross_rank(on_clock, alignment, waits, notes, layers, median_step_us=median_step, threshold_us=threshold), ranks
 
 
 def _clue(r: RankReport) -> RankClue:
@@ -844,7 +845,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
 def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
     offset = alignment.offset_us.get(r.rank)
     starts = [s.start_us + offset for s in r.steps] if r.steps and offset is not None else None
-    return RankOnClock(r.rank, starts, r.total.comm_exposed_us, [s.wall_us for s in r.steps])
+    return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
 
 
 def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
