@@ -29,7 +29,7 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
+from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
@@ -787,7 +787,7 @@ def _rank_comm(r: RankReport) -> RankComm:
         seq=args.seq[comm],
         ubatch=att.gpu_ubatch[comm].astype(np.int64),
         step=step,
-        op_index=_op_index(d)[comm],
+        op_index=operation_index(op=d.operation, step=att.gpu_step, ubatch=att.gpu_ubatch, start=tl.gpu.start)[comm],
         comm_us=float((tl.gpu.end[comm] - tl.gpu.start[comm]).sum()),
     )
 
@@ -796,27 +796,6 @@ def _inert(name: str, most: int = 40) -> str:
     """A process group's name from the trace as it may appear in a note: printable, short."""
     shown = "".join(ch if ch.isprintable() else "?" for ch in name[:most])
     return shown + ("..." if len(name) > most else "")
-
-
-def _op_index(d: RankDetail) -> np.ndarray:
-    """Per GPU activity, the k-th comm operation of its microbatch in its step (-1: none), as
-    operation_rows counts them."""
-    tl, att, ops = d.timeline, d.attribution, d.operation
-    out = np.full(len(ops), -1, np.int64)
-    counted = np.flatnonzero(ops >= 0)
-    if not len(counted):
-        return out
-    ids, first = np.unique(ops[counted], return_index=True)
-    heads = counted[first]
-    order = np.lexsort((tl.gpu.start[heads], att.gpu_ubatch[heads], att.gpu_step[heads]))
-    k = np.empty(len(ids), np.int64)
-    group = np.c_[att.gpu_step[heads][order], att.gpu_ubatch[heads][order]]
-    new = np.r_[True, np.any(group[1:] != group[:-1], axis=1)]
-    starts = np.flatnonzero(new)
-    run = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    k[order] = run
-    out[counted] = k[np.searchsorted(ids, ops[counted])]
-    return out
 
 
 def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> RankReport:
