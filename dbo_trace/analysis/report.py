@@ -639,7 +639,6 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
-    peers = view
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
@@ -655,7 +654,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
                 host=host,
                 microbatched=microbatched,
                 findings=findings(
-                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers, host_cause_text(causes)
+                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
                 ),
                 causes=causes,
                 graph_api=_ranks_graph_api(ranks),
@@ -811,7 +810,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
     operations = rank_operations(d, exposed) if r.operations else r.operations
-    transfer_slowdown = r.contention.comm_slowdown if r.contention is not None else None
+    transfer_slowdown = None
     if r.contention is not None:
         # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
         waited = np.zeros(len(tl.gpu))
