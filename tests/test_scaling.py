@@ -11,6 +11,9 @@ Shapes (benchmarks/bench_report.py builds the same from JSON):
   nccl      samples/two-gpu-overlap rank 0: real NCCL all-to-all between microbatches
   no-markers, one-step, duplicate-correlation: shape d without step markers (steps from idle
             gaps), with one step spanning everything, with every copy's correlation ids repeated
+  fresh-threads shape d with new CPU thread ids in every copy, the calls keeping the first's (as
+            profile_all_threads records each step's new microbatch threads): the host-time split
+            looked at every event per such thread (20x before the fix)
 
 Time is CPU time of this process (time.process_time: other processes' load does not count), the best
 of 3 at each size. N is chosen per shape so that 8N takes 0.1-0.3 s here: large enough that a
@@ -60,6 +63,7 @@ SHAPES = {  # name: (sample, tiling, comm patterns, N copies)
     "no-markers": ("overlap", {"markers": "none"}, SPIN, 16),
     "one-step": ("overlap", {"markers": "one"}, SPIN, 16),
     "duplicate-correlation": ("overlap", {"shift_correlation": False}, SPIN, 96),
+    "fresh-threads": ("overlap", {"fresh_cpu_threads": True}, SPIN, 16),
 }
 
 

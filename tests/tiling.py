@@ -33,11 +33,21 @@ def _tile(iv: Intervals, copies: int, span: float, corr_shift: int | None) -> In
     )
 
 
-def tiled(tl: Timeline, copies: int, *, markers: str = "own", shift_correlation: bool = True, steps_total: int = 10) -> Timeline:
+def tiled(
+    tl: Timeline,
+    copies: int,
+    *,
+    markers: str = "own",
+    shift_correlation: bool = True,
+    steps_total: int = 10,
+    fresh_cpu_threads: bool = False,
+) -> Timeline:
     """The timeline repeated `copies` times. markers: "own" keeps the recording's ProfilerStep ranges
     (one step per recorded step), "none" drops them (steps must be inferred), "one" replaces them by a
     single ProfilerStep spanning everything, "few" by steps_total long steps (shape a).
-    shift_correlation=False keeps every copy's correlation ids: duplicates, as a broken trace has."""
+    shift_correlation=False keeps every copy's correlation ids: duplicates, as a broken trace has.
+    fresh_cpu_threads=True gives every copy's CPU ranges off the main thread new thread ids, their
+    calls keeping the first's (what profile_all_threads records of each step's new microbatch threads)."""
     starts = [a.start.min() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
     ends = [a.end.max() for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
     t0, span = float(min(starts)), float(max(ends)) - float(min(starts)) + GAP_US
@@ -51,6 +61,11 @@ def tiled(tl: Timeline, copies: int, *, markers: str = "own", shift_correlation:
         cpu = Intervals(*(getattr(cpu, f)[keep] for f in ("start", "end", "name", "lane", "correlation")))
         annotation = annotation[keep]
     gpu, calls, cpu_t = (_tile(a, copies, span, corr_shift) for a in (tl.gpu, tl.calls, cpu))
+    if fresh_cpu_threads:
+        copy = np.repeat(np.arange(copies), len(cpu))
+        step = int(max(cpu.lane.max(initial=0), tl.calls.lane.max(initial=0))) + 1
+        lane = np.where(cpu_t.lane != tl.pid, cpu_t.lane + copy * step, cpu_t.lane)
+        cpu_t = replace(cpu_t, lane=lane)
     annotation = np.tile(annotation, copies)
     if markers in ("one", "few"):
         n = 1 if markers == "one" else max(1, min(steps_total, copies))

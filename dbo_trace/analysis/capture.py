@@ -5,13 +5,12 @@ work failed to reach the GPU (docs/analysis.md, "Graph capture")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_HOST, Partition
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import index_groups, union
 from dbo_trace.analysis.verdict import HOST_BOUND, Qualifier, Verdict, pct_text
 
 GRAPH_CAPTURE = "graph-capture"  # the verdict of a trace whose GPU mostly waited while the host captured graphs
@@ -32,16 +31,10 @@ class Capture:
         return self.windows > 0
 
 
-def _calls_of_lane(call_lane: np.ndarray) -> Callable[[int], np.ndarray]:
-    """The indices (in time order) of a thread's calls, from one sort of the calls by thread: a
-    look-up per capturing thread, not a pass over every call for each."""
-    order = np.argsort(call_lane, kind="stable")
-    lanes = call_lane[order]
-
-    def of_lane(lane: int) -> np.ndarray:
-        return order[np.searchsorted(lanes, lane, "left") : np.searchsorted(lanes, lane, "right")]
-
-    return of_lane
+def _calls_of(call_lane: np.ndarray, lanes: np.ndarray) -> dict[int, np.ndarray]:
+    """The indices (in time order) of these threads' calls, by one sort of theirs alone: a look-up
+    per capturing thread, not a pass over every call for each, and nothing sorted where none captured."""
+    return index_groups(call_lane, np.flatnonzero(np.isin(call_lane, lanes)))
 
 
 def capture_windows(
@@ -70,10 +63,10 @@ def capture_windows(
                 ends.append(float(call_end[i]))
                 lanes.append(lane)
     if opened:
-        of_lane = _calls_of_lane(call_lane)
+        calls_of = _calls_of(call_lane, np.array(list(opened), np.int64))
         for lane, t in opened.items():
             starts.append(t)
-            ends.append(float(call_end[of_lane(lane)].max()))
+            ends.append(float(call_end[calls_of[lane]].max()))
             lanes.append(lane)
     order = np.argsort(starts, kind="stable")
     return np.array(starts, float)[order], np.array(ends, float)[order], np.array(lanes, np.int64)[order]
@@ -89,10 +82,10 @@ def graph_capture(
 ) -> Capture:
     w_start, w_end, w_lane = capture_windows(call_start, call_end, call_lane, call_kind)
     captured = np.zeros(len(call_start), bool)
-    of_lane = _calls_of_lane(call_lane)
-    for lane in np.unique(w_lane):  # threads that captured: few, but not in a hostile trace
-        mine = of_lane(int(lane))
-        ws, we = w_start[w_lane == lane], w_end[w_lane == lane]
+    calls_of = _calls_of(call_lane, w_lane)
+    for lane, w in index_groups(w_lane).items():  # threads that captured: few, but not in a hostile trace
+        mine = calls_of[lane]
+        ws, we = w_start[w], w_end[w]
         k = np.searchsorted(ws, call_start[mine], side="right") - 1
         inside = (k >= 0) & (call_start[mine] <= we[np.clip(k, 0, None)])
         captured[mine[inside]] = True

@@ -20,7 +20,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_HOST, Partition
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import index_groups, union
 
 LAUNCH, SYNC, OTHER_CALL, NAMED, CPU_OP, STARTUP, BETWEEN, UNTRACED = range(8)
 CAUSES = (
@@ -511,13 +511,16 @@ def _follow_threads(
 
     in_table = ub_table[np.unique(step_row)].ravel()
     lanes_needed = np.union1d(lead, in_table[in_table != _NO_LANE]).tolist()
+    calls_of, cpu_of = index_groups(call_lane), index_groups(cpu_lane)  # per thread by one sort, not a mask each
+    no_events = np.empty(0, np.int64)
     threads = {
         lane: _thread_layers(
-            call_lane == lane, cpu_lane == lane, call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op
+            calls_of.get(lane, no_events), cpu_of.get(lane, no_events),
+            call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op,
         )
         for lane in lanes_needed
-    }
-    del call_cause, cpu_named, cpu_op, cpu_lane
+    }  # fmt: skip
+    del call_cause, cpu_named, cpu_op, cpu_lane, calls_of, cpu_of
 
     # What no followed thread explains yet: (lo, hi, stretch), sorted and disjoint.
     r_lo, r_hi, r_k = s_lo, s_hi, np.arange(len(s_lo))
@@ -567,21 +570,25 @@ def as_call_threads(
     order = np.argsort(call_start, kind="stable")
     c_start, c_lane = call_start[order], call_lane[order]
     out = cpu_lane
-    for lane in np.unique(cpu_lane[cpu_op]).tolist():
-        if lane in calling:
+    # Each thread's events by one sort, and only the calls inside its runs' span searched: such
+    # threads come new with every step, so a pass over all events or all calls per thread grows
+    # with steps x events.
+    for lane, mine in index_groups(cpu_lane).items():
+        sel = mine[cpu_op[mine]]
+        if lane in calling or not len(sel):
             continue
-        sel = cpu_op & (cpu_lane == lane)
-        lo, hi, _ = _runs(cpu_start[sel], cpu_end[sel], np.zeros(int(sel.sum()), np.int64))
+        lo, hi, _ = _runs(cpu_start[sel], cpu_end[sel], np.zeros(len(sel), np.int64))
         if not len(lo):
             continue
-        j = np.searchsorted(lo, c_start, side="right") - 1
-        held = (j >= 0) & (c_start < hi[np.clip(j, 0, None)])
+        a, b = np.searchsorted(c_start, [lo[0], hi[-1]], side="left")  # no call outside [lo[0], hi[-1]) is held
+        j = np.searchsorted(lo, c_start[a:b], side="right") - 1
+        held = (j >= 0) & (c_start[a:b] < hi[np.clip(j, 0, None)])
         if not held.any():
             continue
-        values, counts = np.unique(c_lane[held], return_counts=True)
+        values, counts = np.unique(c_lane[a:b][held], return_counts=True)
         if out is cpu_lane:
             out = cpu_lane.copy()
-        out[cpu_lane == lane] = values[counts.argmax()]
+        out[mine] = values[counts.argmax()]
     return out
 
 
@@ -681,8 +688,8 @@ def _sync_names(names: list[str]) -> np.ndarray:
 
 
 def _thread_layers(
-    call_sel: np.ndarray,
-    cpu_sel: np.ndarray,
+    call_sel: np.ndarray,  # the thread's calls, ascending positions
+    cpu_sel: np.ndarray,  # its CPU ranges, ascending positions
     call_start: np.ndarray,
     call_end: np.ndarray,
     call_cause: np.ndarray,
@@ -696,7 +703,7 @@ def _thread_layers(
     layers: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
     for kind in (SYNC, LAUNCH, OTHER_CALL):
         layers.append((kind, *union(cs[cause == kind], ce[cause == kind]), None))
-    for kind, sel in ((NAMED, cpu_sel & cpu_named), (CPU_OP, cpu_sel & cpu_op)):
+    for kind, sel in ((NAMED, cpu_sel[cpu_named[cpu_sel]]), (CPU_OP, cpu_sel[cpu_op[cpu_sel]])):
         layers.append((kind, *_runs(cpu_start[sel], cpu_end[sel], cpu_name[sel])))
     order = np.argsort(cs, kind="stable")
     return _Thread(layers, cs[order], ce[order], cause[order])

@@ -51,6 +51,45 @@ def operation_ids(
     return ids
 
 
+def _first_kernels(op: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions of the operations' kernels sorted by operation then start, operation ids ascending,
+    each one's first kernel: the earliest start, the lowest index on ties, as argmin picks)."""
+    sel = np.flatnonzero(op >= 0)
+    by_op = sel[np.lexsort((start[sel], op[sel]))]
+    heads = run_firsts(op[by_op])
+    return by_op, op[by_op][heads], by_op[heads]
+
+
+def _places(
+    ids: np.ndarray, first: np.ndarray, step: np.ndarray, ubatch: np.ndarray, start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The operations (ids, with their first kernels) in order of (step, microbatch, first start, id),
+    and each one's place k in its microbatch's operations of its step (0-based)."""
+    order = np.lexsort((ids, start[first], ubatch[first], step[first]))
+    st, ub = step[first][order], ubatch[first][order]
+    heads = np.flatnonzero(np.r_[True, (st[1:] != st[:-1]) | (ub[1:] != ub[:-1])])
+    k = np.empty(len(ids), np.int64)
+    k[order] = np.arange(len(order)) - np.repeat(heads, np.diff(np.r_[heads, len(order)]))
+    return order, k
+
+
+def operation_index(
+    *,
+    op: np.ndarray,  # (n_gpu,) int64: operation_ids
+    step: np.ndarray,  # (n_gpu,) int64, -1 in none
+    ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+    start: np.ndarray,  # (n_gpu,) float64
+) -> np.ndarray:
+    """Per GPU activity, the k-th comm operation of its microbatch in its step (-1: none): the index
+    of operation_rows' rows, which the cross-rank waits are told by."""
+    out = np.full(len(op), -1, np.int64)
+    by_op, ids, first = _first_kernels(op, start)
+    if len(ids):
+        _order, k = _places(ids, first, step, ubatch, start)
+        out[by_op] = k[np.searchsorted(ids, op[by_op])]
+    return out
+
+
 def operation_rows(
     *,
     start: np.ndarray,  # (n_gpu,) float64
@@ -73,13 +112,11 @@ def operation_rows(
     sel = np.flatnonzero(op >= 0)
     if not len(sel):
         return []
-    # Every operation at once, over arrays sorted by operation: its first kernel (the earliest start,
-    # the lowest index on ties, as argmin picks), its busy time (the union of its kernels, summed as
-    # intervals.length sums it) and the part of that under compute (prefix sums over one union of all
-    # compute): sorts and searches, not a union over all compute per operation.
-    by_op = sel[np.lexsort((start[sel], op[sel]))]
-    heads = run_firsts(op[by_op])
-    ids, first = op[by_op][heads], by_op[heads]
+    # Every operation at once, over arrays sorted by operation: its first kernel, its busy time (the
+    # union of its kernels, summed as intervals.length sums it) and the part of that under compute
+    # (prefix sums over one union of all compute): sorts and searches, not a union over all compute
+    # per operation.
+    _by_op, ids, first = _first_kernels(op, start)
     merged_op, m_start, m_end = grouped_union(op[sel], start[sel], end[sel])
     m_heads = run_firsts(merged_op)  # the same operations, in the same (ascending) order as ids
     busy_of = grouped_sum(m_heads, m_end - m_start)
@@ -87,15 +124,10 @@ def operation_rows(
     hidden_of = np.add.reduceat(covered_within(m_start, m_end, compute_start, compute_end), m_heads)
     at = {o: i for i, o in enumerate(ids.tolist())}
     busy_list, hidden_list = busy_of.tolist(), hidden_of.tolist()
-    per_op = sorted(zip(step[first].tolist(), ubatch[first].tolist(), start[first].tolist(), ids.tolist()))
-    position: dict[int, tuple[int, int]] = {}
-    seen: Counter[tuple[int, int]] = Counter()
-    for st, ub, _t, o in per_op:
-        position[o] = (ub, seen[(st, ub)])
-        seen[(st, ub)] += 1
-    groups: dict[tuple[int, int], list[int]] = {}
-    for o, key in position.items():
-        groups.setdefault(key, []).append(o)
+    order, k = _places(ids, first, step, ubatch, start)
+    groups: dict[tuple[int, int], list[int]] = {}  # (microbatch, k) -> its operations, in step order
+    for o, ub, place in zip(ids[order].tolist(), ubatch[first][order].tolist(), k[order].tolist()):
+        groups.setdefault((ub, place), []).append(o)
     rows = []
     for (ub, index), ops in sorted(groups.items()):
         busy, hidden, exposed, reasons = [], 0.0, [], Counter[str]()

@@ -35,7 +35,6 @@ class RankOnClock:
     rank: int
     step_starts_us: list[float] | None  # on the shared clock; None: no steps or no clock
     exposed_comm_us: float
-    step_us: list[float] = field(default_factory=list)  # the steps' times (for the threshold)
 
 
 @dataclass(frozen=True)
@@ -111,8 +110,13 @@ def cross_rank(
     waits: PeerWaits | None = None,
     notes: list[str] | None = None,
     layers: int | None = None,
+    *,
+    median_step_us: float | None = None,
+    threshold_us: float = 0.0,
 ) -> CrossRank | None:
-    """None with fewer than two ranks or steps on too few ranks; notes say why ranks were left out."""
+    """None with fewer than two ranks or steps on too few ranks; notes say why ranks were left out.
+    median_step_us: of every rank's steps; threshold_us: straggler_threshold of it and the alignment's
+    accuracy, the one the collectives' waits were measured against (report.across_ranks)."""
     usable = [(r.rank, r.step_starts_us, r.exposed_comm_us) for r in ranks if r.step_starts_us]
     notes = list(notes or [])
     if len(ranks) < 2:
@@ -132,14 +136,11 @@ def cross_rank(
             f"ranks reported different step counts ({', '.join(str(len(starts)) for _, starts, _ in usable)}); "
             f"the first {count} of each are aligned"
         )
-    walls = [t for r in ranks for t in r.step_us]
-    median_step = float(np.median(walls)) if walls else None
-    threshold = straggler_threshold(median_step, alignment.accuracy_us if alignment is not None else None)
     steps = []
     for k in range(count):
         at = {rank: starts[k] for rank, starts, _ in usable}
         first, last = min(at.values()), max(at.values())
-        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__), straggler=last - first > threshold))
+        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__), straggler=last - first > threshold_us))
     skews = np.array([s.skew_us for s in steps])
     return CrossRank(
         ranks=[rank for rank, _, _ in usable],
@@ -150,8 +151,8 @@ def cross_rank(
         exposed_comm_us={rank: exposed for rank, _, exposed in usable},
         notes=notes,
         alignment=alignment,
-        threshold_us=threshold,
-        median_step_us=median_step,
+        threshold_us=threshold_us,
+        median_step_us=median_step_us,
         late_counts=dict(Counter(s.last_rank for s in steps if s.straggler)),
         waits=waits,
         layers=layers,

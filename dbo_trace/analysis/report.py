@@ -29,7 +29,7 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
+from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
@@ -639,7 +639,6 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
-    peers = view
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
@@ -655,7 +654,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
                 host=host,
                 microbatched=microbatched,
                 findings=findings(
-                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], peers, host_cause_text(causes)
+                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
                 ),
                 causes=causes,
                 graph_api=_ranks_graph_api(ranks),
@@ -729,6 +728,9 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
             notes += first_notes
     if alignment.note:
         notes.append(alignment.note)
+    walls = [s.wall_us for r in ranks for s in r.steps]
+    median_step = float(np.median(walls)) if walls else None
+    threshold = straggler_threshold(median_step, alignment.accuracy_us)  # one for the waits and the view
     waits: PeerWaits | None = None
     if alignment.aligned:
         zero = min(alignment.offset_us.values())  # epoch microseconds lose the nanosecond in a float: relative
@@ -736,8 +738,6 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
         on_the_clock = [c for c in comms if c.rank in relative]  # an anchor may have placed only some ranks
         matched, match_notes = match(on_the_clock, relative)
         notes += match_notes
-        walls = [s.wall_us for r in ranks for s in r.steps]
-        threshold = straggler_threshold(float(np.median(walls)) if walls else None, alignment.accuracy_us)
         if matched:
             waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
             ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
@@ -745,7 +745,7 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
             notes.append("no communication channel is shared by two ranks: no collective matched")
     on_clock = [_on_clock(r, alignment) for r in ranks]
     layers = next((r.detailed().attribution.layers for r in ranks if r.detailed().attribution.layers), None)
-    return cross_rank(on_clock, alignment, waits, notes, layers), ranks
+    return cross_rank(on_clock, alignment, waits, notes, layers, median_step_us=median_step, threshold_us=threshold), ranks
 
 
 def _clue(r: RankReport) -> RankClue:
@@ -786,7 +786,7 @@ def _rank_comm(r: RankReport) -> RankComm:
         seq=args.seq[comm],
         ubatch=att.gpu_ubatch[comm].astype(np.int64),
         step=step,
-        op_index=_op_index(d)[comm],
+        op_index=operation_index(op=d.operation, step=att.gpu_step, ubatch=att.gpu_ubatch, start=tl.gpu.start)[comm],
         comm_us=float((tl.gpu.end[comm] - tl.gpu.start[comm]).sum()),
     )
 
@@ -795,27 +795,6 @@ def _inert(name: str, most: int = 40) -> str:
     """A process group's name from the trace as it may appear in a note: printable, short."""
     shown = "".join(ch if ch.isprintable() else "?" for ch in name[:most])
     return shown + ("..." if len(name) > most else "")
-
-
-def _op_index(d: RankDetail) -> np.ndarray:
-    """Per GPU activity, the k-th comm operation of its microbatch in its step (-1: none), as
-    operation_rows counts them."""
-    tl, att, ops = d.timeline, d.attribution, d.operation
-    out = np.full(len(ops), -1, np.int64)
-    counted = np.flatnonzero(ops >= 0)
-    if not len(counted):
-        return out
-    ids, first = np.unique(ops[counted], return_index=True)
-    heads = counted[first]
-    order = np.lexsort((tl.gpu.start[heads], att.gpu_ubatch[heads], att.gpu_step[heads]))
-    k = np.empty(len(ids), np.int64)
-    group = np.c_[att.gpu_step[heads][order], att.gpu_ubatch[heads][order]]
-    new = np.r_[True, np.any(group[1:] != group[:-1], axis=1)]
-    starts = np.flatnonzero(new)
-    run = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    k[order] = run
-    out[counted] = k[np.searchsorted(ids, ops[counted])]
-    return out
 
 
 def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> RankReport:
@@ -831,7 +810,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
     operations = rank_operations(d, exposed) if r.operations else r.operations
-    transfer_slowdown = r.contention.comm_slowdown if r.contention is not None else None
+    transfer_slowdown = None
     if r.contention is not None:
         # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
         waited = np.zeros(len(tl.gpu))
@@ -844,7 +823,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
 def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
     offset = alignment.offset_us.get(r.rank)
     starts = [s.start_us + offset for s in r.steps] if r.steps and offset is not None else None
-    return RankOnClock(r.rank, starts, r.total.comm_exposed_us, [s.wall_us for s in r.steps])
+    return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
 
 
 def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
