@@ -273,7 +273,7 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     from dbo_trace.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "two-gpu-hostbound"], Options())
-    doc = report_json(str(SAMPLES / "two-gpu-hostbound"))
+    doc = docs["hostbound"]
     for position in range(len(report.ranks[0].steps)):
         view = ranks_step_view(report, position)
         assert view.lanes == ["rank 0 compute", "rank 0 comm", "rank 1 compute", "rank 1 comm"]
