@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import SAMPLES, report_json, run_cli
+from conftest import SAMPLES, report_json, run_cli, sample_trace
 from reference import both, covered, headline
 from traces import complete_events, read_trace
 
@@ -20,13 +20,8 @@ AFD_TARGET = "afd_plugin.v1.worker.ubatch_wrapper.AFDUBatchWrapper.__call__"
 HOST_BOUND_AT = 0.5  # docs/analysis.md, "Verdict": host-caused GPU idle >= 50% of the time measured
 
 
-def trace_of(name):
-    (path,) = (SAMPLES / name / "traces").glob("*.pt.trace.json.gz")
-    return path
-
-
 def raw_events(name):
-    return complete_events(read_trace(trace_of(name)))
+    return complete_events(read_trace(sample_trace(name)))
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +31,7 @@ def docs():
 
 @pytest.fixture(scope="module")
 def refs():
-    return {name: headline(trace_of(name), CommRules().regex().pattern) for name in DSV2}
+    return {name: headline(sample_trace(name), CommRules().regex().pattern) for name in DSV2}
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +185,7 @@ def test_the_plugin_misses_the_v2_model_runners_full_graph_replays(name):
     from dbo_trace.trace.eventlog import read_event_log
 
     events = raw_events(name)
-    base = read_trace(trace_of(name))["baseTimeNanoseconds"]
+    base = read_trace(sample_trace(name))["baseTimeNanoseconds"]
     timed = [e for e in events if e.get("cat") in ("cpu_op", "cuda_runtime", "kernel")]
     lo = min(e["ts"] for e in timed) * 1000 + base
     hi = max(e["ts"] + e["dur"] for e in timed) * 1000 + base
