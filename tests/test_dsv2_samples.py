@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import SAMPLES, assert_matches_headline, report_json, run_cli, sample_trace
+from conftest import SAMPLES, assert_matches_headline, manifest, report_json, run_cli, sample_trace
 from reference import both, covered, headline
 from traces import complete_events, read_trace
 
@@ -183,7 +183,7 @@ def test_the_plugin_misses_the_v2_model_runners_full_graph_replays(name):
     assert not [1 for t, kind in logged if kind == "graph_replay" and lo <= t <= hi]
     assert sum(1 for e in events if e["name"] == "cudaGraphLaunch") >= 1
     assert "model_runner.py" in (SAMPLES / name / "server.log").read_text()
-    counters = json.loads((SAMPLES / name / "manifest.json").read_text())["counters"]
+    counters = manifest(name)["counters"]
     assert counters and not [k for k in counters if k.startswith(("graph_replay/FULL", "graph_capture/FULL"))]
 
 
@@ -214,5 +214,5 @@ def test_both_general_plugins_ran_in_every_vllm_process(name):
     found = [m.group(1) for ln in log if (m := re.search(r"\[__init__\.py:\d+\] - (afd|dbo_trace) -> ", ln))]
     assert found == ["afd", "dbo_trace"] * (len(found) // 2) and len(found) >= 4  # (vLLM's own LoRA resolvers come first)
     assert not [ln for ln in log if "Failed to load plugin" in ln]
-    versions = json.loads((SAMPLES / name / "manifest.json").read_text())["versions"]
+    versions = manifest(name)["versions"]
     assert versions["vllm"] == "0.26.0"
