@@ -62,6 +62,23 @@ def report_json(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+def assert_matches_headline(doc: dict, ref: dict) -> None:
+    """A one-rank vLLM recording's `report --json` against reference.headline of its trace: the steps,
+    GPU utilization, host idle (of the window and in steps), kernels, and each phase's figures."""
+    assert len(doc["steps"]) == ref["steps"]
+    assert doc["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
+    assert doc["host"]["idle_fraction"] == pytest.approx(ref["host_idle"] / ref["window"], abs=1e-4)
+    assert doc["ranks"][0]["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steps"] / ref["in_steps"], abs=1e-4)
+    assert doc["gpu"]["kernels"] == ref["kernels"]
+    assert set(doc["phases"]) == set(ref["phases"])
+    for phase, want in ref["phases"].items():
+        got = doc["phases"][phase]
+        assert got["steps"] == want["steps"]
+        assert got["median_step_us"] == pytest.approx(want["median_step_us"], abs=0.01)
+        assert got["gpu_utilization"] == pytest.approx(want["gpu_utilization"], abs=1e-4)
+        assert got["host_idle_fraction"] == pytest.approx(want["host_idle_fraction"], abs=1e-4)
+
+
 @pytest.fixture(scope="session")
 def sample_reports():
     """`report --json` of every sample bundle, computed once."""

@@ -67,6 +67,29 @@ def refused(path, *words):
     return elapsed
 
 
+def million_objects(real, where):
+    """The real report with a million empty objects (3 MB of JSON, a few kB gzipped) as its key where."""
+    doc = document(real)
+    doc[where] = []
+    return json.dumps(doc).encode().replace(f'"{where}": []'.encode(), f'"{where}": ['.encode() + b"{}," * 999_999 + b"{}]")
+
+
+def refusal_peak(path, match=None):
+    """The most memory Python allocated while read_report_document refused path (UsageError, its
+    message matching match)."""
+    import tracemalloc
+
+    from dbo_trace.errors import UsageError
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match=match):
+            archive.read_report_document(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_the_real_archive_reads_back(real, tmp_path):
     proc = run_cli("report", str(build(tmp_path / "a.tar.gz", real)))
     assert proc.returncode == 0 and proc.stdout.startswith("verdict: ")
@@ -248,21 +271,9 @@ def test_an_unknown_key_is_named(real, tmp_path, where, words):
 def test_a_document_is_read_in_memory_bounded_by_its_types(real, tmp_path, where):
     """A million empty objects (3 MB of JSON, a few kB gzipped) where the types allow none, under an
     unknown key or as a list of strings: refused without building them (as Python dicts: 64 MB)."""
-    import tracemalloc
-
-    from dbo_trace.errors import UsageError
-
-    doc = document(real)
-    doc[where] = []
-    data = json.dumps(doc).encode().replace(f'"{where}": []'.encode(), f'"{where}": ['.encode() + b"{}," * 999_999 + b"{}]")
+    data = million_objects(real, where)
     path = build(tmp_path / "objects.tar.gz", with_report(real, data))
-    tracemalloc.start()
-    try:
-        with pytest.raises(UsageError, match="is damaged"):
-            archive.read_report_document(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = refusal_peak(path, match="is damaged")
     assert peak < 4 * len(data), (peak, len(data))
 
 
@@ -342,10 +353,6 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
 def test_a_huge_extended_header_is_refused_before_it_is_read(real, tmp_path):
     """A pax header's data is read into memory whole by tarfile, before any member is listed: 300 MB
     of it gzips to 0.4 MB. Refused from its size, before a byte of it is read (here 16 MiB)."""
-    import tracemalloc
-
-    from dbo_trace.errors import UsageError
-
     path = tmp_path / "pax.tar.gz"
     with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT, compresslevel=1) as tar:
         for k, (name, data) in enumerate(real):
@@ -355,13 +362,7 @@ def test_a_huge_extended_header_is_refused_before_it_is_read(real, tmp_path):
                 info.pax_headers = {"comment": "A" * (16 << 20)}
             tar.addfile(info, io.BytesIO(data))
     refused(path, "header")
-    tracemalloc.start()
-    try:
-        with pytest.raises(UsageError, match="header"):
-            archive.read_report_document(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = refusal_peak(path, match="header")
     assert peak < 4 << 20, peak
     assert archive.is_archive(path)  # so that `report` names the problem, not the trace reader
 
@@ -387,20 +388,8 @@ def test_a_pax_sparse_map_is_refused_before_it_is_read(real, tmp_path):
 def test_the_head_is_read_in_memory_bounded_by_its_types(real, tmp_path, where):
     """The schema and its version are read before the document's types: as a string and a scalar,
     so that a million empty objects in their place are refused as met, not built."""
-    import tracemalloc
-
-    from dbo_trace.errors import UsageError
-
-    doc = document(real)
-    doc[where] = []
-    data = json.dumps(doc).encode().replace(f'"{where}": []'.encode(), f'"{where}": ['.encode() + b"{}," * 999_999 + b"{}]")
+    data = million_objects(real, where)
     path = build(tmp_path / "head.tar.gz", with_report(real, data))
     refused(path, "not a dbo-trace report", f"report.{where}: expected")
-    tracemalloc.start()
-    try:
-        with pytest.raises(UsageError):
-            archive.read_report_document(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = refusal_peak(path)
     assert peak < 4 * len(data), (peak, len(data))

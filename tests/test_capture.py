@@ -6,7 +6,7 @@ launches on its thread, and no kernel from those launches (none runs during a ca
 are checked against a plain walk over the JSON."""
 
 import pytest
-from conftest import SAMPLES, report_json
+from conftest import SAMPLES, report_json, sample_trace
 from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, write_trace
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -14,7 +14,7 @@ LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
 
 def _captured_trace(tmp_path, share):
     """The sample with the first `share` of its steps captured; (path, launches captured per step)."""
-    src = next((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
+    src = sample_trace("vllm-eager-decode")
     doc = read_trace(src)
     events = doc["traceEvents"]
     steps = sorted(

@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, sample_trace
+from conftest import SAMPLES, manifest, sample_trace
 
 from dbo_trace.commands.archive import ArchiveRequest
 from dbo_trace.commands.compare import CompareRequest
@@ -349,10 +349,7 @@ def test_top_knows_a_finished_recording(tmp_path):
 
     from dbo_trace.commands.top import finished
 
-    assert (
-        finished(SAMPLES / "recorded-overlap")
-        == json.loads((SAMPLES / "recorded-overlap" / "manifest.json").read_text())["status"]
-    )
+    assert finished(SAMPLES / "recorded-overlap") == manifest("recorded-overlap")["status"]
     assert finished(tmp_path) is None  # a server's DBO_TRACE_DIR: no manifest
     (tmp_path / "manifest.json").write_text(json.dumps({"format": "dbo-trace-bundle", "version": 1, "status": "recording"}))
     assert finished(tmp_path) is None

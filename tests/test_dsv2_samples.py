@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import SAMPLES, report_json, run_cli
+from conftest import SAMPLES, assert_matches_headline, manifest, report_json, run_cli, sample_trace
 from reference import both, covered, headline
 from traces import complete_events, read_trace
 
@@ -20,13 +20,8 @@ AFD_TARGET = "afd_plugin.v1.worker.ubatch_wrapper.AFDUBatchWrapper.__call__"
 HOST_BOUND_AT = 0.5  # docs/analysis.md, "Verdict": host-caused GPU idle >= 50% of the time measured
 
 
-def trace_of(name):
-    (path,) = (SAMPLES / name / "traces").glob("*.pt.trace.json.gz")
-    return path
-
-
 def raw_events(name):
-    return complete_events(read_trace(trace_of(name)))
+    return complete_events(read_trace(sample_trace(name)))
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +31,7 @@ def docs():
 
 @pytest.fixture(scope="module")
 def refs():
-    return {name: headline(trace_of(name), CommRules().regex().pattern) for name in DSV2}
+    return {name: headline(sample_trace(name), CommRules().regex().pattern) for name in DSV2}
 
 
 @pytest.fixture(scope="module")
@@ -84,18 +79,7 @@ def steps_by_hand():
 def test_steps_are_vllms_steps_and_the_figures_match_the_independent_computation(docs, refs, name):
     doc, ref = docs[name], refs[name]
     assert doc["steps_source"] == "vLLM execute_* annotations"
-    assert len(doc["steps"]) == ref["steps"]
-    assert doc["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
-    assert doc["host"]["idle_fraction"] == pytest.approx(ref["host_idle"] / ref["window"], abs=1e-4)
-    assert doc["ranks"][0]["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steps"] / ref["in_steps"], abs=1e-4)
-    assert doc["gpu"]["kernels"] == ref["kernels"]
-    assert set(doc["phases"]) == set(ref["phases"])
-    for phase, want in ref["phases"].items():
-        got = doc["phases"][phase]
-        assert got["steps"] == want["steps"]
-        assert got["median_step_us"] == pytest.approx(want["median_step_us"], abs=0.01)
-        assert got["gpu_utilization"] == pytest.approx(want["gpu_utilization"], abs=1e-4)
-        assert got["host_idle_fraction"] == pytest.approx(want["host_idle_fraction"], abs=1e-4)
+    assert_matches_headline(doc, ref)
     assert doc["microbatch_source"] == "none"  # data parallel size 1: vLLM does not microbatch
 
 
@@ -190,7 +174,7 @@ def test_the_plugin_misses_the_v2_model_runners_full_graph_replays(name):
     from dbo_trace.trace.eventlog import read_event_log
 
     events = raw_events(name)
-    base = read_trace(trace_of(name))["baseTimeNanoseconds"]
+    base = read_trace(sample_trace(name))["baseTimeNanoseconds"]
     timed = [e for e in events if e.get("cat") in ("cpu_op", "cuda_runtime", "kernel")]
     lo = min(e["ts"] for e in timed) * 1000 + base
     hi = max(e["ts"] + e["dur"] for e in timed) * 1000 + base
@@ -199,7 +183,7 @@ def test_the_plugin_misses_the_v2_model_runners_full_graph_replays(name):
     assert not [1 for t, kind in logged if kind == "graph_replay" and lo <= t <= hi]
     assert sum(1 for e in events if e["name"] == "cudaGraphLaunch") >= 1
     assert "model_runner.py" in (SAMPLES / name / "server.log").read_text()
-    counters = json.loads((SAMPLES / name / "manifest.json").read_text())["counters"]
+    counters = manifest(name)["counters"]
     assert counters and not [k for k in counters if k.startswith(("graph_replay/FULL", "graph_capture/FULL"))]
 
 
@@ -230,5 +214,5 @@ def test_both_general_plugins_ran_in_every_vllm_process(name):
     found = [m.group(1) for ln in log if (m := re.search(r"\[__init__\.py:\d+\] - (afd|dbo_trace) -> ", ln))]
     assert found == ["afd", "dbo_trace"] * (len(found) // 2) and len(found) >= 4  # (vLLM's own LoRA resolvers come first)
     assert not [ln for ln in log if "Failed to load plugin" in ln]
-    versions = json.loads((SAMPLES / name / "manifest.json").read_text())["versions"]
+    versions = manifest(name)["versions"]
     assert versions["vllm"] == "0.26.0"

@@ -196,7 +196,7 @@ def test_the_same_run_given_twice_is_read_once_with_a_warning():
     twice = json.loads(proc.stdout)
     assert len(twice["ranks"]) == 1 and twice["comm"]["exposed_us"] == once["comm"]["exposed_us"]
     assert any("given more than once" in w for w in twice["warnings"])
-    trace = next((SAMPLES / "overlap" / "traces").glob("*.json.gz"))
+    trace = sample_trace("overlap")
     both = json.loads(run_cli("report", "--json", str(SAMPLES / "overlap"), str(trace)).stdout)
     assert len(both["ranks"]) == 1 and any("read once" in w for w in both["warnings"])
 

@@ -14,7 +14,7 @@ import sqlite3
 
 import independent_nsys as ref
 import pytest
-from conftest import ROOT, SAMPLES, report_json
+from conftest import ROOT, report_json, sample_trace
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 
@@ -95,7 +95,7 @@ def _captured_trace(tmp_path, share_of_steps):
     first `share_of_steps` of its execute_* steps (on the annotation's thread, 1 us after its start
     and 3 us before its end, where the thread makes no other CUDA call for 20 us either side), and
     the kernels those steps launched deleted (a capture records them; they do not run)."""
-    (trace,) = sorted((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
+    trace = sample_trace("vllm-eager-decode")
     doc = ref.load_kineto(trace)
     events = doc["traceEvents"]
     annotations = sorted(
@@ -182,7 +182,7 @@ def test_graph_capture_counts_and_verdict(tmp_path, share_of_steps):
 
 
 def test_no_capture_in_the_untouched_trace():
-    (trace,) = sorted((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
+    trace = sample_trace("vllm-eager-decode")
     mine = ref.kineto_capture(ref.load_kineto(trace)["traceEvents"])
     report = report_json(str(trace))
     assert mine["captured_launches"] == report["graphs"]["captured_launches"] == 0

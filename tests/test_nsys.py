@@ -4,7 +4,7 @@ of the project's own traces exported the same way against its Kineto report."""
 import sqlite3
 
 import pytest
-from conftest import ROOT, SAMPLES, report_json, run_cli
+from conftest import ROOT, report_json, run_cli, sample_trace
 from nsys_export import events_from_nsys, kineto_to_nsys
 from reference import headline_of_events
 
@@ -13,10 +13,6 @@ from dbo_trace.analysis.classify import CommRules
 PUBLIC = ROOT / "tests" / "data" / "public"
 COMM = CommRules().regex().pattern
 REAL_EXPORTS = ["nsys-saxpy-mpi-cuda-rank0.sqlite", "nsys-cloverleaf-cuda.sqlite"]
-
-
-def _kineto_trace(sample):
-    return next((SAMPLES / sample / "traces").glob("*.json.gz"))
 
 
 def _agrees(doc, ref):
@@ -59,9 +55,9 @@ def test_the_public_exports_launch_counts_count_each_call_once():
     "sample, options",
     [("overlap-no-hooks", []), ("vllm-graphs-decode", []), ("overlap", ["--comm-kernels", "spin_kernel"]), ("graph", [])],
 )
-def test_a_sample_exported_as_nsys_reads_as_its_kineto_trace(tmp_path, sample, options):
+def test_a_sample_exported_as_nsys_reads_as_itssample_trace(tmp_path, sample, options):
     """The same run seen by nsys: the plugin's dbo: ranges as NVTX give the microbatches and steps."""
-    trace = _kineto_trace(sample)
+    trace = sample_trace(sample)
     out = tmp_path / f"{sample}.sqlite"
     kineto_to_nsys(trace, out)
     from_nsys, from_kineto = report_json(*options, str(out)), report_json(*options, str(trace))
@@ -91,9 +87,9 @@ def test_a_sample_exported_as_nsys_reads_as_its_kineto_trace(tmp_path, sample, o
 
 def test_an_export_of_two_processes_is_two_ranks(tmp_path):
     out = tmp_path / "two.sqlite"
-    kineto_to_nsys(_kineto_trace("overlap-no-hooks"), out, pid=100)
+    kineto_to_nsys(sample_trace("overlap-no-hooks"), out, pid=100)
     second = tmp_path / "second.sqlite"
-    kineto_to_nsys(_kineto_trace("overlap-no-hooks"), second, pid=200)
+    kineto_to_nsys(sample_trace("overlap-no-hooks"), second, pid=200)
     db = sqlite3.connect(out)
     db.execute("attach ? as b", (str(second),))
     for table in (
@@ -140,6 +136,6 @@ def test_an_nsys_report_without_nsys_on_path_says_how_to_export_it(tmp_path, mon
 
 def test_a_folder_of_exports_is_read_like_a_folder_of_traces(tmp_path):
     for pid in (1, 2):
-        kineto_to_nsys(_kineto_trace("overlap-no-hooks"), tmp_path / f"rank{pid}.sqlite", pid=pid)
+        kineto_to_nsys(sample_trace("overlap-no-hooks"), tmp_path / f"rank{pid}.sqlite", pid=pid)
     doc = report_json(str(tmp_path))
     assert len(doc["ranks"]) == 2

@@ -273,7 +273,7 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     from dbo_trace.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "two-gpu-hostbound"], Options())
-    doc = report_json(str(SAMPLES / "two-gpu-hostbound"))
+    doc = docs["hostbound"]
     for position in range(len(report.ranks[0].steps)):
         view = ranks_step_view(report, position)
         assert view.lanes == ["rank 0 compute", "rank 0 comm", "rank 1 compute", "rank 1 comm"]
@@ -322,20 +322,25 @@ def test_the_reader_keeps_a_collectives_args_and_shrugs_off_odd_ones(tmp_path):
     assert [names[i] if i >= 0 else None for i in merged.group] == [None, "3", None, None]
 
 
-def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
-    """A hostile group name (markup, an escape sequence) reaches the notes printable and escaped."""
+def _with_group_name(folder, name):
+    """two-gpu-overlap in folder, rank 1's process group named name (rank 0's kept)."""
 
-    def hostile(doc):
+    def named(doc):
         for e in doc["traceEvents"]:
             if e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {}):
-                e["args"]["Process Group Name"] = "[bold red]pg\x1b[31m"
+                e["args"]["Process Group Name"] = name
 
     src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    rewrite_trace(src0, tmp_path / src0.name, lambda d: None)
-    rewrite_trace(src1, tmp_path / src1.name, hostile)
+    rewrite_trace(src0, folder / src0.name, lambda d: None)
+    rewrite_trace(src1, folder / src1.name, named)
+    return folder
+
+
+def test_a_process_group_name_from_the_trace_stays_inert(tmp_path):
+    """A hostile group name (markup, an escape sequence) reaches the notes printable and escaped."""
     from conftest import run_cli
 
-    proc = run_cli("report", str(tmp_path))
+    proc = run_cli("report", str(_with_group_name(tmp_path, "[bold red]pg\x1b[31m")))
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout
     assert "note: group [bold red]pg?[31m is on" in proc.stdout
@@ -362,17 +367,9 @@ def test_two_separate_runs_on_epoch_ts_are_refused(tmp_path):
 
 
 def test_markdown_shows_the_cross_rank_notes_inert(tmp_path):
-    def hostile(doc):
-        for e in doc["traceEvents"]:
-            if e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {}):
-                e["args"]["Process Group Name"] = "<img src=x>[a](b)*c*"
-
-    src0, src1 = _traces(SAMPLES / "two-gpu-overlap")
-    rewrite_trace(src0, tmp_path / src0.name, lambda d: None)
-    rewrite_trace(src1, tmp_path / src1.name, hostile)
     from conftest import run_cli
 
-    md = run_cli("report", str(tmp_path), "--markdown").stdout
+    md = run_cli("report", str(_with_group_name(tmp_path, "<img src=x>[a](b)*c*")), "--markdown").stdout
     assert "- note: group \\<img src=x>\\[a\\](b)\\*c\\* is on rank 1 only" in md  # render/safe.py's escapes
     assert "<img" not in md.replace("\\<", "")  # only escaped
 

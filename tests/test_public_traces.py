@@ -149,7 +149,7 @@ def test_training_iterations_without_profiler_steps_are_the_optimizer_steps(tmp_
         assert lo <= step["start_us"] <= hi  # the previous iteration's optimizer step ended in its ProfilerStep
 
 
-def test_hip_graphs_are_called_hip_graphs(tmp_path):
+def test_hip_graphs_are_called_hip_graphs(tmp_path, reports):
     """A ROCm trace's graph replays (hipGraphLaunch) are HIP graphs, not CUDA graphs: the 16-rank
     training trace with its cudaGraphLaunch calls renamed as ROCm names them."""
 
@@ -162,5 +162,5 @@ def test_hip_graphs_are_called_hip_graphs(tmp_path):
     reasons = report_json(str(path))["verdict"]["reasons"]
     assert any(r.startswith("HIP graphs replayed: 70 launches") for r in reasons)
     assert not any("CUDA graphs" in r for r in reasons)
-    original = report_json(str(PUBLIC / "hta-training-16rank-nccl-graphs.json.gz"))["verdict"]["reasons"]
+    original = reports["hta-training-16rank-nccl-graphs.json.gz"][0]["verdict"]["reasons"]
     assert any(r.startswith("CUDA graphs replayed: 70 launches") for r in original)

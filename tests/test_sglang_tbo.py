@@ -9,14 +9,14 @@ runs: the microbatch figures must be those the plugin's own ranges give."""
 import re
 
 import pytest
-from conftest import SAMPLES, report_json
+from conftest import report_json, sample_trace
 from traces import events_of, read_trace, rewrite_trace, write_trace
 
 HOOK = re.compile(r"^dbo:ub([01]):")
 
 
 def _as_sglang(tmp_path, one_thread):
-    src = next((SAMPLES / "overlap" / "traces").glob("*.json.gz"))
+    src = sample_trace("overlap")
     doc = read_trace(src)
     stage = [0, 0]
     main_tid = None
@@ -52,7 +52,7 @@ def test_stage_ranges_give_the_two_microbatches(tmp_path, one_thread):
 
 
 def test_a_few_ranges_named_like_stages_are_not_microbatches(tmp_path):
-    src = next((SAMPLES / "overlap-no-hooks" / "traces").glob("*.json.gz"))
+    src = sample_trace("overlap-no-hooks")
 
     def one_stage_range(doc):
         first = events_of(doc, "user_annotation")[0]
