@@ -133,9 +133,8 @@ class HtmlRenderer:
         views = _views(report)
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
-        step_rows, attrs, seen = [], [], dict.fromkeys((s.rank for s in d.steps), 0)
+        step_rows, attrs = [], []
         for s in d.steps:
-            position, seen[s.rank] = seen[s.rank], seen[s.rank] + 1
             step_rows.append(
                 [
                     str(s.rank),
@@ -149,7 +148,7 @@ class HtmlRenderer:
                     s.verdict.label,
                 ]
             )
-            i = index.get((s.rank, position))
+            i = index.get((s.rank, s.number - 1))  # number: the step's place in its rank, from 1
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d.round_trips
         rt_html = (
