@@ -17,6 +17,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    all_notes,
     cross_rank_lines,
     figure_table,
     headline,
@@ -161,7 +162,7 @@ class HtmlRenderer:
         reasons = "".join(
             f"<li>{html_text(r)}</li>" for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d))]
         )
-        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
+        notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),

@@ -21,6 +21,7 @@ from dbo_trace.render.format import (
     RANK_LINES,
     ROUND_TRIP_HEADER,
     SPREAD_HEADER,
+    all_notes,
     cpu_range_cells,
     cross_rank_lines,
     headline,
@@ -274,7 +275,7 @@ class TerminalRenderer:
             )
         _summaries(out, d, width)
         out.paragraph(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}")
-        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))  # a note of every rank once
+        notes = all_notes(d)
         for note in notes[:MAX_LIST_LINES]:
             out.paragraph(note, "note: ", "yellow")
         out.more(len(notes) - MAX_LIST_LINES, " notes")
