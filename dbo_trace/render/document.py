@@ -878,8 +878,7 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
 
 
 def peer_wait_block(r: RankWaits, view: CrossRank) -> PeerWait:
-    top = max(r.waited_for_us.items(), key=lambda kv: kv[1]) if r.waited_for_us else None
-    mostly = max(r.by_op_us.items(), key=lambda kv: kv[1]) if r.by_op_us else None
+    top, mostly = r.most_waited_for, r.most_waited_at
     return PeerWait(
         wait_us=_r(r.wait_us),
         wait_share=_r(r.wait_share, 4),
