@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -38,7 +37,7 @@ from dbo_trace.render.format import (
     tri,
     us,
 )
-from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, wrap
+from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import terminal_document
 
 _STYLE = {
@@ -181,7 +180,7 @@ class TerminalRenderer:
         """From the document alone: what `report` shows of a review archive's report.json."""
         d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
-        width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
+        width = options.width or terminal_width()
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
