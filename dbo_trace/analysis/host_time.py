@@ -60,7 +60,11 @@ class HostCauses:
         return self.by_cause_us[cause]
 
     def share(self, cause: int) -> float | None:
-        return self.by_cause_us[cause] / self.host_idle_us if self.host_idle_us > 0 else None
+        return self.share_of(self.by_cause_us[cause])
+
+    def share_of(self, us: float) -> float | None:
+        """A part's share of the host-caused idle (a cause's, a named range's, an operator's)."""
+        return us / self.host_idle_us if self.host_idle_us > 0 else None
 
     @property
     def largest(self) -> int | None:

@@ -87,6 +87,16 @@ class RankWaits:
     def wait_share(self) -> float | None:
         return self.wait_us / self.comm_us if self.comm_us > 0 else None
 
+    @property
+    def most_waited_for(self) -> tuple[int, float] | None:
+        """The rank it waited for longest, and how long (ties: the first met)."""
+        return max(self.waited_for_us.items(), key=lambda kv: kv[1]) if self.waited_for_us else None
+
+    @property
+    def most_waited_at(self) -> tuple[tuple[int, int], float] | None:
+        """The (microbatch, op index) it waited at longest, and how long (ties: the first met)."""
+        return max(self.by_op_us.items(), key=lambda kv: kv[1]) if self.by_op_us else None
+
 
 @dataclass(frozen=True)
 class GroupWaits:

@@ -182,8 +182,9 @@ def wait_lines(view: CrossRank, layers: int | None = None) -> list[str]:
     waiting = [r for r in w.ranks.values() if r.wait_us > 0 and r.waited_for_us]
     shown = sorted(sorted(waiting, key=lambda x: (-x.wait_us, x.rank))[:MAX_WAIT_LINES], key=lambda x: x.rank)
     for r in shown:
-        peer, us = max(r.waited_for_us.items(), key=lambda kv: kv[1])
-        (ub, k), at = max(r.by_op_us.items(), key=lambda kv: kv[1])
+        top, top_at = r.most_waited_for, r.most_waited_at
+        assert top is not None and top_at is not None  # a wait is counted under both
+        (peer, us), ((ub, k), at) = top, top_at
         share = f" ({_share(r.wait_share)} of its comm time)" if r.wait_share is not None else ""
         n_others = len(r.waited_for_us) - 1
         whom = f"for rank {peer}"

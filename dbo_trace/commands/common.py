@@ -53,10 +53,10 @@ def check_regexes(patterns: tuple[str, ...]) -> None:
 
 def terminal_width() -> int:
     """The columns the commands' own lines fit (doctor, top, archive): the terminal's, at least 80;
-    piped, $COLUMNS, else 80."""
-    import shutil
+    piped, $COLUMNS, else 80 (the report's and compare's default to 100 piped: render.layout)."""
+    from dbo_trace.render.layout import terminal_width as width
 
-    return max(80, shutil.get_terminal_size((80, 24)).columns)
+    return width(piped=80)
 
 
 def color(output: Path | None) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 from dataclasses import asdict
 from typing import Any, Callable
 
@@ -12,7 +11,7 @@ from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
-from dbo_trace.render.layout import Column, strip_trailing, table, wrap
+from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
@@ -45,21 +44,6 @@ def _spread_cell(a: Arm) -> str:
     if a.step_median_us is None:
         return "-"
     return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f}) ms"
-
-
-HEADER = [
-    "arm",
-    "steps of",
-    "steps",
-    "step time (mean ± sd)",
-    "step median (p90, max)",
-    "vs first",
-    "round trips/layer",
-    "per round trip",
-    "comm hidden",
-    "graph-replayed kernels",
-    "verdict",
-]
 
 
 def noise_line(arms: list[Arm]) -> str:
@@ -125,6 +109,7 @@ COLUMNS = [
     Column("graph-replayed kernels", keep=6),
     Column("verdict", right=False),
 ]
+HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
 
 
 def render_terminal(arms: list[Arm], color: bool = False, width: int | None = None) -> str:
@@ -132,7 +117,7 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
     from rich.console import Console
     from rich.text import Text
 
-    width = width or max(80, shutil.get_terminal_size((100, 24)).columns)
+    width = width or terminal_width()
     rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
     shown = list(range(len(COLUMNS)))
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"

@@ -740,13 +740,13 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
         return None
 
     def share(us: float) -> float | None:
-        return _r(us / c.host_idle_us, 4) if c.host_idle_us > 0 else None
+        return _r(c.share_of(us), 4)
 
     top = c.top
     largest = c.largest
     return HostCausesBlock(
         host_idle_us=_r(c.host_idle_us),
-        causes={key: Share(us=_r(c.by_cause_us[k]), share=share(c.by_cause_us[k])) for k, key in enumerate(CAUSES)},
+        causes={key: Share(us=_r(c.us(k)), share=_r(c.share(k), 4)) for k, key in enumerate(CAUSES)},
         launch_calls=c.launch_calls,
         sync_calls=c.sync_calls,
         named=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.named],
@@ -808,9 +808,7 @@ def step_causes_block(c: HostCauses | None) -> StepCauses | None:
         host_idle_us=_r(c.host_idle_us),
         causes_us={key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
         launch_calls=c.launch_calls,
-        top=None
-        if top is None
-        else NamedShare(name=top[0], us=_r(top[1]), share=_r(top[1] / c.host_idle_us, 4) if c.host_idle_us > 0 else None),
+        top=None if top is None else NamedShare(name=top[0], us=_r(top[1]), share=_r(c.share_of(top[1]), 4)),
     )
 
 
@@ -880,8 +878,7 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
 
 
 def peer_wait_block(r: RankWaits, view: CrossRank) -> PeerWait:
-    top = max(r.waited_for_us.items(), key=lambda kv: kv[1]) if r.waited_for_us else None
-    mostly = max(r.by_op_us.items(), key=lambda kv: kv[1]) if r.by_op_us else None
+    top, mostly = r.most_waited_for, r.most_waited_at
     return PeerWait(
         wait_us=_r(r.wait_us),
         wait_share=_r(r.wait_share, 4),

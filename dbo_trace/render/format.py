@@ -183,6 +183,11 @@ def host_cause_lines(d: ReportDocument) -> list[str]:
     return [line for line in lines if line is not None] or ([run.line] if run is not None and run.line else [])
 
 
+def all_notes(d: ReportDocument) -> list[str]:
+    """Every rank's notes and the warnings, each once, in order (what every text renderer lists)."""
+    return list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
+
+
 def time_line(rank: RankBlock) -> str:
     """Where one rank's window went, bucket by bucket (they add up to the window)."""
     t, w = rank.time, rank.time.window_us or 0.0

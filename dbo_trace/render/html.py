@@ -17,6 +17,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    all_notes,
     cross_rank_lines,
     figure_table,
     headline,
@@ -133,9 +134,8 @@ class HtmlRenderer:
         views = _views(report)
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
-        step_rows, attrs, seen = [], [], dict.fromkeys((s.rank for s in d.steps), 0)
+        step_rows, attrs = [], []
         for s in d.steps:
-            position, seen[s.rank] = seen[s.rank], seen[s.rank] + 1
             step_rows.append(
                 [
                     str(s.rank),
@@ -149,7 +149,7 @@ class HtmlRenderer:
                     s.verdict.label,
                 ]
             )
-            i = index.get((s.rank, position))
+            i = index.get((s.rank, s.number - 1))  # number: the step's place in its rank, from 1
             attrs.append(f' class="pick" data-view="{i}"' if i is not None else "")
         rt = d.round_trips
         rt_html = (
@@ -162,7 +162,7 @@ class HtmlRenderer:
         reasons = "".join(
             f"<li>{html_text(r)}</li>" for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d))]
         )
-        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
+        notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),

@@ -6,6 +6,7 @@ and no line ends in a space."""
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 from dataclasses import dataclass
 
@@ -17,6 +18,11 @@ NEVER = 1_000  # Column.keep for a column that is never dropped
 WRAP_KEEP = 5  # columns kept less than this go before a text column wraps (rows stay one line)
 _GLUE = "\xa0"  # holds a number to its unit through textwrap (which breaks only at ASCII whitespace)
 _UNIT = re.compile(r"(?<=\d) (?=(?:ms|us|s)\b)|(?<=±) | (?=±)")
+
+
+def terminal_width(piped: int = 100) -> int:
+    """The columns a terminal output fits: the terminal's, at least 80; piped, $COLUMNS, else `piped`."""
+    return max(80, shutil.get_terminal_size((piped, 24)).columns)
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:

@@ -11,6 +11,7 @@ from dbo_trace.render.format import (
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    all_notes,
     cross_rank_lines,
     figure_table,
     headline,
@@ -125,7 +126,7 @@ class MarkdownRenderer:
         out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d))
         out += ["", "</details>", ""]
         out += summary_markdown(d)
-        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))
+        notes = all_notes(d)
         if notes:
             out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(

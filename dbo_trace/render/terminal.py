@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -21,6 +20,7 @@ from dbo_trace.render.format import (
     RANK_LINES,
     ROUND_TRIP_HEADER,
     SPREAD_HEADER,
+    all_notes,
     cpu_range_cells,
     cross_rank_lines,
     headline,
@@ -37,7 +37,7 @@ from dbo_trace.render.format import (
     tri,
     us,
 )
-from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, wrap
+from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import terminal_document
 
 _STYLE = {
@@ -180,7 +180,7 @@ class TerminalRenderer:
         """From the document alone: what `report` shows of a review archive's report.json."""
         d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
-        width = options.width or max(80, shutil.get_terminal_size((100, 24)).columns)
+        width = options.width or terminal_width()
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
@@ -274,7 +274,7 @@ class TerminalRenderer:
             )
         _summaries(out, d, width)
         out.paragraph(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}")
-        notes = list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))  # a note of every rank once
+        notes = all_notes(d)
         for note in notes[:MAX_LIST_LINES]:
             out.paragraph(note, "note: ", "yellow")
         out.more(len(notes) - MAX_LIST_LINES, " notes")
