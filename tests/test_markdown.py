@@ -88,3 +88,15 @@ def test_comm_operations_are_folded(markdown):
     _, text, _ = markdown
     if "comm operations" in text:
         assert re.search(r"<details><summary>Rank \d+ comm operations", text)
+
+
+def test_the_phase_tables_top_host_cause_is_inline_code_not_escaped_backticks():
+    """Before: the cause's name, already inline code, was escaped again by the table writer, so a
+    comment showed \\`vllm::moe_forward (CPU op)\\` 32% with its backslashes. Parsed, the cell is
+    now a code span holding the name, then the share."""
+    text = run_cli("report", "--markdown", str(SAMPLES / "vllm-eager-decode")).stdout
+    cells = [t for t in parse(text) if t.type == "inline" and "moe_forward" in t.content and t.content.endswith("%")]
+    assert cells, text
+    children = cells[0].children
+    assert [c.type for c in children][:2] == ["code_inline", "text"], [(c.type, c.content) for c in children]
+    assert children[0].content == "vllm::moe_forward (CPU op)" and children[1].content.strip().endswith("%")

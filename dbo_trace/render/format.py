@@ -150,6 +150,12 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
     """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
     label = ph.verdict.label or "/".join(dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
     top = ph.host_causes.top if ph.host_causes is not None else None
+    cause = "-"
+    if top is not None:
+        name_cell = escape(cut(top.name, name_width))
+        cause = f"{name_cell} {pct(top.share)}"
+        if isinstance(name_cell, Markdown):  # already safe Markdown (the share is digits and %): not escaped again
+            cause = Markdown(cause)
     return [
         name,
         str(ph.steps),
@@ -159,7 +165,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
         pct(ph.comm_hidden_fraction),
         pct(ph.replayed_kernel_fraction),
         # The largest thing the host did while the GPU waited, and its share of that idle time.
-        "-" if top is None else f"{escape(cut(top.name, name_width))} {pct(top.share)}",
+        cause,
         label,
     ]
 
