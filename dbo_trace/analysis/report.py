@@ -9,13 +9,13 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
-from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
+from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import difference, union
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -32,6 +32,7 @@ from dbo_trace.analysis.metrics import (
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
+from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import (
@@ -77,6 +78,13 @@ class StepReport:
     generation_tokens: int | None = None
     captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
     host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
+    period_us: float = 0.0  # its share of the wall clock: to the next step's start, less time in no step (stalls.py)
+    stall: Stall | None = None  # why it is not steady state (compile, capture, outlier); None: steady
+
+    @property
+    def step_us(self) -> float:
+        """The step's time: its period (windows overlap where the GPU runs behind the CPU)."""
+        return self.period_us
 
     @property
     def replayed(self) -> bool:
@@ -98,7 +106,8 @@ class PhaseReport:
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
-    step_spread: Spread | None = None  # its steps' times: median, p90, p99, max
+    step_spread: Spread | None = None  # its steps' periods: median, p90, p99, max (stalls included)
+    stalls: int = 0  # its steps that are stalls: its figures and verdict are over the others (where any)
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,8 @@ class RankReport:
     window: TimeBuckets  # the profiled window by bucket
     in_steps: TimeBuckets  # the union of the step windows by bucket
     host_test: HostTest
+    steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
+    behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
@@ -246,6 +257,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         causes=whole.causes,
         graph_api=api,
     )
+    late = behind(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    verdict = with_stall_line(verdict, [(None, n + 1, s) for n, s in enumerate(steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -260,6 +273,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         window=whole.window,
         in_steps=whole.in_steps,
         host_test=whole.host_test,
+        steady=whole.steady,
+        behind=late,
         phases=phases,
         steps_inferred=d.attribution.steps.inferred,
         contention=cost,
@@ -272,7 +287,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed) if d.microbatched else [],
-        notes=list(d.attribution.notes) + tl.warnings,
+        notes=list(d.attribution.notes) + ([late.text] if late is not None else []) + tl.warnings,
         capture=capture if capture.found else None,
         detail=d,
     )
@@ -407,7 +422,29 @@ def step_reports(d: RankDetail, capture: Capture) -> list[StepReport]:
                 host_causes=causes,
             )
         )
-    return steps
+    return with_stalls(d, steps)
+
+
+def with_stalls(d: RankDetail, steps: list[StepReport]) -> list[StepReport]:
+    """The steps with their periods and stalls (analysis/stalls.py): compile/JIT ranges and graph
+    captures inside a step's period, and periods that are outliers against their phase."""
+    if not steps:
+        return steps
+    tl = d.timeline
+    lo = np.array([s.start_us for s in steps])
+    hi = np.array([s.end_us for s in steps])
+    periods = step_periods(lo, hi)
+    jit = compile_ranges(tl.names, tl.cpu.name)
+    c_start, c_end = tl.cpu.start[jit], tl.cpu.end[jit]
+    w_start, w_end, _lanes = capture_windows(tl.calls.start, tl.calls.end, tl.calls.lane, d.call_kind)
+    stalls = find_stalls(
+        period_us=periods,
+        phase=[s.phase for s in steps],
+        compile_us=in_periods(lo, hi, c_start, c_end),
+        capture_us=in_periods(lo, hi, w_start, w_end),
+        compile_names=top_compile_names(lo, hi, c_start, c_end, tl.cpu.name[jit], tl.names),
+    )
+    return [replace(s, period_us=float(p), stall=st) for s, p, st in zip(steps, periods.tolist(), stalls)]
 
 
 @dataclass(frozen=True)
@@ -420,6 +457,7 @@ class WholeWindow:
     host_test: HostTest
     causes: HostCauses  # over what the host test measured
     causes_window: HostCauses
+    steady: TimeBuckets  # what the host test measured: the steady steps' union, or the window less the stalls'
 
 
 def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
@@ -431,17 +469,33 @@ def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
     window = TimeBuckets.from_row(hi - lo, part.measure(*whole)[0])
     reported = np.array([s.index for s in steps], np.int64)
     steps_union = union(d.step_start_us[reported], d.step_end_us[reported]) if len(reported) else (np.empty(0), np.empty(0))
-    in_steps = TimeBuckets.from_row(
-        float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
-    )
-    host_test = host_test_of(d.attribution.steps.inferred, window, in_steps)
+    in_steps = _buckets_over(part, steps_union)
+    # The host test and its causes over the steady state: the stalls' windows left out
+    stalled = [s for s in steps if s.stall is not None]
+    steady_steps = [s for s in steps if s.stall is None] or steps
+    if d.attribution.steps.inferred or in_steps.window_us <= 0:
+        stall_union = union(np.array([s.start_us for s in stalled]), np.array([s.end_us for s in stalled]))
+        region = difference(whole, stall_union) if stalled else whole
+        steady_window = _buckets_over(part, region)
+        steady = steady_window
+    else:
+        region = union(np.array([s.start_us for s in steady_steps]), np.array([s.end_us for s in steady_steps]))
+        steady = _buckets_over(part, region)
+        steady_window = window
+    host_test = host_test_of(d.attribution.steps.inferred, steady_window, steady)
     causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
-        if host_test.basis == HOST_BASIS_WINDOW
-        else d.host_pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
+        if not stalled and host_test.basis == HOST_BASIS_WINDOW
+        else d.host_pieces.causes_in_union(region[0], region[1], steady.host_idle_us)
     )
-    return WholeWindow(total, window, in_steps, host_test, causes, causes_window)
+    return WholeWindow(total, window, in_steps, host_test, causes, causes_window, steady)
+
+
+def _buckets_over(part: Partition, region: tuple[np.ndarray, np.ndarray]) -> TimeBuckets:
+    """The buckets over a union of windows (disjoint, sorted, or any: they are merged)."""
+    u = union(*region) if len(region[0]) else region
+    return TimeBuckets.from_row(float((u[1] - u[0]).sum()), part.measure_union(*u) if len(u[0]) else np.zeros(5))
 
 
 def held_summary(d: RankDetail) -> HeldSummary | None:
@@ -563,19 +617,23 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> PhaseReport:
+    """A phase's figures and verdict over its steady steps (all of them where every one stalled);
+    its step-time spread over all its steps' periods, stalls included."""
     att = d.attribution
-    idx = np.array([s.index for s in steps], np.int64)
-    windows = (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    steady = [s for s in steps if s.stall is None] or steps
+    idx = np.array([s.index for s in steady], np.int64)
+    windows = (np.array([s.start_us for s in steady]), np.array([s.end_us for s in steady]))
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
         steps=len(steps),
-        median_step_us=float(np.median([s.wall_us for s in steps])),
+        median_step_us=float(np.median([s.period_us for s in steady])),
         metrics=m,
         verdict=decide(m, microbatched=d.microbatched, causes=causes),
         host_causes=causes,
-        step_spread=spread([s.wall_us for s in steps]),
+        step_spread=spread([s.period_us for s in steps]),
+        stalls=sum(s.stall is not None for s in steps),
     )
 
 
@@ -635,33 +693,43 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
     # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
     every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
-    host = ranks[0].host_test if len(ranks) == 1 else host_test_of(not every_in_steps, window, in_steps)
+    steady = [r.steady or (r.in_steps if r.host_test.basis == HOST_BASIS_IN_STEPS else r.window) for r in ranks]
+    if not every_in_steps:  # a rank's steady window where its test measured one, else its window
+        steady = [s if r.host_test.basis == HOST_BASIS_WINDOW else r.window for s, r in zip(steady, ranks)]
+    steady_sum = TimeBuckets(*(sum(getattr(s, f.name) for s in steady) for f in fields(TimeBuckets)))
+    host = (
+        ranks[0].host_test
+        if len(ranks) == 1
+        else host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
+    )
     microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
     view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
+    verdict = with_capture(
+        decide(
+            total,
+            rt,
+            any(r.profile_all_threads for r in ranks),
+            host=host,
+            microbatched=microbatched,
+            findings=findings(
+                window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
+            ),
+            causes=causes,
+            graph_api=_ranks_graph_api(ranks),
+        ),
+        _summed_capture([r.capture for r in ranks]),
+        window.host_idle_us,
+    )
+    numbered = [(r.rank if len(ranks) > 1 else None, n + 1, s) for r in ranks for n, s in enumerate(r.steps)]
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=with_capture(
-            decide(
-                total,
-                rt,
-                any(r.profile_all_threads for r in ranks),
-                host=host,
-                microbatched=microbatched,
-                findings=findings(
-                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
-                ),
-                causes=causes,
-                graph_api=_ranks_graph_api(ranks),
-            ),
-            _summed_capture([r.capture for r in ranks]),
-            window.host_idle_us,
-        ),
+        verdict=with_stall_line(verdict, numbered),
         options=options,
         window=window,
         warnings=warnings + [w for w in _input_warnings(ranks) if w not in warnings],
@@ -669,6 +737,42 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         host_causes=causes,
         host_test=host,
     )
+
+
+STALLS_NAMED = 3  # stalls named in the line; the rest counted
+
+
+def stall_line(numbered: list[tuple[int | None, int, StepReport]]) -> str | None:
+    """The stalls in one line (numbered: (rank or None, the step's row number, the step)): how many,
+    what they cost beyond their phases' steady medians, and each of the largest with its cause."""
+    stalled = [(r, n, s) for r, n, s in numbered if s.stall is not None]
+    if not stalled:
+        return None
+    extra = sum(max(s.stall.extra_us or 0.0, 0.0) for _r, _n, s in stalled if s.stall is not None)
+    stalled.sort(key=lambda x: -x[2].period_us)
+    parts = []
+    for rank, number, step in stalled[:STALLS_NAMED]:
+        st = step.stall
+        assert st is not None
+        where = f"rank {rank} step {number}" if rank is not None else f"step {number}"
+        cost = f", +{st.extra_us / 1000:.2f} ms" if st.extra_us is not None and st.extra_us > 0 else ""
+        host = host_cause_text(step.host_causes) if st.cause == OUTLIER else None
+        parts.append(
+            f"{where} ({step.phase or 'step'}, {step.period_us / 1000:.2f} ms{cost}): {st.text}"
+            + (f", GPU idle for the host: {host}" if host else "")
+        )
+    more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
+    steps = len(numbered)
+    return (
+        f"stalls, left out of the verdict: {len(stalled)} of {steps} {'step' if steps == 1 else 'steps'} "
+        f"({extra / 1000:.2f} ms beyond their phases' steady medians): " + "; ".join(parts) + more
+    )
+
+
+def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, int, StepReport]]) -> Verdict:
+    """The verdict with the stalls' line first among its reasons (its figures are the steady state's)."""
+    line = stall_line(numbered)
+    return verdict if line is None else replace(verdict, reasons=[line] + list(verdict.reasons))
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:
@@ -832,12 +936,14 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
     out = []
     for name in dict.fromkeys(p.phase for r in ranks for p in r.phases):
         parts = [p for r in ranks for p in r.phases if p.phase == name]
-        walls = [s.wall_us for r in ranks for s in r.steps if s.phase == name]
+        walls = [s.period_us for r in ranks for s in r.steps if s.phase == name]
+        steady = [s.period_us for r in ranks for s in r.steps if s.phase == name and s.stall is None] or walls
         out.append(
             PhaseReport(
                 phase=name,
                 steps=sum(p.steps for p in parts),
-                median_step_us=float(np.median(walls)),
+                stalls=sum(p.stalls for p in parts),
+                median_step_us=float(np.median(steady)),
                 metrics=sum_metrics([p.metrics for p in parts]),
                 verdict=None,
                 per_rank=[p.verdict.label for p in parts if p.verdict is not None],

@@ -25,6 +25,7 @@ from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -32,9 +33,10 @@ from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
-# (the rank's microbatch_source and steps_source hold them)
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
+# (the rank's microbatch_source and steps_source hold them). 5: a step's step_us is its period (its
+# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -57,6 +59,7 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
+StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
 QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
 
 
@@ -282,6 +285,7 @@ class PhaseBlock(Struct):
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
     verdict: PhaseVerdict
+    stalls: Count = 0  # version 5: its steps that stalled; its figures and verdict are over the others
 
 
 class StepBlock(Struct):
@@ -303,6 +307,35 @@ class StepBlock(Struct):
     host: Host
     graphs: Graphs
     host_causes: StepCauses | None
+    window_us: float | None = None  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
+    stall: StallBlock | None = None  # version 5: why it is not steady state; null: steady
+
+
+class StallBlock(Struct):
+    """A step left out of the verdicts (docs/analysis.md, "Steady state and stalls")."""
+
+    cause: StallCause
+    extra_us: float | None  # its period less its phase's steady median (null: no steady step in the phase)
+    compile_us: float
+    capture_us: float
+    compile_ranges: list[NameUs]
+    phase_median_us: float | None
+    text: str
+
+
+class NameUs(Struct):
+    name: str
+    us: float
+
+
+class BehindBlock(Struct):
+    """Step windows that overlap: the GPU runs behind the CPU (docs/analysis.md, "Step time")."""
+
+    steps: Count
+    overlapping: Count
+    windows_us: float
+    wall_us: float
+    median_overlap_us: float
 
 
 class RoundTripsBlock(Struct):
@@ -498,6 +531,8 @@ class RankBlock(Struct):
     attribution: Attribution
     notes: list[str]
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
+    time_steady: TimeBlock | None = None  # version 5: what the host test measured (the steady state)
+    behind: BehindBlock | None = None  # version 5: the step windows overlap (the GPU runs behind the CPU)
 
 
 class OptionsBlock(Struct):
@@ -850,6 +885,7 @@ def phase_block(p: PhaseReport) -> PhaseBlock:
             else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
         ),
         verdict=phase_verdict_block(p),
+        stalls=p.stalls,
     )
 
 
@@ -864,7 +900,7 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
         context_tokens=step.context_tokens,
         generation_tokens=step.generation_tokens,
         start_us=_r(step.start_us),
-        step_us=_r(step.wall_us),
+        step_us=_r(step.period_us),
         comm_ops=step.comm_ops,
         replayed=step.replayed,
         captured_launches=step.captured_launches,
@@ -874,6 +910,34 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
         host=figures_of(Host, m),
         graphs=figures_of(Graphs, m),
         host_causes=step_causes_block(step.host_causes),
+        window_us=_r(step.wall_us),
+        stall=stall_block(step.stall),
+    )
+
+
+def stall_block(st: Stall | None) -> StallBlock | None:
+    if st is None:
+        return None
+    return StallBlock(
+        cause=cast(StallCause, st.cause),
+        extra_us=_r(st.extra_us),
+        compile_us=_r(st.compile_us) or 0.0,
+        capture_us=_r(st.capture_us) or 0.0,
+        compile_ranges=[NameUs(name=n, us=_r(u) or 0.0) for n, u in st.compile_ranges],
+        phase_median_us=_r(st.phase_median_us),
+        text=st.text,
+    )
+
+
+def behind_block(b: Behind | None) -> BehindBlock | None:
+    if b is None:
+        return None
+    return BehindBlock(
+        steps=b.steps,
+        overlapping=b.overlapping,
+        windows_us=_r(b.windows_us) or 0.0,
+        wall_us=_r(b.wall_us) or 0.0,
+        median_overlap_us=_r(b.median_overlap_us) or 0.0,
     )
 
 
@@ -937,6 +1001,8 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
+        time_steady=None if r.steady is None else time_block(r.steady),
+        behind=behind_block(r.behind),
     )
 
 

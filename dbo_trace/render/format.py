@@ -158,7 +158,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
             cause = Markdown(cause)
     return [
         name,
-        str(ph.steps),
+        str(ph.steps) if not ph.stalls else f"{ph.steps} ({ph.stalls} stalled)",
         ms(ph.median_step_us),
         pct(ph.gpu_utilization),
         pct(ph.host_idle_fraction),
@@ -328,6 +328,23 @@ def operation_cells(op: CommOperation) -> list[str]:
         ms(op.median_exposed_us),
         "-" if op.reason is None else REASON_SHORT[op.reason],
     ]
+
+
+WINDOW_SHOWN = 0.05  # a step's window is shown beside its period where they differ by this share
+
+
+def step_time_cell(step: StepBlock) -> str:
+    """A step's time: its period; its window beside it where the two differ (the GPU ran behind)."""
+    w, p = step.window_us, step.step_us
+    if w is None or p is None or abs(w - p) <= WINDOW_SHOWN * max(p, 1e-9):
+        return ms(p)
+    return f"{ms(p)} (window {w / 1000:.2f})"
+
+
+def step_verdict_cell(step: StepBlock) -> str:
+    """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
+    label = step.verdict.label or "-"
+    return label if step.stall is None else f"{label}; stall: {step.stall.cause}"
 
 
 def step_number_cell(step: StepBlock) -> str:

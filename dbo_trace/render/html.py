@@ -29,6 +29,8 @@ from dbo_trace.render.format import (
     rank_cells,
     round_trip_cells,
     step_number_cell,
+    step_time_cell,
+    step_verdict_cell,
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json
@@ -142,11 +144,11 @@ class HtmlRenderer:
                     step_number_cell(s),
                     s.label,
                     s.path or "-",
-                    ms(s.step_us),
+                    step_time_cell(s),
                     pct(s.comm.hidden_fraction),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
-                    s.verdict.label,
+                    step_verdict_cell(s),
                 ]
             )
             i = index.get((s.rank, s.number - 1))  # number: the step's place in its rank, from 1

@@ -34,6 +34,8 @@ from dbo_trace.render.format import (
     short_step_label,
     spread_cells,
     step_number_cell,
+    step_time_cell,
+    step_verdict_cell,
     tri,
     us,
 )
@@ -255,13 +257,13 @@ class TerminalRenderer:
                     step_number_cell(s),
                     short_step_label(s.label),
                     s.path or s.phase or "-",
-                    ms(s.step_us),
+                    step_time_cell(s),
                     pct(s.gpu.utilization),
                     pct(s.comm.hidden_fraction),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
                     tri(s.replayed, "yes", "no"),
-                    s.verdict.label,
+                    step_verdict_cell(s),
                 ]
                 for s in rows[:MAX_STEP_ROWS]
             ],
