@@ -35,8 +35,11 @@ def test_causes_add_up_to_the_host_idle_bucket(source):
     report = analyze_paths([path], Options())
     for r in report.ranks:
         _adds_up(r.host_causes_window, r.window.host_idle_us)
-        basis = r.in_steps if r.host_test.basis.startswith("in-step") else r.window
-        _adds_up(r.host_causes, basis.host_idle_us)
+        # over what the host test measured: the steady state (the stalls' windows left out)
+        _adds_up(r.host_causes, r.steady.host_idle_us)
+        if not any(s.stall for s in r.steps):
+            basis = r.in_steps if r.host_test.basis.startswith("in-step") else r.window
+            assert r.steady.host_idle_us == pytest.approx(basis.host_idle_us, abs=1e-6)
         for s in r.steps:
             _adds_up(s.host_causes, s.metrics.host_idle_us)
         for p in r.phases:

@@ -33,7 +33,7 @@ COMPILE_RANGE = re.compile(
 COMPILE_MIN_US = 1000.0  # a step holds compile work when it has at least this much of it ...
 COMPILE_MIN_SHARE = 0.05  # ... and at least this share of its period
 OUTLIER_MADS = 3.5  # a period beyond the phase median + this many scaled MADs ...
-OUTLIER_RATIO = 1.5  # ... and beyond this multiple of the median is an outlier
+OUTLIER_RATIO = 2.0  # ... and beyond twice the median is an outlier
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normal data
 MIN_OUTLIER_STEPS = 4  # fewer steps in a phase: no outlier test (a median of 3 says little)
 
