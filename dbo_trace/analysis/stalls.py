@@ -163,15 +163,15 @@ def find_stalls(
         if k is None:
             out.append(None)
             continue
-        med = medians[phase[i]]
+        base = medians[phase[i]]
         out.append(
             Stall(
                 cause=k,
-                extra_us=None if med is None else float(period_us[i] - med),
+                extra_us=None if base is None else float(period_us[i] - base),
                 compile_us=float(compile_us[i]),
                 capture_us=float(capture_us[i]),
                 compile_ranges=compile_names[i],
-                phase_median_us=med,
+                phase_median_us=base,
             )
         )
     return out

@@ -7,29 +7,29 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
+from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
-# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 3
+# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
+# 4: step times are periods, steady steps, ranks averaged per step, the change's rank-based interval and call
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 4
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
     rows = []
     for a in arms:
-        change = "baseline" if a.change is None else f"{100 * a.change:+.1f}%" + (" (noise)" if a.within_noise else "")
         rows.append(
             [
                 a.label,
                 a.phase,
-                str(a.steps),
-                f"{ms(a.step_mean_us)} ± {ms(a.step_std_us)}",
+                _steps_cell(a),
                 _spread_cell(a),
-                change,
+                ms(a.window_median_us) if _window_differs(a) else "-",
+                _change_cell(a),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
                 pct(a.comm_hidden_fraction),
@@ -40,31 +40,65 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
     return rows
 
 
+def _steps_cell(a: Arm) -> str:
+    text = str(a.steps) + (f" (+{a.stalls} stalled)" if a.stalls else "")
+    return text + (f", {a.ranks} ranks" if a.ranks > 1 else "")
+
+
+def _window_differs(a: Arm) -> bool:
+    w, p = a.window_median_us, a.step_median_us
+    return w is not None and p is not None and abs(w - p) > 0.05 * p
+
+
+def _change_cell(a: Arm) -> str:
+    if a.call is None:
+        return "baseline"
+    if a.call == TOO_FEW:
+        return "too few steps"
+    if a.change is None:
+        return "-"
+    text = f"{100 * a.change:+.1f}%"
+    if a.change_low is not None and a.change_high is not None:
+        text += f" [{100 * a.change_low:+.1f}, {100 * a.change_high:+.1f}]"
+    if a.per_token:
+        text += " per token"
+    return text + (" (noise)" if a.call == WITHIN else "")
+
+
 def _spread_cell(a: Arm) -> str:
     if a.step_median_us is None:
         return "-"
-    return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f}) ms"
+    return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f})"
 
 
 def noise_line(arms: list[Arm]) -> str:
-    first = arms[0]
-    whole = [a for a in arms if a.phase == first.phase]
-    noise = [a.label for a in whole[1:] if a.within_noise]
-    real = [a.label for a in whole[1:] if not a.within_noise]
+    """Per phase, which arms changed beyond noise against the first, with the pairs behind it."""
     parts = []
-    if real:
-        parts.append(f"beyond noise against {first.label}: {', '.join(real)}")
-    if noise:
-        parts.append(f"within noise (< {NOISE_SE:.0f} standard errors): {', '.join(noise)}")
-    for phase in dict.fromkeys(a.phase for a in arms if a.phase != first.phase):
+    for phase in dict.fromkeys(a.phase for a in arms):
         rows = [a for a in arms if a.phase == phase]
-        verdicts = ", ".join(f"{a.label} {_change(a)}" for a in rows[1:])
-        parts.append(f"{phase} steps: {verdicts}")
-    return "; ".join(parts) + "."
+        said = [_said(a) for a in rows[1:]]
+        parts.append(f"{'all steps' if phase == ALL_STEPS else phase + ' steps'} against {rows[0].label}: " + ", ".join(said))
+    return (
+        "; ".join(parts)
+        + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its rank-based 95% "
+        f"interval excludes none and each arm has at least {MIN_STEPS} steps."
+    )
 
 
-def _change(arm: Arm) -> str:
-    return "within noise" if arm.within_noise else f"{100 * (arm.change or 0.0):+.1f}%"
+def _said(a: Arm) -> str:
+    n = a.compared_steps
+    steps = f"{n[0]} and {n[1]} steps" if n else ""
+    how = ", ".join(x for x in (steps, "paired by shape" if a.paired_by_shape else "", "per token" if a.per_token else "") if x)
+    if a.call == TOO_FEW:
+        return f"{a.label} too few steps to tell ({how}; at least {MIN_STEPS} each)"
+    change = f"{100 * (a.change or 0.0):+.1f}%"
+    if a.compared_medians_us is not None:
+        unit = "us per token" if a.per_token else "ms"
+        scale = 1.0 if a.per_token else 1000.0
+        lo, hi = (x / scale for x in a.compared_medians_us)
+        how = f"medians {lo:.2f} and {hi:.2f} {unit}, " + how
+    slower = f", slower in {100 * a.slower_pairs:.0f}% of step pairs" if a.slower_pairs is not None else ""
+    return f"{a.label} {change} {a.call} ({how}{slower})"
 
 
 def render_markdown(arms: list[Arm]) -> str:
@@ -82,13 +116,16 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_SAMPLES = ("samples_us", "sample_tokens")  # the statistic's input, not figures
+
+
 def render_json(arms: list[Arm]) -> str:
     return json_text(
         {
             "schema": COMPARE_SCHEMA,
             "schema_version": COMPARE_VERSION,
             "dbo_trace_version": __version__,
-            "arms": [_rounded(asdict(a)) for a in arms],
+            "arms": [_rounded({k: v for k, v in asdict(a).items() if k not in _SAMPLES}) for a in arms],
             "noise": noise_line(arms),
         }
     )
@@ -99,14 +136,14 @@ def render_json(arms: list[Arm]) -> str:
 COLUMNS = [
     Column("arm", right=False, wrap=True),
     Column("steps of", right=False),
-    Column("steps", keep=2),
-    Column("step time (mean ± sd)"),
-    Column("step median (p90, max)", keep=5),
-    Column("vs first", right=False),
+    Column("steps", keep=6),
+    Column("step period ms: median (p90, max)"),
+    Column("window median", keep=1),
+    Column("vs first [95% interval]", right=False),
     Column("round trips/layer", keep=3),
     Column("per round trip", keep=4),
     Column("comm hidden", keep=7),
-    Column("graph-replayed kernels", keep=6),
+    Column("graph-replayed kernels", keep=2),
     Column("verdict", right=False),
 ]
 HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns

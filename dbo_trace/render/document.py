@@ -285,7 +285,7 @@ class PhaseBlock(Struct):
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
     verdict: PhaseVerdict
-    stalls: Count = 0  # version 5: its steps that stalled; its figures and verdict are over the others
+    stalls: Count | UnsetType = UNSET  # version 5: its steps that stalled; its figures and verdict are over the others
 
 
 class StepBlock(Struct):
@@ -307,8 +307,8 @@ class StepBlock(Struct):
     host: Host
     graphs: Graphs
     host_causes: StepCauses | None
-    window_us: float | None = None  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
-    stall: StallBlock | None = None  # version 5: why it is not steady state; null: steady
+    window_us: float | None | UnsetType = UNSET  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
+    stall: StallBlock | None | UnsetType = UNSET  # version 5: why it is not steady state; null: steady
 
 
 class StallBlock(Struct):
@@ -531,8 +531,8 @@ class RankBlock(Struct):
     attribution: Attribution
     notes: list[str]
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
-    time_steady: TimeBlock | None = None  # version 5: what the host test measured (the steady state)
-    behind: BehindBlock | None = None  # version 5: the step windows overlap (the GPU runs behind the CPU)
+    time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
+    behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
 
 
 class OptionsBlock(Struct):

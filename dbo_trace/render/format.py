@@ -15,6 +15,7 @@ from dbo_trace.render.document import (
     RankBlock,
     ReportDocument,
     RoundTripsBlock,
+    StallBlock,
     StepBlock,
     VerdictBlock,
     figure_rows,
@@ -158,7 +159,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
             cause = Markdown(cause)
     return [
         name,
-        str(ph.steps) if not ph.stalls else f"{ph.steps} ({ph.stalls} stalled)",
+        f"{ph.steps} ({ph.stalls} stalled)" if isinstance(ph.stalls, int) and ph.stalls else str(ph.steps),
         ms(ph.median_step_us),
         pct(ph.gpu_utilization),
         pct(ph.host_idle_fraction),
@@ -336,7 +337,7 @@ WINDOW_SHOWN = 0.05  # a step's window is shown beside its period where they dif
 def step_time_cell(step: StepBlock) -> str:
     """A step's time: its period; its window beside it where the two differ (the GPU ran behind)."""
     w, p = step.window_us, step.step_us
-    if w is None or p is None or abs(w - p) <= WINDOW_SHOWN * max(p, 1e-9):
+    if not isinstance(w, float) or p is None or abs(w - p) <= WINDOW_SHOWN * max(p, 1e-9):
         return ms(p)
     return f"{ms(p)} (window {w / 1000:.2f})"
 
@@ -344,7 +345,7 @@ def step_time_cell(step: StepBlock) -> str:
 def step_verdict_cell(step: StepBlock) -> str:
     """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
     label = step.verdict.label or "-"
-    return label if step.stall is None else f"{label}; stall: {step.stall.cause}"
+    return label if not isinstance(step.stall, StallBlock) else f"{label}; stall: {step.stall.cause}"
 
 
 def step_number_cell(step: StepBlock) -> str:
