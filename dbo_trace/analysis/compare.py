@@ -156,7 +156,7 @@ def _against(arm: Arm, base: Arm) -> Arm:
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
     if a and b and all(ta) and all(tb):
-        ka, kb = [_bucket(t) for t in ta], [_bucket(t) for t in tb]
+        ka, kb = [_bucket(t or 0) for t in ta], [_bucket(t or 0) for t in tb]
         shared = set(ka) & set(kb)
         keep_a = [i for i, k in enumerate(ka) if k in shared]
         keep_b = [i for i, k in enumerate(kb) if k in shared]

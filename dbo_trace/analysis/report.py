@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
+from dbo_trace.analysis.accounting import B_COMM, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
@@ -30,6 +30,7 @@ from dbo_trace.analysis.metrics import (
     window_metrics,
 )
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
+from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
@@ -157,6 +158,7 @@ class RankReport:
     host_test: HostTest
     steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
     behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
+    launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
@@ -258,6 +260,8 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         graph_api=api,
     )
     late = behind(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    delay = rank_launch_delay(d)
+    delay_note = delay.text if delay is not None else None
     verdict = with_stall_line(verdict, [(None, n + 1, s) for n, s in enumerate(steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
@@ -275,6 +279,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         host_test=whole.host_test,
         steady=whole.steady,
         behind=late,
+        launch_delay=delay,
         phases=phases,
         steps_inferred=d.attribution.steps.inferred,
         contention=cost,
@@ -287,7 +292,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed) if d.microbatched else [],
-        notes=list(d.attribution.notes) + ([late.text] if late is not None else []) + tl.warnings,
+        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings,
         capture=capture if capture.found else None,
         detail=d,
     )
@@ -496,6 +501,21 @@ def _buckets_over(part: Partition, region: tuple[np.ndarray, np.ndarray]) -> Tim
     """The buckets over a union of windows (disjoint, sorted, or any: they are merged)."""
     u = union(*region) if len(region[0]) else region
     return TimeBuckets.from_row(float((u[1] - u[0]).sum()), part.measure_union(*u) if len(u[0]) else np.zeros(5))
+
+
+def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
+    """Launch-to-start delays and the host idle after the ending work's launch (analysis/queueing.py)."""
+    tl, att = d.timeline, d.attribution
+    li = att.gpu_launch_index
+    launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
+    host_start, host_end = d.partition.spans(B_HOST, *d.window_us)
+    return launch_delay(
+        gpu_start=tl.gpu.start,
+        launch_end=launch_end,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
+        host_start=host_start,
+        host_end=host_end,
+    )
 
 
 def held_summary(d: RankDetail) -> HeldSummary | None:

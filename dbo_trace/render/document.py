@@ -25,6 +25,7 @@ from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
@@ -338,6 +339,19 @@ class BehindBlock(Struct):
     median_overlap_us: float
 
 
+class LaunchDelayBlock(Struct):
+    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
+
+    activities: Count
+    median_us: float
+    p90_us: float
+    max_us: float
+    min_us: float
+    first_us: float
+    queued_in_host_idle_us: float
+    clock_offset_suspect: bool
+
+
 class RoundTripsBlock(Struct):
     source: str
     per_step: float | None
@@ -533,6 +547,7 @@ class RankBlock(Struct):
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
     time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
     behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
+    launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
 
 
 class OptionsBlock(Struct):
@@ -929,6 +944,21 @@ def stall_block(st: Stall | None) -> StallBlock | None:
     )
 
 
+def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
+    if x is None:
+        return None
+    return LaunchDelayBlock(
+        activities=x.activities,
+        median_us=_r(x.median_us) or 0.0,
+        p90_us=_r(x.p90_us) or 0.0,
+        max_us=_r(x.max_us) or 0.0,
+        min_us=_r(x.min_us) or 0.0,
+        first_us=_r(x.first_us) or 0.0,
+        queued_in_host_idle_us=_r(x.queued_in_host_idle_us) or 0.0,
+        clock_offset_suspect=x.clock_offset_suspect,
+    )
+
+
 def behind_block(b: Behind | None) -> BehindBlock | None:
     if b is None:
         return None
@@ -1003,6 +1033,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
+        launch_delay=launch_delay_block(r.launch_delay),
     )
 
 
