@@ -120,6 +120,10 @@ def mark_stalls(steps):
         s["stall"] = "compile" if s["compile"] >= floor else "graph capture" if s["capture"] >= floor else None
     for name in dict.fromkeys(s["phase"] for s in steps):
         rest = [s for s in steps if s["phase"] == name and not s["stall"]]
+        if len(rest) == 3:  # each against the median of the other two: ten times beyond it
+            for s in rest:
+                if s["period"] > 10 * median_of([o["period"] for o in rest if o is not s]):
+                    s["stall"] = "outlier"
         if len(rest) < 4:
             continue
         med = median_of([s["period"] for s in rest])

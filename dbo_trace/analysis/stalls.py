@@ -35,7 +35,8 @@ COMPILE_MIN_SHARE = 0.05  # ... and at least this share of its period
 OUTLIER_MADS = 3.5  # a period beyond the phase median + this many scaled MADs ...
 OUTLIER_RATIO = 2.0  # ... and beyond twice the median is an outlier
 MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normal data
-MIN_OUTLIER_STEPS = 4  # fewer steps in a phase: no outlier test (a median of 3 says little)
+MIN_OUTLIER_STEPS = 4  # fewer steps in a phase: no MAD test (a median of 3 says little) ...
+FAR_OUTLIER_RATIO = 10.0  # ... only a step this many times the median of its phase's other steps (2 or 3 of them)
 
 COMPILE, CAPTURE, OUTLIER = "compile", "graph capture", "outlier"
 
@@ -154,6 +155,11 @@ def find_stalls(
             mad = float(np.median(np.abs(x - med))) * MAD_SCALE
             for i in idx:
                 if period_us[i] > med + OUTLIER_MADS * mad and period_us[i] > OUTLIER_RATIO * med:
+                    kind[i] = OUTLIER
+        elif len(idx) >= 3:  # a few steps: each against the median of the others, far beyond it only
+            for i in idx:
+                others = float(np.median([period_us[j] for j in idx if j != i]))
+                if period_us[i] > FAR_OUTLIER_RATIO * others:
                     kind[i] = OUTLIER
         steady = [period_us[i] for i in range(n) if phase[i] == p and kind[i] is None]
         medians[p] = float(np.median(steady)) if steady else None
