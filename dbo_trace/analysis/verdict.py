@@ -53,6 +53,8 @@ class HostTest:
 
     fraction: float | None
     basis: str
+    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its sentence quotes
+    measured_us: float | None = None
 
 
 def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
@@ -60,8 +62,8 @@ def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBucket
     steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
     if steps_inferred or in_steps.window_us <= 0:
         frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HOST_BASIS_WINDOW)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
+        return HostTest(frac, HOST_BASIS_WINDOW, window.host_idle_us, window.window_us)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
 
 
 @dataclass(frozen=True)
@@ -167,16 +169,23 @@ def decide(
         label = NOT_OVERLAPPED
 
     if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
-        basis = f" ({host.basis})" if host is not None else ""
+        basis = ""
+        if host is not None:
+            measured = (
+                f"{host.host_idle_us / 1000:.2f} of {host.measured_us / 1000:.2f} ms, "
+                if host.host_idle_us is not None and host.measured_us is not None
+                else ""
+            )
+            basis = f" ({measured}{host.basis})"
         reasons.append(
-            f"GPU idle waiting for the host {pct_text(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
-            f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle; "
+            f"GPU idle waiting for the host {pct_text(host_frac)}{basis}; over the window {m.host_idle_us / 1000:.2f} ms in "
+            f"{counted(m.host_idle_gaps, 'gap')} whose next kernel was launched after the GPU went idle; "
             f"GPU busy {pct_text(m.utilization)} of the window"
         )
         if m.median_launch_us is not None and m.median_kernel_us is not None:
             medians = (
                 f"median launch call {m.median_launch_us:.1f} us against median kernel {m.median_kernel_us:.1f} us "
-                f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
+                f"({counted(m.launches, 'launch')} in all, {m.launch_us / 1000:.2f} ms of launch calls)"
             )
             reasons.append(medians if causes is None else _launch_text(causes, medians))
         if profile_all_threads:
@@ -195,12 +204,12 @@ def decide(
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(
-            f"{m.long_graph_launches} {graph_api.lower()}GraphLaunch calls took >= 1 ms "
+            f"{counted(m.long_graph_launches, graph_api.lower() + 'GraphLaunch call')} took >= 1 ms "
             f"(longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
         )
     if m.graph_launches:
         reasons.append(
-            f"{graph_api} graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels"
+            f"{graph_api} graphs replayed: {counted(m.graph_launches, 'launch')}, {pct_text(m.replayed_kernel_fraction)} of kernels"
         )
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
@@ -211,9 +220,17 @@ def decide(
 def _launch_text(causes: HostCauses, medians: str) -> str:
     """Launching is named as the cause only where launch calls are the largest cause of the idle."""
     share = pct_text(causes.share(LAUNCH))
+    # the share's own numbers, from the breakdown it comes from (the host-time split), never the window's
+    of = f"{causes.us(LAUNCH) / 1000:.2f} of {causes.host_idle_us / 1000:.2f} ms, in {counted(causes.launch_calls, 'call')}"
     if causes.launches_lead:
-        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls); {medians}"
-    return f"launch calls are {share} of the host-caused GPU idle, not its main cause; {medians}"
+        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls: {of}); {medians}"
+    return f"launch calls are {share} of the host-caused GPU idle ({of}), not its main cause; {medians}"
+
+
+def counted(n: int, noun: str) -> str:
+    """A count with its noun in the right number, digits grouped: "1 gap", "2,401 gaps", "1 launch"."""
+    plural = noun if n == 1 else (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
+    return f"{n:,} {plural}"
 
 
 def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:

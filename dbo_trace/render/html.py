@@ -156,7 +156,7 @@ class HtmlRenderer:
         rt = d.round_trips
         rt_html = (
             ""
-            if rt is None
+            if rt is None or not rt.microbatched  # the DBO arithmetic only where microbatches exist
             else "<h2>Round trips</h2>"
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'

@@ -88,7 +88,7 @@ class MarkdownRenderer:
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
             out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
         rt = d.round_trips
-        if rt is not None:
+        if rt is not None and rt.microbatched:  # the DBO arithmetic only where microbatches exist
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(

@@ -241,7 +241,7 @@ class TerminalRenderer:
             out.line()
 
         rt = d.round_trips
-        if rt is not None:
+        if rt is not None and rt.microbatched:  # the DBO arithmetic only where microbatches exist
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
