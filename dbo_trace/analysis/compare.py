@@ -99,7 +99,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         step_p99_us=None if x is None else x.p99_us,
         step_max_us=None if x is None else x.max_us,
         stalls=sum(s.stall is not None for s in steps),
-        window_median_us=float(np.median([s.wall_us for s in steps])) if steps else None,
+        window_median_us=float(np.median([s.wall_us for s in steps if s.stall is None])) if samples else None,
         per_token_us=float(np.median([u / t for t, u in known])) if known and len(known) == len(samples) else None,
         ranks=len([m for m in per_rank if m]),
         samples_us=tuple(samples),
