@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from msgspec import UnsetType
 
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.render.document import (
     CommOperation,
     CpuRange,
@@ -329,6 +330,13 @@ def operation_cells(op: CommOperation) -> list[str]:
         ms(op.median_exposed_us),
         "-" if op.reason is None else REASON_SHORT[op.reason],
     ]
+
+
+def dbo_arithmetic_applies(d: ReportDocument) -> bool:
+    """The round-trip table is DBO arithmetic: only where microbatches exist (a kernel's microbatch is
+    known, or a step took a microbatched path, as a full-graph replay of both microbatches does)."""
+    rt = d.round_trips
+    return rt is not None and (rt.microbatched or any(s.path in MICROBATCHED_PATHS for s in d.steps))
 
 
 WINDOW_SHOWN = 0.05  # a step's window is shown beside its period where they differ by this share

@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     all_notes,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     figure_table,
     headline,
     host_cause_lines,
@@ -156,7 +157,7 @@ class HtmlRenderer:
         rt = d.round_trips
         rt_html = (
             ""
-            if rt is None or not rt.microbatched  # the DBO arithmetic only where microbatches exist
+            if rt is None or not dbo_arithmetic_applies(d)
             else "<h2>Round trips</h2>"
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'

@@ -13,6 +13,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     all_notes,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     figure_table,
     headline,
     host_cause_lines,
@@ -88,7 +89,7 @@ class MarkdownRenderer:
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
             out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
         rt = d.round_trips
-        if rt is not None and rt.microbatched:  # the DBO arithmetic only where microbatches exist
+        if rt is not None and dbo_arithmetic_applies(d):
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(

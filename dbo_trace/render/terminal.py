@@ -23,6 +23,7 @@ from dbo_trace.render.format import (
     all_notes,
     cpu_range_cells,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     headline,
     host_cause_lines,
     kernel_cells,
@@ -241,7 +242,7 @@ class TerminalRenderer:
             out.line()
 
         rt = d.round_trips
-        if rt is not None and rt.microbatched:  # the DBO arithmetic only where microbatches exist
+        if rt is not None and dbo_arithmetic_applies(d):
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
