@@ -205,7 +205,7 @@ def headline_of_events(events, comm_regex):
     capturing = capture_windows(events)
     for k, s in enumerate(steps):  # steps are in start order
         nxt = steps[k + 1]["start"] if k + 1 < len(steps) else float("inf")
-        s["period"] = both(step_windows, [(s["start"], min(nxt, max(e for _, e in step_windows)))])
+        s["period"] = nxt - s["start"] if k + 1 < len(steps) else s["end"] - s["start"]
         own = [(s["start"], min(nxt, s["end"]))]
         s["compile"] = both(own, compiling) if compiling else 0.0
         s["capture"] = both(own, capturing) if capturing else 0.0

@@ -1,10 +1,12 @@
 """compare's statistics computed plainly from docs/analysis.md ("compare: statistics that hold"), over
 `report --json` steps: lists and loops, nothing from dbo_trace. (Written by the author of the code, from
-the docs section, without calling it.)"""
+the docs section, without calling it; numpy only for the seeded resampling the docs specify.)"""
 
 from __future__ import annotations
 
 import math
+
+import numpy as np  # its random generator only: the docs name the resamples by numpy's default_rng
 
 
 def median(values):
@@ -33,6 +35,15 @@ def sample(doc, phase):
     return out
 
 
+def percentile(values, q):
+    """Linear interpolation between the closest ranks (numpy's default)."""
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
 def bucket(tokens):
     return round(4 * math.log2(max(tokens, 1)))
 
@@ -56,14 +67,17 @@ def against(base, arm):
     if not xa or not xb:
         return dict(call="too few steps", n=(len(xa), len(xb)))
     ma, mb = median(xa), median(xb)
-    diffs = sorted(y - x for y in xb for x in xa)
+    diffs = [y - x for y in xb for x in xa]
     n, m = len(xa), len(xb)
-    c = max(0, math.floor(n * m / 2 - 1.959964 * math.sqrt(n * m * (n + m + 1) / 12)))
-    low, high = diffs[c], diffs[len(diffs) - 1 - c]
+    # the docs' bootstrap: numpy's default_rng(0), 2000 resamples of the first arm, then of this one
+    rng = np.random.default_rng(0)
+    ia, ib = rng.integers(0, n, (2000, n)).tolist(), rng.integers(0, m, (2000, m)).tolist()
+    ratios = [median([xb[j] for j in rb]) / median([xa[i] for i in ra]) - 1 for ra, rb in zip(ia, ib)]
+    low, high = percentile(ratios, 2.5), percentile(ratios, 97.5)
     enough = n >= 5 and m >= 5
     call = "too few steps" if not enough else "beyond noise" if (low > 0 or high < 0) else "within noise"
     slower = (sum(1 for d in diffs if d > 0) + 0.5 * sum(1 for d in diffs if d == 0)) / len(diffs)
     return dict(
-        call=call, change=mb / ma - 1, low=low / ma, high=high / ma, n=(n, m), paired=paired, per_token=per_token,
+        call=call, change=mb / ma - 1, low=low, high=high, n=(n, m), paired=paired, per_token=per_token,
         slower=slower,
     )  # fmt: skip

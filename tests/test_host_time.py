@@ -130,10 +130,10 @@ def test_launch_wording_follows_the_numbers():
 def test_the_line_under_a_host_bound_verdict():
     report = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options())
     text = RENDERERS["terminal"].render(report, RenderOptions(width=100))
-    # over the decode phase's steady steps (8 of its 113 steps stalled: docs/analysis.md, "Steady state and stalls")
-    assert "host time: decode host-bound 85%: of 200.8 ms GPU idle, 19% launch calls (2,320 calls)" in text
+    # over the decode phase's steady steps (9 of its 113 steps stalled: docs/analysis.md, "Steady state and stalls")
+    assert "host time: decode host-bound 85%: of 198.3 ms GPU idle, 19% launch calls (2,291 calls)" in text
     md = RENDERERS["markdown"].render(report, RenderOptions())
-    assert "- host time: decode host-bound 85%: of 200.8 ms GPU idle" in md
+    assert "- host time: decode host-bound 85%: of 198.3 ms GPU idle" in md
     assert "top host cause" in md and "top host cause" in text
 
 

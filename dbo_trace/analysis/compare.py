@@ -5,7 +5,7 @@ its steady steps (stalls apart). Ranks are not independent samples: where an arm
 ranks, the k-th step's sample is the mean of the ranks' k-th periods. Where both arms have token
 counts per step, steps are paired by shape (token buckets both arms have), and where their sizes
 still differ the time per token is compared. The change against the first arm is the ratio of the
-medians, with a rank-based (Hodges-Lehmann) 95% interval; it is "beyond noise" only when the
+medians, with a seeded percentile-bootstrap 95% interval; it is "beyond noise" only when the
 interval excludes no change and each arm has at least MIN_STEPS steps (docs/analysis.md, "compare").
 """
 
@@ -24,7 +24,8 @@ from dbo_trace.analysis.summaries import spread
 
 NOISE_SE = 2.0  # kept for readers of compare's schema 3; the call is now the rank-based interval's
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
-Z95 = 1.959964  # the normal quantile of a two-sided 95% interval
+BOOTSTRAP = 2000  # resamples for the change's interval
+SEED = 0  # the bootstrap's seed: the same arms give the same interval
 TOKEN_BUCKETS_PER_DOUBLING = 4  # step shapes: token counts within ~19% share a bucket
 SIZES_DIFFER = 0.10  # arms whose median tokens per step differ by more are compared per token
 BEYOND, WITHIN, TOO_FEW = "beyond noise", "within noise", "too few steps"
@@ -151,7 +152,7 @@ def _against_first(arms: list[Arm]) -> list[Arm]:
 def _against(arm: Arm, base: Arm) -> Arm:
     """The change against the first arm (docs/analysis.md, "compare"): the steps paired by shape
     where both have token counts, per token where sizes still differ; the ratio of the medians with
-    a rank-based 95% interval; a call only with MIN_STEPS steps or more in each."""
+    a bootstrap 95% interval; a call only with MIN_STEPS steps or more in each."""
     a, b = list(base.samples_us), list(arm.samples_us)
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
@@ -173,15 +174,17 @@ def _against(arm: Arm, base: Arm) -> Arm:
     if not a or not b:
         return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)))
     med_a, med_b = float(np.median(a)), float(np.median(b))
-    low, high = hodges_lehmann_interval(np.array(a), np.array(b))
+    if med_a <= 0:
+        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)))
+    low, high = bootstrap_interval(np.array(a), np.array(b))
     enough = len(a) >= MIN_STEPS and len(b) >= MIN_STEPS
     beyond = enough and (low > 0 or high < 0)
     diffs = np.subtract.outer(np.array(b), np.array(a))
     return replace(
         arm,
-        change=med_b / med_a - 1.0 if med_a > 0 else None,
-        change_low=low / med_a if med_a > 0 else None,
-        change_high=high / med_a if med_a > 0 else None,
+        change=med_b / med_a - 1.0,
+        change_low=low,
+        change_high=high,
         within_noise=None if not enough else not beyond,
         call=TOO_FEW if not enough else BEYOND if beyond else WITHIN,
         compared_steps=(len(a), len(b)),
@@ -197,15 +200,16 @@ def _bucket(tokens: int) -> int:
     return int(round(TOKEN_BUCKETS_PER_DOUBLING * math.log2(max(tokens, 1))))
 
 
-def hodges_lehmann_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """The rank-based 95% interval of the shift b - a (Hodges-Lehmann, from the Mann-Whitney
-    statistic's normal approximation): order statistics of the n x m pairwise differences. With
-    too few pairs for a 95% interval, the whole range of the differences."""
-    d = np.sort(np.subtract.outer(b, a).ravel())
-    n, m = len(a), len(b)
-    c = int(math.floor(n * m / 2 - Z95 * math.sqrt(n * m * (n + m + 1) / 12)))
-    c = max(c, 0)
-    return float(d[c]), float(d[len(d) - 1 - c])
+def bootstrap_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of median(b) / median(a) - 1: BOOTSTRAP resamples of each
+    arm with replacement, from numpy's default_rng(SEED), the first arm's (integers(0, n, (B, n)))
+    drawn before this arm's (integers(0, m, (B, m))); the 2.5th and 97.5th linear percentiles.
+    Seeded: the same arms give the same interval every run."""
+    rng = np.random.default_rng(SEED)
+    ra = np.median(a[rng.integers(0, len(a), (BOOTSTRAP, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (BOOTSTRAP, len(b)))], axis=1)
+    ratio = rb / ra - 1.0
+    return float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))
 
 
 def microbatched(report: Report) -> bool:

@@ -79,7 +79,7 @@ class StepReport:
     generation_tokens: int | None = None
     captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
     host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
-    period_us: float = 0.0  # its share of the wall clock: to the next step's start, less time in no step (stalls.py)
+    period_us: float = 0.0  # its share of the wall clock: from its start to the next step's start (stalls.py)
     stall: Stall | None = None  # why it is not steady state (compile, capture, outlier); None: steady
 
     @property

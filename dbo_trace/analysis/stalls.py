@@ -1,9 +1,9 @@
 """Steady state and stalls: each step's period, and the steps that are not the run's steady state
 (docs/analysis.md, "Steady state and stalls").
 
-A step's **period** is its share of the wall clock: from its start to the next step's start, less
-the time in no step's window (an idle server between requests). Periods never count time twice
-where windows overlap (a GPU running behind its CPU) and add up to the time in steps.
+A step's **period** is its share of the wall clock: from its start to the next step's start.
+Periods never count time twice where windows overlap (a GPU running behind its CPU); a step
+followed by an idle server has a long one, and is a stall (an outlier) for it.
 
 A **stall** is a step that holds compile or JIT work (torch.compile's dynamo and inductor ranges,
 Triton autotuning, a graph capture) or whose period is a robust outlier against its phase's steps
@@ -66,13 +66,14 @@ class Stall:
 
 
 def step_periods(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """(n,) float64: each window's share of the wall clock (start: (n,), end: (n,), one rank's steps):
-    the union of the windows from its start to the next start (the last: to the end). They add up to
-    the union of the windows."""
+    """(n,) float64: each step's period (start, end: (n,), one rank's step windows): from its start to
+    the next step's start (the last step: its window). The time between steps (the scheduler,
+    sampling, Python) is the step's too; a window that runs past the next start is not counted twice.
+    They add up to the wall clock from the first step's start to the last one's end."""
     if not len(start):
         return np.empty(0)
-    u_lo, u_hi = union(start.astype(float), end.astype(float))
-    return covered_within(start, np.minimum(next_starts(start), u_hi[-1]), u_lo, u_hi)
+    nxt = next_starts(start)
+    return np.where(np.isinf(nxt), end - start, nxt - start)
 
 
 def next_starts(start: np.ndarray) -> np.ndarray:
@@ -194,7 +195,7 @@ class Behind:
     steps: int
     overlapping: int  # steps whose window runs past the next step's start
     windows_us: float  # the step windows added
-    wall_us: float  # the wall clock they cover (their union), which the periods add up to
+    wall_us: float  # the wall clock they cover (their union)
     median_overlap_us: float  # how far past the next start, over the overlapping steps
 
     @property
