@@ -80,7 +80,7 @@ def noise_line(arms: list[Arm]) -> str:
         parts.append(f"{'all steps' if phase == ALL_STEPS else phase + ' steps'} against {rows[0].label}: " + ", ".join(said))
     return (
         "; ".join(parts)
-        + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its rank-based 95% "
+        + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
         f"interval excludes none and each arm has at least {MIN_STEPS} steps."
     )
 
