@@ -82,7 +82,8 @@ def workers() -> list[Any]:
     cls = getattr(module, WORKER_CLASS, None) if module is not None else None
     if isinstance(cls, type):
         seen = {id(w) for w in found}
-        found += [o for o in gc.get_objects() if isinstance(o, cls) and id(o) not in seen]
+        # type(o), not isinstance: isinstance reads o.__class__, which a proxy object may answer by raising
+        found += [o for o in gc.get_objects() if issubclass(type(o), cls) and id(o) not in seen]
     for worker in found:  # one scan per process
         _workers.add(worker)
     return found
@@ -113,8 +114,11 @@ def _poll(path: Path) -> None:
                 continue
             done = command[0]
             _answer(path, *command)
-        except Exception:  # never into vLLM: a broken command file or a full disk ends nothing
-            continue
+        except Exception as exc:  # never into vLLM; the recorder is told why, where it can be
+            try:
+                _write_ack(path, {"seq": done, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500], "pid": os.getpid()})
+            except Exception:
+                pass
 
 
 def _answer(path: Path, seq: int, action: str) -> None:
@@ -140,6 +144,10 @@ def _answer(path: Path, seq: int, action: str) -> None:
         "started_ns": started,
         "ended_ns": time.time_ns(),
     }
+    _write_ack(path, ack)
+
+
+def _write_ack(path: Path, ack: dict) -> None:
     folder = path.parent / ACKS_DIR
     folder.mkdir(exist_ok=True)
     replace_file(folder / f"{os.getpid()}.json", json.dumps(ack).encode())
