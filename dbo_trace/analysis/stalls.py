@@ -73,7 +73,8 @@ def step_periods(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     if not len(start):
         return np.empty(0)
     nxt = next_starts(start)
-    return np.where(np.isinf(nxt), end - start, nxt - start)
+    periods: np.ndarray = np.where(np.isinf(nxt), end - start, nxt - start)
+    return periods
 
 
 def next_starts(start: np.ndarray) -> np.ndarray:
