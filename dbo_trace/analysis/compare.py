@@ -22,7 +22,7 @@ from dbo_trace.analysis.report import Report, StepReport
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
 
-NOISE_SE = 2.0  # kept for readers of compare's schema 3; the call is now the rank-based interval's
+NOISE_SE = 2.0  # kept for readers of compare's schema 3; the call is now the bootstrap interval's
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
 SEED = 0  # the bootstrap's seed: the same arms give the same interval
@@ -58,7 +58,7 @@ class Arm:
     per_token_us: float | None = None  # median period per token, where steps have token counts
     ranks: int = 1  # ranks averaged per step (never pooled as independent steps)
     call: str | None = None  # BEYOND, WITHIN or TOO_FEW against the first arm
-    change_low: float | None = None  # the 95% interval of the change (fractions of the first arm's median)
+    change_low: float | None = None  # the 95% interval of the change (bootstrap, as fractions like the change)
     change_high: float | None = None
     compared_steps: tuple[int, int] | None = None  # steps used (first arm, this arm) after pairing by shape
     compared_medians_us: tuple[float, float] | None = None  # their medians (per token: us per token)

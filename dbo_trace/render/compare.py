@@ -15,7 +15,7 @@ from dbo_trace.render.layout import Column, strip_trailing, table, terminal_widt
 from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
-# 4: step times are periods, steady steps, ranks averaged per step, the change's rank-based interval and call
+# 4: step times are periods, steady steps, ranks averaged per step, the change's bootstrap interval and call
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 4
 
 
