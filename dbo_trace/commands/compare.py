@@ -18,6 +18,7 @@ class CompareRequest:
     layers: int | None = None
     output: Path | None = None
     force: bool = False
+    ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
 
     @property
     def format(self) -> str:
@@ -53,7 +54,7 @@ def run(request: CompareRequest) -> None:
     names = request.names
     reports = []
     for path in request.arms:
-        report = common.analyzed([path], Options(layers=request.layers))
+        report = common.analyzed([path], Options(layers=request.layers), ray=request.ray)
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)

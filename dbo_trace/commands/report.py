@@ -55,6 +55,7 @@ class ReportRequest:
     rank: int | None = None
     all_ranks: bool = False
     workers: int | None = None
+    ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
     force: bool = False
 
     @property
@@ -78,7 +79,7 @@ class ReportRequest:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
         analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
         drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks)
-        return any((*analysis, self.layers, self.workers, *drawing))
+        return any((*analysis, self.layers, self.workers, self.ray, *drawing))
 
     def checked(self) -> ReportRequest | ArchiveView:
         """This request, every option checked before any work; for one review archive, the
@@ -93,6 +94,14 @@ class ReportRequest:
             fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
         if self.all_ranks and self.timeline is None:
             fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
+        if self.ray is not None:
+            drawn = [flag for flag, v in (("--timeline", self.timeline), ("--perfetto", self.perfetto), ("--html", self.html)) if v]
+            if drawn or self.format in ("html", "perfetto", "png", "svg"):
+                what = drawn[0] if drawn else f"-o {self.output}"
+                fail(f"{what} draws from every event of a trace, which stays on its node with --ray; "
+                     "draw it with `dbo-trace report` on the node (or a copy of the trace)")  # fmt: skip
+            if self.workers is not None:
+                fail("--workers sets this machine's processes; with --ray each rank runs on its node: give one of them")
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
@@ -130,7 +139,7 @@ def run(request: ReportRequest | ArchiveView) -> None:
 
     main_output = RENDERERS[request.format]
     picture, timeline, output = request.picture, request.timeline, request.output
-    result = common.analyzed(list(request.paths), request.options, request.workers)
+    result = common.analyzed(list(request.paths), request.options, request.workers, request.ray)
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
     shown = RenderOptions(
         color=color(output),
