@@ -76,7 +76,7 @@ def node_label(node: dict[str, Any]) -> str:
 
 
 def resolve(given: Given, nodes: list[dict[str, Any]], dead: list[dict[str, Any]]) -> list[dict[str, Any]] | str:
-    """The live nodes a path is asked of, or why none (a node that is dead is named as such)."""
+    """The live nodes a path is asked of, or why none."""
     if given.node is None:
         return nodes
     hits = [n for n in nodes if given.node in node_names(n)]
@@ -85,9 +85,9 @@ def resolve(given: Given, nodes: list[dict[str, Any]], dead: list[dict[str, Any]
     if len(hits) > 1:
         return (f"{given.text}: {given.node} names {len(hits)} nodes of the cluster "
                 "({', '.join(node_label(n) for n in hits)}); name one by its node id or a resource only it has")  # fmt: skip
-    if any(given.node in node_names(n) for n in dead):
-        return f"{given.text}: the node {given.node} is dead (not in the cluster any more)"
     known = ", ".join(node_label(n) for n in nodes)
+    if dead:  # a dead node keeps its id and address but not its resources: the name may be one of them
+        return f"{given.text}: no live node of the cluster is called {given.node} ({len(dead)} dead; live: {known})"
     return f"{given.text}: no node of the cluster is called {given.node} (its nodes: {known})"
 
 
@@ -214,8 +214,24 @@ def peer_waits_of(full: list[RankReport], k: int, rank: int, waits: PeerWaits, a
 # ---- The driver ------------------------------------------------------------------------------
 
 
+# Ray's failures that are about the machine, not the trace, in the user's words
+_RAY_FAILURES = {
+    "TaskUnschedulableError": "its node left the cluster",
+    "NodeDiedError": "its node died",
+    "WorkerCrashedError": "the task's worker process died",
+    "OutOfMemoryError": "its node ran out of memory",
+    "ObjectLostError": "its result was lost with its node",
+    "OwnerDiedError": "its result was lost with its node",
+    "ObjectReconstructionFailedError": "its result was lost with its node",
+}
+
+
 def why(exc: BaseException) -> str:
-    """A failed task's reason in a few words: the exception inside Ray's wrapper, its first line."""
+    """A failed task's reason in a few words: Ray's failure in plain words, or the exception inside
+    Ray's wrapper (a bug: its first line)."""
+    for kind in type(exc).__mro__:
+        if kind.__name__ in _RAY_FAILURES:
+            return _RAY_FAILURES[kind.__name__]
     cause = getattr(exc, "cause", None)
     inner = cause if isinstance(cause, BaseException) else exc
     text = str(inner).strip().splitlines()
@@ -252,6 +268,7 @@ def analyze_on_ray(address: str, paths: list[str], options: Options, stream: Any
         from dbo_trace.errors import UsageError
 
         raise UsageError(f"--ray needs Ray on this machine and on every node: {INSTALL_HINT}") from None
+    _quiet(ray)
     if not ray.is_initialized():  # once per process: compare analyses each arm here
         try:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
@@ -260,6 +277,25 @@ def analyze_on_ray(address: str, paths: list[str], options: Options, stream: Any
 
             raise UsageError(f"--ray {address}: cannot connect to a Ray cluster there ({why(exc)}); start one with `ray start`") from None
     return _analyze(ray, paths, options, stream)
+
+
+def _quiet(ray: Any) -> None:
+    """Ray's driver prints the cluster's error messages (a node marked dead, ...) to stdout, where
+    the report goes: each becomes its first line on stderr, made inert. A private hook of Ray's
+    (ray._private.worker.print_to_stdstream); where it is not there, Ray prints as it does."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is None or not hasattr(worker, "print_to_stdstream"):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        from dbo_trace.errors import inert
+
+        for line in data.get("lines", [])[:1]:
+            first = str(line).strip().splitlines()[0] if str(line).strip() else ""
+            if first:
+                sys.stderr.write(f"dbo-trace: ray: {inert(first[:200])}\n")
+
+    worker.print_to_stdstream = to_stderr
 
 
 def _pinned(ray: Any, fn: Callable[..., Any], node_id: str, **options: Any) -> Any:
@@ -287,8 +323,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     for i, g in enumerate(given):
         where = resolve(g, nodes, dead)
         if isinstance(where, str):
-            if g.node is not None and any(g.node in node_names(n) for n in dead):
-                warnings.append(f"{where}: its ranks are missing from this report")
+            if g.node is not None and dead:
+                warnings.append(f"{where}: the ranks there are missing from this report")
                 continue
             raise InputError(where)
         for n in where:
@@ -304,7 +340,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         try:
             found, roots[node] = _get(ray, ref, [r for r in finding.values()])
         except _TaskFailed as exc:
-            warnings.append(f"node {label[node]}: could not list its paths ({exc}); its ranks are missing from this report")
+            asked = ", ".join(given[i].text for i, _, _ in by_node[node])
+            warnings.append(f"node {label[node]}: could not list {asked} ({exc}); the ranks there are missing from this report")
             continue
         if found.errors:
             raise InputError(f"{found.errors[0]} (on node {label[node]})")
@@ -314,6 +351,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         manifests += found.manifests
         warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
     traces = _placed(seen, label)
+    if not traces:
+        raise InputError(warnings[0] if warnings else "no node found a trace under the paths given")
     for i, g in enumerate(given):
         if g.node is None and not any(t[0] == i for t in traces):
             raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
@@ -339,9 +378,10 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
             try:
                 results[k] = ray.get(ready[0])
             except Exception as exc:  # retried once already (max_retries, retry_exceptions)
-                results[k] = f"{path} on node {label[node]}: not analysed after {TASK_RETRIES + 1} tries ({why(exc)}); missing from this report"
-            ran = results[k].node if isinstance(results[k], Compact) else node  # type: ignore[union-attr]
-            counter.step(f"{path} on {label.get(ran, ran)}")
+                results[k] = f"the rank in {path} (node {label[node]}): not analysed ({why(exc)}); missing from this report"
+            done = results[k]
+            ran = f"on {label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {label[node]}: failed"
+            counter.step(f"{path} {ran}")
     except BaseException:  # Ctrl-C, SIGTERM: the tasks stop with the driver
         for ref in refs:
             ray.cancel(ref, force=True)
