@@ -176,11 +176,20 @@ def analyse(trace: str, index: int, logs: list[EventLogData], options: Options, 
 
     compact = Compact(
         [replace(r, detail=None) for r in result],
-        [cross_part(r) for r in result],
+        [shared_strings(cross_part(r)) for r in result],
         [bounds(r.detailed().timeline) for r in result],
         ray.get_runtime_context().get_node_id(),
     )
     return result, compact
+
+
+def shared_strings(part: CrossPart) -> CrossPart:
+    """The part with each comm kernel's channel and signature one string object per distinct text,
+    which pickle then sends once (its memo): a few bytes per kernel instead of the text each time."""
+    from dataclasses import replace
+
+    comm = part.comm
+    return replace(part, comm=replace(comm, channel=[sys.intern(c) for c in comm.channel], signature=[sys.intern(x) for x in comm.signature]))
 
 
 def bounds(tl: Timeline) -> Timeline:
