@@ -73,13 +73,17 @@ def cluster_run(shapes: list[tuple[int, float]], base: Path) -> None:
         for n, mb in shapes:
             a, b = base / f"{n}x{mb:g}" / "a", base / f"{n}x{mb:g}" / "b"
             a.mkdir(parents=True), b.mkdir(parents=True)
-            total = sum(build((a if r < n // 2 else b) / f"rank{r}.pt.trace.json.gz", "overlap", int(mb * 1e6), None, rank=r, world=n)
-                        for r in range(n))  # fmt: skip
+            folders = [a if r < n // 2 else b for r in range(n)]
+            total = sum(
+                build(f / f"rank{r}.pt.trace.json.gz", "overlap", int(mb * 1e6), None, rank=r, world=n)
+                for r, f in enumerate(folders)
+            )
             cli = [sys.executable, "-m", "dbo_trace.cli", "report", "--json", *COMM]
             pool_s, pool_doc = timed([*cli, "--workers", "2", str(a), str(b)])
             ray_s, ray_doc = timed([*cli, "--ray", ray.address, f"node-a:{a}", f"node-b:{b}"])
             same = "same bytes" if pool_doc == ray_doc else "DIFFERENT"
-            print(f"{n} ranks x {mb:g} MB ({total / 1e6:.0f} MB JSON): process pool {pool_s:.1f} s, Ray two nodes {ray_s:.1f} s; {same}")
+            shape = f"{n} ranks x {mb:g} MB ({total / 1e6:.0f} MB JSON)"
+            print(f"{shape}: process pool {pool_s:.1f} s, Ray two nodes {ray_s:.1f} s; {same}")
     finally:
         ray.stop()
 

@@ -189,7 +189,9 @@ def shared_strings(part: CrossPart) -> CrossPart:
     from dataclasses import replace
 
     comm = part.comm
-    return replace(part, comm=replace(comm, channel=[sys.intern(c) for c in comm.channel], signature=[sys.intern(x) for x in comm.signature]))
+    return replace(
+        part, comm=replace(comm, channel=[sys.intern(c) for c in comm.channel], signature=[sys.intern(x) for x in comm.signature])
+    )
 
 
 def bounds(tl: Timeline) -> Timeline:
@@ -284,7 +286,9 @@ def analyze_on_ray(address: str, paths: list[str], options: Options, stream: Any
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError: the address is not a cluster
             from dbo_trace.errors import UsageError
 
-            raise UsageError(f"--ray {address}: cannot connect to a Ray cluster there ({why(exc)}); start one with `ray start`") from None
+            raise UsageError(
+                f"--ray {address}: cannot connect to a Ray cluster there ({why(exc)}); start one with `ray start`"
+            ) from None
     return _analyze(ray, paths, options, stream)
 
 
@@ -321,6 +325,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     from dbo_trace.pipeline import options_from_manifests
     from dbo_trace.trace.errors import InputError
     from dbo_trace.trace.load import rank_order, settle_ranks
+    from dbo_trace.trace.workers import sigterm_interrupts
 
     every = ray.nodes()
     nodes = sorted((n for n in every if n.get("Alive")), key=lambda n: node_label(n))
@@ -340,7 +345,10 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
             by_node.setdefault(n["NodeID"], []).append((i, g.path, g.node is not None))
 
     # 1. find, on each node asked
-    finding = {node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked) for node, asked in by_node.items()}
+    finding = {
+        node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked)
+        for node, asked in by_node.items()
+    }
     seen: dict[tuple[int, str, int, int], list[str]] = {}  # a file each node found: (given, path, bytes, mtime) -> nodes
     logs: list[EventLogData] = []
     manifests: list[dict[str, Any]] = []
@@ -380,17 +388,18 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     counter = Counter(len(traces), stream)
     try:
         pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            k = refs[ready[0]]
-            _, node, path, _size = traces[k]
-            try:
-                results[k] = ray.get(ready[0])
-            except Exception as exc:  # retried once already (max_retries, retry_exceptions)
-                results[k] = f"the rank in {path} (node {label[node]}): not analysed ({why(exc)}); missing from this report"
-            done = results[k]
-            ran = f"on {label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {label[node]}: failed"
-            counter.step(f"{path} {ran}")
+        with sigterm_interrupts():  # SIGTERM as Ctrl-C: the tasks are cancelled, not left running
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                k = refs[ready[0]]
+                _, node, path, _size = traces[k]
+                try:
+                    results[k] = ray.get(ready[0])
+                except Exception as exc:  # retried once already (max_retries, retry_exceptions)
+                    results[k] = f"the rank in {path} (node {label[node]}): not analysed ({why(exc)}); missing from this report"
+                done = results[k]
+                ran = f"on {label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {label[node]}: failed"
+                counter.step(f"{path} {ran}")
     except BaseException:  # Ctrl-C, SIGTERM: the tasks stop with the driver
         for ref in refs:
             ray.cancel(ref, force=True)
@@ -419,7 +428,15 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
             if r.exposure is None or not len(waits.kernel_wait_us.get(r.rank, ((),))[0]):
                 continue
             k, j = place[r.rank]
-            mine = replace(waits, kernel_wait_us={r.rank: waits.kernel_wait_us[r.rank]}, ops=[], ranks={}, wait_spans={}, steps=[], ubatches=[])
+            mine = replace(
+                waits,
+                kernel_wait_us={r.rank: waits.kernel_wait_us[r.rank]},
+                ops=[],
+                ranks={},
+                wait_spans={},
+                steps=[],
+                ubatches=[],
+            )
             task = _pinned(ray, peer_waits_of, traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
             asked[r.rank] = task.remote(full[k], j, r.rank, mine, alignment)
         out = []
@@ -436,7 +453,9 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
                 out.append(r)
         return out
 
-    report = combine(ranks, options, inputs, settle_warnings + warnings, [parts[i].numbered(numbers[i]) for i in order], waits_on_nodes)
+    report = combine(
+        ranks, options, inputs, settle_warnings + warnings, [parts[i].numbered(numbers[i]) for i in order], waits_on_nodes
+    )
     return report
 
 

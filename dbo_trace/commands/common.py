@@ -136,7 +136,8 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None, ra
         found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
         size = total_bytes(found)
         with reading_bar(size) as progress:
-            result = analyze_found(found, options, [str(p) for p in paths], workers_for(len(found.traces), workers, size), progress)
+            n = workers_for(len(found.traces), workers, size)
+            result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
         warn(warning)
     return result

@@ -95,7 +95,8 @@ class ReportRequest:
         if self.all_ranks and self.timeline is None:
             fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
         if self.ray is not None:
-            drawn = [flag for flag, v in (("--timeline", self.timeline), ("--perfetto", self.perfetto), ("--html", self.html)) if v]
+            pictures = (("--timeline", self.timeline), ("--perfetto", self.perfetto), ("--html", self.html))
+            drawn = [flag for flag, v in pictures if v]
             if drawn or self.format in ("html", "perfetto", "png", "svg"):
                 what = drawn[0] if drawn else f"-o {self.output}"
                 fail(f"{what} draws from every event of a trace, which stays on its node with --ray; "
