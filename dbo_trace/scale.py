@@ -83,8 +83,8 @@ def resolve(given: Given, nodes: list[dict[str, Any]], dead: list[dict[str, Any]
     if len(hits) == 1:
         return hits
     if len(hits) > 1:
-        return (f"{given.text}: {given.node} names {len(hits)} nodes of the cluster "
-                "({', '.join(node_label(n) for n in hits)}); name one by its node id or a resource only it has")  # fmt: skip
+        named = ", ".join(node_label(n) for n in hits)
+        return f"{given.text}: {given.node} names {len(hits)} nodes ({named}); name one by its node id or a resource only it has"
     known = ", ".join(node_label(n) for n in nodes)
     if dead:  # a dead node keeps its id and address but not its resources: the name may be one of them
         return f"{given.text}: no live node of the cluster is called {given.node} ({len(dead)} dead; live: {known})"
@@ -334,6 +334,9 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     by_node: dict[str, list[tuple[int, str, bool]]] = {}
     label = {n["NodeID"]: node_label(n) for n in every}
     warnings: list[str] = []
+    for g in given:
+        if not g.path.startswith("/"):  # a task's working folder is Ray's, on another machine
+            raise InputError(f"{g.text}: --ray takes absolute paths, NODE:/path or /path (a glob asked of every node)")
     for i, g in enumerate(given):
         where = resolve(g, nodes, dead)
         if isinstance(where, str):
