@@ -1,8 +1,8 @@
 """Long runs (issue 38): a run of tens of thousands of steps gives a Markdown report that fits a
 comment and a terminal summary that fits a screen, each saying where every step is (--json).
 
-The traces are written here: per step a ProfilerStep# annotation and two kernels, each launched by
-a cudaLaunchKernel, on each rank; what the tests expect is counted from what was written."""
+The traces are written by traces.many_steps: per step a ProfilerStep# annotation and two kernels,
+each launched by a cudaLaunchKernel, on each rank; what the tests expect is counted from that."""
 
 from __future__ import annotations
 
@@ -10,27 +10,9 @@ import json
 import re
 
 from conftest import run_cli
-from traces import write_trace
+from traces import many_steps
 
 MD_ROWS = 200  # docs/outputs.md: the Markdown's per-step table shows at most 200 rows
-
-
-def many_steps(folder, steps: int, ranks: int = 1):
-    folder.mkdir()
-    for rank in range(ranks):
-        events = []
-        for i in range(steps):
-            t = 1000.0 + i * 100.0
-            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t, "dur": 80.0})
-            for u in range(2):
-                corr, launch = 2 * i + u + 1, t + 5 + 30 * u
-                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                               "ts": launch, "dur": 4.0, "args": {"correlation": corr}})  # fmt: skip
-                events.append({"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": launch + 6,
-                               "dur": 20.0, "args": {"correlation": corr, "device": 0, "stream": 7}})  # fmt: skip
-        doc = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": ranks}, "traceEvents": events}
-        write_trace(doc, folder / f"rank{rank}.pt.trace.json.gz")
-    return folder
 
 
 def step_rows(markdown: str) -> list[tuple[int, int]]:
@@ -61,3 +43,26 @@ def test_the_terminal_points_at_the_json_for_the_rest(tmp_path):
     path = many_steps(tmp_path / "run", 250)
     out = run_cli("report", str(path)).stdout
     assert "  ... 230 more steps (--json lists all; --step takes a number, a label, median or slowest)" in out
+
+
+GROWTH_LIMIT = 20.0  # 10x the steps: ~8x measured (a fixed cost stays), linear 10x; quadratic 100x
+
+
+def test_ten_times_the_steps_take_about_ten_times_the_time(tmp_path):
+    """The growth guard of issue 38 (the speed target, 100,000 steps in at most 5x the time of 100
+    end to end, is benchmarks/bench_steps.py's): the terminal and the Markdown report of 500 and
+    5,000 steps, CPU time of this process (other processes' load does not count), best of 2."""
+    import time
+
+    def cpu(path, *args) -> float:
+        best = float("inf")
+        for _ in range(2):
+            t = time.process_time()
+            assert run_cli("report", str(path), *args).returncode == 0
+            best = min(best, time.process_time() - t)
+        return best
+
+    small, large = many_steps(tmp_path / "small", 500), many_steps(tmp_path / "large", 5_000)
+    for args in ((), ("--markdown",)):
+        ratio = cpu(large, *args) / max(cpu(small, *args), 1e-9)
+        assert ratio <= GROWTH_LIMIT, f"report {' '.join(args)}: 10x the steps took {ratio:.1f}x the time"
