@@ -33,6 +33,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, help="write the traces here and keep them (reused when present)")
     args = p.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="dbo-trace-steps-"))
+    base.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.steps.split(",")]
     best: dict[tuple[int, str], float] = {}
     print(f"load {_loadavg()}")

@@ -66,3 +66,19 @@ def test_ten_times_the_steps_take_about_ten_times_the_time(tmp_path):
     for args in ((), ("--markdown",)):
         ratio = cpu(large, *args) / max(cpu(small, *args), 1e-9)
         assert ratio <= GROWTH_LIMIT, f"report {' '.join(args)}: 10x the steps took {ratio:.1f}x the time"
+
+
+def test_a_control_character_deep_in_a_long_list_is_still_made_inert(tmp_path):
+    """terminal_document checks a long list (a long run's steps) a slice at a time: a string to
+    escape in the last slice is found as in the first."""
+    import msgspec
+
+    from dbo_trace.render.document import ReportDocument
+    from dbo_trace.render.safe import terminal_document
+
+    doc = msgspec.json.decode(run_cli("report", "--json", str(many_steps(tmp_path / "run", 3))).stdout, type=ReportDocument)
+    steps = [msgspec.structs.replace(doc.steps[0], number=i + 1) for i in range(2_500)]
+    steps[2_400] = msgspec.structs.replace(steps[2_400], label="step\x1b]52;c;aGk=\x07")
+    shown = terminal_document(msgspec.structs.replace(doc, steps=steps))
+    assert shown.steps[2_400].label == "step\\x1b]52;c;aGk=\\x07"
+    assert shown.steps[0].label == doc.steps[0].label
