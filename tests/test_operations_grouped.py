@@ -11,6 +11,7 @@ import statistics
 
 import numpy as np
 import pytest
+from reference import covered, merged
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.exposure import Exposure
@@ -19,22 +20,10 @@ from dbo_trace.analysis.operations import operation_ids, operation_rows
 REASONS = ("late-record", "crowded", "host", "waiting")
 
 
-def _union_length(spans):
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0.0)
-
-
 def _covered(s, e, compute):
     """Length of [s, e] under the union of compute spans."""
     pieces = [(max(s, cs), min(e, ce)) for cs, ce in compute if min(e, ce) > max(s, cs)]
-    return _union_length(pieces)
+    return covered(pieces)
 
 
 def reference(start, end, kind, ubatch, step, op, exposure):
@@ -48,13 +37,8 @@ def reference(start, end, kind, ubatch, step, op, exposure):
         first = min(members, key=lambda i: (start[i], i))
         spans = [(start[i], end[i]) for i in members]
         # busy: the union of its kernels; hidden: each merged piece's part under compute
-        merged = []
-        for s, e in sorted(spans):
-            if merged and s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-            else:
-                merged.append([s, e])
-        info[o] = dict(first=first, busy=_union_length(spans), hidden=sum(_covered(s, e, compute) for s, e in merged))
+        pieces = merged(spans)
+        info[o] = dict(first=first, busy=covered(spans), hidden=sum(_covered(s, e, compute) for s, e in pieces))
     exposed: dict[int, dict[str, float]] = {}
     for k, t, r in zip(exposure.stretch_kernel, exposure.stretch_us, exposure.stretch_reason):
         o = int(op[k])
