@@ -294,6 +294,21 @@ def test_record_program_failure_is_reported_with_its_exit_status(tmp_path):
     assert manifest_of(out)["status"] == "failed"
 
 
+def test_a_google_key_printed_by_the_program_is_masked_in_the_reason_and_on_the_terminal(tmp_path):
+    """Issue 38: a Google API key (AIza and 35 more, 39 characters) printed by the recorded program,
+    in the ways a program prints one: bare, in a repr after an escaped newline, glued to a name."""
+    key = "AIzaSyPLANTEDkey-0123456789_abcdefghijk"
+    assert len(key) == 39
+    program = f"print({key!r}); print(repr('maps:\\n' + {key!r})); print('KEY_' + {key!r}); raise SystemExit(2)"
+    out = tmp_path / "bundle"
+    proc = run_cli("record", "-o", str(out), "--", sys.executable, "-c", program)
+    assert proc.returncode == 1 and "exited with status 2" in proc.stderr
+    reason = manifest_of(out)["reason"]
+    assert reason.count("<redacted>") == 3, reason
+    for text in (reason, (out / "manifest.json").read_text(), proc.stderr, proc.stdout):
+        assert "PLANTEDkey" not in text and "0123456789_abcdefghijk" not in text, text
+
+
 def test_record_a_missing_program_is_one_clear_line(tmp_path):
     proc = run_cli("record", "-o", str(tmp_path / "b"), "--", "no-such-program-xyz")
     assert proc.returncode == 1

@@ -120,6 +120,10 @@ SECRET_SHAPES = [
     ),
     ("charge with sk_live_PLANTED4eC39HqLyjWDarjtT", ["PLANTED4eC39HqLyjWDarjtT"]),
     ("maps key AIzaSyPLANTED0123456789abcdefghijklmnop in use", ["SyPLANTED0123456789abcdefghijklmnop"]),
+    # A Google key right after a word character: a Python repr's escaped newline ('...\\nAIza...'),
+    # a name glued to it. The rule's word boundary had let both through (issue 38).
+    ("config 'maps:\\nAIzaSyPLANTED-9tSrke72PouQMnMX-a7eZSW01' loaded", ["PLANTED-9tSrke72PouQMnMX-a7eZSW0", "AIzaSy"]),
+    ("GOOGLE_MAPS_AIzaSyPLANTED_9tSrke72PouQMnMX_a7eZSW01 set", ["PLANTED_9tSrke72PouQMnMX_a7eZSW0"]),
     ("non-default args: {'model': 'm', 'api_key': 'planted repr value', 'port': 8000}", ["planted repr value", "repr value"]),
     ("non-default args: {'api_key': ['plantedlist1', 'plantedlist2'], 'port': 8000}", ["plantedlist1", "plantedlist2"]),
     ("Namespace(api_key='planted namespace value', port=8000)", ["planted namespace value", "namespace value"]),

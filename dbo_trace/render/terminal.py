@@ -269,7 +269,7 @@ class TerminalRenderer:
         )
         if len(rows) > MAX_STEP_ROWS:
             out.paragraph(
-                f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json or --markdown lists all; --step takes a number, "
+                f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json lists all; --step takes a number, "
                 "a label, median or slowest)"
             )
         _summaries(out, d, width)
