@@ -11,7 +11,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
-from dbo_trace.analysis.accounting import B_HOST
+from dbo_trace.analysis.accounting import B_COMM, B_HOST
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
 from dbo_trace.analysis.report import RankReport, Report, StepReport
@@ -31,6 +31,7 @@ class Bar:
     ubatch: int  # -1: not attributed
     kind: str  # compute | comm | copy | launch | yield | range (a named range) | op (a CPU operator)
     group: str | None = None  # what it belongs to, for its colour: a range's name; a replayed kernel's launching range
+    own: bool = True  # False: GPU work of another step running in this one's window (the GPU behind)
 
 
 @dataclass
@@ -46,6 +47,10 @@ class StepView:
     # comm held back (analysis/held.py): (ready, start, lane, cause) per kernel, ready to its start
     held_back: list[tuple[float, float, str, str]] = field(default_factory=list)
     lead_in_us: float = 0.0  # from the step's start to its first kernel: threads starting, Python
+    lead_in_idle: bool = False  # the lead-in is worth a word (5% of the step) and mostly host-caused idle
+    exposed: list[tuple[float, float]] = field(default_factory=list)  # comm with no compute beside it
+    # the GPU running other steps' work and none of this step's (the GPU behind the host: queueing)
+    queued: list[tuple[float, float]] = field(default_factory=list)
     title: str = ""
     groups: list[str] = field(default_factory=list)  # the coloured names, most time first; the rest "other"
 
@@ -192,9 +197,12 @@ def step_view(rank: RankReport, position: int) -> StepView:
     t0 = step.start_us
     view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step, position))
 
-    # GPU: one lane per stream, named by what runs there. A replayed graph forks onto many internal
-    # streams whose identity means nothing; their kernels are packed into as few lanes as overlap allows.
-    gsel = np.flatnonzero(att.gpu_step == step.index)
+    # GPU: what ran in the step's window, its own activities and other steps' still (or already)
+    # running there; one lane per stream, named by what runs there. A replayed graph forks onto many
+    # internal streams whose identity means nothing; their kernels are packed into as few lanes as
+    # overlap allows.
+    own_step = att.gpu_step == step.index
+    gsel = np.flatnonzero(own_step | ((tl.gpu.end > t0) & (tl.gpu.start < step.end_us)))
     graph_streams: set[int] = set()
     gpu_lanes: list[str] = []
     lane_of_kernel: dict[int, str] = {}
@@ -220,6 +228,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
                 tl.names[tl.gpu.name[i]],
                 int(att.gpu_ubatch[i]),
                 c.KIND_NAMES[int(d.kernel_kind[i])],
+                own=bool(own_step[i]),
             )
         )
 
@@ -253,13 +262,20 @@ def step_view(rank: RankReport, position: int) -> StepView:
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
-    first_kernel = min((b.start for b in view.bars if b.kind in ("compute", "comm", "copy")), default=0.0)
+    first_kernel = min((b.start for b in view.bars if b.own and b.kind in ("compute", "comm", "copy")), default=0.0)
     view.lead_in_us = max(0.0, first_kernel)
     bands = step_bands(rank, step)
     view.overlap = [(s - t0, e - t0) for s, e in zip(*bands.hidden_comm)]
     view.host_idle = [(s - t0, e - t0) for s, e in zip(*bands.host_idle)]
+    view.exposed = [(s - t0, e - t0) for s, e in zip(*d.partition.spans(B_COMM, step.start_us, step.end_us))]
+    theirs, mine = gsel[~own_step[gsel]], gsel[own_step[gsel]]
+    clip = (np.maximum(tl.gpu.start[theirs], t0), np.minimum(tl.gpu.end[theirs], step.end_us))
+    queued = iv.difference(iv.union(*clip), iv.union(tl.gpu.start[mine], tl.gpu.end[mine]))
+    view.queued = [(float(s) - t0, float(e) - t0) for s, e in zip(*queued)]
+    idle_in_lead = iv.length(*iv.intersection(bands.host_idle, (np.array([t0]), np.array([t0 + view.lead_in_us]))))
+    view.lead_in_idle = view.lead_in_us >= 0.05 * view.duration and idle_in_lead >= 0.5 * view.lead_in_us
     if d.held is not None:
-        for k, ready, cause in held_in_step(d.held, set(gsel.tolist())):
+        for k, ready, cause in held_in_step(d.held, set(np.flatnonzero(own_step).tolist())):
             view.held_back.append((ready - t0, float(tl.gpu.start[k]) - t0, lane_of_kernel[k], cause))
     return view
 
@@ -311,12 +327,9 @@ def _add_ranges(view: StepView, rank: RankReport, gsel: np.ndarray, csel: np.nda
     time_of: dict[str, float] = {}
     for a, b, name, _u, _k in ranges:
         time_of[name] = time_of.get(name, 0.0) + min(b, step.end_us) - max(a, step.start_us)
-    for bar, group in replayed:
-        time_of[group] = time_of.get(group, 0.0) + bar.end - bar.start
-    # What replayed kernels belong to is coloured first (a GPU lane otherwise all grey), then the CPU's names.
-    by_time = [n for n, _ in sorted(time_of.items(), key=lambda x: (-x[1], x[0]))]
-    of_replays = {g for _, g in replayed}
-    view.groups = ([n for n in by_time if n in of_replays] + [n for n in by_time if n not in of_replays])[:RANGE_GROUPS]
+    # The CPU's names with most time are coloured (a replayed kernel keeps its group as data; a
+    # picture colours kernels by microbatch or class, never in a CPU range's colour).
+    view.groups = [n for n, _ in sorted(time_of.items(), key=lambda x: (-x[1], x[0]))][:RANGE_GROUPS]
     for a, b, name, u, kind in ranges:
         view.bars.append(Bar(max(a, step.start_us) - t0, min(b, step.end_us) - t0, cpu_lane(u), name, u, kind, name))
 
