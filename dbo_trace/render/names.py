@@ -12,7 +12,9 @@ The rule, for the names one list shows (a kernel table, a comm kernel line):
 3. fitted to a width: a name too long is cut at the end (`...`) where what tells it from the others
    lies before the cut, else it keeps its head, `...`, and the stretch from where it first differs
    from the name most like it (a ROCm `Cijk_Alik_Bljk_..._MT64x16x32_...` keeps its `MT64x16x32`);
-   names still alike after that get ` [2]`, ` [3]`, ... in their order.
+   names still alike keep their head and the stretch in which they differ (from the first character
+   where two of them differ to the last), its middle cut where too long; names still alike after
+   that get ` [2]`, ` [3]`, ... in their order.
 The full names stay in the JSON, the HTML's titles and the Perfetto trace. Names only: no figure."""
 
 from __future__ import annotations
@@ -139,6 +141,25 @@ def _fit(text: str, differs_at: int, width: int) -> str:
     return text[:head] + MARK + text[start : start + room - len(MARK)] + MARK
 
 
+def _apart(texts: list[str], width: int) -> list[str]:
+    """Names alike once fitted, each as its head, then the stretch in which the group differs (from
+    the first character where any two differ to the last), its middle cut where too long."""
+    first = min(_lcp(texts[0], t) for t in texts[1:])
+    last = min(_lcp(texts[0][::-1], t[::-1]) for t in texts[1:])  # characters they all end with
+    out = []
+    for t in texts:
+        end = max(first, len(t) - last)
+        head = t[:first] if first <= width // 4 else t[: max(4, width // 4)] + MARK
+        tail = t[end:] if len(t) - end <= width // 4 else MARK
+        room = max(2 * len(MARK), width - len(head) - len(tail))
+        mid = t[first:end]
+        if len(mid) > room:
+            half = (room - len(MARK)) // 2
+            mid = mid[:half] + MARK + mid[len(mid) - (room - len(MARK) - half) :]
+        out.append(head + mid + tail)
+    return out
+
+
 def display_names(names: Sequence[str], width: int | None = None) -> list[str]:
     """Each name as a list shows it (the module's rule): distinct names stay distinct, each at most
     width characters (no limit where None). The same name twice is shown alike."""
@@ -159,6 +180,12 @@ def display_names(names: Sequence[str], width: int | None = None) -> list[str]:
         for n, text in chosen.items():
             differs = max((_lcp(text, o) for o in texts if o is not text), default=0)
             shown[n] = _fit(text, differs, width)
+        alike: dict[str, list[str]] = {}
+        for n in distinct:
+            alike.setdefault(shown[n], []).append(n)
+        for group in (g for g in alike.values() if len(g) > 1):  # still alike: keep where they differ
+            for n, text in zip(group, _apart([chosen[n] for n in group], width)):
+                shown[n] = text
     seen: dict[str, int] = {}
     for n in distinct:  # the last resort: numbered in order
         k = seen[shown[n]] = seen.get(shown[n], 0) + 1
