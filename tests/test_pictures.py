@@ -299,12 +299,9 @@ def edge_ink(png: bytes):
 def check_inside(fig, image_format="png"):
     import io
 
-    import matplotlib.pyplot as plt
-
     assert text_outside(fig) == []
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=fig.dpi)
-    plt.close(fig)
     assert edge_ink(buf.getvalue()) == 0
 
 

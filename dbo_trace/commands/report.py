@@ -130,6 +130,10 @@ def run(request: ReportRequest | ArchiveView) -> None:
 
     main_output = RENDERERS[request.format]
     picture, timeline, output = request.picture, request.timeline, request.output
+    if picture is not None:
+        from dbo_trace.render.timeline import import_in_background
+
+        import_in_background()  # matplotlib's import, as long as drawing a step, beside the trace's read
     result = common.analyzed(list(request.paths), request.options, request.workers)
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
     shown = RenderOptions(
