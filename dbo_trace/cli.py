@@ -115,6 +115,11 @@ def main() -> None:
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
 @click.option(
+    "--window",
+    metavar="START:END",
+    help="--timeline draws this span instead of one step: ms from the rank's first step's start (0:50), or steps (#2:#4).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     help="Processes reading and analysing ranks at once (default: $DBO_TRACE_WORKERS, else one per core).",
@@ -137,6 +142,7 @@ def report(
     step_number,
     rank_number,
     all_ranks,
+    window,
     workers,
     force,
 ) -> None:
@@ -152,7 +158,8 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, workers=workers, force=force,
+        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, window=window, workers=workers,
+        force=force,
     )  # fmt: skip
     command.run(request.checked())
 

@@ -340,3 +340,29 @@ def test_title_and_legend_lie_inside_real_traces_with_long_names(trace):
     for b in long_view.bars[-3:]:
         b.kind = "range"
     check_inside(timeline_figure(long_view))
+
+
+def test_a_window_of_several_steps_holds_every_kernel_and_call_in_it(tmp_path):
+    """--window '#2:#4' draws from step #2's start to #4's end: every GPU activity of the raw trace
+    that overlaps it, each step's start marked; bad windows are one line each."""
+    from dbo_trace.analysis.view import parse_window, window_view
+
+    rank = analysed("overlap").ranks[0]
+    lo, hi = parse_window(rank, "#2:#4")
+    assert (lo, hi) == (rank.steps[1].start_us, rank.steps[3].end_us)
+    assert parse_window(rank, "1.5:2") == (rank.steps[0].start_us + 1500.0, rank.steps[0].start_us + 2000.0)
+    view = window_view(rank, lo, hi)
+    events = gpu_events_in("overlap", lo, hi)
+    gpu_bars = [b for b in view.bars if b.lane.startswith("GPU")]
+    assert len(gpu_bars) == len(events) > 0 and all(b.own for b in gpu_bars)
+    assert [label for _, label in view.marks] == ["#2", "#3", "#4"]
+    assert view.marks[0][0] == 0.0
+    check_inside(__import__("dbo_trace.render.timeline", fromlist=["x"]).timeline_figure(view))
+    out = tmp_path / "w.svg"
+    proc = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(out), "--window", "#2:#4")
+    assert proc.returncode == 0 and "rank 0, window #2:#4" in proc.stderr
+    for bad, says in (("#2:#9", "#9 is out of range (#1 to #5)"), ("a:b", "each side is milliseconds"), ("5:1", "not after")):
+        proc = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(tmp_path / "x.png"), "--window", bad)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = run_cli("report", str(SAMPLES / "overlap"), "--window", "0:5")
+    assert proc.returncode == 2 and "--window chooses the span that --timeline draws" in proc.stderr

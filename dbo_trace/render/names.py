@@ -61,7 +61,8 @@ def demangle(name: str) -> str:
 def _depths(text: str) -> list[int]:
     """Nesting depth before each character: brackets and parentheses; `<`/`>` only outside
     parentheses (inside, `(8)>(0)` is a comparison). -1 everywhere where they do not balance."""
-    out, stack = [], []
+    out: list[int] = []
+    stack: list[str] = []
     for ch in text:
         out.append(len(stack))
         in_parens = "(" in stack

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
-from dbo_trace.analysis.view import Bar, StepView, chosen_step, step_view
+from dbo_trace.analysis.view import Bar, StepView, chosen_step, parse_window, step_view, window_view
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
@@ -99,6 +99,8 @@ class TimelineRenderer:
         rank, position = chosen_step(report, options.rank, options.step)
         if options.all_ranks:
             return draw_ranks_timeline(ranks_step_view(report, position), self.name)
+        if options.window is not None:
+            return draw_timeline(window_view(rank, *parse_window(rank, options.window)), self.name)
         return draw_timeline(step_view(rank, position), self.name)
 
 
@@ -141,7 +143,7 @@ class Boxes:
         index = {style: k for k, style in enumerate(styles)}
         faces = palette[np.fromiter((index[c] for c in self.colour), np.intp, len(self.colour))]
         edges = self.edge if self.outline else "none"
-        coll = PolyCollection(verts, facecolors=faces, edgecolors=edges, linewidths=0.3, zorder=self.zorder)
+        coll = PolyCollection(list(verts), facecolors=faces, edgecolors=edges, linewidths=0.3, zorder=self.zorder)
         ax.add_collection(coll, autolim=False)
         if self.hatch:  # one compound path hatched over them all: Agg hatches each path anew (2 ms a bar)
             from matplotlib.patches import PathPatch
@@ -236,6 +238,7 @@ def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
 
 
 STATE_LANE = "GPU: overlap / exposed / idle"
+MARK_LABELS = 40  # a window's step starts labelled (#3); past this many, lines alone
 
 
 def draw_timeline(view: StepView, image_format: str = "png", width_in: float = WIDTH_IN) -> bytes:
@@ -289,10 +292,14 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
             fontsize=FONT - 1,
             color=HOST_COLOUR,
         )
+    if view.marks:  # a window's step starts: one collection of lines, labelled inside the axis
+        ax.vlines([x / SCALE for x, _ in view.marks], -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
+        for x, label in view.marks[:MARK_LABELS]:
+            ax.text(x / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left", clip_on=True)
     _lane_labels(ax, row)  # lanes hold thread names
     ax.set_xlim(0, view.duration / SCALE)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
-    ax.set_xlabel("ms from the step's start", fontsize=FONT)
+    ax.set_xlabel(view.axis_label, fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
     place_axis(fig, under)
@@ -328,7 +335,7 @@ def _figure(width_in: float, dpi: float) -> tuple[Figure, Any]:
 def _save(fig: Figure, image_format: str, dpi: float) -> bytes:
     buf = io.BytesIO()
     # PNG compressed at level 1: a third of level 6's time, the file (100-200 kB) about a fifth larger
-    extra = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
+    extra: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
     fig.savefig(buf, format=image_format, dpi=dpi, **extra)
     return buf.getvalue()
 
