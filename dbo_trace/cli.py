@@ -52,13 +52,16 @@ _OUTPUT_OPTION = click.option(
 )
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+GLOSSARY = "Every column and figure explained: docs/outputs.md, \"Glossary\"."
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=GLOSSARY)
 @click.version_option(__version__, prog_name="dbo-trace")
 def main() -> None:
     """Profiling and overlap diagnosis for dual-batch overlap (DBO) in vLLM."""
 
 
-@main.command()
+@main.command(epilog=GLOSSARY)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md).")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")

@@ -200,7 +200,7 @@ class TerminalRenderer:
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
         d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
-        # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
+        # The width by layout.terminal_width's one rule ($COLUMNS, the terminal's, else 80): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
         label = d.verdict.label
