@@ -86,6 +86,8 @@ def test_the_rule_on_names_that_differ_late():
         "reduce_kernel<...>",  # alone of its kind: brief
         "elementwise_kernel<128, 4, neg_kernel_cuda(TensorIteratorBase&)>",
     ]
+    lam = "void k<f(at::T&)::{lambda()#3}::operator()() const::{lambda(int)#1}>(int)"  # `const::` is no qualifier
+    assert display_names([lam, lam.replace("#3", "#4")])[0] == "k<f(T&)::{lambda()#3}::operator()() const::{lambda(int)#1}>"
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import re
 from typing import Callable, Sequence
 
 MARK = "..."
-_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|[A-Za-z_][A-Za-z_0-9]*)::")
+_QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|\b(?!const\b|volatile\b)[A-Za-z_][A-Za-z_0-9]*)::")
 _OPEN, _CLOSE = "<([{", ">)]}"
 
 
