@@ -28,8 +28,13 @@ if TYPE_CHECKING:
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e"}
 # Kernels no microbatch launched, coloured by class so a step without microbatches is not all grey.
-CLASS_COLOURS = {"compute": "#7f7f7f", "comm": "#8c6d31", "copy": "#c7c7c7"}
-CLASS_LABELS = {"compute": "compute, no microbatch", "comm": "comm, no microbatch", "copy": "memcpy / memset"}
+CLASS_COLOURS = {"compute": "#7f7f7f", "comm": "#8c6d31", "copy": "#c7c7c7", "launch": "#3b3b3b"}
+CLASS_LABELS = {
+    "compute": "compute, no microbatch",
+    "comm": "comm, no microbatch",
+    "copy": "memcpy / memset",
+    "launch": "CUDA call, no microbatch",
+}
 KIND_ALPHA = {"compute": 0.95, "comm": 0.95, "copy": 0.6, "launch": 0.9, "yield": 0.25}
 COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
 OTHER_ALPHA = 0.35
@@ -213,7 +218,7 @@ def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
     gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield")]
     ubatches = {b.ubatch for b in gpu if b.ubatch in UBATCH_COLOURS}
     out: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
-    classes = {b.kind for b in gpu if b.ubatch not in UBATCH_COLOURS}
+    classes = {b.kind for b in view.bars if b.kind in CLASS_COLOURS and b.ubatch not in UBATCH_COLOURS}
     out += [({"facecolor": CLASS_COLOURS[k]}, CLASS_LABELS[k]) for k in CLASS_COLOURS if k in classes]
     if any(b.kind == "comm" for b in gpu):
         out.append(({"facecolor": "white", "edgecolor": "black", "hatch": COMM_HATCH}, "communication"))
@@ -356,8 +361,6 @@ def ranks_figure(view: RanksView, width_in: float = RANKS_WIDTH_IN) -> Figure:
     entries: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
     classes = {b.kind for b in view.bars if b.ubatch not in UBATCH_COLOURS and b.kind in CLASS_COLOURS}
     entries += [({"facecolor": CLASS_COLOURS[k]}, CLASS_LABELS[k]) for k in CLASS_COLOURS if k in classes]
-    if "launch" in kinds and any(b.ubatch not in UBATCH_COLOURS for b in view.bars if b.kind == "launch"):
-        entries.append(({"facecolor": CLASS_COLOURS["compute"]}, "launch, no microbatch"))
     if "comm" in kinds:
         entries.append(({"facecolor": "white", "edgecolor": "black", "hatch": COMM_HATCH}, "communication"))
     if view.waits:
