@@ -52,11 +52,10 @@ def check_regexes(patterns: tuple[str, ...]) -> None:
 
 
 def terminal_width() -> int:
-    """The columns the commands' own lines fit (doctor, top, archive): the terminal's, at least 80;
-    piped, $COLUMNS, else 80 (the report's and compare's default to 100 piped: render.layout)."""
+    """The columns the commands' own lines fit (doctor, top, archive): render.layout's one rule."""
     from dbo_trace.render.layout import terminal_width as width
 
-    return width(piped=80)
+    return width()
 
 
 def color(output: Path | None) -> bool:
