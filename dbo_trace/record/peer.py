@@ -86,7 +86,10 @@ class Peer:
             )
         self.traces.mkdir(parents=True)
         (self.folder / "events").mkdir()
-        self.child = Child(self.argv, self.env, self.folder / PEER_LOG)
+        try:
+            self.child = Child(self.argv, self.env, self.folder / PEER_LOG)
+        except ChildFailed:
+            raise ChildFailed(f"{self.argv[0]}: the peer server cannot start; check --peer-command") from None
 
     def wait_ready(self, timeout_s: float, tick: Callable[[float], None] | None = None) -> float:
         """Seconds until the peer's process tree listens on its port (no connection is made: the AFD
@@ -97,8 +100,14 @@ class Peer:
             code = self.child.poll()
             if code is not None:
                 raise ChildFailed(f"the peer server exited with status {code} before it listened on port {self.port}; its last lines:\n{self.child.tail()}")
-            if self.child.listens_on(self.port) is True:  # type: ignore[arg-type]
+            ours = self.child.listens_on(self.port)  # type: ignore[arg-type]
+            if ours is True:
                 return time.monotonic() - start
+            if ours is False:  # a listener, but not the peer's: the main server would connect to it
+                raise ChildFailed(
+                    f"port {self.port} is held by a process outside the peer server's process tree (a peer "
+                    "left from an earlier run?); stop it, or give the pair another AFD port"
+                )
             waited = time.monotonic() - start
             if waited > timeout_s:
                 raise ChildFailed(
