@@ -2,7 +2,7 @@
 
     python fake_server.py serve MODEL --port P [--profiler-config JSON]
         [--behaviour normal|die|hang|ignore-sigint|die-midrun|slow] [--pidfile F] [--stats F] [--trace T]
-        [--stream-delays FIRST,GAP] [--additional-config JSON]
+        [--stream-delays FIRST,GAP[,DONE]] [--additional-config JSON]
 
 Like vLLM it loads general plugins (dbo-trace's, when DBO_TRACE_DIR is set),
 starts a helper process in its group (vLLM's engine core), and on
@@ -12,9 +12,10 @@ was asked, written at exit.
 
 A request with "stream": true is answered as vLLM's OpenAI server does: server-sent events, one
 `data: {"choices": [{"text": ...}]}` chunk per output token, then (with stream_options.include_usage)
-a chunk with only `usage`, then `data: [DONE]`. --stream-delays FIRST,GAP (seconds) sleeps FIRST
-before the first token and GAP before each later one, so a test knows the TTFT, TPOT and ITL it
-should measure.
+a chunk with only `usage`, then `data: [DONE]`. --stream-delays FIRST,GAP,DONE (seconds) makes the
+timing known to a test: the k-th streamed request (k = 1, 2, ...) sleeps FIRST * (1 + (k - 1) % 2)
+before its first token, GAP * (1 + i % 3) before its token i (i = 1, 2, ...), and DONE before its
+[DONE] (after the last token: no part of the latency). Its token 2 streams as "" (a special token).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--api-key")
-p.add_argument("--stream-delays", default="0,0", help="FIRST,GAP seconds of a streamed reply")
+p.add_argument("--stream-delays", default="0,0,0", help="FIRST,GAP,DONE seconds of a streamed reply")
 p.add_argument("--additional-config", help="vLLM's; an AFD block here names this server's role")
 p.add_argument("--note", action="append", help="any text, ignored (a command line that holds secrets)")
 p.add_argument(
@@ -52,7 +53,7 @@ args = p.parse_args()
 
 print("INFO fake vLLM API server starting", flush=True)
 STARTED_UNIX = time.time()  # when this process began (a peer must listen before it)
-FIRST_S, GAP_S = (float(x) for x in args.stream_delays.split(","))
+FIRST_S, GAP_S, DONE_S = (float(x) for x in (args.stream_delays + ",0,0").split(",")[:3])
 if args.behaviour == "die":
     print("ERROR torch.OutOfMemoryError: CUDA out of memory (fake)", flush=True)
     sys.exit(1)
@@ -121,6 +122,7 @@ class Handler(BaseHTTPRequestHandler):
         connection's end closes the reply, as HTTP/1.0 allows)."""
         with lock:
             stats["streamed"] += 1
+            k = stats["streamed"]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
@@ -132,10 +134,12 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         for i in range(n):
-            time.sleep(FIRST_S if i == 0 else GAP_S)
-            event({"id": "cmpl-fake", "object": "text_completion", "choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]})
+            time.sleep(FIRST_S * (1 + (k - 1) % 2) if i == 0 else GAP_S * (1 + i % 3))
+            text = "" if i == 2 else f" t{i}"
+            event({"id": "cmpl-fake", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]})
         if (req.get("stream_options") or {}).get("include_usage"):
             event({"id": "cmpl-fake", "choices": [], "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n}})
+        time.sleep(DONE_S)
         event(b"[DONE]")
         self.close_connection = True
 
