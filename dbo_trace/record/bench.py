@@ -87,6 +87,8 @@ def tokenizer_of(argv: list[str]) -> str | None:
 
 
 def vllm_executable(argv: list[str]) -> str | None:
+    """The `vllm` of a `vllm serve` command (after any `env NAME=VALUE`: the benchmark needs none of them)."""
+    argv = environment.without_env(argv)
     if len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve":
         return argv[0]
     return None
