@@ -92,7 +92,7 @@ def record_argv(out: Path, server: Server, *options: str, quick: bool = True) ->
         "--grace",
         "30",
         "--startup-timeout",
-        "30",
+        "180",  # the plugin's import of vLLM took 40 s on a machine loaded 6x over
         *(("--repeats", "0", "--no-python-samples") if quick else ()),
         *options,
         "--",
@@ -211,7 +211,7 @@ def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path,
     cmd = record_argv(out, server, "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0")
     rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "server.log"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # the plugin alone took 40 s to load on a loaded machine
     while time.monotonic() < deadline and not (log.exists() and "Profiler started" in log.read_text()):
         time.sleep(0.1)
     time.sleep(0.3)  # mid-load: the profiler is on

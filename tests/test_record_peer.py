@@ -148,7 +148,7 @@ def test_sigterm_to_record_stops_both_servers_and_closes_both_windows(tmp_path):
     )  # fmt: skip
     try:
         log = out / "server.log"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not (log.exists() and "Profiler started" in log.read_text()):
             time.sleep(0.1)
         time.sleep(0.3)
