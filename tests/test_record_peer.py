@@ -60,10 +60,12 @@ class Pair:
 
 def test_an_afd_pair_is_recorded_as_one_run(tmp_path):
     pair = Pair(tmp_path, plugin=True)
+    pair.peer_command += ["--api-key", "sk-peer-planted-secret"]
     out = tmp_path / "bundle"
     try:
         proc = record(out, pair.main, *pair.options())
         assert proc.returncode == 0, proc.stderr
+        assert "sk-peer-planted-secret" not in (out / "manifest.json").read_text() + proc.stderr + proc.stdout
         m = manifest_of(out)
         peer = pair.peer_stats()
         main = pair.main.stats()
@@ -233,3 +235,12 @@ def test_an_unparsable_peer_command_is_one_line(tmp_path):
     assert "--peer-command" in line and "quote it" in line
     line = _usage_error(tmp_path, "--peer-command", "   ")
     assert "--peer-command is empty" in line
+
+
+def test_a_peer_command_with_a_broken_profiler_config_makes_nothing(tmp_path):
+    pair = Pair(tmp_path)
+    pair.peer_command += ["--profiler-config", "{not json"]
+    out = tmp_path / "bundle"
+    proc = record(out, pair.main, *pair.options())
+    assert proc.returncode == 2 and "not JSON" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not out.exists() and not pair.peer_pids() and not pair.main.pids()

@@ -374,9 +374,13 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
         refuse_busy_port(plan.base_url)
     manifest = _initial_manifest(plan, argv)
     env = child_env(out)
+    peer = None
+    if plan.server and plan.peer is not None:  # made before the folder: a bad peer command makes nothing
+        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
+        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
     # Every text that reaches the manifest or the terminal goes through one redactor, which knows
     # this run's secret values (a key echoed in the server's log or an error body is caught too).
-    redactor = Redactor(env, list(plan.command) + argv)
+    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
     claim_folder(out)
     fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
     (out / fmt.TRACES_DIR).mkdir()
@@ -387,10 +391,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     status, child = STATUS_FAILED, None
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
-    peer = None
-    if plan.server and plan.peer is not None:
-        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
-        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
+    if peer is not None:
         main_role = role_of(plan.command, "main")
         if peer.role == main_role:  # both commands name one role: the manifest must still tell them apart
             peer.role = f"{peer.role}-peer"

@@ -44,6 +44,7 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--plugin", action="store_true")
+p.add_argument("--api-key", help="ignored (a command line that holds a secret)")
 p.add_argument("--engine", action="store_true", help="internal: run as the engine process")
 args = p.parse_args()
 port = json.loads(args.additional_config)["afd"]["port"]
