@@ -128,11 +128,12 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
-    if unprofiled:
+    lines = [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]
+    if unprofiled:  # its own section, after the step table's noise line
         extra = [[terminal_text(cell) for cell in row] for row in unprofiled_table.rows(unprofiled)]
         lines += ["", *table(unprofiled_table.TITLE, unprofiled_table.COLUMNS, extra, width)]
         lines += wrap(unprofiled_table.NOTE, width, "", "  ")
-    for line in [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]:
+    for line in lines:
         console.print(Text(line), soft_wrap=True)
     return strip_trailing(buf.getvalue())
 
