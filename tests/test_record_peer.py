@@ -54,6 +54,13 @@ class Pair:
     def all_stopped(self) -> bool:
         return not any(alive(pid) for pid in [*self.peer_pids(), *self.main.pids()])
 
+    def failed(self, out: Path, proc) -> dict:
+        """The run failed cleanly: its manifest says so, no traceback, nothing of either server left."""
+        m = manifest_of(out)
+        assert m["status"] == "failed" and "Traceback" not in proc.stderr, proc.stderr
+        assert self.all_stopped()
+        return m
+
     def cleanup(self) -> None:
         _stop_all(*self.peer_pids(), *self.main.pids())
 
@@ -134,9 +141,7 @@ def test_a_peer_that_dies_mid_run_fails_the_recording_and_stops_the_main_server(
         assert time.monotonic() - t0 < 90  # 200 slow requests would take 100 s
         assert proc.returncode == 1, proc.stderr
         assert "the ffn server exited with status 3 during the recording" in proc.stderr, proc.stderr
-        m = manifest_of(out)
-        assert m["status"] == "failed" and m["peer"]["exit_status"] == 3
-        assert pair.all_stopped() and "Traceback" not in proc.stderr
+        assert pair.failed(out, proc)["peer"]["exit_status"] == 3
     finally:
         pair.cleanup()
 
@@ -177,9 +182,8 @@ def test_a_peer_that_never_listens_times_out_in_one_line(tmp_path):
         assert proc.returncode == 1
         first = next(line for line in proc.stderr.splitlines() if "error:" in line)
         assert f"the peer server did not listen on port {pair.port} after 3 s" in first and "--startup-timeout" in first
-        m = manifest_of(out)
-        assert m["status"] == "failed" and not pair.main.pids()  # the main server never started
-        assert pair.all_stopped() and "Traceback" not in proc.stderr
+        pair.failed(out, proc)
+        assert not pair.main.pids()  # the main server never started
     finally:
         pair.cleanup()
 
