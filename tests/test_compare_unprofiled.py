@@ -72,3 +72,20 @@ def test_unprofiled_markdown_has_the_ablation_shape_and_arms_without_repeats_are
     # Without repeats anywhere, compare's output is as before: no section, no key.
     proc = run_cli("compare", "--json", str(plain), str(SAMPLES / "serial"))
     assert "unprofiled" not in json.loads(proc.stdout)
+
+
+def test_unprofiled_figures_of_a_real_recording_with_vllm_bench_repeats():
+    """samples/afd-graphs-dbo: three `vllm bench serve` repeats recorded on the H200; the table's
+    figures are those of its manifest, computed here."""
+    sample = SAMPLES / "afd-graphs-dbo"
+    repeats = json.loads((sample / "manifest.json").read_text())["repeats"]
+    proc = run_cli("compare", "--json", "--label", "a", "--label", "b", str(sample), str(sample))
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(proc.stdout)["unprofiled"]
+    d = np.array([r["duration_s"] for r in repeats])
+    assert first["repeats"] == len(repeats) == 3 and first["tool"] == "vllm bench serve"
+    assert first["duration_mean_s"] == pytest.approx(d.mean(), abs=1e-4)
+    assert first["duration_sd_s"] == pytest.approx(d.std(ddof=1), abs=1e-4)
+    assert first["tpot_median_ms"] == pytest.approx(np.mean([r["median_tpot_ms"] for r in repeats]), abs=1e-4)
+    assert first["output_tokens_per_s"] == pytest.approx(np.mean([r["output_throughput"] for r in repeats]), abs=1e-3)
+    assert second["change"] == pytest.approx(0.0, abs=1e-9) and second["within_noise"] is True

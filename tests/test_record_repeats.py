@@ -78,7 +78,8 @@ def test_builtin_repeats_measure_a_stream_at_known_delays(tmp_path):
         assert rep["duration_s"] == pytest.approx(expected_duration, rel=0.25)
         assert rep["output_throughput"] == pytest.approx(ref["output_throughput"], rel=0.25)
         for key in FIGURES:
-            tolerance = 40.0 if key.startswith("p99") or key.startswith("mean") else 15.0
+            # A loaded machine oversleeps each of a request's sleeps by a few ms: the latency sums six of them.
+            tolerance = 60.0 if "e2el" in key else 40.0 if key.startswith(("p99", "mean")) else 15.0
             assert rep[key] == pytest.approx(ref[key], abs=tolerance), (key, rep[key], ref[key])
         # The latency ends at the last chunk, not at [DONE] 300 ms later.
         assert rep["median_e2el_ms"] < ref["median_e2el_ms"] + done * 1000 / 2
