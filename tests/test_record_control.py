@@ -91,3 +91,46 @@ def test_the_control_thread_answers_once_reports_failures_and_never_dies(tmp_pat
     (after,) = out["after_unwritable"]
     assert after["seq"] == 4 and after["action"] == "stop"
     assert out["alive"] is True
+
+
+FORK_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys, time, types
+    from pathlib import Path
+    from dbo_trace.record import control
+
+    path = Path(sys.argv[1])
+    os.environ[control.ENV_CONTROL] = str(path)
+    module = types.ModuleType(control.WORKER_MODULE)
+
+    class Worker:
+        def profile(self, is_start=True):
+            pass
+
+    module.Worker = Worker
+    sys.modules[control.WORKER_MODULE] = module
+    worker = Worker()  # vLLM's class by name, registered nowhere: found among the live objects
+    control.start()
+    os.register_at_fork(after_in_child=control.after_fork_in_child)
+    pid = os.fork()
+    if pid == 0:  # the child (vLLM's engine core is forked so): its own thread, its own ack
+        time.sleep(3)
+        os._exit(0)
+    control.send(path, 1, "start")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(control.read_acks(path, 1)) < 2:
+        time.sleep(0.05)
+    print(json.dumps({"acks": control.read_acks(path, 1), "child": pid, "parent": os.getpid()}))
+    os.waitpid(pid, 0)
+    """
+)
+
+
+def test_a_forked_child_answers_with_its_own_thread_and_finds_vllms_worker_class(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, str(tmp_path / "control.json")], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    out = json.loads(proc.stdout)
+    assert sorted(a["pid"] for a in out["acks"]) == sorted([out["child"], out["parent"]])
+    assert all(a["ok"] and a["workers"] == 1 and a["action"] == "start" for a in out["acks"])

@@ -29,7 +29,9 @@ def afd(role: str, port: int) -> str:
 class Pair:
     """A stand-in FFN server (the peer) and a stand-in attention server, on one fresh AFD port."""
 
-    def __init__(self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False):
+    def __init__(
+        self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False, discover: bool = False
+    ):
         self.port = free_port()
         (tmp / "main").mkdir()
         self.main = Server(tmp / "main", main_behaviour, extra=("--additional-config", afd("attention", self.port)))
@@ -39,7 +41,7 @@ class Pair:
         self.peer_command = [
             sys.executable, str(FAKE_PEER), "serve", "fake-model", "--additional-config", afd("ffn", self.port),
             "--behaviour", peer_behaviour, "--pidfile", str(self.peer_pidfile), "--stats", str(self.peer_stats_file),
-            "--trace", str(sample_trace("overlap")), *(("--plugin",) if plugin else ()),
+            "--trace", str(sample_trace("overlap")), *(("--plugin",) if plugin else ()), *(("--discover",) if discover else ()),
         ]  # fmt: skip
 
     def peer_pids(self) -> list[int]:
@@ -66,7 +68,9 @@ class Pair:
 
 
 def test_an_afd_pair_is_recorded_as_one_run(tmp_path):
-    pair = Pair(tmp_path, plugin=True)
+    """The peer's Worker is found as the control thread finds vLLM's (an instance of
+    vllm.v1.worker.gpu_worker.Worker among the live objects); the SIGTERM test's is kept by keep_worker."""
+    pair = Pair(tmp_path, plugin=True, discover=True)
     pair.peer_command += ["--api-key", "sk-peer-planted-secret"]
     out = tmp_path / "bundle"
     try:

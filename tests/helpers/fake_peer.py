@@ -6,7 +6,9 @@
 
 Like the real one it serves no HTTP: its "API server" (this process) starts an "engine" process
 (this file again, with --engine) that listens on the AFD port and holds the one vLLM Worker,
-registered with dbo_trace.record.control.keep_worker (with --plugin, after the plugin's register(),
+registered with dbo_trace.record.control.keep_worker (--discover: an instance of a class named as
+vLLM's, vllm.v1.worker.gpu_worker.Worker, that the control thread finds among the live objects, as
+it finds vLLM's own) (with --plugin, after the plugin's register(),
 which writes its event log and counters under $DBO_TRACE_DIR). A strong reference to the Worker is
 kept here, as vLLM's worker process keeps its own. Worker.profile(True) marks the start;
 Worker.profile(False) copies --trace (a real Kineto trace) into $DBO_TRACE_DIR/traces, as vLLM's
@@ -44,6 +46,7 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--plugin", action="store_true")
+p.add_argument("--discover", action="store_true", help="the Worker is vLLM's class, found by the control thread (gc)")
 p.add_argument("--api-key", help="ignored (a command line that holds a secret)")
 p.add_argument("--engine", action="store_true", help="internal: run as the engine process")
 args = p.parse_args()
@@ -117,8 +120,17 @@ def engine() -> None:
         register()
     from dbo_trace.record import control
 
-    worker = Worker(stats, save)  # held here for the process's life, as vLLM holds its Worker
-    control.keep_worker(worker)
+    if args.discover:  # as in vLLM: an instance of vllm.v1.worker.gpu_worker.Worker, registered nowhere
+        import types
+
+        module = types.ModuleType(control.WORKER_MODULE)
+        module.Worker = type("Worker", (Worker,), {})  # type: ignore[attr-defined]
+        sys.modules[control.WORKER_MODULE] = module
+        worker = module.Worker(stats, save)
+        control.start()  # what the plugin's register() does where DBO_TRACE_CONTROL is set
+    else:
+        worker = Worker(stats, save)  # held here for the process's life, as vLLM holds its Worker
+        control.keep_worker(worker)
     if args.behaviour == "never-listen":
         while True:
             time.sleep(1)
