@@ -76,6 +76,7 @@ class Peer:
         self.env[control.ENV_CONTROL] = str(self.control.resolve())
         self.child: Child | None = None
         self._seq = 0
+        self.last_sent: str | None = None  # the last command sent ("start": its profiler may be running)
         self.acks: dict[str, list[dict]] = {}
 
     def start(self) -> None:
@@ -122,9 +123,10 @@ class Peer:
         return self.child is not None and self.child.poll() is None
 
     def profile(self, action: str, timeout_s: float) -> dict:
+        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
         if action == "stop" and not (self.acks.get("start") or []):
             timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
-        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
+        self.last_sent = action  # before the wait: a run interrupted inside it still knows to send stop
         self._seq += 1
         sent = time.time_ns()
         control.send(self.control, self._seq, action)

@@ -472,7 +472,7 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
             died = peer.child.poll()
             if died is not None and status == STATUS_COMPLETE:  # it ended before we stopped it: its role is missing
                 status, reason = STATUS_FAILED, _peer_died(peer, died)
-            elif died is None and manifest["peer"].get("profile_start") and "profile_stop" not in manifest["peer"]:
+            elif died is None and peer.last_sent == "start":  # interrupted inside the window (or its start)
                 ui.phase(f"stopping the {peer.role} server's profiler")  # interrupted inside the window
                 manifest["peer"]["profile_stop"] = peer.profile("stop", timeout_s=min(plan.trace_timeout_s, 60.0))
                 manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0))
