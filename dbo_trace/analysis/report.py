@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -32,6 +33,10 @@ from dbo_trace.analysis.metrics import (
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, wall_offset_us
+from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
+from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
+from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import (
@@ -43,6 +48,7 @@ from dbo_trace.analysis.verdict import (
     decide,
     host_test_of,
     qualifiers,
+    with_round_trips,
 )
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -58,6 +64,8 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
+    afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,8 @@ class RankReport:
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -186,6 +196,7 @@ class Report:
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
+    roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -234,7 +245,9 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     exposed = rank_exposure(d) if d.has_comm else None
     cost = rank_contention(d) if d.microbatched else None
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
-    rt = _round_trips(steps, d.attribution.layers, d.microbatched)
+    role = dict(options.roles).get(os.path.normpath(tl.source))
+    afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
+    rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
     verdict = decide(
         whole.total,
@@ -255,8 +268,10 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         steps=steps,
         total=whole.total,
         round_trips=rt,
-        verdict=with_capture(verdict, capture, whole.window.host_idle_us),
+        verdict=with_capture(with_round_trips(verdict, afd), capture, whole.window.host_idle_us),
         graph_api=api,
+        role=role,
+        afd=afd,
         window=whole.window,
         in_steps=whole.in_steps,
         host_test=whole.host_test,
@@ -579,9 +594,39 @@ def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> Phase
     )
 
 
-def _round_trips(steps: list[StepReport], layers: int | None, microbatched: bool) -> RoundTrips | None:
+def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:
+    """The disaggregated round trips of an attention rank (analysis/roundtrips.py)."""
+    tl, att = d.timeline, d.attribution
+    p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
+    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane)
+    rows, told, unpaired = afd_round_trips(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
+    )
+    in_step = data & (att.gpu_step >= 0)
+    kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
+    return summarize_round_trips(
+        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
+        step_compute_us={s.index: s.metrics.compute_busy_us for s in steps}, layers=att.layers,
+        kernels_per_step=kernels_per_step,
+    )  # fmt: skip
+
+
+def _round_trips(
+    steps: list[StepReport], layers: int | None, microbatched: bool, afd: AfdRoundTrips | None = None
+) -> RoundTrips | None:
     if not steps:
         return None
+    if afd is not None:  # a send and its receive are one round trip: two comm operations
+        counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
+        return round_trips(
+            np.array([s.wall_us for s in steps]),
+            np.array([2.0 * counts.get(s.index, 0) for s in steps]),
+            np.array([s.metrics.comm_busy_us for s in steps]),
+            np.array([s.metrics.compute_busy_us for s in steps]),
+            layers,
+            "disaggregated round trips (a data-plane send and its receive)",
+            afd.microbatched,
+        )
     from_log = [s.comm_ops_from_log for s in steps]
     if all(from_log):
         source = "comm phases in the event log"
@@ -626,18 +671,33 @@ def _input_warnings(ranks: list[RankReport]) -> list[str]:
     return list(dict.fromkeys(w for r in ranks if r.detail is not None for w in r.detail.timeline.warnings))
 
 
-def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
+def combine(
+    ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str], roles: RolesInfo | None = None
+) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
-    added the same way (in-step where every rank has marker steps)."""
+    added the same way (in-step where every rank has marker steps). Roles (an AFD attention rank and
+    its FFN rank) are not ranks of one collective: no cross-rank matching between them; the FFN's
+    kernels give the attention's round trips their parts."""
+    ranks = with_ffn_parts(ranks)
+    if roles is not None and roles.note():
+        warnings = warnings + [str(roles.note())]
     total = sum_metrics([r.total for r in ranks])
-    rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
+    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
+    rt = (
+        ranks[0].round_trips
+        if len(ranks) == 1
+        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
+    )
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
     # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
     every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
     host = ranks[0].host_test if len(ranks) == 1 else host_test_of(not every_in_steps, window, in_steps)
-    microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
-    view, ranks = across_ranks(ranks)
+    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
+    if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
+        view = None
+    else:
+        view, ranks = across_ranks(ranks)
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
@@ -647,7 +707,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         total=total,
         round_trips=rt,
         verdict=with_capture(
-            decide(
+            _run_round_trips(decide(
                 total,
                 rt,
                 any(r.profile_all_threads for r in ranks),
@@ -658,7 +718,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
                 ),
                 causes=causes,
                 graph_api=_ranks_graph_api(ranks),
-            ),
+            ), ranks),
             _summed_capture([r.capture for r in ranks]),
             window.host_idle_us,
         ),
@@ -668,7 +728,36 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         cross_rank=view,
         host_causes=causes,
         host_test=host,
+        roles=roles,
     )
+
+
+def _run_round_trips(v: Verdict, ranks: list[RankReport]) -> Verdict:
+    """The run's verdict speaks of the round trips where one attention rank measured them."""
+    afd = [r.afd for r in ranks if r.afd is not None]
+    return with_round_trips(v, afd[0]) if len(afd) == 1 else v
+
+
+def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
+    """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
+    on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
+    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
+    if ffn is None:
+        return ranks
+    fd = ffn.detailed()
+    ftl = fd.timeline
+    data = data_plane(is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind), kind=fd.kernel_kind, stream=ftl.gpu.lane)
+    out = []
+    for r in ranks:
+        offset = wall_offset_us(ftl, r.detail.timeline) if r.afd is not None and r.detail is not None else None
+        if r.afd is None or offset is None:
+            out.append(r)
+            continue
+        idx = np.flatnonzero(data)
+        idx = idx[np.argsort(ftl.gpu.start[idx], kind="stable")]
+        parts = ffn_parts(r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset)
+        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
+    return out
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:
