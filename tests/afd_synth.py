@@ -146,9 +146,9 @@ def afd_pair(
                                              "ffn": ffn_compute_us})  # fmt: skip
         t += 30
         att.annotation(f"execute_context_0(0)_generation_{16 * mbs}({16 * mbs})", step_start, t - step_start - 5)
-        if yield_us:
-            for _ in range(mbs * layers):
-                att.cpu_op("vllm::manual_dbo_yield", step_start + 0.5, 0.1)
+        if yield_us:  # the AFD model's yield op between each send and its receive (a thread of its own here)
+            for i in range(mbs * layers):
+                att.cpu_op("vllm::manual_dbo_yield", step_start + 13 + i * (yield_us + 1), yield_us, tid=55)
     # the FFN's last receive waits out the attention side's export: far past the attention's window
     ffn.kernel(SENDRECV, t + 50, 7_700_000.0, 9, ffn.call("cudaLaunchKernel", t + 40, MAIN))
     a_path = att.write(folder / "traces" / "attention.pt.trace.json.gz")

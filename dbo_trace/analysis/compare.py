@@ -43,6 +43,11 @@ class Arm:
     step_p90_us: float | None = None
     step_p99_us: float | None = None
     step_max_us: float | None = None
+    # a disaggregated (AFD) run's round trips (analysis/roundtrips.py): send start to its receive's end
+    round_trip_us: float | None = None  # median round trip
+    round_trip_hidden_share: float | None = None  # of the round trips' time, the other microbatch's compute
+    round_trip_criterion: bool | None = None  # per-microbatch compute >= the round trip's exposed time
+    round_trip_change: float | None = None  # the median round trip against the first arm's (fraction)
 
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
@@ -50,6 +55,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     steps = [s for r in report.ranks for s in r.steps if phase == ALL_STEPS or s.phase == phase]
     walls = np.array([s.wall_us for s in steps], float)
     rt = report.round_trips
+    afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(walls)
     if phase == ALL_STEPS:
         m, verdict = report.total, report.verdict.label
@@ -72,6 +78,9 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         step_p90_us=None if x is None else x.p90_us,
         step_p99_us=None if x is None else x.p99_us,
         step_max_us=None if x is None else x.max_us,
+        round_trip_us=afd.median_us if afd else None,
+        round_trip_hidden_share=afd.hidden_share if afd else None,
+        round_trip_criterion=afd.criterion_met if afd else None,
     )
 
 
@@ -100,8 +109,12 @@ def _against_first(arms: list[Arm]) -> list[Arm]:
 
 def _against(arm: Arm, base: Arm) -> Arm:
     se = math.sqrt(base.step_std_us**2 / max(base.steps, 1) + arm.step_std_us**2 / max(arm.steps, 1))
+    rt_change = None
+    if arm.round_trip_us is not None and base.round_trip_us:
+        rt_change = arm.round_trip_us / base.round_trip_us - 1.0
     return replace(
         arm,
+        round_trip_change=rt_change,
         change=arm.step_mean_us / base.step_mean_us - 1.0,
         within_noise=abs(arm.step_mean_us - base.step_mean_us) <= NOISE_SE * se,
     )
@@ -110,7 +123,12 @@ def _against(arm: Arm, base: Arm) -> Arm:
 def microbatched(report: Report) -> bool:
     """DBO ran: some kernel has a microbatch, or the event log says a step took a microbatched path
     (a full-graph replay is microbatched although its kernels cannot be told apart)."""
-    return any(r.attribution != SOURCE_NONE or any(s.path in MICROBATCHED_PATHS for s in r.steps) for r in report.ranks)
+    return any(
+        r.attribution != SOURCE_NONE
+        or any(s.path in MICROBATCHED_PATHS for s in r.steps)
+        or (r.afd is not None and r.afd.microbatched)  # a replayed AFD graph's kernel order showed two
+        for r in report.ranks
+    )
 
 
 def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:

@@ -13,6 +13,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES,
 from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
+from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
@@ -268,7 +269,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         steps=steps,
         total=whole.total,
         round_trips=rt,
-        verdict=with_capture(with_round_trips(verdict, afd), capture, whole.window.host_idle_us),
+        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), rank_expensive(d)), capture, whole.window.host_idle_us),
         graph_api=api,
         role=role,
         afd=afd,
@@ -592,6 +593,26 @@ def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> Phase
         host_causes=causes,
         step_spread=spread([s.wall_us for s in steps]),
     )
+
+
+def rank_expensive(d: RankDetail) -> list[ExpensiveCall]:
+    """The CPU operators and ranges that cost far more per call than their GPU work (analysis/expensive.py)."""
+    tl, att = d.timeline, d.attribution
+    marked = not att.steps.inferred
+    return expensive_calls(
+        names=tl.names, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
+        cpu_is_annotation=tl.cpu_is_annotation, launch_start=att.gpu_launch_start, launch_lane=d.launch_lane,
+        gpu_us=tl.gpu.end - tl.gpu.start, step_start=att.steps.start if marked else np.empty(0),
+        step_end=att.steps.end if marked else np.empty(0),
+    )  # fmt: skip
+
+
+def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
+    """The expensive calls as one reason beside the host time: a cost per call, not a wait."""
+    if not calls:
+        return v
+    text = "expensive calls (far more per call than the GPU work they launch): " + "; ".join(e.text() for e in calls)
+    return replace(v, reasons=list(v.reasons) + [text])
 
 
 def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:

@@ -106,6 +106,10 @@ class AfdRoundTrips:
         ratio = self.criterion_ratio
         return None if ratio is None else ratio >= 1.0
 
+    @property
+    def median_receive_us(self) -> float:
+        return float(np.median(self.rows.recv_end - self.rows.recv_start))
+
     def median_part(self, name: str) -> float | None:
         if self.parts is None or not self.parts.matched.any():
             return None

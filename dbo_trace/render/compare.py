@@ -9,13 +9,14 @@ from typing import Any, Callable
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.format import md_table, ms, num, pct
+from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
-# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 3
+# 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
+# 4: a disaggregated run's round trip (round_trip_us, its hidden share, the criterion, its change)
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 4
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -32,12 +33,23 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 change,
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
+                _round_trip_cell(a),
+                pct(a.round_trip_hidden_share),
+                tri(a.round_trip_criterion),
                 pct(a.comm_hidden_fraction),
                 pct(a.replayed_kernel_fraction),
                 a.verdict,
             ]
         )
     return rows
+
+
+def _round_trip_cell(a: Arm) -> str:
+    """The median disaggregated round trip, with its change against the first arm."""
+    if a.round_trip_us is None:
+        return "-"
+    change = "" if a.round_trip_change is None else f" ({100 * a.round_trip_change:+.0f}%)"
+    return ms(a.round_trip_us) + change
 
 
 def _spread_cell(a: Arm) -> str:
@@ -105,6 +117,9 @@ COLUMNS = [
     Column("vs first", right=False),
     Column("round trips/layer", keep=3),
     Column("per round trip", keep=4),
+    Column("FFN round trip", keep=8),
+    Column("round trip hidden", keep=9),
+    Column("compute >= round trip", keep=10),
     Column("comm hidden", keep=7),
     Column("graph-replayed kernels", keep=6),
     Column("verdict", right=False),

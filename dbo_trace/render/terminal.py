@@ -13,6 +13,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    disaggregated_lines,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     OPERATION_HEADER,
@@ -238,6 +239,9 @@ class TerminalRenderer:
             out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
+        if d.disaggregated is not None:
+            out.bullets(disaggregated_lines(d.disaggregated))
+            out.line()
         rt = d.round_trips
         if rt is not None:
             out.table(
