@@ -11,6 +11,7 @@ import numpy as np
 EXPENSIVE_US = 200.0  # a median call at least this long ...
 KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
 MOST = 3
+NAME_MOST = 60  # a compiled graph's operator name runs to hundreds of characters
 SKIP_PREFIXES = ("execute_", "ProfilerStep#", "dbo:", "gpu_model_runner:", "Optimizer.")
 
 
@@ -28,8 +29,9 @@ class ExpensiveCall:
         kind = "range" if self.annotation else "CPU op"
         per_step = f", {self.calls_per_step:.0f} calls per step" if self.calls_per_step is not None else ""
         share = f", {100 * self.step_share:.0f}% of the step time" if self.step_share is not None else ""
+        name = self.name if len(self.name) <= NAME_MOST else self.name[: NAME_MOST - 3] + "..."
         return (
-            f"{self.name} ({kind}) {self.median_us / 1000:.2f} ms per call (median of {self.calls:,}){per_step}{share}; "
+            f"{name} ({kind}) {self.median_us / 1000:.2f} ms per call (median of {self.calls:,}){per_step}{share}; "
             f"the GPU work it launched {self.kernel_us_per_call:.0f} us per call"
         )
 

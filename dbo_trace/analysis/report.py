@@ -51,6 +51,7 @@ from dbo_trace.analysis.verdict import (
     qualifiers,
     with_round_trips,
 )
+from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
@@ -173,6 +174,7 @@ class RankReport:
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
@@ -250,6 +252,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
     rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
+    expensive = rank_expensive(d)
     verdict = decide(
         whole.total,
         rt,
@@ -269,9 +272,10 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         steps=steps,
         total=whole.total,
         round_trips=rt,
-        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), rank_expensive(d)), capture, whole.window.host_idle_us),
+        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), expensive), capture, whole.window.host_idle_us),
         graph_api=api,
         role=role,
+        expensive_calls=expensive,
         afd=afd,
         window=whole.window,
         in_steps=whole.in_steps,
@@ -612,7 +616,13 @@ def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
     if not calls:
         return v
     text = "expensive calls (far more per call than the GPU work they launch): " + "; ".join(e.text() for e in calls)
-    return replace(v, reasons=list(v.reasons) + [text])
+    reasons = list(v.reasons)
+    at = next((i for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), None)
+    if at is None:
+        reasons.insert(0, text)
+    else:  # the host-time line says it: a cost per call, beside the idle it caused
+        reasons[at] = f"{reasons[at]}; {text}"
+    return replace(v, reasons=reasons)
 
 
 def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:

@@ -26,6 +26,7 @@ OVERLAPPED = "overlapped"
 NOT_OVERLAPPED = "not-overlapped"
 LABELS = (HOST_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
 
+HOST_REASON = "GPU idle waiting for the host"  # the host-time reason begins so
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
 OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
@@ -171,7 +172,7 @@ def decide(
     if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
         basis = f" ({host.basis})" if host is not None else ""
         reasons.append(
-            f"GPU idle waiting for the host {pct_text(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
+            f"{HOST_REASON} {pct_text(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
             f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle; "
             f"GPU busy {pct_text(m.utilization)} of the window"
         )

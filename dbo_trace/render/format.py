@@ -131,10 +131,15 @@ RANK_HEADER = [
 ]
 
 
+def rank_cell(r: RankBlock) -> str:
+    """A rank's number, with its role in a disaggregated run ("1 (attention)")."""
+    return str(r.rank) if r.role is None else f"{r.rank} ({r.role})"
+
+
 def rank_cells(r: RankBlock) -> list[str]:
     """A rank's summary row in the Markdown and HTML reports (the document's rank block)."""
     return [
-        str(r.rank),
+        rank_cell(r),
         str(len(r.steps)),
         pct(r.gpu.utilization),
         pct(r.comm.hidden_fraction),

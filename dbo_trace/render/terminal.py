@@ -14,6 +14,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
+    rank_cell,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     OPERATION_HEADER,
@@ -194,7 +195,7 @@ class TerminalRenderer:
             RANK_COLUMNS,
             [
                 [
-                    str(r.rank),
+                    rank_cell(r),
                     str(len(r.steps)),
                     pct(r.gpu.utilization),
                     ms(r.comm.busy_us),
