@@ -35,7 +35,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 ms(a.per_round_trip_us),
                 _round_trip_cell(a),
                 pct(a.round_trip_hidden_share),
-                tri(a.round_trip_criterion),
+                "-" if a.round_trip_us is None else tri(a.round_trip_criterion),
                 pct(a.comm_hidden_fraction),
                 pct(a.replayed_kernel_fraction),
                 a.verdict,
@@ -79,8 +79,19 @@ def _change(arm: Arm) -> str:
     return "within noise" if arm.within_noise else f"{100 * (arm.change or 0.0):+.1f}%"
 
 
+AFD_COLUMNS = ("FFN round trip", "round trip hidden", "compute >= round trip")
+
+
+def _shown(arms: list[Arm]) -> list[int]:
+    """The columns shown: a disaggregated run's round-trip columns only where an arm has them."""
+    afd = any(a.round_trip_us is not None for a in arms)
+    return [i for i, c in enumerate(COLUMNS) if afd or c.header not in AFD_COLUMNS]
+
+
 def render_markdown(arms: list[Arm]) -> str:
-    out = md_table(HEADER, [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)])  # the arm's label: a name
+    shown = _shown(arms)
+    rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
+    out = md_table([HEADER[i] for i in shown], [[r[i] for i in shown] for r in rows])
     return "\n".join(out + ["", markdown_text(noise_line(arms)), ""])
 
 
@@ -134,7 +145,7 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
 
     width = width or terminal_width()
     rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
-    shown = list(range(len(COLUMNS)))
+    shown = _shown(arms)
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)

@@ -59,7 +59,7 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
-QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
+QualifierKey = Literal["host_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"]
 
 
 # ---- window figures -------------------------------------------------------------------------------
@@ -510,7 +510,7 @@ class PeerWait(Struct):
     significant: bool
 
 
-class RankBlock(Struct):
+class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where a run has roles
     rank: Int
     source: str
     gpu: Gpu
@@ -664,7 +664,7 @@ class CrossRankBlock(Struct):
     waits: WaitsBlock | None
 
 
-class ReportDocument(Struct):
+class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
     """The whole report: the run's totals (its figures over all ranks), then each rank's."""
 
     schema: str
