@@ -138,3 +138,19 @@ def test_compare_four_arms(bundles):
     assert "FFN round trip" in text and "round trip hidden" in text
     md = render_markdown(arms)
     assert "compute >= round trip" in md or "compute &gt;= round trip" in md
+
+
+def test_expensive_call_on_a_real_recording():
+    """samples/vllm-eager-decode: vllm::moe_forward costs far more per call than its GPU work; its
+    median and count recomputed from the JSON."""
+    from conftest import SAMPLES, sample_trace
+    from traces import events_of, read_trace
+
+    doc = read_trace(sample_trace("vllm-eager-decode"))
+    durs = [e["dur"] for e in events_of(doc, "cpu_op") if e["name"] == "vllm::moe_forward"]
+    report = analyze_paths([SAMPLES / "vllm-eager-decode"], Options())
+    (call,) = [e for e in report.ranks[0].expensive_calls if e.name == "vllm::moe_forward"]
+    assert call.calls == len(durs)
+    assert call.median_us == pytest.approx(statistics.median(durs))
+    assert call.kernel_us_per_call * 10 <= call.median_us
+    assert any("vllm::moe_forward (CPU op)" in r for r in report.verdict.reasons)

@@ -11,6 +11,8 @@ import numpy as np
 EXPENSIVE_US = 200.0  # a median call at least this long ...
 KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
 MOST = 3
+LEAST_SHARE = 0.05  # of the marker steps' time: less is not worth a line
+NESTED = 0.9  # a name whose calls lie this much inside another reported name's is left out
 NAME_MOST = 60  # a compiled graph's operator name runs to hundreds of characters
 SKIP_PREFIXES = ("execute_", "ProfilerStep#", "dbo:", "gpu_model_runner:", "Optimizer.")
 
@@ -27,7 +29,8 @@ class ExpensiveCall:
 
     def text(self) -> str:
         kind = "range" if self.annotation else "CPU op"
-        per_step = f", {self.calls_per_step:.0f} calls per step" if self.calls_per_step is not None else ""
+        n = self.calls_per_step
+        per_step = "" if n is None else f", {n:.0f} calls per step" if n == round(n) or n >= 10 else f", {n:.1f} calls per step"
         share = f", {100 * self.step_share:.0f}% of the step time" if self.step_share is not None else ""
         name = self.name if len(self.name) <= NAME_MOST else self.name[: NAME_MOST - 3] + "..."
         return (
@@ -53,7 +56,8 @@ def expensive_calls(
 ) -> list[ExpensiveCall]:
     """The CPU operators and ranges (by name) whose median call is >= EXPENSIVE_US and >= KERNEL_RATIO
     times the GPU time launched from inside their calls (a GPU activity whose launching call started
-    inside a call, on its thread), largest share of the steps first. cpu_*: (n_cpu,); launch_start,
+    inside a call, on its thread), called at least once per marker step (twice without) and >= 5% of the steps' time, largest
+    share of the steps first; a name whose calls lie (90%) inside a reported name's calls is left out. cpu_*: (n_cpu,); launch_start,
     launch_lane, gpu_us: (n_gpu,) per GPU activity (-1 lane: launch unknown); step_*: (n_steps,)
     marker steps' CPU windows (empty: none). skip: prefixes of names never reported (step markers
     and phases: they mark where the question is asked, not a call)."""
@@ -64,11 +68,13 @@ def expensive_calls(
     bounds = np.flatnonzero(np.diff(cpu_name[order])) + 1
     steps_us = float((step_end - step_start).sum()) if len(step_start) else 0.0
     out = []
+    groups: dict[str, np.ndarray] = {}
+    least = max(len(step_start), 2)  # a per-step cost: at least a call per step (a compile is once)
     for group in np.split(order, bounds):
         d = dur[group]
         median = float(np.median(d))
         name = names[int(cpu_name[group[0]])]
-        if median < EXPENSIVE_US or name.startswith(skip):
+        if median < EXPENSIVE_US or len(group) < least or name.startswith(skip):
             continue
         kernel = 0.0
         for lane in np.unique(cpu_lane[group]).tolist():
@@ -87,6 +93,10 @@ def expensive_calls(
         if len(step_start):
             for a, b in zip(step_start.tolist(), step_end.tolist()):
                 in_steps += float(np.clip(np.minimum(cpu_end[group], b) - np.maximum(cpu_start[group], a), 0, None).sum())
+        share = in_steps / steps_us if steps_us > 0 else None
+        if share is not None and share < LEAST_SHARE:
+            continue
+        groups[name] = group
         out.append(
             ExpensiveCall(
                 name=name,
@@ -94,9 +104,30 @@ def expensive_calls(
                 calls=len(group),
                 median_us=median,
                 calls_per_step=len(group) / len(step_start) if len(step_start) else None,
-                step_share=in_steps / steps_us if steps_us > 0 else None,
+                step_share=share,
                 kernel_us_per_call=per_call,
             )
         )
     out.sort(key=lambda e: -(e.step_share or 0.0) * 1e12 - e.median_us * e.calls)
-    return out[:MOST]
+    # a call nested in another named one (a compiled region inside vllm::moe_forward) is its cost
+    kept: list[tuple[ExpensiveCall, np.ndarray]] = []
+    for e in out:
+        mine = groups[e.name]
+        if not any(_nested_share(mine, other, cpu_start, cpu_end, cpu_lane) >= NESTED for _, other in kept):
+            kept.append((e, mine))
+    return [e for e, _ in kept[:MOST]]
+
+
+def _nested_share(inner: np.ndarray, outer: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> float:
+    """Share of the inner calls that lie inside an outer call on the same thread."""
+    inside = 0
+    for lane_id in np.unique(lane[inner]).tolist():
+        o = outer[lane[outer] == lane_id]
+        if not len(o):
+            continue
+        o = o[np.argsort(start[o], kind="stable")]
+        o_hi = np.maximum.accumulate(end[o])
+        i = inner[lane[inner] == lane_id]
+        at = np.searchsorted(start[o], start[i], side="right") - 1
+        inside += int(((at >= 0) & (end[i] <= o_hi[np.clip(at, 0, None)])).sum())
+    return inside / len(inner)

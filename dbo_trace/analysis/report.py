@@ -13,6 +13,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES,
 from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
+from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
@@ -738,7 +739,7 @@ def combine(
         total=total,
         round_trips=rt,
         verdict=with_capture(
-            _run_round_trips(decide(
+            with_expensive(_run_round_trips(decide(
                 total,
                 rt,
                 any(r.profile_all_threads for r in ranks),
@@ -749,7 +750,7 @@ def combine(
                 ),
                 causes=causes,
                 graph_api=_ranks_graph_api(ranks),
-            ), ranks),
+            ), ranks), _run_expensive(ranks)),
             _summed_capture([r.capture for r in ranks]),
             window.host_idle_us,
         ),
@@ -761,6 +762,17 @@ def combine(
         host_test=host,
         roles=roles,
     )
+
+
+def _run_expensive(ranks: list[RankReport]) -> list[ExpensiveCall]:
+    """The run's expensive calls: one rank's, or each name once (its rank with the largest share)."""
+    if len(ranks) == 1:
+        return ranks[0].expensive_calls
+    best: dict[str, ExpensiveCall] = {}
+    for e in (e for r in ranks for e in r.expensive_calls):
+        if e.name not in best or (e.step_share or 0.0) > (best[e.name].step_share or 0.0):
+            best[e.name] = e
+    return sorted(best.values(), key=lambda e: -(e.step_share or 0.0))[:MOST_EXPENSIVE]
 
 
 def _run_round_trips(v: Verdict, ranks: list[RankReport]) -> Verdict:
