@@ -655,8 +655,9 @@ def _round_trips(
             np.array([2.0 * counts.get(s.index, 0) for s in steps]),
             np.array([s.metrics.comm_busy_us for s in steps]),
             np.array([s.metrics.compute_busy_us for s in steps]),
-            layers,
-            "disaggregated round trips (a data-plane send and its receive)",
+            afd.layers,
+            "disaggregated round trips (a data-plane send and its receive)"
+            + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
             afd.microbatched,
         )
     from_log = [s.comm_ops_from_log for s in steps]

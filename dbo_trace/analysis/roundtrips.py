@@ -82,6 +82,7 @@ class AfdRoundTrips:
     median_exposed_us: float  # median of (round trip - hidden): what the compute did not cover
     parts: FfnParts | None = None  # with the FFN's trace
     ffn_matched: int = 0
+    layers_inferred: bool = False  # layers from a microbatch's round trips per step (one FFN per layer)
 
     @property
     def per_layer(self) -> float | None:
@@ -334,6 +335,10 @@ def summarize(
     steps, per_step = np.unique(rows.step, return_counts=True)
     rt = rows.round_trip_us
     two = rows.ubatch >= 0
+    inferred = layers is None
+    if layers is None:  # one remote FFN per layer: a microbatch's round trips per step are the layers
+        per_microbatch = np.unique(np.stack([rows.step, rows.ubatch]), axis=1, return_counts=True)[1]
+        layers = int(np.median(per_microbatch)) or None
     per_mb = [step_compute_us[int(s)] / n for s, n in zip(steps.tolist(), per_step.tolist()) if int(s) in step_compute_us]
     return AfdRoundTrips(
         rows=rows,
@@ -344,6 +349,7 @@ def summarize(
         per_step=float(np.median(per_step)),
         per_step_kernels=float(np.median(kernels_per_step)) if len(kernels_per_step) else 0.0,
         layers=layers,
+        layers_inferred=inferred,
         microbatches_told=told,
         microbatched=bool(two.any()) or told.get(TOLD_NOT, 0) > 0,
         median_us=float(np.median(rt)),
