@@ -88,6 +88,8 @@ def _discover(path: Path, found: Found) -> None:
             )
         found.traces += traces
         found.logs += fmt.event_files(path)
+        if manifest_roles(manifest):  # a peer's event logs (peer/events/), each joined to its process
+            found.logs += fmt.event_files(path / "peer")
         return
     traces = fmt.trace_files(path)
     if not traces:
