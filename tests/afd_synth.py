@@ -127,8 +127,8 @@ def afd_pair(
                 t += yield_us
         for ub, what, ts, dur in kernels:
             name = SENDRECV if what[0] in "SR" else "attention_and_norm_kernel"
-            if graphs:
-                att.kernel(name, ts, dur, compute_stream, graph_corr)
+            if graphs:  # the graph runs its NCCL nodes on another internal stream
+                att.kernel(name, ts, dur, compute_stream + (name == SENDRECV), graph_corr)
             else:
                 tid = UB[ub] if dbo else MAIN
                 corr = att.call("cudaLaunchKernel", max(step_start + 13, ts - 15), tid)

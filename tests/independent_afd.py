@@ -50,14 +50,15 @@ def round_trips(attention: Path) -> list[dict]:
         s = step_of(call)
         if s is None:
             continue
-        k = dict(k, _thread=call["tid"], _call_ts=call["ts"], _p2p=bool(P2P.search(k["name"])), _comm=bool(NCCL.search(k["name"])))
+        k = dict(k, _thread=call["tid"], _call_ts=call["ts"], _p2p=bool(P2P.search(k["name"])), _comm=bool(NCCL.search(k["name"])),
+                 _replayed=call["name"] in ("cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"))  # fmt: skip
         by_step.setdefault(s, []).append(k)
     compute_streams = {_stream(k) for ks in by_step.values() for k in ks if not k["_comm"]}
     out = []
     for s in sorted(by_step):
         ks = by_step[s]
         comp = [k for k in ks if not k["_comm"]]
-        data = [k for k in ks if k["_p2p"] and _stream(k) in compute_streams]
+        data = [k for k in ks if k["_p2p"] and (_stream(k) in compute_streams or k["_replayed"])]
         if not data:
             continue
         # microbatch threads: two threads besides the marker thread, at least 2 launches each, within 4x

@@ -154,3 +154,38 @@ def test_expensive_call_on_a_real_recording():
     assert call.median_us == pytest.approx(statistics.median(durs))
     assert call.kernel_us_per_call * 10 <= call.median_us
     assert any("vllm::moe_forward (CPU op)" in r for r in report.verdict.reasons)
+
+
+def test_without_the_ffn_trace_the_receive_kernel_is_given(tmp_path):
+    folder = tmp_path / "bundle"
+    afd_pair(folder, dbo=True, graphs=False, layers=LAYERS)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["roles"]["ffn"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for f in (folder / "peer" / "traces").iterdir():
+        f.unlink()
+    report = analyze_paths([folder], Options())
+    (rank,) = report.ranks
+    assert rank.role == "attention" and rank.afd is not None and rank.afd.parts is None
+    assert rank.afd.per_step == 2 * LAYERS
+    text = " ".join(RENDERERS["terminal"].render(report).split())
+    assert "no FFN trace: the receive kernel" in text
+
+
+def test_a_step_whose_order_fits_no_pattern_is_said_so():
+    """Compute between the first two data kernels but not 4L of them: paired in order, not hidden."""
+    import numpy as np
+
+    from dbo_trace.analysis import classify as c
+    from dbo_trace.analysis.roundtrips import TOLD_NOT
+    from dbo_trace.analysis.roundtrips import round_trips as pair
+
+    # S A S R A R  (6 data-ish kernels: 4 data, 2 compute), then one more data kernel: 5 data kernels
+    kinds = [c.COMM, c.COMPUTE, c.COMM, c.COMM, c.COMPUTE, c.COMM, c.COMM]
+    start = np.arange(len(kinds), dtype=float) * 10
+    rows, told, unpaired = pair(
+        start=start, end=start + 5, kind=np.array(kinds, np.int8), data=np.array([k == c.COMM for k in kinds]),
+        step=np.zeros(len(kinds), np.int64), ubatch=np.full(len(kinds), -1, np.int8),
+    )  # fmt: skip
+    assert told == {TOLD_NOT: 1} and len(rows) == 2 and unpaired == 1
+    assert rows.hidden_us.tolist() == [0.0, 0.0]

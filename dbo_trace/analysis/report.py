@@ -630,7 +630,7 @@ def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | 
     """The disaggregated round trips of an attention rank (analysis/roundtrips.py)."""
     tl, att = d.timeline, d.attribution
     p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
-    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane)
+    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
     rows, told, unpaired = afd_round_trips(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
     )
@@ -790,7 +790,12 @@ def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
         return ranks
     fd = ffn.detailed()
     ftl = fd.timeline
-    data = data_plane(is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind), kind=fd.kernel_kind, stream=ftl.gpu.lane)
+    data = data_plane(
+        is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind),
+        kind=fd.kernel_kind,
+        stream=ftl.gpu.lane,
+        replayed=fd.launch_kind == c.CALL_GRAPH_LAUNCH,
+    )
     out = []
     for r in ranks:
         offset = wall_offset_us(ftl, r.detail.timeline) if r.afd is not None and r.detail is not None else None

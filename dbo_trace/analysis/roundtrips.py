@@ -125,11 +125,13 @@ def sendrecv_kernels(names: list[str], name: np.ndarray, kind: np.ndarray) -> np
     return out
 
 
-def data_plane(*, is_p2p: np.ndarray, kind: np.ndarray, stream: np.ndarray) -> np.ndarray:
+def data_plane(*, is_p2p: np.ndarray, kind: np.ndarray, stream: np.ndarray, replayed: np.ndarray) -> np.ndarray:
     """(n_gpu,) bool: the point-to-point kernels on a stream that also ran compute kernels (AFD's
-    data plane runs on the compute stream; torch.distributed's control-plane sends on its own)."""
+    data plane runs on the compute stream; torch.distributed's control-plane sends on its own), or
+    replayed from a CUDA graph (captured with the model; a graph may place its nodes on several
+    internal streams). replayed: (n_gpu,) bool."""
     compute_streams = np.unique(stream[kind == c.COMPUTE])
-    out: np.ndarray = is_p2p & np.isin(stream, compute_streams)
+    out: np.ndarray = is_p2p & (np.isin(stream, compute_streams) | replayed)
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +37,9 @@ class Found:
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
 
 
+ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
+
+
 def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
     """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
     an entry that is not a list of strings is left out (a role is only a label of its traces)."""
@@ -45,7 +49,7 @@ def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
         return out
     for role, entry in roles.items():
         traces = entry.get("traces") if isinstance(entry, dict) else None
-        if isinstance(role, str) and isinstance(traces, list):
+        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
             out.update({t: role for t in traces if isinstance(t, str)})
     return out
 
