@@ -650,15 +650,20 @@ def _round_trips(
         return None
     if afd is not None:  # a send and its receive are one round trip: two comm operations
         counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
-        return round_trips(
+        rt = round_trips(
             np.array([s.wall_us for s in steps]),
             np.array([2.0 * counts.get(s.index, 0) for s in steps]),
             np.array([s.metrics.comm_busy_us for s in steps]),
             np.array([s.metrics.compute_busy_us for s in steps]),
             afd.layers,
-            "disaggregated round trips (a data-plane send and its receive)"
+            "disaggregated round trips (a data-plane send and its receive; comm per round trip: its exposed time)"
             + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
             afd.microbatched,
+        )
+        # the SendRecv kernels' busy time is not what must hide: the round trip's exposed time is
+        exposed = afd.median_exposed_us
+        return None if rt is None else replace(
+            rt, comm_per_round_trip_us=exposed, ratio=rt.compute_per_round_trip_us / exposed if exposed > 0 else None
         )
     from_log = [s.comm_ops_from_log for s in steps]
     if all(from_log):
@@ -712,8 +717,8 @@ def combine(
     its FFN rank) are not ranks of one collective: no cross-rank matching between them; the FFN's
     kernels give the attention's round trips their parts."""
     ranks = with_ffn_parts(ranks)
-    if roles is not None and roles.note():
-        warnings = warnings + [str(roles.note())]
+    if roles is not None:
+        warnings = warnings + roles.notes()
     total = sum_metrics([r.total for r in ranks])
     afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
     rt = (

@@ -22,15 +22,28 @@ class RolesInfo:
     shared_gpu: bool | None  # both roles on one GPU (their figures are not two GPUs')
     mps: bool | None
     ffn_window_restricted: bool = False  # the FFN's events cut to the attention's window
+    missing: tuple[str, ...] = ()  # roles the manifest declares whose traces are not there
 
-    def note(self) -> str | None:
+    def notes(self) -> list[str]:
+        out = []
+        if self.missing:
+            out.append(
+                f"the manifest's {', '.join(self.missing)} role has no trace: the round trips' parts on that side "
+                "are not measured"
+            )
+        shared = self.shared_note()
+        return out + ([shared] if shared else [])
+
+    def shared_note(self) -> str | None:
         if not self.shared_gpu:
             return None
         how = " under MPS (they share the SMs)" if self.mps else (" time-sliced (no MPS)" if self.mps is False else "")
-        return (
-            f"both roles ({', '.join(self.roles)}) ran on one GPU{how}: figures added over the ranks are one GPU's "
-            "twice, not two GPUs'"
+        what = (
+            "each rank's figures are of a GPU it shared with the other role"
+            if self.missing
+            else "figures added over the ranks are one GPU's twice, not two GPUs'"
         )
+        return f"both roles ({', '.join(self.roles)}) ran on one GPU{how}: {what}"
 
 
 def wall_offset_us(tl: Timeline, reference: Timeline) -> float | None:
@@ -72,11 +85,17 @@ def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
 
 
 def roles_info(manifests: list[dict[str, Any]], present: list[str]) -> RolesInfo | None:
+    """present: the roles of the traces read; the manifest may declare more (a role whose traces
+    were not written), which the note names as missing."""
     if not present:
         return None
+    declared = [r for m in manifests if isinstance(m.get("roles"), dict) for r in m["roles"] if isinstance(r, str)]
     sharing = next((m.get("gpu_sharing") for m in manifests if isinstance(m.get("gpu_sharing"), dict)), None) or {}
     shared, mps = sharing.get("shared_gpu"), sharing.get("mps")
-    ordered = tuple(sorted(set(present), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
+    ordered = tuple(sorted(set(present) | set(declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
     return RolesInfo(
-        ordered, shared if isinstance(shared, bool) else None, mps if isinstance(mps, bool) else None
+        ordered,
+        shared if isinstance(shared, bool) else None,
+        mps if isinstance(mps, bool) else None,
+        missing=tuple(r for r in ordered if r not in present),
     )
