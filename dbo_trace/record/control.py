@@ -2,10 +2,11 @@
 
 The AFD plugin's FFN server never opens its HTTP port (its API server waits for a utility call the
 FFN's engine loop never answers), so `POST /start_profile` cannot reach it. With DBO_TRACE_CONTROL
-set, the plugin keeps each vLLM Worker it sees (weakly) and a daemon thread polls that file every
-10 ms; a new command in it calls `Worker.profile(True|False)` in that process, as vLLM's own
+set, a daemon thread of the plugin polls that file every 10 ms in every process of the server; a new command in it calls `Worker.profile(True|False)` in that process, as vLLM's own
 `/start_profile` would through its engine, and an acknowledgement is written beside it.
 
+The thread starts where the plugin loads (and again in each forked child); when a command comes it
+looks for this process's Workers among the live objects (gc), so no patch order matters.
 The command file holds `{"seq": N, "action": "start" | "stop"}`; each process that runs a Worker
 answers once per seq in `DIR/acks/PID.json`: `{"seq", "action", "ok", "error", "workers",
 "started_ns", "ended_ns"}` (time.time_ns()). The recorder writes the command and waits for the acks
@@ -17,8 +18,10 @@ The thread never raises into vLLM; a failing profile call is reported in the ack
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import sys
 import threading
 import time
 import weakref
@@ -35,6 +38,7 @@ MAX_COMMAND_BYTES = 4096
 _workers: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
+WORKER_MODULE, WORKER_CLASS = "vllm.v1.worker.gpu_worker", "Worker"
 
 
 def command_path() -> Path | None:
@@ -43,16 +47,46 @@ def command_path() -> Path | None:
 
 
 def keep_worker(worker: Any) -> None:
-    """Remember a Worker (weakly) and start this process's polling thread once."""
+    """Remember a Worker (weakly) and start this process's polling thread (tests, and workers made
+    outside vLLM's class)."""
+    _workers.add(worker)
+    start()
+
+
+def start() -> None:
+    """This process's polling thread, once (again in a forked child: threads do not survive a fork)."""
     global _thread
     path = command_path()
     if path is None:
         return
-    _workers.add(worker)
     with _lock:
         if _thread is None or not _thread.is_alive():
             _thread = threading.Thread(target=_poll, args=(path,), daemon=True, name="dbo-trace-control")
             _thread.start()
+
+
+def after_fork_in_child() -> None:
+    global _thread, _lock
+    _thread, _lock = None, threading.Lock()
+    start()
+
+
+def workers() -> list[Any]:
+    """The Workers of this process: those kept, and vLLM's found among the live objects when a command
+    comes (no patch to miss: a worker class made, imported or patched in any order is found; the
+    module is only looked up where this process imported it already)."""
+    found = list(_workers)
+    if found:
+        return found
+    module = sys.modules.get(WORKER_MODULE)
+    cls = getattr(module, WORKER_CLASS, None) if module is not None else None
+    if isinstance(cls, type):
+        seen = {id(w) for w in found}
+        # type(o), not isinstance: isinstance reads o.__class__, which a proxy object may answer by raising
+        found += [o for o in gc.get_objects() if issubclass(type(o), cls) and id(o) not in seen]
+    for worker in found:  # one scan per process
+        _workers.add(worker)
+    return found
 
 
 def _read_command(path: Path) -> tuple[int, str] | None:
@@ -80,15 +114,22 @@ def _poll(path: Path) -> None:
                 continue
             done = command[0]
             _answer(path, *command)
-        except Exception:  # never into vLLM: a broken command file or a full disk ends nothing
-            continue
+        except Exception as exc:  # never into vLLM; the recorder is told why, where it can be
+            try:
+                _write_ack(path, {"seq": done, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500], "pid": os.getpid()})
+            except Exception:
+                pass
 
 
 def _answer(path: Path, seq: int, action: str) -> None:
+    """Profile this process's Workers and acknowledge; a process without one (the API server) stays
+    silent, so that the recorder waits for the process that runs the model."""
     started = time.time_ns()
     error = None
-    workers = list(_workers)
-    for worker in workers:
+    found = workers()
+    if not found:
+        return
+    for worker in found:
         try:
             worker.profile(action == "start")
         except Exception as exc:
@@ -96,13 +137,17 @@ def _answer(path: Path, seq: int, action: str) -> None:
     ack = {
         "seq": seq,
         "action": action,
-        "ok": error is None and bool(workers),
-        "error": error if workers else "no vLLM Worker in this process",
-        "workers": len(workers),
+        "ok": error is None,
+        "error": error,
+        "workers": len(found),
         "pid": os.getpid(),
         "started_ns": started,
         "ended_ns": time.time_ns(),
     }
+    _write_ack(path, ack)
+
+
+def _write_ack(path: Path, ack: dict) -> None:
     folder = path.parent / ACKS_DIR
     folder.mkdir(exist_ok=True)
     replace_file(folder / f"{os.getpid()}.json", json.dumps(ack).encode())

@@ -113,6 +113,8 @@ class Peer:
         return self.child is not None and self.child.poll() is None
 
     def profile(self, action: str, timeout_s: float) -> dict:
+        if action == "stop" and not (self.acks.get("start") or []):
+            timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
         """Send start/stop to the peer's Workers; what they answered, for the manifest."""
         self._seq += 1
         sent = time.time_ns()

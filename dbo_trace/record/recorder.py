@@ -586,7 +586,7 @@ def _profiled_window(
         ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
         stopped = peer.profile("stop", timeout_s=plan.trace_timeout_s)
         manifest["peer"]["profile_stop"] = stopped
-        manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0))
+        manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0) if stopped["ok"] else 5.0)
     if result.completed == 0:
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
 

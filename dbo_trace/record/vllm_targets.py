@@ -205,25 +205,6 @@ def _profiler_stop(ins: Instrumentation, original: Callable) -> Callable:
     return stop
 
 
-# -- vLLM's Worker (vllm/v1/worker/gpu_worker.py), only where the recorder controls the profiler by file --
-def _worker_init(ins: Instrumentation, original: Callable) -> Callable:
-    """Keep each Worker for record/control.py: the AFD FFN server's profiler is started and stopped
-    through Worker.profile from a command file, since its HTTP port never opens."""
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        ins.safely(_keep_worker, self)
-
-    return __init__
-
-
-def _keep_worker(worker: Any) -> None:
-    from dbo_trace.record import control
-
-    control.keep_worker(worker)
-
-
 UBATCHING = "vllm.v1.worker.ubatching"
 UBATCH_WRAPPER = "vllm.v1.worker.gpu_ubatch_wrapper"
 CUDA_GRAPH = "vllm.compilation.cuda_graph"
@@ -254,11 +235,6 @@ PROFILER_TARGETS = [
     Target(PROFILER, "TorchProfilerWrapper", "__init__", _profiler_init),
     Target(PROFILER, "WorkerProfiler", "stop", _profiler_stop),
 ]
-
-GPU_WORKER = "vllm.v1.worker.gpu_worker"
-# Installed only with DBO_TRACE_CONTROL set (plugin.register): importing the worker module elsewhere
-# would cost every process of every recorded server for nothing.
-CONTROL_TARGETS = [Target(GPU_WORKER, "Worker", "__init__", _worker_init)]
 
 # vLLM version prefix -> targets. Checked in order; the first prefix that matches wins.
 # docs/recording.md has the same table for people; keep the two in step.
