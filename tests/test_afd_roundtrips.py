@@ -189,3 +189,12 @@ def test_a_step_whose_order_fits_no_pattern_is_said_so():
     )  # fmt: skip
     assert told == {TOLD_NOT: 1} and len(rows) == 2 and unpaired == 1
     assert rows.hidden_us.tolist() == [0.0, 0.0]
+
+
+def test_a_yield_under_dbo_is_said_to_hold_the_other_turn(tmp_path):
+    folder = tmp_path / "bundle"
+    afd_pair(folder, dbo=True, graphs=False, layers=LAYERS, yield_us=250.0)
+    rank = _attention(analyze_paths([folder], Options()))
+    (call,) = [e for e in rank.expensive_calls if e.name == "vllm::manual_dbo_yield"]
+    assert call.yields and "the other microbatch's turn" in call.text()
+    assert call.calls_per_step == 2 * LAYERS

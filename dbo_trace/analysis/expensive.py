@@ -26,6 +26,7 @@ class ExpensiveCall:
     calls_per_step: float | None  # None without marker steps
     step_share: float | None  # its time inside steps / the steps' time
     kernel_us_per_call: float  # GPU time launched from inside it, per call
+    microbatched: bool = False  # the rank ran microbatches: a yield's call holds the other's turn
 
     def text(self) -> str:
         kind = "range" if self.annotation else "CPU op"
@@ -36,7 +37,12 @@ class ExpensiveCall:
         return (
             f"{name} ({kind}) {self.median_us / 1000:.2f} ms per call (median of {self.calls:,}){per_step}{share}; "
             f"the GPU work it launched {self.kernel_us_per_call:.0f} us per call"
+            + (" (with microbatches a yield's call also holds the other microbatch's turn)" if self.yields else "")
         )
+
+    @property
+    def yields(self) -> bool:
+        return self.microbatched and "yield" in self.name.lower()
 
 
 def expensive_calls(

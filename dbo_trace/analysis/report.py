@@ -253,7 +253,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
     rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
-    expensive = rank_expensive(d)
+    expensive = rank_expensive(d, afd is not None and afd.microbatched)
     verdict = decide(
         whole.total,
         rt,
@@ -600,16 +600,18 @@ def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> Phase
     )
 
 
-def rank_expensive(d: RankDetail) -> list[ExpensiveCall]:
+def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[ExpensiveCall]:
     """The CPU operators and ranges that cost far more per call than their GPU work (analysis/expensive.py)."""
     tl, att = d.timeline, d.attribution
     marked = not att.steps.inferred
-    return expensive_calls(
+    microbatched = d.microbatched or afd_microbatched
+    calls = expensive_calls(
         names=tl.names, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
         cpu_is_annotation=tl.cpu_is_annotation, launch_start=att.gpu_launch_start, launch_lane=d.launch_lane,
         gpu_us=tl.gpu.end - tl.gpu.start, step_start=att.steps.start if marked else np.empty(0),
         step_end=att.steps.end if marked else np.empty(0),
     )  # fmt: skip
+    return [replace(e, microbatched=microbatched) for e in calls]
 
 
 def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
