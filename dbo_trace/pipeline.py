@@ -24,7 +24,10 @@ from dbo_trace.trace.workers import process_pool
 def with_roles(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
     """A bundle of a disaggregated run (its manifest's `afd` block or `roles`): the AFD round-trip
     model applies, and each trace keeps the role the manifest gives it."""
-    afd = options.afd or any(isinstance(m.get("afd"), dict) or isinstance(m.get("roles"), dict) for m in manifests)
+    afd = options.afd or any(
+        isinstance(m.get("roles"), dict) or (isinstance(m.get("afd"), dict) and m["afd"].get("role", ATTENTION) == ATTENTION)
+        for m in manifests
+    )  # an FFN server recorded alone has no round trips of its own
     return replace(options, afd=afd, roles=tuple(sorted(roles.items())))
 
 
