@@ -15,6 +15,9 @@ step numbers, gzipped as vLLM's profiler writes traces:
      4 layers x dispatch/combine per microbatch, vLLM 0.33's UBatchContext on an H200, 5 steps
      per copy) with its comm kernels counted, as its bundle declares them (--comm-kernels
      spin_kernel): every step has comm operations, so the operation and exposure analyses run
+  e  the DBO shape without step markers, the one users bring (vLLM's profiler writes no
+     ProfilerStep# there): shape d with its ProfilerStep# annotations left out, so the steps are
+     inferred from GPU idle gaps; `--gb 0.2` is the 200 MB trace of issue 38
 Each tool runs in a fresh process: `dbo-trace report --json` (read, analyse, write), json.load of
 the same files, and HTA's TraceAnalysis with its temporal breakdown (where --hta-python names a
 Python that has HolisticTraceAnalysis installed). Peak memory is the sum of the process tree's
@@ -56,19 +59,23 @@ def _kineto_layout(event: dict) -> str:
     return "  {\n    " + json.dumps(event)[1:-1] + "\n  }"
 
 
-def build(path: Path, sample: str, target_bytes: int, steps_total: int | None, rank: int | None = None, world: int = 1) -> int:
+def build(
+    path: Path, sample: str, target_bytes: int, steps_total: int | None, rank: int | None = None, world: int = 1,
+    markers: bool = True,
+) -> int:  # fmt: skip
     """Tile a sample's events until target_bytes of JSON. steps_total: that many long steps over the
-    whole file instead of the sample's own (shape a). Returns the uncompressed size."""
+    whole file instead of the sample's own (shape a). markers=False: no ProfilerStep# at all (shape
+    e). Returns the uncompressed size."""
     doc = _sample_trace(sample)
     events = doc.pop("traceEvents")
     timed = [e for e in events if "ts" in e]
     t0 = min(e["ts"] for e in timed)
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - t0 + 1000.0
     max_corr = max((e.get("args", {}).get("correlation", 0) for e in events), default=0) + 1
-    markers = [e for e in events if str(e.get("name", "")).startswith(STEP)]
-    own_steps = len(markers)
-    if steps_total is not None:
-        events = [e for e in events if e not in markers]
+    step_markers = [e for e in events if str(e.get("name", "")).startswith(STEP)]
+    own_steps = len(step_markers)
+    if steps_total is not None or not markers:
+        events = [e for e in events if e not in step_markers]
     per_copy = len(json.dumps(events)) + 2
     copies = max(1, target_bytes // per_copy)
     copies_per_step = max(1, copies // steps_total) if steps_total else None
@@ -91,7 +98,7 @@ def build(path: Path, sample: str, target_bytes: int, steps_total: int | None, r
                     e2["name"] = f"{STEP}{copy * own_steps + int(e2['name'][len(STEP) :])}"
                 parts.append(_kineto_layout(e2))
             if copies_per_step and copy % copies_per_step == 0:
-                m = dict(markers[0], name=f"{STEP}{copy // copies_per_step}", ts=round(t0 + shift, 3))
+                m = dict(step_markers[0], name=f"{STEP}{copy // copies_per_step}", ts=round(t0 + shift, 3))
                 m["dur"] = round(copies_per_step * span - 500.0, 3)
                 parts.append(_kineto_layout(m))
             chunk = ("" if first else ",\n") + ",\n".join(parts)
@@ -173,7 +180,7 @@ def _output(folder: Path, workers: int) -> Path:
     return folder.parent / f"{folder.name}-report-{workers}.json"
 
 
-SHAPE_OPTIONS = {"d": ["--comm-kernels", "spin_kernel"]}  # what samples/overlap's manifest declares
+SHAPE_OPTIONS = {"d": ["--comm-kernels", "spin_kernel"], "e": ["--comm-kernels", "spin_kernel"]}  # what samples/overlap's manifest declares
 
 
 def run_shape(name: str, folder: Path, mb: float, args, rows: list[dict]) -> None:
@@ -213,8 +220,9 @@ def build_shape(shape: str, folder: Path, gb: float, rank_mb: float, ranks: int)
     """Build one shape's files in folder; returns the uncompressed size."""
     if shape == "a":
         return build(folder / "rank0.pt.trace.json.gz", "hostbound", int(gb * 1e9), steps_total=10)
-    if shape in ("b", "d"):
-        return build(folder / "rank0.pt.trace.json.gz", "overlap", int(gb * 1e9), steps_total=None)
+    if shape in ("b", "d", "e"):
+        sample = "overlap-no-hooks" if shape == "e" else "overlap"
+        return build(folder / "rank0.pt.trace.json.gz", sample, int(gb * 1e9), steps_total=None, markers=shape != "e")
     rank_bytes = int(rank_mb * 1e6)
     return sum(
         build(folder / f"rank{r}.pt.trace.json.gz", "overlap", rank_bytes, None, rank=r, world=ranks) for r in range(ranks)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import tarfile
 import time
 import zlib
@@ -40,6 +41,10 @@ REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
 MAX_MEMBERS_BEFORE_REPORT = 16  # members read (headers only) before the report must have appeared
 MAX_BYTES_BEFORE_REPORT = 256 << 20  # of the inflated tar stream, headers and members skipped
 MAX_REPORT_BYTES = 128 << 20  # the report's JSON (a run of tens of thousands of steps is ~50 MB)
+# After the report, the listing goes on to its end, so that a member held twice is found (tar -x
+# gives its last copy, this reader the first): bounded like the rest.
+MAX_MEMBERS = 64  # members in all (`pack` writes five)
+MAX_LISTING_BYTES = 1 << 30  # of the inflated tar stream in all (a 25 MB archive inflates to ~100 MB)
 
 
 MAX_HEADER_BYTES = 64 << 10  # a pax or GNU long-name header's own data (`pack` writes none)
@@ -99,18 +104,38 @@ def is_archive(path: Path) -> bool:
         return False
 
 
-def _report_member(tar: tarfile.TarFile, path: Path, fix: str) -> tarfile.TarInfo:
+def _member_name(name: str) -> str:
+    """The file tar -x writes a member to, as a path inside the folder: `./a//b` and `/a/b` are `a/b`."""
+    return posixpath.normpath("/" + name).lstrip("/")
+
+
+def _checked(member: tarfile.TarInfo, seen: set[str], path: Path, fix: str) -> tarfile.TarInfo:
+    """A member that is a file or a folder, and the first of its name (tar -x would give the last)."""
+    from dbo_trace.errors import UsageError
+
+    if not (member.isfile() or member.isdir()):
+        kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else "a device or FIFO"
+        raise UsageError(f"{path}: its member {_shown(member.name, 80)} is {kind}; an archive holds only files{fix}")
+    name = _member_name(member.name)
+    if name in seen:
+        raise UsageError(
+            f"{path}: it holds {_shown(name, 80)} twice (tar -x gives the last copy, this reader the "
+            f"first); an archive holds each member once{fix}"
+        )
+    seen.add(name)
+    return member
+
+
+def _report_member(tar: tarfile.TarFile, path: Path, fix: str, seen: set[str]) -> tarfile.TarInfo:
     """The report's header, reading the listing only as far as it: a bounded number of members, a
-    bounded number of bytes skipped, and no link, device or FIFO among them."""
+    bounded number of bytes skipped, no link, device or FIFO among them, and no name twice."""
     from dbo_trace.errors import UsageError
 
     for _ in range(MAX_MEMBERS_BEFORE_REPORT):
         member = tar.next()
         if member is None:
             break
-        if not (member.isfile() or member.isdir()):
-            kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else "a device or FIFO"
-            raise UsageError(f"{path}: its member {member.name!r} is {kind}; an archive holds only files{fix}")
+        _checked(member, seen, path, fix)
         if member.name == REPORT_MEMBER:
             if not member.isfile():
                 raise UsageError(f"{path}: {REPORT_MEMBER} is not a file{fix}")
@@ -126,6 +151,22 @@ def _report_member(tar: tarfile.TarFile, path: Path, fix: str) -> tarfile.TarInf
         f"{path}: no {REPORT_MEMBER} among its first {MAX_MEMBERS_BEFORE_REPORT} members and "
         f"{MAX_BYTES_BEFORE_REPORT >> 20} MiB, where dbo-trace archive puts it{fix}"
     )
+
+
+def _rest_of_listing(tar: tarfile.TarFile, path: Path, fix: str, seen: set[str]) -> None:
+    """The members after the report, headers only, to the end: each checked as those before it (a
+    second report.json after the first is refused, not hidden), within MAX_MEMBERS and MAX_LISTING_BYTES."""
+    from dbo_trace.errors import UsageError
+
+    while (member := tar.next()) is not None:
+        if len(seen) >= MAX_MEMBERS:
+            raise UsageError(f"{path}: it holds more than {MAX_MEMBERS} members (dbo-trace archive writes five){fix}")
+        if member.offset_data + member.size > MAX_LISTING_BYTES:
+            raise UsageError(
+                f"{path}: its members run past {MAX_LISTING_BYTES >> 20} MiB inflated, where this reader stops "
+                f"checking that each is held once{fix}"
+            )
+        _checked(member, seen, path, fix)
 
 
 def _validation_problem(exc: Exception) -> str:
@@ -166,11 +207,13 @@ def read_report_document(path: Path) -> ReportDocument:
     fix = "; re-create it with dbo-trace archive"
     try:
         with _open(path) as tar:
-            member = _report_member(tar, path, fix)
+            seen: set[str] = set()
+            member = _report_member(tar, path, fix, seen)
             stream = tar.extractfile(member)
             # As long as its header says (checked under the cap): a read of the cap itself would
             # allocate the whole cap, 128 MiB, for every archive shown.
             data = stream.read(member.size) if stream is not None else b""
+            _rest_of_listing(tar, path, fix, seen)
     except HeaderTooLarge as exc:
         raise UsageError(f"{path}: {exc}{fix}") from None
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:

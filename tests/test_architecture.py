@@ -19,7 +19,7 @@ ALLOWED = {
     "record": LEAVES | {"ui"},
     "demo": LEAVES | {"ui", "record", "analysis", "trace", "render", "pipeline"},
     # where cli.py sits: above everything but cli.py, which only declares the options
-    "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "pipeline", "archive"},
+    "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "pipeline", "scale", "archive"},
 }
 
 

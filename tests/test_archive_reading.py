@@ -393,3 +393,32 @@ def test_the_head_is_read_in_memory_bounded_by_its_types(real, tmp_path, where):
     refused(path, "not a dbo-trace report", f"report.{where}: expected")
     peak = refusal_peak(path)
     assert peak < 4 * len(data), (peak, len(data))
+
+
+# Issue 38: a member held twice. tar -x (and every other reader) gives its last copy, this reader
+# had shown the first: the archive is refused, naming the member, wherever the copies are.
+@pytest.mark.parametrize(
+    "second",
+    [REPORT, f"./{REPORT}", f"dbo-trace//report.json", "dbo-trace/summary.md"],
+    ids=["report", "report-dot", "report-slashes", "summary"],
+)
+def test_a_member_held_twice_is_refused_naming_it(real, tmp_path, second):
+    doc = document(real)
+    doc["ranks"] = []
+    other = json.dumps(doc).encode()  # a valid report, another one
+    path = build(tmp_path / "twice.tar.gz", [*real, (second, other)])
+    name = "dbo-trace/summary.md" if "summary" in second else REPORT
+    refused(path, f"'{name}' twice")
+
+
+def test_a_member_held_twice_before_the_report_is_refused(real, tmp_path):
+    first = real[0]
+    path = build(tmp_path / "twice.tar.gz", [first, first, *real[1:]])
+    refused(path, f"'{first[0]}' twice")
+
+
+def test_members_after_the_report_are_bounded(real, tmp_path, monkeypatch):
+    empties = [(f"dbo-trace/empty-{i}", b"") for i in range(5000)]
+    assert refused(build(tmp_path / "many.tar.gz", [*real, *empties]), "more than 64 members") < 5
+    monkeypatch.setattr(archive, "MAX_LISTING_BYTES", 1 << 20)
+    refused(build(tmp_path / "big.tar.gz", [*real, ("dbo-trace/zeros", bytes(4 << 20))]), "past 1 MiB")

@@ -120,6 +120,10 @@ SECRET_SHAPES = [
     ),
     ("charge with sk_live_PLANTED4eC39HqLyjWDarjtT", ["PLANTED4eC39HqLyjWDarjtT"]),
     ("maps key AIzaSyPLANTED0123456789abcdefghijklmnop in use", ["SyPLANTED0123456789abcdefghijklmnop"]),
+    # A Google key right after a word character: a Python repr's escaped newline ('...\\nAIza...'),
+    # a name glued to it. The rule's word boundary had let both through (issue 38).
+    ("config 'maps:\\nAIzaSyPLANTED-9tSrke72PouQMnMX-a7eZSW01' loaded", ["PLANTED-9tSrke72PouQMnMX-a7eZSW0", "AIzaSy"]),
+    ("GOOGLE_MAPS_AIzaSyPLANTED_9tSrke72PouQMnMX_a7eZSW01 set", ["PLANTED_9tSrke72PouQMnMX_a7eZSW0"]),
     ("non-default args: {'model': 'm', 'api_key': 'planted repr value', 'port': 8000}", ["planted repr value", "repr value"]),
     ("non-default args: {'api_key': ['plantedlist1', 'plantedlist2'], 'port': 8000}", ["plantedlist1", "plantedlist2"]),
     ("Namespace(api_key='planted namespace value', port=8000)", ["planted namespace value", "namespace value"]),
@@ -218,3 +222,13 @@ def test_hostile_texts_are_redacted_in_linear_time():
         raise AssertionError(f"redacting {len(HOSTILE_TEXTS)} hostile texts took over {HOSTILE_BOUND_S} s") from None
     assert proc.returncode == 0, proc.stderr
     print(f"redacted in {proc.stdout.strip()} s ({time.monotonic() - t0:.1f} s with the interpreter's start)")
+
+
+def test_an_env_prefix_is_still_vllm_serve():
+    """An AFD pair's commands start `env NCCL_HOSTID=... vllm serve`: still a server, benchmarked by its vllm."""
+    from dbo_trace.record.bench import tokenizer_of, vllm_executable
+
+    argv = ["env", "NCCL_HOSTID=afd-attn", "A=b=c", "/opt/bin/vllm", "serve", "org/m", "--port", "8001"]
+    assert is_vllm_serve(argv) and vllm_executable(argv) == "/opt/bin/vllm" and tokenizer_of(argv) == "org/m"
+    assert server_url(argv) == "http://127.0.0.1:8001"
+    assert not is_vllm_serve(["env", "X=1", "python", "bench.py"]) and vllm_executable(["env", "X=1"]) is None

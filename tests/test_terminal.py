@@ -1,4 +1,4 @@
-"""The terminal outputs fit the terminal: at 80 columns and up (and piped, where $COLUMNS or 100
+"""The terminal outputs fit the terminal: at 80 columns and up (and piped, where $COLUMNS or 80
 columns rule) every line fits, no line ends in a space, no cell is cut short, and the headline figures
 of the JSON report appear whole. The figures are formatted here from the documented display formats
 (docs: milliseconds to 2 places, percentages whole), not with the package's formatters."""
@@ -104,8 +104,8 @@ COMPARED = ["samples/serial", "samples/overlap", "samples/graph"]
 
 
 @pytest.mark.parametrize("columns", [None, "80", "120"])
-def test_piped_report_and_compare_fit_columns_or_100(columns):
-    width = int(columns or 100)
+def test_piped_report_and_compare_fit_columns_or_80(columns):
+    width = int(columns or 80)
     check_fits(cli(["report", "samples/two-gpu-overlap"], columns), width)
     text = cli(["compare", *COMPARED], columns)
     check_fits(text, width)

@@ -56,3 +56,24 @@ def events_of(doc: dict | list[dict], *categories: str) -> list[dict]:
 def complete_events(doc: dict | list[dict]) -> list[dict]:
     """The document's complete events (ph "X": those with a duration), in file order."""
     return [e for e in events_of(doc) if e.get("ph") == "X"]
+
+
+def many_steps(folder: Path, steps: int, ranks: int = 1) -> Path:
+    """A folder of `ranks` traces of `steps` steps each, made up, not from a recording: per step a
+    ProfilerStep# annotation and two kernels, each launched by a cudaLaunchKernel (a long run,
+    cheap to write: tests/test_long_runs.py, benchmarks/bench_steps.py)."""
+    folder.mkdir()
+    for rank in range(ranks):
+        events = []
+        for i in range(steps):
+            t = 1000.0 + i * 100.0
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t, "dur": 80.0})
+            for u in range(2):
+                corr, launch = 2 * i + u + 1, t + 5 + 30 * u
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                               "ts": launch, "dur": 4.0, "args": {"correlation": corr}})  # fmt: skip
+                events.append({"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": launch + 6,
+                               "dur": 20.0, "args": {"correlation": corr, "device": 0, "stream": 7}})  # fmt: skip
+        doc = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": ranks}, "traceEvents": events}
+        write_trace(doc, folder / f"rank{rank}.pt.trace.json.gz")
+    return folder

@@ -8,14 +8,13 @@ counts them the same way). Pure: arrays in, rows out.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.exposure import Exposure
-from dbo_trace.analysis.intervals import covered_within, grouped_sum, grouped_union, run_firsts, union
+from dbo_trace.analysis.intervals import covered_within, grouped_median, grouped_sum, grouped_union, run_firsts, union
 
 
 @dataclass(frozen=True)
@@ -100,15 +99,6 @@ def operation_rows(
     op: np.ndarray,  # (n_gpu,) int64: operation_ids
     exposure: Exposure | None,
 ) -> list[OperationRow]:
-    exposed_of: dict[int, dict[str, float]] = {}  # per operation, exposed us by reason, added in stretch order
-    if exposure is not None and exposure.stretch_kernel:
-        stretch_op = op[np.asarray(exposure.stretch_kernel, np.int64)].tolist()
-        for o, t, r in zip(stretch_op, exposure.stretch_us, exposure.stretch_reason):
-            if o >= 0:
-                mine = exposed_of.get(o)
-                if mine is None:
-                    mine = exposed_of[o] = {}
-                mine[r] = mine.get(r, 0) + t
     sel = np.flatnonzero(op >= 0)
     if not len(sel):
         return []
@@ -122,32 +112,74 @@ def operation_rows(
     busy_of = grouped_sum(m_heads, m_end - m_start)
     compute_start, compute_end = union(start[kind == c.COMPUTE], end[kind == c.COMPUTE])
     hidden_of = np.add.reduceat(covered_within(m_start, m_end, compute_start, compute_end), m_heads)
-    at = {o: i for i, o in enumerate(ids.tolist())}
-    busy_list, hidden_list = busy_of.tolist(), hidden_of.tolist()
+    # The rows: the operations grouped by (microbatch, k-th of the step), each group in step order
+    # (_places' order, kept by a stable sort), groups ascending; every figure a grouped reduction.
     order, k = _places(ids, first, step, ubatch, start)
-    groups: dict[tuple[int, int], list[int]] = {}  # (microbatch, k) -> its operations, in step order
-    for o, ub, place in zip(ids[order].tolist(), ubatch[first][order].tolist(), k[order].tolist()):
-        groups.setdefault((ub, place), []).append(o)
-    rows = []
-    for (ub, index), ops in sorted(groups.items()):
-        busy, hidden, exposed, reasons = [], 0.0, [], Counter[str]()
-        for o in ops:
-            busy.append(busy_list[at[o]])
-            hidden += hidden_list[at[o]]
-            mine = exposed_of.get(o)
-            exposed.append(sum(mine.values()) if mine else 0)
-            if mine:
-                reasons.update(mine)
-        total = float(np.sum(busy))
-        rows.append(
-            OperationRow(
-                ubatch=ub,
-                index=index,
-                steps=len(ops),
-                median_us=float(np.median(busy)),
-                hidden_fraction=hidden / total if total > 0 else None,
-                median_exposed_us=float(np.median(exposed)),
-                reason=reasons.most_common(1)[0][0] if reasons else None,
-            )
+    ub_of = ubatch[first].astype(np.int64)
+    seq = order[np.lexsort((k[order], ub_of[order]))]  # stable: step order within a group
+    g_ub, g_k = ub_of[seq], k[seq]
+    heads = np.flatnonzero(np.r_[True, (g_ub[1:] != g_ub[:-1]) | (g_k[1:] != g_k[:-1])])
+    sizes = np.diff(np.r_[heads, len(seq)])
+    n_groups = len(heads)
+    group_of = np.empty(len(ids), np.int64)  # per operation (position in ids), its group
+    group_of[seq] = np.repeat(np.arange(n_groups), sizes)
+    rank_of = np.empty(len(ids), np.int64)  # per operation, its place in the groups' sequence
+    rank_of[seq] = np.arange(len(seq))
+    busy = busy_of[seq]
+    total = grouped_sum(heads, busy)  # np.sum of each group's busy times, to the last bit
+    hidden = np.add.reduceat(hidden_of[seq], heads)  # added one by one, in step order
+    exposed_of = np.zeros(len(ids))  # per operation, its exposed time
+    reason_of: list[str | None] = [None] * n_groups
+    if exposure is not None and exposure.stretch_kernel:
+        stretch_op = op[np.asarray(exposure.stretch_kernel, np.int64)]
+        mine = np.flatnonzero(stretch_op >= 0)  # the stretches of an operation, in stretch order
+        at = np.searchsorted(ids, stretch_op[mine])
+        t = np.asarray(exposure.stretch_us, np.float64)[mine]
+        names, code = np.unique(np.asarray(exposure.stretch_reason, dtype=object)[mine], return_inverse=True)
+        # Per operation, each reason's time added in stretch order, then the reasons' totals in the
+        # order each first appears (a dict's order): as the per-operation dict did.
+        pair = at * len(names) + code
+        pairs, first_at, pair_code = np.unique(pair, return_index=True, return_inverse=True)
+        pair_t = np.zeros(len(pairs))
+        np.add.at(pair_t, pair_code, t)
+        pair_op = pairs // len(names)
+        by_first = np.lexsort((first_at, pair_op))
+        np.add.at(exposed_of, pair_op[by_first], pair_t[by_first])
+        # Per group, each reason's time over its operations (added in step order, as a Counter's
+        # update did), the largest winning; a tie goes to the reason met first, as most_common's.
+        met = rank_of[pair_op] * len(exposure.stretch_kernel) + first_at  # when the group met it
+        g_pair = group_of[pair_op] * len(names) + pairs % len(names)
+        in_seq = np.lexsort((met, g_pair))
+        gp, gp_at = np.unique(g_pair[in_seq], return_index=True)
+        gp_t = np.zeros(len(gp))
+        np.add.at(gp_t, np.searchsorted(gp, g_pair[in_seq]), pair_t[in_seq])
+        gp_met = met[in_seq][gp_at]
+        gp_group = gp // len(names)
+        best = np.lexsort((gp_met, -gp_t, gp_group))
+        winners = best[run_firsts(gp_group[best])]
+        for g, r in zip(gp_group[winners].tolist(), (gp[winners] % len(names)).tolist()):
+            reason_of[g] = str(names[r])
+    group = np.repeat(np.arange(n_groups), sizes)
+    median_busy = grouped_median(group, n_groups, busy)
+    median_exposed = grouped_median(group, n_groups, exposed_of[seq])
+    return [
+        OperationRow(
+            ubatch=ub,
+            index=index,
+            steps=n,
+            median_us=med,
+            hidden_fraction=h / tot if tot > 0 else None,
+            median_exposed_us=med_exp,
+            reason=reason,
         )
-    return rows
+        for ub, index, n, med, h, tot, med_exp, reason in zip(
+            g_ub[heads].tolist(),
+            g_k[heads].tolist(),
+            sizes.tolist(),
+            median_busy.tolist(),
+            hidden.tolist(),
+            total.tolist(),
+            median_exposed.tolist(),
+            reason_of,
+        )
+    ]

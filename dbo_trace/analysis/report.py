@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
+from typing import Callable
 
 import numpy as np
 
@@ -704,20 +705,56 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
     return WindowMetrics(**out)  # type: ignore[arg-type]  # each field's value, combined by its rule
 
 
-def _input_warnings(ranks: list[RankReport]) -> list[str]:
+def _input_warnings(ranks: list[RankReport], parts: list[CrossPart] | None) -> list[str]:
     """What each trace's reader left out or could not use (events with a negative duration, a
     baseTimeNanoseconds out of range, ...): a rank's notes, and the report's warnings too, which
     the JSON lists and `report` prints on stderr, so nothing is dropped without a word."""
+    if parts is not None:
+        return list(dict.fromkeys(w for p in parts for w in p.warnings))
     return list(dict.fromkeys(w for r in ranks if r.detail is not None for w in r.detail.timeline.warnings))
 
 
+@dataclass(frozen=True)
+class CrossPart:
+    """What the cross-rank step reads of a rank's detail: its comm kernels, its clock's clues, its
+    layer count and its reader's warnings. Kilobytes where the detail is the whole timeline: ranks
+    analysed on other machines send only this (dbo_trace/scale.py); combine makes it from the detail
+    where none is given."""
+
+    comm: RankComm
+    clue: RankClue
+    layers: int | None
+    warnings: tuple[str, ...]
+
+    def numbered(self, rank: int) -> CrossPart:
+        return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))
+
+
+def cross_part(r: RankReport) -> CrossPart:
+    d = r.detailed()
+    return CrossPart(_rank_comm(r), _clue(r), d.attribution.layers, tuple(d.timeline.warnings))
+
+
+def with_peer_waits(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
+    """Each rank with the exposed comm inside its kernels' waits for a peer so called (needs the detail)."""
+    return [_with_peer_waits(r, waits, alignment) for r in ranks]
+
+
 def combine(
-    ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str], roles: RolesInfo | None = None
+    ranks: list[RankReport],
+    options: Options,
+    inputs: list[str],
+    warnings: list[str],
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+    roles: RolesInfo | None = None,
 ) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
-    added the same way (in-step where every rank has marker steps). Roles (an AFD attention rank and
-    its FFN rank) are not ranks of one collective: no cross-rank matching between them; the FFN's
-    kernels give the attention's round trips their parts."""
+    added the same way (in-step where every rank has marker steps). parts and refine: where the
+    ranks' details are elsewhere, what the cross-rank step reads of each and how the peer waits
+    are given back to them (dbo_trace/scale.py); by default both from the details. Roles (an AFD
+    attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
+    them; the FFN's kernels give the attention's round trips their parts."""
     ranks = with_ffn_parts(ranks)
     if roles is not None:
         warnings = warnings + roles.notes()
@@ -737,7 +774,7 @@ def combine(
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
         view = None
     else:
-        view, ranks = across_ranks(ranks)
+        view, ranks = across_ranks(ranks, parts, refine)
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
@@ -764,7 +801,7 @@ def combine(
         ),
         options=options,
         window=window,
-        warnings=warnings + [w for w in _input_warnings(ranks) if w not in warnings],
+        warnings=warnings + [w for w in _input_warnings(ranks, parts) if w not in warnings],
         cross_rank=view,
         host_causes=causes,
         host_test=host,
@@ -854,13 +891,18 @@ def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
     return combine_causes(present) if present else None
 
 
-def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankReport]]:
+def across_ranks(
+    ranks: list[RankReport],
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+) -> tuple[CrossRank | None, list[RankReport]]:
     """The ranks on one clock, their collectives matched and each one's wait (analysis/clocks.py,
     analysis/peers.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
-    if len(ranks) < 2 or any(r.detail is None for r in ranks):
+    if len(ranks) < 2 or (parts is None and any(r.detail is None for r in ranks)):
         return None, ranks
-    comms = [_rank_comm(r) for r in ranks]
-    alignment, missing = align_on_epoch([_clue(r) for r in ranks])
+    parts = parts if parts is not None else [cross_part(r) for r in ranks]
+    comms = [p.comm for p in parts]
+    alignment, missing = align_on_epoch([p.clue for p in parts])
     notes: list[str] = []
     if alignment is None:
         first, first_notes = match(comms, None)
@@ -885,11 +927,11 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
         notes += match_notes
         if matched:
             waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
-            ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
+            ranks = refine(ranks, waits, alignment)
         elif not match_notes and any(len(c.start) for c in comms):
             notes.append("no communication channel is shared by two ranks: no collective matched")
     on_clock = [_on_clock(r, alignment) for r in ranks]
-    layers = next((r.detailed().attribution.layers for r in ranks if r.detailed().attribution.layers), None)
+    layers = next((p.layers for p in parts if p.layers), None)
     return cross_rank(on_clock, alignment, waits, notes, layers, median_step_us=median_step, threshold_us=threshold), ranks
 
 

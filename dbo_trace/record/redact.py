@@ -109,7 +109,10 @@ TOKEN_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
     ("openai-key", _rule(r"\bsk-[A-Za-z0-9_-]{16,}"), "detect-secrets openai.py, loosened (any sk- key: Anthropic's too)"),
     ("huggingface-token", _rule(r"\bhf_[A-Za-z0-9]{16,}"), "gitleaks huggingface-access-token, loosened"),
-    ("google-api-key", _rule(r"\bAIza[\w-]{35}"), "gitleaks gcp-api-key"),
+    # No word boundary before AIza (gitleaks has one): a key right after a word character (a repr's
+    # escaped newline, '\\nAIza...', or a name glued to it, KEY_AIza...) is still one; AIza followed by
+    # 35 of the key's characters is no word's spelling.
+    ("google-api-key", _rule(r"AIza[0-9A-Za-z_-]{35}"), "gitleaks gcp-api-key, its leading boundary dropped"),
     ("sendgrid-key", _rule(r"\bSG\.[a-zA-Z0-9_-]{22}\.[a-zA-Z0-9_-]{43}"), "detect-secrets sendgrid.py"),
     ("pypi-token", _rule(r"\bpypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{70,}"), "detect-secrets pypi_token.py"),
     ("npm-token", _rule(r"\bnpm_[A-Za-z0-9]{36}"), "gitleaks npm-access-token"),

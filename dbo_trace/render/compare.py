@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import ALL_STEPS, NOISE_SE, Arm
+from dbo_trace.analysis.unprofiled import Unprofiled
+from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
@@ -88,11 +90,11 @@ def _shown(arms: list[Arm]) -> list[int]:
     return [i for i, c in enumerate(COLUMNS) if afd or c.header not in AFD_COLUMNS]
 
 
-def render_markdown(arms: list[Arm]) -> str:
+def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> str:
     shown = _shown(arms)
     rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
     out = md_table([HEADER[i] for i in shown], [[r[i] for i in shown] for r in rows])
-    return "\n".join(out + ["", markdown_text(noise_line(arms)), ""])
+    return "\n".join(out + ["", markdown_text(noise_line(arms)), ""] + unprofiled_table.markdown_lines(unprofiled))
 
 
 def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
@@ -105,16 +107,17 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def render_json(arms: list[Arm]) -> str:
-    return json_text(
-        {
-            "schema": COMPARE_SCHEMA,
-            "schema_version": COMPARE_VERSION,
-            "dbo_trace_version": __version__,
-            "arms": [_rounded(asdict(a)) for a in arms],
-            "noise": noise_line(arms),
-        }
-    )
+def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> str:
+    body: dict[str, Any] = {
+        "schema": COMPARE_SCHEMA,
+        "schema_version": COMPARE_VERSION,
+        "dbo_trace_version": __version__,
+        "arms": [_rounded(asdict(a)) for a in arms],
+        "noise": noise_line(arms),
+    }
+    if unprofiled:  # only where some arm's recording holds timed repeats
+        body["unprofiled"] = unprofiled_table.json_rows(unprofiled)
+    return json_text(body)
 
 
 # The terminal table's columns (layout.Column): the headline figures (step time, its change, the
@@ -138,7 +141,7 @@ COLUMNS = [
 HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
 
 
-def render_terminal(arms: list[Arm], color: bool = False, width: int | None = None) -> str:
+def render_terminal(arms: list[Arm], color: bool = False, width: int | None = None, unprofiled: list[Unprofiled] = []) -> str:
     """The table at the terminal's width (at least 80; piped: $COLUMNS, else 100), every cell whole."""
     from rich.console import Console
     from rich.text import Text
@@ -151,7 +154,12 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
-    for line in [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]:
+    lines = [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]
+    if unprofiled:  # its own section, after the step table's noise line
+        extra = [[terminal_text(cell) for cell in row] for row in unprofiled_table.rows(unprofiled)]
+        lines += ["", *table(unprofiled_table.TITLE, unprofiled_table.COLUMNS, extra, width)]
+        lines += wrap(unprofiled_table.NOTE, width, "", "  ")
+    for line in lines:
         console.print(Text(line), soft_wrap=True)
     return strip_trailing(buf.getvalue())
 
@@ -162,18 +170,18 @@ class _CompareOutput:
 
     binary = False
 
-    def __init__(self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions], str]):
+    def __init__(self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions, list[Unprofiled]], str]):
         self.name, self.suffixes, self._render = name, suffixes, render
 
-    def render(self, arms: list[Arm], options: RenderOptions = RenderOptions()) -> str:
-        return self._render(arms, options)
+    def render(self, arms: list[Arm], options: RenderOptions = RenderOptions(), unprofiled: list[Unprofiled] = []) -> str:
+        return self._render(arms, options, unprofiled)
 
 
 COMPARE_RENDERERS = {
     r.name: r
     for r in (
-        _CompareOutput("terminal", (".txt",), lambda arms, o: render_terminal(arms, color=o.color, width=o.width)),
-        _CompareOutput("json", (".json",), lambda arms, o: render_json(arms)),
-        _CompareOutput("markdown", (".md",), lambda arms, o: render_markdown(arms)),
+        _CompareOutput("terminal", (".txt",), lambda arms, o, u: render_terminal(arms, color=o.color, width=o.width, unprofiled=u)),
+        _CompareOutput("json", (".json",), lambda arms, o, u: render_json(arms, u)),
+        _CompareOutput("markdown", (".md",), lambda arms, o, u: render_markdown(arms, u)),
     )
 }

@@ -21,6 +21,7 @@ from dbo_trace.render.document import (
     figure_rows,
 )
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
+from dbo_trace.render.names import display_names
 
 
 def ms(us: float | None) -> str:
@@ -267,7 +268,8 @@ def top_compute_line(rank: RankBlock, most: int = 3) -> str | None:
     top = rank.top_compute_kernels
     if not top:
         return None
-    shown = ", ".join(f"{cut(k.name, 50)} x{k.count} {ms(k.total_us)}" for k in top[:most])
+    names = display_names([k.name for k in top[:most]], 50)
+    shown = ", ".join(f"{name} x{k.count} {ms(k.total_us)}" for name, k in zip(names, top[:most]))
     return f"rank {rank.rank} top compute kernels: {shown}"
 
 
@@ -275,7 +277,8 @@ def comm_kernels_line(rank: RankBlock, most: int = 3) -> str:
     found = rank.comm_kernel_names
     if not found:
         return f"rank {rank.rank} communication kernels: none recognised"
-    shown = ", ".join(f"{k.name[:60]} x{k.count}" for k in found[:most])
+    names = display_names([k.name for k in found[:most]], 60)
+    shown = ", ".join(f"{name} x{k.count}" for name, k in zip(names, found[:most]))
     more = f" and {len(found) - most} more" if len(found) > most else ""
     return f"rank {rank.rank} communication kernels: {shown}{more}"
 
@@ -323,7 +326,7 @@ def held_back_line(rank: RankBlock) -> str | None:
         who = f"ub{late.ubatch}'s thread" if late.ubatch >= 0 else f"thread {late.thread}"
         parts.append(
             f"{c.kernels} waited on an event recorded too late ({ms(c.delay_us)}; e.g. {late.record_call} by "
-            f"{who} {ms(late.after_holder_launch_us)} after {cut(late.holder, 40)} was launched)"
+            f"{who} {ms(late.after_holder_launch_us)} after {display_names([late.holder], 40)[0]} was launched)"
         )
     if CROWDED in causes:
         c = causes[CROWDED]
@@ -331,7 +334,8 @@ def held_back_line(rank: RankBlock) -> str | None:
     if HELD in causes:
         c = causes[HELD]
         parts.append(f"{c.kernels} for a reason the trace does not show ({ms(c.delay_us)})")
-    holders = ", ".join(f"{cut(h.name, 40)} x{h.kernels}" for h in x.holders[:2])
+    names = display_names([h.name for h in x.holders[:2]], 40)
+    holders = ", ".join(f"{name} x{h.kernels}" for name, h in zip(names, x.holders[:2]))
     return (
         f"rank {rank.rank} comm held back: {x.kernels} of {x.comm_kernels_examined} comm kernels were ready "
         f"beside the other microbatch's compute but started as it ended, {ms(x.delay_us)} of delay "
@@ -383,9 +387,10 @@ CPU_RANGE_HEADER = ("CPU range", "kind", "count", "total", "host idle", "of host
 SPREAD_HEADER = ("phase", "steps", "median", "p90", "p99", "max")
 
 
-def kernel_cells(row: KernelRow, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+def kernel_cells(row: KernelRow, escape: Callable[[str], str] = str, name: str | None = None) -> list[str]:
+    """A kernel table's row; name: the kernel's name as the table shows it (names.display_names)."""
     return [
-        escape(cut(row.name, name_width)),
+        escape(row.name if name is None else name),
         str(row.count),
         ms(row.total_us),
         us(row.mean_us),
@@ -433,7 +438,7 @@ def summary_markdown(d: ReportDocument) -> list[str]:
                 f"({k.kernels} kernels, {ms(k.total_us)})</summary>",
                 "",
             ]
-            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code) for row in shown]) + ["", "</details>", ""]
+            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code, name) for row, name in zip(shown, display_names([r.name for r in shown]))]) + ["", "</details>", ""]
         ranges = r.cpu_range_summary
         if ranges:
             shown_ranges = ranges[:MD_CPU_RANGE_ROWS]

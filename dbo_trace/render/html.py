@@ -57,7 +57,9 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     names.setdefault(b.name, len(names)),
                 ]
                 for b in v.bars
-                if b.kind in KINDS  # the page draws kernels, launches and yields; CPU ranges are the PNG's
+                # the page draws the step's own kernels, launches and yields; CPU ranges and other
+                # steps' kernels in its window are the PNG's
+                if b.kind in KINDS and b.own
             ]
             out.append(
                 {

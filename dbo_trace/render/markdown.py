@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.document import ReportDocument, RoundTripsBlock, build_document
+from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
     OPERATION_HEADER,
@@ -51,6 +51,31 @@ def round_trip_note(rt: RoundTripsBlock, could: str = "could", source: str | Non
         f"Criterion (with microbatches only): per-microbatch compute >= comm round trip, so the round trip "
         f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
         "(docs/analysis.md)."
+    )
+
+
+# Rows of the per-step table: a run of 100,000 steps made 10 MB of Markdown nobody reads (a GitHub
+# comment holds 65,536 characters). The rest are summed up under it; --json lists every step.
+MD_STEP_ROWS = 200
+
+
+def _per_rank_rows(d: ReportDocument) -> int:
+    return max(1, MD_STEP_ROWS // max(1, len(d.ranks)))
+
+
+def shown_steps(d: ReportDocument) -> list[StepBlock]:
+    """Every step, or past MD_STEP_ROWS each rank's first (an equal share of the rows)."""
+    if len(d.steps) <= MD_STEP_ROWS:
+        return d.steps
+    return [s for r in d.ranks for s in r.steps[: _per_rank_rows(d)]]
+
+
+def steps_left_out(d: ReportDocument) -> str:
+    """The line under a per-step table cut at MD_STEP_ROWS: what it shows of how many, and where the rest are."""
+    per_rank = "; ".join(f"rank {r.rank}: {len(r.steps):,}" for r in d.ranks)
+    return (
+        f"*Each rank's first {_per_rank_rows(d)} steps of {len(d.steps):,} ({per_rank}); the ranks' medians are in "
+        "the tables above. `--json` lists every step; `--step` takes a number, a label, median or slowest.*"
     )
 
 
@@ -122,9 +147,11 @@ class MarkdownRenderer:
                     tri(s.replayed, "yes", "no"),
                     s.verdict.label,
                 ]
-                for s in d.steps
+                for s in shown_steps(d)
             ],
         )
+        if len(d.steps) > MD_STEP_ROWS:
+            out += ["", steps_left_out(d)]
         out += ["", "</details>", ""]
         out += ["<details><summary>Every figure, per rank</summary>", ""] + md_table(*figure_table(d))
         out += ["", "</details>", ""]

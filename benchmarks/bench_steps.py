@@ -1,0 +1,60 @@
+"""Long runs: `dbo-trace report` (the terminal summary) and `report --markdown` on runs of 100 and
+100,000 steps, each in a fresh process, wall time and peak memory; the aim (issue 38) is 100,000
+steps in at most 5x the time of 100.
+
+    python benchmarks/bench_steps.py [--steps 100,100000] [--repeat 2] [--keep DIR]
+
+The traces are tests/traces.py's many_steps (per step a ProfilerStep# annotation and two kernels,
+each with its launch call): the per-step work of the analysis, the document and the renderers, with
+as little reading as a step can have. Prints the load average beside every figure: on a shared
+machine the wall times move with it. tests/test_long_runs.py guards the growth in CI (10x the steps
+within 20x the CPU time), not this target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_report import _loadavg, measure
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from traces import many_steps  # noqa: E402  (the tests' builder: one definition of the trace)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", default="100,100000")
+    p.add_argument("--repeat", type=int, default=2, help="runs per size and output (the best counts)")
+    p.add_argument("--keep", type=Path, help="write the traces here and keep them (reused when present)")
+    args = p.parse_args()
+    base = args.keep or Path(tempfile.mkdtemp(prefix="dbo-trace-steps-"))
+    base.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.steps.split(",")]
+    best: dict[tuple[int, str], float] = {}
+    print(f"load {_loadavg()}")
+    for n in sizes:
+        folder = base / f"steps-{n}"
+        if not folder.exists():
+            many_steps(folder, n)
+        for output in ("terminal", "markdown"):
+            cmd = [sys.executable, "-m", "dbo_trace.cli", "report", str(folder), *(["--markdown"] if output == "markdown" else [])]
+            runs = [measure(cmd) for _ in range(args.repeat)]
+            wall, peak = min(r[0] for r in runs), max(r[1] for r in runs)
+            best[n, output] = wall
+            print(f"  {n:>7,} steps, {output:8s}: {wall:6.2f} s (best of {args.repeat}), peak RSS {peak:5.0f} MB   load {_loadavg()}")
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        for output in ("terminal", "markdown"):
+            print(f"  {output}: {hi:,} steps took {best[hi, output] / best[lo, output]:.1f}x the time of {lo:,} (aim: 5x)")
+    if not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""Long runs (issue 38): a run of tens of thousands of steps gives a Markdown report that fits a
+comment and a terminal summary that fits a screen, each saying where every step is (--json).
+
+The traces are written by traces.many_steps: per step a ProfilerStep# annotation and two kernels,
+each launched by a cudaLaunchKernel, on each rank; what the tests expect is counted from that."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import run_cli
+from traces import many_steps
+
+MD_ROWS = 200  # docs/outputs.md: the Markdown's per-step table shows at most 200 rows
+
+
+def step_rows(markdown: str) -> list[tuple[int, int]]:
+    """(rank, step number) of each row of the per-step table."""
+    body = markdown.split("<summary>Per step</summary>", 1)[1].split("</details>", 1)[0]
+    return [(int(m[1]), int(m[2])) for m in re.finditer(r"^\| (\d+) \| (\d+) \| `ProfilerStep#", body, re.M)]
+
+
+def test_a_short_run_lists_every_step(tmp_path):
+    path = many_steps(tmp_path / "run", 150)
+    out = run_cli("report", str(path), "--markdown").stdout
+    assert step_rows(out) == [(0, i) for i in range(1, 151)]
+    assert "lists every step" not in out
+
+
+def test_a_long_runs_markdown_shows_each_ranks_first_steps_and_says_where_the_rest_are(tmp_path):
+    path = many_steps(tmp_path / "run", 250, ranks=2)
+    out = run_cli("report", str(path), "--markdown").stdout
+    share = MD_ROWS // 2
+    assert step_rows(out) == [(r, i) for r in (0, 1) for i in range(1, share + 1)]
+    assert f"*Each rank's first {share} steps of 500 (rank 0: 250; rank 1: 250);" in out
+    assert "`--json` lists every step" in out
+    doc = json.loads(run_cli("report", str(path), "--json").stdout)
+    assert len(doc["steps"]) == 500 and [len(r["steps"]) for r in doc["ranks"]] == [250, 250]
+
+
+def test_the_terminal_points_at_the_json_for_the_rest(tmp_path):
+    path = many_steps(tmp_path / "run", 250)
+    out = run_cli("report", str(path)).stdout
+    assert "  ... 230 more steps (--json lists all; --step takes a number, a label, median or slowest)" in out
+
+
+GROWTH_LIMIT = 20.0  # 10x the steps: ~8x measured (a fixed cost stays), linear 10x; quadratic 100x
+
+
+def test_ten_times_the_steps_take_about_ten_times_the_time(tmp_path):
+    """The growth guard of issue 38 (the speed target, 100,000 steps in at most 5x the time of 100
+    end to end, is benchmarks/bench_steps.py's): the terminal and the Markdown report of 500 and
+    5,000 steps, CPU time of this process (other processes' load does not count), best of 2."""
+    import time
+
+    def cpu(path, *args) -> float:
+        best = float("inf")
+        for _ in range(2):
+            t = time.process_time()
+            assert run_cli("report", str(path), *args).returncode == 0
+            best = min(best, time.process_time() - t)
+        return best
+
+    small, large = many_steps(tmp_path / "small", 500), many_steps(tmp_path / "large", 5_000)
+    for args in ((), ("--markdown",)):
+        ratio = cpu(large, *args) / max(cpu(small, *args), 1e-9)
+        assert ratio <= GROWTH_LIMIT, f"report {' '.join(args)}: 10x the steps took {ratio:.1f}x the time"
+
+
+def test_a_control_character_deep_in_a_long_list_is_still_made_inert(tmp_path):
+    """terminal_document checks a long list (a long run's steps) a slice at a time: a string to
+    escape in the last slice is found as in the first."""
+    import msgspec
+
+    from dbo_trace.render.document import ReportDocument
+    from dbo_trace.render.safe import terminal_document
+
+    doc = msgspec.json.decode(run_cli("report", "--json", str(many_steps(tmp_path / "run", 3))).stdout, type=ReportDocument)
+    steps = [msgspec.structs.replace(doc.steps[0], number=i + 1) for i in range(2_500)]
+    steps[2_400] = msgspec.structs.replace(steps[2_400], label="step\x1b]52;c;aGk=\x07")
+    shown = terminal_document(msgspec.structs.replace(doc, steps=steps))
+    assert shown.steps[2_400].label == "step\\x1b]52;c;aGk=\\x07"
+    assert shown.steps[0].label == doc.steps[0].label
