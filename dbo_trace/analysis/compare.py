@@ -67,6 +67,11 @@ class Arm:
     slower_pairs: float | None = None  # share of (first arm, this arm) step pairs in which this arm was slower
     samples_us: tuple[float, ...] = field(default=(), repr=False)  # the steady periods (per step; ranks averaged)
     sample_tokens: tuple[int | None, ...] = field(default=(), repr=False)  # their tokens per step
+    # a disaggregated (AFD) run's round trips (analysis/roundtrips.py): send start to its receive's end
+    round_trip_us: float | None = None  # median round trip
+    round_trip_hidden_share: float | None = None  # of the round trips' time, the other microbatch's compute
+    round_trip_criterion: bool | None = None  # per-microbatch compute >= the round trip's exposed time
+    round_trip_change: float | None = None  # the median round trip against the first arm's (fraction)
 
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
@@ -76,6 +81,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
     walls = np.array([s.period_us for s in steps], float)
     samples, tokens = _samples(per_rank)
     rt = report.round_trips
+    afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(samples)  # the steady steps' (stalls are counted apart)
     if phase == ALL_STEPS:
         m, verdict = report.total, report.verdict.label
@@ -105,6 +111,9 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         ranks=len([m for m in per_rank if m]),
         samples_us=tuple(samples),
         sample_tokens=tuple(tokens),
+        round_trip_us=afd.median_us if afd else None,
+        round_trip_hidden_share=afd.hidden_share if afd else None,
+        round_trip_criterion=afd.criterion_met if afd else None,
     )
 
 
@@ -153,6 +162,9 @@ def _against(arm: Arm, base: Arm) -> Arm:
     """The change against the first arm (docs/analysis.md, "compare"): the steps paired by shape
     where both have token counts, per token where sizes still differ; the ratio of the medians with
     a bootstrap 95% interval; a call only with MIN_STEPS steps or more in each."""
+    rt_change = None
+    if arm.round_trip_us is not None and base.round_trip_us:
+        rt_change = arm.round_trip_us / base.round_trip_us - 1.0
     a, b = list(base.samples_us), list(arm.samples_us)
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
@@ -172,16 +184,17 @@ def _against(arm: Arm, base: Arm) -> Arm:
             b = [u / float(t or 1) for u, t in zip(b, tb)]
             per_token = True
     if not a or not b:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)))
+        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip_change=rt_change)
     med_a, med_b = float(np.median(a)), float(np.median(b))
     if med_a <= 0:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)))
+        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip_change=rt_change)
     low, high = bootstrap_interval(np.array(a), np.array(b))
     enough = len(a) >= MIN_STEPS and len(b) >= MIN_STEPS
     beyond = enough and (low > 0 or high < 0)
     diffs = np.subtract.outer(np.array(b), np.array(a))
     return replace(
         arm,
+        round_trip_change=rt_change,
         change=med_b / med_a - 1.0,
         change_low=low,
         change_high=high,
@@ -215,7 +228,12 @@ def bootstrap_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def microbatched(report: Report) -> bool:
     """DBO ran: some kernel has a microbatch, or the event log says a step took a microbatched path
     (a full-graph replay is microbatched although its kernels cannot be told apart)."""
-    return any(r.attribution != SOURCE_NONE or any(s.path in MICROBATCHED_PATHS for s in r.steps) for r in report.ranks)
+    return any(
+        r.attribution != SOURCE_NONE
+        or any(s.path in MICROBATCHED_PATHS for s in r.steps)
+        or (r.afd is not None and r.afd.microbatched)  # a replayed AFD graph's kernel order showed two
+        for r in report.ranks
+    )
 
 
 def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
@@ -13,6 +14,8 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES,
 from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
+from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
+from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
@@ -35,6 +38,10 @@ from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, wall_offset_us
+from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
+from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
+from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import (
@@ -46,7 +53,9 @@ from dbo_trace.analysis.verdict import (
     decide,
     host_test_of,
     qualifiers,
+    with_round_trips,
 )
+from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
@@ -61,6 +70,8 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
+    afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,9 @@ class RankReport:
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
+    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -200,6 +214,7 @@ class Report:
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
+    roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -248,8 +263,11 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     exposed = rank_exposure(d) if d.has_comm else None
     cost = rank_contention(d) if d.microbatched else None
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
-    rt = _round_trips(steps, d.attribution.layers, d.microbatched)
+    role = dict(options.roles).get(os.path.normpath(tl.source))
+    afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
+    rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
+    expensive = rank_expensive(d, afd is not None and afd.microbatched)
     verdict = decide(
         whole.total,
         rt,
@@ -273,8 +291,11 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         steps=steps,
         total=whole.total,
         round_trips=rt,
-        verdict=with_capture(verdict, capture, whole.window.host_idle_us),
+        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), expensive), capture, whole.window.host_idle_us),
         graph_api=api,
+        role=role,
+        expensive_calls=expensive,
+        afd=afd,
         window=whole.window,
         in_steps=whole.in_steps,
         host_test=whole.host_test,
@@ -658,9 +679,73 @@ def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> Phase
     )
 
 
-def _round_trips(steps: list[StepReport], layers: int | None, microbatched: bool) -> RoundTrips | None:
+def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[ExpensiveCall]:
+    """The CPU operators and ranges that cost far more per call than their GPU work (analysis/expensive.py)."""
+    tl, att = d.timeline, d.attribution
+    marked = not att.steps.inferred
+    microbatched = d.microbatched or afd_microbatched
+    calls = expensive_calls(
+        names=tl.names, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
+        cpu_is_annotation=tl.cpu_is_annotation, launch_start=att.gpu_launch_start, launch_lane=d.launch_lane,
+        gpu_us=tl.gpu.end - tl.gpu.start, step_start=att.steps.start if marked else np.empty(0),
+        step_end=att.steps.end if marked else np.empty(0),
+    )  # fmt: skip
+    return [replace(e, microbatched=microbatched) for e in calls]
+
+
+def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
+    """The expensive calls as one reason beside the host time: a cost per call, not a wait."""
+    if not calls:
+        return v
+    text = "expensive calls (far more per call than the GPU work they launch): " + "; ".join(e.text() for e in calls)
+    reasons = list(v.reasons)
+    at = next((i for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), None)
+    if at is None:
+        reasons.insert(0, text)
+    else:  # the host-time line says it: a cost per call, beside the idle it caused
+        reasons[at] = f"{reasons[at]}; {text}"
+    return replace(v, reasons=reasons)
+
+
+def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:
+    """The disaggregated round trips of an attention rank (analysis/roundtrips.py)."""
+    tl, att = d.timeline, d.attribution
+    p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
+    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
+    rows, told, unpaired = afd_round_trips(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
+    )
+    in_step = data & (att.gpu_step >= 0)
+    kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
+    return summarize_round_trips(
+        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
+        step_compute_us={s.index: s.metrics.compute_busy_us for s in steps}, layers=att.layers,
+        kernels_per_step=kernels_per_step,
+    )  # fmt: skip
+
+
+def _round_trips(
+    steps: list[StepReport], layers: int | None, microbatched: bool, afd: AfdRoundTrips | None = None
+) -> RoundTrips | None:
     if not steps:
         return None
+    if afd is not None:  # a send and its receive are one round trip: two comm operations
+        counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
+        rt = round_trips(
+            np.array([s.wall_us for s in steps]),
+            np.array([2.0 * counts.get(s.index, 0) for s in steps]),
+            np.array([s.metrics.comm_busy_us for s in steps]),
+            np.array([s.metrics.compute_busy_us for s in steps]),
+            afd.layers,
+            "disaggregated round trips (a data-plane send and its receive; comm per round trip: its exposed time)"
+            + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
+            afd.microbatched,
+        )
+        # the SendRecv kernels' busy time is not what must hide: the round trip's exposed time is
+        exposed = afd.median_exposed_us
+        return None if rt is None else replace(
+            rt, comm_per_round_trip_us=exposed, ratio=rt.compute_per_round_trip_us / exposed if exposed > 0 else None
+        )
     from_log = [s.comm_ops_from_log for s in steps]
     if all(from_log):
         source = "comm phases in the event log"
@@ -740,13 +825,24 @@ def combine(
     warnings: list[str],
     parts: list[CrossPart] | None = None,
     refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+    roles: RolesInfo | None = None,
 ) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
     added the same way (in-step where every rank has marker steps). parts and refine: where the
     ranks' details are elsewhere, what the cross-rank step reads of each and how the peer waits
-    are given back to them (dbo_trace/scale.py); by default both from the details."""
+    are given back to them (dbo_trace/scale.py); by default both from the details. Roles (an AFD
+    attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
+    them; the FFN's kernels give the attention's round trips their parts."""
+    ranks = with_ffn_parts(ranks)
+    if roles is not None:
+        warnings = warnings + roles.notes()
     total = sum_metrics([r.total for r in ranks])
-    rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
+    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
+    rt = (
+        ranks[0].round_trips
+        if len(ranks) == 1
+        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
+    )
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
     # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
@@ -760,23 +856,27 @@ def combine(
         if len(ranks) == 1
         else host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
     )
-    microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
-    view, ranks = across_ranks(ranks, parts, refine)
+    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
+    if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
+        view = None
+    else:
+        view, ranks = across_ranks(ranks, parts, refine)
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
-    verdict = with_capture(
-        decide(
-            total,
-            rt,
-            any(r.profile_all_threads for r in ranks),
-            host=host,
-            microbatched=microbatched,
-            findings=findings(
-                window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
-            ),
-            causes=causes,
-            graph_api=_ranks_graph_api(ranks),
+    decided = decide(
+        total,
+        rt,
+        any(r.profile_all_threads for r in ranks),
+        host=host,
+        microbatched=microbatched,
+        findings=findings(
+            window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
         ),
+        causes=causes,
+        graph_api=_ranks_graph_api(ranks),
+    )
+    verdict = with_capture(
+        with_expensive(_run_round_trips(decided, ranks), _run_expensive(ranks)),
         _summed_capture([r.capture for r in ranks]),
         window.host_idle_us,
     )
@@ -794,6 +894,7 @@ def combine(
         cross_rank=view,
         host_causes=causes,
         host_test=host,
+        roles=roles,
     )
 
 
@@ -831,6 +932,50 @@ def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, int, Step
     """The verdict with the stalls' line first among its reasons (its figures are the steady state's)."""
     line = stall_line(numbered)
     return verdict if line is None else replace(verdict, reasons=[line] + list(verdict.reasons))
+
+
+def _run_expensive(ranks: list[RankReport]) -> list[ExpensiveCall]:
+    """The run's expensive calls: one rank's, or each name once (its rank with the largest share)."""
+    if len(ranks) == 1:
+        return ranks[0].expensive_calls
+    best: dict[str, ExpensiveCall] = {}
+    for e in (e for r in ranks for e in r.expensive_calls):
+        if e.name not in best or (e.step_share or 0.0) > (best[e.name].step_share or 0.0):
+            best[e.name] = e
+    return sorted(best.values(), key=lambda e: -(e.step_share or 0.0))[:MOST_EXPENSIVE]
+
+
+def _run_round_trips(v: Verdict, ranks: list[RankReport]) -> Verdict:
+    """The run's verdict speaks of the round trips where one attention rank measured them."""
+    afd = [r.afd for r in ranks if r.afd is not None]
+    return with_round_trips(v, afd[0]) if len(afd) == 1 else v
+
+
+def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
+    """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
+    on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
+    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
+    if ffn is None:
+        return ranks
+    fd = ffn.detailed()
+    ftl = fd.timeline
+    data = data_plane(
+        is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind),
+        kind=fd.kernel_kind,
+        stream=ftl.gpu.lane,
+        replayed=fd.launch_kind == c.CALL_GRAPH_LAUNCH,
+    )
+    out = []
+    for r in ranks:
+        offset = wall_offset_us(ftl, r.detail.timeline) if r.afd is not None and r.detail is not None else None
+        if r.afd is None or offset is None:
+            out.append(r)
+            continue
+        idx = np.flatnonzero(data)
+        idx = idx[np.argsort(ftl.gpu.start[idx], kind="stable")]
+        parts = ffn_parts(r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset)
+        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
+    return out
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:

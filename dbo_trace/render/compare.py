@@ -11,14 +11,15 @@ from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Ar
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.format import md_table, ms, num, pct
+from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
 # 4: step times are periods, steady steps, ranks averaged per step, the change's bootstrap interval and call
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 4
+# 5: a disaggregated run's round trip (round_trip_us, its hidden share, the criterion, its change)
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 5
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -34,6 +35,9 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 _change_cell(a),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
+                _round_trip_cell(a),
+                pct(a.round_trip_hidden_share),
+                "-" if a.round_trip_us is None else tri(a.round_trip_criterion),
                 pct(a.comm_hidden_fraction),
                 pct(a.replayed_kernel_fraction),
                 a.verdict,
@@ -65,6 +69,14 @@ def _change_cell(a: Arm) -> str:
     if a.per_token:
         text += " per token"
     return text + (" (noise)" if a.call == WITHIN else "")
+
+
+def _round_trip_cell(a: Arm) -> str:
+    """The median disaggregated round trip, with its change against the first arm."""
+    if a.round_trip_us is None:
+        return "-"
+    change = "" if a.round_trip_change is None else f" ({100 * a.round_trip_change:+.0f}%)"
+    return ms(a.round_trip_us) + change
 
 
 def _spread_cell(a: Arm) -> str:
@@ -103,8 +115,19 @@ def _said(a: Arm) -> str:
     return f"{a.label} {change} {a.call} ({how}{slower})"
 
 
+AFD_COLUMNS = ("FFN round trip", "round trip hidden", "compute >= round trip")
+
+
+def _shown(arms: list[Arm]) -> list[int]:
+    """The columns shown: a disaggregated run's round-trip columns only where an arm has them."""
+    afd = any(a.round_trip_us is not None for a in arms)
+    return [i for i, c in enumerate(COLUMNS) if afd or c.header not in AFD_COLUMNS]
+
+
 def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> str:
-    out = md_table(HEADER, [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)])  # the arm's label: a name
+    shown = _shown(arms)
+    rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
+    out = md_table([HEADER[i] for i in shown], [[r[i] for i in shown] for r in rows])
     return "\n".join(out + ["", markdown_text(noise_line(arms)), ""] + unprofiled_table.markdown_lines(unprofiled))
 
 
@@ -145,6 +168,9 @@ COLUMNS = [
     Column("vs first [95% interval]", right=False),
     Column("round trips/layer", keep=3),
     Column("per round trip", keep=4),
+    Column("FFN round trip", keep=8),
+    Column("round trip hidden", keep=9),
+    Column("compute >= round trip", keep=10),
     Column("comm hidden", keep=7),
     Column("graph-replayed kernels", keep=2),
     Column("verdict", right=False),
@@ -159,7 +185,7 @@ def render_terminal(arms: list[Arm], color: bool = False, width: int | None = No
 
     width = width or terminal_width()
     rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
-    shown = list(range(len(COLUMNS)))
+    shown = _shown(arms)
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)

@@ -28,6 +28,8 @@ from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
@@ -61,7 +63,7 @@ Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "n
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
 StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
-QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
+QualifierKey = Literal["host_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"]
 
 
 # ---- window figures -------------------------------------------------------------------------------
@@ -366,6 +368,46 @@ class RoundTripsBlock(Struct):
     microbatched: bool
 
 
+class RoundTripParts(Struct):
+    """Medians over the round trips matched to the FFN's kernels (docs/analysis.md)."""
+
+    matched: Int  # round trips matched to the FFN's receive and send
+    transfer_us: float | None
+    ffn_us: float | None  # the FFN's compute and queueing
+    wait_us: float | None  # the attention's receive kernel before the FFN began sending back
+
+
+class DisaggregatedBlock(Struct):
+    """An AFD attention rank's round trips: a data-plane send's start to its receive's end."""
+
+    round_trips: Int
+    steps: Int
+    per_step: float
+    per_step_kernels: float  # data-plane SendRecv kernels per step (2 per round trip)
+    per_layer: float | None
+    control_kernels: Int  # SendRecv kernels off the compute stream (control plane)
+    unpaired: Int
+    microbatched: bool
+    microbatches_told: dict[str, Int]  # steps by how their microbatches were told apart
+    median_us: float
+    hidden_share: float | None  # of the round trips' time, the other microbatch's compute
+    hidden_us: float
+    total_us: float
+    compute_per_microbatch_us: float | None
+    median_exposed_us: float  # round trip less the other microbatch's compute in it
+    criterion_ratio: float | None
+    criterion_met: bool | None
+    receive_kernel_us: float  # median receive kernel: the attention's wait and the return transfer
+    parts: RoundTripParts | None  # with the FFN's trace
+
+
+class RolesBlock(Struct):
+    roles: list[str]
+    shared_gpu: bool | None
+    mps: bool | None
+    ffn_window_restricted: bool
+
+
 class ContentionKernel(Struct):
     name: str
     kind: str
@@ -515,7 +557,7 @@ class PeerWait(Struct):
     significant: bool
 
 
-class RankBlock(Struct):
+class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where a run has roles
     rank: Int
     source: str
     gpu: Gpu
@@ -548,6 +590,8 @@ class RankBlock(Struct):
     time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
     behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
     launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
 
 
 class OptionsBlock(Struct):
@@ -670,7 +714,7 @@ class CrossRankBlock(Struct):
     waits: WaitsBlock | None
 
 
-class ReportDocument(Struct):
+class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
     """The whole report: the run's totals (its figures over all ranks), then each rank's."""
 
     schema: str
@@ -693,6 +737,8 @@ class ReportDocument(Struct):
     ranks: list[RankBlock]
     cross_rank: CrossRankBlock | None
     warnings: list[str]
+    roles: RolesBlock | None = None  # a disaggregated run's roles
+    disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -714,6 +760,46 @@ def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
         criterion_met=rt.criterion_met,
         microbatched=rt.microbatched,
     )
+
+
+def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
+    if a is None:
+        return None
+    parts = None
+    if a.parts is not None:
+        parts = RoundTripParts(
+            matched=a.ffn_matched,
+            transfer_us=_r(a.median_part("transfer_us")),
+            ffn_us=_r(a.median_part("ffn_us")),
+            wait_us=_r(a.median_part("wait_us")),
+        )
+    return DisaggregatedBlock(
+        round_trips=len(a.rows),
+        steps=a.steps,
+        per_step=round(a.per_step, 3),
+        per_step_kernels=round(a.per_step_kernels, 3),
+        per_layer=_r(a.per_layer),
+        control_kernels=a.control_kernels,
+        unpaired=a.unpaired,
+        microbatched=a.microbatched,
+        microbatches_told=dict(a.microbatches_told),
+        median_us=round(a.median_us, 3),
+        hidden_share=_r(a.hidden_share, 4),
+        hidden_us=round(a.hidden_us, 3),
+        total_us=round(a.total_us, 3),
+        compute_per_microbatch_us=_r(a.compute_per_microbatch_us),
+        median_exposed_us=round(a.median_exposed_us, 3),
+        criterion_ratio=_r(a.criterion_ratio, 4),
+        criterion_met=a.criterion_met,
+        receive_kernel_us=round(a.median_receive_us, 3),
+        parts=parts,
+    )
+
+
+def roles_block(info: RolesInfo | None) -> RolesBlock | None:
+    if info is None:
+        return None
+    return RolesBlock(list(info.roles), info.shared_gpu, info.mps, info.ffn_window_restricted)
 
 
 def time_block(b: TimeBuckets) -> TimeBlock:
@@ -1034,6 +1120,8 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
+        role=r.role,
+        disaggregated=disaggregated_block(r.afd),
     )
 
 
@@ -1084,6 +1172,8 @@ def build_document(report: Report) -> ReportDocument:
         ranks=ranks,
         cross_rank=cross_rank_block(report.cross_rank),
         warnings=list(report.warnings),
+        roles=roles_block(report.roles),
+        disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
     )
 
 

@@ -8,6 +8,7 @@ from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.render.document import (
+    DisaggregatedBlock,
     CommOperation,
     CpuRange,
     KernelRow,
@@ -65,6 +66,30 @@ def round_trip_cells(rt: RoundTripsBlock) -> list[str]:
     ]
 
 
+def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
+    """An AFD attention rank's round trips in words (the document's disaggregated block)."""
+    per = f"{num(b.per_step)} per step" + (f" ({num(b.per_layer)} per layer)" if b.per_layer is not None else "")
+    told = ", ".join(f"{k}: {v} steps" for k, v in b.microbatches_told.items())
+    first = (
+        f"disaggregated round trips (send start to its receive's end): {b.round_trips}, {per}, median {ms(b.median_us)}; "
+        f"{pct(b.hidden_share)} of their time under the other microbatch's compute; microbatches by {told}"
+    )
+    lines = [first]
+    if b.parts is not None:
+        lines.append(
+            f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}, "
+            f"FFN compute and queueing {ms(b.parts.ffn_us)}, attention waiting in its receive {ms(b.parts.wait_us)}"
+        )
+    else:
+        lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
+    if b.criterion_ratio is not None:
+        lines.append(
+            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} against a round trip's exposed {ms(b.median_exposed_us)} "
+            f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
+        )
+    return lines
+
+
 ROUND_TRIP_HEADER = [
     "step",
     "round trips",
@@ -109,10 +134,15 @@ RANK_HEADER = [
 ]
 
 
+def rank_cell(r: RankBlock) -> str:
+    """A rank's number, with its role in a disaggregated run ("1 (attention)")."""
+    return str(r.rank) if r.role is None else f"{r.rank} ({r.role})"
+
+
 def rank_cells(r: RankBlock) -> list[str]:
     """A rank's summary row in the Markdown and HTML reports (the document's rank block)."""
     return [
-        str(r.rank),
+        rank_cell(r),
         str(len(r.steps)),
         pct(r.gpu.utilization),
         pct(r.comm.hidden_fraction),

@@ -13,6 +13,8 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    disaggregated_lines,
+    rank_cell,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     OPERATION_HEADER,
@@ -217,7 +219,7 @@ class TerminalRenderer:
             RANK_COLUMNS,
             [
                 [
-                    str(r.rank),
+                    rank_cell(r),
                     str(len(r.steps)),
                     pct(r.gpu.utilization),
                     ms(r.comm.busy_us),
@@ -262,6 +264,9 @@ class TerminalRenderer:
             out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
+        if d.disaggregated is not None:
+            out.bullets(disaggregated_lines(d.disaggregated))
+            out.line()
         rt = d.round_trips
         if rt is not None and dbo_arithmetic_applies(d):
             out.table(
