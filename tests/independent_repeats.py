@@ -16,17 +16,26 @@ chunk's time from the send, the first one included) and its output tokens. A rep
 
 from __future__ import annotations
 
-import numpy as np
+import math
+import statistics
+
+
+def _linear_percentile(values: list[float], q: float) -> float:
+    """The q-th percentile between the closest ranks (numpy's default, 'linear'), by hand."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _stats(values_s: list[float]) -> dict[str, float | None]:
     if not values_s:
         return {"mean": None, "median": None, "p99": None}
-    ms = np.array(values_s, dtype=np.float64) * 1000.0
+    ms = [v * 1000.0 for v in values_s]
     return {
-        "mean": float(np.mean(ms)),
-        "median": float(np.median(ms)),
-        "p99": float(np.percentile(ms, 99, method="linear")),
+        "mean": statistics.fmean(ms),
+        "median": statistics.median(ms),
+        "p99": _linear_percentile(ms, 99),
     }
 
 
