@@ -119,6 +119,11 @@ def main() -> None:
     type=click.IntRange(min=1),
     help="Processes reading and analysing ranks at once (default: $DBO_TRACE_WORKERS, else one per core).",
 )
+@click.option(
+    "--host-stacks",
+    is_flag=True,
+    help="Also print the host-caused GPU idle by sampled Python frame as tables (bundles with py-spy samples).",
+)
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
@@ -138,6 +143,7 @@ def report(
     rank_number,
     all_ranks,
     workers,
+    host_stacks,
     force,
 ) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
@@ -153,6 +159,7 @@ def report(
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, workers=workers, force=force,
+        host_stacks=host_stacks,
     )  # fmt: skip
     command.run(request.checked())
 

@@ -56,6 +56,7 @@ class ReportRequest:
     all_ranks: bool = False
     workers: int | None = None
     force: bool = False
+    host_stacks: bool = False  # the terminal prints the host idle by sampled Python frame as tables
 
     @property
     def format(self) -> str:
@@ -138,6 +139,7 @@ def run(request: ReportRequest | ArchiveView) -> None:
         step=request.step,
         rank=request.rank,
         all_ranks=request.all_ranks,
+        host_stacks=request.host_stacks,
     )
     # The picture first, so that the Markdown can link it.
     extras = [(timeline, picture), (request.perfetto, RENDERERS["perfetto"]), (request.html, RENDERERS["html"])]

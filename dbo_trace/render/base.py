@@ -22,6 +22,7 @@ class RenderOptions:
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
     all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
+    host_stacks: bool = False  # terminal: the host idle by sampled Python frame as tables (Markdown always has them)
 
 
 class Renderer(Protocol):

@@ -12,6 +12,7 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
+from dbo_trace.trace.pystacks import SampleEntry, StackSamples, read_pystacks, sample_entries
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
 
@@ -22,6 +23,7 @@ class Loaded:
     logs: list[EventLogData]
     manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    samples: list[StackSamples] = field(default_factory=list)  # sampled Python stacks (py-spy)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Found:
     logs: list[Path] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    pystacks: list[SampleEntry] = field(default_factory=list)
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -59,6 +62,9 @@ def _discover(path: Path, found: Found) -> None:
             )
         found.traces += traces
         found.logs += fmt.event_files(path)
+        entries, warnings = sample_entries(path, manifest)
+        found.pystacks += entries
+        found.warnings += warnings
         return
     traces = fmt.trace_files(path)
     if not traces:
@@ -139,6 +145,20 @@ def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
     return logs, warnings
 
 
+def read_samples(found: Found) -> tuple[list[StackSamples], list[str]]:
+    """The sampled Python stacks, and a warning for each unreadable file (the report goes on without it)."""
+    samples, warnings = [], []
+    for entry in found.pystacks:
+        try:
+            read = read_pystacks(entry.path, entry)
+        except InputError as exc:
+            warnings.append(f"skipped: {exc}")
+            continue
+        samples.append(read)
+        warnings += read.warnings
+    return samples, warnings
+
+
 def settle_ranks(timelines: list[Timeline], errors: list[str]) -> tuple[list[int], list[str]]:
     """Each timeline's rank number, in the order given: the rank its trace claims, or, where claims
     clash (several processes without distributedInfo), its place among the traces by name. Checks
@@ -180,13 +200,15 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         done += os.path.getsize(trace)
     numbers, warnings = settle_ranks(timelines, errors)
     logs, log_warnings = read_logs(found)
+    samples, sample_warnings = read_samples(found)
     order = rank_order(numbers)
     return Loaded(
         timelines=[timelines[i] for i in order],
         ranks=[numbers[i] for i in order],
         logs=logs,
         manifests=found.manifests,
-        warnings=found.warnings + warnings + log_warnings,
+        warnings=found.warnings + warnings + log_warnings + sample_warnings,
+        samples=samples,
     )
 
 
