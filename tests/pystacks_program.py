@@ -15,8 +15,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-SLOW_S = 0.04
-STEP_S = 0.004
+SLOW_S = 0.1
+STEP_S = 0.015
+GAP_S = 0.06
 
 
 def busy(seconds: float) -> None:
@@ -49,6 +50,7 @@ def main() -> None:
             b = time.time_ns()
             slow_function()
             c = time.time_ns()
+            time.sleep(GAP_S)  # the slow call is well inside the idle stretch this step's kernel ends
             launch = time.time_ns()
             record["steps"].append({"step": [a, b], "slow": [b, c], "launch": launch})
             time.sleep(0.005)

@@ -13,8 +13,9 @@ the host-idle pieces (docs/analysis.md, "Host time by Python frame").
    ranges: vLLM's model runner `execute_model` (the step annotation `execute_...` wraps it) and any
    function a user annotation (`record_function`) is named after. A sample sees a range from the
    first sample after it starts until the first sample after it ends, so both edges of a sampled
-   span are late by a uniform 0 .. one sampling period: the shift is the one that makes the edges'
-   median lateness half a period (accuracy about period / (2 sqrt(edges))).
+   span are late by a uniform 0 .. one sampling period (longer where py-spy stalls): the shift is the
+   one that makes the edges' lower quartile of lateness a quarter period (accuracy about
+   period / (2 sqrt(edges))).
 3. **Pieces** (`host_stacks`): every host-idle piece (analysis/host_time.py) is cut by the stacks its
    thread was sampled in; aggregated by cause and frame.
 """
@@ -39,6 +40,7 @@ _SITE = re.compile(r"/(site|dist)-packages/")
 STEP_ANNOTATION = re.compile(r"^execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)$", re.S)
 SEARCH_EARLY_US = 50_000.0  # how far before started_unix_ns py-spy's clock may be taken to start
 SEARCH_LATE_US = 3_000_000.0  # how far after (py-spy's start-up and attach)
+PROFILER_START_SLACK_US = 20_000.0  # from the samples' last sight of the profiler starting to the trace's first event
 _BIN_US = 200.0  # the coarse search's resolution
 MIN_ANCHOR_EDGES = 4
 NO_FRAME = -1
@@ -136,7 +138,7 @@ class StackClock:
     """How the samples were put on the trace's clock: trace us = py-spy us + offset_us."""
 
     offset_us: float
-    method: str  # "anchors" (refined) or "start" (started_unix_ns alone)
+    method: str  # "anchors" (refined), "profiler start, anchors" (refined near the profiler's start) or "start" (started_unix_ns alone)
     accuracy_us: float | None  # expected (1 sigma) where anchored; None: only the start-up bound
     anchors: str | None  # what was matched
     edges: int  # sampled span edges matched to the trace's
@@ -199,9 +201,26 @@ def _overlap(a_lo: np.ndarray, a_hi: np.ndarray, b_lo: np.ndarray, b_hi: np.ndar
     return total
 
 
-def _coarse_shift(s_lo: np.ndarray, s_hi: np.ndarray, r_lo: np.ndarray, r_hi: np.ndarray) -> float:
-    """The shift d in [-SEARCH_EARLY_US, SEARCH_LATE_US] at which the sampled spans + d overlap the
-    ranges most: the cross-correlation of the two coverings, binned, by FFT."""
+_PROFILER_FILE = re.compile(r"torch/(profiler|autograd)/")
+_PROFILER_START = re.compile(r"^(profile\.__enter__|(_KinetoProfile|profile)\.(start|start_trace|prepare_trace))$")
+
+
+def _profiler_start_end(samples: StackSamples) -> float | None:
+    """When the samples last saw the torch profiler starting (`profile.__enter__`, `start`,
+    `prepare_trace`, ...): py-spy's clock, or None where they never did. The trace's first event
+    follows it (the profiler records from the end of its start; one start per recording)."""
+    marked = np.array([bool(_PROFILER_START.match(f)) and bool(_PROFILER_FILE.search(p)) for f, p, _ in samples.frames], bool)
+    if not marked.any():
+        return None
+    _lo, hi = _spans_with(samples, _marked_nodes(samples, marked))
+    return float(hi.max()) if len(hi) else None
+
+
+def _coarse_shift(
+    s_lo: np.ndarray, s_hi: np.ndarray, r_lo: np.ndarray, r_hi: np.ndarray, early: float, late: float
+) -> float:
+    """The shift d in [early, late] at which the sampled spans + d overlap the ranges most: the
+    cross-correlation of the two coverings, binned, by FFT."""
     lo = min(float(s_lo.min()) - SEARCH_EARLY_US, float(r_lo.min()) - SEARCH_LATE_US)
     hi = max(float(s_hi.max()) + SEARCH_LATE_US, float(r_hi.max()) + SEARCH_EARLY_US)
     n = int(math.ceil((hi - lo) / _BIN_US)) + 1
@@ -222,7 +241,9 @@ def _coarse_shift(s_lo: np.ndarray, s_hi: np.ndarray, r_lo: np.ndarray, r_hi: np
     size = 1 << int(math.ceil(math.log2(2 * n)))
     corr = np.fft.irfft(np.fft.rfft(r, size) * np.conj(np.fft.rfft(s, size)), size)  # corr[k] = sum r[i + k] s[i]
     shifts = np.r_[np.arange(0, size // 2), np.arange(-size // 2, 0)] * bin_us
-    ok = (shifts >= -SEARCH_EARLY_US) & (shifts <= SEARCH_LATE_US)
+    ok = (shifts >= early) & (shifts <= late)
+    if not ok.any():
+        ok = np.abs(shifts - (early + late) / 2) == np.abs(shifts - (early + late) / 2).min()
     best = np.flatnonzero(ok)[int(np.argmax(corr[ok]))]
     return float(shifts[best])
 
@@ -236,6 +257,7 @@ def align(
     cpu_end: np.ndarray,  # (n_cpu,) float64
     cpu_name: np.ndarray,  # (n_cpu,) int32 into names
     cpu_is_annotation: np.ndarray,  # (n_cpu,) bool
+    trace_first_us: float | None = None,  # the trace's first event
     period_us: float | None = None,
 ) -> StackClock | None:
     """The samples on the trace's clock (module docstring, 2), or None where the trace or the
@@ -257,7 +279,16 @@ def align(
     if len(s_lo) < 2 or not len(r_lo):
         return start_only
     s_lo, s_hi = s_lo + offset, s_hi + offset
-    d = _coarse_shift(s_lo, s_hi, r_lo, r_hi)
+    # Where the samples saw the profiler start, the trace's first event follows that within about
+    # a period: the search is narrowed to it, so that evenly spaced steps cannot alias.
+    early, late, narrowed = -SEARCH_EARLY_US, SEARCH_LATE_US, False
+    started = _profiler_start_end(samples)
+    if started is not None and trace_first_us is not None:
+        guess = trace_first_us - (started + offset)
+        if early - PROFILER_START_SLACK_US <= guess <= late + PROFILER_START_SLACK_US:
+            early, late = guess - period - PROFILER_START_SLACK_US, guess + PROFILER_START_SLACK_US
+            narrowed = True
+    d = _coarse_shift(s_lo, s_hi, r_lo, r_hi, early, late)
     # Pair each sampled span with the range it overlaps most at that shift; both edges of a pair.
     a, b = s_lo + d, s_hi + d
     first = np.searchsorted(r_hi, a, side="right")
@@ -277,15 +308,17 @@ def align(
     if len(lateness) < MIN_ANCHOR_EDGES:
         return start_only
     late = np.array(lateness)
-    late = late[np.abs(late - np.median(late)) <= 2 * period]  # a merged or split span is no edge
+    late = late[np.abs(late - np.median(late)) <= 3 * period]  # a merged or split span is no edge
     if len(late) < MIN_ANCHOR_EDGES:
         return start_only
-    shift = d - (float(np.median(late)) - period / 2)
+    # Late by the wait for the next sample: uniform over a period where py-spy keeps its rate, with
+    # a long right tail where it stalls (a busy machine). The lower quartile is period / 4 either way.
+    shift = d - (float(np.percentile(late, 25)) - period / 4)
     aligned = _overlap(s_lo + shift, s_hi + shift, r_lo, r_hi)
     sampled = float((s_hi - s_lo).sum())
     return StackClock(
         offset_us=offset + shift,
-        method="anchors",
+        method="profiler start, anchors" if narrowed else "anchors",
         accuracy_us=period / (2 * math.sqrt(len(late))),
         anchors=found,
         edges=len(late),
@@ -514,7 +547,7 @@ def rank_host_stacks(
     for s in samples:
         clock = align(
             s, base_time_ns=base_time_ns, names=names, cpu_start=cpu_start, cpu_end=cpu_end, cpu_name=cpu_name,
-            cpu_is_annotation=cpu_is_annotation,
+            cpu_is_annotation=cpu_is_annotation, trace_first_us=window[0],
         )  # fmt: skip
         if clock is None:
             notes.append(
@@ -569,7 +602,7 @@ def stacks_line(h: HostStacks, head: str) -> str:
     total = h.host_idle_us
     c = h.clock
     rate = f"py-spy {h.rate_hz:g} Hz" if h.rate_hz else "py-spy"
-    if c.method == "anchors" and c.accuracy_us is not None:
+    if c.method != "start" and c.accuracy_us is not None:
         clock = f"aligned on {c.anchors} within ~{c.accuracy_us / 1000:.1f} ms"
     else:
         clock = "aligned by py-spy's start time only"

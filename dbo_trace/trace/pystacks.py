@@ -187,7 +187,7 @@ def _event_chunks(path: Path) -> Iterator[tuple[bytes, bool]]:
             return
         except msgspec.DecodeError:
             end = tail.rfind(b"}", 0, end)
-    yield b"[]", True
+    raise InputError(f"{path}: the Python stack samples end before their first whole event (cut short, or not JSON); re-record them")
 
 
 def read_pystacks(path: Path, entry: SampleEntry | None = None) -> StackSamples:
