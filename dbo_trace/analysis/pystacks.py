@@ -151,7 +151,14 @@ def anchor_names(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.n
     annotations anchor on the model runner's execute_model; every other user annotation on a
     function of its name."""
     used = np.unique(cpu_name[cpu_is_annotation]).tolist()
-    return {i: ("execute_model" if STEP_ANNOTATION.match(names[i]) else names[i]) for i in used if names[i]}
+    out = {}
+    for i in used:
+        name = names[i]
+        if STEP_ANNOTATION.match(name):
+            out[i] = "execute_model"
+        elif name.isidentifier():  # a function's name; not dbo-trace's `dbo:...` nor ProfilerStep#N
+            out[i] = name
+    return out
 
 
 def _anchor_frames(samples: StackSamples, functions: set[str]) -> np.ndarray:
@@ -304,11 +311,12 @@ def align(
             continue
         used.add(j)
         lateness += [a[i] - r_lo[j], b[i] - r_hi[j]]
-    found = ", ".join(sorted(set(anchors.values())))[:200]
+    matched = {samples.frames[i][0].rsplit(".", 1)[-1] for i in np.flatnonzero(marked).tolist()}
+    found = ", ".join(sorted(matched))[:200]
     if len(lateness) < MIN_ANCHOR_EDGES:
         return start_only
-    late = np.array(lateness)
-    late = late[np.abs(late - np.median(late)) <= 3 * period]  # a merged or split span is no edge
+    edges = np.array(lateness)
+    late = edges[np.abs(edges - np.median(edges)) <= 3 * period]  # a merged or split span is no edge
     if len(late) < MIN_ANCHOR_EDGES:
         return start_only
     # Late by the wait for the next sample: uniform over a period where py-spy keeps its rate, with

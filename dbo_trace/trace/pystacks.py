@@ -362,7 +362,7 @@ def sample_entries(bundle: Path, manifest: dict[str, Any]) -> tuple[list[SampleE
                 path=path,
                 role=role[:200] if isinstance(role, str) else None,
                 pid=pid if _whole(pid) else None,
-                rate_hz=float(rate) if type(rate) in (int, float) and 0 < rate <= 100_000 else None,
+                rate_hz=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate <= 100_000 else None,
                 started_unix_ns=started if _whole(started) else None,
                 note=note[:300] if isinstance(note, str) else None,
             )
