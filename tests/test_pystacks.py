@@ -318,3 +318,36 @@ def test_manifest_entries(tmp_path: Path) -> None:
     entries, warnings = R.sample_entries(tmp_path, manifest)
     assert [(e.role, e.pid, e.rate_hz, e.started_unix_ns) for e in entries] == [("attention", 5, 100.0, 7)]
     assert len(warnings) == 4 and any("not permitted" in w for w in warnings)
+
+
+def test_h200_recording(tmp_path: Path) -> None:
+    """A real torch profiler trace (CPU and CUDA, an H200) and py-spy's samples of the same process
+    (tests/data/h200-pystacks): `sleepy_host`, 5 ms of busy Python inside a `sleepy_host` range each
+    step, is found where the trace records it."""
+    data = HERE / "data" / "h200-pystacks"
+    meta = json.loads((data / "aligned-meta.json").read_text())
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "pystacks").mkdir()
+    shutil.copy(data / "aligned-trace.json.gz", tmp_path / "traces" / "trace.json.gz")
+    shutil.copy(data / "aligned-pyspy.json", tmp_path / "pystacks" / "main.json")
+    entry = {"path": "pystacks/main.json", "pid": meta["pid"], "rate_hz": 100, "started_unix_ns": meta["started_unix_ns"]}
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "dbo-trace-bundle", "version": 1, "pystacks": [entry]}))
+    rank = analyze_paths([tmp_path], Options()).ranks[0]
+    assert rank.host_stacks is not None, rank.notes
+    window = rank.host_stacks.window
+    clock = window.clock
+    assert clock.method == "profiler start, anchors" and clock.anchors == "sleepy_host"
+    # py-spy's clock starts after started_unix_ns (it was spawned then): within the accuracy, not before
+    assert clock.startup_us is not None and clock.accuracy_us is not None
+    assert -3 * clock.accuracy_us <= clock.startup_us <= 200_000
+    # The host idle inside the trace's sleepy_host ranges, from the host-idle pieces.
+    d = rank.detailed()
+    tl = d.timeline
+    sel = np.array([tl.names[i] == "sleepy_host" for i in tl.cpu.name.tolist()])
+    lo, hi = tl.cpu.start[sel], tl.cpu.end[sel]
+    p = d.host_pieces
+    inside = sum(float(np.clip(np.minimum(p.hi, b) - np.maximum(p.lo, a), 0, None).sum()) for a, b in zip(lo, hi))
+    found = sum(r.us for r in window.rows if (r.project or "").endswith(":sleepy_host"))
+    # Samples at 100 Hz of 5 ms calls: most of the ranges' host idle carries the function's frame.
+    assert inside > 0 and 0.5 * inside <= found <= 1.5 * inside, (found, inside, window.rows[:5])
+    assert window.rows[0].project == "pyspy_overhead:sleepy_host"

@@ -40,7 +40,8 @@ _SITE = re.compile(r"/(site|dist)-packages/")
 STEP_ANNOTATION = re.compile(r"^execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)$", re.S)
 SEARCH_EARLY_US = 50_000.0  # how far before started_unix_ns py-spy's clock may be taken to start
 SEARCH_LATE_US = 3_000_000.0  # how far after (py-spy's start-up and attach)
-PROFILER_START_SLACK_US = 20_000.0  # from the samples' last sight of the profiler starting to the trace's first event
+PROFILER_START_SLACK_US = 40_000.0  # how long before the profiler's start returns its first event may be recorded
+PROFILER_START_EARLY_US = 5_000.0  # and how long after
 _BIN_US = 200.0  # the coarse search's resolution
 MIN_ANCHOR_EDGES = 4
 NO_FRAME = -1
@@ -286,14 +287,16 @@ def align(
     if len(s_lo) < 2 or not len(r_lo):
         return start_only
     s_lo, s_hi = s_lo + offset, s_hi + offset
-    # Where the samples saw the profiler start, the trace's first event follows that within about
-    # a period: the search is narrowed to it, so that evenly spaced steps cannot alias.
+    # Where the samples saw the profiler start: its sampled end is late by up to a period, and the
+    # trace's first event comes at or before its true end (on a GPU the start's own CUDA calls are
+    # recorded: 20 ms before it returned on the H200): the shift is at least the guess below, and
+    # not much more. The search is narrowed to that, so that evenly spaced steps cannot alias.
     early, late, narrowed = -SEARCH_EARLY_US, SEARCH_LATE_US, False
     started = _profiler_start_end(samples)
     if started is not None and trace_first_us is not None:
         guess = trace_first_us - (started + offset)
         if early - PROFILER_START_SLACK_US <= guess <= late + PROFILER_START_SLACK_US:
-            early, late = guess - period - PROFILER_START_SLACK_US, guess + PROFILER_START_SLACK_US
+            early, late = guess - PROFILER_START_EARLY_US, guess + period + PROFILER_START_SLACK_US
             narrowed = True
     d = _coarse_shift(s_lo, s_hi, r_lo, r_hi, early, late)
     # Pair each sampled span with the range it overlaps most at that shift; both edges of a pair.
