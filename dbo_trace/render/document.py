@@ -33,9 +33,10 @@ from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
-# (the rank's microbatch_source and steps_source hold them)
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
+# (the rank's microbatch_source and steps_source hold them). 5: a rank's host_stacks (only with sampled
+# Python stacks)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
