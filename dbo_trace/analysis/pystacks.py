@@ -383,7 +383,7 @@ def _started_by_threading(samples: StackSamples, thread: int) -> bool:
             outer = int(frame[node])
         node = int(parent[node])
     if outer < 0:
-        return False
+        return True  # no Python frame at all (py-spy's thread of id 0 in vLLM's engine core): not the main thread
     fn, path, _ = samples.frames[outer]
     return fn.rsplit(".", 1)[-1] == "_bootstrap" and path.endswith("threading.py")
 
