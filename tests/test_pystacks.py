@@ -392,3 +392,17 @@ def _logs(bundle: Path) -> list:
     from dbo_trace.trace.eventlog import read_event_log
 
     return [read_event_log(p) for p in sorted((bundle / "events").glob("*.jsonl"))]
+
+
+def test_perfetto_has_the_sampled_stacks(tmp_path: Path) -> None:
+    from conftest import SAMPLES
+
+    from dbo_trace.render import RENDERERS, RenderOptions
+
+    report = analyze_paths([SAMPLES / "afd-graphs-dbo"], Options())
+    stacks = report.ranks[0].host_stacks
+    assert stacks is not None and stacks.tracks
+    track = stacks.tracks[0]
+    assert len(track.lo) == len(track.names) and (track.hi > track.lo).all() and (track.lo[1:] >= track.hi[:-1]).all()
+    data = RENDERERS["perfetto"].render(report, RenderOptions())
+    assert isinstance(data, bytes) and b"Python stacks (py-spy)" in data and track.names[0].encode() in data

@@ -526,11 +526,58 @@ def host_stacks(
 
 
 @dataclass(frozen=True)
+class SampleTrack:
+    """One sampled thread's stacks on the trace's clock over the rank's window, for a timeline:
+    each stretch named by its innermost project frame and the library call it made."""
+
+    thread: str  # `thread <pthread id>` (and its native id and name where known)
+    lo: np.ndarray
+    hi: np.ndarray
+    names: list[str]
+
+
+@dataclass(frozen=True)
 class RankStacks:
-    """A rank's host time by Python frame: over its window, and per phase."""
+    """A rank's host time by Python frame: over its window, and per phase; the sampled threads the
+    trace's threads map to, as tracks."""
 
     window: HostStacks
     phases: dict[str, HostStacks]
+    tracks: tuple[SampleTrack, ...] = ()
+
+
+def sample_tracks(
+    samples: StackSamples, frames: NodeFrames, clock: StackClock, threads: list[int], window: tuple[float, float]
+) -> tuple[SampleTrack, ...]:
+    labels = [frame_label(f, p) for f, p, _ in samples.frames]
+    out = []
+    for th in sorted(set(threads)):
+        segs = np.flatnonzero(samples.seg_thread == th)
+        lo = np.maximum(samples.seg_start[segs] + clock.offset_us, window[0])
+        hi = np.minimum(samples.seg_end[segs] + clock.offset_us, window[1])
+        keep = hi > lo
+        nodes = samples.seg_node[segs][keep]
+        names = [
+            (labels[p] if p >= 0 else "(no project frame)") + (f" > {labels[e]}" if e >= 0 else "")
+            for p, e in zip(frames.project[nodes].tolist(), frames.entry[nodes].tolist())
+        ]
+        t_lo: list[float] = []
+        t_hi: list[float] = []
+        t_names: list[str] = []
+        for a, b, n in zip(lo[keep].tolist(), hi[keep].tolist(), names):
+            if t_names and t_names[-1] == n and t_hi[-1] >= a:
+                t_hi[-1] = b
+            else:
+                t_lo.append(a)
+                t_hi.append(b)
+                t_names.append(n)
+        tid = samples.threads[th][1]
+        native = samples.native.get(th)
+        name = f"thread {tid:#x}" + (f" ({native})" if native is not None else "")
+        if th in samples.thread_names:
+            name += f" {samples.thread_names[th]}"
+        out.append(SampleTrack(name, np.array(t_lo), np.array(t_hi), t_names))
+    return tuple(out)
 
 
 def rank_host_stacks(
@@ -578,7 +625,8 @@ def rank_host_stacks(
         for name, lo, hi, idle, untraced in phases:
             u_lo, u_hi = union(lo, hi)
             by_phase[name] = host_stacks(pieces, cut, s, clock, u_lo, u_hi, idle, untraced, top=10)
-        return RankStacks(whole, by_phase), notes
+        tracks = sample_tracks(s, frames, clock, list(lane_thread.values()), window)
+        return RankStacks(whole, by_phase, tracks), notes
     return None, notes
 
 
