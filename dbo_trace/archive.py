@@ -240,7 +240,7 @@ def read_report_document(path: Path) -> ReportDocument:
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
             f"{path}: its report has schema version {_shown(version)}, this dbo-trace reads "
-            f"{' and '.join(map(str, READABLE_VERSIONS))} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
+            f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
     try:
         document = msgspec.json.decode(data, type=ReportDocument)
@@ -262,6 +262,8 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
     attribution block: version 3 has two keys that 4 dropped): written by neither."""
     for i, rank in enumerate(document.ranks):
+        if version < 5 and rank.host_stacks is not msgspec.UNSET:
+            return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:
             held = getattr(rank.attribution, key) is not msgspec.UNSET
             if held and version >= 4:

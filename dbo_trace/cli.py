@@ -134,6 +134,11 @@ def main() -> None:
     help="Read and analyse each rank on the Ray node that holds its trace (NODE:/path, or a glob asked of every node); "
     "needs dbo-trace[ray].",
 )
+@click.option(
+    "--host-stacks",
+    is_flag=True,
+    help="Also print the host-caused GPU idle by sampled Python frame as tables (bundles with py-spy samples).",
+)
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
@@ -155,6 +160,7 @@ def report(
     window,
     workers,
     ray_address,
+    host_stacks,
     force,
 ) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
@@ -170,7 +176,7 @@ def report(
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, window=window, workers=workers,
-        ray=ray_address, force=force,
+        ray=ray_address, force=force, host_stacks=host_stacks,
     )  # fmt: skip
     command.run(request.checked())
 

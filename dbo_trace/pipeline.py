@@ -16,7 +16,8 @@ from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, re
 from dbo_trace.trace.alloc import reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_timelines, settle_ranks
+from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_samples, read_timelines, settle_ranks
+from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
@@ -65,10 +66,16 @@ def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
     return [log for log in logs if log.pid is None or log.pid == tl.pid]
 
 
+def samples_of(tl: Timeline, samples: list[StackSamples]) -> list[StackSamples]:
+    """The Python stack samples of this trace's process (py-spy's pid is the process's)."""
+    return [s for s in samples if tl.pid is not None and tl.pid in s.pids()]
+
+
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
     timelines, info = restrict_roles(loaded.timelines, options, loaded.manifests)
-    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n) for n, tl in zip(loaded.ranks, timelines)]
+    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples))
+        for n, tl in zip(loaded.ranks, timelines)]
     return combine(ranks, options, inputs, loaded.warnings, roles=info)
 
 
@@ -94,11 +101,15 @@ def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[
     return out, replace(info, ffn_window_restricted=cut)
 
 
-def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> list[RankReport] | str:
+def _read_and_analyze(
+    trace: Path, index: int, logs: list[EventLogData], options: Options, samples: list[StackSamples]
+) -> list[RankReport] | str:
     """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
     or the one-line error of the file."""
     try:
-        return [analyze_rank(tl, logs_of(tl, logs), options) for tl in read_timelines(trace, index)]
+        return [
+            analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)) for tl in read_timelines(trace, index)
+        ]
     except InputError as exc:
         return str(exc)
 
@@ -133,10 +144,12 @@ def analyze_found(
         return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
     options = options_from_manifests(options, found.manifests)
     logs, warnings = read_logs(found)
+    samples, sample_warnings = read_samples(found)
+    warnings += sample_warnings
     results: dict[int, list[RankReport] | str] = {}
     done = 0
     with process_pool(workers) as pool:
-        futures = {pool.submit(_read_and_analyze, t, i, logs, options): i for i, t in enumerate(found.traces)}
+        futures = {pool.submit(_read_and_analyze, t, i, logs, options, samples): i for i, t in enumerate(found.traces)}
         for future in as_completed(futures):
             i = futures[future]
             results[i] = future.result()

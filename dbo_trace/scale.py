@@ -169,7 +169,8 @@ def analyse(trace: str, index: int, logs: list[EventLogData], options: Options, 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
         return None, f"{trace}: outside the paths given; not read"
     reuse_freed_memory()
-    result = _read_and_analyze(Path(trace), index, logs, options)
+    # py-spy samples are not shipped to the nodes (a recording's pystacks/ is read where report runs)
+    result = _read_and_analyze(Path(trace), index, logs, options, [])
     if isinstance(result, str):
         return None, result
     import ray

@@ -126,6 +126,7 @@ class HostPieces:
     hi: np.ndarray
     cause: np.ndarray  # LAUNCH ... UNTRACED
     name: np.ndarray  # index into the names for NAMED and CPU_OP pieces, else -1
+    lane: np.ndarray  # the thread whose state named the piece (the stretch's lead thread where none did)
     call_at: np.ndarray  # one time per counted CUDA call (where it met host idle), sorted
     call_cause: np.ndarray  # LAUNCH or SYNC per counted call
     names: list[str]
@@ -397,23 +398,27 @@ def host_pieces(
     step_row = np.where((step >= 0) & (step < len(ub_table) - 1), step, len(ub_table) - 1)
     del step
     out = _Emitted()
-    r_lo, r_hi = _follow_threads(
+    r_lo, r_hi, r_k = _follow_threads(
         out, s_lo, s_hi, lead, ub_table, step_row, names,
         call_start, call_end, call_name, call_lane, call_kind, cpu_start, cpu_end, cpu_name, cpu_lane, cpu_is_annotation,
     )  # fmt: skip
-    del lead, step_row
+    del step_row
+    r_lane = lead[r_k]  # what no thread explains stays with the stretch's lead thread
+    del lead, r_k
 
     # No followed thread in any event: a microbatch thread not yet started, between steps, or untraced.
     up_lo, up_hi = _startup_windows(step_lo, step_hi, first_calls)
-    lo, hi, _, _ = _intersect(r_lo, r_hi, up_lo, up_hi)
-    out.emit(lo, hi, STARTUP)
-    lo, hi, _ = _subtract(r_lo, r_hi, up_lo, up_hi)
-    del r_lo, r_hi
+    lo, hi, ia, _ = _intersect(r_lo, r_hi, up_lo, up_hi)
+    out.emit(lo, hi, STARTUP, r_lane[ia])
+    lo, hi, ia = _subtract(r_lo, r_hi, up_lo, up_hi)
+    lane = r_lane[ia]
+    del r_lo, r_hi, r_lane
     if steps_marked:
-        b_lo, b_hi, _ = _subtract(lo, hi, step_lo, step_hi)
-        out.emit(b_lo, b_hi, BETWEEN)
-        lo, hi, _, _ = _intersect(lo, hi, step_lo, step_hi)
-    out.emit(lo, hi, UNTRACED)
+        b_lo, b_hi, ib = _subtract(lo, hi, step_lo, step_hi)
+        out.emit(b_lo, b_hi, BETWEEN, lane[ib])
+        lo, hi, ia, _ = _intersect(lo, hi, step_lo, step_hi)
+        lane = lane[ia]
+    out.emit(lo, hi, UNTRACED, lane)
     del lo, hi
     return out.pieces(names)
 
@@ -449,11 +454,13 @@ class _Emitted:
         self.hi: list[np.ndarray] = []
         self.cause: list[np.ndarray] = []
         self.name: list[np.ndarray] = []
+        self.lane: list[np.ndarray] = []
         self.call_at: list[np.ndarray] = []
         self.call_cause: list[np.ndarray] = []
 
-    def emit(self, lo: np.ndarray, hi: np.ndarray, cause: int, name: np.ndarray | None = None) -> None:
+    def emit(self, lo: np.ndarray, hi: np.ndarray, cause: int, lane: np.ndarray | int, name: np.ndarray | None = None) -> None:
         self.lo.append(lo)
+        self.lane.append(np.broadcast_to(np.asarray(lane, np.int64), (len(lo),)))
         self.hi.append(hi)
         self.cause.append(np.full(len(lo), cause, np.int8))
         self.name.append(np.full(len(lo), -1, np.int32) if name is None else name.astype(np.int32, copy=False))
@@ -471,6 +478,7 @@ class _Emitted:
             _joined(self.hi, np.float64)[order],
             _joined(self.cause, np.int8)[order],
             _joined(self.name, np.int32)[order],
+            _joined(self.lane, np.int64)[order],
             at[c_order],
             _joined(self.call_cause, np.int8)[c_order],
             names,
@@ -502,9 +510,9 @@ def _follow_threads(
     cpu_name: np.ndarray,
     cpu_lane: np.ndarray,
     cpu_is_annotation: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Attribute the stretches to the threads they follow, position by position; what none of
-    them explains is returned (sorted, disjoint). The threads' layers are freed on return."""
+    them explains is returned (sorted, disjoint), with each part's stretch. The threads' layers are freed on return."""
     depth = 1 + int(_others_followed(ub_table, step_row, lead).max(initial=0))
     call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
@@ -540,7 +548,7 @@ def _follow_threads(
             lo, hi, k = r_lo[sel], r_hi[sel], r_k[sel]
             for cause, l_lo, l_hi, l_name in th.layers:
                 (h_lo, h_hi, _, ib), (lo, hi, ia) = _split(lo, hi, l_lo, l_hi)
-                out.emit(h_lo, h_hi, cause, None if l_name is None else l_name[ib])
+                out.emit(h_lo, h_hi, cause, lane, None if l_name is None else l_name[ib])
                 if cause in (LAUNCH, SYNC, OTHER_CALL):
                     _count_calls(th, h_lo, h_hi, cause, out.call_at, out.call_cause)
                 k = k[ia]
@@ -552,7 +560,7 @@ def _follow_threads(
         del rest_lo, rest_hi, rest_k
         order = np.argsort(r_lo, kind="stable")
         r_lo, r_hi, r_k = r_lo[order], r_hi[order], r_k[order]
-    return r_lo, r_hi
+    return r_lo, r_hi, r_k
 
 
 _NO_LANE = np.iinfo(np.int64).min

@@ -18,8 +18,9 @@ from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
-from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
+from dbo_trace.analysis.host_time import CAUSE_TEXT, UNTRACED, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import difference, union
+from dbo_trace.analysis.pystacks import RankStacks, log_natives, rank_host_stacks
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -59,6 +60,7 @@ from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
+from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 
 
@@ -191,6 +193,7 @@ class RankReport:
     role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
+    host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -247,10 +250,12 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
     return np.bincount(step[counted][first], minlength=n_steps)
 
 
-def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None) -> RankReport:
+def analyze_rank(
+    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None
+) -> RankReport:
     """One rank's report: its shared state once (rank_detail), then each analysis over it.
     rank: the rank's number as the caller settled it (trace/load.py settle_ranks); None: the one its
-    trace claims."""
+    trace claims. samples: the process's sampled Python stacks (py-spy), if any."""
     d = rank_detail(tl, logs, options)
     capture = graph_capture(
         call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
@@ -268,6 +273,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
     expensive = rank_expensive(d, afd is not None and afd.microbatched)
+    stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, steps)
     verdict = decide(
         whole.total,
         rt,
@@ -314,10 +320,33 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed) if d.microbatched else [],
-        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings,
+        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
         capture=capture if capture.found else None,
+        host_stacks=stacks,
         detail=d,
     )
+
+
+def stacks_of(
+    d: RankDetail, samples: list[StackSamples], logs: list[EventLogData], whole: WholeWindow, phases: list[PhaseReport],
+    steps: list[StepReport],
+) -> tuple[RankStacks | None, list[str]]:
+    """Host idle by sampled Python frame (analysis/pystacks.py): over the window and per phase."""
+    tl = d.timeline
+    by_phase = []
+    for p in phases:
+        mine = [s for s in steps if s.phase == p.phase]
+        if p.host_causes is not None and mine:
+            lo = np.array([s.start_us for s in mine])
+            hi = np.array([s.end_us for s in mine])
+            by_phase.append((p.phase, lo, hi, p.host_causes.host_idle_us, p.host_causes.us(UNTRACED)))
+    return rank_host_stacks(
+        samples=samples, pieces=d.host_pieces, pid=tl.pid, base_time_ns=tl.base_time_ns, names=tl.names,
+        call_lane=tl.calls.lane, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
+        cpu_is_annotation=tl.cpu_is_annotation, log_native=log_natives([r for g in logs for r in g.records], [g.header for g in logs]),
+        window=d.window_us, host_idle_us=whole.window.host_idle_us, untraced_us=whole.causes_window.us(UNTRACED),
+        phases=by_phase,
+    )  # fmt: skip
 
 
 def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> RankDetail:

@@ -58,6 +58,7 @@ class ReportRequest:
     workers: int | None = None
     ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
     force: bool = False
+    host_stacks: bool = False  # the terminal prints the host idle by sampled Python frame as tables
 
     @property
     def format(self) -> str:
@@ -160,6 +161,7 @@ def run(request: ReportRequest | ArchiveView) -> None:
         rank=request.rank,
         all_ranks=request.all_ranks,
         window=request.window,
+        host_stacks=request.host_stacks,
     )
     # The picture first, so that the Markdown can link it.
     extras = [(timeline, picture), (request.perfetto, RENDERERS["perfetto"]), (request.html, RENDERERS["html"])]

@@ -23,6 +23,7 @@ class RenderOptions:
     all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
     window: str | None = None  # pictures: a span to draw instead of a step, as --window names it (view.parse_window)
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
+    host_stacks: bool = False  # terminal: the host idle by sampled Python frame as tables (Markdown always has them)
 
 
 class Renderer(Protocol):

@@ -23,6 +23,7 @@ from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
@@ -37,7 +38,8 @@ SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
 # (the rank's microbatch_source and steps_source hold them). 5: a step's step_us is its period (its
-# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state
+# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state; a rank's host_stacks (only with sampled
+# Python stacks)
 SCHEMA_VERSION = 5
 READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
@@ -557,6 +559,47 @@ class PeerWait(Struct):
     significant: bool
 
 
+class StackRowBlock(Struct):
+    """Host idle of one cause spent in one sampled Python stack shape (docs/analysis.md, "Host time by Python frame")."""
+
+    cause: str
+    project: str | None  # the innermost project frame, `module:function`
+    library: str | None  # the library call it made (the outermost library frame below it)
+    inner: str | None  # the innermost library frame
+    us: float | None
+    share: float | None  # of the host idle measured
+
+
+class StackClockBlock(Struct):
+    method: str  # "anchors" or "start"
+    offset_us: float | None  # trace us = py-spy us + offset_us
+    accuracy_us: float | None
+    anchors: str | None
+    edges: Count
+    overlap: float | None
+    startup_us: float | None
+
+
+class HostStacksBlock(Struct):
+    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's)."""
+
+    samples: str
+    rate_hz: float | None
+    clock: StackClockBlock
+    host_idle_us: float | None
+    sampled_us: float | None
+    untraced_us: float | None  # host_time's untraced bucket
+    unexplained_us: float | None  # untraced and without a sample either
+    by_cause_us: dict[str, float | None]
+    rows: list[StackRowBlock]
+    line: str
+
+
+class RankStacksBlock(Struct):
+    window: HostStacksBlock
+    phases: dict[str, HostStacksBlock]
+
+
 class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where a run has roles
     rank: Int
     source: str
@@ -592,6 +635,7 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
     role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
     disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
+    host_stacks: RankStacksBlock | UnsetType = UNSET  # only with sampled Python stacks (docs/analysis.md)
 
 
 class OptionsBlock(Struct):
@@ -893,6 +937,37 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
     )
 
 
+def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
+    c = h.clock
+    return HostStacksBlock(
+        samples=h.samples,
+        rate_hz=h.rate_hz,
+        clock=StackClockBlock(
+            method=c.method, offset_us=_r(c.offset_us), accuracy_us=_r(c.accuracy_us), anchors=c.anchors, edges=c.edges,
+            overlap=_r(c.overlap, 4), startup_us=_r(c.startup_us),
+        ),  # fmt: skip
+        host_idle_us=_r(h.host_idle_us),
+        sampled_us=_r(h.sampled_us),
+        untraced_us=_r(h.unexplained_before_us),
+        unexplained_us=_r(h.unexplained_us),
+        by_cause_us={k: _r(v) for k, v in h.by_cause_us.items()},
+        rows=[
+            StackRowBlock(cause=r.cause, project=r.project, library=r.library, inner=r.inner, us=_r(r.us), share=_r(r.share, 4))
+            for r in h.rows
+        ],
+        line=stacks_line(h, head),
+    )
+
+
+def rank_stacks_block(s: RankStacks | None, rank: int) -> RankStacksBlock | UnsetType:
+    if s is None:
+        return UNSET
+    return RankStacksBlock(
+        window=host_stacks_block(s.window, f"rank {rank}"),
+        phases={p: host_stacks_block(h, f"rank {rank} {p}") for p, h in s.phases.items()},
+    )
+
+
 def kernel_summary_block(k: KernelSummary | None) -> KernelSummaryBlock | None:
     if k is None:
         return None
@@ -1122,6 +1197,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         launch_delay=launch_delay_block(r.launch_delay),
         role=r.role,
         disaggregated=disaggregated_block(r.afd),
+        host_stacks=rank_stacks_block(r.host_stacks, r.rank),
     )
 
 

@@ -222,6 +222,31 @@ def host_cause_lines(d: ReportDocument) -> list[str]:
     return [line for line in lines if line is not None] or ([run.line] if run is not None and run.line else [])
 
 
+def host_stack_lines(d: ReportDocument) -> list[str]:
+    """Each rank's host idle by sampled Python frame, where it has samples (whatever the verdict)."""
+    return [r.host_stacks.window.line for r in d.ranks if not isinstance(r.host_stacks, UnsetType)]
+
+
+STACK_HEADER = ("cause", "project frame", "library call", "innermost library frame", "GPU idle", "of idle")
+
+
+def host_stack_rows(d: ReportDocument) -> list[tuple[str, list[list[str]]]]:
+    """The flame-style table per rank and window (`--host-stacks`): (title, rows)."""
+    out = []
+    for r in d.ranks:
+        if isinstance(r.host_stacks, UnsetType):
+            continue
+        windows = [(f"rank {r.rank}", r.host_stacks.window)]
+        windows += [(f"rank {r.rank} {p}", h) for p, h in r.host_stacks.phases.items()]
+        for title, h in windows:
+            rows = [
+                [row.cause.replace("_", " "), row.project or "-", row.library or "-", row.inner or "-", ms(row.us), pct(row.share)]
+                for row in h.rows
+            ]
+            out.append((f"{title}: host idle by Python frame ({h.samples})", rows))
+    return out
+
+
 def all_notes(d: ReportDocument) -> list[str]:
     """Every rank's notes and the warnings, each once, in order (what every text renderer lists)."""
     return list(dict.fromkeys([n for r in d.ranks for n in r.notes] + d.warnings))

@@ -18,6 +18,9 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     host_cause_lines,
+    host_stack_lines,
+    host_stack_rows,
+    STACK_HEADER,
     md_table,
     ms,
     operation_cells,
@@ -94,12 +97,17 @@ class MarkdownRenderer:
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
+        out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {markdown_text(line)}" for r in d.ranks if (line := line_of(r))]
+        for title, rows in host_stack_rows(d):  # folded, like the per-step table
+            cells = [[markdown_code(c) if i < 4 and c != "-" else c for i, c in enumerate(row)] for row in rows]
+            out += ["", f"<details><summary>{markdown_text(title)}</summary>", ""]
+            out += md_table(list(STACK_HEADER), cells) + ["", "</details>"]
         for r in d.ranks:  # long: folded, like the per-step table
             ops = r.comm_operations
             if ops:

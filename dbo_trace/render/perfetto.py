@@ -207,6 +207,15 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
             spans[1][keep],
             [f"waiting for rank {int(r)}" for r in spans[2][keep]],
         )
+    if rank.host_stacks is not None:  # the sampled Python stacks of the threads the trace's map to
+        for t in rank.host_stacks.tracks:
+            keep = (t.hi > lo) & (t.lo < hi)
+            w.slices(
+                w.track(f"Python stacks (py-spy), {t.thread}", root),
+                t.lo[keep],
+                t.hi[keep],
+                [n for n, k in zip(t.names, keep.tolist()) if k],
+            )
     graph = np.flatnonzero(keep_calls & (d.call_kind == c.CALL_GRAPH_LAUNCH))
     w.slices(
         w.track("graph replays (cudaGraphLaunch)", root),

@@ -28,6 +28,9 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     headline,
     host_cause_lines,
+    host_stack_lines,
+    host_stack_rows,
+    STACK_HEADER,
     kernel_cells,
     ms,
     operation_cells,
@@ -153,6 +156,12 @@ def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> in
     return max(12, width - others - 2 * (len(header) - 1) - 2)
 
 
+def _host_stacks(out: _Lines, d: ReportDocument) -> None:
+    """`--host-stacks`: the host idle by sampled Python frame, a flame-style table per rank and phase."""
+    for title, rows in host_stack_rows(d):
+        out.table(title, _columns(STACK_HEADER, {}, STACK_HEADER[:4]), rows)
+
+
 def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
@@ -212,6 +221,7 @@ class TerminalRenderer:
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
         out.bullets(d.verdict.reasons)
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
+        out.bullets(host_stack_lines(d))
         out.line()
 
         out.table(
@@ -302,6 +312,8 @@ class TerminalRenderer:
                 "a label, median or slowest)"
             )
         _summaries(out, d, width)
+        if options.host_stacks:
+            _host_stacks(out, d)
         out.paragraph(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}")
         notes = all_notes(d)
         for note in notes[:MAX_LIST_LINES]:

@@ -13,6 +13,7 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
+from dbo_trace.trace.pystacks import SampleEntry, StackSamples, read_pystacks, sample_entries
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
 
@@ -24,6 +25,7 @@ class Loaded:
     manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+    samples: list[StackSamples] = field(default_factory=list)  # sampled Python stacks (py-spy)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Found:
     manifests: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+    pystacks: list[SampleEntry] = field(default_factory=list)
 
 
 ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
@@ -94,6 +97,9 @@ def _discover(path: Path, found: Found) -> None:
         found.logs += fmt.event_files(path)
         if manifest_roles(manifest):  # a peer's event logs (peer/events/), each joined to its process
             found.logs += fmt.event_files(path / "peer")
+        entries, warnings = sample_entries(path, manifest)
+        found.pystacks += entries
+        found.warnings += warnings
         return
     traces = fmt.trace_files(path)
     if not traces:
@@ -174,6 +180,20 @@ def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
     return logs, warnings
 
 
+def read_samples(found: Found) -> tuple[list[StackSamples], list[str]]:
+    """The sampled Python stacks, and a warning for each unreadable file (the report goes on without it)."""
+    samples, warnings = [], []
+    for entry in found.pystacks:
+        try:
+            read = read_pystacks(entry.path, entry)
+        except InputError as exc:
+            warnings.append(f"skipped: {exc}")
+            continue
+        samples.append(read)
+        warnings += read.warnings
+    return samples, warnings
+
+
 def settle_ranks(timelines: list[Timeline], errors: list[str]) -> tuple[list[int], list[str]]:
     """Each timeline's rank number, in the order given: the rank its trace claims, or, where claims
     clash (several processes without distributedInfo), its place among the traces by name. Checks
@@ -215,14 +235,16 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         done += os.path.getsize(trace)
     numbers, warnings = settle_ranks(timelines, errors)
     logs, log_warnings = read_logs(found)
+    samples, sample_warnings = read_samples(found)
     order = rank_order(numbers)
     return Loaded(
         timelines=[timelines[i] for i in order],
         ranks=[numbers[i] for i in order],
         logs=logs,
         manifests=found.manifests,
-        warnings=found.warnings + warnings + log_warnings,
+        warnings=found.warnings + warnings + log_warnings + sample_warnings,
         roles=found.roles,
+        samples=samples,
     )
 
 
