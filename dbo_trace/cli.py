@@ -52,13 +52,16 @@ _OUTPUT_OPTION = click.option(
 )
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+GLOSSARY = "Every column and figure explained: docs/outputs.md, \"Glossary\"."
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=GLOSSARY)
 @click.version_option(__version__, prog_name="dbo-trace")
 def main() -> None:
     """Profiling and overlap diagnosis for dual-batch overlap (DBO) in vLLM."""
 
 
-@main.command()
+@main.command(epilog=GLOSSARY)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md).")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
@@ -115,9 +118,21 @@ def main() -> None:
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
 @click.option(
+    "--window",
+    metavar="START:END",
+    help="--timeline draws this span instead of one step: ms from the rank's first step's start (0:50), or steps (#2:#4).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     help="Processes reading and analysing ranks at once (default: $DBO_TRACE_WORKERS, else one per core).",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Read and analyse each rank on the Ray node that holds its trace (NODE:/path, or a glob asked of every node); "
+    "needs dbo-trace[ray].",
 )
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
@@ -137,7 +152,9 @@ def report(
     step_number,
     rank_number,
     all_ranks,
+    window,
     workers,
+    ray_address,
     force,
 ) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
@@ -152,7 +169,8 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, workers=workers, force=force,
+        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, window=window, workers=workers,
+        ray=ray_address, force=force,
     )  # fmt: skip
     command.run(request.checked())
 
@@ -164,8 +182,11 @@ def report(
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
 @click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
+@click.option(
+    "--ray", "ray_address", metavar="ADDRESS", help="Analyse each arm's ranks on the Ray nodes that hold them (as report --ray)."
+)
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
+def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_address) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
@@ -180,7 +201,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force) -> None:
 
     request = command.CompareRequest(
         arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
-        force=force,
+        force=force, ray=ray_address,
     )  # fmt: skip
     command.run(request.checked())
 

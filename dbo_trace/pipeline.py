@@ -12,12 +12,23 @@ from pathlib import Path
 from typing import Callable
 
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
 from dbo_trace.trace.alloc import reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_timelines, settle_ranks
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
+
+
+def with_roles(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
+    """A bundle of a disaggregated run (its manifest's `afd` block or `roles`): the AFD round-trip
+    model applies, and each trace keeps the role the manifest gives it."""
+    afd = options.afd or any(
+        isinstance(m.get("roles"), dict) or (isinstance(m.get("afd"), dict) and m["afd"].get("role", ATTENTION) == ATTENTION)
+        for m in manifests
+    )  # an FFN server recorded alone has no round trips of its own
+    return replace(options, afd=afd, roles=tuple(sorted(roles.items())))
 
 
 def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
@@ -55,9 +66,32 @@ def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
 
 
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
-    options = options_from_manifests(options, loaded.manifests)
-    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n) for n, tl in zip(loaded.ranks, loaded.timelines)]
-    return combine(ranks, options, inputs, loaded.warnings)
+    options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
+    timelines, info = restrict_roles(loaded.timelines, options, loaded.manifests)
+    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n) for n, tl in zip(loaded.ranks, timelines)]
+    return combine(ranks, options, inputs, loaded.warnings, roles=info)
+
+
+def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[dict]) -> tuple[list[Timeline], RolesInfo | None]:
+    """With roles, the FFN's traces cut to the attention traces' window (one clock,
+    baseTimeNanoseconds): the FFN's last receive waits out the attention side's profiler export."""
+    role = dict(options.roles)
+    present = [role[k] for tl in timelines if (k := os.path.normpath(tl.source)) in role]
+    info = roles_info(manifests, present)
+    attention = [tl for tl in timelines if role.get(os.path.normpath(tl.source)) == ATTENTION]
+    windows = [w for tl in attention if (w := event_window(tl)) is not None]
+    if info is None or not attention or not windows:
+        return timelines, info
+    ref = attention[0]
+    lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
+    out, cut = [], False
+    for tl in timelines:
+        offset = wall_offset_us(tl, ref)
+        if role.get(os.path.normpath(tl.source)) == FFN and offset is not None:
+            tl = restrict(tl, lo - offset, hi - offset)
+            cut = True
+        out.append(tl)
+    return out, replace(info, ffn_window_restricted=cut)
 
 
 def _read_and_analyze(trace: Path, index: int, logs: list[EventLogData], options: Options) -> list[RankReport] | str:
@@ -95,7 +129,7 @@ def analyze_found(
     and analysed in its own process, workers at a time; with one large trace, its events are decoded
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
-    if workers <= 1 or len(found.traces) < 2:
+    if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles: the FFN is cut to the attention's window first
         return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
     options = options_from_manifests(options, found.manifests)
     logs, warnings = read_logs(found)

@@ -68,12 +68,18 @@ def assert_matches_headline(doc: dict, ref: dict) -> None:
     assert len(doc["steps"]) == ref["steps"]
     assert doc["gpu"]["utilization"] == pytest.approx(ref["busy"] / ref["window"], abs=1e-4)
     assert doc["host"]["idle_fraction"] == pytest.approx(ref["host_idle"] / ref["window"], abs=1e-4)
-    assert doc["ranks"][0]["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steps"] / ref["in_steps"], abs=1e-4)
+    assert doc["ranks"][0]["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steady"] / ref["in_steady"], abs=1e-4)
+    assert doc["ranks"][0]["time_in_steps"]["window_us"] == pytest.approx(ref["in_steps"], abs=0.01)
+    assert [s["step_us"] for s in doc["steps"]] == pytest.approx(ref["periods"], abs=0.01)
+    starts = sorted(s["start_us"] for s in doc["steps"])  # periods add up to the first start .. the last window's end
+    assert sum(ref["periods"]) == pytest.approx(starts[-1] - starts[0] + doc["steps"][-1]["window_us"], abs=0.05)
+    assert [s["stall"]["cause"] if s["stall"] else None for s in doc["steps"]] == ref["stalls"]
     assert doc["gpu"]["kernels"] == ref["kernels"]
     assert set(doc["phases"]) == set(ref["phases"])
     for phase, want in ref["phases"].items():
         got = doc["phases"][phase]
         assert got["steps"] == want["steps"]
+        assert got["stalls"] == want["stalls"]
         assert got["median_step_us"] == pytest.approx(want["median_step_us"], abs=0.01)
         assert got["gpu_utilization"] == pytest.approx(want["gpu_utilization"], abs=1e-4)
         assert got["host_idle_fraction"] == pytest.approx(want["host_idle_fraction"], abs=1e-4)

@@ -288,7 +288,12 @@ def compute(path, unreported_steps_are_steps=False):
     steps = [s for s in steps if s["own"]]  # steps that launched nothing are not reported
     for s in steps:
         s["window_end"] = max(s["end"], max(g["end"] for g in s["own"]))
-        s["step_us"] = s["window_end"] - s["start"]
+    # A step's time is its period (docs/analysis.md, "Step time: period and window"): from its start
+    # to the next step's start; the last step's is its window.
+    by_start = sorted(steps, key=lambda s: s["start"])
+    for k, s in enumerate(by_start):
+        last = k + 1 == len(by_start)
+        s["step_us"] = (s["window_end"] if last else by_start[k + 1]["start"]) - s["start"]
     starts = [s["start"] for s in steps]
 
     # --- microbatch threads per step (event log only), and start-up windows.

@@ -76,6 +76,63 @@ def both(a, b):
     return total
 
 
+# docs/analysis.md, "Steady state and stalls": compile and JIT ranges by name
+COMPILE_NAMES = (
+    "entire_frame_compile", "backend_compile", "inductor_compile", "compile_fx", "async_compile", "autotun",
+    "benchmark_all_configs", "triton.compile", "triton_compile", "compile_inner",
+)  # fmt: skip
+CAPTURE_BEGIN = ("cudaStreamBeginCapture", "cuStreamBeginCapture", "hipStreamBeginCapture")
+CAPTURE_END = ("cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture")
+
+
+def is_compile(name):
+    low = name.lower()
+    return low == "dynamo" or low.endswith("(dynamo_timed)") or any(n in low for n in COMPILE_NAMES)
+
+
+def capture_windows(events):
+    """Per thread, from a begin-capture call while none is open to the end-capture that closes the last."""
+    out, depth, opened = [], {}, {}
+    for e in sorted((e for e in events if e["cat"] in CALLS), key=lambda e: e["ts"]):
+        base = e["name"].split("_v")[0].split("_ptsz")[0]
+        tid = e.get("tid")
+        if base in CAPTURE_BEGIN:
+            if depth.get(tid, 0) == 0:
+                opened[tid] = e["ts"]
+            depth[tid] = depth.get(tid, 0) + 1
+        elif base in CAPTURE_END and depth.get(tid, 0) > 0:
+            depth[tid] -= 1
+            if depth[tid] == 0:
+                out.append((opened.pop(tid), e["end"]))
+    return out
+
+
+def median_of(values):
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def mark_stalls(steps):
+    """Each step's "stall": "compile", "graph capture", "outlier" or None (docs' thresholds)."""
+    for s in steps:
+        floor = max(1000.0, 0.05 * s["period"])
+        s["stall"] = "compile" if s["compile"] >= floor else "graph capture" if s["capture"] >= floor else None
+    for name in dict.fromkeys(s["phase"] for s in steps):
+        rest = [s for s in steps if s["phase"] == name and not s["stall"]]
+        if len(rest) == 3:  # each against the median of the other two: ten times beyond it
+            for s in rest:
+                if s["period"] > 10 * median_of([o["period"] for o in rest if o is not s]):
+                    s["stall"] = "outlier"
+        if len(rest) < 4:
+            continue
+        med = median_of([s["period"] for s in rest])
+        mad = 1.4826 * median_of([abs(s["period"] - med) for s in rest])
+        for s in rest:
+            if s["period"] > med + 3.5 * mad and s["period"] > 2.0 * med:
+                s["stall"] = "outlier"
+
+
 def phase(ctx, gen):
     return "mixed" if ctx and gen else "prefill" if ctx else "decode" if gen else None
 
@@ -143,21 +200,34 @@ def headline_of_events(events, comm_regex):
     step_windows = [(s["start"], s["end"]) for s in steps]
     in_steps = covered(step_windows)
 
+    # Periods and stalls (docs/analysis.md, "Step time: period and window", "Steady state and stalls").
+    compiling = [(e["ts"], e["end"]) for e in annotations if is_compile(e["name"])]
+    capturing = capture_windows(events)
+    for k, s in enumerate(steps):  # steps are in start order
+        nxt = steps[k + 1]["start"] if k + 1 < len(steps) else float("inf")
+        s["period"] = nxt - s["start"] if k + 1 < len(steps) else s["end"] - s["start"]
+        own = [(s["start"], min(nxt, s["end"]))]
+        s["compile"] = both(own, compiling) if compiling else 0.0
+        s["capture"] = both(own, capturing) if capturing else 0.0
+    mark_stalls(steps)
+    steady = [s for s in steps if not s["stall"]] or steps
+    steady_windows = [(s["start"], s["end"]) for s in steady]
+
     def phase_figures(name):
-        mine = [s for s in steps if s["phase"] == name]
-        if not mine:
+        every = [s for s in steps if s["phase"] == name]
+        if not every:
             return None
+        mine = [s for s in every if not s["stall"]] or every  # the phase's steady steps
         wins = [(s["start"], s["end"]) for s in mine]
         span = covered(wins)
         busy = both(wins, [(g["ts"], g["end"]) for g in gpu])
         own_k = [g for s in mine for g in s["own"] if g["cat"] == "kernel"]
         p_comm = [(k["ts"], k["end"]) for k in own_k if rx.search(k["name"])]
         p_compute = [(k["ts"], k["end"]) for k in own_k if not rx.search(k["name"])]
-        walls = sorted(s["end"] - s["start"] for s in mine)
-        mid = len(walls) // 2
-        median = walls[mid] if len(walls) % 2 else (walls[mid - 1] + walls[mid]) / 2
+        median = median_of([s["period"] for s in mine])
         return dict(
-            steps=len(mine),
+            steps=len(every),
+            stalls=sum(1 for s in every if s["stall"]),
             median_step_us=median,
             gpu_utilization=busy / span,
             host_idle_fraction=both(wins, host_idle) / span,
@@ -172,6 +242,10 @@ def headline_of_events(events, comm_regex):
         host_idle=covered(host_idle),
         host_idle_in_steps=both(host_idle, step_windows),
         in_steps=in_steps,
+        host_idle_in_steady=both(host_idle, steady_windows),
+        in_steady=covered(steady_windows),
+        periods=[s["period"] for s in steps],
+        stalls=[s["stall"] for s in steps],
         kernels=len(kernels),
         comm_kernels=len(comm),
         graph_launches=len(graph_corr),

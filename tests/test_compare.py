@@ -1,17 +1,21 @@
-"""`dbo-trace compare` on the samples: statistics checked against the statistics module over each
-sample's own `report --json` steps, and the noise call on arms known to differ and known to match."""
+"""`dbo-trace compare` on the samples: statistics checked against a plain computation from the docs
+(tests/reference_compare.py) over each sample's own `report --json` steps, and the noise call on arms
+known to differ and known to match."""
 
 import json
-import math
 import statistics
 
 import pytest
+import reference_compare
 from conftest import SAMPLES, run_cli
 
+_REPORTS: dict[str, dict] = {}
 
-def steps_ms(variant):
-    report = json.loads(run_cli("report", "--json", str(SAMPLES / variant)).stdout)
-    return [s["step_us"] for s in report["steps"]]
+
+def report(variant):
+    if variant not in _REPORTS:
+        _REPORTS[variant] = json.loads(run_cli("report", "--json", str(SAMPLES / variant)).stdout)
+    return _REPORTS[variant]
 
 
 def compared(*variants):
@@ -22,18 +26,23 @@ def compared(*variants):
 
 def test_compare_statistics_match_the_per_step_report():
     out = compared("serial", "overlap", "graph")
-    assert out["schema"] == "dbo-trace-compare"
-    base = statistics.mean(steps_ms("serial"))
+    assert out["schema"] == "dbo-trace-compare" and out["schema_version"] == 5
     for arm, variant in zip(out["arms"], ("serial", "overlap", "graph")):
-        walls = steps_ms(variant)
-        assert arm["label"] == variant and arm["steps"] == len(walls)
-        assert arm["step_mean_us"] == pytest.approx(statistics.mean(walls), rel=1e-6)
-        assert arm["step_std_us"] == pytest.approx(statistics.stdev(walls), rel=1e-6)
+        doc = report(variant)
+        periods = [s["step_us"] for s in doc["steps"]]
+        steady = [s["step_us"] for s in doc["steps"] if s["stall"] is None]
+        assert arm["label"] == variant and arm["steps"] == len(steady) and arm["stalls"] == len(periods) - len(steady)
+        assert arm["step_mean_us"] == pytest.approx(statistics.mean(periods), rel=1e-6)
+        assert arm["step_median_us"] == pytest.approx(statistics.median(steady), abs=1e-3)
         if variant != "serial":
-            assert arm["change"] == pytest.approx(
-                statistics.mean(walls) / base - 1, abs=1e-4
-            )  # fractions to 1e-4, as in the report
-    assert out["arms"][0]["change"] is None
+            want = reference_compare.against(
+                reference_compare.sample(report("serial"), "all"), reference_compare.sample(doc, "all")
+            )
+            assert arm["call"] == want["call"]
+            assert arm["change"] == pytest.approx(want["change"], abs=1e-4)  # fractions to 1e-4, as in the report
+            assert arm["change_low"] == pytest.approx(want["low"], abs=1e-4)
+            assert arm["change_high"] == pytest.approx(want["high"], abs=1e-4)
+    assert out["arms"][0]["change"] is None and out["arms"][0]["call"] is None
     assert out["arms"][2]["replayed_kernel_fraction"] == pytest.approx(1.0)
     assert out["arms"][1]["round_trips_per_layer"] == 2
 
@@ -41,11 +50,39 @@ def test_compare_statistics_match_the_per_step_report():
 def test_noise_call_separates_a_real_change_from_a_rerun():
     out = compared("overlap", "overlap-stock-profiler", "graph")
     rerun, graph = out["arms"][1], out["arms"][2]
-    a, b = steps_ms("overlap"), steps_ms("overlap-stock-profiler")
-    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
-    assert rerun["within_noise"] is (abs(statistics.mean(a) - statistics.mean(b)) <= 2 * se) is True
-    assert graph["within_noise"] is False
-    assert "within noise" in out["noise"] and "overlap-stock-profiler" in out["noise"]
+    base = reference_compare.sample(report("overlap"), "all")
+    for arm, variant in ((rerun, "overlap-stock-profiler"), (graph, "graph")):
+        want = reference_compare.against(base, reference_compare.sample(report(variant), "all"))
+        assert arm["call"] == want["call"] and tuple(arm["compared_steps"]) == want["n"]
+        assert arm["slower_pairs"] == pytest.approx(want["slower"], abs=1e-4)
+    assert graph["call"] == "beyond noise" and graph["within_noise"] is False
+
+
+def test_the_dsv2lite_prefill_arms_compare_periods_and_make_no_claim_from_one_step():
+    """Eager against graphs prefill (docs/analysis.md, "compare"): the mixed steps are compared by their
+    periods, paired by shape (the graphs arm's 8,837-token step has no eager partner), the stalls apart;
+    the one-step prefill and decode rows are too few to tell, with no change shown."""
+    proc = run_cli("compare", "--json", str(SAMPLES / "dsv2lite-eager-prefill"), str(SAMPLES / "dsv2lite-graphs-prefill"))
+    assert proc.returncode == 0, proc.stderr
+    arms = {(a["label"], a["phase"]): a for a in json.loads(proc.stdout)["arms"]}
+    eager, graphs = report("dsv2lite-eager-prefill"), report("dsv2lite-graphs-prefill")
+    for phase in ("all", "prefill", "decode", "mixed"):
+        arm = arms[("dsv2lite-graphs-prefill", phase)]
+        want = reference_compare.against(reference_compare.sample(eager, phase), reference_compare.sample(graphs, phase))
+        assert arm["call"] == want["call"]
+        assert tuple(arm["compared_steps"]) == want["n"]
+        if want["call"] != "too few steps":
+            assert arm["change"] == pytest.approx(want["change"], abs=1e-4)
+            assert (arm["change_low"], arm["change_high"]) == pytest.approx((want["low"], want["high"]), abs=1e-4)
+            assert arm["paired_by_shape"] is want["paired"] and arm["per_token"] is want["per_token"]
+    mixed = arms[("dsv2lite-graphs-prefill", "mixed")]
+    assert mixed["paired_by_shape"] and tuple(mixed["compared_steps"]) == (11, 11)
+    assert arms[("dsv2lite-eager-prefill", "mixed")]["stalls"] == 1
+    for phase in ("prefill", "decode"):
+        assert arms[("dsv2lite-graphs-prefill", phase)]["call"] == "too few steps"
+    table = run_cli("compare", str(SAMPLES / "dsv2lite-eager-prefill"), str(SAMPLES / "dsv2lite-graphs-prefill")).stdout
+    prefill_rows = [line for line in table.splitlines() if " prefill " in line and "graphs" in line]
+    assert prefill_rows and all("too few steps" in line and "%" not in line for line in prefill_rows)
 
 
 def test_compare_markdown_and_labels():
@@ -54,7 +91,7 @@ def test_compare_markdown_and_labels():
     )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("| arm | steps of | steps | step time")
+    assert lines[0].startswith("| arm | steps of | steps | step period ms: median (p90, max)")
     assert lines[2].startswith("| `eager` | all | 5 |")  # a label is a name: in code and "baseline" in lines[2]
     assert lines[3].startswith("| `graphs` | all | 5 |") and "%" in lines[3]
 

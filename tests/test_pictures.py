@@ -78,22 +78,64 @@ def test_timeline_svg_names_the_lanes(tmp_path):
         assert lane in text
 
 
-def test_step_view_holds_every_kernel_of_the_step(tmp_path):
+def gpu_events_in(variant, start, end):
+    raw = ref.load(sample_trace(variant))["traceEvents"]
+    gpu = [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    return [e for e in gpu if e["ts"] < end and e["ts"] + e.get("dur", 0) > start]
+
+
+def covered(spans):
+    """Time covered by (start, end) pairs, overlaps once: a plain sweep, not the package's intervals."""
+    total, reach = 0.0, float("-inf")
+    for s, e in sorted(spans):
+        if e > reach:
+            total += e - max(s, reach)
+            reach = e
+    return total
+
+
+def test_step_view_holds_every_kernel_in_the_steps_window(tmp_path):
     report = analysed("overlap")
     rank = report.ranks[0]
     view = step_view(rank, median_step(rank))
-    raw = ref.load(sample_trace("overlap"))["traceEvents"]
-    gpu = [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    in_step = [e for e in gpu if view.start <= e["ts"] <= view.end]
+    in_window = gpu_events_in("overlap", view.start, view.end)
     bars = [b for b in view.bars if b.lane.startswith("GPU")]
-    assert len(bars) == len(in_step) > 0
+    assert len(bars) == len(in_window) > 0
+    assert sum(b.own for b in bars) == len([e for e in in_window if view.start <= e["ts"] <= view.end])
     # Both microbatches' launches sit on their own CPU lanes, and the GPU bars carry both colours.
     assert {b.ubatch for b in bars} == {0, 1}
     assert {b.lane for b in view.bars if b.kind == "launch"} == {"CPU microbatch 0", "CPU microbatch 1"}
 
 
+def test_a_step_whose_gpu_runs_behind_is_drawn_busy_over_its_window():
+    """dsv2lite-eager-prefill's median step (#4): its own kernels start 106 ms into its window, while
+    the GPU still runs the steps before it. The picture draws every kernel of the window (the raw
+    trace's, counted here), the queueing behind them on the bottom lane, and no red lead-in: the host
+    did not leave the GPU idle (host idle 0% in its row)."""
+    rank = analysed("dsv2lite-eager-prefill").ranks[0]
+    view = step_view(rank, median_step(rank))
+    events = gpu_events_in("dsv2lite-eager-prefill", view.start, view.end)
+    clipped = [(max(e["ts"], view.start) - view.start, min(e["ts"] + e["dur"], view.end) - view.start) for e in events]
+    gpu_bars = [b for b in view.bars if b.lane.startswith("GPU")]
+    assert len(gpu_bars) == len(events)
+    drawn = [(max(b.start, 0.0), min(b.end, view.duration)) for b in gpu_bars]
+    assert covered(drawn) == pytest.approx(covered(clipped), rel=1e-6)
+    assert covered(clipped) > 0.9 * view.duration  # busy where the window was busy
+    assert view.lead_in_us > 100_000 and not view.lead_in_idle
+    assert covered(view.queued) > 0.9 * view.lead_in_us
+    assert covered(view.host_idle) == pytest.approx(view.step.metrics.host_idle_us, abs=0.01)
+    theirs = [(b.start, b.end) for b in gpu_bars if not b.own]
+    assert covered([(max(s, 0.0), min(e, view.lead_in_us)) for s, e in theirs if s < view.lead_in_us]) > 0.9 * view.lead_in_us
+
+
 @pytest.mark.parametrize(
-    "variant,band,metric", [("overlap", "overlap", "comm_hidden_us"), ("hostbound", "host_idle", "host_idle_us")]
+    "variant,band,metric",
+    [
+        ("overlap", "overlap", "comm_hidden_us"),
+        ("hostbound", "host_idle", "host_idle_us"),
+        ("overlap", "exposed", "comm_exposed_us"),
+        ("late", "exposed", "comm_exposed_us"),
+    ],
 )
 def test_marked_bands_add_up_to_the_step_metrics(variant, band, metric):
     rank = analysed(variant).ranks[0]
@@ -206,3 +248,121 @@ def test_the_title_wraps_between_its_parts_and_shows_no_escapes(monkeypatch):
     assert "\\x0a" not in svg and "x0a" not in svg
     titles = [t for t in svg.split("<text") if "rank 0" in t and "step" in t]
     assert titles, "the title is drawn"
+
+
+ALL_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if (p / "traces").is_dir())
+PUBLIC = SAMPLES.parent / "tests" / "data" / "public"
+LONG = "x" * 40 + "::" + "very_long_range_name_" * 8  # a trace name longer than any legend column
+
+
+def text_outside(fig):
+    """The texts a draw of the canvas draws (title, legend, labels, notes) whose box reaches past the
+    canvas, measured by matplotlib's renderer as each is drawn: nothing is trusted from the layout's
+    own arithmetic."""
+    from matplotlib.text import Text
+
+    drawn = []
+    draw = Text.draw
+
+    def recording(self, renderer):
+        draw(self, renderer)
+        if self.get_visible() and self.get_text().strip():
+            drawn.append((self.get_text()[:60], self.get_window_extent(renderer)))
+
+    Text.draw = recording
+    try:
+        fig.canvas.draw()
+    finally:
+        Text.draw = draw
+    box = fig.bbox
+    assert drawn, "the picture draws text"
+    return [
+        (text, (round(b.x0), round(b.x1), round(b.y0), round(b.y1)))
+        for text, b in drawn
+        if b.x0 < box.x0 - 0.5 or b.x1 > box.x1 + 0.5 or b.y0 < box.y0 - 0.5 or b.y1 > box.y1 + 0.5
+    ]
+
+
+def edge_ink(png: bytes):
+    """How many pixels of the PNG's outermost 3 columns and rows are not near-white: drawn text cut by
+    the canvas's edge leaves ink there (the legend once read `ributed` at the left edge)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    edges = [pixels[:, :3], pixels[:, -3:], pixels[:3, :], pixels[-3:, :]]
+    return sum(int((e < 200).sum()) for e in edges)
+
+
+def check_inside(fig, image_format="png"):
+    import io
+
+    assert text_outside(fig) == []
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi)
+    assert edge_ink(buf.getvalue()) == 0
+
+
+@pytest.mark.parametrize("variant", ALL_SAMPLES)
+def test_title_and_legend_lie_inside_every_samples_picture(variant):
+    """Every sample's median step, and with several ranks the all-ranks picture: each drawn text's
+    box inside the canvas, and no ink on the canvas's edge."""
+    from dbo_trace.analysis.ranks_view import ranks_step_view
+    from dbo_trace.render.timeline import ranks_figure, timeline_figure
+
+    report = analysed(variant)
+    rank = next(r for r in report.ranks if r.steps)
+    check_inside(timeline_figure(step_view(rank, median_step(rank))))
+    if len(report.ranks) > 1:
+        check_inside(ranks_figure(ranks_step_view(report, median_step(rank))))
+
+
+@pytest.mark.parametrize("trace", ["hta-rocm-mi250.json.gz", "hta-training-2rank-nccl.json.gz", "kineto-2021-v100.json.gz"])
+def test_title_and_legend_lie_inside_real_traces_with_long_names(trace):
+    """Real traces from other projects (ROCm's and cutlass's kernel names, PyTorch's long operator
+    names), and the same pictures with a trace name longer than the canvas in the title, a range's
+    name, and a thread's lane."""
+    import dataclasses
+
+    from dbo_trace.render.timeline import timeline_figure
+
+    report = analyze_paths([PUBLIC / trace], Options())
+    rank = next(r for r in report.ranks if r.steps)
+    view = step_view(rank, median_step(rank))
+    check_inside(timeline_figure(view))
+    long_view = dataclasses.replace(view, title=view.title + " · " + LONG + " " + LONG, lanes=[LONG] + view.lanes[1:])
+    lane = view.lanes[0]
+    long_view.bars = [dataclasses.replace(b, lane=LONG if b.lane == lane else b.lane) for b in view.bars]
+    long_view.bars += [dataclasses.replace(b, group=LONG + str(k)) for k, b in enumerate(view.bars[:3])]
+    long_view.groups = [LONG + str(k) for k in range(3)] + view.groups
+    for b in long_view.bars[-3:]:
+        b.kind = "range"
+    check_inside(timeline_figure(long_view))
+
+
+def test_a_window_of_several_steps_holds_every_kernel_and_call_in_it(tmp_path):
+    """--window '#2:#4' draws from step #2's start to #4's end: every GPU activity of the raw trace
+    that overlaps it, each step's start marked; bad windows are one line each."""
+    from dbo_trace.analysis.view import parse_window, window_view
+
+    rank = analysed("overlap").ranks[0]
+    lo, hi = parse_window(rank, "#2:#4")
+    assert (lo, hi) == (rank.steps[1].start_us, rank.steps[3].end_us)
+    assert parse_window(rank, "1.5:2") == (rank.steps[0].start_us + 1500.0, rank.steps[0].start_us + 2000.0)
+    view = window_view(rank, lo, hi)
+    events = gpu_events_in("overlap", lo, hi)
+    gpu_bars = [b for b in view.bars if b.lane.startswith("GPU")]
+    assert len(gpu_bars) == len(events) > 0 and all(b.own for b in gpu_bars)
+    assert [label for _, label in view.marks] == ["#2", "#3", "#4"]
+    assert view.marks[0][0] == 0.0
+    check_inside(__import__("dbo_trace.render.timeline", fromlist=["x"]).timeline_figure(view))
+    out = tmp_path / "w.svg"
+    proc = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(out), "--window", "#2:#4")
+    assert proc.returncode == 0 and "rank 0, window #2:#4" in proc.stderr
+    for bad, says in (("#2:#9", "#9 is out of range (#1 to #5)"), ("a:b", "each side is milliseconds"), ("5:1", "not after")):
+        proc = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(tmp_path / "x.png"), "--window", bad)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = run_cli("report", str(SAMPLES / "overlap"), "--window", "0:5")
+    assert proc.returncode == 2 and "--window chooses the span that --timeline draws" in proc.stderr

@@ -62,7 +62,7 @@ def test_steps_and_verdict(reports, name):
     if source.startswith("ProfilerStep"):
         assert len(doc["steps"]) == ref["steps"]
         rank = doc["ranks"][0]
-        assert rank["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steps"] / ref["in_steps"], abs=1e-4)
+        assert rank["host_test"]["fraction"] == pytest.approx(ref["host_idle_in_steady"] / ref["in_steady"], abs=1e-4)
     assert doc["verdict"]["label"] == label
 
 

@@ -70,8 +70,12 @@ class Server:
         return json.loads(self.stats_file.read_text())
 
 
-def record_argv(out: Path, server: Server, *options: str) -> list[str]:
+def record_argv(out: Path, server: Server, *options: str, quick: bool = True) -> list[str]:
     """`dbo-trace record` against the server; later options override the defaults here.
+
+    quick: no timed repeats and no py-spy (`--repeats 0 --no-python-samples`), for the tests about
+    something else (the defaults, three repeats of the load and py-spy over the profiled load, would
+    quadruple their requests and attach a sampler to every stand-in).
 
     The default grace is long: a server that heeds SIGINT exits within it whatever the load, and
     only a test that means to escalate (a server ignoring SIGINT) waits, with its own --grace.
@@ -88,15 +92,16 @@ def record_argv(out: Path, server: Server, *options: str) -> list[str]:
         "--grace",
         "30",
         "--startup-timeout",
-        "30",
+        "180",  # the plugin's import of vLLM took 40 s on a machine loaded 6x over
+        *(("--repeats", "0", "--no-python-samples") if quick else ()),
         *options,
         "--",
         *server.command,
     ]
 
 
-def record(out: Path, server: Server, *options: str) -> subprocess.CompletedProcess:
-    return subprocess.run(record_argv(out, server, *options), capture_output=True, text=True)
+def record(out: Path, server: Server, *options: str, quick: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(record_argv(out, server, *options, quick=quick), capture_output=True, text=True)
 
 
 def manifest_of(out: Path) -> dict:
@@ -121,15 +126,20 @@ def test_record_normal_run_writes_a_complete_bundle(tmp_path):
         "5",
         "--profile-steps",
         "7",
+        "--no-python-samples",
+        quick=False,
     )
     assert proc.returncode == 0, proc.stderr
     m = manifest_of(out)
     assert m["status"] == "complete" and m["reason"] is None
     assert m["mode"] == "server" and m["model"] == "fake-model"
     stats = server.stats()
-    # What the server saw: 2 warm-up + 6 profiled requests, all 32 tokens in and 5 out, one bracket.
-    assert stats["requests"] == 8 and stats["profiled_requests"] == 6
-    assert stats["prompt_lens"] == [32] * 8 and stats["max_tokens"] == [5] * 8
+    # What the server saw: 2 warm-up, the default 3 timed repeats of 6 (streamed, the profiler off)
+    # and 6 profiled requests, all 32 tokens in and 5 out, one bracket.
+    assert stats["requests"] == 2 + 3 * 6 + 6 and stats["profiled_requests"] == 6 and stats["streamed"] == 3 * 6
+    assert stats["prompt_lens"] == [32] * 26 and stats["max_tokens"] == [5] * 26
+    assert [r["tool"] for r in m["repeats"]] == ["builtin"] * 3 and m["repeats_note"] is None
+    assert [(r["index"], r["completed"], r["failed"], r["total_output_tokens"]) for r in m["repeats"]] == [(i, 6, 0, 30) for i in range(3)]
     assert (stats["start_profile"], stats["stop_profile"]) == (1, 1)
     config = stats["profiler_config"]
     assert config["profiler"] == "torch" and config["max_iterations"] == 7
@@ -201,7 +211,7 @@ def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path,
     cmd = record_argv(out, server, "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0")
     rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "server.log"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 180  # the plugin alone took 40 s to load on a loaded machine
     while time.monotonic() < deadline and not (log.exists() and "Profiler started" in log.read_text()):
         time.sleep(0.1)
     time.sleep(0.3)  # mid-load: the profiler is on

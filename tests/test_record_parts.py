@@ -222,3 +222,13 @@ def test_hostile_texts_are_redacted_in_linear_time():
         raise AssertionError(f"redacting {len(HOSTILE_TEXTS)} hostile texts took over {HOSTILE_BOUND_S} s") from None
     assert proc.returncode == 0, proc.stderr
     print(f"redacted in {proc.stdout.strip()} s ({time.monotonic() - t0:.1f} s with the interpreter's start)")
+
+
+def test_an_env_prefix_is_still_vllm_serve():
+    """An AFD pair's commands start `env NCCL_HOSTID=... vllm serve`: still a server, benchmarked by its vllm."""
+    from dbo_trace.record.bench import tokenizer_of, vllm_executable
+
+    argv = ["env", "NCCL_HOSTID=afd-attn", "A=b=c", "/opt/bin/vllm", "serve", "org/m", "--port", "8001"]
+    assert is_vllm_serve(argv) and vllm_executable(argv) == "/opt/bin/vllm" and tokenizer_of(argv) == "org/m"
+    assert server_url(argv) == "http://127.0.0.1:8001"
+    assert not is_vllm_serve(["env", "X=1", "python", "bench.py"]) and vllm_executable(["env", "X=1"]) is None

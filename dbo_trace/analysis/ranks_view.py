@@ -18,7 +18,7 @@ class RanksView:
     position: int  # the k-th reported step of every rank (0-based)
     start: float  # on the shared axis (the shared clock less its earliest offset), us
     end: float
-    lanes: list[str]  # top to bottom: per rank its compute lane, then its comm lane
+    lanes: list[str]  # top to bottom: per rank its CPU lane (launch calls), its compute lane, then its comm lane
     bars: list[Bar] = field(default_factory=list)  # times relative to start
     waits: list[tuple[float, float, str, int]] = field(default_factory=list)  # (start, end, lane, rank waited for)
     title: str = ""
@@ -43,9 +43,21 @@ def ranks_step_view(report: Report, position: int) -> RanksView:
     spans = cross.waits.wait_spans if cross is not None and cross.waits is not None else {}
     for r in ranks:
         d, step, s = r.detailed(), r.steps[position], shift[r.rank]
-        compute_lane, comm_lane = f"rank {r.rank} compute", f"rank {r.rank} comm"
-        lanes += [compute_lane, comm_lane]
+        cpu_lane, compute_lane, comm_lane = f"rank {r.rank} CPU launches", f"rank {r.rank} compute", f"rank {r.rank} comm"
+        lanes += [cpu_lane, compute_lane, comm_lane]
         tl = d.timeline
+        calls = np.flatnonzero(d.attribution.call_step == step.index)
+        bars += [
+            Bar(
+                float(tl.calls.start[i]) + s - lo,
+                float(tl.calls.end[i]) + s - lo,
+                cpu_lane,
+                tl.names[tl.calls.name[i]],
+                int(d.attribution.call_ubatch[i]),
+                "launch",
+            )
+            for i in calls
+        ]
         sel = np.flatnonzero(d.attribution.gpu_step == step.index)
         for i in sel:
             kind = int(d.kernel_kind[i])

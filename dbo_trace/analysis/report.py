@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
+from typing import Callable
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.accounting import B_COMM, Partition, TimeBuckets, partition, window_of
+from dbo_trace.analysis.accounting import B_COMM, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
-from dbo_trace.analysis.capture import Capture, graph_capture, with_capture
+from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
+from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
+from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import difference, union
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -30,8 +34,14 @@ from dbo_trace.analysis.metrics import (
     window_metrics,
 )
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
+from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
+from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, wall_offset_us
+from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
+from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
+from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import (
@@ -43,7 +53,9 @@ from dbo_trace.analysis.verdict import (
     decide,
     host_test_of,
     qualifiers,
+    with_round_trips,
 )
+from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
@@ -58,6 +70,8 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
+    afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,13 @@ class StepReport:
     generation_tokens: int | None = None
     captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
     host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
+    period_us: float = 0.0  # its share of the wall clock: from its start to the next step's start (stalls.py)
+    stall: Stall | None = None  # why it is not steady state (compile, capture, outlier); None: steady
+
+    @property
+    def step_us(self) -> float:
+        """The step's time: its period (windows overlap where the GPU runs behind the CPU)."""
+        return self.period_us
 
     @property
     def replayed(self) -> bool:
@@ -98,7 +119,8 @@ class PhaseReport:
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
     per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
-    step_spread: Spread | None = None  # its steps' times: median, p90, p99, max
+    step_spread: Spread | None = None  # its steps' periods: median, p90, p99, max (stalls included)
+    stalls: int = 0  # its steps that are stalls: its figures and verdict are over the others (where any)
 
 
 @dataclass(frozen=True)
@@ -146,6 +168,9 @@ class RankReport:
     window: TimeBuckets  # the profiled window by bucket
     in_steps: TimeBuckets  # the union of the step windows by bucket
     host_test: HostTest
+    steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
+    behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
+    launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
@@ -163,6 +188,9 @@ class RankReport:
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
+    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -186,6 +214,7 @@ class Report:
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
+    roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -234,8 +263,11 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
     exposed = rank_exposure(d) if d.has_comm else None
     cost = rank_contention(d) if d.microbatched else None
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
-    rt = _round_trips(steps, d.attribution.layers, d.microbatched)
+    role = dict(options.roles).get(os.path.normpath(tl.source))
+    afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
+    rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
+    expensive = rank_expensive(d, afd is not None and afd.microbatched)
     verdict = decide(
         whole.total,
         rt,
@@ -246,6 +278,10 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         causes=whole.causes,
         graph_api=api,
     )
+    late = behind(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    delay = rank_launch_delay(d)
+    delay_note = delay.text if delay is not None else None
+    verdict = with_stall_line(verdict, [(None, n + 1, s) for n, s in enumerate(steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -255,11 +291,17 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         steps=steps,
         total=whole.total,
         round_trips=rt,
-        verdict=with_capture(verdict, capture, whole.window.host_idle_us),
+        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), expensive), capture, whole.window.host_idle_us),
         graph_api=api,
+        role=role,
+        expensive_calls=expensive,
+        afd=afd,
         window=whole.window,
         in_steps=whole.in_steps,
         host_test=whole.host_test,
+        steady=whole.steady,
+        behind=late,
+        launch_delay=delay,
         phases=phases,
         steps_inferred=d.attribution.steps.inferred,
         contention=cost,
@@ -272,7 +314,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed) if d.microbatched else [],
-        notes=list(d.attribution.notes) + tl.warnings,
+        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings,
         capture=capture if capture.found else None,
         detail=d,
     )
@@ -407,7 +449,29 @@ def step_reports(d: RankDetail, capture: Capture) -> list[StepReport]:
                 host_causes=causes,
             )
         )
-    return steps
+    return with_stalls(d, steps)
+
+
+def with_stalls(d: RankDetail, steps: list[StepReport]) -> list[StepReport]:
+    """The steps with their periods and stalls (analysis/stalls.py): compile/JIT ranges and graph
+    captures inside a step's period, and periods that are outliers against their phase."""
+    if not steps:
+        return steps
+    tl = d.timeline
+    lo = np.array([s.start_us for s in steps])
+    hi = np.array([s.end_us for s in steps])
+    periods = step_periods(lo, hi)
+    jit = compile_ranges(tl.names, tl.cpu.name)
+    c_start, c_end = tl.cpu.start[jit], tl.cpu.end[jit]
+    w_start, w_end, _lanes = capture_windows(tl.calls.start, tl.calls.end, tl.calls.lane, d.call_kind)
+    stalls = find_stalls(
+        period_us=periods,
+        phase=[s.phase for s in steps],
+        compile_us=in_periods(lo, hi, c_start, c_end),
+        capture_us=in_periods(lo, hi, w_start, w_end),
+        compile_names=top_compile_names(lo, hi, c_start, c_end, tl.cpu.name[jit], tl.names),
+    )
+    return [replace(s, period_us=float(p), stall=st) for s, p, st in zip(steps, periods.tolist(), stalls)]
 
 
 @dataclass(frozen=True)
@@ -420,6 +484,7 @@ class WholeWindow:
     host_test: HostTest
     causes: HostCauses  # over what the host test measured
     causes_window: HostCauses
+    steady: TimeBuckets  # what the host test measured: the steady steps' union, or the window less the stalls'
 
 
 def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
@@ -431,17 +496,48 @@ def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
     window = TimeBuckets.from_row(hi - lo, part.measure(*whole)[0])
     reported = np.array([s.index for s in steps], np.int64)
     steps_union = union(d.step_start_us[reported], d.step_end_us[reported]) if len(reported) else (np.empty(0), np.empty(0))
-    in_steps = TimeBuckets.from_row(
-        float((steps_union[1] - steps_union[0]).sum()), part.measure_union(*steps_union) if len(reported) else np.zeros(5)
-    )
-    host_test = host_test_of(d.attribution.steps.inferred, window, in_steps)
+    in_steps = _buckets_over(part, steps_union)
+    # The host test and its causes over the steady state: the stalls' windows left out
+    stalled = [s for s in steps if s.stall is not None]
+    steady_steps = [s for s in steps if s.stall is None] or steps
+    if d.attribution.steps.inferred or in_steps.window_us <= 0:
+        stall_union = union(np.array([s.start_us for s in stalled]), np.array([s.end_us for s in stalled]))
+        region = difference(whole, stall_union) if stalled else whole
+        steady_window = _buckets_over(part, region)
+        steady = steady_window
+    else:
+        region = union(np.array([s.start_us for s in steady_steps]), np.array([s.end_us for s in steady_steps]))
+        steady = _buckets_over(part, region)
+        steady_window = window
+    host_test = host_test_of(d.attribution.steps.inferred, steady_window, steady)
     causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
-        if host_test.basis == HOST_BASIS_WINDOW
-        else d.host_pieces.causes_in_union(steps_union[0], steps_union[1], in_steps.host_idle_us)
+        if not stalled and host_test.basis == HOST_BASIS_WINDOW
+        else d.host_pieces.causes_in_union(region[0], region[1], steady.host_idle_us)
     )
-    return WholeWindow(total, window, in_steps, host_test, causes, causes_window)
+    return WholeWindow(total, window, in_steps, host_test, causes, causes_window, steady)
+
+
+def _buckets_over(part: Partition, region: tuple[np.ndarray, np.ndarray]) -> TimeBuckets:
+    """The buckets over a union of windows (disjoint, sorted, or any: they are merged)."""
+    u = union(*region) if len(region[0]) else region
+    return TimeBuckets.from_row(float((u[1] - u[0]).sum()), part.measure_union(*u) if len(u[0]) else np.zeros(5))
+
+
+def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
+    """Launch-to-start delays and the host idle after the ending work's launch (analysis/queueing.py)."""
+    tl, att = d.timeline, d.attribution
+    li = att.gpu_launch_index
+    launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
+    host_start, host_end = d.partition.spans(B_HOST, *d.window_us)
+    return launch_delay(
+        gpu_start=tl.gpu.start,
+        launch_end=launch_end,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
+        host_start=host_start,
+        host_end=host_end,
+    )
 
 
 def held_summary(d: RankDetail) -> HeldSummary | None:
@@ -563,25 +659,93 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> PhaseReport:
+    """A phase's figures and verdict over its steady steps (all of them where every one stalled);
+    its step-time spread over all its steps' periods, stalls included."""
     att = d.attribution
-    idx = np.array([s.index for s in steps], np.int64)
-    windows = (np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    steady = [s for s in steps if s.stall is None] or steps
+    idx = np.array([s.index for s in steady], np.int64)
+    windows = (np.array([s.start_us for s in steady]), np.array([s.end_us for s in steady]))
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
         steps=len(steps),
-        median_step_us=float(np.median([s.wall_us for s in steps])),
+        median_step_us=float(np.median([s.period_us for s in steady])),
         metrics=m,
         verdict=decide(m, microbatched=d.microbatched, causes=causes),
         host_causes=causes,
-        step_spread=spread([s.wall_us for s in steps]),
+        step_spread=spread([s.period_us for s in steps]),
+        stalls=sum(s.stall is not None for s in steps),
     )
 
 
-def _round_trips(steps: list[StepReport], layers: int | None, microbatched: bool) -> RoundTrips | None:
+def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[ExpensiveCall]:
+    """The CPU operators and ranges that cost far more per call than their GPU work (analysis/expensive.py)."""
+    tl, att = d.timeline, d.attribution
+    marked = not att.steps.inferred
+    microbatched = d.microbatched or afd_microbatched
+    calls = expensive_calls(
+        names=tl.names, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
+        cpu_is_annotation=tl.cpu_is_annotation, launch_start=att.gpu_launch_start, launch_lane=d.launch_lane,
+        gpu_us=tl.gpu.end - tl.gpu.start, step_start=att.steps.start if marked else np.empty(0),
+        step_end=att.steps.end if marked else np.empty(0),
+    )  # fmt: skip
+    return [replace(e, microbatched=microbatched) for e in calls]
+
+
+def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
+    """The expensive calls as one reason beside the host time: a cost per call, not a wait."""
+    if not calls:
+        return v
+    text = "expensive calls (far more per call than the GPU work they launch): " + "; ".join(e.text() for e in calls)
+    reasons = list(v.reasons)
+    at = next((i for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), None)
+    if at is None:
+        reasons.insert(0, text)
+    else:  # the host-time line says it: a cost per call, beside the idle it caused
+        reasons[at] = f"{reasons[at]}; {text}"
+    return replace(v, reasons=reasons)
+
+
+def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:
+    """The disaggregated round trips of an attention rank (analysis/roundtrips.py)."""
+    tl, att = d.timeline, d.attribution
+    p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
+    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
+    rows, told, unpaired = afd_round_trips(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
+    )
+    in_step = data & (att.gpu_step >= 0)
+    kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
+    return summarize_round_trips(
+        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
+        step_compute_us={s.index: s.metrics.compute_busy_us for s in steps}, layers=att.layers,
+        kernels_per_step=kernels_per_step,
+    )  # fmt: skip
+
+
+def _round_trips(
+    steps: list[StepReport], layers: int | None, microbatched: bool, afd: AfdRoundTrips | None = None
+) -> RoundTrips | None:
     if not steps:
         return None
+    if afd is not None:  # a send and its receive are one round trip: two comm operations
+        counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
+        rt = round_trips(
+            np.array([s.wall_us for s in steps]),
+            np.array([2.0 * counts.get(s.index, 0) for s in steps]),
+            np.array([s.metrics.comm_busy_us for s in steps]),
+            np.array([s.metrics.compute_busy_us for s in steps]),
+            afd.layers,
+            "disaggregated round trips (a data-plane send and its receive; comm per round trip: its exposed time)"
+            + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
+            afd.microbatched,
+        )
+        # the SendRecv kernels' busy time is not what must hide: the round trip's exposed time is
+        exposed = afd.median_exposed_us
+        return None if rt is None else replace(
+            rt, comm_per_round_trip_us=exposed, ratio=rt.compute_per_round_trip_us / exposed if exposed > 0 else None
+        )
     from_log = [s.comm_ops_from_log for s in steps]
     if all(from_log):
         source = "comm phases in the event log"
@@ -619,56 +783,199 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
     return WindowMetrics(**out)  # type: ignore[arg-type]  # each field's value, combined by its rule
 
 
-def _input_warnings(ranks: list[RankReport]) -> list[str]:
+def _input_warnings(ranks: list[RankReport], parts: list[CrossPart] | None) -> list[str]:
     """What each trace's reader left out or could not use (events with a negative duration, a
     baseTimeNanoseconds out of range, ...): a rank's notes, and the report's warnings too, which
     the JSON lists and `report` prints on stderr, so nothing is dropped without a word."""
+    if parts is not None:
+        return list(dict.fromkeys(w for p in parts for w in p.warnings))
     return list(dict.fromkeys(w for r in ranks if r.detail is not None for w in r.detail.timeline.warnings))
 
 
-def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnings: list[str]) -> Report:
+@dataclass(frozen=True)
+class CrossPart:
+    """What the cross-rank step reads of a rank's detail: its comm kernels, its clock's clues, its
+    layer count and its reader's warnings. Kilobytes where the detail is the whole timeline: ranks
+    analysed on other machines send only this (dbo_trace/scale.py); combine makes it from the detail
+    where none is given."""
+
+    comm: RankComm
+    clue: RankClue
+    layers: int | None
+    warnings: tuple[str, ...]
+
+    def numbered(self, rank: int) -> CrossPart:
+        return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))
+
+
+def cross_part(r: RankReport) -> CrossPart:
+    d = r.detailed()
+    return CrossPart(_rank_comm(r), _clue(r), d.attribution.layers, tuple(d.timeline.warnings))
+
+
+def with_peer_waits(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
+    """Each rank with the exposed comm inside its kernels' waits for a peer so called (needs the detail)."""
+    return [_with_peer_waits(r, waits, alignment) for r in ranks]
+
+
+def combine(
+    ranks: list[RankReport],
+    options: Options,
+    inputs: list[str],
+    warnings: list[str],
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+    roles: RolesInfo | None = None,
+) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
-    added the same way (in-step where every rank has marker steps)."""
+    added the same way (in-step where every rank has marker steps). parts and refine: where the
+    ranks' details are elsewhere, what the cross-rank step reads of each and how the peer waits
+    are given back to them (dbo_trace/scale.py); by default both from the details. Roles (an AFD
+    attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
+    them; the FFN's kernels give the attention's round trips their parts."""
+    ranks = with_ffn_parts(ranks)
+    if roles is not None:
+        warnings = warnings + roles.notes()
     total = sum_metrics([r.total for r in ranks])
-    rt = ranks[0].round_trips if len(ranks) == 1 else _median_round_trips([r.round_trips for r in ranks])
+    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
+    rt = (
+        ranks[0].round_trips
+        if len(ranks) == 1
+        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
+    )
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
     # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
     every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
-    host = ranks[0].host_test if len(ranks) == 1 else host_test_of(not every_in_steps, window, in_steps)
-    microbatched = any(r.attribution != SOURCE_NONE for r in ranks)
-    view, ranks = across_ranks(ranks)
+    steady = [r.steady or (r.in_steps if r.host_test.basis == HOST_BASIS_IN_STEPS else r.window) for r in ranks]
+    if not every_in_steps:  # a rank's steady window where its test measured one, else its window
+        steady = [s if r.host_test.basis == HOST_BASIS_WINDOW else r.window for s, r in zip(steady, ranks)]
+    steady_sum = TimeBuckets(*(sum(getattr(s, f.name) for s in steady) for f in fields(TimeBuckets)))
+    host = (
+        ranks[0].host_test
+        if len(ranks) == 1
+        else host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
+    )
+    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
+    if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
+        view = None
+    else:
+        view, ranks = across_ranks(ranks, parts, refine)
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
+    decided = decide(
+        total,
+        rt,
+        any(r.profile_all_threads for r in ranks),
+        host=host,
+        microbatched=microbatched,
+        findings=findings(
+            window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
+        ),
+        causes=causes,
+        graph_api=_ranks_graph_api(ranks),
+    )
+    verdict = with_capture(
+        with_expensive(_run_round_trips(decided, ranks), _run_expensive(ranks)),
+        _summed_capture([r.capture for r in ranks]),
+        window.host_idle_us,
+    )
+    numbered = [(r.rank if len(ranks) > 1 else None, n + 1, s) for r in ranks for n, s in enumerate(r.steps)]
     return Report(
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=with_capture(
-            decide(
-                total,
-                rt,
-                any(r.profile_all_threads for r in ranks),
-                host=host,
-                microbatched=microbatched,
-                findings=findings(
-                    window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
-                ),
-                causes=causes,
-                graph_api=_ranks_graph_api(ranks),
-            ),
-            _summed_capture([r.capture for r in ranks]),
-            window.host_idle_us,
-        ),
+        verdict=with_stall_line(verdict, numbered),
         options=options,
         window=window,
-        warnings=warnings + [w for w in _input_warnings(ranks) if w not in warnings],
+        warnings=warnings + [w for w in _input_warnings(ranks, parts) if w not in warnings],
         cross_rank=view,
         host_causes=causes,
         host_test=host,
+        roles=roles,
     )
+
+
+STALLS_NAMED = 3  # stalls named in the line; the rest counted
+
+
+def stall_line(numbered: list[tuple[int | None, int, StepReport]]) -> str | None:
+    """The stalls in one line (numbered: (rank or None, the step's row number, the step)): how many,
+    what they cost beyond their phases' steady medians, and each of the largest with its cause."""
+    stalled = [(r, n, s) for r, n, s in numbered if s.stall is not None]
+    if not stalled:
+        return None
+    extra = sum(max(s.stall.extra_us or 0.0, 0.0) for _r, _n, s in stalled if s.stall is not None)
+    stalled.sort(key=lambda x: -x[2].period_us)
+    parts = []
+    for rank, number, step in stalled[:STALLS_NAMED]:
+        st = step.stall
+        assert st is not None
+        where = f"rank {rank} step {number}" if rank is not None else f"step {number}"
+        cost = f", +{st.extra_us / 1000:.2f} ms" if st.extra_us is not None and st.extra_us > 0 else ""
+        host = host_cause_text(step.host_causes) if st.cause == OUTLIER else None
+        parts.append(
+            f"{where} ({step.phase or 'step'}, {step.period_us / 1000:.2f} ms{cost}): {st.text}"
+            + (f", GPU idle for the host: {host}" if host else "")
+        )
+    more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
+    steps = len(numbered)
+    return (
+        f"stalls, left out of the verdict: {len(stalled)} of {steps} {'step' if steps == 1 else 'steps'} "
+        f"({extra / 1000:.2f} ms beyond their phases' steady medians): " + "; ".join(parts) + more
+    )
+
+
+def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, int, StepReport]]) -> Verdict:
+    """The verdict with the stalls' line first among its reasons (its figures are the steady state's)."""
+    line = stall_line(numbered)
+    return verdict if line is None else replace(verdict, reasons=[line] + list(verdict.reasons))
+
+
+def _run_expensive(ranks: list[RankReport]) -> list[ExpensiveCall]:
+    """The run's expensive calls: one rank's, or each name once (its rank with the largest share)."""
+    if len(ranks) == 1:
+        return ranks[0].expensive_calls
+    best: dict[str, ExpensiveCall] = {}
+    for e in (e for r in ranks for e in r.expensive_calls):
+        if e.name not in best or (e.step_share or 0.0) > (best[e.name].step_share or 0.0):
+            best[e.name] = e
+    return sorted(best.values(), key=lambda e: -(e.step_share or 0.0))[:MOST_EXPENSIVE]
+
+
+def _run_round_trips(v: Verdict, ranks: list[RankReport]) -> Verdict:
+    """The run's verdict speaks of the round trips where one attention rank measured them."""
+    afd = [r.afd for r in ranks if r.afd is not None]
+    return with_round_trips(v, afd[0]) if len(afd) == 1 else v
+
+
+def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
+    """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
+    on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
+    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
+    if ffn is None:
+        return ranks
+    fd = ffn.detailed()
+    ftl = fd.timeline
+    data = data_plane(
+        is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind),
+        kind=fd.kernel_kind,
+        stream=ftl.gpu.lane,
+        replayed=fd.launch_kind == c.CALL_GRAPH_LAUNCH,
+    )
+    out = []
+    for r in ranks:
+        offset = wall_offset_us(ftl, r.detail.timeline) if r.afd is not None and r.detail is not None else None
+        if r.afd is None or offset is None:
+            out.append(r)
+            continue
+        idx = np.flatnonzero(data)
+        idx = idx[np.argsort(ftl.gpu.start[idx], kind="stable")]
+        parts = ffn_parts(r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset)
+        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
+    return out
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:
@@ -709,13 +1016,18 @@ def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
     return combine_causes(present) if present else None
 
 
-def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankReport]]:
+def across_ranks(
+    ranks: list[RankReport],
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+) -> tuple[CrossRank | None, list[RankReport]]:
     """The ranks on one clock, their collectives matched and each one's wait (analysis/clocks.py,
     analysis/peers.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
-    if len(ranks) < 2 or any(r.detail is None for r in ranks):
+    if len(ranks) < 2 or (parts is None and any(r.detail is None for r in ranks)):
         return None, ranks
-    comms = [_rank_comm(r) for r in ranks]
-    alignment, missing = align_on_epoch([_clue(r) for r in ranks])
+    parts = parts if parts is not None else [cross_part(r) for r in ranks]
+    comms = [p.comm for p in parts]
+    alignment, missing = align_on_epoch([p.clue for p in parts])
     notes: list[str] = []
     if alignment is None:
         first, first_notes = match(comms, None)
@@ -740,11 +1052,11 @@ def across_ranks(ranks: list[RankReport]) -> tuple[CrossRank | None, list[RankRe
         notes += match_notes
         if matched:
             waits = peer_waits(on_the_clock, relative, threshold, matched, zero)
-            ranks = [_with_peer_waits(r, waits, alignment) for r in ranks]
+            ranks = refine(ranks, waits, alignment)
         elif not match_notes and any(len(c.start) for c in comms):
             notes.append("no communication channel is shared by two ranks: no collective matched")
     on_clock = [_on_clock(r, alignment) for r in ranks]
-    layers = next((r.detailed().attribution.layers for r in ranks if r.detailed().attribution.layers), None)
+    layers = next((p.layers for p in parts if p.layers), None)
     return cross_rank(on_clock, alignment, waits, notes, layers, median_step_us=median_step, threshold_us=threshold), ranks
 
 
@@ -832,12 +1144,14 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
     out = []
     for name in dict.fromkeys(p.phase for r in ranks for p in r.phases):
         parts = [p for r in ranks for p in r.phases if p.phase == name]
-        walls = [s.wall_us for r in ranks for s in r.steps if s.phase == name]
+        walls = [s.period_us for r in ranks for s in r.steps if s.phase == name]
+        steady = [s.period_us for r in ranks for s in r.steps if s.phase == name and s.stall is None] or walls
         out.append(
             PhaseReport(
                 phase=name,
                 steps=sum(p.steps for p in parts),
-                median_step_us=float(np.median(walls)),
+                stalls=sum(p.stalls for p in parts),
+                median_step_us=float(np.median(steady)),
                 metrics=sum_metrics([p.metrics for p in parts]),
                 verdict=None,
                 per_rank=[p.verdict.label for p in parts if p.verdict is not None],

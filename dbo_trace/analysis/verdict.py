@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host_time import LAUNCH, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
 
 HOST_BOUND = "host-bound"
 NO_COMMUNICATION = "no-communication"
@@ -25,6 +26,7 @@ OVERLAPPED = "overlapped"
 NOT_OVERLAPPED = "not-overlapped"
 LABELS = (HOST_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
 
+HOST_REASON = "GPU idle waiting for the host"  # the host-time reason begins so
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
 OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
@@ -34,9 +36,10 @@ OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
 Q_HOST_BOUND = "host_bound"  # the label is host-bound: how much (and, once measured, why)
 Q_LATE_RECORD = "late_record"  # a bug in the code under study: comm waited on an event recorded too late
 Q_PEER_WAIT = "peer_wait"  # the time went waiting for another rank (cross-rank waits fill it where measured)
+Q_ROUND_TRIP = "round_trip"  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
 Q_DID_NOT_PAY = "did_not_pay"  # overlapped, yet overlap saved little against the serial estimate
 Q_CROWDED = "crowded"  # comm ready beside the other microbatch's compute, with no free SMs
-QUALIFIERS = (Q_HOST_BOUND, Q_LATE_RECORD, Q_PEER_WAIT, Q_DID_NOT_PAY, Q_CROWDED)
+QUALIFIERS = (Q_HOST_BOUND, Q_LATE_RECORD, Q_PEER_WAIT, Q_ROUND_TRIP, Q_DID_NOT_PAY, Q_CROWDED)
 
 HEADLINE_SHARE = 0.05  # a held-back cause or a peer wait is named when it costs >= this share of the window
 PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the serial estimate
@@ -53,6 +56,8 @@ class HostTest:
 
     fraction: float | None
     basis: str
+    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its sentence quotes
+    measured_us: float | None = None
 
 
 def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
@@ -60,8 +65,8 @@ def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBucket
     steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
     if steps_inferred or in_steps.window_us <= 0:
         frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HOST_BASIS_WINDOW)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS)
+        return HostTest(frac, HOST_BASIS_WINDOW, window.host_idle_us, window.window_us)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
 
 
 @dataclass(frozen=True)
@@ -167,16 +172,23 @@ def decide(
         label = NOT_OVERLAPPED
 
     if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
-        basis = f" ({host.basis})" if host is not None else ""
+        basis = ""
+        if host is not None:
+            measured = (
+                f"{host.host_idle_us / 1000:.2f} of {host.measured_us / 1000:.2f} ms, "
+                if host.host_idle_us is not None and host.measured_us is not None
+                else ""
+            )
+            basis = f" ({measured}{host.basis})"
         reasons.append(
-            f"GPU idle waiting for the host {pct_text(host_frac)}{basis}; {m.host_idle_us / 1000:.2f} ms in "
-            f"{m.host_idle_gaps} gaps whose next kernel was launched after the GPU went idle; "
+            f"{HOST_REASON} {pct_text(host_frac)}{basis}; over the window {m.host_idle_us / 1000:.2f} ms in "
+            f"{counted(m.host_idle_gaps, 'gap')} whose next kernel was launched after the GPU went idle; "
             f"GPU busy {pct_text(m.utilization)} of the window"
         )
         if m.median_launch_us is not None and m.median_kernel_us is not None:
             medians = (
                 f"median launch call {m.median_launch_us:.1f} us against median kernel {m.median_kernel_us:.1f} us "
-                f"({m.launches} launches, {m.launch_us / 1000:.2f} ms of launch calls)"
+                f"({counted(m.launches, 'launch')} in all, {m.launch_us / 1000:.2f} ms of launch calls)"
             )
             reasons.append(medians if causes is None else _launch_text(causes, medians))
         if profile_all_threads:
@@ -195,12 +207,12 @@ def decide(
         reasons.append(text)
     if m.long_graph_launches:
         reasons.append(
-            f"{m.long_graph_launches} {graph_api.lower()}GraphLaunch calls took >= 1 ms "
+            f"{counted(m.long_graph_launches, graph_api.lower() + 'GraphLaunch call')} took >= 1 ms "
             f"(longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
         )
     if m.graph_launches:
         reasons.append(
-            f"{graph_api} graphs replayed: {m.graph_launches} launches, {pct_text(m.replayed_kernel_fraction)} of kernels"
+            f"{graph_api} graphs replayed: {counted(m.graph_launches, 'launch')}, {pct_text(m.replayed_kernel_fraction)} of kernels"
         )
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
@@ -211,9 +223,17 @@ def decide(
 def _launch_text(causes: HostCauses, medians: str) -> str:
     """Launching is named as the cause only where launch calls are the largest cause of the idle."""
     share = pct_text(causes.share(LAUNCH))
+    # the share's own numbers, from the breakdown it comes from (the host-time split), never the window's
+    of = f"{causes.us(LAUNCH) / 1000:.2f} of {causes.host_idle_us / 1000:.2f} ms, in {counted(causes.launch_calls, 'call')}"
     if causes.launches_lead:
-        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls); {medians}"
-    return f"launch calls are {share} of the host-caused GPU idle, not its main cause; {medians}"
+        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls: {of}); {medians}"
+    return f"launch calls are {share} of the host-caused GPU idle ({of}), not its main cause; {medians}"
+
+
+def counted(n: int, noun: str) -> str:
+    """A count with its noun in the right number, digits grouped: "1 gap", "2,401 gaps", "1 launch"."""
+    plural = noun if n == 1 else (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
+    return f"{n:,} {plural}"
 
 
 def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
@@ -231,3 +251,44 @@ def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
     if hidden is None or hidden < OVERLAPPED_HIDDEN:
         return f"{head}: the other microbatch's compute {could}, but only {pct_text(hidden)} did"
     return f"{head}: the other microbatch's compute {could}"
+
+
+def round_trip_text(afd: AfdRoundTrips) -> str:
+    """The disaggregated round trip in words: how much of it the other microbatch's compute hid."""
+    per = f"{afd.per_step:.0f} per step" + (f", {afd.per_layer:.1f} per layer" if afd.per_layer else "")
+    head = f"{pct_text(afd.hidden_share)} of the FFN round trip hidden under the other microbatch's compute"
+    if not afd.microbatched:
+        head = "FFN round trip not hidden: one microbatch, its send and receive back to back"
+    return f"{head} ({per}, median {_ms(afd.median_us)})"
+
+
+def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
+    """A disaggregated run's verdict: its sends and receives run on the compute stream, so no comm
+    kernel overlaps compute and the kernel-overlap share is 0% by construction. Overlap there is the
+    other microbatch's compute during a round trip: the label (unless host-bound or a capture)
+    follows the hidden share of the round trips, and the headline names it (docs/analysis.md)."""
+    if afd is None:
+        return v
+    label = v.label
+    if label in (OVERLAPPED, NOT_OVERLAPPED):
+        label = OVERLAPPED if (afd.hidden_share or 0.0) >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
+    text = round_trip_text(afd)
+    # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced
+    reasons = [r for r in v.reasons if not r.startswith("per-microbatch compute ")] + [f"disaggregated: {text}; kernel overlap (above) cannot see it, the sends and receives run on the compute stream"]
+    if afd.criterion_ratio is not None:
+        met = "could cover" if afd.criterion_met else f"could cover at most {pct_text(afd.criterion_ratio)} of"
+        reasons.append(
+            f"per-microbatch compute {(afd.compute_per_microbatch_us or 0.0) / 1000:.2f} ms against a round trip's "
+            f"exposed {afd.median_exposed_us / 1000:.2f} ms (ratio {afd.criterion_ratio:.2f}): one microbatch's compute {met} "
+            "the other's round trip"
+        )
+    found = [q for q in ([v.qualifier] if v.qualifier else []) if q.key != Q_ROUND_TRIP]
+    keys = [k for k in v.findings if k != Q_ROUND_TRIP]
+    if label != NO_COMMUNICATION:
+        keys = sorted(keys + [Q_ROUND_TRIP], key=QUALIFIERS.index)
+    qualifier = v.qualifier
+    if keys and keys[0] == Q_ROUND_TRIP:
+        qualifier = Qualifier(Q_ROUND_TRIP, text)
+    elif not found:
+        qualifier = None
+    return Verdict(label, reasons, qualifier, keys)

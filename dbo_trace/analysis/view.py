@@ -11,7 +11,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
-from dbo_trace.analysis.accounting import B_HOST
+from dbo_trace.analysis.accounting import B_COMM, B_HOST
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
 from dbo_trace.analysis.report import RankReport, Report, StepReport
@@ -31,6 +31,7 @@ class Bar:
     ubatch: int  # -1: not attributed
     kind: str  # compute | comm | copy | launch | yield | range (a named range) | op (a CPU operator)
     group: str | None = None  # what it belongs to, for its colour: a range's name; a replayed kernel's launching range
+    own: bool = True  # False: GPU work of another step running in this one's window (the GPU behind)
 
 
 @dataclass
@@ -46,7 +47,13 @@ class StepView:
     # comm held back (analysis/held.py): (ready, start, lane, cause) per kernel, ready to its start
     held_back: list[tuple[float, float, str, str]] = field(default_factory=list)
     lead_in_us: float = 0.0  # from the step's start to its first kernel: threads starting, Python
+    lead_in_idle: bool = False  # the lead-in is worth a word (5% of the step) and mostly host-caused idle
+    exposed: list[tuple[float, float]] = field(default_factory=list)  # comm with no compute beside it
+    # the GPU running other steps' work and none of this step's (the GPU behind the host: queueing)
+    queued: list[tuple[float, float]] = field(default_factory=list)
     title: str = ""
+    marks: list[tuple[float, str]] = field(default_factory=list)  # a window's step starts: (x, "#3")
+    axis_label: str = "ms from the step's start"
     groups: list[str] = field(default_factory=list)  # the coloured names, most time first; the rest "other"
 
     @property
@@ -135,6 +142,44 @@ def chosen_step(report: Report, rank_number: int | None, step: int | str | None)
     return rank, find_step(rank, step)
 
 
+class WindowNotFound(ChoiceNotFound):
+    """--window's text does not read as START:END, or names steps the rank does not have, or an empty span."""
+
+    def __init__(self, asked: str, rank: int, steps: int, why: str):
+        super().__init__(f"window {asked!r} of rank {rank} ({steps} steps): {why}")
+        self.asked, self.rank, self.steps, self.why = asked, rank, steps, why
+
+
+def parse_window(rank: RankReport, text: str) -> tuple[float, float]:
+    """START:END as --window gives it, on the trace's clock (us): each side milliseconds from the
+    rank's first step's start (`0:50`, `12.5:30`), or a step's number (`#2:#4`: from #2's start to
+    #4's end). WindowNotFound where it reads as neither, names no step, or is empty."""
+    parts = text.strip().split(":")
+    n = len(rank.steps)
+
+    def side(part: str, end: bool) -> float:
+        part = part.strip()
+        if part.startswith("#") and part[1:].isdigit():
+            k = int(part[1:])
+            if not 1 <= k <= n:
+                raise WindowNotFound(text, rank.rank, n, f"{part} is out of range (#1 to #{n})")
+            return rank.steps[k - 1].end_us if end else rank.steps[k - 1].start_us
+        try:
+            ms = float(part)
+        except ValueError:
+            raise WindowNotFound(text, rank.rank, n, "each side is milliseconds (12.5) or a step's number (#3)") from None
+        if not np.isfinite(ms):
+            raise WindowNotFound(text, rank.rank, n, "each side is milliseconds (12.5) or a step's number (#3)")
+        return rank.steps[0].start_us + ms * 1000.0
+
+    if len(parts) != 2 or not n:
+        raise WindowNotFound(text, rank.rank, n, "give START:END")
+    lo, hi = side(parts[0], False), side(parts[1], True)
+    if hi <= lo:
+        raise WindowNotFound(text, rank.rank, n, "the end is not after the start")
+    return lo, hi
+
+
 def steps_around_median(rank: RankReport, n: int) -> range:
     """Positions of n consecutive steps centred on the median step (fewer if the rank has fewer)."""
     first = max(0, min(median_step(rank) - n // 2, len(rank.steps) - n))
@@ -185,16 +230,47 @@ def _pack(kernels: list[int], start: np.ndarray, end: np.ndarray) -> dict[int, i
 
 def step_view(rank: RankReport, position: int) -> StepView:
     step = rank.steps[position]
-    d = rank.detail
-    if d is None:
-        raise ValueError("the rank report carries no detail (analyze_rank made it)")
-    tl, att = d.timeline, d.attribution
-    t0 = step.start_us
-    view = StepView(rank.rank, step, t0, step.end_us, [], title=step_title(rank, step, position))
+    att = rank.detailed().attribution
+    bands = step_bands(rank, step)
+    view = StepView(rank.rank, step, step.start_us, step.end_us, [], title=step_title(rank, step, position))
+    return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands)
 
-    # GPU: one lane per stream, named by what runs there. A replayed graph forks onto many internal
-    # streams whose identity means nothing; their kernels are packed into as few lanes as overlap allows.
-    gsel = np.flatnonzero(att.gpu_step == step.index)
+
+def window_view(rank: RankReport, lo: float, hi: float) -> StepView:
+    """Any span of the rank's trace (trace clock, us): every GPU activity and CUDA call in it, of
+    whichever step, drawn as a step's own; the step starts in it marked."""
+    d = rank.detailed()
+    tl = d.timeline
+    firsts = [i for i, s in enumerate(rank.steps) if s.end_us > lo and s.start_us < hi]
+    if not firsts:
+        raise NoStepToDraw(rank.rank)
+    step = rank.steps[firsts[0]]
+    inside = (tl.gpu.end > lo) & (tl.gpu.start < hi)
+    kind = d.kernel_kind
+    comm = (np.maximum(tl.gpu.start[inside & (kind == c.COMM)], lo), np.minimum(tl.gpu.end[inside & (kind == c.COMM)], hi))
+    compute = (tl.gpu.start[inside & (kind == c.COMPUTE)], tl.gpu.end[inside & (kind == c.COMPUTE)])
+    bands = StepBands(iv.intersection(comm, compute), iv.difference(comm, compute), d.partition.spans(B_HOST, lo, hi))
+    first, last = firsts[0], firsts[-1]
+    steps = f"#{step_number(rank, first)}" + (f" to #{step_number(rank, last)}" if last > first else "")
+    title = f"rank {rank.rank} · {(hi - lo) / 1000:.2f} ms from {(lo - rank.steps[0].start_us) / 1000:.2f} ms · steps {steps}"
+    view = StepView(rank.rank, step, lo, hi, [], title=title, axis_label="ms from the window's start")
+    view.marks = [(s.start_us - lo, f"#{step_number(rank, i)}") for i, s in enumerate(rank.steps) if lo <= s.start_us < hi]
+    calls = np.flatnonzero((tl.calls.start >= lo) & (tl.calls.start < hi))
+    return _fill(view, rank, inside, calls, bands)
+
+
+def _fill(view: StepView, rank: RankReport, own_step: np.ndarray, csel: np.ndarray, bands: StepBands) -> StepView:
+    """The view's lanes, bars and bands: own_step marks the GPU activities that are the view's own
+    (n_gpu,) bool; csel the CUDA calls drawn; bands the hidden comm and host idle it marks."""
+    d = rank.detailed()
+    tl, att = d.timeline, d.attribution
+    t0, t1 = view.start, view.end
+
+    # GPU: what ran in the window, its own activities and other steps' still (or already) running
+    # there; one lane per stream, named by what runs there. A replayed graph forks onto many
+    # internal streams whose identity means nothing; their kernels are packed into as few lanes as
+    # overlap allows.
+    gsel = np.flatnonzero(own_step | ((tl.gpu.end > t0) & (tl.gpu.start < t1)))
     graph_streams: set[int] = set()
     gpu_lanes: list[str] = []
     lane_of_kernel: dict[int, str] = {}
@@ -220,12 +296,11 @@ def step_view(rank: RankReport, position: int) -> StepView:
                 tl.names[tl.gpu.name[i]],
                 int(att.gpu_ubatch[i]),
                 c.KIND_NAMES[int(d.kernel_kind[i])],
+                own=bool(own_step[i]),
             )
         )
 
     # CPU: CUDA API calls grouped by the microbatch thread that made them; yields from the hook ranges.
-    csel = np.flatnonzero(att.call_step == step.index)
-
     def cpu_lane(u: int) -> str:
         return CPU_MAIN if u < 0 else f"CPU microbatch {u}"
 
@@ -234,7 +309,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
         view.bars.append(
             Bar(float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u), tl.names[tl.calls.name[i]], u, "launch")
         )
-    ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.end > t0) & (tl.cpu.start < step.end_us))
+    ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.end > t0) & (tl.cpu.start < t1))
     for i in ann:
         match = _YIELD_RANGE.match(tl.names[tl.cpu.name[i]])
         if match:
@@ -242,7 +317,7 @@ def step_view(rank: RankReport, position: int) -> StepView:
             view.bars.append(
                 Bar(
                     max(float(tl.cpu.start[i]), t0) - t0,
-                    min(float(tl.cpu.end[i]), step.end_us) - t0,
+                    min(float(tl.cpu.end[i]), t1) - t0,
                     cpu_lane(u),
                     "yield",
                     u,
@@ -253,13 +328,19 @@ def step_view(rank: RankReport, position: int) -> StepView:
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
     view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
-    first_kernel = min((b.start for b in view.bars if b.kind in ("compute", "comm", "copy")), default=0.0)
+    first_kernel = min((b.start for b in view.bars if b.own and b.kind in ("compute", "comm", "copy")), default=0.0)
     view.lead_in_us = max(0.0, first_kernel)
-    bands = step_bands(rank, step)
     view.overlap = [(s - t0, e - t0) for s, e in zip(*bands.hidden_comm)]
     view.host_idle = [(s - t0, e - t0) for s, e in zip(*bands.host_idle)]
+    view.exposed = [(s - t0, e - t0) for s, e in zip(*d.partition.spans(B_COMM, t0, t1))]
+    theirs, mine = gsel[~own_step[gsel]], gsel[own_step[gsel]]
+    clip = (np.maximum(tl.gpu.start[theirs], t0), np.minimum(tl.gpu.end[theirs], t1))
+    queued = iv.difference(iv.union(*clip), iv.union(tl.gpu.start[mine], tl.gpu.end[mine]))
+    view.queued = [(float(s) - t0, float(e) - t0) for s, e in zip(*queued)]
+    idle_in_lead = iv.length(*iv.intersection(bands.host_idle, (np.array([t0]), np.array([t0 + view.lead_in_us]))))
+    view.lead_in_idle = view.lead_in_us >= 0.05 * view.duration and idle_in_lead >= 0.5 * view.lead_in_us
     if d.held is not None:
-        for k, ready, cause in held_in_step(d.held, set(gsel.tolist())):
+        for k, ready, cause in held_in_step(d.held, set(np.flatnonzero(own_step).tolist())):
             view.held_back.append((ready - t0, float(tl.gpu.start[k]) - t0, lane_of_kernel[k], cause))
     return view
 
@@ -274,9 +355,9 @@ def _add_ranges(view: StepView, rank: RankReport, gsel: np.ndarray, csel: np.nda
     else the replay it came from. The names with most
     time in the step get colours. The view's first len(gsel) bars are gsel's kernels, in order."""
     d = rank.detailed()
-    tl, att, step, t0 = d.timeline, d.attribution, view.step, view.start
+    tl, att, t0, t1 = d.timeline, d.attribution, view.start, view.end
     named, ops = range_kinds(tl.names, tl.cpu.name, tl.cpu_is_annotation)
-    inside = (tl.cpu.end > step.start_us) & (tl.cpu.start < step.end_us)
+    inside = (tl.cpu.end > t0) & (tl.cpu.start < t1)
     lanes = as_call_threads(tl.cpu.lane, tl.cpu.start, tl.cpu.end, ops, tl.calls.lane, tl.calls.start)
     ranges: list[tuple[float, float, str, int, str]] = []  # start, end, name, ubatch, kind
     for tid in np.unique(tl.calls.lane[csel]).tolist():
@@ -310,15 +391,12 @@ def _add_ranges(view: StepView, rank: RankReport, gsel: np.ndarray, csel: np.nda
         replayed.append((bar, group))
     time_of: dict[str, float] = {}
     for a, b, name, _u, _k in ranges:
-        time_of[name] = time_of.get(name, 0.0) + min(b, step.end_us) - max(a, step.start_us)
-    for bar, group in replayed:
-        time_of[group] = time_of.get(group, 0.0) + bar.end - bar.start
-    # What replayed kernels belong to is coloured first (a GPU lane otherwise all grey), then the CPU's names.
-    by_time = [n for n, _ in sorted(time_of.items(), key=lambda x: (-x[1], x[0]))]
-    of_replays = {g for _, g in replayed}
-    view.groups = ([n for n in by_time if n in of_replays] + [n for n in by_time if n not in of_replays])[:RANGE_GROUPS]
+        time_of[name] = time_of.get(name, 0.0) + min(b, t1) - max(a, t0)
+    # The CPU's names with most time are coloured (a replayed kernel keeps its group as data; a
+    # picture colours kernels by microbatch or class, never in a CPU range's colour).
+    view.groups = [n for n, _ in sorted(time_of.items(), key=lambda x: (-x[1], x[0]))][:RANGE_GROUPS]
     for a, b, name, u, kind in ranges:
-        view.bars.append(Bar(max(a, step.start_us) - t0, min(b, step.end_us) - t0, cpu_lane(u), name, u, kind, name))
+        view.bars.append(Bar(max(a, t0) - t0, min(b, t1) - t0, cpu_lane(u), name, u, kind, name))
 
 
 def held_in_step(held: HeldBack, kernels: set[int]) -> list[tuple[int, float, str]]:

@@ -52,11 +52,10 @@ def check_regexes(patterns: tuple[str, ...]) -> None:
 
 
 def terminal_width() -> int:
-    """The columns the commands' own lines fit (doctor, top, archive): the terminal's, at least 80;
-    piped, $COLUMNS, else 80 (the report's and compare's default to 100 piped: render.layout)."""
+    """The columns the commands' own lines fit (doctor, top, archive): render.layout's one rule."""
     from dbo_trace.render.layout import terminal_width as width
 
-    return width(piped=80)
+    return width()
 
 
 def color(output: Path | None) -> bool:
@@ -117,8 +116,9 @@ def warn(message: str) -> None:
     click.echo(f"dbo-trace: warning: {inert(message)}", err=True)
 
 
-def analyzed(paths: list[Path], options: Options, workers: int | None = None) -> Report:
-    """Read and analyse the inputs; bad input is one line and exit 2; warnings go to stderr."""
+def analyzed(paths: list[Path], options: Options, workers: int | None = None, ray: str | None = None) -> Report:
+    """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/scale.py);
+    bad input is one line and exit 2; warnings go to stderr."""
     from dbo_trace.archive import is_archive
     from dbo_trace.pipeline import analyze_found, workers_for
     from dbo_trace.trace.load import discover, total_bytes
@@ -127,11 +127,16 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None) ->
         if is_archive(path):
             fail(f"{path}: a review archive, which holds a finished report, not traces: `dbo-trace report {path}` "
                  "shows it on its own; give the recording's bundle folder or traces here")  # fmt: skip
-    found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
-    size = total_bytes(found)
-    with reading_bar(size) as progress:
-        n = workers_for(len(found.traces), workers, size)
-        result = analyze_found(found, options, [str(p) for p in paths], n, progress)
+    if ray is not None:
+        from dbo_trace.scale import analyze_on_ray
+
+        result = analyze_on_ray(ray, [str(p) for p in paths], options)
+    else:
+        found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
+        size = total_bytes(found)
+        with reading_bar(size) as progress:
+            n = workers_for(len(found.traces), workers, size)
+            result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
         warn(warning)
     return result

@@ -18,6 +18,7 @@ class CompareRequest:
     layers: int | None = None
     output: Path | None = None
     force: bool = False
+    ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
 
     @property
     def format(self) -> str:
@@ -53,7 +54,7 @@ def run(request: CompareRequest) -> None:
     names = request.names
     reports = []
     for path in request.arms:
-        report = common.analyzed([path], Options(layers=request.layers))
+        report = common.analyzed([path], Options(layers=request.layers), ray=request.ray)
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
@@ -61,4 +62,29 @@ def run(request: CompareRequest) -> None:
         warn(warning)
     phases = shared_phases(reports)
     compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    write_output(renderer.render(compared, RenderOptions(color=color(request.output))), request.output, request.force)
+    unprofiled = unprofiled_arms(names, list(request.arms), compared)
+    write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled), request.output, request.force)
+
+
+def unprofiled_arms(names: list[str], paths: list[Path], compared: list) -> list:
+    """The arms whose bundle's manifest holds timed repeats (record --repeats), each with its profiled
+    step median (the decode steps' where the arm has them: TPOT is a decode step's period), and the
+    change against the first of them."""
+    from dbo_trace.analysis.compare import ALL_STEPS
+    from dbo_trace.analysis.unprofiled import against_first, unprofiled_of
+    from dbo_trace.bundle import BundleError, is_bundle, read_manifest
+
+    rows = []
+    for name, path in zip(names, paths):
+        if not is_bundle(Path(path)):
+            continue
+        try:
+            repeats = read_manifest(Path(path)).get("repeats")
+        except BundleError:
+            continue  # the analysis above read it already; a manifest it can use is all that counts here
+        mine = {a.phase: a for a in compared if a.label == name}
+        step = mine.get("decode") or mine.get(ALL_STEPS)
+        row = unprofiled_of(name, repeats, step.step_median_us if step else None)
+        if row is not None:
+            rows.append(row)
+    return against_first(rows)

@@ -9,7 +9,7 @@ from dbo_trace.commands import common
 from dbo_trace.commands.common import fail
 from dbo_trace.errors import UsageError
 from dbo_trace.record.loadgen import LoadSpec
-from dbo_trace.record.peer import PeerPlan
+from dbo_trace.record.peer import PeerPlan, ready_port
 from dbo_trace.record.recorder import ProfileWindow
 
 
@@ -53,8 +53,14 @@ class RecordRequest:
         out = self.out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
         common.refuse_nonempty(out)
         server = environment.is_vllm_serve(list(self.command)) if self.server is None else self.server
-        if self.peer() is not None and not server:
+        peer = self.peer()
+        if peer is not None and not server:
             raise UsageError("--peer-command needs a server to record beside it (COMMAND is not `vllm serve`; add --server)")
+        if peer is not None and ready_port(peer) is None:
+            raise UsageError(
+                "--peer-command names no AFD port (no --additional-config '{\"afd\": {\"port\": P, ...}}' in it): "
+                "give --peer-ready-port PORT, the port the peer listens on once it is ready"
+            )
         return replace(self, out=out, server=server)
 
 

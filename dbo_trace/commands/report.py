@@ -54,7 +54,9 @@ class ReportRequest:
     step: str | None = None  # --step as given: a number, #number, a label, median or slowest
     rank: int | None = None
     all_ranks: bool = False
+    window: str | None = None  # --window as given: START:END (analysis/view.py parse_window)
     workers: int | None = None
+    ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
     force: bool = False
 
     @property
@@ -77,8 +79,8 @@ class ReportRequest:
     def _reanalyses(self) -> bool:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
         analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
-        drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks)
-        return any((*analysis, self.layers, self.workers, *drawing))
+        drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks, self.window)
+        return any((*analysis, self.layers, self.workers, self.ray, *drawing))
 
     def checked(self) -> ReportRequest | ArchiveView:
         """This request, every option checked before any work; for one review archive, the
@@ -93,6 +95,19 @@ class ReportRequest:
             fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
         if self.all_ranks and self.timeline is None:
             fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
+        if self.ray is not None:
+            pictures = (("--timeline", self.timeline), ("--perfetto", self.perfetto), ("--html", self.html))
+            drawn = [flag for flag, v in pictures if v]
+            if drawn or self.format in ("html", "perfetto", "png", "svg"):
+                what = drawn[0] if drawn else f"-o {self.output}"
+                fail(f"{what} draws from every event of a trace, which stays on its node with --ray; "
+                     "draw it with `dbo-trace report` on the node (or a copy of the trace)")  # fmt: skip
+            if self.workers is not None:
+                fail("--workers sets this machine's processes; with --ray each rank runs on its node: give one of them")
+        if self.window is not None and self.timeline is None:
+            fail("--window chooses the span that --timeline draws; add --timeline FILE.png (or drop it)")
+        if self.window is not None and (self.step is not None or self.all_ranks):
+            fail("--window draws a span instead of one step: give it without --step and --all-ranks")
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
@@ -130,14 +145,21 @@ def run(request: ReportRequest | ArchiveView) -> None:
 
     main_output = RENDERERS[request.format]
     picture, timeline, output = request.picture, request.timeline, request.output
-    result = common.analyzed(list(request.paths), request.options, request.workers)
+    if picture is not None:
+        from dbo_trace.render.timeline import import_in_background
+
+        import_in_background()  # matplotlib's import, as long as drawing a step, beside the trace's read
+    result = common.analyzed(list(request.paths), request.options, request.workers, request.ray)
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
+    if drawn is not None and request.window is not None:
+        drawn_window(drawn[0], request.window)
     shown = RenderOptions(
         color=color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
         step=request.step,
         rank=request.rank,
         all_ranks=request.all_ranks,
+        window=request.window,
     )
     # The picture first, so that the Markdown can link it.
     extras = [(timeline, picture), (request.perfetto, RENDERERS["perfetto"]), (request.html, RENDERERS["html"])]
@@ -149,7 +171,8 @@ def run(request: ReportRequest | ArchiveView) -> None:
 
                 rank, position = drawn
                 who = "every rank" if request.all_ranks else f"rank {rank.rank}"
-                click.echo(f"  {who}, step {inert(step_name(rank, position))}", err=True)
+                what = f"window {request.window}" if request.window is not None else f"step {inert(step_name(rank, position))}"
+                click.echo(f"  {who}, {what}", err=True)
                 if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
                     click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
     rendered = main_output.render(result, shown)
@@ -181,6 +204,16 @@ def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[Rank
             f"--step {text!r}: no step of rank {exc.rank} has this label; give a number (#1 to #{n}), a label, "
             f"{MEDIAN} or {SLOWEST}"
         )
+
+
+def drawn_window(rank: RankReport, window: str) -> tuple[float, float]:
+    """The span --window names (analysis/view.py parse_window), or the user's line saying why not."""
+    from dbo_trace.analysis.view import WindowNotFound, parse_window
+
+    try:
+        return parse_window(rank, window)
+    except WindowNotFound as exc:
+        fail(f"--window {exc.asked!r}: {exc.why} (rank {exc.rank} has {exc.steps} steps; ms from its first step's start, or #N)")
 
 
 def show_archive(view: ArchiveView) -> None:

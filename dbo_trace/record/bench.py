@@ -11,9 +11,14 @@ off, with vLLM's own benchmark where it is installed:
         --metric-percentiles 50,90,99 --save-result --result-dir DIR --result-filename repeat-I.json
 
 and reads its saved result. Where vLLM's benchmark is absent or fails, the built-in load
-(loadgen.run_streaming_load) measures the same figures the same way: duration from the first
-request sent to the last answer, output tokens/s over that duration, TTFT per request, TPOT per
-request as (latency - TTFT) / (output tokens - 1), ITL as the gaps between streamed chunks.
+(loadgen.run_streaming_load) measures the same figures the same way (vLLM 0.26's
+benchmarks/serve.py and lib/endpoint_request_func.py): duration from the first request sent to the
+last answer, output tokens/s over that duration (output tokens: the stream's usage.completion_tokens,
+else its chunks), TTFT per request (send to the first chunk that carries choices), latency per request
+(send to its last such chunk), TPOT per request as (latency - TTFT) / (output tokens - 1) where it
+has more than one token, ITL as the gaps between consecutive chunks; mean, median and p99 (numpy's
+linear percentile) over the requests (ITL: over all gaps of all requests), in ms. Where a list is
+empty the built-in says null (vLLM says 0).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from dbo_trace.record import environment
 from dbo_trace.record.loadgen import LoadSpec, run_streaming_load
@@ -80,19 +87,39 @@ def tokenizer_of(argv: list[str]) -> str | None:
 
 
 def vllm_executable(argv: list[str]) -> str | None:
+    """The `vllm` of a `vllm serve` command (after any `env NAME=VALUE`: the benchmark needs none of them)."""
+    argv = environment.without_env(argv)
     if len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve":
         return argv[0]
     return None
 
 
-def _vllm_repeat(plan: RepeatPlan, index: int, folder: Path, log) -> dict | None:
+def _run(argv: list[str], log, timeout_s: float, abort: Callable[[], bool]) -> int | None:
+    """The benchmark's exit status; None where it could not start, ran past timeout_s or was aborted
+    (then it is killed). Whatever escapes (Ctrl-C, SIGTERM) kills it too."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    except OSError:
+        return None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (code := proc.poll()) is None:
+            if abort() or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                return None
+            time.sleep(0.2)
+        return code
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _vllm_repeat(plan: RepeatPlan, index: int, folder: Path, log, abort: Callable[[], bool] = lambda: False) -> dict | None:
     result = folder / f"repeat-{index}.json"
     argv = bench_command(plan, index, folder)
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=plan.timeout_s)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0 or not result.is_file():
+    if _run(argv, log, plan.timeout_s, abort) != 0 or not result.is_file():
         return None
     try:
         body = json.loads(result.read_bytes()[: 64 << 20])
@@ -105,8 +132,11 @@ def _vllm_repeat(plan: RepeatPlan, index: int, folder: Path, log) -> dict | None
     return {"tool": TOOL_VLLM, "command": argv, "result": f"{BENCH_DIR}/{result.name}", **kept}
 
 
-def timed_repeats(plan: RepeatPlan, bundle: Path, on_repeat=None) -> tuple[list[dict], str | None]:
-    """Each repeat's figures, and a note where vLLM's benchmark could not be used."""
+def timed_repeats(
+    plan: RepeatPlan, bundle: Path, on_repeat=None, abort: Callable[[], bool] = lambda: False
+) -> tuple[list[dict], str | None]:
+    """Each repeat's figures, and a note where vLLM's benchmark could not be used. abort() true (the
+    server died) ends the repeats at once, with those done."""
     folder = bundle / BENCH_DIR
     folder.mkdir(exist_ok=True)
     repeats: list[dict] = []
@@ -114,13 +144,15 @@ def timed_repeats(plan: RepeatPlan, bundle: Path, on_repeat=None) -> tuple[list[
     use_vllm = plan.vllm is not None
     with open(folder / "bench.log", "ab") as log:
         for index in range(plan.repeats):
-            entry = _vllm_repeat(plan, index, folder, log) if use_vllm else None
+            entry = _vllm_repeat(plan, index, folder, log, abort) if use_vllm else None
+            if abort():
+                break
             if entry is None:
                 if use_vllm:
                     note = f"`vllm bench serve` failed (see {BENCH_DIR}/bench.log); the built-in load timed the repeats"
                     use_vllm = False
                 spec = LoadSpec(**{**plan.load.__dict__, "seed": plan.load.seed + index})
-                entry = {"tool": TOOL_BUILTIN, **run_streaming_load(plan.base_url, plan.model, spec)}
+                entry = {"tool": TOOL_BUILTIN, **run_streaming_load(plan.base_url, plan.model, spec, abort)}
             entry["index"] = index
             repeats.append(entry)
             if on_repeat:

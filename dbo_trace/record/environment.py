@@ -98,8 +98,19 @@ def parse_flags(argv: list[str]) -> dict[str, str | bool]:
     return flags
 
 
+def without_env(argv: list[str]) -> list[str]:
+    """The command after a leading `env NAME=VALUE ...` (an AFD pair sets NCCL_HOSTID per role so)."""
+    if argv and os.path.basename(argv[0]) == "env":
+        i = 1
+        while i < len(argv) and "=" in argv[i] and not argv[i].startswith("-"):
+            i += 1
+        return argv[i:]
+    return argv
+
+
 def is_vllm_serve(argv: list[str]) -> bool:
-    """`vllm serve ...` or `python -m vllm.entrypoints.openai.api_server ...`."""
+    """`vllm serve ...` or `python -m vllm.entrypoints.openai.api_server ...`, after any `env NAME=VALUE`."""
+    argv = without_env(argv)
     if len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve":
         return True
     return "vllm.entrypoints.openai.api_server" in argv

@@ -162,7 +162,13 @@ def _completion_tokens(reply: bytes, default: int) -> int:
 
 # -- the timed repeats' fallback: streamed, so that TTFT, TPOT and ITL are measured as vLLM's benchmark does --
 def _stream_one(base_url: str, body: dict, timeout_s: float) -> tuple[float, float, list[float], int] | str:
-    """(ttft_s, latency_s, chunk gaps in s, output tokens) of one streamed completion, or an error."""
+    """(ttft_s, latency_s, chunk gaps in s, output tokens) of one streamed completion, or an error.
+
+    As vLLM's benchmark reads a stream (benchmarks/lib/endpoint_request_func.py): every event that
+    carries choices is a chunk, its text empty or not (a special token streams as ""); TTFT is the
+    first chunk's time from the send, the latency the last chunk's (not the [DONE] after it), the
+    ITL the gaps between chunks; the output tokens the usage event's completion_tokens, else the
+    chunks (vLLM counts the text's tokens with the tokenizer there)."""
     import http.client as httplib
     import urllib.parse
 
@@ -190,7 +196,7 @@ def _stream_one(base_url: str, body: dict, timeout_s: float) -> tuple[float, flo
             if isinstance(event, dict) and isinstance(event.get("usage"), dict):
                 usage = event["usage"].get("completion_tokens")
             choices = event.get("choices") if isinstance(event, dict) else None
-            if not choices or not (choices[0] or {}).get("text"):
+            if not choices or not isinstance(choices, list):
                 continue
             if ttft is None:
                 ttft = now - t0
@@ -198,14 +204,14 @@ def _stream_one(base_url: str, body: dict, timeout_s: float) -> tuple[float, flo
                 gaps.append(now - last)
             last = now
             chunks += 1
-        latency = time.perf_counter() - t0
+        latency = last - t0
     except (OSError, httplib.HTTPException, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
     finally:
         conn.close()
     if ttft is None:
         return "the server streamed nothing"
-    tokens = usage if isinstance(usage, int) and usage > 0 else chunks
+    tokens = usage if isinstance(usage, int) and not isinstance(usage, bool) and 0 < usage <= 10 * max(chunks, 1) else chunks
     return ttft, latency, gaps, tokens
 
 
@@ -219,9 +225,10 @@ def _ms(values: list[float]) -> dict[str, float | None]:
     return {"mean": round(float(arr.mean()), 3), "median": round(float(np.median(arr)), 3), "p99": round(float(np.percentile(arr, 99)), 3)}
 
 
-def run_streaming_load(base_url: str, model: str, spec: LoadSpec) -> dict:
+def run_streaming_load(base_url: str, model: str, spec: LoadSpec, abort: Callable[[], bool] | None = None) -> dict:
     """The built-in timed repeat: spec's requests, streamed, spec.concurrency at a time; the same
-    fields as vLLM's benchmark saves (bench.py)."""
+    fields as vLLM's benchmark saves (bench.py). abort() true (the server died) ends it at once:
+    no new request, those in flight left to their daemon threads."""
     todo: queue.Queue[list[int]] = queue.Queue()
     for prompt in random_prompts(spec):
         todo.put(prompt)
@@ -239,9 +246,14 @@ def run_streaming_load(base_url: str, model: str, spec: LoadSpec) -> dict:
                 prompt = todo.get_nowait()
             except queue.Empty:
                 return
+            if stopped.is_set():
+                return
             body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len, "ignore_eos": True,
                     "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-            got = _stream_one(base_url, body, spec.request_timeout_s)
+            try:
+                got = _stream_one(base_url, body, spec.request_timeout_s)
+            except Exception as exc:  # a worker never dies silently: its request would be lost uncounted
+                got = f"load worker failed: {type(exc).__name__}: {exc}"[:300]
             with lock:
                 if isinstance(got, str):
                     counts["failed"] += 1
@@ -256,23 +268,31 @@ def run_streaming_load(base_url: str, model: str, spec: LoadSpec) -> dict:
                 if tokens > 1:
                     tpots.append((latency - ttft) / (tokens - 1))
 
+    stopped = threading.Event()
     start = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True, name="dbo-trace-repeat") for _ in range(max(1, min(spec.concurrency, spec.num_prompts)))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        while running := [t for t in threads if t.is_alive()]:
+            running[0].join(0.2)  # a short wait, so Ctrl-C reaches the main thread promptly
+            if abort is not None and abort():
+                stopped.set()
+                break
+    finally:
+        stopped.set()  # Ctrl-C or SIGTERM: no new requests
     duration = time.perf_counter() - start
-    out: dict = {
-        "duration_s": round(duration, 3),
-        "completed": counts["completed"],
-        "failed": counts["failed"],
-        "total_output_tokens": counts["tokens"],
-        "request_throughput": round(counts["completed"] / duration, 3) if duration else None,
-        "output_throughput": round(counts["tokens"] / duration, 3) if duration else None,
-        "first_error": first_error[0] if first_error else None,
-    }
-    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        for stat, value in _ms(values).items():
-            out[f"{stat}_{name}_ms"] = value
+    with lock:  # aborted: workers still in flight must not change the lists being summarised
+        out: dict = {
+            "duration_s": round(duration, 3),
+            "completed": counts["completed"],
+            "failed": counts["failed"],
+            "total_output_tokens": counts["tokens"],
+            "request_throughput": round(counts["completed"] / duration, 3) if duration else None,
+            "output_throughput": round(counts["tokens"] / duration, 3) if duration else None,
+            "first_error": first_error[0] if first_error else None,
+        }
+        for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+            for stat, value in _ms(values).items():
+                out[f"{stat}_{name}_ms"] = value
     return out

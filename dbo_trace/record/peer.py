@@ -76,6 +76,7 @@ class Peer:
         self.env[control.ENV_CONTROL] = str(self.control.resolve())
         self.child: Child | None = None
         self._seq = 0
+        self.last_sent: str | None = None  # the last command sent ("start": its profiler may be running)
         self.acks: dict[str, list[dict]] = {}
 
     def start(self) -> None:
@@ -86,7 +87,10 @@ class Peer:
             )
         self.traces.mkdir(parents=True)
         (self.folder / "events").mkdir()
-        self.child = Child(self.argv, self.env, self.folder / PEER_LOG)
+        try:
+            self.child = Child(self.argv, self.env, self.folder / PEER_LOG)
+        except ChildFailed:
+            raise ChildFailed(f"{self.argv[0]}: the peer server cannot start; check --peer-command") from None
 
     def wait_ready(self, timeout_s: float, tick: Callable[[float], None] | None = None) -> float:
         """Seconds until the peer's process tree listens on its port (no connection is made: the AFD
@@ -97,8 +101,14 @@ class Peer:
             code = self.child.poll()
             if code is not None:
                 raise ChildFailed(f"the peer server exited with status {code} before it listened on port {self.port}; its last lines:\n{self.child.tail()}")
-            if self.child.listens_on(self.port) is True:  # type: ignore[arg-type]
+            ours = self.child.listens_on(self.port)  # type: ignore[arg-type]
+            if ours is True:
                 return time.monotonic() - start
+            if ours is False:  # a listener, but not the peer's: the main server would connect to it
+                raise ChildFailed(
+                    f"port {self.port} is held by a process outside the peer server's process tree (a peer "
+                    "left from an earlier run?); stop it, or give the pair another AFD port"
+                )
             waited = time.monotonic() - start
             if waited > timeout_s:
                 raise ChildFailed(
@@ -113,9 +123,10 @@ class Peer:
         return self.child is not None and self.child.poll() is None
 
     def profile(self, action: str, timeout_s: float) -> dict:
+        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
         if action == "stop" and not (self.acks.get("start") or []):
             timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
-        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
+        self.last_sent = action  # before the wait: a run interrupted inside it still knows to send stop
         self._seq += 1
         sent = time.time_ns()
         control.send(self.control, self._seq, action)

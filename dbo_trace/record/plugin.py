@@ -37,7 +37,7 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
         ins.install([*targets, *extra_targets])
         if control.command_path() is not None:  # the recorder drives this server's profiler by file (peer.py)
             control.start()
-            os.register_at_fork(after_in_child=control.after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: ins.quietly(control.after_fork_in_child))  # nothing escapes into vLLM
         atexit.register(ins.quietly, ins.write_counters, "exit")
         # vLLM forks its engine core from the API server by default: the child must not write
         # into the parent's PID-named log and counters (the parent would overwrite them at exit).

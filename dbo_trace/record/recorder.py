@@ -374,9 +374,13 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
         refuse_busy_port(plan.base_url)
     manifest = _initial_manifest(plan, argv)
     env = child_env(out)
+    peer = None
+    if plan.server and plan.peer is not None:  # made before the folder: a bad peer command makes nothing
+        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
+        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
     # Every text that reaches the manifest or the terminal goes through one redactor, which knows
     # this run's secret values (a key echoed in the server's log or an error body is caught too).
-    redactor = Redactor(env, list(plan.command) + argv)
+    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
     claim_folder(out)
     fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
     (out / fmt.TRACES_DIR).mkdir()
@@ -387,12 +391,14 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     status, child = STATUS_FAILED, None
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
-    peer = None
-    if plan.server and plan.peer is not None:
-        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
-        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
+    if peer is not None:
         main_role = role_of(plan.command, "main")
-        manifest["roles"] = {main_role: {"peer": False}, peer.role: {"peer": True}}
+        if peer.role == main_role:  # both commands name one role: the manifest must still tell them apart
+            peer.role = f"{peer.role}-peer"
+        manifest["roles"] = {
+            main_role: {"peer": False, "command": argv, "settings": manifest["settings"]},
+            peer.role: {"peer": True, "command": peer.argv, "settings": environment.serve_settings(peer.plan.command)},
+        }
         manifest["peer"] = peer.manifest(out)
         manifest["gpu_sharing"] = _gpu_sharing(env, peer)
     try:
@@ -463,6 +469,13 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
         manifest["exit_status"] = child.poll()
     if peer is not None and peer.child is not None:  # after the main server: it holds the peer's connection
         try:
+            died = peer.child.poll()
+            if died is not None and status == STATUS_COMPLETE:  # it ended before we stopped it: its role is missing
+                status, reason = STATUS_FAILED, _peer_died(peer, died)
+            elif died is None and peer.last_sent == "start":  # interrupted inside the window (or its start)
+                ui.phase(f"stopping the {peer.role} server's profiler")  # interrupted inside the window
+                manifest["peer"]["profile_stop"] = peer.profile("stop", timeout_s=min(plan.trace_timeout_s, 60.0))
+                manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0))
             if peer.child.poll() is None or peer.child.group_alive() or peer.child.escaped():
                 ui.phase(f"stopping the {peer.role} server")
                 stopped = peer.child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the {peer.role} server's group"))
@@ -488,6 +501,17 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
         return status, reason
 
 
+def _peer_died(peer: Peer, code: int) -> str:
+    assert peer.child is not None
+    return f"the {peer.role} server exited with status {code} during the recording; its last lines:\n{peer.child.tail()}"
+
+
+def _check_peer(peer: Peer | None) -> None:
+    """The main server of an AFD pair waits forever on a peer that died: end the phase at once."""
+    if peer is not None and peer.child is not None and (code := peer.child.poll()) is not None:
+        raise ChildFailed(_peer_died(peer, code))
+
+
 def _wait_program(child: Child, ui: Progress) -> int:
     """Until the program exits; what it left running in its group is stopped by record() like a server."""
     ui.phase(f"running {Path(child.argv[0]).name} (output in {child.log_path.name})")
@@ -498,7 +522,8 @@ def _wait_program(child: Child, ui: Progress) -> int:
 
 def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
     ui.phase(f"waiting for the server at {plan.base_url}/health")
-    manifest["times"]["healthy_after_s"] = round(wait_healthy(child, plan.base_url, plan.startup_timeout_s), 1)
+    healthy = wait_healthy(child, plan.base_url, plan.startup_timeout_s, tick=lambda _waited: _check_peer(peer))
+    manifest["times"]["healthy_after_s"] = round(healthy, 1)
     host, port = _host_port(plan.base_url)
     ours = child.listens_on(port)
     if ours is False:
@@ -513,9 +538,9 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
     manifest["model"] = model
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
-        manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui).as_dict()
+        manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui, peer).as_dict()
     if plan.repeats:
-        _timed_repeats(plan, child, model, manifest, ui)
+        _timed_repeats(plan, child, model, manifest, ui, peer)
     sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
     if sampler is not None:
         for role, pid in [(role_of(plan.command, "main"), child.pid), *([(peer.role, peer.child.pid)] if peer and peer.child else [])]:
@@ -533,7 +558,7 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
         stop_sampling()
 
 
-def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress) -> None:
+def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
     repeat = RepeatPlan(
         repeats=plan.repeats,
         base_url=plan.base_url,
@@ -550,10 +575,18 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
             f"repeat {entry['index'] + 1}/{plan.repeats} ({entry['tool']}): {entry.get('duration_s')} s, "
             f"{entry.get('output_throughput')} output tokens/s, median TPOT {entry.get('median_tpot_ms')} ms"
         )
+        check()
+
+    def check() -> None:
         if child.poll() is not None:
             raise ChildFailed(f"the server exited with status {child.poll()} during the timed repeats; its last lines:\n{child.tail()}")
+        _check_peer(peer)
 
-    repeats, note = timed_repeats(repeat, plan.out, done)
+    def gone() -> bool:  # a dead server (or peer) ends the repeat at once instead of at the request timeout
+        return child.poll() is not None or (peer is not None and not peer.alive())
+
+    repeats, note = timed_repeats(repeat, plan.out, done, abort=gone)
+    check()
     manifest["repeats"] = repeats
     manifest["repeats_note"] = note
     if note:
@@ -577,7 +610,7 @@ def _profiled_window(
         )
     manifest["profiling"] = True
     manifest["times"]["profile_started"] = _now()
-    result = _load_phase(plan, child, model, plan.load, "profiled load", ui)
+    result = _load_phase(plan, child, model, plan.load, "profiled load", ui, peer)
     manifest["load_result"] = result.as_dict()
     after_load()
     ui.phase("stopping the profiler (the server writes its traces now)")
@@ -591,12 +624,14 @@ def _profiled_window(
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
 
 
-def _load_phase(plan: RecordPlan, child: Child, model: str, spec: LoadSpec, label: str, ui: Progress) -> LoadResult:
+def _load_phase(
+    plan: RecordPlan, child: Child, model: str, spec: LoadSpec, label: str, ui: Progress, peer: Peer | None = None
+) -> LoadResult:
     stop = threading.Event()
 
-    def watch() -> None:  # a server that dies mid-load ends the load at once
+    def watch() -> None:  # a server (or its peer) that dies mid-load ends the load at once
         while not stop.wait(0.5):
-            if child.poll() is not None:
+            if child.poll() is not None or (peer is not None and not peer.alive()):
                 stop.set()
 
     threading.Thread(target=watch, daemon=True).start()
@@ -605,6 +640,7 @@ def _load_phase(plan: RecordPlan, child: Child, model: str, spec: LoadSpec, labe
     stop.set()
     if child.poll() is not None:
         raise ChildFailed(f"the server exited with status {child.poll()} during the {label}; its last lines:\n{child.tail()}")
+    _check_peer(peer)
     return result
 
 

@@ -21,6 +21,7 @@ class RenderOptions:
     step: int | str | None = None  # pictures: the step to draw, as --step names it (None: the median step)
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
     all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
+    window: str | None = None  # pictures: a span to draw instead of a step, as --window names it (view.parse_window)
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
 
 

@@ -25,16 +25,21 @@ from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
-# (the rank's microbatch_source and steps_source hold them)
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
+# (the rank's microbatch_source and steps_source hold them). 5: a step's step_us is its period (its
+# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -57,7 +62,8 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
-QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
+StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
+QualifierKey = Literal["host_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"]
 
 
 # ---- window figures -------------------------------------------------------------------------------
@@ -282,6 +288,7 @@ class PhaseBlock(Struct):
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
     verdict: PhaseVerdict
+    stalls: Count | UnsetType = UNSET  # version 5: its steps that stalled; its figures and verdict are over the others
 
 
 class StepBlock(Struct):
@@ -303,6 +310,48 @@ class StepBlock(Struct):
     host: Host
     graphs: Graphs
     host_causes: StepCauses | None
+    window_us: float | None | UnsetType = UNSET  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
+    stall: StallBlock | None | UnsetType = UNSET  # version 5: why it is not steady state; null: steady
+
+
+class StallBlock(Struct):
+    """A step left out of the verdicts (docs/analysis.md, "Steady state and stalls")."""
+
+    cause: StallCause
+    extra_us: float | None  # its period less its phase's steady median (null: no steady step in the phase)
+    compile_us: float
+    capture_us: float
+    compile_ranges: list[NameUs]
+    phase_median_us: float | None
+    text: str
+
+
+class NameUs(Struct):
+    name: str
+    us: float
+
+
+class BehindBlock(Struct):
+    """Step windows that overlap: the GPU runs behind the CPU (docs/analysis.md, "Step time")."""
+
+    steps: Count
+    overlapping: Count
+    windows_us: float
+    wall_us: float
+    median_overlap_us: float
+
+
+class LaunchDelayBlock(Struct):
+    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
+
+    activities: Count
+    median_us: float
+    p90_us: float
+    max_us: float
+    min_us: float
+    first_us: float
+    queued_in_host_idle_us: float
+    clock_offset_suspect: bool
 
 
 class RoundTripsBlock(Struct):
@@ -317,6 +366,46 @@ class RoundTripsBlock(Struct):
     ratio: float | None
     criterion_met: bool | None
     microbatched: bool
+
+
+class RoundTripParts(Struct):
+    """Medians over the round trips matched to the FFN's kernels (docs/analysis.md)."""
+
+    matched: Int  # round trips matched to the FFN's receive and send
+    transfer_us: float | None
+    ffn_us: float | None  # the FFN's compute and queueing
+    wait_us: float | None  # the attention's receive kernel before the FFN began sending back
+
+
+class DisaggregatedBlock(Struct):
+    """An AFD attention rank's round trips: a data-plane send's start to its receive's end."""
+
+    round_trips: Int
+    steps: Int
+    per_step: float
+    per_step_kernels: float  # data-plane SendRecv kernels per step (2 per round trip)
+    per_layer: float | None
+    control_kernels: Int  # SendRecv kernels off the compute stream (control plane)
+    unpaired: Int
+    microbatched: bool
+    microbatches_told: dict[str, Int]  # steps by how their microbatches were told apart
+    median_us: float
+    hidden_share: float | None  # of the round trips' time, the other microbatch's compute
+    hidden_us: float
+    total_us: float
+    compute_per_microbatch_us: float | None
+    median_exposed_us: float  # round trip less the other microbatch's compute in it
+    criterion_ratio: float | None
+    criterion_met: bool | None
+    receive_kernel_us: float  # median receive kernel: the attention's wait and the return transfer
+    parts: RoundTripParts | None  # with the FFN's trace
+
+
+class RolesBlock(Struct):
+    roles: list[str]
+    shared_gpu: bool | None
+    mps: bool | None
+    ffn_window_restricted: bool
 
 
 class ContentionKernel(Struct):
@@ -468,7 +557,7 @@ class PeerWait(Struct):
     significant: bool
 
 
-class RankBlock(Struct):
+class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where a run has roles
     rank: Int
     source: str
     gpu: Gpu
@@ -498,6 +587,11 @@ class RankBlock(Struct):
     attribution: Attribution
     notes: list[str]
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
+    time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
+    behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
+    launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
 
 
 class OptionsBlock(Struct):
@@ -620,7 +714,7 @@ class CrossRankBlock(Struct):
     waits: WaitsBlock | None
 
 
-class ReportDocument(Struct):
+class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
     """The whole report: the run's totals (its figures over all ranks), then each rank's."""
 
     schema: str
@@ -643,6 +737,8 @@ class ReportDocument(Struct):
     ranks: list[RankBlock]
     cross_rank: CrossRankBlock | None
     warnings: list[str]
+    roles: RolesBlock | None = None  # a disaggregated run's roles
+    disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -664,6 +760,46 @@ def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
         criterion_met=rt.criterion_met,
         microbatched=rt.microbatched,
     )
+
+
+def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
+    if a is None:
+        return None
+    parts = None
+    if a.parts is not None:
+        parts = RoundTripParts(
+            matched=a.ffn_matched,
+            transfer_us=_r(a.median_part("transfer_us")),
+            ffn_us=_r(a.median_part("ffn_us")),
+            wait_us=_r(a.median_part("wait_us")),
+        )
+    return DisaggregatedBlock(
+        round_trips=len(a.rows),
+        steps=a.steps,
+        per_step=round(a.per_step, 3),
+        per_step_kernels=round(a.per_step_kernels, 3),
+        per_layer=_r(a.per_layer),
+        control_kernels=a.control_kernels,
+        unpaired=a.unpaired,
+        microbatched=a.microbatched,
+        microbatches_told=dict(a.microbatches_told),
+        median_us=round(a.median_us, 3),
+        hidden_share=_r(a.hidden_share, 4),
+        hidden_us=round(a.hidden_us, 3),
+        total_us=round(a.total_us, 3),
+        compute_per_microbatch_us=_r(a.compute_per_microbatch_us),
+        median_exposed_us=round(a.median_exposed_us, 3),
+        criterion_ratio=_r(a.criterion_ratio, 4),
+        criterion_met=a.criterion_met,
+        receive_kernel_us=round(a.median_receive_us, 3),
+        parts=parts,
+    )
+
+
+def roles_block(info: RolesInfo | None) -> RolesBlock | None:
+    if info is None:
+        return None
+    return RolesBlock(list(info.roles), info.shared_gpu, info.mps, info.ffn_window_restricted)
 
 
 def time_block(b: TimeBuckets) -> TimeBlock:
@@ -850,6 +986,7 @@ def phase_block(p: PhaseReport) -> PhaseBlock:
             else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
         ),
         verdict=phase_verdict_block(p),
+        stalls=p.stalls,
     )
 
 
@@ -864,7 +1001,7 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
         context_tokens=step.context_tokens,
         generation_tokens=step.generation_tokens,
         start_us=_r(step.start_us),
-        step_us=_r(step.wall_us),
+        step_us=_r(step.period_us),
         comm_ops=step.comm_ops,
         replayed=step.replayed,
         captured_launches=step.captured_launches,
@@ -874,6 +1011,49 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
         host=figures_of(Host, m),
         graphs=figures_of(Graphs, m),
         host_causes=step_causes_block(step.host_causes),
+        window_us=_r(step.wall_us),
+        stall=stall_block(step.stall),
+    )
+
+
+def stall_block(st: Stall | None) -> StallBlock | None:
+    if st is None:
+        return None
+    return StallBlock(
+        cause=cast(StallCause, st.cause),
+        extra_us=_r(st.extra_us),
+        compile_us=_r(st.compile_us) or 0.0,
+        capture_us=_r(st.capture_us) or 0.0,
+        compile_ranges=[NameUs(name=n, us=_r(u) or 0.0) for n, u in st.compile_ranges],
+        phase_median_us=_r(st.phase_median_us),
+        text=st.text,
+    )
+
+
+def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
+    if x is None:
+        return None
+    return LaunchDelayBlock(
+        activities=x.activities,
+        median_us=_r(x.median_us) or 0.0,
+        p90_us=_r(x.p90_us) or 0.0,
+        max_us=_r(x.max_us) or 0.0,
+        min_us=_r(x.min_us) or 0.0,
+        first_us=_r(x.first_us) or 0.0,
+        queued_in_host_idle_us=_r(x.queued_in_host_idle_us) or 0.0,
+        clock_offset_suspect=x.clock_offset_suspect,
+    )
+
+
+def behind_block(b: Behind | None) -> BehindBlock | None:
+    if b is None:
+        return None
+    return BehindBlock(
+        steps=b.steps,
+        overlapping=b.overlapping,
+        windows_us=_r(b.windows_us) or 0.0,
+        wall_us=_r(b.wall_us) or 0.0,
+        median_overlap_us=_r(b.median_overlap_us) or 0.0,
     )
 
 
@@ -937,6 +1117,11 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
+        time_steady=None if r.steady is None else time_block(r.steady),
+        behind=behind_block(r.behind),
+        launch_delay=launch_delay_block(r.launch_delay),
+        role=r.role,
+        disaggregated=disaggregated_block(r.afd),
     )
 
 
@@ -987,6 +1172,8 @@ def build_document(report: Report) -> ReportDocument:
         ranks=ranks,
         cross_rank=cross_rank_block(report.cross_rank),
         warnings=list(report.warnings),
+        roles=roles_block(report.roles),
+        disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
     )
 
 

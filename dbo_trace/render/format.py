@@ -6,7 +6,9 @@ from typing import Any, Callable
 
 from msgspec import UnsetType
 
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.render.document import (
+    DisaggregatedBlock,
     CommOperation,
     CpuRange,
     KernelRow,
@@ -15,11 +17,13 @@ from dbo_trace.render.document import (
     RankBlock,
     ReportDocument,
     RoundTripsBlock,
+    StallBlock,
     StepBlock,
     VerdictBlock,
     figure_rows,
 )
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
+from dbo_trace.render.names import display_names
 
 
 def ms(us: float | None) -> str:
@@ -60,6 +64,30 @@ def round_trip_cells(rt: RoundTripsBlock) -> list[str]:
         num(rt.ratio),
         tri(rt.criterion_met),
     ]
+
+
+def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
+    """An AFD attention rank's round trips in words (the document's disaggregated block)."""
+    per = f"{num(b.per_step)} per step" + (f" ({num(b.per_layer)} per layer)" if b.per_layer is not None else "")
+    told = ", ".join(f"{k}: {v} steps" for k, v in b.microbatches_told.items())
+    first = (
+        f"disaggregated round trips (send start to its receive's end): {b.round_trips}, {per}, median {ms(b.median_us)}; "
+        f"{pct(b.hidden_share)} of their time under the other microbatch's compute; microbatches by {told}"
+    )
+    lines = [first]
+    if b.parts is not None:
+        lines.append(
+            f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}, "
+            f"FFN compute and queueing {ms(b.parts.ffn_us)}, attention waiting in its receive {ms(b.parts.wait_us)}"
+        )
+    else:
+        lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
+    if b.criterion_ratio is not None:
+        lines.append(
+            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} against a round trip's exposed {ms(b.median_exposed_us)} "
+            f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
+        )
+    return lines
 
 
 ROUND_TRIP_HEADER = [
@@ -106,10 +134,15 @@ RANK_HEADER = [
 ]
 
 
+def rank_cell(r: RankBlock) -> str:
+    """A rank's number, with its role in a disaggregated run ("1 (attention)")."""
+    return str(r.rank) if r.role is None else f"{r.rank} ({r.role})"
+
+
 def rank_cells(r: RankBlock) -> list[str]:
     """A rank's summary row in the Markdown and HTML reports (the document's rank block)."""
     return [
-        str(r.rank),
+        rank_cell(r),
         str(len(r.steps)),
         pct(r.gpu.utilization),
         pct(r.comm.hidden_fraction),
@@ -158,7 +191,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
             cause = Markdown(cause)
     return [
         name,
-        str(ph.steps),
+        f"{ph.steps} ({ph.stalls} stalled)" if isinstance(ph.stalls, int) and ph.stalls else str(ph.steps),
         ms(ph.median_step_us),
         pct(ph.gpu_utilization),
         pct(ph.host_idle_fraction),
@@ -237,7 +270,8 @@ def top_compute_line(rank: RankBlock, most: int = 3) -> str | None:
     top = rank.top_compute_kernels
     if not top:
         return None
-    shown = ", ".join(f"{cut(k.name, 50)} x{k.count} {ms(k.total_us)}" for k in top[:most])
+    names = display_names([k.name for k in top[:most]], 50)
+    shown = ", ".join(f"{name} x{k.count} {ms(k.total_us)}" for name, k in zip(names, top[:most]))
     return f"rank {rank.rank} top compute kernels: {shown}"
 
 
@@ -245,7 +279,8 @@ def comm_kernels_line(rank: RankBlock, most: int = 3) -> str:
     found = rank.comm_kernel_names
     if not found:
         return f"rank {rank.rank} communication kernels: none recognised"
-    shown = ", ".join(f"{k.name[:60]} x{k.count}" for k in found[:most])
+    names = display_names([k.name for k in found[:most]], 60)
+    shown = ", ".join(f"{name} x{k.count}" for name, k in zip(names, found[:most]))
     more = f" and {len(found) - most} more" if len(found) > most else ""
     return f"rank {rank.rank} communication kernels: {shown}{more}"
 
@@ -293,7 +328,7 @@ def held_back_line(rank: RankBlock) -> str | None:
         who = f"ub{late.ubatch}'s thread" if late.ubatch >= 0 else f"thread {late.thread}"
         parts.append(
             f"{c.kernels} waited on an event recorded too late ({ms(c.delay_us)}; e.g. {late.record_call} by "
-            f"{who} {ms(late.after_holder_launch_us)} after {cut(late.holder, 40)} was launched)"
+            f"{who} {ms(late.after_holder_launch_us)} after {display_names([late.holder], 40)[0]} was launched)"
         )
     if CROWDED in causes:
         c = causes[CROWDED]
@@ -301,7 +336,8 @@ def held_back_line(rank: RankBlock) -> str | None:
     if HELD in causes:
         c = causes[HELD]
         parts.append(f"{c.kernels} for a reason the trace does not show ({ms(c.delay_us)})")
-    holders = ", ".join(f"{cut(h.name, 40)} x{h.kernels}" for h in x.holders[:2])
+    names = display_names([h.name for h in x.holders[:2]], 40)
+    holders = ", ".join(f"{name} x{h.kernels}" for name, h in zip(names, x.holders[:2]))
     return (
         f"rank {rank.rank} comm held back: {x.kernels} of {x.comm_kernels_examined} comm kernels were ready "
         f"beside the other microbatch's compute but started as it ended, {ms(x.delay_us)} of delay "
@@ -330,6 +366,30 @@ def operation_cells(op: CommOperation) -> list[str]:
     ]
 
 
+def dbo_arithmetic_applies(d: ReportDocument) -> bool:
+    """The round-trip table is DBO arithmetic: only where microbatches exist (a kernel's microbatch is
+    known, or a step took a microbatched path, as a full-graph replay of both microbatches does)."""
+    rt = d.round_trips
+    return rt is not None and (rt.microbatched or any(s.path in MICROBATCHED_PATHS for s in d.steps))
+
+
+WINDOW_SHOWN = 0.05  # a step's window is shown beside its period where they differ by this share
+
+
+def step_time_cell(step: StepBlock) -> str:
+    """A step's time: its period; its window beside it where the two differ (the GPU ran behind)."""
+    w, p = step.window_us, step.step_us
+    if not isinstance(w, float) or p is None or abs(w - p) <= WINDOW_SHOWN * max(p, 1e-9):
+        return ms(p)
+    return f"{ms(p)} (window {w / 1000:.2f})"
+
+
+def step_verdict_cell(step: StepBlock) -> str:
+    """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
+    label = step.verdict.label or "-"
+    return label if not isinstance(step.stall, StallBlock) else f"{label}; stall: {step.stall.cause}"
+
+
 def step_number_cell(step: StepBlock) -> str:
     """A step's number, what --step takes."""
     return str(step.number)
@@ -353,9 +413,10 @@ CPU_RANGE_HEADER = ("CPU range", "kind", "count", "total", "host idle", "of host
 SPREAD_HEADER = ("phase", "steps", "median", "p90", "p99", "max")
 
 
-def kernel_cells(row: KernelRow, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
+def kernel_cells(row: KernelRow, escape: Callable[[str], str] = str, name: str | None = None) -> list[str]:
+    """A kernel table's row; name: the kernel's name as the table shows it (names.display_names)."""
     return [
-        escape(cut(row.name, name_width)),
+        escape(row.name if name is None else name),
         str(row.count),
         ms(row.total_us),
         us(row.mean_us),
@@ -403,7 +464,7 @@ def summary_markdown(d: ReportDocument) -> list[str]:
                 f"({k.kernels} kernels, {ms(k.total_us)})</summary>",
                 "",
             ]
-            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code) for row in shown]) + ["", "</details>", ""]
+            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code, name) for row, name in zip(shown, display_names([r.name for r in shown]))]) + ["", "</details>", ""]
         ranges = r.cpu_range_summary
         if ranges:
             shown_ranges = ranges[:MD_CPU_RANGE_ROWS]

@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     all_notes,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     figure_table,
     headline,
     host_cause_lines,
@@ -26,9 +27,12 @@ from dbo_trace.render.format import (
     operation_cells,
     pct,
     phase_cells,
+    disaggregated_lines,
     rank_cells,
     round_trip_cells,
     step_number_cell,
+    step_time_cell,
+    step_verdict_cell,
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json
@@ -56,7 +60,9 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     names.setdefault(b.name, len(names)),
                 ]
                 for b in v.bars
-                if b.kind in KINDS  # the page draws kernels, launches and yields; CPU ranges are the PNG's
+                # the page draws the step's own kernels, launches and yields; CPU ranges and other
+                # steps' kernels in its window are the PNG's
+                if b.kind in KINDS and b.own
             ]
             out.append(
                 {
@@ -142,11 +148,11 @@ class HtmlRenderer:
                     step_number_cell(s),
                     s.label,
                     s.path or "-",
-                    ms(s.step_us),
+                    step_time_cell(s),
                     pct(s.comm.hidden_fraction),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
-                    s.verdict.label,
+                    step_verdict_cell(s),
                 ]
             )
             i = index.get((s.rank, s.number - 1))  # number: the step's place in its rank, from 1
@@ -154,11 +160,13 @@ class HtmlRenderer:
         rt = d.round_trips
         rt_html = (
             ""
-            if rt is None
+            if rt is None or not dbo_arithmetic_applies(d)
             else "<h2>Round trips</h2>"
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'
         )
+        if d.disaggregated is not None:
+            rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
         reasons = "".join(
             f"<li>{html_text(r)}</li>" for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d))]
         )

@@ -20,9 +20,14 @@ _GLUE = "\xa0"  # holds a number to its unit through textwrap (which breaks only
 _UNIT = re.compile(r"(?<=\d) (?=(?:ms|us|s)\b)|(?<=±) | (?=±)")
 
 
-def terminal_width(piped: int = 100) -> int:
-    """The columns a terminal output fits: the terminal's, at least 80; piped, $COLUMNS, else `piped`."""
-    return max(80, shutil.get_terminal_size((piped, 24)).columns)
+PIPED_WIDTH = 80  # the columns of an output whose width nothing tells
+
+
+def terminal_width() -> int:
+    """The one rule for the columns a terminal output fits: $COLUMNS where set, else the width of the
+    terminal stdout is (when it is one), else PIPED_WIDTH (piped or redirected); never under 80, the
+    width every table is laid out and tested for (shutil.get_terminal_size reads them in this order)."""
+    return max(80, shutil.get_terminal_size((PIPED_WIDTH, 24)).columns)
 
 
 def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:

@@ -6,6 +6,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
+    disaggregated_lines,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
@@ -13,6 +14,7 @@ from dbo_trace.render.format import (
     ROUND_TRIP_HEADER,
     all_notes,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     figure_table,
     headline,
     host_cause_lines,
@@ -24,6 +26,8 @@ from dbo_trace.render.format import (
     rank_cells,
     round_trip_cells,
     step_number_cell,
+    step_time_cell,
+    step_verdict_cell,
     summary_markdown,
     tri,
     us,
@@ -110,8 +114,10 @@ class MarkdownRenderer:
             out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
             out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
+        if d.disaggregated is not None:
+            out += [""] + [f"- {markdown_text(line)}" for line in disaggregated_lines(d.disaggregated)]
         rt = d.round_trips
-        if rt is not None:
+        if rt is not None and dbo_arithmetic_applies(d):
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
@@ -136,13 +142,13 @@ class MarkdownRenderer:
                     markdown_code(s.label),
                     s.phase or "-",
                     markdown_code(s.path) if s.path else "-",
-                    ms(s.step_us),
+                    step_time_cell(s),
                     pct(s.comm.hidden_fraction),
                     pct(s.host.idle_fraction),
                     s.host.launches,
                     us(s.host.median_launch_us),
                     tri(s.replayed, "yes", "no"),
-                    s.verdict.label,
+                    step_verdict_cell(s),
                 ]
                 for s in shown_steps(d)
             ],

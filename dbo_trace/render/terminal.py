@@ -13,6 +13,8 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    disaggregated_lines,
+    rank_cell,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     OPERATION_HEADER,
@@ -23,6 +25,7 @@ from dbo_trace.render.format import (
     all_notes,
     cpu_range_cells,
     cross_rank_lines,
+    dbo_arithmetic_applies,
     headline,
     host_cause_lines,
     kernel_cells,
@@ -34,10 +37,13 @@ from dbo_trace.render.format import (
     short_step_label,
     spread_cells,
     step_number_cell,
+    step_time_cell,
+    step_verdict_cell,
     tri,
     us,
 )
 from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
+from dbo_trace.render.names import display_names
 from dbo_trace.render.safe import terminal_document
 
 _STYLE = {
@@ -137,6 +143,10 @@ class _Lines:
         return strip_trailing(self.buf.getvalue())
 
 
+KERNEL_DROPS = ("min", "max", "mean", "median")  # a kernel table's figures, the least needed first
+KERNEL_NAME_ROOM = 40  # columns a kernel's name gets before the table keeps all its figures
+
+
 def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> int:
     """What is left for the first (name) column once the others have their widest cell (2 columns apart)."""
     others = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header) if i > 0)
@@ -153,12 +163,28 @@ def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
         k = r.kernel_summary
         if k is not None and k.rows:
             shown = k.rows[:TERMINAL_KERNEL_ROWS]
-            cut_at = _name_room(width, KERNEL_HEADER, [kernel_cells(row) for row in shown])
-            out.table(
-                f"rank {r.rank} kernels: {len(shown)} of {k.names} names by total time ({k.kernels} kernels)",
-                _columns(KERNEL_HEADER, {}, ("kernel",)),
-                [kernel_cells(row, name_width=cut_at) for row in shown],
+            cells = [kernel_cells(row) for row in shown]
+            # The name needs room to be told apart: the least needed figures give way first.
+            header, cut_at = list(KERNEL_HEADER), _name_room(width, KERNEL_HEADER, cells)
+            for gone in KERNEL_DROPS:
+                if cut_at >= KERNEL_NAME_ROOM:
+                    break
+                header.remove(gone)
+                cut_at = _name_room(width, tuple(header), [[c[KERNEL_HEADER.index(h)] for h in header] for c in cells])
+            names = display_names([row.name for row in shown], cut_at)
+            rows = [kernel_cells(row, name=name) for row, name in zip(shown, names)]
+            out.lines(
+                table(
+                    f"rank {r.rank} kernels: {len(shown)} of {k.names} names by total time ({k.kernels} kernels)",
+                    _columns(header, {}, ("kernel",)),
+                    [[row[KERNEL_HEADER.index(h)] for h in header] for row in rows],
+                    width,
+                )
             )
+            if len(header) < len(KERNEL_HEADER):
+                gone_text = ", ".join(h for h in KERNEL_HEADER if h not in header)
+                out.lines(wrap(f"(not shown at {width} columns: {gone_text}; a wider terminal or --json has them)", width, "  ", "   "))
+            out.line()
         ranges = r.cpu_range_summary
         if ranges:
             shown_ranges = ranges[:TERMINAL_CPU_RANGE_ROWS]
@@ -179,7 +205,7 @@ class TerminalRenderer:
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
         d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
-        # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
+        # The width by layout.terminal_width's one rule ($COLUMNS, the terminal's, else 80): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
         label = d.verdict.label
@@ -193,7 +219,7 @@ class TerminalRenderer:
             RANK_COLUMNS,
             [
                 [
-                    str(r.rank),
+                    rank_cell(r),
                     str(len(r.steps)),
                     pct(r.gpu.utilization),
                     ms(r.comm.busy_us),
@@ -238,8 +264,11 @@ class TerminalRenderer:
             out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
+        if d.disaggregated is not None:
+            out.bullets(disaggregated_lines(d.disaggregated))
+            out.line()
         rt = d.round_trips
-        if rt is not None:
+        if rt is not None and dbo_arithmetic_applies(d):
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
@@ -255,13 +284,13 @@ class TerminalRenderer:
                     step_number_cell(s),
                     short_step_label(s.label),
                     s.path or s.phase or "-",
-                    ms(s.step_us),
+                    step_time_cell(s),
                     pct(s.gpu.utilization),
                     pct(s.comm.hidden_fraction),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
                     tri(s.replayed, "yes", "no"),
-                    s.verdict.label,
+                    step_verdict_cell(s),
                 ]
                 for s in rows[:MAX_STEP_ROWS]
             ],

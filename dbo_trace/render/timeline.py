@@ -1,30 +1,53 @@
 """The step timeline as a PNG or SVG (matplotlib): CPU threads above GPU streams, kernels coloured by
-microbatch and shaded by class, overlap and host-caused idle marked. Draws a StepView; computes nothing."""
+microbatch (by class where nothing is attributed), other steps' work in the window hatched, and a
+bottom lane of what the GPU did: comm under compute, exposed comm, host-caused idle, queueing behind
+other steps. Draws a StepView; computes nothing.
+
+Fast: every lane's bars of one style are one PolyCollection, added without autoscaling (a step of a
+real trace has thousands of kernels; one artist each took 15-20 s). Laid out by measurement: the title
+wraps, and the legend takes fewer columns and then shorter labels, until the drawn text fits the
+canvas (fit_text)."""
 
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
-from dbo_trace.analysis.view import StepView, chosen_step, step_view
+from dbo_trace.analysis.view import Bar, StepView, chosen_step, parse_window, step_view, window_view
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from dbo_trace.analysis.report import Report
 
-UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e", -1: "#8c8c8c"}
-KIND_STYLE = {  # alpha, hatch
-    "compute": (0.95, None),
-    "comm": (0.95, "////"),
-    "copy": (0.45, None),
-    "launch": (0.9, None),
-    "yield": (0.25, None),
+UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e"}
+# Kernels no microbatch launched, coloured by class so a step without microbatches is not all grey.
+CLASS_COLOURS = {"compute": "#7f7f7f", "comm": "#8c6d31", "copy": "#c7c7c7", "launch": "#3b3b3b"}
+CLASS_LABELS = {
+    "compute": "compute, no microbatch",
+    "comm": "comm, no microbatch",
+    "copy": "memcpy / memset",
+    "launch": "CUDA call, no microbatch",
 }
+KIND_ALPHA = {"compute": 0.95, "comm": 0.95, "copy": 0.6, "launch": 0.9, "yield": 0.25}
+COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
+OTHER_ALPHA = 0.35
 FORMATS = ("png", "svg")
-HELD_COLOUR = "#9467bd"
+# What the GPU did (the bottom lane), each its own colour.
+HIDDEN_COLOUR, EXPOSED_COLOUR, HOST_COLOUR, QUEUED_COLOUR = "#2ca02c", "#e7298a", "#d62728", "#9e9e9e"
+# Held-back comm (analysis/held.py CAUSES), one colour per cause.
+HELD_COLOURS = {"late_record": "#9467bd", "crowded": "#8c564b", "held": "#17becf"}
+HELD_LABELS = {
+    "late_record": "comm held back: late event record",
+    "crowded": "comm held back: SMs crowded",
+    "held": "comm held back: other",
+}
 # Sized for a GitHub comment, which shows a picture at most 880 px wide: drawn 8.8 in wide at 200 dpi
 # (1760 px, twice that for a sharp picture on a high-density screen), its text is 9-10 pt, about 12-14
 # px once the picture is scaled to 880 px.
@@ -32,13 +55,21 @@ WIDTH_IN, DPI = 8.8, 200
 FONT, TITLE_FONT = 9, 10
 LANE_IN = 0.34  # height per lane
 LEGEND_COLUMNS = 4
-TITLE_CHARS = 110  # a title (across the whole picture) wraps at its " · " separators past this many characters
+TITLE_CHARS = 110  # a title wraps at its " · " separators past this many characters (fewer if it is still too wide)
+LANE_NAME = 44  # characters of a lane's name (a thread's name comes from the trace)
+MARGIN_PX = 4  # the drawn text keeps this far from the canvas's edges
+
+# CPU ranges: pale, so the launches drawn over them stay readable. GPU kernels never take these colours.
+GROUP_COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#80b1d3", "#b3de69", "#fccde5", "#ffed6f", "#bc80bd")
+OTHER_GROUP = "#d9d9d9"
+LEGEND_NAME = 48  # characters of a trace name in the legend, before measuring cuts it further
+PEER_WAIT_COLOUR = "#d62728"
+SCALE = 1000.0  # us -> ms on the axis
+MIN_BAR_US = 0.5  # a bar is at least this wide, so a zero-length event is still drawn
 
 
-def _title_lines(title: str, most: int = TITLE_CHARS) -> str:
+def title_lines(title: str, most: int = TITLE_CHARS) -> str:
     """The title on as few lines as keep each under `most` characters, broken between its parts."""
-    import textwrap
-
     lines: list[str] = []
     for part in title.split(" · "):
         if lines and len(lines[-1]) + 3 + len(part) <= most:
@@ -50,19 +81,15 @@ def _title_lines(title: str, most: int = TITLE_CHARS) -> str:
     return "\n".join(lines)
 
 
-# CPU ranges and what replayed kernels belong to: pale, so the launches and the bands stay readable.
-GROUP_COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#80b1d3", "#b3de69", "#fccde5", "#ffed6f", "#bc80bd")
-OTHER_GROUP = "#d9d9d9"
-LEGEND_NAME = 48  # characters of a trace name in the legend
-
-
 def group_colour(view: StepView, group: str | None) -> str:
     if group is None:
         return OTHER_GROUP
     return GROUP_COLOURS[view.groups.index(group)] if group in view.groups[: len(GROUP_COLOURS)] else OTHER_GROUP
 
 
-PEER_WAIT_COLOUR = "#d62728"
+def kernel_colour(bar: Bar) -> str:
+    """A GPU bar's (or a launch's) colour: its microbatch's, else its class's."""
+    return UBATCH_COLOURS.get(bar.ubatch) or CLASS_COLOURS.get(bar.kind, CLASS_COLOURS["compute"])
 
 
 class TimelineRenderer:
@@ -77,179 +104,282 @@ class TimelineRenderer:
         rank, position = chosen_step(report, options.rank, options.step)
         if options.all_ranks:
             return draw_ranks_timeline(ranks_step_view(report, position), self.name)
+        if options.window is not None:
+            return draw_timeline(window_view(rank, *parse_window(rank, options.window)), self.name)
         return draw_timeline(step_view(rank, position), self.name)
 
 
-def draw_timeline(view: StepView, image_format: str = "png", width_in: float = WIDTH_IN) -> bytes:
-    """The picture as PNG or SVG bytes; writing it is the caller's."""
+@dataclass
+class Boxes:
+    """Bars of one style, drawn as one collection: x from and to (ms), y from and height (lane units)."""
 
-    import matplotlib
+    hatch: str | None = None
+    edge: str = "none"  # the hatch's colour, and the bars' outline where outline
+    zorder: float = 2.0
+    outline: bool = False
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def __post_init__(self) -> None:
+        self.x0: list[float] = []
+        self.x1: list[float] = []
+        self.y0: list[float] = []
+        self.h: list[float] = []
+        self.colour: list[tuple[str, float]] = []
+
+    def add(self, start_us: float, end_us: float, y0: float, h: float, colour: str, alpha: float = 1.0) -> None:
+        self.x0.append(start_us / SCALE)
+        self.x1.append(max(end_us, start_us + MIN_BAR_US) / SCALE)
+        self.y0.append(y0)
+        self.h.append(h)
+        self.colour.append((colour, alpha))
+
+    def draw(self, ax: Any) -> None:
+        """One compound path per colour (a few a picture), its bars its sub-paths: no artist and no
+        Path object per bar (7,000 Paths took most of a picture's time), no autoscaling."""
+        import numpy as np
+        from matplotlib.patches import PathPatch
+        from matplotlib.path import Path
+
+        if not self.x0:
+            return
+        x0, x1, y0 = np.array(self.x0), np.array(self.x1), np.array(self.y0)
+        y1 = y0 + np.array(self.h)
+        corners = np.stack([np.c_[x0, y0], np.c_[x0, y1], np.c_[x1, y1], np.c_[x1, y0], np.c_[x0, y0]], axis=1)
+        step = [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+
+        def patch(sel: Any, **style: Any) -> None:
+            path = Path(corners[sel].reshape(-1, 2), np.tile(step, int(np.count_nonzero(sel))))
+            ax.add_artist(PathPatch(path, zorder=self.zorder, **style))  # add_artist: no data limits walked
+
+        styles = np.array([f"{c}/{a}" for c, a in self.colour])
+        edges = self.edge if self.outline else "none"
+        for colour, alpha in sorted(set(self.colour)):
+            patch(styles == f"{colour}/{alpha}", facecolor=colour, alpha=alpha, edgecolor=edges, linewidth=0.3)
+        if self.hatch:  # hatched once over them all: Agg hatches each path anew (2 ms a bar)
+            patch(np.ones(len(styles), bool), facecolor="none", edgecolor=self.edge, linewidth=0, hatch=self.hatch)
+
+
+def fit_text(fig: Figure, title: Any, legend: Any, relegend: Any) -> Any:
+    """Measure the drawn title and legend and make them fit the canvas: the title re-wrapped at fewer
+    characters a line, the legend in fewer columns, then with its labels cut shorter (marked "...").
+    relegend(ncol, label_chars) draws the legend anew and returns it. Returns the legend kept."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    room = fig.bbox.width - 2 * MARGIN_PX
+    text, most = title.get_text(), TITLE_CHARS
+    while title.get_window_extent(renderer).width > room and most > 20:
+        most = int(most * 0.85)
+        title.set_text("\n".join(title_lines(line, most) for line in text.split("\n")))
+    ncol, chars = legend._ncols, LEGEND_NAME
+    while legend.get_window_extent(renderer).width > room and (ncol > 1 or chars > 8):
+        if ncol > 1:
+            ncol -= 1
+        else:
+            chars = int(chars * 0.8)
+        legend.remove()
+        legend = relegend(ncol, chars)
+    return legend
+
+
+def inches(fig: Figure, artist: Any) -> float:
+    """The drawn height of a text or legend, in inches."""
+    return float(artist.get_window_extent(fig.canvas.get_renderer()).height) / fig.dpi  # type: ignore[attr-defined]
+
+
+def _lane_labels(ax: Any, row: dict[str, int]) -> None:
+    ax.set_yticks(list(row.values()), [plot_text(cut(lane, LANE_NAME)) for lane in row], fontsize=FONT)
+
+
+def _legend(fig: Any, entries: Sequence[tuple[dict[str, Any], str]], ncol: int, chars: int, font: float) -> Any:
+    """The legend in its own row at the picture's foot, centred on the picture (not on the axis
+    beside the lane labels); tight_layout keeps the axis above it (place_axis)."""
     from matplotlib.patches import Patch
-    from matplotlib.transforms import blended_transform_factory
 
-    lanes = view.lanes + ["overlap / host idle"]
-    row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
-    # The legend lists only what the picture holds.
-    plain = [b for b in view.bars if b.kind not in ("range", "op") and b.group is None]
-    ubatches = {b.ubatch for b in plain}
-    legend = [Patch(facecolor=UBATCH_COLOURS[u], label=f"microbatch {u}") for u in (0, 1) if u in ubatches]
-    if ubatches - {0, 1}:
-        legend.append(Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"))
-    if any(b.kind == "comm" for b in view.bars):
-        legend.append(Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"))
-    if view.overlap:
-        legend.append(Patch(facecolor="#2ca02c", label="comm under compute"))
-    if view.host_idle:
-        legend.append(Patch(facecolor="#d62728", label="GPU idle, host-caused"))
-    if view.held_back:
-        legend.append(Patch(facecolor=HELD_COLOUR, label="comm held back (ready, not started)"))
-    shown = {b.group for b in view.bars if b.group is not None}
-    names = [g for g in view.groups[: len(GROUP_COLOURS)] if g in shown]
-    legend += [Patch(facecolor=group_colour(view, g), label=plot_text(cut(g, LEGEND_NAME))) for g in names]  # trace names
-    if shown - set(names):
-        legend.append(Patch(facecolor=OTHER_GROUP, label="other CPU ranges"))
-    title = _title_lines(plot_text(view.title))  # inert first: the line breaks are the layout's own
-    legend_rows = max(1, -(-len(legend) // LEGEND_COLUMNS))
-    heights = (LANE_IN * len(lanes), 0.22 * legend_rows)  # the lanes; the legend under the axis
-    top = 0.2 + 0.2 * (title.count("\n") + 1)  # the title's lines
-    axis = 0.55  # tick labels and the axis label
-    fig, (ax, key) = plt.subplots(
-        2,
-        1,
-        figsize=(width_in, top + heights[0] + axis + heights[1] + 0.1),
-        dpi=DPI,
-        gridspec_kw={"height_ratios": heights},
-    )
-    scale = 1000.0  # us -> ms on the axis
-    for bar in view.bars:  # CPU ranges first, under the launches drawn over them
-        if bar.kind in ("range", "op"):
-            upper = bar.kind == "range"  # named ranges above, operators below, on their thread's lane
-            ax.broken_barh(
-                [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
-                (row[bar.lane] + (0.02 if upper else -0.38), 0.36),
-                facecolors=group_colour(view, bar.group),
-                edgecolor="none",
-            )
-    for bar in view.bars:
-        if bar.kind in ("range", "op"):
-            continue
-        alpha, hatch = KIND_STYLE[bar.kind]
-        ax.broken_barh(
-            [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
-            (row[bar.lane] - 0.38, 0.76),
-            facecolors=group_colour(view, bar.group) if bar.group is not None else UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
-            alpha=alpha,
-            hatch=hatch,
-            edgecolor="black" if bar.kind == "comm" else "none",
-            linewidth=0.3,
-        )
-    y = row["overlap / host idle"]
-    ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.overlap], (y - 0.05, 0.4), facecolors="#2ca02c")
-    ax.broken_barh([(s / scale, (e - s) / scale) for s, e in view.host_idle], (y - 0.38, 0.33), facecolors="#d62728")
-    for ready, start, lane, _cause in view.held_back:  # a thin bar under the comm's lane: ready, not running
-        ax.broken_barh([(ready / scale, (start - ready) / scale)], (row[lane] - 0.46, 0.1), facecolors=HELD_COLOUR)
-    if view.lead_in_us >= 0.05 * view.duration:  # worth a word: microbatch threads starting, Python before the GPU
-        ax.annotate(
-            f"lead-in {view.lead_in_us / scale:.2f} ms\nbefore the first kernel",
-            xy=(view.lead_in_us / scale / 2, y + 0.25),
-            ha="center",
-            va="bottom",
-            fontsize=FONT - 1,
-            color="#d62728",
-        )
-    ax.set_yticks(list(row.values()), [plot_text(lane) for lane in row], fontsize=FONT)  # lanes hold thread names
-    ax.set_xlim(0, view.duration / scale)
-    ax.set_ylim(-0.6, len(lanes) - 0.4)
-    ax.set_xlabel("ms from the step's start", fontsize=FONT)
-    ax.tick_params(axis="x", labelsize=FONT)
-    ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(title, x=0.01, ha="left", fontsize=TITLE_FONT)
-    key.axis("off")  # the legend's own row, as tall as its entries: no blank band above or below it
-    key.legend(
-        handles=legend,
-        fontsize=FONT,
-        ncol=LEGEND_COLUMNS,
-        loc="center",
-        bbox_to_anchor=(0, 0, 1, 1),  # centred on the picture, not on the axis beside the lane labels
-        bbox_transform=blended_transform_factory(fig.transFigure, key.transAxes),
+    handles = [Patch(label=plot_text(cut(label, chars)), **style) for style, label in entries]
+    return fig.legend(
+        handles=handles,
+        fontsize=font,
+        ncol=ncol,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=fig.transFigure,
         frameon=False,
         borderaxespad=0,
         columnspacing=1.2,
         handlelength=1.5,
     )
-    fig.tight_layout(pad=0.4, h_pad=0.3)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=image_format, dpi=DPI)
-    plt.close(fig)
-    return buf.getvalue()
 
 
-def draw_ranks_timeline(view: RanksView, image_format: str = "png", width_in: float = 12.0) -> bytes:
-    """Every rank's step on one time axis: compute and comm lanes per rank, coloured by microbatch,
-    and under each comm kernel a red bar for its wait for a peer rank."""
-    import matplotlib
+def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
+    """The legend's entries, only what the picture holds: (patch style, label)."""
+    gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield")]
+    ubatches = {b.ubatch for b in gpu if b.ubatch in UBATCH_COLOURS}
+    out: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
+    classes = {b.kind for b in view.bars if b.kind in CLASS_COLOURS and b.ubatch not in UBATCH_COLOURS}
+    out += [({"facecolor": CLASS_COLOURS[k]}, CLASS_LABELS[k]) for k in CLASS_COLOURS if k in classes]
+    if any(b.kind == "comm" for b in gpu):
+        out.append(({"facecolor": "white", "edgecolor": "black", "hatch": COMM_HATCH}, "communication"))
+    if any(not b.own for b in gpu):
+        out.append(({"facecolor": "white", "edgecolor": "#555555", "hatch": OTHER_HATCH}, "other steps' kernels"))
+    if view.overlap:
+        out.append(({"facecolor": HIDDEN_COLOUR}, "comm under compute"))
+    if view.exposed:
+        out.append(({"facecolor": EXPOSED_COLOUR}, "exposed comm"))
+    if view.host_idle:
+        out.append(({"facecolor": HOST_COLOUR}, "GPU idle, host-caused"))
+    if view.queued:
+        out.append(({"facecolor": QUEUED_COLOUR, "edgecolor": "#555555", "hatch": OTHER_HATCH}, "GPU behind: other steps' work"))
+    causes = {cause for *_, cause in view.held_back}
+    out += [({"facecolor": HELD_COLOURS[c]}, HELD_LABELS[c]) for c in HELD_COLOURS if c in causes]
+    shown = {b.group for b in view.bars if b.kind in ("range", "op") and b.group is not None}
+    names = [g for g in view.groups[: len(GROUP_COLOURS)] if g in shown]
+    out += [({"facecolor": group_colour(view, g)}, g) for g in names]  # trace names: plot_text in _legend
+    if shown - set(names):
+        out.append(({"facecolor": OTHER_GROUP}, "other CPU ranges"))
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-    from matplotlib.transforms import blended_transform_factory
 
-    row = {name: len(view.lanes) - 1 - i for i, name in enumerate(view.lanes)}
-    # The legend has its own row, as tall as its one line, under the axis (as in draw_timeline): kept
-    # off the lanes' axis by a fixed margin, it sat under a band of blank picture a fifth as tall.
-    heights = (0.42 * len(view.lanes), 0.16)  # the lanes; the legend
-    top, axis = 0.3, 0.45  # the title; the tick labels and the axis label
-    fig, (ax, key) = plt.subplots(
-        2,
-        1,
-        figsize=(width_in, top + heights[0] + axis + heights[1] + 0.1),
-        dpi=130,
-        gridspec_kw={"height_ratios": heights},
-    )
-    scale = 1000.0  # us -> ms on the axis
+STATE_LANE = "GPU: overlap / exposed / idle"
+MARK_LABELS = 40  # a window's step starts labelled (#3); past this many, lines alone
+
+
+def draw_timeline(view: StepView, image_format: str = "png", width_in: float = WIDTH_IN) -> bytes:
+    """The picture as PNG or SVG bytes; writing it is the caller's."""
+    fig = timeline_figure(view, width_in)
+    return _save(fig, image_format, DPI)
+
+
+def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
+    """The step's picture, laid out (its title and legend measured to fit): what draw_timeline saves."""
+    lanes = view.lanes + [STATE_LANE]
+    row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
+    entries = step_legend(view)
+    fig, ax = _figure(width_in, DPI)
+    title = fig.suptitle(title_lines(plot_text(view.title)), x=0.01, ha="left", fontsize=TITLE_FONT)  # inert first
+    legend = _legend(fig, entries, LEGEND_COLUMNS, LEGEND_NAME, FONT)
+    legend = fit_text(fig, title, legend, lambda n, chars: _legend(fig, entries, n, chars, FONT))
+    under = inches(fig, legend) + 0.06  # the legend's row, as measured
+    fig.set_size_inches(width_in, inches(fig, title) + 0.2 + LANE_IN * len(lanes) + 0.55 + under)
+
+    ranges, plain, comm, other = Boxes(zorder=1), Boxes(), Boxes(COMM_HATCH, "black", outline=True), Boxes(OTHER_HATCH, "#555555")
     for bar in view.bars:
-        alpha, hatch = KIND_STYLE[bar.kind]
-        ax.broken_barh(
-            [(bar.start / scale, max(bar.end - bar.start, 0.5) / scale)],
-            (row[bar.lane] - 0.3, 0.68),
-            facecolors=UBATCH_COLOURS.get(bar.ubatch, "#8c8c8c"),
-            alpha=alpha,
-            hatch=hatch,
-            edgecolor="black" if bar.kind == "comm" else "none",
-            linewidth=0.3,
+        y = row[bar.lane]
+        if bar.kind in ("range", "op"):  # named ranges above, operators below, on their thread's lane
+            ranges.add(bar.start, bar.end, y + (0.02 if bar.kind == "range" else -0.38), 0.36, group_colour(view, bar.group))
+        elif not bar.own:
+            other.add(bar.start, bar.end, y - 0.38, 0.76, kernel_colour(bar), OTHER_ALPHA)
+        else:
+            (comm if bar.kind == "comm" else plain).add(bar.start, bar.end, y - 0.38, 0.76, kernel_colour(bar), KIND_ALPHA[bar.kind])
+    y = row[STATE_LANE]  # hidden comm above, exposed comm below; host idle and queueing below
+    state, queued = Boxes(), Boxes(OTHER_HATCH, "#555555")
+    for s, e in view.overlap:
+        state.add(s, e, y + 0.02, 0.36, HIDDEN_COLOUR)
+    for s, e in view.exposed:
+        state.add(s, e, y + 0.02, 0.36, EXPOSED_COLOUR)
+    for s, e in view.host_idle:
+        state.add(s, e, y - 0.38, 0.36, HOST_COLOUR)
+    for s, e in view.queued:
+        queued.add(s, e, y - 0.38, 0.36, QUEUED_COLOUR)
+    held = Boxes(zorder=3)
+    for ready, start, lane, cause in view.held_back:  # a thin bar under the comm's lane: ready, not running
+        held.add(ready, start, row[lane] - 0.46, 0.1, HELD_COLOURS.get(cause, HELD_COLOURS["held"]))
+    for boxes in (ranges, plain, comm, other, state, queued, held):
+        boxes.draw(ax)
+    if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
+        ax.annotate(
+            f"lead-in {view.lead_in_us / SCALE:.2f} ms\nbefore the first kernel, host-caused",
+            xy=(view.lead_in_us / SCALE / 2, y + 0.25),
+            ha="center",
+            va="bottom",
+            fontsize=FONT - 1,
+            color=HOST_COLOUR,
         )
-    for start, end, lane, _peer in view.waits:  # a bar under the comm kernel: the part that waited
-        ax.broken_barh([(start / scale, (end - start) / scale)], (row[lane] - 0.46, 0.14), facecolors=PEER_WAIT_COLOUR)
-    ax.set_yticks(list(row.values()), [plot_text(lane) for lane in row], fontsize=8)  # lanes hold thread names
-    ax.set_xlim(0, max(view.duration, 1.0) / scale)
-    ax.set_ylim(-0.6, len(view.lanes) - 0.4)
-    ax.set_xlabel("ms from the earliest rank's step start (shared clock)", fontsize=8)
-    ax.tick_params(axis="x", labelsize=8)
+    if view.marks:  # a window's step starts: one collection of lines, labelled inside the axis
+        ax.vlines([x / SCALE for x, _ in view.marks], -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
+        for x, label in view.marks[:MARK_LABELS]:
+            ax.text(x / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left", clip_on=True)
+    _lane_labels(ax, row)  # lanes hold thread names
+    ax.set_xlim(0, view.duration / SCALE)
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.set_xlabel(view.axis_label, fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(plot_text(view.title), fontsize=9, loc="left")  # the title holds step labels
-    legend = [
-        Patch(facecolor=UBATCH_COLOURS[0], label="microbatch 0"),
-        Patch(facecolor=UBATCH_COLOURS[1], label="microbatch 1"),
-        Patch(facecolor=UBATCH_COLOURS[-1], label="not attributed"),
-        Patch(facecolor="white", edgecolor="black", hatch="////", label="communication"),
-        Patch(facecolor=PEER_WAIT_COLOUR, label="comm waiting for a peer rank"),
-    ]
-    key.axis("off")
-    key.legend(
-        handles=legend,
-        fontsize=7,
-        ncol=len(legend),
-        loc="center",
-        bbox_to_anchor=(0, 0, 1, 1),  # centred on the picture, not on the axis beside the lane labels
-        bbox_transform=blended_transform_factory(fig.transFigure, key.transAxes),
-        frameon=False,
-        borderaxespad=0,
-    )
-    fig.tight_layout(pad=0.4, h_pad=0.3)
+    place_axis(fig, under)
+    return fig
+
+
+def place_axis(fig: Figure, under: float) -> None:
+    """The axis with its labels fitted between the title and the legend's row (`under` inches)."""
+    fig.tight_layout(pad=0.4, rect=(0.0, under / fig.get_size_inches()[1], 1.0, 1.0))
+
+
+def import_in_background() -> None:
+    """Start importing what the picture draws with (0.4-0.6 s of CPU, as long as drawing a step) on
+    a thread, while the caller reads and analyses the trace; drawing then finds it imported (or
+    waits on the import's own lock). Workers are spawned, never forked, so no child inherits the lock."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("matplotlib.backends.backend_agg",), daemon=True).start()
+
+
+def _figure(width_in: float, dpi: float) -> tuple[Figure, Any]:
+    """A figure on its own Agg canvas, one axis: no pyplot (its import alone took 0.4 s, as long as
+    drawing a step), no global figure manager to close."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, 4.0), dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
+def _save(fig: Figure, image_format: str, dpi: float) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format=image_format)
-    plt.close(fig)
+    # PNG compressed at level 1: a third of level 6's time, the file (100-200 kB) about a fifth larger
+    extra: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
+    fig.savefig(buf, format=image_format, dpi=dpi, **extra)
     return buf.getvalue()
+
+
+RANKS_WIDTH_IN, RANKS_DPI, RANKS_FONT = 12.0, 130, 8
+
+
+def draw_ranks_timeline(view: RanksView, image_format: str = "png", width_in: float = RANKS_WIDTH_IN) -> bytes:
+    """Every rank's step on one time axis: per rank its CPU launches, compute and comm lanes, coloured
+    by microbatch, and under each comm kernel a red bar for its wait for a peer rank."""
+    return _save(ranks_figure(view, width_in), image_format, RANKS_DPI)
+
+
+def ranks_figure(view: RanksView, width_in: float = RANKS_WIDTH_IN) -> Figure:
+    row = {name: len(view.lanes) - 1 - i for i, name in enumerate(view.lanes)}
+    kinds = {b.kind for b in view.bars}
+    ubatches = {b.ubatch for b in view.bars if b.ubatch in UBATCH_COLOURS}
+    entries: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
+    classes = {b.kind for b in view.bars if b.ubatch not in UBATCH_COLOURS and b.kind in CLASS_COLOURS}
+    entries += [({"facecolor": CLASS_COLOURS[k]}, CLASS_LABELS[k]) for k in CLASS_COLOURS if k in classes]
+    if "comm" in kinds:
+        entries.append(({"facecolor": "white", "edgecolor": "black", "hatch": COMM_HATCH}, "communication"))
+    if view.waits:
+        entries.append(({"facecolor": PEER_WAIT_COLOUR}, "comm waiting for a peer rank"))
+    # The legend has its own row under the axis (as in the one-rank picture), as tall as its lines.
+    fig, ax = _figure(width_in, RANKS_DPI)
+    title = fig.suptitle(title_lines(plot_text(view.title)), x=0.01, ha="left", fontsize=RANKS_FONT + 1)
+    legend = _legend(fig, entries, max(1, len(entries)), LEGEND_NAME, RANKS_FONT - 1)
+    legend = fit_text(fig, title, legend, lambda n, chars: _legend(fig, entries, n, chars, RANKS_FONT - 1))
+    under = inches(fig, legend) + 0.06
+    fig.set_size_inches(width_in, inches(fig, title) + 0.15 + 0.42 * len(view.lanes) + 0.45 + under)
+    plain, comm, waits = Boxes(), Boxes(COMM_HATCH, "black", outline=True), Boxes(zorder=3)
+    for bar in view.bars:
+        boxes = comm if bar.kind == "comm" else plain
+        boxes.add(bar.start, bar.end, row[bar.lane] - 0.3, 0.68, kernel_colour(bar), KIND_ALPHA.get(bar.kind, 0.9))
+    for start, end, lane, _peer in view.waits:  # a bar under the comm kernel: the part that waited
+        waits.add(start, end, row[lane] - 0.46, 0.14, PEER_WAIT_COLOUR)
+    for boxes in (plain, comm, waits):
+        boxes.draw(ax)
+    ax.set_yticks(list(row.values()), [plot_text(cut(lane, LANE_NAME)) for lane in row], fontsize=RANKS_FONT)
+    ax.set_xlim(0, max(view.duration, 1.0) / SCALE)
+    ax.set_ylim(-0.6, len(view.lanes) - 0.4)
+    ax.set_xlabel("ms from the earliest rank's step start (shared clock)", fontsize=RANKS_FONT)
+    ax.tick_params(axis="x", labelsize=RANKS_FONT)
+    ax.grid(axis="x", alpha=0.3)
+    place_axis(fig, under)
+    return fig

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +23,7 @@ class Loaded:
     logs: list[EventLogData]
     manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
 
 
 @dataclass
@@ -32,6 +34,36 @@ class Found:
     logs: list[Path] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+
+
+ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
+
+
+def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
+    """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
+    an entry that is not a list of strings is left out (a role is only a label of its traces)."""
+    roles = manifest.get("roles")
+    out: dict[str, str] = {}
+    if not isinstance(roles, dict):
+        return out
+    for role, entry in roles.items():
+        traces = entry.get("traces") if isinstance(entry, dict) else None
+        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
+            out.update({t: role for t in traces if isinstance(t, str)})
+    return out
+
+
+def _role_traces(path: Path, manifest: dict[str, Any], found: Found) -> list[Path]:
+    """The traces the manifest's roles name (the FFN's under peer/traces/ too), each with its role."""
+    out = []
+    for rel, role in manifest_roles(manifest).items():
+        p = path / rel
+        if ".." in Path(rel).parts or not p.is_file():
+            continue
+        out.append(p)
+        found.roles[os.path.normpath(p)] = role
+    return out
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -52,6 +84,7 @@ def _discover(path: Path, found: Found) -> None:
         found.manifests.append(manifest)
         traces_dir = path / fmt.TRACES_DIR
         traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
+        traces += [t for t in _role_traces(path, manifest, found) if t not in traces]
         if not traces:
             raise InputError(
                 f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ "
@@ -59,6 +92,8 @@ def _discover(path: Path, found: Found) -> None:
             )
         found.traces += traces
         found.logs += fmt.event_files(path)
+        if manifest_roles(manifest):  # a peer's event logs (peer/events/), each joined to its process
+            found.logs += fmt.event_files(path / "peer")
         return
     traces = fmt.trace_files(path)
     if not traces:
@@ -187,6 +222,7 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         logs=logs,
         manifests=found.manifests,
         warnings=found.warnings + warnings + log_warnings,
+        roles=found.roles,
     )
 
 

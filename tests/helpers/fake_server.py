@@ -2,12 +2,20 @@
 
     python fake_server.py serve MODEL --port P [--profiler-config JSON]
         [--behaviour normal|die|hang|ignore-sigint|die-midrun|slow] [--pidfile F] [--stats F] [--trace T]
+        [--stream-delays FIRST,GAP[,DONE]] [--additional-config JSON]
 
 Like vLLM it loads general plugins (dbo-trace's, when DBO_TRACE_DIR is set),
 starts a helper process in its group (vLLM's engine core), and on
 /stop_profile writes a real torch trace (--trace, copied) into
 --profiler-config's torch_profiler_dir. --stats gets a JSON record of what it
 was asked, written at exit.
+
+A request with "stream": true is answered as vLLM's OpenAI server does: server-sent events, one
+`data: {"choices": [{"text": ...}]}` chunk per output token, then (with stream_options.include_usage)
+a chunk with only `usage`, then `data: [DONE]`. --stream-delays FIRST,GAP,DONE (seconds) makes the
+timing known to a test: the k-th streamed request (k = 1, 2, ...) sleeps FIRST * (1 + (k - 1) % 2)
+before its first token, GAP * (1 + i % 3) before its token i (i = 1, 2, ...), and DONE before its
+[DONE] (after the last token: no part of the latency). Its token 2 streams as "" (a special token).
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ p.add_argument("--pidfile")
 p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--api-key")
+p.add_argument("--stream-delays", default="0,0,0", help="FIRST,GAP,DONE seconds of a streamed reply")
+p.add_argument("--additional-config", help="vLLM's; an AFD block here names this server's role")
 p.add_argument("--note", action="append", help="any text, ignored (a command line that holds secrets)")
 p.add_argument(
     "--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine"
@@ -42,6 +52,8 @@ p.add_argument(
 args = p.parse_args()
 
 print("INFO fake vLLM API server starting", flush=True)
+STARTED_UNIX = time.time()  # when this process began (a peer must listen before it)
+FIRST_S, GAP_S, DONE_S = (float(x) for x in (args.stream_delays + ",0,0").split(",")[:3])
 if args.behaviour == "die":
     print("ERROR torch.OutOfMemoryError: CUDA out of memory (fake)", flush=True)
     sys.exit(1)
@@ -86,6 +98,8 @@ stats = {
     "max_tokens": [],
     "prompt_lens": [],
     "signals": [],
+    "streamed": 0,
+    "started_unix": STARTED_UNIX,
 }
 profiling = False
 lock = threading.Lock()
@@ -102,6 +116,32 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _stream(self, req: dict) -> None:
+        """Server-sent events as vLLM's /v1/completions streams them (no Content-Length: the
+        connection's end closes the reply, as HTTP/1.0 allows)."""
+        with lock:
+            stats["streamed"] += 1
+            k = stats["streamed"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        n = int(req["max_tokens"])
+
+        def event(body) -> None:
+            self.wfile.write(b"data: " + (body if isinstance(body, bytes) else json.dumps(body).encode()) + b"\n\n")
+            self.wfile.flush()
+
+        for i in range(n):
+            time.sleep(FIRST_S * (1 + (k - 1) % 2) if i == 0 else GAP_S * (1 + i % 3))
+            text = "" if i == 2 else f" t{i}"
+            event({"id": "cmpl-fake", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": None}]})
+        if (req.get("stream_options") or {}).get("include_usage"):
+            event({"id": "cmpl-fake", "choices": [], "usage": {"prompt_tokens": len(req["prompt"]), "completion_tokens": n}})
+        time.sleep(DONE_S)
+        event(b"[DONE]")
+        self.close_connection = True
 
     def do_GET(self):
         if self.path == "/health" and args.behaviour == "trickle-health":  # a header line a second, forever
@@ -158,6 +198,8 @@ class Handler(BaseHTTPRequestHandler):
                 print("ERROR engine core died (fake)", flush=True)
                 helper.kill()
                 os._exit(3)
+            if req.get("stream"):
+                return self._stream(req)
             return self._reply(200, {"choices": [{"text": "x"}], "usage": {"completion_tokens": req["max_tokens"]}})
         if self.path == "/start_profile":
             if not config.get("torch_profiler_dir"):

@@ -1,0 +1,101 @@
+"""Roles of a disaggregated run (an AFD attention server and its FFN server): both traces call
+themselves rank 0 of world size 1, so only the bundle's manifest tells them apart. Pure functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
+
+ATTENTION, FFN = "attention", "ffn"
+ROLE_ORDER = (ATTENTION, FFN)
+
+
+@dataclass(frozen=True)
+class RolesInfo:
+    """What the manifest says about the run's roles and their GPU."""
+
+    roles: tuple[str, ...]  # the roles present, attention first
+    shared_gpu: bool | None  # both roles on one GPU (their figures are not two GPUs')
+    mps: bool | None
+    ffn_window_restricted: bool = False  # the FFN's events cut to the attention's window
+    missing: tuple[str, ...] = ()  # roles the manifest declares whose traces are not there
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.missing:
+            out.append(
+                f"the manifest's {', '.join(self.missing)} role has no trace: the round trips' parts on that side "
+                "are not measured"
+            )
+        shared = self.shared_note()
+        return out + ([shared] if shared else [])
+
+    def shared_note(self) -> str | None:
+        if not self.shared_gpu:
+            return None
+        how = " under MPS (they share the SMs)" if self.mps else (" time-sliced (no MPS)" if self.mps is False else "")
+        what = (
+            "each rank's figures are of a GPU it shared with the other role"
+            if self.missing
+            else "figures added over the ranks are one GPU's twice, not two GPUs'"
+        )
+        return f"both roles ({', '.join(self.roles)}) ran on one GPU{how}: {what}"
+
+
+def wall_offset_us(tl: Timeline, reference: Timeline) -> float | None:
+    """What to add to tl's ts to put it on reference's ts clock (both from baseTimeNanoseconds)."""
+    if tl.base_time_ns is None or reference.base_time_ns is None:
+        return None
+    return (tl.base_time_ns - reference.base_time_ns) / 1000.0
+
+
+def event_window(tl: Timeline) -> tuple[float, float] | None:
+    starts = [float(a.start.min()) for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    ends = [float(a.end.max()) for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    return (min(starts), max(ends)) if starts else None
+
+
+def _cut(iv: Intervals, lo: float, hi: float) -> tuple[Intervals, np.ndarray]:
+    """The intervals overlapping [lo, hi), clipped to it, and the indices they came from."""
+    keep = (iv.end > lo) & (iv.start < hi)
+    start = np.maximum(iv.start[keep], lo)
+    order = np.argsort(start, kind="stable")  # clipping may move an early start past a later one
+    fields = (start, np.minimum(iv.end[keep], hi), iv.name[keep], iv.lane[keep], iv.correlation[keep])
+    taken = np.flatnonzero(keep)[order]
+    return Intervals(*(f[order] for f in fields)), taken
+
+
+def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
+    """The timeline's events that overlap [lo, hi) (tl's own ts clock), each cut to it: the FFN's
+    last receive waits out the attention side's profiler export (seconds), which is not the run."""
+    gpu, g_keep = _cut(tl.gpu, lo, hi)
+    calls, _ = _cut(tl.calls, lo, hi)
+    cpu, c_keep = _cut(tl.cpu, lo, hi)
+    args = tl.gpu_args
+    if args is not None:
+        args = CommArgs(args.collective[g_keep], args.group[g_keep], args.nelems[g_keep], args.seq[g_keep])
+    return replace(
+        tl, gpu=gpu, gpu_is_copy=tl.gpu_is_copy[g_keep], calls=calls, cpu=cpu, cpu_is_annotation=tl.cpu_is_annotation[c_keep],
+        gpu_args=args,
+    )  # fmt: skip
+
+
+def roles_info(manifests: list[dict[str, Any]], present: list[str]) -> RolesInfo | None:
+    """present: the roles of the traces read; the manifest may declare more (a role whose traces
+    were not written), which the note names as missing."""
+    if not present:
+        return None
+    declared = [r for m in manifests if isinstance(m.get("roles"), dict) for r in m["roles"] if isinstance(r, str)]
+    sharing = next((m.get("gpu_sharing") for m in manifests if isinstance(m.get("gpu_sharing"), dict)), None) or {}
+    shared, mps = sharing.get("shared_gpu"), sharing.get("mps")
+    ordered = tuple(sorted(set(present) | set(declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
+    return RolesInfo(
+        ordered,
+        shared if isinstance(shared, bool) else None,
+        mps if isinstance(mps, bool) else None,
+        missing=tuple(r for r in ordered if r not in present),
+    )

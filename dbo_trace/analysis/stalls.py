@@ -1,0 +1,223 @@
+"""Steady state and stalls: each step's period, and the steps that are not the run's steady state
+(docs/analysis.md, "Steady state and stalls").
+
+A step's **period** is its share of the wall clock: from its start to the next step's start.
+Periods never count time twice where windows overlap (a GPU running behind its CPU); a step
+followed by an idle server has a long one, and is a stall (an outlier) for it.
+
+A **stall** is a step that holds compile or JIT work (torch.compile's dynamo and inductor ranges,
+Triton autotuning, a graph capture) or whose period is a robust outlier against its phase's steps
+(median and MAD). The verdicts and headlines are decided over the other steps, the steady state;
+the stalls are reported apart with their cause and cost.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from dbo_trace.analysis.intervals import covered_within, union
+
+# CPU ranges of compile and JIT work, never of running compiled code: torch.compile writes
+# `dynamo`, `entire_frame_compile`, `backend_compile`, `inductor_compile`, `async_compile.*` and
+# many `... (dynamo_timed)` ranges while it compiles; Triton's autotuner benchmarks configurations.
+# Not matched: `TorchDynamo Cache Lookup`, `Torch-Compiled Region`, `## Call CompiledFxGraph ##`
+# and `triton_poi_fused_...` launches, which every step of a compiled model runs.
+COMPILE_RANGE = re.compile(
+    r"^dynamo$|\(dynamo_timed\)$|entire_frame_compile|backend_compile|inductor_compile|compile_fx"
+    r"|async_compile|autotun|benchmark_all_configs|triton[._ ]compile|compile_inner",
+    re.I,
+)
+COMPILE_MIN_US = 1000.0  # a step holds compile work when it has at least this much of it ...
+COMPILE_MIN_SHARE = 0.05  # ... and at least this share of its period
+OUTLIER_MADS = 3.5  # a period beyond the phase median + this many scaled MADs ...
+OUTLIER_RATIO = 2.0  # ... and beyond twice the median is an outlier
+MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normal data
+MIN_OUTLIER_STEPS = 4  # fewer steps in a phase: no MAD test (a median of 3 says little) ...
+FAR_OUTLIER_RATIO = 10.0  # ... only a step this many times the median of its phase's other steps (2 or 3 of them)
+
+COMPILE, CAPTURE, OUTLIER = "compile", "graph capture", "outlier"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Why a step is not steady state, and what it cost."""
+
+    cause: str  # COMPILE, CAPTURE or OUTLIER
+    extra_us: float | None  # its period less its phase's steady median (None: no steady step in the phase)
+    compile_us: float  # compile/JIT ranges inside its period (their union)
+    capture_us: float  # graph capture inside its period
+    compile_ranges: tuple[tuple[str, float], ...]  # the outermost compile ranges by time, largest first (3)
+    phase_median_us: float | None  # the steady median it is measured against
+
+    @property
+    def text(self) -> str:
+        """The cause in words, with its numbers."""
+        if self.cause == COMPILE:
+            names = ", ".join(n for n, _ in self.compile_ranges)
+            return f"compile/JIT {self.compile_us / 1000:.2f} ms ({names})" if names else f"compile/JIT {self.compile_us / 1000:.2f} ms"
+        if self.cause == CAPTURE:
+            return f"graph capture {self.capture_us / 1000:.2f} ms"
+        if self.phase_median_us:
+            return f"outlier ({(self.extra_us or 0.0) / self.phase_median_us + 1:.1f}x its phase's median)"
+        return "outlier"
+
+
+def step_periods(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """(n,) float64: each step's period (start, end: (n,), one rank's step windows): from its start to
+    the next step's start (the last step: its window). The time between steps (the scheduler,
+    sampling, Python) is the step's too; a window that runs past the next start is not counted twice.
+    They add up to the wall clock from the first step's start to the last one's end."""
+    if not len(start):
+        return np.empty(0)
+    nxt = next_starts(start)
+    periods: np.ndarray = np.where(np.isinf(nxt), end - start, nxt - start)
+    return periods
+
+
+def next_starts(start: np.ndarray) -> np.ndarray:
+    """(n,) float64: the next step's start after each step (in start order; the last: inf)."""
+    out = np.empty(len(start))
+    if not len(start):
+        return out
+    order = np.argsort(start, kind="stable")
+    out[order] = np.r_[start[order][1:], np.inf]
+    return out
+
+
+def in_periods(
+    start: np.ndarray, end: np.ndarray, r_start: np.ndarray, r_end: np.ndarray
+) -> np.ndarray:
+    """(n,) float64: per step, the time of the ranges (r_start, r_end; any, overlapping) inside its
+    period's stretch of its window: [start, min(next start, end))."""
+    if not len(start) or not len(r_start):
+        return np.zeros(len(start))
+    u_lo, u_hi = union(r_start.astype(float), r_end.astype(float))
+    stop = np.minimum(next_starts(start), end)
+    return covered_within(start, np.maximum(stop, start), u_lo, u_hi)
+
+
+def compile_ranges(names: list[str], cpu_name: np.ndarray) -> np.ndarray:
+    """(n_cpu,) bool: the CPU ranges that are compile or JIT work (by name)."""
+    ids = np.unique(cpu_name)
+    hits = np.array([bool(COMPILE_RANGE.search(names[int(i)])) for i in ids], bool)
+    return np.isin(cpu_name, ids[hits]) if len(ids) else np.zeros(len(cpu_name), bool)
+
+
+def top_compile_names(
+    start: np.ndarray, end: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, r_name: np.ndarray, names: list[str], top: int = 3
+) -> list[tuple[tuple[str, float], ...]]:
+    """Per step, the outermost compile ranges that start inside its period's stretch, by name and
+    summed time, largest first (a range inside another of them is left out: it is in the outer one)."""
+    out: list[tuple[tuple[str, float], ...]] = []
+    if not len(r_start):
+        return [() for _ in range(len(start))]
+    order = np.lexsort((-(r_end - r_start), r_start))
+    rs, re_, rn = r_start[order], r_end[order], r_name[order]
+    outer = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]]
+    rs, re_, rn = rs[outer], re_[outer], rn[outer]
+    stop = np.minimum(next_starts(start), end)
+    for lo, hi in zip(start.tolist(), stop.tolist()):
+        a, b = np.searchsorted(rs, lo, side="left"), np.searchsorted(rs, hi, side="left")
+        totals: dict[str, float] = {}
+        for k in range(a, b):
+            n = names[int(rn[k])]
+            totals[n] = totals.get(n, 0.0) + float(min(re_[k], hi) - rs[k])
+        out.append(tuple(sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:top]))
+    return out
+
+
+def find_stalls(
+    *,
+    period_us: np.ndarray,  # (n,) float64: each step's period
+    phase: list[str | None],  # each step's phase (None: no phase; its steps are one group)
+    compile_us: np.ndarray,  # (n,) float64: compile/JIT ranges inside its period
+    capture_us: np.ndarray,  # (n,) float64: graph capture inside its period
+    compile_names: list[tuple[tuple[str, float], ...]],
+) -> list[Stall | None]:
+    """Each step's stall, or None where it is steady state. Per phase: compile or capture steps
+    first, then outliers among the rest (median and MAD of the rest); the cost is measured against
+    the median of the phase's steady steps."""
+    n = len(period_us)
+    kind: list[str | None] = [None] * n
+    for i in range(n):
+        floor = max(COMPILE_MIN_US, COMPILE_MIN_SHARE * period_us[i])
+        if compile_us[i] >= floor:
+            kind[i] = COMPILE
+        elif capture_us[i] >= floor:
+            kind[i] = CAPTURE
+    medians: dict[str | None, float | None] = {}
+    for p in dict.fromkeys(phase):
+        idx = [i for i in range(n) if phase[i] == p and kind[i] is None]
+        if len(idx) >= MIN_OUTLIER_STEPS:
+            x = period_us[idx]
+            med = float(np.median(x))
+            mad = float(np.median(np.abs(x - med))) * MAD_SCALE
+            for i in idx:
+                if period_us[i] > med + OUTLIER_MADS * mad and period_us[i] > OUTLIER_RATIO * med:
+                    kind[i] = OUTLIER
+        elif len(idx) >= 3:  # a few steps: each against the median of the others, far beyond it only
+            for i in idx:
+                others = float(np.median([period_us[j] for j in idx if j != i]))
+                if period_us[i] > FAR_OUTLIER_RATIO * others:
+                    kind[i] = OUTLIER
+        steady = [period_us[i] for i in range(n) if phase[i] == p and kind[i] is None]
+        medians[p] = float(np.median(steady)) if steady else None
+    out: list[Stall | None] = []
+    for i in range(n):
+        k = kind[i]
+        if k is None:
+            out.append(None)
+            continue
+        base = medians[phase[i]]
+        out.append(
+            Stall(
+                cause=k,
+                extra_us=None if base is None else float(period_us[i] - base),
+                compile_us=float(compile_us[i]),
+                capture_us=float(capture_us[i]),
+                compile_ranges=compile_names[i],
+                phase_median_us=base,
+            )
+        )
+    return out
+
+
+BEHIND_SHARE = 0.05  # the step windows add up to this much more than the wall clock they cover: say so
+
+
+@dataclass(frozen=True)
+class Behind:
+    """Step windows that overlap: a step's kernels still ran when the next step started (the GPU
+    runs behind the CPU), so a window is not the step's share of the wall clock."""
+
+    steps: int
+    overlapping: int  # steps whose window runs past the next step's start
+    windows_us: float  # the step windows added
+    wall_us: float  # the wall clock they cover (their union)
+    median_overlap_us: float  # how far past the next start, over the overlapping steps
+
+    @property
+    def text(self) -> str:
+        return (
+            f"the GPU runs behind the CPU: {self.overlapping} of {self.steps} step windows run past the next step's "
+            f"start (median {self.median_overlap_us / 1000:.2f} ms); the windows add up to "
+            f"{self.windows_us / 1000:.2f} ms against {self.wall_us / 1000:.2f} ms of wall clock, so step times are "
+            f"periods (start to the next start), windows beside them"
+        )
+
+
+def behind(start: np.ndarray, end: np.ndarray) -> Behind | None:
+    """The overlap of one rank's step windows (start, end: (n,)), where it matters (BEHIND_SHARE)."""
+    if len(start) < 2:
+        return None
+    u_lo, u_hi = union(start.astype(float), end.astype(float))
+    wall = float((u_hi - u_lo).sum())
+    windows = float((end - start).sum())
+    if wall <= 0 or windows < (1 + BEHIND_SHARE) * wall:
+        return None
+    past = end - np.minimum(next_starts(start), end)
+    over = past[past > 0]
+    return Behind(len(start), len(over), windows, wall, float(np.median(over)) if len(over) else 0.0)

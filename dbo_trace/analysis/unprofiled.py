@@ -1,0 +1,131 @@
+"""The arms as timed unprofiled: `record --repeats` (vllm bench serve, or the built-in streamed load),
+beside the profiled step time and the profiler's overhead (docs/analysis.md, "Unprofiled timing").
+
+Per arm, from its manifest's `repeats` (each repeat's duration_s, output_throughput,
+median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
+- duration: mean ± sample standard deviation (ddof 1) over the n repeats;
+- output tokens/s, TPOT median, ITL median: the mean over the repeats of each repeat's figure;
+- change against the first arm: mean duration / first arm's - 1, with an interval of ±2 standard
+  errors of the difference of the means (sqrt(sd_a²/n_a + sd_b²/n_b), as fractions of the first
+  arm's mean): "within noise" where the change is inside it; beside it the 95% interval from
+  Student's t (Welch's degrees of freedom), which is wider for few repeats (t = 4.30 at 2 df);
+- the profiler's overhead: the profiled per-step time (the median of the arm's profiled step
+  times) against the unprofiled per-step time, the TPOT median (a decode step makes one token of
+  each running request: TPOT is the unprofiled step period of a decode-bound load), minus 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+NOISE_SE = 2.0  # the same band as compare's step times
+
+
+@dataclass(frozen=True)
+class Unprofiled:
+    label: str
+    repeats: int  # n: repeats with a duration and at least one completed request
+    tool: str  # "vllm bench serve", "builtin", or both joined with "+"
+    duration_mean_s: float
+    duration_sd_s: float
+    output_tokens_per_s: float | None
+    tpot_median_ms: float | None
+    itl_median_ms: float | None
+    profiled_step_ms: float | None  # the median profiled step time (compare's step median)
+    profiler_overhead: float | None = None  # profiled step / unprofiled TPOT median - 1
+    change: float | None = None  # mean duration against the first arm's, - 1
+    change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
+    change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
+    within_noise: bool | None = None
+
+
+def _numbers(repeats: list[Any], key: str) -> list[float]:
+    out = []
+    for r in repeats:
+        v = r.get(key) if isinstance(r, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def unprofiled_of(label: str, repeats: Any, profiled_step_us: float | None) -> Unprofiled | None:
+    """One arm's unprofiled figures; None where its manifest holds no usable repeat."""
+    if not isinstance(repeats, list):
+        return None
+    usable = [
+        r
+        for r in repeats
+        if isinstance(r, dict) and _numbers([r], "duration_s") and (_numbers([r], "completed") or [0.0])[0] > 0
+    ]
+    if not usable:
+        return None
+    durations = np.array(_numbers(usable, "duration_s"), float)
+    tpot = _mean(_numbers(usable, "median_tpot_ms"))
+    step_ms = profiled_step_us / 1000.0 if profiled_step_us is not None and math.isfinite(profiled_step_us) else None
+    tools = "+".join(dict.fromkeys(str(r.get("tool")) for r in usable))
+    return Unprofiled(
+        label=label,
+        repeats=len(durations),
+        tool=tools,
+        duration_mean_s=float(durations.mean()),
+        duration_sd_s=float(durations.std(ddof=1)) if len(durations) > 1 else 0.0,
+        output_tokens_per_s=_mean(_numbers(usable, "output_throughput")),
+        tpot_median_ms=tpot,
+        itl_median_ms=_mean(_numbers(usable, "median_itl_ms")),
+        profiled_step_ms=step_ms,
+        profiler_overhead=step_ms / tpot - 1.0 if step_ms is not None and tpot else None,
+    )
+
+
+def _t95(df: float) -> float:
+    """Student's t two-sided 95% quantile (a table, interpolated in 1/df; normal beyond)."""
+    table = [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571), (6, 2.447), (8, 2.306), (10, 2.228),
+             (15, 2.131), (20, 2.086), (30, 2.042), (60, 2.000), (120, 1.980)]  # fmt: skip
+    if df <= 1:
+        return table[0][1]
+    for (d0, t0), (d1, t1) in zip(table, table[1:]):
+        if d0 <= df <= d1:
+            w = (1 / df - 1 / d1) / (1 / d0 - 1 / d1)
+            return t1 + w * (t0 - t1)
+    return 1.96
+
+
+def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of a difference of two means (va, vb: sd²/n)."""
+    denominator = va**2 / (na - 1) + vb**2 / (nb - 1)
+    return (va + vb) ** 2 / denominator if denominator > 0 else float(na + nb - 2)
+
+
+def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
+    """Each arm's change in mean duration against the first arm, its interval and noise call (no
+    interval where either arm has a single repeat: its spread is unknown)."""
+    if not rows:
+        return rows
+    base = rows[0]
+    out = [base]
+    for row in rows[1:]:
+        change = row.duration_mean_s / base.duration_mean_s - 1.0
+        if row.repeats < 2 or base.repeats < 2:
+            out.append(replace(row, change=change))
+            continue
+        va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
+        se = math.sqrt(va + vb)
+        df = _welch_df(va, row.repeats, vb, base.repeats)
+        out.append(
+            replace(
+                row,
+                change=change,
+                change_interval=NOISE_SE * se / base.duration_mean_s,
+                change_interval_t95=_t95(df) * se / base.duration_mean_s,
+                within_noise=abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se,
+            )
+        )
+    return out

@@ -1,0 +1,83 @@
+"""compare's second table: the arms timed unprofiled (`record --repeats`), beside the profiled step
+time and the profiler's overhead (analysis/unprofiled.py computes; this only lays out).
+
+The Markdown is the ablation's table shape: `eager | 36.642 s ± 0.047 (n 3) | baseline | ...`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from dbo_trace.analysis.unprofiled import NOISE_SE, Unprofiled
+from dbo_trace.render.format import md_table
+from dbo_trace.render.layout import Column
+from dbo_trace.render.safe import markdown_code
+
+TITLE = "unprofiled (timed repeats, the profiler off)"
+COLUMNS = [
+    Column("arm", right=False, wrap=True),
+    Column("duration (mean ± sd, n)"),
+    Column("vs first (± 2 SE; t 95%)", right=False),
+    Column("output tok/s", keep=4),
+    Column("TPOT median", keep=5),
+    Column("ITL median", keep=3),
+    Column("profiled step median", keep=6),
+    Column("profiler overhead"),
+    Column("timed by", right=False, keep=2),
+]  # keep: the narrow terminal drops the lowest first (the tool, ITL, tok/s) and keeps the overhead's two terms
+HEADER = [c.header for c in COLUMNS]
+
+
+def _opt(value: float | None, fmt: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def _change(u: Unprofiled) -> str:
+    if u.change is None:
+        return "baseline"
+    text = f"{100 * u.change:+.1f}%"
+    if u.change_interval is None:
+        return text + " (one repeat: no interval)"
+    return f"{text} ± {100 * u.change_interval:.1f}% (t95 ± {100 * (u.change_interval_t95 or 0.0):.1f}%)" + (
+        " noise" if u.within_noise else ""
+    )
+
+
+def rows(unprofiled: list[Unprofiled]) -> list[list[str]]:
+    return [
+        [
+            u.label,
+            f"{u.duration_mean_s:.3f} s ± {u.duration_sd_s:.3f} (n {u.repeats})",
+            _change(u),
+            _opt(u.output_tokens_per_s, ".1f"),
+            _opt(u.tpot_median_ms, ".2f", " ms"),
+            _opt(u.itl_median_ms, ".2f", " ms"),
+            _opt(u.profiled_step_ms, ".2f", " ms"),
+            "-" if u.profiler_overhead is None else f"{100 * u.profiler_overhead:+.0f}%",
+            u.tool,
+        ]
+        for u in unprofiled
+    ]
+
+
+NOTE = (
+    f"Unprofiled: each arm's load timed by its recording's repeats with the profiler off; change: mean duration "
+    f"against the first arm, ± {NOISE_SE:.0f} standard errors of the difference (noise inside it) and Student's "
+    "t 95% (wider for few repeats); profiler overhead: the profiled step median against the unprofiled TPOT median."
+)
+
+
+def markdown_lines(unprofiled: list[Unprofiled]) -> list[str]:
+    if not unprofiled:
+        return []
+    table = md_table(HEADER, [[markdown_code(r[0]), *r[1:]] for r in rows(unprofiled)])
+    return ["", f"**{TITLE}**", "", *table, "", NOTE, ""]
+
+
+def json_rows(unprofiled: list[Unprofiled]) -> list[dict[str, Any]]:
+    out = []
+    for u in unprofiled:
+        d = asdict(u)
+        out.append({k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()})
+    return out

@@ -1,0 +1,504 @@
+"""`report --ray ADDRESS`: each rank read and analysed by a Ray task on the node that holds its trace,
+the cross-rank step and the document on the driver (docs/performance.md, "Across machines").
+
+The same steps as pipeline.analyze_found's process pool, with Ray as the executor:
+  1. find: on each node named (`NODE:/path`) or, for a path without one, on every node (a glob asked
+     of each), the traces, event logs and manifests the paths hold (trace/load.py discover);
+  2. analyse: per trace, a task pinned to its node (node affinity) reads it and runs analyze_rank;
+     the rank's report with its detail (the whole timeline) stays in that node's object store, and
+     the driver fetches only the report without it, the cross-rank step's part of the detail
+     (report.CrossPart: the comm kernels, the clock's clues) and what settling the rank numbers reads;
+  3. combine on the driver (report.combine), whose peer-wait step goes back, per rank that waited,
+     to a task on the rank's node, where its detail is.
+A failed task is retried once (Ray: max_retries, retry_exceptions); a trace still not analysed is a
+warning naming it, its node and why, and the report is of the other ranks. Ctrl-C cancels the tasks.
+A task reads only the files its node found under the paths given (resolved: a symbolic link out of
+them is refused).
+
+A task runs in a Ray worker, a fresh Python: this module imports nothing of dbo_trace or Ray at its
+top, and each task imports only what it needs (the readers and analyses; not click, rich, the renderers).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.clocks import Alignment
+    from dbo_trace.analysis.peers import PeerWaits
+    from dbo_trace.analysis.report import CrossPart, Options, RankReport, Report
+    from dbo_trace.trace.eventlog import EventLogData
+    from dbo_trace.trace.timeline import Timeline
+
+INSTALL_HINT = "pip install 'dbo-trace[ray]'"
+TASK_RETRIES = 1  # a failed task runs once more, then its rank is named missing
+_GLOB = set("*?[")
+# The resources every node has; any other is the node's own name (`ray start --resources`).
+_STANDARD = {"CPU", "GPU", "memory", "object_store_memory"}
+
+
+# ---- Where the paths are -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Given:
+    """A path as the user gave it: `NODE:/path` (one node) or `/path` (a glob asked of every node)."""
+
+    text: str
+    node: str | None
+    path: str
+
+
+def parse(text: str) -> Given:
+    head, sep, tail = text.partition(":")
+    if sep and tail.startswith("/") and head and "/" not in head:
+        return Given(text, head, tail)
+    return Given(text, None, text)
+
+
+def node_names(node: dict[str, Any]) -> list[str]:
+    """The names a node answers to: its id, its address, its host name and its own resources."""
+    own = [k for k in node.get("Resources", {}) if k not in _STANDARD and not k.startswith(("node:", "accelerator_type:"))]
+    return [node["NodeID"], node.get("NodeManagerAddress", ""), node.get("NodeManagerHostname", ""), *own]
+
+
+def node_label(node: dict[str, Any]) -> str:
+    """A node as the lines name it: its own resource, else its address, and its id's first digits."""
+    names = node_names(node)
+    own = names[3:]
+    return f"{own[0] if own else names[1]} ({names[0][:8]})"
+
+
+def resolve(given: Given, nodes: list[dict[str, Any]], dead: list[dict[str, Any]]) -> list[dict[str, Any]] | str:
+    """The live nodes a path is asked of, or why none."""
+    if given.node is None:
+        return nodes
+    hits = [n for n in nodes if given.node in node_names(n)]
+    if len(hits) == 1:
+        return hits
+    if len(hits) > 1:
+        named = ", ".join(node_label(n) for n in hits)
+        return f"{given.text}: {given.node} names {len(hits)} nodes ({named}); name one by its node id or a resource only it has"
+    known = ", ".join(node_label(n) for n in nodes)
+    if dead:  # a dead node keeps its id and address but not its resources: the name may be one of them
+        return f"{given.text}: no live node of the cluster is called {given.node} ({len(dead)} dead; live: {known})"
+    return f"{given.text}: no node of the cluster is called {given.node} (its nodes: {known})"
+
+
+# ---- The tasks (they run on the nodes) ------------------------------------------------------
+
+
+@dataclass
+class NodeFound:
+    """What one node found under the paths it was asked about."""
+
+    traces: list[tuple[str, int, int, int]] = field(default_factory=list)  # (path, bytes, mtime ns, index of the path given)
+    logs: list[EventLogData] = field(default_factory=list)
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a path named on this node that is not there: an error
+
+
+def within(path: str | Path, roots: list[str]) -> bool:
+    """Whether the file, its links followed, is one of the paths given or under one."""
+    real = Path(os.path.realpath(path))
+    return any(real == Path(r) or Path(r) in real.parents for r in roots)
+
+
+def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
+    """On a node: per (index, path, is it named on this node), the files discover() finds there; a
+    glob is expanded here. Returns them and the resolved roots the rank tasks may read under."""
+    from dbo_trace.trace.errors import InputError
+    from dbo_trace.trace.load import discover, read_logs
+
+    out, roots = NodeFound(), []
+    for index, path, named in asked:
+        matches = sorted(glob.glob(path)) if _GLOB & set(path) else [path]
+        matches = [m for m in matches if os.path.exists(m)]
+        if not matches:
+            if named:
+                out.errors.append(f"{path}: no such file or directory")
+            continue
+        for match in matches:
+            root = os.path.realpath(match)
+            try:
+                found = discover([Path(match)])
+            except InputError as exc:
+                (out.errors if named else out.warnings).append(str(exc))
+                continue
+            roots.append(root)
+            outside = [t for t in found.traces + found.logs if not within(t, [root])]
+            for t in outside:
+                out.warnings.append(f"{t}: leads outside {match} (a symbolic link?); not read")
+            found.traces = [t for t in found.traces if t not in outside]
+            found.logs = [t for t in found.logs if t not in outside]
+            logs, log_warnings = read_logs(found)
+            out.traces += [(str(t), (st := os.stat(t)).st_size, st.st_mtime_ns, index) for t in found.traces]
+            out.logs += logs
+            out.manifests += found.manifests
+            out.warnings += found.warnings + log_warnings
+    return out, roots
+
+
+@dataclass(frozen=True)
+class Compact:
+    """A trace's ranks as the driver needs them: each report without its detail, its CrossPart and
+    the timeline's bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
+
+    reports: list[RankReport]
+    parts: list[CrossPart]
+    bounds: list[Timeline]
+    node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
+
+
+def analyse(trace: str, index: int, logs: list[EventLogData], options: Options, roots: list[str]) -> tuple[Any, Any]:
+    """On the trace's node: its ranks read and analysed. Returns (the full reports, kept on the node;
+    their Compact, or the trace's one-line error)."""
+    from dataclasses import replace
+
+    from dbo_trace.analysis.report import cross_part
+    from dbo_trace.pipeline import _read_and_analyze
+    from dbo_trace.trace.alloc import reuse_freed_memory
+
+    if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
+        return None, f"{trace}: outside the paths given; not read"
+    reuse_freed_memory()
+    result = _read_and_analyze(Path(trace), index, logs, options)
+    if isinstance(result, str):
+        return None, result
+    import ray
+
+    compact = Compact(
+        [replace(r, detail=None) for r in result],
+        [shared_strings(cross_part(r)) for r in result],
+        [bounds(r.detailed().timeline) for r in result],
+        ray.get_runtime_context().get_node_id(),
+    )
+    return result, compact
+
+
+def shared_strings(part: CrossPart) -> CrossPart:
+    """The part with each comm kernel's channel and signature one string object per distinct text,
+    which pickle then sends once (its memo): a few bytes per kernel instead of the text each time."""
+    from dataclasses import replace
+
+    comm = part.comm
+    return replace(
+        part, comm=replace(comm, channel=[sys.intern(c) for c in comm.channel], signature=[sys.intern(x) for x in comm.signature])
+    )
+
+
+def bounds(tl: Timeline) -> Timeline:
+    """The timeline with, of each kind of event, only its first start and its last end."""
+    from dataclasses import fields, replace
+
+    import numpy as np
+
+    def ends(iv: Any) -> tuple[Any, np.ndarray]:
+        keep = np.unique([int(iv.start.argmin()), int(iv.end.argmax())]) if len(iv) else np.zeros(0, np.int64)
+        return replace(iv, **{f.name: getattr(iv, f.name)[keep] for f in fields(iv)}), keep
+
+    gpu, g = ends(tl.gpu)
+    calls, _ = ends(tl.calls)
+    cpu, c = ends(tl.cpu)
+    return replace(
+        tl, gpu=gpu, calls=calls, cpu=cpu, gpu_is_copy=tl.gpu_is_copy[g], cpu_is_annotation=tl.cpu_is_annotation[c],
+        names=[], gpu_args=None,
+    )  # fmt: skip
+
+
+def peer_waits_of(full: list[RankReport], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankReport:
+    """On the rank's node: its report (renumbered as settled) with its peer waits, without its detail."""
+    from dataclasses import replace
+
+    from dbo_trace.analysis.report import with_peer_waits
+
+    return replace(with_peer_waits([replace(full[k], rank=rank)], waits, alignment)[0], detail=None)
+
+
+# ---- The driver ------------------------------------------------------------------------------
+
+
+# Ray's failures that are about the machine, not the trace, in the user's words
+_RAY_FAILURES = {
+    "TaskUnschedulableError": "its node left the cluster",
+    "NodeDiedError": "its node died",
+    "WorkerCrashedError": "the task's worker process died",
+    "OutOfMemoryError": "its node ran out of memory",
+    "ObjectLostError": "its result was lost with its node",
+    "OwnerDiedError": "its result was lost with its node",
+    "ObjectReconstructionFailedError": "its result was lost with its node",
+}
+
+
+def why(exc: BaseException) -> str:
+    """A failed task's reason in a few words: Ray's failure in plain words, or the exception inside
+    Ray's wrapper (a bug: its first line)."""
+    for kind in type(exc).__mro__:
+        if kind.__name__ in _RAY_FAILURES:
+            return _RAY_FAILURES[kind.__name__]
+    cause = getattr(exc, "cause", None)
+    inner = cause if isinstance(cause, BaseException) else exc
+    text = str(inner).strip().splitlines()
+    first = next((line for line in text if line.strip() and not line.startswith("Traceback")), "")
+    name = type(inner).__name__
+    return f"{name}: {first[:160]}" if first else name
+
+
+class Counter:
+    """Ranks done / total on stderr: a line per rank where stderr is a file, one rewritten line on a terminal."""
+
+    def __init__(self, total: int, stream: Any = None) -> None:
+        self.total, self.done, self.stream = total, 0, stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def step(self, label: str) -> None:
+        from dbo_trace.errors import inert
+
+        self.done += 1
+        line = f"dbo-trace: ranks analysed {self.done}/{self.total} (last: {inert(label)})"
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + ("\n" if self.done == self.total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def analyze_on_ray(address: str, paths: list[str], options: Options, stream: Any = None) -> Report:
+    """The report of the traces the cluster's nodes hold under paths (`NODE:/path` or globs asked of
+    every node): the same document as `report` of those files on one machine."""
+    try:
+        import ray
+    except ImportError:
+        from dbo_trace.errors import UsageError
+
+        raise UsageError(f"--ray needs Ray on this machine and on every node: {INSTALL_HINT}") from None
+    _quiet(ray)
+    if not ray.is_initialized():  # once per process: compare analyses each arm here
+        try:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: the address is not a cluster
+            from dbo_trace.errors import UsageError
+
+            raise UsageError(
+                f"--ray {address}: cannot connect to a Ray cluster there ({why(exc)}); start one with `ray start`"
+            ) from None
+    return _analyze(ray, paths, options, stream)
+
+
+def _quiet(ray: Any) -> None:
+    """Ray's driver prints the cluster's error messages (a node marked dead, ...) to stdout, where
+    the report goes: each becomes its first line on stderr, made inert. A private hook of Ray's
+    (ray._private.worker.print_to_stdstream); where it is not there, Ray prints as it does."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is None or not hasattr(worker, "print_to_stdstream"):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        from dbo_trace.errors import inert
+
+        for line in data.get("lines", [])[:1]:
+            first = str(line).strip().splitlines()[0] if str(line).strip() else ""
+            if first:
+                sys.stderr.write(f"dbo-trace: ray: {inert(first[:200])}\n")
+
+    worker.print_to_stdstream = to_stderr
+
+
+def _pinned(ray: Any, fn: Callable[..., Any], node_id: str, **options: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    return ray.remote(fn).options(scheduling_strategy=strategy, num_cpus=1, **options)
+
+
+def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Report:
+    from dataclasses import replace
+
+    from dbo_trace.analysis.report import combine
+    from dbo_trace.pipeline import options_from_manifests
+    from dbo_trace.trace.errors import InputError
+    from dbo_trace.trace.load import rank_order, settle_ranks
+    from dbo_trace.trace.workers import sigterm_interrupts
+
+    every = ray.nodes()
+    nodes = sorted((n for n in every if n.get("Alive")), key=lambda n: node_label(n))
+    dead = [n for n in every if not n.get("Alive")]
+    given = [parse(p) for p in paths]
+    by_node: dict[str, list[tuple[int, str, bool]]] = {}
+    label = {n["NodeID"]: node_label(n) for n in every}
+    warnings: list[str] = []
+    for g in given:
+        if not g.path.startswith("/"):  # a task's working folder is Ray's, on another machine
+            raise InputError(f"{g.text}: --ray takes absolute paths, NODE:/path or /path (a glob asked of every node)")
+    for i, g in enumerate(given):
+        where = resolve(g, nodes, dead)
+        if isinstance(where, str):
+            if g.node is not None and dead:
+                warnings.append(f"{where}: the ranks there are missing from this report")
+                continue
+            raise InputError(where)
+        for n in where:
+            by_node.setdefault(n["NodeID"], []).append((i, g.path, g.node is not None))
+
+    # 1. find, on each node asked
+    finding = {
+        node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked)
+        for node, asked in by_node.items()
+    }
+    seen: dict[tuple[int, str, int, int], list[str]] = {}  # a file each node found: (given, path, bytes, mtime) -> nodes
+    logs: list[EventLogData] = []
+    manifests: list[dict[str, Any]] = []
+    roots: dict[str, list[str]] = {}
+    for node, ref in finding.items():
+        try:
+            found, roots[node] = _get(ray, ref, [r for r in finding.values()])
+        except _TaskFailed as exc:
+            asked = ", ".join(given[i].text for i, _, _ in by_node[node])
+            warnings.append(f"node {label[node]}: could not list {asked} ({exc}); the ranks there are missing from this report")
+            continue
+        if found.errors:
+            raise InputError(f"{found.errors[0]} (on node {label[node]})")
+        for path, size, mtime, index in found.traces:
+            seen.setdefault((index, path, size, mtime), []).append(node)
+        logs += found.logs
+        manifests += found.manifests
+        warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
+    traces = _placed(seen, label)
+    if not traces:
+        raise InputError(warnings[0] if warnings else "no node found a trace under the paths given")
+    for i, g in enumerate(given):
+        if g.node is None and not any(t[0] == i for t in traces):
+            raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
+    inputs = _inputs(given, traces)
+    options = options_from_manifests(options, manifests)
+
+    # 2. analyse each trace on its node
+    logs_ref = ray.put(logs)
+    refs: dict[Any, int] = {}
+    full: dict[int, Any] = {}
+    for k, (_, node, path, _size) in enumerate(traces):
+        task = _pinned(ray, analyse, node, num_returns=2, max_retries=TASK_RETRIES, retry_exceptions=True)
+        full[k], compact_ref = task.remote(path, k, logs_ref, options, roots[node])
+        refs[compact_ref] = k
+    results: dict[int, Compact | str] = {}
+    counter = Counter(len(traces), stream)
+    try:
+        pending = list(refs)
+        with sigterm_interrupts():  # SIGTERM as Ctrl-C: the tasks are cancelled, not left running
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                k = refs[ready[0]]
+                _, node, path, _size = traces[k]
+                try:
+                    results[k] = ray.get(ready[0])
+                except Exception as exc:  # retried once already (max_retries, retry_exceptions)
+                    results[k] = f"the rank in {path} (node {label[node]}): not analysed ({why(exc)}); missing from this report"
+                done = results[k]
+                ran = f"on {label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {label[node]}: failed"
+                counter.step(f"{path} {ran}")
+    except BaseException:  # Ctrl-C, SIGTERM: the tasks stop with the driver
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        raise
+
+    # 3. the rank numbers settled, the cross-rank step here, its peer waits where each rank's detail is
+    reports: list[RankReport] = []
+    parts: list[CrossPart] = []
+    bounded: list[Timeline] = []
+    home: list[tuple[int, int]] = []  # per rank: the trace it came from and its place in it
+    errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
+    for k, r in sorted(results.items()):
+        if isinstance(r, Compact):
+            reports += r.reports
+            parts += r.parts
+            bounded += r.bounds
+            home += [(k, j) for j in range(len(r.reports))]
+    numbers, settle_warnings = settle_ranks(bounded, errors)
+    order = rank_order(numbers)
+    ranks = [replace(reports[i], rank=numbers[i]) for i in order]
+    place = {numbers[i]: home[i] for i in order}
+
+    def waits_on_nodes(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
+        asked = {}
+        for r in ranks:
+            if r.exposure is None or not len(waits.kernel_wait_us.get(r.rank, ((),))[0]):
+                continue
+            k, j = place[r.rank]
+            mine = replace(
+                waits,
+                kernel_wait_us={r.rank: waits.kernel_wait_us[r.rank]},
+                ops=[],
+                ranks={},
+                wait_spans={},
+                steps=[],
+                ubatches=[],
+            )
+            task = _pinned(ray, peer_waits_of, traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            asked[r.rank] = task.remote(full[k], j, r.rank, mine, alignment)
+        out = []
+        for r in ranks:
+            if r.rank not in asked:
+                out.append(r)
+                continue
+            try:
+                out.append(_get(ray, asked[r.rank], list(asked.values())))
+            except _TaskFailed as exc:
+                node = label[traces[place[r.rank][0]][1]]
+                warnings.append(f"rank {r.rank} on node {node}: its waits for peer ranks were not applied ({exc}); "
+                                "its exposed comm is as measured on its own")  # fmt: skip
+                out.append(r)
+        return out
+
+    report = combine(
+        ranks, options, inputs, settle_warnings + warnings, [parts[i].numbered(numbers[i]) for i in order], waits_on_nodes
+    )
+    return report
+
+
+class _TaskFailed(Exception):
+    pass
+
+
+def _get(ray: Any, ref: Any, every: list[Any]) -> Any:
+    """A task's result; Ctrl-C cancels every task given; a failure is _TaskFailed with its reason."""
+    try:
+        return ray.get(ref)
+    except KeyboardInterrupt:
+        for r in every:
+            ray.cancel(r, force=True)
+        raise
+    except Exception as exc:
+        raise _TaskFailed(why(exc)) from None
+
+
+def _inputs(given: list[Given], traces: list[tuple[int, str, str, int]]) -> list[str]:
+    """The document's inputs, as a local run over the same files names them: a path named on a node
+    without the node; a glob as the files it matched."""
+    out: list[str] = []
+    for i, g in enumerate(given):
+        if not (_GLOB & set(g.path)):
+            out.append(g.path)
+        else:
+            out += [t[2] for t in traces if t[0] == i]
+    return list(dict.fromkeys(out))
+
+
+def _placed(seen: dict[tuple[int, str, int, int], list[str]], label: dict[str, str]) -> list[tuple[int, str, str, int]]:
+    """Each trace once, with the node that reads it: (index of the path given, node, path, bytes), as a
+    local run orders them (by the path given, then by file name). A file that several nodes found at
+    one path with one size and time is one file on a shared filesystem: read by whichever of them
+    has the fewest traces so far."""
+    load: dict[str, int] = {}
+    out = []
+    for (index, path, size, _mtime), holders in sorted(seen.items(), key=lambda kv: (kv[0][0], Path(kv[0][1]), kv[0][2:])):
+        node = min(holders, key=lambda n: (load.get(n, 0), label[n]))
+        load[node] = load.get(node, 0) + 1
+        out.append((index, node, path, size))
+    return out

@@ -1,0 +1,91 @@
+"""compare's unprofiled table (issue 40 item 3): sample bundles given timed repeats in their manifests,
+the figures checked against a computation here from the definitions in docs/analysis.md
+("Unprofiled timing") with numpy and a t table, not through analysis/unprofiled.py."""
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_cli
+
+SAMPLES = ROOT / "samples"
+T95 = {2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, two-sided 95%, by degrees of freedom
+
+
+def _arm(tmp_path, sample: str, name: str, durations, tpots, itls, tool="vllm bench serve"):
+    dest = tmp_path / name
+    shutil.copytree(SAMPLES / sample, dest)
+    m = json.loads((dest / "manifest.json").read_text())
+    m["repeats"] = [
+        {"tool": tool, "index": i, "duration_s": d, "completed": 64, "output_throughput": 64 * 256 / d,
+         "median_tpot_ms": t, "median_itl_ms": it}
+        for i, (d, t, it) in enumerate(zip(durations, tpots, itls))
+    ]  # fmt: skip
+    (dest / "manifest.json").write_text(json.dumps(m))
+    return dest
+
+
+def test_unprofiled_table_against_an_independent_computation(tmp_path):
+    a = _arm(tmp_path, "serial", "eager", [36.6, 36.69, 36.636], [3.5, 3.52, 3.49], [3.4, 3.41, 3.39])
+    b = _arm(tmp_path, "overlap", "eagerdbo", [38.1, 38.3, 37.9, 38.2], [3.7, 3.71, 3.69, 3.7], [3.6, 3.6, 3.61, 3.62])
+    proc = run_cli("compare", "--json", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    first, second = out["unprofiled"]
+    da, db = np.array([36.6, 36.69, 36.636]), np.array([38.1, 38.3, 37.9, 38.2])
+    assert (first["label"], first["repeats"], second["repeats"]) == ("eager", 3, 4)
+    assert first["duration_mean_s"] == pytest.approx(da.mean(), abs=1e-4)
+    assert first["duration_sd_s"] == pytest.approx(da.std(ddof=1), abs=1e-4)
+    assert first["change"] is None and first["tool"] == "vllm bench serve"
+    assert second["change"] == pytest.approx(db.mean() / da.mean() - 1, abs=1e-4)
+    va, vb = db.var(ddof=1) / 4, da.var(ddof=1) / 3
+    se = math.sqrt(va + vb)
+    assert second["change_interval"] == pytest.approx(2 * se / da.mean(), abs=1e-4)
+    df = (va + vb) ** 2 / (va**2 / 3 + vb**2 / 2)
+    lo, hi = max(d for d in T95 if d <= df), min(d for d in T95 if d >= df)
+    t_lo, t_hi = T95[hi], T95[lo]  # t falls as df grows: the true t lies between
+    assert t_lo * se / da.mean() - 1e-4 <= second["change_interval_t95"] <= t_hi * se / da.mean() + 1e-4
+    assert second["within_noise"] is False  # 1.5 s apart, sd 0.05-0.17 s
+    assert second["output_tokens_per_s"] == pytest.approx(np.mean(64 * 256 / db), abs=1e-3)
+    assert second["tpot_median_ms"] == pytest.approx(np.mean([3.7, 3.71, 3.69, 3.7]), abs=1e-4)
+    assert second["itl_median_ms"] == pytest.approx(np.mean([3.6, 3.6, 3.61, 3.62]), abs=1e-4)
+    # The profiled step median beside it (compare's own, decode steps where the arm has them), and the overhead.
+    arms = {(x["label"], x["phase"]): x for x in out["arms"]}
+    for row in (first, second):
+        step = arms.get((row["label"], "decode")) or arms[(row["label"], "all")]
+        assert row["profiled_step_ms"] == pytest.approx(step["step_median_us"] / 1000, abs=1e-3)
+        assert row["profiler_overhead"] == pytest.approx(row["profiled_step_ms"] / row["tpot_median_ms"] - 1, abs=1e-3)
+
+
+def test_unprofiled_markdown_has_the_ablation_shape_and_arms_without_repeats_are_left_out(tmp_path):
+    a = _arm(tmp_path, "serial", "eager", [36.6, 36.69, 36.636], [3.5, 3.52, 3.49], [3.4, 3.41, 3.39], tool="builtin")
+    plain = tmp_path / "plain"
+    shutil.copytree(SAMPLES / "overlap", plain)
+    proc = run_cli("compare", "--markdown", str(a), str(plain))
+    assert proc.returncode == 0, proc.stderr
+    assert "**unprofiled (timed repeats, the profiler off)**" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| `eager` | 36.642 s"))
+    assert "36.642 s ± 0.045 (n 3)" in row and "baseline" in row and "builtin" in row
+    assert "| `plain` | " not in proc.stdout.split("**unprofiled")[1]
+    # Without repeats anywhere, compare's output is as before: no section, no key.
+    proc = run_cli("compare", "--json", str(plain), str(SAMPLES / "serial"))
+    assert "unprofiled" not in json.loads(proc.stdout)
+
+
+def test_unprofiled_figures_of_a_real_recording_with_vllm_bench_repeats():
+    """samples/afd-graphs-dbo: three `vllm bench serve` repeats recorded on the H200; the table's
+    figures are those of its manifest, computed here."""
+    sample = SAMPLES / "afd-graphs-dbo"
+    repeats = json.loads((sample / "manifest.json").read_text())["repeats"]
+    proc = run_cli("compare", "--json", "--label", "a", "--label", "b", str(sample), str(sample))
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(proc.stdout)["unprofiled"]
+    d = np.array([r["duration_s"] for r in repeats])
+    assert first["repeats"] == len(repeats) == 3 and first["tool"] == "vllm bench serve"
+    assert first["duration_mean_s"] == pytest.approx(d.mean(), abs=1e-4)
+    assert first["duration_sd_s"] == pytest.approx(d.std(ddof=1), abs=1e-4)
+    assert first["tpot_median_ms"] == pytest.approx(np.mean([r["median_tpot_ms"] for r in repeats]), abs=1e-4)
+    assert first["output_tokens_per_s"] == pytest.approx(np.mean([r["output_throughput"] for r in repeats]), abs=1e-3)
+    assert second["change"] == pytest.approx(0.0, abs=1e-9) and second["within_noise"] is True
