@@ -163,7 +163,12 @@ def test_the_timeline_draws_what_the_host_did():
     on_replay_lanes = [b for b in view.bars if b.lane.startswith("GPU graph replay") and b.kind == "compute"]
     replayed = [b for b in on_replay_lanes if (b.group or "").startswith("graph replay at ")]
     assert len(replayed) >= 0.8 * len(on_replay_lanes)  # the rest: eager kernels on the replay's stream
-    assert group_colour(view, replayed[0].group) != OTHER_GROUP and view.groups[0] == replayed[0].group
+    # issue 37: a replayed kernel keeps what launched it as data, but is never drawn in a CPU range's
+    # colour (it read as that range's): the coloured groups are the CPU's names only
+    assert replayed[0].group not in view.groups and group_colour(view, replayed[0].group) == OTHER_GROUP
+    from dbo_trace.render.timeline import CLASS_COLOURS, kernel_colour
+
+    assert kernel_colour(replayed[0]) == CLASS_COLOURS[replayed[0].kind]
     # Every op starts after the one before it ends on its lane: outermost runs, not nested ops.
     ends = sorted((b.start, b.end) for b in ops)
     assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))

@@ -276,14 +276,18 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     doc = docs["hostbound"]
     for position in range(len(report.ranks[0].steps)):
         view = ranks_step_view(report, position)
-        assert view.lanes == ["rank 0 compute", "rank 0 comm", "rank 1 compute", "rank 1 comm"]
+        assert view.lanes == [
+            "rank 0 CPU launches", "rank 0 compute", "rank 0 comm", "rank 1 CPU launches", "rank 1 compute", "rank 1 comm"
+        ]  # fmt: skip
         for r in report.ranks:
-            kernels = sum(1 for b in view.bars if b.lane.startswith(f"rank {r.rank} "))
+            kernels = sum(1 for b in view.bars if b.lane.startswith(f"rank {r.rank} ") and b.kind != "launch")
             assert kernels == sum(1 for x in r.detailed().attribution.gpu_step if x == r.steps[position].index) > 0
+            calls = sum(1 for b in view.bars if b.lane == f"rank {r.rank} CPU launches")
+            assert calls == sum(1 for x in r.detailed().attribution.call_step if x == r.steps[position].index) > 0
             marked = sum(e - s for s, e, lane, _ in view.waits if lane == f"rank {r.rank} comm")
             by_step = doc["cross_rank"]["waits"]["ranks"][str(r.rank)]["by_step_us"].get(str(position), 0.0)
             assert marked == pytest.approx(by_step, abs=0.01)
-        assert all(0 <= b.start <= b.end <= view.duration + 1e-6 for b in view.bars)
+        assert all(0 <= b.start <= b.end <= view.duration + 1e-6 for b in view.bars if b.kind != "launch")
     out = tmp_path / "ranks.png"
     proc = run_cli("report", str(SAMPLES / "two-gpu-hostbound"), "--timeline", str(out), "--all-ranks")
     assert proc.returncode == 0, proc.stderr
