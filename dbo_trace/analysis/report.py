@@ -16,6 +16,7 @@ from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, ex
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, ledger
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -163,6 +164,7 @@ class RankReport:
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
+    ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     def detailed(self) -> RankDetail:
@@ -274,6 +276,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         operations=rank_operations(d, exposed) if d.microbatched else [],
         notes=list(d.attribution.notes) + tl.warnings,
         capture=capture if capture.found else None,
+        ledger=rank_ledger(d, logs, np.array([s.wall_us for s in steps])),
         detail=d,
     )
 
@@ -327,6 +330,31 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
             step=att.gpu_step, lane=launch_lane, launch_start=att.gpu_launch_start, start=tl.gpu.start, is_comm=is_comm
         ),
         window_us=(lo, hi),
+    )
+
+
+def rank_ledger(d: RankDetail, logs: list[EventLogData], step_us: np.ndarray) -> Ledger | None:
+    """The ledger over a rank's shared state (report.analyze_rank's one call)."""
+    tl, att = d.timeline, d.attribution
+    usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
+    yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
+    return ledger(
+
+        log_records=usable,  # type: ignore[arg-type]
+        base_time_ns=tl.base_time_ns,
+        step_start_us=att.steps.start,
+        step_end_us=att.steps.end,
+        step_us=step_us,
+        layers=att.layers,
+        cpu_start=tl.cpu.start,
+        cpu_end=tl.cpu.end,
+        cpu_lane=tl.cpu.lane,
+        cpu_is_yield_op=np.isin(tl.cpu.name, yield_name) & ~tl.cpu_is_annotation,
+        gpu_start=tl.gpu.start,
+        gpu_end=tl.gpu.end,
+        gpu_is_compute=d.kernel_kind == c.COMPUTE,
+        gpu_step=att.gpu_step,
+        gpu_ubatch=att.gpu_ubatch,
     )
 
 

@@ -28,13 +28,14 @@ from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
+from dbo_trace.render.ledger import LedgerBlock, ledger_block
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
-# (the rank's microbatch_source and steps_source hold them)
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (3, 4)  # what a review archive's report may have been written with
+# (the rank's microbatch_source and steps_source hold them). 5: a rank's dbo_ledger
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -498,6 +499,7 @@ class RankBlock(Struct):
     attribution: Attribution
     notes: list[str]
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
+    dbo_ledger: LedgerBlock | None = None  # version 5: DBO's own cost, the split (render/ledger.py)
 
 
 class OptionsBlock(Struct):
@@ -937,6 +939,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
+        dbo_ledger=ledger_block(r.ledger, r.host_causes),
     )
 
 

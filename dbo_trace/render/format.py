@@ -19,6 +19,7 @@ from dbo_trace.render.document import (
     VerdictBlock,
     figure_rows,
 )
+from dbo_trace.render.ledger import LayerHandoverRow, LedgerBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 
 
@@ -411,3 +412,57 @@ def summary_markdown(d: ReportDocument) -> list[str]:
             out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, markdown_code) for row in shown_ranges])
             out += ["", "</details>", ""]
     return out
+
+
+# ---- the DBO ledger (render/ledger.py's block) --------------------------------------------------
+
+
+def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
+    """The ledger in sentences, one per figure group (terminal and Markdown alike; no trace strings)."""
+    if b is None:
+        return []
+    out = []
+    if b.source is not None:
+        startup = ""
+        if b.startup_us is not None:
+            startup = f"; thread start-up {ms(b.startup_us)} per step"
+            if b.startup_gpu_idle_us:
+                startup += f" ({ms(b.startup_gpu_idle_us)} of GPU idle in start-up over the steps)"
+        out.append(
+            f"rank {rank} DBO overhead: {num(b.yields_per_step, 0)} yields per step; hand-over (a yield to the other "
+            f"microbatch's resume) median {us(b.median_handover_us)}, p90 {us(b.p90_handover_us)}, "
+            f"{ms(b.handover_per_step_us)} per step{startup}; {pct(b.share)} of the step (medians over "
+            f"{len([s for s in b.steps if s.handovers])} steps; from the {b.source})"
+        )
+    u = b.unprofiled
+    if u is not None:
+        out.append(
+            f"rank {rank} hand-overs outside the profiled window ({u.steps} steps the event log saw, without the "
+            f"profiler's cost): median {us(u.median_us)}, p90 {us(u.p90_us)}, {ms(u.per_step_us)} per step"
+        )
+    y = b.yield_op
+    if y is not None:
+        out.append(
+            f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
+            f"{num(y.per_step, 0)} per step, {ms(y.per_step_us)} per step in it (a cost where DBO is off, "
+            "a wait for the other microbatch where it yields)"
+        )
+    sp = b.split
+    parts = []
+    if sp.tokens:
+        parts.append(" / ".join(num(t, 0) for t in sp.tokens) + " tokens per microbatch")
+    if sp.compute_us:
+        parts.append(
+            "compute " + " / ".join(ms(c) for c in sp.compute_us) + f", imbalance {pct(sp.imbalance)} "
+            f"({ms(sp.excess_us)} of the longer microbatch's compute the other cannot cover)"
+        )
+    if parts:
+        out.append(f"rank {rank} split (medians over steps): " + "; ".join(parts))
+    return out
+
+
+LAYER_HEADER = ("layer", "hand-overs", "median", "p90", "per step")
+
+
+def layer_cells(row: LayerHandoverRow) -> list[str]:
+    return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]

@@ -6,6 +6,7 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, build_document
 from dbo_trace.render.format import (
+    LAYER_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
@@ -16,6 +17,8 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     host_cause_lines,
+    layer_cells,
+    ledger_lines,
     md_table,
     ms,
     operation_cells,
@@ -51,6 +54,19 @@ def round_trip_note(rt: RoundTripsBlock, could: str = "could", source: str | Non
         f"{could} hide entirely; below 1 at most that share of it could; the hidden share says what did "
         "(docs/analysis.md)."
     )
+
+
+def ledger_markdown(d: ReportDocument) -> list[str]:
+    """The DBO ledger under the DBO arithmetic: its sentences, then the hand-overs per layer, folded."""
+    out: list[str] = []
+    for r in d.ranks:
+        lines = ledger_lines(r.rank, r.dbo_ledger)
+        if lines:
+            out += [""] + [f"- {markdown_text(line)}" for line in lines]
+        if r.dbo_ledger is not None and r.dbo_ledger.layers:
+            out += ["", f"<details><summary>Rank {r.rank} hand-overs per layer</summary>", ""]
+            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in r.dbo_ledger.layers]) + ["", "</details>"]
+    return out
 
 
 class MarkdownRenderer:
@@ -89,6 +105,7 @@ class MarkdownRenderer:
         if rt is not None:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
+        out += ledger_markdown(d)
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",

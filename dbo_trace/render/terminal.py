@@ -19,6 +19,9 @@ from dbo_trace.render.format import (
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    LAYER_HEADER,
+    layer_cells,
+    ledger_lines,
     SPREAD_HEADER,
     all_notes,
     cpu_range_cells,
@@ -243,6 +246,16 @@ class TerminalRenderer:
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
+        for r in d.ranks:
+            out.bullets(ledger_lines(r.rank, r.dbo_ledger), most=None)
+            layers = r.dbo_ledger.layers if r.dbo_ledger is not None else []
+            if layers:
+                out.table(
+                    f"rank {r.rank} hand-overs per layer",
+                    _columns(LAYER_HEADER, {}),
+                    [layer_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
+                )
+                out.more(len(layers) - MAX_OPERATION_ROWS, " layers")
 
         rows = d.steps
         one_rank = len({s.rank for s in rows}) <= 1  # the rank column says nothing then

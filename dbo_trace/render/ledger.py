@@ -1,0 +1,136 @@
+"""The DBO ledger in the document (a rank's `dbo_ledger` block) and its lines for the text outputs.
+Selection and rounding only: every figure comes from dbo_trace.analysis.ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dbo_trace.analysis.host_time import CAUSES, HostCauses
+from dbo_trace.analysis.ledger import Ledger
+
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
+class _Block(msgspec.Struct, forbid_unknown_fields=True):
+    """As render/document.py's Struct: decoding refuses a key the block does not have."""
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+class UnprofiledHandovers(_Block):
+    steps: _Count
+    handovers: _Count
+    median_us: float | None
+    p90_us: float | None
+    per_step_us: float | None
+
+
+class YieldOpBlock(_Block):
+    name: str
+    calls: _Count
+    median_us: float | None
+    per_step: float | None
+    per_step_us: float | None
+
+
+class SplitBlock(_Block):
+    tokens: list[float] | None  # median tokens per microbatch
+    compute_us: list[float] | None  # median compute busy per microbatch
+    imbalance: float | None  # (largest - smallest) / largest compute, median over steps
+    excess_us: float | None  # largest - smallest compute: what the other microbatch cannot cover
+
+
+class LayerHandoverRow(_Block):
+    layer: _Count
+    handovers: _Count
+    median_us: float | None
+    p90_us: float | None
+    per_step_us: float | None
+
+
+class StepLedgerRow(_Block):
+    number: _Count  # the step's number (from 1), as the per-step table gives it
+    yields: _Count
+    handovers: _Count
+    handover_us: float | None
+    startup_us: float | None
+    share: float | None
+    tokens: list[int] | None
+    compute_us: list[float] | None
+
+
+class LedgerBlock(_Block):
+    source: str | None
+    handovers: _Count
+    median_handover_us: float | None
+    p90_handover_us: float | None
+    handover_per_step_us: float | None
+    yields_per_step: float | None
+    startup_us: float | None
+    startup_gpu_idle_us: float | None  # the host-time cause ubatch_startup over the rank's host test
+    share: float | None
+    unprofiled: UnprofiledHandovers | None
+    yield_op: YieldOpBlock | None
+    split: SplitBlock
+    layers: list[LayerHandoverRow]
+    steps: list[StepLedgerRow]
+
+
+def ledger_block(x: Ledger | None, causes: HostCauses | None) -> LedgerBlock | None:
+    if x is None:
+        return None
+    u, y = x.unprofiled, x.yield_ops
+    return LedgerBlock(
+        source=x.source,
+        handovers=x.handovers,
+        median_handover_us=_r(x.median_us),
+        p90_handover_us=_r(x.p90_us),
+        handover_per_step_us=_r(x.handover_per_step_us),
+        yields_per_step=_r(x.yields_per_step),
+        startup_us=_r(x.startup_us),
+        startup_gpu_idle_us=None if causes is None else _r(causes.us(CAUSES.index("ubatch_startup"))),
+        share=_r(x.share, 4),
+        unprofiled=None
+        if u is None
+        else UnprofiledHandovers(
+            steps=u.steps, handovers=u.handovers, median_us=_r(u.median_us), p90_us=_r(u.p90_us), per_step_us=_r(u.per_step_us)
+        ),
+        yield_op=None
+        if y is None
+        else YieldOpBlock(
+            name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us)
+        ),
+        split=SplitBlock(
+            tokens=None if (t := x.split_tokens) is None else [_r(v, 1) or 0.0 for v in t],
+            compute_us=None if (c := x.compute_us) is None else [_r(v) or 0.0 for v in c],
+            imbalance=_r(x.imbalance, 4),
+            excess_us=_r(x.excess_us),
+        ),
+        layers=[
+            LayerHandoverRow(
+                layer=row.layer,
+                handovers=row.handovers,
+                median_us=_r(row.median_us),
+                p90_us=_r(row.p90_us),
+                per_step_us=_r(row.per_step_us),
+            )
+            for row in x.layers
+        ],
+        steps=[
+            StepLedgerRow(
+                number=s.step + 1,
+                yields=s.yields,
+                handovers=s.handovers,
+                handover_us=_r(s.handover_us),
+                startup_us=_r(s.startup_us),
+                share=_r(s.share, 4),
+                tokens=None if s.tokens is None else list(s.tokens),
+                compute_us=None if s.compute_us is None else [_r(v) or 0.0 for v in s.compute_us],
+            )
+            for s in x.steps
+        ],
+    )
