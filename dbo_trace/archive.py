@@ -225,6 +225,11 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
                 return f"report.ranks[{i}].attribution: {key} is a key of version 3, which version {version} dropped"
             if not held and version == 3:
                 return f"report.ranks[{i}].attribution: {key} is missing (version 3 has it)"
+        held = rank.dbo_ledger is not msgspec.UNSET
+        if held and version < 5:
+            return f"report.ranks[{i}]: dbo_ledger is a key of version 5, not of version {version}"
+        if not held and version >= 5:
+            return f"report.ranks[{i}]: dbo_ledger is missing (version {version} has it)"
     return None
 
 

@@ -180,15 +180,18 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3 and 4")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3 and 4 and 5")
 
 
 def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 4 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
-    new = build(tmp_path / "v4.tar.gz", real)
+    assert doc["schema_version"] == 5 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    for r in doc["ranks"]:
+        del r["dbo_ledger"]  # version 5's: versions 3 and 4 are compared without it
+    doc["schema_version"] = 4
+    new = build(tmp_path / "v4.tar.gz", with_report(real, json.dumps(doc).encode()))
     for r in doc["ranks"]:
         r["attribution"] = {"ubatch_source": r["microbatch_source"], "step_source": r["steps_source"], **r["attribution"]}
     doc["schema_version"] = 3

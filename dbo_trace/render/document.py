@@ -499,7 +499,8 @@ class RankBlock(Struct):
     attribution: Attribution
     notes: list[str]
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
-    dbo_ledger: LedgerBlock | None = None  # version 5: DBO's own cost, the split (render/ledger.py)
+    # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
+    dbo_ledger: LedgerBlock | None | UnsetType = UNSET
 
 
 class OptionsBlock(Struct):

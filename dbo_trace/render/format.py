@@ -417,8 +417,13 @@ def summary_markdown(d: ReportDocument) -> list[str]:
 # ---- the DBO ledger (render/ledger.py's block) --------------------------------------------------
 
 
+def ledger_of(r: RankBlock) -> LedgerBlock | None:
+    """A rank's ledger; None where it has none or its document's version had none."""
+    return r.dbo_ledger if isinstance(r.dbo_ledger, LedgerBlock) else None
+
+
 def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
-    """The ledger in sentences, one per figure group (terminal and Markdown alike; no trace strings)."""
+    """The ledger in sentences, one per figure group (terminal and Markdown alike)."""
     if b is None:
         return []
     out = []

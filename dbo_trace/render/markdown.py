@@ -19,6 +19,7 @@ from dbo_trace.render.format import (
     host_cause_lines,
     layer_cells,
     ledger_lines,
+    ledger_of,
     md_table,
     ms,
     operation_cells,
@@ -60,12 +61,13 @@ def ledger_markdown(d: ReportDocument) -> list[str]:
     """The DBO ledger under the DBO arithmetic: its sentences, then the hand-overs per layer, folded."""
     out: list[str] = []
     for r in d.ranks:
-        lines = ledger_lines(r.rank, r.dbo_ledger)
+        ledger = ledger_of(r)
+        lines = ledger_lines(r.rank, ledger)
         if lines:
             out += [""] + [f"- {markdown_text(line)}" for line in lines]
-        if r.dbo_ledger is not None and r.dbo_ledger.layers:
+        if ledger is not None and ledger.layers:
             out += ["", f"<details><summary>Rank {r.rank} hand-overs per layer</summary>", ""]
-            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in r.dbo_ledger.layers]) + ["", "</details>"]
+            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers]) + ["", "</details>"]
     return out
 
 

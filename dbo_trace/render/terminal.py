@@ -22,6 +22,7 @@ from dbo_trace.render.format import (
     LAYER_HEADER,
     layer_cells,
     ledger_lines,
+    ledger_of,
     SPREAD_HEADER,
     all_notes,
     cpu_range_cells,
@@ -247,8 +248,9 @@ class TerminalRenderer:
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
         for r in d.ranks:
-            out.bullets(ledger_lines(r.rank, r.dbo_ledger), most=None)
-            layers = r.dbo_ledger.layers if r.dbo_ledger is not None else []
+            ledger = ledger_of(r)
+            out.bullets(ledger_lines(r.rank, ledger), most=None)
+            layers = ledger.layers if ledger is not None else []
             if layers:
                 out.table(
                     f"rank {r.rank} hand-overs per layer",

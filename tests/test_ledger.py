@@ -1,0 +1,90 @@
+"""The DBO ledger (docs/analysis.md, "The DBO ledger") against tests/independent_ledger.py, a plain
+reading of the raw trace and event log, on the shipped DBO samples."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dbo_trace.analysis.report import Options
+from dbo_trace.pipeline import analyze_paths
+from dbo_trace.render.document import build_document
+from tests.conftest import SAMPLES
+from tests.independent_ledger import ledger as reference
+
+COMM = r"nccl|spin_kernel"
+CASES = ["overlap", "smhungry", "late", "hostbound", "two-gpu-overlap", "two-gpu-hostbound"]
+
+
+def _pid(trace: Path) -> int:
+    with gzip.open(trace, "rt") as fh:
+        doc = json.load(fh)
+    return Counter(e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime").most_common(1)[0][0]
+
+
+def _log_of(sample: Path, trace: Path) -> Path:
+    pid = _pid(trace)
+    for log in sorted((sample / "events").glob("*.jsonl")):
+        if json.loads(log.read_text().splitlines()[0]).get("pid") == pid:
+            return log
+    raise AssertionError(f"no event log of pid {pid} in {sample}")
+
+
+def _close(mine, ref, rel=0.05, absolute=1e-6):
+    assert mine is not None and ref is not None, (mine, ref)
+    assert abs(mine - ref) <= max(absolute, rel * abs(ref)), (mine, ref)
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request):
+    sample = SAMPLES / request.param
+    report = analyze_paths([sample], Options())
+    doc = build_document(report)
+    traces = sorted((sample / "traces").glob("*.json.gz"))
+    return request.param, doc, [reference(t, _log_of(sample, t), COMM) for t in traces]
+
+
+def test_handovers_match_the_reference(case):
+    name, doc, refs = case
+    assert len(doc.ranks) == len(refs)
+    for rank, ref in zip(doc.ranks, refs):
+        b = rank.dbo_ledger
+        assert b is not None and b.source is not None, name
+        assert b.handovers == ref["handovers"]
+        _close(b.median_handover_us, ref["median_us"])
+        _close(b.p90_handover_us, ref["p90_us"])
+        _close(b.handover_per_step_us, ref["per_step_us"])
+        _close(b.yields_per_step, ref["yields_per_step"])
+        _close(b.startup_us, ref["startup_us"])
+        _close(b.share, ref["share"])
+        assert {row.layer: row.median_us for row in b.layers}.keys() == ref["layers"].keys()
+        for row in b.layers:
+            _close(row.median_us, ref["layers"][row.layer])
+
+
+def test_split_matches_the_reference(case):
+    name, doc, refs = case
+    for rank, ref in zip(doc.ranks, refs):
+        sp = rank.dbo_ledger.split
+        assert sp.tokens == ref["tokens"]
+        assert len(sp.compute_us) == len(ref["compute_us"]) == 2
+        for mine, theirs in zip(sp.compute_us, ref["compute_us"]):
+            _close(mine, theirs)
+        _close(sp.imbalance, ref["imbalance"], rel=0.05, absolute=0.005)
+        _close(sp.excess_us, ref["excess_us"], rel=0.05, absolute=0.005 * max(ref["compute_us"]))
+
+
+def test_issue_figures():
+    """The issue's numbers: two-gpu-overlap's thread start-up as GPU idle, 67.5 ms over both ranks."""
+    doc = build_document(analyze_paths([SAMPLES / "two-gpu-overlap"], Options()))
+    total = sum(r.dbo_ledger.startup_gpu_idle_us for r in doc.ranks)
+    assert abs(total - 67_500) < 500
+
+
+def test_no_microbatches_no_ledger():
+    doc = build_document(analyze_paths([SAMPLES / "dsv2lite-graphs-decode"], Options()))
+    assert all(r.dbo_ledger is None for r in doc.ranks)
