@@ -213,6 +213,8 @@ def read_report_document(path: Path) -> ReportDocument:
 
 # The keys version 3 had that 4 dropped (render/document.py, Attribution): each version's own.
 VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
+# The keys version 5 added to a rank (render/document.py, RankBlock): the DBO ledger.
+VERSION_5_RANK = ("dbo_ledger", "comm_layers")
 
 
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
@@ -225,11 +227,12 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
                 return f"report.ranks[{i}].attribution: {key} is a key of version 3, which version {version} dropped"
             if not held and version == 3:
                 return f"report.ranks[{i}].attribution: {key} is missing (version 3 has it)"
-        held = rank.dbo_ledger is not msgspec.UNSET
-        if held and version < 5:
-            return f"report.ranks[{i}]: dbo_ledger is a key of version 5, not of version {version}"
-        if not held and version >= 5:
-            return f"report.ranks[{i}]: dbo_ledger is missing (version {version} has it)"
+        for key in VERSION_5_RANK:
+            held = getattr(rank, key) is not msgspec.UNSET
+            if held and version < 5:
+                return f"report.ranks[{i}]: {key} is a key of version 5, not of version {version}"
+            if not held and version >= 5:
+                return f"report.ranks[{i}]: {key} is missing (version {version} has it)"
     return None
 
 

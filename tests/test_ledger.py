@@ -88,3 +88,62 @@ def test_issue_figures():
 def test_no_microbatches_no_ledger():
     doc = build_document(analyze_paths([SAMPLES / "dsv2lite-graphs-decode"], Options()))
     assert all(r.dbo_ledger is None for r in doc.ranks)
+
+
+def _layer_reference(ops, layers):
+    """The per-layer rows from the document's own comm operations, by docs/analysis.md's words: 2
+    operations per microbatch and layer are its dispatch and combine (k // 2, k % 2); per layer the
+    operations' median times added, hidden time added over that, exposed added."""
+    per = {}
+    for op in ops:
+        per.setdefault(op["index"] // 2, []).append(op)
+    out = {}
+    for layer, rows in per.items():
+        busy = sum(r["median_us"] for r in rows)
+        hidden = sum(r["median_us"] * r["hidden_fraction"] for r in rows)
+        out[layer] = (len(rows), busy, hidden / busy, sum(r["median_exposed_us"] for r in rows))
+    assert len(out) == layers
+    return out
+
+
+@pytest.mark.parametrize("name", ["overlap", "smhungry", "two-gpu-overlap"])
+def test_comm_operations_by_layer_and_role(name):
+    doc = json.loads(_json(name))
+    for rank in doc["ranks"]:
+        ops = rank["comm_operations"]
+        assert [(o["layer"], o["role"]) for o in ops if o["ubatch"] == 0] == [
+            (k // 2, "dispatch" if k % 2 == 0 else "combine") for k in range(8)
+        ]
+        ref = _layer_reference(ops, 4)
+        seen = set()
+        for row in rank["comm_layers"]:
+            first = row["first_layer"]
+            n, busy, hidden, exposed = ref[first]
+            assert row["operations"] == n
+            assert abs(row["median_us"] - busy) <= 0.01 * busy
+            assert abs(row["hidden_fraction"] - hidden) <= 0.01
+            assert abs(row["median_exposed_us"] - exposed) <= 0.01 * max(exposed, 1)
+            for layer in range(first, row["last_layer"] + 1):  # grouped layers say the same within 10%
+                assert abs(ref[layer][1] - busy) <= 0.1 * busy
+                seen.add(layer)
+        assert seen == set(range(4))
+
+
+def _json(name):
+    from dbo_trace.render.json_out import JsonRenderer
+
+    return JsonRenderer().render(analyze_paths([SAMPLES / name], Options()))
+
+
+def test_layers_alike_are_grouped_and_unlike_are_not():
+    from dbo_trace.analysis.ledger import layer_operations, operation_places
+
+    places = operation_places([0] * 6 + [1] * 6, list(range(6)) * 2, 3, False)
+    assert places[:3] == [(0, "dispatch"), (0, "combine"), (1, "dispatch")]
+    assert operation_places([0, 0, 0], [0, 1, 2], 2, False) == [(None, None)] * 3  # 3 ops do not fit 2 layers
+    assert operation_places([0, 0], [0, 1], 2, True) == [(0, "round trip"), (1, "round trip")]
+    layer = [p[0] for p in places]
+    busy = [100.0, 100, 104, 104, 300, 300] * 2  # layers 0 and 1 within 10%, layer 2 three times longer
+    rows = layer_operations(layer, busy, [0.5] * 12, [10.0] * 12, ["crowded"] * 12)
+    assert [(r.first, r.last, r.operations) for r in rows] == [(0, 1, 4), (2, 2, 4)]
+    assert rows[0].median_us == 400 and rows[1].median_us == 1200

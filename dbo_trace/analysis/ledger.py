@@ -8,6 +8,7 @@ Pure: the event log's records and the rank's arrays in, a Ledger out; one pass o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -155,7 +156,7 @@ class LogHandovers:
 
 
 def log_handovers(
-    records: list[list[object]],  # one process's event log records, in time order
+    records: list[list[Any]],  # one process's event log records, in time order
     *,
     base_time_ns: int,
     step_start_us: np.ndarray,  # (n_steps,) float64: the rank's steps on the trace clock
@@ -166,12 +167,12 @@ def log_handovers(
     (the other had finished) is no hand-over."""
     begins = [r for r in records if r[1] == fmt.EV_STEP_BEGIN]
     at = index_in(step_start_us, step_end_us, log_to_trace_us(np.array([r[0] for r in begins], np.int64), base_time_ns))
-    step_of = {int(r[5]): int(i) for r, i in zip(begins, at.tolist()) if i >= 0}  # type: ignore[call-overload]
-    begin_ns = {int(r[5]): int(r[0]) for r in begins}  # type: ignore[call-overload]
+    step_of = {int(r[5]): int(i) for r, i in zip(begins, at.tolist()) if i >= 0}
+    begin_ns = {int(r[5]): int(r[0]) for r in begins}
     tokens: dict[int, tuple[int, ...]] = {}
     for r in begins:
         detail = r[6]
-        i = step_of.get(int(r[5]))  # type: ignore[call-overload]
+        i = step_of.get(int(r[5]))
         if i is not None and isinstance(detail, dict):
             tok = detail.get("tokens")
             if isinstance(tok, list) and tok and all(type(t) is int for t in tok):
@@ -185,32 +186,32 @@ def log_handovers(
     startup: dict[int, float] = {}
     pending: dict[tuple[int, int], tuple[int, int]] = {}  # (log step, ub) -> (yield time, layer)
     layer_now: dict[tuple[int, int], int] = {}
-    for t, kind, _ident, _native, ub, step, detail in records:  # type: ignore[misc]
-        if ub < 0:  # type: ignore[operator]
+    for t, kind, _ident, _native, ub, step, detail in records:
+        if ub < 0:
             continue
         if step not in begin_ns:
             continue
-        i = step_of.get(step, -1)  # type: ignore[arg-type]
+        i = step_of.get(step, -1)
         key = (step, ub)
         if kind == fmt.EV_LAYER and type(detail) is int:
-            layer_now[key] = detail  # type: ignore[index]
+            layer_now[key] = detail
         elif kind == fmt.EV_YIELD:
             if i >= 0:
                 yields[i] = yields.get(i, 0) + 1
-            pending[key] = (t, layer_now.get(key, -1))  # type: ignore[index]
+            pending[key] = (t, layer_now.get(key, -1))
         elif kind in _TURN:
             if kind == fmt.EV_UB_RUN and i >= 0 and i not in startup and step in begin_ns:
-                startup[i] = (t - begin_ns[step]) / 1000.0  # type: ignore[index, operator]
-            pending.pop(key, None)  # type: ignore[call-overload]  # its own yield ended without a hand-over
+                startup[i] = (t - begin_ns[step]) / 1000.0
+            pending.pop(key, None)  # its own yield ended without a hand-over
             others = [(k, v) for k, v in pending.items() if k[0] == step and k[1] != ub]
             if others:
                 k, (t_yield, layer) = max(others, key=lambda kv: kv[1][0])
                 del pending[k]
                 out_step.append(i)
-                out_log_step.append(step)  # type: ignore[arg-type]
+                out_log_step.append(step)
                 out_layer.append(layer)
                 out_ub.append(k[1])
-                out_lat.append((t - t_yield) / 1000.0)  # type: ignore[operator]
+                out_lat.append((t - t_yield) / 1000.0)
     return LogHandovers(
         step=np.array(out_step, np.int64),
         log_step=np.array(out_log_step, np.int64),
@@ -271,7 +272,7 @@ def _layers_by_order(
 
 def ledger(
     *,
-    log_records: list[list[list[object]]],  # each usable event log's records
+    log_records: list[list[list[Any]]],  # each usable event log's records
     base_time_ns: int | None,
     step_start_us: np.ndarray,  # (n_steps,) float64
     step_end_us: np.ndarray,  # (n_steps,) float64
@@ -406,3 +407,97 @@ def _unprofiled(parts: list[LogHandovers]) -> Unprofiled | None:
         per_step_us=float(np.median(per_step)),
     )
 
+
+
+# -- comm operations by layer and role ----------------------------------------------------------
+
+DISPATCH, COMBINE, SEND, RECV, ROUND_TRIP = "dispatch", "combine", "send", "recv", "round trip"
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """One layer's comm operations, both microbatches (or layers alike, first..last)."""
+
+    first: int
+    last: int
+    operations: int  # per layer
+    median_us: float  # the layer's operations' median times, added
+    hidden_fraction: float | None  # of that time, under compute
+    median_exposed_us: float  # the operations' median exposed times, added
+    reason: str | None  # the reason of the operation with the most exposed time
+
+
+def operation_places(
+    ubatch: list[int], index: list[int], layers: int | None, sendrecv: bool
+) -> list[tuple[int | None, str | None]]:
+    """Each comm operation's (layer, role) from its place k in its microbatch's step: with 2 operations
+    per layer, dispatch and combine (send and receive where every comm kernel is a SendRecv); with one,
+    a round trip. None where the layers are unknown or the count does not fit them."""
+    per_ub: dict[int, int] = {}
+    for u, k in zip(ubatch, index):
+        per_ub[u] = max(per_ub.get(u, 0), k + 1)
+    out: list[tuple[int | None, str | None]] = []
+    for u, k in zip(ubatch, index):
+        n = per_ub[u]
+        if not layers or u < 0:
+            out.append((None, None))
+        elif n == 2 * layers:
+            first, second = (SEND, RECV) if sendrecv else (DISPATCH, COMBINE)
+            out.append((k // 2, first if k % 2 == 0 else second))
+        elif n == layers:
+            out.append((k, ROUND_TRIP))
+        else:
+            out.append((None, None))
+    return out
+
+
+def _alike(a: LayerOps, b: LayerOps) -> bool:
+    """Two layers' rows say the same: times within 10%, hidden shares within 5 points, one reason."""
+    def near(x: float, y: float) -> bool:
+        return abs(x - y) <= 0.1 * max(abs(x), abs(y), 1e-9)
+
+    hidden = (a.hidden_fraction is None) == (b.hidden_fraction is None) and (
+        a.hidden_fraction is None or abs(a.hidden_fraction - (b.hidden_fraction or 0.0)) <= 0.05
+    )
+    exposed = near(a.median_exposed_us, b.median_exposed_us) or max(a.median_exposed_us, b.median_exposed_us) < 1.0
+    return a.operations == b.operations and near(a.median_us, b.median_us) and hidden and exposed and a.reason == b.reason
+
+
+def layer_operations(
+    layer: list[int | None],
+    median_us: list[float],
+    hidden_fraction: list[float | None],
+    median_exposed_us: list[float],
+    reason: list[str | None],
+) -> list[LayerOps]:
+    """The comm operations per layer (rows of operation_rows with their places), consecutive layers
+    that say the same grouped into one row (first..last, the first layer's figures)."""
+    by_layer: dict[int, list[int]] = {}
+    for i, lay in enumerate(layer):
+        if lay is not None:
+            by_layer.setdefault(lay, []).append(i)
+    rows = []
+    for lay in sorted(by_layer):
+        ix = by_layer[lay]
+        busy = sum(median_us[i] for i in ix)
+        known = [i for i in ix if hidden_fraction[i] is not None]
+        hidden = sum(median_us[i] * (hidden_fraction[i] or 0.0) for i in known) if known else None
+        worst = max(ix, key=lambda i: median_exposed_us[i])
+        rows.append(
+            LayerOps(
+                first=lay,
+                last=lay,
+                operations=len(ix),
+                median_us=busy,
+                hidden_fraction=None if hidden is None or busy <= 0 else hidden / busy,
+                median_exposed_us=sum(median_exposed_us[i] for i in ix),
+                reason=reason[worst] if median_exposed_us[worst] > 0 else None,
+            )
+        )
+    grouped: list[LayerOps] = []
+    for row in rows:
+        if grouped and grouped[-1].last == row.first - 1 and _alike(grouped[-1], row):
+            grouped[-1] = LayerOps(**{**grouped[-1].__dict__, "last": row.first})
+        else:
+            grouped.append(row)
+    return grouped

@@ -16,7 +16,7 @@ from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, ex
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, ledger
+from dbo_trace.analysis.ledger import YIELD_OP, LayerOps, Ledger, layer_operations, ledger, operation_places
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -166,6 +166,15 @@ class RankReport:
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def operations_by_layer(self) -> list[LayerOps]:
+        """Its comm operations per layer, layers alike grouped (analysis/ledger.py)."""
+        ops = self.operations
+        return layer_operations(
+            [o.layer for o in ops], [o.median_us for o in ops], [o.hidden_fraction for o in ops],
+            [o.median_exposed_us for o in ops], [o.reason for o in ops],
+        )  # fmt: skip
 
     def detailed(self) -> RankDetail:
         """The timeline and attribution behind the figures, which pictures need (analyze_rank keeps them)."""
@@ -340,7 +349,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], step_us: np.ndarray) ->
     yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
     return ledger(
 
-        log_records=usable,  # type: ignore[arg-type]
+        log_records=usable,
         base_time_ns=tl.base_time_ns,
         step_start_us=att.steps.start,
         step_end_us=att.steps.end,
@@ -514,10 +523,18 @@ def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) ->
 
 def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
     tl, att = d.timeline, d.attribution
-    return operation_rows(
+    rows = operation_rows(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
         exposure=exposed,
     )  # fmt: skip
+    # Point-to-point: every comm kernel a SendRecv, none of a named collective but send/recv (an
+    # NCCL all-to-all runs SendRecv kernels too; torch names it all_to_allv, vLLM's PyNccl names none).
+    is_comm = d.kernel_kind == c.COMM
+    comm_names = [tl.names[i] for i in np.unique(tl.gpu.name[is_comm]).tolist()]
+    collectives = {tl.names[i] for i in np.unique(tl.comm_args().collective[is_comm]).tolist() if i >= 0}
+    sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
+    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
+    return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 
 def findings(

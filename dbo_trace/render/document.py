@@ -28,7 +28,7 @@ from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
-from dbo_trace.render.ledger import LedgerBlock, ledger_block
+from dbo_trace.render.ledger import LayerOpsRow, LedgerBlock, layer_ops_block, ledger_block
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -58,6 +58,8 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
+# A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
+Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
 QualifierKey = Literal["host_bound", "late_record", "peer_wait", "did_not_pay", "crowded"]
 
 
@@ -404,6 +406,8 @@ class CommOperation(Struct):
     hidden_fraction: float | None
     median_exposed_us: float | None
     reason: Reason | None
+    layer: Count | None | UnsetType = UNSET  # version 5: its layer and role, where the layers tell them
+    role: Role | None | UnsetType = UNSET
 
 
 class NameCount(Struct):
@@ -501,6 +505,7 @@ class RankBlock(Struct):
     peer_wait: PeerWait | None  # version 3: what this rank waited for its peers (null: one rank, or none matched)
     # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
     dbo_ledger: LedgerBlock | None | UnsetType = UNSET
+    comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
 
 
 class OptionsBlock(Struct):
@@ -927,6 +932,8 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
                 hidden_fraction=_r(o.hidden_fraction, 4),
                 median_exposed_us=_r(o.median_exposed_us),
                 reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
+                layer=o.layer,
+                role=cast("Role | None", o.role),
             )
             for o in r.operations
         ],
@@ -941,6 +948,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         notes=list(r.notes),
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),
+        comm_layers=layer_ops_block(r.operations_by_layer),
     )
 
 

@@ -19,7 +19,7 @@ from dbo_trace.render.document import (
     VerdictBlock,
     figure_rows,
 )
-from dbo_trace.render.ledger import LayerHandoverRow, LedgerBlock
+from dbo_trace.render.ledger import LayerHandoverRow, LayerOpsRow, LedgerBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 
 
@@ -322,7 +322,7 @@ def operation_cells(op: CommOperation) -> list[str]:
 
     return [
         "-" if op.ubatch < 0 else f"ub{op.ubatch}",
-        str(op.index + 1),
+        f"{op.index + 1}: layer {op.layer} {op.role}" if isinstance(op.layer, int) else str(op.index + 1),
         str(op.steps),
         ms(op.median_us),
         pct(op.hidden_fraction),
@@ -471,3 +471,25 @@ LAYER_HEADER = ("layer", "hand-overs", "median", "p90", "per step")
 
 def layer_cells(row: LayerHandoverRow) -> list[str]:
     return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
+
+
+LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "median exposed", "exposed mostly because")
+
+
+def layer_ops_cells(row: LayerOpsRow) -> list[str]:
+    from dbo_trace.analysis.exposure import REASON_SHORT
+
+    first, last = row.first_layer, row.last_layer
+    return [
+        str(first) if first == last else f"{first}-{last}",
+        str(row.operations),
+        ms(row.median_us),
+        pct(row.hidden_fraction),
+        ms(row.median_exposed_us),
+        "-" if row.reason is None else REASON_SHORT.get(row.reason, row.reason),
+    ]
+
+
+def comm_layers_of(r: RankBlock) -> list[LayerOpsRow]:
+    """A rank's comm operations per layer; none where its document's version had none."""
+    return r.comm_layers if isinstance(r.comm_layers, list) else []

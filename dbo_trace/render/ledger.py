@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.ledger import Ledger
+from dbo_trace.analysis.ledger import LayerOps, Ledger
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -134,3 +134,28 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None) -> LedgerBlock | N
             for s in x.steps
         ],
     )
+
+
+class LayerOpsRow(_Block):
+    first_layer: _Count
+    last_layer: _Count  # layers first..last said the same (the first one's figures)
+    operations: _Count  # per layer, both microbatches
+    median_us: float | None
+    hidden_fraction: float | None
+    median_exposed_us: float | None
+    reason: str | None
+
+
+def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
+    return [
+        LayerOpsRow(
+            first_layer=x.first,
+            last_layer=x.last,
+            operations=x.operations,
+            median_us=_r(x.median_us),
+            hidden_fraction=_r(x.hidden_fraction, 4),
+            median_exposed_us=_r(x.median_exposed_us),
+            reason=x.reason,
+        )
+        for x in rows
+    ]

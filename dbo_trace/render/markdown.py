@@ -20,6 +20,9 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    LAYER_OPS_HEADER,
+    comm_layers_of,
+    layer_ops_cells,
     md_table,
     ms,
     operation_cells,
@@ -95,6 +98,10 @@ class MarkdownRenderer:
                 out += ["", f"<details><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step "
                         "order; medians over steps)</summary>", ""]  # fmt: skip
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
+            layers = comm_layers_of(r)
+            if layers:
+                out += ["", f"Rank {r.rank} comm operations per layer (both microbatches; layers alike grouped):", ""]
+                out += md_table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
         if d.phases:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]

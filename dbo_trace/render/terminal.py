@@ -23,6 +23,9 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    LAYER_OPS_HEADER,
+    comm_layers_of,
+    layer_ops_cells,
     SPREAD_HEADER,
     all_notes,
     cpu_range_cells,
@@ -233,6 +236,14 @@ class TerminalRenderer:
                 if len(ops) > MAX_OPERATION_ROWS:
                     out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
                     out.line()
+            layers = comm_layers_of(r)
+            if layers:
+                out.table(
+                    f"rank {r.rank} comm operations per layer (both microbatches; layers alike grouped)",
+                    _columns(LAYER_OPS_HEADER, {}, (LAYER_OPS_HEADER[-1],)),
+                    [layer_ops_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
+                )
+                out.more(len(layers) - MAX_OPERATION_ROWS, " layer rows")
         cross = d.cross_rank
         if cross is not None:
             out.paragraph(f"across ranks: {cross.summary}")
@@ -250,14 +261,14 @@ class TerminalRenderer:
         for r in d.ranks:
             ledger = ledger_of(r)
             out.bullets(ledger_lines(r.rank, ledger), most=None)
-            layers = ledger.layers if ledger is not None else []
-            if layers:
+            handovers = ledger.layers if ledger is not None else []
+            if handovers:
                 out.table(
                     f"rank {r.rank} hand-overs per layer",
                     _columns(LAYER_HEADER, {}),
-                    [layer_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
+                    [layer_cells(row) for row in handovers[:MAX_OPERATION_ROWS]],
                 )
-                out.more(len(layers) - MAX_OPERATION_ROWS, " layers")
+                out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
 
         rows = d.steps
         one_rank = len({s.rank for s in rows}) <= 1  # the rank column says nothing then
