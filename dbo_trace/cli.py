@@ -113,6 +113,12 @@ def main() -> None:
     help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), median (the default) or slowest.",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option(
+    "--layer",
+    "layer_number",
+    type=click.IntRange(min=0),
+    help="Show only layer N's comm operations and hand-overs (terminal and Markdown; from 0).",
+)
 @click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
 @click.option(
     "--workers",
@@ -136,6 +142,7 @@ def report(
     html_out,
     step_number,
     rank_number,
+    layer_number,
     all_ranks,
     workers,
     force,
@@ -152,7 +159,7 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, workers=workers, force=force,
+        html=html_out, step=step_number, rank=rank_number, layer=layer_number, all_ranks=all_ranks, workers=workers, force=force,
     )  # fmt: skip
     command.run(request.checked())
 

@@ -147,3 +147,16 @@ def test_layers_alike_are_grouped_and_unlike_are_not():
     rows = layer_operations(layer, busy, [0.5] * 12, [10.0] * 12, ["crowded"] * 12)
     assert [(r.first, r.last, r.operations) for r in rows] == [(0, 1, 4), (2, 2, 4)]
     assert rows[0].median_us == 400 and rows[1].median_us == 1200
+
+
+def test_layer_view_shows_that_layer_only():
+    from tests.conftest import run_cli
+
+    shown = run_cli("report", str(SAMPLES / "overlap"), "--layer", "2")
+    assert shown.returncode == 0, shown.stderr
+    assert "layer 2 dispatch" in shown.stdout and "layer 2 combine" in shown.stdout
+    assert "layer 1 " not in shown.stdout and "layer 3 " not in shown.stdout
+    refused = run_cli("report", str(SAMPLES / "overlap"), "--layer", "4")
+    assert refused.returncode == 2 and "--layer 4: the report has layers 0 to 3" in refused.stderr
+    refused = run_cli("report", str(SAMPLES / "overlap"), "--layer", "1", "--json")
+    assert refused.returncode == 2 and "--json lists every layer" in refused.stderr

@@ -53,6 +53,7 @@ class ReportRequest:
     html: Path | None = None
     step: str | None = None  # --step as given: a number, #number, a label, median or slowest
     rank: int | None = None
+    layer: int | None = None  # --layer: only this layer's comm operations and hand-overs
     all_ranks: bool = False
     workers: int | None = None
     force: bool = False
@@ -78,7 +79,7 @@ class ReportRequest:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
         analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
         drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks)
-        return any((*analysis, self.layers, self.workers, *drawing))
+        return any((*analysis, self.layers, self.workers, *drawing)) or self.layer is not None
 
     def checked(self) -> ReportRequest | ArchiveView:
         """This request, every option checked before any work; for one review archive, the
@@ -91,6 +92,8 @@ class ReportRequest:
             return ArchiveView(self.paths[0], name, self.output, self.force).checked()
         if (self.step is not None or self.rank is not None) and self.timeline is None:
             fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
+        if self.layer is not None and name == "json":
+            fail(f"--layer {self.layer} narrows the terminal and Markdown views; --json lists every layer (drop one of them)")
         if self.all_ranks and self.timeline is None:
             fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
         if self.comm_kernels and self.comm_kernels_only:
@@ -132,11 +135,14 @@ def run(request: ReportRequest | ArchiveView) -> None:
     picture, timeline, output = request.picture, request.timeline, request.output
     result = common.analyzed(list(request.paths), request.options, request.workers)
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
+    if request.layer is not None:
+        check_layer(result, request.layer)
     shown = RenderOptions(
         color=color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
         step=request.step,
         rank=request.rank,
+        layer=request.layer,
         all_ranks=request.all_ranks,
     )
     # The picture first, so that the Markdown can link it.
@@ -157,6 +163,17 @@ def run(request: ReportRequest | ArchiveView) -> None:
         write_file(as_bytes(rendered), output, request.force)  # type: ignore[arg-type]  # a binary format came from -o
     else:
         write_output(str(rendered), output, request.force)
+
+
+def check_layer(report: Report, layer: int) -> None:
+    """--layer N names a layer some rank's comm operations or hand-overs are labelled with."""
+    from dbo_trace.render.document import build_document
+    from dbo_trace.render.format import layers_seen
+
+    seen = layers_seen(build_document(report))
+    if layer not in seen:
+        known = f"layers {min(seen)} to {max(seen)}" if seen else "no layer labels (pass --layers, or record with the event log)"
+        fail(f"--layer {layer}: the report has {known}")
 
 
 def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[RankReport, int]:

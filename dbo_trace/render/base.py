@@ -22,6 +22,7 @@ class RenderOptions:
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
     all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
+    layer: int | None = None  # terminal, Markdown: only this layer's comm operations and hand-overs (--layer)
 
 
 class Renderer(Protocol):

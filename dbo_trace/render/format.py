@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.render.document import (
@@ -412,6 +413,32 @@ def summary_markdown(d: ReportDocument) -> list[str]:
             out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, markdown_code) for row in shown_ranges])
             out += ["", "</details>", ""]
     return out
+
+
+def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
+    """--layer N: every rank's comm operations, per-layer rows and hand-overs of that layer only."""
+    if layer is None:
+        return d
+    ranks = []
+    for r in d.ranks:
+        ledger = ledger_of(r)
+        ranks.append(
+            msgspec.structs.replace(
+                r,
+                comm_operations=[op for op in r.comm_operations if op.layer == layer],
+                comm_layers=[x for x in comm_layers_of(r) if x.first_layer <= layer <= x.last_layer],
+                dbo_ledger=ledger
+                if ledger is None
+                else msgspec.structs.replace(ledger, layers=[x for x in ledger.layers if x.layer == layer]),
+            )
+        )
+    return msgspec.structs.replace(d, ranks=ranks)
+
+
+def layers_seen(d: ReportDocument) -> set[int]:
+    """The layers some rank's comm operations or hand-overs name."""
+    seen = {op.layer for r in d.ranks for op in r.comm_operations if isinstance(op.layer, int)}
+    return seen | {x.layer for r in d.ranks if (b := ledger_of(r)) is not None for x in b.layers}
 
 
 # ---- the DBO ledger (render/ledger.py's block) --------------------------------------------------

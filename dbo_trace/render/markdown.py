@@ -20,6 +20,7 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    only_layer,
     LAYER_OPS_HEADER,
     comm_layers_of,
     layer_ops_cells,
@@ -82,6 +83,7 @@ class MarkdownRenderer:
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
+        d = only_layer(d, options.layer)
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]

@@ -23,6 +23,7 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    only_layer,
     LAYER_OPS_HEADER,
     comm_layers_of,
     layer_ops_cells,
@@ -185,7 +186,7 @@ class TerminalRenderer:
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
-        d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
+        d = terminal_document(only_layer(d, options.layer))  # every string from input inert (the layout prints Text: no markup is parsed)
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
