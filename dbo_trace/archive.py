@@ -214,7 +214,7 @@ def read_report_document(path: Path) -> ReportDocument:
 # The keys version 3 had that 4 dropped (render/document.py, Attribution): each version's own.
 VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
 # The keys version 5 added to a rank (render/document.py, RankBlock): the DBO ledger.
-VERSION_5_RANK = ("dbo_ledger", "comm_layers")
+VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 
 
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:

@@ -160,3 +160,55 @@ def test_layer_view_shows_that_layer_only():
     assert refused.returncode == 2 and "--layer 4: the report has layers 0 to 3" in refused.stderr
     refused = run_cli("report", str(SAMPLES / "overlap"), "--layer", "1", "--json")
     assert refused.returncode == 2 and "--json lists every layer" in refused.stderr
+
+
+def _reference_sm(trace: Path, holder: str, comm: str):
+    """From the raw trace, by docs/analysis.md ("SM evidence"): the launch args of every kernel named
+    holder and comm (one shape each), the device's limits, and what one SM has left beside the holder."""
+    with gzip.open(trace, "rt") as fh:
+        doc = json.load(fh)
+    dev = doc["deviceProperties"][0]
+    shapes = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"] in (holder, comm):
+            a = e["args"]
+            shapes.setdefault(e["name"], set()).add(
+                (tuple(a["grid"]), tuple(a["block"]), a["registers per thread"], a["shared memory"])
+            )
+    (h,), (c,) = shapes[holder], shapes[comm]
+    threads = h[1][0] * h[1][1] * h[1][2]
+    regs = h[2] * ((threads + 31) // 32 * 32)
+    limits = [dev["maxThreadsPerMultiprocessor"] // threads, dev["regsPerMultiprocessor"] // regs]
+    if h[3]:
+        limits.append(dev["sharedMemPerMultiprocessor"] // h[3])
+    per_sm = min(limits)
+    ctas = h[0][0] * h[0][1] * h[0][2]
+    resident = min(per_sm, -(-ctas // dev["numSms"]))
+    left = (
+        dev["sharedMemPerMultiprocessor"] - resident * h[3],
+        dev["regsPerMultiprocessor"] - resident * regs,
+        dev["maxThreadsPerMultiprocessor"] - resident * threads,
+    )
+    c_threads = c[1][0] * c[1][1] * c[1][2]
+    fits = c[3] <= left[0] and c[2] * ((c_threads + 31) // 32 * 32) <= left[1] and c_threads <= left[2]
+    return h, c, dev["numSms"], per_sm, left, fits
+
+
+@pytest.mark.parametrize("name", ["overlap", "smhungry", "two-gpu-overlap"])
+def test_sm_evidence_matches_the_raw_trace(name):
+    doc = json.loads(_json(name))
+    traces = sorted((SAMPLES / name / "traces").glob("*.json.gz"))
+    for rank, trace in zip(doc["ranks"], traces):
+        x = rank["sm_evidence"]
+        h, c, sms, per_sm, left, fits = _reference_sm(trace, x["holder"]["name"], x["comm"]["name"])
+        assert (tuple(x["holder"]["grid"]), tuple(x["holder"]["block"])) == h[:2]
+        assert (x["holder"]["registers_per_thread"], x["holder"]["shared_memory"]) == h[2:]
+        assert (x["comm"]["registers_per_thread"], x["comm"]["shared_memory"]) == c[2:]
+        assert (x["sms"], x["per_sm"]) == (sms, per_sm)
+        assert (x["left_shared_memory"], x["left_registers"], x["left_threads"]) == left
+        assert x["comm_fits"] == fits
+    if name == "two-gpu-overlap":  # the issue's numbers: [2,66,1] = 132 CTAs of 188,636 B; NCCL 32 CTAs of 103,808 B
+        x = doc["ranks"][0]["sm_evidence"]
+        assert x["holder"]["ctas"] == 132 and x["holder"]["shared_memory"] == 188_636
+        assert x["comm"]["ctas"] == 32 and x["comm"]["shared_memory"] == 103_808 and x["comm_fits"] is False
+        assert x["comm_sms"] is None and x["env_recorded"] is True

@@ -16,7 +16,7 @@ from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, ex
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
-from dbo_trace.analysis.ledger import YIELD_OP, LayerOps, Ledger, layer_operations, ledger, operation_places
+from dbo_trace.analysis.ledger import YIELD_OP, LayerOps, Ledger, SmEvidence, layer_operations, ledger, operation_places
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -59,6 +59,8 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
+    comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
+    env_recorded: bool = False  # a manifest kept the recording's environment
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ class RankReport:
     comm_transfer_slowdown: float | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
+    sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -28,7 +28,7 @@ from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
-from dbo_trace.render.ledger import LayerOpsRow, LedgerBlock, layer_ops_block, ledger_block
+from dbo_trace.render.ledger import LayerOpsRow, LedgerBlock, SmEvidenceBlock, layer_ops_block, ledger_block, sm_evidence_block
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -506,6 +506,7 @@ class RankBlock(Struct):
     # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
     dbo_ledger: LedgerBlock | None | UnsetType = UNSET
     comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
+    sm_evidence: SmEvidenceBlock | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
 
 
 class OptionsBlock(Struct):
@@ -949,6 +950,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),
         comm_layers=layer_ops_block(r.operations_by_layer),
+        sm_evidence=sm_evidence_block(r.sm_evidence),
     )
 
 

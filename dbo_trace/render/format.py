@@ -20,7 +20,7 @@ from dbo_trace.render.document import (
     VerdictBlock,
     figure_rows,
 )
-from dbo_trace.render.ledger import LayerHandoverRow, LayerOpsRow, LedgerBlock
+from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 
 
@@ -312,7 +312,39 @@ def held_back_line(rank: RankBlock) -> str | None:
 
 
 # The one-line findings of a rank, in the order every text renderer prints them (None: nothing to say).
-RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, comm_kernels_line, top_compute_line)
+def sm_evidence_line(rank: RankBlock) -> str | None:
+    """The held-back comm's holder: its launch against the SMs (docs/analysis.md, "SM evidence")."""
+    x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidenceBlock) else None
+    if x is None:
+        return None
+    h = x.holder
+
+    def shape(s: LaunchShapeBlock) -> str:
+        dims = ",".join(map(str, s.grid))
+        regs = "-" if s.registers_per_thread is None else f"{s.registers_per_thread}"
+        smem = "-" if s.shared_memory is None else f"{s.shared_memory:,} B"
+        return f"grid [{dims}] = {s.ctas:,} CTAs of {s.threads} threads, {regs} registers per thread, {smem} shared memory each"
+
+    parts = [f"rank {rank.rank} SM evidence: the kernel that held back {x.held} comm kernels, {cut(h.name, 40)}, ran {shape(h)}"]
+    if x.sms is not None and x.per_sm is not None:
+        parts.append(
+            f"on {x.sms} SMs, at most {x.per_sm} of its CTAs fit one SM ({num(x.waves)} wave{'' if x.waves == 1 else 's'}); "
+            "beside it an SM has "
+            f"{x.left_shared_memory:,} B shared memory, {x.left_registers:,} registers and {x.left_threads:,} threads left"
+        )
+    if x.comm is not None:
+        verdict = {True: "fits there by these counts", False: "does not fit there", None: "cannot be placed by these counts"}
+        parts.append(f"one CTA of the comm kernel {cut(x.comm.name, 40)} ({shape(x.comm)}) {verdict[x.comm_fits]}")
+    if x.comm_sms is not None:
+        parts.append(f"the recording set VLLM_DBO_COMM_SMS={x.comm_sms}")
+    elif x.env_recorded:
+        parts.append("VLLM_DBO_COMM_SMS was not set in the recording's environment (vLLM's default: 20 on CUDA)")
+    else:
+        parts.append("the recording's environment is not known (VLLM_DBO_COMM_SMS unknown)")
+    return "; ".join(parts)
+
+
+RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, sm_evidence_line, comm_kernels_line, top_compute_line)
 
 
 OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.ledger import LayerOps, Ledger
+from dbo_trace.analysis.ledger import LaunchShape, LayerOps, Ledger, SmEvidence
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -159,3 +159,59 @@ def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
         )
         for x in rows
     ]
+
+
+class LaunchShapeBlock(_Block):
+    name: str
+    grid: list[int]
+    block: list[int]
+    ctas: _Count
+    threads: _Count
+    registers_per_thread: _Count | None
+    shared_memory: _Count | None
+
+
+class SmEvidenceBlock(_Block):
+    holder: LaunchShapeBlock
+    comm: LaunchShapeBlock | None
+    held: _Count  # comm kernels it held back (crowded)
+    sms: _Count | None
+    per_sm: _Count | None
+    waves: float | None
+    left_shared_memory: int | None
+    left_registers: int | None
+    left_threads: int | None
+    comm_fits: bool | None
+    comm_sms: str | None  # VLLM_DBO_COMM_SMS as recorded
+    env_recorded: bool
+
+
+def _shape_block(x: LaunchShape) -> LaunchShapeBlock:
+    return LaunchShapeBlock(
+        name=x.name,
+        grid=list(x.grid),
+        block=list(x.block),
+        ctas=x.ctas,
+        threads=x.threads,
+        registers_per_thread=x.registers_per_thread,
+        shared_memory=x.shared_memory,
+    )
+
+
+def sm_evidence_block(x: SmEvidence | None) -> SmEvidenceBlock | None:
+    if x is None:
+        return None
+    return SmEvidenceBlock(
+        holder=_shape_block(x.holder),
+        comm=None if x.comm is None else _shape_block(x.comm),
+        held=x.held,
+        sms=x.sms,
+        per_sm=x.per_sm,
+        waves=_r(x.waves),
+        left_shared_memory=x.left_shared_memory,
+        left_registers=x.left_registers,
+        left_threads=x.left_threads,
+        comm_fits=x.comm_fits,
+        comm_sms=x.comm_sms,
+        env_recorded=x.env_recorded,
+    )
