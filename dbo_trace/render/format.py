@@ -312,6 +312,10 @@ def held_back_line(rank: RankBlock) -> str | None:
 
 
 # The one-line findings of a rank, in the order every text renderer prints them (None: nothing to say).
+def _amount(x: int | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:,}{unit}"
+
+
 def sm_evidence_line(rank: RankBlock) -> str | None:
     """The held-back comm's holder: its launch against the SMs (docs/analysis.md, "SM evidence")."""
     x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidenceBlock) else None
@@ -322,15 +326,15 @@ def sm_evidence_line(rank: RankBlock) -> str | None:
     def shape(s: LaunchShapeBlock) -> str:
         dims = ",".join(map(str, s.grid))
         regs = "-" if s.registers_per_thread is None else f"{s.registers_per_thread}"
-        smem = "-" if s.shared_memory is None else f"{s.shared_memory:,} B"
+        smem = _amount(s.shared_memory, " B")
         return f"grid [{dims}] = {s.ctas:,} CTAs of {s.threads} threads, {regs} registers per thread, {smem} shared memory each"
 
     parts = [f"rank {rank.rank} SM evidence: the kernel that held back {x.held} comm kernels, {cut(h.name, 40)}, ran {shape(h)}"]
     if x.sms is not None and x.per_sm is not None:
         parts.append(
             f"on {x.sms} SMs, at most {x.per_sm} of its CTAs fit one SM ({num(x.waves)} wave{'' if x.waves == 1 else 's'}); "
-            "beside it an SM has "
-            f"{x.left_shared_memory:,} B shared memory, {x.left_registers:,} registers and {x.left_threads:,} threads left"
+            f"beside it an SM has {_amount(x.left_shared_memory, ' B')} shared memory, {_amount(x.left_registers)} "
+            f"registers and {_amount(x.left_threads)} threads left"
         )
     if x.comm is not None:
         verdict = {True: "fits there by these counts", False: "does not fit there", None: "cannot be placed by these counts"}
