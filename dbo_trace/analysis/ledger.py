@@ -169,6 +169,9 @@ def log_handovers(
     at = index_in(step_start_us, step_end_us, log_to_trace_us(np.array([r[0] for r in begins], np.int64), base_time_ns))
     step_of = {int(r[5]): int(i) for r, i in zip(begins, at.tolist()) if i >= 0}
     begin_ns = {int(r[5]): int(r[0]) for r in begins}
+    # A step outside the window that captured a CUDA graph yielded while recording it (warm-up): not
+    # a hand-over of a run.
+    capture = {int(r[5]) for r in begins if isinstance(r[6], dict) and r[6].get("path") == fmt.PATH_GRAPH_CAPTURE}
     tokens: dict[int, tuple[int, ...]] = {}
     for r in begins:
         detail = r[6]
@@ -192,6 +195,8 @@ def log_handovers(
         if step not in begin_ns:
             continue
         i = step_of.get(step, -1)
+        if i < 0 and step in capture:
+            continue
         key = (step, ub)
         if kind == fmt.EV_LAYER and type(detail) is int:
             layer_now[key] = detail
