@@ -241,6 +241,11 @@ main.add_command(click.Command("bundle", callback=archive_cmd.callback, params=a
 @_number("--startup-timeout", 1200.0, click.FloatRange(min=1), "Seconds to wait for /health.")
 @_number("--grace", 30.0, click.FloatRange(min=0), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
 @_number("--trace-timeout", 300.0, click.FloatRange(min=1), "Seconds to wait for the traces after /stop_profile.")
+@_number("--repeats", 3, click.IntRange(min=0), "Timed repeats of the load with the profiler off, before the profiled one (vllm bench serve where installed).")
+@click.option("--peer-command", metavar="COMMAND", help="A server to start first and record beside COMMAND, as one quoted string: the AFD plugin's FFN server.")
+@click.option("--peer-ready-port", type=click.IntRange(1, 65535), help="Start COMMAND once the peer listens on this port (default: the peer's AFD port).")
+@click.option("--python-samples/--no-python-samples", default=True, show_default=True, help="Sample the servers' Python stacks with py-spy over the profiled load.")
+@_number("--python-sample-rate", 100, click.IntRange(min=1, max=10000), "py-spy samples per second.")
 def record(
     command,
     out,
@@ -258,6 +263,11 @@ def record(
     startup_timeout,
     grace,
     trace_timeout,
+    repeats,
+    peer_command,
+    peer_ready_port,
+    python_samples,
+    python_sample_rate,
 ) -> None:
     """Record a DBO run into a bundle: dbo-trace record [OPTIONS] -- vllm serve MODEL --enable-dbo ...
 
@@ -277,7 +287,9 @@ def record(
         load=LoadSpec(num_prompts=num_prompts, concurrency=concurrency, input_len=input_len, output_len=output_len, seed=seed),
         warmup_prompts=warmup_prompts,
         window=ProfileWindow(delay_iterations=profile_delay, max_iterations=profile_steps, with_stack=with_stack),
-        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout,
+        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout, repeats=repeats,
+        peer_command=peer_command, peer_ready_port=peer_ready_port, python_samples=python_samples,
+        python_sample_rate=python_sample_rate,
     )  # fmt: skip
     recording.run(request.checked())
 

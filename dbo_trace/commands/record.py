@@ -9,6 +9,7 @@ from dbo_trace.commands import common
 from dbo_trace.commands.common import fail
 from dbo_trace.errors import UsageError
 from dbo_trace.record.loadgen import LoadSpec
+from dbo_trace.record.peer import PeerPlan
 from dbo_trace.record.recorder import ProfileWindow
 
 
@@ -24,6 +25,24 @@ class RecordRequest:
     startup_timeout: float = 1200.0
     grace: float = 30.0
     trace_timeout: float = 300.0
+    repeats: int = 3  # timed unprofiled repeats before the profiled window
+    peer_command: str | None = None  # a server started beside (the AFD FFN server), as one shell-quoted string
+    peer_ready_port: int | None = None
+    python_samples: bool = True
+    python_sample_rate: int = 100
+
+    def peer(self) -> PeerPlan | None:
+        import shlex
+
+        if not self.peer_command:
+            return None
+        try:
+            argv = shlex.split(self.peer_command)
+        except ValueError as exc:
+            raise UsageError(f"--peer-command {self.peer_command!r}: {exc}; quote it as one shell word") from None
+        if not argv:
+            raise UsageError("--peer-command is empty: give the peer server's whole command line")
+        return PeerPlan(command=argv, ready_port=self.peer_ready_port)
 
     def checked(self) -> RecordRequest:
         """The request with its bundle folder named (new or empty) and server mode decided."""
@@ -34,6 +53,8 @@ class RecordRequest:
         out = self.out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
         common.refuse_nonempty(out)
         server = environment.is_vllm_serve(list(self.command)) if self.server is None else self.server
+        if self.peer() is not None and not server:
+            raise UsageError("--peer-command needs a server to record beside it (COMMAND is not `vllm serve`; add --server)")
         return replace(self, out=out, server=server)
 
 
@@ -57,6 +78,10 @@ def run(request: RecordRequest) -> None:
         startup_timeout_s=request.startup_timeout,
         grace_s=request.grace,
         trace_timeout_s=request.trace_timeout,
+        repeats=request.repeats,
+        peer=request.peer(),
+        python_samples=request.python_samples,
+        python_sample_rate=request.python_sample_rate,
     )
     ui = ConsoleProgress()
     try:

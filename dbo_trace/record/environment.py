@@ -30,6 +30,8 @@ SERVE_SETTINGS = {
     ),
     "cudagraph": ("enforce-eager", "compilation-config", "cudagraph-capture-sizes", "max-cudagraph-capture-size"),
     "batching": ("max-num-seqs", "max-num-batched-tokens", "max-model-len"),
+    # The AFD plugin's settings (role, connector, ranks, port) travel in --additional-config.
+    "additional": ("additional-config",),
 }
 _SHORT_FLAGS = {
     "-tp": "tensor-parallel-size",

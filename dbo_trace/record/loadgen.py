@@ -158,3 +158,121 @@ def _completion_tokens(reply: bytes, default: int) -> int:
     except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # 1e999 parses as inf
         return default
     return count if 0 <= count <= 10 * max(default, 1) else default
+
+
+# -- the timed repeats' fallback: streamed, so that TTFT, TPOT and ITL are measured as vLLM's benchmark does --
+def _stream_one(base_url: str, body: dict, timeout_s: float) -> tuple[float, float, list[float], int] | str:
+    """(ttft_s, latency_s, chunk gaps in s, output tokens) of one streamed completion, or an error."""
+    import http.client as httplib
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(base_url)
+    conn = httplib.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+    t0 = time.perf_counter()
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return f"HTTP {resp.status}: {resp.read(200).decode('utf-8', 'replace')}"
+        ttft, last, gaps, chunks, usage = None, t0, [], 0, None
+        for raw in resp:  # server-sent events, one `data: ...` line each
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            now = time.perf_counter()
+            if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+                usage = event["usage"].get("completion_tokens")
+            choices = event.get("choices") if isinstance(event, dict) else None
+            if not choices or not (choices[0] or {}).get("text"):
+                continue
+            if ttft is None:
+                ttft = now - t0
+            else:
+                gaps.append(now - last)
+            last = now
+            chunks += 1
+        latency = time.perf_counter() - t0
+    except (OSError, httplib.HTTPException, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        conn.close()
+    if ttft is None:
+        return "the server streamed nothing"
+    tokens = usage if isinstance(usage, int) and usage > 0 else chunks
+    return ttft, latency, gaps, tokens
+
+
+def _ms(values: list[float]) -> dict[str, float | None]:
+    """Mean, median and 99th percentile in ms, as vLLM's benchmark takes them (numpy, linear percentile)."""
+    import numpy as np
+
+    if not values:
+        return {"mean": None, "median": None, "p99": None}
+    arr = np.asarray(values, dtype=float) * 1e3
+    return {"mean": round(float(arr.mean()), 3), "median": round(float(np.median(arr)), 3), "p99": round(float(np.percentile(arr, 99)), 3)}
+
+
+def run_streaming_load(base_url: str, model: str, spec: LoadSpec) -> dict:
+    """The built-in timed repeat: spec's requests, streamed, spec.concurrency at a time; the same
+    fields as vLLM's benchmark saves (bench.py)."""
+    todo: queue.Queue[list[int]] = queue.Queue()
+    for prompt in random_prompts(spec):
+        todo.put(prompt)
+    lock = threading.Lock()
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    itls: list[float] = []
+    e2els: list[float] = []
+    counts = {"completed": 0, "failed": 0, "tokens": 0}
+    first_error: list[str] = []
+
+    def worker() -> None:
+        while True:
+            try:
+                prompt = todo.get_nowait()
+            except queue.Empty:
+                return
+            body = {"model": model, "prompt": prompt, "max_tokens": spec.output_len, "ignore_eos": True,
+                    "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+            got = _stream_one(base_url, body, spec.request_timeout_s)
+            with lock:
+                if isinstance(got, str):
+                    counts["failed"] += 1
+                    first_error[:] = first_error or [got]
+                    continue
+                ttft, latency, gaps, tokens = got
+                counts["completed"] += 1
+                counts["tokens"] += tokens
+                ttfts.append(ttft)
+                e2els.append(latency)
+                itls.extend(gaps)
+                if tokens > 1:
+                    tpots.append((latency - ttft) / (tokens - 1))
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True, name="dbo-trace-repeat") for _ in range(max(1, min(spec.concurrency, spec.num_prompts)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    duration = time.perf_counter() - start
+    out: dict = {
+        "duration_s": round(duration, 3),
+        "completed": counts["completed"],
+        "failed": counts["failed"],
+        "total_output_tokens": counts["tokens"],
+        "request_throughput": round(counts["completed"] / duration, 3) if duration else None,
+        "output_throughput": round(counts["tokens"] / duration, 3) if duration else None,
+        "first_error": first_error[0] if first_error else None,
+    }
+    for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
+        for stat, value in _ms(values).items():
+            out[f"{stat}_{name}_ms"] = value
+    return out

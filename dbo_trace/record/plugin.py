@@ -28,12 +28,16 @@ def register(extra_targets: Sequence["Target"] = ()) -> None:
     try:
         from dbo_trace.record.events import open_log
         from dbo_trace.record.hooks import Instrumentation
+        from dbo_trace.record import control
         from dbo_trace.record.vllm_targets import OPTIONAL_TARGETS, TARGETS_BY_VERSION, targets_for, vllm_version
 
         version = vllm_version()
         targets, known = targets_for(version) if version else ([], True)
         ins = Instrumentation(open_log(folder, vllm=version or "absent"))
         ins.install([*targets, *extra_targets])
+        if control.command_path() is not None:  # the recorder drives this server's profiler by file (peer.py)
+            control.start()
+            os.register_at_fork(after_in_child=control.after_fork_in_child)
         atexit.register(ins.quietly, ins.write_counters, "exit")
         # vLLM forks its engine core from the API server by default: the child must not write
         # into the parent's PID-named log and counters (the parent would overwrite them at exit).

@@ -26,8 +26,11 @@ from typing import Callable, ContextManager, Iterator, NoReturn, Protocol
 from dbo_trace import bundle as fmt
 from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
+from dbo_trace.record.bench import RepeatPlan, timed_repeats, tokenizer_of, vllm_executable
 from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_model
+from dbo_trace.record.peer import Peer, PeerPlan, afd_config, role_of
 from dbo_trace.record.plugin import ENV_DIR
+from dbo_trace.record.pystacks import DEFAULT_RATE_HZ, PythonSampler
 from dbo_trace.record.redact import Redactor, redact_argv
 
 ENV_TRACES = "DBO_TRACE_TRACES"  # where a program (not a server) should write its profiler traces
@@ -57,6 +60,10 @@ class RecordPlan:
     startup_timeout_s: float = 1200.0
     grace_s: float = 30.0
     trace_timeout_s: float = 300.0
+    repeats: int = 0  # timed unprofiled repeats of the load before the profiled window (bench.py)
+    peer: PeerPlan | None = None  # a server started beside this one (the AFD FFN server: peer.py)
+    python_samples: bool = True  # py-spy over the profiled load (pystacks.py)
+    python_sample_rate: int = DEFAULT_RATE_HZ
 
 
 class Progress(Protocol):
@@ -146,6 +153,26 @@ def _counters(out: Path) -> dict:
     return merged
 
 
+def _gpu_sharing(main_env: dict[str, str], peer: Peer) -> dict:
+    """Whether the two roles ran on one GPU (the same CUDA_VISIBLE_DEVICES, or none set on a one-GPU
+    host) and under MPS: one-GPU figures must never pass for two-GPU ones (docs/recording.md)."""
+
+    def visible(env: dict[str, str], argv: list[str]) -> str | None:
+        for arg in argv[1:] if argv and os.path.basename(argv[0]) == "env" else []:
+            if arg.startswith("CUDA_VISIBLE_DEVICES="):
+                return arg.split("=", 1)[1]
+        return env.get("CUDA_VISIBLE_DEVICES")
+
+    ours, theirs = visible(main_env, []), visible(peer.env, peer.plan.command)
+    gpus = environment.gpus().get("names") or []
+    shared = (ours == theirs and ours is not None and "," not in ours) or (ours is None and theirs is None and len(gpus) == 1)
+    return {
+        "shared_gpu": shared,
+        "visible_devices": {"main": ours, "peer": theirs},
+        "mps": bool(main_env.get("CUDA_MPS_PIPE_DIRECTORY")) and Path(main_env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists(),
+    }
+
+
 def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
     return {
         "created_by": "dbo-trace record",
@@ -160,6 +187,7 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
         "settings": environment.serve_settings(plan.command) if plan.server else {},
         "hooks": True,
         "profile_all_threads": "requested",
+        "afd": afd_config(plan.command) if plan.server else None,
         "load": asdict(plan.load) if plan.server else None,
         "warmup_prompts": plan.warmup_prompts if plan.server else None,
         "window": asdict(plan.window) if plan.server else None,
@@ -188,6 +216,14 @@ def _finish_manifest(out: Path, manifest: dict, redactor: Redactor, no_traces_re
     manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
     manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
     manifest["counters"] = _counters(out)
+    if "roles" in manifest:  # a peer ran beside the server: each role's traces, for the analysis
+        peer_traces = out / PEER_TRACES
+        for role, body in manifest["roles"].items():
+            folder = peer_traces if body.get("peer") else traces_dir
+            body["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(folder) if folder.is_dir() else [])]
+        peer_events = out / "peer"
+        manifest["peer_events"] = [str(p.relative_to(out)) for p in fmt.event_files(peer_events)]
+        manifest["peer_counters"] = _counters(peer_events)
     if manifest["status"] == STATUS_COMPLETE and not manifest["traces"]:
         manifest["status"], manifest["reason"] = STATUS_NO_TRACES, no_traces_reason or "no trace was written"
     fmt.write_manifest(out, redactor.json(manifest))
@@ -204,6 +240,7 @@ def _write_minimal_manifest(out: Path, manifest: dict, redactor: Redactor) -> No
         manifest["reason"] = f"{manifest['reason']}; the manifest on disk still says {STATUS_RECORDING!r}"
 
 
+PEER_TRACES = "peer/traces"
 COUNTERS_SERIES = "counters-series.jsonl"
 SERIES_EVERY_S = 1.0
 
@@ -350,13 +387,26 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     status, child = STATUS_FAILED, None
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
+    peer = None
+    if plan.server and plan.peer is not None:
+        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
+        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
+        main_role = role_of(plan.command, "main")
+        manifest["roles"] = {main_role: {"peer": False}, peer.role: {"peer": True}}
+        manifest["peer"] = peer.manifest(out)
+        manifest["gpu_sharing"] = _gpu_sharing(env, peer)
     try:
         with _terminations_interrupt():
+            if peer is not None:
+                peer.start()
+                ui.phase(f"waiting for the {peer.role} server to listen on port {peer.port} (output in peer/server.log)")
+                manifest["peer"]["pid"] = peer.child.pid if peer.child else None
+                manifest["times"]["peer_ready_after_s"] = round(peer.wait_ready(plan.startup_timeout_s), 1)
             child = Child(argv, env, out / log_name)
             series.start()
             manifest["pid"] = child.pid
             if plan.server:
-                _drive_server(plan, child, manifest, ui)
+                _drive_server(plan, child, manifest, ui, peer)
                 status, reason = STATUS_COMPLETE, None
             else:
                 code = _wait_program(child, ui)
@@ -375,7 +425,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
         raise
     finally:
         with _shielded():
-            status, reason = _wind_up(plan, child, manifest, series, redactor, ui, status, reason)
+            status, reason = _wind_up(plan, child, manifest, series, redactor, ui, status, reason, peer)
     if not manifest.get("events") and status == STATUS_COMPLETE:
         ui.note(
             "no event log was written: no DBO class ran in the program, or the plugin did not load there "
@@ -384,7 +434,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     return Outcome(out, status, reason, manifest)
 
 
-def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: str | None) -> tuple[str, str | None]:
+def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: str | None, peer: Peer | None = None) -> tuple[str, str | None]:
     """Close the profile window, stop the child, write the final manifest: each step guarded, so that
     a failing one (a server that answers nonsense, a full disk, a bug) still leaves the child stopped
     and the manifest final. Returns the final (status, reason)."""
@@ -411,6 +461,16 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
             if stopped.survivors:
                 ui.note(f"still running after SIGKILL: pids {stopped.survivors}")
         manifest["exit_status"] = child.poll()
+    if peer is not None and peer.child is not None:  # after the main server: it holds the peer's connection
+        try:
+            if peer.child.poll() is None or peer.child.group_alive() or peer.child.escaped():
+                ui.phase(f"stopping the {peer.role} server")
+                stopped = peer.child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the {peer.role} server's group"))
+                manifest["peer"]["stop"] = {"signals": stopped.signals_sent, "exit_status": stopped.returncode, "survivors": stopped.survivors}
+            manifest["peer"]["exit_status"] = peer.child.poll()
+        except Exception as exc:
+            failure = f"stopping the {peer.role} server failed ({type(exc).__name__}: {exc})"
+            status, reason = STATUS_FAILED, f"{reason}; {failure}" if reason else failure
     reason = redactor.text(reason) if reason else reason
     manifest["status"], manifest["reason"] = status, reason
     manifest.pop("profiling", None)
@@ -436,7 +496,7 @@ def _wait_program(child: Child, ui: Progress) -> int:
     return code
 
 
-def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) -> None:
+def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
     ui.phase(f"waiting for the server at {plan.base_url}/health")
     manifest["times"]["healthy_after_s"] = round(wait_healthy(child, plan.base_url, plan.startup_timeout_s), 1)
     host, port = _host_port(plan.base_url)
@@ -454,6 +514,61 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) 
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui).as_dict()
+    if plan.repeats:
+        _timed_repeats(plan, child, model, manifest, ui)
+    sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
+    if sampler is not None:
+        for role, pid in [(role_of(plan.command, "main"), child.pid), *([(peer.role, peer.child.pid)] if peer and peer.child else [])]:
+            note = sampler.start(role, pid)
+            if note:
+                ui.note(f"Python samples of the {role} server: {note}; the recording goes on without them")
+
+    def stop_sampling() -> None:  # at the load's end: the traces' export that follows is not the run's time
+        if sampler is not None and "pystacks" not in manifest:
+            manifest["pystacks"] = sampler.stop()
+
+    try:
+        _profiled_window(plan, child, model, manifest, ui, peer, stop_sampling)
+    finally:
+        stop_sampling()
+
+
+def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress) -> None:
+    repeat = RepeatPlan(
+        repeats=plan.repeats,
+        base_url=plan.base_url,
+        model=model,
+        tokenizer=tokenizer_of(plan.command),
+        vllm=vllm_executable(plan.command),
+        load=plan.load,
+    )
+    tool = "vllm bench serve" if repeat.vllm else "the built-in load"
+    ui.phase(f"timed repeats, profiler off: {plan.repeats} x {plan.load.num_prompts} requests with {tool}")
+
+    def done(entry: dict) -> None:
+        ui.note(
+            f"repeat {entry['index'] + 1}/{plan.repeats} ({entry['tool']}): {entry.get('duration_s')} s, "
+            f"{entry.get('output_throughput')} output tokens/s, median TPOT {entry.get('median_tpot_ms')} ms"
+        )
+        if child.poll() is not None:
+            raise ChildFailed(f"the server exited with status {child.poll()} during the timed repeats; its last lines:\n{child.tail()}")
+
+    repeats, note = timed_repeats(repeat, plan.out, done)
+    manifest["repeats"] = repeats
+    manifest["repeats_note"] = note
+    if note:
+        ui.note(note)
+
+
+def _profiled_window(
+    plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None, after_load: Callable[[], None]
+) -> None:
+    if peer is not None:
+        ui.phase(f"starting the {peer.role} server's profiler (through its command file)")
+        started = peer.profile("start", timeout_s=120.0)
+        manifest["peer"]["profile_start"] = started
+        if not started["ok"]:
+            ui.note(f"the {peer.role} server's profiler did not confirm its start: {started['acks'] or 'no answer'}")
     status, body = http("POST", f"{plan.base_url}/start_profile", timeout=60.0)
     if status != 200:
         raise ChildFailed(
@@ -464,8 +579,14 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress) 
     manifest["times"]["profile_started"] = _now()
     result = _load_phase(plan, child, model, plan.load, "profiled load", ui)
     manifest["load_result"] = result.as_dict()
+    after_load()
     ui.phase("stopping the profiler (the server writes its traces now)")
     _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s)
+    if peer is not None:
+        ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
+        stopped = peer.profile("stop", timeout_s=plan.trace_timeout_s)
+        manifest["peer"]["profile_stop"] = stopped
+        manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0) if stopped["ok"] else 5.0)
     if result.completed == 0:
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
 

@@ -1,0 +1,141 @@
+"""A peer server recorded beside the main one: the AFD plugin's FFN server beside its attention server.
+
+Disaggregated DBO has two roles, each a `vllm serve`: the attention server (the one `record` drives
+with its load) and the FFN server, which the attention server connects to on the AFD port and
+which serves no HTTP (docs/recording.md, "An AFD pair"). The peer starts first, in its own process
+group; the main server starts once the peer's process tree listens on the AFD port. Its profiler is
+started just before the main server's and stopped after the main server's traces are written,
+through record/control.py (a command file the plugin polls in the peer's Worker), so both traces
+cover the main server's profiled window on one clock. It is stopped after the main server.
+
+Its files live under `peer/` in the bundle: `peer/server.log`, `peer/traces/` (its Kineto traces),
+`peer/events/` (its event logs and counters), `peer/control.json` and `peer/acks/`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from dbo_trace.record import control, environment
+from dbo_trace.record.child import Child, ChildFailed
+from dbo_trace.record.plugin import ENV_DIR
+
+PEER_DIR = "peer"
+PEER_LOG = "server.log"
+
+
+@dataclass(frozen=True)
+class PeerPlan:
+    command: list[str]  # the peer's `vllm serve ...`, as the user gave it
+    ready_port: int | None = None  # the port whose listener says the peer is ready (default: its AFD port)
+    role: str | None = None  # default: the AFD role in its --additional-config, else "peer"
+
+
+def afd_config(argv: list[str]) -> dict | None:
+    """The `afd` block of a command's --additional-config JSON, or None."""
+    raw = environment.parse_flags(argv).get("additional-config")
+    if not isinstance(raw, str):
+        return None
+    try:
+        afd = json.loads(raw).get("afd")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return afd if isinstance(afd, dict) else None
+
+
+def role_of(argv: list[str], default: str) -> str:
+    afd = afd_config(argv) or {}
+    role = afd.get("role")
+    return role if isinstance(role, str) and role.isidentifier() else default
+
+
+def ready_port(plan: PeerPlan) -> int | None:
+    if plan.ready_port:
+        return plan.ready_port
+    port = (afd_config(plan.command) or {}).get("port")
+    return port if isinstance(port, int) and 0 < port < 65536 else None
+
+
+class Peer:
+    """The running peer: started, waited for, profiled on command, stopped."""
+
+    def __init__(self, plan: PeerPlan, bundle: Path, env: dict[str, str], prepare: Callable[[list[str], Path], list[str]]):
+        self.plan = plan
+        self.folder = bundle / PEER_DIR
+        self.traces = self.folder / "traces"
+        self.role = plan.role or role_of(plan.command, "peer")
+        self.port = ready_port(plan)
+        self.control = self.folder / "control.json"
+        self.argv = prepare(plan.command, self.traces)
+        self.env = dict(env)
+        self.env[ENV_DIR] = str(self.folder.resolve())
+        self.env[control.ENV_CONTROL] = str(self.control.resolve())
+        self.child: Child | None = None
+        self._seq = 0
+        self.acks: dict[str, list[dict]] = {}
+
+    def start(self) -> None:
+        if self.port is None:
+            raise ChildFailed(
+                "the peer command names no AFD port (--additional-config '{\"afd\": {\"port\": P, ...}}'); "
+                "give --peer-ready-port PORT: the main server starts once the peer listens there"
+            )
+        self.traces.mkdir(parents=True)
+        (self.folder / "events").mkdir()
+        self.child = Child(self.argv, self.env, self.folder / PEER_LOG)
+
+    def wait_ready(self, timeout_s: float, tick: Callable[[float], None] | None = None) -> float:
+        """Seconds until the peer's process tree listens on its port (no connection is made: the AFD
+        port is the connector's own)."""
+        assert self.child is not None
+        start = time.monotonic()
+        while True:
+            code = self.child.poll()
+            if code is not None:
+                raise ChildFailed(f"the peer server exited with status {code} before it listened on port {self.port}; its last lines:\n{self.child.tail()}")
+            if self.child.listens_on(self.port) is True:  # type: ignore[arg-type]
+                return time.monotonic() - start
+            waited = time.monotonic() - start
+            if waited > timeout_s:
+                raise ChildFailed(
+                    f"the peer server did not listen on port {self.port} after {timeout_s:.0f} s "
+                    f"(raise --startup-timeout if it is still loading); its last lines:\n{self.child.tail()}"
+                )
+            if tick:
+                tick(waited)
+            time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.poll() is None
+
+    def profile(self, action: str, timeout_s: float) -> dict:
+        if action == "stop" and not (self.acks.get("start") or []):
+            timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
+        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
+        self._seq += 1
+        sent = time.time_ns()
+        control.send(self.control, self._seq, action)
+        acks = control.wait_acks(self.control, self._seq, timeout_s, self.alive)
+        self.acks[action] = acks
+        return {
+            "action": action,
+            "sent_ns": sent,
+            "acks": [{k: a.get(k) for k in ("pid", "ok", "error", "workers", "started_ns", "ended_ns")} for a in acks],
+            "ok": bool(acks) and all(a.get("ok") for a in acks),
+        }
+
+    def manifest(self, bundle: Path) -> dict:
+        return {
+            "role": self.role,
+            "command": self.argv,
+            "user_command": self.plan.command,
+            "settings": environment.serve_settings(self.plan.command),
+            "afd": afd_config(self.plan.command),
+            "ready_port": self.port,
+            "pid": self.child.pid if self.child else None,
+            "log": f"{PEER_DIR}/{PEER_LOG}",
+        }
