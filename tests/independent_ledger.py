@@ -129,6 +129,21 @@ def ledger(trace_path, log_path, comm_pattern):
                 handovers.append((step, layer_of.get((step, ub), -1), (q[0] - r[0]) / 1000.0))
             break
 
+    # Outside the profiled window: the log's other steps, but those that captured a CUDA graph.
+    outside = {s for s, b in begins.items() if s not in windows and (b[6] or {}).get("path") != "graph_capture"}
+    out_lat, out_per_step = [], {}
+    others = [r for r in recs if r[5] in outside]
+    for i, r in enumerate(others):
+        if r[1] != "yield" or r[4] < 0:
+            continue
+        for q in others[i + 1 :]:
+            if q[5] != r[5] or q[1] not in ("resume", "ub_run"):
+                continue
+            if q[4] != r[4]:
+                out_lat.append((q[0] - r[0]) / 1000.0)
+                out_per_step[r[5]] = out_per_step.get(r[5], 0.0) + out_lat[-1]
+            break
+
     lat = [h[2] for h in handovers]
     per_step = {}
     for step, _layer, x in handovers:
@@ -152,4 +167,13 @@ def ledger(trace_path, log_path, comm_pattern):
         "compute_us": [statistics.median(c[i] for c in comp) for i in range(len(comp[0]))] if comp else None,
         "imbalance": statistics.median((max(c) - min(c)) / max(c) for c in comp) if comp else None,
         "excess_us": statistics.median(max(c) - min(c) for c in comp) if comp else None,
+        "unprofiled": None
+        if not out_lat
+        else {
+            "steps": len(out_per_step),
+            "handovers": len(out_lat),
+            "median_us": statistics.median(out_lat),
+            "p90_us": _p90(out_lat),
+            "per_step_us": statistics.median(out_per_step.values()),
+        },
     }
