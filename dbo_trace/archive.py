@@ -220,6 +220,8 @@ VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
     attribution block: version 3 has two keys that 4 dropped): written by neither."""
+    if (document.what_if is not msgspec.UNSET) != (version >= 5):
+        return f"report: what_if is a key of version 5, {'not of' if version < 5 else 'missing in'} version {version}"
     for i, rank in enumerate(document.ranks):
         for key in VERSION_3_ATTRIBUTION:
             held = getattr(rank.attribution, key) is not msgspec.UNSET

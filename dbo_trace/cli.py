@@ -114,6 +114,13 @@ def main() -> None:
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
 @click.option(
+    "--what-if",
+    "what_ifs",
+    multiple=True,
+    metavar="round-trip=TIME",
+    help="A model's step with every round trip taking TIME (e.g. round-trip=100us, 1.2ms); repeatable.",
+)
+@click.option(
     "--layer",
     "layer_number",
     type=click.IntRange(min=0),
@@ -143,6 +150,7 @@ def report(
     step_number,
     rank_number,
     layer_number,
+    what_ifs,
     all_ranks,
     workers,
     force,
@@ -159,7 +167,7 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, layer=layer_number, all_ranks=all_ranks, workers=workers, force=force,
+        html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs), all_ranks=all_ranks, workers=workers, force=force,
     )  # fmt: skip
     command.run(request.checked())
 

@@ -233,3 +233,34 @@ def test_sm_evidence_matches_the_raw_trace(name):
         assert x["holder"]["ctas"] == 132 and x["holder"]["shared_memory"] == 188_636
         assert x["comm"]["ctas"] == 32 and x["comm"]["shared_memory"] == 103_808 and x["comm_fits"] is False
         assert x["comm_sms"] is None and x["env_recorded"] is True
+
+
+@pytest.mark.parametrize(
+    "serial,overlapped,error", [("serial", "overlap", -0.21), ("two-gpu-serial", "two-gpu-overlap", -0.06)]
+)
+def test_the_model_predicts_a_dbo_arm_from_its_serial_arm(serial, overlapped, error):
+    """docs/analysis.md ("What-if estimates") states these errors: the model predicts the overlapped
+    arm's step from the serial arm's DBO arithmetic, N x min(C, R) shorter."""
+    from dbo_trace.analysis.ledger import predict_overlapped
+
+    s = analyze_paths([SAMPLES / serial], Options()).round_trips
+    o = analyze_paths([SAMPLES / overlapped], Options()).round_trips
+    predicted = predict_overlapped(
+        step_us=s.step_us, round_trips=s.per_step, compute_us=s.compute_per_round_trip_us, comm_us=s.comm_per_round_trip_us
+    )
+    # the model by hand: 8 round trips per step, each losing min(C, R)
+    assert predicted == pytest.approx(s.step_us - 8 * min(s.compute_per_round_trip_us, s.comm_per_round_trip_us))
+    assert predicted / o.step_us - 1 == pytest.approx(error, abs=0.01)
+
+
+def test_what_if_lines():
+    from tests.conftest import run_cli
+
+    shown = run_cli("report", str(SAMPLES / "overlap"), "--what-if", "round-trip=5ms")
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    # N = 8, C = 2.86 ms, R = 2.36 ms: 8 x (max(C, 5) - max(C, R)) = 8 x 2.14 ms longer
+    assert "what-if, round trip 5000 us: step 53.54 ms against 36.44 ms measured (+47%); a model, not a measurement" in text
+    assert "what-if, no hand-overs: step 33.99 ms against 36.44 ms measured (-7%)" in text
+    refused = run_cli("report", str(SAMPLES / "overlap"), "--what-if", "sms=20")
+    assert refused.returncode == 2 and "round-trip=TIME" in refused.stderr

@@ -641,3 +641,56 @@ def sm_evidence(
         comm_sms=comm_sms,
         env_recorded=env_recorded,
     )
+
+
+# -- what-if estimates (a model) ----------------------------------------------------------------
+
+MODEL = (
+    "a model, not a measurement: each of a step's N round trips (one per microbatch and layer) costs "
+    "max(C, R) of the step when overlapped, C the compute per microbatch and R the comm per round trip "
+    "(medians of the DBO arithmetic); the rest of the step is unchanged"
+)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    what: str  # "round trip 100 us", "no hand-overs"
+    step_us: float  # the measured median step
+    predicted_us: float  # the model's step
+    assumptions: str
+
+    @property
+    def change(self) -> float | None:
+        """Predicted against measured: -0.1 is 10% shorter."""
+        return self.predicted_us / self.step_us - 1 if self.step_us > 0 else None
+
+
+def what_if_round_trip(
+    *, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float
+) -> WhatIf:
+    """The step with every round trip taking round_trip_us: each of the N round trips moves from
+    max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""
+    delta = round_trips * (max(compute_us, comm_us) - max(compute_us, round_trip_us))
+    return WhatIf(
+        what=f"round trip {round_trip_us:g} us",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - delta),
+        assumptions=MODEL,
+    )
+
+
+def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:
+    """The step without DBO's hand-over latency: at most that much shorter, where every hand-over is
+    on the step's critical path (the GPU waits for it)."""
+    return WhatIf(
+        what="no hand-overs",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - handover_us),
+        assumptions="a bound, not a measurement: every hand-over's latency on the step's critical path",
+    )
+
+
+def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float, comm_us: float) -> float:
+    """A DBO arm's step predicted from an arm whose microbatches ran one after the other (no overlap):
+    each round trip moves from C + R to max(C, R), so the step loses N x min(C, R)."""
+    return step_us - round_trips * min(compute_us, comm_us)

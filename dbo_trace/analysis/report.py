@@ -16,7 +16,18 @@ from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, ex
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import union
-from dbo_trace.analysis.ledger import YIELD_OP, LayerOps, Ledger, SmEvidence, layer_operations, ledger, operation_places
+from dbo_trace.analysis.ledger import (
+    YIELD_OP,
+    LayerOps,
+    Ledger,
+    SmEvidence,
+    WhatIf,
+    layer_operations,
+    ledger,
+    operation_places,
+    what_if_no_handovers,
+    what_if_round_trip,
+)
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -59,6 +70,7 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
+    what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
 
@@ -200,6 +212,7 @@ class Report:
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
+    what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -689,6 +702,7 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     ranks = [_with_peer_headline(r, view) for r in ranks]
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     return Report(
+        what_if=_what_if(rt, ranks, options),
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
@@ -717,6 +731,25 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
         host_causes=causes,
         host_test=host,
     )
+
+
+
+def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -> list[WhatIf]:
+    """The model's estimates over the run's DBO arithmetic (medians over ranks): each asked round
+    trip, and the step without the hand-overs (the ranks' median per step) where they were measured."""
+    if rt is None or not rt.microbatched:
+        return []
+    out = [
+        what_if_round_trip(
+            step_us=rt.step_us, round_trips=rt.per_step, compute_us=rt.compute_per_round_trip_us,
+            comm_us=rt.comm_per_round_trip_us, round_trip_us=x,
+        )  # fmt: skip
+        for x in options.what_if_round_trip_us
+    ]
+    handovers = [h for r in ranks if r.ledger is not None and (h := r.ledger.handover_per_step_us) is not None]
+    if handovers:
+        out.append(what_if_no_handovers(step_us=rt.step_us, handover_us=float(np.median(handovers))))
+    return out
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:

@@ -3,6 +3,8 @@ archive, the report it holds shown again (ArchiveView: nothing is re-analysed)."
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +56,7 @@ class ReportRequest:
     step: str | None = None  # --step as given: a number, #number, a label, median or slowest
     rank: int | None = None
     layer: int | None = None  # --layer: only this layer's comm operations and hand-overs
+    what_if: tuple[str, ...] = ()  # --what-if as given: round-trip=TIME
     all_ranks: bool = False
     workers: int | None = None
     force: bool = False
@@ -73,13 +76,14 @@ class ReportRequest:
             self.layers,
             step_marker=self.step_marker,
             comm_only=bool(self.comm_kernels_only),
+            what_if_round_trip_us=tuple(what_if_round_trip(x) for x in self.what_if),
         )
 
     def _reanalyses(self) -> bool:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
         analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
         drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks)
-        return any((*analysis, self.layers, self.workers, *drawing)) or self.layer is not None
+        return any((*analysis, self.layers, self.workers, *drawing, *self.what_if)) or self.layer is not None
 
     def checked(self) -> ReportRequest | ArchiveView:
         """This request, every option checked before any work; for one review archive, the
@@ -99,6 +103,8 @@ class ReportRequest:
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
+        for x in self.what_if:
+            what_if_round_trip(x)
         refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
         if self.timeline is not None and self.picture is None:
             fail(f"{self.timeline}: --timeline writes .png or .svg; name the file with one of those")
@@ -111,6 +117,20 @@ class ReportRequest:
 
         found = for_path(self.timeline) if self.timeline is not None else None
         return found if found is not None and found.name in ("png", "svg") else None
+
+
+_WHAT_IF = re.compile(r"round-trip=(\d+(?:\.\d+)?)(us|ms)")
+
+
+def what_if_round_trip(text: str) -> float:
+    """--what-if round-trip=100us (or 1.2ms): the round trip in microseconds, or the user's line."""
+    m = _WHAT_IF.fullmatch(text.strip())
+    if m is None:
+        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms, e.g. round-trip=100us (the one what-if so far)")
+    value = float(m.group(1)) * (1000.0 if m.group(2) == "ms" else 1.0)
+    if not 0 < value < 1e9:
+        fail(f"--what-if {text!r}: the round trip must be above 0 and under 1000 s")
+    return value
 
 
 def _given(pattern: str | None) -> tuple[str, ...]:

@@ -28,7 +28,16 @@ from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
-from dbo_trace.render.ledger import LayerOpsRow, LedgerBlock, SmEvidenceBlock, layer_ops_block, ledger_block, sm_evidence_block
+from dbo_trace.render.ledger import (
+    LayerOpsRow,
+    LedgerBlock,
+    SmEvidenceBlock,
+    WhatIfRow,
+    layer_ops_block,
+    ledger_block,
+    sm_evidence_block,
+    what_if_block,
+)
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -652,6 +661,7 @@ class ReportDocument(Struct):
     ranks: list[RankBlock]
     cross_rank: CrossRankBlock | None
     warnings: list[str]
+    what_if: list[WhatIfRow] | UnsetType = UNSET  # version 5: model estimates (docs/analysis.md, "What-if")
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -1001,6 +1011,7 @@ def build_document(report: Report) -> ReportDocument:
         ranks=ranks,
         cross_rank=cross_rank_block(report.cross_rank),
         warnings=list(report.warnings),
+        what_if=what_if_block(report.what_if),
     )
 
 

@@ -556,3 +556,13 @@ def layer_ops_cells(row: LayerOpsRow) -> list[str]:
 def comm_layers_of(r: RankBlock) -> list[LayerOpsRow]:
     """A rank's comm operations per layer; none where its document's version had none."""
     return r.comm_layers if isinstance(r.comm_layers, list) else []
+
+
+def what_if_lines(d: ReportDocument) -> list[str]:
+    """The model's estimates, each labelled as one (docs/analysis.md, "What-if estimates")."""
+    rows = d.what_if if isinstance(d.what_if, list) else []
+    return [
+        f"what-if, {x.what}: step {ms(x.predicted_us)} against {ms(x.step_us)} measured "
+        f"({'-' if x.change is None else f'{100 * x.change:+.0f}%'}); {x.assumptions}"
+        for x in rows
+    ]

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.ledger import LaunchShape, LayerOps, Ledger, SmEvidence
+from dbo_trace.analysis.ledger import LaunchShape, LayerOps, Ledger, SmEvidence, WhatIf
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -215,3 +215,24 @@ def sm_evidence_block(x: SmEvidence | None) -> SmEvidenceBlock | None:
         comm_sms=x.comm_sms,
         env_recorded=x.env_recorded,
     )
+
+
+class WhatIfRow(_Block):
+    what: str
+    step_us: float | None  # measured (median)
+    predicted_us: float | None  # the model's
+    change: float | None  # predicted / measured - 1
+    assumptions: str
+
+
+def what_if_block(rows: list[WhatIf]) -> list[WhatIfRow]:
+    return [
+        WhatIfRow(
+            what=x.what,
+            step_us=_r(x.step_us),
+            predicted_us=_r(x.predicted_us),
+            change=_r(x.change, 4),
+            assumptions=x.assumptions,
+        )
+        for x in rows
+    ]

@@ -20,6 +20,7 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    what_if_lines,
     only_layer,
     LAYER_OPS_HEADER,
     comm_layers_of,
@@ -117,6 +118,8 @@ class MarkdownRenderer:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ledger_markdown(d)
+        if what := what_if_lines(d):
+            out += [""] + [f"- {markdown_text(line)}" for line in what]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",

@@ -23,6 +23,7 @@ from dbo_trace.render.format import (
     layer_cells,
     ledger_lines,
     ledger_of,
+    what_if_lines,
     only_layer,
     LAYER_OPS_HEADER,
     comm_layers_of,
@@ -259,6 +260,7 @@ class TerminalRenderer:
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
+        out.bullets(what_if_lines(d), most=None)
         for r in d.ranks:
             ledger = ledger_of(r)
             out.bullets(ledger_lines(r.rank, ledger), most=None)
