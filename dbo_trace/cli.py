@@ -117,8 +117,8 @@ def main() -> None:
     "--what-if",
     "what_ifs",
     multiple=True,
-    metavar="round-trip=TIME",
-    help="A model's step with every round trip taking TIME (e.g. round-trip=100us, 1.2ms); repeatable.",
+    metavar="round-trip=TIME|sms=N",
+    help="A model's step with every round trip taking TIME (round-trip=100us, 1.2ms), or N SMs kept for comm (sms=20); repeatable.",
 )
 @click.option(
     "--layer",

@@ -262,5 +262,28 @@ def test_what_if_lines():
     # N = 8, C = 2.86 ms, R = 2.36 ms: 8 x (max(C, 5) - max(C, R)) = 8 x 2.14 ms longer
     assert "what-if, round trip 5000 us: step 53.54 ms against 36.44 ms measured (+47%); a model, not a measurement" in text
     assert "what-if, no hand-overs: step 33.99 ms against 36.44 ms measured (-7%)" in text
-    refused = run_cli("report", str(SAMPLES / "overlap"), "--what-if", "sms=20")
+    refused = run_cli("report", str(SAMPLES / "overlap"), "--what-if", "threads=20")
     assert refused.returncode == 2 and "round-trip=TIME" in refused.stderr
+
+
+def test_what_if_comm_sms_from_the_documents_figures():
+    """sms=N by the docs' words from the JSON's own figures: step - crowded exposed per step +
+    compute per step x N / (SMs - N)."""
+    from dbo_trace.commands.report import ReportRequest
+
+    request = ReportRequest(paths=(SAMPLES / "two-gpu-overlap",), what_if=("sms=20",))
+    doc = json.loads(_json_with(request.options))
+    rt = doc["round_trips"]
+    crowded = sum(r["exposed_comm_reasons"]["crowded_us"] for r in doc["ranks"])
+    steps = sum(len(r["steps"]) for r in doc["ranks"])
+    compute = rt["compute_per_round_trip_us"] * rt["per_step"]
+    expected = rt["step_us"] - crowded / steps + compute * 20 / 112
+    (row,) = [x for x in doc["what_if"] if x["what"] == "20 of 132 SMs reserved for comm"]
+    assert row["predicted_us"] == pytest.approx(expected, rel=1e-3)
+    assert "a model, not a measurement" in row["assumptions"]
+
+
+def _json_with(options):
+    from dbo_trace.render.json_out import JsonRenderer
+
+    return JsonRenderer().render(analyze_paths([SAMPLES / "two-gpu-overlap"], options))

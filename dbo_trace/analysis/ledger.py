@@ -694,3 +694,24 @@ def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float,
     """A DBO arm's step predicted from an arm whose microbatches ran one after the other (no overlap):
     each round trip moves from C + R to max(C, R), so the step loses N x min(C, R)."""
     return step_us - round_trips * min(compute_us, comm_us)
+
+
+def what_if_comm_sms(
+    *, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float
+) -> WhatIf | None:
+    """The step with sms_reserved of the GPU's sms kept for comm: the comm exposed because it found no
+    free SM (crowded, per step) hides, and the step's compute runs on the other SMs, longer by
+    sms_reserved / (sms - sms_reserved) of it."""
+    if not 0 < sms_reserved < sms:
+        return None
+    cost = compute_us * sms_reserved / (sms - sms_reserved)
+    return WhatIf(
+        what=f"{sms_reserved} of {sms} SMs reserved for comm",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - crowded_us + cost),
+        assumptions=(
+            f"a model, not a measurement: the comm exposed for want of a free SM ({crowded_us / 1000:.2f} ms per step) "
+            f"hides entirely, and the step's compute ({compute_us / 1000:.2f} ms per step) slows in proportion to the SMs "
+            f"it loses (+{cost / 1000:.2f} ms; a kernel of one wave can lose more); the rest of the step is unchanged"
+        ),
+    )

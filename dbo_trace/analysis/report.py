@@ -25,6 +25,7 @@ from dbo_trace.analysis.ledger import (
     layer_operations,
     ledger,
     operation_places,
+    what_if_comm_sms,
     what_if_no_handovers,
     what_if_round_trip,
 )
@@ -71,6 +72,7 @@ class Options:
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
+    what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
 
@@ -746,10 +748,36 @@ def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -
         )  # fmt: skip
         for x in options.what_if_round_trip_us
     ]
+    if options.what_if_comm_sms:
+        steps = sum(len(r.steps) for r in ranks)
+        crowded = sum(r.exposure.by_reason_us.get(CROWDED, 0.0) for r in ranks if r.exposure is not None)
+        sms = _sm_count(ranks)
+        for n in options.what_if_comm_sms:
+            x = (
+                what_if_comm_sms(
+                    step_us=rt.step_us, sms_reserved=n, sms=sms, crowded_us=crowded / steps,
+                    compute_us=rt.compute_per_round_trip_us * rt.per_step,
+                )  # fmt: skip
+                if sms and steps
+                else None
+            )
+            if x is not None:
+                out.append(x)
     handovers = [h for r in ranks if r.ledger is not None and (h := r.ledger.handover_per_step_us) is not None]
     if handovers:
         out.append(what_if_no_handovers(step_us=rt.step_us, handover_us=float(np.median(handovers))))
     return out
+
+
+def _sm_count(ranks: list[RankReport]) -> int | None:
+    """The GPU's SM count, from the first rank's trace (Kineto's deviceProperties numSms)."""
+    for r in ranks:
+        devices = r.detail.timeline.metadata.get("deviceProperties") if r.detail is not None else None
+        if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+            n = devices[0].get("numSms")
+            if type(n) is int and 0 < n < 1 << 20:
+                return n
+    return None
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:

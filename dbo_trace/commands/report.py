@@ -76,7 +76,8 @@ class ReportRequest:
             self.layers,
             step_marker=self.step_marker,
             comm_only=bool(self.comm_kernels_only),
-            what_if_round_trip_us=tuple(what_if_round_trip(x) for x in self.what_if),
+            what_if_round_trip_us=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), float)),
+            what_if_comm_sms=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), int)),
         )
 
     def _reanalyses(self) -> bool:
@@ -104,7 +105,7 @@ class ReportRequest:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
         for x in self.what_if:
-            what_if_round_trip(x)
+            what_if_value(x)
         refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
         if self.timeline is not None and self.picture is None:
             fail(f"{self.timeline}: --timeline writes .png or .svg; name the file with one of those")
@@ -120,13 +121,20 @@ class ReportRequest:
 
 
 _WHAT_IF = re.compile(r"round-trip=(\d+(?:\.\d+)?)(us|ms)")
+_WHAT_IF_SMS = re.compile(r"sms=(\d{1,6})")
 
 
-def what_if_round_trip(text: str) -> float:
-    """--what-if round-trip=100us (or 1.2ms): the round trip in microseconds, or the user's line."""
+def what_if_value(text: str) -> float | int:
+    """--what-if round-trip=100us (or 1.2ms): the round trip in microseconds (a float); sms=N: the
+    SMs kept for comm (an int); or the user's line."""
+    sms = _WHAT_IF_SMS.fullmatch(text.strip())
+    if sms is not None:
+        if int(sms.group(1)) < 1:
+            fail(f"--what-if {text!r}: reserve at least one SM")
+        return int(sms.group(1))
     m = _WHAT_IF.fullmatch(text.strip())
     if m is None:
-        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms, e.g. round-trip=100us (the one what-if so far)")
+        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms (round-trip=100us) or sms=N (sms=20)")
     value = float(m.group(1)) * (1000.0 if m.group(2) == "ms" else 1.0)
     if not 0 < value < 1e9:
         fail(f"--what-if {text!r}: the round trip must be above 0 and under 1000 s")
