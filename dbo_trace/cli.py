@@ -118,7 +118,8 @@ def main() -> None:
     "what_ifs",
     multiple=True,
     metavar="round-trip=TIME|sms=N",
-    help="A model's step with every round trip taking TIME (round-trip=100us, 1.2ms), or N SMs kept for comm (sms=20); repeatable.",
+    help="A model's step with every round trip taking TIME (round-trip=100us, 1.2ms), or N SMs kept for comm "
+    "(sms=20); repeatable.",
 )
 @click.option(
     "--layer",
@@ -167,7 +168,8 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs), all_ranks=all_ranks, workers=workers, force=force,
+        html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
+        all_ranks=all_ranks, workers=workers, force=force,
     )  # fmt: skip
     command.run(request.checked())
 

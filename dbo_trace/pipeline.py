@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-
-import numpy as np
 from concurrent.futures import as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.trace.alloc import reuse_freed_memory
@@ -67,8 +67,8 @@ def with_sm_evidence(r: RankReport, options: Options) -> RankReport:
     from its trace's args (a second pass over the file, only where comm was crowded)."""
     from collections import Counter
 
-    from dbo_trace.analysis.held import CAUSES
     from dbo_trace.analysis.exposure import CROWDED
+    from dbo_trace.analysis.held import CAUSES
     from dbo_trace.analysis.ledger import sm_evidence
     from dbo_trace.trace.event_args import event_args
 

@@ -150,7 +150,7 @@ def ledger(trace_path, log_path, comm_pattern):
         per_step[step] = per_step.get(step, 0.0) + x
     shares = [(per_step.get(s, 0.0) + startup.get(s, 0.0)) / step_time[s] for s in windows if yields.get(s)]
     layers = {}
-    for step, layer, x in handovers:
+    for _step, layer, x in handovers:
         layers.setdefault(layer, []).append(x)
     comp = [tuple(c[u] for u in sorted(c)) for c in compute.values() if len(c) >= 2]
     tokens = [tuple(begins[s][6]["tokens"]) for s in windows if begins[s][6].get("tokens")]

@@ -235,9 +235,7 @@ def test_sm_evidence_matches_the_raw_trace(name):
         assert x["comm_sms"] is None and x["env_recorded"] is True
 
 
-@pytest.mark.parametrize(
-    "serial,overlapped,error", [("serial", "overlap", -0.21), ("two-gpu-serial", "two-gpu-overlap", -0.06)]
-)
+@pytest.mark.parametrize("serial,overlapped,error", [("serial", "overlap", -0.21), ("two-gpu-serial", "two-gpu-overlap", -0.06)])
 def test_the_model_predicts_a_dbo_arm_from_its_serial_arm(serial, overlapped, error):
     """docs/analysis.md ("What-if estimates") states these errors: the model predicts the overlapped
     arm's step from the serial arm's DBO arithmetic, N x min(C, R) shorter."""

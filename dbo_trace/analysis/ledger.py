@@ -259,9 +259,7 @@ def op_handovers(
 # -- the ledger ---------------------------------------------------------------------------------
 
 
-def _layers_by_order(
-    step: np.ndarray, ubatch: np.ndarray, layers: int | None, n_steps: int
-) -> np.ndarray:
+def _layers_by_order(step: np.ndarray, ubatch: np.ndarray, layers: int | None, n_steps: int) -> np.ndarray:
     """Without the log's layer events: the k-th hand-over of a microbatch in its step belongs to
     layer k // (hand-overs per layer), where its hand-overs per step divide evenly by the layers."""
     out = np.full(len(step), -1, np.int64)
@@ -413,7 +411,6 @@ def _unprofiled(parts: list[LogHandovers]) -> Unprofiled | None:
     )
 
 
-
 # -- comm operations by layer and role ----------------------------------------------------------
 
 DISPATCH, COMBINE, SEND, RECV, ROUND_TRIP = "dispatch", "combine", "send", "recv", "round trip"
@@ -458,6 +455,7 @@ def operation_places(
 
 def _alike(a: LayerOps, b: LayerOps) -> bool:
     """Two layers' rows say the same: times within 10%, hidden shares within 5 points, one reason."""
+
     def near(x: float, y: float) -> bool:
         return abs(x - y) <= 0.1 * max(abs(x), abs(y), 1e-9)
 
@@ -618,8 +616,10 @@ def sm_evidence(
     def left(total: int | None, used: int | None) -> int | None:
         return None if total is None or used is None or resident is None else total - resident * used
 
-    l_smem, l_regs, l_threads = left(smem_sm, holder.shared_memory), left(regs_sm, holder.registers), left(
-        threads_sm, holder.threads
+    l_smem, l_regs, l_threads = (
+        left(smem_sm, holder.shared_memory),
+        left(regs_sm, holder.registers),
+        left(threads_sm, holder.threads),
     )
     fits = None
     if comm is not None and None not in (l_smem, l_regs, l_threads, comm.shared_memory, comm.registers):
@@ -665,9 +665,7 @@ class WhatIf:
         return self.predicted_us / self.step_us - 1 if self.step_us > 0 else None
 
 
-def what_if_round_trip(
-    *, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float
-) -> WhatIf:
+def what_if_round_trip(*, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float) -> WhatIf:
     """The step with every round trip taking round_trip_us: each of the N round trips moves from
     max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""
     delta = round_trips * (max(compute_us, comm_us) - max(compute_us, round_trip_us))
@@ -696,9 +694,7 @@ def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float,
     return step_us - round_trips * min(compute_us, comm_us)
 
 
-def what_if_comm_sms(
-    *, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float
-) -> WhatIf | None:
+def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float) -> WhatIf | None:
     """The step with sms_reserved of the GPU's sms kept for comm: the comm exposed because it found no
     free SM (crowded, per step) hides, and the step's compute runs on the other SMs, longer by
     sms_reserved / (sms - sms_reserved) of it."""

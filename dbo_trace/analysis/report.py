@@ -366,7 +366,6 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], step_us: np.ndarray) ->
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
     yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
     return ledger(
-
         log_records=usable,
         base_time_ns=tl.base_time_ns,
         step_start_us=att.steps.start,
@@ -735,7 +734,6 @@ def combine(ranks: list[RankReport], options: Options, inputs: list[str], warnin
     )
 
 
-
 def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -> list[WhatIf]:
     """The model's estimates over the run's DBO arithmetic (medians over ranks): each asked round
     trip, and the step without the hand-overs (the ranks' median per step) where they were measured."""
@@ -743,8 +741,11 @@ def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -
         return []
     out = [
         what_if_round_trip(
-            step_us=rt.step_us, round_trips=rt.per_step, compute_us=rt.compute_per_round_trip_us,
-            comm_us=rt.comm_per_round_trip_us, round_trip_us=x,
+            step_us=rt.step_us,
+            round_trips=rt.per_step,
+            compute_us=rt.compute_per_round_trip_us,
+            comm_us=rt.comm_per_round_trip_us,
+            round_trip_us=x,
         )  # fmt: skip
         for x in options.what_if_round_trip_us
     ]
@@ -755,7 +756,10 @@ def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -
         for n in options.what_if_comm_sms:
             x = (
                 what_if_comm_sms(
-                    step_us=rt.step_us, sms_reserved=n, sms=sms, crowded_us=crowded / steps,
+                    step_us=rt.step_us,
+                    sms_reserved=n,
+                    sms=sms,
+                    crowded_us=crowded / steps,
                     compute_us=rt.compute_per_round_trip_us * rt.per_step,
                 )  # fmt: skip
                 if sms and steps

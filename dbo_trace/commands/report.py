@@ -4,7 +4,6 @@ archive, the report it holds shown again (ArchiveView: nothing is re-analysed)."
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING

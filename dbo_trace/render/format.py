@@ -505,7 +505,8 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
     u = b.unprofiled
     if u is not None:
         out.append(
-            f"rank {rank} hand-overs outside the profiled window ({u.steps} step{'' if u.steps == 1 else 's'} the event log saw, without the "
+            f"rank {rank} hand-overs outside the profiled window ({u.steps} step{'' if u.steps == 1 else 's'} "
+            "the event log saw, without the "
             f"profiler's cost): median {us(u.median_us)}, p90 {us(u.p90_us)}, {ms(u.per_step_us)} per step"
         )
     y = b.yield_op

@@ -7,26 +7,25 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, build_document
 from dbo_trace.render.format import (
     LAYER_HEADER,
+    LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
     all_notes,
+    comm_layers_of,
     cross_rank_lines,
     figure_table,
     headline,
     host_cause_lines,
     layer_cells,
+    layer_ops_cells,
     ledger_lines,
     ledger_of,
-    what_if_lines,
-    only_layer,
-    LAYER_OPS_HEADER,
-    comm_layers_of,
-    layer_ops_cells,
     md_table,
     ms,
+    only_layer,
     operation_cells,
     pct,
     phase_cells,
@@ -36,6 +35,7 @@ from dbo_trace.render.format import (
     summary_markdown,
     tri,
     us,
+    what_if_lines,
 )
 from dbo_trace.render.safe import markdown_code, markdown_text
 

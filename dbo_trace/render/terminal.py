@@ -15,27 +15,26 @@ from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
+    LAYER_HEADER,
+    LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
-    LAYER_HEADER,
-    layer_cells,
-    ledger_lines,
-    ledger_of,
-    what_if_lines,
-    only_layer,
-    LAYER_OPS_HEADER,
-    comm_layers_of,
-    layer_ops_cells,
     SPREAD_HEADER,
     all_notes,
+    comm_layers_of,
     cpu_range_cells,
     cross_rank_lines,
     headline,
     host_cause_lines,
     kernel_cells,
+    layer_cells,
+    layer_ops_cells,
+    ledger_lines,
+    ledger_of,
     ms,
+    only_layer,
     operation_cells,
     pct,
     phase_cells,
@@ -45,6 +44,7 @@ from dbo_trace.render.format import (
     step_number_cell,
     tri,
     us,
+    what_if_lines,
 )
 from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import terminal_document
@@ -187,7 +187,8 @@ class TerminalRenderer:
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
-        d = terminal_document(only_layer(d, options.layer))  # every string from input inert (the layout prints Text: no markup is parsed)
+        # every string from input inert (the layout prints Text: no markup is parsed); --layer's view
+        d = terminal_document(only_layer(d, options.layer))
         # The terminal's own width, at least 80 (piped: $COLUMNS, else 100): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
