@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis.intervals import grouped_length
+from dbo_trace.analysis.intervals import grouped_length, index_groups
 from dbo_trace.analysis.steps import index_in, log_to_trace_us
 
 SOURCE_LOG = "event log (UBatchContext yields)"
@@ -187,7 +187,7 @@ def log_handovers(
     out_lat: list[float] = []
     yields: dict[int, int] = {}
     startup: dict[int, float] = {}
-    pending: dict[tuple[int, int], tuple[int, int]] = {}  # (log step, ub) -> (yield time, layer)
+    pending: dict[int, dict[int, tuple[int, int]]] = {}  # log step -> ub -> (its open yield's time, layer)
     layer_now: dict[tuple[int, int], int] = {}
     for t, kind, _ident, _native, ub, step, detail in records:
         if ub < 0:
@@ -203,19 +203,19 @@ def log_handovers(
         elif kind == fmt.EV_YIELD:
             if i >= 0:
                 yields[i] = yields.get(i, 0) + 1
-            pending[key] = (t, layer_now.get(key, -1))
+            pending.setdefault(step, {})[ub] = (t, layer_now.get(key, -1))
         elif kind in _TURN:
             if kind == fmt.EV_UB_RUN and i >= 0 and i not in startup and step in begin_ns:
                 startup[i] = (t - begin_ns[step]) / 1000.0
-            pending.pop(key, None)  # its own yield ended without a hand-over
-            others = [(k, v) for k, v in pending.items() if k[0] == step and k[1] != ub]
-            if others:
-                k, (t_yield, layer) = max(others, key=lambda kv: kv[1][0])
-                del pending[k]
+            open_yields = pending.get(step, {})
+            open_yields.pop(ub, None)  # its own yield ended without a hand-over
+            if open_yields:  # the other microbatches' open yields (two microbatches: one)
+                other, (t_yield, layer) = max(open_yields.items(), key=lambda kv: kv[1][0])
+                del open_yields[other]
                 out_step.append(i)
                 out_log_step.append(step)
                 out_layer.append(layer)
-                out_ub.append(k[1])
+                out_ub.append(other)
                 out_lat.append((t - t_yield) / 1000.0)
     return LogHandovers(
         step=np.array(out_step, np.int64),
@@ -265,11 +265,15 @@ def _layers_by_order(step: np.ndarray, ubatch: np.ndarray, layers: int | None, n
     out = np.full(len(step), -1, np.int64)
     if not layers or not len(step):
         return out
-    for s in range(n_steps):
-        for u in np.unique(ubatch[step == s]).tolist():
-            where = np.flatnonzero((step == s) & (ubatch == u))
-            if len(where) % layers == 0 and len(where):
-                out[where] = np.arange(len(where)) // (len(where) // layers)
+    # One sort by (step, microbatch), time order kept within: each group's place k and size n.
+    order = np.lexsort((np.arange(len(step)), ubatch, step))
+    s, u = step[order], ubatch[order]
+    heads = np.flatnonzero(np.r_[True, (s[1:] != s[:-1]) | (u[1:] != u[:-1])])
+    sizes = np.diff(np.r_[heads, len(order)])
+    n = np.repeat(sizes, sizes)
+    k = np.arange(len(order)) - np.repeat(heads, sizes)
+    fits = n % layers == 0
+    out[order[fits]] = k[fits] // (n[fits] // layers)
     return out
 
 
@@ -350,9 +354,11 @@ def ledger(
 
     if source is None and not tokens and len(ubs) < 2:
         return None
+    counted = h_step >= 0
+    n_handovers = np.bincount(h_step[counted], minlength=n_steps)
+    handover_us = np.bincount(h_step[counted], weights=h_lat[counted], minlength=n_steps)
     step_rows = []
     for i in range(n_steps):
-        sel = h_step == i
         c = tuple(float(compute[u][i]) for u in ubs) if len(ubs) >= 2 else None
         if c is not None and not any(c):
             c = None
@@ -360,8 +366,8 @@ def ledger(
             StepLedger(
                 step=i,
                 yields=yields.get(i, 0),
-                handovers=int(sel.sum()),
-                handover_us=float(h_lat[sel].sum()),
+                handovers=int(n_handovers[i]),
+                handover_us=float(handover_us[i]),
                 startup_us=startup.get(i),
                 step_us=float(step_us[i]),
                 tokens=tokens.get(i),
@@ -369,8 +375,7 @@ def ledger(
             )
         )
     layer_rows = []
-    for layer in sorted(set(h_layer[h_layer >= 0].tolist())):
-        sel = h_layer == layer
+    for layer, sel in sorted(index_groups(h_layer, among=np.flatnonzero(h_layer >= 0)).items()):
         lat = h_lat[sel].tolist()
         layer_rows.append(
             LayerHandovers(
