@@ -24,7 +24,7 @@ _TURN = (fmt.EV_RESUME, fmt.EV_UB_RUN)  # a microbatch thread gets its turn: bac
 
 @dataclass(frozen=True)
 class StepLedger:
-    step: int  # index into the rank's steps
+    step: int  # its place in the rank's reported steps (the per-step table's number - 1)
     yields: int  # yields the microbatch threads made in the step
     handovers: int  # of them, those the other microbatch's thread took over (a hand-over)
     handover_us: float  # summed hand-over latency
@@ -283,7 +283,8 @@ def ledger(
     base_time_ns: int | None,
     step_start_us: np.ndarray,  # (n_steps,) float64
     step_end_us: np.ndarray,  # (n_steps,) float64
-    step_us: np.ndarray,  # (n_steps,) float64: each step's time as the per-step table gives it
+    step_index: np.ndarray,  # (n_reported,) int64: the reported steps' indices into step_start_us
+    step_us: np.ndarray,  # (n_reported,) float64: their times as the per-step table gives them
     layers: int | None,
     cpu_start: np.ndarray,  # (n_cpu,) float64: CPU ranges
     cpu_end: np.ndarray,  # (n_cpu,) float64
@@ -358,18 +359,18 @@ def ledger(
     n_handovers = np.bincount(h_step[counted], minlength=n_steps)
     handover_us = np.bincount(h_step[counted], weights=h_lat[counted], minlength=n_steps)
     step_rows = []
-    for i in range(n_steps):
+    for place, i in enumerate(step_index.tolist()):
         c = tuple(float(compute[u][i]) for u in ubs) if len(ubs) >= 2 else None
         if c is not None and not any(c):
             c = None
         step_rows.append(
             StepLedger(
-                step=i,
+                step=place,
                 yields=yields.get(i, 0),
                 handovers=int(n_handovers[i]),
                 handover_us=float(handover_us[i]),
                 startup_us=startup.get(i),
-                step_us=float(step_us[i]),
+                step_us=float(step_us[place]),
                 tokens=tokens.get(i),
                 compute_us=c,
             )

@@ -303,7 +303,7 @@ def analyze_rank(tl: Timeline, logs: list[EventLogData], options: Options, *, ra
         operations=rank_operations(d, exposed) if d.microbatched else [],
         notes=list(d.attribution.notes) + tl.warnings,
         capture=capture if capture.found else None,
-        ledger=rank_ledger(d, logs, np.array([s.wall_us for s in steps])),
+        ledger=rank_ledger(d, logs, steps),
         detail=d,
     )
 
@@ -360,7 +360,7 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     )
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], step_us: np.ndarray) -> Ledger | None:
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: list[StepReport]) -> Ledger | None:
     """The ledger over a rank's shared state (report.analyze_rank's one call)."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
@@ -370,7 +370,8 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], step_us: np.ndarray) ->
         base_time_ns=tl.base_time_ns,
         step_start_us=att.steps.start,
         step_end_us=att.steps.end,
-        step_us=step_us,
+        step_index=np.array([s.index for s in steps], np.int64),
+        step_us=np.array([s.wall_us for s in steps], np.float64),
         layers=att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
@@ -548,7 +549,9 @@ def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRo
     # NCCL all-to-all runs SendRecv kernels too; torch names it all_to_allv, vLLM's PyNccl names none).
     is_comm = d.kernel_kind == c.COMM
     comm_names = [tl.names[i] for i in np.unique(tl.gpu.name[is_comm]).tolist()]
-    collectives = {tl.names[i] for i in np.unique(tl.comm_args().collective[is_comm]).tolist() if i >= 0}
+    named = tl.comm_args().collective
+    named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
+    collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
     sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
     places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
     return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
