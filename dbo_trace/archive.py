@@ -256,11 +256,15 @@ def read_report_document(path: Path) -> ReportDocument:
 
 # The keys version 3 had that 4 dropped (render/document.py, Attribution): each version's own.
 VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
+# The keys version 5 added to a rank (render/document.py, RankBlock): the DBO ledger.
+VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 
 
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
     attribution block: version 3 has two keys that 4 dropped): written by neither."""
+    if (document.what_if is not msgspec.UNSET) != (version >= 5):
+        return f"report: what_if is a key of version 5, {'not of' if version < 5 else 'missing in'} version {version}"
     for i, rank in enumerate(document.ranks):
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
@@ -270,6 +274,12 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
                 return f"report.ranks[{i}].attribution: {key} is a key of version 3, which version {version} dropped"
             if not held and version == 3:
                 return f"report.ranks[{i}].attribution: {key} is missing (version 3 has it)"
+        for key in VERSION_5_RANK:
+            held = getattr(rank, key) is not msgspec.UNSET
+            if held and version < 5:
+                return f"report.ranks[{i}]: {key} is a key of version 5, not of version {version}"
+            if not held and version >= 5:
+                return f"report.ranks[{i}]: {key} is missing (version {version} has it)"
     return None
 
 

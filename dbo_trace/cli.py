@@ -116,6 +116,20 @@ def main() -> None:
     help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), median (the default) or slowest.",
 )
 @click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option(
+    "--what-if",
+    "what_ifs",
+    multiple=True,
+    metavar="round-trip=TIME|sms=N",
+    help="A model's step with every round trip taking TIME (round-trip=100us, 1.2ms), or N SMs kept for comm "
+    "(sms=20); repeatable.",
+)
+@click.option(
+    "--layer",
+    "layer_number",
+    type=click.IntRange(min=0),
+    help="Show only layer N's comm operations and hand-overs (terminal and Markdown; from 0).",
+)
 @click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
 @click.option(
     "--window",
@@ -156,6 +170,8 @@ def report(
     html_out,
     step_number,
     rank_number,
+    layer_number,
+    what_ifs,
     all_ranks,
     window,
     workers,
@@ -175,8 +191,8 @@ def report(
         paths=tuple(paths), as_json=as_json, as_markdown=as_markdown, comm_kernels=tuple(comm_kernels),
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
-        html=html_out, step=step_number, rank=rank_number, all_ranks=all_ranks, window=window, workers=workers,
-        ray=ray_address, force=force, host_stacks=host_stacks,
+        html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
+        all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
     )  # fmt: skip
     command.run(request.checked())
 

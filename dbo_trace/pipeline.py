@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
 from dbo_trace.trace.alloc import reuse_freed_memory
@@ -58,7 +60,62 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         layers = value
     if options.comm_only:  # the user's set replaces everything, the manifest's too
         extra = []
-    return replace(options, comm_patterns=tuple(dict.fromkeys(options.comm_patterns + tuple(extra))), layers=layers)
+    envs = [m["env"] for m in manifests if isinstance(m.get("env"), dict)]
+    sms = [v for env in envs if isinstance(v := env.get(COMM_SMS_ENV), str)]
+    return replace(
+        options,
+        comm_patterns=tuple(dict.fromkeys(options.comm_patterns + tuple(extra))),
+        layers=layers,
+        comm_sms=sms[0] if sms else None,
+        env_recorded=bool(envs),
+    )
+
+
+COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
+
+
+def with_sm_evidence(r: RankReport, options: Options) -> RankReport:
+    """The rank with the launch shape of the kernel that crowded out most held-back comm, read back
+    from its trace's args (a second pass over the file, only where comm was crowded)."""
+    from collections import Counter
+
+    from dbo_trace.analysis.exposure import CROWDED
+    from dbo_trace.analysis.held import CAUSES
+    from dbo_trace.analysis.ledger import sm_evidence
+    from dbo_trace.trace.event_args import event_args
+
+    d = r.detail
+    held = d.held if d is not None else None
+    if d is None or held is None:
+        return r
+    crowded = np.flatnonzero(held.cause == CAUSES.index(CROWDED))
+    if not len(crowded):
+        return r
+    tl = d.timeline
+    holder_names = tl.gpu.name[held.holder[crowded]]
+    top, count = Counter(holder_names.tolist()).most_common(1)[0]
+    first = crowded[np.flatnonzero(holder_names == top)[0]]
+    comm, holder = int(held.kernel[first]), int(held.holder[first])
+    lo = float(min(tl.gpu.start[comm], tl.gpu.start[holder]))
+    hi = float(max(tl.gpu.end[comm], tl.gpu.end[holder]))
+    args = event_args(tl.source, (lo, hi))
+
+    def args_of(g: int) -> dict:
+        return args.get((True, float(tl.gpu.start[g]), int(tl.gpu.correlation[g])), {})
+
+    devices = tl.metadata.get("deviceProperties")
+    holder_args = args_of(holder)
+    device = {}
+    if isinstance(devices, list):
+        mine = [p for p in devices if isinstance(p, dict) and p.get("id") == holder_args.get("device")]
+        first_device = devices[0] if devices and isinstance(devices[0], dict) else {}
+        device = mine[0] if mine else first_device
+    evidence = sm_evidence(
+        holder_name=tl.names[top], holder_args=holder_args, comm_name=tl.names[int(tl.gpu.name[comm])],
+        comm_args=args_of(comm), held=int(count), device=device, comm_sms=options.comm_sms,
+        env_recorded=options.env_recorded,
+    )  # fmt: skip
+    return replace(r, sm_evidence=evidence)
 
 
 def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
@@ -74,8 +131,10 @@ def samples_of(tl: Timeline, samples: list[StackSamples]) -> list[StackSamples]:
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
     timelines, info = restrict_roles(loaded.timelines, options, loaded.manifests)
-    ranks = [analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples))
-        for n, tl in zip(loaded.ranks, timelines)]
+    ranks = [
+        with_sm_evidence(analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples)), options)
+        for n, tl in zip(loaded.ranks, timelines)
+    ]
     return combine(ranks, options, inputs, loaded.warnings, roles=info)
 
 
@@ -108,7 +167,8 @@ def _read_and_analyze(
     or the one-line error of the file."""
     try:
         return [
-            analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)) for tl in read_timelines(trace, index)
+            with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options)
+            for tl in read_timelines(trace, index)
         ]
     except InputError as exc:
         return str(exc)

@@ -188,7 +188,13 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
     assert doc["schema_version"] == 5 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
-    new = build(tmp_path / "v4.tar.gz", real)
+    for r in doc["ranks"]:
+        del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
+        for op in r["comm_operations"]:
+            del op["layer"], op["role"]
+    del doc["what_if"]
+    doc["schema_version"] = 4
+    new = build(tmp_path / "v4.tar.gz", with_report(real, json.dumps(doc).encode()))
     for r in doc["ranks"]:
         r["attribution"] = {"ubatch_source": r["microbatch_source"], "step_source": r["steps_source"], **r["attribution"]}
     doc["schema_version"] = 3
@@ -343,10 +349,36 @@ def test_a_huge_bad_value_is_named_in_a_short_line(real, tmp_path, where):
 def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, words):
     """Version 3 and 4 differ in two keys of a rank's attribution block: a document with one
     version's number and the other's keys was written by neither."""
-    doc = document(real)
+    doc = _without_version_5(document(real))
     doc["schema_version"] = version
     for r in doc["ranks"]:
         r["attribution"] = {**{k: r["microbatch_source"] for k in keys}, **r["attribution"]}
+    refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
+
+
+def _without_version_5(doc):
+    """The document as version 4 wrote it: without the DBO ledger's keys."""
+    del doc["what_if"]
+    for r in doc["ranks"]:
+        del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]
+        for op in r["comm_operations"]:
+            del op["layer"], op["role"]
+    return doc
+
+
+@pytest.mark.parametrize("version,drop,words", [
+    (4, None, "report: what_if is a key of version 5, not of version 4"),
+    (5, "what_if", "report: what_if is a key of version 5, missing in version 5"),
+    (5, "dbo_ledger", "report.ranks[0]: dbo_ledger is missing (version 5 has it)"),
+])  # fmt: skip
+def test_the_ledger_keys_belong_to_version_5(real, tmp_path, version, drop, words):
+    doc = document(real)
+    doc["schema_version"] = version
+    if drop == "what_if":
+        del doc["what_if"]
+    elif drop:
+        for r in doc["ranks"]:
+            del r[drop]
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 

@@ -26,6 +26,8 @@ class OperationRow:
     hidden_fraction: float | None  # of its busy time, under compute (all steps)
     median_exposed_us: float
     reason: str | None  # the exposure reason with the most time, where exposed
+    layer: int | None = None  # its layer and role (dispatch/combine, send/recv): ledger.operation_places
+    role: str | None = None
 
 
 def operation_ids(

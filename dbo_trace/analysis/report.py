@@ -21,6 +21,19 @@ from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, UNTRACED, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import difference, union
 from dbo_trace.analysis.pystacks import RankStacks, log_natives, rank_host_stacks
+from dbo_trace.analysis.ledger import (
+    YIELD_OP,
+    LayerOps,
+    Ledger,
+    SmEvidence,
+    WhatIf,
+    layer_operations,
+    ledger,
+    operation_places,
+    what_if_comm_sms,
+    what_if_no_handovers,
+    what_if_round_trip,
+)
 from dbo_trace.analysis.metrics import (
     ACROSS,
     MAX,
@@ -74,6 +87,10 @@ class Options:
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
     roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
+    what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
+    what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
+    comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
+    env_recorded: bool = False  # a manifest kept the recording's environment
 
 
 @dataclass(frozen=True)
@@ -194,7 +211,18 @@ class RankReport:
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
+    ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
+    sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def operations_by_layer(self) -> list[LayerOps]:
+        """Its comm operations per layer, layers alike grouped (analysis/ledger.py)."""
+        ops = self.operations
+        return layer_operations(
+            [o.layer for o in ops], [o.median_us for o in ops], [o.hidden_fraction for o in ops],
+            [o.median_exposed_us for o in ops], [o.reason for o in ops],
+        )  # fmt: skip
 
     def detailed(self) -> RankDetail:
         """The timeline and attribution behind the figures, which pictures need (analyze_rank keeps them)."""
@@ -218,6 +246,7 @@ class Report:
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
+    what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -323,6 +352,7 @@ def analyze_rank(
         notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
+        ledger=rank_ledger(d, logs, steps),
         detail=d,
     )
 
@@ -398,6 +428,31 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
             step=att.gpu_step, lane=launch_lane, launch_start=att.gpu_launch_start, start=tl.gpu.start, is_comm=is_comm
         ),
         window_us=(lo, hi),
+    )
+
+
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: list[StepReport]) -> Ledger | None:
+    """The ledger over a rank's shared state (report.analyze_rank's one call)."""
+    tl, att = d.timeline, d.attribution
+    usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
+    yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
+    return ledger(
+        log_records=usable,
+        base_time_ns=tl.base_time_ns,
+        step_start_us=att.steps.start,
+        step_end_us=att.steps.end,
+        step_index=np.array([s.index for s in steps], np.int64),
+        step_us=np.array([s.wall_us for s in steps], np.float64),
+        layers=att.layers,
+        cpu_start=tl.cpu.start,
+        cpu_end=tl.cpu.end,
+        cpu_lane=tl.cpu.lane,
+        cpu_is_yield_op=np.isin(tl.cpu.name, yield_name) & ~tl.cpu_is_annotation,
+        gpu_start=tl.gpu.start,
+        gpu_end=tl.gpu.end,
+        gpu_is_compute=d.kernel_kind == c.COMPUTE,
+        gpu_step=att.gpu_step,
+        gpu_ubatch=att.gpu_ubatch,
     )
 
 
@@ -611,10 +666,20 @@ def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) ->
 
 def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
     tl, att = d.timeline, d.attribution
-    return operation_rows(
+    rows = operation_rows(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
         exposure=exposed,
     )  # fmt: skip
+    # Point-to-point: every comm kernel a SendRecv, none of a named collective but send/recv (an
+    # NCCL all-to-all runs SendRecv kernels too; torch names it all_to_allv, vLLM's PyNccl names none).
+    is_comm = d.kernel_kind == c.COMM
+    comm_names = [tl.names[i] for i in np.unique(tl.gpu.name[is_comm]).tolist()]
+    named = tl.comm_args().collective
+    named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
+    collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
+    sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
+    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
+    return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 
 def findings(
@@ -911,6 +976,7 @@ def combine(
     )
     numbered = [(r.rank if len(ranks) > 1 else None, n + 1, s) for r in ranks for n, s in enumerate(r.steps)]
     return Report(
+        what_if=_what_if(rt, ranks, options),
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
         inputs=inputs,
         ranks=ranks,
@@ -1005,6 +1071,56 @@ def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
         parts = ffn_parts(r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset)
         out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
     return out
+
+
+def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -> list[WhatIf]:
+    """The model's estimates over the run's DBO arithmetic (medians over ranks): each asked round
+    trip, and the step without the hand-overs (the ranks' median per step) where they were measured."""
+    if rt is None or not rt.microbatched:
+        return []
+    out = [
+        what_if_round_trip(
+            step_us=rt.step_us,
+            round_trips=rt.per_step,
+            compute_us=rt.compute_per_round_trip_us,
+            comm_us=rt.comm_per_round_trip_us,
+            round_trip_us=x,
+        )  # fmt: skip
+        for x in options.what_if_round_trip_us
+    ]
+    if options.what_if_comm_sms:
+        steps = sum(len(r.steps) for r in ranks)
+        crowded = sum(r.exposure.by_reason_us.get(CROWDED, 0.0) for r in ranks if r.exposure is not None)
+        sms = _sm_count(ranks)
+        for n in options.what_if_comm_sms:
+            x = (
+                what_if_comm_sms(
+                    step_us=rt.step_us,
+                    sms_reserved=n,
+                    sms=sms,
+                    crowded_us=crowded / steps,
+                    compute_us=rt.compute_per_round_trip_us * rt.per_step,
+                )  # fmt: skip
+                if sms and steps
+                else None
+            )
+            if x is not None:
+                out.append(x)
+    handovers = [h for r in ranks if r.ledger is not None and (h := r.ledger.handover_per_step_us) is not None]
+    if handovers:
+        out.append(what_if_no_handovers(step_us=rt.step_us, handover_us=float(np.median(handovers))))
+    return out
+
+
+def _sm_count(ranks: list[RankReport]) -> int | None:
+    """The GPU's SM count, from the first rank's trace (Kineto's deviceProperties numSms)."""
+    for r in ranks:
+        devices = r.detail.timeline.metadata.get("deviceProperties") if r.detail is not None else None
+        if isinstance(devices, list) and devices and isinstance(devices[0], dict):
+            n = devices[0].get("numSms")
+            if type(n) is int and 0 < n < 1 << 20:
+                return n
+    return None
 
 
 def host_cause_text(causes: HostCauses | None) -> str | None:

@@ -3,6 +3,7 @@ archive, the report it holds shown again (ArchiveView: nothing is re-analysed)."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,6 +54,8 @@ class ReportRequest:
     html: Path | None = None
     step: str | None = None  # --step as given: a number, #number, a label, median or slowest
     rank: int | None = None
+    layer: int | None = None  # --layer: only this layer's comm operations and hand-overs
+    what_if: tuple[str, ...] = ()  # --what-if as given: round-trip=TIME
     all_ranks: bool = False
     window: str | None = None  # --window as given: START:END (analysis/view.py parse_window)
     workers: int | None = None
@@ -75,13 +78,15 @@ class ReportRequest:
             self.layers,
             step_marker=self.step_marker,
             comm_only=bool(self.comm_kernels_only),
+            what_if_round_trip_us=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), float)),
+            what_if_comm_sms=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), int)),
         )
 
     def _reanalyses(self) -> bool:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
         analysis = (self.comm_kernels, self.comm_kernels_only, self.step_marker, self.comm_streams, self.ubatch_patterns)
         drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks, self.window)
-        return any((*analysis, self.layers, self.workers, self.ray, *drawing))
+        return any((*analysis, self.layers, self.workers, self.ray, *drawing, *self.what_if)) or self.layer is not None
 
     def checked(self) -> ReportRequest | ArchiveView:
         """This request, every option checked before any work; for one review archive, the
@@ -94,6 +99,8 @@ class ReportRequest:
             return ArchiveView(self.paths[0], name, self.output, self.force).checked()
         if (self.step is not None or self.rank is not None) and self.timeline is None:
             fail("--step and --rank choose the step that --timeline draws; add --timeline FILE.png (or drop them)")
+        if self.layer is not None and name == "json":
+            fail(f"--layer {self.layer} narrows the terminal and Markdown views; --json lists every layer (drop one of them)")
         if self.all_ranks and self.timeline is None:
             fail("--all-ranks draws every rank's step in --timeline; add --timeline FILE.png (or drop it)")
         if self.ray is not None:
@@ -112,6 +119,8 @@ class ReportRequest:
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
+        for x in self.what_if:
+            what_if_value(x)
         refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
         if self.timeline is not None and self.picture is None:
             fail(f"{self.timeline}: --timeline writes .png or .svg; name the file with one of those")
@@ -124,6 +133,27 @@ class ReportRequest:
 
         found = for_path(self.timeline) if self.timeline is not None else None
         return found if found is not None and found.name in ("png", "svg") else None
+
+
+_WHAT_IF = re.compile(r"round-trip=(\d+(?:\.\d+)?)(us|ms)")
+_WHAT_IF_SMS = re.compile(r"sms=(\d{1,6})")
+
+
+def what_if_value(text: str) -> float | int:
+    """--what-if round-trip=100us (or 1.2ms): the round trip in microseconds (a float); sms=N: the
+    SMs kept for comm (an int); or the user's line."""
+    sms = _WHAT_IF_SMS.fullmatch(text.strip())
+    if sms is not None:
+        if int(sms.group(1)) < 1:
+            fail(f"--what-if {text!r}: reserve at least one SM")
+        return int(sms.group(1))
+    m = _WHAT_IF.fullmatch(text.strip())
+    if m is None:
+        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms (round-trip=100us) or sms=N (sms=20)")
+    value = float(m.group(1)) * (1000.0 if m.group(2) == "ms" else 1.0)
+    if not 0 < value < 1e9:
+        fail(f"--what-if {text!r}: the round trip must be above 0 and under 1000 s")
+    return value
 
 
 def _given(pattern: str | None) -> tuple[str, ...]:
@@ -154,11 +184,14 @@ def run(request: ReportRequest | ArchiveView) -> None:
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
     if drawn is not None and request.window is not None:
         drawn_window(drawn[0], request.window)
+    if request.layer is not None:
+        check_layer(result, request.layer)
     shown = RenderOptions(
         color=color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
         step=request.step,
         rank=request.rank,
+        layer=request.layer,
         all_ranks=request.all_ranks,
         window=request.window,
         host_stacks=request.host_stacks,
@@ -182,6 +215,17 @@ def run(request: ReportRequest | ArchiveView) -> None:
         write_file(as_bytes(rendered), output, request.force)  # type: ignore[arg-type]  # a binary format came from -o
     else:
         write_output(str(rendered), output, request.force)
+
+
+def check_layer(report: Report, layer: int) -> None:
+    """--layer N names a layer some rank's comm operations or hand-overs are labelled with."""
+    from dbo_trace.render.document import build_document
+    from dbo_trace.render.format import layers_seen
+
+    seen = layers_seen(build_document(report))
+    if layer not in seen:
+        known = f"layers {min(seen)} to {max(seen)}" if seen else "no layer labels (pass --layers, or record with the event log)"
+        fail(f"--layer {layer}: the report has {known}")
 
 
 def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[RankReport, int]:

@@ -24,6 +24,7 @@ class RenderOptions:
     window: str | None = None  # pictures: a span to draw instead of a step, as --window names it (view.parse_window)
     windows: dict[int, tuple[float, float]] | None = None  # perfetto: only these (start, end) per rank
     host_stacks: bool = False  # terminal: the host idle by sampled Python frame as tables (Markdown always has them)
+    layer: int | None = None  # terminal, Markdown: only this layer's comm operations and hand-overs (--layer)
 
 
 class Renderer(Protocol):

@@ -33,13 +33,24 @@ from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
+from dbo_trace.render.ledger import (
+    LayerOpsRow,
+    LedgerBlock,
+    SmEvidenceBlock,
+    WhatIfRow,
+    layer_ops_block,
+    ledger_block,
+    sm_evidence_block,
+    what_if_block,
+)
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
 # (the rank's microbatch_source and steps_source hold them). 5: a step's step_us is its period (its
 # share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state; a rank's host_stacks (only with sampled
-# Python stacks)
+# Python stacks); a rank's dbo_ledger, comm_layers,
+# sm_evidence and the run's what_if
 SCHEMA_VERSION = 5
 READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
 
@@ -65,6 +76,8 @@ Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "n
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
 StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
+# A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
+Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
 QualifierKey = Literal["host_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"]
 
 
@@ -494,6 +507,8 @@ class CommOperation(Struct):
     hidden_fraction: float | None
     median_exposed_us: float | None
     reason: Reason | None
+    layer: Count | None | UnsetType = UNSET  # version 5: its layer and role, where the layers tell them
+    role: Role | None | UnsetType = UNSET
 
 
 class NameCount(Struct):
@@ -636,6 +651,10 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
     disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
     host_stacks: RankStacksBlock | UnsetType = UNSET  # only with sampled Python stacks (docs/analysis.md)
+    # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
+    dbo_ledger: LedgerBlock | None | UnsetType = UNSET
+    comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
+    sm_evidence: SmEvidenceBlock | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
 
 
 class OptionsBlock(Struct):
@@ -783,6 +802,7 @@ class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only 
     warnings: list[str]
     roles: RolesBlock | None = None  # a disaggregated run's roles
     disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
+    what_if: list[WhatIfRow] | UnsetType = UNSET  # version 5: model estimates (docs/analysis.md, "What-if")
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -1179,6 +1199,8 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
                 hidden_fraction=_r(o.hidden_fraction, 4),
                 median_exposed_us=_r(o.median_exposed_us),
                 reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
+                layer=o.layer,
+                role=cast("Role | None", o.role),
             )
             for o in r.operations
         ],
@@ -1198,6 +1220,9 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         role=r.role,
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
+        dbo_ledger=ledger_block(r.ledger, r.host_causes),
+        comm_layers=layer_ops_block(r.operations_by_layer),
+        sm_evidence=sm_evidence_block(r.sm_evidence),
     )
 
 
@@ -1250,6 +1275,7 @@ def build_document(report: Report) -> ReportDocument:
         warnings=list(report.warnings),
         roles=roles_block(report.roles),
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
+        what_if=what_if_block(report.what_if),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
@@ -22,6 +23,7 @@ from dbo_trace.render.document import (
     VerdictBlock,
     figure_rows,
 )
+from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 from dbo_trace.render.names import display_names
 
@@ -371,7 +373,43 @@ def held_back_line(rank: RankBlock) -> str | None:
 
 
 # The one-line findings of a rank, in the order every text renderer prints them (None: nothing to say).
-RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, comm_kernels_line, top_compute_line)
+def _amount(x: int | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:,}{unit}"
+
+
+def sm_evidence_line(rank: RankBlock) -> str | None:
+    """The held-back comm's holder: its launch against the SMs (docs/analysis.md, "SM evidence")."""
+    x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidenceBlock) else None
+    if x is None:
+        return None
+    h = x.holder
+
+    def shape(s: LaunchShapeBlock) -> str:
+        dims = ",".join(map(str, s.grid))
+        regs = "-" if s.registers_per_thread is None else f"{s.registers_per_thread}"
+        smem = _amount(s.shared_memory, " B")
+        return f"grid [{dims}] = {s.ctas:,} CTAs of {s.threads} threads, {regs} registers per thread, {smem} shared memory each"
+
+    parts = [f"rank {rank.rank} SM evidence: the kernel that held back {x.held} comm kernels, {cut(h.name, 40)}, ran {shape(h)}"]
+    if x.sms is not None and x.per_sm is not None:
+        parts.append(
+            f"on {x.sms} SMs, at most {x.per_sm} of its CTAs fit one SM ({num(x.waves)} wave{'' if x.waves == 1 else 's'}); "
+            f"beside it an SM has {_amount(x.left_shared_memory, ' B')} shared memory, {_amount(x.left_registers)} "
+            f"registers and {_amount(x.left_threads)} threads left"
+        )
+    if x.comm is not None:
+        verdict = {True: "fits there by these counts", False: "does not fit there", None: "cannot be placed by these counts"}
+        parts.append(f"one CTA of the comm kernel {cut(x.comm.name, 40)} ({shape(x.comm)}) {verdict[x.comm_fits]}")
+    if x.comm_sms is not None:
+        parts.append(f"the recording set VLLM_DBO_COMM_SMS={x.comm_sms}")
+    elif x.env_recorded:
+        parts.append("VLLM_DBO_COMM_SMS was not set in the recording's environment (vLLM's default: 20 on CUDA)")
+    else:
+        parts.append("the recording's environment is not known (VLLM_DBO_COMM_SMS unknown)")
+    return "; ".join(parts)
+
+
+RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, sm_evidence_line, comm_kernels_line, top_compute_line)
 
 
 OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")
@@ -382,7 +420,7 @@ def operation_cells(op: CommOperation) -> list[str]:
 
     return [
         "-" if op.ubatch < 0 else f"ub{op.ubatch}",
-        str(op.index + 1),
+        f"{op.index + 1}: layer {op.layer} {op.role}" if isinstance(op.layer, int) else str(op.index + 1),
         str(op.steps),
         ms(op.median_us),
         pct(op.hidden_fraction),
@@ -497,3 +535,121 @@ def summary_markdown(d: ReportDocument) -> list[str]:
             out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, markdown_code) for row in shown_ranges])
             out += ["", "</details>", ""]
     return out
+
+
+def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
+    """--layer N: every rank's comm operations, per-layer rows and hand-overs of that layer only."""
+    if layer is None:
+        return d
+    ranks = []
+    for r in d.ranks:
+        ledger = ledger_of(r)
+        ranks.append(
+            msgspec.structs.replace(
+                r,
+                comm_operations=[op for op in r.comm_operations if op.layer == layer],
+                comm_layers=[x for x in comm_layers_of(r) if x.first_layer <= layer <= x.last_layer],
+                dbo_ledger=ledger
+                if ledger is None
+                else msgspec.structs.replace(ledger, layers=[x for x in ledger.layers if x.layer == layer]),
+            )
+        )
+    return msgspec.structs.replace(d, ranks=ranks)
+
+
+def layers_seen(d: ReportDocument) -> set[int]:
+    """The layers some rank's comm operations or hand-overs name."""
+    seen = {op.layer for r in d.ranks for op in r.comm_operations if isinstance(op.layer, int)}
+    return seen | {x.layer for r in d.ranks if (b := ledger_of(r)) is not None for x in b.layers}
+
+
+# ---- the DBO ledger (render/ledger.py's block) --------------------------------------------------
+
+
+def ledger_of(r: RankBlock) -> LedgerBlock | None:
+    """A rank's ledger; None where it has none or its document's version had none."""
+    return r.dbo_ledger if isinstance(r.dbo_ledger, LedgerBlock) else None
+
+
+def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
+    """The ledger in sentences, one per figure group (terminal and Markdown alike)."""
+    if b is None:
+        return []
+    out = []
+    if b.source is not None:
+        startup = ""
+        if b.startup_us is not None:
+            startup = f"; thread start-up {ms(b.startup_us)} per step"
+            if b.startup_gpu_idle_us:
+                startup += f" ({ms(b.startup_gpu_idle_us)} of GPU idle in start-up over the steps)"
+        out.append(
+            f"rank {rank} DBO overhead: {num(b.yields_per_step, 0)} yields per step; hand-over (a yield to the other "
+            f"microbatch's resume) median {us(b.median_handover_us)}, p90 {us(b.p90_handover_us)}, "
+            f"{ms(b.handover_per_step_us)} per step{startup}; {pct(b.share)} of the step (medians over "
+            f"{len([s for s in b.steps if s.handovers])} steps; from the {b.source})"
+        )
+    u = b.unprofiled
+    if u is not None:
+        out.append(
+            f"rank {rank} hand-overs outside the profiled window ({u.steps} step{'' if u.steps == 1 else 's'} "
+            "the event log saw, without the "
+            f"profiler's cost): median {us(u.median_us)}, p90 {us(u.p90_us)}, {ms(u.per_step_us)} per step"
+        )
+    y = b.yield_op
+    if y is not None:
+        out.append(
+            f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
+            f"{num(y.per_step, 0)} per step, {ms(y.per_step_us)} per step in it (a cost where DBO is off, "
+            "a wait for the other microbatch where it yields)"
+        )
+    sp = b.split
+    parts = []
+    if sp.tokens:
+        parts.append(" / ".join(num(t, 0) for t in sp.tokens) + " tokens per microbatch")
+    if sp.compute_us:
+        parts.append(
+            "compute " + " / ".join(ms(c) for c in sp.compute_us) + f", imbalance {pct(sp.imbalance)} "
+            f"({ms(sp.excess_us)} of the longer microbatch's compute the other cannot cover)"
+        )
+    if parts:
+        out.append(f"rank {rank} split (medians over steps): " + "; ".join(parts))
+    return out
+
+
+LAYER_HEADER = ("layer", "hand-overs", "median", "p90", "per step")
+
+
+def layer_cells(row: LayerHandoverRow) -> list[str]:
+    return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
+
+
+LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "median exposed", "exposed mostly because")
+
+
+def layer_ops_cells(row: LayerOpsRow) -> list[str]:
+    from dbo_trace.analysis.exposure import REASON_SHORT
+
+    first, last = row.first_layer, row.last_layer
+    return [
+        str(first) if first == last else f"{first}-{last}",
+        str(row.operations),
+        ms(row.median_us),
+        pct(row.hidden_fraction),
+        ms(row.median_exposed_us),
+        "-" if row.reason is None else REASON_SHORT.get(row.reason, row.reason),
+    ]
+
+
+def comm_layers_of(r: RankBlock) -> list[LayerOpsRow]:
+    """A rank's comm operations per layer; none where its document's version had none."""
+    return r.comm_layers if isinstance(r.comm_layers, list) else []
+
+
+def what_if_lines(d: ReportDocument) -> list[str]:
+    """The model's estimates, each labelled as one (docs/analysis.md, "What-if estimates")."""
+    rows = d.what_if if isinstance(d.what_if, list) else []
+    return [
+        f"what-if, {x.what}: step {ms(x.predicted_us)} against {ms(x.step_us)} measured "
+        f"({'-' if x.change is None else f'{100 * x.change:+.0f}%'}); {x.assumptions}"
+        for x in rows
+    ]

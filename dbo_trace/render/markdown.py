@@ -7,12 +7,15 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
+    LAYER_HEADER,
+    LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
     all_notes,
+    comm_layers_of,
     cross_rank_lines,
     dbo_arithmetic_applies,
     figure_table,
@@ -21,8 +24,13 @@ from dbo_trace.render.format import (
     host_stack_lines,
     host_stack_rows,
     STACK_HEADER,
+    layer_cells,
+    layer_ops_cells,
+    ledger_lines,
+    ledger_of,
     md_table,
     ms,
+    only_layer,
     operation_cells,
     pct,
     phase_cells,
@@ -34,6 +42,7 @@ from dbo_trace.render.format import (
     summary_markdown,
     tri,
     us,
+    what_if_lines,
 )
 from dbo_trace.render.safe import markdown_code, markdown_text
 
@@ -85,6 +94,20 @@ def steps_left_out(d: ReportDocument) -> str:
     )
 
 
+def ledger_markdown(d: ReportDocument) -> list[str]:
+    """The DBO ledger under the DBO arithmetic: its sentences, then the hand-overs per layer, folded."""
+    out: list[str] = []
+    for r in d.ranks:
+        ledger = ledger_of(r)
+        lines = ledger_lines(r.rank, ledger)
+        if lines:
+            out += [""] + [f"- {markdown_text(line)}" for line in lines]
+        if ledger is not None and ledger.layers:
+            out += ["", f"<details><summary>Rank {r.rank} hand-overs per layer</summary>", ""]
+            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers]) + ["", "</details>"]
+    return out
+
+
 class MarkdownRenderer:
     name, suffixes, binary = "markdown", (".md",), False
 
@@ -93,6 +116,7 @@ class MarkdownRenderer:
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
+        d = only_layer(d, options.layer)
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]
@@ -114,6 +138,10 @@ class MarkdownRenderer:
                 out += ["", f"<details><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step "
                         "order; medians over steps)</summary>", ""]  # fmt: skip
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
+            layers = comm_layers_of(r)
+            if layers:
+                out += ["", f"Rank {r.rank} comm operations per layer (both microbatches; layers alike grouped):", ""]
+                out += md_table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
         if d.phases:
             out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]
@@ -128,6 +156,9 @@ class MarkdownRenderer:
         if rt is not None and dbo_arithmetic_applies(d):
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
+        out += ledger_markdown(d)
+        if what := what_if_lines(d):
+            out += [""] + [f"- {markdown_text(line)}" for line in what]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(
             [
                 "rank",

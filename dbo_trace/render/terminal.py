@@ -17,12 +17,15 @@ from dbo_trace.render.format import (
     rank_cell,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
+    LAYER_HEADER,
+    LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
     SPREAD_HEADER,
     all_notes,
+    comm_layers_of,
     cpu_range_cells,
     cross_rank_lines,
     dbo_arithmetic_applies,
@@ -32,7 +35,12 @@ from dbo_trace.render.format import (
     host_stack_rows,
     STACK_HEADER,
     kernel_cells,
+    layer_cells,
+    layer_ops_cells,
+    ledger_lines,
+    ledger_of,
     ms,
+    only_layer,
     operation_cells,
     pct,
     phase_cells,
@@ -44,6 +52,7 @@ from dbo_trace.render.format import (
     step_verdict_cell,
     tri,
     us,
+    what_if_lines,
 )
 from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.names import display_names
@@ -213,7 +222,8 @@ class TerminalRenderer:
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
-        d = terminal_document(d)  # every string from input inert (the layout prints Text: no markup is parsed)
+        # every string from input inert (the layout prints Text: no markup is parsed); --layer's view
+        d = terminal_document(only_layer(d, options.layer))
         # The width by layout.terminal_width's one rule ($COLUMNS, the terminal's, else 80): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
@@ -265,6 +275,14 @@ class TerminalRenderer:
                 if len(ops) > MAX_OPERATION_ROWS:
                     out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
                     out.line()
+            layers = comm_layers_of(r)
+            if layers:
+                out.table(
+                    f"rank {r.rank} comm operations per layer (both microbatches; layers alike grouped)",
+                    _columns(LAYER_OPS_HEADER, {}, (LAYER_OPS_HEADER[-1],)),
+                    [layer_ops_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
+                )
+                out.more(len(layers) - MAX_OPERATION_ROWS, " layer rows")
         cross = d.cross_rank
         if cross is not None:
             out.paragraph(f"across ranks: {cross.summary}")
@@ -282,6 +300,18 @@ class TerminalRenderer:
             out.table(
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
+        out.bullets(what_if_lines(d), most=None)
+        for r in d.ranks:
+            ledger = ledger_of(r)
+            out.bullets(ledger_lines(r.rank, ledger), most=None)
+            handovers = ledger.layers if ledger is not None else []
+            if handovers:
+                out.table(
+                    f"rank {r.rank} hand-overs per layer",
+                    _columns(LAYER_HEADER, {}),
+                    [layer_cells(row) for row in handovers[:MAX_OPERATION_ROWS]],
+                )
+                out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
 
         rows = d.steps
         one_rank = len({s.rank for s in rows}) <= 1  # the rank column says nothing then

@@ -1,0 +1,719 @@
+"""The DBO ledger: what DBO's own machinery costs per step (hand-overs between the microbatch
+threads, thread start-up, the yield op), how evenly the step was split between the microbatches,
+and which layer each communication operation belongs to (docs/analysis.md, "The DBO ledger").
+
+Pure: the event log's records and the rank's arrays in, a Ledger out; one pass over each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dbo_trace import bundle as fmt
+from dbo_trace.analysis.intervals import grouped_length, index_groups
+from dbo_trace.analysis.steps import index_in, log_to_trace_us
+
+SOURCE_LOG = "event log (UBatchContext yields)"
+SOURCE_YIELD_OPS = "trace (vllm::manual_dbo_yield CPU ops)"
+YIELD_OP = "vllm::manual_dbo_yield"  # the AFD plugin's custom op around dbo_yield()
+_TURN = (fmt.EV_RESUME, fmt.EV_UB_RUN)  # a microbatch thread gets its turn: back from a yield, or its first
+
+
+@dataclass(frozen=True)
+class StepLedger:
+    step: int  # its place in the rank's reported steps (the per-step table's number - 1)
+    yields: int  # yields the microbatch threads made in the step
+    handovers: int  # of them, those the other microbatch's thread took over (a hand-over)
+    handover_us: float  # summed hand-over latency
+    startup_us: float | None  # thread start-up: the step's begin to the first microbatch's first turn (log)
+    step_us: float  # the step's time (its window, as the per-step table gives it)
+    tokens: tuple[int, ...] | None  # tokens per microbatch (the log's step_begin)
+    compute_us: tuple[float, ...] | None  # compute busy per microbatch (union of its compute kernels)
+
+    @property
+    def share(self) -> float | None:
+        """Hand-overs and thread start-up as a share of the step."""
+        if self.step_us <= 0:
+            return None
+        return (self.handover_us + (self.startup_us or 0.0)) / self.step_us
+
+
+@dataclass(frozen=True)
+class LayerHandovers:
+    layer: int
+    handovers: int
+    median_us: float
+    p90_us: float
+    per_step_us: float  # summed over the steps, divided by the steps with hand-overs
+
+
+@dataclass(frozen=True)
+class YieldOps:
+    """The yield's CPU op in the trace (the AFD plugin's manual_dbo_yield): a cost even when it
+    does not yield (DBO off), and a wait for the other microbatch when it does."""
+
+    name: str
+    calls: int
+    median_us: float
+    per_step: float  # median calls per step
+    per_step_us: float  # median summed duration per step
+
+
+@dataclass(frozen=True)
+class Unprofiled:
+    """Hand-overs in the event log's steps that the profiler did not see."""
+
+    steps: int
+    handovers: int
+    median_us: float
+    p90_us: float
+    per_step_us: float  # median summed hand-over latency per step
+
+
+@dataclass(frozen=True)
+class Ledger:
+    source: str | None  # where the hand-overs came from (SOURCE_*); None: no hand-over seen
+    handovers: int
+    median_us: float | None
+    p90_us: float | None
+    steps: list[StepLedger]
+    layers: list[LayerHandovers]
+    yield_ops: YieldOps | None
+    unprofiled: Unprofiled | None = None
+
+    def _median(self, values: list[float]) -> float | None:
+        return float(np.median(values)) if values else None
+
+    @property
+    def yields_per_step(self) -> float | None:
+        return self._median([s.yields for s in self.steps if s.yields])
+
+    @property
+    def handover_per_step_us(self) -> float | None:
+        return self._median([s.handover_us for s in self.steps if s.handovers])
+
+    @property
+    def startup_us(self) -> float | None:
+        return self._median([s.startup_us for s in self.steps if s.startup_us is not None])
+
+    @property
+    def share(self) -> float | None:
+        return self._median([x for s in self.steps if s.yields and (x := s.share) is not None])
+
+    @property
+    def split_tokens(self) -> tuple[float, ...] | None:
+        """Median tokens per microbatch."""
+        rows = [s.tokens for s in self.steps if s.tokens]
+        return _column_medians(rows)
+
+    @property
+    def compute_us(self) -> tuple[float, ...] | None:
+        return _column_medians([s.compute_us for s in self.steps if s.compute_us])
+
+    @property
+    def imbalance(self) -> float | None:
+        """Median over steps of (largest - smallest microbatch compute) / largest."""
+        xs = [(max(c) - min(c)) / max(c) for s in self.steps if (c := s.compute_us) and max(c) > 0]
+        return self._median(xs)
+
+    @property
+    def excess_us(self) -> float | None:
+        """The imbalance's cost: median over steps of the longest microbatch compute less the shortest,
+        compute the other microbatch has nothing left to cover."""
+        return self._median([max(c) - min(c) for s in self.steps if (c := s.compute_us)])
+
+
+def _column_medians(rows: list[tuple[float, ...]] | list[tuple[int, ...]]) -> tuple[float, ...] | None:
+    width = {len(r) for r in rows}
+    if len(width) != 1:
+        return None
+    return tuple(float(x) for x in np.median(np.array(rows, dtype=float), axis=0))
+
+
+def _p90(values: list[float]) -> float:
+    return float(np.percentile(values, 90))
+
+
+# -- hand-overs from the event log ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogHandovers:
+    """Per hand-over: its step (index into the rank's steps), layer (-1 unknown), the yielding
+    microbatch and latency; per step: yields, start-up and tokens."""
+
+    step: np.ndarray  # (n,) int64: -1 for a step outside the profiled window (the log holds more)
+    log_step: np.ndarray  # (n,) int64: the log's own step number
+    layer: np.ndarray  # (n,) int64
+    ubatch: np.ndarray  # (n,) int64
+    latency_us: np.ndarray  # (n,) float64
+    yields: dict[int, int]
+    startup_us: dict[int, float]
+    tokens: dict[int, tuple[int, ...]]
+
+
+def log_handovers(
+    records: list[list[Any]],  # one process's event log records, in time order
+    *,
+    base_time_ns: int,
+    step_start_us: np.ndarray,  # (n_steps,) float64: the rank's steps on the trace clock
+    step_end_us: np.ndarray,  # (n_steps,) float64
+) -> LogHandovers:
+    """A hand-over: one microbatch thread's yield to the other microbatch thread's next turn (its
+    resume, or its first run) in the same step. A yield after which its own thread resumes first
+    (the other had finished) is no hand-over."""
+    begins = [r for r in records if r[1] == fmt.EV_STEP_BEGIN]
+    at = index_in(step_start_us, step_end_us, log_to_trace_us(np.array([r[0] for r in begins], np.int64), base_time_ns))
+    step_of = {int(r[5]): int(i) for r, i in zip(begins, at.tolist()) if i >= 0}
+    begin_ns = {int(r[5]): int(r[0]) for r in begins}
+    # A step outside the window that captured a CUDA graph yielded while recording it (warm-up): not
+    # a hand-over of a run.
+    capture = {int(r[5]) for r in begins if isinstance(r[6], dict) and r[6].get("path") == fmt.PATH_GRAPH_CAPTURE}
+    tokens: dict[int, tuple[int, ...]] = {}
+    for r in begins:
+        detail = r[6]
+        i = step_of.get(int(r[5]))
+        if i is not None and isinstance(detail, dict):
+            tok = detail.get("tokens")
+            if isinstance(tok, list) and tok and all(type(t) is int for t in tok):
+                tokens[i] = tuple(tok)
+    out_step: list[int] = []
+    out_log_step: list[int] = []
+    out_layer: list[int] = []
+    out_ub: list[int] = []
+    out_lat: list[float] = []
+    yields: dict[int, int] = {}
+    startup: dict[int, float] = {}
+    pending: dict[int, dict[int, tuple[int, int]]] = {}  # log step -> ub -> (its open yield's time, layer)
+    layer_now: dict[tuple[int, int], int] = {}
+    for t, kind, _ident, _native, ub, step, detail in records:
+        if ub < 0:
+            continue
+        if step not in begin_ns:
+            continue
+        i = step_of.get(step, -1)
+        if i < 0 and step in capture:
+            continue
+        key = (step, ub)
+        if kind == fmt.EV_LAYER and type(detail) is int:
+            layer_now[key] = detail
+        elif kind == fmt.EV_YIELD:
+            if i >= 0:
+                yields[i] = yields.get(i, 0) + 1
+            pending.setdefault(step, {})[ub] = (t, layer_now.get(key, -1))
+        elif kind in _TURN:
+            if kind == fmt.EV_UB_RUN and i >= 0 and i not in startup and step in begin_ns:
+                startup[i] = (t - begin_ns[step]) / 1000.0
+            open_yields = pending.get(step, {})
+            open_yields.pop(ub, None)  # its own yield ended without a hand-over
+            if open_yields:  # the other microbatches' open yields (two microbatches: one)
+                other, (t_yield, layer) = max(open_yields.items(), key=lambda kv: kv[1][0])
+                del open_yields[other]
+                out_step.append(i)
+                out_log_step.append(step)
+                out_layer.append(layer)
+                out_ub.append(other)
+                out_lat.append((t - t_yield) / 1000.0)
+    return LogHandovers(
+        step=np.array(out_step, np.int64),
+        log_step=np.array(out_log_step, np.int64),
+        layer=np.array(out_layer, np.int64),
+        ubatch=np.array(out_ub, np.int64),
+        latency_us=np.array(out_lat, np.float64),
+        yields=yields,
+        startup_us=startup,
+        tokens=tokens,
+    )
+
+
+# -- hand-overs from the yield op in the trace --------------------------------------------------
+
+
+def op_handovers(
+    *,
+    start: np.ndarray,  # (n_ops,) float64: the yield op's CPU ranges, any order
+    end: np.ndarray,  # (n_ops,) float64
+    lane: np.ndarray,  # (n_ops,) int64: their threads
+    step: np.ndarray,  # (n_ops,) int64: the step each starts in, -1 none
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hand-overs seen in the trace alone: a yield op started while another thread's yield op was
+    running (that thread waiting for its turn); that op's end is the other thread's resume.
+    Returns (step, latency us) per hand-over."""
+    order = np.argsort(start, kind="stable")
+    last: dict[int, tuple[float, int]] = {}  # lane -> (end, step) of its latest op
+    steps: list[int] = []
+    lat: list[float] = []
+    for s, e, ln, st in zip(start[order].tolist(), end[order].tolist(), lane[order].tolist(), step[order].tolist()):
+        if st >= 0:
+            waiting = [(oe, ol) for ol, (oe, ost) in last.items() if ol != ln and ost == st and oe > s]
+            if waiting:
+                steps.append(st)
+                lat.append(min(waiting)[0] - s)
+        last[ln] = (e, st)
+    return np.array(steps, np.int64), np.array(lat, np.float64)
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+
+
+def _layers_by_order(step: np.ndarray, ubatch: np.ndarray, layers: int | None, n_steps: int) -> np.ndarray:
+    """Without the log's layer events: the k-th hand-over of a microbatch in its step belongs to
+    layer k // (hand-overs per layer), where its hand-overs per step divide evenly by the layers."""
+    out = np.full(len(step), -1, np.int64)
+    if not layers or not len(step):
+        return out
+    # One sort by (step, microbatch), time order kept within: each group's place k and size n.
+    order = np.lexsort((np.arange(len(step)), ubatch, step))
+    s, u = step[order], ubatch[order]
+    heads = np.flatnonzero(np.r_[True, (s[1:] != s[:-1]) | (u[1:] != u[:-1])])
+    sizes = np.diff(np.r_[heads, len(order)])
+    n = np.repeat(sizes, sizes)
+    k = np.arange(len(order)) - np.repeat(heads, sizes)
+    fits = n % layers == 0
+    out[order[fits]] = k[fits] // (n[fits] // layers)
+    return out
+
+
+def ledger(
+    *,
+    log_records: list[list[list[Any]]],  # each usable event log's records
+    base_time_ns: int | None,
+    step_start_us: np.ndarray,  # (n_steps,) float64
+    step_end_us: np.ndarray,  # (n_steps,) float64
+    step_index: np.ndarray,  # (n_reported,) int64: the reported steps' indices into step_start_us
+    step_us: np.ndarray,  # (n_reported,) float64: their times as the per-step table gives them
+    layers: int | None,
+    cpu_start: np.ndarray,  # (n_cpu,) float64: CPU ranges
+    cpu_end: np.ndarray,  # (n_cpu,) float64
+    cpu_lane: np.ndarray,  # (n_cpu,) int64
+    cpu_is_yield_op: np.ndarray,  # (n_cpu,) bool: named YIELD_OP
+    gpu_start: np.ndarray,  # (n_gpu,) float64
+    gpu_end: np.ndarray,  # (n_gpu,) float64
+    gpu_is_compute: np.ndarray,  # (n_gpu,) bool
+    gpu_step: np.ndarray,  # (n_gpu,) int64, -1 none
+    gpu_ubatch: np.ndarray,  # (n_gpu,) int8, -1 unknown
+) -> Ledger | None:
+    """The rank's DBO ledger; None where neither the log nor the trace shows a microbatch thread
+    yielding, no tokens split and no microbatch compute (nothing to say)."""
+    n_steps = len(step_start_us)
+    parts = [
+        log_handovers(recs, base_time_ns=base_time_ns, step_start_us=step_start_us, step_end_us=step_end_us)
+        for recs in log_records
+        if base_time_ns is not None
+    ]
+    unprofiled = _unprofiled(parts)
+    inside = [p.step >= 0 for p in parts]
+    h_step = np.concatenate([p.step[k] for p, k in zip(parts, inside)]) if parts else np.zeros(0, np.int64)
+    h_layer = np.concatenate([p.layer[k] for p, k in zip(parts, inside)]) if parts else np.zeros(0, np.int64)
+    h_ub = np.concatenate([p.ubatch[k] for p, k in zip(parts, inside)]) if parts else np.zeros(0, np.int64)
+    h_lat = np.concatenate([p.latency_us[k] for p, k in zip(parts, inside)]) if parts else np.zeros(0)
+    yields: dict[int, int] = {}
+    startup: dict[int, float] = {}
+    tokens: dict[int, tuple[int, ...]] = {}
+    for p in parts:
+        for k, v in p.yields.items():
+            yields[k] = yields.get(k, 0) + v
+        startup.update(p.startup_us)
+        tokens.update(p.tokens)
+    source: str | None = SOURCE_LOG if len(h_lat) else None
+    if (h_layer < 0).all():
+        h_layer = _layers_by_order(h_step, h_ub, layers, n_steps)
+
+    yield_ops = None
+    ys = np.flatnonzero(cpu_is_yield_op)
+    if len(ys):
+        y_step = index_in(step_start_us, step_end_us, cpu_start[ys])
+        dur = cpu_end[ys] - cpu_start[ys]
+        counted = y_step >= 0
+        per_step = np.bincount(y_step[counted], minlength=n_steps)
+        per_step_us = np.bincount(y_step[counted], weights=dur[counted], minlength=n_steps)
+        had = per_step > 0
+        yield_ops = YieldOps(
+            name=YIELD_OP,
+            calls=int(len(ys)),
+            median_us=float(np.median(dur)),
+            per_step=float(np.median(per_step[had])) if had.any() else 0.0,
+            per_step_us=float(np.median(per_step_us[had])) if had.any() else 0.0,
+        )
+        if source is None:
+            o_step, o_lat = op_handovers(start=cpu_start[ys], end=cpu_end[ys], lane=cpu_lane[ys], step=y_step)
+            if len(o_lat):
+                source = SOURCE_YIELD_OPS
+                h_step, h_lat = o_step, o_lat
+                h_layer = np.full(len(o_step), -1, np.int64)
+                yields = {int(s): int(n) for s, n in enumerate(per_step.tolist()) if n}
+
+    # Compute busy per microbatch per step.
+    ubs = sorted(int(u) for u in np.unique(gpu_ubatch[(gpu_ubatch >= 0) & (gpu_step >= 0)]).tolist())
+    compute: dict[int, np.ndarray] = {}
+    for u in ubs:
+        sel = (gpu_ubatch == u) & (gpu_step >= 0) & gpu_is_compute
+        compute[u] = grouped_length(gpu_step[sel], n_steps, gpu_start[sel], gpu_end[sel])
+
+    if source is None and not tokens and len(ubs) < 2:
+        return None
+    counted = h_step >= 0
+    n_handovers = np.bincount(h_step[counted], minlength=n_steps)
+    handover_us = np.bincount(h_step[counted], weights=h_lat[counted], minlength=n_steps)
+    step_rows = []
+    for place, i in enumerate(step_index.tolist()):
+        c = tuple(float(compute[u][i]) for u in ubs) if len(ubs) >= 2 else None
+        if c is not None and not any(c):
+            c = None
+        step_rows.append(
+            StepLedger(
+                step=place,
+                yields=yields.get(i, 0),
+                handovers=int(n_handovers[i]),
+                handover_us=float(handover_us[i]),
+                startup_us=startup.get(i),
+                step_us=float(step_us[place]),
+                tokens=tokens.get(i),
+                compute_us=c,
+            )
+        )
+    layer_rows = []
+    for layer, sel in sorted(index_groups(h_layer, among=np.flatnonzero(h_layer >= 0)).items()):
+        lat = h_lat[sel].tolist()
+        layer_rows.append(
+            LayerHandovers(
+                layer=int(layer),
+                handovers=len(lat),
+                median_us=float(np.median(lat)),
+                p90_us=_p90(lat),
+                per_step_us=float(sum(lat) / max(1, len(np.unique(h_step[sel])))),
+            )
+        )
+    return Ledger(
+        source=source,
+        handovers=int(len(h_lat)),
+        median_us=float(np.median(h_lat)) if len(h_lat) else None,
+        p90_us=_p90(h_lat.tolist()) if len(h_lat) else None,
+        steps=step_rows,
+        layers=layer_rows,
+        yield_ops=yield_ops,
+        unprofiled=unprofiled,
+    )
+
+
+def _unprofiled(parts: list[LogHandovers]) -> Unprofiled | None:
+    """The hand-overs of the log's steps outside the profiled window: the same measure without the
+    profiler's own cost (profile_all_threads slows every thread's CPU ops)."""
+    lat = [p.latency_us[p.step < 0] for p in parts]
+    totals = [np.bincount(np.unique(p.log_step[p.step < 0], return_inverse=True)[1], weights=x) for p, x in zip(parts, lat)]
+    every = np.concatenate(lat) if lat else np.zeros(0)
+    if not len(every):
+        return None
+    per_step = np.concatenate(totals)
+    return Unprofiled(
+        steps=int(len(per_step)),
+        handovers=int(len(every)),
+        median_us=float(np.median(every)),
+        p90_us=_p90(every.tolist()),
+        per_step_us=float(np.median(per_step)),
+    )
+
+
+# -- comm operations by layer and role ----------------------------------------------------------
+
+DISPATCH, COMBINE, SEND, RECV, ROUND_TRIP = "dispatch", "combine", "send", "recv", "round trip"
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """One layer's comm operations, both microbatches (or layers alike, first..last)."""
+
+    first: int
+    last: int
+    operations: int  # per layer
+    median_us: float  # the layer's operations' median times, added
+    hidden_fraction: float | None  # of that time, under compute
+    median_exposed_us: float  # the operations' median exposed times, added
+    reason: str | None  # the reason of the operation with the most exposed time
+
+
+def operation_places(
+    ubatch: list[int], index: list[int], layers: int | None, sendrecv: bool
+) -> list[tuple[int | None, str | None]]:
+    """Each comm operation's (layer, role) from its place k in its microbatch's step: with 2 operations
+    per layer, dispatch and combine (send and receive where every comm kernel is a SendRecv); with one,
+    a round trip. None where the layers are unknown or the count does not fit them."""
+    per_ub: dict[int, int] = {}
+    for u, k in zip(ubatch, index):
+        per_ub[u] = max(per_ub.get(u, 0), k + 1)
+    out: list[tuple[int | None, str | None]] = []
+    for u, k in zip(ubatch, index):
+        n = per_ub[u]
+        if not layers or u < 0:
+            out.append((None, None))
+        elif n == 2 * layers:
+            first, second = (SEND, RECV) if sendrecv else (DISPATCH, COMBINE)
+            out.append((k // 2, first if k % 2 == 0 else second))
+        elif n == layers:
+            out.append((k, ROUND_TRIP))
+        else:
+            out.append((None, None))
+    return out
+
+
+def _alike(a: LayerOps, b: LayerOps) -> bool:
+    """Two layers' rows say the same: times within 10%, hidden shares within 5 points, one reason."""
+
+    def near(x: float, y: float) -> bool:
+        return abs(x - y) <= 0.1 * max(abs(x), abs(y), 1e-9)
+
+    hidden = (a.hidden_fraction is None) == (b.hidden_fraction is None) and (
+        a.hidden_fraction is None or abs(a.hidden_fraction - (b.hidden_fraction or 0.0)) <= 0.05
+    )
+    exposed = near(a.median_exposed_us, b.median_exposed_us) or max(a.median_exposed_us, b.median_exposed_us) < 1.0
+    return a.operations == b.operations and near(a.median_us, b.median_us) and hidden and exposed and a.reason == b.reason
+
+
+def layer_operations(
+    layer: list[int | None],
+    median_us: list[float],
+    hidden_fraction: list[float | None],
+    median_exposed_us: list[float],
+    reason: list[str | None],
+) -> list[LayerOps]:
+    """The comm operations per layer (rows of operation_rows with their places), consecutive layers
+    that say the same grouped into one row (first..last, the first layer's figures)."""
+    by_layer: dict[int, list[int]] = {}
+    for i, lay in enumerate(layer):
+        if lay is not None:
+            by_layer.setdefault(lay, []).append(i)
+    rows = []
+    for lay in sorted(by_layer):
+        ix = by_layer[lay]
+        busy = sum(median_us[i] for i in ix)
+        known = [i for i in ix if hidden_fraction[i] is not None]
+        hidden = sum(median_us[i] * (hidden_fraction[i] or 0.0) for i in known) if known else None
+        worst = max(ix, key=lambda i: median_exposed_us[i])
+        rows.append(
+            LayerOps(
+                first=lay,
+                last=lay,
+                operations=len(ix),
+                median_us=busy,
+                hidden_fraction=None if hidden is None or busy <= 0 else hidden / busy,
+                median_exposed_us=sum(median_exposed_us[i] for i in ix),
+                reason=reason[worst] if median_exposed_us[worst] > 0 else None,
+            )
+        )
+    grouped: list[LayerOps] = []
+    for row in rows:
+        if grouped and grouped[-1].last == row.first - 1 and _alike(grouped[-1], row):
+            grouped[-1] = LayerOps(**{**grouped[-1].__dict__, "last": row.first})
+        else:
+            grouped.append(row)
+    return grouped
+
+
+# -- SM evidence for held-back comm -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """A kernel's launch as its trace args give it (Kineto: grid, block, registers, shared memory)."""
+
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    registers_per_thread: int | None
+    shared_memory: int | None  # bytes per CTA
+
+    @property
+    def ctas(self) -> int:
+        return int(np.prod(self.grid))
+
+    @property
+    def threads(self) -> int:
+        return int(np.prod(self.block))
+
+    @property
+    def registers(self) -> int | None:
+        """Registers per CTA, whole warps counted (the hardware allocates per warp)."""
+        if self.registers_per_thread is None:
+            return None
+        return self.registers_per_thread * -(-self.threads // 32) * 32
+
+
+@dataclass(frozen=True)
+class SmEvidence:
+    holder: LaunchShape
+    comm: LaunchShape | None
+    held: int  # comm kernels it held back (crowded)
+    sms: int | None  # the device's SM count (deviceProperties numSms)
+    per_sm: int | None  # holder CTAs one SM can hold at once: the tightest of threads, registers, shared memory
+    left_shared_memory: int | None  # per SM, beside that many holder CTAs
+    left_registers: int | None
+    left_threads: int | None
+    comm_fits: bool | None  # one comm CTA fits in what is left (by these counts)
+    comm_sms: str | None  # VLLM_DBO_COMM_SMS in the recording's environment
+    env_recorded: bool  # the recording kept its environment (so an absent setting was unset)
+
+    @property
+    def waves(self) -> float | None:
+        if not self.sms or not self.per_sm:
+            return None
+        return self.holder.ctas / (self.sms * self.per_sm)
+
+
+def _shape(name: str, args: dict[str, Any]) -> LaunchShape | None:
+    grid, block = args.get("grid"), args.get("block")
+
+    def dims(v: object) -> tuple[int, ...] | None:
+        if isinstance(v, list) and v and all(type(x) is int and 0 < x < 1 << 31 for x in v):
+            return tuple(v)
+        return None
+
+    g, b = dims(grid), dims(block)
+    if g is None or b is None:
+        return None
+    regs, smem = args.get("registers per thread"), args.get("shared memory")
+    return LaunchShape(
+        name=name,
+        grid=g,
+        block=b,
+        registers_per_thread=regs if type(regs) is int and 0 <= regs < 1 << 16 else None,
+        shared_memory=smem if type(smem) is int and 0 <= smem < 1 << 31 else None,
+    )
+
+
+def _device_int(device: dict[str, Any], key: str) -> int | None:
+    v = device.get(key)
+    return v if type(v) is int and 0 < v < 1 << 40 else None
+
+
+def sm_evidence(
+    *,
+    holder_name: str,
+    holder_args: dict[str, Any],
+    comm_name: str | None,
+    comm_args: dict[str, Any],
+    held: int,
+    device: dict[str, Any],  # the trace's deviceProperties entry for the GPU
+    comm_sms: str | None,
+    env_recorded: bool,
+) -> SmEvidence | None:
+    """What the holder of held-back comm occupied per SM, and whether one CTA of the comm kernel fits
+    beside it, from the launch args and the device's limits (docs/analysis.md, "SM evidence")."""
+    holder = _shape(holder_name, holder_args)
+    if holder is None:
+        return None
+    comm = _shape(comm_name, comm_args) if comm_name is not None else None
+    sms = _device_int(device, "numSms")
+    threads_sm = _device_int(device, "maxThreadsPerMultiprocessor")
+    regs_sm = _device_int(device, "regsPerMultiprocessor")
+    smem_sm = _device_int(device, "sharedMemPerMultiprocessor")
+    limits = []
+    if threads_sm:
+        limits.append(threads_sm // holder.threads)
+    if regs_sm and holder.registers:
+        limits.append(regs_sm // holder.registers)
+    if smem_sm and holder.shared_memory:
+        limits.append(smem_sm // holder.shared_memory)
+    per_sm = min(limits) if limits else None
+    resident = min(per_sm, -(-holder.ctas // sms)) if per_sm is not None and sms else per_sm
+
+    def left(total: int | None, used: int | None) -> int | None:
+        return None if total is None or used is None or resident is None else total - resident * used
+
+    l_smem, l_regs, l_threads = (
+        left(smem_sm, holder.shared_memory),
+        left(regs_sm, holder.registers),
+        left(threads_sm, holder.threads),
+    )
+    fits = None
+    if comm is not None and None not in (l_smem, l_regs, l_threads, comm.shared_memory, comm.registers):
+        fits = (
+            (comm.shared_memory or 0) <= (l_smem or 0)
+            and (comm.registers or 0) <= (l_regs or 0)
+            and comm.threads <= (l_threads or 0)
+        )
+    return SmEvidence(
+        holder=holder,
+        comm=comm,
+        held=held,
+        sms=sms,
+        per_sm=per_sm,
+        left_shared_memory=l_smem,
+        left_registers=l_regs,
+        left_threads=l_threads,
+        comm_fits=fits,
+        comm_sms=comm_sms,
+        env_recorded=env_recorded,
+    )
+
+
+# -- what-if estimates (a model) ----------------------------------------------------------------
+
+MODEL = (
+    "a model, not a measurement: each of a step's N round trips (one per microbatch and layer) costs "
+    "max(C, R) of the step when overlapped, C the compute per microbatch and R the comm per round trip "
+    "(medians of the DBO arithmetic); the rest of the step is unchanged"
+)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    what: str  # "round trip 100 us", "no hand-overs"
+    step_us: float  # the measured median step
+    predicted_us: float  # the model's step
+    assumptions: str
+
+    @property
+    def change(self) -> float | None:
+        """Predicted against measured: -0.1 is 10% shorter."""
+        return self.predicted_us / self.step_us - 1 if self.step_us > 0 else None
+
+
+def what_if_round_trip(*, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float) -> WhatIf:
+    """The step with every round trip taking round_trip_us: each of the N round trips moves from
+    max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""
+    delta = round_trips * (max(compute_us, comm_us) - max(compute_us, round_trip_us))
+    return WhatIf(
+        what=f"round trip {round_trip_us:g} us",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - delta),
+        assumptions=MODEL,
+    )
+
+
+def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:
+    """The step without DBO's hand-over latency: at most that much shorter, where every hand-over is
+    on the step's critical path (the GPU waits for it)."""
+    return WhatIf(
+        what="no hand-overs",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - handover_us),
+        assumptions="a bound, not a measurement: every hand-over's latency on the step's critical path",
+    )
+
+
+def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float, comm_us: float) -> float:
+    """A DBO arm's step predicted from an arm whose microbatches ran one after the other (no overlap):
+    each round trip moves from C + R to max(C, R), so the step loses N x min(C, R)."""
+    return step_us - round_trips * min(compute_us, comm_us)
+
+
+def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float) -> WhatIf | None:
+    """The step with sms_reserved of the GPU's sms kept for comm: the comm exposed because it found no
+    free SM (crowded, per step) hides, and the step's compute runs on the other SMs, longer by
+    sms_reserved / (sms - sms_reserved) of it."""
+    if not 0 < sms_reserved < sms:
+        return None
+    cost = compute_us * sms_reserved / (sms - sms_reserved)
+    return WhatIf(
+        what=f"{sms_reserved} of {sms} SMs reserved for comm",
+        step_us=step_us,
+        predicted_us=max(0.0, step_us - crowded_us + cost),
+        assumptions=(
+            f"a model, not a measurement: the comm exposed for want of a free SM ({crowded_us / 1000:.2f} ms per step) "
+            f"hides entirely, and the step's compute ({compute_us / 1000:.2f} ms per step) slows in proportion to the SMs "
+            f"it loses (+{cost / 1000:.2f} ms; a kernel of one wave can lose more); the rest of the step is unchanged"
+        ),
+    )

@@ -1,0 +1,238 @@
+"""The DBO ledger in the document (a rank's `dbo_ledger` block) and its lines for the text outputs.
+Selection and rounding only: every figure comes from dbo_trace.analysis.ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from dbo_trace.analysis.host_time import CAUSES, HostCauses
+from dbo_trace.analysis.ledger import LaunchShape, LayerOps, Ledger, SmEvidence, WhatIf
+
+_Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+
+
+class _Block(msgspec.Struct, forbid_unknown_fields=True):
+    """As render/document.py's Struct: decoding refuses a key the block does not have."""
+
+
+def _r(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None else round(float(x), digits)
+
+
+class UnprofiledHandovers(_Block):
+    steps: _Count
+    handovers: _Count
+    median_us: float | None
+    p90_us: float | None
+    per_step_us: float | None
+
+
+class YieldOpBlock(_Block):
+    name: str
+    calls: _Count
+    median_us: float | None
+    per_step: float | None
+    per_step_us: float | None
+
+
+class SplitBlock(_Block):
+    tokens: list[float] | None  # median tokens per microbatch
+    compute_us: list[float] | None  # median compute busy per microbatch
+    imbalance: float | None  # (largest - smallest) / largest compute, median over steps
+    excess_us: float | None  # largest - smallest compute: what the other microbatch cannot cover
+
+
+class LayerHandoverRow(_Block):
+    layer: _Count
+    handovers: _Count
+    median_us: float | None
+    p90_us: float | None
+    per_step_us: float | None
+
+
+class StepLedgerRow(_Block):
+    number: _Count  # the step's number (from 1), as the per-step table gives it
+    yields: _Count
+    handovers: _Count
+    handover_us: float | None
+    startup_us: float | None
+    share: float | None
+    tokens: list[int] | None
+    compute_us: list[float] | None
+
+
+class LedgerBlock(_Block):
+    source: str | None
+    handovers: _Count
+    median_handover_us: float | None
+    p90_handover_us: float | None
+    handover_per_step_us: float | None
+    yields_per_step: float | None
+    startup_us: float | None
+    startup_gpu_idle_us: float | None  # the host-time cause ubatch_startup over the rank's host test
+    share: float | None
+    unprofiled: UnprofiledHandovers | None
+    yield_op: YieldOpBlock | None
+    split: SplitBlock
+    layers: list[LayerHandoverRow]
+    steps: list[StepLedgerRow]
+
+
+def ledger_block(x: Ledger | None, causes: HostCauses | None) -> LedgerBlock | None:
+    if x is None:
+        return None
+    u, y = x.unprofiled, x.yield_ops
+    return LedgerBlock(
+        source=x.source,
+        handovers=x.handovers,
+        median_handover_us=_r(x.median_us),
+        p90_handover_us=_r(x.p90_us),
+        handover_per_step_us=_r(x.handover_per_step_us),
+        yields_per_step=_r(x.yields_per_step),
+        startup_us=_r(x.startup_us),
+        startup_gpu_idle_us=None if causes is None else _r(causes.us(CAUSES.index("ubatch_startup"))),
+        share=_r(x.share, 4),
+        unprofiled=None
+        if u is None
+        else UnprofiledHandovers(
+            steps=u.steps, handovers=u.handovers, median_us=_r(u.median_us), p90_us=_r(u.p90_us), per_step_us=_r(u.per_step_us)
+        ),
+        yield_op=None
+        if y is None
+        else YieldOpBlock(
+            name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us)
+        ),
+        split=SplitBlock(
+            tokens=None if (t := x.split_tokens) is None else [_r(v, 1) or 0.0 for v in t],
+            compute_us=None if (c := x.compute_us) is None else [_r(v) or 0.0 for v in c],
+            imbalance=_r(x.imbalance, 4),
+            excess_us=_r(x.excess_us),
+        ),
+        layers=[
+            LayerHandoverRow(
+                layer=row.layer,
+                handovers=row.handovers,
+                median_us=_r(row.median_us),
+                p90_us=_r(row.p90_us),
+                per_step_us=_r(row.per_step_us),
+            )
+            for row in x.layers
+        ],
+        steps=[
+            StepLedgerRow(
+                number=s.step + 1,
+                yields=s.yields,
+                handovers=s.handovers,
+                handover_us=_r(s.handover_us),
+                startup_us=_r(s.startup_us),
+                share=_r(s.share, 4),
+                tokens=None if s.tokens is None else list(s.tokens),
+                compute_us=None if s.compute_us is None else [_r(v) or 0.0 for v in s.compute_us],
+            )
+            for s in x.steps
+        ],
+    )
+
+
+class LayerOpsRow(_Block):
+    first_layer: _Count
+    last_layer: _Count  # layers first..last said the same (the first one's figures)
+    operations: _Count  # per layer, both microbatches
+    median_us: float | None
+    hidden_fraction: float | None
+    median_exposed_us: float | None
+    reason: str | None
+
+
+def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
+    return [
+        LayerOpsRow(
+            first_layer=x.first,
+            last_layer=x.last,
+            operations=x.operations,
+            median_us=_r(x.median_us),
+            hidden_fraction=_r(x.hidden_fraction, 4),
+            median_exposed_us=_r(x.median_exposed_us),
+            reason=x.reason,
+        )
+        for x in rows
+    ]
+
+
+class LaunchShapeBlock(_Block):
+    name: str
+    grid: list[int]
+    block: list[int]
+    ctas: _Count
+    threads: _Count
+    registers_per_thread: _Count | None
+    shared_memory: _Count | None
+
+
+class SmEvidenceBlock(_Block):
+    holder: LaunchShapeBlock
+    comm: LaunchShapeBlock | None
+    held: _Count  # comm kernels it held back (crowded)
+    sms: _Count | None
+    per_sm: _Count | None
+    waves: float | None
+    left_shared_memory: int | None
+    left_registers: int | None
+    left_threads: int | None
+    comm_fits: bool | None
+    comm_sms: str | None  # VLLM_DBO_COMM_SMS as recorded
+    env_recorded: bool
+
+
+def _shape_block(x: LaunchShape) -> LaunchShapeBlock:
+    return LaunchShapeBlock(
+        name=x.name,
+        grid=list(x.grid),
+        block=list(x.block),
+        ctas=x.ctas,
+        threads=x.threads,
+        registers_per_thread=x.registers_per_thread,
+        shared_memory=x.shared_memory,
+    )
+
+
+def sm_evidence_block(x: SmEvidence | None) -> SmEvidenceBlock | None:
+    if x is None:
+        return None
+    return SmEvidenceBlock(
+        holder=_shape_block(x.holder),
+        comm=None if x.comm is None else _shape_block(x.comm),
+        held=x.held,
+        sms=x.sms,
+        per_sm=x.per_sm,
+        waves=_r(x.waves),
+        left_shared_memory=x.left_shared_memory,
+        left_registers=x.left_registers,
+        left_threads=x.left_threads,
+        comm_fits=x.comm_fits,
+        comm_sms=x.comm_sms,
+        env_recorded=x.env_recorded,
+    )
+
+
+class WhatIfRow(_Block):
+    what: str
+    step_us: float | None  # measured (median)
+    predicted_us: float | None  # the model's
+    change: float | None  # predicted / measured - 1
+    assumptions: str
+
+
+def what_if_block(rows: list[WhatIf]) -> list[WhatIfRow]:
+    return [
+        WhatIfRow(
+            what=x.what,
+            step_us=_r(x.step_us),
+            predicted_us=_r(x.predicted_us),
+            change=_r(x.change, 4),
+            assumptions=x.assumptions,
+        )
+        for x in rows
+    ]
