@@ -11,7 +11,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
-from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
+from dbo_trace.analysis.capture import GRAPH_CAPTURE, Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
@@ -982,7 +982,8 @@ def combine(
         ranks=ranks,
         total=total,
         round_trips=rt,
-        verdict=with_stall_line(verdict, numbered),
+        # a trace that is mostly capture says so first: its "stalls" are the capture itself
+        verdict=verdict if verdict.label == GRAPH_CAPTURE else with_stall_line(verdict, numbered),
         options=options,
         window=window,
         warnings=warnings + [w for w in _input_warnings(ranks, parts) if w not in warnings],
