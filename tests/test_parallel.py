@@ -64,10 +64,13 @@ def _group(pgid: int, only: str = "") -> list[int]:
     return pids
 
 
-def _interrupted(argv: list[str], sig: int | None = None, group: bool = True) -> tuple[int, str, list[int], float]:
+def _interrupted(
+    argv: list[str], sig: int | None = None, group: bool = True, env: dict[str, str] | None = None, ready=None
+) -> tuple[int, str, list[int], float]:
     """Run the CLI in its own process group, Ctrl-C the group (or send sig to the group, or with
-    group=False to the parent alone) once its workers are at work: (status, stderr, processes of the
-    group left, seconds from the signal to the end). What is left is killed before returning."""
+    group=False to the parent alone) once its workers are at work (or once ready() holds): (status,
+    stderr, processes of the group left, seconds from the signal to the end). What is left is killed
+    before returning."""
     import os
     import signal
     import subprocess
@@ -77,11 +80,20 @@ def _interrupted(argv: list[str], sig: int | None = None, group: bool = True) ->
     sig = signal.SIGINT if sig is None else sig
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
     )
-    while proc.poll() is None and not _group(proc.pid, only="spawn_main"):  # the workers' command line
-        time.sleep(0.05)
-    time.sleep(1.0)  # the workers are at work, not starting
+    if ready is None:
+        while proc.poll() is None and not _group(proc.pid, only="spawn_main"):  # the workers' command line
+            time.sleep(0.05)
+        time.sleep(1.0)  # the workers are at work, not starting
+    else:
+        while proc.poll() is None and not ready():
+            time.sleep(0.02)
     if proc.poll() is not None:
         raise AssertionError(f"the report ended (status {proc.returncode}) before it could be interrupted: {proc.stderr.read()}")
     if group:
@@ -147,6 +159,33 @@ def test_ctrl_c_stops_rank_workers_at_once_without_their_tracebacks(tmp_path):
     assert left == []
     print(f"ended {took:.2f} s after Ctrl-C")
     assert took < ENDS_WITHIN_S  # the workers are stopped, not left to finish their rank
+
+
+def test_ctrl_c_while_workers_start_prints_no_traceback(tmp_path):
+    """Forces the race CI met: a worker's interpreter still starting (there, coverage's start-up hook;
+    here a sitecustomize that sleeps) when Ctrl-C reaches the group. Its own handler is not set yet,
+    so only a Ctrl-C ignored from its first instruction keeps its traceback off the user's screen."""
+    import os
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    starting = tmp_path / "worker-starting"
+    (hooks / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if '--multiprocessing-fork' in sys.argv:\n"
+        f"    open({str(starting)!r}, 'a').close()\n"
+        "    time.sleep(3)\n"
+    )
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    first = _repeated_trace(ranks / "r0.pt.trace.json.gz", 2)
+    (ranks / "r1.pt.trace.json.gz").hardlink_to(first)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]))
+    status, err, left, _ = _interrupted(
+        [CLI, "report", "--json", "--workers", "2", str(ranks)], env=env, ready=starting.exists
+    )
+    assert status == 130 and "Traceback" not in err and err.strip() == "dbo-trace: interrupted", err
+    assert left == []
 
 
 def test_ctrl_c_during_a_shared_read_stops_its_workers_without_their_tracebacks(tmp_path):

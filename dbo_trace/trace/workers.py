@@ -29,20 +29,38 @@ def prepare_worker() -> None:
 _SPAWN = multiprocessing.get_context("spawn")
 
 
-def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
-    """A started worker process running target(*args), with Ctrl-C already ignored (an ignored
-    signal stays ignored across exec), so that it is ignored even while the worker is importing.
-    target calls prepare_worker() first."""
-    process = _SPAWN.Process(target=target, args=args, daemon=True)
+@contextmanager
+def _children_ignore_ctrl_c() -> Iterator[None]:
+    """Processes started in the block ignore Ctrl-C from their first instruction: an ignored signal
+    stays ignored across exec, while a handler set by the worker itself comes only after its
+    interpreter has started (seconds, under coverage), and a Ctrl-C before then printed a traceback.
+    This process ignores Ctrl-C for the block too: a few milliseconds. Only the main thread may set
+    handlers: elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
-        process.start()  # signal handlers can only be set from the main thread
-        return process
+        yield
+        return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        process.start()
+        yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
+    """A started worker process running target(*args), with Ctrl-C ignored even while it imports.
+    target calls prepare_worker() first."""
+    process = _SPAWN.Process(target=target, args=args, daemon=True)
+    with _children_ignore_ctrl_c():
+        process.start()
     return process
+
+
+class _Pool(ProcessPoolExecutor):
+    """A pool whose workers ignore Ctrl-C from their start: they are started inside submit()."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with _children_ignore_ctrl_c():
+            return super().submit(fn, *args, **kwargs)
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -70,7 +88,7 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """Spawned workers (as spawn()). Interrupted (Ctrl-C or SIGTERM) or failed, the workers are stopped
     at once instead of being waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
     with sigterm_interrupts():
-        pool = ProcessPoolExecutor(workers, mp_context=_SPAWN, initializer=prepare_worker)
+        pool = _Pool(workers, mp_context=_SPAWN, initializer=prepare_worker)
         try:
             yield pool
         except BaseException:
