@@ -106,10 +106,7 @@ def test_the_rendered_page_holds_the_whole_diagnosis(tmp_path, variant):
     # held-back comm, kernels) is a list item of the page, word for word.
     findings = [_markdown_plain(html.unescape(line[2:])) for line in markdown.splitlines() if line.startswith("- ")]
     assert findings
-    # The DBO ledger's lines and the what-if estimates (render/ledger.py) are in the Markdown and the
-    # terminal, not yet on the page.
-    ledger = {_markdown_plain(html.unescape(line[2:])) for line in _ledger_markdown(variant) if line.startswith("- ")}
-    for line in [f for f in findings if f not in ledger and not f.startswith("what-if")]:
+    for line in findings:
         assert line in dom.items, f"the page lacks: {line[:100]}"
     for r in expected["ranks"]:  # and the findings the JSON has are among them
         has = {
@@ -129,6 +126,15 @@ def test_the_rendered_page_holds_the_whole_diagnosis(tmp_path, variant):
     # The comm operations of each rank: a row per operation.
     operations = [t for t in dom.tables if t[0][:2] == ["microbatch", "op"]]
     assert [len(t) - 1 for t in operations] == [len(r["comm_operations"]) for r in expected["ranks"] if r["comm_operations"]]
+    # Every table the Markdown has (per layer, hand-overs per layer, host stacks ...) has its twin on the
+    # page, headed alike, with as many rows.
+    md_tables = _markdown_tables(markdown)
+    assert md_tables
+    for header, rows in md_tables:
+        if header[:2] == ["rank", "#"]:
+            continue  # the per-step table: the page's has no phase column and lists every step
+        twins = [t for t in dom.tables if [_markdown_plain(c) for c in t[0]] == header]
+        assert any(len(t) - 1 == rows for t in twins), f"the page lacks the table headed {header} ({rows} rows)"
     # Every rank with steps has its timeline, drawn, showing its median step; the legend names held-back comm.
     drawn = [r["rank"] for r in expected["ranks"] if r["steps"]]
     body = re.search(r"<body([^>]*)>", dom_text).group(1)
@@ -148,10 +154,19 @@ def test_the_rendered_page_holds_the_whole_diagnosis(tmp_path, variant):
         assert note.replace("*could*", "could") in text
 
 
-def _ledger_markdown(variant: str) -> list[str]:
-    from dbo_trace.analysis.report import Options
-    from dbo_trace.pipeline import analyze_paths
-    from dbo_trace.render.document import build_document
-    from dbo_trace.render.markdown import ledger_markdown
-
-    return ledger_markdown(build_document(analyze_paths([SAMPLES / variant], Options())))
+def _markdown_tables(markdown: str) -> list[tuple[list[str], int]]:
+    """Each Markdown table: its header cells, as plain text, and its number of body rows."""
+    out: list[tuple[list[str], int]] = []
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").strip()) <= set("-: "):
+            if i > 0 and lines[i - 1].startswith("|"):
+                continue
+            header = [_markdown_plain(html.unescape(c.strip())) for c in line.strip().strip("|").split("|")]
+            rows = 0
+            for follow in lines[i + 2 :]:
+                if not follow.startswith("|"):
+                    break
+                rows += 1
+            out.append((header, rows))
+    return out

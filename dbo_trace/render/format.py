@@ -512,28 +512,36 @@ MD_KERNEL_ROWS = 20
 MD_CPU_RANGE_ROWS = 20
 
 
-def summary_markdown(d: ReportDocument) -> list[str]:
-    """Step-time spread per phase, and per rank the kernel and CPU-range summaries (names whole, escaped)."""
-    out: list[str] = []
+def summary_tables(d: ReportDocument, code: Callable[[str], str] = str) -> list[tuple[str, bool, list[str], list[list[str]]]]:
+    """Step-time spread per phase, and per rank the kernel and CPU-range summaries (names whole):
+    (title, folded, header, rows) for the Markdown and the page alike. code: how a name is shown."""
+    out: list[tuple[str, bool, list[str], list[list[str]]]] = []
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
     if spreads:
-        out += ["Step time per phase:", ""] + md_table(list(SPREAD_HEADER), spreads) + [""]
+        out.append(("Step time per phase:", False, list(SPREAD_HEADER), spreads))
     for r in d.ranks:
         k = r.kernel_summary
         if k is not None and k.rows:
             shown = k.rows[:MD_KERNEL_ROWS]
-            out += [
-                f"<details><summary>Rank {r.rank} kernels: {len(shown)} of {k.names} names by total time "
-                f"({k.kernels} kernels, {ms(k.total_us)})</summary>",
-                "",
-            ]
-            out += md_table(list(KERNEL_HEADER), [kernel_cells(row, markdown_code, name) for row, name in zip(shown, display_names([r.name for r in shown]))]) + ["", "</details>", ""]
+            title = f"Rank {r.rank} kernels: {len(shown)} of {k.names} names by total time ({k.kernels} kernels, {ms(k.total_us)})"
+            rows = [kernel_cells(row, code, name) for row, name in zip(shown, display_names([r.name for r in shown]))]
+            out.append((title, True, list(KERNEL_HEADER), rows))
         ranges = r.cpu_range_summary
         if ranges:
-            shown_ranges = ranges[:MD_CPU_RANGE_ROWS]
-            out += [f"<details><summary>Rank {r.rank} CPU ranges by the host-caused GPU idle they explain</summary>", ""]
-            out += md_table(list(CPU_RANGE_HEADER), [cpu_range_cells(row, markdown_code) for row in shown_ranges])
-            out += ["", "</details>", ""]
+            title = f"Rank {r.rank} CPU ranges by the host-caused GPU idle they explain"
+            rows = [cpu_range_cells(row, code) for row in ranges[:MD_CPU_RANGE_ROWS]]
+            out.append((title, True, list(CPU_RANGE_HEADER), rows))
+    return out
+
+
+def summary_markdown(d: ReportDocument) -> list[str]:
+    """summary_tables as Markdown: the kernel and CPU-range tables folded."""
+    out: list[str] = []
+    for title, folded, header, rows in summary_tables(d, markdown_code):
+        if folded:
+            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows) + ["", "</details>", ""]
+        else:
+            out += [title, ""] + md_table(header, rows) + [""]
     return out
 
 

@@ -12,18 +12,29 @@ from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    LAYER_HEADER,
+    LAYER_OPS_HEADER,
     OPERATION_HEADER,
+    STACK_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
     all_notes,
+    comm_layers_of,
     cross_rank_lines,
     dbo_arithmetic_applies,
     figure_table,
     headline,
     host_cause_lines,
+    host_stack_lines,
+    host_stack_rows,
+    layer_cells,
+    layer_ops_cells,
+    ledger_lines,
+    ledger_of,
     ms,
+    only_layer,
     operation_cells,
     pct,
     phase_cells,
@@ -33,6 +44,8 @@ from dbo_trace.render.format import (
     step_number_cell,
     step_time_cell,
     step_verdict_cell,
+    summary_tables,
+    what_if_lines,
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json
@@ -96,23 +109,36 @@ def _list(items: list[str], css: str) -> str:
     return f'<ul class="{css}">' + "".join(f"<li>{html_text(x)}</li>" for x in items) + "</ul>" if items else ""
 
 
+def _folded(summary: str, table: str, css: str) -> str:
+    return f'<details class="{css}"><summary>{html_text(summary)}</summary>{table}</details>'
+
+
 def _diagnosis(d: ReportDocument) -> str:
     """What the terminal and the Markdown say beyond the verdict, in their order: each rank's findings
-    (time, overlap cost, exposure causes, held-back comm, kernels), the per-phase table, the ranks'
-    comm operations, the cross-rank view."""
+    (time, overlap cost, exposure causes, held-back comm, kernels), the host time by Python frame, the
+    ranks' comm operations (per microbatch and per layer), the per-phase table, the cross-rank view."""
     out = [_list([line for line_of in RANK_LINES for r in d.ranks if (line := line_of(r))], "findings")]
-    if d.phases:
-        out.append("<h2>Per phase <small>(vLLM's step annotations)</small></h2>")
-        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
+    for title, rows in host_stack_rows(d):
+        out.append(_folded(title, _table(list(STACK_HEADER), rows), "host-stacks"))
     for r in d.ranks:
         ops = r.comm_operations
         if ops:
             out.append(
-                f'<details class="operations"><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, '
-                "in step order; medians over steps)</summary>"
-                + _table(list(OPERATION_HEADER), [operation_cells(op) for op in ops])
-                + "</details>"
+                _folded(
+                    f"Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step order; medians over steps)",
+                    _table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]),
+                    "operations",
+                )
             )
+        layers = comm_layers_of(r)
+        if layers:
+            out.append(
+                f"<p>Rank {r.rank} comm operations per layer (both microbatches; layers alike grouped):</p>"
+                + _table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
+            )
+    if d.phases:
+        out.append("<h2>Per phase <small>(vLLM's step annotations)</small></h2>")
+        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
     cross = d.cross_rank
     if cross is not None:
         out.append(
@@ -120,6 +146,25 @@ def _diagnosis(d: ReportDocument) -> str:
             + _list(cross_rank_lines(d)[1:] + [f"note: {n}" for n in cross.notes], "cross-rank-lines")
         )
     return "\n".join(out)
+
+
+def _ledger(d: ReportDocument) -> str:
+    """The DBO ledger under the DBO arithmetic, as the Markdown gives it: its sentences and each rank's
+    hand-overs per layer, then the what-if estimates."""
+    out = []
+    for r in d.ranks:
+        ledger = ledger_of(r)
+        out.append(_list(ledger_lines(r.rank, ledger), "ledger"))
+        if ledger is not None and ledger.layers:
+            out.append(
+                _folded(
+                    f"Rank {r.rank} hand-overs per layer",
+                    _table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers]),
+                    "ledger-layers",
+                )
+            )
+    out.append(_list(what_if_lines(d), "what-if"))
+    return "".join(out)
 
 
 def _timelines(views: list[dict[str, Any]]) -> str:
@@ -136,7 +181,7 @@ class HtmlRenderer:
     name, suffixes, binary = "html", (".html", ".htm"), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
-        d = build_document(report)
+        d = only_layer(build_document(report), options.layer)
         views = _views(report)
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
@@ -168,7 +213,8 @@ class HtmlRenderer:
         if d.disaggregated is not None:
             rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
         reasons = "".join(
-            f"<li>{html_text(r)}</li>" for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d))]
+            f"<li>{html_text(r)}</li>"
+            for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]
         )
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
@@ -180,7 +226,11 @@ class HtmlRenderer:
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),
             figures=_table(*figure_table(d)),
-            round_trips=rt_html,
+            summaries="".join(
+                _folded(title, _table(header, rows), "summary") if folded else f"<p>{html_text(title)}</p>" + _table(header, rows)
+                for title, folded, header, rows in summary_tables(d)
+            ),
+            round_trips=rt_html + _ledger(d),
             timelines=_timelines(views),
             steps=_table(
                 ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
@@ -223,6 +273,7 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 <h2>Steps</h2><div class="scroll">{steps}</div>
 {notes}
 <p id="sources"><small>{sources}</small></p>
+{summaries}
 <details><summary>Every figure, per rank</summary>{figures}</details>
 <p><small>dbo-trace {version}</small></p>
 <script id="data" type="application/json">{data}</script>
