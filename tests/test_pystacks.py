@@ -58,7 +58,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
         started = time.time_ns()
         samples = out / "samples.json"
         sampler = subprocess.run(
-            [spy, "record", "--pid", str(prog.pid), "--subprocesses", "--nonblocking", "--idle", "--rate", str(RATE),
+            [spy, "record", "--pid", str(prog.pid), "--subprocesses", "--nonblocking", "--idle", "--threads", "--rate", str(RATE),
              "--format", "chrometrace", "-o", str(samples)],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip

@@ -5,12 +5,13 @@ profiler made for this: it reads the interpreter's memory through ptrace, so it 
 CAP_SYS_PTRACE) sees that Python. One `py-spy record` per server process tree runs from just before
 the profiler starts until the profiled load ends:
 
-    py-spy record --pid PID --subprocesses --nonblocking --idle --rate R --format chrometrace -o FILE
+    py-spy record --pid PID --subprocesses --nonblocking --idle --threads --rate R --format chrometrace -o FILE
 
 `--nonblocking` reads without pausing the process (the server's pace is not changed; a sample may
 be torn, which py-spy drops), `--idle` keeps threads that wait (a thread blocked in a lock or a
 sleep while the GPU idles is an answer too), `--subprocesses` follows the engine core and workers
-below the API server. The file is py-spy's Chrome trace: B/E spans per (pid, thread) of the
+below the API server, `--threads` puts each thread's native id (the trace's tid) outermost in its
+stacks as a frame `thread (<id>)`, so samples join the trace's threads by id, not by guess. The file is py-spy's Chrome trace: B/E spans per (pid, thread) of the
 sampled stacks, ts in microseconds from py-spy's own start; `started_unix_ns` in the manifest is
 time.time_ns() just before py-spy was spawned (analysis aligns from there, docs/analysis.md).
 
@@ -61,7 +62,7 @@ class PythonSampler:
             self._runs.append(run)
             return run.note
         argv = [
-            self.executable, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--idle",
+            self.executable, "record", "--pid", str(pid), "--subprocesses", "--nonblocking", "--idle", "--threads",
             "--rate", str(self.rate_hz), "--format", "chrometrace", "-o", str(path),
         ]  # fmt: skip
         with open(log, "wb") as out:
