@@ -173,11 +173,12 @@ def _against(arm: Arm, base: Arm) -> Arm:
         shared = set(ka) & set(kb)
         keep_a = [i for i, k in enumerate(ka) if k in shared]
         keep_b = [i for i, k in enumerate(kb) if k in shared]
-        if len(keep_a) < len(a) or len(keep_b) < len(b):
-            if len(keep_a) >= MIN_STEPS and len(keep_b) >= MIN_STEPS:
-                a, ta = [a[i] for i in keep_a], [ta[i] for i in keep_a]
-                b, tb = [b[i] for i in keep_b], [tb[i] for i in keep_b]
-                paired = True
+        if len(keep_a) == len(a) and len(keep_b) == len(b):
+            paired = True  # every step has a shape the other arm has: nothing to leave out
+        elif len(keep_a) >= MIN_STEPS and len(keep_b) >= MIN_STEPS:
+            a, ta = [a[i] for i in keep_a], [ta[i] for i in keep_a]
+            b, tb = [b[i] for i in keep_b], [tb[i] for i in keep_b]
+            paired = True
         ma, mb = float(np.median(np.array(ta, float))), float(np.median(np.array(tb, float)))
         if abs(mb / ma - 1.0) > SIZES_DIFFER:
             a = [u / float(t or 1) for u, t in zip(a, ta)]

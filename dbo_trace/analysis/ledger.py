@@ -491,7 +491,12 @@ def layer_operations(
         busy = sum(median_us[i] for i in ix)
         known = [i for i in ix if hidden_fraction[i] is not None]
         hidden = sum(median_us[i] * (hidden_fraction[i] or 0.0) for i in known) if known else None
-        worst = max(ix, key=lambda i: median_exposed_us[i])
+        # the reason most of the layer's exposed time has: each operation's exposed time under its reason
+        by_reason: dict[str, float] = {}
+        for i in ix:
+            why = reason[i]
+            if why is not None and median_exposed_us[i] > 0:
+                by_reason[why] = by_reason.get(why, 0.0) + median_exposed_us[i]
         rows.append(
             LayerOps(
                 first=lay,
@@ -500,7 +505,7 @@ def layer_operations(
                 median_us=busy,
                 hidden_fraction=None if hidden is None or busy <= 0 else hidden / busy,
                 median_exposed_us=sum(median_exposed_us[i] for i in ix),
-                reason=reason[worst] if median_exposed_us[worst] > 0 else None,
+                reason=max(by_reason, key=lambda k: by_reason[k]) if by_reason else None,
             )
         )
     grouped: list[LayerOps] = []

@@ -239,6 +239,10 @@ class RoundTrips:
     compute_per_round_trip_us: float  # compute per microbatch segment that could hide one
     ratio: float | None  # compute / comm per round trip; >= 1: the round trip can hide entirely (docs/analysis.md)
     microbatched: bool = True  # the DBO criterion speaks only where there are microbatches
+    # where the ranks' collectives were matched: the comm per round trip apart into waiting for a
+    # peer rank and transfer (medians over steps, so they need not add up to comm_per_round_trip_us)
+    wait_per_round_trip_us: float | None = None
+    transfer_per_round_trip_us: float | None = None
 
     @property
     def criterion_met(self) -> bool | None:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dbo_trace.analysis import intervals as iv
+
 MAX_SHIFT = 8  # kernels one rank's sequence may start before or after another's
 END_TOLERANCE_US = 50.0  # matched kernels' ends agree within this, or a quarter of their duration
 END_TOLERANCE_SHARE = 0.25
@@ -150,6 +152,54 @@ class PeerWaits:
             return None
         ends = [[a + k for a, k in zip(o.arrival_us, o.kernel_us)] for o in self.ops]
         return float(np.median([max(e) - min(e) for e in ends]))
+
+
+@dataclass(frozen=True)
+class WaitSplit:
+    """A rank's comm kernel time apart into waiting for a peer rank and transfer, and each part into
+    hidden (under its own compute kernels) and exposed (docs/analysis.md, "Wait and transfer"): a
+    kernel's wait is its first part, from its start; the rest of it is transfer."""
+
+    wait_us: float
+    transfer_us: float
+    hidden_wait_us: float
+    hidden_transfer_us: float
+    exposed_wait_us: float
+    exposed_transfer_us: float
+
+    @property
+    def hidden_share_of_transfer(self) -> float | None:
+        return self.hidden_transfer_us / self.transfer_us if self.transfer_us > 0 else None
+
+    def __add__(self, other: WaitSplit) -> WaitSplit:
+        return WaitSplit(*(a + b for a, b in zip(_values(self), _values(other))))
+
+
+def _values(x: WaitSplit) -> tuple[float, ...]:
+    return (x.wait_us, x.transfer_us, x.hidden_wait_us, x.hidden_transfer_us, x.exposed_wait_us, x.exposed_transfer_us)
+
+
+def wait_split(
+    comm: tuple[np.ndarray, np.ndarray], wait_us: np.ndarray, compute: tuple[np.ndarray, np.ndarray]
+) -> WaitSplit:
+    """comm: the rank's comm kernels (start, end), each with its wait (0: none, or unmatched);
+    compute: its compute kernels. Time covered counts once (unions), so the four parts add up to the
+    comm kernels' covered time, and hidden (wait + transfer) is the comm time under compute."""
+    start, end = comm
+    waiting = wait_us > 0
+    waits = (start[waiting], start[waiting] + wait_us[waiting])
+    covered = iv.length(start, end)
+    hidden = iv.length(*iv.intersection(comm, compute))
+    waited = iv.length(*waits)
+    hidden_wait = iv.length(*iv.intersection(waits, compute))
+    return WaitSplit(
+        wait_us=waited,
+        transfer_us=covered - waited,
+        hidden_wait_us=hidden_wait,
+        hidden_transfer_us=hidden - hidden_wait,
+        exposed_wait_us=waited - hidden_wait,
+        exposed_transfer_us=covered - hidden - (waited - hidden_wait),
+    )
 
 
 def _tolerance(dur: np.ndarray) -> float:

@@ -39,6 +39,7 @@ from dbo_trace.analysis.metrics import (
     MAX,
     MEDIAN,
     SUM,
+    COMM_OPS_PER_ROUND_TRIP,
     SUM_IF_ALL,
     RoundTrips,
     WindowMetrics,
@@ -49,7 +50,7 @@ from dbo_trace.analysis.metrics import (
 )
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_index, operation_rows
 from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
-from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits
+from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, WaitSplit, match, peer_waits, wait_split
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, wall_offset_us
@@ -68,6 +69,7 @@ from dbo_trace.analysis.verdict import (
     host_test_of,
     qualifiers,
     with_round_trips,
+    with_wait_split,
 )
 from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
@@ -206,6 +208,8 @@ class RankReport:
     notes: list[str] = field(default_factory=list)
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
+    # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
+    wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
@@ -442,7 +446,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: list[StepReport]
         step_start_us=att.steps.start,
         step_end_us=att.steps.end,
         step_index=np.array([s.index for s in steps], np.int64),
-        step_us=np.array([s.wall_us for s in steps], np.float64),
+        step_us=np.array([s.step_us for s in steps], np.float64),
         layers=att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
@@ -826,7 +830,7 @@ def _round_trips(
     if afd is not None:  # a send and its receive are one round trip: two comm operations
         counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
         rt = round_trips(
-            np.array([s.wall_us for s in steps]),
+            np.array([s.step_us for s in steps]),
             np.array([2.0 * counts.get(s.index, 0) for s in steps]),
             np.array([s.metrics.comm_busy_us for s in steps]),
             np.array([s.metrics.compute_busy_us for s in steps]),
@@ -848,7 +852,7 @@ def _round_trips(
     else:
         source = "comm phases in the event log, comm operations where a step had none (graph replay)"
     return round_trips(
-        np.array([s.wall_us for s in steps]),
+        np.array([s.step_us for s in steps]),
         np.array([s.comm_ops for s in steps], dtype=float),
         np.array([s.metrics.comm_busy_us for s in steps]),
         np.array([s.metrics.compute_busy_us for s in steps]),
@@ -931,12 +935,6 @@ def combine(
     if roles is not None:
         warnings = warnings + roles.notes()
     total = sum_metrics([r.total for r in ranks])
-    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
-    rt = (
-        ranks[0].round_trips
-        if len(ranks) == 1
-        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
-    )
     window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
     # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
@@ -956,6 +954,14 @@ def combine(
     else:
         view, ranks = across_ranks(ranks, parts, refine)
     ranks = [_with_peer_headline(r, view) for r in ranks]
+    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
+    rt = (
+        ranks[0].round_trips
+        if len(ranks) == 1
+        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
+    )
+    splits = [r.wait_split for r in ranks if r.wait_split is not None]
+    run_split = sum(splits[1:], splits[0]) if splits and len(splits) == len(ranks) else None
     causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
     decided = decide(
         total,
@@ -970,7 +976,7 @@ def combine(
         graph_api=_ranks_graph_api(ranks),
     )
     verdict = with_capture(
-        with_expensive(_run_round_trips(decided, ranks), _run_expensive(ranks)),
+        with_expensive(_run_round_trips(with_wait_split(decided, run_split, rt), ranks), _run_expensive(ranks)),
         _summed_capture([r.capture for r in ranks]),
         window.host_idle_us,
     )
@@ -1186,7 +1192,7 @@ def across_ranks(
             notes += first_notes
     if alignment.note:
         notes.append(alignment.note)
-    walls = [s.wall_us for r in ranks for s in r.steps]
+    walls = [s.step_us for r in ranks for s in r.steps]
     median_step = float(np.median(walls)) if walls else None
     threshold = straggler_threshold(median_step, alignment.accuracy_us)  # one for the waits and the view
     waits: PeerWaits | None = None
@@ -1256,8 +1262,9 @@ def _inert(name: str, most: int = 40) -> str:
 
 
 def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> RankReport:
-    """The rank with the exposed comm inside its kernels' waits for a peer so called (reason PEER).
-    Waits within the clocks' accuracy are not told apart from none."""
+    """The rank with the exposed comm inside its kernels' waits for a peer so called (reason PEER),
+    its comm time and round trip apart into waiting and transfer, and its verdict's sentences saying
+    so. Waits within the clocks' accuracy are not told apart from none for the reason PEER."""
     d = r.detailed()
     index, wait = waits.kernel_wait_us.get(r.rank, (np.empty(0, np.int64), np.empty(0)))
     if r.exposure is None or not len(index):
@@ -1268,14 +1275,44 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
     operations = rank_operations(d, exposed) if r.operations else r.operations
+    waited = np.zeros(len(tl.gpu))
+    waited[index] = wait
     transfer_slowdown = None
     if r.contention is not None:
         # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
-        waited = np.zeros(len(tl.gpu))
-        waited[index] = wait
         again = rank_contention(d, comm_wait_us=waited)
         transfer_slowdown = again.comm_slowdown if again is not None else None
-    return replace(r, exposure=exposed, operations=operations, comm_transfer_slowdown=transfer_slowdown)
+    comm, compute = d.kernel_kind == c.COMM, d.kernel_kind == c.COMPUTE
+    split = wait_split((tl.gpu.start[comm], tl.gpu.end[comm]), waited[comm], (tl.gpu.start[compute], tl.gpu.end[compute]))
+    rt = _round_trip_waits(r.round_trips, r.steps, waits.ranks[r.rank].by_step_us) if r.afd is None else r.round_trips
+    return replace(
+        r,
+        exposure=exposed,
+        operations=operations,
+        comm_transfer_slowdown=transfer_slowdown,
+        wait_split=split,
+        round_trips=rt,
+        verdict=with_wait_split(r.verdict, split, rt),
+    )
+
+
+def _round_trip_waits(rt: RoundTrips | None, steps: list[StepReport], wait_by_step: dict[int, float]) -> RoundTrips | None:
+    """The round trip's comm apart into waiting for peer ranks and transfer: per step its wait and
+    the rest of its comm time, each over its round trips; medians over the steps the arithmetic used."""
+    if rt is None:
+        return None
+    ops = np.array([s.comm_ops for s in steps], float)
+    ok = ops > 0
+    if not ok.any():
+        return rt
+    trips = ops[ok] / COMM_OPS_PER_ROUND_TRIP
+    wait = np.array([wait_by_step.get(k, 0.0) for k in range(len(steps))])[ok]
+    busy = np.array([s.metrics.comm_busy_us for s in steps])[ok]
+    return replace(
+        rt,
+        wait_per_round_trip_us=float(np.median(wait / trips)),
+        transfer_per_round_trip_us=float(np.median((busy - wait) / trips)),
+    )
 
 
 def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
@@ -1308,6 +1345,9 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
     return out
 
 
+_SPLIT = ("wait_per_round_trip_us", "transfer_per_round_trip_us")
+
+
 def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
     present = [p for p in parts if p is not None]
     if not present:
@@ -1315,8 +1355,12 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
     med = {
         f.name: float(np.median([getattr(p, f.name) for p in present]))
         for f in fields(RoundTrips)
-        if f.name not in ("source", "layers", "per_layer", "ratio", "microbatched")
+        if f.name not in ("source", "layers", "per_layer", "ratio", "microbatched", *_SPLIT)
     }
+    split: dict[str, float | None] = {}
+    for name in _SPLIT:  # where every rank has it
+        values = [getattr(p, name) for p in present]
+        split[name] = float(np.median(values)) if all(v is not None for v in values) else None
     comm, compute = med["comm_per_round_trip_us"], med["compute_per_round_trip_us"]
     layers = present[0].layers
     return RoundTrips(
@@ -1325,5 +1369,7 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
         per_layer=med["per_step"] / layers if layers else None,
         ratio=compute / comm if comm > 0 else None,
         microbatched=any(p.microbatched for p in present),
+        wait_per_round_trip_us=split["wait_per_round_trip_us"],
+        transfer_per_round_trip_us=split["transfer_per_round_trip_us"],
         **med,
     )

@@ -13,11 +13,12 @@ one fixed order (QUALIFIERS; docs/analysis.md, "Headline"). Every renderer print
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host_time import LAUNCH, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.peers import WaitSplit
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 
 HOST_BOUND = "host-bound"
@@ -251,6 +252,34 @@ def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
     if hidden is None or hidden < OVERLAPPED_HIDDEN:
         return f"{head}: the other microbatch's compute {could}, but only {pct_text(hidden)} did"
     return f"{head}: the other microbatch's compute {could}"
+
+
+HIDDEN_COMM_TEXT = " ran concurrently with compute; "  # in the comm sentence decide() words
+CRITERION_TEXT = "per-microbatch compute "  # how the criterion sentence begins
+
+
+def with_wait_split(v: Verdict, split: WaitSplit | None, rt: RoundTrips | None) -> Verdict:
+    """Where the ranks' collectives were matched, the comm sentences say how much of the comm time
+    was waiting for a peer rank: hidden comm that was waiting hid no transfer, and a round trip that
+    was mostly waiting is not a slow network (docs/analysis.md, "Wait and transfer")."""
+    if split is None:
+        return v
+    reasons = []
+    for reason in v.reasons:
+        if HIDDEN_COMM_TEXT in reason:
+            share = split.hidden_share_of_transfer
+            reason += (
+                f"; of the hidden comm, {split.hidden_wait_us / 1000:.2f} ms was waiting for a peer rank: "
+                f"{pct_text(share)} of the transfer ({split.hidden_transfer_us / 1000:.2f} of "
+                f"{split.transfer_us / 1000:.2f} ms) ran under compute"
+            )
+        elif reason.startswith(CRITERION_TEXT) and rt is not None and rt.wait_per_round_trip_us is not None:
+            reason += (
+                f" (the round trip's comm, medians over steps: transfer {rt.transfer_per_round_trip_us or 0.0:.0f} us, "
+                f"waiting for a peer rank {rt.wait_per_round_trip_us:.0f} us)"
+            )
+        reasons.append(reason)
+    return replace(v, reasons=reasons)
 
 
 def round_trip_text(afd: AfdRoundTrips) -> str:

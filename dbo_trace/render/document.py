@@ -24,7 +24,7 @@ from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
-from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
+from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
@@ -381,6 +381,9 @@ class RoundTripsBlock(Struct):
     ratio: float | None
     criterion_met: bool | None
     microbatched: bool
+    # version 5, where the ranks' collectives were matched: comm per round trip apart (medians over steps)
+    wait_per_round_trip_us: float | None = None
+    transfer_per_round_trip_us: float | None = None
 
 
 class RoundTripParts(Struct):
@@ -572,6 +575,12 @@ class PeerWait(Struct):
     waited_mostly_for: Int | None
     mostly_at: MostlyAt | None
     significant: bool
+    # version 5: its comm time apart into waiting and transfer, each hidden (under its compute) or exposed
+    hidden_wait_us: float | None = None
+    hidden_transfer_us: float | None = None
+    hidden_share_of_transfer: float | None = None  # hidden transfer / transfer: what overlap hid of real comm
+    exposed_wait_us: float | None = None
+    exposed_transfer_us: float | None = None
 
 
 class StackRowBlock(Struct):
@@ -823,6 +832,8 @@ def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
         ratio=_r(rt.ratio, 4),
         criterion_met=rt.criterion_met,
         microbatched=rt.microbatched,
+        wait_per_round_trip_us=_r(rt.wait_per_round_trip_us),
+        transfer_per_round_trip_us=_r(rt.transfer_per_round_trip_us),
     )
 
 
@@ -1152,9 +1163,14 @@ def behind_block(b: Behind | None) -> BehindBlock | None:
     )
 
 
-def peer_wait_block(r: RankWaits, view: CrossRank) -> PeerWait:
+def peer_wait_block(r: RankWaits, view: CrossRank, split: WaitSplit | None = None) -> PeerWait:
     top, mostly = r.most_waited_for, r.most_waited_at
     return PeerWait(
+        hidden_wait_us=None if split is None else _r(split.hidden_wait_us),
+        hidden_transfer_us=None if split is None else _r(split.hidden_transfer_us),
+        hidden_share_of_transfer=None if split is None else _r(split.hidden_share_of_transfer, 4),
+        exposed_wait_us=None if split is None else _r(split.exposed_wait_us),
+        exposed_transfer_us=None if split is None else _r(split.exposed_transfer_us),
         wait_us=_r(r.wait_us),
         wait_share=_r(r.wait_share, 4),
         transfer_us=_r(r.transfer_us),
@@ -1213,7 +1229,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         verdict=verdict_block(r.verdict),
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
-        peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank),
+        peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank, r.wait_split),
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
