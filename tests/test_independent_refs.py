@@ -227,3 +227,48 @@ def test_python_frames_agree_with_the_independent_reference() -> None:
     assert [(r["cause"], r["project"], r["library"]) for r in ours["rows"][:4]] == top
     for a, b in zip(ours["rows"][:4], theirs["rows"][:4]):
         assert abs(a["share"] - b["share"]) <= 0.01, (a, b)
+
+
+# -- steady state, stalls, the GPU running behind, the verdict (docs/analysis.md, "Steps" to "Verdict")
+
+STALLS = [
+    "samples/dsv2lite-eager-prefill",
+    "samples/dsv2lite-graphs-prefill",
+    "samples/dsv2lite-eager-decode",
+    "samples/vllm-big-mixed",
+    "samples/vllm-eager-decode",
+    "samples/hostbound",
+    "tests/data/public/hta-rocm-mi250.json.gz",
+    "tests/data/public/kineto-2021-v100.json.gz",
+]
+
+
+@pytest.mark.parametrize("given", STALLS)
+def test_stalls_and_the_verdict_agree_with_the_independent_reference(given: str) -> None:
+    """The conclusion first (host-bound or not, which steps stalled and why, whether the GPU ran
+    behind), then the figures it rests on."""
+    ref = _reference("independent_stalls.py", given)[given]
+    doc = _report("report", "--json", str(SAMPLES.parent / given))
+    assert doc["verdict"]["label"] == ref["verdict"], (doc["verdict"]["label"], ref["verdict"])
+    theirs, rank = ref["ranks"][0], doc["ranks"][0]
+    assert len(doc["steps"]) == theirs["step_count"]
+    ours_stalls = {s["number"]: s["stall"]["cause"] for s in doc["steps"] if s.get("stall")}
+    their_stalls = {s["number"]: s["stall"]["cause"] for s in theirs["steps"] if s["stall"]}
+    assert ours_stalls == their_stalls, (ours_stalls, their_stalls)
+    for a, b in zip(doc["steps"], theirs["steps"]):
+        assert _close(a["step_us"], b["period_us"], rel=0.0001), (a["number"], a["step_us"], b["period_us"])
+        if a.get("stall") and b["stall"].get("extra_us") is not None:
+            assert _close(a["stall"]["extra_us"], b["stall"]["extra_us"], rel=0.001), a["number"]
+    # our block is there only where the GPU ran behind (windows 5% beyond the wall clock they cover)
+    assert (rank["behind"] is not None) == bool(theirs["behind"] and theirs["behind"]["behind"])
+    if rank["behind"] is not None:
+        for name in ("overlapping", "windows_us", "wall_us", "median_overlap_us"):
+            assert _close(rank["behind"][name], theirs["behind"][name], rel=0.0001), name
+    steady, their_steady = rank["time_steady"] or rank["time"], theirs["time_steady"]
+    for name in ("window_us", "compute_us", "host_idle_us"):
+        assert _close(steady[name], their_steady[name], rel=0.002), (name, steady[name], their_steady[name])
+    assert _close(rank["launch_delay"]["median_us"], theirs["launch_delay"]["median_us"], rel=0.01, abs_=0.05)
+    assert rank["launch_delay"]["queued_in_host_idle_us"] == pytest.approx(theirs["launch_delay"]["queued_in_host_idle_us"], abs=1.0)
+    causes, their_causes = doc["host_causes"]["causes"], theirs["host_causes"]["causes"]
+    for cause, row in their_causes.items():
+        assert _close(causes[cause]["us"], row["us"], rel=0.01, abs_=1.0), (cause, causes[cause]["us"], row["us"])
