@@ -95,7 +95,7 @@ def noise_line(arms: list[Arm]) -> str:
     return (
         "; ".join(parts)
         + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
-        f"interval excludes none and each arm has at least {MIN_STEPS} steps."
+        f"interval excludes no change (0%) and each arm has at least {MIN_STEPS} steps."
     )
 
 

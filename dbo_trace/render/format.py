@@ -8,6 +8,7 @@ import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.verdict import counted
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     CommOperation,
@@ -388,9 +389,15 @@ def sm_evidence_line(rank: RankBlock) -> str | None:
         dims = ",".join(map(str, s.grid))
         regs = "-" if s.registers_per_thread is None else f"{s.registers_per_thread}"
         smem = _amount(s.shared_memory, " B")
-        return f"grid [{dims}] = {s.ctas:,} CTAs of {s.threads} threads, {regs} registers per thread, {smem} shared memory each"
+        return (
+            f"grid [{dims}] = {counted(s.ctas, 'CTA')} of {counted(s.threads, 'thread')}, {regs} registers per thread, "
+            f"{smem} shared memory each"
+        )
 
-    parts = [f"rank {rank.rank} SM evidence: the kernel that held back {x.held} comm kernels, {cut(h.name, 40)}, ran {shape(h)}"]
+    parts = [
+        f"rank {rank.rank} SM evidence: the kernel that held back {counted(x.held, 'comm kernel')}, {cut(h.name, 40)}, "
+        f"ran {shape(h)}"
+    ]
     if x.sms is not None and x.per_sm is not None:
         parts.append(
             f"on {x.sms} SMs, at most {x.per_sm} of its CTAs fit one SM ({num(x.waves)} wave{'' if x.waves == 1 else 's'}); "

@@ -106,9 +106,14 @@ _OPERATION_KEEP = {"steps": 2, "median time": 5}
 _ROUND_TRIP_KEEP = {"round trips": 4, "per layer": 3}
 
 
-def _columns(header: Sequence[str], keep: dict[str, int], text: tuple[str, ...] = ()) -> list[Column]:
-    """Columns for a header shared with the other renderers (format.py): text ones left, wrapping."""
-    return [Column(h, right=h not in text, keep=keep.get(h, NEVER), wrap=h in text and h != "verdict") for h in header]
+def _columns(
+    header: Sequence[str], keep: dict[str, int], text: tuple[str, ...] = (), left: tuple[str, ...] = ()
+) -> list[Column]:
+    """Columns for a header shared with the other renderers (format.py): text ones left, wrapping;
+    left ones left, whole (labels whose words line up)."""
+    return [
+        Column(h, right=h not in text + left, keep=keep.get(h, NEVER), wrap=h in text and h != "verdict") for h in header
+    ]
 
 
 class _Lines:
@@ -269,7 +274,7 @@ class TerminalRenderer:
             if ops:
                 out.table(
                     f"rank {r.rank} comm operations (per microbatch, in step order; medians over steps)",
-                    _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],)),
+                    _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],), ("op",)),
                     [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
                 )
                 if len(ops) > MAX_OPERATION_ROWS:
