@@ -274,9 +274,13 @@ def with_wait_split(v: Verdict, split: WaitSplit | None, rt: RoundTrips | None) 
                 f"{split.transfer_us / 1000:.2f} ms) ran under compute"
             )
         elif reason.startswith(CRITERION_TEXT) and rt is not None and rt.wait_per_round_trip_us is not None:
+            transfer = rt.transfer_per_round_trip_us or 0.0
+            against = (
+                f"; against the transfer alone the ratio is {rt.compute_per_round_trip_us / transfer:.2f}" if transfer > 0 else ""
+            )
             reason += (
-                f" (the round trip's comm, medians over steps: transfer {rt.transfer_per_round_trip_us or 0.0:.0f} us, "
-                f"waiting for a peer rank {rt.wait_per_round_trip_us:.0f} us)"
+                f" (the round trip's comm, medians over steps: transfer {transfer:.0f} us, "
+                f"waiting for a peer rank {rt.wait_per_round_trip_us:.0f} us{against})"
             )
         reasons.append(reason)
     return replace(v, reasons=reasons)
