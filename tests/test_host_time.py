@@ -176,3 +176,20 @@ def test_the_timeline_draws_what_the_host_did():
     v = step_view(hostbound, median_step(hostbound))
     assert v.groups == ["aten::add_"]  # its operators, on the microbatch lanes their launches are on
     assert {b.lane for b in v.bars if b.kind == "op"} == {"CPU microbatch 0", "CPU microbatch 1"}
+
+
+def test_innermost_operator_stretches() -> None:
+    """Nested ranges cut where the innermost open one changes, covering their union exactly; a range
+    outliving its parent is cut at the parent's end."""
+    import numpy as np
+
+    from dbo_trace.analysis.host_time import innermost
+
+    # A [0,10) holds B [2,5) holding C [3,4), and D [6,8); E [12,14) alone; F [13,20) outlives E
+    start = np.array([0, 2, 3, 6, 12, 13.0])
+    end = np.array([10, 5, 4, 8, 14, 20.0])
+    lo, hi, name = innermost(start, end, np.arange(6))
+    assert lo.tolist() == [0, 2, 3, 4, 5, 6, 8, 12, 13]
+    assert hi.tolist() == [2, 3, 4, 5, 6, 8, 10, 13, 14]
+    assert name.tolist() == [0, 1, 2, 1, 0, 3, 0, 4, 5]
+    assert innermost(np.empty(0), np.empty(0), np.empty(0, np.int64))[0].size == 0

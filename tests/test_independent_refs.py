@@ -272,3 +272,9 @@ def test_stalls_and_the_verdict_agree_with_the_independent_reference(given: str)
     causes, their_causes = doc["host_causes"]["causes"], theirs["host_causes"]["causes"]
     for cause, row in their_causes.items():
         assert _close(causes[cause]["us"], row["us"], rel=0.01, abs_=1.0), (cause, causes[cause]["us"], row["us"])
+    # the CPU operators by name: the top-level one, and the innermost one at each instant beside it
+    for key, their_key in (("cpu_ops", "cpu_ops"), ("cpu_ops_innermost", "cpu_ops_innermost")):
+        ours_ops = [(x["name"], x["us"]) for x in doc["host_causes"][key][:3]]
+        their_ops = [(x["name"], x["us"]) for x in theirs["host_causes"][their_key][:3]]
+        assert [n for n, _ in ours_ops] == [n for n, _ in their_ops], (key, ours_ops, their_ops)
+        assert all(_close(a, b, rel=0.001, abs_=1.0) for (_, a), (_, b) in zip(ours_ops, their_ops)), key

@@ -55,6 +55,9 @@ class HostCauses:
     sync_calls: int
     named: tuple[tuple[str, float], ...]  # the largest named ranges (name, us), largest first
     cpu_ops: tuple[tuple[str, float], ...]  # the largest top-level CPU operators outside named ranges
+    # the same time by the innermost CPU operator at each instant (what ran inside the top-level
+    # one: a compile, an aten op), the largest first
+    cpu_ops_inner: tuple[tuple[str, float], ...] = ()
 
     def us(self, cause: int) -> float:
         return self.by_cause_us[cause]
@@ -99,11 +102,11 @@ def combine_causes(parts: list[HostCauses], top: int = TOP_NAMES) -> HostCauses:
         return no_causes()
     named: dict[str, float] = {}
     ops: dict[str, float] = {}
+    inner: dict[str, float] = {}
     for p in parts:
-        for n, t in p.named:
-            named[n] = named.get(n, 0.0) + t
-        for n, t in p.cpu_ops:
-            ops[n] = ops.get(n, 0.0) + t
+        for totals, items in ((named, p.named), (ops, p.cpu_ops), (inner, p.cpu_ops_inner)):
+            for n, t in items:
+                totals[n] = totals.get(n, 0.0) + t
     return HostCauses(
         sum(p.host_idle_us for p in parts),
         tuple(float(sum(p.by_cause_us[k] for p in parts)) for k in range(len(CAUSES))),
@@ -111,6 +114,7 @@ def combine_causes(parts: list[HostCauses], top: int = TOP_NAMES) -> HostCauses:
         sum(p.sync_calls for p in parts),
         _top(named, top),
         _top(ops, top),
+        _top(inner, top),
     )
 
 
@@ -126,6 +130,7 @@ class HostPieces:
     hi: np.ndarray
     cause: np.ndarray  # LAUNCH ... UNTRACED
     name: np.ndarray  # index into the names for NAMED and CPU_OP pieces, else -1
+    inner: np.ndarray  # for CPU_OP pieces the innermost operator then (index into the names), else -1
     lane: np.ndarray  # the thread whose state named the piece (the stretch's lead thread where none did)
     call_at: np.ndarray  # one time per counted CUDA call (where it met host idle), sorted
     call_cause: np.ndarray  # LAUNCH or SYNC per counted call
@@ -141,6 +146,7 @@ class HostPieces:
         sums = np.zeros((n, k))
         named: list[dict[int, float]] = [{} for _ in range(n)]
         ops: list[dict[int, float]] = [{} for _ in range(n)]
+        inner: list[dict[int, float]] = [{} for _ in range(n)]
         # The (window, piece) pairs a few windows at a time, so that they never take more than
         # _PAIRS_AT_ONCE entries (a window with more, such as the whole trace's, alone and by slices).
         first_piece = np.searchsorted(self.hi, lo, side="right")
@@ -151,12 +157,13 @@ class HostPieces:
             before = int(through[w0 - 1]) if w0 else 0
             w1 = max(w0 + 1, int(np.searchsorted(through, before + _PAIRS_AT_ONCE, side="right")))
             if w1 == w0 + 1:
-                self._one_window(w0, lo[w0], hi[w0], int(first_piece[w0]), int(last_piece[w0]), sums, named, ops)
+                self._one_window(w0, lo[w0], hi[w0], int(first_piece[w0]), int(last_piece[w0]), sums, named, ops, inner)
             else:
                 win, piece, length = _window_pairs(self.lo, self.hi, lo[w0:w1], hi[w0:w1])
                 sums[w0:w1] = np.bincount(win * k + self.cause[piece], weights=length, minlength=(w1 - w0) * k).reshape(-1, k)
                 named[w0:w1] = _names_per_window(win, piece, length, self.cause, self.name, NAMED, w1 - w0)
                 ops[w0:w1] = _names_per_window(win, piece, length, self.cause, self.name, CPU_OP, w1 - w0)
+                inner[w0:w1] = _names_per_window(win, piece, length, self.cause, self.inner, CPU_OP, w1 - w0)
             w0 = w1
         first = np.searchsorted(self.call_at, lo, side="left")
         last = np.searchsorted(self.call_at, hi, side="left")
@@ -174,6 +181,7 @@ class HostPieces:
                     int(sync_cum[last[i]] - sync_cum[first[i]]),
                     _top({self.names[j]: t for j, t in named[i].items()}, top),
                     _top({self.names[j]: t for j, t in ops[i].items()}, top),
+                    _top({self.names[j]: t for j, t in inner[i].items()}, top),
                 )
             )
         return out
@@ -188,21 +196,22 @@ class HostPieces:
         sums: np.ndarray,
         named: list[dict[int, float]],
         ops: list[dict[int, float]],
+        inner: list[dict[int, float]],
     ) -> None:
         """Window i's sums and names from slices of the pieces (its pieces are one contiguous run),
         in the same order as the pairs would give them."""
         if last <= first:
             return
         length = np.minimum(self.hi[first:last], w_hi) - np.maximum(self.lo[first:last], w_lo)
-        cause, name = self.cause[first:last], self.name[first:last]
+        cause, name, deepest = self.cause[first:last], self.name[first:last], self.inner[first:last]
         keep = length > 0
         if not keep.all():
-            length, cause, name = length[keep], cause[keep], name[keep]
+            length, cause, name, deepest = length[keep], cause[keep], name[keep], deepest[keep]
         sums[i] = np.bincount(cause, weights=length, minlength=len(CAUSES))
-        for kind, out in ((NAMED, named), (CPU_OP, ops)):
+        for kind, key, out in ((NAMED, name, named), (CPU_OP, name, ops), (CPU_OP, deepest, inner)):
             sel = cause == kind
             if sel.any():
-                keys, inverse = np.unique(name[sel], return_inverse=True)
+                keys, inverse = np.unique(key[sel], return_inverse=True)
                 out[i] = dict(zip(keys.tolist(), np.bincount(inverse, weights=length[sel]).tolist()))
 
     def causes_in_union(self, lo: np.ndarray, hi: np.ndarray, host_idle_us: float, top: int = TOP_NAMES) -> HostCauses:
@@ -214,7 +223,10 @@ class HostPieces:
         together = combine_causes(parts, top)
         row = list(together.by_cause_us)
         row[UNTRACED] = max(0.0, host_idle_us - (sum(row) - row[UNTRACED]))
-        return HostCauses(host_idle_us, tuple(row), together.launch_calls, together.sync_calls, together.named, together.cpu_ops)
+        return HostCauses(
+            host_idle_us, tuple(row), together.launch_calls, together.sync_calls, together.named, together.cpu_ops,
+            together.cpu_ops_inner,
+        )  # fmt: skip
 
 
 def _names_per_window(
@@ -359,6 +371,10 @@ class _Thread:
     call_lo: np.ndarray  # each call, for counting
     call_hi: np.ndarray
     call_cause: np.ndarray
+    # its CPU operators' time cut where the innermost operator changes (covering their runs exactly)
+    inner_lo: np.ndarray
+    inner_hi: np.ndarray
+    inner_name: np.ndarray
 
 
 def host_pieces(
@@ -454,16 +470,26 @@ class _Emitted:
         self.hi: list[np.ndarray] = []
         self.cause: list[np.ndarray] = []
         self.name: list[np.ndarray] = []
+        self.inner: list[np.ndarray] = []
         self.lane: list[np.ndarray] = []
         self.call_at: list[np.ndarray] = []
         self.call_cause: list[np.ndarray] = []
 
-    def emit(self, lo: np.ndarray, hi: np.ndarray, cause: int, lane: np.ndarray | int, name: np.ndarray | None = None) -> None:
+    def emit(
+        self,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        cause: int,
+        lane: np.ndarray | int,
+        name: np.ndarray | None = None,
+        inner: np.ndarray | None = None,
+    ) -> None:
         self.lo.append(lo)
         self.lane.append(np.broadcast_to(np.asarray(lane, np.int64), (len(lo),)))
         self.hi.append(hi)
         self.cause.append(np.full(len(lo), cause, np.int8))
         self.name.append(np.full(len(lo), -1, np.int32) if name is None else name.astype(np.int32, copy=False))
+        self.inner.append(np.full(len(lo), -1, np.int32) if inner is None else inner.astype(np.int32, copy=False))
 
     def pieces(self, names: list[str]) -> HostPieces:
         """All of it in time order. Millions of pieces on a large trace: each field is put in order
@@ -478,6 +504,7 @@ class _Emitted:
             _joined(self.hi, np.float64)[order],
             _joined(self.cause, np.int8)[order],
             _joined(self.name, np.int32)[order],
+            _joined(self.inner, np.int32)[order],
             _joined(self.lane, np.int64)[order],
             at[c_order],
             _joined(self.call_cause, np.int8)[c_order],
@@ -529,6 +556,7 @@ def _follow_threads(
         lane: _thread_layers(
             calls_of.get(lane, no_events), cpu_of.get(lane, no_events),
             call_start, call_end, call_cause, cpu_start, cpu_end, cpu_name, cpu_named, cpu_op,
+            s_lo, s_hi,
         )
         for lane in lanes_needed
     }  # fmt: skip
@@ -548,7 +576,12 @@ def _follow_threads(
             lo, hi, k = r_lo[sel], r_hi[sel], r_k[sel]
             for cause, l_lo, l_hi, l_name in th.layers:
                 (h_lo, h_hi, _, ib), (lo, hi, ia) = _split(lo, hi, l_lo, l_hi)
-                out.emit(h_lo, h_hi, cause, lane, None if l_name is None else l_name[ib])
+                if cause == CPU_OP and l_name is not None:
+                    # each piece cut where the innermost operator changes, keeping its top-level name
+                    i_lo, i_hi, ic, jc = _intersect(h_lo, h_hi, th.inner_lo, th.inner_hi)
+                    out.emit(i_lo, i_hi, cause, lane, l_name[ib][ic], th.inner_name[jc])
+                else:
+                    out.emit(h_lo, h_hi, cause, lane, None if l_name is None else l_name[ib])
                 if cause in (LAUNCH, SYNC, OTHER_CALL):
                     _count_calls(th, h_lo, h_hi, cause, out.call_at, out.call_cause)
                 k = k[ia]
@@ -710,6 +743,8 @@ def _thread_layers(
     cpu_name: np.ndarray,
     cpu_named: np.ndarray,
     cpu_op: np.ndarray,
+    s_lo: np.ndarray,  # the host-idle stretches (sorted, disjoint): only operators meeting them can name them
+    s_hi: np.ndarray,
 ) -> _Thread:
     cs, ce, cause = call_start[call_sel], call_end[call_sel], call_cause[call_sel]
     layers: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
@@ -717,8 +752,56 @@ def _thread_layers(
         layers.append((kind, *union(cs[cause == kind], ce[cause == kind]), None))
     for kind, sel in ((NAMED, cpu_sel[cpu_named[cpu_sel]]), (CPU_OP, cpu_sel[cpu_op[cpu_sel]])):
         layers.append((kind, *_runs(cpu_start[sel], cpu_end[sel], cpu_name[sel])))
+    ops = cpu_sel[cpu_op[cpu_sel]]
+    # An operator that meets no stretch names no instant of one (its ancestors, which do, meet it
+    # too): left out of the innermost pass, the one pass here in Python.
+    j = np.searchsorted(s_hi, cpu_start[ops], side="right")
+    ops = ops[(j < len(s_lo)) & (s_lo[np.minimum(j, len(s_lo) - 1)] < cpu_end[ops])]
     order = np.argsort(cs, kind="stable")
-    return _Thread(layers, cs[order], ce[order], cause[order])
+    return _Thread(layers, cs[order], ce[order], cause[order], *innermost(cpu_start[ops], cpu_end[ops], cpu_name[ops]))
+
+
+def innermost(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One thread's ranges (nested, as a profiler records them) as the stretches in which the
+    innermost open range is one: sorted, disjoint, covering their union exactly. A range that
+    outlives its parent is cut at the parent's end. One pass with a stack (the nesting is
+    inherently sequential), over the thread's operators only."""
+    if not len(start):
+        return np.empty(0), np.empty(0), np.empty(0, np.int64)
+    order = np.lexsort((-end, start))
+    s_l, e_l, n_l = start[order].tolist(), end[order].tolist(), name[order].tolist()
+    lo: list[float] = []
+    hi: list[float] = []
+    nm: list[int] = []
+    stack: list[tuple[float, int]] = []  # (end, name) of the open ranges, innermost last
+    at: float = float(s_l[0])
+
+    def close_until(t: float) -> float:
+        """Close every open range that ends by t, emitting its innermost stretches; where now."""
+        now = at
+        while stack and stack[-1][0] <= t:
+            e, n = stack.pop()
+            if e > now:
+                lo.append(now)
+                hi.append(e)
+                nm.append(n)
+                now = e
+        return now
+
+    for s, e, n in zip(s_l, e_l, n_l):
+        at = close_until(s)
+        if stack:
+            if s > at:
+                lo.append(at)
+                hi.append(s)
+                nm.append(stack[-1][1])
+            e = min(e, stack[-1][0])
+        at = max(at, s)
+        stack.append((e, n))
+    close_until(float("inf"))
+    out_lo, out_hi = np.array(lo, float), np.array(hi, float)
+    keep = out_hi > out_lo
+    return out_lo[keep], out_hi[keep], np.array(nm, np.int64)[keep]
 
 
 def _count_calls(

@@ -274,6 +274,9 @@ class HostCausesBlock(Struct):
     largest: str | None
     top: NamedShare | None
     line: str | None
+    # version 5: the CPU operators' time by the innermost operator at each instant (beside cpu_ops,
+    # which names the top-level one)
+    cpu_ops_innermost: list[NamedShare] | UnsetType = UNSET
 
 
 class StepCauses(Struct):
@@ -965,6 +968,7 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
         largest=None if largest is None else CAUSES[largest],
         top=None if top is None else NamedShare(name=top[0], us=_r(top[1]), share=share(top[1])),
         line=line,
+        cpu_ops_innermost=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops_inner],
     )
 
 

@@ -8,11 +8,13 @@ import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.host_time import LINE_NAMES
 from dbo_trace.analysis.verdict import counted
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     CommOperation,
     CpuRange,
+    HostCausesBlock,
     KernelRow,
     PhaseBlock,
     PhaseVerdict,
@@ -222,7 +224,20 @@ def host_cause_lines(d: ReportDocument) -> list[str]:
         if ph.host_causes is not None and "host-bound" in (ph.verdict.label, *per_rank_labels(ph.verdict))
     ]
     run = d.host_causes
-    return [line for line in lines if line is not None] or ([run.line] if run is not None and run.line else [])
+    shown = [line for line in lines if line is not None] or ([run.line] if run is not None and run.line else [])
+    inner = _innermost_line(run) if run is not None else None
+    return shown + ([inner] if shown and inner else [])
+
+
+def _innermost_line(c: HostCausesBlock) -> str | None:
+    """The CPU operators' time by the innermost operator, where that names something the top-level
+    ones do not (a compile inside a custom op, the aten op a wrapper spends its time in)."""
+    inner = [] if isinstance(c.cpu_ops_innermost, UnsetType) else c.cpu_ops_innermost
+    shown = [x for x in inner[:LINE_NAMES] if (x.share or 0.0) >= 0.005]
+    if not shown or [x.name for x in shown] == [x.name for x in c.cpu_ops[: len(shown)]]:
+        return None
+    items = ", ".join(f"{x.name} {pct(x.share)}" for x in shown)
+    return f"the CPU operators' time by the innermost operator running (inside the top-level ones): {items}"
 
 
 def host_stack_lines(d: ReportDocument) -> list[str]:
