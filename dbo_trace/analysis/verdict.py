@@ -307,7 +307,12 @@ def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
         label = OVERLAPPED if (afd.hidden_share or 0.0) >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
     text = round_trip_text(afd)
     # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced
-    reasons = [r for r in v.reasons if not r.startswith("per-microbatch compute ")] + [f"disaggregated: {text}; kernel overlap (above) cannot see it, the sends and receives run on the compute stream"]
+    reasons = [r for r in v.reasons if not r.startswith(CRITERION_TEXT)]
+    # before the kernel-overlap sentence, which reads "0% ... concurrently with compute" here
+    at = next((i for i, r in enumerate(reasons) if HIDDEN_COMM_TEXT in r), len(reasons))
+    reasons.insert(
+        at, f"disaggregated: {text}; kernel overlap (below) cannot see it, the sends and receives run on the compute stream"
+    )
     if afd.criterion_ratio is not None:
         met = "could cover" if afd.criterion_met else f"could cover at most {pct_text(afd.criterion_ratio)} of"
         reasons.append(

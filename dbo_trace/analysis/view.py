@@ -209,7 +209,8 @@ def step_title(rank: RankReport, step: StepReport, position: int | None = None) 
     m = step.metrics
     number = "" if position is None else f"#{step_number(rank, position)} "
     return (
-        f"rank {rank.rank} · {number}{step.label} ({_step_kind(step)}) · {step.wall_us / 1000:.2f} ms · "
+        f"rank {rank.rank} · {number}{step.label} ({_step_kind(step)}) · {step.step_us / 1000:.2f} ms "
+        f"(window drawn {step.wall_us / 1000:.2f} ms) · "
         f"{step.verdict.label} · comm hidden {pct_text(m.comm_hidden_fraction)} · host idle {pct_text(m.host_idle_fraction)}"
         f" · graph-replayed kernels {pct_text(m.replayed_kernel_fraction)}"
     )

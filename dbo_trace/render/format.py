@@ -540,7 +540,7 @@ def summary_tables(d: ReportDocument, code: Callable[[str], str] = str) -> list[
     out: list[tuple[str, bool, list[str], list[list[str]]]] = []
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
     if spreads:
-        out.append(("Step time per phase:", False, list(SPREAD_HEADER), spreads))
+        out.append(("Step time per phase (every step's period, stalls included):", False, list(SPREAD_HEADER), spreads))
     for r in d.ranks:
         k = r.kernel_summary
         if k is not None and k.rows:

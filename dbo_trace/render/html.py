@@ -137,7 +137,7 @@ def _diagnosis(d: ReportDocument) -> str:
                 + _table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
             )
     if d.phases:
-        out.append("<h2>Per phase <small>(vLLM's step annotations)</small></h2>")
+        out.append("<h2>Per phase <small>(vLLM's step annotations; the steady steps' figures, stalls counted apart)</small></h2>")
         out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
     cross = d.cross_rank
     if cross is not None:

@@ -143,7 +143,7 @@ class MarkdownRenderer:
                 out += ["", f"Rank {r.rank} comm operations per layer (both microbatches; layers alike grouped):", ""]
                 out += md_table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
         if d.phases:
-            out += ["", "Per phase (vLLM's step annotations):", ""] + md_table(
+            out += ["", "Per phase (vLLM's step annotations; the steady steps' figures, stalls counted apart):", ""] + md_table(
                 list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]
             )
         if d.cross_rank is not None:

@@ -180,7 +180,7 @@ def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
     if spreads:
-        out.table("step time per phase", _columns(SPREAD_HEADER, {}, ("phase",)), spreads[:MAX_LIST_LINES])
+        out.table("step time per phase (every step's period, stalls included)", _columns(SPREAD_HEADER, {}, ("phase",)), spreads[:MAX_LIST_LINES])
         out.more(len(spreads) - MAX_LIST_LINES, " phases")
     for r in d.ranks:
         k = r.kernel_summary
@@ -264,7 +264,7 @@ class TerminalRenderer:
         phases = d.phases
         if phases:
             out.table(
-                "per phase (vLLM's step annotations)",
+                "per phase (vLLM's step annotations; the steady steps' figures, stalls counted apart)",
                 _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict", "top host cause")),
                 [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in list(phases.items())[:MAX_LIST_LINES]],
             )

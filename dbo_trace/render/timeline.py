@@ -286,8 +286,8 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
         ax.annotate(
             f"lead-in {view.lead_in_us / SCALE:.2f} ms\nbefore the first kernel, host-caused",
-            xy=(view.lead_in_us / SCALE / 2, y + 0.25),
-            ha="center",
+            xy=(0.0, y + 0.25),  # from the axis' start, inside it: centred, a long label ran into the lane labels
+            ha="left",
             va="bottom",
             fontsize=FONT - 1,
             color=HOST_COLOUR,
