@@ -327,3 +327,36 @@ def test_an_archive_holding_any_string_anywhere_renders_inert(golden):
         assert_no_raw_controls(RENDERERS["terminal"].render_document(document, RenderOptions(width=width)))
     check_markdown(RENDERERS["markdown"].render_document(document, RenderOptions()))
     assert_no_raw_controls(RENDERERS["json"].render_document(document, RenderOptions()))
+
+
+def test_sampled_python_frames_render_inert(tmp_path):
+    """py-spy's frame and file names come from the recorded program: the AFD recording's sampled
+    stacks rewritten so that its most-sampled project frame and the library call under it carry
+    every hostile shape, through the host-stack lines and tables of every text renderer, the page
+    and the Perfetto track."""
+    bundle = tmp_path / "afd"
+    shutil.copytree(SAMPLES / "afd-graphs-dbo", bundle)
+    samples = bundle / "pystacks" / "attention.json"
+    events = json.loads(samples.read_text())
+    hit = 0
+    for event in events:
+        if event.get("name") in ("GPUModelRunner.synchronize_input_prep", "Event.synchronize"):
+            event["name"] += " " + HOSTILE
+            event["args"]["filename"] = HOSTILE + ".py"
+            hit += 1
+    assert hit
+    samples.write_text(json.dumps(events))
+    report = analyze_paths([bundle], Options())
+    names = json.dumps(msgspec.to_builtins(build_document(report)))
+    assert json.dumps(HOSTILE)[1:-1] in names  # the hostile frames reached the report
+    for colour in (False, True):
+        text = RENDERERS["terminal"].render(report, RenderOptions(color=colour, width=400, host_stacks=True))
+        assert_no_raw_controls(text, colour_codes=colour)
+        assert "\x1b]" not in text and "\x1b[2J" not in text
+    assert "[bold red]:smile:" in RENDERERS["terminal"].render(report, RenderOptions(width=400, host_stacks=True))
+    check_markdown(RENDERERS["markdown"].render(report, RenderOptions()))
+    source = RENDERERS["html"].render(report, RenderOptions())
+    assert_no_raw_controls(source)
+    assert "<img src=x" not in source and "<!--<script>" not in source
+    assert_no_raw_controls(RENDERERS["json"].render(report, RenderOptions()))
+    assert len(as_bytes(RENDERERS["perfetto"].render(report, RenderOptions()))) > 1000
