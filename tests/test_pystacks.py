@@ -406,3 +406,35 @@ def test_perfetto_has_the_sampled_stacks(tmp_path: Path) -> None:
     assert len(track.lo) == len(track.names) and (track.hi > track.lo).all() and (track.lo[1:] >= track.hi[:-1]).all()
     data = RENDERERS["perfetto"].render(report, RenderOptions())
     assert isinstance(data, bytes) and b"Python stacks (py-spy)" in data and track.names[0].encode() in data
+
+
+def test_each_steps_frame_is_its_most_sampled_one() -> None:
+    """Per step, the project frame holding most of its sampled host idle (grouped sums, one sort),
+    against a plain loop over the same pieces, on the AFD recording."""
+    from conftest import SAMPLES
+
+    from dbo_trace.analysis.pystacks import frame_label, node_frames, stack_pieces, step_frames, thread_of_lane
+
+    bundle = SAMPLES / "afd-graphs-dbo"
+    report = analyze_paths([bundle], Options())
+    rank = report.ranks[0]
+    assert rank.host_stacks is not None
+    d = rank.detailed()
+    (samples_file,) = [p for p in (bundle / "pystacks").glob("attention.json")]
+    s = R.read_pystacks(samples_file)
+    clock = rank.host_stacks.window.clock
+    lanes = np.unique(np.r_[d.timeline.calls.lane, d.timeline.cpu.lane, d.host_pieces.lane]).astype(np.int64)
+    cut = stack_pieces(d.host_pieces, s, node_frames(s), clock, thread_of_lane(s, d.timeline.pid, lanes, {}))
+    lo = np.array([st.start_us for st in rank.steps])
+    hi = np.array([st.end_us for st in rank.steps])
+    labels = [frame_label(f, p) for f, p, _ in s.frames]
+    for k, frame in enumerate(step_frames(cut, s, lo, hi)):
+        totals: dict[int, float] = {}
+        for a, b, proj in zip(cut.lo.tolist(), cut.hi.tolist(), cut.project.tolist()):
+            t = min(b, hi[k]) - max(a, lo[k])
+            if t > 0:
+                totals[proj] = totals.get(proj, 0.0) + t
+        best = max(totals, key=lambda p: (totals[p], -p))
+        assert frame.project == (labels[best] if best >= 0 else None)
+        assert frame.us == pytest.approx(totals[best]) and frame.sampled_us == pytest.approx(sum(totals.values()))
+        assert rank.steps[k].host_frame == frame  # and the report carries it on the step

@@ -544,6 +544,42 @@ class RankStacks:
     window: HostStacks
     phases: dict[str, HostStacks]
     tracks: tuple[SampleTrack, ...] = ()
+    steps: tuple[StepFrame, ...] = ()  # per step, in the rank's step order
+
+
+@dataclass(frozen=True)
+class StepFrame:
+    """A step's host idle in its most-sampled project frame (None: stacks with no project frame)."""
+
+    project: str | None
+    us: float
+    sampled_us: float  # the step's host idle that had a sample
+
+
+def step_frames(stacks: StackPieces, samples: StackSamples, lo: np.ndarray, hi: np.ndarray) -> tuple[StepFrame, ...]:
+    """Per window [lo[i], hi[i]] (a step's; they may overlap): the project frame holding most of
+    its sampled host idle. Grouped sums, no loop over steps' pieces."""
+    n = len(lo)
+    if not n:
+        return ()
+    win, piece, length = _window_pairs(stacks.lo, stacks.hi, np.asarray(lo, float), np.asarray(hi, float))
+    keep = length > 0
+    win, piece, length = win[keep], piece[keep], length[keep]
+    sampled = np.bincount(win, weights=length, minlength=n)
+    frame = stacks.project[piece].astype(np.int64) + 1  # 0: no project frame
+    width = int(frame.max(initial=0)) + 1
+    keys, inverse = np.unique(win.astype(np.int64) * width + frame, return_inverse=True)
+    totals = np.bincount(inverse, weights=length)
+    k_win, k_frame = keys // width, keys % width
+    # per window its largest total (ties: the lower frame id), by one sort
+    order = np.lexsort((k_frame, -totals, k_win))
+    firsts = order[np.r_[True, k_win[order][1:] != k_win[order][:-1]]] if len(order) else order
+    labels = [frame_label(f, p) for f, p, _ in samples.frames]
+    out = [StepFrame(None, 0.0, float(sampled[i])) for i in range(n)]
+    for j in firsts.tolist():
+        w, f = int(k_win[j]), int(k_frame[j])
+        out[w] = StepFrame(labels[f - 1] if f > 0 else None, float(totals[j]), float(sampled[w]))
+    return tuple(out)
 
 
 def sample_tracks(
@@ -598,6 +634,7 @@ def rank_host_stacks(
     host_idle_us: float,
     untraced_us: float,
     phases: list[tuple[str, np.ndarray, np.ndarray, float, float]],  # (phase, step lo, step hi, host idle, untraced)
+    steps: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0)),  # every step's window, in order
 ) -> tuple[RankStacks | None, list[str]]:
     """The first samples file of this process that can be aligned: its frames over the rank's host
     idle (and a note for each file that could not be used)."""
@@ -626,7 +663,7 @@ def rank_host_stacks(
             u_lo, u_hi = union(lo, hi)
             by_phase[name] = host_stacks(pieces, cut, s, clock, u_lo, u_hi, idle, untraced, top=10)
         tracks = sample_tracks(s, frames, clock, list(lane_thread.values()), window)
-        return RankStacks(whole, by_phase, tracks), notes
+        return RankStacks(whole, by_phase, tracks, step_frames(cut, s, *steps)), notes
     return None, notes
 
 

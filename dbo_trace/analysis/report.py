@@ -20,7 +20,7 @@ from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, ex
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, UNTRACED, HostCauses, HostPieces, combine_causes, host_pieces
 from dbo_trace.analysis.intervals import difference, union
-from dbo_trace.analysis.pystacks import RankStacks, log_natives, rank_host_stacks
+from dbo_trace.analysis.pystacks import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.ledger import (
     YIELD_OP,
     LayerOps,
@@ -114,6 +114,7 @@ class StepReport:
     host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
     period_us: float = 0.0  # its share of the wall clock: from its start to the next step's start (stalls.py)
     stall: Stall | None = None  # why it is not steady state (compile, capture, outlier); None: steady
+    host_frame: StepFrame | None = None  # its host idle's most-sampled Python frame, where sampled (pystacks.py)
 
     @property
     def step_us(self) -> float:
@@ -307,6 +308,8 @@ def analyze_rank(
     api = graph_api(tl)
     expensive = rank_expensive(d, afd is not None and afd.microbatched)
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, steps)
+    if stacks is not None and len(stacks.steps) == len(steps):
+        steps = [replace(s, host_frame=f) for s, f in zip(steps, stacks.steps)]
     verdict = decide(
         whole.total,
         rt,
@@ -379,7 +382,7 @@ def stacks_of(
         call_lane=tl.calls.lane, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
         cpu_is_annotation=tl.cpu_is_annotation, log_native=log_natives([r for g in logs for r in g.records], [g.header for g in logs]),
         window=d.window_us, host_idle_us=whole.window.host_idle_us, untraced_us=whole.causes_window.us(UNTRACED),
-        phases=by_phase,
+        phases=by_phase, steps=(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps])),
     )  # fmt: skip
 
 
@@ -1018,9 +1021,16 @@ def stall_line(numbered: list[tuple[int | None, int, StepReport]]) -> str | None
         where = f"rank {rank} step {number}" if rank is not None else f"step {number}"
         cost = f", +{st.extra_us / 1000:.2f} ms" if st.extra_us is not None and st.extra_us > 0 else ""
         host = host_cause_text(step.host_causes) if st.cause == OUTLIER else None
+        frame = step.host_frame
+        python = (
+            f"; Python sampled there: {frame.us / frame.sampled_us:.0%} in {frame.project}"
+            if frame is not None and frame.project and frame.sampled_us > 0
+            else ""
+        )
         parts.append(
             f"{where} ({step.phase or 'step'}, {step.period_us / 1000:.2f} ms{cost}): {st.text}"
             + (f", GPU idle for the host: {host}" if host else "")
+            + python
         )
     more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
     steps = len(numbered)

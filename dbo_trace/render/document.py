@@ -330,6 +330,16 @@ class StepBlock(Struct):
     host_causes: StepCauses | None
     window_us: float | None | UnsetType = UNSET  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
     stall: StallBlock | None | UnsetType = UNSET  # version 5: why it is not steady state; null: steady
+    # version 5, where the rank has sampled Python stacks: the frame most of its sampled host idle was in
+    host_frame: StepFrameBlock | UnsetType = UNSET
+
+
+class StepFrameBlock(Struct):
+    """A step's host idle in its most-sampled project frame (docs/analysis.md, "Host time by Python frame")."""
+
+    project: str | None  # `module:function`; null: the stacks there had no project frame
+    us: float | None
+    sampled_us: float | None  # the step's host idle that had a sample
 
 
 class StallBlock(Struct):
@@ -1102,7 +1112,9 @@ def phase_block(p: PhaseReport) -> PhaseBlock:
 
 def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
     m = step.metrics
+    frame = step.host_frame
     return StepBlock(
+        host_frame=UNSET if frame is None else StepFrameBlock(frame.project, _r(frame.us), _r(frame.sampled_us)),
         rank=rank,
         number=number,
         label=step.label,
