@@ -436,7 +436,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
                 waits,
                 kernel_wait_us={r.rank: waits.kernel_wait_us[r.rank]},
                 ops=[],
-                ranks={},
+                ranks={r.rank: waits.ranks[r.rank]} if r.rank in waits.ranks else {},  # its own sums: the round trip's wait
                 wait_spans={},
                 steps=[],
                 ubatches=[],

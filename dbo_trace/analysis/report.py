@@ -1202,7 +1202,7 @@ def across_ranks(
             notes += first_notes
     if alignment.note:
         notes.append(alignment.note)
-    walls = [s.step_us for r in ranks for s in r.steps]
+    walls = [s.wall_us for r in ranks for s in r.steps]  # the threshold is a scale: the windows, as docs say
     median_step = float(np.median(walls)) if walls else None
     threshold = straggler_threshold(median_step, alignment.accuracy_us)  # one for the waits and the view
     waits: PeerWaits | None = None
@@ -1294,7 +1294,8 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
         transfer_slowdown = again.comm_slowdown if again is not None else None
     comm, compute = d.kernel_kind == c.COMM, d.kernel_kind == c.COMPUTE
     split = wait_split((tl.gpu.start[comm], tl.gpu.end[comm]), waited[comm], (tl.gpu.start[compute], tl.gpu.end[compute]))
-    rt = _round_trip_waits(r.round_trips, r.steps, waits.ranks[r.rank].by_step_us) if r.afd is None else r.round_trips
+    own = waits.ranks.get(r.rank)
+    rt = r.round_trips if r.afd is not None or own is None else _round_trip_waits(r.round_trips, r.steps, own.by_step_us)
     return replace(
         r,
         exposure=exposed,

@@ -395,8 +395,8 @@ class RoundTripsBlock(Struct):
     criterion_met: bool | None
     microbatched: bool
     # version 5, where the ranks' collectives were matched: comm per round trip apart (medians over steps)
-    wait_per_round_trip_us: float | None = None
-    transfer_per_round_trip_us: float | None = None
+    wait_per_round_trip_us: float | None | UnsetType = UNSET
+    transfer_per_round_trip_us: float | None | UnsetType = UNSET
 
 
 class RoundTripParts(Struct):
@@ -589,11 +589,11 @@ class PeerWait(Struct):
     mostly_at: MostlyAt | None
     significant: bool
     # version 5: its comm time apart into waiting and transfer, each hidden (under its compute) or exposed
-    hidden_wait_us: float | None = None
-    hidden_transfer_us: float | None = None
-    hidden_share_of_transfer: float | None = None  # hidden transfer / transfer: what overlap hid of real comm
-    exposed_wait_us: float | None = None
-    exposed_transfer_us: float | None = None
+    hidden_wait_us: float | None | UnsetType = UNSET
+    hidden_transfer_us: float | None | UnsetType = UNSET
+    hidden_share_of_transfer: float | None | UnsetType = UNSET  # hidden transfer / transfer: what overlap hid of real comm
+    exposed_wait_us: float | None | UnsetType = UNSET
+    exposed_transfer_us: float | None | UnsetType = UNSET
 
 
 class StackRowBlock(Struct):
