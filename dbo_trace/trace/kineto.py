@@ -24,7 +24,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, cast
 
 import msgspec
 import numpy as np
@@ -463,12 +463,14 @@ def _read(
     progress: Callable[[int], None] | None,
     block: int,
     share: "Callable[[_EventStream], _SharedChunks] | None" = None,
+    stream: "_EventStream | None" = None,
 ) -> RawTrace:
     """The file's blocks through its head, its traceEvents and its tail. share: the reader of a
-    trace that several processes decode (_read_shared); else this process decodes every event."""
+    trace that several processes decode (_read_shared); else this process decodes every event.
+    stream: one that hands its decoded events elsewhere (event_args.py), else into the columns."""
     fh = _open(path)
     columns = _Columns()
-    stream = _EventStream(path, columns)
+    stream = stream or _EventStream(path, columns)
     reader: _EventStream | _SharedChunks = stream if share is None else share(stream)
     buf = b""
     state = "head"  # head -> events -> tail
@@ -712,7 +714,9 @@ class _SharedMain(_SharedChunks):
                 if part is None:  # the worker failed, or its chunk did not decode alone
                     raise _ParallelFallback()
             self.pending.pop(0)
-            self.stream.columns.merge(part)  # type: ignore[arg-type]  # not None: checked above
+            columns = self.stream.columns
+            assert isinstance(columns, _Columns)  # a shared read fills the columns, no other sink
+            columns.merge(part)  # type: ignore[arg-type]  # not None: checked above
 
 
 class _SharedWorker(_SharedChunks):
@@ -793,6 +797,12 @@ def _widen(conn: Connection) -> None:
         pass
 
 
+class _Sink(Protocol):
+    """Where an event stream puts each decoded chunk of events."""
+
+    def add(self, events: list[Any]) -> None: ...
+
+
 class _EventStream:
     """Cuts the traceEvents array into chunks of whole events and decodes them.
 
@@ -804,8 +814,9 @@ class _EventStream:
     and is reported with its byte offset; so is broken JSON that is not the array's end.
     """
 
-    def __init__(self, path: Path, columns: _Columns):
+    def __init__(self, path: Path, columns: "_Columns | _Sink", decode: Callable[[Any], list[Any]] | None = None):
         self.path, self.columns = path, columns
+        self.decode_events = decode or _decode_events  # its own event type (event_args.py keeps args raw)
         self.offset = 0  # uncompressed bytes before the buffer's first byte
         self.array_layout = False  # the document is the array of events itself (nothing may follow it)
 
@@ -917,7 +928,7 @@ class _EventStream:
     def _decode(self, buf: bytes, end: int) -> list[_Event]:
         """Decode buf[:end], copied once (into the array's brackets), not twice."""
         try:
-            return _decode_events(_as_array(memoryview(buf)[:end]))
+            return self.decode_events(_as_array(memoryview(buf)[:end]))
         except msgspec.ValidationError as exc:
             chunk = buf[:end]
             where = re.search(r"\$\[(\d+)\]\.?(\S*?)`?$", str(exc))
