@@ -30,16 +30,18 @@ def terminal_width() -> int:
     return max(80, shutil.get_terminal_size((PIPED_WIDTH, 24)).columns)
 
 
-def wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+def wrap(text: str, width: int, first: str = "", rest: str = "", hyphens: bool = False) -> list[str]:
     """Lines of at most width columns, first/rest prefixed; "1.30 ms" and "± 0.4" stay on one line.
-    A single word longer than a line (a kernel's name) is broken, since nothing else would fit."""
+    A single word longer than a line (a kernel's name) is broken, since nothing else would fit.
+    hyphens: a hyphenated word may break after a hyphen (a table's labels: `dsv2lite-eager-` over
+    `decode`, not `dsv2lite-eager-deco` over `de`)."""
     glued = _UNIT.sub(_GLUE, text)
     lines = textwrap.wrap(
         glued,
         width=max(width, len(first) + 1, len(rest) + 1),
         initial_indent=first,
         subsequent_indent=rest,
-        break_on_hyphens=False,
+        break_on_hyphens=hyphens,
         replace_whitespace=True,
     ) or [first.rstrip()]
     return [line.replace(_GLUE, " ").rstrip() for line in lines]
@@ -106,7 +108,7 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
         out.append(_line([h[k] for h in heads], cols, widths))
     out.append(" " * INDENT + "─" * (sum(widths) + GAP * (len(widths) - 1)))
     for r in rows:
-        cells = [wrap(r[i], w) if c.wrap and len(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
+        cells = [wrap(r[i], w, hyphens=True) if c.wrap and len(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
         for k in range(max(len(x) for x in cells)):
             out.append(_line([x[k] if k < len(x) else "" for x in cells], cols, widths))
     dropped = [columns[i].header for i in range(len(columns)) if i not in shown]
