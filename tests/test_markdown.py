@@ -95,7 +95,7 @@ def test_the_phase_tables_top_host_cause_is_inline_code_not_escaped_backticks():
     comment showed \\`vllm::moe_forward (CPU op)\\` 32% with its backslashes. Parsed, the cell is
     now a code span holding the name, then the share."""
     text = run_cli("report", "--markdown", str(SAMPLES / "vllm-eager-decode")).stdout
-    cells = [t for t in parse(text) if t.type == "inline" and "moe_forward" in t.content and t.content.endswith("%")]
+    cells = [t for t in parse(text) if t.type == "inline" and "moe_forward" in t.content and t.content.endswith("%") and t.content.startswith("`")]
     assert cells, text
     children = cells[0].children
     assert [c.type for c in children][:2] == ["code_inline", "text"], [(c.type, c.content) for c in children]
