@@ -196,3 +196,25 @@ def test_a_verdict_without_a_headline_shows_its_label(docs):
     text = TerminalRenderer().render_document(old)
     assert text.startswith("verdict: overlapped\n")
     assert MarkdownRenderer().render_document(old).startswith("### dbo-trace: **overlapped**\n")
+
+
+def test_a_share_near_a_line_is_called_borderline_on_either_side():
+    """Issue 34: 20.05% and 19.83% hidden were labelled apart without a word. One rule for steps and
+    runs: a share within 2 points of its line keeps its label and says it is borderline."""
+    import json
+
+    from conftest import SAMPLES, run_cli
+
+    for sample in ("vllm-big-mixed", "two-gpu-graph"):
+        doc = json.loads(run_cli("report", "--json", str(SAMPLES / sample)).stdout)
+        seen = 0
+        for step in doc["steps"]:
+            host, hidden = step["host"]["idle_fraction"] or 0.0, step["comm"]["hidden_fraction"]
+            near_host = abs(host - 0.5) < 0.02
+            near_hidden = hidden is not None and step["verdict"]["label"] != "host-bound" and abs(hidden - 0.2) < 0.02
+            if min(abs(abs(host - 0.5) - 0.02), abs(abs((hidden or 9) - 0.2) - 0.02)) < 0.0005:
+                continue  # the 4-decimal figures cannot tell which side of the band's edge
+            said = any(r.startswith("borderline: ") for r in step["verdict"]["reasons"])
+            assert said == (near_host or near_hidden), (sample, step["number"], host, hidden)
+            seen += said
+        assert seen  # each sample has such steps

@@ -31,6 +31,10 @@ HOST_REASON = "GPU idle waiting for the host"  # the host-time reason begins so
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
 OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
+# A share this close to a line decides the label but says so: 20.05% and 19.83% hidden are alike,
+# whatever side of 20% each falls (one rule for steps and runs alike).
+BORDERLINE = 0.02
+BORDERLINE_TEXT = "borderline"
 
 
 # The qualifiers, in the order the headline looks for them: the first that holds is named.
@@ -218,7 +222,24 @@ def decide(
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
     found = qualifiers(label, host_frac, findings) if findings is not None else []
+    near = _borderline(label, host_frac, hidden)
+    if near:
+        reasons.append(near)
     return Verdict(label, reasons, found[0] if found else None, [q.key for q in found])
+
+
+def _borderline(label: str, host_frac: float, hidden: float | None) -> str | None:
+    """The sentence for a label decided within BORDERLINE of its line, else None."""
+    if abs(host_frac - HOST_BOUND_IDLE) < BORDERLINE:
+        share, line, between = host_frac, HOST_BOUND_IDLE, f"{HOST_BOUND} and not"
+    elif label in (OVERLAPPED, NOT_OVERLAPPED) and hidden is not None and abs(hidden - OVERLAPPED_HIDDEN) < BORDERLINE:
+        share, line, between = hidden, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}"
+    else:
+        return None
+    return (
+        f"{BORDERLINE_TEXT}: {100 * share:.1f}% is within {100 * BORDERLINE:.0f} points of the {100 * line:.0f}% line "
+        f"between {between}; a window on the other side of it by as little is alike, not different"
+    )
 
 
 def _launch_text(causes: HostCauses, medians: str) -> str:

@@ -9,7 +9,7 @@ from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.host_time import LINE_NAMES
-from dbo_trace.analysis.verdict import counted
+from dbo_trace.analysis.verdict import BORDERLINE_TEXT, counted
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     CommOperation,
@@ -471,7 +471,9 @@ def step_time_cell(step: StepBlock) -> str:
 
 def step_verdict_cell(step: StepBlock) -> str:
     """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
-    label = step.verdict.label or "-"
+    label: str = step.verdict.label or "-"
+    if any(r.startswith(BORDERLINE_TEXT) for r in step.verdict.reasons):
+        label += " (borderline)"
     return label if not isinstance(step.stall, StallBlock) else f"{label}; stall: {step.stall.cause}"
 
 
