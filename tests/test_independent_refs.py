@@ -10,6 +10,7 @@ fixed, never the reference.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from functools import lru_cache
@@ -115,6 +116,12 @@ def test_afd_round_trips_agree_with_the_independent_reference() -> None:
     # not pay by the criterion, the step is not host-bound
     assert doc["graphs"]["steps_replayed"] == ref["graphs"]["steps_replayed"] == 20
     assert doc["host"]["bound"] is ref["host_test"]["host_bound"] is False
+    # each step is labelled as the run is, by its own round trips' hidden share (the reference's per step)
+    for step, theirs in zip(doc["steps"], trips["per_step"]):
+        share = theirs["hidden_share"]
+        assert step["verdict"]["label"] == ("overlapped" if share >= 0.2 else "not-overlapped")
+        said = re.match(r"disaggregated: (\d+)% of its FFN round trips'", step["verdict"]["reasons"][0])
+        assert said and abs(int(said.group(1)) - 100 * share) <= 0.6, (step["verdict"]["reasons"][0], share)
 
 
 # -- compare's statistics (docs/analysis.md, "compare: statistics that hold") ----------------------

@@ -68,6 +68,7 @@ from dbo_trace.analysis.verdict import (
     decide,
     host_test_of,
     qualifiers,
+    with_round_trip_share,
     with_round_trips,
     with_wait_split,
 )
@@ -304,6 +305,8 @@ def analyze_rank(
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
     role = dict(options.roles).get(os.path.normpath(tl.source))
     afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
+    if afd is not None:  # its steps and phases say what the run says: overlap is the round trips'
+        steps, phases = _afd_labels(afd, steps, phases)
     rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
     expensive = rank_expensive(d, afd is not None and afd.microbatched)
@@ -823,6 +826,36 @@ def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | 
         step_compute_us={s.index: s.metrics.compute_busy_us for s in steps}, layers=att.layers,
         kernels_per_step=kernels_per_step,
     )  # fmt: skip
+
+
+def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseReport]) -> tuple[list[StepReport], list[PhaseReport]]:
+    """A disaggregated rank's steps and phases labelled as its run is (verdict.with_round_trip_share):
+    by the share of their own round trips' time under the other microbatch's compute, not by kernel
+    overlap, which the sends and receives on the compute stream make 0% by construction."""
+    rows = afd.rows
+    rt = rows.round_trip_us
+    n = max([s.index for s in steps], default=-1) + 1
+    ok = (rows.step >= 0) & (rows.step < n)
+    total = np.bincount(rows.step[ok], weights=rt[ok], minlength=n)
+    hidden = np.bincount(rows.step[ok], weights=rows.hidden_us[ok], minlength=n)
+
+    def share(ix: list[int]) -> float | None:
+        t = float(total[ix].sum()) if ix else 0.0
+        return float(hidden[ix].sum()) / t if t > 0 else None
+
+    steps = [
+        replace(s, verdict=with_round_trip_share(s.verdict, share([s.index]), afd.microbatched)) for s in steps
+    ]
+    phases = [
+        p if p.verdict is None else replace(
+            p,
+            verdict=with_round_trip_share(
+                p.verdict, share([s.index for s in steps if s.phase == p.phase and s.stall is None]), afd.microbatched
+            ),
+        )
+        for p in phases
+    ]  # fmt: skip
+    return steps, phases
 
 
 def _round_trips(

@@ -316,6 +316,16 @@ def round_trip_text(afd: AfdRoundTrips) -> str:
     return f"{head} ({per}, median {_ms(afd.median_us)})"
 
 
+def with_round_trip_share(v: Verdict, share: float | None, microbatched: bool) -> Verdict:
+    """A step's or a phase's verdict on a disaggregated rank: overlapped or not by its own round
+    trips' hidden share (as the run's, with_round_trips), the share said in a reason."""
+    if v.label not in (OVERLAPPED, NOT_OVERLAPPED) or share is None:
+        return v
+    label = OVERLAPPED if microbatched and share >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
+    text = f"disaggregated: {pct_text(share)} of its FFN round trips' time under the other microbatch's compute"
+    return replace(v, label=label, reasons=[text, *v.reasons])
+
+
 def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
     """A disaggregated run's verdict: its sends and receives run on the compute stream, so no comm
     kernel overlaps compute and the kernel-overlap share is 0% by construction. Overlap there is the
