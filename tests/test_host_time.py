@@ -180,7 +180,7 @@ def test_the_timeline_draws_what_the_host_did():
 
 def test_innermost_operator_stretches() -> None:
     """Nested ranges cut where the innermost open one changes, covering their union exactly; a range
-    outliving its parent is cut at the parent's end."""
+    outliving its parent stays the innermost to its own end (nothing of it is lost)."""
     import numpy as np
 
     from dbo_trace.analysis.host_time import innermost
@@ -190,6 +190,9 @@ def test_innermost_operator_stretches() -> None:
     end = np.array([10, 5, 4, 8, 14, 20.0])
     lo, hi, name = innermost(start, end, np.arange(6))
     assert lo.tolist() == [0, 2, 3, 4, 5, 6, 8, 12, 13]
-    assert hi.tolist() == [2, 3, 4, 5, 6, 8, 10, 13, 14]
+    assert hi.tolist() == [2, 3, 4, 5, 6, 8, 10, 13, 20]
     assert name.tolist() == [0, 1, 2, 1, 0, 3, 0, 4, 5]
+    # siblings overlapping by a hair (ts + dur past the next ts at epoch microseconds)
+    lo, hi, name = innermost(np.array([0, 10 - 1e-9, 30.0]), np.array([10, 20, 40.0]), np.arange(3))
+    assert hi.tolist()[-2:] == [20, 40] and name.tolist() == [0, 1, 2] and (hi - lo).sum() == 30
     assert innermost(np.empty(0), np.empty(0), np.empty(0, np.int64))[0].size == 0

@@ -577,9 +577,11 @@ def _follow_threads(
             for cause, l_lo, l_hi, l_name in th.layers:
                 (h_lo, h_hi, _, ib), (lo, hi, ia) = _split(lo, hi, l_lo, l_hi)
                 if cause == CPU_OP and l_name is not None:
-                    # each piece cut where the innermost operator changes, keeping its top-level name
-                    i_lo, i_hi, ic, jc = _intersect(h_lo, h_hi, th.inner_lo, th.inner_hi)
+                    # each piece cut where the innermost operator changes, keeping its top-level name;
+                    # what no innermost stretch covers (none should) stays named by the top-level one
+                    (i_lo, i_hi, ic, jc), (u_lo, u_hi, uc) = _split(h_lo, h_hi, th.inner_lo, th.inner_hi)
                     out.emit(i_lo, i_hi, cause, lane, l_name[ib][ic], th.inner_name[jc])
+                    out.emit(u_lo, u_hi, cause, lane, l_name[ib][uc], l_name[ib][uc])
                 else:
                     out.emit(h_lo, h_hi, cause, lane, None if l_name is None else l_name[ib])
                 if cause in (LAUNCH, SYNC, OTHER_CALL):
@@ -764,8 +766,9 @@ def _thread_layers(
 def innermost(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One thread's ranges (nested, as a profiler records them) as the stretches in which the
     innermost open range is one: sorted, disjoint, covering their union exactly. A range that
-    outlives its parent is cut at the parent's end. One pass with a stack (the nesting is
-    inherently sequential), over the thread's operators only."""
+    outlives its parent (float rounding at epoch microseconds makes siblings overlap by a hair) is
+    the innermost until its own end; its parent, closed meanwhile, leaves the stack unseen. One pass
+    with a stack (the nesting is inherently sequential), over the thread's operators only."""
     if not len(start):
         return np.empty(0), np.empty(0), np.empty(0, np.int64)
     order = np.lexsort((-end, start))
@@ -790,12 +793,10 @@ def innermost(start: np.ndarray, end: np.ndarray, name: np.ndarray) -> tuple[np.
 
     for s, e, n in zip(s_l, e_l, n_l):
         at = close_until(s)
-        if stack:
-            if s > at:
-                lo.append(at)
-                hi.append(s)
-                nm.append(stack[-1][1])
-            e = min(e, stack[-1][0])
+        if stack and s > at:
+            lo.append(at)
+            hi.append(s)
+            nm.append(stack[-1][1])
         at = max(at, s)
         stack.append((e, n))
     close_until(float("inf"))
