@@ -166,13 +166,15 @@ class WaitSplit:
     hidden_transfer_us: float
     exposed_wait_us: float
     exposed_transfer_us: float
+    partial: bool = False  # some comm kernels were not matched: the split is over the matched ones
 
     @property
     def hidden_share_of_transfer(self) -> float | None:
         return self.hidden_transfer_us / self.transfer_us if self.transfer_us > 0 else None
 
     def __add__(self, other: WaitSplit) -> WaitSplit:
-        return WaitSplit(*(a + b for a, b in zip(_values(self), _values(other))))
+        w, t, hw, ht, ew, et = (a + b for a, b in zip(_values(self), _values(other)))
+        return WaitSplit(w, t, hw, ht, ew, et, partial=self.partial or other.partial)
 
 
 def _values(x: WaitSplit) -> tuple[float, ...]:
@@ -180,11 +182,12 @@ def _values(x: WaitSplit) -> tuple[float, ...]:
 
 
 def wait_split(
-    comm: tuple[np.ndarray, np.ndarray], wait_us: np.ndarray, compute: tuple[np.ndarray, np.ndarray]
+    comm: tuple[np.ndarray, np.ndarray], wait_us: np.ndarray, compute: tuple[np.ndarray, np.ndarray], partial: bool = False
 ) -> WaitSplit:
-    """comm: the rank's comm kernels (start, end), each with its wait (0: none, or unmatched);
-    compute: its compute kernels. Time covered counts once (unions), so the four parts add up to the
-    comm kernels' covered time, and hidden (wait + transfer) is the comm time under compute."""
+    """comm: the rank's matched comm kernels (start, end), each with its wait (0: none); compute:
+    its compute kernels. Time covered counts once (unions), so the four parts add up to the comm
+    kernels' covered time, and hidden (wait + transfer) is their time under compute. partial: the
+    rank has comm kernels that were not matched (their wait unknown), left out here."""
     start, end = comm
     waiting = wait_us > 0
     waits = (start[waiting], start[waiting] + wait_us[waiting])
@@ -199,6 +202,7 @@ def wait_split(
         hidden_transfer_us=hidden - hidden_wait,
         exposed_wait_us=waited - hidden_wait,
         exposed_transfer_us=covered - hidden - (waited - hidden_wait),
+        partial=partial,
     )
 
 

@@ -19,7 +19,7 @@ from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import CAUSE_TEXT, UNTRACED, HostCauses, HostPieces, combine_causes, host_pieces
-from dbo_trace.analysis.intervals import difference, union
+from dbo_trace.analysis.intervals import difference, grouped_length, union
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.ledger import (
     YIELD_OP,
@@ -849,13 +849,18 @@ def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseR
     phases = [
         p if p.verdict is None else replace(
             p,
-            verdict=with_round_trip_share(
-                p.verdict, share([s.index for s in steps if s.phase == p.phase and s.stall is None]), afd.microbatched
-            ),
+            verdict=with_round_trip_share(p.verdict, share(_phase_steps(steps, p.phase)), afd.microbatched),
         )
         for p in phases
     ]  # fmt: skip
     return steps, phases
+
+
+def _phase_steps(steps: list[StepReport], phase: str) -> list[int]:
+    """A phase's steady steps (its figures' and verdict's), or all of them where every one stalled
+    (as phase_report takes them): their indices."""
+    mine = [s for s in steps if s.phase == phase]
+    return [s.index for s in ([s for s in mine if s.stall is None] or mine)]
 
 
 def _round_trips(
@@ -1325,10 +1330,14 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
         # The same measure with each comm kernel's wait taken off its end: what slower transfers cost
         again = rank_contention(d, comm_wait_us=waited)
         transfer_slowdown = again.comm_slowdown if again is not None else None
-    comm, compute = d.kernel_kind == c.COMM, d.kernel_kind == c.COMPUTE
-    split = wait_split((tl.gpu.start[comm], tl.gpu.end[comm]), waited[comm], (tl.gpu.start[compute], tl.gpu.end[compute]))
-    own = waits.ranks.get(r.rank)
-    rt = r.round_trips if r.afd is not None or own is None else _round_trip_waits(r.round_trips, r.steps, own.by_step_us)
+    # The split over the matched collectives only: an unmatched kernel's wait is unknown, not zero.
+    compute = d.kernel_kind == c.COMPUTE
+    comm_all = d.kernel_kind == c.COMM
+    split = wait_split(
+        (tl.gpu.start[index], tl.gpu.end[index]), wait, (tl.gpu.start[compute], tl.gpu.end[compute]),
+        partial=len(index) < int(comm_all.sum()),
+    )  # fmt: skip
+    rt = r.round_trips if r.afd is not None else _round_trip_waits(r.round_trips, r.steps, d, index, wait)
     return replace(
         r,
         exposure=exposed,
@@ -1340,17 +1349,27 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     )
 
 
-def _round_trip_waits(rt: RoundTrips | None, steps: list[StepReport], wait_by_step: dict[int, float]) -> RoundTrips | None:
-    """The round trip's comm apart into waiting for peer ranks and transfer: per step its wait and
-    the rest of its comm time, each over its round trips; medians over the steps the arithmetic used."""
+def _round_trip_waits(
+    rt: RoundTrips | None, steps: list[StepReport], d: RankDetail, index: np.ndarray, wait: np.ndarray
+) -> RoundTrips | None:
+    """The round trip's comm apart into waiting for peer ranks and transfer: per step the time its
+    comm kernels' waits cover (once, where kernels overlap) and the rest of its comm busy time, each
+    over its round trips; medians over the steps the arithmetic used. index, wait: the matched comm
+    kernels and each one's wait."""
     if rt is None:
         return None
     ops = np.array([s.comm_ops for s in steps], float)
     ok = ops > 0
     if not ok.any():
         return rt
+    position = np.full(int(max([s.index for s in steps], default=-1)) + 1, -1, np.int64)
+    position[[s.index for s in steps]] = np.arange(len(steps))
+    step = d.attribution.gpu_step[index]
+    at = np.where((step >= 0) & (step < len(position)), position[np.clip(step, 0, max(len(position) - 1, 0))], -1)
+    start = d.timeline.gpu.start[index]
+    covered = grouped_length(np.where(wait > 0, at, -1), len(steps), start, start + wait)
     trips = ops[ok] / COMM_OPS_PER_ROUND_TRIP
-    wait = np.array([wait_by_step.get(k, 0.0) for k in range(len(steps))])[ok]
+    wait = covered[ok]
     busy = np.array([s.metrics.comm_busy_us for s in steps])[ok]
     return replace(
         rt,

@@ -222,24 +222,23 @@ def decide(
     if microbatched and rt is not None and rt.ratio is not None:
         reasons.append(_criterion_text(rt, label, hidden))
     found = qualifiers(label, host_frac, findings) if findings is not None else []
-    near = _borderline(label, host_frac, hidden)
-    if near:
-        reasons.append(near)
+    reasons += _borderline(host_frac, hidden if label in (OVERLAPPED, NOT_OVERLAPPED) else None)
     return Verdict(label, reasons, found[0] if found else None, [q.key for q in found])
 
 
-def _borderline(label: str, host_frac: float, hidden: float | None) -> str | None:
-    """The sentence for a label decided within BORDERLINE of its line, else None."""
-    if abs(host_frac - HOST_BOUND_IDLE) < BORDERLINE:
-        share, line, between = host_frac, HOST_BOUND_IDLE, f"{HOST_BOUND} and not"
-    elif label in (OVERLAPPED, NOT_OVERLAPPED) and hidden is not None and abs(hidden - OVERLAPPED_HIDDEN) < BORDERLINE:
-        share, line, between = hidden, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}"
-    else:
-        return None
-    return (
+def _borderline(host_frac: float | None, hidden: float | None) -> list[str]:
+    """A sentence for each share decided within BORDERLINE of its line (host-caused idle against
+    host-bound, hidden comm or round trip against overlapped)."""
+    lines = [
+        (host_frac, HOST_BOUND_IDLE, f"{HOST_BOUND} and not"),
+        (hidden, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}"),
+    ]
+    return [
         f"{BORDERLINE_TEXT}: {100 * share:.1f}% is within {100 * BORDERLINE:.0f} points of the {100 * line:.0f}% line "
         f"between {between}; a window on the other side of it by as little is alike, not different"
-    )
+        for share, line, between in lines
+        if share is not None and abs(share - line) < BORDERLINE
+    ]
 
 
 def _launch_text(causes: HostCauses, medians: str) -> str:
@@ -286,11 +285,13 @@ def with_wait_split(v: Verdict, split: WaitSplit | None, rt: RoundTrips | None) 
     if split is None:
         return v
     reasons = []
+    hidden = split.hidden_wait_us + split.hidden_transfer_us
+    of = "of the matched collectives' hidden time" if split.partial else "of the hidden comm"
     for reason in v.reasons:
-        if HIDDEN_COMM_TEXT in reason:
+        if HIDDEN_COMM_TEXT in reason and hidden > 0 and split.transfer_us > 0:
             share = split.hidden_share_of_transfer
             reason += (
-                f"; of the hidden comm, {split.hidden_wait_us / 1000:.2f} ms was waiting for a peer rank: "
+                f"; {of}, {split.hidden_wait_us / 1000:.2f} ms was waiting for a peer rank: "
                 f"{pct_text(share)} of the transfer ({split.hidden_transfer_us / 1000:.2f} of "
                 f"{split.transfer_us / 1000:.2f} ms) ran under compute"
             )
@@ -323,7 +324,8 @@ def with_round_trip_share(v: Verdict, share: float | None, microbatched: bool) -
         return v
     label = OVERLAPPED if microbatched and share >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
     text = f"disaggregated: {pct_text(share)} of its FFN round trips' time under the other microbatch's compute"
-    return replace(v, label=label, reasons=[text, *v.reasons])
+    reasons = [r for r in v.reasons if not (r.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in r)]
+    return replace(v, label=label, reasons=[text, *reasons, *_borderline(None, share)])
 
 
 def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
@@ -334,11 +336,18 @@ def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
     if afd is None:
         return v
     label = v.label
+    near: list[str] = []
     if label in (OVERLAPPED, NOT_OVERLAPPED):
         label = OVERLAPPED if (afd.hidden_share or 0.0) >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
+        near = _borderline(None, afd.hidden_share)  # the round trips' share decides now, not the kernels'
     text = round_trip_text(afd)
-    # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced
-    reasons = [r for r in v.reasons if not r.startswith(CRITERION_TEXT)]
+    # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced,
+    # and so is a borderline note on the kernel-overlap share (the round trips' is the one that decides)
+    reasons = [
+        r
+        for r in v.reasons
+        if not r.startswith(CRITERION_TEXT) and not (r.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in r)
+    ] + near
     # before the kernel-overlap sentence, which reads "0% ... concurrently with compute" here
     at = next((i for i, r in enumerate(reasons) if HIDDEN_COMM_TEXT in r), len(reasons))
     reasons.insert(
