@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.intervals import union
+from dbo_trace.analysis.intervals import covered_within, union
 
 EXPENSIVE_US = 200.0  # a median call at least this long ...
 KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
@@ -103,8 +103,8 @@ def expensive_calls(
         if median < KERNEL_RATIO * per_call:
             continue
         in_steps = 0.0
-        if len(step_start):  # each call's time inside the steps (a step window per step, disjoint)
-            in_steps = float((_stepped(cpu_end[group], steps) - _stepped(cpu_start[group], steps)).sum())
+        if len(step_start):  # each call's time inside the steps
+            in_steps = float(covered_within(cpu_start[group], cpu_end[group], *steps).sum())
         share = in_steps / steps_us if steps_us > 0 else None
         if share is not None and share < LEAST_SHARE:
             continue
@@ -128,15 +128,6 @@ def expensive_calls(
         if not any(_nested_share(mine, other, cpu_start, cpu_end, cpu_lane) >= NESTED for _, other in kept):
             kept.append((e, mine))
     return [e for e, _ in kept[:MOST]]
-
-
-def _stepped(t: np.ndarray, steps: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Per instant t, the time inside the (sorted, disjoint) step windows before it."""
-    lo, hi = steps
-    before = np.r_[0.0, np.cumsum(hi - lo)]
-    j = np.searchsorted(lo, t, side="right") - 1
-    inside = np.clip(t - lo[np.clip(j, 0, None)], 0.0, (hi - lo)[np.clip(j, 0, None)])
-    return np.where(j >= 0, before[np.clip(j, 0, None)] + inside, 0.0)
 
 
 def _nested_share(inner: np.ndarray, outer: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> float:
