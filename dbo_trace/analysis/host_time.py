@@ -752,9 +752,9 @@ def _thread_layers(
     layers: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = []
     for kind in (SYNC, LAUNCH, OTHER_CALL):
         layers.append((kind, *union(cs[cause == kind], ce[cause == kind]), None))
-    for kind, sel in ((NAMED, cpu_sel[cpu_named[cpu_sel]]), (CPU_OP, cpu_sel[cpu_op[cpu_sel]])):
-        layers.append((kind, *_runs(cpu_start[sel], cpu_end[sel], cpu_name[sel])))
     ops = cpu_sel[cpu_op[cpu_sel]]
+    for kind, sel in ((NAMED, cpu_sel[cpu_named[cpu_sel]]), (CPU_OP, ops)):
+        layers.append((kind, *_runs(cpu_start[sel], cpu_end[sel], cpu_name[sel])))
     # An operator that meets no stretch names no instant of one (its ancestors, which do, meet it
     # too): left out of the innermost pass, the one pass here in Python.
     j = np.searchsorted(s_hi, cpu_start[ops], side="right")
