@@ -766,7 +766,7 @@ def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> Phase
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included."""
     att = d.attribution
-    steady = [s for s in steps if s.stall is None] or steps
+    steady = steady_or_all(steps)
     idx = np.array([s.index for s in steady], np.int64)
     windows = (np.array([s.start_us for s in steady]), np.array([s.end_us for s in steady]))
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
@@ -849,18 +849,19 @@ def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseR
     phases = [
         p if p.verdict is None else replace(
             p,
-            verdict=with_round_trip_share(p.verdict, share(_phase_steps(steps, p.phase)), afd.microbatched),
+            verdict=with_round_trip_share(
+                p.verdict, share([s.index for s in steady_or_all([s for s in steps if s.phase == p.phase])]), afd.microbatched
+            ),
         )
         for p in phases
     ]  # fmt: skip
     return steps, phases
 
 
-def _phase_steps(steps: list[StepReport], phase: str) -> list[int]:
-    """A phase's steady steps (its figures' and verdict's), or all of them where every one stalled
-    (as phase_report takes them): their indices."""
-    mine = [s for s in steps if s.phase == phase]
-    return [s.index for s in ([s for s in mine if s.stall is None] or mine)]
+def steady_or_all(steps: list[StepReport]) -> list[StepReport]:
+    """The steps a phase's figures and verdict are over: its steady ones, or all of them where every
+    one stalled."""
+    return [s for s in steps if s.stall is None] or steps
 
 
 def _round_trips(
