@@ -317,6 +317,11 @@ def round_trip_text(afd: AfdRoundTrips) -> str:
     return f"{head} ({per}, median {_ms(afd.median_us)})"
 
 
+def _overlap_borderline(reason: str) -> bool:
+    """The borderline sentence on the kernel-overlap share (an AFD rank's round-trip share replaces it)."""
+    return reason.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in reason
+
+
 def with_round_trip_share(v: Verdict, share: float | None, microbatched: bool) -> Verdict:
     """A step's or a phase's verdict on a disaggregated rank: overlapped or not by its own round
     trips' hidden share (as the run's, with_round_trips), the share said in a reason."""
@@ -324,7 +329,7 @@ def with_round_trip_share(v: Verdict, share: float | None, microbatched: bool) -
         return v
     label = OVERLAPPED if microbatched and share >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
     text = f"disaggregated: {pct_text(share)} of its FFN round trips' time under the other microbatch's compute"
-    reasons = [r for r in v.reasons if not (r.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in r)]
+    reasons = [r for r in v.reasons if not _overlap_borderline(r)]
     return replace(v, label=label, reasons=[text, *reasons, *_borderline(None, share)])
 
 
@@ -343,11 +348,7 @@ def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
     text = round_trip_text(afd)
     # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced,
     # and so is a borderline note on the kernel-overlap share (the round trips' is the one that decides)
-    reasons = [
-        r
-        for r in v.reasons
-        if not r.startswith(CRITERION_TEXT) and not (r.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in r)
-    ] + near
+    reasons = [r for r in v.reasons if not r.startswith(CRITERION_TEXT) and not _overlap_borderline(r)] + near
     # before the kernel-overlap sentence, which reads "0% ... concurrently with compute" here
     at = next((i for i, r in enumerate(reasons) if HIDDEN_COMM_TEXT in r), len(reasons))
     reasons.insert(
