@@ -7,7 +7,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Any, Callable
@@ -30,20 +30,25 @@ _SPAWN = multiprocessing.get_context("spawn")
 
 
 @contextmanager
-def _children_ignore_ctrl_c() -> Iterator[None]:
-    """Processes started in the block ignore Ctrl-C from their first instruction: an ignored signal
-    stays ignored across exec, while a handler set by the worker itself comes only after its
-    interpreter has started (seconds, under coverage), and a Ctrl-C before then printed a traceback.
-    This process ignores Ctrl-C for the block too: a few milliseconds. Only the main thread may set
+def _handling(sig: signal.Signals, handler: Any) -> Iterator[None]:
+    """For the block, sig handled by handler in this process. Only the main thread may set
     handlers: elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(sig, previous)
+
+
+def _children_ignore_ctrl_c() -> AbstractContextManager[None]:
+    """Processes started in the block ignore Ctrl-C from their first instruction: an ignored signal
+    stays ignored across exec, while a handler set by the worker itself comes only after its
+    interpreter has started (seconds, under coverage), and a Ctrl-C before then printed a traceback.
+    This process ignores Ctrl-C for the block too: a few milliseconds."""
+    return _handling(signal.SIGINT, signal.SIG_IGN)
 
 
 def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
@@ -67,20 +72,12 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
+def sigterm_interrupts() -> AbstractContextManager[None]:
     """For the block, SIGTERM to this process raises Terminated (a KeyboardInterrupt) in the main
     thread, so whoever stops workers on Ctrl-C stops them on SIGTERM too. Its default, dying at once,
     left the workers running: they are not told (a spawned worker is a daemon only to a parent that
     exits normally). Only the main thread may set handlers: elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return _handling(signal.SIGTERM, _raise_terminated)
 
 
 @contextmanager
