@@ -9,6 +9,8 @@ Shapes (benchmarks/bench_report.py builds the same from JSON):
             microbatch, vLLM 0.33's UBatchContext on an H200), one step per recorded step
   d-threads samples/overlap-stock-profiler: microbatches from the launching threads
   nccl      samples/two-gpu-overlap rank 0: real NCCL all-to-all between microbatches
+  two ranks samples/two-gpu-overlap, both ranks on one clock (tiling.tiled_ranks), through the
+            cross-rank path: matching, the waits, the wait/transfer and round-trip splits
   no-markers, one-step, duplicate-correlation: shape d without step markers (steps from idle
             gaps), with one step spanning everything, with every copy's correlation ids repeated
   fresh-threads shape d with new CPU thread ids in every copy, the calls keeping the first's (as
@@ -145,3 +147,29 @@ def test_analysis_work_grows_linearly(shape):
     ratio = counts[1] / counts[0]
     print(f"{shape}: {counts[0]:,} array elements to the analysis at {WORK_COPIES} copies, {counts[1]:,} at 8x: {ratio:.2f}x")
     assert ratio <= WORK_LIMIT, f"{shape}: 8x the events passed {ratio:.2f}x the array elements to the analysis"
+
+
+def test_the_cross_rank_path_grows_linearly():
+    """Both ranks of samples/two-gpu-overlap (real NCCL all-to-all between microbatches, every step
+    with comm operations) at N and 8N copies, through matching, the waits, the wait/transfer split
+    and the round trip's split: the ranks' analyses and their combination."""
+    from tiling import tiled_ranks
+
+    from dbo_trace.analysis.report import combine
+
+    traces = sorted((SAMPLES / "two-gpu-overlap" / "traces").glob("rank*.json.gz"))
+    recordings = [read_timeline(t, r) for r, t in enumerate(traces)]
+    options = Options()
+    n = 8
+
+    def run(timelines):
+        return combine([analyze_rank(tl, [], options, rank=r) for r, tl in enumerate(timelines)], options, ["x"], [])
+
+    small, large = tiled_ranks(recordings, n), tiled_ranks(recordings, 8 * n)
+    first = run(small)
+    assert first.cross_rank is not None and first.cross_rank.waits is not None and len(first.cross_rank.waits.ops) == 80 * n
+    assert all(r.wait_split is not None and r.round_trips.wait_per_round_trip_us is not None for r in first.ranks)
+    t_small, t_large = _best_time(lambda: run(small)), _best_time(lambda: run(large))
+    ratio = t_large / max(t_small, 1e-9)
+    print(f"two ranks: {t_small * 1000:.1f} ms at {n} copies, {t_large * 1000:.1f} ms at {8 * n}: {ratio:.1f}x")
+    assert ratio <= LIMIT, f"8x the events took {ratio:.1f}x the time ({t_small:.3f} s to {t_large:.3f} s)"

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dbo_trace.trace.timeline import Intervals, Timeline
+from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
 
 GAP_US = 1000.0  # between copies, as bench_report.build leaves
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -90,3 +90,28 @@ def _merged(a: Intervals, b: Intervals) -> tuple[Intervals, np.ndarray]:
     both = [np.r_[getattr(a, f), getattr(b, f)] for f in fields]
     order = np.argsort(both[0], kind="stable")
     return Intervals(*(x[order] for x in both)), order
+
+
+def tiled_ranks(timelines: list[Timeline], copies: int) -> list[Timeline]:
+    """Several ranks of one run, each repeated `copies` times by ONE span (the run's), so that their
+    copies stay on one clock and their collectives keep matching; the comm args are tiled too, each
+    copy's sequence numbers after the last copy's (the cross-rank path: matching, waits and the
+    wait/transfer split)."""
+    starts = [a.start.min() for tl in timelines for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    ends = [a.end.max() for tl in timelines for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
+    span = float(max(ends)) - float(min(starts)) + GAP_US
+    out = []
+    for tl in timelines:
+        corr = int(max(a.correlation.max() for a in (tl.gpu, tl.calls) if len(a))) + 1
+        gpu, calls, cpu = (_tile(a, copies, span, corr) for a in (tl.gpu, tl.calls, tl.cpu))
+        args = tl.comm_args()
+        per = int(args.seq.max(initial=0)) + 1
+        seq = np.concatenate([np.where(args.seq >= 0, args.seq + k * per, -1) for k in range(copies)])
+        tiled_args = CommArgs(np.tile(args.collective, copies), np.tile(args.group, copies), np.tile(args.nelems, copies), seq)
+        out.append(
+            replace(
+                tl, gpu=gpu, calls=calls, cpu=cpu, gpu_is_copy=np.tile(tl.gpu_is_copy, copies),
+                cpu_is_annotation=np.tile(tl.cpu_is_annotation, copies), gpu_args=tiled_args, warnings=[],
+            )  # fmt: skip
+        )
+    return out
