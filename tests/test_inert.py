@@ -360,3 +360,35 @@ def test_sampled_python_frames_render_inert(tmp_path):
     assert "<img src=x" not in source and "<!--<script>" not in source
     assert_no_raw_controls(RENDERERS["json"].render(report, RenderOptions()))
     assert len(as_bytes(RENDERERS["perfetto"].render(report, RenderOptions()))) > 1000
+
+
+def test_host_time_operator_names_render_inert(tmp_path):
+    """The host-time lines name CPU operators from the trace, top-level and innermost: the
+    host-bound sample with its operators renamed to every hostile shape (the outer one, and one
+    nested inside it, so that the innermost line names something the top-level one does not)."""
+    folder = tmp_path / "hostbound"
+    shutil.copytree(SAMPLES / "hostbound", folder)
+    (trace,) = (folder / "traces").glob("*.json.gz")
+
+    def renamed(events):
+        for event in events:
+            if event.get("cat") == "cpu_op" and isinstance(event.get("name"), str):
+                event["name"] = f"{event['name']} {HOSTILE}"
+        return events
+
+    rewrite_events(trace, trace, renamed)
+    report = analyze_paths([folder], Options())
+    doc = build_document(report)
+    assert doc.verdict.label == "host-bound"
+    assert any(HOSTILE in x.name for x in doc.host_causes.cpu_ops_innermost)  # the names did reach it
+    for colour in (False, True):
+        text = RENDERERS["terminal"].render(report, RenderOptions(color=colour, width=80))
+        assert_no_raw_controls(text, colour_codes=colour)
+        assert "\x1b]" not in text and "\x1b[2J" not in text
+    plain = RENDERERS["terminal"].render(report, RenderOptions(width=80))
+    assert "host time" in plain and "[bold red]:smile:" in plain
+    assert max(len(line) for line in plain.splitlines()) <= 80
+    check_markdown(RENDERERS["markdown"].render(report, RenderOptions()))
+    source = RENDERERS["html"].render(report, RenderOptions())
+    assert_no_raw_controls(source)
+    assert "<img src=x" not in source and "<!--<script>" not in source
