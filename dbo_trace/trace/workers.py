@@ -24,6 +24,8 @@ def prepare_worker() -> None:
     reuse_freed_memory()
 
 
+STOP_WAIT_S = 5.0  # for a terminated worker to be gone (it dies at SIGTERM: it sets no handler for it)
+
 # Workers are spawned, not forked: the parent may run a progress thread, whose locks a forked child
 # would inherit held.
 _SPAWN = multiprocessing.get_context("spawn")
@@ -89,8 +91,14 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
         try:
             yield pool
         except BaseException:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):  # no public way before Python 3.14
+            processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way before Python 3.14
+            for process in processes:
                 process.terminate()
-            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.join(STOP_WAIT_S)
+            # Once they are gone, the pool's manager thread ends at once: waiting for it here keeps it
+            # from closing its wake-up pipe while the interpreter's exit hook writes to it (a race that
+            # printed "Exception ignored ... Bad file descriptor" after the one-line message).
+            pool.shutdown(wait=not any(p.is_alive() for p in processes), cancel_futures=True)
             raise
         pool.shutdown()
