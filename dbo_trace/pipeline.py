@@ -98,7 +98,7 @@ def with_sm_evidence(r: RankReport, options: Options) -> RankReport:
     comm, holder = int(held.kernel[first]), int(held.holder[first])
     lo = float(min(tl.gpu.start[comm], tl.gpu.start[holder]))
     hi = float(max(tl.gpu.end[comm], tl.gpu.end[holder]))
-    args = event_args(tl.source, (lo, hi))
+    args = event_args(tl.source, (lo, hi), tl.extents)
 
     def args_of(g: int) -> dict:
         return args.get((True, float(tl.gpu.start[g]), int(tl.gpu.correlation[g])), {})

@@ -112,4 +112,4 @@ def test_pieces_are_cut_at_the_first_boundary_past_each_size():
             want.append((start, close))
             start = m.end() - 1
         want.append((start, len(buf)))
-        assert [bytes(p) for p in k._pieces(buf, size, len(buf))] == [buf[a:b] for a, b in want], trial
+        assert [(at, bytes(p)) for at, p in k._pieces(buf, size, len(buf))] == [(a, buf[a:b]) for a, b in want], trial

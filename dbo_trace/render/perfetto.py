@@ -103,7 +103,8 @@ def _source_args(rank: RankReport, window: tuple[float, float] | None) -> dict[t
     from dbo_trace.trace.event_args import event_args
 
     try:
-        return event_args(rank.detailed().timeline.source, window)
+        tl = rank.detailed().timeline
+        return event_args(tl.source, window, tl.extents)
     except Exception:  # noqa: BLE001 (an export without the extra args beats no export)
         return {}
 

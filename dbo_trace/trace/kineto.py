@@ -144,6 +144,14 @@ class RawTrace:
     metadata: dict[str, Any] = field(default_factory=dict)  # the top-level keys other than traceEvents
     skipped_no_time: int = 0  # 'X' events without ts: ignored, reported as a warning
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> events left out (warned)
+    extents: np.ndarray | None = None  # EXTENT_FIELDS per decoded chunk; None where the reader kept none
+
+
+# Where each decoded chunk of events lies in the uncompressed file and the time its kept events
+# span, a row per chunk: (first byte, byte after its last event, earliest ts, latest ts + dur). A
+# later look at a few events' args (event_args.py) decodes only the chunks whose span meets the
+# events', not the whole file again (the SM evidence's second pass cost a quarter of a report).
+EXTENT_FIELDS = ("start", "end", "ts_lo", "ts_hi")
 
 
 def _as_int(value: int | str) -> int:
@@ -224,8 +232,10 @@ class _Columns:
         self.names: dict[str, int] = {}
         self.skipped_no_time = 0
         self.dropped: dict[str, int] = {}
+        self.extents: list[tuple[float, float, float, float]] = []
 
-    def add(self, events: list[_Event]) -> None:
+    def add(self, events: list[_Event], at: tuple[int, int] | None = None) -> None:
+        """The chunk's events; at: its bytes' (start, end) in the uncompressed file, kept as its extent."""
         # Fields are pulled with map(attrgetter) straight into arrays (np.fromiter) and looked up with
         # map(dict.__getitem__), all in C, and whole-column checks replace per-event tests: what
         # remains per event in Python is the one filter below.
@@ -274,6 +284,8 @@ class _Columns:
         if None in args_s:
             args_s = [a or _NO_ARGS for a in args_s]
         n = len(timed)
+        if at is not None:
+            self.extents.append((at[0], at[1], float(ts.min()), float((ts + dur).max())))
         comm = any(map(_COLLECTIVE, args_s))  # in C, stops at the first; Kineto writes Seq, group and size beside it
         self._append(
             {
@@ -322,11 +334,15 @@ class _Columns:
                     values[key] = np.where(named, lookup[np.clip(values[key], 0, None)], -1).astype(np.int32)
         self._append(values)
         self.skipped_no_time += other.skipped_no_time
+        self.extents += other.extents
         for reason, count in other.dropped.items():
             self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def finish(self) -> tuple[EventColumns, list[str]]:
         return EventColumns(**self.filled()), list(self.names)
+
+    def extent_table(self) -> np.ndarray:
+        return np.array(self.extents, np.float64).reshape(-1, len(EXTENT_FIELDS))
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -520,6 +536,7 @@ def _read(
         metadata=_top_level(head, tail, path),
         skipped_no_time=columns.skipped_no_time,
         dropped=dict(columns.dropped),
+        extents=columns.extent_table(),
     )
 
 
@@ -618,27 +635,28 @@ def _next_fast_boundary(buf: bytes, lo: int, end: int) -> tuple[int, bytes] | No
     return None
 
 
-def _pieces(buf: bytes, size: int, end: int) -> Iterator[memoryview]:
-    """buf[:end], whole events, cut at FAST_BOUNDARIES into pieces of about `size` bytes (no copies)."""
+def _pieces(buf: bytes, size: int, end: int) -> Iterator[tuple[int, memoryview]]:
+    """buf[:end], whole events, cut at FAST_BOUNDARIES into pieces of about `size` bytes (no copies),
+    each with where it starts in buf."""
     view, start = memoryview(buf), 0
     while end - start > size:
         found = _next_fast_boundary(buf, start + size, end)
         if found is None:
             break
         close, nxt = _around(*found)
-        yield view[start:close]
+        yield start, view[start:close]
         start = nxt
-    yield view[start:end]
+    yield start, view[start:end]
 
 
-def _decode_chunk(buf: bytes, piece: int = BLOCK, end: int | None = None) -> "_Columns | None":
+def _decode_chunk(buf: bytes, piece: int = BLOCK, end: int | None = None, offset: int = 0) -> "_Columns | None":
     """Whole events' columns of buf[:end], or None where they do not decode cleanly (in a worker, or
     in the reading process). Decoded a piece at a time, so each piece's objects are still in the
-    cache when they become columns."""
+    cache when they become columns. offset: where buf starts in the uncompressed file."""
     columns = _Columns()
     try:
-        for part in _pieces(buf, piece, len(buf) if end is None else end):
-            columns.add(_decode_events(_as_array(part)))
+        for start, part in _pieces(buf, piece, len(buf) if end is None else end):
+            columns.add(_decode_events(_as_array(part)), (offset + start, offset + start + len(part)))
     except (msgspec.DecodeError, InputError):
         return None
     return columns
@@ -670,7 +688,7 @@ class _SharedChunks:
         close, nxt = _around(cut, boundary)
         owner = self.chunks % self.count
         self.chunks += 1
-        self.chunk(owner, _decode_chunk(buf, self.piece, close) if owner == self.index else None)
+        self.chunk(owner, _decode_chunk(buf, self.piece, close, self.stream.offset) if owner == self.index else None)
         self.stream.offset += nxt
         return buf[nxt:], None
 
@@ -800,7 +818,7 @@ def _widen(conn: Connection) -> None:
 class _Sink(Protocol):
     """Where an event stream puts each decoded chunk of events."""
 
-    def add(self, events: list[Any]) -> None: ...
+    def add(self, events: list[Any], at: tuple[int, int] | None = None) -> None: ...
 
 
 class _EventStream:
@@ -869,7 +887,7 @@ class _EventStream:
                 if exc.past_end:
                     continue
                 raise self._error(exc) from None
-            self.columns.add(events)
+            self.columns.add(events, (self.offset, self.offset + m.start() + 1))
             return b"", buf[m.end() :]
         raise self._no_end(buf)
 
@@ -917,7 +935,7 @@ class _EventStream:
                 broken = None if exc.past_end else exc
                 cuts = _cuts_from_end(buf, exc.at)  # every cut past the break fails the same way
                 continue
-            self.columns.add(events)
+            self.columns.add(events, (self.offset, self.offset + pos + 1))
             rest = buf[pos + 1 :].lstrip(_WHITESPACE)
             # Past the comma, whitespace too: else the next block's consume() copies it all to strip it.
             rest = rest[1:].lstrip(_WHITESPACE) if rest.startswith(b",") else rest

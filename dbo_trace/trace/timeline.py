@@ -63,6 +63,7 @@ class Timeline:
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     gpu_args: CommArgs | None = None  # None: the trace was built without them
+    extents: np.ndarray | None = None  # the source's chunks (kineto.EXTENT_FIELDS), for reading a few args back
 
     def comm_args(self) -> CommArgs:
         return self.gpu_args if self.gpu_args is not None else CommArgs.absent(len(self.gpu))
@@ -146,6 +147,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         metadata=raw.metadata,
         warnings=warnings,
         gpu_args=gpu_args,
+        extents=raw.extents,
     )
 
 
