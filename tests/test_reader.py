@@ -186,3 +186,20 @@ def test_absent_and_odd_fields_in_one_chunk(tmp_path):
         "huge id": (1, 2, 1.0, -1, -1),
         "plain": (1, 2, 1.0, 5, 7),
     }
+
+
+@pytest.mark.parametrize("odd", [None, {"ph": "Z", "name": "a phase no format has"}, {"name": "no phase at all"}])
+def test_events_of_every_phase_and_an_unknown_one_in_one_chunk(tmp_path, odd):
+    """A chunk is decoded by phase (the complete events' fields only); one with a phase the Trace
+    Event Format does not have, or none, is decoded again the general way: the same columns."""
+    x = {"ph": "X", "pid": 1, "tid": 2, "dur": 1.0}
+    events = [dict(x, cat="kernel", name="k", ts=1.0, args={"correlation": 3, "stream": 7})]
+    for i, phase in enumerate("B E i I C b n e s t f P N O D M V v R c ( )".split()):
+        events.append({"ph": phase, "cat": "kernel", "name": f"not complete {phase}", "pid": 1, "tid": 2, "ts": 2.0 + i})
+    events += [dict(x, cat="overhead", name="not kept", ts=30.0), dict(x, cat="cpu_op", name="op", ts=31.0)]
+    if odd is not None:
+        events.insert(5, odd)
+    doc = {"traceEvents": events}
+    raw = read_kineto(write_trace(doc, tmp_path / "t.json"))
+    assert _got(raw) == _expected(doc) == [(1.0, "k"), (31.0, "op")]
+    assert raw.events.correlation.tolist() == [3, -1] and raw.events.stream.tolist() == [7, -1]

@@ -24,7 +24,8 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator, Protocol, cast
+from itertools import compress, repeat
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Iterator, Protocol, Union, cast
 
 import msgspec
 import numpy as np
@@ -109,7 +110,41 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-_decode_events = msgspec.json.Decoder(list[_Event]).decode
+_decode_any_phase = msgspec.json.Decoder(list[_Event]).decode
+
+
+class _Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event, decoded by its phase: the only phase the columns take."""
+
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float | None = None
+    dur: float | None = None
+    args: _Args | None = None
+
+
+def _other_phase(tag: str) -> type:
+    """An event of another phase, nothing of it decoded (flows and metadata are half of a vLLM trace's
+    events; their strings were a quarter of its decoding time)."""
+    return msgspec.defstruct(f"_Phase{ord(tag)}", [], tag=tag, tag_field="ph", gc=False, namespace={"ph": tag, "cat": ""})
+
+
+# Every phase of the Trace Event Format. A chunk with another phase (or none) fails this decoder and
+# is decoded again by _decode_any_phase, which also words every error as before.
+_PHASES = "B E i I C b n e s t f P N O D M V v R c ( )".split()
+_decode_by_phase = msgspec.json.Decoder(list[Union[(_Complete, *map(_other_phase, _PHASES))]]).decode  # type: ignore[misc]
+
+
+def _decode_events(data: bytes) -> list[Any]:
+    """A JSON array of events: each a _Complete, an event of another phase with nothing decoded, or
+    (in a chunk with an unknown phase) an _Event."""
+    try:
+        return _decode_by_phase(data)
+    except msgspec.DecodeError:
+        return _decode_any_phase(data)
 _TS, _DUR, _CAT, _NAME, _PID, _TID, _ARGS = map(operator.attrgetter, ("ts", "dur", "cat", "name", "pid", "tid", "args"))
 _CORRELATION, _STREAM, _COLLECTIVE, _GROUP, _NELEMS, _SEQ = map(
     operator.attrgetter, ("correlation", "stream", "collective", "group", "nelems", "seq")
@@ -239,20 +274,25 @@ class _Columns:
         # Fields are pulled with map(attrgetter) straight into arrays (np.fromiter) and looked up with
         # map(dict.__getitem__), all in C, and whole-column checks replace per-event tests: what
         # remains per event in Python is the one filter below.
-        cats = _CATEGORIES
-        keep = [e for e in events if e.ph == "X" and e.cat in cats]
+        if events and isinstance(events[0], _Event):  # a chunk decoded by _decode_any_phase
+            complete = [e for e in events if e.ph == "X"]
+        else:  # the phase decoded as the type: a test in C, not an attribute per event
+            complete = list(compress(events, map(isinstance, events, repeat(_Complete))))
+        cat = np.fromiter(map(_CATEGORIES.get, map(_CAT, complete), repeat(-1)), np.int8, len(complete))
+        known = cat >= 0
+        keep = complete if known.all() else list(compress(complete, known.tolist()))
+        cat = cat[known]
         # A missing ts or dur (None) reads as NaN, which JSON cannot write: NaN is "absent".
         ts = np.fromiter(map(_TS, keep), np.float64, len(keep))
         absent = np.isnan(ts)
         if absent.any():
             timed = [e for e, a in zip(keep, absent.tolist()) if not a]
-            ts = ts[~absent]
+            ts, cat = ts[~absent], cat[~absent]
         else:
             timed = keep
         self.skipped_no_time += len(keep) - len(timed)
         if not timed:
             return
-        cat = np.fromiter(map(cats.__getitem__, map(_CAT, timed)), np.int8, len(timed))
         dur = np.fromiter(map(_DUR, timed), np.float64, len(timed))
         no_dur = np.isnan(dur)
         dur[no_dur] = 0.0
