@@ -240,26 +240,38 @@ def _from_threads(tl: Timeline, call_step: np.ndarray, main: set[int], ubatch: n
     launch = np.isin(kinds, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH)) & (call_step >= 0) & ~np.isin(tl.calls.lane, list(main))
     if not launch.any():
         return False
-    found = False
+    # Per (step, lane) group of launch calls, grouped numpy (a step at a time cost a np.unique per
+    # step: 0.3 s of 3,245 inferred steps): each lane's launch count and the position of its first
+    # launch in the step's time order.
     idx = np.flatnonzero(launch)
-    order = np.lexsort((tl.calls.start[idx], call_step[idx]))
-    idx = idx[order]
-    bounds = np.flatnonzero(np.diff(call_step[idx])) + 1
-    calls_of_step = index_groups(call_step)  # rather than a scan of all calls per step
-    for group in np.split(idx, bounds):
-        lanes, first, counts = np.unique(tl.calls.lane[group], return_index=True, return_counts=True)
-        ok = counts >= THREAD_MIN_LAUNCHES
-        if ok.sum() != 2:
-            continue
-        lanes, first, counts = lanes[ok], first[ok], counts[ok]
-        if counts.max() > THREAD_BALANCE * counts.min():
-            continue
-        step = call_step[group[0]]
-        in_step = calls_of_step[int(step)]
-        for ub, k in enumerate(np.argsort(first)):
-            ubatch[in_step[tl.calls.lane[in_step] == lanes[k]]] = ub
-        found = True
-    return found
+    idx = idx[np.lexsort((tl.calls.start[idx], call_step[idx]))]  # by step, then time (as ub order is decided)
+    step, lane = call_step[idx], tl.calls.lane[idx]
+    by_lane = np.lexsort((lane, step))  # stable: within a (step, lane) group, time order stays
+    step, lane = step[by_lane], lane[by_lane]
+    heads = np.flatnonzero(np.r_[True, (np.diff(step) != 0) | (np.diff(lane) != 0)])
+    counts = np.diff(np.r_[heads, len(step)])
+    first = np.minimum.reduceat(by_lane, heads)  # the lane's first launch, as a position in time order
+    ok = counts >= THREAD_MIN_LAUNCHES
+    g_step, g_lane, g_count, g_first = step[heads][ok], lane[heads][ok], counts[ok], first[ok]
+    # Steps with exactly two such lanes whose counts are within THREAD_BALANCE of each other.
+    s_heads = np.flatnonzero(np.r_[True, np.diff(g_step) != 0])
+    per_step = np.diff(np.r_[s_heads, len(g_step)])
+    two = s_heads[per_step == 2]  # the first of the step's two lanes; the second follows it
+    hi, lo = np.maximum(g_count[two], g_count[two + 1]), np.minimum(g_count[two], g_count[two + 1])
+    two = two[~(hi > THREAD_BALANCE * lo)]
+    if not len(two):
+        return False
+    swap = g_first[two + 1] < g_first[two]  # ub0 is the lane that launched first in the step
+    lane0 = np.where(swap, g_lane[two + 1], g_lane[two])
+    lane1 = np.where(swap, g_lane[two], g_lane[two + 1])
+    steps = g_step[two]
+    # Every call (not only launches) of those lanes in those steps.
+    at = np.searchsorted(steps, call_step).clip(0, len(steps) - 1)
+    chosen = (call_step >= 0) & (steps[at] == call_step)
+    calls_lane = tl.calls.lane
+    ubatch[chosen & (calls_lane == lane0[at])] = 0
+    ubatch[chosen & (calls_lane == lane1[at])] = 1
+    return True
 
 
 def attribute(
