@@ -181,4 +181,6 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 def json_inert(text: str) -> str:
     """A JSON text whose strings hold DEL, C1 and bidi characters as \\u escapes instead of raw:
     the same data, and nothing acts when it is printed (the JSON encoder escapes C0 already)."""
+    if text.isascii() and "\x7f" not in text:  # the usual document: isascii is a flag, `in` a memchr
+        return text
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
