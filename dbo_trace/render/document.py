@@ -28,7 +28,7 @@ from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport, StepTable
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
@@ -202,15 +202,17 @@ class StepGraphs(Graphs):
     captured_launches: Count
 
 
-def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
-    """Steps by how they reached the GPU: replayed graphs, captured graphs (recorded, not run), eager."""
-    replayed = sum(1 for s in steps if s.replayed)
-    captured = sum(1 for s in steps if s.captured_launches and not s.replayed)
+def graph_step_counts(tables: list[StepTable]) -> dict[str, int]:
+    """Steps (a rank's, or every rank's) by how they reached the GPU: replayed graphs, captured
+    graphs (recorded, not run), eager."""
+    steps = sum(len(t) for t in tables)
+    replayed = sum(int(t.replayed.sum()) for t in tables)
+    captured = sum(int(((t.captured_launches > 0) & ~t.replayed).sum()) for t in tables)
     return {
         "steps_replayed": replayed,
         "steps_captured": captured,
-        "steps_eager": len(steps) - replayed - captured,
-        "captured_launches": sum(s.captured_launches for s in steps),
+        "steps_eager": steps - replayed - captured,
+        "captured_launches": sum(int(t.captured_launches.sum()) for t in tables),
     }
 
 
@@ -1208,7 +1210,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         gpu=figures_of(Gpu, r.total),
         comm=figures_of(Comm, r.total),
         host=figures_of(Host, r.total, bound=bound),
-        graphs=figures_of(StepGraphs, r.total, **graph_step_counts(r.steps)),
+        graphs=figures_of(StepGraphs, r.total, **graph_step_counts([r.steps.table])),
         steps_source=r.step_source,
         steps_inferred=r.steps_inferred,
         microbatch_source=r.attribution,
@@ -1288,7 +1290,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         gpu=figures_of(Gpu, m),
         comm=figures_of(Comm, m),
         host=figures_of(Host, m, bound=bound),
-        graphs=figures_of(StepGraphs, m, **graph_step_counts([s for r in report.ranks for s in r.steps])),
+        graphs=figures_of(StepGraphs, m, **graph_step_counts([r.steps.table for r in report.ranks])),
         steps_source=_sources([r.step_source for r in report.ranks]),
         microbatch_source=_sources([r.attribution for r in report.ranks]),
         time=time_block(report.window),
