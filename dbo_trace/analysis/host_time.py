@@ -565,7 +565,7 @@ def _follow_threads(
     """Attribute the stretches to the threads they follow, position by position; what none of
     them explains is returned (sorted, disjoint), with each part's stretch. The threads' layers are freed on return."""
     depth = 1 + int(_others_followed(ub_table, step_row, lead).max(initial=0))
-    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
+    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names, call_name)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
     call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL)).astype(np.int8)
     del call_sync, call_launch
@@ -668,8 +668,11 @@ def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.nd
     marker or a dbo range), is it a CPU operator (neither annotation nor marker)."""
     if not len(names):
         return cpu_is_annotation.copy(), ~cpu_is_annotation
-    marker = np.fromiter((bool(_STEP_MARKERS.match(n)) for n in names), bool, len(names))[cpu_name]
-    runner = np.fromiter((n.startswith(MODEL_RUNNER_PREFIX) for n in names), bool, len(names))[cpu_name]
+    used = np.unique(cpu_name).tolist()  # the names the ranges use, each tested once
+    marker, runner = np.zeros(len(names), bool), np.zeros(len(names), bool)
+    marker[used] = [bool(_STEP_MARKERS.match(names[i])) for i in used]
+    runner[used] = [names[i].startswith(MODEL_RUNNER_PREFIX) for i in used]
+    marker, runner = marker[cpu_name], runner[cpu_name]
     return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
 
 
@@ -751,11 +754,13 @@ def _startup_windows(
     return union(np.array(lo, float), np.array(hi, float))
 
 
-def _sync_names(names: list[str]) -> np.ndarray:
-    """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async."""
-    return np.fromiter(
-        (n.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in n for n in names), bool, len(names)
-    )
+def _sync_names(names: list[str], used: np.ndarray) -> np.ndarray:
+    """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async.
+    Per name, of those `used` (name indices) only: a trace's names hold every step's annotation."""
+    out = np.zeros(len(names), bool)
+    ids = np.unique(used).tolist()
+    out[ids] = [names[i].startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in names[i] for i in ids]
+    return out
 
 
 def _thread_layers(
