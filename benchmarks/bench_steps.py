@@ -8,7 +8,7 @@ The traces are tests/traces.py's many_steps (per step a ProfilerStep# annotation
 each with its launch call): the per-step work of the analysis, the document and the renderers, with
 as little reading as a step can have. Prints the load average beside every figure: on a shared
 machine the wall times move with it. tests/test_long_runs.py guards the growth in CI (10x the steps
-within 20x the CPU time), not this target.
+within 8x the CPU time), not this target.
 """
 
 from __future__ import annotations

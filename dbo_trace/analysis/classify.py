@@ -92,9 +92,11 @@ def comm_regex(parts: tuple[str, ...]) -> re.Pattern[str]:
 def kernel_kinds(
     names: list[str], name_ids: np.ndarray, is_copy: np.ndarray, streams: np.ndarray, rules: CommRules
 ) -> np.ndarray:
-    """compute / comm / copy for each GPU activity; names are classified once each."""
+    """compute / comm / copy for each GPU activity; the names they use are classified once each."""
     rx = rules.regex()
-    comm_name = np.fromiter((bool(rx.search(n)) for n in names), bool, len(names))
+    comm_name = np.zeros(len(names), bool)
+    used = _used(name_ids)
+    comm_name[used] = np.fromiter((bool(rx.search(names[i])) for i in used.tolist()), bool, len(used))
     kinds = np.where(comm_name[name_ids] if len(names) else False, COMM, COMPUTE).astype(np.int8)
     if rules.streams:
         kinds[np.isin(streams, rules.streams)] = COMM
@@ -122,5 +124,12 @@ def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
             return CALL_CAPTURE_END
         return CALL_OTHER
 
-    table = np.fromiter((kind(n) for n in names), np.int8, len(names))
+    table = np.full(len(names), CALL_OTHER, np.int8)
+    used = _used(name_ids)
+    table[used] = np.fromiter((kind(names[i]) for i in used.tolist()), np.int8, len(used))
     return table[name_ids] if len(names) else np.empty(0, np.int8)
+
+
+def _used(name_ids: np.ndarray) -> np.ndarray:
+    """The names the events use, each once: a trace's names also hold every step's annotation."""
+    return np.unique(name_ids)

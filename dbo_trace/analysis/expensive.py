@@ -79,10 +79,12 @@ def expensive_calls(
     groups: dict[str, np.ndarray] = {}
     least = max(len(step_start), 2)  # a per-step cost: at least a call per step (a compile is once)
     steps = union(step_start, step_end)
-    for group in np.split(order, bounds):
-        # the cheap tests first: a trace of many steps has a name per step marker, each called once
-        if len(group) < least:
-            continue
+    first, stop = np.r_[0, bounds], np.r_[bounds, len(order)]
+    # the cheap test first, on all names at once: a trace of many steps has a name per step marker,
+    # each called once
+    often = np.flatnonzero(stop - first >= least)
+    for a, b in zip(first[often].tolist(), stop[often].tolist()):
+        group = order[a:b]
         name = names[int(cpu_name[group[0]])]
         if name.startswith(skip):
             continue

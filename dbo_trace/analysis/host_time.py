@@ -141,6 +141,30 @@ class HostPieces:
         it. host_idle_us: the window's host idle as the accounting measured it; untraced takes the
         remainder, so the causes add up to it exactly."""
         lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+        sums, named, ops, inner = self._window_sums(lo, hi)
+        launches, syncs = self._calls_in(lo, hi)
+        out = []
+        for i in range(len(lo)):
+            row = sums[i].copy()
+            row[UNTRACED] = max(0.0, float(host_idle_us[i]) - float(row.sum() - row[UNTRACED]))
+            out.append(
+                HostCauses(
+                    float(host_idle_us[i]),
+                    tuple(float(x) for x in row),
+                    int(launches[i]),
+                    int(syncs[i]),
+                    _top({self.names[j]: t for j, t in named[i].items()}, top),
+                    _top({self.names[j]: t for j, t in ops[i].items()}, top),
+                    _top({self.names[j]: t for j, t in inner[i].items()}, top),
+                )
+            )
+        return out
+
+    def _window_sums(
+        self, lo: np.ndarray, hi: np.ndarray
+    ) -> tuple[np.ndarray, list[dict[int, float]], list[dict[int, float]], list[dict[int, float]]]:
+        """Per window: its pieces' time by cause (n, causes), and by name (named ranges, top-level and
+        innermost CPU operators: {name index: us})."""
         n = len(lo)
         k = len(CAUSES)
         sums = np.zeros((n, k))
@@ -165,26 +189,15 @@ class HostPieces:
                 ops[w0:w1] = _names_per_window(win, piece, length, self.cause, self.name, CPU_OP, w1 - w0)
                 inner[w0:w1] = _names_per_window(win, piece, length, self.cause, self.inner, CPU_OP, w1 - w0)
             w0 = w1
+        return sums, named, ops, inner
+
+    def _calls_in(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per window, the counted launch and synchronisation calls in it."""
         first = np.searchsorted(self.call_at, lo, side="left")
         last = np.searchsorted(self.call_at, hi, side="left")
         launch_cum = np.r_[0, np.cumsum(self.call_cause == LAUNCH)]
         sync_cum = np.r_[0, np.cumsum(self.call_cause == SYNC)]
-        out = []
-        for i in range(n):
-            row = sums[i].copy()
-            row[UNTRACED] = max(0.0, float(host_idle_us[i]) - float(row.sum() - row[UNTRACED]))
-            out.append(
-                HostCauses(
-                    float(host_idle_us[i]),
-                    tuple(float(x) for x in row),
-                    int(launch_cum[last[i]] - launch_cum[first[i]]),
-                    int(sync_cum[last[i]] - sync_cum[first[i]]),
-                    _top({self.names[j]: t for j, t in named[i].items()}, top),
-                    _top({self.names[j]: t for j, t in ops[i].items()}, top),
-                    _top({self.names[j]: t for j, t in inner[i].items()}, top),
-                )
-            )
-        return out
+        return launch_cum[last] - launch_cum[first], sync_cum[last] - sync_cum[first]
 
     def _one_window(
         self,
@@ -219,14 +232,25 @@ class HostPieces:
         u_lo, u_hi = union(np.asarray(lo, float), np.asarray(hi, float))
         if not len(u_lo):
             return no_causes()
-        parts = self.causes_in(u_lo, u_hi, np.zeros(len(u_lo)), top=len(self.names))
-        together = combine_causes(parts, top)
-        row = list(together.by_cause_us)
+        # combine_causes over the windows' causes_in, without an object per window: each sum adds the
+        # windows' parts one after another, in window order, as combine_causes does (cumsum does too)
+        sums, named, ops, inner = self._window_sums(u_lo, u_hi)
+        launches, syncs = self._calls_in(u_lo, u_hi)
+        row = [float(np.cumsum(sums[:, k])[-1]) if k != UNTRACED else 0.0 for k in range(len(CAUSES))]
         row[UNTRACED] = max(0.0, host_idle_us - (sum(row) - row[UNTRACED]))
         return HostCauses(
-            host_idle_us, tuple(row), together.launch_calls, together.sync_calls, together.named, together.cpu_ops,
-            together.cpu_ops_inner,
+            host_idle_us, tuple(row), int(launches.sum()), int(syncs.sum()), _top(self._merged(named), top),
+            _top(self._merged(ops), top), _top(self._merged(inner), top),
         )  # fmt: skip
+
+    def _merged(self, per_window: list[dict[int, float]]) -> dict[str, float]:
+        """Each name's time over the windows, added in window order (as combine_causes adds them)."""
+        totals: dict[str, float] = {}
+        for found in per_window:
+            for j, t in found.items():
+                name = self.names[j]
+                totals[name] = totals.get(name, 0.0) + t
+        return totals
 
 
 def _names_per_window(
@@ -541,7 +565,7 @@ def _follow_threads(
     """Attribute the stretches to the threads they follow, position by position; what none of
     them explains is returned (sorted, disjoint), with each part's stretch. The threads' layers are freed on return."""
     depth = 1 + int(_others_followed(ub_table, step_row, lead).max(initial=0))
-    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names)[call_name] if len(names) else False)
+    call_sync = (call_kind == c.CALL_SYNC) | (_sync_names(names, call_name)[call_name] if len(names) else False)
     call_launch = ~call_sync & np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY))
     call_cause = np.where(call_sync, SYNC, np.where(call_launch, LAUNCH, OTHER_CALL)).astype(np.int8)
     del call_sync, call_launch
@@ -644,8 +668,11 @@ def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.nd
     marker or a dbo range), is it a CPU operator (neither annotation nor marker)."""
     if not len(names):
         return cpu_is_annotation.copy(), ~cpu_is_annotation
-    marker = np.fromiter((bool(_STEP_MARKERS.match(n)) for n in names), bool, len(names))[cpu_name]
-    runner = np.fromiter((n.startswith(MODEL_RUNNER_PREFIX) for n in names), bool, len(names))[cpu_name]
+    used = np.unique(cpu_name).tolist()  # the names the ranges use, each tested once
+    marker, runner = np.zeros(len(names), bool), np.zeros(len(names), bool)
+    marker[used] = [bool(_STEP_MARKERS.match(names[i])) for i in used]
+    runner[used] = [names[i].startswith(MODEL_RUNNER_PREFIX) for i in used]
+    marker, runner = marker[cpu_name], runner[cpu_name]
     return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
 
 
@@ -727,11 +754,13 @@ def _startup_windows(
     return union(np.array(lo, float), np.array(hi, float))
 
 
-def _sync_names(names: list[str]) -> np.ndarray:
-    """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async."""
-    return np.fromiter(
-        (n.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in n for n in names), bool, len(names)
-    )
+def _sync_names(names: list[str], used: np.ndarray) -> np.ndarray:
+    """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async.
+    Per name, of those `used` (name indices) only: a trace's names hold every step's annotation."""
+    out = np.zeros(len(names), bool)
+    ids = np.unique(used).tolist()
+    out[ids] = [names[i].startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in names[i] for i in ids]
+    return out
 
 
 def _thread_layers(

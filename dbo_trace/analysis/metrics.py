@@ -92,6 +92,57 @@ class WindowTime:
     idle_gaps: int
 
 
+@dataclass(frozen=True)
+class WindowTimes:
+    """Many windows' WindowTime as columns, each (n,): one row per window."""
+
+    span_us: np.ndarray  # float64
+    gpu_busy_us: np.ndarray  # float64
+    host_idle_us: np.ndarray  # float64
+    host_idle_gaps: np.ndarray  # int64
+    idle_gaps: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, t: WindowTime) -> WindowTimes:
+        return cls(
+            np.array([t.span_us]), np.array([t.gpu_busy_us]), np.array([t.host_idle_us]),
+            np.array([t.host_idle_gaps], np.int64), np.array([t.idle_gaps], np.int64),
+        )  # fmt: skip
+
+
+# The WindowMetrics fields that may be None, held as NaN in a column
+_OPTIONAL = frozenset({"comm_hidden_cross_us", "median_launch_us", "median_kernel_us", "median_queue_us", "max_graph_launch_us"})
+_COUNTS = frozenset(
+    {"host_idle_gaps", "idle_gaps", "kernels", "comm_kernels", "launches", "graph_launches", "long_graph_launches", "replayed_kernels"}
+)
+
+
+@dataclass(frozen=True)
+class MetricColumns:
+    """Many windows' figures as columns: per WindowMetrics field one (n,) array (float64, NaN where
+    the figure is None; int64 for counts). row(i) is window i's WindowMetrics, built when asked."""
+
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["span_us"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def row(self, i: int) -> WindowMetrics:
+        values = {}
+        for name, col in self.columns.items():
+            x = col[i]
+            if name in _COUNTS:
+                values[name] = int(x)
+            elif name in _OPTIONAL and np.isnan(x):
+                values[name] = None
+            else:
+                values[name] = float(x)
+        return WindowMetrics(**values)
+
+
 def window_metrics(
     *,
     start: np.ndarray,  # (n_gpu,) float64: the window's GPU activities
@@ -105,7 +156,7 @@ def window_metrics(
     time: WindowTime,
 ) -> WindowMetrics:
     """One window's figures: the grouped computation with everything in group 0."""
-    (m,) = grouped_window_metrics(
+    m = grouped_window_metrics(
         group=np.zeros(len(start), np.int64),
         n=1,
         start=start,
@@ -117,8 +168,8 @@ def window_metrics(
         call_group=np.zeros(len(call_kind), np.int64),
         call_kind=call_kind,
         call_dur=call_dur,
-        times=[time],
-    )
+        times=WindowTimes.of(time),
+    ).row(0)
     return m
 
 
@@ -135,8 +186,8 @@ def grouped_window_metrics(
     call_group: np.ndarray,  # (n_calls,) int64: each CUDA API call's window, -1 in none
     call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
     call_dur: np.ndarray,  # (n_calls,) float64
-    times: list[WindowTime],  # (n,): each window's time from the partition
-) -> list[WindowMetrics]:
+    times: WindowTimes,  # (n,): each window's time from the partition
+) -> MetricColumns:
     """Every window's figures at once, over sorted arrays (no Python loop over windows): a trace with
     thousands of steps costs what its events cost (docs/performance.md)."""
     is_comm, is_compute, is_copy = kind == c.COMM, kind == c.COMPUTE, kind == c.COPY
@@ -192,37 +243,33 @@ def grouped_window_metrics(
         "gpu_us": total(kernels, dur),
     }
 
-    def maybe(x: float) -> float | None:
-        return None if np.isnan(x) else float(x)
-
-    return [
-        WindowMetrics(
-            span_us=times[i].span_us,
-            gpu_busy_us=times[i].gpu_busy_us,
-            compute_busy_us=float(compute_busy[i]),
-            comm_busy_us=float(comm_busy[i]),
-            copy_busy_us=float(copy_busy[i]),
-            comm_hidden_us=float(hidden[i]),
-            comm_hidden_cross_us=float(cross[i]) if has_ubatch[i] else None,
-            host_idle_us=times[i].host_idle_us,
-            host_idle_gaps=times[i].host_idle_gaps,
-            idle_gaps=times[i].idle_gaps,
-            kernels=int(columns["kernels"][i]),
-            comm_kernels=int(columns["comm_kernels"][i]),
-            launches=int(columns["launches"][i]),
-            launch_us=float(columns["launch_us"][i]),
-            median_launch_us=maybe(median_launch[i]),
-            median_kernel_us=maybe(median_kernel[i]),
-            median_queue_us=maybe(median_queue[i]),
-            graph_launches=int(columns["graph_launches"][i]),
-            long_graph_launches=int(columns["long_graph_launches"][i]),
-            max_graph_launch_us=float(max_graph[i]) if np.isfinite(max_graph[i]) else None,
-            replayed_kernels=int(columns["replayed_kernels"][i]),
-            replayed_gpu_us=float(columns["replayed_gpu_us"][i]),
-            gpu_us=float(columns["gpu_us"][i]),
-        )
-        for i in range(n)
-    ]
+    return MetricColumns(
+        {
+            "span_us": times.span_us,
+            "gpu_busy_us": times.gpu_busy_us,
+            "compute_busy_us": compute_busy,
+            "comm_busy_us": comm_busy,
+            "copy_busy_us": copy_busy,
+            "comm_hidden_us": hidden,
+            "comm_hidden_cross_us": np.where(has_ubatch, cross, np.nan),
+            "host_idle_us": times.host_idle_us,
+            "host_idle_gaps": times.host_idle_gaps,
+            "idle_gaps": times.idle_gaps,
+            "kernels": columns["kernels"],
+            "comm_kernels": columns["comm_kernels"],
+            "launches": columns["launches"],
+            "launch_us": columns["launch_us"],
+            "median_launch_us": median_launch,
+            "median_kernel_us": median_kernel,
+            "median_queue_us": median_queue,
+            "graph_launches": columns["graph_launches"],
+            "long_graph_launches": columns["long_graph_launches"],
+            "max_graph_launch_us": np.where(np.isfinite(max_graph), max_graph, np.nan),
+            "replayed_kernels": columns["replayed_kernels"],
+            "replayed_gpu_us": columns["replayed_gpu_us"],
+            "gpu_us": columns["gpu_us"],
+        }
+    )
 
 
 @dataclass(frozen=True)

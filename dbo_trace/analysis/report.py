@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
+from typing import Callable, overload
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.accounting import B_COMM, B_HOST, Partition, TimeBuckets, partition, window_of
+from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
 from dbo_trace.analysis.capture import GRAPH_CAPTURE, Capture, capture_windows, graph_capture, with_capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
@@ -42,8 +43,10 @@ from dbo_trace.analysis.metrics import (
     COMM_OPS_PER_ROUND_TRIP,
     SUM_IF_ALL,
     RoundTrips,
+    MetricColumns,
     WindowMetrics,
     WindowTime,
+    WindowTimes,
     grouped_window_metrics,
     round_trips,
     window_metrics,
@@ -132,6 +135,162 @@ REPLAYED_STEP_SHARE = 0.5
 
 
 @dataclass(frozen=True)
+class StepTable:
+    """A rank's reported steps (those with GPU work), in step order, as columns, each (n,): what its
+    analyses read of its steps, all at once (StepReports builds a step's StepReport when read)."""
+
+    index: np.ndarray  # int64: into the attribution's steps
+    start_us: np.ndarray  # float64: the step's window on the trace clock, from its CPU start
+    end_us: np.ndarray  # float64: to the end of the last GPU work it launched
+    period_us: np.ndarray  # float64: from its start to the next step's start (stalls.py)
+    comm_ops: np.ndarray  # int64
+    comm_ops_from_log: np.ndarray  # bool: counted as event-log comm phases, else as runs of comm kernels
+    captured_launches: np.ndarray  # int64: launches recorded into a graph during a capture
+    metrics: MetricColumns  # its figures
+    label: list[str]
+    path: list[str | None]
+    phase: list[str | None]
+    context_tokens: list[int | None]
+    generation_tokens: list[int | None]
+    stalls: dict[int, Stall]  # by position: the steps that are not steady state (the rest are)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def wall_us(self) -> np.ndarray:
+        return self.end_us - self.start_us
+
+    @property
+    def stalled(self) -> np.ndarray:
+        """(n,) bool: the steps that are stalls."""
+        out = np.zeros(len(self.index), bool)
+        out[list(self.stalls)] = True
+        return out
+
+    @property
+    def replayed(self) -> np.ndarray:
+        """(n,) bool: graph steps (StepReport.replayed)."""
+        kernels = self.metrics["kernels"]
+        share = self.metrics["replayed_kernels"] / np.maximum(kernels, 1)
+        return (kernels > 0) & (share > REPLAYED_STEP_SHARE)
+
+    def of_phase(self, phase: str | None) -> np.ndarray:
+        """The positions of the phase's steps, in order."""
+        return np.flatnonzero(np.array(self.phase, object) == phase) if len(self.index) else np.empty(0, np.int64)
+
+    def steady_or_all(self, at: np.ndarray) -> np.ndarray:
+        """Of the positions `at` (a phase's steps), the steady ones, or all where every one stalled."""
+        steady = at[~self.stalled[at]]
+        return steady if len(steady) else at
+
+
+STEPS_BUILT_AT_ONCE = 128  # a step read builds its neighbours too: one host-causes sweep for many
+
+
+class StepReports(Sequence[StepReport]):
+    """A rank's steps: its StepTable, and each step's StepReport built when read (with its verdict,
+    host causes and figures, tens of microseconds a step: a long run's terminal report reads 20 of
+    100,000). Reads as a list of StepReport does."""
+
+    def __init__(
+        self,
+        table: StepTable,
+        pieces: HostPieces,
+        microbatched: bool,
+        round_trip_share: list[float | None] | None = None,
+        afd_microbatched: bool = False,
+        host_frames: list[StepFrame | None] | None = None,
+    ) -> None:
+        self.table = table
+        self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
+        self.microbatched = microbatched
+        self.round_trip_share = round_trip_share  # a disaggregated rank's: each step's round trips' hidden share
+        self.afd_microbatched = afd_microbatched
+        self.host_frames = host_frames
+        self._built: dict[int, StepReport] = {}
+
+    def with_round_trip_share(self, share: list[float | None], microbatched: bool) -> StepReports:
+        """The steps labelled by their own round trips' hidden share (verdict.with_round_trip_share)."""
+        return StepReports(self.table, self.pieces, self.microbatched, share, microbatched, self.host_frames)
+
+    def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
+        return StepReports(self.table, self.pieces, self.microbatched, self.round_trip_share, self.afd_microbatched, frames)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @overload
+    def __getitem__(self, i: int) -> StepReport: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[StepReport]: ...
+    def __getitem__(self, i: int | slice) -> StepReport | list[StepReport]:
+        if isinstance(i, slice):
+            return [self._step(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._step(i)
+
+    def __iter__(self) -> Iterator[StepReport]:
+        return (self._step(k) for k in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (list, StepReports)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # a list is not hashable either
+
+    def __repr__(self) -> str:
+        return f"StepReports({len(self)} steps)"
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_built"}  # what was built is built again
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _built={})
+
+    def _step(self, i: int) -> StepReport:
+        found = self._built.get(i)
+        if found is None:
+            a = i - i % STEPS_BUILT_AT_ONCE
+            self._build(a, min(len(self), a + STEPS_BUILT_AT_ONCE))
+            found = self._built[i]
+        return found
+
+    def _build(self, a: int, b: int) -> None:
+        t, m = self.table, self.table.metrics
+        causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
+        for i, c in zip(range(a, b), causes):
+            figures = m.row(i)
+            verdict = decide(figures, microbatched=self.microbatched)
+            if self.round_trip_share is not None:
+                verdict = with_round_trip_share(verdict, self.round_trip_share[i], self.afd_microbatched)
+            self._built[i] = StepReport(
+                label=t.label[i],
+                path=t.path[i],
+                wall_us=float(t.end_us[i] - t.start_us[i]),
+                comm_ops=int(t.comm_ops[i]),
+                comm_ops_from_log=bool(t.comm_ops_from_log[i]),
+                metrics=figures,
+                verdict=verdict,
+                index=int(t.index[i]),
+                start_us=float(t.start_us[i]),
+                end_us=float(t.end_us[i]),
+                phase=t.phase[i],
+                context_tokens=t.context_tokens[i],
+                generation_tokens=t.generation_tokens[i],
+                captured_launches=int(t.captured_launches[i]),
+                host_causes=c,
+                period_us=float(t.period_us[i]),
+                stall=t.stalls.get(i),
+                host_frame=None if self.host_frames is None else self.host_frames[i],
+            )
+
+
+@dataclass(frozen=True)
 class PhaseReport:
     """The steps of one phase (prefill, decode, mixed) taken together: unions over their windows."""
 
@@ -184,7 +343,7 @@ class RankReport:
     attribution: str  # where the microbatches came from
     step_source: str
     profile_all_threads: bool
-    steps: list[StepReport]
+    steps: StepReports
     total: WindowMetrics  # over the profiled window
     round_trips: RoundTrips | None
     verdict: Verdict
@@ -296,23 +455,22 @@ def analyze_rank(
         call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
     )
     steps = step_reports(d, capture)
-    whole = whole_window(d, steps)
-    phases = [
-        phase_report(d, phase=p, steps=[s for s in steps if s.phase == p]) for p in PHASES if any(s.phase == p for s in steps)
-    ]
+    table = steps.table
+    whole = whole_window(d, table)
+    phases = [phase_report(d, table, phase=p, at=at) for p in PHASES if len(at := table.of_phase(p))]
     exposed = rank_exposure(d) if d.has_comm else None
     cost = rank_contention(d) if d.microbatched else None
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
     role = dict(options.roles).get(os.path.normpath(tl.source))
-    afd = rank_round_trips(d, steps) if options.afd and role in (None, ATTENTION) else None
+    afd = rank_round_trips(d, table) if options.afd and role in (None, ATTENTION) else None
     if afd is not None:  # its steps and phases say what the run says: overlap is the round trips'
         steps, phases = _afd_labels(afd, steps, phases)
-    rt = _round_trips(steps, d.attribution.layers, d.microbatched, afd)
+    rt = _round_trips(table, d.attribution.layers, d.microbatched, afd)
     api = graph_api(tl)
     expensive = rank_expensive(d, afd is not None and afd.microbatched)
-    stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, steps)
+    stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     if stacks is not None and len(stacks.steps) == len(steps):
-        steps = [replace(s, host_frame=f) for s, f in zip(steps, stacks.steps)]
+        steps = steps.with_host_frames(list(stacks.steps))
     verdict = decide(
         whole.total,
         rt,
@@ -323,10 +481,10 @@ def analyze_rank(
         causes=whole.causes,
         graph_api=api,
     )
-    late = behind(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps]))
+    late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
     delay_note = delay.text if delay is not None else None
-    verdict = with_stall_line(verdict, [(None, n + 1, s) for n, s in enumerate(steps)])
+    verdict = with_stall_line(verdict, [(None, steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -362,30 +520,30 @@ def analyze_rank(
         notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        ledger=rank_ledger(d, logs, steps),
+        ledger=rank_ledger(d, logs, table),
         detail=d,
     )
 
 
 def stacks_of(
     d: RankDetail, samples: list[StackSamples], logs: list[EventLogData], whole: WholeWindow, phases: list[PhaseReport],
-    steps: list[StepReport],
+    steps: StepTable,
 ) -> tuple[RankStacks | None, list[str]]:
     """Host idle by sampled Python frame (analysis/pystacks.py): over the window and per phase."""
     tl = d.timeline
     by_phase = []
     for p in phases:
-        mine = [s for s in steps if s.phase == p.phase]
-        if p.host_causes is not None and mine:
-            lo = np.array([s.start_us for s in mine])
-            hi = np.array([s.end_us for s in mine])
+        mine = steps.of_phase(p.phase)
+        if p.host_causes is not None and len(mine):
+            lo = steps.start_us[mine]
+            hi = steps.end_us[mine]
             by_phase.append((p.phase, lo, hi, p.host_causes.host_idle_us, p.host_causes.us(UNTRACED)))
     return rank_host_stacks(
         samples=samples, pieces=d.host_pieces, pid=tl.pid, base_time_ns=tl.base_time_ns, names=tl.names,
         call_lane=tl.calls.lane, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
         cpu_is_annotation=tl.cpu_is_annotation, log_native=log_natives([r for g in logs for r in g.records], [g.header for g in logs]),
         window=d.window_us, host_idle_us=whole.window.host_idle_us, untraced_us=whole.causes_window.us(UNTRACED),
-        phases=by_phase, steps=(np.array([s.start_us for s in steps]), np.array([s.end_us for s in steps])),
+        phases=by_phase, steps=(steps.start_us, steps.end_us),
     )  # fmt: skip
 
 
@@ -441,7 +599,7 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     )
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: list[StepReport]) -> Ledger | None:
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Ledger | None:
     """The ledger over a rank's shared state (report.analyze_rank's one call)."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
@@ -451,8 +609,8 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: list[StepReport]
         base_time_ns=tl.base_time_ns,
         step_start_us=att.steps.start,
         step_end_us=att.steps.end,
-        step_index=np.array([s.index for s in steps], np.int64),
-        step_us=np.array([s.step_us for s in steps], np.float64),
+        step_index=steps.index,
+        step_us=steps.period_us,
         layers=att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
@@ -492,9 +650,9 @@ def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tu
     )
 
 
-def step_reports(d: RankDetail, capture: Capture) -> list[StepReport]:
-    """Every step with GPU activity: its figures, verdict and host causes. The figures of all steps
-    at once over sorted arrays: the cost grows with events, not events x steps."""
+def step_reports(d: RankDetail, capture: Capture) -> StepReports:
+    """Every step with GPU activity: its figures as columns, of all steps at once over sorted arrays
+    (the cost grows with events, not events x steps); its verdict and host causes when it is read."""
     tl, att = d.timeline, d.attribution
     n_steps = len(att.steps)
     step_lo, step_hi = d.step_start_us, d.step_end_us
@@ -517,55 +675,45 @@ def step_reports(d: RankDetail, capture: Capture) -> list[StepReport]:
     captured_per_step = np.bincount(att.call_step[captured_launch], minlength=n_steps)
     has_gpu = np.bincount(att.gpu_step[att.gpu_step >= 0], minlength=n_steps) > 0
     shown = np.flatnonzero(has_gpu)
-    step_causes = d.host_pieces.causes_in(
-        step_lo[shown], step_hi[shown], np.array([per_step[i].host_idle_us for i in shown.tolist()]), top=3
+    logged = np.asarray(att.comm_phases)[shown] if att.comm_phases is not None else np.full(len(shown), -1)
+    picked = shown.tolist()
+    lo, hi = step_lo[shown], step_hi[shown]
+    table = StepTable(
+        index=shown.astype(np.int64),
+        start_us=lo,
+        end_us=hi,
+        period_us=step_periods(lo, hi),
+        comm_ops=np.where(logged >= 0, logged, ops[shown]).astype(np.int64),
+        comm_ops_from_log=logged >= 0,
+        captured_launches=captured_per_step[shown].astype(np.int64),
+        metrics=MetricColumns({k: v[shown] for k, v in per_step.columns.items()}),
+        label=[att.steps.label[i] for i in picked],
+        path=[att.steps.path[i] for i in picked],
+        phase=[att.steps.phase[i] for i in picked],
+        context_tokens=[att.steps.context_tokens[i] for i in picked],
+        generation_tokens=[att.steps.generation_tokens[i] for i in picked],
+        stalls={},
     )
-    steps: list[StepReport] = []
-    for i, causes in zip(map(int, shown), step_causes):
-        m = per_step[i]
-        logged = att.comm_phases[i] if att.comm_phases is not None else -1
-        steps.append(
-            StepReport(
-                label=att.steps.label[i],
-                path=att.steps.path[i],
-                wall_us=float(step_hi[i] - step_lo[i]),
-                comm_ops=int(logged) if logged >= 0 else int(ops[i]),
-                comm_ops_from_log=logged >= 0,
-                metrics=m,
-                verdict=decide(m, microbatched=d.microbatched),
-                index=i,
-                start_us=float(step_lo[i]),
-                end_us=float(step_hi[i]),
-                phase=att.steps.phase[i],
-                context_tokens=att.steps.context_tokens[i],
-                generation_tokens=att.steps.generation_tokens[i],
-                captured_launches=int(captured_per_step[i]),
-                host_causes=causes,
-            )
-        )
-    return with_stalls(d, steps)
+    return StepReports(replace(table, stalls=step_stalls(d, table)), d.host_pieces, d.microbatched)
 
 
-def with_stalls(d: RankDetail, steps: list[StepReport]) -> list[StepReport]:
-    """The steps with their periods and stalls (analysis/stalls.py): compile/JIT ranges and graph
-    captures inside a step's period, and periods that are outliers against their phase."""
-    if not steps:
-        return steps
+def step_stalls(d: RankDetail, steps: StepTable) -> dict[int, Stall]:
+    """The steps' stalls by position (analysis/stalls.py): compile/JIT ranges and graph captures
+    inside a step's period, and periods that are outliers against their phase."""
+    if not len(steps):
+        return {}
     tl = d.timeline
-    lo = np.array([s.start_us for s in steps])
-    hi = np.array([s.end_us for s in steps])
-    periods = step_periods(lo, hi)
+    lo, hi = steps.start_us, steps.end_us
     jit = compile_ranges(tl.names, tl.cpu.name)
     c_start, c_end = tl.cpu.start[jit], tl.cpu.end[jit]
     w_start, w_end, _lanes = capture_windows(tl.calls.start, tl.calls.end, tl.calls.lane, d.call_kind)
-    stalls = find_stalls(
-        period_us=periods,
-        phase=[s.phase for s in steps],
+    return find_stalls(
+        period_us=steps.period_us,
+        phase=steps.phase,
         compile_us=in_periods(lo, hi, c_start, c_end),
         capture_us=in_periods(lo, hi, w_start, w_end),
         compile_names=top_compile_names(lo, hi, c_start, c_end, tl.cpu.name[jit], tl.names),
     )
-    return [replace(s, period_us=float(p), stall=st) for s, p, st in zip(steps, periods.tolist(), stalls)]
 
 
 @dataclass(frozen=True)
@@ -581,33 +729,33 @@ class WholeWindow:
     steady: TimeBuckets  # what the host test measured: the steady steps' union, or the window less the stalls'
 
 
-def whole_window(d: RankDetail, steps: list[StepReport]) -> WholeWindow:
+def whole_window(d: RankDetail, steps: StepTable) -> WholeWindow:
     tl = d.timeline
     lo, hi = d.window_us
     whole = (np.array([lo]), np.array([hi]))
     total = metrics_of(d, gpu=np.ones(len(tl.gpu), bool), calls=np.ones(len(tl.calls), bool), windows=whole)
     part = d.partition
     window = TimeBuckets.from_row(hi - lo, part.measure(*whole)[0])
-    reported = np.array([s.index for s in steps], np.int64)
+    reported = steps.index
     steps_union = union(d.step_start_us[reported], d.step_end_us[reported]) if len(reported) else (np.empty(0), np.empty(0))
     in_steps = _buckets_over(part, steps_union)
     # The host test and its causes over the steady state: the stalls' windows left out
-    stalled = [s for s in steps if s.stall is not None]
-    steady_steps = [s for s in steps if s.stall is None] or steps
+    stalled = steps.stalled
+    steady_steps = ~stalled if not stalled.all() else np.ones(len(stalled), bool)
     if d.attribution.steps.inferred or in_steps.window_us <= 0:
-        stall_union = union(np.array([s.start_us for s in stalled]), np.array([s.end_us for s in stalled]))
-        region = difference(whole, stall_union) if stalled else whole
+        stall_union = union(steps.start_us[stalled], steps.end_us[stalled])
+        region = difference(whole, stall_union) if stalled.any() else whole
         steady_window = _buckets_over(part, region)
         steady = steady_window
     else:
-        region = union(np.array([s.start_us for s in steady_steps]), np.array([s.end_us for s in steady_steps]))
+        region = union(steps.start_us[steady_steps], steps.end_us[steady_steps])
         steady = _buckets_over(part, region)
         steady_window = window
     host_test = host_test_of(d.attribution.steps.inferred, steady_window, steady)
     causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
-        if not stalled and host_test.basis == HOST_BASIS_WINDOW
+        if not stalled.any() and host_test.basis == HOST_BASIS_WINDOW
         else d.host_pieces.causes_in_union(region[0], region[1], steady.host_idle_us)
     )
     return WholeWindow(total, window, in_steps, host_test, causes, causes_window, steady)
@@ -743,11 +891,13 @@ def _log_step_begins(logs: list[EventLogData]) -> np.ndarray | None:
     return np.sort(np.array(begins, np.int64)) if begins else None
 
 
-def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> list[WindowTime]:
-    """Each window's time on its own (windows may overlap each other), all at once."""
+def window_times(part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowTimes:
+    """Each window's time on its own (windows may overlap each other), all at once: as
+    _window_time's, a column each."""
     rows = part.measure(lo, hi)
     host_gaps, all_gaps = part.gaps_in(lo, hi)
-    return [_window_time(float(hi[i] - lo[i]), rows[i], int(host_gaps[i]), int(all_gaps[i])) for i in range(len(lo))]
+    busy = rows[:, B_COMPUTE] + rows[:, B_COMM] + rows[:, B_COPY]  # TimeBuckets.busy_us, in its order
+    return WindowTimes(hi - lo, busy, rows[:, B_HOST].copy(), host_gaps.astype(np.int64), all_gaps.astype(np.int64))
 
 
 def window_time(part: Partition, lo: np.ndarray, hi: np.ndarray) -> WindowTime:
@@ -762,24 +912,24 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
     return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
-def phase_report(d: RankDetail, *, phase: str, steps: list[StepReport]) -> PhaseReport:
+def phase_report(d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
-    its step-time spread over all its steps' periods, stalls included."""
+    its step-time spread over all its steps' periods, stalls included. at: its steps' positions."""
     att = d.attribution
-    steady = steady_or_all(steps)
-    idx = np.array([s.index for s in steady], np.int64)
-    windows = (np.array([s.start_us for s in steady]), np.array([s.end_us for s in steady]))
+    steady = steps.steady_or_all(at)
+    idx = steps.index[steady]
+    windows = (steps.start_us[steady], steps.end_us[steady])
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     return PhaseReport(
         phase=phase,
-        steps=len(steps),
-        median_step_us=float(np.median([s.period_us for s in steady])),
+        steps=len(at),
+        median_step_us=float(np.median(steps.period_us[steady])),
         metrics=m,
         verdict=decide(m, microbatched=d.microbatched, causes=causes),
         host_causes=causes,
-        step_spread=spread([s.period_us for s in steps]),
-        stalls=sum(s.stall is not None for s in steps),
+        step_spread=spread(steps.period_us[at]),
+        stalls=int(steps.stalled[at].sum()),
     )
 
 
@@ -811,7 +961,7 @@ def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
     return replace(v, reasons=reasons)
 
 
-def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | None:
+def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     """The disaggregated round trips of an attention rank (analysis/roundtrips.py)."""
     tl, att = d.timeline, d.attribution
     p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
@@ -823,18 +973,19 @@ def rank_round_trips(d: RankDetail, steps: list[StepReport]) -> AfdRoundTrips | 
     kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
     return summarize_round_trips(
         rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
-        step_compute_us={s.index: s.metrics.compute_busy_us for s in steps}, layers=att.layers,
+        step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
         kernels_per_step=kernels_per_step,
     )  # fmt: skip
 
 
-def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseReport]) -> tuple[list[StepReport], list[PhaseReport]]:
+def _afd_labels(afd: AfdRoundTrips, steps: StepReports, phases: list[PhaseReport]) -> tuple[StepReports, list[PhaseReport]]:
     """A disaggregated rank's steps and phases labelled as its run is (verdict.with_round_trip_share):
     by the share of their own round trips' time under the other microbatch's compute, not by kernel
     overlap, which the sends and receives on the compute stream make 0% by construction."""
     rows = afd.rows
     rt = rows.round_trip_us
-    n = max([s.index for s in steps], default=-1) + 1
+    table = steps.table
+    n = int(table.index.max()) + 1 if len(table) else 0
     ok = (rows.step >= 0) & (rows.step < n)
     total = np.bincount(rows.step[ok], weights=rt[ok], minlength=n)
     hidden = np.bincount(rows.step[ok], weights=rows.hidden_us[ok], minlength=n)
@@ -843,14 +994,12 @@ def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseR
         t = float(total[ix].sum()) if ix else 0.0
         return float(hidden[ix].sum()) / t if t > 0 else None
 
-    steps = [
-        replace(s, verdict=with_round_trip_share(s.verdict, share([s.index]), afd.microbatched)) for s in steps
-    ]
+    steps = steps.with_round_trip_share([share([i]) for i in table.index.tolist()], afd.microbatched)
     phases = [
         p if p.verdict is None else replace(
             p,
             verdict=with_round_trip_share(
-                p.verdict, share([s.index for s in steady_or_all([s for s in steps if s.phase == p.phase])]), afd.microbatched
+                p.verdict, share(table.index[table.steady_or_all(table.of_phase(p.phase))].tolist()), afd.microbatched
             ),
         )
         for p in phases
@@ -858,24 +1007,19 @@ def _afd_labels(afd: AfdRoundTrips, steps: list[StepReport], phases: list[PhaseR
     return steps, phases
 
 
-def steady_or_all(steps: list[StepReport]) -> list[StepReport]:
-    """The steps a phase's figures and verdict are over: its steady ones, or all of them where every
-    one stalled."""
-    return [s for s in steps if s.stall is None] or steps
-
-
 def _round_trips(
-    steps: list[StepReport], layers: int | None, microbatched: bool, afd: AfdRoundTrips | None = None
+    steps: StepTable, layers: int | None, microbatched: bool, afd: AfdRoundTrips | None = None
 ) -> RoundTrips | None:
-    if not steps:
+    if not len(steps):
         return None
+    comm_busy, compute_busy = steps.metrics["comm_busy_us"], steps.metrics["compute_busy_us"]
     if afd is not None:  # a send and its receive are one round trip: two comm operations
         counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
         rt = round_trips(
-            np.array([s.step_us for s in steps]),
-            np.array([2.0 * counts.get(s.index, 0) for s in steps]),
-            np.array([s.metrics.comm_busy_us for s in steps]),
-            np.array([s.metrics.compute_busy_us for s in steps]),
+            steps.period_us,
+            np.array([2.0 * counts.get(i, 0) for i in steps.index.tolist()]),
+            comm_busy,
+            compute_busy,
             afd.layers,
             "disaggregated round trips (a data-plane send and its receive; comm per round trip: its exposed time)"
             + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
@@ -886,18 +1030,18 @@ def _round_trips(
         return None if rt is None else replace(
             rt, comm_per_round_trip_us=exposed, ratio=rt.compute_per_round_trip_us / exposed if exposed > 0 else None
         )
-    from_log = [s.comm_ops_from_log for s in steps]
-    if all(from_log):
+    from_log = steps.comm_ops_from_log
+    if from_log.all():
         source = "comm phases in the event log"
-    elif not any(from_log):
+    elif not from_log.any():
         source = "comm operations (runs of comm kernels launched back to back)"
     else:
         source = "comm phases in the event log, comm operations where a step had none (graph replay)"
     return round_trips(
-        np.array([s.step_us for s in steps]),
-        np.array([s.comm_ops for s in steps], dtype=float),
-        np.array([s.metrics.comm_busy_us for s in steps]),
-        np.array([s.metrics.compute_busy_us for s in steps]),
+        steps.period_us,
+        steps.comm_ops.astype(float),
+        comm_busy,
+        compute_busy,
         layers,
         source,
         microbatched,
@@ -1022,7 +1166,7 @@ def combine(
         _summed_capture([r.capture for r in ranks]),
         window.host_idle_us,
     )
-    numbered = [(r.rank if len(ranks) > 1 else None, n + 1, s) for r in ranks for n, s in enumerate(r.steps)]
+    numbered = [(r.rank if len(ranks) > 1 else None, r.steps) for r in ranks]
     return Report(
         what_if=_what_if(rt, ranks, options),
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
@@ -1045,16 +1189,17 @@ def combine(
 STALLS_NAMED = 3  # stalls named in the line; the rest counted
 
 
-def stall_line(numbered: list[tuple[int | None, int, StepReport]]) -> str | None:
-    """The stalls in one line (numbered: (rank or None, the step's row number, the step)): how many,
-    what they cost beyond their phases' steady medians, and each of the largest with its cause."""
-    stalled = [(r, n, s) for r, n, s in numbered if s.stall is not None]
+def stall_line(numbered: list[tuple[int | None, StepReports]]) -> str | None:
+    """The stalls in one line (numbered: (rank or None, its steps) in row order): how many, what they
+    cost beyond their phases' steady medians, and each of the largest with its cause."""
+    stalled = [(r, k, steps) for r, steps in numbered for k in sorted(steps.table.stalls)]
     if not stalled:
         return None
-    extra = sum(max(s.stall.extra_us or 0.0, 0.0) for _r, _n, s in stalled if s.stall is not None)
-    stalled.sort(key=lambda x: -x[2].period_us)
+    extra = sum(max(steps.table.stalls[k].extra_us or 0.0, 0.0) for _r, k, steps in stalled)
+    stalled.sort(key=lambda x: -x[2].table.period_us[x[1]])
     parts = []
-    for rank, number, step in stalled[:STALLS_NAMED]:
+    for rank, k, steps in stalled[:STALLS_NAMED]:
+        step, number = steps[k], k + 1
         st = step.stall
         assert st is not None
         where = f"rank {rank} step {number}" if rank is not None else f"step {number}"
@@ -1072,14 +1217,14 @@ def stall_line(numbered: list[tuple[int | None, int, StepReport]]) -> str | None
             + python
         )
     more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
-    steps = len(numbered)
+    steps = sum(len(s) for _r, s in numbered)
     return (
         f"stalls, left out of the verdict: {len(stalled)} of {steps} {'step' if steps == 1 else 'steps'} "
         f"({extra / 1000:.2f} ms beyond their phases' steady medians): " + "; ".join(parts) + more
     )
 
 
-def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, int, StepReport]]) -> Verdict:
+def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, StepReports]]) -> Verdict:
     """The verdict with the stalls' line first among its reasons (its figures are the steady state's)."""
     line = stall_line(numbered)
     return verdict if line is None else replace(verdict, reasons=[line] + list(verdict.reasons))
@@ -1241,8 +1386,8 @@ def across_ranks(
             notes += first_notes
     if alignment.note:
         notes.append(alignment.note)
-    walls = [s.wall_us for r in ranks for s in r.steps]  # the threshold is a scale: the windows, as docs say
-    median_step = float(np.median(walls)) if walls else None
+    walls = np.concatenate([r.steps.table.wall_us for r in ranks])  # the threshold is a scale: the windows, as docs say
+    median_step = float(np.median(walls)) if len(walls) else None
     threshold = straggler_threshold(median_step, alignment.accuracy_us)  # one for the waits and the view
     waits: PeerWaits | None = None
     if alignment.aligned:
@@ -1285,7 +1430,7 @@ def _rank_comm(r: RankReport) -> RankComm:
     ]
     collective = [names[x] if x >= 0 else "" for x in args.collective[comm].tolist()]
     signature = [f"{names[n]}|{col}" for n, col in zip(tl.gpu.name[comm].tolist(), collective)]
-    position = {s.index: k for k, s in enumerate(r.steps)}
+    position = dict(zip(r.steps.table.index.tolist(), range(len(r.steps))))
     step = np.array([position.get(int(x), -1) for x in att.gpu_step[comm]], np.int64)
     return RankComm(
         rank=r.rank,
@@ -1338,7 +1483,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
         (tl.gpu.start[index], tl.gpu.end[index]), wait, (tl.gpu.start[compute], tl.gpu.end[compute]),
         partial=len(index) < int(comm_all.sum()),
     )  # fmt: skip
-    rt = r.round_trips if r.afd is not None else _round_trip_waits(r.round_trips, r.steps, d, index, wait)
+    rt = r.round_trips if r.afd is not None else _round_trip_waits(r.round_trips, r.steps.table, d, index, wait)
     return replace(
         r,
         exposure=exposed,
@@ -1351,7 +1496,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
 
 
 def _round_trip_waits(
-    rt: RoundTrips | None, steps: list[StepReport], d: RankDetail, index: np.ndarray, wait: np.ndarray
+    rt: RoundTrips | None, steps: StepTable, d: RankDetail, index: np.ndarray, wait: np.ndarray
 ) -> RoundTrips | None:
     """The round trip's comm apart into waiting for peer ranks and transfer: per step the time its
     comm kernels' waits cover (once, where kernels overlap) and the rest of its comm busy time, each
@@ -1359,19 +1504,19 @@ def _round_trip_waits(
     kernels and each one's wait."""
     if rt is None:
         return None
-    ops = np.array([s.comm_ops for s in steps], float)
+    ops = steps.comm_ops.astype(float)
     ok = ops > 0
     if not ok.any():
         return rt
-    position = np.full(int(max([s.index for s in steps], default=-1)) + 1, -1, np.int64)
-    position[[s.index for s in steps]] = np.arange(len(steps))
+    position = np.full(int(steps.index.max()) + 1, -1, np.int64)
+    position[steps.index] = np.arange(len(steps))
     step = d.attribution.gpu_step[index]
     at = np.where((step >= 0) & (step < len(position)), position[np.clip(step, 0, max(len(position) - 1, 0))], -1)
     start = d.timeline.gpu.start[index]
     covered = grouped_length(np.where(wait > 0, at, -1), len(steps), start, start + wait)
     trips = ops[ok] / COMM_OPS_PER_ROUND_TRIP
     wait = covered[ok]
-    busy = np.array([s.metrics.comm_busy_us for s in steps])[ok]
+    busy = steps.metrics["comm_busy_us"][ok]
     return replace(
         rt,
         wait_per_round_trip_us=float(np.median(wait / trips)),
@@ -1381,7 +1526,7 @@ def _round_trip_waits(
 
 def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
     offset = alignment.offset_us.get(r.rank)
-    starts = [s.start_us + offset for s in r.steps] if r.steps and offset is not None else None
+    starts = (r.steps.table.start_us + offset).tolist() if len(r.steps) and offset is not None else None
     return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
 
 
@@ -1391,8 +1536,9 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
     out = []
     for name in dict.fromkeys(p.phase for r in ranks for p in r.phases):
         parts = [p for r in ranks for p in r.phases if p.phase == name]
-        walls = [s.period_us for r in ranks for s in r.steps if s.phase == name]
-        steady = [s.period_us for r in ranks for s in r.steps if s.phase == name and s.stall is None] or walls
+        tables = [r.steps.table for r in ranks]
+        walls = [x for t in tables for x in t.period_us[t.of_phase(name)].tolist()]
+        steady = [x for t in tables for x in t.period_us[_steady_of(t, t.of_phase(name))].tolist()] or walls
         out.append(
             PhaseReport(
                 phase=name,
@@ -1407,6 +1553,11 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
             )
         )
     return out
+
+
+def _steady_of(t: StepTable, at: np.ndarray) -> np.ndarray:
+    """Of the positions `at`, the steady steps' (none where every one stalled)."""
+    return at[~t.stalled[at]]
 
 
 _SPLIT = ("wait_per_round_trip_us", "transfer_per_round_trip_us")

@@ -119,13 +119,15 @@ def top_compile_names(
     outer = np.r_[True, rs[1:] >= np.maximum.accumulate(re_)[:-1]]
     rs, re_, rn = rs[outer], re_[outer], rn[outer]
     stop = np.minimum(next_starts(start), end)
-    for lo, hi in zip(start.tolist(), stop.tolist()):
-        a, b = np.searchsorted(rs, lo, side="left"), np.searchsorted(rs, hi, side="left")
+    first, last = np.searchsorted(rs, start, side="left"), np.searchsorted(rs, stop, side="left")
+    out = [()] * len(start)
+    for i in np.flatnonzero(last > first).tolist():  # only the steps a range starts in: few
+        hi = float(stop[i])
         totals: dict[str, float] = {}
-        for k in range(a, b):
+        for k in range(int(first[i]), int(last[i])):
             n = names[int(rn[k])]
             totals[n] = totals.get(n, 0.0) + float(min(re_[k], hi) - rs[k])
-        out.append(tuple(sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:top]))
+        out[i] = tuple(sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:top])
     return out
 
 
@@ -136,51 +138,44 @@ def find_stalls(
     compile_us: np.ndarray,  # (n,) float64: compile/JIT ranges inside its period
     capture_us: np.ndarray,  # (n,) float64: graph capture inside its period
     compile_names: list[tuple[tuple[str, float], ...]],
-) -> list[Stall | None]:
-    """Each step's stall, or None where it is steady state. Per phase: compile or capture steps
-    first, then outliers among the rest (median and MAD of the rest); the cost is measured against
-    the median of the phase's steady steps."""
+) -> dict[int, Stall]:
+    """Each stalled step's Stall by position; the steps not in it are steady state. Per phase:
+    compile or capture steps first, then outliers among the rest (median and MAD of the rest); the
+    cost is measured against the median of the phase's steady steps."""
     n = len(period_us)
-    kind: list[str | None] = [None] * n
-    for i in range(n):
-        floor = max(COMPILE_MIN_US, COMPILE_MIN_SHARE * period_us[i])
-        if compile_us[i] >= floor:
-            kind[i] = COMPILE
-        elif capture_us[i] >= floor:
-            kind[i] = CAPTURE
-    medians: dict[str | None, float | None] = {}
-    for p in dict.fromkeys(phase):
-        idx = [i for i in range(n) if phase[i] == p and kind[i] is None]
+    steady_kind, causes = 0, ("", COMPILE, CAPTURE, OUTLIER)  # kind: an index into causes
+    floor = np.fmax(COMPILE_MIN_US, COMPILE_MIN_SHARE * period_us)  # fmax: as max(), a NaN period gets the floor
+    kind = np.where(compile_us >= floor, 1, np.where(capture_us >= floor, 2, steady_kind))
+    names = list(dict.fromkeys(phase))
+    code = np.array([names.index(p) for p in phase], np.int64) if len(names) > 1 else np.zeros(n, np.int64)
+    median = np.zeros(n)  # each step's phase's steady median, where it has one
+    has_median = np.zeros(n, bool)
+    for k in range(len(names)):
+        mine = code == k
+        idx = np.flatnonzero(mine & (kind == steady_kind))
         if len(idx) >= MIN_OUTLIER_STEPS:
             x = period_us[idx]
             med = float(np.median(x))
             mad = float(np.median(np.abs(x - med))) * MAD_SCALE
-            for i in idx:
-                if period_us[i] > med + OUTLIER_MADS * mad and period_us[i] > OUTLIER_RATIO * med:
-                    kind[i] = OUTLIER
+            kind[idx[(x > med + OUTLIER_MADS * mad) & (x > OUTLIER_RATIO * med)]] = 3
         elif len(idx) >= 3:  # a few steps: each against the median of the others, far beyond it only
-            for i in idx:
-                others = float(np.median([period_us[j] for j in idx if j != i]))
+            for i in idx.tolist():
+                others = float(np.median([period_us[j] for j in idx.tolist() if j != i]))
                 if period_us[i] > FAR_OUTLIER_RATIO * others:
-                    kind[i] = OUTLIER
-        steady = [period_us[i] for i in range(n) if phase[i] == p and kind[i] is None]
-        medians[p] = float(np.median(steady)) if steady else None
-    out: list[Stall | None] = []
-    for i in range(n):
-        k = kind[i]
-        if k is None:
-            out.append(None)
-            continue
-        base = medians[phase[i]]
-        out.append(
-            Stall(
-                cause=k,
-                extra_us=None if base is None else float(period_us[i] - base),
-                compile_us=float(compile_us[i]),
-                capture_us=float(capture_us[i]),
-                compile_ranges=compile_names[i],
-                phase_median_us=base,
-            )
+                    kind[i] = 3
+        steady = period_us[mine & (kind == steady_kind)]
+        if len(steady):
+            median[mine], has_median[mine] = float(np.median(steady)), True
+    out: dict[int, Stall] = {}
+    for i in np.flatnonzero(kind != steady_kind).tolist():
+        base = float(median[i]) if has_median[i] else None
+        out[i] = Stall(
+            cause=causes[kind[i]],
+            extra_us=None if base is None else float(period_us[i] - base),
+            compile_us=float(compile_us[i]),
+            capture_us=float(capture_us[i]),
+            compile_ranges=compile_names[i],
+            phase_median_us=base,
         )
     return out
 

@@ -222,7 +222,7 @@ def check_layer(report: Report, layer: int) -> None:
     from dbo_trace.render.document import build_document
     from dbo_trace.render.format import layers_seen
 
-    seen = layers_seen(build_document(report))
+    seen = layers_seen(build_document(report, lazy_steps=True))
     if layer not in seen:
         known = f"layers {min(seen)} to {max(seen)}" if seen else "no layer labels (pass --layers, or record with the event log)"
         fail(f"--layer {layer}: the report has {known}")

@@ -28,11 +28,12 @@ from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport
+from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport, StepTable
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
+from dbo_trace.render.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
     LayerOpsRow,
     LedgerBlock,
@@ -201,15 +202,17 @@ class StepGraphs(Graphs):
     captured_launches: Count
 
 
-def graph_step_counts(steps: list[StepReport]) -> dict[str, int]:
-    """Steps by how they reached the GPU: replayed graphs, captured graphs (recorded, not run), eager."""
-    replayed = sum(1 for s in steps if s.replayed)
-    captured = sum(1 for s in steps if s.captured_launches and not s.replayed)
+def graph_step_counts(tables: list[StepTable]) -> dict[str, int]:
+    """Steps (a rank's, or every rank's) by how they reached the GPU: replayed graphs, captured
+    graphs (recorded, not run), eager."""
+    steps = sum(len(t) for t in tables)
+    replayed = sum(int(t.replayed.sum()) for t in tables)
+    captured = sum(int(((t.captured_launches > 0) & ~t.replayed).sum()) for t in tables)
     return {
         "steps_replayed": replayed,
         "steps_captured": captured,
-        "steps_eager": len(steps) - replayed - captured,
-        "captured_launches": sum(s.captured_launches for s in steps),
+        "steps_eager": steps - replayed - captured,
+        "captured_launches": sum(int(t.captured_launches.sum()) for t in tables),
     }
 
 
@@ -1196,7 +1199,8 @@ def peer_wait_block(r: RankWaits, view: CrossRank, split: WaitSplit | None = Non
     )
 
 
-def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
+def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: bool = False) -> RankBlock:
+    """lazy_steps: its step blocks built when read (build_document)."""
     bound = r.verdict.label == HOST_BOUND
     waits = cross_rank.waits if cross_rank is not None else None
     mine = waits.ranks.get(r.rank) if waits is not None else None
@@ -1206,7 +1210,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         gpu=figures_of(Gpu, r.total),
         comm=figures_of(Comm, r.total),
         host=figures_of(Host, r.total, bound=bound),
-        graphs=figures_of(StepGraphs, r.total, **graph_step_counts(r.steps)),
+        graphs=figures_of(StepGraphs, r.total, **graph_step_counts([r.steps.table])),
         steps_source=r.step_source,
         steps_inferred=r.steps_inferred,
         microbatch_source=r.attribution,
@@ -1241,7 +1245,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
         kernel_summary=kernel_summary_block(r.kernel_summary),
         cpu_range_summary=cpu_range_block(r.cpu_ranges),
         round_trips=round_trips_block(r.round_trips),
-        steps=[step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)],
+        steps=step_blocks(r, lazy_steps),
         verdict=verdict_block(r.verdict),
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=list(r.notes),
@@ -1258,14 +1262,25 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None) -> RankBlock:
     )
 
 
+def step_blocks(r: RankReport, lazy: bool) -> list[StepBlock]:
+    """A rank's step blocks, each numbered from 1; lazy: each built when read (a LazyList)."""
+    if not lazy:
+        return [step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)]
+    steps = r.steps
+    return cast("list[StepBlock]", LazyList(len(steps), lambda i: step_block(steps[i], r.rank, i + 1)))
+
+
 def _sources(values: list[str]) -> str:
     unique = list(dict.fromkeys(values))
     return unique[0] if len(unique) == 1 else "; ".join(f"rank {i}: {v}" for i, v in enumerate(values))
 
 
-def build_document(report: Report) -> ReportDocument:
+def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
+    """lazy_steps: the per-step blocks (the ranks' and the run's) are built when a renderer reads
+    them: the terminal shows 20 and the Markdown 200 of a run's 100,000. Such a document cannot be
+    encoded (--json and --html build theirs whole)."""
     m = report.total
-    ranks = [rank_block(r, report.cross_rank) for r in report.ranks]
+    ranks = [rank_block(r, report.cross_rank, lazy_steps) for r in report.ranks]
     bound = report.verdict.label == HOST_BOUND
     return ReportDocument(
         schema=SCHEMA,
@@ -1275,7 +1290,7 @@ def build_document(report: Report) -> ReportDocument:
         gpu=figures_of(Gpu, m),
         comm=figures_of(Comm, m),
         host=figures_of(Host, m, bound=bound),
-        graphs=figures_of(StepGraphs, m, **graph_step_counts([s for r in report.ranks for s in r.steps])),
+        graphs=figures_of(StepGraphs, m, **graph_step_counts([r.steps.table for r in report.ranks])),
         steps_source=_sources([r.step_source for r in report.ranks]),
         microbatch_source=_sources([r.attribution for r in report.ranks]),
         time=time_block(report.window),
@@ -1292,7 +1307,10 @@ def build_document(report: Report) -> ReportDocument:
         ),
         phases={p.phase: phase_block(p) for p in report.phases},
         round_trips=round_trips_block(report.round_trips),
-        steps=[step for rank in ranks for step in rank.steps],  # the ranks' own step blocks, built once
+        # the ranks' own step blocks, built once
+        steps=cast("list[StepBlock]", concatenated([r.steps for r in ranks]))
+        if lazy_steps
+        else [step for rank in ranks for step in rank.steps],
         verdict=verdict_block(report.verdict),
         options=OptionsBlock(
             comm_kernels=list(report.options.comm_patterns),

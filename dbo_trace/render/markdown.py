@@ -112,7 +112,7 @@ class MarkdownRenderer:
     name, suffixes, binary = "markdown", (".md",), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
-        return self.render_document(build_document(report), options)
+        return self.render_document(build_document(report, lazy_steps=True), options)
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""

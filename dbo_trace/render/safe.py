@@ -18,6 +18,7 @@ import re
 from typing import Any, Iterator, TypeVar, cast
 
 from dbo_trace.errors import inert
+from dbo_trace.render.lazy import LazyList
 
 
 def visible(text: str) -> str:
@@ -45,11 +46,9 @@ T = TypeVar("T")
 def terminal_document(value: T) -> T:
     """A document (the ReportDocument tree of Structs, or dicts, lists, strings, numbers) with every
     string, keys too, made terminal_text: the same tree, its Structs of the same types."""
-    import msgspec
-
     try:
         if not any(_unsafe(piece) for piece in _encoded(value)):
-            return value  # the common case, at the encoder's speed: nothing to escape
+            return _lazy_inert(value)  # the common case, at the encoder's speed: nothing to escape
     except (TypeError, ValueError, OverflowError):  # a lone surrogate (UnicodeEncodeError), ...: walk
         pass
     return cast(T, _terminal_walk(value))
@@ -70,9 +69,36 @@ def _encoded(value: Any) -> Iterator[bytes]:
                 yield from _encoded(field)
     elif isinstance(value, list) and len(value) > _PIECE_ITEMS:
         for at in range(0, len(value), _PIECE_ITEMS):
-            yield msgspec.json.encode(value[at : at + _PIECE_ITEMS])
+            yield msgspec.json.encode(value[at : at + _PIECE_ITEMS], enc_hook=_unbuilt)
     else:
-        yield msgspec.json.encode(value)
+        yield msgspec.json.encode(value, enc_hook=_unbuilt)
+
+
+def _unbuilt(value: Any) -> Any:
+    """A lazy list's items are not looked at here: each is made inert when built (_lazy_inert)."""
+    if isinstance(value, LazyList):
+        return []
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _lazy_inert(value: Any) -> Any:
+    """The value with each lazy list in it (a document's step blocks, built when read) making its
+    items inert as they are built; the value itself where it holds none."""
+    import msgspec
+
+    if isinstance(value, LazyList):
+        return value.mapped(_terminal_walk)
+    if isinstance(value, msgspec.Struct):
+        changed = {}
+        for f in value.__struct_fields__:
+            old = getattr(value, f)
+            if (new := _lazy_inert(old)) is not old:
+                changed[f] = new
+        return msgspec.structs.replace(value, **changed) if changed else value
+    if isinstance(value, list) and value and isinstance(value[0], msgspec.Struct):
+        items = [_lazy_inert(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value)) else value
+    return value
 
 
 def _unsafe(data: bytes) -> bool:
@@ -86,6 +112,8 @@ def _terminal_walk(value: Any) -> Any:
 
     if isinstance(value, str):
         return terminal_text(value)
+    if isinstance(value, LazyList):
+        return value.mapped(_terminal_walk)
     if isinstance(value, msgspec.Struct):
         return msgspec.structs.replace(value, **{f: _terminal_walk(getattr(value, f)) for f in value.__struct_fields__})
     if isinstance(value, dict):

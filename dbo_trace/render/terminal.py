@@ -223,7 +223,7 @@ class TerminalRenderer:
     name, suffixes, binary = "terminal", (".txt",), False
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> str:
-        return self.render_document(build_document(report), options)
+        return self.render_document(build_document(report, lazy_steps=True), options)
 
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
@@ -319,7 +319,8 @@ class TerminalRenderer:
                 out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
 
         rows = d.steps
-        one_rank = len({s.rank for s in rows}) <= 1  # the rank column says nothing then
+        # the rank column says nothing where one rank has steps (d.steps: the ranks' step blocks in turn)
+        one_rank = len({r.rank for r in d.ranks if r.steps}) <= 1
         out.table(
             "per step",
             [replace(c, keep=1 if one_rank else NEVER) if c.header == "rank" else c for c in STEP_COLUMNS],
