@@ -2,7 +2,6 @@
 
 import gzip
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -64,19 +63,17 @@ def inflater(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # 2: inflated on a thread beside the decoding (_Inflating)
-def test_both_inflaters_read_members_and_padding_alike(tmp_path, inflater, workers):
+def test_both_inflaters_read_members_and_padding_alike(tmp_path, inflater):
     text = gzip.decompress(sample_trace("overlap").read_bytes())
     cut = len(text) // 2
     path = tmp_path / "members.json.gz"
     path.write_bytes(gzip.compress(text[:cut], compresslevel=9) + bytes(3) + gzip.compress(text[cut:], compresslevel=1))
     for block in (97, 4096, 1 << 20):
-        assert _got(read_kineto(path, block=block, workers=workers)) == _expected(json.loads(text))
+        assert _got(read_kineto(path, block=block)) == _expected(json.loads(text))
 
 
-@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("damage", ["truncated", "corrupt"])
-def test_both_inflaters_refuse_bad_gzip_in_one_line(tmp_path, inflater, damage, workers):
+def test_both_inflaters_refuse_bad_gzip_in_one_line(tmp_path, inflater, damage):
     from dbo_trace.trace.errors import InputError
 
     data = bytearray(sample_trace("overlap").read_bytes())
@@ -87,9 +84,8 @@ def test_both_inflaters_refuse_bad_gzip_in_one_line(tmp_path, inflater, damage, 
     path = tmp_path / f"{damage}.json.gz"
     path.write_bytes(bytes(data))
     with pytest.raises(InputError, match="truncated or corrupt gzip") as caught:
-        read_kineto(path, workers=workers)
+        read_kineto(path)
     assert "\n" not in str(caught.value) and str(path) in str(caught.value)
-    assert not [t for t in threading.enumerate() if t.name == "dbo-trace inflate"], "the inflating thread outlived the read"
 
 
 @pytest.mark.parametrize("style", ["minified", "indented"])

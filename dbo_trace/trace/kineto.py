@@ -435,70 +435,11 @@ class _Gunzip:
         self.fh.close()
 
 
-class _Inflating:
-    """A gzip file inflated on a thread of its own, a few blocks ahead of the decoding: ISA-L and zlib
-    let go of the GIL while they inflate, so with a second core free the inflating (a tenth of a
-    read) costs no wall time. Errors reach read() as the inflater raised them. read(size) returns
-    at least `size` bytes (whole blocks), fewer only at the end."""
-
-    DEPTH = 4  # blocks inflated ahead: 4 MB held at most
-
-    def __init__(self, inner: _Gunzip, block: int):
-        import queue
-        import threading
-
-        self.inner, self.position = inner, 0
-        self.ready: queue.Queue[tuple[bytes, int, BaseException | None]] = queue.Queue(self.DEPTH)
-        self.stopping, self.ended = threading.Event(), False
-        self.thread = threading.Thread(target=self._inflate_all, args=(block,), name="dbo-trace inflate", daemon=True)
-        self.thread.start()
-
-    def _inflate_all(self, block: int) -> None:
-        try:
-            while not self.stopping.is_set():
-                data = self.inner.read(block)
-                self._put((data, self.inner.tell(), None))
-                if not data:
-                    return
-        except BaseException as exc:  # noqa: BLE001  (handed to the reading thread, which raises it)
-            self._put((b"", 0, exc))
-
-    def _put(self, item: tuple[bytes, int, BaseException | None]) -> None:
-        import queue
-
-        while not self.stopping.is_set():
-            try:
-                return self.ready.put(item, timeout=0.1)
-            except queue.Full:
-                continue
-
-    def read(self, size: int) -> bytes:
-        parts, got = [], 0
-        while got < size and not self.ended:
-            data, self.position, error = self.ready.get()
-            if error is not None:
-                self.ended = True
-                raise error
-            if not data:
-                self.ended = True
-            parts.append(data)
-            got += len(data)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def tell(self) -> int:
-        return self.position
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.thread.join()
-        self.inner.close()
-
-
-def _read_block(fh: BinaryIO | _Gunzip | _Inflating, path: Path, size: int) -> bytes:
+def _read_block(fh: BinaryIO | _Gunzip, path: Path, size: int) -> bytes:
     try:
         return fh.read(size)
     except _READ_ERRORS as exc:
-        what = "truncated or corrupt gzip" if isinstance(fh, (_Gunzip, _Inflating)) else "unreadable"
+        what = "truncated or corrupt gzip" if isinstance(fh, _Gunzip) else "unreadable"
         raise InputError(f"{path}: {what} ({exc}); re-copy or re-export the trace") from None
 
 
@@ -553,15 +494,15 @@ def read_kineto(
 ) -> RawTrace:
     """Read one Kineto trace. progress(n) is called with the file bytes consumed so far. With
     workers > 1 a large trace is decoded by that many processes (this one and workers - 1 more);
-    the result is the same; a smaller gzip trace is inflated on a thread beside the decoding. block:
-    bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with workers), and decoded at once."""
+    the result is the same. block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with
+    workers), and decoded at once."""
     try:
         if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _gzipped(path) else 1):
             try:
                 return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
             except (_ParallelFallback, OSError):
                 pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
-        return _read(path, progress, block or BLOCK, inflate_ahead=workers > 1)  # a second core inflates
+        return _read(path, progress, block or BLOCK)
     except RecursionError:  # msgspec's decoders refuse JSON nested past Python's recursion limit
         raise InputError(
             f"{path}: JSON nested over a thousand levels deep, which no trace is; not a torch profiler trace, or a corrupt one"
@@ -579,15 +520,11 @@ def _read(
     block: int,
     share: "Callable[[_EventStream], _SharedChunks] | None" = None,
     stream: "_EventStream | None" = None,
-    inflate_ahead: bool = False,
 ) -> RawTrace:
     """The file's blocks through its head, its traceEvents and its tail. share: the reader of a
     trace that several processes decode (_read_shared); else this process decodes every event.
-    stream: one that hands its decoded events elsewhere (event_args.py), else into the columns.
-    inflate_ahead: a gzip file is inflated on a thread beside the decoding (_Inflating)."""
-    fh: BinaryIO | _Gunzip | _Inflating = _open(path)
-    if inflate_ahead and isinstance(fh, _Gunzip):
-        fh = _Inflating(fh, block)
+    stream: one that hands its decoded events elsewhere (event_args.py), else into the columns."""
+    fh = _open(path)
     columns = _Columns()
     stream = stream or _EventStream(path, columns)
     reader: _EventStream | _SharedChunks = stream if share is None else share(stream)
