@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -143,8 +143,24 @@ def hook_steps(tl: Timeline) -> Steps | None:
 
 
 def profiler_steps(tl: Timeline) -> Steps | None:
-    rows = [(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_PROFILER_STEP.match)]
-    return _from_rows(rows, SOURCE_PROFILER_STEP)
+    return _named_ranges(tl, _PROFILER_STEP.match, SOURCE_PROFILER_STEP)
+
+
+def _named_ranges(tl: Timeline, match: Callable[[str], Any], source: str) -> Steps | None:
+    """The CPU ranges whose name match() accepts as steps, labelled by their names, as _from_rows
+    makes them (by start, the longer first where two start together; a range that begins inside the
+    last kept one is not a step of its own), with no object per range where none nests."""
+    sel, _hits = tl.cpu_ranges_matching(match)
+    if not len(sel):
+        return None
+    start, end, name = tl.cpu.start[sel].astype(float), tl.cpu.end[sel].astype(float), tl.cpu.name[sel]
+    order = np.lexsort((-end, start))
+    start, end, name = start[order], end[order], name[order]
+    if len(start) > 1 and not (start[1:] >= np.maximum.accumulate(end)[:-1]).all():
+        names = tl.names
+        return _from_rows([(s, e, names[n]) for s, e, n in zip(start.tolist(), end.tolist(), name.tolist())], source)
+    labels = list(map(tl.names.__getitem__, name.tolist()))
+    return Steps(start, end, labels, [None] * len(labels), source)
 
 
 def optimizer_steps(tl: Timeline) -> Steps | None:
@@ -191,9 +207,7 @@ def model_runner_steps(tl: Timeline) -> Steps | None:
 
 
 def marker_steps(tl: Timeline, pattern: str) -> Steps | None:
-    rx = re.compile(pattern)
-    rows = [(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(rx.search)]
-    return _from_rows(rows, SOURCE_MARKER)
+    return _named_ranges(tl, re.compile(pattern).search, SOURCE_MARKER)
 
 
 def log_steps(logs: list[EventLogData], base_time_ns: int) -> Steps | None:

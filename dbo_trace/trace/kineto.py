@@ -484,9 +484,10 @@ def categories_seen(path: Path, limit: int = 64 << 20) -> dict[str, int]:
 MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/performance.md: memory stays bounded)
 
 
-# Below about this much JSON a worker process gains ~10% and costs its own interpreter, which on a
-# 200 MB trace takes peak memory from 0.7x to 1.15x the JSON (docs/performance.md).
-PARALLEL_MIN_BYTES = 512 << 20
+# Below about this much JSON a worker process's start-up eats what it saves. On the 200 MB marker-less
+# trace two processes take `report --json` from 3.9-4.4 s to 3.1-3.9 s on a quiet 2-core machine;
+# the worker is gone before the analysis, whose peak is the report's (docs/performance.md).
+PARALLEL_MIN_BYTES = 128 << 20
 
 
 def read_kineto(
