@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_report import _loadavg, measure
+from bench_report import _loadavg, compile_package, measure
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -36,7 +36,7 @@ def main() -> int:
     base.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.steps.split(",")]
     best: dict[tuple[int, str], float] = {}
-    print(f"load {_loadavg()}")
+    print(f"load {_loadavg()}; {compile_package()}")
     for n in sizes:
         folder = base / f"steps-{n}"
         if not folder.exists():
