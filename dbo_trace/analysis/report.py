@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, overload
+from typing import Callable
 
 import numpy as np
 
@@ -78,6 +77,7 @@ from dbo_trace.analysis.verdict import (
 from dbo_trace.analysis.verdict import HOST_REASON
 from dbo_trace.analysis.verdict import HostTest as HostTest  # re-exported: the renderers read it from here
 from dbo_trace.bundle import EV_STEP_BEGIN
+from dbo_trace.lazy import LazyList
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
@@ -188,10 +188,10 @@ class StepTable:
 STEPS_BUILT_AT_ONCE = 128  # a step read builds its neighbours too: one host-causes sweep for many
 
 
-class StepReports(Sequence[StepReport]):
+class StepReports(LazyList[StepReport]):
     """A rank's steps: its StepTable, and each step's StepReport built when read (with its verdict,
     host causes and figures, tens of microseconds a step: a long run's terminal report reads 20 of
-    100,000). Reads as a list of StepReport does."""
+    100,000), STEPS_BUILT_AT_ONCE at a time. Reads as a list of StepReport does."""
 
     def __init__(
         self,
@@ -202,13 +202,13 @@ class StepReports(Sequence[StepReport]):
         afd_microbatched: bool = False,
         host_frames: list[StepFrame | None] | None = None,
     ) -> None:
+        super().__init__(len(table), self._step_alone)
         self.table = table
         self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
         self.microbatched = microbatched
         self.round_trip_share = round_trip_share  # a disaggregated rank's: each step's round trips' hidden share
         self.afd_microbatched = afd_microbatched
         self.host_frames = host_frames
-        self._built: dict[int, StepReport] = {}
 
     def with_round_trip_share(self, share: list[float | None], microbatched: bool) -> StepReports:
         """The steps labelled by their own round trips' hidden share (verdict.with_round_trip_share)."""
@@ -217,50 +217,24 @@ class StepReports(Sequence[StepReport]):
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
         return StepReports(self.table, self.pieces, self.microbatched, self.round_trip_share, self.afd_microbatched, frames)
 
-    def __len__(self) -> int:
-        return len(self.table)
-
-    @overload
-    def __getitem__(self, i: int) -> StepReport: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[StepReport]: ...
-    def __getitem__(self, i: int | slice) -> StepReport | list[StepReport]:
-        if isinstance(i, slice):
-            return [self._step(k) for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._step(i)
-
-    def __iter__(self) -> Iterator[StepReport]:
-        return (self._step(k) for k in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (list, StepReports)):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]  # a list is not hashable either
-
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_built"}  # what was built is built again
+        return dict(self.__dict__)  # what was built is built again
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _built={})
+        self.__dict__.update(state)
+        LazyList.__init__(self, len(self.table), self._step_alone)
 
-    def _step(self, i: int) -> StepReport:
-        found = self._built.get(i)
-        if found is None:
-            a = i - i % STEPS_BUILT_AT_ONCE
-            self._build(a, min(len(self), a + STEPS_BUILT_AT_ONCE))
-            found = self._built[i]
-        return found
+    def _step_alone(self, i: int) -> StepReport:  # never called: _fill builds a chunk
+        raise AssertionError(i)
 
-    def _build(self, a: int, b: int) -> None:
+    def _fill(self, i: int) -> None:
+        a = i - i % STEPS_BUILT_AT_ONCE
+        self._build_steps(a, min(len(self), a + STEPS_BUILT_AT_ONCE))
+
+    def _build_steps(self, a: int, b: int) -> None:
         t, m = self.table, self.table.metrics
         causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
         for i, c in zip(range(a, b), causes):
@@ -268,7 +242,7 @@ class StepReports(Sequence[StepReport]):
             verdict = decide(figures, microbatched=self.microbatched)
             if self.round_trip_share is not None:
                 verdict = with_round_trip_share(verdict, self.round_trip_share[i], self.afd_microbatched)
-            self._built[i] = StepReport(
+            self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],
                 wall_us=float(t.end_us[i] - t.start_us[i]),

@@ -33,7 +33,7 @@ from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
-from dbo_trace.render.lazy import LazyList, concatenated
+from dbo_trace.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
     LayerOpsRow,
     LedgerBlock,

@@ -18,7 +18,7 @@ import re
 from typing import Any, Iterator, TypeVar, cast
 
 from dbo_trace.errors import inert
-from dbo_trace.render.lazy import LazyList
+from dbo_trace.lazy import LazyList
 
 
 def visible(text: str) -> str:

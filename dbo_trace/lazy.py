@@ -1,5 +1,6 @@
-"""A list whose items are built when first read: a long run's per-step blocks, of which the terminal
-shows 20 and the Markdown 200 of 100,000 (render/document.py build_document's lazy_steps)."""
+"""A list whose items are built when first read: a long run's step reports (analysis/report.py
+StepReports) and per-step blocks, of which the terminal shows 20 and the Markdown 200 of 100,000
+(render/document.py build_document's lazy_steps). Neither analysis nor render: both use it."""
 
 from __future__ import annotations
 
@@ -42,10 +43,13 @@ class LazyList(Sequence[T]):
         return self._item(i)
 
     def _item(self, i: int) -> T:
-        item = self._items[i]
-        if item is _UNBUILT:
-            item = self._items[i] = self._build(i)
-        return item
+        if self._items[i] is _UNBUILT:
+            self._fill(i)
+        return self._items[i]
+
+    def _fill(self, i: int) -> None:
+        """Build item i (a subclass may build the items around it too, at once)."""
+        self._items[i] = self._build(i)
 
     def __iter__(self) -> Iterator[T]:
         return (self._item(i) for i in range(len(self._items)))
