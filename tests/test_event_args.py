@@ -72,3 +72,17 @@ def test_a_trace_rewritten_since_it_was_read_is_read_again_whole(tmp_path, monke
     assert len(gzip.decompress(path.read_bytes())) < tl.extents[-1, 1]
     got = event_args(path, (lo, hi), tl.extents)
     assert got == whole_pass(monkeypatch, path, (lo, hi)) == {(True, lo, -1): {"grid": [2, 1, 1]}}
+
+
+def test_events_that_are_not_complete_are_read_past_as_the_first_read_does(tmp_path, monkeypatch):
+    """A flow event with a ts of the wrong type: the first read passes it (kineto decodes by phase),
+    and so does reading args back, with the extents or without (before, the whole pass refused the
+    file, and a --perfetto export lost every event's args)."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,
+              "args": {"correlation": 3, "grid": [4, 1, 1]}}  # fmt: skip
+    flow = {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 0, "tid": 7, "ts": "10"}
+    path = write_trace({"traceEvents": [flow, kernel, flow]}, tmp_path / "t.json.gz")
+    tl = build_timeline(k.read_kineto(path), 0)
+    expected = {(True, 10.0, 3): {"correlation": 3, "grid": [4, 1, 1]}}
+    assert event_args(path, (11.0, 12.0), tl.extents) == whole_pass(monkeypatch, path, (11.0, 12.0)) == expected
+    assert event_args(path) == expected

@@ -203,3 +203,22 @@ def test_events_of_every_phase_and_an_unknown_one_in_one_chunk(tmp_path, odd):
     raw = read_kineto(write_trace(doc, tmp_path / "t.json"))
     assert _got(raw) == _expected(doc) == [(1.0, "k"), (31.0, "op")]
     assert raw.events.correlation.tolist() == [3, -1] and raw.events.stream.tolist() == [7, -1]
+
+
+def test_fields_of_events_that_are_not_complete_are_not_type_checked(tmp_path):
+    """Only complete events are decoded field by field: a metadata, flow or instant event with a field
+    of the wrong type no longer refuses the trace (nothing reads them); a complete one still does."""
+    x = {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 1.0, "dur": 1.0}
+    odd = [
+        {"ph": "M", "name": 5, "pid": 1, "args": {"name": "x"}},
+        {"ph": "f", "cat": "ac2g", "name": "flow", "id": 1, "ts": "late", "pid": 1, "tid": 2},
+        {"ph": "i", "name": "mark", "ts": 2.0, "args": [1, 2]},
+        {"ph": "s", "cat": 7, "name": "flow", "id": 1, "ts": 3.0, "pid": 1.5, "tid": 2, "args": {"correlation": "c"}},
+    ]
+    clean = read_kineto(write_trace({"traceEvents": [x]}, tmp_path / "clean.json"))
+    raw = read_kineto(write_trace({"traceEvents": [odd[0], x, *odd[1:]]}, tmp_path / "odd.json"))
+    assert _got(raw) == _got(clean) == [(1.0, "k")]
+    from dbo_trace.trace.errors import InputError
+
+    with pytest.raises(InputError, match="has a `name` of the wrong type"):
+        read_kineto(write_trace({"traceEvents": [dict(x, name=5), *odd]}, tmp_path / "bad.json"))

@@ -6,7 +6,7 @@ second pass over the file, made only on request."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -28,6 +28,17 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | None = None
     dur: float | None = None
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only for the events asked for
+
+
+class _Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+    """A complete event; the other phases decode to kineto's empty structs, as the first read does, so
+    an event this read could refuse is one that read refused too."""
+
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = msgspec.Raw(b"")
 
 
 EventKey = tuple[bool, float, int]  # (a GPU activity, not a call; its ts as the trace writes it; its correlation)
@@ -83,7 +94,17 @@ def _read_chunks(path: Path, chunks: np.ndarray, sink: "_Picked") -> None:
         fh.close()
 
 
-_decode_events = msgspec.json.Decoder(list[_Event]).decode
+_decode_any_phase = msgspec.json.Decoder(list[_Event]).decode
+_decode_by_phase = msgspec.json.Decoder(list[Union[(_Complete, *k.OTHER_PHASES)]]).decode  # type: ignore[misc]
+
+
+def _decode_events(data: bytes) -> list[Any]:
+    try:
+        return _decode_by_phase(data)
+    except msgspec.DecodeError:  # a phase the format lacks, or none: as kineto._decode_events
+        return _decode_any_phase(data)
+
+
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_correlation = msgspec.json.Decoder(_Args).decode
 
