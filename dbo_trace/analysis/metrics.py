@@ -7,6 +7,7 @@ totals and the per-step figures cannot disagree in definition.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +132,7 @@ class MetricColumns:
         return self.columns[name]
 
     def row(self, i: int) -> WindowMetrics:
-        values = {}
+        values: dict[str, Any] = {}
         for name, col in self.columns.items():
             x = col[i]
             if name in _COUNTS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -159,7 +159,8 @@ class StepTable:
 
     @property
     def wall_us(self) -> np.ndarray:
-        return self.end_us - self.start_us
+        wall: np.ndarray = self.end_us - self.start_us
+        return wall
 
     @property
     def stalled(self) -> np.ndarray:
@@ -173,7 +174,8 @@ class StepTable:
         """(n,) bool: graph steps (StepReport.replayed)."""
         kernels = self.metrics["kernels"]
         share = self.metrics["replayed_kernels"] / np.maximum(kernels, 1)
-        return (kernels > 0) & (share > REPLAYED_STEP_SHARE)
+        replayed: np.ndarray = (kernels > 0) & (share > REPLAYED_STEP_SHARE)
+        return replayed
 
     def of_phase(self, phase: str | None) -> np.ndarray:
         """The positions of the phase's steps, in order."""
@@ -220,10 +222,10 @@ class StepReports(LazyList[StepReport]):
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)  # what was built is built again
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         LazyList.__init__(self, len(self.table), self._step_alone)
 
@@ -1191,9 +1193,9 @@ def stall_line(numbered: list[tuple[int | None, StepReports]]) -> str | None:
             + python
         )
     more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
-    steps = sum(len(s) for _r, s in numbered)
+    n_steps = sum(len(s) for _r, s in numbered)
     return (
-        f"stalls, left out of the verdict: {len(stalled)} of {steps} {'step' if steps == 1 else 'steps'} "
+        f"stalls, left out of the verdict: {len(stalled)} of {n_steps} {'step' if n_steps == 1 else 'steps'} "
         f"({extra / 1000:.2f} ms beyond their phases' steady medians): " + "; ".join(parts) + more
     )
 
@@ -1531,7 +1533,8 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
 
 def _steady_of(t: StepTable, at: np.ndarray) -> np.ndarray:
     """Of the positions `at`, the steady steps' (none where every one stalled)."""
-    return at[~t.stalled[at]]
+    steady: np.ndarray = at[~t.stalled[at]]
+    return steady
 
 
 _SPLIT = ("wait_per_round_trip_us", "transfer_per_round_trip_us")

@@ -48,7 +48,7 @@ def terminal_document(value: T) -> T:
     string, keys too, made terminal_text: the same tree, its Structs of the same types."""
     try:
         if not any(_unsafe(piece) for piece in _encoded(value)):
-            return _lazy_inert(value)  # the common case, at the encoder's speed: nothing to escape
+            return cast(T, _lazy_inert(value))  # the common case, at the encoder's speed: nothing to escape
     except (TypeError, ValueError, OverflowError):  # a lone surrogate (UnicodeEncodeError), ...: walk
         pass
     return cast(T, _terminal_walk(value))

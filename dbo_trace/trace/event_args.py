@@ -6,12 +6,13 @@ second pass over the file, made only on request."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 import msgspec
 import numpy as np
 
 from dbo_trace.trace import kineto as k
+from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.nsys import is_nsys
 
 _GPU = {name for name, cat in k._CATEGORIES.items() if cat in (k.CAT_KERNEL, k.CAT_MEMCPY, k.CAT_MEMSET)}
@@ -63,7 +64,7 @@ def event_args(
         try:
             _read_chunks(path, extents[meets], sink)
             return sink.out
-        except (k.InputError, msgspec.DecodeError, ValueError):
+        except (InputError, msgspec.DecodeError, ValueError):
             pass  # the file is no longer the one read (rewritten since): the whole pass below
     sink = _Picked(window)
     k._read(path, None, k.BLOCK, stream=k._EventStream(path, sink, decode=_decode_events))
@@ -94,17 +95,7 @@ def _read_chunks(path: Path, chunks: np.ndarray, sink: "_Picked") -> None:
         fh.close()
 
 
-_decode_any_phase = msgspec.json.Decoder(list[_Event]).decode
-_decode_by_phase = msgspec.json.Decoder(list[Union[(_Complete, *k.OTHER_PHASES)]]).decode  # type: ignore[misc]
-
-
-def _decode_events(data: bytes) -> list[Any]:
-    try:
-        return _decode_by_phase(data)
-    except msgspec.DecodeError:  # a phase the format lacks, or none: as kineto._decode_events
-        return _decode_any_phase(data)
-
-
+_decode_events = k.phase_decoder(_Complete, _Event)
 _decode_args = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_correlation = msgspec.json.Decoder(_Args).decode
 

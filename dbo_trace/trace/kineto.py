@@ -110,9 +110,6 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
-_decode_any_phase = msgspec.json.Decoder(list[_Event]).decode
-
-
 class _Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
     """A complete event, decoded by its phase: the only phase the columns take."""
 
@@ -132,22 +129,33 @@ def _other_phase(tag: str) -> type:
     return msgspec.defstruct(f"_Phase{ord(tag)}", [], tag=tag, tag_field="ph", gc=False, namespace={"ph": tag, "cat": ""})
 
 
-# Every phase of the Trace Event Format. A chunk with another phase (or none) fails this decoder and
-# is decoded again by _decode_any_phase, which also words every error as before.
-# Their fields are not decoded, so not type-checked either: nothing reads them (an `M` event's name
-# of the wrong type no longer refuses the trace; event_args.py reads by phase the same way).
+# Every phase of the Trace Event Format. Their fields are not decoded, so not type-checked either:
+# nothing reads them (an `M` event's name of the wrong type no longer refuses the trace).
 _PHASES = "B E i I C b n e s t f P N O D M V v R c ( )".split()
 OTHER_PHASES = tuple(map(_other_phase, _PHASES))
-_decode_by_phase = msgspec.json.Decoder(list[Union[(_Complete, *OTHER_PHASES)]]).decode  # type: ignore[misc]
 
 
-def _decode_events(data: bytes) -> list[Any]:
-    """A JSON array of events: each a _Complete, an event of another phase with nothing decoded, or
-    (in a chunk with an unknown phase) an _Event."""
-    try:
-        return _decode_by_phase(data)
-    except msgspec.DecodeError:
-        return _decode_any_phase(data)
+def phase_decoder(complete: type, general: type) -> Callable[[bytes], list[Any]]:
+    """A decoder of a JSON array of events, by phase: `complete` for each `X` event, OTHER_PHASES' for
+    the rest. A chunk with a phase the format lacks (or an event with none) fails it and is decoded
+    again as a list of `general`, which also words every error as before. The reader and
+    event_args.py decode with one each, so the two reads accept the same files."""
+    by_phase = msgspec.json.Decoder(list[Union[(complete, *OTHER_PHASES)]]).decode  # type: ignore[valid-type]
+    any_phase = msgspec.json.Decoder(list[general]).decode  # type: ignore[valid-type]
+
+    def decode(data: bytes) -> list[Any]:
+        try:
+            events: list[Any] = by_phase(data)
+        except msgspec.DecodeError:
+            events = any_phase(data)
+        return events
+
+    return decode
+
+
+_decode_events = phase_decoder(_Complete, _Event)
+
+
 _TS, _DUR, _CAT, _NAME, _PID, _TID, _ARGS = map(operator.attrgetter, ("ts", "dur", "cat", "name", "pid", "tid", "args"))
 _CORRELATION, _STREAM, _COLLECTIVE, _GROUP, _NELEMS, _SEQ = map(
     operator.attrgetter, ("correlation", "stream", "collective", "group", "nelems", "seq")
@@ -277,7 +285,7 @@ class _Columns:
         # Fields are pulled with map(attrgetter) straight into arrays (np.fromiter) and looked up with
         # map(dict.__getitem__), all in C, and whole-column checks replace per-event tests: what
         # remains per event in Python is the one filter below.
-        if events and isinstance(events[0], _Event):  # a chunk decoded by _decode_any_phase
+        if events and isinstance(events[0], _Event):  # a chunk decoded the general way (phase_decoder)
             complete = [e for e in events if e.ph == "X"]
         else:  # the phase decoded as the type: a test in C, not an attribute per event
             complete = list(compress(events, map(isinstance, events, repeat(_Complete))))
