@@ -10,8 +10,9 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "dbo_trace"
 # What each layer may import from dbo_trace (besides itself). Shared leaves: errors, files, bundle
-# (the recording format, which both sides read), ui (progress output).
-LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle"}
+# (the recording format, which both sides read), lazy (a list built when read: the analysis's step
+# reports, the renderers' step blocks), ui (progress output).
+LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy"}
 ALLOWED = {
     "trace": LEAVES,
     "analysis": LEAVES | {"trace"},
