@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
@@ -94,9 +95,7 @@ def kernel_kinds(
 ) -> np.ndarray:
     """compute / comm / copy for each GPU activity; the names they use are classified once each."""
     rx = rules.regex()
-    comm_name = np.zeros(len(names), bool)
-    used = _used(name_ids)
-    comm_name[used] = np.fromiter((bool(rx.search(names[i])) for i in used.tolist()), bool, len(used))
+    comm_name = per_name(names, name_ids, lambda n: bool(rx.search(n)))
     kinds = np.where(comm_name[name_ids] if len(names) else False, COMM, COMPUTE).astype(np.int8)
     if rules.streams:
         kinds[np.isin(streams, rules.streams)] = COMM
@@ -124,12 +123,17 @@ def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
             return CALL_CAPTURE_END
         return CALL_OTHER
 
-    table = np.full(len(names), CALL_OTHER, np.int8)
-    used = _used(name_ids)
-    table[used] = np.fromiter((kind(names[i]) for i in used.tolist()), np.int8, len(used))
+    table = per_name(names, name_ids, kind, np.int8, CALL_OTHER)
     return table[name_ids] if len(names) else np.empty(0, np.int8)
 
 
-def _used(name_ids: np.ndarray) -> np.ndarray:
-    """The names the events use, each once: a trace's names also hold every step's annotation."""
-    return np.unique(name_ids)
+def per_name(
+    names: list[str], name_ids: np.ndarray, test: Callable[[str], Any], dtype: Any = bool, unused: Any = False
+) -> np.ndarray:
+    """test() of each name the events use (name_ids), each name once, as a table over all the names
+    (`unused` for the others): index it with the events' name ids. Only the used names, since a
+    trace's names also hold every step's annotation (100,000 of them in a long run)."""
+    out = np.full(len(names), unused, dtype)
+    used = np.unique(name_ids)
+    out[used] = np.fromiter((test(names[i]) for i in used.tolist()), dtype, len(used))
+    return out

@@ -668,11 +668,8 @@ def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.nd
     marker or a dbo range), is it a CPU operator (neither annotation nor marker)."""
     if not len(names):
         return cpu_is_annotation.copy(), ~cpu_is_annotation
-    used = np.unique(cpu_name).tolist()  # the names the ranges use, each tested once
-    marker, runner = np.zeros(len(names), bool), np.zeros(len(names), bool)
-    marker[used] = [bool(_STEP_MARKERS.match(names[i])) for i in used]
-    runner[used] = [names[i].startswith(MODEL_RUNNER_PREFIX) for i in used]
-    marker, runner = marker[cpu_name], runner[cpu_name]
+    marker = c.per_name(names, cpu_name, lambda n: bool(_STEP_MARKERS.match(n)))[cpu_name]
+    runner = c.per_name(names, cpu_name, lambda n: n.startswith(MODEL_RUNNER_PREFIX))[cpu_name]
     return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
 
 
@@ -756,11 +753,8 @@ def _startup_windows(
 
 def _sync_names(names: list[str], used: np.ndarray) -> np.ndarray:
     """Blocking copies are synchronisation too: cudaMemcpy / cuMemcpyDtoH and kin, never *Async.
-    Per name, of those `used` (name indices) only: a trace's names hold every step's annotation."""
-    out = np.zeros(len(names), bool)
-    ids = np.unique(used).tolist()
-    out[ids] = [names[i].startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in names[i] for i in ids]
-    return out
+    Per name, of those `used` (name indices) only (classify.per_name)."""
+    return c.per_name(names, used, lambda n: n.startswith(("cudaMemcpy", "cuMemcpy", "hipMemcpy")) and "Async" not in n)
 
 
 def _thread_layers(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbo_trace.analysis.classify import per_name
 from dbo_trace.analysis.intervals import covered_within, union
 
 # CPU ranges of compile and JIT work, never of running compiled code: torch.compile writes
@@ -101,9 +102,8 @@ def in_periods(
 
 def compile_ranges(names: list[str], cpu_name: np.ndarray) -> np.ndarray:
     """(n_cpu,) bool: the CPU ranges that are compile or JIT work (by name)."""
-    ids = np.unique(cpu_name)
-    hits = np.array([bool(COMPILE_RANGE.search(names[int(i)])) for i in ids], bool)
-    return np.isin(cpu_name, ids[hits]) if len(ids) else np.zeros(len(cpu_name), bool)
+    compiling: np.ndarray = per_name(names, cpu_name, lambda n: bool(COMPILE_RANGE.search(n)))[cpu_name]
+    return compiling
 
 
 def top_compile_names(
