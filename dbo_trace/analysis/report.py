@@ -181,9 +181,14 @@ class StepTable:
         """The positions of the phase's steps, in order."""
         return np.flatnonzero(np.array(self.phase, object) == phase) if len(self.index) else np.empty(0, np.int64)
 
+    def steady(self, at: np.ndarray) -> np.ndarray:
+        """Of the positions `at`, the steady steps' (none where every one stalled)."""
+        steady: np.ndarray = at[~self.stalled[at]]
+        return steady
+
     def steady_or_all(self, at: np.ndarray) -> np.ndarray:
         """Of the positions `at` (a phase's steps), the steady ones, or all where every one stalled."""
-        steady = at[~self.stalled[at]]
+        steady = self.steady(at)
         return steady if len(steady) else at
 
 
@@ -717,7 +722,7 @@ def whole_window(d: RankDetail, steps: StepTable) -> WholeWindow:
     in_steps = _buckets_over(part, steps_union)
     # The host test and its causes over the steady state: the stalls' windows left out
     stalled = steps.stalled
-    steady_steps = ~stalled if not stalled.all() else np.ones(len(stalled), bool)
+    steady_steps = steps.steady_or_all(np.arange(len(steps)))
     if d.attribution.steps.inferred or in_steps.window_us <= 0:
         stall_union = union(steps.start_us[stalled], steps.end_us[stalled])
         region = difference(whole, stall_union) if stalled.any() else whole
@@ -1514,7 +1519,7 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
         parts = [p for r in ranks for p in r.phases if p.phase == name]
         tables = [r.steps.table for r in ranks]
         walls = [x for t in tables for x in t.period_us[t.of_phase(name)].tolist()]
-        steady = [x for t in tables for x in t.period_us[_steady_of(t, t.of_phase(name))].tolist()] or walls
+        steady = [x for t in tables for x in t.period_us[t.steady(t.of_phase(name))].tolist()] or walls
         out.append(
             PhaseReport(
                 phase=name,
@@ -1529,12 +1534,6 @@ def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
             )
         )
     return out
-
-
-def _steady_of(t: StepTable, at: np.ndarray) -> np.ndarray:
-    """Of the positions `at`, the steady steps' (none where every one stalled)."""
-    steady: np.ndarray = at[~t.stalled[at]]
-    return steady
 
 
 _SPLIT = ("wait_per_round_trip_us", "transfer_per_round_trip_us")
