@@ -26,7 +26,7 @@ from dbo_trace.analysis.intervals import index_groups
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
 from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.timeline import Timeline
+from dbo_trace.trace.timeline import Timeline, names_hinted, starts_with, used_names
 
 PHASE_NONE, PHASE_COMPUTE, PHASE_COMM, PHASE_WAIT = 0, 1, 2, 3
 _PHASE_OF = {"compute": PHASE_COMPUTE, "comm": PHASE_COMM}
@@ -40,6 +40,7 @@ SOURCE_THREADS = "launching threads (no event log: two non-main threads launchin
 SOURCE_NONE = "none"
 
 _HOOK_RANGE = re.compile(r"^dbo:ub(\d+):(compute|comm)$")
+_HOOK_RANGE_HINT = starts_with("dbo:ub")  # timeline.names_hinted
 THREAD_MIN_LAUNCHES = 2  # each microbatch thread launches at least this many kernels in a step
 THREAD_BALANCE = 4.0  # and the two launch counts are within this factor (microbatches are balanced)
 
@@ -189,22 +190,24 @@ def hook_ranges(tl: Timeline) -> CpuRanges:
     """The plugin's NVTX ranges (annotations), each distinct name matched once, as arrays."""
     ub_of = np.full(len(tl.names), -1, np.int64)
     phase_of = np.zeros(len(tl.names), np.int64)
-    for i, name in enumerate(tl.names):
-        if m := _HOOK_RANGE.match(name):
+    annotated = used_names(tl.cpu.name[tl.cpu_is_annotation], len(tl.names))
+    for i in names_hinted(tl.names, annotated, _HOOK_RANGE_HINT).tolist():
+        if m := _HOOK_RANGE.match(tl.names[i]):
             ub_of[i], phase_of[i] = int(m.group(1)), _PHASE_OF[m.group(2)]
     sel = np.flatnonzero(tl.cpu_is_annotation & (ub_of[tl.cpu.name] >= 0)) if len(tl.names) else np.empty(0, np.int64)
     names = tl.cpu.name[sel]
     return CpuRanges(tl.cpu.start[sel], tl.cpu.end[sel], ub_of[names], phase_of[names])
 
 
-def pattern_ranges(tl: Timeline, patterns: list[str]) -> CpuRanges:
-    """--ubatch-pattern: the Nth pattern marks microbatch N's CPU ranges."""
+def pattern_ranges(tl: Timeline, patterns: list[str], hint: re.Pattern[str] | None = None) -> CpuRanges:
+    """--ubatch-pattern: the Nth pattern marks microbatch N's CPU ranges. hint: text every name the
+    patterns find holds (timeline.names_hinted)."""
     compiled = [re.compile(p) for p in patterns]
 
     def first_pattern(name: str) -> tuple[int] | None:  # a tuple, so that microbatch 0 counts as a match
         return next(((ub,) for ub, rx in enumerate(compiled) if rx.search(name)), None)
 
-    found = tl.cpu_ranges_named(first_pattern)
+    found = tl.cpu_ranges_named(first_pattern, hint=hint)
     return CpuRanges(
         np.array([r[0] for r in found], float),
         np.array([r[1] for r in found], float),
@@ -214,13 +217,14 @@ def pattern_ranges(tl: Timeline, patterns: list[str]) -> CpuRanges:
 
 
 _SGLANG_STAGE = (r"^a\d+$", r"^b\d+$")  # SGLANG_OPERATIONS_ENABLE_PROFILE=1 names each stage of batch a and b
+_SGLANG_HINT = re.compile(r"\n[ab]")  # where those begin (timeline.names_hinted)
 
 
 def sglang_ranges(tl: Timeline) -> CpuRanges:
     """SGLang's two-batch overlap runs both microbatches in one thread, stage by stage, and with its
     operations profile on wraps each stage in a range `a<i>` or `b<i>`. Taken only where both
     batches have stages, about as many each (a lone range named `a1` is not a microbatch)."""
-    found = pattern_ranges(tl, list(_SGLANG_STAGE))
+    found = pattern_ranges(tl, list(_SGLANG_STAGE), _SGLANG_HINT)
     counts = np.bincount(found.ubatch, minlength=2) if len(found) else np.zeros(2, np.int64)
     if counts.min() < 2 or counts.max() > THREAD_BALANCE * counts.min():
         return CpuRanges(np.empty(0), np.empty(0), np.empty(0, np.int64), np.empty(0, np.int64))

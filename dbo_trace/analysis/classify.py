@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dbo_trace.trace.timeline import names_hinted, used_names
+
 # Kernel kinds.
 COMPUTE, COMM, COPY = 0, 1, 2
 KIND_NAMES = {COMPUTE: "compute", COMM: "comm", COPY: "copy"}
@@ -128,12 +130,21 @@ def call_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
 
 
 def per_name(
-    names: list[str], name_ids: np.ndarray, test: Callable[[str], Any], dtype: Any = bool, unused: Any = False
+    names: list[str],
+    name_ids: np.ndarray,
+    test: Callable[[str], Any],
+    dtype: Any = bool,
+    unused: Any = False,
+    hint: re.Pattern[str] | None = None,
 ) -> np.ndarray:
     """test() of each name the events use (name_ids), each name once, as a table over all the names
     (`unused` for the others): index it with the events' name ids. Only the used names, since a
-    trace's names also hold every step's annotation (100,000 of them in a long run)."""
+    trace's names also hold every step's annotation (100,000 of them in a long run). hint: a pattern
+    (timeline.names_hinted's) that every name test() accepts holds; the names it is not found in
+    are `unused` untested."""
     out = np.full(len(names), unused, dtype)
-    used = np.unique(name_ids)
+    used = used_names(name_ids, len(names))
+    if hint is not None:
+        used = names_hinted(names, used, hint)
     out[used] = np.fromiter((test(names[i]) for i in used.tolist()), dtype, len(used))
     return out

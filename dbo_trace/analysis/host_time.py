@@ -21,6 +21,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_HOST, Partition
 from dbo_trace.analysis.intervals import index_groups, union
+from dbo_trace.trace.timeline import starts_with
 
 LAUNCH, SYNC, OTHER_CALL, NAMED, CPU_OP, STARTUP, BETWEEN, UNTRACED = range(8)
 CAUSES = (
@@ -42,6 +43,7 @@ TOP_NAMES = 5  # names kept per kind (named ranges, CPU operators) in a rank's o
 MODEL_RUNNER_PREFIX = "gpu_model_runner: "
 # Ranges that mark steps or microbatch phases (the window the question is asked in, or dbo-trace's
 # own hooks) are not work: time inside them alone is not named after them.
+_MODEL_RUNNER_HINT = starts_with(MODEL_RUNNER_PREFIX)  # timeline.names_hinted
 _STEP_MARKERS = re.compile(r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)|ProfilerStep#\d+|dbo:.*)$", re.S)
 
 
@@ -669,7 +671,7 @@ def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.nd
     if not len(names):
         return cpu_is_annotation.copy(), ~cpu_is_annotation
     marker = c.per_name(names, cpu_name, lambda n: bool(_STEP_MARKERS.match(n)))[cpu_name]
-    runner = c.per_name(names, cpu_name, lambda n: n.startswith(MODEL_RUNNER_PREFIX))[cpu_name]
+    runner = c.per_name(names, cpu_name, lambda n: n.startswith(MODEL_RUNNER_PREFIX), hint=_MODEL_RUNNER_HINT)[cpu_name]
     return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
 
 

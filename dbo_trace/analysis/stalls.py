@@ -31,6 +31,9 @@ COMPILE_RANGE = re.compile(
     r"|async_compile|autotun|benchmark_all_configs|triton[._ ]compile|compile_inner",
     re.I,
 )
+# Text every name COMPILE_RANGE finds holds (each alternative has one of these): the names are
+# searched for it first, at once (timeline.names_hinted), and only those it finds are tested.
+COMPILE_HINT = re.compile(r"dynamo|compile|autotun|benchmark_all_configs", re.I)
 COMPILE_MIN_US = 1000.0  # a step holds compile work when it has at least this much of it ...
 COMPILE_MIN_SHARE = 0.05  # ... and at least this share of its period
 OUTLIER_MADS = 3.5  # a period beyond the phase median + this many scaled MADs ...
@@ -102,7 +105,7 @@ def in_periods(
 
 def compile_ranges(names: list[str], cpu_name: np.ndarray) -> np.ndarray:
     """(n_cpu,) bool: the CPU ranges that are compile or JIT work (by name)."""
-    compiling: np.ndarray = per_name(names, cpu_name, lambda n: bool(COMPILE_RANGE.search(n)))[cpu_name]
+    compiling: np.ndarray = per_name(names, cpu_name, lambda n: bool(COMPILE_RANGE.search(n)), hint=COMPILE_HINT)[cpu_name]
     return compiling
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.intervals import gaps
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.timeline import Timeline
+from dbo_trace.trace.timeline import Timeline, starts_with
 
 SOURCE_MARKER = "--step-marker ranges"
 SOURCE_EVENT_LOG = "event log"
@@ -50,6 +50,15 @@ _ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
 _HOOK_STEP = re.compile(r"^dbo:step#(\d+):(\w+)$")  # the plugin's range around each UBatchWrapper call
 _MODEL_RUNNER = "gpu_model_runner: "
 _MODEL_RUNNER_FIRST = "gpu_model_runner: preprocess"
+# Each pattern's literal start as a hint (timeline.names_hinted): a long run's 100,000 ProfilerStep#
+# names are searched for it at once, not each tested by the pattern.
+HINTS = {
+    _VLLM_STEP: starts_with("execute_"),
+    _OPTIMIZER_STEP: starts_with("Optimizer.step#"),
+    _ZERO_GRAD: starts_with("Optimizer.zero_grad#"),
+    _HOOK_STEP: starts_with("dbo:step#"),
+}
+_MODEL_RUNNER_HINT = starts_with(_MODEL_RUNNER)
 
 STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates inferred steps
 STEP_GAP_FACTOR = 20.0
@@ -130,7 +139,7 @@ def _from_rows(rows: list[tuple[Any, ...]], source: str) -> Steps | None:
 
 def vllm_steps(tl: Timeline) -> Steps | None:
     rows = []
-    for start, end, name, m in tl.cpu_ranges_named(_VLLM_STEP.match):
+    for start, end, name, m in tl.cpu_ranges_named(_VLLM_STEP.match, hint=HINTS[_VLLM_STEP]):
         ctx_req, ctx_tok, gen_req, gen_tok = (int(g) for g in m.groups())
         rows.append((start, end, name, phase_of(ctx_req, gen_req), ctx_tok, gen_tok))
     return _from_rows(rows, SOURCE_VLLM)
@@ -138,7 +147,7 @@ def vllm_steps(tl: Timeline) -> Steps | None:
 
 def hook_steps(tl: Timeline) -> Steps | None:
     """The plugin's own step ranges, with their path, where its event log is not at hand."""
-    rows = [(s, e, f"step {m.group(1)}", None, None, None, m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match)]
+    rows = [(s, e, f"step {m.group(1)}", None, None, None, m.group(2)) for s, e, _n, m in tl.cpu_ranges_named(_HOOK_STEP.match, hint=HINTS[_HOOK_STEP])]
     return _from_rows(rows, SOURCE_HOOK_RANGES)
 
 
@@ -169,7 +178,7 @@ def optimizer_steps(tl: Timeline) -> Steps | None:
     their i-th steps) and begins where the previous one ended; the first begins at its zero_grad
     if one comes before, else at the trace's first host event. What follows the last optimizer
     step is a partial iteration and is left out."""
-    ranges = _from_rows([(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_OPTIMIZER_STEP.match)], "")
+    ranges = _from_rows([(s, e, name) for s, e, name, _ in tl.cpu_ranges_named(_OPTIMIZER_STEP.match, hint=HINTS[_OPTIMIZER_STEP])], "")
     if ranges is None:
         return None
     _names, which, counts = np.unique(np.asarray(ranges.label), return_inverse=True, return_counts=True)
@@ -182,7 +191,7 @@ def optimizer_steps(tl: Timeline) -> Steps | None:
     rank = np.arange(len(by_name)) % counts.max()
     ends = np.full(counts.max(), -np.inf)
     np.maximum.at(ends, rank, ranges.end[by_name])
-    zero_grad = [s for s, _e, _n, _m in tl.cpu_ranges_named(_ZERO_GRAD.match) if s < ends[0]]
+    zero_grad = [s for s, _e, _n, _m in tl.cpu_ranges_named(_ZERO_GRAD.match, hint=HINTS[_ZERO_GRAD]) if s < ends[0]]
     first_host = min(tl.cpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
     starts = np.r_[min(zero_grad) if zero_grad else first_host, ends[:-1]]
     n = len(ends)
@@ -192,7 +201,7 @@ def optimizer_steps(tl: Timeline) -> Steps | None:
 
 def model_runner_steps(tl: Timeline) -> Steps | None:
     """From each `gpu_model_runner: preprocess` to the end of the last model-runner range before the next one."""
-    ranges = sorted(tl.cpu_ranges_named(lambda n: n.startswith(_MODEL_RUNNER)))
+    ranges = sorted(tl.cpu_ranges_named(lambda n: n.startswith(_MODEL_RUNNER), hint=_MODEL_RUNNER_HINT))
     firsts = [r for r in ranges if r[2] == _MODEL_RUNNER_FIRST]
     if not firsts:
         return None
