@@ -7,17 +7,20 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from collections.abc import Iterable
+from typing import Callable, Union
+
+Data = Union[bytes, Iterable[bytes]]  # the file's bytes, whole or in pieces written in turn
 
 
-def replace_file(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: Data) -> None:
     """Write data to a fresh temporary file beside path, then rename it over path (atomic on one
     filesystem). The temporary name is new (O_EXCL), so a user's `x.tmp` is never touched and a
     symlink planted there is never followed; on any failure the temporary file is removed."""
     _write_beside(Path(path), data, os.replace)
 
 
-def create_file(path: Path, data: bytes) -> None:
+def create_file(path: Path, data: Data) -> None:
     """As replace_file, but FileExistsError, and nothing replaced, if path exists when the data is
     in place: a check made earlier ("no such file") is only a check, and another process may have
     written path since. The temporary file is hard-linked to path, which fails if the name exists
@@ -44,11 +47,14 @@ def _link_new(tmp: str, path: Path) -> None:
     os.unlink(tmp)
 
 
-def _write_beside(path: Path, data: bytes, put: Callable[[str, Path], None]) -> None:
+def _write_beside(path: Path, data: Data, put: Callable[[str, Path], None]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or Path("."))
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            if isinstance(data, bytes):
+                fh.write(data)
+            else:
+                fh.writelines(data)
         os.chmod(tmp, 0o644)
         put(tmp, path)
     except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -90,26 +91,35 @@ def refuse_nonempty(out: Path) -> None:
         fail(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
 
 
-def write_output(text: str, output: Path | None, force: bool) -> None:
-    """stdout, or the file (replaced only with --force)."""
+def write_output(text: str | Iterator[bytes], output: Path | None, force: bool) -> None:
+    """stdout, or the file (replaced only with --force); text whole, or as UTF-8 in pieces."""
     if output is None:
-        click.echo(text, nl=False)
+        for piece in [text] if isinstance(text, str) else text:
+            click.echo(piece, nl=False)
         return
-    write_file(text.encode(), output, force)
+    write_file(text.encode() if isinstance(text, str) else text, output, force)
 
 
-def write_file(data: bytes, path: Path, force: bool) -> None:
+def write_file(data: bytes | Iterator[bytes], path: Path, force: bool) -> None:
     """Write via a temporary file, so an interrupted write never leaves half a file where the user
     looks. Without --force the file is created exclusively: refuse_overwrite checked before the work,
-    but another process (a second `report -o` of the same name) may have written it since."""
+    but another process (a second `report -o` of the same name) may have written it since. data:
+    whole, or in pieces written as they come."""
+    written = [0]
+
+    def counted(pieces: Iterator[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            written[0] += len(piece)
+            yield piece
+
     try:
-        (replace_file if force else create_file)(path, data)
+        (replace_file if force else create_file)(path, data if isinstance(data, bytes) else counted(data))
     except FileExistsError:
         fail(f"{path}: already exists (written since dbo-trace started, by another process?); nothing was replaced: "
              "choose another path or pass --force to replace it")  # fmt: skip
     except OSError as exc:
         fail(f"{path}: cannot write ({exc.strerror})")
-    click.echo(f"wrote {inert(str(path))} ({len(data) / 1e6:.2f} MB)", err=True)
+    click.echo(f"wrote {inert(str(path))} ({(len(data) if isinstance(data, bytes) else written[0]) / 1e6:.2f} MB)", err=True)
 
 
 def warn(message: str) -> None:

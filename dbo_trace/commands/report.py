@@ -210,6 +210,9 @@ def run(request: ReportRequest | ArchiveView) -> None:
                 click.echo(f"  {who}, {what}", err=True)
                 if main_output.name == "markdown":  # a comment cannot show a local file: the Markdown says so too
                     click.echo("  attach it to the comment by hand: drag it into GitHub's comment box", err=True)
+    in_pieces = getattr(main_output, "render_chunks", None)  # --json: written as it is encoded
+    if in_pieces is not None:
+        return write_output(in_pieces(result, shown), output, request.force)
     rendered = main_output.render(result, shown)
     if main_output.binary:
         write_file(as_bytes(rendered), output, request.force)  # type: ignore[arg-type]  # a binary format came from -o
