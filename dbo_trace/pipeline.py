@@ -15,7 +15,7 @@ import numpy as np
 
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
-from dbo_trace.trace.alloc import reuse_freed_memory
+from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_samples, read_timelines, settle_ranks
@@ -166,9 +166,12 @@ def _read_and_analyze(
     """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
     or the one-line error of the file."""
     try:
+        reuse_freed_memory()  # this worker's previous rank gave it back
+        timelines = read_timelines(trace, index)
+        give_back_freed_memory()
         return [
             with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options)
-            for tl in read_timelines(trace, index)
+            for tl in timelines
         ]
     except InputError as exc:
         return str(exc)
@@ -201,7 +204,9 @@ def analyze_found(
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
     if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles: the FFN is cut to the attention's window first
-        return analyze(load(found, progress, workers), options, inputs)  # one trace: its decoding in parallel
+        loaded = load(found, progress, workers)  # one trace: its decoding in parallel
+        give_back_freed_memory()
+        return analyze(loaded, options, inputs)
     options = options_from_manifests(options, found.manifests)
     logs, warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
