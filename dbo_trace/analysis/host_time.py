@@ -170,9 +170,11 @@ class HostPieces:
         n = len(lo)
         k = len(CAUSES)
         sums = np.zeros((n, k))
-        named: list[dict[int, float]] = [{} for _ in range(n)]
-        ops: list[dict[int, float]] = [{} for _ in range(n)]
-        inner: list[dict[int, float]] = [{} for _ in range(n)]
+        # One shared empty dict for the windows without names (most of a long run's): never mutated,
+        # a window's names are put in a dict of its own.
+        named: list[dict[int, float]] = [_NO_NAMES] * n
+        ops: list[dict[int, float]] = [_NO_NAMES] * n
+        inner: list[dict[int, float]] = [_NO_NAMES] * n
         # The (window, piece) pairs a few windows at a time, so that they never take more than
         # _PAIRS_AT_ONCE entries (a window with more, such as the whole trace's, alone and by slices).
         first_piece = np.searchsorted(self.hi, lo, side="right")
@@ -248,26 +250,33 @@ class HostPieces:
     def _merged(self, per_window: list[dict[int, float]]) -> dict[str, float]:
         """Each name's time over the windows, added in window order (as combine_causes adds them)."""
         totals: dict[str, float] = {}
-        for found in per_window:
+        for found in filter(None, per_window):
             for j, t in found.items():
                 name = self.names[j]
                 totals[name] = totals.get(name, 0.0) + t
         return totals
 
 
+_NO_NAMES: dict[int, float] = {}
+
+
 def _names_per_window(
     win: np.ndarray, piece: np.ndarray, length: np.ndarray, cause: np.ndarray, name: np.ndarray, kind: int, n: int
 ) -> list[dict[int, float]]:
     sel = cause[piece] == kind
-    out: list[dict[int, float]] = [{} for _ in range(n)]
+    out: list[dict[int, float]] = [_NO_NAMES] * n
     if not sel.any():
         return out
-    key = win[sel].astype(np.int64) * (int(name.max()) + 1) + name[piece[sel]]
-    keys, inverse = np.unique(key, return_inverse=True)
-    totals = np.bincount(inverse, weights=length[sel])
     width = int(name.max()) + 1
-    for key_i, total in zip(keys.tolist(), totals.tolist()):
-        out[key_i // width][key_i % width] = total
+    key = win[sel].astype(np.int64) * width + name[piece[sel]]
+    keys, inverse = np.unique(key, return_inverse=True)
+    totals = np.bincount(inverse, weights=length[sel]).tolist()
+    windows, names = np.divmod(keys, width)
+    # keys ascend, so each window's names are one run: a dict per window that has any
+    cuts = np.flatnonzero(np.diff(windows)) + 1
+    names_l = names.tolist()
+    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(keys)]):
+        out[int(windows[a])] = dict(zip(names_l[a:b], totals[a:b]))
     return out
 
 
