@@ -54,6 +54,12 @@ def give_back_freed_memory() -> None:
     blocks from 8 MB in mappings of their own, returned when freed (the read's kept buffers would
     stay resident through the analysis and the output). Never raises."""
     _set(_AFTER_READ)
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """The heap's free pages, wherever they are in it, back to the kernel (malloc_trim). Never raises.
+    (Also tried where the read's columns grow, which frees their old capacity: no lower peak.)"""
     try:
         trim = getattr(_glibc(), "malloc_trim", None)
         if trim is not None:
