@@ -4,6 +4,7 @@ indented at once, with safe.json_inert applied, whatever the number of steps, ra
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,33 @@ def test_report_json_to_a_file_and_to_stdout_are_the_same_bytes(tmp_path):
     piped = subprocess.run(cmd, check=True, capture_output=True).stdout
     report = analyze_paths([SAMPLES / "two-gpu-overlap"], Options())
     assert out.read_bytes() == piped == whole(build_document(report))
+
+
+def test_stdout_takes_the_pieces_through_its_text_layer():
+    """A caller's stdout without a byte layer (io.StringIO), and stdout's own encoding, as a whole
+    str is written (a review found both broken when the pieces went to the byte layer)."""
+    import contextlib
+    import io
+
+    from dbo_trace.cli import main
+
+    report = analyze_paths([SAMPLES / "overlap"], Options())
+    caught = io.StringIO()
+    with contextlib.redirect_stdout(caught):
+        main(["report", str(SAMPLES / "overlap"), "--json"], standalone_mode=False)
+    assert caught.getvalue().encode() == whole(build_document(report))
+    cmd = [sys.executable, "-m", "dbo_trace.cli", "report", "--json", str(SAMPLES / "overlap")]
+    utf16 = subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "utf-16"}).stdout
+    assert utf16.decode("utf-16").encode() == whole(build_document(report))
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """`report --json | head -c 100`: exit 0 and nothing on stderr, as when the text went in one write."""
+    cmd = [sys.executable, "-m", "dbo_trace.cli", "report", "--json", str(SAMPLES / "dsv2lite-eager-prefill")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b"{")
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == b""

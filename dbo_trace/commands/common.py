@@ -92,12 +92,26 @@ def refuse_nonempty(out: Path) -> None:
 
 
 def write_output(text: str | Iterator[bytes], output: Path | None, force: bool) -> None:
-    """stdout, or the file (replaced only with --force); text whole, or as UTF-8 in pieces."""
+    """stdout, or the file (replaced only with --force); text whole, or as UTF-8 in pieces of whole
+    characters (--json's), which stdout takes through its text layer as it takes a str (its
+    encoding, its newlines; a stream without a byte layer under it)."""
     if output is None:
-        for piece in [text] if isinstance(text, str) else text:
-            click.echo(piece, nl=False)
+        try:
+            for piece in [text] if isinstance(text, str) else map(bytes.decode, text):
+                click.echo(piece, nl=False)
+        except BrokenPipeError:  # `report --json | head`: the reader has what it wanted
+            stdout_gone()
         return
     write_file(text.encode() if isinstance(text, str) else text, output, force)
+
+
+def stdout_gone() -> None:
+    """The reader of stdout left (`| head`): what is still written, and the flush at exit, go
+    nowhere, and the command ends as it would have (exit 0, nothing on stderr)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stream with no file under it
+        pass
 
 
 def write_file(data: bytes | Iterator[bytes], path: Path, force: bool) -> None:

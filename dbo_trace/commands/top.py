@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from dbo_trace.commands.common import fail, terminal_width
+from dbo_trace.commands.common import fail, stdout_gone, terminal_width
 from dbo_trace.errors import inert
 
 
@@ -115,5 +115,4 @@ def run(request: TopRequest) -> None:
     except KeyboardInterrupt:  # the way to stop it: exit 130, as every command stopped by Ctrl-C
         sys.exit(130)
     except BrokenPipeError:  # `dbo-trace top | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return
+        stdout_gone()
