@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from dbo_trace.analysis import attribution, host_time, stalls, steps
+from dbo_trace.analysis import attribution, stalls, steps
 from dbo_trace.analysis.classify import per_name
 from dbo_trace.trace.timeline import names_hinted, starts_with, used_names
 
@@ -20,8 +20,7 @@ from dbo_trace.trace.timeline import names_hinted, starts_with, used_names
 PAIRS = [
     (lambda n: bool(stalls.COMPILE_RANGE.search(n)), stalls.COMPILE_HINT),
     *[(rx.match, hint) for rx, hint in steps.HINTS.items()],
-    (lambda n: n.startswith(steps._MODEL_RUNNER), steps._MODEL_RUNNER_HINT),
-    (lambda n: n.startswith(host_time.MODEL_RUNNER_PREFIX), host_time._MODEL_RUNNER_HINT),
+    (lambda n: n.startswith(steps.MODEL_RUNNER_PREFIX), steps.MODEL_RUNNER_HINT),  # host_time's too
     (attribution._HOOK_RANGE.match, attribution._HOOK_RANGE_HINT),
     (lambda n: any(re.search(p, n) for p in attribution._SGLANG_STAGE), attribution._SGLANG_HINT),
 ]

@@ -26,7 +26,7 @@ from dbo_trace.analysis.intervals import index_groups
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
 from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.timeline import Timeline, names_hinted, starts_with, used_names
+from dbo_trace.trace.timeline import Timeline, names_to_test, starts_with
 
 PHASE_NONE, PHASE_COMPUTE, PHASE_COMM, PHASE_WAIT = 0, 1, 2, 3
 _PHASE_OF = {"compute": PHASE_COMPUTE, "comm": PHASE_COMM}
@@ -190,8 +190,7 @@ def hook_ranges(tl: Timeline) -> CpuRanges:
     """The plugin's NVTX ranges (annotations), each distinct name matched once, as arrays."""
     ub_of = np.full(len(tl.names), -1, np.int64)
     phase_of = np.zeros(len(tl.names), np.int64)
-    annotated = used_names(tl.cpu.name[tl.cpu_is_annotation], len(tl.names))
-    for i in names_hinted(tl.names, annotated, _HOOK_RANGE_HINT).tolist():
+    for i in names_to_test(tl.names, tl.cpu.name[tl.cpu_is_annotation], _HOOK_RANGE_HINT).tolist():
         if m := _HOOK_RANGE.match(tl.names[i]):
             ub_of[i], phase_of[i] = int(m.group(1)), _PHASE_OF[m.group(2)]
     sel = np.flatnonzero(tl.cpu_is_annotation & (ub_of[tl.cpu.name] >= 0)) if len(tl.names) else np.empty(0, np.int64)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dbo_trace.trace.timeline import names_hinted, used_names
+from dbo_trace.trace.timeline import names_to_test
 
 # Kernel kinds.
 COMPUTE, COMM, COPY = 0, 1, 2
@@ -143,8 +143,6 @@ def per_name(
     (timeline.names_hinted's) that every name test() accepts holds; the names it is not found in
     are `unused` untested."""
     out = np.full(len(names), unused, dtype)
-    used = used_names(name_ids, len(names))
-    if hint is not None:
-        used = names_hinted(names, used, hint)
+    used = names_to_test(names, name_ids, hint)
     out[used] = np.fromiter((test(names[i]) for i in used.tolist()), dtype, len(used))
     return out

@@ -21,7 +21,7 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_HOST, Partition
 from dbo_trace.analysis.intervals import index_groups, union
-from dbo_trace.trace.timeline import starts_with
+from dbo_trace.analysis.steps import MODEL_RUNNER_HINT, MODEL_RUNNER_PREFIX
 
 LAUNCH, SYNC, OTHER_CALL, NAMED, CPU_OP, STARTUP, BETWEEN, UNTRACED = range(8)
 CAUSES = (
@@ -40,10 +40,8 @@ CAUSE_TEXT = {
 _PAIRS_AT_ONCE = 1 << 18  # (window, piece) pairs materialised at once in causes_in
 TOP_NAMES = 5  # names kept per kind (named ranges, CPU operators) in a rank's or a phase's causes
 
-MODEL_RUNNER_PREFIX = "gpu_model_runner: "
 # Ranges that mark steps or microbatch phases (the window the question is asked in, or dbo-trace's
 # own hooks) are not work: time inside them alone is not named after them.
-_MODEL_RUNNER_HINT = starts_with(MODEL_RUNNER_PREFIX)  # timeline.names_hinted
 _STEP_MARKERS = re.compile(r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)|ProfilerStep#\d+|dbo:.*)$", re.S)
 
 
@@ -680,7 +678,7 @@ def range_kinds(names: list[str], cpu_name: np.ndarray, cpu_is_annotation: np.nd
     if not len(names):
         return cpu_is_annotation.copy(), ~cpu_is_annotation
     marker = c.per_name(names, cpu_name, lambda n: bool(_STEP_MARKERS.match(n)))[cpu_name]
-    runner = c.per_name(names, cpu_name, lambda n: n.startswith(MODEL_RUNNER_PREFIX), hint=_MODEL_RUNNER_HINT)[cpu_name]
+    runner = c.per_name(names, cpu_name, lambda n: n.startswith(MODEL_RUNNER_PREFIX), hint=MODEL_RUNNER_HINT)[cpu_name]
     return (cpu_is_annotation | runner) & ~marker, ~cpu_is_annotation & ~runner & ~marker
 
 

@@ -48,7 +48,7 @@ _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 _ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
 _HOOK_STEP = re.compile(r"^dbo:step#(\d+):(\w+)$")  # the plugin's range around each UBatchWrapper call
-_MODEL_RUNNER = "gpu_model_runner: "
+MODEL_RUNNER_PREFIX = "gpu_model_runner: "  # vLLM's model runner's ranges (host_time names host idle by them too)
 _MODEL_RUNNER_FIRST = "gpu_model_runner: preprocess"
 # Each pattern's literal start as a hint (timeline.names_hinted): a long run's 100,000 ProfilerStep#
 # names are searched for it at once, not each tested by the pattern.
@@ -58,7 +58,7 @@ HINTS = {
     _ZERO_GRAD: starts_with("Optimizer.zero_grad#"),
     _HOOK_STEP: starts_with("dbo:step#"),
 }
-_MODEL_RUNNER_HINT = starts_with(_MODEL_RUNNER)
+MODEL_RUNNER_HINT = starts_with(MODEL_RUNNER_PREFIX)
 
 STEP_GAP_MIN_US = 1000.0  # a GPU idle gap this long (and >= 20x the median gap) separates inferred steps
 STEP_GAP_FACTOR = 20.0
@@ -201,7 +201,7 @@ def optimizer_steps(tl: Timeline) -> Steps | None:
 
 def model_runner_steps(tl: Timeline) -> Steps | None:
     """From each `gpu_model_runner: preprocess` to the end of the last model-runner range before the next one."""
-    ranges = sorted(tl.cpu_ranges_named(lambda n: n.startswith(_MODEL_RUNNER), hint=_MODEL_RUNNER_HINT))
+    ranges = sorted(tl.cpu_ranges_named(lambda n: n.startswith(MODEL_RUNNER_PREFIX), hint=MODEL_RUNNER_HINT))
     firsts = [r for r in ranges if r[2] == _MODEL_RUNNER_FIRST]
     if not firsts:
         return None

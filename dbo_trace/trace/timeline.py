@@ -87,11 +87,8 @@ class Timeline:
         """The indices of the CPU ranges (user annotations) whose name match() accepts, in time order,
         and per accepted name id what match returned: cpu_ranges_named's selection as arrays, for a
         caller that needs no object per range (a run of 100,000 steps has that many markers)."""
-        ids = used_names(self.cpu.name, len(self.names))
-        if hint is not None:
-            ids = names_hinted(self.names, ids, hint)
         names = self.names
-        hits = {i: m for i in ids.tolist() if (m := match(names[i]))}
+        hits = {i: m for i in names_to_test(names, self.cpu.name, hint).tolist() if (m := match(names[i]))}
         if not hits:
             return np.empty(0, np.int64), hits
         chosen = np.isin(self.cpu.name, np.fromiter(hits, np.int64, len(hits)))
@@ -103,6 +100,13 @@ def starts_with(prefix: str) -> re.Pattern[str]:
     before a name and the prefix, a literal that re finds at C speed (`(?m)^` is tried at every
     character)."""
     return re.compile(re.escape("\n" + prefix))
+
+
+def names_to_test(names: list[str], name_ids: np.ndarray, hint: re.Pattern[str] | None = None) -> np.ndarray:
+    """The name ids a per-name test need look at: each name these events use once (used_names), and
+    of those only the ones `hint` may be found in, where one is given (names_hinted)."""
+    ids = used_names(name_ids, len(names))
+    return ids if hint is None else names_hinted(names, ids, hint)
 
 
 def used_names(name_ids: np.ndarray, n_names: int) -> np.ndarray:
