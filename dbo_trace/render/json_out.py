@@ -11,7 +11,7 @@ import msgspec
 from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, StepBlock, build_document
-from dbo_trace.render.safe import json_inert
+from dbo_trace.render.safe import json_inert_utf8
 
 STEP_BLOCKS_AT_ONCE = 128  # step blocks encoded and written together (json_chunks)
 
@@ -33,7 +33,7 @@ def json_chunks(document: Any) -> Iterator[bytes]:
     --json`'s peak (docs/performance.md). The lists are cut out by a placeholder with a random
     token, which no string from a trace can forge."""
     if not isinstance(document, ReportDocument):
-        yield _inert(msgspec.json.format(msgspec.json.encode(document), indent=2))
+        yield json_inert_utf8(msgspec.json.format(msgspec.json.encode(document), indent=2))
         yield b"\n"
         return
     token = secrets.token_hex(16)
@@ -53,10 +53,10 @@ def json_chunks(document: Any) -> Iterator[bytes]:
     done = 0
     for at, key in sorted((text.index(key), key) for key in lists):
         line = text[text.rfind(b"\n", 0, at) + 1 : at]
-        yield _inert(text[done:at])
+        yield json_inert_utf8(text[done:at])
         yield from _list_chunks(lists[key], len(line) - len(line.lstrip(b" ")))
         done = at + len(key)
-    yield _inert(text[done:])
+    yield json_inert_utf8(text[done:])
     yield b"\n"
 
 
@@ -71,15 +71,8 @@ def _list_chunks(items: Sequence[Any], indent: int) -> Iterator[bytes]:
     yield b"["
     for a in range(0, len(items), STEP_BLOCKS_AT_ONCE):
         part = msgspec.json.format(msgspec.json.encode(items[a : a + STEP_BLOCKS_AT_ONCE]), indent=2)
-        yield (b"," if a else b"") + _inert(part[1:-2].replace(b"\n", deeper))  # from its first item's newline to its last line
+        yield (b"," if a else b"") + json_inert_utf8(part[1:-2].replace(b"\n", deeper))  # from its first item's newline to its last line
     yield deeper + b"]"
-
-
-def _inert(text: bytes) -> bytes:
-    """safe.json_inert over UTF-8 text, without decoding the usual all-ASCII text."""
-    if text.isascii() and b"\x7f" not in text:
-        return text
-    return json_inert(text.decode()).encode()
 
 
 class JsonRenderer:

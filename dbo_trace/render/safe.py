@@ -212,3 +212,10 @@ def json_inert(text: str) -> str:
     if text.isascii() and "\x7f" not in text:  # the usual document: isascii is a flag, `in` a memchr
         return text
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
+
+
+def json_inert_utf8(text: bytes) -> bytes:
+    """json_inert over JSON as UTF-8 (--json's pieces), without decoding the usual all-ASCII text."""
+    if text.isascii() and b"\x7f" not in text:
+        return text
+    return json_inert(text.decode()).encode()
