@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from itertools import repeat
 from dataclasses import dataclass, field, fields, replace
+from itertools import repeat
 from typing import Any, Callable
 
 import numpy as np

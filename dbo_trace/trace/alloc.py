@@ -13,6 +13,7 @@ kept buffers only added to it (155 MB to 148 MB on a 200 MB trace, the time unch
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's <malloc.h>
@@ -20,18 +21,16 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's <malloc
 # without copying; smaller ones are reused from the heap.
 _SETTINGS = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 64 << 20), (_M_TOP_PAD, 16 << 20))
 _AFTER_READ = ((_M_MMAP_THRESHOLD, 8 << 20), (_M_TRIM_THRESHOLD, 8 << 20), (_M_TOP_PAD, 1 << 20))  # give_back_freed_memory
-_libc: ctypes.CDLL | None | bool = False  # False: not looked for yet; None: not glibc
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is False:
-        try:
-            # The process's own symbols hold glibc's: no library search (find_library runs ldconfig).
-            _libc = ctypes.CDLL(None) if os.confstr("CS_GNU_LIBC_VERSION") else None
-        except (OSError, AttributeError, ValueError):
-            _libc = None
-    return _libc if isinstance(_libc, ctypes.CDLL) else None
+    """The C library where it is glibc, else None; looked for once."""
+    try:
+        # The process's own symbols hold glibc's: no library search (find_library runs ldconfig).
+        return ctypes.CDLL(None) if os.confstr("CS_GNU_LIBC_VERSION") else None
+    except (OSError, AttributeError, ValueError):
+        return None
 
 
 def _set(settings: tuple[tuple[int, int], ...]) -> None:

@@ -496,8 +496,9 @@ MAX_EVENT_BYTES = 64 << 20  # one event larger than this is refused (docs/perfor
 
 
 # Below about this much JSON a worker process's start-up eats what it saves. On the 200 MB marker-less
-# trace two processes take `report --json` from 3.9-4.4 s to 3.1-3.9 s on a quiet 2-core machine;
-# the worker is gone before the analysis, whose peak is the report's (docs/performance.md).
+# trace two processes take `report --json` from 2.7 s to 2.3 s on a quiet 2-core machine; the worker
+# is gone before the analysis, but while it reads it is in the process tree's peak: 1.08x the JSON,
+# against 0.74x in one process (docs/performance.md).
 PARALLEL_MIN_BYTES = 128 << 20
 
 
