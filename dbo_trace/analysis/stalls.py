@@ -146,9 +146,10 @@ def find_stalls(
     compile or capture steps first, then outliers among the rest (median and MAD of the rest); the
     cost is measured against the median of the phase's steady steps."""
     n = len(period_us)
-    steady_kind, causes = 0, ("", COMPILE, CAPTURE, OUTLIER)  # kind: an index into causes
+    causes = ("", COMPILE, CAPTURE, OUTLIER)  # kind: an index into causes
+    steady_kind, compile_kind, capture_kind, outlier_kind = range(len(causes))
     floor = np.fmax(COMPILE_MIN_US, COMPILE_MIN_SHARE * period_us)  # fmax: as max(), a NaN period gets the floor
-    kind = np.where(compile_us >= floor, 1, np.where(capture_us >= floor, 2, steady_kind))
+    kind = np.where(compile_us >= floor, compile_kind, np.where(capture_us >= floor, capture_kind, steady_kind))
     names = list(dict.fromkeys(phase))
     code = np.array([names.index(p) for p in phase], np.int64) if len(names) > 1 else np.zeros(n, np.int64)
     median = np.zeros(n)  # each step's phase's steady median, where it has one
@@ -160,12 +161,12 @@ def find_stalls(
             x = period_us[idx]
             med = float(np.median(x))
             mad = float(np.median(np.abs(x - med))) * MAD_SCALE
-            kind[idx[(x > med + OUTLIER_MADS * mad) & (x > OUTLIER_RATIO * med)]] = 3
+            kind[idx[(x > med + OUTLIER_MADS * mad) & (x > OUTLIER_RATIO * med)]] = outlier_kind
         elif len(idx) >= 3:  # a few steps: each against the median of the others, far beyond it only
             for i in idx.tolist():
                 others = float(np.median([period_us[j] for j in idx.tolist() if j != i]))
                 if period_us[i] > FAR_OUTLIER_RATIO * others:
-                    kind[i] = 3
+                    kind[i] = outlier_kind
         steady = period_us[mine & (kind == steady_kind)]
         if len(steady):
             median[mine], has_median[mine] = float(np.median(steady)), True
