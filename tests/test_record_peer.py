@@ -30,8 +30,9 @@ class Pair:
     """A stand-in FFN server (the peer) and a stand-in attention server, on one fresh AFD port."""
 
     def __init__(
-        self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False, discover: bool = False
-    ):
+        self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False, discover: bool = False,
+        ffn_loop: bool = False,
+    ):  # fmt: skip
         self.port = free_port()
         (tmp / "main").mkdir()
         self.main = Server(tmp / "main", main_behaviour, extra=("--additional-config", afd("attention", self.port)))
@@ -42,6 +43,7 @@ class Pair:
             sys.executable, str(FAKE_PEER), "serve", "fake-model", "--additional-config", afd("ffn", self.port),
             "--behaviour", peer_behaviour, "--pidfile", str(self.peer_pidfile), "--stats", str(self.peer_stats_file),
             "--trace", str(sample_trace("overlap")), *(("--plugin",) if plugin else ()), *(("--discover",) if discover else ()),
+            *(("--ffn-loop",) if ffn_loop else ()),
         ]  # fmt: skip
 
     def peer_pids(self) -> list[int]:
@@ -113,6 +115,36 @@ def test_an_afd_pair_is_recorded_as_one_run(tmp_path):
         assert peer["signals"] == ["SIGINT"]
         assert pair.all_stopped()
         assert "AFD connector listening" in (out / "peer" / "server.log").read_text()
+    finally:
+        pair.cleanup()
+
+
+def test_an_ffn_with_its_own_loop_and_a_frozen_heap_is_profiled_on_its_loop(tmp_path):
+    """The FFN as it behaves on the GPU (tests/helpers/fake_peer.py --ffn-loop): its Worker sits in a
+    frozen heap, its loop always has a receive in flight, and the profiler's start and stop wait for
+    that receive. The start runs on the loop at the profiled load's first step; the stop after the
+    load needs a step too, which the recorder sends through the attention server."""
+    pair = Pair(tmp_path, plugin=True, ffn_loop=True)
+    out = tmp_path / "bundle"
+    try:
+        proc = record(out, pair.main, *pair.options("--num-prompts", "4", "--trace-timeout", "60"))
+        assert proc.returncode == 0, proc.stderr
+        m = manifest_of(out)
+        peer = pair.peer_stats()
+        engine_pid = pair.peer_pids()[1]
+        calls = peer["profile_calls"]
+        assert [(c["start"], c["on_loop"]) for c in calls] == [(True, True), (False, True)]
+        assert all(c["waited_s"] < 1.0 for c in calls)  # at the loop's top nothing was in flight
+        for key, action in (("profile_start", "start"), ("profile_stop", "stop")):
+            sent = m["peer"][key]
+            assert sent["ok"] is True, sent
+            assert [(a["pid"], a["state"], a["where"], a["workers"]) for a in sent["acks"]] == [(engine_pid, "done", "loop", 1)]
+        assert m["peer"]["nudge_requests"] >= 1  # the stop came when no traffic flowed
+        assert m["roles"]["ffn"]["traces"] == ["peer/traces/ffn_rank0.pt.trace.json.gz"]
+        # The FFN was profiling while the attention side's profiled requests ran.
+        assert calls[0]["unix"] < calls[1]["unix"] and pair.main.stats()["profiled_requests"] == 4
+        assert peer["steps"] >= 4 + m["peer"]["nudge_requests"]
+        assert pair.all_stopped()
     finally:
         pair.cleanup()
 
