@@ -122,8 +122,9 @@ def test_an_afd_pair_is_recorded_as_one_run(tmp_path):
 def test_an_ffn_with_its_own_loop_and_a_frozen_heap_is_profiled_on_its_loop(tmp_path):
     """The FFN as it behaves on the GPU (tests/helpers/fake_peer.py --ffn-loop): its Worker sits in a
     frozen heap, its loop always has a receive in flight, and the profiler's start and stop wait for
-    that receive. The start runs on the loop at the profiled load's first step; the stop after the
-    load needs a step too, which the recorder sends through the attention server."""
+    that receive. Each runs on the loop at the top of an iteration, which a small request that the
+    recorder sends through the attention server makes: the start before the window opens, the stop
+    after the load."""
     pair = Pair(tmp_path, plugin=True, ffn_loop=True)
     out = tmp_path / "bundle"
     try:
@@ -139,10 +140,11 @@ def test_an_ffn_with_its_own_loop_and_a_frozen_heap_is_profiled_on_its_loop(tmp_
             sent = m["peer"][key]
             assert sent["ok"] is True, sent
             assert [(a["pid"], a["state"], a["where"], a["workers"]) for a in sent["acks"]] == [(engine_pid, "done", "loop", 1)]
-        assert m["peer"]["nudge_requests"] >= 1  # the stop came when no traffic flowed
+        assert m["peer"]["nudge_requests"] >= 2  # neither came while traffic flowed
         assert m["roles"]["ffn"]["traces"] == ["peer/traces/ffn_rank0.pt.trace.json.gz"]
-        # The FFN was profiling while the attention side's profiled requests ran.
+        # The FFN was profiling before the attention side's window opened, and until its load ended.
         assert calls[0]["unix"] < calls[1]["unix"] and pair.main.stats()["profiled_requests"] == 4
+        assert calls[0]["unix"] < pair.main.stats()["start_profile_unix"]
         assert peer["steps"] >= 4 + m["peer"]["nudge_requests"]
         assert pair.all_stopped()
     finally:

@@ -316,23 +316,21 @@ def wait_acks(
     alive: Callable[[], bool],
     settle_s: float = 0.5,
     while_queued: Callable[[], None] | None = None,
-    accept_queued: bool = False,
 ) -> list[dict]:
     """The acks of command `seq`: returns `settle_s` after the first arrived (other processes of the
     server answer within the same poll) and none is still queued, or at `timeout_s` / when `alive()`
     turns false with what came. While an ack says queued, `while_queued()` is called each round (the
-    recorder sends a request then, so that the loop turns over); with `accept_queued` a queued ack
-    counts as an answer."""
+    recorder sends a request then, so that the loop turns over)."""
     deadline = time.monotonic() + timeout_s
     first = None
     while time.monotonic() < deadline and alive():
         acks = read_acks(path, seq)
         if acks and first is None:
             first = time.monotonic()
-        queued = not accept_queued and any(is_queued(a) for a in acks)
+        queued = any(is_queued(a) for a in acks)
         if first is not None and not queued and time.monotonic() - first >= settle_s:
             return acks
-        if any(is_queued(a) for a in acks) and while_queued is not None:
+        if queued and while_queued is not None:
             while_queued()
         time.sleep(0.05)
     return read_acks(path, seq)

@@ -76,7 +76,6 @@ class Peer:
         self.env[control.ENV_CONTROL] = str(self.control.resolve())
         self.child: Child | None = None
         self._seq = 0
-        self._seqs: dict[str, int] = {}
         self._sent_ns: dict[str, int] = {}
         self.last_sent: str | None = None  # the last command sent ("start": its profiler may be running)
         self.acks: dict[str, list[dict]] = {}
@@ -124,23 +123,17 @@ class Peer:
     def alive(self) -> bool:
         return self.child is not None and self.child.poll() is None
 
-    def profile(self, action: str, timeout_s: float, nudge: Callable[[], None] | None = None, accept_queued: bool = False) -> dict:
+    def profile(self, action: str, timeout_s: float, nudge: Callable[[], None] | None = None) -> dict:
         """Send start/stop to the peer's Workers; what they answered, for the manifest. A Worker that runs
         its own loop takes the command at its next iteration (control.py): `nudge` is called while
-        it waits (the recorder sends a request through the main server then); with `accept_queued`
-        the wait ends once every answer is in, run or queued (`collect` reads the outcome later)."""
+        it waits (the recorder sends a request through the main server then)."""
         if action == "stop" and not any(a.get("ok") or control.is_queued(a) for a in self.acks.get("start") or []):
             timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
         self.last_sent = action  # before the wait: a run interrupted inside it still knows to send stop
         self._seq += 1
-        self._seqs[action] = self._seq
         self._sent_ns[action] = time.time_ns()
         control.send(self.control, self._seq, action)
-        return self.collect(action, timeout_s, nudge, accept_queued)
-
-    def collect(self, action: str, timeout_s: float, nudge: Callable[[], None] | None = None, accept_queued: bool = False) -> dict:
-        """The answers to the last `action` sent, waited for up to timeout_s."""
-        acks = control.wait_acks(self.control, self._seqs[action], timeout_s, self.alive, while_queued=nudge, accept_queued=accept_queued)
+        acks = control.wait_acks(self.control, self._seq, timeout_s, self.alive, while_queued=nudge)
         self.acks[action] = acks
         keys = ("pid", "state", "ok", "error", "workers", "where", "queued_ns", "started_ns", "ended_ns")
         return {

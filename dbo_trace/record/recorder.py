@@ -628,10 +628,14 @@ def _profiled_window(
 ) -> None:
     nudge = Nudge(plan.base_url, model, plan.trace_timeout_s)
     if peer is not None:
-        # A peer that runs its own loop (the FFN) takes the start at its next iteration, which the
-        # profiled load's first step makes: wait here only for the answer, run or queued.
+        # A peer that runs its own loop (the FFN) takes the start at its next iteration: a small request
+        # makes one, so that its profiler runs before the main server's window opens.
         ui.phase(f"starting the {peer.role} server's profiler (through its command file)")
-        manifest["peer"]["profile_start"] = peer.profile("start", timeout_s=30.0, accept_queued=True)
+        started = peer.profile("start", timeout_s=120.0, nudge=nudge)
+        nudge.wait()  # its steps end before the window opens
+        manifest["peer"]["profile_start"] = started
+        if not started["ok"]:
+            ui.note(f"the {peer.role} server's profiler did not confirm its start: {started['acks'] or 'no answer'}")
     status, body = http("POST", f"{plan.base_url}/start_profile", timeout=60.0)
     if status != 200:
         raise ChildFailed(
@@ -643,11 +647,6 @@ def _profiled_window(
     result = _load_phase(plan, child, model, plan.load, "profiled load", ui, peer)
     manifest["load_result"] = result.as_dict()
     after_load()
-    if peer is not None:
-        started = peer.collect("start", timeout_s=60.0, nudge=nudge)
-        manifest["peer"]["profile_start"] = started
-        if not started["ok"]:
-            ui.note(f"the {peer.role} server's profiler did not confirm its start: {started['acks'] or 'no answer'}")
     ui.phase("stopping the profiler (the server writes its traces now)")
     _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s)
     if peer is not None:
@@ -687,6 +686,10 @@ class Nudge:
             target=http, args=("POST", f"{self.base_url}/v1/completions", body, self.timeout_s), daemon=True, name="dbo-trace-nudge"
         )
         self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(self.timeout_s)
 
 
 def _load_phase(

@@ -234,6 +234,7 @@ class Handler(BaseHTTPRequestHandler):
             if not config.get("torch_profiler_dir"):
                 return self._reply(400, {"error": "profiler not configured"})
             stats["start_profile"] += 1
+            stats.setdefault("start_profile_unix", time.time())
             profiling = True
             print("INFO Profiler started.", flush=True)
             return self._reply(200)
