@@ -24,9 +24,9 @@ MPS_STATES = (MPS_ANSWERED, MPS_NOT_RUNNING, MPS_UNKNOWN)
 
 # The rule (docs/analysis.md, "GPU sharing"): the median receive kernel, less the FFN's compute inside
 # the round trip where the FFN's trace has it, is at least SLICED_MIN_US and SLICED_RATIO times the
-# median send kernel (one way's transfer of the same bytes). Measured on one H200 (16-token decode):
-# without MPS 4,442 us against 18 us (244x); with MPS 200 us against 19 us (10.5x), graphs+DBO 15
-# against 44 us, eager+DBO 46 against 64 us.
+# median send kernel (one way's transfer of the same bytes). Measured on one H200 (16-token decode,
+# docs/analysis.md): graphs without MPS 4,442 us against 18 us (244x); with MPS graphs 200 against 19 us
+# (10.4x), graphs+DBO 44 against 15 us (3.0x), eager+DBO 64 against 47 us (1.4x).
 SLICED_MIN_US = 1000.0
 SLICED_RATIO = 50.0
 
