@@ -166,7 +166,7 @@ def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[
     calls = {}
     for tl in timelines:
         key = os.path.normpath(tl.source)
-        if key not in known and (call := role_of(None, trace_evidence(tl, samples_of(tl, samples)))) is not None:
+        if key not in known and (call := role_of(trace_evidence(tl, samples_of(tl, samples)))) is not None:
             calls[key] = call
     return _with_calls(options, calls)
 
@@ -283,7 +283,6 @@ def analyze_found(
         give_back_freed_memory()
         return analyze(loaded, options, inputs)
     options = with_roles(options_from_manifests(options, found.manifests), found.manifests, found.roles)
-    options = with_declared_roles(options, found.roles, found.role_sources)
     logs, warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
     warnings += sample_warnings

@@ -227,3 +227,14 @@ def test_pair_in_worker_processes_reads_the_same(pair):
 def test_a_trace_of_no_afd_run_gets_no_role():
     report = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options())
     assert all(r.role is None and r.afd is None for r in report.ranks) and report.roles is None
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_graphs_dbo_is_not_called_faster_than_graphs(reports, form):
+    """By step period (the plain count: 8.84 ms on graphs' kept steps, 10.12 ms on graphs+DBO's), in
+    whatever form the two arms are given."""
+    from dbo_trace.analysis.compare import arms_of, compare
+
+    graphs, dbo = compare([arms_of(arm, reports[arm][form], [])[0] for arm in ("afd-graphs", "afd-graphs-dbo")])
+    assert dbo.change is not None and dbo.change > 0.05 and dbo.step_median_us > graphs.step_median_us
+    assert dbo.round_trips_per_layer == 2 and graphs.round_trips_per_layer == 1

@@ -91,10 +91,6 @@ class RoleCall:
     source: str
     because: str = ""  # the trace's evidence, in words (FROM_TRACE)
 
-    @property
-    def inferred(self) -> bool:
-        return self.source != FROM_MANIFEST
-
     def text(self) -> str:
         if self.source == FROM_MANIFEST:
             return "the bundle manifest's roles"
@@ -154,11 +150,7 @@ def trace_evidence(tl: Timeline, samples: list[StackSamples] | None = None) -> T
     )
 
 
-def role_of(declared: tuple[str, str] | None, evidence: TraceEvidence | None) -> RoleCall | None:
-    """declared: (role, FROM_MANIFEST or FROM_COMMAND) where the bundle said it; else the trace's."""
-    if declared is not None:
-        return RoleCall(declared[0], declared[1])
-    role = evidence.role() if evidence is not None else None
-    if role is None or evidence is None:
-        return None
-    return RoleCall(role, FROM_TRACE, evidence.because())
+def role_of(evidence: TraceEvidence) -> RoleCall | None:
+    """The role the trace's evidence tells (where no bundle declared one), or None: not an AFD run."""
+    role = evidence.role()
+    return None if role is None else RoleCall(role, FROM_TRACE, evidence.because())

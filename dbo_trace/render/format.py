@@ -119,9 +119,10 @@ def roles_lines(d: ReportDocument) -> list[str]:
     if ts is not None and not ts.sliced:  # where sliced, the verdict's first reason says it
         mps = {"answered": "MPS answered", "not running": "MPS not running"}.get(roles.mps_daemon or "", "MPS not verified")
         one = "one GPU" if roles.shared_gpu else ("not one GPU" if roles.shared_gpu is False else "one GPU or not: not known")
+        less = f", less the FFN's {ms(ts.ffn_compute_us)} compute," if ts.ffn_compute_us is not None else ""
         lines.append(
-            f"GPU sharing: {one}, {mps}; a round trip's receive waits {ms(ts.receive_us)} against a {us(ts.send_us)} send "
-            f"({num(ts.ratio)}x its transfer; time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
+            f"GPU sharing: {one}, {mps}; a round trip's receive waits {ms(ts.receive_us)}{less} against a {us(ts.send_us)} "
+            f"send: {num(ts.ratio, 1)}x its transfer (time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
         )
     return lines
 
