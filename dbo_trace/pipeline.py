@@ -14,11 +14,23 @@ from typing import Callable
 import numpy as np
 
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
-from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
+from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
+from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info, wall_offset_us
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_samples, read_timelines, settle_ranks
+from dbo_trace.trace.load import (
+    ROLE_FROM_MANIFEST,
+    Found,
+    Loaded,
+    discover,
+    load,
+    rank_order,
+    read_logs,
+    read_samples,
+    read_timelines,
+    settle_ranks,
+)
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
@@ -130,12 +142,56 @@ def samples_of(tl: Timeline, samples: list[StackSamples]) -> list[StackSamples]:
 
 def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
     options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
-    timelines, info = restrict_roles(loaded.timelines, options, loaded.manifests)
+    options = with_declared_roles(options, loaded.roles, loaded.role_sources)
+    options = with_trace_roles(options, loaded.timelines, loaded.samples)
+    order, numbers = numbered_by_role(loaded.timelines, loaded.ranks, options)
+    timelines, info = restrict_roles([loaded.timelines[i] for i in order], options, loaded.manifests)
     ranks = [
         with_sm_evidence(analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples)), options)
-        for n, tl in zip(loaded.ranks, timelines)
+        for n, tl in zip(numbers, timelines)
     ]
     return combine(ranks, options, inputs, loaded.warnings, roles=info)
+
+
+def with_declared_roles(options: Options, roles: dict[str, str], sources: dict[str, str]) -> Options:
+    """The roles the bundles declare (their manifests' roles, else their command lines), and where
+    each came from, in the options the ranks are analysed with."""
+    calls = {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()}
+    return _with_calls(options, calls)
+
+
+def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[StackSamples]) -> Options:
+    """The roles of the traces no bundle declared, from their own evidence (analysis/role_evidence.py)."""
+    known = dict(options.roles)
+    calls = {}
+    for tl in timelines:
+        key = os.path.normpath(tl.source)
+        if key not in known and (call := role_of(trace_evidence(tl, samples_of(tl, samples)))) is not None:
+            calls[key] = call
+    return _with_calls(options, calls)
+
+
+def _with_calls(options: Options, calls: dict[str, RoleCall]) -> Options:
+    if not calls:
+        return options
+    roles = dict(options.roles) | {k: c.role for k, c in calls.items()}
+    sources = dict(options.role_sources) | {k: c.text() for k, c in calls.items()}
+    return replace(options, roles=tuple(sorted(roles.items())), role_sources=tuple(sorted(sources.items())))
+
+
+def numbered_by_role(timelines: list[Timeline], numbers: list[int], options: Options) -> tuple[list[int], list[int]]:
+    """The ranks' order and numbers. A disaggregated run's traces each claim rank 0 (each role's own
+    world of one), so settle_ranks numbered them by path; with every trace's role known they are
+    numbered attention first, then by path, so that a pair reads alike however its traces were given
+    (a bundle, or a folder per role)."""
+    role = dict(options.roles)
+    roles = [role.get(os.path.normpath(tl.source), "") for tl in timelines]
+    claims = {tl.claimed_rank for tl in timelines}
+    if len(timelines) < 2 or "" in roles or len(claims) == len(timelines) or len(set(roles)) < 2:
+        return list(range(len(timelines))), numbers
+    rank_of = {r: i for i, r in enumerate(ROLE_ORDER)}
+    order = sorted(range(len(timelines)), key=lambda i: (rank_of.get(roles[i], len(ROLE_ORDER)), str(timelines[i].source)))
+    return order, list(range(len(order)))
 
 
 def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[dict]) -> tuple[list[Timeline], RolesInfo | None]:
@@ -143,7 +199,7 @@ def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[
     baseTimeNanoseconds): the FFN's last receive waits out the attention side's profiler export."""
     role = dict(options.roles)
     present = [role[k] for tl in timelines if (k := os.path.normpath(tl.source)) in role]
-    info = roles_info(manifests, present)
+    info = roles_info(manifests, present, [tl.metadata for tl in timelines])
     attention = [tl for tl in timelines if role.get(os.path.normpath(tl.source)) == ATTENTION]
     windows = [w for tl in attention if (w := event_window(tl)) is not None]
     if info is None or not attention or not windows:
@@ -160,6 +216,27 @@ def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[
     return out, replace(info, ffn_window_restricted=cut)
 
 
+def settle_pair(ranks: list[RankReport], options: Options, manifests: list[dict], logs: list[EventLogData],
+                samples: list[StackSamples]) -> tuple[list[RankReport], RolesInfo | None]:  # fmt: skip
+    """Ranks analysed each in its own worker, which told each trace's role: with the roles known,
+    the FFN's ranks are analysed again cut to the attention's window (what analyze does first)."""
+    options = replace(
+        options,
+        roles=tuple(sorted({os.path.normpath(r.source): r.role for r in ranks if r.role is not None}.items())),
+        role_sources=tuple(sorted({os.path.normpath(r.source): r.role_source for r in ranks if r.role_source}.items())),
+    )
+    order, numbers = numbered_by_role([r.detailed().timeline for r in ranks], [r.rank for r in ranks], options)
+    ranks = [ranks[i] if ranks[i].rank == n else replace(ranks[i], rank=n) for i, n in zip(order, numbers)]
+    timelines = [r.detailed().timeline for r in ranks]
+    cut, info = restrict_roles(timelines, options, manifests)
+    out = [
+        r if tl is r.detailed().timeline else
+        with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, rank=r.rank, samples=samples_of(tl, samples)), options)
+        for r, tl in zip(ranks, cut)
+    ]  # fmt: skip
+    return out, info
+
+
 def _read_and_analyze(
     trace: Path, index: int, logs: list[EventLogData], options: Options, samples: list[StackSamples]
 ) -> list[RankReport] | str:
@@ -169,10 +246,8 @@ def _read_and_analyze(
         reuse_freed_memory()  # this worker's previous rank gave it back
         timelines = read_timelines(trace, index)
         give_back_freed_memory()
-        return [
-            with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options)
-            for tl in timelines
-        ]
+        mine = with_trace_roles(options, timelines, samples)  # the roles no bundle declared, from this trace
+        return [with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples)), mine) for tl in timelines]
     except InputError as exc:
         return str(exc)
 
@@ -203,11 +278,11 @@ def analyze_found(
     and analysed in its own process, workers at a time; with one large trace, its events are decoded
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
-    if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles: the FFN is cut to the attention's window first
+    if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles known: the FFN is cut to the attention's window first
         loaded = load(found, progress, workers)  # one trace: its decoding in parallel
         give_back_freed_memory()
         return analyze(loaded, options, inputs)
-    options = options_from_manifests(options, found.manifests)
+    options = with_roles(options_from_manifests(options, found.manifests), found.manifests, found.roles)
     logs, warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
     warnings += sample_warnings
@@ -228,7 +303,8 @@ def analyze_found(
     # only where claims clashed.
     numbers, settle_warnings = settle_ranks([r.detailed().timeline for r in ranks], errors)
     numbered = [r if r.rank == n else replace(r, rank=n) for r, n in zip(ranks, numbers)]
-    return combine([numbered[i] for i in rank_order(numbers)], options, inputs, found.warnings + settle_warnings + warnings)
+    ordered, info = settle_pair([numbered[i] for i in rank_order(numbers)], options, found.manifests, logs, samples)
+    return combine(ordered, options, inputs, found.warnings + settle_warnings + warnings, roles=info)
 
 
 def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:

@@ -106,7 +106,7 @@ def test_roles_are_kept_apart(bundles):
     assert doc["roles"]["shared_gpu"] is True
     assert "FFN round trip" in report.verdict.headline
     text = " ".join(RENDERERS["terminal"].render(report).split())
-    assert "disaggregated round trips" in text and "FFN compute and queueing" in text
+    assert "disaggregated round trips" in text and "FFN compute 0.06 ms, FFN queueing or waiting" in text
     assert "disaggregated round trips" in RENDERERS["markdown"].render(report)
 
 

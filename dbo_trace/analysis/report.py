@@ -56,10 +56,12 @@ from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, WaitSplit, match, peer_waits, wait_split
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.stalls import OUTLIER, Behind, Stall, behind, compile_ranges, find_stalls, in_periods, step_periods, top_compile_names
+from dbo_trace.analysis.pair import pair_figures
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, wall_offset_us
 from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
 from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
 from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
+from dbo_trace.analysis.sharing import time_slicing
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import (
@@ -93,7 +95,8 @@ class Options:
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
-    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
+    role_sources: tuple[tuple[str, str], ...] = ()  # (trace path, where its role came from, in words)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
@@ -354,7 +357,8 @@ class RankReport:
     # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
     wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
-    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
+    role_source: str | None = None  # where the role came from, in words (the manifest, the command line, the trace)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
@@ -444,7 +448,7 @@ def analyze_rank(
     cost = rank_contention(d) if d.microbatched else None
     all_threads = _profiled_microbatch_threads(tl, d.attribution)
     role = dict(options.roles).get(os.path.normpath(tl.source))
-    afd = rank_round_trips(d, table) if options.afd and role in (None, ATTENTION) else None
+    afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     if afd is not None:  # its steps and phases say what the run says: overlap is the round trips'
         steps, phases = _afd_labels(afd, steps, phases)
     rt = _round_trips(table, d.attribution.layers, d.microbatched, afd)
@@ -479,6 +483,7 @@ def analyze_rank(
         verdict=with_capture(with_expensive(with_round_trips(verdict, afd), expensive), capture, whole.window.host_idle_us),
         graph_api=api,
         role=role,
+        role_source=dict(options.role_sources).get(os.path.normpath(tl.source)),
         expensive_calls=expensive,
         afd=afd,
         window=whole.window,
@@ -1100,6 +1105,7 @@ def combine(
     attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
     them; the FFN's kernels give the attention's round trips their parts."""
     ranks = with_ffn_parts(ranks)
+    roles = with_pair(roles, ranks)
     if roles is not None:
         warnings = warnings + roles.notes()
     total = sum_metrics([r.total for r in ranks])
@@ -1149,6 +1155,9 @@ def combine(
         window.host_idle_us,
     )
     numbered = [(r.rank if len(ranks) > 1 else None, r.steps) for r in ranks]
+    sliced = roles.time_slicing.text() if roles is not None and roles.time_slicing is not None else None
+    if sliced:  # what dominates every other figure of the run: said first
+        verdict = replace(verdict, reasons=[sliced] + list(verdict.reasons))
     return Report(
         what_if=_what_if(rt, ranks, options),
         phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
@@ -1251,9 +1260,42 @@ def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
             continue
         idx = np.flatnonzero(data)
         idx = idx[np.argsort(ftl.gpu.start[idx], kind="stable")]
-        parts = ffn_parts(r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset)
+        compute = fd.kernel_kind == c.COMPUTE
+        parts = ffn_parts(
+            r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset,
+            (ftl.gpu.start[compute] + offset, ftl.gpu.end[compute] + offset),
+        )  # fmt: skip
         out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
     return out
+
+
+def with_pair(roles: RolesInfo | None, ranks: list[RankReport]) -> RolesInfo | None:
+    """The roles with what the two sides tell together: whether they time-slice the GPU (the attention's
+    round trips against their transfer, analysis/sharing.py) and, with the FFN's trace, its compute per
+    step and per round trip and each side's GPU busy over the attention's steps (analysis/pair.py)."""
+    att = next((r for r in ranks if r.afd is not None and r.detail is not None), None)
+    if roles is None or att is None or att.afd is None or att.detail is None:
+        return roles
+    rows, parts, tl = att.afd.rows, att.afd.parts, att.detail.timeline
+    sliced = time_slicing(
+        send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
+        round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
+        sharing=roles.sharing,
+    )  # fmt: skip
+    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
+    offset = wall_offset_us(ffn.detail.timeline, tl) if ffn is not None and ffn.detail is not None else None
+    if ffn is None or ffn.detail is None or offset is None:
+        return replace(roles, time_slicing=sliced)
+    ftl, table = ffn.detail.timeline, att.steps.table
+    compute = ffn.detail.kernel_kind == c.COMPUTE
+    pair = pair_figures(
+        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=(tl.gpu.start, tl.gpu.end),
+        ffn=(ftl.gpu.start + offset, ftl.gpu.end + offset),
+        ffn_compute=(ftl.gpu.start[compute] + offset, ftl.gpu.end[compute] + offset),
+        round_trip_compute_us=parts.compute_us if parts is not None else None,
+        round_trip_queue_us=parts.queue_us if parts is not None else None, round_trips_per_step=att.afd.per_step,
+    )  # fmt: skip
+    return replace(roles, time_slicing=sliced, pair=pair)
 
 
 def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -> list[WhatIf]:

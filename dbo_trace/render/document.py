@@ -409,6 +409,8 @@ class RoundTripParts(Struct):
     transfer_us: float | None
     ffn_us: float | None  # the FFN's compute and queueing
     wait_us: float | None  # the attention's receive kernel before the FFN began sending back
+    ffn_compute_us: float | None = None  # of ffn_us, the FFN's compute kernels
+    ffn_queue_us: float | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 
 
 class DisaggregatedBlock(Struct):
@@ -435,11 +437,40 @@ class DisaggregatedBlock(Struct):
     parts: RoundTripParts | None  # with the FFN's trace
 
 
+class TimeSlicingBlock(Struct):
+    """The attention's round trips against their transfer (docs/analysis.md, "GPU sharing")."""
+
+    sliced: bool  # the roles' CUDA contexts time-slice one GPU (the rule held, MPS not seen answering)
+    round_trip_us: float  # medians over the round trips
+    receive_us: float
+    send_us: float
+    ffn_compute_us: float | None  # the FFN's compute inside the round trip, with its trace
+    ratio: float | None  # (receive - FFN compute) / send
+    text: str | None  # the report's line where sliced
+
+
+class PairBlock(Struct):
+    """Both roles on the attention's clock, over its steps (docs/analysis.md, "Both roles")."""
+
+    steps: Count
+    ffn_compute_per_step_us: float | None
+    ffn_compute_per_round_trip_us: float | None
+    ffn_queue_per_round_trip_us: float | None
+    round_trips_per_step: float | None
+    attention_busy: float | None  # shares of the steps' time each side's GPU work ran
+    ffn_busy: float | None
+    both_busy: float | None
+
+
 class RolesBlock(Struct):
     roles: list[str]
     shared_gpu: bool | None
-    mps: bool | None
+    mps: bool | None  # verified: the MPS control daemon answered (true), did not (false), not known (null)
     ffn_window_restricted: bool
+    shared_from: str | None = None  # where shared_gpu came from
+    mps_daemon: str | None = None  # answered / not running / unknown (the manifest's verified field)
+    time_slicing: TimeSlicingBlock | None = None
+    pair: PairBlock | None = None  # with both roles' traces
 
 
 class ContentionKernel(Struct):
@@ -673,7 +704,8 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
     behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
     launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
-    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's, its command line's, the trace's)
+    role_source: str | None = None  # where the role came from, in words
     disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
     host_stacks: RankStacksBlock | UnsetType = UNSET  # only with sampled Python stacks (docs/analysis.md)
     # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
@@ -863,6 +895,8 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
             transfer_us=_r(a.median_part("transfer_us")),
             ffn_us=_r(a.median_part("ffn_us")),
             wait_us=_r(a.median_part("wait_us")),
+            ffn_compute_us=_r(a.median_part("compute_us")),
+            ffn_queue_us=_r(a.median_part("queue_us")),
         )
     return DisaggregatedBlock(
         round_trips=len(a.rows),
@@ -890,7 +924,23 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
 def roles_block(info: RolesInfo | None) -> RolesBlock | None:
     if info is None:
         return None
-    return RolesBlock(list(info.roles), info.shared_gpu, info.mps, info.ffn_window_restricted)
+    ts, p = info.time_slicing, info.pair
+    return RolesBlock(
+        list(info.roles),
+        info.shared_gpu,
+        info.mps,
+        info.ffn_window_restricted,
+        shared_from=info.sharing.shared_from if info.sharing is not None else None,
+        mps_daemon=info.sharing.mps_daemon if info.sharing is not None else None,
+        time_slicing=None if ts is None else TimeSlicingBlock(
+            ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
+            _r(ts.ratio, 2), ts.text(),
+        ),
+        pair=None if p is None else PairBlock(
+            p.steps, _r(p.ffn_compute_per_step_us), _r(p.ffn_compute_per_round_trip_us), _r(p.ffn_queue_per_round_trip_us),
+            _r(p.round_trips_per_step), _r(p.attention_busy, 4), _r(p.ffn_busy, 4), _r(p.both_busy, 4),
+        ),
+    )  # fmt: skip
 
 
 def time_block(b: TimeBuckets) -> TimeBlock:
@@ -1254,6 +1304,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
         role=r.role,
+        role_source=r.role_source,
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),

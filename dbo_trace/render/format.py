@@ -8,6 +8,7 @@ import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.analysis.host_time import LINE_NAMES
 from dbo_trace.analysis.verdict import BORDERLINE_TEXT, counted
 from dbo_trace.render.document import (
@@ -81,9 +82,12 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
     )
     lines = [first]
     if b.parts is not None:
+        ffn = f"FFN compute and queueing {ms(b.parts.ffn_us)}"
+        if b.parts.ffn_compute_us is not None:
+            ffn = f"FFN compute {ms(b.parts.ffn_compute_us)}, FFN queueing or waiting {ms(b.parts.ffn_queue_us)}"
         lines.append(
             f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}, "
-            f"FFN compute and queueing {ms(b.parts.ffn_us)}, attention waiting in its receive {ms(b.parts.wait_us)}"
+            f"{ffn}, attention waiting in its receive {ms(b.parts.wait_us)}"
         )
     else:
         lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
@@ -91,6 +95,34 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
         lines.append(
             f"per-microbatch compute {ms(b.compute_per_microbatch_us)} against a round trip's exposed {ms(b.median_exposed_us)} "
             f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
+        )
+    return lines
+
+
+def roles_lines(d: ReportDocument) -> list[str]:
+    """A disaggregated run's roles: each rank's and where it came from, both roles' figures over the
+    attention's steps, and the round trip against its transfer (the document's roles block)."""
+    roles = d.roles
+    if roles is None:
+        return []
+    ranks = [f"rank {r.rank} {r.role}" + (f" (from {r.role_source})" if r.role_source else "") for r in d.ranks if r.role]
+    lines = ["roles: " + "; ".join(ranks)] if ranks else []
+    p = roles.pair
+    if p is not None:
+        lines.append(
+            f"both roles over the attention's {p.steps} steps: FFN compute {ms(p.ffn_compute_per_step_us)} per step, "
+            f"{ms(p.ffn_compute_per_round_trip_us)} per round trip"
+            + (f" (FFN queueing or waiting {ms(p.ffn_queue_per_round_trip_us)})" if p.ffn_queue_per_round_trip_us is not None else "")
+            + f"; GPU busy: attention {pct(p.attention_busy)}, FFN {pct(p.ffn_busy)}, both at once {pct(p.both_busy)}"
+        )
+    ts = roles.time_slicing
+    if ts is not None and not ts.sliced:  # where sliced, the verdict's first reason says it
+        mps = {"answered": "MPS answered", "not running": "MPS not running"}.get(roles.mps_daemon or "", "MPS not verified")
+        one = "one GPU" if roles.shared_gpu else ("not one GPU" if roles.shared_gpu is False else "one GPU or not: not known")
+        less = f", less the FFN's {ms(ts.ffn_compute_us)} compute," if ts.ffn_compute_us is not None else ""
+        lines.append(
+            f"GPU sharing: {one}, {mps}; a round trip's receive waits {ms(ts.receive_us)}{less} against a {us(ts.send_us)} "
+            f"send: {num(ts.ratio, 1)}x its transfer (time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
         )
     return lines
 

@@ -39,6 +39,7 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     disaggregated_lines,
+    roles_lines,
     rank_cells,
     round_trip_cells,
     step_number_cell,
@@ -210,8 +211,9 @@ class HtmlRenderer:
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'
         )
-        if d.disaggregated is not None:
-            rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
+        if d.disaggregated is not None or d.roles is not None:
+            lines = roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else [])
+            rt_html += "<h2>Disaggregated round trips</h2>" + _list(lines, "round-trips")
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
             for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]

@@ -7,6 +7,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
+    roles_lines,
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
@@ -150,8 +151,9 @@ class MarkdownRenderer:
             out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
             out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
-        if d.disaggregated is not None:
-            out += [""] + [f"- {markdown_text(line)}" for line in disaggregated_lines(d.disaggregated)]
+        if d.disaggregated is not None or d.roles is not None:
+            lines = roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else [])
+            out += [""] + [f"- {markdown_text(line)}" for line in lines]
         rt = d.round_trips
         if rt is not None and dbo_arithmetic_applies(d):
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])

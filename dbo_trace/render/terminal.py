@@ -15,6 +15,7 @@ from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
     rank_cell,
+    roles_lines,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     LAYER_HEADER,
@@ -297,8 +298,8 @@ class TerminalRenderer:
             out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
-        if d.disaggregated is not None:
-            out.bullets(disaggregated_lines(d.disaggregated))
+        if d.disaggregated is not None or d.roles is not None:
+            out.bullets(roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else []))
             out.line()
         rt = d.round_trips
         if rt is not None and dbo_arithmetic_applies(d):

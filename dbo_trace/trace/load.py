@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ class Loaded:
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
     samples: list[StackSamples] = field(default_factory=list)  # sampled Python stacks (py-spy)
+    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
 
 
 @dataclass
@@ -38,9 +40,13 @@ class Found:
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
     pystacks: list[SampleEntry] = field(default_factory=list)
+    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
 
 
 ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
+ROLE_FROM_MANIFEST = "manifest"  # the manifest's `roles` (or its `afd` block's role)
+ROLE_FROM_COMMAND = "command line"  # the recorded command's --additional-config '{"afd": {"role": ...}}'
+AFD_ROLES = ("attention", "ffn")
 
 
 def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
@@ -66,7 +72,47 @@ def _role_traces(path: Path, manifest: dict[str, Any], found: Found) -> list[Pat
             continue
         out.append(p)
         found.roles[os.path.normpath(p)] = role
+        found.role_sources[os.path.normpath(p)] = ROLE_FROM_MANIFEST
     return out
+
+
+def command_afd(command: Any) -> dict[str, Any] | None:
+    """The `afd` block a server command line passed in `--additional-config '{"afd": {...}}'` (also
+    `--additional-config=...`); None where it passed none."""
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return None
+    for i, arg in enumerate(command):
+        if arg == "--additional-config" and i + 1 < len(command):
+            raw = command[i + 1]
+        elif arg.startswith("--additional-config="):
+            raw = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            continue
+        afd = config.get("afd") if isinstance(config, dict) else None
+        if isinstance(afd, dict):
+            return afd
+    return None
+
+
+def command_role(command: Any) -> str | None:
+    """The AFD role a server command line asked for (one of AFD_ROLES), else None."""
+    afd = command_afd(command)
+    role = afd.get("role") if afd is not None else None
+    return str(role) if role in AFD_ROLES else None
+
+
+def declared_role(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
+    block's role, else the one its recorded command line asked for; with where it came from."""
+    afd = manifest.get("afd")
+    if isinstance(afd, dict) and afd.get("role") in AFD_ROLES:
+        return str(afd["role"]), ROLE_FROM_MANIFEST
+    role = command_role(manifest.get("command"))
+    return (role, ROLE_FROM_COMMAND) if role is not None else None
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -87,6 +133,10 @@ def _discover(path: Path, found: Found) -> None:
         found.manifests.append(manifest)
         traces_dir = path / fmt.TRACES_DIR
         traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
+        declared = None if manifest_roles(manifest) else declared_role(manifest)
+        if declared is not None:  # an older recorder's bundle: its command line names its role
+            for t in traces:
+                found.roles[os.path.normpath(t)], found.role_sources[os.path.normpath(t)] = declared
         traces += [t for t in _role_traces(path, manifest, found) if t not in traces]
         if not traces:
             raise InputError(
@@ -245,6 +295,7 @@ def load(found: Found, progress: Callable[[int], None] | None = None, workers: i
         warnings=found.warnings + warnings + log_warnings + sample_warnings,
         roles=found.roles,
         samples=samples,
+        role_sources=found.role_sources,
     )
 
 
