@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from afd_synth import afd_pair
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, run_cli
 from independent_afd import hidden_share, round_trips
 
 from dbo_trace.analysis.compare import microbatched
@@ -238,3 +238,22 @@ def test_graphs_dbo_is_not_called_faster_than_graphs(reports, form):
     graphs, dbo = compare([arms_of(arm, reports[arm][form], [])[0] for arm in ("afd-graphs", "afd-graphs-dbo")])
     assert dbo.change is not None and dbo.change > 0.05 and dbo.step_median_us > graphs.step_median_us
     assert dbo.round_trips_per_layer == 2 and graphs.round_trips_per_layer == 1
+
+
+
+def test_a_real_pair_given_as_two_trace_folders_is_labelled_as_its_bundle_labels_it():
+    """samples/afd-pair-graphs-dbo: both roles traced on the H200. The FFN's trace runs the plugin's
+    afd_p2p ops too: its role comes from running no attention kernel and receiving the control plane.
+    As two folders the pair is one pair, never a collective group: no skew, no unmatched collectives."""
+    sample = ROOT / "samples" / "afd-pair-graphs-dbo"
+    folders = (sample / "traces", sample / "peer" / "traces")
+    as_folders = json.loads(run_cli("report", *map(str, folders), "--json").stdout)
+    as_bundle = json.loads(run_cli("report", str(sample), "--json").stdout)
+    assert [r["role"] for r in as_folders["ranks"]] == [r["role"] for r in as_bundle["ranks"]] == ["attention", "ffn"]
+    assert "no attention kernel" in as_folders["ranks"][1]["role_source"]
+    assert "0 sends, 196 receives" in as_folders["ranks"][1]["role_source"]
+    for key in ("round_trips_per_step", "steps"):
+        assert as_folders["roles"]["pair"][key] == as_bundle["roles"]["pair"][key]
+    text = run_cli("report", *map(str, folders), "--markdown").stdout
+    for absent in ("started last", "skew", "not matched"):
+        assert absent not in text

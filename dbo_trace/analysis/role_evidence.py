@@ -4,8 +4,8 @@ bundle manifest's `roles`, else the role in the recorded command line (`--additi
 
 Both roles' traces call themselves rank 0 of world size 1, so neither names nor ranks tell them apart.
 The trace does: the AFD plugin's process groups in `distributedInfo.pg_config` (`afd`, `p2p`, of
-two ranks each), the attention side's `vllm::afd_p2p_send`/`recv` ops (eager) and its attention
-kernels, the control plane (the attention side sends each step's metadata, the FFN receives it), and
+two ranks each) and the plugin's `vllm::afd_p2p_send`/`recv` ops (both roles run them) say a trace
+is of an AFD run; the attention side's attention kernels, the control plane (the attention side sends each step's metadata, the FFN receives it), and
 the FFN's loop sitting in `recv_control_payload` in its sampled Python stacks. Pure: a timeline's
 arrays and metadata in, a RoleCall out; linear in the events (each distinct name is tested once).
 """
@@ -59,11 +59,17 @@ class TraceEvidence:
         return self.afd_group or self.afd_ops > 0
 
     def role(self) -> str | None:
-        """attention where the plugin's send/recv ops or attention kernels ran; ffn where an AFD
-        rank ran no attention kernel; None where the trace is not of an AFD run."""
+        """attention where attention kernels ran, or where the control plane sent more than it
+        received (the attention side sends each step's metadata); ffn where an AFD rank ran no
+        attention kernel; None where the trace is not of an AFD run. The plugin's afd_p2p ops say
+        only that the run is AFD: both roles run them (a real FFN trace holds 432 in 20 steps)."""
         if not self.afd:
             return None
-        return ATTENTION if self.afd_ops or self.attention_kernels else FFN
+        if self.attention_kernels:
+            return ATTENTION
+        if self.control_sends != self.control_recvs:
+            return ATTENTION if self.control_sends > self.control_recvs else FFN
+        return FFN
 
     def because(self) -> str:
         """The evidence in words, what decided first."""
