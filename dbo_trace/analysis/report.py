@@ -62,6 +62,7 @@ from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
 from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
+from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
 from dbo_trace.analysis.verdict import (
     HOST_BASIS_IN_STEPS,
     HOST_BASIS_WINDOW,
@@ -98,6 +99,7 @@ class Options:
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
+    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
 
 
 @dataclass(frozen=True)
@@ -394,6 +396,7 @@ class Report:
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
     what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
+    unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -1165,7 +1168,17 @@ def combine(
         host_causes=causes,
         host_test=host,
         roles=roles,
+        unprofiled=run_unprofiled(ranks, options.repeats),
     )
+
+
+def run_unprofiled(ranks: list[RankReport], repeats: tuple[Repeat, ...]) -> Unprofiled | None:
+    """The recording's repeats against its profiled steps (analysis/unprofiled.py): the served
+    side's ranks (an FFN server's steps are not the ones TPOT times)."""
+    if not repeats:
+        return None
+    period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
+    return unprofiled_of("", repeats, period, phase=phase, periods=n)
 
 
 STALLS_NAMED = 3  # stalls named in the line; the rest counted
