@@ -39,6 +39,7 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     disaggregated_lines,
+    profiler_lines,
     rank_cells,
     round_trip_cells,
     step_number_cell,
@@ -214,7 +215,9 @@ class HtmlRenderer:
             rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
-            for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]
+            for r in [
+                *d.verdict.reasons, *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)
+            ]
         )
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
