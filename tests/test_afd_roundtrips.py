@@ -207,12 +207,13 @@ def test_a_step_whose_order_fits_no_pattern_is_said_so():
     # S A S R A R  (6 data-ish kernels: 4 data, 2 compute), then one more data kernel: 5 data kernels
     kinds = [c.COMM, c.COMPUTE, c.COMM, c.COMM, c.COMPUTE, c.COMM, c.COMM]
     start = np.arange(len(kinds), dtype=float) * 10
-    rows, told, unpaired = pair(
+    rows, told, unpaired, told_ub = pair(
         start=start, end=start + 5, kind=np.array(kinds, np.int8), data=np.array([k == c.COMM for k in kinds]),
         step=np.zeros(len(kinds), np.int64), ubatch=np.full(len(kinds), -1, np.int8),
     )  # fmt: skip
     assert told == {TOLD_NOT: 1} and len(rows) == 2 and unpaired == 1
     assert rows.hidden_us.tolist() == [0.0, 0.0]
+    assert told_ub.tolist() == [-1] * len(kinds)  # no microbatch told: the picture draws one lane
 
 
 def test_a_yield_under_dbo_is_said_to_hold_the_other_turn(tmp_path):

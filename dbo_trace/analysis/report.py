@@ -951,16 +951,17 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     tl, att = d.timeline, d.attribution
     p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
     data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
-    rows, told, unpaired = afd_round_trips(
+    rows, told, unpaired, told_ub = afd_round_trips(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
     )
     in_step = data & (att.gpu_step >= 0)
     kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
-    return summarize_round_trips(
+    found = summarize_round_trips(
         rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
         step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
         kernels_per_step=kernels_per_step,
     )  # fmt: skip
+    return None if found is None else replace(found, kernel_ubatch=told_ub)
 
 
 def _afd_labels(afd: AfdRoundTrips, steps: StepReports, phases: list[PhaseReport]) -> tuple[StepReports, list[PhaseReport]]:
