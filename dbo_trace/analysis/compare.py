@@ -438,11 +438,14 @@ class Pair:
 def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
     """Per phase, each arm that ran DBO against the arm that did not with the same cudagraph mode
     (and the same GPU sharing), the first such arm in the order given; an arm without one is listed
-    with no partner. arms: compare's rows (their ran_with set); unprofiled: the arms' repeats."""
+    with no partner; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
+    set); unprofiled: the arms' repeats."""
     tpot = {u.label: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}
     out = []
     for phase in dict.fromkeys(a.phase for a in arms):
         rows = [a for a in arms if a.phase == phase and a.ran_with is not None]
+        if not any(a.ran_with is not None and a.ran_with.dbo is False for a in rows):
+            continue  # every arm ran DBO (or none says): no ablation of DBO to pair
         for on in rows:
             w = on.ran_with
             if w is None or not w.dbo:

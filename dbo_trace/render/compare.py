@@ -164,7 +164,7 @@ def _criterion_cell(a: Arm) -> str:
     """Met or missed with the ratio; unknown with one microbatch: no other compute to hide a round trip."""
     if a.round_trip_criterion_ratio is None:
         return "unknown (one microbatch)"
-    return f"{tri(a.round_trip_criterion)} ({num(a.round_trip_criterion_ratio)})"
+    return f"{tri(a.round_trip_criterion)} ({a.round_trip_criterion_ratio:.2f})"
 
 
 AFD_NOTE = (
