@@ -172,3 +172,20 @@ def test_no_repeats_no_overhead():
     doc = json.loads(run_cli("report", "--json", str(SAMPLES / "overlap")).stdout)
     assert "profiler" not in doc
     assert "profiler overhead" not in run_cli("report", str(SAMPLES / "overlap")).stdout
+
+
+def test_hostile_labels_stay_inert_in_the_afd_table_and_the_pairs():
+    from test_inert import HOSTILE, assert_no_raw_controls, check_markdown
+
+    for flag in ([], ["--markdown"], ["--json"]):
+        proc = run_cli(
+            "compare", *flag, "--label", "g" + HOSTILE, "--label", HOSTILE, str(ARMS["graphs"]), str(ARMS["graphs+dbo"])
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert_no_raw_controls(proc.stdout)
+        if flag == ["--markdown"]:
+            check_markdown(proc.stdout)
+            assert "DBO slower" in proc.stdout
+        if flag == ["--json"]:
+            (pair,) = json.loads(proc.stdout)["pairs"]
+            assert (pair["on"], pair["off"]) == (HOSTILE, "g" + HOSTILE)

@@ -400,6 +400,11 @@ def _same_graphs(a: RanWith, b: RanWith) -> bool:
     return a.graphs == b.graphs and (a.graph_mode is None or b.graph_mode is None or a.graph_mode == b.graph_mode)
 
 
+def _same_sharing(a: RanWith, b: RanWith) -> bool:
+    """The same GPU sharing, where both say (a bare trace does not: it pairs with either)."""
+    return a.mps is None or b.mps is None or a.mps == b.mps
+
+
 SLOWER, FASTER, NO_CHANGE = "DBO slower", "DBO faster", "no change beyond noise"
 
 
@@ -452,7 +457,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                 continue
             fits = [
                 a for a in rows
-                if a.ran_with is not None and a.ran_with.dbo is False and _same_graphs(a.ran_with, w) and a.ran_with.mps == w.mps
+                if a.ran_with is not None and a.ran_with.dbo is False and _same_graphs(a.ran_with, w) and _same_sharing(a.ran_with, w)
             ]  # fmt: skip
             named = w.graph_mode or next((a.ran_with.graph_mode for a in fits if a.ran_with and a.ran_with.graph_mode), None)
             graphs = graphs_text(w.graphs, named)
