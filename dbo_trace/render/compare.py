@@ -241,7 +241,7 @@ def pair_lines(pairs: list[Pair]) -> list[str]:
         elif p.others:
             out.append(
                 f"{p.on} ({p.phase} steps): paired with {p.off}, the first of the arms that fit "
-                f"({', '.join((p.off, *p.others))}); label the arms or give one of them to choose"
+                f"({', '.join((p.off, *p.others))}); give the one to pair with first"
             )
     return out
 
