@@ -16,6 +16,7 @@ import numpy as np
 from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
 from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
 from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info, wall_offset_us
+from dbo_trace.analysis.unprofiled import Repeat, repeats_of
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
@@ -80,7 +81,15 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         layers=layers,
         comm_sms=sms[0] if sms else None,
         env_recorded=bool(envs),
+        repeats=_repeats(manifests),
     )
+
+
+def _repeats(manifests: list[dict]) -> tuple[Repeat, ...]:
+    """The timed repeats of the one recording that has them (`report A B` of two such recordings:
+    none, since one TPOT is not both's)."""
+    found = [r for m in manifests if (r := repeats_of(m.get("repeats")))]
+    return found[0] if len(found) == 1 else ()
 
 
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)

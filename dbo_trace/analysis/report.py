@@ -64,6 +64,7 @@ from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
 from dbo_trace.analysis.sharing import time_slicing
 from dbo_trace.analysis.steps import PHASES, SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread, cpu_range_summary, kernel_summary, spread
+from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
 from dbo_trace.analysis.verdict import (
     HOST_BASIS_IN_STEPS,
     HOST_BASIS_WINDOW,
@@ -101,6 +102,7 @@ class Options:
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
+    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
 
 
 @dataclass(frozen=True)
@@ -398,6 +400,7 @@ class Report:
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
     what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
+    unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -953,16 +956,17 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     tl, att = d.timeline, d.attribution
     p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
     data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
-    rows, told, unpaired = afd_round_trips(
+    rows, told, unpaired, told_ub = afd_round_trips(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
     )
     in_step = data & (att.gpu_step >= 0)
     kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
-    return summarize_round_trips(
+    found = summarize_round_trips(
         rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
         step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
         kernels_per_step=kernels_per_step,
     )  # fmt: skip
+    return None if found is None else replace(found, kernel_ubatch=told_ub)
 
 
 def _afd_labels(afd: AfdRoundTrips, steps: StepReports, phases: list[PhaseReport]) -> tuple[StepReports, list[PhaseReport]]:
@@ -1174,7 +1178,17 @@ def combine(
         host_causes=causes,
         host_test=host,
         roles=roles,
+        unprofiled=run_unprofiled(ranks, options.repeats),
     )
+
+
+def run_unprofiled(ranks: list[RankReport], repeats: tuple[Repeat, ...]) -> Unprofiled | None:
+    """The recording's repeats against its profiled steps (analysis/unprofiled.py): the served
+    side's ranks (an FFN server's steps are not the ones TPOT times)."""
+    if not repeats:
+        return None
+    period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
+    return unprofiled_of("", repeats, period, phase=phase, periods=n)
 
 
 STALLS_NAMED = 3  # stalls named in the line; the rest counted

@@ -86,6 +86,9 @@ class AfdRoundTrips:
     parts: FfnParts | None = None  # with the FFN's trace
     ffn_matched: int = 0
     layers_inferred: bool = False  # layers from a microbatch's round trips per step (one FFN per layer)
+    # (n_gpu,) int8: each GPU activity's microbatch as the round trips told it (a data kernel's round
+    # trip's; a compute kernel's by its thread or DBO's order), -1 elsewhere: what a picture draws by
+    kernel_ubatch: np.ndarray | None = None
 
     @property
     def per_layer(self) -> float | None:
@@ -164,13 +167,14 @@ def round_trips(
     data: np.ndarray,
     step: np.ndarray,
     ubatch: np.ndarray,
-) -> tuple[RoundTripRows, dict[str, int], int]:
+) -> tuple[RoundTripRows, dict[str, int], int, np.ndarray]:
     """Every round trip of every step. start, end, kind, step, ubatch: (n_gpu,) per GPU activity;
     data: (n_gpu,) bool, the data-plane kernels (data_plane). A step's data kernels are paired per
     microbatch by order (send, then its receive); microbatches come from the launching threads where
     every data kernel has one, else from DBO's kernel order where compute ran between the step's first
     two data kernels (one microbatch's send, then the other's attention), else the step is one
-    microbatch. Returns the rows, the steps by how they were told apart, and the unpaired kernels."""
+    microbatch. Returns the rows, the steps by how they were told apart, the unpaired kernels, and
+    each activity's microbatch as told here ((n_gpu,) int8, -1 where none)."""
     order = np.lexsort((start, step))
     sel = order[data[order] & (step[order] >= 0)]
     compute = np.flatnonzero(kind == c.COMPUTE)
@@ -180,6 +184,7 @@ def round_trips(
     told: dict[str, int] = {}
     unpaired = 0
     hidden: list[float] = []
+    told_ub = np.full(len(start), -1, np.int8)
     bounds = np.flatnonzero(np.diff(step[sel])) + 1
     for group in np.split(sel, bounds) if len(sel) else []:
         s = int(step[group[0]])
@@ -218,6 +223,8 @@ def round_trips(
                 rt_ub = np.full(len(send), -1, np.int64)
                 comp_ub = np.full(len(comp), -1, np.int64)
         told[how] = told.get(how, 0) + 1
+        told_ub[comp] = comp_ub
+        told_ub[send], told_ub[recv] = rt_ub, rt_ub
         o = np.argsort(start[send], kind="stable")
         send, recv, rt_ub = send[o], recv[o], rt_ub[o]
         for si, ri, u in zip(send.tolist(), recv.tolist(), rt_ub.tolist()):
@@ -240,7 +247,7 @@ def round_trips(
         recv_end=end[ri].astype(float),
         hidden_us=np.array(hidden, float),
     )
-    return rows, told, unpaired
+    return rows, told, unpaired, told_ub
 
 
 def _compute_ubatch_by_order(

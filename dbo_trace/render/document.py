@@ -32,6 +32,7 @@ from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepRepor
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 from dbo_trace.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
@@ -834,6 +835,20 @@ class CrossRankBlock(Struct):
     waits: WaitsBlock | None
 
 
+class ProfilerBlock(Struct):
+    """The profiler's own cost (analysis/unprofiled.py): the recording's timed repeats, the profiler
+    off, against its profiled steps."""
+
+    profiled_period_us: float | None  # the median start-to-start period of the steady steps below
+    periods: Count | None  # how many periods that median is of
+    steps_of: str | None  # "decode", or "all" where no step is a decode step
+    unprofiled_tpot_ms: float | None  # the mean over the repeats of each one's median TPOT
+    repeats: Count
+    timed_by: str
+    overhead: float | None  # profiled period / unprofiled TPOT - 1
+    large: bool  # overhead >= OVERHEAD_LARGE: the host time reported may be partly the profiler's
+
+
 class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
     """The whole report: the run's totals (its figures over all ranks), then each rank's."""
 
@@ -860,6 +875,7 @@ class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only 
     roles: RolesBlock | None = None  # a disaggregated run's roles
     disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
     what_if: list[WhatIfRow] | UnsetType = UNSET  # version 5: model estimates (docs/analysis.md, "What-if")
+    profiler: ProfilerBlock | UnsetType = UNSET  # within version 5: only where the recording has timed repeats
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -918,6 +934,21 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
         criterion_met=a.criterion_met,
         receive_kernel_us=round(a.median_receive_us, 3),
         parts=parts,
+    )
+
+
+def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
+    if u is None:
+        return UNSET
+    return ProfilerBlock(
+        profiled_period_us=None if u.profiled_step_ms is None else round(u.profiled_step_ms * 1000.0, 3),
+        periods=u.profiled_periods,
+        steps_of=u.profiled_phase,
+        unprofiled_tpot_ms=_r(u.tpot_median_ms, 4),
+        repeats=u.repeats,
+        timed_by=u.tool,
+        overhead=_r(u.profiler_overhead, 4),
+        large=u.overhead_large,
     )
 
 
@@ -1377,6 +1408,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         roles=roles_block(report.roles),
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
         what_if=what_if_block(report.what_if),
+        profiler=profiler_block(report.unprofiled),
     )
 
 

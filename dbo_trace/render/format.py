@@ -10,9 +10,10 @@ from msgspec import UnsetType
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.analysis.host_time import LINE_NAMES
-from dbo_trace.analysis.verdict import BORDERLINE_TEXT, counted
+from dbo_trace.analysis.verdict import BORDERLINE_TEXT, HOST_BOUND, counted
 from dbo_trace.render.document import (
     DisaggregatedBlock,
+    ProfilerBlock,
     CommOperation,
     CpuRange,
     HostCausesBlock,
@@ -125,6 +126,28 @@ def roles_lines(d: ReportDocument) -> list[str]:
             f"send: {num(ts.ratio, 1)}x its transfer (time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
         )
     return lines
+
+
+def profiler_lines(d: ReportDocument) -> list[str]:
+    """The profiler's own cost, where the recording has timed repeats; and, where it is large, that
+    the host time reported may be partly the profiler's doing."""
+    p = d.profiler
+    if not isinstance(p, ProfilerBlock) or p.overhead is None:
+        return []
+    steps = "decode steps" if p.steps_of == "decode" else "steps"
+    line = (
+        f"profiler overhead {100 * p.overhead:+.0f}%: the profiled {steps}' period {ms(p.profiled_period_us)} "
+        f"(median of {p.periods}, start to start) against {p.unprofiled_tpot_ms:.2f} ms unprofiled "
+        f"(TPOT, mean of {p.repeats} repeats' medians, {p.timed_by})"
+    )
+    if not p.large:
+        return [line]
+    if d.verdict.label == HOST_BOUND:
+        why = "the host-bound verdict may be partly the profiler's own doing"
+    else:
+        why = "the host time reported may be partly the profiler's own"
+    return [line, f"{why}: the profiler stretched each step by {100 * p.overhead:.0f}% (it records every CPU op, every "
+                  "thread's where profile_all_threads is on); the unprofiled steps are the run's"]  # fmt: skip
 
 
 ROUND_TRIP_HEADER = [

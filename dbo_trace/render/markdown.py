@@ -8,6 +8,7 @@ from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock
 from dbo_trace.render.format import (
     disaggregated_lines,
     roles_lines,
+    profiler_lines,
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
@@ -121,6 +122,7 @@ class MarkdownRenderer:
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]
+        out += [f"- {markdown_text(line)}" for line in profiler_lines(d)]  # beside the verdict it may qualify
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:

@@ -14,6 +14,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     disaggregated_lines,
+    profiler_lines,
     rank_cell,
     roles_lines,
     CPU_RANGE_HEADER,
@@ -236,6 +237,7 @@ class TerminalRenderer:
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
         out.bullets(d.verdict.reasons)
+        out.bullets(profiler_lines(d))  # beside the verdict it may qualify
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
         out.line()
