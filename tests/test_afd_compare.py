@@ -83,7 +83,7 @@ def test_each_arm_against_the_raw_files(compared, truth):
     assert timed["eager+dbo"]["profiler_overhead"] > 0.5 and abs(timed["graphs"]["profiler_overhead"]) < 0.05
     ran = {label: arms[label]["ran_with"] for label in ARMS}
     assert ran["graphs"] == {"graphs": True, "graph_mode": "FULL_DECODE_ONLY", "dbo": False, "told_by": "settings",
-                             "microbatched": False, "mps": True}  # fmt: skip
+                             "microbatched": False, "mps": None}  # fmt: skip  (the manifest's bare mps: true is unverified)
     assert (ran["graphs+dbo"]["dbo"], ran["graphs+dbo"]["microbatched"], ran["eager+dbo"]["graph_mode"]) == (True, True, "eager")
 
 
