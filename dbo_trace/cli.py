@@ -47,8 +47,8 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # click's own (a value out of range, an unknown option): one line too
-            sub = exc.ctx is not None and exc.ctx.parent is not None
-            where = f"dbo-trace {exc.ctx.info_name} --help lists the options" if sub else "dbo-trace --help lists the commands"
+            sub = exc.ctx.info_name if exc.ctx is not None and exc.ctx.parent is not None else None
+            where = f"dbo-trace {sub} --help lists the options" if sub else "dbo-trace --help lists the commands"
             click.echo(f"dbo-trace: error: {inert(exc.format_message())} ({where})", err=True)
             ctx.exit(exc.exit_code)
         except UsageError as exc:

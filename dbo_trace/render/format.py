@@ -629,9 +629,17 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
         )
     y = b.yield_op
     if y is not None:
+        if y.wall_per_step_us is not None and y.thread_per_step_us is not None and (y.threads_per_step or 1) > 1:
+            # threads in it at once: the wall time, then one thread's; never their sum, which exceeds the step
+            inside = (
+                f"in it {ms(y.wall_per_step_us)} per step ({pct(y.wall_share)} of the step: wall time any of its "
+                f"{num(y.threads_per_step, 0)} threads was), {ms(y.thread_per_step_us)} per thread ({pct(y.thread_share)})"
+            )
+        else:
+            inside = f"{ms(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us)} per step in it"
         out.append(
             f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
-            f"{num(y.per_step, 0)} per step, {ms(y.per_step_us)} per step in it (a cost where DBO is off, "
+            f"{num(y.per_step, 0)} per step, {inside} (a cost where DBO is off, "
             "a wait for the other microbatch where it yields)"
         )
     sp = b.split
