@@ -466,6 +466,7 @@ def analyze_rank(
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
     delay_note = delay.text if delay is not None else None
+    verdict = with_running_behind(verdict, delay)
     verdict = with_stall_line(verdict, [(None, steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
@@ -542,7 +543,10 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
     launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    part = partition(lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start)
+    launch_end = np.where(launched, tl.calls.end[li] if len(tl.calls) else np.nan, np.nan)
+    part = partition(
+        lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start, launch_end=launch_end
+    )
     step_start, step_end = _step_windows(tl, att)
     is_comm = kinds == c.COMM
     held = None
@@ -754,13 +758,15 @@ def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
     tl, att = d.timeline, d.attribution
     li = att.gpu_launch_index
     launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
-    host_start, host_end = d.partition.spans(B_HOST, *d.window_us)
+    part = d.partition
     return launch_delay(
         gpu_start=tl.gpu.start,
         launch_end=launch_end,
         replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
-        host_start=host_start,
-        host_end=host_end,
+        queued_start=part.queued_start,
+        queued_end=part.queued_end,
+        host_idle_us=float(part.measure(np.array([part.lo]), np.array([part.hi]))[0, B_HOST]) if len(part.bounds) else 0.0,
+        window_us=part.hi - part.lo,
     )
 
 
@@ -927,6 +933,19 @@ def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[Expens
         step_end=att.steps.end if marked else np.empty(0),
     )  # fmt: skip
     return [replace(e, microbatched=microbatched) for e in calls]
+
+
+def with_running_behind(v: Verdict, delay: LaunchDelay | None, rank: int | None = None) -> Verdict:
+    """The GPU running behind the host, named beside the host time: the idle it explains is not the host's."""
+    text = delay.behind_text if delay is not None else None
+    if text is None:
+        return v
+    if rank is not None:
+        text = f"rank {rank}: {text}"
+    reasons = list(v.reasons)
+    at = next((i + 1 for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), 0)
+    reasons.insert(at, text)
+    return replace(v, reasons=reasons)
 
 
 def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
@@ -1148,6 +1167,8 @@ def combine(
         _summed_capture([r.capture for r in ranks]),
         window.host_idle_us,
     )
+    for r in reversed(ranks):  # each rank whose GPU ran behind, in rank order, named
+        verdict = with_running_behind(verdict, r.launch_delay, None if len(ranks) == 1 else r.rank)
     numbered = [(r.rank if len(ranks) > 1 else None, r.steps) for r in ranks]
     return Report(
         what_if=_what_if(rt, ranks, options),
