@@ -499,11 +499,11 @@ def analyze_rank(
         top_compute_kernels=top_kernels(d.kernel_kind, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary(d),
-        operations=rank_operations(d, exposed) if d.microbatched else [],
+        operations=rank_operations(d, exposed, _layers(d, afd)) if d.microbatched else [],
         notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        ledger=rank_ledger(d, logs, table),
+        ledger=rank_ledger(d, logs, table, _layers(d, afd)),
         detail=d,
     )
 
@@ -585,8 +585,14 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     )
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Ledger | None:
-    """The ledger over a rank's shared state (report.analyze_rank's one call)."""
+def _layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:
+    """The rank's layers: --layers or the event log's, else a disaggregated rank's (one FFN round trip
+    per layer and microbatch), so its comm operations and hand-overs are labelled by layer too."""
+    return d.attribution.layers or (afd.layers if afd is not None else None)
+
+
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable, layers: int | None = None) -> Ledger | None:
+    """The ledger over a rank's shared state (report.analyze_rank's one call); layers: as _layers."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
     yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
@@ -597,7 +603,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Le
         step_end_us=att.steps.end,
         step_index=steps.index,
         step_us=steps.period_us,
-        layers=att.layers,
+        layers=layers or att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
         cpu_lane=tl.cpu.lane,
@@ -810,7 +816,9 @@ def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) ->
     )
 
 
-def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
+def rank_operations(d: RankDetail, exposed: Exposure | None, layers: int | None = None) -> list[OperationRow]:
+    """The comm operations per (microbatch, place in the step), each with its layer and role where the
+    layers (as _layers: --layers, the log's, a disaggregated rank's) divide them."""
     tl, att = d.timeline, d.attribution
     rows = operation_rows(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
@@ -824,7 +832,7 @@ def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRo
     named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
     collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
     sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
-    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
+    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], layers or att.layers, sendrecv)
     return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 
@@ -1471,7 +1479,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     real = wait > (alignment.accuracy_us or 0.0)
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
-    operations = rank_operations(d, exposed) if r.operations else r.operations
+    operations = rank_operations(d, exposed, _layers(d, r.afd)) if r.operations else r.operations
     waited = np.zeros(len(tl.gpu))
     waited[index] = wait
     transfer_slowdown = None
