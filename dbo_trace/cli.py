@@ -76,7 +76,7 @@ _OUTPUT_OPTION = click.option(
 )
 
 
-GLOSSARY = "Every column and figure explained: docs/outputs.md, \"Glossary\"."
+GLOSSARY = "Every column and term explained: docs/glossary.md."
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=GLOSSARY)
