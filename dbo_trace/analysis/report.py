@@ -473,6 +473,7 @@ def analyze_rank(
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
     delay_note = delay.text if delay is not None else None
+    verdict = with_running_behind(verdict, delay)
     verdict = with_stall_line(verdict, [(None, steps)])
     return RankReport(
         rank=tl.claimed_rank if rank is None else rank,
@@ -506,11 +507,11 @@ def analyze_rank(
         top_compute_kernels=top_kernels(d.kernel_kind, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary(d),
-        operations=rank_operations(d, exposed) if d.microbatched else [],
+        operations=rank_operations(d, exposed, _layers(d, afd)) if d.microbatched else [],
         notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        ledger=rank_ledger(d, logs, table),
+        ledger=rank_ledger(d, logs, table, _layers(d, afd)),
         detail=d,
     )
 
@@ -550,7 +551,10 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
     launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    part = partition(lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start)
+    launch_end = np.where(launched, tl.calls.end[li] if len(tl.calls) else np.nan, np.nan)
+    part = partition(
+        lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start, launch_end=launch_end
+    )
     step_start, step_end = _step_windows(tl, att)
     is_comm = kinds == c.COMM
     held = None
@@ -589,8 +593,14 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     )
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Ledger | None:
-    """The ledger over a rank's shared state (report.analyze_rank's one call)."""
+def _layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:
+    """The rank's layers: --layers or the event log's, else a disaggregated rank's (one FFN round trip
+    per layer and microbatch), so its comm operations and hand-overs are labelled by layer too."""
+    return d.attribution.layers or (afd.layers if afd is not None else None)
+
+
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable, layers: int | None = None) -> Ledger | None:
+    """The ledger over a rank's shared state (report.analyze_rank's one call); layers: as _layers."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
     yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
@@ -601,7 +611,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Le
         step_end_us=att.steps.end,
         step_index=steps.index,
         step_us=steps.period_us,
-        layers=att.layers,
+        layers=layers or att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
         cpu_lane=tl.cpu.lane,
@@ -762,13 +772,15 @@ def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
     tl, att = d.timeline, d.attribution
     li = att.gpu_launch_index
     launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
-    host_start, host_end = d.partition.spans(B_HOST, *d.window_us)
+    part = d.partition
     return launch_delay(
         gpu_start=tl.gpu.start,
         launch_end=launch_end,
         replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
-        host_start=host_start,
-        host_end=host_end,
+        queued_start=part.queued_start,
+        queued_end=part.queued_end,
+        host_idle_us=float(part.measure(np.array([part.lo]), np.array([part.hi]))[0, B_HOST]) if len(part.bounds) else 0.0,
+        window_us=part.hi - part.lo,
     )
 
 
@@ -812,7 +824,9 @@ def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) ->
     )
 
 
-def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
+def rank_operations(d: RankDetail, exposed: Exposure | None, layers: int | None = None) -> list[OperationRow]:
+    """The comm operations per (microbatch, place in the step), each with its layer and role where the
+    layers (as _layers: --layers, the log's, a disaggregated rank's) divide them."""
     tl, att = d.timeline, d.attribution
     rows = operation_rows(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
@@ -826,7 +840,7 @@ def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRo
     named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
     collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
     sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
-    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
+    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], layers or att.layers, sendrecv)
     return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 
@@ -935,6 +949,19 @@ def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[Expens
         step_end=att.steps.end if marked else np.empty(0),
     )  # fmt: skip
     return [replace(e, microbatched=microbatched) for e in calls]
+
+
+def with_running_behind(v: Verdict, delay: LaunchDelay | None, rank: int | None = None) -> Verdict:
+    """The GPU running behind the host, named beside the host time: the idle it explains is not the host's."""
+    text = delay.behind_text if delay is not None else None
+    if text is None:
+        return v
+    if rank is not None:
+        text = f"rank {rank}: {text}"
+    reasons = list(v.reasons)
+    at = next((i + 1 for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), 0)
+    reasons.insert(at, text)
+    return replace(v, reasons=reasons)
 
 
 def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
@@ -1158,6 +1185,8 @@ def combine(
         _summed_capture([r.capture for r in ranks]),
         window.host_idle_us,
     )
+    for r in reversed(ranks):  # each rank whose GPU ran behind, in rank order, named
+        verdict = with_running_behind(verdict, r.launch_delay, None if len(ranks) == 1 else r.rank)
     numbered = [(r.rank if len(ranks) > 1 else None, r.steps) for r in ranks]
     sliced = roles.time_slicing.text() if roles is not None and roles.time_slicing is not None else None
     if sliced:  # what dominates every other figure of the run: said first
@@ -1506,7 +1535,7 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
     real = wait > (alignment.accuracy_us or 0.0)
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
-    operations = rank_operations(d, exposed) if r.operations else r.operations
+    operations = rank_operations(d, exposed, _layers(d, r.afd)) if r.operations else r.operations
     waited = np.zeros(len(tl.gpu))
     waited[index] = wait
     transfer_slowdown = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import msgspec
 from msgspec import UnsetType
@@ -172,14 +172,63 @@ def aligned_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
 
 
-def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+GLOSSARY = "docs/glossary.md"  # every column and term of the report, explained
+GLOSSARY_URL = GLOSSARY  # relative: where the report sits beside dbo-trace's files, it resolves
+
+# What an abbreviated column name means, for the one-line key under each table that has one (the
+# glossary has every column). A table's own meaning for a name comes first (KEYS_BY_TABLE).
+COLUMN_KEYS = {
+    "#": "--step number",
+    "busy": "GPU busy",
+    "comm": "comm kernel time",
+    "hidden": "comm under compute",
+    "exposed": "comm not under compute",
+    "host": "host-caused GPU idle",
+    "replays": "graph launches (kernels replayed)",
+    "graph": "graph replayed",
+    "time": "step period",
+    "median step": "steady steps' median period",
+    "host idle": "host-caused GPU idle",
+    "comm hidden": "comm under compute",
+    "replayed": "kernels replayed",
+    "op": "place in the step (layer, role)",
+    "ops": "ops per layer",
+    "median time": "comm kernel time",
+    "median exposed": "not under compute",
+    "per round trip": "period / round trips",
+    "ratio": "compute / comm (>= 1 meets the criterion)",
+    "p90": "90th percentile",
+    "p99": "99th",
+    "of GPU time": "share of kernel time",
+    "of host idle": "share of it",
+    "of idle": "share of it",
+    "hand-overs": "yields taken over",
+}
+KEYS_BY_TABLE = {
+    "rank": {"launch": "median launch call", "kernel": "median kernel"},
+    "step": {"launch": "launch calls", "launches": "launch calls", "replayed": "graph replayed"},
+    "hand-overs": {"median": "median yield to the other's resume"},
+}
+
+
+def legend(header: Sequence[str], table: str | None = None) -> str | None:
+    """The key to a table's abbreviated columns, one line (None where it has none); docs/glossary.md
+    has every column."""
+    own = KEYS_BY_TABLE.get(table or "", {})
+    parts = [f"{h}: {own.get(h) or COLUMN_KEYS[h]}" for h in header if h in own or h in COLUMN_KEYS]
+    return "key: " + "; ".join(parts) if parts else None
+
+
+def md_table(header: list[str], rows: list[list[Any]], table: str | None = None) -> list[str]:
     """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
-    stays text, no cell ends early or forges a row)."""
+    stays text, no cell ends early or forges a row); under it, after a blank line (a line next to a
+    table is a row of it), the key to its abbreviated columns."""
 
     def row(cells: list[Any]) -> str:
         return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
 
-    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
+    key = legend(header, table)
+    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows), *(["", f"<sub>{key}</sub>"] if key else [])]
 
 
 RANK_HEADER = [
@@ -617,10 +666,11 @@ def summary_markdown(d: ReportDocument) -> list[str]:
     """summary_tables as Markdown: the kernel and CPU-range tables folded."""
     out: list[str] = []
     for title, folded, header, rows in summary_tables(d, markdown_code):
+        kind = "cpu ranges" if header == list(CPU_RANGE_HEADER) else None
         if folded:
-            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows) + ["", "</details>", ""]
+            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows, kind) + ["", "</details>", ""]
         else:
-            out += [title, ""] + md_table(header, rows) + [""]
+            out += [title, ""] + md_table(header, rows, kind) + [""]
     return out
 
 
@@ -684,9 +734,17 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
         )
     y = b.yield_op
     if y is not None:
+        if y.wall_per_step_us is not None and y.thread_per_step_us is not None and (y.threads_per_step or 1) > 1:
+            # threads in it at once: the wall time, then one thread's; never their sum, which exceeds the step
+            inside = (
+                f"in it {ms(y.wall_per_step_us)} per step ({pct(y.wall_share)} of the step: wall time any of its "
+                f"{num(y.threads_per_step, 0)} threads was), {ms(y.thread_per_step_us)} per thread ({pct(y.thread_share)})"
+            )
+        else:
+            inside = f"{ms(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us)} per step in it"
         out.append(
             f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
-            f"{num(y.per_step, 0)} per step, {ms(y.per_step_us)} per step in it (a cost where DBO is off, "
+            f"{num(y.per_step, 0)} per step, {inside} (a cost where DBO is off, "
             "a wait for the other microbatch where it yields)"
         )
     sp = b.split

@@ -6,6 +6,8 @@ from dbo_trace.analysis.report import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
+    GLOSSARY,
+    GLOSSARY_URL,
     disaggregated_lines,
     roles_lines,
     profiler_lines,
@@ -106,7 +108,7 @@ def ledger_markdown(d: ReportDocument) -> list[str]:
             out += [""] + [f"- {markdown_text(line)}" for line in lines]
         if ledger is not None and ledger.layers:
             out += ["", f"<details><summary>Rank {r.rank} hand-overs per layer</summary>", ""]
-            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers]) + ["", "</details>"]
+            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers], "hand-overs") + ["", "</details>"]
     return out
 
 
@@ -195,6 +197,7 @@ class MarkdownRenderer:
                 ]
                 for s in shown_steps(d)
             ],
+            "step",
         )
         if len(d.steps) > MD_STEP_ROWS:
             out += ["", steps_left_out(d)]
@@ -207,6 +210,7 @@ class MarkdownRenderer:
             out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(
             f"<sub>dbo-trace {markdown_text(d.dbo_trace_version)}; microbatches from "
-            f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}</sub>"
+            f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}; every column and term: "
+            f"[{GLOSSARY}]({GLOSSARY_URL}) in dbo-trace's repository</sub>"
         )
         return "\n".join(out) + "\n"
