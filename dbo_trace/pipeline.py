@@ -13,7 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
+from dbo_trace.analysis.model import Options, RankReport, Report
+from dbo_trace.analysis.rank import analyze_rank
+from dbo_trace.analysis.report import combine
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from dbo_trace.analysis.clocks import Alignment
     from dbo_trace.analysis.peers import PeerWaits
-    from dbo_trace.analysis.report import CrossPart, Options, RankReport, Report
+    from dbo_trace.analysis.model import CrossPart, Options, RankReport, Report
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.timeline import Timeline
 

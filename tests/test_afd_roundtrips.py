@@ -12,7 +12,7 @@ from afd_synth import afd_pair
 from independent_afd import hidden_share, parts, per_step, round_trips
 
 from dbo_trace.analysis.compare import arms_of, compare, microbatched
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
 from dbo_trace.render.compare import render_markdown, render_terminal

@@ -11,7 +11,7 @@ from conftest import SAMPLES
 
 from dbo_trace.analysis.exposure import REASON_SHORT, REASONS
 from dbo_trace.analysis.host_time import CAUSES
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import document
 from dbo_trace.render.document import ReportDocument

@@ -19,7 +19,7 @@ from conftest import SAMPLES
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM
 from dbo_trace.analysis.exposure import exposure
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 N = 600  # copies of the sample (80 comm and 80 compute kernels each); 4N: 192,000 kernels, tens of ms of CPU a run

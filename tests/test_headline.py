@@ -155,7 +155,7 @@ def test_the_peer_wait_is_the_exposed_comm_that_waited_for_a_peer():
     from types import SimpleNamespace
 
     from dbo_trace.analysis.exposure import PEER, Exposure
-    from dbo_trace.analysis.report import findings
+    from dbo_trace.analysis.rank import findings
 
     assert findings(W, [], [], None).peer_wait_us is None  # one rank: nothing matched
     waited = Exposure(9000.0, {PEER: 8000.0, "host": 1000.0})

@@ -9,7 +9,7 @@ from reference_host_time import host_causes as reference_causes
 from traces import write_trace
 
 from dbo_trace.analysis.host_time import CAUSES
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document

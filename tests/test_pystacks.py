@@ -26,7 +26,7 @@ import pytest
 from conftest import require_module
 
 from dbo_trace.analysis import pystacks as P
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.trace import pystacks as R
 from dbo_trace.trace.errors import InputError

@@ -47,7 +47,8 @@ from conftest import SAMPLES
 from tiling import tiled
 
 import dbo_trace.analysis
-from dbo_trace.analysis.report import Options, analyze_rank
+from dbo_trace.analysis.model import Options
+from dbo_trace.analysis.rank import analyze_rank
 from dbo_trace.trace.load import read_timeline
 
 LIMIT = 16.0  # linear ~8 (less where a fixed cost remains), quadratic ~64

@@ -7,7 +7,7 @@ from conftest import ROOT, SAMPLES, report_json, run_cli
 from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, rewrite_trace, write_trace
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.report import comm_operations
+from dbo_trace.analysis.rank import comm_operations
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
-from dbo_trace.analysis.report import Report, StepReport
+from dbo_trace.analysis.model import Report, StepReport
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
 

@@ -14,7 +14,7 @@ from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_COMM, B_HOST
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
-from dbo_trace.analysis.report import RankReport, Report, StepReport
+from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.verdict import pct_text
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")

@@ -28,7 +28,7 @@ from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport, StepTable
+from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (

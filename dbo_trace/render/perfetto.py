@@ -17,7 +17,7 @@ from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
 from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.report import RankReport, Report
+from dbo_trace.analysis.model import RankReport, Report
 from dbo_trace.analysis.view import held_in_step, steps_bands
 from dbo_trace.render.base import RenderOptions
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from rich.console import Console
 from rich.text import Text
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (

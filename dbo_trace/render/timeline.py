@@ -24,7 +24,7 @@ from dbo_trace.render.safe import plot_text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from dbo_trace.analysis.report import Report
+    from dbo_trace.analysis.model import Report
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e"}
 # Kernels no microbatch launched, coloured by class so a step without microbatches is not all grey.
