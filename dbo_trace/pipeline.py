@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from dbo_trace.analysis.model import Options, RankReport, Report
+from dbo_trace.analysis.model import Options, RankAnalysis, Report
 from dbo_trace.analysis.rank import analyze_rank
 from dbo_trace.analysis.report import combine
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
@@ -76,7 +76,7 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
 
 
-def with_sm_evidence(r: RankReport, options: Options) -> RankReport:
+def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
     """The rank with the launch shape of the kernel that crowded out most held-back comm, read back
     from its trace's args (a second pass over the file, only where comm was crowded)."""
     from collections import Counter
@@ -164,7 +164,7 @@ def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[
 
 def _read_and_analyze(
     trace: Path, index: int, logs: list[EventLogData], options: Options, samples: list[StackSamples]
-) -> list[RankReport] | str:
+) -> list[RankAnalysis] | str:
     """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
     or the one-line error of the file."""
     try:
@@ -213,7 +213,7 @@ def analyze_found(
     logs, warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
     warnings += sample_warnings
-    results: dict[int, list[RankReport] | str] = {}
+    results: dict[int, list[RankAnalysis] | str] = {}
     done = 0
     with process_pool(workers) as pool:
         futures = {pool.submit(_read_and_analyze, t, i, logs, options, samples): i for i, t in enumerate(found.traces)}

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from dbo_trace.analysis.clocks import Alignment
     from dbo_trace.analysis.peers import PeerWaits
-    from dbo_trace.analysis.model import CrossPart, Options, RankReport, Report
+    from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.timeline import Timeline
 
@@ -151,7 +151,7 @@ class Compact:
     """A trace's ranks as the driver needs them: each report without its detail, its CrossPart and
     the timeline's bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
 
-    reports: list[RankReport]
+    reports: list[RankAnalysis]
     parts: list[CrossPart]
     bounds: list[Timeline]
     node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
@@ -214,7 +214,7 @@ def bounds(tl: Timeline) -> Timeline:
     )  # fmt: skip
 
 
-def peer_waits_of(full: list[RankReport], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankReport:
+def peer_waits_of(full: list[RankAnalysis], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankAnalysis:
     """On the rank's node: its report (renumbered as settled) with its peer waits, without its detail."""
     from dataclasses import replace
 
@@ -410,7 +410,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         raise
 
     # 3. the rank numbers settled, the cross-rank step here, its peer waits where each rank's detail is
-    reports: list[RankReport] = []
+    reports: list[RankAnalysis] = []
     parts: list[CrossPart] = []
     bounded: list[Timeline] = []
     home: list[tuple[int, int]] = []  # per rank: the trace it came from and its place in it
@@ -426,7 +426,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     ranks = [replace(reports[i], rank=numbers[i]) for i in order]
     place = {numbers[i]: home[i] for i in order}
 
-    def waits_on_nodes(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
+    def waits_on_nodes(ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alignment) -> list[RankAnalysis]:
         asked = {}
         for r in ranks:
             if r.exposure is None or not len(waits.kernel_wait_us.get(r.rank, ((),))[0]):

@@ -1,18 +1,19 @@
-"""A disaggregated (AFD) run: the attention rank's round trips, their labels and the FFN's parts."""
+"""A disaggregated (AFD) run: the attention rank's round trips, their shares by step and the FFN's parts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.model import PhaseReport, RankDetail, RankReport, StepReports, StepTable
-from dbo_trace.analysis.roles import FFN, wall_offset_us
+from dbo_trace.analysis.model import RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.roles import FFN, RolesInfo, wall_offset_us
 from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
 from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
 from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
-from dbo_trace.analysis.verdict import Verdict, with_round_trip_share, with_round_trips
+from dbo_trace.analysis.verdict import AfdShare, TimeSlicing
 
 
 def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
@@ -32,42 +33,41 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     )  # fmt: skip
 
 
-def _afd_labels(afd: AfdRoundTrips, steps: StepReports, phases: list[PhaseReport]) -> tuple[StepReports, list[PhaseReport]]:
-    """A disaggregated rank's steps and phases labelled as its run is (verdict.with_round_trip_share):
-    by the share of their own round trips' time under the other microbatch's compute, not by kernel
-    overlap, which the sends and receives on the compute stream make 0% by construction."""
-    rows = afd.rows
-    rt = rows.round_trip_us
-    table = steps.table
-    n = int(table.index.max()) + 1 if len(table) else 0
-    ok = (rows.step >= 0) & (rows.step < n)
-    total = np.bincount(rows.step[ok], weights=rt[ok], minlength=n)
-    hidden = np.bincount(rows.step[ok], weights=rows.hidden_us[ok], minlength=n)
+class RoundTripShares:
+    """A disaggregated rank's round trips by step: what share of a step's (or a phase's) round-trip
+    time the other microbatch's compute hid. Its steps and phases are judged by it, as the run is,
+    not by kernel overlap, which the sends and receives on the compute stream make 0% by construction."""
 
-    def share(ix: list[int]) -> float | None:
-        t = float(total[ix].sum()) if ix else 0.0
-        return float(hidden[ix].sum()) / t if t > 0 else None
+    def __init__(self, afd: AfdRoundTrips, table: StepTable) -> None:
+        rows = afd.rows
+        n = int(table.index.max()) + 1 if len(table) else 0
+        ok = (rows.step >= 0) & (rows.step < n)
+        self.total = np.bincount(rows.step[ok], weights=rows.round_trip_us[ok], minlength=n)  # (n,) by step index
+        self.hidden = np.bincount(rows.step[ok], weights=rows.hidden_us[ok], minlength=n)
+        self.table = table
+        self.microbatched = afd.microbatched
 
-    steps = steps.with_round_trip_share([share([i]) for i in table.index.tolist()], afd.microbatched)
-    phases = [
-        p if p.verdict is None else replace(
-            p,
-            verdict=with_round_trip_share(
-                p.verdict, share(table.index[table.steady_or_all(table.of_phase(p.phase))].tolist()), afd.microbatched
-            ),
-        )
-        for p in phases
-    ]  # fmt: skip
-    return steps, phases
+    def of(self, positions: np.ndarray) -> AfdShare:
+        """Over the steps at these positions of the table."""
+        ix = self.table.index[positions]
+        t = float(self.total[ix].sum()) if len(ix) else 0.0
+        return AfdShare(float(self.hidden[ix].sum()) / t if t > 0 else None, self.microbatched)
 
-
-def _run_round_trips(v: Verdict, ranks: list[RankReport]) -> Verdict:
-    """The run's verdict speaks of the round trips where one attention rank measured them."""
-    afd = [r.afd for r in ranks if r.afd is not None]
-    return with_round_trips(v, afd[0]) if len(afd) == 1 else v
+    def by_step(self) -> list[AfdShare]:
+        ix = self.table.index
+        return [
+            AfdShare(float(h) / float(t) if t > 0 else None, self.microbatched)
+            for h, t in zip(self.hidden[ix].tolist(), self.total[ix].tolist())
+        ]
 
 
-def with_ffn_parts(ranks: list[RankReport]) -> list[RankReport]:
+def time_slicing_of(ranks: Sequence[RankAnalysis], roles: RolesInfo | None) -> TimeSlicing | None:
+    """The evidence that the roles' CUDA contexts took turns on their one GPU (no MPS), which the
+    verdict's next step answers with the MPS control daemon. A slot: nothing here measures it yet."""
+    return None
+
+
+def with_ffn_parts(ranks: list[RankAnalysis]) -> list[RankAnalysis]:
     """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
     on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
     ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)

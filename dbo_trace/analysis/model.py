@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
-from dbo_trace.analysis.verdict import HostTest, Verdict, decide, with_round_trip_share
+from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
@@ -155,24 +155,18 @@ class StepReports(LazyList[StepReport]):
         table: StepTable,
         pieces: HostPieces,
         microbatched: bool,
-        round_trip_share: list[float | None] | None = None,
-        afd_microbatched: bool = False,
+        afd_shares: list[AfdShare] | None = None,
         host_frames: list[StepFrame | None] | None = None,
     ) -> None:
         super().__init__(len(table), self._step_alone)
         self.table = table
         self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
         self.microbatched = microbatched
-        self.round_trip_share = round_trip_share  # a disaggregated rank's: each step's round trips' hidden share
-        self.afd_microbatched = afd_microbatched
+        self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
         self.host_frames = host_frames
 
-    def with_round_trip_share(self, share: list[float | None], microbatched: bool) -> StepReports:
-        """The steps labelled by their own round trips' hidden share (verdict.with_round_trip_share)."""
-        return StepReports(self.table, self.pieces, self.microbatched, share, microbatched, self.host_frames)
-
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
-        return StepReports(self.table, self.pieces, self.microbatched, self.round_trip_share, self.afd_microbatched, frames)
+        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames)
 
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
@@ -194,11 +188,10 @@ class StepReports(LazyList[StepReport]):
     def _build_steps(self, a: int, b: int) -> None:
         t, m = self.table, self.table.metrics
         causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
-        for i, c in zip(range(a, b), causes):
+        for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
-            verdict = decide(figures, microbatched=self.microbatched)
-            if self.round_trip_share is not None:
-                verdict = with_round_trip_share(verdict, self.round_trip_share[i], self.afd_microbatched)
+            afd = None if self.afd_shares is None else self.afd_shares[i]
+            verdict = decide(Evidence(figures, microbatched=self.microbatched, causes=cause, afd_share=afd))
             self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],
@@ -214,7 +207,7 @@ class StepReports(LazyList[StepReport]):
                 context_tokens=t.context_tokens[i],
                 generation_tokens=t.generation_tokens[i],
                 captured_launches=int(t.captured_launches[i]),
-                host_causes=c,
+                host_causes=cause,
                 period_us=float(t.period_us[i]),
                 stall=t.stalls.get(i),
                 host_frame=None if self.host_frames is None else self.host_frames[i],
@@ -267,8 +260,11 @@ class RankDetail:
         return bool((self.kernel_kind == c.COMM).any())
 
 
-@dataclass(frozen=True)
-class RankReport:
+@dataclass(frozen=True, kw_only=True)
+class RankAnalysis:
+    """What a rank's analysis measured (analysis/rank.py analyze_rank): everything of its report
+    but the verdict, which is decided once every rank is in (analysis/report.py finish)."""
+
     rank: int
     source: str
     attribution: str  # where the microbatches came from
@@ -277,7 +273,6 @@ class RankReport:
     steps: StepReports
     total: WindowMetrics  # over the profiled window
     round_trips: RoundTrips | None
-    verdict: Verdict
     window: TimeBuckets  # the profiled window by bucket
     in_steps: TimeBuckets  # the union of the step windows by bucket
     host_test: HostTest
@@ -325,6 +320,17 @@ class RankReport:
         if self.detail is None:
             raise ValueError(f"rank {self.rank}'s report carries no detail")
         return self.detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankReport(RankAnalysis):
+    """A rank's analysis with its verdict."""
+
+    verdict: Verdict
+
+    @classmethod
+    def decided(cls, analysis: RankAnalysis, verdict: Verdict) -> RankReport:
+        return cls(**{f.name: getattr(analysis, f.name) for f in fields(RankAnalysis)}, verdict=verdict)
 
 
 @dataclass(frozen=True)

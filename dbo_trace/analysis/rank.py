@@ -11,13 +11,13 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
 from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
-from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture, with_capture
+from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
-from dbo_trace.analysis.disaggregated import _afd_labels, rank_round_trips
+from dbo_trace.analysis.disaggregated import RoundTripShares, rank_round_trips
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
-from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure, exposure
+from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
-from dbo_trace.analysis.host_time import CAUSE_TEXT, UNTRACED, HostCauses, host_pieces
+from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, union
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, ledger, operation_places
 from dbo_trace.analysis.metrics import (
@@ -30,15 +30,13 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.model import Options, PhaseReport, RankDetail, RankReport, StepReports, StepTable
+from dbo_trace.analysis.model import Options, PhaseReport, RankAnalysis, RankDetail, StepReports, StepTable
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
-from dbo_trace.analysis.pystacks import RankStacks, log_natives, rank_host_stacks
+from dbo_trace.analysis.pystacks import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
-from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roles import ATTENTION
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import (
-    OUTLIER,
     Stall,
     behind,
     compile_ranges,
@@ -49,16 +47,7 @@ from dbo_trace.analysis.stalls import (
 )
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import (
-    HOST_BASIS_WINDOW,
-    HOST_REASON,
-    Findings,
-    HostTest,
-    Verdict,
-    decide,
-    host_test_of,
-    with_round_trips,
-)
+from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
@@ -97,58 +86,39 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
 
 def analyze_rank(
     tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None
-) -> RankReport:
-    """One rank's report: its shared state once (rank_detail), then each analysis over it.
-    rank: the rank's number as the caller settled it (trace/load.py settle_ranks); None: the one its
-    trace claims. samples: the process's sampled Python stacks (py-spy), if any."""
+) -> RankAnalysis:
+    """One rank's analysis: its shared state once (rank_detail), then each analysis over it. Its
+    verdict is decided with the others' (analysis/report.py finish). rank: the rank's number as the
+    caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
+    process's sampled Python stacks (py-spy), if any."""
     d = rank_detail(tl, logs, options)
     capture = graph_capture(
         call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
     )
-    steps = step_reports(d, capture)
-    table = steps.table
+    table = step_table(d, capture)
     whole = whole_window(d, table)
-    phases = [phase_report(d, table, phase=p, at=at) for p in PHASES if len(at := table.of_phase(p))]
-    exposed = rank_exposure(d) if d.has_comm else None
-    cost = rank_contention(d) if d.microbatched else None
-    all_threads = _profiled_microbatch_threads(tl, d.attribution)
     role = dict(options.roles).get(os.path.normpath(tl.source))
     afd = rank_round_trips(d, table) if options.afd and role in (None, ATTENTION) else None
-    if afd is not None:  # its steps and phases say what the run says: overlap is the round trips'
-        steps, phases = _afd_labels(afd, steps, phases)
-    rt = _round_trips(table, d.attribution.layers, d.microbatched, afd)
-    api = graph_api(tl)
-    expensive = rank_expensive(d, afd is not None and afd.microbatched)
-    stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
-    if stacks is not None and len(stacks.steps) == len(steps):
-        steps = steps.with_host_frames(list(stacks.steps))
-    verdict = decide(
-        whole.total,
-        rt,
-        all_threads,
-        host=whole.host_test,
-        microbatched=d.microbatched,
-        findings=findings(whole.window.window_us, [exposed], [cost], host_cause=host_cause_text(whole.causes)),
-        causes=whole.causes,
-        graph_api=api,
-    )
+    # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
+    shares = RoundTripShares(afd, table) if afd is not None else None
+    phases = [phase_report(d, table, phase=p, at=at, shares=shares) for p in PHASES if len(at := table.of_phase(p))]
+    exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
-    delay_note = delay.text if delay is not None else None
-    verdict = with_stall_line(verdict, [(None, steps)])
-    return RankReport(
+    stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
+    frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
+    return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
-        profile_all_threads=all_threads,
-        steps=steps,
+        profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
+        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames),
         total=whole.total,
-        round_trips=rt,
-        verdict=with_capture(with_expensive(with_round_trips(verdict, afd), expensive), capture, whole.window.host_idle_us),
-        graph_api=api,
+        round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
+        graph_api=graph_api(tl),
         role=role,
-        expensive_calls=expensive,
+        expensive_calls=rank_expensive(d, afd is not None and afd.microbatched),
         afd=afd,
         window=whole.window,
         in_steps=whole.in_steps,
@@ -158,7 +128,7 @@ def analyze_rank(
         launch_delay=delay,
         phases=phases,
         steps_inferred=d.attribution.steps.inferred,
-        contention=cost,
+        contention=rank_contention(d) if d.microbatched else None,
         comm_kernels=comm_kernel_names(d.kernel_kind, tl.gpu.name, tl.names),
         host_causes=whole.causes,
         host_causes_window=whole.causes_window,
@@ -168,7 +138,8 @@ def analyze_rank(
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed) if d.microbatched else [],
-        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay_note) if n] + tl.warnings + stack_notes,
+        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay and delay.text) if n] + tl.warnings
+        + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
         ledger=rank_ledger(d, logs, table),
@@ -301,9 +272,10 @@ def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tu
     )
 
 
-def step_reports(d: RankDetail, capture: Capture) -> StepReports:
+def step_table(d: RankDetail, capture: Capture) -> StepTable:
     """Every step with GPU activity: its figures as columns, of all steps at once over sorted arrays
-    (the cost grows with events, not events x steps); its verdict and host causes when it is read."""
+    (the cost grows with events, not events x steps); its verdict and host causes are made when it
+    is read (model.StepReports)."""
     tl, att = d.timeline, d.attribution
     n_steps = len(att.steps)
     step_lo, step_hi = d.step_start_us, d.step_end_us
@@ -345,7 +317,7 @@ def step_reports(d: RankDetail, capture: Capture) -> StepReports:
         generation_tokens=[att.steps.generation_tokens[i] for i in picked],
         stalls={},
     )
-    return StepReports(replace(table, stalls=step_stalls(d, table)), d.host_pieces, d.microbatched)
+    return replace(table, stalls=step_stalls(d, table))
 
 
 def step_stalls(d: RankDetail, steps: StepTable) -> dict[int, Stall]:
@@ -491,38 +463,6 @@ def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRo
     return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 
-def findings(
-    window_us: float,
-    exposures: list[Exposure | None],
-    costs: list[Contention | None],
-    peers: CrossRank | None = None,
-    host_cause: str | None = None,
-    waited_for: int | None = None,
-) -> Findings:
-    """What the headline may name (analysis/verdict.py), from the figures the report prints: a rank's,
-    or every rank's added (each rank is its own GPU). host_cause: the host-time attribution's largest
-    item in words. The peer wait is the exposed comm that was waiting for a peer rank (exposure's
-    `peer` reason, set where the ranks' collectives were matched), and the rank waited for: a rank's
-    own (waited_for), or for the run the rank that held the others back most (analysis/peers.py)."""
-    measured = [x for x in costs if x is not None]
-
-    def exposed_by(reason: str) -> float:
-        return float(sum(x.by_reason_us.get(reason, 0.0) for x in exposures if x is not None))
-
-    held = peers.waits.held_back_most if peers is not None and peers.waits is not None else None
-    peer_wait = exposed_by(PEER)
-    return Findings(
-        window_us=window_us,
-        late_record_us=exposed_by(LATE_RECORD),
-        crowded_us=exposed_by(CROWDED),
-        saved_us=float(sum(x.saved_us for x in measured)) if measured else None,
-        serial_estimate_us=float(sum(x.serial_estimate_us for x in measured)) if measured else None,
-        host_cause=host_cause,
-        peer_wait_us=peer_wait if peer_wait > 0 else None,
-        peer_rank=waited_for if waited_for is not None else (held[0] if held else None),
-    )
-
-
 def _log_step_begins(logs: list[EventLogData]) -> np.ndarray | None:
     begins = [r[0] for log in logs for r in log.records if r[1] == EV_STEP_BEGIN]
     return np.sort(np.array(begins, np.int64)) if begins else None
@@ -549,21 +489,28 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
     return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
-def phase_report(d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray) -> PhaseReport:
+def phase_report(
+    d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None
+) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
-    its step-time spread over all its steps' periods, stalls included. at: its steps' positions."""
+    its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
+    shares: a disaggregated rank's round trips, which judge its overlap."""
     att = d.attribution
     steady = steps.steady_or_all(at)
     idx = steps.index[steady]
     windows = (steps.start_us[steady], steps.end_us[steady])
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
+    evidence = Evidence(
+        m, microbatched=d.microbatched, causes=causes, gpu=gpu_work_of(m, phase, len(steady)),
+        afd_share=shares.of(steady) if shares is not None else None,
+    )  # fmt: skip
     return PhaseReport(
         phase=phase,
         steps=len(at),
         median_step_us=float(np.median(steps.period_us[steady])),
         metrics=m,
-        verdict=decide(m, microbatched=d.microbatched, causes=causes),
+        verdict=decide(evidence),
         host_causes=causes,
         step_spread=spread(steps.period_us[at]),
         stalls=int(steps.stalled[at].sum()),
@@ -582,20 +529,6 @@ def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[Expens
         step_end=att.steps.end if marked else np.empty(0),
     )  # fmt: skip
     return [replace(e, microbatched=microbatched) for e in calls]
-
-
-def with_expensive(v: Verdict, calls: list[ExpensiveCall]) -> Verdict:
-    """The expensive calls as one reason beside the host time: a cost per call, not a wait."""
-    if not calls:
-        return v
-    text = "expensive calls (far more per call than the GPU work they launch): " + "; ".join(e.text() for e in calls)
-    reasons = list(v.reasons)
-    at = next((i for i, r in enumerate(reasons) if r.startswith(HOST_REASON)), None)
-    if at is None:
-        reasons.insert(0, text)
-    else:  # the host-time line says it: a cost per call, beside the idle it caused
-        reasons[at] = f"{reasons[at]}; {text}"
-    return replace(v, reasons=reasons)
 
 
 def _round_trips(
@@ -637,62 +570,6 @@ def _round_trips(
         source,
         microbatched,
     )
-
-
-STALLS_NAMED = 3  # stalls named in the line; the rest counted
-
-
-def stall_line(numbered: list[tuple[int | None, StepReports]]) -> str | None:
-    """The stalls in one line (numbered: (rank or None, its steps) in row order): how many, what they
-    cost beyond their phases' steady medians, and each of the largest with its cause."""
-    stalled = [(r, k, steps) for r, steps in numbered for k in sorted(steps.table.stalls)]
-    if not stalled:
-        return None
-    extra = sum(max(steps.table.stalls[k].extra_us or 0.0, 0.0) for _r, k, steps in stalled)
-    stalled.sort(key=lambda x: -x[2].table.period_us[x[1]])
-    parts = []
-    for rank, k, steps in stalled[:STALLS_NAMED]:
-        step, number = steps[k], k + 1
-        st = step.stall
-        assert st is not None
-        where = f"rank {rank} step {number}" if rank is not None else f"step {number}"
-        cost = f", +{st.extra_us / 1000:.2f} ms" if st.extra_us is not None and st.extra_us > 0 else ""
-        host = host_cause_text(step.host_causes) if st.cause == OUTLIER else None
-        frame = step.host_frame
-        python = (
-            f"; Python sampled there: {frame.us / frame.sampled_us:.0%} in {frame.project}"
-            if frame is not None and frame.project and frame.sampled_us > 0
-            else ""
-        )
-        parts.append(
-            f"{where} ({step.phase or 'step'}, {step.period_us / 1000:.2f} ms{cost}): {st.text}"
-            + (f", GPU idle for the host: {host}" if host else "")
-            + python
-        )
-    more = f"; {len(stalled) - STALLS_NAMED} more" if len(stalled) > STALLS_NAMED else ""
-    n_steps = sum(len(s) for _r, s in numbered)
-    return (
-        f"stalls, left out of the verdict: {len(stalled)} of {n_steps} {'step' if n_steps == 1 else 'steps'} "
-        f"({extra / 1000:.2f} ms beyond their phases' steady medians): " + "; ".join(parts) + more
-    )
-
-
-def with_stall_line(verdict: Verdict, numbered: list[tuple[int | None, StepReports]]) -> Verdict:
-    """The verdict with the stalls' line first among its reasons (its figures are the steady state's)."""
-    line = stall_line(numbered)
-    return verdict if line is None else replace(verdict, reasons=[line] + list(verdict.reasons))
-
-
-def host_cause_text(causes: HostCauses | None) -> str | None:
-    """The host-bound headline's cause: the largest item of the host-time split, with its share
-    ("61% of it in gpu_model_runner: preprocess", "4% of it launch calls"). Names are cut: a
-    compiled graph's operator name runs to hundreds of characters."""
-    top = causes.top if causes is not None else None
-    if causes is None or top is None or causes.host_idle_us <= 0:
-        return None
-    name, us = top
-    where = name if name in CAUSE_TEXT.values() else f"in {name if len(name) <= 48 else name[:45] + '...'}"
-    return f"{100 * us / causes.host_idle_us:.0f}% of it {where}"
 
 
 def graph_api(tl: Timeline) -> str:

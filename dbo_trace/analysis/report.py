@@ -10,9 +10,10 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.attribution import SOURCE_NONE
-from dbo_trace.analysis.capture import GRAPH_CAPTURE, Capture, with_capture
+from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
-from dbo_trace.analysis.disaggregated import _run_round_trips, with_ffn_parts
+from dbo_trace.analysis.disaggregated import time_slicing_of, with_ffn_parts
+from dbo_trace.analysis.evidence import Together, evidence_of, waited_for_most
 from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import CROWDED
@@ -20,45 +21,15 @@ from dbo_trace.analysis.host_time import HostCauses, combine_causes
 from dbo_trace.analysis.intervals import grouped_length
 from dbo_trace.analysis.ledger import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
 from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
-from dbo_trace.analysis.model import CrossPart, Options, PhaseReport, RankDetail, RankReport, Report, StepTable
+from dbo_trace.analysis.model import CrossPart, Options, PhaseReport, RankAnalysis, RankDetail, RankReport, Report, StepTable
 from dbo_trace.analysis.operations import operation_index
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
-from dbo_trace.analysis.rank import (
-    findings,
-    host_cause_text,
-    rank_contention,
-    rank_exposure,
-    rank_operations,
-    with_expensive,
-    with_stall_line,
-)
+from dbo_trace.analysis.rank import rank_contention, rank_exposure, rank_operations
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import spread
-from dbo_trace.analysis.verdict import (
-    HOST_BASIS_IN_STEPS,
-    HOST_BASIS_WINDOW,
-    LABELS,
-    decide,
-    host_test_of,
-    qualifiers,
-    with_wait_split,
-)
-
-
-def _with_peer_headline(r: RankReport, view: CrossRank | None) -> RankReport:
-    """A rank's headline once the ranks' waits are known: its exposed comm that waited for a peer may
-    now be the dominant finding (analysis/verdict.py's order). The label and reasons stay."""
-    waits = view.waits.ranks.get(r.rank) if view is not None and view.waits is not None else None
-    if waits is None or r.verdict.label not in LABELS:
-        return r
-    most = max(waits.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
-    f = findings(
-        r.window.window_us, [r.exposure], [r.contention], view, host_cause_text(r.host_causes), most[0] if most else None
-    )
-    found = qualifiers(r.verdict.label, r.host_test.fraction, f)
-    return replace(r, verdict=replace(r.verdict, qualifier=found[0] if found else None, findings=[q.key for q in found]))
+from dbo_trace.analysis.verdict import HOST_BASIS_IN_STEPS, HOST_BASIS_WINDOW, HostTest, decide, host_test_of
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
@@ -80,7 +51,7 @@ def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
     return WindowMetrics(**out)  # type: ignore[arg-type]  # each field's value, combined by its rule
 
 
-def _input_warnings(ranks: list[RankReport], parts: list[CrossPart] | None) -> list[str]:
+def _input_warnings(ranks: list[RankAnalysis], parts: list[CrossPart] | None) -> list[str]:
     """What each trace's reader left out or could not use (events with a negative duration, a
     baseTimeNanoseconds out of range, ...): a rank's notes, and the report's warnings too, which
     the JSON lists and `report` prints on stderr, so nothing is dropped without a word."""
@@ -89,23 +60,23 @@ def _input_warnings(ranks: list[RankReport], parts: list[CrossPart] | None) -> l
     return list(dict.fromkeys(w for r in ranks if r.detail is not None for w in r.detail.timeline.warnings))
 
 
-def cross_part(r: RankReport) -> CrossPart:
+def cross_part(r: RankAnalysis) -> CrossPart:
     d = r.detailed()
     return CrossPart(_rank_comm(r), _clue(r), d.attribution.layers, tuple(d.timeline.warnings))
 
 
-def with_peer_waits(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
+def with_peer_waits(ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alignment) -> list[RankAnalysis]:
     """Each rank with the exposed comm inside its kernels' waits for a peer so called (needs the detail)."""
     return [_with_peer_waits(r, waits, alignment) for r in ranks]
 
 
 def combine(
-    ranks: list[RankReport],
+    ranks: list[RankAnalysis],
     options: Options,
     inputs: list[str],
     warnings: list[str],
     parts: list[CrossPart] | None = None,
-    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
+    refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
     roles: RolesInfo | None = None,
 ) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
@@ -113,77 +84,84 @@ def combine(
     ranks' details are elsewhere, what the cross-rank step reads of each and how the peer waits
     are given back to them (dbo_trace/scale.py); by default both from the details. Roles (an AFD
     attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
-    them; the FFN's kernels give the attention's round trips their parts."""
+    them; the FFN's kernels give the attention's round trips their parts. Once every rank's evidence
+    is in, each rank's verdict and the run's are decided, the same way."""
     ranks = with_ffn_parts(ranks)
     if roles is not None:
         warnings = warnings + roles.notes()
-    total = sum_metrics([r.total for r in ranks])
-    window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
-    in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
-    # one rank's own test, or the ranks' buckets added: in-step where every rank's steps are markers
-    every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
-    steady = [r.steady or (r.in_steps if r.host_test.basis == HOST_BASIS_IN_STEPS else r.window) for r in ranks]
-    if not every_in_steps:  # a rank's steady window where its test measured one, else its window
-        steady = [s if r.host_test.basis == HOST_BASIS_WINDOW else r.window for s, r in zip(steady, ranks)]
-    steady_sum = TimeBuckets(*(sum(getattr(s, f.name) for s in steady) for f in fields(TimeBuckets)))
-    host = (
-        ranks[0].host_test
-        if len(ranks) == 1
-        else host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
-    )
-    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
         view = None
     else:
         view, ranks = across_ranks(ranks, parts, refine)
-    ranks = [_with_peer_headline(r, view) for r in ranks]
-    afd_ranks = [r for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
-    rt = (
-        ranks[0].round_trips
-        if len(ranks) == 1
-        else _median_round_trips([r.round_trips for r in (afd_ranks or ranks)])
-    )
-    splits = [r.wait_split for r in ranks if r.wait_split is not None]
-    run_split = sum(splits[1:], splits[0]) if splits and len(splits) == len(ranks) else None
-    causes = ranks[0].host_causes if len(ranks) == 1 else _combined_causes([r.host_causes for r in ranks])
-    decided = decide(
-        total,
-        rt,
-        any(r.profile_all_threads for r in ranks),
-        host=host,
-        microbatched=microbatched,
-        findings=findings(
-            window.window_us, [r.exposure for r in ranks], [r.contention for r in ranks], view, host_cause_text(causes)
-        ),
-        causes=causes,
-        graph_api=_ranks_graph_api(ranks),
-    )
-    verdict = with_capture(
-        with_expensive(_run_round_trips(with_wait_split(decided, run_split, rt), ranks), _run_expensive(ranks)),
-        _summed_capture([r.capture for r in ranks]),
-        window.host_idle_us,
-    )
-    numbered = [(r.rank if len(ranks) > 1 else None, r.steps) for r in ranks]
+    slicing = time_slicing_of(ranks, roles)
+    decided = [
+        RankReport.decided(
+            r, decide(evidence_of([r], together([r]), view, waited_for=waited_for_most(r.rank, view), time_slicing=slicing))
+        )
+        for r in ranks
+    ]
+    run = together(ranks)
     return Report(
-        what_if=_what_if(rt, ranks, options),
-        phases=ranks[0].phases if len(ranks) == 1 else _combined_phases(ranks),
+        what_if=_what_if(run.round_trips, ranks, options),
+        phases=run.phases,
         inputs=inputs,
-        ranks=ranks,
-        total=total,
-        round_trips=rt,
-        # a trace that is mostly capture says so first: its "stalls" are the capture itself
-        verdict=verdict if verdict.label == GRAPH_CAPTURE else with_stall_line(verdict, numbered),
+        ranks=decided,
+        total=run.total,
+        round_trips=run.round_trips,
+        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing)),
         options=options,
-        window=window,
+        window=run.window,
         warnings=warnings + [w for w in _input_warnings(ranks, parts) if w not in warnings],
         cross_rank=view,
-        host_causes=causes,
-        host_test=host,
+        host_causes=run.causes,
+        host_test=run.host_test,
         roles=roles,
     )
 
 
-def _run_expensive(ranks: list[RankReport]) -> list[ExpensiveCall]:
+def together(ranks: list[RankAnalysis]) -> Together:
+    """One rank's figures as they are, or several ranks' combined (each rank is its own GPU)."""
+    afd = [r.afd for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
+    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
+    if len(ranks) == 1:
+        r = ranks[0]
+        return Together(
+            r.total, r.window, r.host_test, r.round_trips, r.host_causes, r.phases, microbatched, r.wait_split,
+            r.expensive_calls, r.capture, r.afd, r.graph_api, r.profile_all_threads,
+        )  # fmt: skip
+    window = TimeBuckets(*(sum(getattr(r.window, f.name) for r in ranks) for f in fields(TimeBuckets)))
+    splits = [r.wait_split for r in ranks if r.wait_split is not None]
+    apis = {r.graph_api for r in ranks}
+    return Together(
+        total=sum_metrics([r.total for r in ranks]),
+        window=window,
+        host_test=_host_test(ranks),
+        round_trips=_median_round_trips([r.round_trips for r in ([r for r in ranks if r.afd is not None] or ranks)]),
+        causes=_combined_causes([r.host_causes for r in ranks]),
+        phases=_combined_phases(ranks),
+        microbatched=microbatched,
+        wait_split=sum(splits[1:], splits[0]) if splits and len(splits) == len(ranks) else None,
+        expensive=_run_expensive(ranks),
+        capture=_summed_capture([r.capture for r in ranks]),
+        afd=afd[0] if len(afd) == 1 else None,
+        graph_api=apis.pop() if len(apis) == 1 else "CUDA",
+        profile_all_threads=any(r.profile_all_threads for r in ranks),
+    )
+
+
+def _host_test(ranks: list[RankAnalysis]) -> HostTest:
+    """The ranks' host test over their buckets added: in-step where every rank's steps are markers,
+    each rank's steady window where its test measured one, else its window."""
+    in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
+    every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
+    steady = [r.steady or (r.in_steps if r.host_test.basis == HOST_BASIS_IN_STEPS else r.window) for r in ranks]
+    if not every_in_steps:
+        steady = [s if r.host_test.basis == HOST_BASIS_WINDOW else r.window for s, r in zip(steady, ranks)]
+    steady_sum = TimeBuckets(*(sum(getattr(s, f.name) for s in steady) for f in fields(TimeBuckets)))
+    return host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
+
+
+def _run_expensive(ranks: list[RankAnalysis]) -> list[ExpensiveCall]:
     """The run's expensive calls: one rank's, or each name once (its rank with the largest share)."""
     if len(ranks) == 1:
         return ranks[0].expensive_calls
@@ -194,7 +172,7 @@ def _run_expensive(ranks: list[RankReport]) -> list[ExpensiveCall]:
     return sorted(best.values(), key=lambda e: -(e.step_share or 0.0))[:MOST_EXPENSIVE]
 
 
-def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -> list[WhatIf]:
+def _what_if(rt: RoundTrips | None, ranks: list[RankAnalysis], options: Options) -> list[WhatIf]:
     """The model's estimates over the run's DBO arithmetic (medians over ranks): each asked round
     trip, and the step without the hand-overs (the ranks' median per step) where they were measured."""
     if rt is None or not rt.microbatched:
@@ -233,7 +211,7 @@ def _what_if(rt: RoundTrips | None, ranks: list[RankReport], options: Options) -
     return out
 
 
-def _sm_count(ranks: list[RankReport]) -> int | None:
+def _sm_count(ranks: list[RankAnalysis]) -> int | None:
     """The GPU's SM count, from the first rank's trace (Kineto's deviceProperties numSms)."""
     for r in ranks:
         devices = r.detail.timeline.metadata.get("deviceProperties") if r.detail is not None else None
@@ -242,11 +220,6 @@ def _sm_count(ranks: list[RankReport]) -> int | None:
             if type(n) is int and 0 < n < 1 << 20:
                 return n
     return None
-
-
-def _ranks_graph_api(ranks: list[RankReport]) -> str:
-    apis = {r.graph_api for r in ranks}
-    return apis.pop() if len(apis) == 1 else "CUDA"
 
 
 def _summed_capture(parts: list[Capture | None]) -> Capture:
@@ -266,10 +239,10 @@ def _combined_causes(parts: list[HostCauses | None]) -> HostCauses | None:
 
 
 def across_ranks(
-    ranks: list[RankReport],
+    ranks: list[RankAnalysis],
     parts: list[CrossPart] | None = None,
-    refine: Callable[[list[RankReport], PeerWaits, Alignment], list[RankReport]] = with_peer_waits,
-) -> tuple[CrossRank | None, list[RankReport]]:
+    refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
+) -> tuple[CrossRank | None, list[RankAnalysis]]:
     """The ranks on one clock, their collectives matched and each one's wait (analysis/clocks.py,
     analysis/peers.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
     if len(ranks) < 2 or (parts is None and any(r.detail is None for r in ranks)):
@@ -309,7 +282,7 @@ def across_ranks(
     return cross_rank(on_clock, alignment, waits, notes, layers, median_step_us=median_step, threshold_us=threshold), ranks
 
 
-def _clue(r: RankReport) -> RankClue:
+def _clue(r: RankAnalysis) -> RankClue:
     d = r.detailed()
     tl = d.timeline
     firsts = [float(a.start.min()) for a in (tl.gpu, tl.calls, tl.cpu) if len(a)]
@@ -318,7 +291,7 @@ def _clue(r: RankReport) -> RankClue:
     return RankClue(r.rank, tl.base_time_ns, min(firsts) if firsts else None, d.log_step_begins_ns, marks)
 
 
-def _rank_comm(r: RankReport) -> RankComm:
+def _rank_comm(r: RankAnalysis) -> RankComm:
     """The rank's comm kernels in start order with what matching and the wait sums need."""
     d = r.detailed()
     tl, att, names = d.timeline, d.attribution, d.timeline.names
@@ -358,7 +331,7 @@ def _inert(name: str, most: int = 40) -> str:
     return shown + ("..." if len(name) > most else "")
 
 
-def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> RankReport:
+def _with_peer_waits(r: RankAnalysis, waits: PeerWaits, alignment: Alignment) -> RankAnalysis:
     """The rank with the exposed comm inside its kernels' waits for a peer so called (reason PEER),
     its comm time and round trip apart into waiting and transfer, and its verdict's sentences saying
     so. Waits within the clocks' accuracy are not told apart from none for the reason PEER."""
@@ -394,7 +367,6 @@ def _with_peer_waits(r: RankReport, waits: PeerWaits, alignment: Alignment) -> R
         comm_transfer_slowdown=transfer_slowdown,
         wait_split=split,
         round_trips=rt,
-        verdict=with_wait_split(r.verdict, split, rt),
     )
 
 
@@ -427,13 +399,13 @@ def _round_trip_waits(
     )
 
 
-def _on_clock(r: RankReport, alignment: Alignment) -> RankOnClock:
+def _on_clock(r: RankAnalysis, alignment: Alignment) -> RankOnClock:
     offset = alignment.offset_us.get(r.rank)
     starts = (r.steps.table.start_us + offset).tolist() if len(r.steps) and offset is not None else None
     return RankOnClock(r.rank, starts, r.total.comm_exposed_us)
 
 
-def _combined_phases(ranks: list[RankReport]) -> list[PhaseReport]:
+def _combined_phases(ranks: list[RankAnalysis]) -> list[PhaseReport]:
     """Per phase, the ranks' steps together: figures add (one GPU each), the step time is the median
     over every rank's steps of that phase, and each rank keeps its own verdict."""
     out = []

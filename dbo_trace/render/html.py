@@ -26,6 +26,8 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     figure_table,
     headline,
+    next_step_line,
+    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -214,14 +216,16 @@ class HtmlRenderer:
             rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
-            for r in [*d.verdict.reasons, *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]
+            for r in [*reason_lines(d.verdict), *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]
         )
+        step = next_step_line(d.verdict)
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),
             finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
+            next_step="" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>',
             inputs=html_text(", ".join(d.inputs)),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),
@@ -258,6 +262,7 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 </style></head>
 <body data-ready="0">
 <h1>dbo-trace: <span id="verdict">{verdict}</span><small id="finding">{finding}</small></h1>
+{next_step}
 <ul id="reasons">{reasons}</ul>
 <p>Inputs: {inputs}</p>
 <h2>Ranks</h2>{ranks}

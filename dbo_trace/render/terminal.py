@@ -30,6 +30,8 @@ from dbo_trace.render.format import (
     cross_rank_lines,
     dbo_arithmetic_applies,
     headline,
+    next_step_line,
+    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -234,7 +236,9 @@ class TerminalRenderer:
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
-        out.bullets(d.verdict.reasons)
+        if (step := next_step_line(d.verdict)) is not None:
+            out.paragraph(step, "next step: ", "bold")
+        out.bullets(reason_lines(d.verdict))
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
         out.line()
