@@ -186,3 +186,17 @@ def test_only_the_cli_imports_the_commands(path):
         return
     for module in imports_of(path):
         assert layer_of(module) not in ("commands", "cli"), f"{path.name} imports {module}: only cli.py uses the commands"
+
+
+def test_no_sentence_is_found_by_its_text():
+    """A verdict's reasons are typed (analysis/verdict.py): nothing finds one by matching its words,
+    neither a sentence constant compared with reasons nor a prefix test on a reason."""
+    banned = {"HOST_REASON", "BORDERLINE_TEXT", "CRITERION_TEXT", "HIDDEN_COMM_TEXT"}
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                assert node.id not in banned, f"{path.relative_to(ROOT)} uses {node.id}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+                subject = ast.unparse(node.func.value)
+                assert "reason" not in subject.lower(), f"{path.relative_to(ROOT)}: {subject}.startswith(...)"
