@@ -25,7 +25,7 @@ from dbo_trace import bundle as fmt
 from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
-from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
+from dbo_trace.redact import redact_argv, redact_env, redact_json, redact_text
 
 if TYPE_CHECKING:
     from dbo_trace.render.document import PhaseVerdict, ReportDocument, VerdictBlock
