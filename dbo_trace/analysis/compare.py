@@ -22,7 +22,6 @@ from dbo_trace.analysis.model import Report, StepReport
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
 
-NOISE_SE = 2.0  # kept for readers of compare's schema 3; the call is now the bootstrap interval's
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
 SEED = 0  # the bootstrap's seed: the same arms give the same interval

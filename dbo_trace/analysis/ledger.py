@@ -699,12 +699,6 @@ def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:
     )
 
 
-def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float, comm_us: float) -> float:
-    """A DBO arm's step predicted from an arm whose microbatches ran one after the other (no overlap):
-    each round trip moves from C + R to max(C, R), so the step loses N x min(C, R)."""
-    return step_us - round_trips * min(compute_us, comm_us)
-
-
 def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float) -> WhatIf | None:
     """The step with sms_reserved of the GPU's sms kept for comm: the comm exposed because it found no
     free SM (crowded, per step) hides, and the step's compute runs on the other SMs, longer by

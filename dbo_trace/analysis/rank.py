@@ -66,16 +66,6 @@ def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
     return bool(lanes and np.isin(ops, list(lanes - {tl.pid})).any())
 
 
-def comm_operations(
-    step: np.ndarray, lane: np.ndarray, launch_start: np.ndarray, start: np.ndarray, is_comm: np.ndarray, n_steps: int
-) -> np.ndarray:
-    """Communication operations per step: a run of comm kernels launched back to back by one thread
-    (no compute launched between them) is one operation (DeepEP's notify + dispatch, NCCL's pieces).
-    Replayed kernels share one launch and are ordered by when they ran."""
-    ids = operation_ids(step=step, lane=lane, launch_start=launch_start, start=start, is_comm=is_comm)
-    return operations_per_step(ids, step, n_steps)
-
-
 def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> np.ndarray:
     counted = op_ids >= 0
     if not counted.any():

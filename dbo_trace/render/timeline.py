@@ -38,7 +38,6 @@ CLASS_LABELS = {
 KIND_ALPHA = {"compute": 0.95, "comm": 0.95, "copy": 0.6, "launch": 0.9, "yield": 0.25}
 COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
 OTHER_ALPHA = 0.35
-FORMATS = ("png", "svg")
 # What the GPU did (the bottom lane), each its own colour.
 HIDDEN_COLOUR, EXPOSED_COLOUR, HOST_COLOUR, QUEUED_COLOUR = "#2ca02c", "#e7298a", "#d62728", "#9e9e9e"
 # Held-back comm (analysis/held.py CAUSES), one colour per cause.

@@ -39,11 +39,9 @@ MAX_DEPTH = 1024
 MAX_NAME = 1024
 MAX_CHUNK = 4 << 20  # bytes decoded at once
 MAX_EVENT_BYTES = 16 << 20  # one event (its strings) beyond this is not py-spy's
-_FIRST_BYTES = 4096  # the start of the file that must show py-spy's layout
 
-# py-spy's pseudo-frames at the root of a stack: `--subprocesses` puts the process (and its parents)
-# outermost, `--threads` the thread, as frames with an empty filename.
-_PROCESS_FRAME = re.compile(r'^process \d+:"', re.S)
+# py-spy's pseudo-frame at the root of a stack: `--threads` puts the thread outermost, as a frame
+# with an empty filename.
 _THREAD_FRAME = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$", re.S)
 
 
