@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -13,7 +12,7 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
-from dbo_trace.trace.pystacks import SampleEntry, StackSamples, read_pystacks, sample_entries
+from dbo_trace.trace.pystacks import StackSamples, read_pystacks
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
 
@@ -37,36 +36,7 @@ class Found:
     manifests: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
-    pystacks: list[SampleEntry] = field(default_factory=list)
-
-
-ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
-
-
-def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
-    """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
-    an entry that is not a list of strings is left out (a role is only a label of its traces)."""
-    roles = manifest.get("roles")
-    out: dict[str, str] = {}
-    if not isinstance(roles, dict):
-        return out
-    for role, entry in roles.items():
-        traces = entry.get("traces") if isinstance(entry, dict) else None
-        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
-            out.update({t: role for t in traces if isinstance(t, str)})
-    return out
-
-
-def _role_traces(path: Path, manifest: dict[str, Any], found: Found) -> list[Path]:
-    """The traces the manifest's roles name (the FFN's under peer/traces/ too), each with its role."""
-    out = []
-    for rel, role in manifest_roles(manifest).items():
-        p = path / rel
-        if ".." in Path(rel).parts or not p.is_file():
-            continue
-        out.append(p)
-        found.roles[os.path.normpath(p)] = role
-    return out
+    pystacks: list[fmt.SampleEntry] = field(default_factory=list)
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -81,25 +51,15 @@ def _discover(path: Path, found: Found) -> None:
         raise InputError(f"{path}: the folder cannot be listed (permission denied)")
     if fmt.is_bundle(path):
         try:
-            manifest = fmt.read_manifest(path)
+            bundle = fmt.read_bundle(path)
         except fmt.BundleError as exc:
             raise InputError(str(exc)) from None
-        found.manifests.append(manifest)
-        traces_dir = path / fmt.TRACES_DIR
-        traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
-        traces += [t for t in _role_traces(path, manifest, found) if t not in traces]
-        if not traces:
-            raise InputError(
-                f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ "
-                "(was the recording stopped before the profiler wrote them?)"
-            )
-        found.traces += traces
-        found.logs += fmt.event_files(path)
-        if manifest_roles(manifest):  # a peer's event logs (peer/events/), each joined to its process
-            found.logs += fmt.event_files(path / "peer")
-        entries, warnings = sample_entries(path, manifest)
-        found.pystacks += entries
-        found.warnings += warnings
+        found.manifests.append(bundle.manifest)
+        found.traces += bundle.traces
+        found.roles.update(bundle.roles)
+        found.logs += bundle.logs
+        found.pystacks += bundle.pystacks
+        found.warnings += bundle.warnings
         return
     traces = fmt.trace_files(path)
     if not traces:
