@@ -1,26 +1,36 @@
-"""The way from the user's paths to a Report: find the inputs, read them (each rank in its own worker
-process where there are several), check the manifests' declarations, analyse. The one entry point
-that does I/O; dbo_trace.analysis is pure (arrays in, reports out)."""
+"""The way from the user's paths to a Report, the one every executor takes (one process, a pool of
+worker processes, Ray tasks on the nodes holding the traces: dbo_trace/scale.py):
+
+  prepare  the manifests' declarations and roles into the options; the event logs and Python samples
+  analyse  each trace read and analysed on its own (analyse_trace); a disaggregated run's FFN traces
+           after its attention traces, cut to their window (the FFN's last receive waits out the
+           attention side's profiler export)
+  finish   the ranks' numbers settled once, the ranks put in order and combined into the Report
+
+The one module of the analysis side that does I/O; dbo_trace.analysis is pure (arrays in, reports out)."""
 
 from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import as_completed
-from dataclasses import replace
+from collections.abc import Sequence
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from dbo_trace.analysis.model import Options, RankAnalysis, Report
+from dbo_trace.analysis.clocks import Alignment
+from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
+from dbo_trace.analysis.peers import PeerWaits
 from dbo_trace.analysis.rank import analyze_rank
-from dbo_trace.analysis.report import combine
-from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info, wall_offset_us
+from dbo_trace.analysis.report import combine, with_peer_waits
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, Loaded, discover, load, rank_order, read_logs, read_samples, read_timelines, settle_ranks
+from dbo_trace.trace.load import Found, discover, rank_order, read_logs, read_samples, read_timelines, settle_ranks
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
@@ -130,55 +140,6 @@ def samples_of(tl: Timeline, samples: list[StackSamples]) -> list[StackSamples]:
     return [s for s in samples if tl.pid is not None and tl.pid in s.pids()]
 
 
-def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
-    options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
-    timelines, info = restrict_roles(loaded.timelines, options, loaded.manifests)
-    ranks = [
-        with_sm_evidence(analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples)), options)
-        for n, tl in zip(loaded.ranks, timelines)
-    ]
-    return combine(ranks, options, inputs, loaded.warnings, roles=info)
-
-
-def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[dict]) -> tuple[list[Timeline], RolesInfo | None]:
-    """With roles, the FFN's traces cut to the attention traces' window (one clock,
-    baseTimeNanoseconds): the FFN's last receive waits out the attention side's profiler export."""
-    role = dict(options.roles)
-    present = [role[k] for tl in timelines if (k := os.path.normpath(tl.source)) in role]
-    info = roles_info(manifests, present)
-    attention = [tl for tl in timelines if role.get(os.path.normpath(tl.source)) == ATTENTION]
-    windows = [w for tl in attention if (w := event_window(tl)) is not None]
-    if info is None or not attention or not windows:
-        return timelines, info
-    ref = attention[0]
-    lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
-    out, cut = [], False
-    for tl in timelines:
-        offset = wall_offset_us(tl, ref)
-        if role.get(os.path.normpath(tl.source)) == FFN and offset is not None:
-            tl = restrict(tl, lo - offset, hi - offset)
-            cut = True
-        out.append(tl)
-    return out, replace(info, ffn_window_restricted=cut)
-
-
-def _read_and_analyze(
-    trace: Path, index: int, logs: list[EventLogData], options: Options, samples: list[StackSamples]
-) -> list[RankAnalysis] | str:
-    """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
-    or the one-line error of the file."""
-    try:
-        reuse_freed_memory()  # this worker's previous rank gave it back
-        timelines = read_timelines(trace, index)
-        give_back_freed_memory()
-        return [
-            with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options)
-            for tl in timelines
-        ]
-    except InputError as exc:
-        return str(exc)
-
-
 def workers_for(traces: int, asked: int | None = None, total_bytes: int | None = None) -> int:
     """Worker processes: as asked (--workers, else DBO_TRACE_WORKERS), else one per core where the
     input is large enough to repay their start-up; no more than the traces where there are several
@@ -198,6 +159,174 @@ WORKERS_ENV = "DBO_TRACE_WORKERS"
 PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
 
 
+# ---- prepare ----------------------------------------------------------------------------------
+
+
+def prepared_options(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
+    """The options with what the manifests declare (communication kernels, layers, the recording's
+    environment) and the roles they give the traces."""
+    return with_roles(options_from_manifests(options, manifests), manifests, roles)
+
+
+@dataclass
+class Plan:
+    """What is known before a trace is read: the options, the traces in the order found, the event
+    logs and Python samples every rank's analysis reads, and the warnings so far."""
+
+    options: Options
+    traces: list[Path]
+    manifests: list[dict]
+    logs: list[EventLogData]
+    samples: list[StackSamples]
+    found_warnings: list[str]  # what discovery said
+    read_warnings: list[str]  # the event logs and samples that could not be read
+
+    def role(self, trace: Path | str) -> str | None:
+        return dict(self.options.roles).get(os.path.normpath(trace))
+
+    def rounds(self) -> tuple[list[int], list[int]]:
+        """The traces to analyse first (positions), then the FFN's, which are cut to the window of the first."""
+        ffn = [i for i, t in enumerate(self.traces) if self.role(t) == FFN]
+        return [i for i in range(len(self.traces)) if i not in ffn], ffn
+
+
+def prepare(found: Found, options: Options) -> Plan:
+    logs, log_warnings = read_logs(found)
+    samples, sample_warnings = read_samples(found)
+    return Plan(
+        prepared_options(options, found.manifests, found.roles), list(found.traces), found.manifests, logs, samples,
+        list(found.warnings), log_warnings + sample_warnings,
+    )  # fmt: skip
+
+
+# ---- analyse ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The attention traces' window (the first one's ts clock, baseTimeNanoseconds its base), to which
+    the FFN's traces are cut: one host's clock, so a trace's offset is the difference of the bases."""
+
+    base_time_ns: int | None
+    lo: float
+    hi: float
+
+    def of(self, tl: Timeline) -> Timeline | None:
+        """The timeline cut to the window on its own clock; None where the clocks cannot be related."""
+        if tl.base_time_ns is None or self.base_time_ns is None:
+            return None
+        offset = (tl.base_time_ns - self.base_time_ns) / 1000.0
+        return restrict(tl, self.lo - offset, self.hi - offset)
+
+
+def cut_of(attention: Sequence[Timeline]) -> Cut | None:
+    """The window of the attention timelines (or their bounds, scale.bounds), where they have events."""
+    windows = [w for tl in attention if (w := event_window(tl)) is not None]
+    if not attention or not windows:
+        return None
+    return Cut(attention[0].base_time_ns, min(w[0] for w in windows), max(w[1] for w in windows))
+
+
+def analyse_trace(
+    trace: Path,
+    index: int,
+    logs: list[EventLogData],
+    options: Options,
+    samples: list[StackSamples],
+    cut: Cut | None = None,
+    progress: Callable[[int], None] | None = None,
+    workers: int = 1,
+) -> list[RankAnalysis] | str:
+    """One input's ranks (one, or an Nsight export's processes) read and analysed, or the one-line
+    error of the file. cut: an FFN trace's window (the attention's); workers > 1: a large trace
+    decoded by that many processes."""
+    try:
+        reuse_freed_memory()  # this worker's previous rank gave it back
+        timelines = read_timelines(trace, index, progress, workers)
+        give_back_freed_memory()
+        out = []
+        for tl in timelines:
+            if cut is not None:
+                tl = cut.of(tl) or tl
+            out.append(with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options))
+        return out
+    except InputError as exc:
+        return str(exc)
+
+
+def attention_timelines(plan: Plan, results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[Timeline]:
+    return [
+        r.detailed().timeline
+        for i in first
+        if not isinstance(res := results[i], str)
+        for r in res
+        if plan.role(r.source) == ATTENTION
+    ]
+
+
+# ---- finish -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The ranks numbered once (settle_ranks: the rank each trace claims, or by name where claims
+    clash) and put in rank order."""
+
+    ranks: list[RankAnalysis]  # numbered, in rank order
+    numbers: list[int]  # each rank's number, in the order the results list them
+    order: list[int]  # those positions in rank order
+    timelines: list[Timeline]  # each rank's timeline (or its bounds), in the order the results list them
+    warnings: list[str]
+
+
+def settle(results: list[list[RankAnalysis] | str], bounds: list[list[Timeline]] | None = None) -> Settled:
+    """results: per trace in the order found, its ranks or its one-line error. bounds: where the
+    ranks' details stay elsewhere (Ray), what settling reads of each timeline (per trace, as results)."""
+    ranks = [r for res in results if not isinstance(res, str) for r in res]
+    errors = [res for res in results if isinstance(res, str)]
+    timelines = [tl for b in bounds for tl in b] if bounds is not None else [r.detailed().timeline for r in ranks]
+    numbers, warnings = settle_ranks(timelines, errors)
+    order = rank_order(numbers)
+    numbered = [ranks[i] if ranks[i].rank == numbers[i] else replace(ranks[i], rank=numbers[i]) for i in order]
+    return Settled(numbered, numbers, order, timelines, warnings)
+
+
+def finish(
+    plan: Plan,
+    settled: Settled,
+    inputs: list[str],
+    *,
+    cut: Cut | None = None,
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
+    warnings: Sequence[str] = (),
+) -> Report:
+    """The settled ranks combined into the Report. parts and refine: where the ranks' details stay
+    elsewhere (Ray), what the cross-rank step reads of each (in the order the results list them) and
+    how the peer waits go back to them; warnings: the executor's own."""
+    return combine(
+        settled.ranks,
+        plan.options,
+        inputs,
+        plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
+        [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
+        refine,
+        roles=_roles(plan, settled.timelines, cut),
+    )
+
+
+def _roles(plan: Plan, timelines: list[Timeline], cut: Cut | None) -> RolesInfo | None:
+    """What the manifests say of the roles present, and whether the FFN's traces were cut."""
+    info = roles_info(plan.manifests, [role for tl in timelines if (role := plan.role(tl.source)) is not None])
+    if info is None or cut is None:
+        return info
+    ffn = [tl for tl in timelines if plan.role(tl.source) == FFN]
+    return replace(info, ffn_window_restricted=any(tl.base_time_ns is not None and cut.base_time_ns is not None for tl in ffn))
+
+
+# ---- the executors ------------------------------------------------------------------------------
+
+
 def analyze_found(
     found: Found, options: Options, inputs: list[str], workers: int = 1, progress: Callable[[int], None] | None = None
 ) -> Report:
@@ -205,32 +334,48 @@ def analyze_found(
     and analysed in its own process, workers at a time; with one large trace, its events are decoded
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
-    if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles: the FFN is cut to the attention's window first
-        loaded = load(found, progress, workers)  # one trace: its decoding in parallel
-        give_back_freed_memory()
-        return analyze(loaded, options, inputs)
-    options = options_from_manifests(options, found.manifests)
-    logs, warnings = read_logs(found)
-    samples, sample_warnings = read_samples(found)
-    warnings += sample_warnings
+    plan = prepare(found, options)
+    first, then = plan.rounds()
     results: dict[int, list[RankAnalysis] | str] = {}
-    done = 0
-    with process_pool(workers) as pool:
-        futures = {pool.submit(_read_and_analyze, t, i, logs, options, samples): i for i, t in enumerate(found.traces)}
+    read = _Read(plan, results, progress)
+    if workers > 1 and len(plan.traces) > 1:
+        with process_pool(workers) as pool:
+            read.pooled(pool, first, None)
+            cut = cut_of(attention_timelines(plan, results, first)) if then else None
+            read.pooled(pool, then, cut)
+    else:  # one process: a large trace decoded by the workers
+        read.in_turn(first, None, workers)
+        cut = cut_of(attention_timelines(plan, results, first)) if then else None
+        read.in_turn(then, cut, workers)
+    give_back_freed_memory()
+    return finish(plan, settle([results[i] for i in range(len(plan.traces))]), inputs, cut=cut)
+
+
+class _Read:
+    """Traces read and analysed into results (by position), the bytes done told to progress."""
+
+    def __init__(
+        self, plan: Plan, results: dict[int, list[RankAnalysis] | str], progress: Callable[[int], None] | None
+    ) -> None:
+        self.plan, self.results, self.progress, self.done = plan, results, progress, 0
+
+    def in_turn(self, which: list[int], cut: Cut | None, workers: int) -> None:
+        plan = self.plan
+        for i in which:
+            base, progress = self.done, self.progress
+            told = None if progress is None else (lambda n: progress(base + n))
+            self.results[i] = analyse_trace(plan.traces[i], i, plan.logs, plan.options, plan.samples, cut, told, workers)
+            self.done += os.path.getsize(plan.traces[i])
+
+    def pooled(self, pool: Executor, which: list[int], cut: Cut | None) -> None:
+        plan = self.plan
+        futures = {pool.submit(analyse_trace, plan.traces[i], i, plan.logs, plan.options, plan.samples, cut): i for i in which}
         for future in as_completed(futures):
             i = futures[future]
-            results[i] = future.result()
-            done += os.path.getsize(found.traces[i])
-            if progress:
-                progress(done)
-    ranks = [rank for _, r in sorted(results.items()) if not isinstance(r, str) for rank in r]
-    errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
-    # The workers analysed each rank before every trace's claim was known: the numbers are decided
-    # now, once (settle_ranks), and given to the reports; a report's number differs from its claim
-    # only where claims clashed.
-    numbers, settle_warnings = settle_ranks([r.detailed().timeline for r in ranks], errors)
-    numbered = [r if r.rank == n else replace(r, rank=n) for r, n in zip(ranks, numbers)]
-    return combine([numbered[i] for i in rank_order(numbers)], options, inputs, found.warnings + settle_warnings + warnings)
+            self.results[i] = future.result()
+            self.done += os.path.getsize(plan.traces[i])
+            if self.progress:
+                self.progress(self.done)
 
 
 def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:

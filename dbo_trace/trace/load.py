@@ -17,17 +17,6 @@ from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_t
 
 
 @dataclass
-class Loaded:
-    timelines: list[Timeline]  # in rank order
-    ranks: list[int]  # each timeline's rank number (settle_ranks)
-    logs: list[EventLogData]
-    manifests: list[dict[str, Any]]
-    warnings: list[str] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
-    samples: list[StackSamples] = field(default_factory=list)  # sampled Python stacks (py-spy)
-
-
-@dataclass
 class Found:
     """What the user's paths hold, before anything is read."""
 
@@ -174,38 +163,6 @@ def settle_ranks(timelines: list[Timeline], errors: list[str]) -> tuple[list[int
 def rank_order(numbers: list[int]) -> list[int]:
     """The positions of the rank numbers, lowest number first."""
     return sorted(range(len(numbers)), key=numbers.__getitem__)
-
-
-def load(found: Found, progress: Callable[[int], None] | None = None, workers: int = 1) -> Loaded:
-    """Read every trace, one after the other (each decoded by `workers` processes where large). One
-    broken trace among several is a warning; all broken is an error."""
-    timelines: list[Timeline] = []
-    errors: list[str] = []
-    done = 0
-    for index, trace in enumerate(found.traces):
-
-        def progress_of_this(n: int, base: int = done) -> None:
-            if progress is not None:
-                progress(base + n)
-
-        try:
-            timelines += read_timelines(trace, index, progress_of_this if progress else None, workers)
-        except InputError as exc:
-            errors.append(str(exc))
-        done += os.path.getsize(trace)
-    numbers, warnings = settle_ranks(timelines, errors)
-    logs, log_warnings = read_logs(found)
-    samples, sample_warnings = read_samples(found)
-    order = rank_order(numbers)
-    return Loaded(
-        timelines=[timelines[i] for i in order],
-        ranks=[numbers[i] for i in order],
-        logs=logs,
-        manifests=found.manifests,
-        warnings=found.warnings + warnings + log_warnings + sample_warnings,
-        roles=found.roles,
-        samples=samples,
-    )
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:
