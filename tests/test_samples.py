@@ -94,7 +94,7 @@ def test_plain_trace_without_bundle_needs_comm_pattern():
     # spin_kernel is emulated traffic: not communication by name, so the busy GPU is all work...
     plain = report_json(trace)["verdict"]
     assert plain["label"] == "gpu-bound" and "no_comm" in [r["kind"] for r in plain["reasons"]]
-    assert "--comm-kernels" in plain["next_step"]["text"]
+    assert "--comm-kernels" in next(r["text"] for r in plain["reasons"] if r["kind"] == "no_comm")
     # ...until the user says so.
     doc = report_json(trace, "--comm-kernels", "spin_kernel", "--layers", "4")
     assert doc["verdict"]["label"] == "overlapped"

@@ -27,7 +27,7 @@ from typing import ClassVar
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.expensive import ExpensiveCall
-from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, HostCauses
+from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses
 from dbo_trace.analysis.ledger import YIELD_OP, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
@@ -441,13 +441,18 @@ class HostCause(NextStep):
     causes: HostCauses | None  # None: the host time was not split (its largest part is not known)
     replayed: float | None  # the share of kernels from graph replays (None: none ran)
 
+    @property
+    def untraced_leads(self) -> bool:
+        """The largest part is time the profiler recorded nothing for (Python it does not see)."""
+        c = self.causes
+        return c is not None and c.top is not None and c.top[1] > 0 and c.us(UNTRACED) >= c.top[1]
+
 
 @dataclass(frozen=True, kw_only=True)
 class GpuBottleneck(NextStep):
     kind: ClassVar[str] = "gpu_bottleneck"
     work: GpuWork
     top_kernel: tuple[str, float] | None
-    comm_seen: bool  # a communication kernel ran (else some of the work may be traffic not recognised as comm)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -758,7 +763,7 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
             return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
         return HostCause(host_fraction=host_frac, causes=c, replayed=m.replayed_kernel_fraction if m.graph_launches else None)
     if gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
-        return GpuBottleneck(work=gpu, top_kernel=e.top_kernel, comm_seen=m.comm_busy_us > 0)
+        return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
     if m.comm_busy_us <= 0:
         return NothingToOverlap(work=gpu)
     late = keys.get(LateRecordFinding.key)

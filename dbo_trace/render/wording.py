@@ -445,6 +445,8 @@ def _host_cause(n: HostCause) -> str:
     replays = f" ({pct_text(n.replayed)} of kernels from graph replays)" if n.replayed is not None else ""
     cause = host_cause_text(n.causes)
     largest = f"; start with its largest part: {cause}" if cause else ""
+    if n.untraced_leads:  # what the profiler does not see, sampled stacks do
+        largest += " (Python the profiler records nothing for: py-spy's samples, report --host-stacks, name it)"
     return f"the host kept the GPU waiting {pct_text(n.host_fraction)} of the time{replays}{largest}"
 
 
@@ -455,10 +457,9 @@ def _gpu_bottleneck(n: GpuBottleneck) -> str:
     if n.top_kernel is not None:
         name, of_kernels = n.top_kernel
         top = f"; the kernel with the most GPU time, {_cut(name, NAME_MOST)}, is {pct_text(of_kernels)} of kernel time"
-    unseen = "" if n.comm_seen else "; no kernel was recognised as communication (--comm-kernels names yours)"
     return (
         f"the GPU is the bottleneck: {_busy(w, _work_time(w))}; overlap or the host can win back "
-        f"at most the other {pct_text(1.0 - share)}{top}{unseen}"
+        f"at most the other {pct_text(1.0 - share)}{top}"
     )
 
 
