@@ -15,7 +15,6 @@ KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
 MOST = 3
 LEAST_SHARE = 0.05  # of the marker steps' time: less is not worth a line
 NESTED = 0.9  # a name whose calls lie this much inside another reported name's is left out
-NAME_MOST = 60  # a compiled graph's operator name runs to hundreds of characters
 SKIP_PREFIXES = ("execute_", "ProfilerStep#", "dbo:", "gpu_model_runner:", "Optimizer.")
 
 
@@ -29,18 +28,6 @@ class ExpensiveCall:
     step_share: float | None  # its time inside steps / the steps' time
     kernel_us_per_call: float  # GPU time launched from inside it, per call
     microbatched: bool = False  # the rank ran microbatches: a yield's call holds the other's turn
-
-    def text(self) -> str:
-        kind = "range" if self.annotation else "CPU op"
-        n = self.calls_per_step
-        per_step = "" if n is None else f", {n:.0f} calls per step" if n == round(n) or n >= 10 else f", {n:.1f} calls per step"
-        share = f", {100 * self.step_share:.0f}% of the step time" if self.step_share is not None else ""
-        name = self.name if len(self.name) <= NAME_MOST else self.name[: NAME_MOST - 3] + "..."
-        return (
-            f"{name} ({kind}) {self.median_us / 1000:.2f} ms per call (median of {self.calls:,}){per_step}{share}; "
-            f"the GPU work it launched {self.kernel_us_per_call:.0f} us per call"
-            + (" (with microbatches a yield's call also holds the other microbatch's turn)" if self.yields else "")
-        )
 
     @property
     def yields(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dbo_trace.analysis.expensive import NAME_MOST, ExpensiveCall
+from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import REASON_SHORT
 from dbo_trace.analysis.host_time import CAUSE_TEXT, LAUNCH, HostCauses
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
@@ -67,6 +67,9 @@ from dbo_trace.analysis.verdict import (
     Verdict,
     YieldOpCost,
 )
+
+NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
+
 
 # ---- numbers in prose -----------------------------------------------------------------------------
 
