@@ -438,14 +438,10 @@ class EnableGraphs(NextStep):
 class HostCause(NextStep):
     kind: ClassVar[str] = "host_cause"
     host_fraction: float
-    causes: HostCauses | None  # None: the host time was not split (its largest part is not known)
+    host_idle_us: float  # the host-caused idle split
+    largest: tuple[str, float] | None  # its largest item (HostCauses.top); None: not split
     replayed: float | None  # the share of kernels from graph replays (None: none ran)
-
-    @property
-    def untraced_leads(self) -> bool:
-        """The largest part is time the profiler recorded nothing for (Python it does not see)."""
-        c = self.causes
-        return c is not None and c.top is not None and c.top[1] > 0 and c.us(UNTRACED) >= c.top[1]
+    untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -731,7 +727,8 @@ def _replay_skips(c: HostCauses | None) -> float | None:
     calls and CPU operators, and the microbatch threads' start-up (a replay runs no thread)."""
     if c is None or c.host_idle_us <= 0:
         return None
-    return sum(c.us(k) for k in (LAUNCH, OTHER_CALL, CPU_OP, STARTUP)) / c.host_idle_us
+    by = c.by_cause_us
+    return (by[LAUNCH] + by[OTHER_CALL] + by[CPU_OP] + by[STARTUP]) / c.host_idle_us
 
 
 def _yield_op_leads(e: Evidence) -> bool:
@@ -761,7 +758,12 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         skipped = _replay_skips(c)
         if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
             return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
-        return HostCause(host_fraction=host_frac, causes=c, replayed=m.replayed_kernel_fraction if m.graph_launches else None)
+        top = c.top if c is not None else None
+        return HostCause(
+            host_fraction=host_frac, host_idle_us=c.host_idle_us if c is not None else 0.0, largest=top,
+            replayed=m.replayed_kernel_fraction if m.graph_launches else None,
+            untraced_leads=c is not None and top is not None and c.us(UNTRACED) >= top[1],
+        )  # fmt: skip
     if gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
         return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
     if m.comm_busy_us <= 0:

@@ -446,7 +446,7 @@ def _enable_graphs(n: EnableGraphs) -> str:
 
 def _host_cause(n: HostCause) -> str:
     replays = f" ({pct_text(n.replayed)} of kernels from graph replays)" if n.replayed is not None else ""
-    cause = host_cause_text(n.causes)
+    cause = _cause_text(*n.largest, n.host_idle_us) if n.largest is not None and n.host_idle_us > 0 else None
     largest = f"; start with its largest part: {cause}" if cause else ""
     if n.untraced_leads:  # what the profiler does not see, sampled stacks do
         largest += " (Python the profiler records nothing for: py-spy's samples, report --host-stacks, name it)"
