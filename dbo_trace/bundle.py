@@ -181,6 +181,7 @@ class Bundle:
     manifest: dict[str, Any]
     traces: tuple[Path, ...]  # traces/ and the traces the manifest's roles name (the FFN's under peer/traces/)
     roles: dict[str, str]  # os.path.normpath(trace) -> role
+    role_sources: dict[str, str]  # os.path.normpath(trace) -> where its role came from: ROLE_FROM_*
     logs: tuple[Path, ...]  # events/, and with roles the peer's events/ (each log joined to its process)
     pystacks: tuple[SampleEntry, ...]
     warnings: tuple[str, ...]
@@ -193,6 +194,11 @@ def read_bundle(path: Path) -> Bundle:
     traces = trace_files(traces_dir) if traces_dir.is_dir() else []
     named = manifest_roles(manifest)
     roles: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    declared = None if named else declared_role(manifest)
+    if declared is not None:  # an older recorder's bundle: its command line names its role
+        for t in traces:
+            roles[os.path.normpath(t)], sources[os.path.normpath(t)] = declared
     for rel, role in named.items():
         p = path / rel
         if ".." in Path(rel).parts or not p.is_file():
@@ -200,16 +206,20 @@ def read_bundle(path: Path) -> Bundle:
         if p not in traces:
             traces.append(p)
         roles[os.path.normpath(p)] = role
+        sources[os.path.normpath(p)] = ROLE_FROM_MANIFEST
     if not traces:
         raise BundleError(
             f"{path}: the bundle has no traces under {TRACES_DIR}/ (was the recording stopped before the profiler wrote them?)"
         )
     logs = event_files(path) + (event_files(path / "peer") if named else [])
     entries, warnings = sample_entries(path, manifest)
-    return Bundle(path, manifest, tuple(traces), roles, tuple(logs), tuple(entries), tuple(warnings))
+    return Bundle(path, manifest, tuple(traces), roles, sources, tuple(logs), tuple(entries), tuple(warnings))
 
 
 ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
+ROLE_FROM_MANIFEST = "manifest"  # the manifest's `roles` (or its `afd` block's role)
+ROLE_FROM_COMMAND = "command line"  # the recorded command's --additional-config '{"afd": {"role": ...}}'
+AFD_ROLES = ("attention", "ffn")
 
 
 def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
@@ -224,6 +234,45 @@ def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
         if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
             out.update({t: role for t in traces if isinstance(t, str)})
     return out
+
+
+def command_afd(command: Any) -> dict[str, Any] | None:
+    """The `afd` block a server command line passed in `--additional-config '{"afd": {...}}'` (also
+    `--additional-config=...`); None where it passed none."""
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return None
+    for i, arg in enumerate(command):
+        if arg == "--additional-config" and i + 1 < len(command):
+            raw = command[i + 1]
+        elif arg.startswith("--additional-config="):
+            raw = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            continue
+        afd = config.get("afd") if isinstance(config, dict) else None
+        if isinstance(afd, dict):
+            return afd
+    return None
+
+
+def command_role(command: Any) -> str | None:
+    """The AFD role a server command line asked for (one of AFD_ROLES), else None."""
+    afd = command_afd(command)
+    role = afd.get("role") if afd is not None else None
+    return str(role) if role in AFD_ROLES else None
+
+
+def declared_role(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
+    block's role, else the one its recorded command line asked for; with where it came from."""
+    afd = manifest.get("afd")
+    if isinstance(afd, dict) and afd.get("role") in AFD_ROLES:
+        return str(afd["role"]), ROLE_FROM_MANIFEST
+    role = command_role(manifest.get("command"))
+    return (role, ROLE_FROM_COMMAND) if role is not None else None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from dbo_trace import __version__
+from dbo_trace.commands.common import MAX_WORKERS
 from dbo_trace.demo.workload import MODES as DEMO_MODES
 from dbo_trace.errors import Terminated, UsageError, inert
 
@@ -17,6 +18,24 @@ from dbo_trace.errors import Terminated, UsageError, inert
 def _number(flag: str, default, kind, help: str):
     """An option with a default that --help shows."""
     return click.option(flag, default=default, show_default=True, type=kind, help=help)
+
+
+class _Finite(click.FloatRange):
+    """A number in a range, never NaN or infinity (a range alone lets NaN through: it compares false)."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        rv = float(super().convert(value, param, ctx))
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
+# Every numeric option has both bounds: a number past them is a typo, refused in one line, never a
+# figure computed from it ("per layer 0" from 10^20 layers) or a resource asked for (10^11 workers).
+MAX_LAYERS = 10_000
+LAYERS = click.IntRange(1, MAX_LAYERS)
 
 
 class _Commands(click.Group):
@@ -27,6 +46,11 @@ class _Commands(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own (a value out of range, an unknown option): one line too
+            sub = exc.ctx.info_name if exc.ctx is not None and exc.ctx.parent is not None else None
+            where = f"dbo-trace {sub} --help lists the options" if sub else "dbo-trace --help lists the commands"
+            click.echo(f"dbo-trace: error: {inert(exc.format_message())} ({where})", err=True)
+            ctx.exit(exc.exit_code)
         except UsageError as exc:
             click.echo(f"dbo-trace: error: {inert(str(exc))}", err=True)  # messages quote paths and names
             ctx.exit(exc.exit_code)
@@ -52,7 +76,7 @@ _OUTPUT_OPTION = click.option(
 )
 
 
-GLOSSARY = "Every column and figure explained: docs/outputs.md, \"Glossary\"."
+GLOSSARY = "Every column and term explained: docs/glossary.md."
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]}, epilog=GLOSSARY)
@@ -88,7 +112,7 @@ def main() -> None:
     "--comm-stream",
     "comm_streams",
     multiple=True,
-    type=int,
+    type=click.IntRange(0, 2**63 - 1),
     metavar="ID",
     help="Count every kernel on stream ID as communication (repeatable).",
 )
@@ -99,7 +123,7 @@ def main() -> None:
     metavar="REGEX",
     help="CPU ranges of microbatch N match the Nth pattern, e.g. '\\(F\\)' '\\(B\\)' (repeatable).",
 )
-@click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
+@click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
 @click.option("--timeline", type=click.Path(path_type=Path), help="Also draw a step's CPU/GPU timeline to this .png or .svg.")
 @click.option("--perfetto", type=click.Path(path_type=Path), help="Also write a Perfetto trace (.pftrace) with derived tracks.")
@@ -115,7 +139,7 @@ def main() -> None:
     metavar="STEP",
     help="The step to draw: its number in the per-step table (3 or #3), its label ('step 17'), median (the default) or slowest.",
 )
-@click.option("--rank", "rank_number", type=int, default=None, help="The rank to draw (default: the first).")
+@click.option("--rank", "rank_number", type=click.IntRange(0, 2**31 - 1), default=None, help="The rank to draw (default: the first).")
 @click.option(
     "--what-if",
     "what_ifs",
@@ -127,7 +151,7 @@ def main() -> None:
 @click.option(
     "--layer",
     "layer_number",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_LAYERS - 1),
     help="Show only layer N's comm operations and hand-overs (terminal and Markdown; from 0).",
 )
 @click.option("--all-ranks", is_flag=True, help="--timeline draws the step of every rank on one aligned time axis, waits marked.")
@@ -138,7 +162,7 @@ def main() -> None:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_WORKERS),
     help="Processes reading and analysing ranks at once (default: $DBO_TRACE_WORKERS, else one per core).",
 )
 @click.option(
@@ -202,7 +226,7 @@ def report(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
-@click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
+@click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
 @click.option(
     "--ray", "ray_address", metavar="ADDRESS", help="Analyse each arm's ranks on the Ray nodes that hold them (as report --ray)."
@@ -231,9 +255,9 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
 @main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).")
-@_number("--max-mb", 25.0, click.FloatRange(min=0.001), "Size cap of the archive.")
-@_number("--steps", 3, click.IntRange(min=1), "Steps around the median step in the Perfetto window.")
-@click.option("--layers", type=click.IntRange(min=1), help="Layers per step, for round trips per layer.")
+@_number("--max-mb", 25.0, _Finite(0.001, 1_000_000), "Size cap of the archive.")
+@_number("--steps", 3, click.IntRange(1, 1000), "Steps around the median step in the Perfetto window.")
+@click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
 def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
     """Pack what a reviewer needs into one archive: dbo-trace archive RUN -o run.tar.gz
@@ -265,23 +289,23 @@ main.add_command(click.Command("bundle", callback=archive_cmd.callback, params=a
     help="Treat COMMAND as an OpenAI-compatible server (default: when it is `vllm serve`).",
 )
 @click.option("--url", help="The server's base URL (default: from COMMAND's --host/--port, else http://127.0.0.1:8000).")
-@_number("--num-prompts", 64, click.IntRange(min=1), "Requests in the profiled load.")
-@_number("--concurrency", 16, click.IntRange(min=1), "Requests in flight at once.")
-@_number("--input-len", 512, click.IntRange(min=1), "Random prompt tokens per request.")
-@_number("--output-len", 64, click.IntRange(min=1), "Generated tokens per request (EOS ignored).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random prompts.")
-@_number("--warmup-prompts", 8, click.IntRange(min=0), "Requests sent before profiling (graph capture, caches).")
-@_number("--profile-delay", 0, click.IntRange(min=0), "Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
-@_number("--profile-steps", 0, click.IntRange(min=0), "Engine steps to profile, 0 for the whole load (vLLM's max_iterations).")
+@_number("--num-prompts", 64, click.IntRange(1, 1_000_000), "Requests in the profiled load.")
+@_number("--concurrency", 16, click.IntRange(1, 100_000), "Requests in flight at once.")
+@_number("--input-len", 512, click.IntRange(1, 10_000_000), "Random prompt tokens per request.")
+@_number("--output-len", 64, click.IntRange(1, 10_000_000), "Generated tokens per request (EOS ignored).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed of the random prompts.")
+@_number("--warmup-prompts", 8, click.IntRange(0, 1_000_000), "Requests sent before profiling (graph capture, caches).")
+@_number("--profile-delay", 0, click.IntRange(0, 1_000_000), "Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
+@_number("--profile-steps", 0, click.IntRange(0, 1_000_000), "Engine steps to profile, 0 for the whole load (vLLM's max_iterations).")
 @click.option("--with-stack", is_flag=True, help="Record Python stacks in the traces (slower, larger).")
-@_number("--startup-timeout", 1200.0, click.FloatRange(min=1), "Seconds to wait for /health.")
-@_number("--grace", 30.0, click.FloatRange(min=0), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
-@_number("--trace-timeout", 300.0, click.FloatRange(min=1), "Seconds to wait for the traces after /stop_profile.")
-@_number("--repeats", 3, click.IntRange(min=0), "Timed repeats of the load with the profiler off, before the profiled one (vllm bench serve where installed).")
+@_number("--startup-timeout", 1200.0, _Finite(1, 7 * 86400), "Seconds to wait for /health.")
+@_number("--grace", 30.0, _Finite(0, 3600), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
+@_number("--trace-timeout", 300.0, _Finite(1, 86400), "Seconds to wait for the traces after /stop_profile.")
+@_number("--repeats", 3, click.IntRange(0, 1000), "Timed repeats of the load with the profiler off, before the profiled one (vllm bench serve where installed).")
 @click.option("--peer-command", metavar="COMMAND", help="A server to start first and record beside COMMAND, as one quoted string: the AFD plugin's FFN server.")
 @click.option("--peer-ready-port", type=click.IntRange(1, 65535), help="Start COMMAND once the peer listens on this port (default: the peer's AFD port).")
 @click.option("--python-samples/--no-python-samples", default=True, show_default=True, help="Sample the servers' Python stacks with py-spy over the profiled load.")
-@_number("--python-sample-rate", 100, click.IntRange(min=1, max=10000), "py-spy samples per second.")
+@_number("--python-sample-rate", 100, click.IntRange(1, 10000), "py-spy samples per second.")
 def record(
     command,
     out,
@@ -338,15 +362,15 @@ def record(
     show_default=True,
     help="Which truth to check.",
 )
-@click.option("--layers", default=4, show_default=True, type=click.IntRange(min=1))
-@_number("--tokens", 16384, click.IntRange(min=2), "Tokens per step, split over the two microbatches.")
-@_number("--hidden", 8192, click.IntRange(min=64), "GEMM width.")
+@click.option("--layers", default=4, show_default=True, type=click.IntRange(1, 1000))
+@_number("--tokens", 16384, click.IntRange(2, 1 << 24), "Tokens per step, split over the two microbatches.")
+@_number("--hidden", 8192, click.IntRange(64, 1 << 16), "GEMM width.")
 @click.option(
-    "--compute-us", type=click.FloatRange(min=1), help="Length of one compute phase (sets --tokens by measuring this GPU)."
+    "--compute-us", type=_Finite(1, 1e7), help="Length of one compute phase (sets --tokens by measuring this GPU)."
 )
-@_number("--comm-us", 1000.0, click.FloatRange(min=1), "Length of one dispatch or combine.")
-@_number("--steps", 5, click.IntRange(min=1), "Profiled steps per mode.")
-@_number("--nproc", 1, click.IntRange(min=1), "Processes, one per GPU: real all_to_all over NCCL.")
+@_number("--comm-us", 1000.0, _Finite(1, 1e7), "Length of one dispatch or combine.")
+@_number("--steps", 5, click.IntRange(1, 10_000), "Profiled steps per mode.")
+@_number("--nproc", 1, click.IntRange(1, 1024), "Processes, one per GPU: real all_to_all over NCCL.")
 @click.option(
     "-o", "--out", type=click.Path(path_type=Path), help="Folder for the bundles (default: ./dbo-trace-demo-DATE-TIME)."
 )
@@ -418,7 +442,7 @@ def doctor() -> None:
 @main.command()
 @click.argument("folder", type=click.Path(path_type=Path), required=False)
 @click.option("--once", is_flag=True, help="Print the counters once and exit (for scripts and logs).")
-@_number("--interval", 1.0, click.FloatRange(min=0.1), "Seconds between refreshes.")
+@_number("--interval", 1.0, _Finite(0.1, 3600), "Seconds between refreshes.")
 def top(folder, once, interval) -> None:
     """Live DBO counters of a running vLLM, without a profiler: dbo-trace top [FOLDER]
 

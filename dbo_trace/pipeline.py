@@ -26,7 +26,10 @@ from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
 from dbo_trace.analysis.peers import PeerWaits
 from dbo_trace.analysis.rank import analyze_rank
 from dbo_trace.analysis.report import combine, with_peer_waits
-from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo, event_window, restrict, roles_info
+from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
+from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
+from dbo_trace.analysis.unprofiled import Repeat, repeats_of
+from dbo_trace.bundle import ROLE_FROM_MANIFEST
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
@@ -80,7 +83,15 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         layers=layers,
         comm_sms=sms[0] if sms else None,
         env_recorded=bool(envs),
+        repeats=_repeats(manifests),
     )
+
+
+def _repeats(manifests: list[dict]) -> tuple[Repeat, ...]:
+    """The timed repeats of the one recording that has them (`report A B` of two such recordings:
+    none, since one TPOT is not both's)."""
+    found = [r for m in manifests if (r := repeats_of(m.get("repeats")))]
+    return found[0] if len(found) == 1 else ()
 
 
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
@@ -162,10 +173,40 @@ PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
 # ---- prepare ----------------------------------------------------------------------------------
 
 
-def prepared_options(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
+def prepared_options(options: Options, manifests: list[dict], roles: dict[str, str], sources: dict[str, str]) -> Options:
     """The options with what the manifests declare (communication kernels, layers, the recording's
-    environment) and the roles they give the traces."""
-    return with_roles(options_from_manifests(options, manifests), manifests, roles)
+    environment, its timed repeats) and the roles the bundles give their traces, each with where it
+    came from (the manifest's roles, its command line)."""
+    options = with_roles(options_from_manifests(options, manifests), manifests, roles)
+    return _with_calls(options, {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()})
+
+
+def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[StackSamples]) -> Options:
+    """The roles of the traces no bundle declared, from their own evidence (analysis/role_evidence.py)."""
+    known = dict(options.roles)
+    calls = {}
+    for tl in timelines:
+        key = os.path.normpath(tl.source)
+        if key not in known and (call := role_of(trace_evidence(tl, samples_of(tl, samples)))) is not None:
+            calls[key] = call
+    return _with_calls(options, calls)
+
+
+def _with_calls(options: Options, calls: dict[str, RoleCall]) -> Options:
+    if not calls:
+        return options
+    roles = dict(options.roles) | {k: c.role for k, c in calls.items()}
+    sources = dict(options.role_sources) | {k: c.text() for k, c in calls.items()}
+    return replace(options, roles=tuple(sorted(roles.items())), role_sources=tuple(sorted(sources.items())))
+
+
+def with_ranks_roles(options: Options, ranks: Sequence[RankAnalysis]) -> Options:
+    """The options with the roles the analysed ranks were given (declared, or told by their traces)."""
+    return replace(
+        options,
+        roles=tuple(sorted({os.path.normpath(r.source): r.role for r in ranks if r.role is not None}.items())),
+        role_sources=tuple(sorted({os.path.normpath(r.source): r.role_source for r in ranks if r.role_source}.items())),
+    )
 
 
 @dataclass
@@ -194,8 +235,8 @@ def prepare(found: Found, options: Options) -> Plan:
     logs, log_warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
     return Plan(
-        prepared_options(options, found.manifests, found.roles), list(found.traces), found.manifests, logs, samples,
-        list(found.warnings), log_warnings + sample_warnings,
+        prepared_options(options, found.manifests, found.roles, found.role_sources), list(found.traces), found.manifests,
+        logs, samples, list(found.warnings), log_warnings + sample_warnings,
     )  # fmt: skip
 
 
@@ -244,24 +285,35 @@ def analyse_trace(
         reuse_freed_memory()  # this worker's previous rank gave it back
         timelines = read_timelines(trace, index, progress, workers)
         give_back_freed_memory()
-        out = []
-        for tl in timelines:
-            if cut is not None:
-                tl = cut.of(tl) or tl
-            out.append(with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, samples=samples_of(tl, samples)), options))
-        return out
+        return analyse_timelines(timelines, logs, options, samples, cut)
     except InputError as exc:
         return str(exc)
 
 
-def attention_timelines(plan: Plan, results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[Timeline]:
-    return [
-        r.detailed().timeline
-        for i in first
-        if not isinstance(res := results[i], str)
-        for r in res
-        if plan.role(r.source) == ATTENTION
-    ]
+def analyse_timelines(
+    timelines: list[Timeline], logs: list[EventLogData], options: Options, samples: list[StackSamples], cut: Cut | None
+) -> list[RankAnalysis]:
+    """The timelines' ranks analysed, each with its role (declared, else told by its trace) and, an
+    FFN's, cut to the attention's window where that is known."""
+    mine = with_trace_roles(options, timelines, samples)  # the roles no bundle declared, from these traces
+    roles = dict(mine.roles)
+    out = []
+    for tl in timelines:
+        if cut is not None and roles.get(os.path.normpath(tl.source)) == FFN:
+            tl = cut.of(tl) or tl
+        out.append(with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples)), mine))
+    return out
+
+
+def told_ffn(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[int]:
+    """Of the traces analysed first, those whose trace told an FFN role (no bundle declared it): to be
+    analysed again, cut to the attention's window."""
+    return [i for i in first if not isinstance(res := results[i], str) and any(r.role == FFN for r in res)]
+
+
+def attention_timelines(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[Timeline]:
+    """The attention ranks' timelines (declared, or told by their traces) of the traces analysed first."""
+    return [r.detailed().timeline for i in first if not isinstance(res := results[i], str) for r in res if r.role == ATTENTION]
 
 
 # ---- finish -----------------------------------------------------------------------------------
@@ -281,14 +333,31 @@ class Settled:
 
 def settle(results: list[list[RankAnalysis] | str], bounds: list[list[Timeline]] | None = None) -> Settled:
     """results: per trace in the order found, its ranks or its one-line error. bounds: where the
-    ranks' details stay elsewhere (Ray), what settling reads of each timeline (per trace, as results)."""
+    ranks' details stay elsewhere (Ray), what settling reads of each timeline (per trace, as results).
+    A disaggregated run's traces each claim rank 0 (each role's own world of one): with every trace's
+    role known they are numbered attention first, then by path, however they were given."""
     ranks = [r for res in results if not isinstance(res, str) for r in res]
     errors = [res for res in results if isinstance(res, str)]
     timelines = [tl for b in bounds for tl in b] if bounds is not None else [r.detailed().timeline for r in ranks]
     numbers, warnings = settle_ranks(timelines, errors)
     order = rank_order(numbers)
+    paired = _numbered_by_role([timelines[i] for i in order], [ranks[i].role for i in order])
+    if paired is not None:
+        order = [order[k] for k in paired]
+        for n, i in enumerate(order):
+            numbers[i] = n
     numbered = [ranks[i] if ranks[i].rank == numbers[i] else replace(ranks[i], rank=numbers[i]) for i in order]
     return Settled(numbered, numbers, order, timelines, warnings)
+
+
+def _numbered_by_role(timelines: list[Timeline], roles: list[str | None]) -> list[int] | None:
+    """The pair's order, attention first then by path, where every trace has a role and their claims
+    clash (each role's world of one); None where the ranks keep their numbers."""
+    claims = {tl.claimed_rank for tl in timelines}
+    if len(timelines) < 2 or None in roles or len(claims) == len(timelines) or len(set(roles)) < 2:
+        return None
+    rank_of = {r: i for i, r in enumerate(ROLE_ORDER)}
+    return sorted(range(len(timelines)), key=lambda i: (rank_of.get(roles[i] or "", len(ROLE_ORDER)), str(timelines[i].source)))
 
 
 def finish(
@@ -311,16 +380,17 @@ def finish(
         plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
         [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
         refine,
-        roles=_roles(plan, settled.timelines, cut),
+        roles=_roles(plan, settled, cut),
     )
 
 
-def _roles(plan: Plan, timelines: list[Timeline], cut: Cut | None) -> RolesInfo | None:
-    """What the manifests say of the roles present, and whether the FFN's traces were cut."""
-    info = roles_info(plan.manifests, [role for tl in timelines if (role := plan.role(tl.source)) is not None])
+def _roles(plan: Plan, settled: Settled, cut: Cut | None) -> RolesInfo | None:
+    """What the manifests and the traces say of the roles present, and whether the FFN's traces were cut."""
+    timelines = [settled.timelines[i] for i in settled.order]
+    info = roles_info(plan.manifests, [r.role for r in settled.ranks if r.role is not None], [tl.metadata for tl in timelines])
     if info is None or cut is None:
         return info
-    ffn = [tl for tl in timelines if plan.role(tl.source) == FFN]
+    ffn = [tl for r, tl in zip(settled.ranks, timelines) if r.role == FFN]
     return replace(info, ffn_window_restricted=any(tl.base_time_ns is not None and cut.base_time_ns is not None for tl in ffn))
 
 
@@ -341,11 +411,11 @@ def analyze_found(
     if workers > 1 and len(plan.traces) > 1:
         with process_pool(workers) as pool:
             read.pooled(pool, first, None)
-            cut = cut_of(attention_timelines(plan, results, first)) if then else None
+            cut = read.again(first, then)
             read.pooled(pool, then, cut)
     else:  # one process: a large trace decoded by the workers
         read.in_turn(first, None, workers)
-        cut = cut_of(attention_timelines(plan, results, first)) if then else None
+        cut = read.again(first, then)
         read.in_turn(then, cut, workers)
     give_back_freed_memory()
     return finish(plan, settle([results[i] for i in range(len(plan.traces))]), inputs, cut=cut)
@@ -358,6 +428,23 @@ class _Read:
         self, plan: Plan, results: dict[int, list[RankAnalysis] | str], progress: Callable[[int], None] | None
     ) -> None:
         self.plan, self.results, self.progress, self.done = plan, results, progress, 0
+
+    def again(self, first: list[int], then: list[int]) -> Cut | None:
+        """The attention's window, once the traces analysed first have told their roles; the ones
+        whose trace told an FFN role analysed again within it, from their timelines."""
+        told = told_ffn(self.results, first)
+        if not then and not told:
+            return None
+        cut = cut_of(attention_timelines(self.results, first))
+        if cut is None:
+            return None
+        plan = self.plan
+        for i in told:
+            res = self.results[i]
+            assert not isinstance(res, str)
+            options = with_ranks_roles(plan.options, res)
+            self.results[i] = analyse_timelines([r.detailed().timeline for r in res], plan.logs, options, plan.samples, cut)
+        return cut
 
     def in_turn(self, which: list[int], cut: Cut | None, workers: int) -> None:
         plan = self.plan

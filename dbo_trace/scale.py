@@ -106,6 +106,7 @@ class NodeFound:
     logs: list[EventLogData] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> where the bundle's role came from
     samples: list[StackSamples] = field(default_factory=list)  # the bundles' Python stack samples (py-spy)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # a path named on this node that is not there: an error
@@ -151,6 +152,7 @@ def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
             out.logs += logs
             out.manifests += found.manifests
             out.roles.update(found.roles)
+            out.role_sources.update(found.role_sources)
             out.samples += samples
             out.warnings += found.warnings + log_warnings + sample_warnings
     return out, roots
@@ -335,7 +337,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.roles import ATTENTION
+    from dbo_trace.analysis.roles import ATTENTION, FFN
     from dbo_trace.pipeline import Plan, cut_of, finish, prepared_options, settle
     from dbo_trace.trace.errors import InputError
 
@@ -352,15 +354,19 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         if g.node is None and not any(t[0] == i for t in traces):
             raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
     plan = Plan(
-        prepared_options(options, found.manifests, found.roles), [Path(t[2]) for t in traces], found.manifests,
-        found.logs, found.samples, [], [],
+        prepared_options(options, found.manifests, found.roles, found.role_sources), [Path(t[2]) for t in traces],
+        found.manifests, found.logs, found.samples, [], [],
     )  # fmt: skip
     tasks = _Tasks(ray, plan, traces, roots, label, stream)
     first, then = plan.rounds()
     tasks.run(first, None)
     compact = [c for k in first if isinstance(c := tasks.results[k], Compact)]
-    attention = [b for c in compact for r, b in zip(c.reports, c.bounds) if plan.role(r.source) == ATTENTION]
-    cut = cut_of(attention) if then else None
+    told = [k for k in first if isinstance(c := tasks.results[k], Compact) and any(r.role == FFN for r in c.reports)]
+    attention = [b for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
+    cut = cut_of(attention) if then or told else None
+    if cut is not None and told:  # their traces told an FFN role: analysed again, within the attention's window
+        tasks.counter.total += len(told)
+        tasks.run(told, cut)
     tasks.run(then, cut)
     results = [tasks.results[k] for k in range(len(traces))]
     ranks = [c.reports if isinstance(c, Compact) else c for c in results]
@@ -406,6 +412,7 @@ class _AllFound:
     logs: list[EventLogData] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)
+    role_sources: dict[str, str] = field(default_factory=dict)
     samples: list[StackSamples] = field(default_factory=list)
 
 
@@ -434,6 +441,7 @@ def _find_on_nodes(
         out.logs += found.logs
         out.manifests += found.manifests
         out.roles.update(found.roles)
+        out.role_sources.update(found.role_sources)
         out.samples += found.samples
         warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
     return out, roots

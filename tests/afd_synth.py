@@ -4,7 +4,11 @@ ncclDevKernel_SendRecv kernels on the compute stream; 2 control-plane sends per 
 torch.distributed's own NCCL stream; with DBO each microbatch sends, yields to the other and
 receives after the other's send; under graph replay every kernel carries the cudaGraphLaunch's
 correlation and runs on a graph-internal stream. Both traces claim rank 0 of world size 1 and share
-baseTimeNanoseconds (one host's clock)."""
+baseTimeNanoseconds (one host's clock). With `evidence` (the default) each trace also carries what a
+real one shows of its role: the plugin's process groups `afd` and `p2p` of 2 ranks in
+distributedInfo.pg_config, torch.distributed's control-plane ranges (`nccl:send 1->0` on the
+attention side, `nccl:recv 0<-1` on the FFN's), the attention side's `vllm::afd_p2p_send`/`recv` ops
+where it runs eagerly; the FFN runs no attention kernel."""
 
 from __future__ import annotations
 
@@ -43,10 +47,15 @@ class _Trace:
     def cpu_op(self, name: str, ts: float, dur: float, tid: int = MAIN) -> None:
         self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid, "ts": ts, "dur": dur})
 
-    def write(self, path: Path, base_ns: int = BASE_NS) -> Path:
+    def write(self, path: Path, base_ns: int = BASE_NS, groups: bool = False) -> Path:
+        info: dict = {"backend": "nccl", "rank": 0, "world_size": 1}
+        if groups:  # the AFD plugin's process groups, as torch's profiler lists them
+            info["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 1, "ranks": [0]}] + [
+                {"pg_name": n, "pg_desc": "undefined", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]} for n in ("afd", "p2p")
+            ]  # fmt: skip
         doc = {
             "schemaVersion": 1,
-            "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+            "distributedInfo": info,
             "baseTimeNanoseconds": base_ns,
             "traceEvents": self.events,
         }
@@ -68,6 +77,7 @@ def afd_pair(
     ffn_compute_us: float = 60.0,
     yield_us: float = 0.0,
     manifest: bool = True,
+    evidence: bool = True,
 ) -> dict:
     """Write a bundle (manifest, traces/attention, peer/traces/ffn) and return its truth."""
     att, ffn = _Trace(), _Trace()
@@ -78,10 +88,18 @@ def afd_pair(
     mbs = 2 if dbo else 1
     for step in range(steps):
         step_start = t
-        # control plane: two sends on torch.distributed's stream, launched by the main thread
+        # control plane: two sends on torch.distributed's stream, launched by the main thread; the
+        # FFN's loop receives them (recv_control_payload)
         for i in range(2):
             corr = att.call("cudaLaunchKernel", t + 1 + 3 * i, MAIN)
             att.kernel(SENDRECV, t + 5 + 3 * i, 2.0, 20, corr)
+            if evidence:
+                att.cpu_op("c10d::send", t + 0.5 + 3 * i, 2.0)
+                att.annotation("nccl:send 1->0", t + 0.8 + 3 * i, 1.5)
+                f_at = max(ffn_free, t + 4 + 3 * i)
+                ffn.kernel(SENDRECV, f_at, 2.0, 21, ffn.call("cudaLaunchKernel", f_at - 1, MAIN))
+                ffn.annotation("nccl:recv 0<-1", f_at - 1.5, 1.2)
+                ffn_free = f_at + 3.0
         t += 12
         graph_corr = att.call("cudaGraphLaunch", t, MAIN, dur=5.0) if graphs else None
         t += 8
@@ -131,8 +149,11 @@ def afd_pair(
                 att.kernel(name, ts, dur, compute_stream + (name == SENDRECV), graph_corr)
             else:
                 tid = UB[ub] if dbo else MAIN
-                corr = att.call("cudaLaunchKernel", max(step_start + 13, ts - 15), tid)
+                launch = max(step_start + 13, ts - 15)
+                corr = att.call("cudaLaunchKernel", launch, tid)
                 att.kernel(name, ts, dur, compute_stream, corr)
+                if evidence and name == SENDRECV:  # the plugin's ops around its data-plane sends and receives
+                    att.cpu_op("vllm::afd_p2p_send" if what[0] == "S" else "vllm::afd_p2p_recv", launch - 0.5, 3.0, tid=tid)
         # the truth: each round trip, and the other microbatch's compute inside it
         for ub in range(mbs):
             for layer in range(layers):
@@ -151,8 +172,8 @@ def afd_pair(
                 att.cpu_op("vllm::manual_dbo_yield", step_start + 13 + i * (yield_us + 1), yield_us, tid=55)
     # the FFN's last receive waits out the attention side's export: far past the attention's window
     ffn.kernel(SENDRECV, t + 50, 7_700_000.0, 9, ffn.call("cudaLaunchKernel", t + 40, MAIN))
-    a_path = att.write(folder / "traces" / "attention.pt.trace.json.gz")
-    f_path = ffn.write(folder / "peer" / "traces" / "ffn.pt.trace.json.gz")
+    a_path = att.write(folder / "traces" / "attention.pt.trace.json.gz", groups=evidence)
+    f_path = ffn.write(folder / "peer" / "traces" / "ffn.pt.trace.json.gz", groups=evidence)
     if manifest:
         m = {
             "format": "dbo-trace-bundle",
@@ -160,7 +181,7 @@ def afd_pair(
             "layers": layers,
             "roles": {"attention": {"traces": ["traces/" + a_path.name]}, "ffn": {"traces": ["peer/traces/" + f_path.name]}},
             "afd": {"connector": "P2pNcclAFDConnector", "num_attention_ranks": 1, "num_ffn_ranks": 1},
-            "gpu_sharing": {"shared_gpu": True, "mps": True},
+            "gpu_sharing": {"shared_gpu": True, "mps": True, "mps_daemon": "answered"},
         }
         (folder / "manifest.json").write_text(json.dumps(m))
     return truth

@@ -7,7 +7,8 @@ the definitions of docs/analysis.md ("The accounting model") word by word:
 - GPU busy is the union of all GPU activity; utilization = busy / window;
 - comm hidden = time covered by comm kernels and compute kernels at once / time covered by comm;
 - host idle: every GPU idle stretch inside the window (the lead-in, the gaps, the tail) whose next
-  activity's launch call began after the stretch began, or that nothing follows;
+  activity's launch call began after the stretch began, or that nothing follows, up to 20 us after
+  that launch call ended (the rest the work was launched and waited: not the host);
 - steps: vLLM's execute_* annotations, else ProfilerStep#N; a step's window runs from its
   annotation's start to the later of its end and the end of the last GPU activity launched in it;
   in-step host idle = host idle inside the union of the step windows / that union's length.
@@ -159,18 +160,19 @@ def headline_of_events(events, comm_regex):
 
     # Host idle: walk the GPU timeline in start order from the window's start. What ends a gap is
     # the earliest known launch among the activities that start when the gap ends.
-    earliest_launch = {}
+    earliest_launch, earliest_end = {}, {}
     for g in gpu:
         call = launch.get(g.get("args", {}).get("correlation"))
         if call is not None:
             earliest_launch[g["ts"]] = min(earliest_launch.get(g["ts"], call["ts"]), call["ts"])
+            earliest_end[g["ts"]] = min(earliest_end.get(g["ts"], call["end"]), call["end"])
     host_idle = []
     busy_until = window[0]
     for g in sorted(gpu, key=lambda g: g["ts"]):
         if g["ts"] > busy_until:
             launched = earliest_launch.get(g["ts"])
             if launched is not None and launched > busy_until:
-                host_idle.append((busy_until, g["ts"]))
+                host_idle.append((busy_until, min(g["ts"], max(busy_until, earliest_end[g["ts"]] + 20.0))))
         busy_until = max(busy_until, g["end"])
     if window[1] > busy_until:
         host_idle.append((busy_until, window[1]))  # the tail: nothing more was queued

@@ -16,10 +16,15 @@ def median(values):
 
 
 def sample(doc, phase):
-    """The arm's steady steps of a phase ("all": every phase): (period, tokens) per step, ranks averaged."""
+    """The arm's steady steps of a phase ("all": every phase) that have a next start on their rank (its
+    latest-starting step has none, where it has more than one): (period, tokens) per step, ranks averaged."""
+    last = {}
+    for s in doc["steps"]:
+        last.setdefault(s["rank"], []).append(s)
+    last = {r: max(steps, key=lambda s: s["start_us"])["number"] for r, steps in last.items() if len(steps) > 1}
     by_rank = {}
     for s in doc["steps"]:
-        if (phase == "all" or s["phase"] == phase) and s["stall"] is None:
+        if (phase == "all" or s["phase"] == phase) and s["stall"] is None and last.get(s["rank"]) != s["number"]:
             by_rank.setdefault(s["rank"], []).append(s)
     if not by_rank:
         return []

@@ -1,4 +1,4 @@
-"""The launch-to-start delay and the queued part of the host idle, computed plainly from
+"""The launch-to-start delay and the queued part of late-launched GPU idle (not host idle), computed plainly from
 docs/analysis.md ("Launch-to-start delay") over a raw Kineto trace: json.load and loops."""
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ def queueing(path):
         if g["ts"] > busy_until:
             calls = by_start.get(g["ts"], [])
             if calls and min(c["ts"] for c in calls) > busy_until:  # a host-idle stretch (docs, "The accounting model")
-                host_idle += g["ts"] - busy_until
                 launched = min(c["end"] for c in calls) + LATENCY_US
-                queued += max(0.0, g["ts"] - max(busy_until, launched))
+                waited = max(0.0, g["ts"] - max(busy_until, launched))  # launched, then waited: not the host
+                queued += waited
+                host_idle += g["ts"] - busy_until - waited
         busy_until = max(busy_until, g["end"])
     host_idle += max(0.0, window_hi - busy_until)
     delays.sort()

@@ -12,7 +12,7 @@ from afd_synth import afd_pair
 from conftest import reason_texts
 from independent_afd import hidden_share, parts, per_step, round_trips
 
-from dbo_trace.analysis.compare import arms_of, compare, microbatched
+from dbo_trace.analysis.compare import arms_of, compare, dbo_pairs, microbatched, ran_with
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
@@ -108,7 +108,7 @@ def test_roles_are_kept_apart(bundles):
     assert doc["roles"]["shared_gpu"] is True
     assert "FFN round trip" in headline(report.verdict)
     text = " ".join(RENDERERS["terminal"].render(report).split())
-    assert "disaggregated round trips" in text and "FFN compute and queueing" in text
+    assert "disaggregated round trips" in text and "FFN compute 0.06 ms, FFN queueing or waiting" in text
     assert "disaggregated round trips" in RENDERERS["markdown"].render(report)
 
 
@@ -128,18 +128,42 @@ def test_expensive_call_in_the_host_line(bundles):
 
 
 def test_compare_four_arms(bundles):
+    """compare's per-arm round trips with their parts (the FFN's trace is there) against the synthetic
+    truth and tests/independent_afd.py, and DBO's effect per pair: each DBO arm against the arm of its
+    cudagraph mode without DBO (the synthetic bundles record no settings: the traces tell)."""
     labels = list(ARMS)
-    arms = compare([arm for name in labels for arm in arms_of(name, bundles[name][2], [])])
+    with_settings = {name: ran_with(bundles[name][2]) for name in labels}
+    arms = compare([arm for name in labels for arm in arms_of(name, bundles[name][2], [], with_settings[name])])
     by = {a.label: a for a in arms}
     assert by["eager"].round_trip_change is None
     assert by["eager-dbo"].round_trip_us == pytest.approx(_attention(bundles["eager-dbo"][2]).afd.median_us)
     assert by["eager-dbo"].round_trip_change == pytest.approx(by["eager-dbo"].round_trip_us / by["eager"].round_trip_us - 1)
     assert by["eager"].round_trip_criterion is None and by["eager-dbo"].round_trip_criterion is not None
     assert by["graphs-dbo"].round_trip_hidden_share > 0.2
-    text = render_terminal(arms, width=250)
-    assert "FFN round trip" in text and "round trip hidden" in text
-    md = render_markdown(arms)
-    assert "compute >= round trip" in md or "compute &gt;= round trip" in md
+    for name in labels:
+        folder, truth, _ = bundles[name]
+        a = by[name]
+        att = folder / "traces" / "attention.pt.trace.json.gz"
+        ref_rts = round_trips(att)
+        ref = parts(att, folder / "peer" / "traces" / "ffn.pt.trace.json.gz", ref_rts)
+        assert a.round_trip_parts_matched == len(ref_rts)
+        assert a.round_trip_us == pytest.approx(statistics.median(r["r1"] - r["s0"] for r in ref_rts))
+        assert a.round_trip_ffn_us == pytest.approx(60.0)  # the synthetic FFN's compute
+        for key, mine in (("transfer", a.round_trip_transfer_us), ("ffn", a.round_trip_ffn_us), ("wait", a.round_trip_wait_us)):
+            assert mine == pytest.approx(statistics.median(p[key] for p in ref))
+        assert a.round_trip_ffn_compute_us is None  # not split from the queueing: unknown, never 0
+        w = with_settings[name]
+        assert (w.graphs, w.dbo, w.told_by) == (ARMS[name][1], ARMS[name][0], "trace")
+    pairs = dbo_pairs(arms)
+    assert [(p.on, p.off, p.graphs) for p in pairs] == [("eager-dbo", "eager", "eager"), ("graphs-dbo", "graphs", "graphs")]
+    for p in pairs:
+        on, off = by[p.on], by[p.off]
+        assert p.round_trip_us == (off.round_trip_us, on.round_trip_us)
+        assert p.compared_steps == (off.steps, on.steps) and p.call == "too few steps"  # 3 periods each
+    text = render_terminal(arms, width=250, pairs=pairs)
+    assert "disaggregated round trips (AFD), per arm" in text and "eager-dbo vs eager" in text and "graphs-dbo vs graphs" in text
+    md = render_markdown(arms, pairs=pairs)
+    assert "compute per microbatch : exposed" in md and "| `graphs-dbo` vs `graphs` |" in md
 
 
 def test_expensive_call_on_a_real_recording():
@@ -185,12 +209,13 @@ def test_a_step_whose_order_fits_no_pattern_is_said_so():
     # S A S R A R  (6 data-ish kernels: 4 data, 2 compute), then one more data kernel: 5 data kernels
     kinds = [c.COMM, c.COMPUTE, c.COMM, c.COMM, c.COMPUTE, c.COMM, c.COMM]
     start = np.arange(len(kinds), dtype=float) * 10
-    rows, told, unpaired = pair(
+    rows, told, unpaired, told_ub = pair(
         start=start, end=start + 5, kind=np.array(kinds, np.int8), data=np.array([k == c.COMM for k in kinds]),
         step=np.zeros(len(kinds), np.int64), ubatch=np.full(len(kinds), -1, np.int8),
     )  # fmt: skip
     assert told == {TOLD_NOT: 1} and len(rows) == 2 and unpaired == 1
     assert rows.hidden_us.tolist() == [0.0, 0.0]
+    assert told_ub.tolist() == [-1] * len(kinds)  # no microbatch told: the picture draws one lane
 
 
 def test_a_yield_under_dbo_is_said_to_hold_the_other_turn(tmp_path):

@@ -146,10 +146,23 @@ def test_all_to_all_over_one_process_is_refused(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_failing_sweep_worker_is_one_error_line(tmp_path):
-    proc = run_cli("demo", "--device", "cpu", "--sweep", "--sweep-compute-us", "fast", "-o", str(tmp_path / "x"))
+def test_a_failing_sweep_worker_is_one_error_line(tmp_path, monkeypatch):
+    """The worker (a process of its own) fails importing a torch that raises: one line, its error."""
+    import os
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "torch.py").write_text("raise ValueError('a broken torch')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(broken), os.environ.get("PYTHONPATH", "")]))
+    proc = run_cli("demo", "--device", "cpu", "--sweep", "--sweep-compute-us", "100", "--sweep-comm-us", "100", "-o", str(tmp_path / "x"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "the sweep worker failed (exit 1): ValueError: could not convert string to float: 'fast'" in proc.stderr
+    assert "the sweep worker failed (exit 1): ValueError: a broken torch" in proc.stderr
+
+
+def test_a_sweep_grid_that_is_not_lengths_is_refused_before_any_run(tmp_path):
+    proc = run_cli("demo", "--device", "cpu", "--sweep", "--sweep-compute-us", "fast", "-o", str(tmp_path / "x"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "--sweep-compute-us 'fast': 'fast' is not a length from 1 to 10000000 us" in proc.stderr
 
 
 def test_the_demo_says_when_dbo_did_not_pay_against_serial():

@@ -238,3 +238,68 @@ def test_json_nested_past_the_decoders_depth_is_refused(tmp_path, content):
         assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
         if proc.returncode == 2:
             _assert_refused(proc, "deep.json")
+
+
+# Numbers past any sane bound: refused in one line before any work, never a figure made from them.
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["report", "SAMPLE", "--layers", "99999999999999999999"], "--layers"),
+        (["report", "SAMPLE", "--workers", "100000000000"], "--workers"),
+        (["report", "SAMPLE", "--layers", "0"], "--layers"),
+        (["report", "SAMPLE", "--layer", "99999999999999999999"], "--layer"),
+        (["report", "SAMPLE", "--comm-stream", "99999999999999999999"], "--comm-stream"),
+        (["report", "SAMPLE", "--comm-stream", "-5"], "--comm-stream"),
+        (["report", "SAMPLE", "--timeline", "x.png", "--rank", "99999999999999999999"], "--rank"),
+        (["compare", "SAMPLE", "SAMPLE", "--layers", "99999999999999999999"], "--layers"),
+        (["archive", "SAMPLE", "--max-mb", "inf"], "--max-mb"),
+        (["archive", "SAMPLE", "--max-mb", "nan"], "--max-mb"),
+        (["archive", "SAMPLE", "--steps", "99999999999"], "--steps"),
+        (["top", "SAMPLE", "--interval", "nan"], "--interval"),
+        (["top", "SAMPLE", "--interval", "1e9"], "--interval"),
+        (["record", "--num-prompts", "99999999999", "prog"], "--num-prompts"),
+        (["record", "--grace", "nan", "prog"], "--grace"),
+        (["record", "--seed", "-1", "prog"], "--seed"),
+        (["demo", "--nproc", "100000000000"], "--nproc"),
+        (["demo", "--comm-us", "inf"], "--comm-us"),
+    ],
+)
+def test_absurd_numbers_are_refused_in_one_line(args, option, tmp_path):
+    """The real sample stands where a path is asked: the option alone is refused, no report made."""
+    args = [str(SAMPLES / "overlap") if a == "SAMPLE" else a for a in args]
+    _assert_refused(run_cli(*args, cwd=tmp_path), option)
+    assert not list(tmp_path.iterdir())  # nothing written (no --timeline picture)
+
+
+def test_the_worker_count_from_the_environment_is_bounded_too(monkeypatch):
+    monkeypatch.setenv("DBO_TRACE_WORKERS", "100000000000")
+    _assert_refused(run_cli("report", str(SAMPLES / "overlap")), "DBO_TRACE_WORKERS", "1 to 1024")
+
+
+def test_every_numeric_option_of_every_command_has_both_bounds():
+    """The audit, kept: an int or float option without an upper bound accepts 10^20 silently."""
+    import click
+
+    from dbo_trace.cli import main
+
+    unbounded = []
+    for name, command in main.commands.items():
+        for p in command.params:
+            kind = p.type
+            if isinstance(kind, (click.IntRange, click.FloatRange)):
+                if kind.min is None or kind.max is None:
+                    unbounded.append(f"{name} {p.opts[0]}")
+            elif isinstance(kind, (type(click.INT), type(click.FLOAT))):
+                unbounded.append(f"{name} {p.opts[0]}")
+    assert not unbounded
+
+
+def test_a_sweep_grid_out_of_range_is_refused():
+    from dbo_trace.commands.demo import DemoRequest
+    from dbo_trace.errors import UsageError
+
+    for grid in ("1e999", "nan", "100,abc", ",".join(["100"] * 51), "0.5"):
+        with pytest.raises(UsageError, match="--sweep-compute-us"):
+            DemoRequest(sweep=True, sweep_compute_us=grid, device="cpu").checked()

@@ -281,3 +281,37 @@ def _json_with(options):
     from dbo_trace.render.json_out import JsonRenderer
 
     return JsonRenderer().render(analyze_paths([SAMPLES / "two-gpu-overlap"], options))
+
+
+def test_a_disaggregated_runs_comm_operations_and_hand_overs_are_labelled_by_layer():
+    """AFD eager+DBO (tests/data/afd-eager-dbo-3steps): the event log has no layer events, so the
+    layers are the attention rank's FFN round trips per microbatch and step; the layers counted here
+    from the trace: each step's SendRecv kernels less its 2 control-plane sends, one send and one
+    receive per round trip, one round trip per layer and microbatch."""
+    import gzip
+    from collections import Counter
+
+    from conftest import ROOT, run_cli
+
+    bundle = ROOT / "tests" / "data" / "afd-eager-dbo-3steps"
+    (trace,) = (bundle / "traces").glob("*.json.gz")
+    events = [e for e in json.load(gzip.open(trace))["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"))
+    sendrecv = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel" and "SendRecv" in e["name"]}
+    launches = [e["ts"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["args"].get("correlation") in sendrecv]
+    per_step = Counter(i for t in launches for i, (lo, hi) in enumerate(steps) if lo <= t <= hi)  # by the launch
+    (kernels,) = set(per_step.values())
+    layers = (kernels - 2) // 2 // 2
+    assert layers == 27
+    doc = json.loads(run_cli("report", "--json", str(bundle)).stdout)
+    rank = doc["ranks"][0]
+    ops = rank["comm_operations"]
+    assert [(o["ubatch"], o["index"], o["layer"], o["role"]) for o in ops] == [
+        (u, k, k, "round trip") for u in (0, 1) for k in range(layers)
+    ]
+    covered = [n for row in rank["comm_layers"] for n in range(row["first_layer"], row["last_layer"] + 1)]
+    assert covered == list(range(layers)) and all(row["operations"] == 2 for row in rank["comm_layers"])
+    assert [row["layer"] for row in rank["dbo_ledger"]["layers"]] == list(range(layers))
+    text = run_cli("report", str(bundle)).stdout
+    assert "1: layer 0 round trip" in text and "comm operations per layer" in text
+    assert "what-if, no hand-overs: step" in " ".join(text.split())

@@ -84,3 +84,20 @@ def test_the_live_table_fits_the_terminal_and_keeps_each_figure_whole():
             assert str(r.pid) in shown and f"  {r.steps}  " in shown.replace("\n", " ")
     wide = live_table(rows, "t", 200).plain
     assert all(h in wide for h in HEADER) and all(c in wide for r in rows for c in live_cells(r))
+
+
+def test_an_afd_graph_run_shows_its_microbatched_replays_and_per_step_figures_over_the_steps_that_yield():
+    """samples/afd-graphs-dbo: UBatchWrapper replays its own full graph (423 steps on the graph_replay
+    path), so no CUDAGraphWrapper counter holds them; a replay runs no Python, so it neither yields
+    nor waits: yields and waits are per eager or capturing step."""
+    from dbo_trace.render.live import HEADER, live_cells
+
+    path = next((SAMPLES / "afd-graphs-dbo" / "events").glob("*-1067.counters.json"))
+    raw = json.loads(path.read_text())["counters"]  # the file itself, read here with json alone
+    (row,) = [live_row(b) for b in counters("afd-graphs-dbo") if b["pid"] == 1067]
+    replays = raw["steps.graph_replay"]
+    yielding = raw["steps.eager_microbatched"] + raw["steps.graph_capture"]
+    cells = dict(zip(HEADER, live_cells(row)))
+    assert cells["graph replays"] == f"microbatched {replays} (captures 3)" and replays == 423
+    assert row.yields_per_step == raw["ubatch.yields"] / yielding == 54.0
+    assert row.wait_ms_per_step == {u: raw[f"ubatch.{u}.wait_us"] / 1000 / yielding for u in (0, 1)}

@@ -1,5 +1,6 @@
 """Kernel names a reader can tell apart (render/names.py, docs/outputs.md "Names"): C++ names
-demangled as binutils' c++filt demangles them, and no two distinct kernels printed alike in the
+demangled as binutils' c++filt demangles them (LLVM's `>>` for its `> >`), clang's ROCm names that
+libstdc++ refuses too, and no two distinct kernels printed alike in the
 kernel table, the top compute kernels and the comm kernels, at 80 and 120 columns, on the shipped
 samples and the public ROCm and CUDA traces. The expectations come from the traces' JSON (the full
 names) and from c++filt, a separate program, not from the module."""
@@ -29,7 +30,10 @@ TRACES = [
     PUBLIC / "hta-rocm-mi250.json.gz",
     PUBLIC / "hta-training-2rank-nccl.json.gz",
     PUBLIC / "kineto-2021-v100.json.gz",
+    PUBLIC / "tracelens-mi300-resnet-ddp-2steps.json.gz",
+    PUBLIC / "tracelens-vllm-piecewise-rocm.json.gz",
 ]
+ROCM = [PUBLIC / "tracelens-mi300-resnet-ddp-2steps.json.gz", PUBLIC / "tracelens-vllm-piecewise-rocm.json.gz"]
 CK_TILE = "_ZN7ck_tile6kentryILi1ENS_10MoeSortingEEEvNT0_5KargsE"  # the ROCm composable-kernel shape
 
 
@@ -40,22 +44,70 @@ def mangled_in(path):
 
 @pytest.fixture(scope="module", autouse=True)
 def demangler():
-    require_module("cxxfilt")  # the names extra, which CI installs
+    require_module("pycxxfilt")  # LLVM's demangler: a dependency of dbo-trace on Python 3.11+
+
+
+def binutils(names):
+    """The names as binutils' c++filt prints them (no recursion limit: these names nest deep), in
+    LLVM's spelling of a template's closing brackets (`>>`, where binutils writes `> >`)."""
+    tool = shutil.which("c++filt")
+    if tool is None:
+        pytest.skip("binutils' c++filt is not installed")
+    out = subprocess.run([tool, "-r"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    while any("> >" in x for x in out):
+        out = [x.replace("> >", ">>") for x in out]
+    return out
 
 
 def test_demangled_as_binutils_cxxfilt_demangles():
     """Every mangled kernel name in the public CUDA trace (two cutlass kernels 2,000 characters long
     that differ deep inside), and a ck_tile kernel's, read as the c++filt program reads them."""
-    tool = shutil.which("c++filt")
-    if tool is None:
-        pytest.skip("binutils' c++filt is not installed")
     names = mangled_in(PUBLIC / "hta-training-2rank-nccl.json.gz") + [CK_TILE]
     assert len(names) == 3
-    expected = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
-    assert [demangle(n) for n in names] == expected
+    assert [demangle(n) for n in names] == binutils(names)
     assert demangle(CK_TILE) == "void ck_tile::kentry<1, ck_tile::MoeSorting>(ck_tile::MoeSorting::Kargs)"
     assert demangle("ncclDevKernel_SendRecv") == "ncclDevKernel_SendRecv"  # not mangled: as given
     assert demangle("_Znot_a_name") == "_Znot_a_name"  # refused: as given
+
+
+def test_clang_mangled_rocm_kernels_are_demangled():
+    """TraceLens's MI300 ResNet DDP trace (composable-kernel convolutions, 1,600-2,000 characters,
+    an anonymous namespace) and its vLLM piecewise trace (CK-tile's RMSNorm with `DF16b`, clang's
+    bfloat16): libstdc++'s demangler refuses all seven; every one is read, as binutils reads them."""
+    names = sorted({n for path in ROCM for n in mangled_in(path)})
+    assert len(names) == 7
+    shown = [demangle(n) for n in names]
+    assert not [n for n in shown if n.startswith("_Z")]
+    assert shown == binutils(names)
+    assert any("ck_tile::kentry<1, ck_tile::Rmsnorm2dFwd<" in n for n in shown)
+
+
+def test_a_hostile_mangled_name_is_shown_as_given_not_demangled():
+    """LLVM's demangler recurses once per level with no limit: a name past DEMANGLE_MOST characters
+    (100,000 nested pointers would overflow the stack) is not given to it."""
+    deep = "_Z1f" + "P" * 100_000 + "i"
+    assert demangle(deep) == deep
+    assert demangle("_Z1f" + "P" * 100 + "i") == "f(int" + "*" * 100 + ")"
+
+
+def test_a_launcher_templates_kernel_is_kept_in_the_brief_form():
+    """CUTLASS's device_kernel<Kernel> (and flash-attention's arch guard inside it): the brief form
+    keeps the kernel, where `device_kernel<...>` lost it; at 120 columns the FlashAttention kernel of
+    samples/vllm-eager-decode is named in the top compute kernels and the kernel table."""
+    path = next((SAMPLES / "vllm-eager-decode" / "traces").glob("*.json.gz"))
+    events = json.load(gzip.open(path))["traceEvents"]
+    flash = {e["name"] for e in events if e.get("cat") == "kernel" and "FlashAttnFwdSm90" in e["name"]}
+    assert flash and all(n.startswith("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<") for n in flash)
+    report = analyze_paths([SAMPLES / "vllm-eager-decode"], Options())
+    text = RENDERERS["terminal"].render(report, RenderOptions(width=120))
+    joined = re.sub(r"\n\s+", " ", text)
+    assert "device_kernel<...>" not in text
+    (top,) = re.findall(r"rank 0 top compute kernels: ([^\n]*)", joined)
+    assert "device_kernel<FlashAttnFwdSm90<...>> x" in top
+    assert re.search(r"^ device_kernel<FlashAttnFwdSm90<\.\.\.>>\s+\d+", text, re.M)
+    combine = "void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128> >, 5> >(int)"
+    assert display_names([combine, next(iter(flash))]) == ["device_kernel<FlashAttnFwdCombine<...>>", "device_kernel<FlashAttnFwdSm90<...>>"]
+    assert display_names([CK_TILE]) == ["kentry<MoeSorting>"]
 
 
 def test_without_the_demangler_names_are_shown_as_given(monkeypatch):

@@ -12,9 +12,9 @@ import pytest
 from afd_synth import afd_pair
 from conftest import ROOT, SAMPLES, report_json
 
-from dbo_trace.analysis import disaggregated
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.verdict import Evidence, TimeSlicing, decide
+from dbo_trace.analysis.sharing import TimeSlicing
+from dbo_trace.analysis.verdict import Evidence, decide
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
 from dbo_trace.render.wording import next_step_text
@@ -96,39 +96,54 @@ def test_an_afd_eager_arm_names_the_yield_ops_cost(tmp_path):
     with gzip.open(folder / "traces" / "attention.pt.trace.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]
     calls = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "vllm::manual_dbo_yield"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
+    assert len(steps) == 6
     per_step = len(calls) / 6
+
+    def wall(step):  # the time any thread was in a call, inside the step: the union of the calls' stretches
+        cut = sorted((max(c["ts"], step["ts"]), min(c["ts"] + c["dur"], step["ts"] + step["dur"])) for c in calls)
+        total, reach = 0.0, float("-inf")
+        for lo, hi in cut:
+            if hi > max(lo, reach):
+                total += hi - max(lo, reach)
+                reach = hi
+        return total
+
     assert f"vllm::manual_dbo_yield costs {statistics.median(e['dur'] for e in calls) / 1000:.2f} ms per call" in step["text"]
-    assert f"{per_step:.0f} calls per step: {per_step * 2000 / 1000:.2f} ms per step" in step["text"]
+    assert f"{per_step:.0f} calls per step, in it {statistics.median(map(wall, steps)) / 1000:.2f} ms per step" in step["text"]
 
 
 def test_time_slicing_evidence_names_the_mps_daemon():
-    """The slot for the roles time-slicing one GPU (measured by the roles' analysis): given, it is the
-    next step whatever else holds, in words that name MPS and the round trip."""
+    """Evidence that the roles time-slice one GPU (analysis/sharing.py): given, it is the next step
+    whatever else holds, in words that name MPS and the figures it follows from."""
     doc = json.loads((GOLDEN / "serial.json").read_text())
     report = analyze_paths([SAMPLES / "serial"], Options())
     plain = decide(Evidence(report.total))
     assert plain.next_step is not None and plain.next_step.kind != "start_mps"
-    slicing = TimeSlicing(roles=("attention", "ffn"), round_trip_us=4460.0, expected_us=240.0)
+    slicing = TimeSlicing(4470.0, 4440.0, 17.0, 80.0, 256.0, True, True, "not running")
     v = decide(Evidence(report.total, time_slicing=slicing))
     assert v.next_step.kind == "start_mps" and v.label == doc["verdict"]["label"]
+    assert v.reasons[0].kind == "time_slicing"  # first: it dominates every other figure
     text = next_step_text(v.next_step)
-    assert text.startswith("start the MPS control daemon (nvidia-cuda-mps-control -d)")
-    assert "a round trip took 4.46 ms" in text and "about 0.24 ms with the GPU shared under MPS" in text
+    assert text.startswith("start the MPS control daemon (nvidia-cuda-mps-control -d")
+    assert "a round trip takes 4.47 ms" in text and "against a 17 us send (256x its transfer)" in text
 
 
-def test_time_slicing_reaches_every_output(monkeypatch):
-    """The slot wired through: where the roles' analysis gives it, the rank's and the run's next step
-    is the MPS daemon in the JSON, the terminal, the Markdown and the HTML."""
-    slicing = TimeSlicing(roles=("attention", "ffn"), round_trip_us=4460.0)
-    monkeypatch.setattr(disaggregated, "time_slicing_of", lambda ranks, roles: slicing)
-    from dbo_trace.analysis import report as run
-
-    monkeypatch.setattr(run, "time_slicing_of", lambda ranks, roles: slicing)
-    report = analyze_paths([SAMPLES / "afd-graphs-dbo"], Options())
-    assert report.verdict.next_step is not None and report.verdict.next_step.kind == "start_mps"
-    assert all(r.verdict.next_step is not None and r.verdict.next_step.kind == "start_mps" for r in report.ranks)
+def test_a_pair_that_time_slices_names_mps_in_every_output():
+    """samples/afd-pair-graphs-nomps (graphs, both roles on one H200, the MPS daemon not running):
+    the rank's and the run's next step is the MPS daemon, with the roles block's own figures, in the
+    JSON, the terminal, the Markdown and the HTML."""
+    report = analyze_paths([SAMPLES / "afd-pair-graphs-nomps"], Options())
     doc = json.loads(RENDERERS["json"].render(report))
-    assert doc["verdict"]["next_step"]["kind"] == "start_mps"
+    ts = doc["roles"]["time_slicing"]
+    assert ts["sliced"] is True
+    step = doc["verdict"]["next_step"]
+    assert step["kind"] == "start_mps"
+    assert f"a round trip takes {ts['round_trip_us'] / 1000:.2f} ms" in step["text"]
+    assert f"against a {ts['send_us']:.0f} us send ({ts['ratio']:.0f}x its transfer)" in step["text"]
+    attention = next(r for r in doc["ranks"] if r["role"] == "attention")
+    assert attention["verdict"]["next_step"]["kind"] == "start_mps"
+    assert doc["verdict"]["reasons"][0]["kind"] == "time_slicing"
     for name in ("terminal", "markdown", "html"):
         out = " ".join(str(RENDERERS[name].render(report)).split())
         assert "start the MPS control daemon" in out, name

@@ -21,6 +21,9 @@ CASES = {
     "kineto-2021-v100.json.gz": ("host-bound", "ProfilerStep# annotations"),  # an Operator-category range in 2021
     # Kineto's 2020 JSON Array format; forward on the main thread, backward on autograd's (not microbatches).
     "kineto-2020-array-resnet50.json.gz": ("no-communication", "ProfilerStep# annotations"),
+    # vLLM on ROCm, PIECEWISE HIP graphs, one step: the GPU ran 149-281 ms behind the launches, so
+    # its idle was not the host's (docs/analysis.md, "Launch-to-start delay").
+    "tracelens-vllm-piecewise-rocm.json.gz": ("no-communication", "vLLM execute_* annotations"),
 }
 
 

@@ -241,7 +241,7 @@ def _refused(path: Path) -> str:
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # a bound no load reaches (refused in under a second); memory is the guard
     assert peak < 256 << 20, peak
     message = str(err.value)
     assert "\n" not in message and str(path) in message
@@ -307,7 +307,7 @@ def test_many_events_in_bounded_memory(tmp_path: Path) -> None:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(s.node_parent) == 2 and len(s.seg_start) == 100_000
-    assert time.monotonic() - t0 < 60 and peak < 200 << 20
+    assert time.monotonic() - t0 < 300 and peak < 200 << 20  # seconds here; the memory is the guard
 
 
 def test_manifest_entries(tmp_path: Path) -> None:

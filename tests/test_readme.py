@@ -36,3 +36,12 @@ def test_every_line_of_an_output_block_is_real_output(sample, block):
     shown = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("...")]
     missing = [line for line in shown if line not in real]
     assert not missing, f"README lines that `report samples/{sample}` does not print: {missing[:3]}"
+
+
+def test_the_setup_makes_and_activates_a_virtual_environment_before_installing():
+    setup = README[README.index("## Setup") :]
+    block = setup[setup.index("```bash") : setup.index("```", setup.index("```bash") + 7)]
+    lines = [line.split("#")[0].strip() for line in block.splitlines()[1:]]
+    first_pip = next(i for i, line in enumerate(lines) if "pip install" in line)
+    before = " ".join(lines[:first_pip])
+    assert "-m venv" in before and ("activate" in before), block

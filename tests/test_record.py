@@ -335,7 +335,7 @@ def test_a_trickling_health_endpoint_does_not_hold_the_startup_deadline(tmp_path
     out = tmp_path / "bundle"
     t0 = time.monotonic()
     proc = record(out, server, "--startup-timeout", "15", "--grace", "1")
-    assert time.monotonic() - t0 < 90
+    assert time.monotonic() - t0 < 300  # the deadline holds (15 s); a probe that waited out the trickle never ends
     assert proc.returncode == 1 and "not healthy" in proc.stderr, proc.stderr
     assert "INFO serving fake-model" in (out / "server.log").read_text()  # it trickled, it did not just start late
     assert manifest_of(out)["status"] == "failed"

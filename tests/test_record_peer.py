@@ -30,8 +30,9 @@ class Pair:
     """A stand-in FFN server (the peer) and a stand-in attention server, on one fresh AFD port."""
 
     def __init__(
-        self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False, discover: bool = False
-    ):
+        self, tmp: Path, peer_behaviour: str = "normal", main_behaviour: str = "normal", plugin: bool = False, discover: bool = False,
+        ffn_loop: bool = False,
+    ):  # fmt: skip
         self.port = free_port()
         (tmp / "main").mkdir()
         self.main = Server(tmp / "main", main_behaviour, extra=("--additional-config", afd("attention", self.port)))
@@ -42,6 +43,7 @@ class Pair:
             sys.executable, str(FAKE_PEER), "serve", "fake-model", "--additional-config", afd("ffn", self.port),
             "--behaviour", peer_behaviour, "--pidfile", str(self.peer_pidfile), "--stats", str(self.peer_stats_file),
             "--trace", str(sample_trace("overlap")), *(("--plugin",) if plugin else ()), *(("--discover",) if discover else ()),
+            *(("--ffn-loop",) if ffn_loop else ()),
         ]  # fmt: skip
 
     def peer_pids(self) -> list[int]:
@@ -117,6 +119,38 @@ def test_an_afd_pair_is_recorded_as_one_run(tmp_path):
         pair.cleanup()
 
 
+def test_an_ffn_with_its_own_loop_and_a_frozen_heap_is_profiled_on_its_loop(tmp_path):
+    """The FFN as it behaves on the GPU (tests/helpers/fake_peer.py --ffn-loop): its Worker sits in a
+    frozen heap, its loop always has a receive in flight, and the profiler's start and stop wait for
+    that receive. Each runs on the loop at the top of an iteration, which a small request that the
+    recorder sends through the attention server makes: the start before the window opens, the stop
+    after the load."""
+    pair = Pair(tmp_path, plugin=True, ffn_loop=True)
+    out = tmp_path / "bundle"
+    try:
+        proc = record(out, pair.main, *pair.options("--num-prompts", "4", "--trace-timeout", "60"))
+        assert proc.returncode == 0, proc.stderr
+        m = manifest_of(out)
+        peer = pair.peer_stats()
+        engine_pid = pair.peer_pids()[1]
+        calls = peer["profile_calls"]
+        assert [(c["start"], c["on_loop"]) for c in calls] == [(True, True), (False, True)]
+        assert all(c["waited_s"] < 1.0 for c in calls)  # at the loop's top nothing was in flight
+        for key, action in (("profile_start", "start"), ("profile_stop", "stop")):
+            sent = m["peer"][key]
+            assert sent["ok"] is True, sent
+            assert [(a["pid"], a["state"], a["where"], a["workers"]) for a in sent["acks"]] == [(engine_pid, "done", "loop", 1)]
+        assert m["peer"]["nudge_requests"] >= 2  # neither came while traffic flowed
+        assert m["roles"]["ffn"]["traces"] == ["peer/traces/ffn_rank0.pt.trace.json.gz"]
+        # The FFN was profiling before the attention side's window opened, and until its load ended.
+        assert calls[0]["unix"] < calls[1]["unix"] and pair.main.stats()["profiled_requests"] == 4
+        assert calls[0]["unix"] < pair.main.stats()["start_profile_unix"]
+        assert peer["steps"] >= 4 + m["peer"]["nudge_requests"]
+        assert pair.all_stopped()
+    finally:
+        pair.cleanup()
+
+
 def test_the_peer_is_stopped_when_the_main_server_dies(tmp_path):
     pair = Pair(tmp_path, main_behaviour="die-midrun")
     out = tmp_path / "bundle"
@@ -141,8 +175,8 @@ def test_a_peer_that_dies_mid_run_fails_the_recording_and_stops_the_main_server(
     out = tmp_path / "bundle"
     try:
         t0 = time.monotonic()
-        proc = record(out, pair.main, *pair.options("--num-prompts", "200", "--concurrency", "1"))
-        assert time.monotonic() - t0 < 90  # 200 slow requests would take 100 s
+        proc = record(out, pair.main, *pair.options("--num-prompts", "1000", "--concurrency", "1"))
+        assert time.monotonic() - t0 < 300  # 1,000 slow requests would take 500 s; stopped at once, it takes seconds
         assert proc.returncode == 1, proc.stderr
         assert "the ffn server exited with status 3 during the recording" in proc.stderr, proc.stderr
         assert pair.failed(out, proc)["peer"]["exit_status"] == 3
@@ -214,8 +248,8 @@ def test_a_port_held_by_another_process_is_refused_at_once(tmp_path):
     out = tmp_path / "bundle"
     try:
         t0 = time.monotonic()
-        proc = record(out, pair.main, *pair.options("--startup-timeout", "60"))
-        assert time.monotonic() - t0 < 45
+        proc = record(out, pair.main, *pair.options("--startup-timeout", "900"))
+        assert time.monotonic() - t0 < 300  # refused at once, not at the startup deadline
         assert proc.returncode == 1 and f"port {pair.port} is held by a process outside the peer server" in proc.stderr
         assert pair.all_stopped()
     finally:

@@ -1,26 +1,34 @@
 """Arms of an ablation side by side (eager, eager + DBO, graphs, graphs + DBO ...).
 
-A step's time is its period (its share of the wall clock, analysis/stalls.py); an arm's sample is
-its steady steps (stalls apart). Ranks are not independent samples: where an arm has several
-ranks, the k-th step's sample is the mean of the ranks' k-th periods. Where both arms have token
-counts per step, steps are paired by shape (token buckets both arms have), and where their sizes
-still differ the time per token is compared. The change against the first arm is the ratio of the
-medians, with a seeded percentile-bootstrap 95% interval; it is "beyond noise" only when the
-interval excludes no change and each arm has at least MIN_STEPS steps (docs/analysis.md, "compare").
+A step's time is its period (its share of the wall clock, analysis/stalls.py), start to start; an
+arm's sample is its steady steps that have a next start (stalls apart; analysis/periods.py). Ranks
+are not independent samples: where an arm has several ranks, the k-th step's sample is the mean of
+the ranks' k-th periods. Where both arms have token counts per step, steps are paired by shape
+(token buckets both arms have), and where their sizes still differ the time per token is compared.
+The change against the first arm is the ratio of the medians, with a seeded percentile-bootstrap 95%
+interval; it is "beyond noise" only when the interval excludes no change and each arm has at least
+MIN_STEPS steps (docs/analysis.md, "compare"). DBO's effect is the same change per pair: an arm with
+DBO on against the arm with DBO off and the same cudagraph mode (dbo_pairs).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
-from dbo_trace.analysis.model import Report, StepReport
+from dbo_trace.analysis.periods import last_index, steady_periods
+from dbo_trace.analysis.model import RankReport, Report, StepReport
+from dbo_trace.analysis.roles import FFN
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
+from dbo_trace.analysis.unprofiled import Unprofiled
 
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
@@ -71,14 +79,59 @@ class Arm:
     round_trip_hidden_share: float | None = None  # of the round trips' time, the other microbatch's compute
     round_trip_criterion: bool | None = None  # per-microbatch compute >= the round trip's exposed time
     round_trip_change: float | None = None  # the median round trip against the first arm's (fraction)
+    # schema 6: what the arm ran with (for pairing DBO on with DBO off), and the round trip's parts
+    ran_with: RanWith | None = None
+    round_trip_transfer_us: float | None = None  # medians over the round trips matched to the FFN's kernels
+    round_trip_ffn_us: float | None = None  # the FFN's compute and queueing together
+    round_trip_ffn_compute_us: float | None = None  # apart, where the round trips' parts carry the split
+    round_trip_ffn_queue_us: float | None = None
+    round_trip_wait_us: float | None = None  # the attention side's receive waiting for the FFN's answer
+    round_trip_parts_matched: int | None = None  # round trips matched to the FFN's kernels (None: no FFN trace)
+    round_trip_receive_us: float | None = None  # median receive kernel: without the FFN trace, what holds its parts
+    compute_per_microbatch_us: float | None = None  # median step compute busy / round trips
+    round_trip_exposed_us: float | None = None  # median round trip less its hidden time
+    round_trip_criterion_ratio: float | None = None  # compute per microbatch / exposed
 
 
-def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
-    """One arm's row: every step, or the steps of one phase (vLLM's annotations say which)."""
-    per_rank = [[s for s in r.steps if phase == ALL_STEPS or s.phase == phase] for r in report.ranks]
-    steps = [s for mine in per_rank for s in mine]
+def graphs_text(graphs: bool | None, mode: str | None) -> str:
+    """The cudagraph mode in a word: vLLM's mode name where known, else graphs or eager."""
+    return "-" if graphs is None else (mode or "graphs") if graphs else "eager"
+
+
+@dataclass(frozen=True)
+class RanWith:
+    """What an arm ran with, as far as its recording's settings (the `vllm serve` command line) say,
+    else as its trace shows (graph replays; microbatches)."""
+
+    graphs: bool | None  # CUDA graphs replayed (decode)
+    graph_mode: str | None  # vLLM's cudagraph_mode where the settings name it ("FULL_DECODE_ONLY"), "eager"
+    dbo: bool | None
+    told_by: str  # "settings", "trace", or "settings and trace" (each decided by one of them)
+    microbatched: bool  # the trace's evidence: some step ran two microbatches
+    mps: bool | None = None  # both roles' GPU shared under MPS (the report's roles); pairs share it
+
+    @property
+    def graphs_text(self) -> str:
+        return graphs_text(self.graphs, self.graph_mode)
+
+    @property
+    def text(self) -> str:
+        graphs = self.graphs_text
+        dbo = "DBO ?" if self.dbo is None else "DBO on" if self.dbo else "DBO off"
+        if self.dbo and not self.microbatched:
+            dbo += " (no step microbatched)"
+        return f"{graphs}, {dbo}"
+
+
+def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith | None = None) -> Arm:
+    """One arm's row: every step, or the steps of one phase (vLLM's annotations say which). An FFN
+    server's steps are not the served steps: a disaggregated run's arm is its attention side."""
+    served = _served(report)
+    per_rank = [([s for s in r.steps if phase == ALL_STEPS or s.phase == phase], last_index(r.steps)) for r in served]
+    steps = [s for mine, _ in per_rank for s in mine]
     walls = np.array([s.period_us for s in steps], float)
-    samples, tokens = _samples(per_rank)
+    samples, kth = steady_periods(per_rank)
+    tokens = [_tokens(s) for s in kth]
     rt = report.round_trips
     afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(samples)  # the steady steps' (stalls are counted apart)
@@ -107,25 +160,42 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS) -> Arm:
         stalls=sum(s.stall is not None for s in steps),
         window_median_us=float(np.median([s.wall_us for s in steps if s.stall is None])) if samples else None,
         per_token_us=float(np.median([u / t for t, u in known])) if known and len(known) == len(samples) else None,
-        ranks=len([m for m in per_rank if m]),
+        ranks=len([m for m, _ in per_rank if m]),
         samples_us=tuple(samples),
         sample_tokens=tuple(tokens),
-        round_trip_us=afd.median_us if afd else None,
-        round_trip_hidden_share=afd.hidden_share if afd else None,
-        round_trip_criterion=afd.criterion_met if afd else None,
+        ran_with=ran_with,
+        **({} if afd is None else _afd_fields(afd)),
     )
 
 
-def _samples(per_rank: list[list[StepReport]]) -> tuple[list[float], list[int | None]]:
-    """The arm's sample: each steady step's period; with several ranks, the k-th steady step's
-    period averaged over the ranks (the ranks of one step are one observation, not several)."""
-    steady = [[s for s in mine if s.stall is None] for mine in per_rank]
-    steady = [m for m in steady if m]
-    if not steady:
-        return [], []
-    n = min(len(m) for m in steady)
-    periods = [float(np.mean([m[k].period_us for m in steady])) for k in range(n)]
-    return periods, [_tokens(steady[0][k]) for k in range(n)]
+def _served(report: Report) -> list[RankReport]:
+    """The ranks whose steps are the served steps: not an FFN server's (its loop is not a step)."""
+    return [r for r in report.ranks if r.role != FFN] or report.ranks
+
+
+def _afd_fields(afd: AfdRoundTrips) -> dict[str, Any]:
+    """A disaggregated arm's round trip and its parts (analysis/roundtrips.py), as Arm's fields."""
+    parts = afd.parts
+    have = set() if parts is None else set(vars(parts))
+
+    def part(name: str) -> float | None:  # a split the parts do not carry (yet) is unknown, not zero
+        return afd.median_part(name) if name in have else None
+
+    return {
+        "round_trip_us": afd.median_us,
+        "round_trip_hidden_share": afd.hidden_share,
+        "round_trip_criterion": afd.criterion_met,
+        "round_trip_criterion_ratio": afd.criterion_ratio,
+        "compute_per_microbatch_us": afd.compute_per_microbatch_us,
+        "round_trip_exposed_us": afd.median_exposed_us,
+        "round_trip_receive_us": afd.median_receive_us,
+        "round_trip_parts_matched": None if parts is None else afd.ffn_matched,
+        "round_trip_transfer_us": part("transfer_us"),
+        "round_trip_ffn_us": part("ffn_us"),
+        "round_trip_ffn_compute_us": part("ffn_compute_us"),
+        "round_trip_ffn_queue_us": part("ffn_queue_us"),
+        "round_trip_wait_us": part("wait_us"),
+    }
 
 
 def _tokens(s: StepReport) -> int | None:
@@ -134,14 +204,16 @@ def _tokens(s: StepReport) -> int | None:
     return (s.context_tokens or 0) + (s.generation_tokens or 0)
 
 
-def arms_of(label: str, report: Report, phases: list[str]) -> list[Arm]:
-    return [arm_of(label, report)] + [arm_of(label, report, p) for p in phases]
+def arms_of(label: str, report: Report, phases: list[str], ran_with: RanWith | None = None) -> list[Arm]:
+    return [arm_of(label, report, ran_with=ran_with)] + [arm_of(label, report, p, ran_with) for p in phases]
 
 
 def shared_phases(reports: list[Report]) -> list[str]:
-    """The phases every arm has steps of, in prefill, decode, mixed order."""
-    have = [{s.phase for r in rep.ranks for s in r.steps} for rep in reports]
-    return [p for p in PHASES if all(p in h for h in have)]
+    """The phases every arm has steps of, in prefill, decode, mixed order; not a phase that holds every
+    step of every arm (its rows would repeat the all-steps rows: four decode arms)."""
+    have = [[s.phase for r in _served(rep) for s in r.steps] for rep in reports]
+    whole = [p for p in PHASES if all(h and set(h) == {p} for h in have)]
+    return [p for p in PHASES if all(p in h for h in have) and p not in whole]
 
 
 def compare(arms: list[Arm]) -> list[Arm]:
@@ -254,4 +326,154 @@ def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
         if len(set(map(str, values))) > 1:
             listed = ", ".join(f"{label} {value}" for label, value in zip(labels, values))
             out.append(f"the arms differ in {key} ({listed}): check that they compare like with like")
+    return out
+
+
+# ---- what each arm ran with, and DBO's effect per pair ------------------------------------------------
+
+TRUE_TEXT = ("true", "1", "yes", "on")
+
+
+def _flag(value: object) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_TEXT)
+
+
+def _cudagraph_mode(config: object) -> str | None:
+    """vLLM's cudagraph_mode from a --compilation-config value (its JSON text), upper-case; None where
+    it names none (a bare optimisation level such as `-O 3`)."""
+    if not isinstance(config, str):
+        return None
+    try:
+        parsed = json.loads(config)
+    except ValueError:
+        return None
+    mode = parsed.get("cudagraph_mode") if isinstance(parsed, dict) else None
+    return mode.strip().upper() if isinstance(mode, str) and mode.strip() else None
+
+
+def declared(settings: object) -> tuple[bool | None, str | None, bool | None]:
+    """(graphs, graph mode, DBO) as a recording's settings declare them (the manifest's `settings`:
+    `vllm serve` flags by group); None where they do not say. DBO is off unless --enable-dbo is
+    given, so a `dbo` group without it says off; vLLM's default cudagraph mode is left to the trace."""
+    if not isinstance(settings, dict):
+        return None, None, None
+    graphs: bool | None = None
+    mode: str | None = None
+    group = settings.get("cudagraph")
+    if isinstance(group, dict):
+        named = _cudagraph_mode(group.get("compilation-config"))
+        if _flag(group.get("enforce-eager")) or named == "NONE":
+            graphs, mode = False, "eager"
+        elif named is not None:
+            graphs, mode = True, named
+    dbo_group = settings.get("dbo")
+    dbo = _flag(dbo_group.get("enable-dbo")) if isinstance(dbo_group, dict) else None
+    return graphs, mode, dbo
+
+
+def ran_with(report: Report, settings: object = None) -> RanWith:
+    """What the arm ran with: its settings where they say (`settings`: the manifest's, or parsed from
+    its `vllm serve` command line by the caller), else its trace (a steady step that replayed graphs;
+    a step that ran two microbatches). The trace decides on bare traces and on recordings made
+    without the settings, so the pairing does not need them."""
+    graphs, mode, dbo = declared(settings)
+    served = _served(report)
+    told = []
+    is_microbatched = microbatched(report)
+    if graphs is None:
+        graphs = any(s.replayed for r in served for s in r.steps if s.stall is None)
+        told.append("trace")
+    else:
+        told.append("settings")
+    if dbo is None:
+        dbo = is_microbatched
+        told.append("trace")
+    else:
+        told.append("settings")
+    mps = report.roles.mps if report.roles is not None else None
+    return RanWith(graphs, mode, dbo, " and ".join(dict.fromkeys(told)), is_microbatched, mps)
+
+
+def _same_graphs(a: RanWith, b: RanWith) -> bool:
+    """One cudagraph mode: graphs both or neither, and the same named mode where both name one."""
+    return a.graphs == b.graphs and (a.graph_mode is None or b.graph_mode is None or a.graph_mode == b.graph_mode)
+
+
+def _same_sharing(a: RanWith, b: RanWith) -> bool:
+    """The same GPU sharing, where both say (a bare trace does not: it pairs with either)."""
+    return a.mps is None or b.mps is None or a.mps == b.mps
+
+
+SLOWER, FASTER, NO_CHANGE = "DBO slower", "DBO faster", "no change beyond noise"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """DBO's effect on one cudagraph mode: the arm with DBO on against the arm with DBO off (by their
+    step periods, start to start: the change, its interval and call as `compare` gives against the
+    first arm), with the unprofiled TPOT and the round trip beside it where both arms have them."""
+
+    phase: str
+    on: str  # the DBO arm's label
+    off: str | None  # its partner's; None: no arm with DBO off in the same cudagraph mode
+    graphs: str  # the mode they share ("FULL_DECODE_ONLY", "graphs", "eager")
+    others: tuple[str, ...] = ()  # other DBO-off arms that fit as well: the first given is taken
+    change: float | None = None  # median period on / off - 1
+    change_low: float | None = None
+    change_high: float | None = None
+    call: str | None = None  # BEYOND, WITHIN or TOO_FEW
+    compared_steps: tuple[int, int] | None = None  # (off, on)
+    compared_medians_us: tuple[float, float] | None = None  # (off, on); per token where per_token
+    per_token: bool = False
+    slower_pairs: float | None = None  # share of (off, on) step pairs in which DBO was slower
+    tpot_ms: tuple[float, float] | None = None  # unprofiled TPOT medians (off, on), from the repeats
+    tpot_change: float | None = None
+    round_trip_us: tuple[float, float] | None = None  # median round trips (off, on), disaggregated arms
+    round_trip_change: float | None = None
+
+    @property
+    def outcome(self) -> str | None:
+        """By the wall clock between step starts: DBO slower, faster, or neither beyond noise."""
+        if self.call == BEYOND and self.change is not None:
+            return SLOWER if self.change > 0 else FASTER
+        return NO_CHANGE if self.call == WITHIN else None
+
+
+def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
+    """Per phase, each arm that ran DBO against the arm that did not with the same cudagraph mode
+    (and the same GPU sharing), the first such arm in the order given; an arm without one is listed
+    with no partner; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
+    set); unprofiled: the arms' repeats."""
+    tpot = {u.label: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}
+    out = []
+    for phase in dict.fromkeys(a.phase for a in arms):
+        rows = [a for a in arms if a.phase == phase and a.ran_with is not None]
+        if not any(a.ran_with is not None and a.ran_with.dbo is False for a in rows):
+            continue  # every arm ran DBO (or none says): no ablation of DBO to pair
+        for on in rows:
+            w = on.ran_with
+            if w is None or not w.dbo:
+                continue
+            fits = [
+                a for a in rows
+                if a.ran_with is not None and a.ran_with.dbo is False and _same_graphs(a.ran_with, w) and _same_sharing(a.ran_with, w)
+            ]  # fmt: skip
+            named = w.graph_mode or next((a.ran_with.graph_mode for a in fits if a.ran_with and a.ran_with.graph_mode), None)
+            graphs = graphs_text(w.graphs, named)
+            if not fits:
+                out.append(Pair(phase, on.label, None, graphs))
+                continue
+            off = fits[0]
+            vs = _against(on, off)
+            t = (tpot[off.label], tpot[on.label]) if off.label in tpot and on.label in tpot else None
+            rt = (off.round_trip_us, on.round_trip_us) if off.round_trip_us and on.round_trip_us is not None else None
+            out.append(
+                Pair(
+                    phase, on.label, off.label, graphs, tuple(a.label for a in fits[1:]),
+                    change=vs.change, change_low=vs.change_low, change_high=vs.change_high, call=vs.call,
+                    compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
+                    slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None,
+                    round_trip_us=rt, round_trip_change=rt[1] / rt[0] - 1.0 if rt else None,
+                )
+            )  # fmt: skip
     return out

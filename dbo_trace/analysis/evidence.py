@@ -20,16 +20,8 @@ from dbo_trace.analysis.peers import WaitSplit
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import OUTLIER
-from dbo_trace.analysis.verdict import (
-    Evidence,
-    Findings,
-    GpuWork,
-    HostTest,
-    StalledStep,
-    Stalls,
-    TimeSlicing,
-    gpu_work_of,
-)
+from dbo_trace.analysis.sharing import TimeSlicing
+from dbo_trace.analysis.verdict import Evidence, Findings, GpuWork, HostTest, StalledStep, Stalls, gpu_work_of
 
 
 @dataclass(frozen=True)
@@ -180,6 +172,11 @@ def evidence_of(
         tokens_per_microbatch=_tokens_per_microbatch(ranks),
         top_kernel=top_kernel(ranks),
         time_slicing=time_slicing,
+        running_behind=tuple(
+            (r.rank if len(ranks) > 1 else None, r.launch_delay)
+            for r in ranks
+            if r.launch_delay is not None and r.launch_delay.running_behind
+        ),
     )
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.intervals import covered_within, union
+from dbo_trace.analysis.intervals import covered_within, step_thread_cover, union
+from dbo_trace.analysis.steps import index_in
 
 EXPENSIVE_US = 200.0  # a median call at least this long ...
 KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
@@ -25,9 +26,11 @@ class ExpensiveCall:
     calls: int
     median_us: float  # per call
     calls_per_step: float | None  # None without marker steps
-    step_share: float | None  # its time inside steps / the steps' time
+    step_share: float | None  # the steps' wall time any thread was in one of its calls / the steps' time
     kernel_us_per_call: float  # GPU time launched from inside it, per call
     microbatched: bool = False  # the rank ran microbatches: a yield's call holds the other's turn
+    threads_per_step: float | None = None  # median threads that called it in a step
+    thread_share: float | None = None  # median over (step, thread) of that thread's time in it / the step's
 
     @property
     def yields(self) -> bool:
@@ -92,8 +95,15 @@ def expensive_calls(
         if median < KERNEL_RATIO * per_call:
             continue
         in_steps = 0.0
-        if len(step_start):  # each call's time inside the steps
-            in_steps = float(covered_within(cpu_start[group], cpu_end[group], *steps).sum())
+        threads = thread_share = None
+        if len(step_start):  # the wall time inside the steps that some call covers: threads at once count once
+            u_lo, u_hi = union(cpu_start[group], cpu_end[group])
+            in_steps = float(covered_within(u_lo, u_hi, *steps).sum())
+            at = index_in(step_start, step_end, cpu_start[group])
+            _, pair_step, cover = step_thread_cover(at, cpu_lane[group], cpu_start[group], cpu_end[group], step_start, step_end)
+            if len(pair_step):
+                threads = float(np.median(np.bincount(pair_step)[np.unique(pair_step)]))
+                thread_share = float(np.median(cover / (step_end - step_start)[pair_step]))
         share = in_steps / steps_us if steps_us > 0 else None
         if share is not None and share < LEAST_SHARE:
             continue
@@ -107,6 +117,8 @@ def expensive_calls(
                 calls_per_step=len(group) / len(step_start) if len(step_start) else None,
                 step_share=share,
                 kernel_us_per_call=per_call,
+                threads_per_step=threads,
+                thread_share=thread_share,
             )
         )
     out.sort(key=lambda e: -(e.step_share or 0.0) * 1e12 - e.median_us * e.calls)

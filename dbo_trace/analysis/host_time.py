@@ -441,7 +441,7 @@ def host_pieces(
     s_lo, s_hi = part.spans(B_HOST, part.lo, part.hi)
     if not len(s_lo):
         return _Emitted().pieces(names)
-    lead, step = _stretch_leads(s_hi, gpu_start, gpu_launch_start, gpu_launch_index, gpu_step, call_lane, cpu_lane)
+    lead, step = _stretch_leads(part.ender_time(s_hi), gpu_start, gpu_launch_start, gpu_launch_index, gpu_step, call_lane, cpu_lane)
     # The threads each stretch follows, in order: its lead thread, then its step's microbatch
     # threads other than the lead (a table row per step), looked up by position (`_followed_at`).
     ub_table, first_calls = _ubatch_lanes(call_step, call_ubatch, call_lane, call_start)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis.intervals import grouped_length, index_groups
+from dbo_trace.analysis.intervals import grouped_length, index_groups, step_thread_cover
 from dbo_trace.analysis.steps import index_in, log_to_trace_us
 
 SOURCE_LOG = "event log (UBatchContext yields)"
@@ -59,7 +59,12 @@ class YieldOps:
     calls: int
     median_us: float
     per_step: float  # median calls per step
-    per_step_us: float  # median summed duration per step
+    per_step_us: float  # median summed duration per step, every thread's added (can exceed the step)
+    threads_per_step: float | None = None  # median threads that called it in a step
+    wall_per_step_us: float | None = None  # median per step of the time any thread was in it
+    wall_share: float | None = None  # median per step of that time / the step's window: at most 1
+    thread_per_step_us: float | None = None  # median over (step, thread) of the thread's time in it
+    thread_share: float | None = None  # median over (step, thread) of that time / the step's window
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ def _column_medians(rows: list[tuple[float, ...]] | list[tuple[int, ...]]) -> tu
     if len(width) != 1:
         return None
     return tuple(float(x) for x in np.median(np.array(rows, dtype=float), axis=0))
+
+
+def _med(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if len(values) else None
 
 
 def _p90(values: list[float]) -> float:
@@ -331,12 +340,20 @@ def ledger(
         per_step = np.bincount(y_step[counted], minlength=n_steps)
         per_step_us = np.bincount(y_step[counted], weights=dur[counted], minlength=n_steps)
         had = per_step > 0
+        # Two microbatch threads are in it at once: whose time it is, the wall time and each thread's
+        wall, pair_step, cover = step_thread_cover(y_step, cpu_lane[ys], cpu_start[ys], cpu_end[ys], step_start_us, step_end_us)
+        window = step_end_us - step_start_us
         yield_ops = YieldOps(
             name=YIELD_OP,
             calls=int(len(ys)),
             median_us=float(np.median(dur)),
             per_step=float(np.median(per_step[had])) if had.any() else 0.0,
             per_step_us=float(np.median(per_step_us[had])) if had.any() else 0.0,
+            threads_per_step=_med(np.bincount(pair_step, minlength=n_steps)[had]),
+            wall_per_step_us=_med(wall[had]),
+            wall_share=_med((wall / np.where(window > 0, window, np.inf))[had]),
+            thread_per_step_us=_med(cover),
+            thread_share=_med(cover / np.where(window > 0, window, np.inf)[pair_step]),
         )
         if source is None:
             o_step, o_lat = op_handovers(start=cpu_start[ys], end=cpu_end[ys], lane=cpu_lane[ys], step=y_step)

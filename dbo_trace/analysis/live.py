@@ -15,6 +15,9 @@ from typing import Any
 from dbo_trace import bundle as fmt
 
 MICROBATCHED_PATHS = (fmt.PATH_EAGER, fmt.PATH_GRAPH_CAPTURE, fmt.PATH_GRAPH_REPLAY)
+# The steps whose microbatch threads ran Python, so yielded and waited: a graph replay runs none
+# (the yields and waits were recorded into the graph at its capture).
+YIELDING_PATHS = (fmt.PATH_EAGER, fmt.PATH_GRAPH_CAPTURE)
 
 
 @dataclass(frozen=True)
@@ -26,10 +29,16 @@ class LiveRow:
     path_counts: dict[str, int]
     graph_replays: dict[str, int]  # runtime mode -> CUDAGraphWrapper replays
     graph_captures: int
-    yields_per_step: float | None  # per microbatched step
-    wait_ms_per_step: dict[int, float] = field(default_factory=dict)  # microbatch -> ms waited per microbatched step
+    yields_per_step: float | None  # per microbatched step that ran its threads (eager or capturing)
+    wait_ms_per_step: dict[int, float] = field(default_factory=dict)  # microbatch -> ms waited per such step
     age_s: float | None = None  # how old the counters are
     hooks_enabled: bool = True
+    microbatched_replays: int = 0  # UBatchWrapper's own graph replays (its steps on the graph_replay path)
+
+    @property
+    def replays(self) -> int:
+        """Every graph replay counted: CUDAGraphWrapper's per mode and UBatchWrapper's."""
+        return sum(self.graph_replays.values()) + self.microbatched_replays
 
 
 def _counts(body: dict[str, Any]) -> dict[str, int]:
@@ -47,6 +56,7 @@ def live_row(
     paths = {k.split(".", 1)[1]: v for k, v in counters.items() if k.startswith("steps.")}
     steps = sum(paths.values())
     microbatched = sum(paths.get(p, 0) for p in MICROBATCHED_PATHS)
+    yielding = sum(paths.get(p, 0) for p in YIELDING_PATHS)
     replays: dict[str, int] = {}
     captures = 0
     for key, value in counters.items():
@@ -59,8 +69,8 @@ def live_row(
     waits = {}
     for key, value in counters.items():
         parts = key.split(".")
-        if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and parts[1].isdigit() and microbatched:
-            waits[int(parts[1])] = value / 1000.0 / microbatched
+        if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and parts[1].isdigit() and yielding:
+            waits[int(parts[1])] = value / 1000.0 / yielding
     rate = None
     if previous is not None and interval_s:
         before = sum(v for k, v in _counts(previous).items() if k.startswith("steps."))
@@ -73,8 +83,9 @@ def live_row(
         path_counts=dict(sorted(paths.items())),
         graph_replays=dict(sorted(replays.items())),
         graph_captures=captures,
-        yields_per_step=counters.get("ubatch.yields", 0) / microbatched if microbatched else None,
+        yields_per_step=counters.get("ubatch.yields", 0) / yielding if yielding else None,
         wait_ms_per_step=dict(sorted(waits.items())),
         age_s=age_s,
         hooks_enabled=bool(body.get("hooks_enabled", True)),
+        microbatched_replays=paths.get(fmt.PATH_GRAPH_REPLAY, 0),
     )

@@ -28,6 +28,7 @@ from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
 from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
@@ -42,11 +43,13 @@ class Options:
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
-    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role) from the bundle's manifest
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
+    role_sources: tuple[tuple[str, str], ...] = ()  # (trace path, where its role came from, in words)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
+    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
 
 
 @dataclass(frozen=True)
@@ -298,7 +301,8 @@ class RankAnalysis:
     # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
     wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
-    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
+    role_source: str | None = None  # where the role came from, in words (the manifest, the command line, the trace)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
@@ -349,6 +353,7 @@ class Report:
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
     what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
+    unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
 
 
 @dataclass(frozen=True)

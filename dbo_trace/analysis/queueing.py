@@ -1,11 +1,11 @@
 """A GPU that runs behind: how long launched work waited before it started (docs/analysis.md,
 "Launch-to-start delay").
 
-The host-idle bucket holds a GPU idle stretch whose ending activity was launched after the stretch
-began. Where that launch call **ended** well before the activity started, the rest of the stretch
-was not the host: the work was launched and waited (a queue in the driver or the runtime, or GPU
-timestamps offset from the CPU's). This module measures that part and the launch-to-start delay
-of every launched activity, and says when the delays look like a clock offset rather than a queue.
+An idle GPU gap whose ending activity was launched after the gap began is the host's, up to 20 us
+after that launch call **ended**; the rest of the gap was not the host: the work was launched and
+waited (a queue in the driver or the runtime behind earlier work, or GPU timestamps offset from the
+CPU's). The partition (analysis/accounting.py) counts that rest as other idle; this module measures
+it and the launch-to-start delay of every launched activity, and says when the GPU ran behind.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
+
 CLOCK_OFFSET_US = 1000.0  # every activity started at least this long after its launch call ended: suspect the clocks
-LAUNCH_LATENCY_US = 20.0  # an idle GPU starts launched work within this (measured: 2-10 us); beyond it, a queue
+BEHIND_SHARE = 0.05  # of the window, queued: the GPU running behind is a finding of the run
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,10 @@ class LaunchDelay:
     max_us: float
     min_us: float
     first_us: float  # the first launched activity's (the lead-in a queue or an offset shows in)
-    queued_in_host_idle_us: float  # host-idle time past the ending activity's launch call's end + LAUNCH_LATENCY_US
-    host_idle_us: float  # the host-idle bucket it is part of
+    queued_in_host_idle_us: float  # GPU idle after the ending work's launch call's end + LAUNCH_LATENCY_US (not host idle)
+    host_idle_us: float  # the host-idle bucket, without it
+    last_us: float = 0.0  # the last launched activity's
+    window_us: float = 0.0  # the rank's window
 
     @property
     def clock_offset_suspect(self) -> bool:
@@ -39,20 +43,27 @@ class LaunchDelay:
         return self.min_us >= CLOCK_OFFSET_US
 
     @property
+    def running_behind(self) -> bool:
+        """Launched work waited in GPU idle for at least BEHIND_SHARE of the window."""
+        return self.window_us > 0 and self.queued_in_host_idle_us >= BEHIND_SHARE * self.window_us
+
+    @property
     def text(self) -> str | None:
-        """The note where it matters: a clock offset, or a queue worth 5% of the host idle."""
+        """The note where it matters: a clock offset, or a queue worth 5% of the GPU idle."""
         if self.clock_offset_suspect:
             return (
                 f"every launched GPU activity started at least {self.min_us / 1000:.2f} ms after its launch call ended "
                 f"(median {self.median_us / 1000:.2f} ms, {self.activities} activities): the GPU's timestamps may be "
-                f"offset from the CPU's, and {self.queued_in_host_idle_us / 1000:.2f} ms of the GPU idle counted as "
-                "waiting for the host came after the work was launched"
+                f"offset from the CPU's, or the GPU ran behind; {self.queued_in_host_idle_us / 1000:.2f} ms of GPU idle "
+                "came after the work was launched (idle waiting on a dependency, not the host)"
             )
-        if self.host_idle_us > 0 and self.queued_in_host_idle_us >= 0.05 * self.host_idle_us:
-            share = self.queued_in_host_idle_us / self.host_idle_us
+        idle = self.host_idle_us + self.queued_in_host_idle_us
+        if idle > 0 and self.queued_in_host_idle_us >= 0.05 * idle:
+            share = self.queued_in_host_idle_us / idle
             return (
-                f"{self.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}%) of the GPU idle counted as waiting for "
-                f"the host came over {LAUNCH_LATENCY_US:.0f} us after the next work's launch call had ended: launched work queued (launch to start: "
+                f"{self.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}%) of the GPU idle that followed a late "
+                f"launch came over {LAUNCH_LATENCY_US:.0f} us after the next work's launch call had ended: launched work "
+                f"queued, counted as idle waiting on a dependency, not the host (launch to start: "
                 f"median {self.median_us:.1f} us, p90 {self.p90_us:.1f} us, max {self.max_us / 1000:.2f} ms)"
             )
         return None
@@ -63,29 +74,17 @@ def launch_delay(
     gpu_start: np.ndarray,  # (n_gpu,) float64
     launch_end: np.ndarray,  # (n_gpu,) float64: the end of each activity's launch call, NaN unknown
     replayed: np.ndarray,  # (n_gpu,) bool: launched by a graph replay
-    host_start: np.ndarray,  # (n_stretches,) float64: the host-idle stretches (merged, sorted)
-    host_end: np.ndarray,  # (n_stretches,) float64
+    queued_start: np.ndarray,  # (n_queued,) float64: the partition's queued parts of host-caused gaps
+    queued_end: np.ndarray,  # (n_queued,) float64
+    host_idle_us: float,  # the host-idle bucket over the window
+    window_us: float,
 ) -> LaunchDelay | None:
     known = ~np.isnan(launch_end) & ~replayed
     if not known.any():
         return None
     delay = gpu_start[known] - launch_end[known]
     first = int(np.argmin(gpu_start[known]))
-    # The part of each host-idle stretch after its ending activity's launch call ended: of the
-    # activities starting where the stretch ends, the earliest launch end (graph replays included).
-    queued = 0.0
-    if len(host_start) and len(gpu_start):
-        order = np.argsort(gpu_start, kind="stable")
-        s_sorted, le_sorted = gpu_start[order], np.r_[launch_end[order], np.nan]  # a sentinel past the end
-        lo = np.searchsorted(s_sorted, host_end, side="left")
-        hi = np.searchsorted(s_sorted, host_end, side="right")
-        sel = hi > lo  # stretches that some activity ends (not the tail)
-        if sel.any():
-            # the stretches' groups [lo, hi) are disjoint and in order: one reduceat over lo, hi pairs
-            bounds = np.column_stack([lo[sel], hi[sel]]).ravel()
-            earliest = np.fmin.reduceat(le_sorted, bounds)[::2]
-            start = np.maximum(host_start[sel], np.where(np.isnan(earliest), np.inf, earliest + LAUNCH_LATENCY_US))
-            queued = float(np.clip(host_end[sel] - start, 0.0, None).sum())
+    last = int(np.argmax(gpu_start[known]))
     return LaunchDelay(
         activities=int(known.sum()),
         median_us=float(np.median(delay)),
@@ -93,6 +92,8 @@ def launch_delay(
         max_us=float(delay.max()),
         min_us=float(delay.min()),
         first_us=float(delay[first]),
-        queued_in_host_idle_us=queued,
-        host_idle_us=float((host_end - host_start).sum()),
+        queued_in_host_idle_us=float((queued_end - queued_start).sum()),
+        host_idle_us=host_idle_us,
+        last_us=float(delay[last]),
+        window_us=window_us,
     )

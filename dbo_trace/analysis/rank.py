@@ -88,7 +88,7 @@ def analyze_rank(
     table = step_table(d, capture)
     whole = whole_window(d, table)
     role = dict(options.roles).get(os.path.normpath(tl.source))
-    afd = rank_round_trips(d, table) if options.afd and role in (None, ATTENTION) else None
+    afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     phases = [phase_report(d, table, phase=p, at=at, shares=shares) for p in PHASES if len(at := table.of_phase(p))]
@@ -108,6 +108,7 @@ def analyze_rank(
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
         role=role,
+        role_source=dict(options.role_sources).get(os.path.normpath(tl.source)),
         expensive_calls=rank_expensive(d, afd is not None and afd.microbatched),
         afd=afd,
         window=whole.window,
@@ -127,12 +128,12 @@ def analyze_rank(
         top_compute_kernels=top_kernels(d.kernel_kind, tl.gpu.name, tl.gpu.end - tl.gpu.start, tl.names, c.COMPUTE),
         exposure=exposed,
         held_back=held_summary(d),
-        operations=rank_operations(d, exposed) if d.microbatched else [],
+        operations=rank_operations(d, exposed, rank_layers(d, afd)) if d.microbatched else [],
         notes=list(d.attribution.notes) + [n for n in (late and late.text, delay and delay.text) if n] + tl.warnings
         + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        ledger=rank_ledger(d, logs, table),
+        ledger=rank_ledger(d, logs, table, rank_layers(d, afd)),
         detail=d,
     )
 
@@ -172,7 +173,10 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
     launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    part = partition(lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start)
+    launch_end = np.where(launched, tl.calls.end[li] if len(tl.calls) else np.nan, np.nan)
+    part = partition(
+        lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start, launch_end=launch_end
+    )
     step_start, step_end = _step_windows(tl, att)
     is_comm = kinds == c.COMM
     held = None
@@ -211,8 +215,14 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     )
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Ledger | None:
-    """The ledger over a rank's shared state (report.analyze_rank's one call)."""
+def rank_layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:
+    """The rank's layers: --layers or the event log's, else a disaggregated rank's (one FFN round trip
+    per layer and microbatch), so its comm operations and hand-overs are labelled by layer too."""
+    return d.attribution.layers or (afd.layers if afd is not None else None)
+
+
+def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable, layers: int | None = None) -> Ledger | None:
+    """The ledger over a rank's shared state (analyze_rank's one call); layers: as rank_layers."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
     yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
@@ -223,7 +233,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable) -> Le
         step_end_us=att.steps.end,
         step_index=steps.index,
         step_us=steps.period_us,
-        layers=att.layers,
+        layers=layers or att.layers,
         cpu_start=tl.cpu.start,
         cpu_end=tl.cpu.end,
         cpu_lane=tl.cpu.lane,
@@ -385,13 +395,15 @@ def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
     tl, att = d.timeline, d.attribution
     li = att.gpu_launch_index
     launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
-    host_start, host_end = d.partition.spans(B_HOST, *d.window_us)
+    part = d.partition
     return launch_delay(
         gpu_start=tl.gpu.start,
         launch_end=launch_end,
         replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
-        host_start=host_start,
-        host_end=host_end,
+        queued_start=part.queued_start,
+        queued_end=part.queued_end,
+        host_idle_us=float(part.measure(np.array([part.lo]), np.array([part.hi]))[0, B_HOST]) if len(part.bounds) else 0.0,
+        window_us=part.hi - part.lo,
     )
 
 
@@ -435,7 +447,9 @@ def rank_contention(d: RankDetail, *, comm_wait_us: np.ndarray | None = None) ->
     )
 
 
-def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRow]:
+def rank_operations(d: RankDetail, exposed: Exposure | None, layers: int | None = None) -> list[OperationRow]:
+    """The comm operations per (microbatch, place in the step), each with its layer and role where the
+    layers (as rank_layers: --layers, the log's, a disaggregated rank's) divide them."""
     tl, att = d.timeline, d.attribution
     rows = operation_rows(
         start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
@@ -449,7 +463,7 @@ def rank_operations(d: RankDetail, exposed: Exposure | None) -> list[OperationRo
     named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
     collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
     sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
-    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], att.layers, sendrecv)
+    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], layers or att.layers, sendrecv)
     return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
 
 

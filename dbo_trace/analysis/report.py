@@ -12,7 +12,7 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
-from dbo_trace.analysis.disaggregated import time_slicing_of, with_ffn_parts
+from dbo_trace.analysis.disaggregated import time_slicing_of, with_ffn_parts, with_pair
 from dbo_trace.analysis.evidence import Together, evidence_of, waited_for_most
 from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.expensive import ExpensiveCall
@@ -24,11 +24,12 @@ from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MED
 from dbo_trace.analysis.model import CrossPart, Options, PhaseReport, RankAnalysis, RankDetail, RankReport, Report, StepTable
 from dbo_trace.analysis.operations import operation_index
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
-from dbo_trace.analysis.rank import rank_contention, rank_exposure, rank_operations
+from dbo_trace.analysis.rank import rank_contention, rank_exposure, rank_layers, rank_operations
 from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
-from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.roles import FFN, RolesInfo
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import spread
+from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
 from dbo_trace.analysis.verdict import HOST_BASIS_IN_STEPS, HOST_BASIS_WINDOW, HostTest, decide, host_test_of
 
 
@@ -87,6 +88,7 @@ def combine(
     them; the FFN's kernels give the attention's round trips their parts. Once every rank's evidence
     is in, each rank's verdict and the run's are decided, the same way."""
     ranks = with_ffn_parts(ranks)
+    roles = with_pair(roles, ranks)
     if roles is not None:
         warnings = warnings + roles.notes()
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
@@ -116,7 +118,17 @@ def combine(
         host_causes=run.causes,
         host_test=run.host_test,
         roles=roles,
+        unprofiled=run_unprofiled(ranks, options.repeats),
     )
+
+
+def run_unprofiled(ranks: list[RankAnalysis], repeats: tuple[Repeat, ...]) -> Unprofiled | None:
+    """The recording's repeats against its profiled steps (analysis/unprofiled.py): the served
+    side's ranks (an FFN server's steps are not the ones TPOT times)."""
+    if not repeats:
+        return None
+    period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
+    return unprofiled_of("", repeats, period, phase=phase, periods=n)
 
 
 def together(ranks: list[RankAnalysis]) -> Together:
@@ -344,7 +356,7 @@ def _with_peer_waits(r: RankAnalysis, waits: PeerWaits, alignment: Alignment) ->
     real = wait > (alignment.accuracy_us or 0.0)
     until[index[real]] = tl.gpu.start[index[real]] + wait[real]
     exposed = rank_exposure(d, peer_until=until)
-    operations = rank_operations(d, exposed) if r.operations else r.operations
+    operations = rank_operations(d, exposed, rank_layers(d, r.afd)) if r.operations else r.operations
     waited = np.zeros(len(tl.gpu))
     waited[index] = wait
     transfer_slowdown = None

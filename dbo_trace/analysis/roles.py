@@ -1,5 +1,6 @@
 """Roles of a disaggregated run (an AFD attention server and its FFN server): both traces call
-themselves rank 0 of world size 1, so only the bundle's manifest tells them apart. Pure functions."""
+themselves rank 0 of world size 1, so their names and ranks do not tell them apart; the bundle's
+manifest does, or the traces' own evidence (analysis/role_evidence.py). Pure functions."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from dbo_trace.analysis.pair import PairFigures
+from dbo_trace.analysis.sharing import GpuSharing, TimeSlicing, gpu_sharing
 from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
 
 ATTENTION, FFN = "attention", "ffn"
@@ -16,13 +19,16 @@ ROLE_ORDER = (ATTENTION, FFN)
 
 @dataclass(frozen=True)
 class RolesInfo:
-    """What the manifest says about the run's roles and their GPU."""
+    """What the manifests and the traces say about the run's roles and their GPU."""
 
     roles: tuple[str, ...]  # the roles present, attention first
     shared_gpu: bool | None  # both roles on one GPU (their figures are not two GPUs')
-    mps: bool | None
+    mps: bool | None  # MPS verified on (its daemon answered), off, or not known (sharing.py)
     ffn_window_restricted: bool = False  # the FFN's events cut to the attention's window
     missing: tuple[str, ...] = ()  # roles the manifest declares whose traces are not there
+    sharing: GpuSharing | None = None
+    time_slicing: TimeSlicing | None = None  # the attention's round trips against their transfer
+    pair: PairFigures | None = None  # with both roles' traces
 
     def notes(self) -> list[str]:
         out = []
@@ -31,19 +37,28 @@ class RolesInfo:
                 f"the manifest's {', '.join(self.missing)} role has no trace: the round trips' parts on that side "
                 "are not measured"
             )
-        shared = self.shared_note()
+        shared = self.shared_note()  # time-slicing, where seen, is the verdict's first reason (report.combine)
         return out + ([shared] if shared else [])
 
     def shared_note(self) -> str | None:
         if not self.shared_gpu:
             return None
-        how = " under MPS (they share the SMs)" if self.mps else (" time-sliced (no MPS)" if self.mps is False else "")
+        if self.mps:
+            how = " under MPS (its control daemon answered; they share the SMs)"
+        elif self.mps is False:
+            how = " without MPS (its control daemon did not answer)"
+        elif self.sharing is not None and self.sharing.mps_claimed:
+            how = " (MPS not verified: the manifest's mps says only that a control pipe existed)"
+        else:
+            how = ""
+        traced = len(self.roles) - len(self.missing)
         what = (
             "each rank's figures are of a GPU it shared with the other role"
-            if self.missing
+            if traced < 2
             else "figures added over the ranks are one GPU's twice, not two GPUs'"
         )
-        return f"both roles ({', '.join(self.roles)}) ran on one GPU{how}: {what}"
+        names = self.roles if len(self.roles) > 1 else ROLE_ORDER  # a pair of roles, whichever were traced
+        return f"both roles ({', '.join(names)}) ran on one GPU{how}: {what}"
 
 
 def wall_offset_us(tl: Timeline, reference: Timeline) -> float | None:
@@ -84,18 +99,18 @@ def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
     )  # fmt: skip
 
 
-def roles_info(manifests: list[dict[str, Any]], present: list[str]) -> RolesInfo | None:
+def roles_info(manifests: list[dict[str, Any]], present: list[str], metadatas: list[dict[str, Any]] | None = None) -> RolesInfo | None:
     """present: the roles of the traces read; the manifest may declare more (a role whose traces
-    were not written), which the note names as missing."""
+    were not written), which the note names as missing. metadatas: the traces' (their device ids)."""
     if not present:
         return None
     declared = [r for m in manifests if isinstance(m.get("roles"), dict) for r in m["roles"] if isinstance(r, str)]
-    sharing = next((m.get("gpu_sharing") for m in manifests if isinstance(m.get("gpu_sharing"), dict)), None) or {}
-    shared, mps = sharing.get("shared_gpu"), sharing.get("mps")
+    sharing = gpu_sharing(manifests, metadatas or [])
     ordered = tuple(sorted(set(present) | set(declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
     return RolesInfo(
         ordered,
-        shared if isinstance(shared, bool) else None,
-        mps if isinstance(mps, bool) else None,
+        sharing.shared_gpu,
+        sharing.mps,
         missing=tuple(r for r in ordered if r not in present),
+        sharing=sharing,
     )

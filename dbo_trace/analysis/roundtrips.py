@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dbo_trace.analysis import classify as c
+from dbo_trace.analysis import intervals as iv
 
 SENDRECV = re.compile(r"sendrecv|ncclDevKernel_Send|ncclDevKernel_Recv|ncclKernel_Send|ncclKernel_Recv", re.IGNORECASE)
 
@@ -59,6 +60,8 @@ class FfnParts:
     transfer_us: np.ndarray  # send start -> FFN has the data, and FFN starts sending -> receive end
     ffn_us: np.ndarray  # FFN compute and queueing: FFN receive end -> FFN send start
     wait_us: np.ndarray  # the attention receive kernel's time before the FFN began sending back
+    compute_us: np.ndarray | None = None  # of ffn_us, the FFN's compute kernels' busy time (None: not given)
+    queue_us: np.ndarray | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class AfdRoundTrips:
     parts: FfnParts | None = None  # with the FFN's trace
     ffn_matched: int = 0
     layers_inferred: bool = False  # layers from a microbatch's round trips per step (one FFN per layer)
+    # (n_gpu,) int8: each GPU activity's microbatch as the round trips told it (a data kernel's round
+    # trip's; a compute kernel's by its thread or DBO's order), -1 elsewhere: what a picture draws by
+    kernel_ubatch: np.ndarray | None = None
 
     @property
     def per_layer(self) -> float | None:
@@ -112,10 +118,10 @@ class AfdRoundTrips:
         return float(np.median(self.rows.recv_end - self.rows.recv_start))
 
     def median_part(self, name: str) -> float | None:
-        if self.parts is None or not self.parts.matched.any():
+        part = getattr(self.parts, name) if self.parts is not None else None
+        if self.parts is None or part is None or not self.parts.matched.any():
             return None
-        values = getattr(self.parts, name)[self.parts.matched]
-        return float(np.median(values))
+        return float(np.median(part[self.parts.matched]))
 
 
 def sendrecv_kernels(names: list[str], name: np.ndarray, kind: np.ndarray) -> np.ndarray:
@@ -161,13 +167,14 @@ def round_trips(
     data: np.ndarray,
     step: np.ndarray,
     ubatch: np.ndarray,
-) -> tuple[RoundTripRows, dict[str, int], int]:
+) -> tuple[RoundTripRows, dict[str, int], int, np.ndarray]:
     """Every round trip of every step. start, end, kind, step, ubatch: (n_gpu,) per GPU activity;
     data: (n_gpu,) bool, the data-plane kernels (data_plane). A step's data kernels are paired per
     microbatch by order (send, then its receive); microbatches come from the launching threads where
     every data kernel has one, else from DBO's kernel order where compute ran between the step's first
     two data kernels (one microbatch's send, then the other's attention), else the step is one
-    microbatch. Returns the rows, the steps by how they were told apart, and the unpaired kernels."""
+    microbatch. Returns the rows, the steps by how they were told apart, the unpaired kernels, and
+    each activity's microbatch as told here ((n_gpu,) int8, -1 where none)."""
     order = np.lexsort((start, step))
     sel = order[data[order] & (step[order] >= 0)]
     compute = np.flatnonzero(kind == c.COMPUTE)
@@ -177,6 +184,7 @@ def round_trips(
     told: dict[str, int] = {}
     unpaired = 0
     hidden: list[float] = []
+    told_ub = np.full(len(start), -1, np.int8)
     bounds = np.flatnonzero(np.diff(step[sel])) + 1
     for group in np.split(sel, bounds) if len(sel) else []:
         s = int(step[group[0]])
@@ -215,6 +223,8 @@ def round_trips(
                 rt_ub = np.full(len(send), -1, np.int64)
                 comp_ub = np.full(len(comp), -1, np.int64)
         told[how] = told.get(how, 0) + 1
+        told_ub[comp] = comp_ub
+        told_ub[send], told_ub[recv] = rt_ub, rt_ub
         o = np.argsort(start[send], kind="stable")
         send, recv, rt_ub = send[o], recv[o], rt_ub[o]
         for si, ri, u in zip(send.tolist(), recv.tolist(), rt_ub.tolist()):
@@ -237,7 +247,7 @@ def round_trips(
         recv_end=end[ri].astype(float),
         hidden_us=np.array(hidden, float),
     )
-    return rows, told, unpaired
+    return rows, told, unpaired, told_ub
 
 
 def _compute_ubatch_by_order(
@@ -274,14 +284,18 @@ def _covered(lo: float, hi: float, start: np.ndarray, end: np.ndarray, chosen: n
     return total + cur_e - cur_s
 
 
-def ffn_parts(rows: RoundTripRows, ffn_start: np.ndarray, ffn_end: np.ndarray) -> FfnParts:
+def ffn_parts(
+    rows: RoundTripRows, ffn_start: np.ndarray, ffn_end: np.ndarray, compute: tuple[np.ndarray, np.ndarray] | None = None
+) -> FfnParts:
     """Each round trip's parts from the FFN's data-plane kernels (start, end on the attention rank's
     clock, in time order). The FFN receives each send and sends its answer back in FIFO order:
     receive, send, receive, send ... A round trip is matched to the first FFN receive ending at or
     after its send started (and after the previous match), with the FFN send that follows it, where
     send start <= FFN receive end <= FFN send start <= receive end (within the clocks' tolerance).
     Which of the FFN's kernels are receives (the first or the second) is the choice that matches
-    (nearly) most, and of those the one whose receives end soonest after the sends started."""
+    (nearly) most, and of those the one whose receives end soonest after the sends started. compute:
+    the FFN's compute kernels (start, end on the same clock), which split its part into compute and
+    queueing."""
     n = len(rows)
     candidates: list[tuple[FfnParts, np.ndarray]] = []
     order = np.argsort(rows.send_start, kind="stable")
@@ -300,7 +314,7 @@ def ffn_parts(rows: RoundTripRows, ffn_start: np.ndarray, ffn_end: np.ndarray) -
             if a <= b + CLOCK_TOLERANCE_US and b <= rows.recv_end[i] + CLOCK_TOLERANCE_US:
                 matched[i], f1[i], g0[i] = True, a, b
                 nxt = j + 1
-        candidates.append((_parts(rows, matched, f1, g0), f1 - rows.send_start))
+        candidates.append((_parts(rows, matched, f1, g0, compute), f1 - rows.send_start))
     # Both phases may match: taking the FFN's sends for its receives also fits the order. The FFN's
     # receive ends as the data arrives, soon after the send; of the phases that match nearly as
     # many round trips as the best, the one whose receives end soonest after the sends is taken.
@@ -309,7 +323,9 @@ def ffn_parts(rows: RoundTripRows, ffn_start: np.ndarray, ffn_end: np.ndarray) -
     return min(fit, key=lambda pd: float(np.median(pd[1][pd[0].matched])) if pd[0].matched.any() else np.inf)[0]
 
 
-def _parts(rows: RoundTripRows, matched: np.ndarray, f1: np.ndarray, g0: np.ndarray) -> FfnParts:
+def _parts(
+    rows: RoundTripRows, matched: np.ndarray, f1: np.ndarray, g0: np.ndarray, compute: tuple[np.ndarray, np.ndarray] | None
+) -> FfnParts:
     s0, r0, r1 = rows.send_start, rows.recv_start, rows.recv_end
     t1 = np.clip(f1, s0, r1)
     t2 = np.clip(g0, t1, r1)
@@ -317,7 +333,12 @@ def _parts(rows: RoundTripRows, matched: np.ndarray, f1: np.ndarray, g0: np.ndar
     ffn = t2 - t1
     wait = np.clip(t2 - r0, 0.0, None)
     nan = np.where(matched, 1.0, np.nan)
-    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan)
+    if compute is None:
+        return FfnParts(matched, transfer * nan, ffn * nan, wait * nan)
+    busy = np.zeros(len(ffn))
+    if matched.any():
+        busy[matched] = iv.covered_within(t1[matched], t2[matched], *iv.union(*compute))
+    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, busy * nan, (ffn - busy) * nan)
 
 
 def summarize(

@@ -9,20 +9,41 @@ median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
   errors of the difference of the means (sqrt(sd_a²/n_a + sd_b²/n_b), as fractions of the first
   arm's mean): "within noise" where the change is inside it; beside it the 95% interval from
   Student's t (Welch's degrees of freedom), which is wider for few repeats (t = 4.30 at 2 df);
-- the profiler's overhead: the profiled per-step time (the median of the arm's profiled step
-  times) against the unprofiled per-step time, the TPOT median (a decode step makes one token of
-  each running request: TPOT is the unprofiled step period of a decode-bound load), minus 1.
+- the profiler's overhead: the profiled per-step time (the median start-to-start period of the
+  arm's steady steps, its decode steps where it has them: analysis/periods.py) against the
+  unprofiled per-step time, the TPOT median (a decode step makes one token of each running
+  request: TPOT is the unprofiled step period of a decode-bound load), minus 1.
+
+`report` of one recording with repeats states the same overhead (profiler_overhead), and where it is
+OVERHEAD_LARGE or more, that the host time it reports may be the profiler's own.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from dbo_trace.analysis.periods import PeriodStep, last_index, steady_periods
+
 NOISE_SE = 2.0  # the same band as compare's step times
+# A profiler that stretches a step by this share is as large as the effects an ablation compares
+# (DBO's gains and losses here are 15-30%): the profiled run's host time is then partly its own.
+OVERHEAD_LARGE = 0.20
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One timed repeat of a recording's load, the profiler off (the manifest's `repeats`)."""
+
+    tool: str
+    duration_s: float | None
+    completed: float | None
+    output_throughput: float | None
+    median_tpot_ms: float | None
+    median_itl_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -35,54 +56,99 @@ class Unprofiled:
     output_tokens_per_s: float | None
     tpot_median_ms: float | None
     itl_median_ms: float | None
-    profiled_step_ms: float | None  # the median profiled step time (compare's step median)
+    profiled_step_ms: float | None  # the median profiled step period, start to start (compare's step median)
     profiler_overhead: float | None = None  # profiled step / unprofiled TPOT median - 1
     change: float | None = None  # mean duration against the first arm's, - 1
     change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
     change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
     within_noise: bool | None = None
+    profiled_phase: str | None = None  # the steps the profiled period is of: "decode", or "all"
+    profiled_periods: int | None = None  # how many start-to-start periods it is the median of
+
+    @property
+    def overhead_large(self) -> bool:
+        return self.profiler_overhead is not None and self.profiler_overhead >= OVERHEAD_LARGE
 
 
-def _numbers(repeats: list[Any], key: str) -> list[float]:
+def _number(r: dict[str, Any], key: str) -> float | None:
+    v = r.get(key)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def repeats_of(raw: Any) -> tuple[Repeat, ...]:
+    """A manifest's `repeats` as read (anything: a manifest is input), each repeat's figures that are
+    finite numbers; the usable ones: a duration and at least one completed request."""
+    if not isinstance(raw, list):
+        return ()
     out = []
-    for r in repeats:
-        v = r.get(key) if isinstance(r, dict) else None
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            out.append(float(v))
-    return out
+    for r in raw:
+        if not isinstance(r, dict):
+            continue
+        rep = Repeat(
+            str(r.get("tool")), _number(r, "duration_s"), _number(r, "completed"), _number(r, "output_throughput"),
+            _number(r, "median_tpot_ms"), _number(r, "median_itl_ms"),
+        )  # fmt: skip
+        if rep.duration_s is not None and (rep.completed or 0.0) > 0:
+            out.append(rep)
+    return tuple(out)
 
 
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
 
 
-def unprofiled_of(label: str, repeats: Any, profiled_step_us: float | None) -> Unprofiled | None:
-    """One arm's unprofiled figures; None where its manifest holds no usable repeat."""
-    if not isinstance(repeats, list):
-        return None
-    usable = [
-        r
-        for r in repeats
-        if isinstance(r, dict) and _numbers([r], "duration_s") and (_numbers([r], "completed") or [0.0])[0] > 0
-    ]
+def unprofiled_of(
+    label: str,
+    repeats: Any,
+    profiled_step_us: float | None,
+    *,
+    phase: str | None = None,
+    periods: int | None = None,
+) -> Unprofiled | None:
+    """One arm's unprofiled figures; None where its manifest holds no usable repeat. repeats: the
+    manifest's list as read, or repeats_of's."""
+    usable = repeats if isinstance(repeats, tuple) else repeats_of(repeats)
     if not usable:
         return None
-    durations = np.array(_numbers(usable, "duration_s"), float)
-    tpot = _mean(_numbers(usable, "median_tpot_ms"))
+    durations = np.array([r.duration_s for r in usable], float)
+    tpot = _mean([r.median_tpot_ms for r in usable])
     step_ms = profiled_step_us / 1000.0 if profiled_step_us is not None and math.isfinite(profiled_step_us) else None
-    tools = "+".join(dict.fromkeys(str(r.get("tool")) for r in usable))
+    tools = "+".join(dict.fromkeys(r.tool for r in usable))
     return Unprofiled(
         label=label,
         repeats=len(durations),
         tool=tools,
         duration_mean_s=float(durations.mean()),
         duration_sd_s=float(durations.std(ddof=1)) if len(durations) > 1 else 0.0,
-        output_tokens_per_s=_mean(_numbers(usable, "output_throughput")),
+        output_tokens_per_s=_mean([r.output_throughput for r in usable]),
         tpot_median_ms=tpot,
-        itl_median_ms=_mean(_numbers(usable, "median_itl_ms")),
+        itl_median_ms=_mean([r.median_itl_ms for r in usable]),
         profiled_step_ms=step_ms,
         profiler_overhead=step_ms / tpot - 1.0 if step_ms is not None and tpot else None,
+        profiled_phase=phase if step_ms is not None else None,
+        profiled_periods=periods if step_ms is not None else None,
     )
+
+
+class PhasedStep(PeriodStep, Protocol):
+    @property
+    def phase(self) -> str | None: ...
+
+
+DECODE, ALL = "decode", "all"
+
+
+def profiled_period(ranks: Sequence[Sequence[PhasedStep]]) -> tuple[float | None, str, int]:
+    """The profiled step period the overhead compares with TPOT: the median start-to-start period of
+    the steady decode steps (of every rank: ranks averaged per step), or of all steady steps where
+    no rank has a decode step; with the phase used and the number of periods."""
+    phase = DECODE if any(s.phase == DECODE for steps in ranks for s in steps) else ALL
+    chosen = [([s for s in steps if phase == ALL or s.phase == phase], last_index(steps)) for steps in ranks]
+    periods, _ = steady_periods(chosen)
+    return (float(np.median(periods)) if periods else None), phase, len(periods)
 
 
 def _t95(df: float) -> float:

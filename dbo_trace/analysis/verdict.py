@@ -32,7 +32,9 @@ from dbo_trace.analysis.ledger import YIELD_OP, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
 from dbo_trace.analysis.pystacks import StepFrame
+from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.sharing import TimeSlicing
 from dbo_trace.analysis.stalls import Stall
 
 GRAPH_CAPTURE = "graph-capture"
@@ -146,17 +148,6 @@ class Stalls:
 
 
 @dataclass(frozen=True)
-class TimeSlicing:
-    """Two processes' CUDA contexts took turns on one GPU: without the MPS control daemon the GPU
-    runs one context at a time, so each round trip waits for the other role's time slice
-    (docs/analysis.md, "AFD on one GPU"). The evidence of a disaggregated run on one GPU (roles)."""
-
-    roles: tuple[str, ...]
-    round_trip_us: float | None  # the measured round trip (median)
-    expected_us: float | None = None  # what such a round trip takes with the GPU shared under MPS, where known
-
-
-@dataclass(frozen=True)
 class AfdShare:
     """A disaggregated rank's step or phase: its own round trips' hidden share (None: no round trip)."""
 
@@ -189,7 +180,8 @@ class Evidence:
     yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
     tokens_per_microbatch: float | None = None  # the log's split, median
     top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
-    time_slicing: TimeSlicing | None = None
+    time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/sharing.py)
+    running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
 
 
 # ---- reasons ------------------------------------------------------------------------------------
@@ -202,6 +194,23 @@ class Reason:
 
     kind: ClassVar[str]
     borderline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSliced(Reason):
+    """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
+
+    kind: ClassVar[str] = "time_slicing"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningBehind(Reason):
+    """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
+
+    kind: ClassVar[str] = "running_behind"
+    rank: int | None  # None: the report has one rank
+    delay: LaunchDelay
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -606,8 +615,10 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
             windows=capture.windows, captured_launches=capture.captured_launches, capture_us=capture.capture_us,
             share=_capture_share(e), dominant=label == GRAPH_CAPTURE,
         )  # fmt: skip
+    if e.time_slicing is not None:
+        out.append(TimeSliced(slicing=e.time_slicing))  # first: it dominates every other figure of the run
     if label == GRAPH_CAPTURE and capture_reason is not None:
-        out.append(capture_reason)  # first: the trace is mostly capture, its stalls are the capture itself
+        out.append(capture_reason)  # the trace is mostly capture, its stalls are the capture itself
     elif e.stalls is not None:
         out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
     if host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE):
@@ -617,6 +628,7 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
                 utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE),
             )
         )  # fmt: skip
+    out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
     if e.expensive:
         out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused
     if (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)) and (

@@ -12,13 +12,22 @@ import numpy as np
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.accounting import B_COMM, B_HOST
+from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
 from dbo_trace.analysis.model import RankReport, Report, StepReport
+from dbo_trace.analysis.roles import FFN, wall_offset_us
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
 CPU_MAIN = "CPU main thread"
 GRAPH_LANE = "GPU graph replay"
+# A disaggregated (AFD) attention rank's lanes: its GPU work by microbatch, each microbatch's round
+# trips (send start to receive end) under the other microbatch's compute lane, the FFN's GPU.
+ATTENTION_GPU = "attention GPU"
+ROUND_TRIPS = "round trips"
+FFN_GPU = "FFN GPU (same clock)"
+ROUND_TRIP, HIDDEN = "round trip", "hidden"  # Bar kinds: a round trip's span, its part under the other's compute
 
 
 @dataclass
@@ -29,6 +38,7 @@ class Bar:
     name: str
     ubatch: int  # -1: not attributed
     kind: str  # compute | comm | copy | launch | yield | range (a named range) | op (a CPU operator)
+    # | round trip (an AFD send's start to its receive's end) | hidden (its part under the other microbatch's compute)
     group: str | None = None  # what it belongs to, for its colour: a range's name; a replayed kernel's launching range
     own: bool = True  # False: GPU work of another step running in this one's window (the GPU behind)
 
@@ -130,12 +140,14 @@ def find_step(rank: RankReport, step: int | str | None) -> int:
 
 def chosen_step(report: Report, rank_number: int | None, step: int | str | None) -> tuple[RankReport, int]:
     """The rank and the position of the step a picture draws: rank_number (default the first rank
-    with steps) and step (find_step: a number, a label, median or slowest; default the median step).
-    A ChoiceNotFound where the report has no such rank or step."""
+    with round trips, an AFD pair's attention side, else the first with steps) and step (find_step:
+    a number, a label, median or slowest; default the median step). A ChoiceNotFound where the
+    report has no such rank or step."""
     ranks = {r.rank: r for r in report.ranks}
     if rank_number is not None and rank_number not in ranks:
         raise RankNotFound(rank_number, tuple(sorted(ranks)))
-    rank = ranks[rank_number] if rank_number is not None else next((r for r in report.ranks if r.steps), report.ranks[0])
+    first = next((r for r in report.ranks if r.afd is not None and r.steps), None) or next((r for r in report.ranks if r.steps), None)
+    rank = ranks[rank_number] if rank_number is not None else first or report.ranks[0]
     if not rank.steps:
         raise NoStepToDraw(rank.rank)
     return rank, find_step(rank, step)
@@ -232,15 +244,23 @@ def _pack(kernels: list[int], start: np.ndarray, end: np.ndarray) -> dict[int, i
     return out
 
 
-def step_view(rank: RankReport, position: int) -> StepView:
+def afd_peer(report: Report, rank: RankReport) -> RankReport | None:
+    """The FFN rank whose GPU a picture of this AFD attention rank draws beside it (one clock)."""
+    if rank.afd is None:
+        return None
+    return next((r for r in report.ranks if r.role == FFN and r.detail is not None), None)
+
+
+def step_view(rank: RankReport, position: int, peer: RankReport | None = None) -> StepView:
+    """peer: an AFD attention rank's FFN rank (afd_peer), drawn on the attention's clock."""
     step = rank.steps[position]
     att = rank.detailed().attribution
     bands = step_bands(rank, step)
     view = StepView(rank.rank, step, step.start_us, step.end_us, [], title=step_title(rank, step, position))
-    return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands)
+    return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands, peer)
 
 
-def window_view(rank: RankReport, lo: float, hi: float) -> StepView:
+def window_view(rank: RankReport, lo: float, hi: float, peer: RankReport | None = None) -> StepView:
     """Any span of the rank's trace (trace clock, us): every GPU activity and CUDA call in it, of
     whichever step, drawn as a step's own; the step starts in it marked."""
     d = rank.detailed()
@@ -260,12 +280,15 @@ def window_view(rank: RankReport, lo: float, hi: float) -> StepView:
     view = StepView(rank.rank, step, lo, hi, [], title=title, axis_label="ms from the window's start")
     view.marks = [(s.start_us - lo, f"#{step_number(rank, i)}") for i, s in enumerate(rank.steps) if lo <= s.start_us < hi]
     calls = np.flatnonzero((tl.calls.start >= lo) & (tl.calls.start < hi))
-    return _fill(view, rank, inside, calls, bands)
+    return _fill(view, rank, inside, calls, bands, peer)
 
 
-def _fill(view: StepView, rank: RankReport, own_step: np.ndarray, csel: np.ndarray, bands: StepBands) -> StepView:
+def _fill(
+    view: StepView, rank: RankReport, own_step: np.ndarray, csel: np.ndarray, bands: StepBands, peer: RankReport | None = None
+) -> StepView:
     """The view's lanes, bars and bands: own_step marks the GPU activities that are the view's own
-    (n_gpu,) bool; csel the CUDA calls drawn; bands the hidden comm and host idle it marks."""
+    (n_gpu,) bool; csel the CUDA calls drawn; bands the hidden comm and host idle it marks; peer the
+    FFN rank of an AFD attention rank."""
     d = rank.detailed()
     tl, att = d.timeline, d.attribution
     t0, t1 = view.start, view.end
@@ -330,7 +353,12 @@ def _fill(view: StepView, rank: RankReport, own_step: np.ndarray, csel: np.ndarr
             )
     _add_ranges(view, rank, gsel, csel, cpu_lane)
     cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
-    view.lanes = cpu_lanes + gpu_lanes + graph_lanes
+    afd = rank.afd
+    if afd is not None and afd.kernel_ubatch is not None:
+        view.lanes = cpu_lanes + _afd_lanes(view, rank, afd, gsel, peer)
+        lane_of_kernel = {int(i): bar.lane for bar, i in zip(view.bars[: len(gsel)], gsel.tolist())}
+    else:
+        view.lanes = cpu_lanes + gpu_lanes + graph_lanes
 
     first_kernel = min((b.start for b in view.bars if b.own and b.kind in ("compute", "comm", "copy")), default=0.0)
     view.lead_in_us = max(0.0, first_kernel)
@@ -347,6 +375,100 @@ def _fill(view: StepView, rank: RankReport, own_step: np.ndarray, csel: np.ndarr
         for k, ready, cause in held_in_step(d.held, set(np.flatnonzero(own_step).tolist())):
             view.held_back.append((ready - t0, float(tl.gpu.start[k]) - t0, lane_of_kernel[k], cause))
     return view
+
+
+def _afd_lanes(view: StepView, rank: RankReport, afd: AfdRoundTrips, gsel: np.ndarray, peer: RankReport | None) -> list[str]:
+    """An AFD attention rank's GPU lanes, on the view's first len(gsel) bars (its kernels, in order):
+    its kernels by the microbatch the round trips told them (its data kernels on their compute
+    lanes), each microbatch's round trips from send start to receive end, each under the other
+    microbatch's compute lane, with their parts under that compute marked; the FFN's GPU on the
+    attention's clock where its trace is there. Returns the lanes, top to bottom."""
+    d = rank.detailed()
+    tl, t0, t1 = d.timeline, view.start, view.end
+    told = afd.kernel_ubatch
+    assert told is not None
+    ubs = sorted({int(u) for u in told[gsel] if u >= 0})
+    two = len(ubs) == 2
+
+    def gpu_lane(u: int) -> str:
+        return f"{ATTENTION_GPU}, microbatch {u}" if two and u >= 0 else f"{ATTENTION_GPU}, no microbatch" if two else ATTENTION_GPU
+
+    for bar, i in zip(view.bars[: len(gsel)], gsel.tolist()):
+        u = int(told[i])
+        bar.lane = gpu_lane(u)
+        if u >= 0:
+            bar.ubatch = u
+    rows = afd.rows
+    inside = (rows.send_start < t1) & (rows.recv_end > t0)
+    compute = d.kernel_kind == c.COMPUTE
+    near = (tl.gpu.end > t0) & (tl.gpu.start < t1)
+
+    def trips_lane(u: int) -> str:
+        return f"{ROUND_TRIPS}, microbatch {u}" if two else ROUND_TRIPS
+
+    for u in ubs if two else [-1]:
+        mine = np.flatnonzero(inside & ((rows.ubatch == u) if two else np.ones(len(rows), bool)))
+        s0, r1 = rows.send_start[mine], rows.recv_end[mine]
+        for a, b in zip(s0.tolist(), r1.tolist()):
+            view.bars.append(Bar(max(a, t0) - t0, min(b, t1) - t0, trips_lane(u), ROUND_TRIP, u, ROUND_TRIP))
+        if two:  # the other microbatch's compute during them (the hidden share's time)
+            other = near & compute & (told >= 0) & (told != u)
+            hidden = iv.intersection((s0, r1), (tl.gpu.start[other], tl.gpu.end[other]))
+            for a, b in zip(*hidden):
+                view.bars.append(Bar(max(float(a), t0) - t0, min(float(b), t1) - t0, trips_lane(u), HIDDEN, u, HIDDEN))
+    lanes = [lane for u in ubs for lane in (gpu_lane(u), trips_lane(1 - u))] if two else [ATTENTION_GPU, ROUND_TRIPS]
+    if two and any(b.lane == gpu_lane(-1) for b in view.bars[: len(gsel)]):
+        lanes.append(gpu_lane(-1))
+    offset = wall_offset_us(peer.detailed().timeline, tl) if peer is not None else None
+    if peer is not None and offset is not None:  # the FFN's work while this view's window ran
+        fd = peer.detailed()
+        ftl = fd.timeline
+        at = np.flatnonzero((ftl.gpu.end + offset > t0) & (ftl.gpu.start + offset < t1))
+        for i in at.tolist():
+            view.bars.append(
+                Bar(
+                    max(float(ftl.gpu.start[i]) + offset, t0) - t0,
+                    min(float(ftl.gpu.end[i]) + offset, t1) - t0,
+                    FFN_GPU,
+                    ftl.names[ftl.gpu.name[i]],
+                    -1,
+                    c.KIND_NAMES[int(fd.kernel_kind[i])],
+                )
+            )
+        lanes.append(FFN_GPU)
+    return lanes
+
+
+def afd_phase(kind: np.ndarray) -> np.ndarray:
+    """(n_gpu,) an AFD rank's activities' phases by their class: its sends and receives are its comm
+    (on the compute stream, so the microbatch threads' phase marks cannot tell them apart)."""
+    out: np.ndarray = np.where(kind == c.COMPUTE, PHASE_COMPUTE, np.where(kind == c.COMM, PHASE_COMM, PHASE_NONE)).astype(np.int8)
+    return out
+
+
+def afd_round_trip_spans(rank: RankReport, lo: float, hi: float) -> dict[str, tuple[np.ndarray, np.ndarray, list[str]]]:
+    """An AFD attention rank's round trips overlapping [lo, hi) (trace clock) as tracks for an export:
+    per microbatch its round trips (send start to receive end), and their parts under the other
+    microbatch's compute; by track name, (starts, ends, names)."""
+    afd = rank.afd
+    if afd is None or afd.kernel_ubatch is None:
+        return {}
+    d = rank.detailed()
+    tl, rows, told = d.timeline, afd.rows, afd.kernel_ubatch
+    inside = (rows.send_start < hi) & (rows.recv_end > lo)
+    compute = (d.kernel_kind == c.COMPUTE) & (told >= 0)
+    out: dict[str, tuple[np.ndarray, np.ndarray, list[str]]] = {}
+    for u in sorted(set(rows.ubatch[inside].tolist())):
+        mine = np.flatnonzero(inside & (rows.ubatch == u))
+        s0, r1 = rows.send_start[mine], rows.recv_end[mine]
+        who = f"microbatch {u}" if u >= 0 else "one microbatch"
+        names = [f"round trip ({(b - a) / 1000:.2f} ms)" for a, b in zip(s0.tolist(), r1.tolist())]
+        out[f"{ROUND_TRIPS}, {who} (send start to receive end)"] = (s0, r1, names)
+        if u >= 0:
+            other = compute & (told != u)
+            hs, he = iv.intersection((s0, r1), (tl.gpu.start[other], tl.gpu.end[other]))
+            out[f"{ROUND_TRIPS}, {who}: under the other microbatch's compute"] = (hs, he, ["hidden"] * len(hs))
+    return out
 
 
 RANGE_GROUPS = 8  # names coloured in a picture; the others share one colour

@@ -21,8 +21,18 @@ if TYPE_CHECKING:
     from dbo_trace.analysis.model import Options, Report
 
 
+MAX_WORKERS = 1024  # --workers and $DBO_TRACE_WORKERS: processes; more is a typo, not a machine
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     raise UsageError(message, code)
+
+
+def check_workers_env(name: str) -> None:
+    """The environment's worker count, where set, a number of processes in range (as --workers is)."""
+    value = os.environ.get(name, "")
+    if value and not (value.isdigit() and 1 <= int(value) <= MAX_WORKERS):
+        fail(f"{name}={value!r}: give a number of processes from 1 to {MAX_WORKERS} (or unset it)")
 
 
 def one_format(as_json: bool, as_markdown: bool) -> str:
@@ -144,9 +154,11 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None, ra
     """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/scale.py);
     bad input is one line and exit 2; warnings go to stderr."""
     from dbo_trace.archive import is_archive
-    from dbo_trace.pipeline import analyze_found, workers_for
+    from dbo_trace.pipeline import WORKERS_ENV, analyze_found, workers_for
     from dbo_trace.trace.load import discover, total_bytes
 
+    if workers is None and ray is None:
+        check_workers_env(WORKERS_ENV)
     for path in paths:  # `report ARCHIVE` alone shows one (commands/report.py); nothing else reads them
         if is_archive(path):
             fail(f"{path}: a review archive, which holds a finished report, not traces: `dbo-trace report {path}` "

@@ -44,7 +44,7 @@ class CompareRequest:
 
 
 def run(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare import arms_of, shape_warnings, shared_phases
+    from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_warnings, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
@@ -61,30 +61,46 @@ def run(request: CompareRequest) -> None:
     for warning in shape_warnings(names, reports):
         warn(warning)
     phases = shared_phases(reports)
-    compared = compare_arms([a for name, rep in zip(names, reports) for a in arms_of(name, rep, phases)])
-    unprofiled = unprofiled_arms(names, list(request.arms), compared)
-    write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled), request.output, request.force)
+    compared = compare_arms(
+        [a for name, rep, path in zip(names, reports, request.arms) for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path)))]
+    )
+    unprofiled = unprofiled_arms(names, reports)
+    pairs = dbo_pairs(compared, unprofiled)
+    write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
 
 
-def unprofiled_arms(names: list[str], paths: list[Path], compared: list) -> list:
-    """The arms whose bundle's manifest holds timed repeats (record --repeats), each with its profiled
-    step median (the decode steps' where the arm has them: TPOT is a decode step's period), and the
-    change against the first of them."""
-    from dbo_trace.analysis.compare import ALL_STEPS
-    from dbo_trace.analysis.unprofiled import against_first, unprofiled_of
+def declared_settings(path: Path) -> dict | None:
+    """The `vllm serve` settings a bundle's manifest records (the served side's: an AFD pair's
+    attention server), or parsed from its command line where an older manifest has only that; None
+    for traces without a bundle (the trace then tells what the arm ran with)."""
     from dbo_trace.bundle import BundleError, is_bundle, read_manifest
+    from dbo_trace.record.environment import is_vllm_serve, serve_settings, without_env
 
-    rows = []
-    for name, path in zip(names, paths):
-        if not is_bundle(Path(path)):
-            continue
-        try:
-            repeats = read_manifest(Path(path)).get("repeats")
-        except BundleError:
-            continue  # the analysis above read it already; a manifest it can use is all that counts here
-        mine = {a.phase: a for a in compared if a.label == name}
-        step = mine.get("decode") or mine.get(ALL_STEPS)
-        row = unprofiled_of(name, repeats, step.step_median_us if step else None)
-        if row is not None:
-            rows.append(row)
-    return against_first(rows)
+    if not is_bundle(Path(path)):
+        return None
+    try:
+        m = read_manifest(Path(path))
+    except BundleError:
+        return None  # the analysis above read it already; a manifest it can use is all that counts here
+    roles = m.get("roles")
+    roles = roles if isinstance(roles, dict) else {}
+    attention = roles.get("attention")
+    attention = attention if isinstance(attention, dict) else {}
+    for settings in (m.get("settings"), attention.get("settings")):
+        if isinstance(settings, dict) and settings:
+            return settings
+    for command in (m.get("command"), attention.get("command")):
+        if isinstance(command, list) and all(isinstance(a, str) for a in command) and is_vllm_serve(command):
+            return serve_settings(without_env(command))
+    return None
+
+
+def unprofiled_arms(names: list[str], reports: list) -> list:
+    """The arms whose recording holds timed repeats (record --repeats), each with its profiled step
+    period as its own report measured the profiler's overhead (analysis/unprofiled.py), and the
+    change against the first of them."""
+    from dataclasses import replace
+
+    from dbo_trace.analysis.unprofiled import against_first
+
+    return against_first([replace(rep.unprofiled, label=name) for name, rep in zip(names, reports) if rep.unprofiled is not None])

@@ -38,6 +38,9 @@ class DemoRequest:
         import datetime as dt
         import importlib.util
 
+        if self.sweep:
+            for flag, grid in (("--sweep-compute-us", self.sweep_compute_us), ("--sweep-comm-us", self.sweep_comm_us)):
+                _check_grid(flag, grid)
         if importlib.util.find_spec("torch") is None:
             fail("dbo-trace demo needs torch and a CUDA GPU (pip install torch); `dbo-trace report` needs neither")
         if self.device == "cuda":
@@ -60,6 +63,23 @@ class DemoRequest:
         if self.plot is not None and self.plot.exists():
             fail(f"{self.plot}: already exists; choose another --plot path")
         return replace(self, out=out)
+
+
+SWEEP_MOST = 50  # values per grid axis: each point is a profiled run
+
+
+def _check_grid(flag: str, grid: str) -> None:
+    """A sweep grid: comma-separated lengths in microseconds, each from 1 us to 10 s."""
+    values = grid.split(",")
+    if len(values) > SWEEP_MOST:
+        fail(f"{flag}: {len(values)} values; give at most {SWEEP_MOST} (each is a profiled run)")
+    for v in values:
+        try:
+            x = float(v)
+        except ValueError:
+            x = float("nan")
+        if not 1 <= x <= 1e7:  # NaN too
+            fail(f"{flag} {grid!r}: {v.strip()!r} is not a length from 1 to 10000000 us; give them as 100,200,400")
 
 
 def run(request: DemoRequest) -> None:

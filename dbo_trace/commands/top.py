@@ -68,7 +68,7 @@ def run(request: TopRequest) -> None:
         found = fmt.read_counters(folder)
         rows = [live_row(body, previous.get(str(path)), interval, age) for path, body, age in found]
         previous.update({str(path): body for path, body, _ in found})
-        working = [r for r in rows if r.steps or r.graph_replays or r.graph_captures]  # the API server runs no model
+        working = [r for r in rows if r.steps or r.replays or r.graph_captures]  # the API server runs no model
         title = f"dbo-trace top {folder}"
         if not rows:
             title += " (no counters yet: is this the server's DBO_TRACE_DIR?)"

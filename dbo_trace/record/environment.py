@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import shutil
 import subprocess
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from dbo_trace import __version__
 from dbo_trace.redact import redact_env
@@ -127,3 +128,43 @@ def server_url(argv: list[str]) -> str:
     host = "127.0.0.1" if host in (None, True, "0.0.0.0", "::", "") else host
     port = flags.get("port", "8000")
     return f"http://{host}:{port}"
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_DEFAULT_PIPE = "/tmp/nvidia-mps"  # where the daemon listens when CUDA_MPS_PIPE_DIRECTORY is unset
+
+
+def _mps_ask(env: Mapping[str, str], command: str, timeout_s: float) -> tuple[bool, str]:
+    """(answered, reply) of one command to the MPS control daemon of `env`'s pipe directory. A control
+    pipe left by an earlier `quit` is no daemon: only an answer counts (the client then prints
+    "Cannot find MPS control daemon process" and exits non-zero)."""
+    try:
+        proc = subprocess.run(
+            [MPS_CONTROL], input=command + "\n", capture_output=True, text=True, env=dict(env), timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    reply = (proc.stdout + proc.stderr).strip()
+    return proc.returncode == 0 and "cannot find" not in reply.lower(), reply
+
+
+def mps_status(env: Mapping[str, str], pids_by_role: Mapping[str, Iterable[int]] | None = None, timeout_s: float = 5.0) -> dict:
+    """Whether an MPS control daemon answers for `env` and, with `pids_by_role`, whether each role's
+    processes are among its servers' clients (docs/recording.md, "An AFD pair on one GPU").
+    `daemon`: "answered", "not running" or "unknown" (no control tool here)."""
+    pipe = env.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPE
+    if shutil.which(MPS_CONTROL, path=env.get("PATH")) is None:
+        return {"daemon": "unknown", "pipe_directory": pipe, "answer": f"no {MPS_CONTROL} on PATH"}
+    answered, reply = _mps_ask(env, "get_server_list", timeout_s)
+    if not answered:
+        return {"daemon": "not running", "pipe_directory": pipe, "answer": reply[:300]}
+    servers = [int(word) for word in reply.split() if word.isdigit()]
+    status: dict = {"daemon": "answered", "pipe_directory": pipe, "servers": servers}
+    if pids_by_role is not None:
+        clients: set[int] = set()
+        for server in servers:
+            ok, listed = _mps_ask(env, f"get_client_list {server}", timeout_s)
+            clients.update(int(word) for word in listed.split() if ok and word.isdigit())
+        status["clients"] = sorted(clients)
+        status["roles_as_clients"] = {role: bool(clients.intersection(pids)) for role, pids in pids_by_role.items()}
+    return status

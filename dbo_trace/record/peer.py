@@ -76,6 +76,7 @@ class Peer:
         self.env[control.ENV_CONTROL] = str(self.control.resolve())
         self.child: Child | None = None
         self._seq = 0
+        self._sent_ns: dict[str, int] = {}
         self.last_sent: str | None = None  # the last command sent ("start": its profiler may be running)
         self.acks: dict[str, list[dict]] = {}
 
@@ -122,20 +123,23 @@ class Peer:
     def alive(self) -> bool:
         return self.child is not None and self.child.poll() is None
 
-    def profile(self, action: str, timeout_s: float) -> dict:
-        """Send start/stop to the peer's Workers; what they answered, for the manifest."""
-        if action == "stop" and not (self.acks.get("start") or []):
+    def profile(self, action: str, timeout_s: float, nudge: Callable[[], None] | None = None) -> dict:
+        """Send start/stop to the peer's Workers; what they answered, for the manifest. A Worker that runs
+        its own loop takes the command at its next iteration (control.py): `nudge` is called while
+        it waits (the recorder sends a request through the main server then)."""
+        if action == "stop" and not any(a.get("ok") or control.is_queued(a) for a in self.acks.get("start") or []):
             timeout_s = min(timeout_s, 15.0)  # nothing answered the start: do not wait out a trace that will not come
         self.last_sent = action  # before the wait: a run interrupted inside it still knows to send stop
         self._seq += 1
-        sent = time.time_ns()
+        self._sent_ns[action] = time.time_ns()
         control.send(self.control, self._seq, action)
-        acks = control.wait_acks(self.control, self._seq, timeout_s, self.alive)
+        acks = control.wait_acks(self.control, self._seq, timeout_s, self.alive, while_queued=nudge)
         self.acks[action] = acks
+        keys = ("pid", "state", "ok", "error", "workers", "where", "queued_ns", "started_ns", "ended_ns")
         return {
             "action": action,
-            "sent_ns": sent,
-            "acks": [{k: a.get(k) for k in ("pid", "ok", "error", "workers", "started_ns", "ended_ns")} for a in acks],
+            "sent_ns": self._sent_ns[action],
+            "acks": [{k: a.get(k) for k in keys} for a in acks],
             "ok": bool(acks) and all(a.get("ok") for a in acks),
         }
 

@@ -169,8 +169,31 @@ def _gpu_sharing(main_env: dict[str, str], peer: Peer) -> dict:
     return {
         "shared_gpu": shared,
         "visible_devices": {"main": ours, "peer": theirs},
-        "mps": bool(main_env.get("CUDA_MPS_PIPE_DIRECTORY")) and Path(main_env["CUDA_MPS_PIPE_DIRECTORY"], "control").exists(),
+        **mps_fields(environment.mps_status(main_env)),
     }
+
+
+def mps_fields(status: dict) -> dict:
+    """The manifest's MPS claim: `mps` is true only where the control daemon answered (and, once the
+    roles' processes were asked after, both were its clients); false where it did not answer; null
+    where nothing could tell (no control tool)."""
+    daemon = status.get("daemon")
+    roles = status.get("roles_as_clients")
+    mps = None if daemon == "unknown" else daemon == "answered" and (roles is None or all(roles.values()))
+    return {"mps": mps, "mps_daemon": daemon, "mps_check": status}
+
+
+def _recheck_mps(manifest: dict, child: Child, peer: Peer) -> None:
+    """With both servers up: is each role's CUDA context an MPS client? (A daemon that answered before
+    they started may have refused them, or been stopped since.)"""
+    sharing = manifest.get("gpu_sharing")
+    if not isinstance(sharing, dict) or sharing.get("mps_daemon") != "answered" or peer.child is None:
+        return
+    child.track()
+    peer.child.track()
+    main_role = next((role for role, body in (manifest.get("roles") or {}).items() if not body.get("peer")), "main")
+    pids = {main_role: [child.pid, *child.tracked], peer.role: [peer.child.pid, *peer.child.tracked]}
+    sharing.update(mps_fields(environment.mps_status(peer.env, pids)))
 
 
 def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
@@ -445,6 +468,15 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
     a failing one (a server that answers nonsense, a full disk, a bug) still leaves the child stopped
     and the manifest final. Returns the final (status, reason)."""
     out = plan.out
+    if peer is not None and peer.child is not None and peer.child.poll() is None and peer.last_sent == "start":
+        try:  # interrupted inside the window: stop the peer's profiler while the main server can still nudge its loop
+            alive = child is not None and child.poll() is None and plan.server
+            model = manifest.get("model")
+            nudge = Nudge(plan.base_url, model, min(plan.trace_timeout_s, 60.0)) if alive and isinstance(model, str) else None
+            _stop_peer_profile(plan, peer, manifest, ui, nudge, min(plan.trace_timeout_s, 60.0))
+        except Exception as exc:
+            failure = f"stopping the {peer.role} server's profiler failed ({type(exc).__name__}: {exc})"
+            status, reason = STATUS_FAILED, f"{reason}; {failure}" if reason else failure
     if child is not None:
         try:
             if manifest.get("profiling") and child.poll() is None:  # close the window: the server writes its traces
@@ -472,10 +504,6 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
             died = peer.child.poll()
             if died is not None and status == STATUS_COMPLETE:  # it ended before we stopped it: its role is missing
                 status, reason = STATUS_FAILED, _peer_died(peer, died)
-            elif died is None and peer.last_sent == "start":  # interrupted inside the window (or its start)
-                ui.phase(f"stopping the {peer.role} server's profiler")  # interrupted inside the window
-                manifest["peer"]["profile_stop"] = peer.profile("stop", timeout_s=min(plan.trace_timeout_s, 60.0))
-                manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0))
             if peer.child.poll() is None or peer.child.group_alive() or peer.child.escaped():
                 ui.phase(f"stopping the {peer.role} server")
                 stopped = peer.child.stop(plan.grace_s, on_signal=lambda s: ui.note(f"sent {s} to the {peer.role} server's group"))
@@ -536,6 +564,8 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
     if model is None:
         raise ChildFailed(f"{plan.base_url}/v1/models named no model; is this an OpenAI-compatible server?")
     manifest["model"] = model
+    if peer is not None:
+        _recheck_mps(manifest, child, peer)
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui, peer).as_dict()
@@ -596,9 +626,13 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
 def _profiled_window(
     plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None, after_load: Callable[[], None]
 ) -> None:
+    nudge = Nudge(plan.base_url, model, plan.trace_timeout_s)
     if peer is not None:
+        # A peer that runs its own loop (the FFN) takes the start at its next iteration: a small request
+        # makes one, so that its profiler runs before the main server's window opens.
         ui.phase(f"starting the {peer.role} server's profiler (through its command file)")
-        started = peer.profile("start", timeout_s=120.0)
+        started = peer.profile("start", timeout_s=120.0, nudge=nudge)
+        nudge.wait()  # its steps end before the window opens
         manifest["peer"]["profile_start"] = started
         if not started["ok"]:
             ui.note(f"the {peer.role} server's profiler did not confirm its start: {started['acks'] or 'no answer'}")
@@ -616,12 +650,46 @@ def _profiled_window(
     ui.phase("stopping the profiler (the server writes its traces now)")
     _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s)
     if peer is not None:
-        ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
-        stopped = peer.profile("stop", timeout_s=plan.trace_timeout_s)
-        manifest["peer"]["profile_stop"] = stopped
-        manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(plan.trace_timeout_s, 60.0) if stopped["ok"] else 5.0)
+        _stop_peer_profile(plan, peer, manifest, ui, nudge, plan.trace_timeout_s)
     if result.completed == 0:
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
+
+
+def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progress, nudge: "Nudge | None", timeout_s: float) -> None:
+    """Stop the peer's profiler and wait for its traces. A peer whose loop holds the stop runs it at its
+    next iteration: `nudge` sends one small request at a time through the main server until it ran."""
+    ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
+    stopped = peer.profile("stop", timeout_s=timeout_s, nudge=nudge)
+    manifest["peer"]["profile_stop"] = stopped
+    if nudge is not None and nudge.sent:
+        manifest["peer"]["nudge_requests"] = nudge.sent
+    manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(timeout_s, 60.0) if stopped["ok"] else 5.0)
+
+
+class Nudge:
+    """One small request at a time through the main server, so that a peer's loop holding a profiler
+    command turns over (control.py): the FFN iterates only when the attention side sends it work."""
+
+    PROMPT = "dbo-trace: one step so that the FFN server's loop turns over"
+
+    def __init__(self, base_url: str, model: str, timeout_s: float):
+        self.base_url, self.model, self.timeout_s = base_url, model, timeout_s
+        self.sent = 0
+        self._thread: threading.Thread | None = None
+
+    def __call__(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self.sent += 1
+        body = {"model": self.model, "prompt": self.PROMPT, "max_tokens": 2}
+        self._thread = threading.Thread(
+            target=http, args=("POST", f"{self.base_url}/v1/completions", body, self.timeout_s), daemon=True, name="dbo-trace-nudge"
+        )
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(self.timeout_s)
 
 
 def _load_phase(

@@ -1,4 +1,6 @@
-"""`dbo-trace compare` output: the ablation table as terminal text, JSON or Markdown."""
+"""`dbo-trace compare` output: the ablation table as terminal text, JSON or Markdown; for arms of a
+disaggregated (AFD) run, their round trips per arm; DBO's effect per pair (DBO on against off, one
+cudagraph mode); the arms timed unprofiled. Lays out what analysis/compare.py computed."""
 
 from __future__ import annotations
 
@@ -7,19 +9,21 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm
+from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm, Pair
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
-from dbo_trace.render.safe import markdown_code, markdown_text, terminal_text
+from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, terminal_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
 # 4: step times are periods, steady steps, ranks averaged per step, the change's bootstrap interval and call
 # 5: a disaggregated run's round trip (round_trip_us, its hidden share, the criterion, its change)
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 5
+# 6: the step sample is start-to-start periods (a rank's last step apart); ran_with; the round trip's
+# parts; pairs (DBO's effect per cudagraph mode); unprofiled rows' profiled_phase and profiled_periods
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 6
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -35,9 +39,6 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 _change_cell(a),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
-                _round_trip_cell(a),
-                pct(a.round_trip_hidden_share),
-                "-" if a.round_trip_us is None else tri(a.round_trip_criterion),
                 pct(a.comm_hidden_fraction),
                 pct(a.replayed_kernel_fraction),
                 a.verdict,
@@ -69,14 +70,6 @@ def _change_cell(a: Arm) -> str:
     if a.per_token:
         text += " per token"
     return text + (" (noise)" if a.call == WITHIN else "")
-
-
-def _round_trip_cell(a: Arm) -> str:
-    """The median disaggregated round trip, with its change against the first arm."""
-    if a.round_trip_us is None:
-        return "-"
-    change = "" if a.round_trip_change is None else f" ({100 * a.round_trip_change:+.0f}%)"
-    return ms(a.round_trip_us) + change
 
 
 def _spread_cell(a: Arm) -> str:
@@ -115,28 +108,186 @@ def _said(a: Arm) -> str:
     return f"{a.label} {change} {a.call} ({how}{slower})"
 
 
-AFD_COLUMNS = ("FFN round trip", "round trip hidden", "compute >= round trip")
+# ---- a disaggregated run's round trips, per arm (the arms' all-steps rows) ------------------------------
+
+AFD_TITLE = "disaggregated round trips (AFD), per arm: medians; the parts need the FFN's trace"
+AFD_COLUMNS = [
+    Column("arm", right=False, wrap=True),
+    Column("ran with", right=False, wrap=True, keep=3),
+    Column("step period (start to start)"),
+    Column("round trips/layer", keep=9),
+    Column("round trip (send to receive end)"),
+    Column("transfer", keep=5),
+    Column("FFN compute", keep=6),
+    Column("FFN queue/wait", keep=4),
+    Column("attention wait", keep=7),
+    Column("hidden"),
+    Column("compute per microbatch : exposed", keep=8),
+    Column("criterion"),
+    Column("unprofiled TPOT", keep=10),
+    Column("profiler overhead", keep=11),
+]
 
 
-def _shown(arms: list[Arm]) -> list[int]:
-    """The columns shown: a disaggregated run's round-trip columns only where an arm has them."""
-    afd = any(a.round_trip_us is not None for a in arms)
-    return [i for i, c in enumerate(COLUMNS) if afd or c.header not in AFD_COLUMNS]
+def afd_arms(arms: list[Arm]) -> list[Arm]:
+    return [a for a in arms if a.phase == ALL_STEPS and a.round_trip_us is not None]
 
 
-def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> str:
-    shown = _shown(arms)
+def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
+    timed = {u.label: u for u in unprofiled}
+    rows = []
+    for a in afd_arms(arms):
+        u = timed.get(a.label)
+        split = a.round_trip_ffn_compute_us is not None
+        rows.append(
+            [
+                a.label,
+                a.ran_with.text if a.ran_with is not None else "-",
+                ms(a.step_median_us),
+                num(a.round_trips_per_layer),
+                ms(a.round_trip_us) + ("" if a.round_trip_parts_matched is not None else f" (receive {ms(a.round_trip_receive_us)})"),
+                ms(a.round_trip_transfer_us),
+                ms(a.round_trip_ffn_compute_us if split else a.round_trip_ffn_us) + ("" if split or a.round_trip_ffn_us is None else " with queue"),
+                ms(a.round_trip_ffn_queue_us),
+                ms(a.round_trip_wait_us),
+                pct(a.round_trip_hidden_share),
+                f"{ms(a.compute_per_microbatch_us)} : {ms(a.round_trip_exposed_us)}",
+                _criterion_cell(a),
+                "-" if u is None or u.tpot_median_ms is None else f"{u.tpot_median_ms:.2f} ms",
+                "-" if u is None or u.profiler_overhead is None else f"{100 * u.profiler_overhead:+.0f}%",
+            ]
+        )
+    return rows
+
+
+def _criterion_cell(a: Arm) -> str:
+    """Met or missed with the ratio; unknown with one microbatch: no other compute to hide a round trip."""
+    if a.round_trip_criterion_ratio is None:
+        return "unknown (one microbatch)"
+    return f"{tri(a.round_trip_criterion)} ({a.round_trip_criterion_ratio:.2f})"
+
+
+AFD_NOTE = (
+    "Round trip: a data-plane send's start to its matching receive's end (median); without the FFN's trace its "
+    "parts are not measured and the receive kernel's median, which holds the attention wait, the FFN's time and "
+    "the return transfer, stands in brackets. Hidden: the share of the round trips' time under the other "
+    "microbatch's compute. Criterion: per-microbatch compute against the round trip's exposed time (ratio >= 1: "
+    "one microbatch's compute could cover the other's round trip; below 1 DBO can hide at most that share). "
+    "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against it."
+)
+
+
+# ---- DBO's effect per pair --------------------------------------------------------------------------------
+
+PAIR_TITLE = "DBO's effect per pair: DBO on against DBO off, one cudagraph mode (step periods, start to start)"
+PAIR_COLUMNS = [
+    Column("pair", right=False, wrap=True),
+    Column("steps of", right=False, keep=2),
+    Column("cudagraphs", right=False, keep=5),
+    Column("step period off -> on"),
+    Column("DBO's change [95% interval]", right=False),
+    Column("unprofiled TPOT off -> on", keep=4),
+    Column("round trip off -> on", keep=3),
+    Column("by the wall clock", right=False, wrap=True),
+]
+
+
+def _pair_rows(pairs: list[Pair]) -> list[list[str]]:
+    rows = []
+    for p in pairs:
+        if p.off is None:
+            continue
+        medians = p.compared_medians_us
+        unit = " us/token" if p.per_token else " ms"
+        scale = 1.0 if p.per_token else 1000.0
+        rows.append(
+            [
+                f"{p.on} vs {p.off}",
+                p.phase,
+                p.graphs,
+                "-" if medians is None else f"{medians[0] / scale:.2f} -> {medians[1] / scale:.2f}{unit}",
+                _pair_change_cell(p),
+                "-" if p.tpot_ms is None else f"{p.tpot_ms[0]:.2f} -> {p.tpot_ms[1]:.2f} ms ({100 * (p.tpot_change or 0.0):+.1f}%)",
+                "-" if p.round_trip_us is None else f"{ms(p.round_trip_us[0])} -> {ms(p.round_trip_us[1])}",
+                _outcome_cell(p),
+            ]
+        )
+    return rows
+
+
+def _pair_change_cell(p: Pair) -> str:
+    if p.call == TOO_FEW or p.change is None:
+        return "too few steps"
+    text = f"{100 * p.change:+.1f}%"
+    if p.change_low is not None and p.change_high is not None:
+        text += f" [{100 * p.change_low:+.1f}, {100 * p.change_high:+.1f}]"
+    return text + (" per token" if p.per_token else "")
+
+
+def _outcome_cell(p: Pair) -> str:
+    out = p.outcome
+    if out is None:
+        return "too few steps to tell"
+    slower = "" if p.slower_pairs is None else f" (slower in {100 * p.slower_pairs:.0f}% of step pairs)"
+    return f"{out}{slower}"
+
+
+def pair_lines(pairs: list[Pair]) -> list[str]:
+    """What the pair table cannot hold: DBO arms with no partner, and partners chosen among several."""
+    out = []
+    for p in pairs:
+        if p.off is None:
+            out.append(f"{p.on} ({p.phase} steps): no arm with DBO off and the same cudagraph mode ({p.graphs}) to pair it with")
+        elif p.others:
+            out.append(
+                f"{p.on} ({p.phase} steps): paired with {p.off}, the first of the arms that fit "
+                f"({', '.join((p.off, *p.others))}); give the one to pair with first"
+            )
+    return out
+
+
+PAIR_NOTE = (
+    "DBO's change: the DBO arm's median step period against its partner's, with the bootstrap 95% interval; "
+    "'DBO slower' or 'faster' only where the interval excludes no change. Arms are paired by their recorded "
+    "settings (cudagraph mode, --enable-dbo), else by what their traces show (graph replays, two microbatches)."
+)
+
+
+def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
     rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
-    out = md_table([HEADER[i] for i in shown], [[r[i] for i in shown] for r in rows])
-    return "\n".join(out + ["", markdown_text(noise_line(arms)), ""] + unprofiled_table.markdown_lines(unprofiled))
+    out = md_table(HEADER, rows)
+    out += ["", markdown_text(noise_line(arms)), ""]
+    afd = _afd_rows(arms, unprofiled)
+    if afd:
+        out += [f"**{markdown_text(AFD_TITLE)}**", ""]
+        out += md_table([c.header for c in AFD_COLUMNS], [[markdown_code(r[0]), *r[1:]] for r in afd])
+        out += ["", markdown_text(AFD_NOTE), ""]
+    out += _pairs_markdown(pairs)
+    return "\n".join(out + unprofiled_table.markdown_lines(unprofiled))
+
+
+def _pairs_markdown(pairs: list[Pair]) -> list[str]:
+    if not pairs:
+        return []
+    out = [f"**{markdown_text(PAIR_TITLE)}**", ""]
+    rows = _pair_rows(pairs)
+    if rows:
+        pair_cell = [Markdown(f"{markdown_code(p.on)} vs {markdown_code(p.off)}") for p in pairs if p.off is not None]
+        out += md_table([c.header for c in PAIR_COLUMNS], [[cell, *r[1:]] for cell, r in zip(pair_cell, rows)])
+        out.append("")
+    out += [f"- {markdown_text(line)}" for line in pair_lines(pairs)]
+    return out + ["", markdown_text(PAIR_NOTE), ""]
 
 
 def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     """Times to the nanosecond, fractions to 1e-4, as the report's JSON: no binary-fraction noise."""
     out = {}
     for key, value in arm.items():
+        digits = 3 if key.endswith("_us") else 4
         if isinstance(value, float):
-            value = round(value, 3 if key.endswith("_us") else 4)
+            value = round(value, digits)
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, float) for v in value):
+            value = [round(v, digits) for v in value]
         out[key] = value
     return out
 
@@ -144,13 +295,14 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
 _SAMPLES = ("samples_us", "sample_tokens")  # the statistic's input, not figures
 
 
-def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> str:
+def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
     body: dict[str, Any] = {
         "schema": COMPARE_SCHEMA,
         "schema_version": COMPARE_VERSION,
         "dbo_trace_version": __version__,
         "arms": [_rounded({k: v for k, v in asdict(a).items() if k not in _SAMPLES}) for a in arms],
         "noise": noise_line(arms),
+        "pairs": [_rounded({**asdict(p), "outcome": p.outcome}) for p in pairs],
     }
     if unprofiled:  # only where some arm's recording holds timed repeats
         body["unprofiled"] = unprofiled_table.json_rows(unprofiled)
@@ -168,9 +320,6 @@ COLUMNS = [
     Column("vs first [95% interval]", right=False),
     Column("round trips/layer", keep=3),
     Column("per round trip", keep=4),
-    Column("FFN round trip", keep=8),
-    Column("round trip hidden", keep=9),
-    Column("compute >= round trip", keep=10),
     Column("comm hidden", keep=7),
     Column("graph-replayed kernels", keep=2),
     Column("verdict", right=False),
@@ -178,20 +327,35 @@ COLUMNS = [
 HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
 
 
-def render_terminal(arms: list[Arm], color: bool = False, width: int | None = None, unprofiled: list[Unprofiled] = []) -> str:
+def render_terminal(
+    arms: list[Arm], color: bool = False, width: int | None = None, unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []
+) -> str:
     """The table at the terminal's width (at least 80; piped: $COLUMNS, else 100), every cell whole."""
     from rich.console import Console
     from rich.text import Text
 
     width = width or terminal_width()
     rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
-    shown = _shown(arms)
+    shown = list(range(len(COLUMNS)))
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
     lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
     lines = [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]
+    afd = [[terminal_text(cell) for cell in row] for row in _afd_rows(arms, unprofiled)]
+    if afd:
+        lines += ["", *table(AFD_TITLE, AFD_COLUMNS, afd, width), *wrap(AFD_NOTE, width, "", "  ")]
+    if pairs:
+        lines += [""]
+        rows = [[terminal_text(cell) for cell in row] for row in _pair_rows(pairs)]
+        if rows:
+            lines += table(PAIR_TITLE, PAIR_COLUMNS, rows, width)
+        else:
+            lines += wrap(PAIR_TITLE, width)
+        for line in pair_lines(pairs):
+            lines += wrap(terminal_text(line), width, "  ", "    ")
+        lines += wrap(PAIR_NOTE, width, "", "  ")
     if unprofiled:  # its own section, after the step table's noise line
         extra = [[terminal_text(cell) for cell in row] for row in unprofiled_table.rows(unprofiled)]
         lines += ["", *table(unprofiled_table.TITLE, unprofiled_table.COLUMNS, extra, width)]
@@ -207,18 +371,24 @@ class _CompareOutput:
 
     binary = False
 
-    def __init__(self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions, list[Unprofiled]], str]):
+    def __init__(
+        self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions, list[Unprofiled], list[Pair]], str]
+    ):
         self.name, self.suffixes, self._render = name, suffixes, render
 
-    def render(self, arms: list[Arm], options: RenderOptions = RenderOptions(), unprofiled: list[Unprofiled] = []) -> str:
-        return self._render(arms, options, unprofiled)
+    def render(
+        self, arms: list[Arm], options: RenderOptions = RenderOptions(), unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []
+    ) -> str:
+        return self._render(arms, options, unprofiled, pairs)
 
 
 COMPARE_RENDERERS = {
     r.name: r
     for r in (
-        _CompareOutput("terminal", (".txt",), lambda arms, o, u: render_terminal(arms, color=o.color, width=o.width, unprofiled=u)),
-        _CompareOutput("json", (".json",), lambda arms, o, u: render_json(arms, u)),
-        _CompareOutput("markdown", (".md",), lambda arms, o, u: render_markdown(arms, u)),
+        _CompareOutput(
+            "terminal", (".txt",), lambda arms, o, u, p: render_terminal(arms, color=o.color, width=o.width, unprofiled=u, pairs=p)
+        ),
+        _CompareOutput("json", (".json",), lambda arms, o, u, p: render_json(arms, u, p)),
+        _CompareOutput("markdown", (".md",), lambda arms, o, u, p: render_markdown(arms, u, p)),
     )
 }

@@ -32,6 +32,7 @@ from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
 from dbo_trace.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
@@ -44,7 +45,7 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
-from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text
+from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -86,7 +87,7 @@ QualifierKey = Literal[
 ]
 # A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes; a test keeps them equal).
 ReasonKind = Literal[
-    "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "gpu_busy", "no_comm",
+    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "gpu_busy", "no_comm",
     "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
     "afd_criterion",
 ]  # fmt: skip
@@ -446,6 +447,8 @@ class RoundTripParts(Struct):
     transfer_us: float | None
     ffn_us: float | None  # the FFN's compute and queueing
     wait_us: float | None  # the attention's receive kernel before the FFN began sending back
+    ffn_compute_us: float | None = None  # of ffn_us, the FFN's compute kernels
+    ffn_queue_us: float | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 
 
 class DisaggregatedBlock(Struct):
@@ -472,11 +475,40 @@ class DisaggregatedBlock(Struct):
     parts: RoundTripParts | None  # with the FFN's trace
 
 
+class TimeSlicingBlock(Struct):
+    """The attention's round trips against their transfer (docs/analysis.md, "GPU sharing")."""
+
+    sliced: bool  # the roles' CUDA contexts time-slice one GPU (the rule held, MPS not seen answering)
+    round_trip_us: float  # medians over the round trips
+    receive_us: float
+    send_us: float
+    ffn_compute_us: float | None  # the FFN's compute inside the round trip, with its trace
+    ratio: float | None  # (receive - FFN compute) / send
+    text: str | None  # the report's line where sliced
+
+
+class PairBlock(Struct):
+    """Both roles on the attention's clock, over its steps (docs/analysis.md, "Both roles")."""
+
+    steps: Count
+    ffn_compute_per_step_us: float | None
+    ffn_compute_per_round_trip_us: float | None
+    ffn_queue_per_round_trip_us: float | None
+    round_trips_per_step: float | None
+    attention_busy: float | None  # shares of the steps' time each side's GPU work ran
+    ffn_busy: float | None
+    both_busy: float | None
+
+
 class RolesBlock(Struct):
     roles: list[str]
     shared_gpu: bool | None
-    mps: bool | None
+    mps: bool | None  # verified: the MPS control daemon answered (true), did not (false), not known (null)
     ffn_window_restricted: bool
+    shared_from: str | None = None  # where shared_gpu came from
+    mps_daemon: str | None = None  # answered / not running / unknown (the manifest's verified field)
+    time_slicing: TimeSlicingBlock | None = None
+    pair: PairBlock | None = None  # with both roles' traces
 
 
 class ContentionKernel(Struct):
@@ -710,7 +742,8 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     time_steady: TimeBlock | None | UnsetType = UNSET  # version 5: what the host test measured (the steady state)
     behind: BehindBlock | None | UnsetType = UNSET  # version 5: the step windows overlap (the GPU runs behind the CPU)
     launch_delay: LaunchDelayBlock | None | UnsetType = UNSET  # version 5: launch call end to start; queued host idle
-    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's roles)
+    role: str | None = None  # attention / ffn in a disaggregated run (the manifest's, its command line's, the trace's)
+    role_source: str | None = None  # where the role came from, in words
     disaggregated: DisaggregatedBlock | None = None  # an AFD attention rank's round trips
     host_stacks: RankStacksBlock | UnsetType = UNSET  # only with sampled Python stacks (docs/analysis.md)
     # version 5: DBO's own cost, the split (render/ledger.py); absent from a version 3 or 4 document
@@ -839,6 +872,20 @@ class CrossRankBlock(Struct):
     waits: WaitsBlock | None
 
 
+class ProfilerBlock(Struct):
+    """The profiler's own cost (analysis/unprofiled.py): the recording's timed repeats, the profiler
+    off, against its profiled steps."""
+
+    profiled_period_us: float | None  # the median start-to-start period of the steady steps below
+    periods: Count | None  # how many periods that median is of
+    steps_of: str | None  # "decode", or "all" where no step is a decode step
+    unprofiled_tpot_ms: float | None  # the mean over the repeats of each one's median TPOT
+    repeats: Count
+    timed_by: str
+    overhead: float | None  # profiled period / unprofiled TPOT - 1
+    large: bool  # overhead >= OVERHEAD_LARGE: the host time reported may be partly the profiler's
+
+
 class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
     """The whole report: the run's totals (its figures over all ranks), then each rank's."""
 
@@ -865,6 +912,7 @@ class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only 
     roles: RolesBlock | None = None  # a disaggregated run's roles
     disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
     what_if: list[WhatIfRow] | UnsetType = UNSET  # version 5: model estimates (docs/analysis.md, "What-if")
+    profiler: ProfilerBlock | UnsetType = UNSET  # within version 5: only where the recording has timed repeats
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -900,6 +948,8 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
             transfer_us=_r(a.median_part("transfer_us")),
             ffn_us=_r(a.median_part("ffn_us")),
             wait_us=_r(a.median_part("wait_us")),
+            ffn_compute_us=_r(a.median_part("compute_us")),
+            ffn_queue_us=_r(a.median_part("queue_us")),
         )
     return DisaggregatedBlock(
         round_trips=len(a.rows),
@@ -924,10 +974,41 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
     )
 
 
+def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
+    if u is None:
+        return UNSET
+    return ProfilerBlock(
+        profiled_period_us=None if u.profiled_step_ms is None else round(u.profiled_step_ms * 1000.0, 3),
+        periods=u.profiled_periods,
+        steps_of=u.profiled_phase,
+        unprofiled_tpot_ms=_r(u.tpot_median_ms, 4),
+        repeats=u.repeats,
+        timed_by=u.tool,
+        overhead=_r(u.profiler_overhead, 4),
+        large=u.overhead_large,
+    )
+
+
 def roles_block(info: RolesInfo | None) -> RolesBlock | None:
     if info is None:
         return None
-    return RolesBlock(list(info.roles), info.shared_gpu, info.mps, info.ffn_window_restricted)
+    ts, p = info.time_slicing, info.pair
+    return RolesBlock(
+        list(info.roles),
+        info.shared_gpu,
+        info.mps,
+        info.ffn_window_restricted,
+        shared_from=info.sharing.shared_from if info.sharing is not None else None,
+        mps_daemon=info.sharing.mps_daemon if info.sharing is not None else None,
+        time_slicing=None if ts is None else TimeSlicingBlock(
+            ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
+            _r(ts.ratio, 2), time_slicing_text(ts),
+        ),
+        pair=None if p is None else PairBlock(
+            p.steps, _r(p.ffn_compute_per_step_us), _r(p.ffn_compute_per_round_trip_us), _r(p.ffn_queue_per_round_trip_us),
+            _r(p.round_trips_per_step), _r(p.attention_busy, 4), _r(p.ffn_busy, 4), _r(p.both_busy, 4),
+        ),
+    )  # fmt: skip
 
 
 def time_block(b: TimeBuckets) -> TimeBlock:
@@ -1306,6 +1387,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
         role=r.role,
+        role_source=r.role_source,
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),
@@ -1378,6 +1460,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         roles=roles_block(report.roles),
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
         what_if=what_if_block(report.what_if),
+        profiler=profiler_block(report.unprofiled),
     )
 
 

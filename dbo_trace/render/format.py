@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.analysis.host_time import LINE_NAMES
+from dbo_trace.analysis.verdict import HOST_BOUND
 from dbo_trace.render.document import (
     DisaggregatedBlock,
+    ProfilerBlock,
     CommOperation,
     CpuRange,
     HostCausesBlock,
@@ -99,9 +102,12 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
     )
     lines = [first]
     if b.parts is not None:
+        ffn = f"FFN compute and queueing {ms(b.parts.ffn_us)}"
+        if b.parts.ffn_compute_us is not None:
+            ffn = f"FFN compute {ms(b.parts.ffn_compute_us)}, FFN queueing or waiting {ms(b.parts.ffn_queue_us)}"
         lines.append(
             f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}, "
-            f"FFN compute and queueing {ms(b.parts.ffn_us)}, attention waiting in its receive {ms(b.parts.wait_us)}"
+            f"{ffn}, attention waiting in its receive {ms(b.parts.wait_us)}"
         )
     else:
         lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
@@ -111,6 +117,56 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
             f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
         )
     return lines
+
+
+def roles_lines(d: ReportDocument) -> list[str]:
+    """A disaggregated run's roles: each rank's and where it came from, both roles' figures over the
+    attention's steps, and the round trip against its transfer (the document's roles block)."""
+    roles = d.roles
+    if roles is None:
+        return []
+    ranks = [f"rank {r.rank} {r.role}" + (f" (from {r.role_source})" if r.role_source else "") for r in d.ranks if r.role]
+    lines = ["roles: " + "; ".join(ranks)] if ranks else []
+    p = roles.pair
+    if p is not None:
+        lines.append(
+            f"both roles over the attention's {p.steps} steps: FFN compute {ms(p.ffn_compute_per_step_us)} per step, "
+            f"{ms(p.ffn_compute_per_round_trip_us)} per round trip"
+            + (f" (FFN queueing or waiting {ms(p.ffn_queue_per_round_trip_us)})" if p.ffn_queue_per_round_trip_us is not None else "")
+            + f"; GPU busy: attention {pct(p.attention_busy)}, FFN {pct(p.ffn_busy)}, both at once {pct(p.both_busy)}"
+        )
+    ts = roles.time_slicing
+    if ts is not None and not ts.sliced:  # where sliced, the verdict's first reason says it
+        mps = {"answered": "MPS answered", "not running": "MPS not running"}.get(roles.mps_daemon or "", "MPS not verified")
+        one = "one GPU" if roles.shared_gpu else ("not one GPU" if roles.shared_gpu is False else "one GPU or not: not known")
+        less = f", less the FFN's {ms(ts.ffn_compute_us)} compute," if ts.ffn_compute_us is not None else ""
+        lines.append(
+            f"GPU sharing: {one}, {mps}; a round trip's receive waits {ms(ts.receive_us)}{less} against a {us(ts.send_us)} "
+            f"send: {num(ts.ratio, 1)}x its transfer (time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
+        )
+    return lines
+
+
+def profiler_lines(d: ReportDocument) -> list[str]:
+    """The profiler's own cost, where the recording has timed repeats; and, where it is large, that
+    the host time reported may be partly the profiler's doing."""
+    p = d.profiler
+    if not isinstance(p, ProfilerBlock) or p.overhead is None:
+        return []
+    steps = "decode steps" if p.steps_of == "decode" else "steps"
+    line = (
+        f"profiler overhead {100 * p.overhead:+.0f}%: the profiled {steps}' period {ms(p.profiled_period_us)} "
+        f"(median of {p.periods}, start to start) against {p.unprofiled_tpot_ms:.2f} ms unprofiled "
+        f"(TPOT, mean of {p.repeats} repeats' medians, {p.timed_by})"
+    )
+    if not p.large:
+        return [line]
+    if d.verdict.label == HOST_BOUND:
+        why = "the host-bound verdict may be partly the profiler's own doing"
+    else:
+        why = "the host time reported may be partly the profiler's own"
+    return [line, f"{why}: the profiler stretched each step by {100 * p.overhead:.0f}% (it records every CPU op, every "
+                  "thread's where profile_all_threads is on); the unprofiled steps are the run's"]  # fmt: skip
 
 
 ROUND_TRIP_HEADER = [
@@ -135,14 +191,63 @@ def aligned_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
 
 
-def md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
+GLOSSARY = "docs/glossary.md"  # every column and term of the report, explained
+GLOSSARY_URL = GLOSSARY  # relative: where the report sits beside dbo-trace's files, it resolves
+
+# What an abbreviated column name means, for the one-line key under each table that has one (the
+# glossary has every column). A table's own meaning for a name comes first (KEYS_BY_TABLE).
+COLUMN_KEYS = {
+    "#": "--step number",
+    "busy": "GPU busy",
+    "comm": "comm kernel time",
+    "hidden": "comm under compute",
+    "exposed": "comm not under compute",
+    "host": "host-caused GPU idle",
+    "replays": "graph launches (kernels replayed)",
+    "graph": "graph replayed",
+    "time": "step period",
+    "median step": "steady steps' median period",
+    "host idle": "host-caused GPU idle",
+    "comm hidden": "comm under compute",
+    "replayed": "kernels replayed",
+    "op": "place in the step (layer, role)",
+    "ops": "ops per layer",
+    "median time": "comm kernel time",
+    "median exposed": "not under compute",
+    "per round trip": "period / round trips",
+    "ratio": "compute / comm (>= 1 meets the criterion)",
+    "p90": "90th percentile",
+    "p99": "99th",
+    "of GPU time": "share of kernel time",
+    "of host idle": "share of it",
+    "of idle": "share of it",
+    "hand-overs": "yields taken over",
+}
+KEYS_BY_TABLE = {
+    "rank": {"launch": "median launch call", "kernel": "median kernel"},
+    "step": {"launch": "launch calls", "launches": "launch calls", "replayed": "graph replayed"},
+    "hand-overs": {"median": "median yield to the other's resume"},
+}
+
+
+def legend(header: Sequence[str], table: str | None = None) -> str | None:
+    """The key to a table's abbreviated columns, one line (None where it has none); docs/glossary.md
+    has every column."""
+    own = KEYS_BY_TABLE.get(table or "", {})
+    parts = [f"{h}: {own.get(h) or COLUMN_KEYS[h]}" for h in header if h in own or h in COLUMN_KEYS]
+    return "key: " + "; ".join(parts) if parts else None
+
+
+def md_table(header: list[str], rows: list[list[Any]], table: str | None = None) -> list[str]:
     """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
-    stays text, no cell ends early or forges a row)."""
+    stays text, no cell ends early or forges a row); under it, after a blank line (a line next to a
+    table is a row of it), the key to its abbreviated columns."""
 
     def row(cells: list[Any]) -> str:
         return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
 
-    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows)]
+    key = legend(header, table)
+    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows), *(["", f"<sub>{key}</sub>"] if key else [])]
 
 
 RANK_HEADER = [
@@ -580,10 +685,11 @@ def summary_markdown(d: ReportDocument) -> list[str]:
     """summary_tables as Markdown: the kernel and CPU-range tables folded."""
     out: list[str] = []
     for title, folded, header, rows in summary_tables(d, markdown_code):
+        kind = "cpu ranges" if header == list(CPU_RANGE_HEADER) else None
         if folded:
-            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows) + ["", "</details>", ""]
+            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows, kind) + ["", "</details>", ""]
         else:
-            out += [title, ""] + md_table(header, rows) + [""]
+            out += [title, ""] + md_table(header, rows, kind) + [""]
     return out
 
 
@@ -647,9 +753,17 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
         )
     y = b.yield_op
     if y is not None:
+        if y.wall_per_step_us is not None and y.thread_per_step_us is not None and (y.threads_per_step or 1) > 1:
+            # threads in it at once: the wall time, then one thread's; never their sum, which exceeds the step
+            inside = (
+                f"in it {ms(y.wall_per_step_us)} per step ({pct(y.wall_share)} of the step: wall time any of its "
+                f"{num(y.threads_per_step, 0)} threads was), {ms(y.thread_per_step_us)} per thread ({pct(y.thread_share)})"
+            )
+        else:
+            inside = f"{ms(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us)} per step in it"
         out.append(
             f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
-            f"{num(y.per_step, 0)} per step, {ms(y.per_step_us)} per step in it (a cost where DBO is off, "
+            f"{num(y.per_step, 0)} per step, {inside} (a cost where DBO is off, "
             "a wait for the other microbatch where it yields)"
         )
     sp = b.split

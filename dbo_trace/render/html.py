@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbo_trace.analysis.model import Report
-from dbo_trace.analysis.view import median_step, step_view, steps_around_median
+from dbo_trace.analysis.view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
@@ -41,6 +41,8 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     disaggregated_lines,
+    roles_lines,
+    profiler_lines,
     rank_cells,
     round_trip_cells,
     step_number_cell,
@@ -53,7 +55,7 @@ from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
-KINDS = ["compute", "comm", "copy", "launch", "yield"]
+KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden"]  # the last two: an AFD rank's round trips
 
 
 def _views(report: Report) -> list[dict[str, Any]]:
@@ -62,8 +64,9 @@ def _views(report: Report) -> list[dict[str, Any]]:
         if not rank.steps or rank.detail is None:
             continue
         m = median_step(rank)
+        peer = afd_peer(report, rank)  # an AFD attention rank's FFN, drawn on its clock
         for pos in steps_around_median(rank, MAX_STEPS):
-            v = step_view(rank, pos)
+            v = step_view(rank, pos, peer)
             names: dict[str, int] = {}
             bars = [
                 [
@@ -88,6 +91,7 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     "title": v.title,
                     "duration": v.duration,
                     "lanes": v.lanes,
+                    "ffn": v.lanes.index(FFN_GPU) if FFN_GPU in v.lanes else -1,
                     "bars": bars,
                     "names": list(names),
                     "overlap": v.overlap,
@@ -212,11 +216,15 @@ class HtmlRenderer:
             + _table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             + f'<p id="round-trip-note">{html_text(round_trip_note(rt))}</p>'
         )
-        if d.disaggregated is not None:
-            rt_html += "<h2>Disaggregated round trips</h2>" + _list(disaggregated_lines(d.disaggregated), "round-trips")
+        if d.disaggregated is not None or d.roles is not None:
+            lines = roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else [])
+            rt_html += "<h2>Disaggregated round trips</h2>" + _list(lines, "round-trips")
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
-            for r in [*reason_lines(d.verdict), *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)]
+            for r in [
+                *reason_lines(d.verdict), *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)),
+                *host_stack_lines(d),
+            ]
         )
         step = next_step_line(d.verdict)
         notes = all_notes(d)
@@ -273,6 +281,8 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 <span><i style="background:#8c8c8c"></i>not attributed</span><span><i style="background:#555;outline:2px dashed #000"></i>communication (outlined)</span>
 <span><i style="background:#2ca02c"></i>comm under compute</span><span><i style="background:#d62728"></i>GPU idle, host-caused</span>
 <span><i style="background:#9467bd"></i>comm held back (ready, not started)</span>
+<span><i style="background:#aec7e8"></i>AFD round trip, send start to receive end (pale, its microbatch's colour)</span>
+<span><i style="background:#2ca02c"></i>round trip under the other microbatch's compute</span><span><i style="background:#bcbd22"></i>FFN GPU</span>
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
 {timelines}<div id="tip"></div>
 <h2>Steps</h2><div class="scroll">{steps}</div>
@@ -287,7 +297,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
 (function () {{
   const D = JSON.parse(document.getElementById("data").textContent);
   const tip = document.getElementById("tip");
-  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", LEFT = 190, ROW = 26;
+  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", FFN = "#bcbd22", HID = "#2ca02c", LEFT = 190, ROW = 26;
   const panes = {{}};  // rank -> its canvas and the step it shows
   function show(i) {{
     const view = D.views[i], p = panes[view.rank];
@@ -309,8 +319,8 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     for (const b of view.bars) {{
       if (b[1] < p.lo || b[0] > p.hi) continue;
       const kind = D.kinds[b[4]], x0 = x(b[0]), w = Math.max(1, x(b[1]) - x0), y = b[2] * ROW + 4;
-      ctx.globalAlpha = kind === "yield" ? 0.25 : kind === "copy" ? 0.45 : 0.95;
-      ctx.fillStyle = COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
+      ctx.globalAlpha = kind === "yield" ? 0.25 : kind === "copy" ? 0.45 : kind === "round trip" ? 0.35 : 0.95;
+      ctx.fillStyle = kind === "hidden" ? HID : b[2] === view.ffn ? FFN : COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
       if (kind === "comm") {{ ctx.globalAlpha = 1; ctx.strokeStyle = "#000"; ctx.setLineDash([3, 2]); ctx.strokeRect(x0, y, w, ROW - 8); ctx.setLineDash([]); }}
     }}
     ctx.globalAlpha = 1;

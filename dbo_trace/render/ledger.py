@@ -34,7 +34,12 @@ class YieldOpBlock(_Block):
     calls: _Count
     median_us: float | None
     per_step: float | None
-    per_step_us: float | None
+    per_step_us: float | None  # every thread's time added: more than the step where two are in it at once
+    threads_per_step: float | None = None
+    wall_per_step_us: float | None = None  # the time any thread was in it: at most the step
+    wall_share: float | None = None
+    thread_per_step_us: float | None = None  # one thread's
+    thread_share: float | None = None
 
 
 class SplitBlock(_Block):
@@ -102,7 +107,9 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None) -> LedgerBlock | N
         yield_op=None
         if y is None
         else YieldOpBlock(
-            name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us)
+            name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us),
+            threads_per_step=_r(y.threads_per_step), wall_per_step_us=_r(y.wall_per_step_us),
+            wall_share=_r(y.wall_share, 4), thread_per_step_us=_r(y.thread_per_step_us), thread_share=_r(y.thread_share, 4),
         ),
         split=SplitBlock(
             tokens=None if (t := x.split_tokens) is None else [_r(v, 1) or 0.0 for v in t],

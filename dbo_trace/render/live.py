@@ -33,13 +33,21 @@ def live_cells(r: LiveRow) -> list[str]:
         "-" if r.steps_per_s is None else f"{r.steps_per_s:.1f}",
         pct(r.microbatched_share),
         ", ".join(f"{k} {v}" for k, v in r.path_counts.items()) or "-",
-        ", ".join(f"{k} {v}" for k, v in r.graph_replays.items())
-        + (f" (captures {r.graph_captures})" if r.graph_captures else "")
-        or "-",
+        _replays(r),
         "-" if r.yields_per_step is None else f"{r.yields_per_step:.1f}",
         ", ".join(f"ub{u} {ms:.2f} ms" for u, ms in r.wait_ms_per_step.items()) or "-",
         "-" if r.age_s is None else f"{r.age_s:.0f} s",
     ]
+
+
+def _replays(r: LiveRow) -> str:
+    """Graph replays per runtime mode (CUDAGraphWrapper) and the microbatched steps' own (UBatchWrapper),
+    then the captures; "-" where there is none of them."""
+    parts = [f"{k} {v}" for k, v in r.graph_replays.items()]
+    if r.microbatched_replays:
+        parts.append(f"microbatched {r.microbatched_replays}")
+    text = ", ".join(parts) or ("0" if r.graph_captures else "-")
+    return text + (f" (captures {r.graph_captures})" if r.graph_captures else "")
 
 
 def live_table(rows: list[LiveRow], title: str, width: int) -> Text:

@@ -6,7 +6,11 @@ from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
+    GLOSSARY,
+    GLOSSARY_URL,
     disaggregated_lines,
+    roles_lines,
+    profiler_lines,
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
@@ -106,7 +110,7 @@ def ledger_markdown(d: ReportDocument) -> list[str]:
             out += [""] + [f"- {markdown_text(line)}" for line in lines]
         if ledger is not None and ledger.layers:
             out += ["", f"<details><summary>Rank {r.rank} hand-overs per layer</summary>", ""]
-            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers]) + ["", "</details>"]
+            out += md_table(list(LAYER_HEADER), [layer_cells(row) for row in ledger.layers], "hand-overs") + ["", "</details>"]
     return out
 
 
@@ -124,6 +128,7 @@ class MarkdownRenderer:
         if (step := next_step_line(d.verdict)) is not None:
             out += [f"**Next step:** {markdown_text(step)}", ""]
         out += [f"- {markdown_text(reason)}" for reason in reason_lines(d.verdict)]
+        out += [f"- {markdown_text(line)}" for line in profiler_lines(d)]  # beside the verdict it may qualify
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:
@@ -154,8 +159,9 @@ class MarkdownRenderer:
             out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
             out += [""] + [f"- {markdown_text(line)}" for line in cross_rank_lines(d)[1:]]
             out += [f"- note: {markdown_text(note)}" for note in d.cross_rank.notes]
-        if d.disaggregated is not None:
-            out += [""] + [f"- {markdown_text(line)}" for line in disaggregated_lines(d.disaggregated)]
+        if d.disaggregated is not None or d.roles is not None:
+            lines = roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else [])
+            out += [""] + [f"- {markdown_text(line)}" for line in lines]
         rt = d.round_trips
         if rt is not None and dbo_arithmetic_applies(d):
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
@@ -195,6 +201,7 @@ class MarkdownRenderer:
                 ]
                 for s in shown_steps(d)
             ],
+            "step",
         )
         if len(d.steps) > MD_STEP_ROWS:
             out += ["", steps_left_out(d)]
@@ -207,6 +214,7 @@ class MarkdownRenderer:
             out += ["Notes:", *[f"- {markdown_text(n)}" for n in notes], ""]
         out.append(
             f"<sub>dbo-trace {markdown_text(d.dbo_trace_version)}; microbatches from "
-            f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}</sub>"
+            f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}; every column and term: "
+            f"[{GLOSSARY}]({GLOSSARY_URL}) in dbo-trace's repository</sub>"
         )
         return "\n".join(out) + "\n"

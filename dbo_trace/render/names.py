@@ -3,11 +3,16 @@ one rule that keeps distinct names distinct, and fitted to a width with the part
 apart kept (docs/outputs.md, "Names").
 
 The rule, for the names one list shows (a kernel table, a comm kernel line):
-1. demangle: an Itanium-ABI name (`_Z...`) through `cxxfilt` (libstdc++'s `__cxa_demangle`; the
-   optional extra `dbo-trace[names]`); without it, or where it refuses the name, the name as given;
+1. demangle: an Itanium-ABI name (`_Z...`) of at most DEMANGLE_MOST characters through LLVM's
+   demangler (`pycxxfilt`, installed with dbo-trace on Python 3.11+: it reads the clang-mangled
+   ROCm names that libstdc++'s and binutils' demanglers refuse), else `cxxfilt` (libstdc++'s
+   `__cxa_demangle`, the extra `dbo-trace[names]`); without either, or where it refuses the name,
+   the name as given;
 2. the name at the shortest of these levels that no other name of the list shares:
    brief (return type, argument list and namespace qualifiers left out, template arguments as
-   `<...>`: `elementwise_kernel<...>`), readable (the same with the template arguments kept,
+   `<...>`: `elementwise_kernel<...>`; a launcher template, whose first argument is the kernel
+   (CUTLASS's `device_kernel`, CK-tile's `kentry`), keeps that argument's brief form:
+   `device_kernel<FlashAttnFwdSm90<...>>`), readable (the same with the template arguments kept,
    their qualifiers left out), the demangled name, the name as given;
 3. fitted to a width: a name too long is cut at the end (`...`) where what tells it from the others
    lies before the cut, else it keeps its head, `...`, and the stretch from where it first differs
@@ -28,7 +33,22 @@ _QUALIFIER = re.compile(r"(?:\(anonymous namespace\)|\b(?!const\b|volatile\b)[A-
 _OPEN, _CLOSE = "<([{", ">)]}"
 
 
-def _demangler() -> Callable[[str], str] | None:
+# LLVM's demangler recurses once per nesting level and has no depth limit: a hostile name of 100,000
+# nested pointers overflows the stack. Kernel names seen run to about 2,000 characters.
+DEMANGLE_MOST = 4096
+# Launcher templates: the kernel is their first template argument (CUTLASS, flash-attention's arch
+# guards, CK-tile), so their brief form keeps it.
+LAUNCHERS = frozenset({"device_kernel", "enable_sm80_to_sm89", "enable_sm90_or_later", "enable_sm90", "enable_sm100", "kentry"})
+
+
+def _demangler() -> Callable[[str], str | None] | None:
+    try:
+        import pycxxfilt  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        llvm: Callable[[str], str | None] = pycxxfilt.itanium_demangle
+        return llvm
+    except Exception:  # not installed (Python 3.10), or its library cannot load
+        pass
     try:
         import cxxfilt  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
@@ -45,11 +65,11 @@ _DEMANGLE = _demangler()
 def demangle(name: str) -> str:
     """An Itanium-ABI C++ name demangled (`_ZN7ck_tile6kentry...` to `void ck_tile::kentry<...>(...)`);
     any other name, and any the demangler refuses, as given."""
-    if _DEMANGLE is None or not name.startswith("_Z"):
+    if _DEMANGLE is None or not name.startswith("_Z") or len(name) > DEMANGLE_MOST:
         return name
     try:
         out = _DEMANGLE(name)
-    except Exception:  # cxxfilt.InvalidName, or a name the library cannot take
+    except Exception:  # ValueError, cxxfilt.InvalidName, or a name the library cannot take
         return name
     return out if out else name
 
@@ -91,10 +111,14 @@ def _function_part(text: str) -> str:
 
 
 def _collapsed(text: str) -> str:
-    """Every outermost template argument list as `<...>`."""
+    """Every outermost template argument list as `<...>`; a launcher's (LAUNCHERS) as its first
+    argument's own collapsed form, launchers inside skipped: `device_kernel<FlashAttnFwdSm90<...>>`."""
     depth = _depths(text)
     if text and depth[0] < 0:
         return text
+    kernel = _launched(text, depth)
+    if kernel is not None:
+        return kernel
     out, skip = [], False
     for ch, d in zip(text, depth):
         if ch == "<" and d == 0:
@@ -105,6 +129,29 @@ def _collapsed(text: str) -> str:
         elif not skip:
             out.append(ch)
     return "".join(out)
+
+
+def _launched(text: str, depth: list[int]) -> str | None:
+    """A launcher template's brief form `launcher<kernel<...>>` (its first type argument, collapsed;
+    a launcher inside it, such as an arch guard, looked through), or None where text is not one."""
+    opens = [i for i, (ch, d) in enumerate(zip(text, depth)) if ch == "<" and d == 0]
+    if len(opens) != 1 or text[: opens[0]].strip() not in LAUNCHERS:
+        return None
+    args: list[str] = []
+    cur: list[str] = []
+    for ch, d in zip(text[opens[0] + 1 :], depth[opens[0] + 1 :]):
+        if d == 1 and ch in ",>":  # the end of a top-level argument
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    kernel = next((x for x in args if x[:1].isalpha() or x[:1] == "_"), None)  # kentry<1, Kernel>: a type
+    if kernel is None:
+        return None
+    inner = _collapsed(kernel)
+    if inner.split("<", 1)[0] in LAUNCHERS and inner.endswith(">"):  # enable_sm90_or_later<Kernel<...>>
+        inner = inner[inner.index("<") + 1 : -1]
+    return f"{text[: opens[0]].strip()}<{inner}>"
 
 
 @functools.lru_cache(maxsize=65536)

@@ -18,7 +18,8 @@ from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.model import RankReport, Report
-from dbo_trace.analysis.view import held_in_step, steps_bands
+from dbo_trace.analysis.roles import FFN, wall_offset_us
+from dbo_trace.analysis.view import afd_phase, afd_round_trip_spans, held_in_step, steps_bands
 from dbo_trace.render.base import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
@@ -174,11 +175,18 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         [s.end_us for s in steps],
         [f"{s.label}: {s.verdict.label} ({s.wall_us / 1000:.2f} ms)" for s in steps],
     )
-    busy = microbatch_busy(start=tl.gpu.start, end=tl.gpu.end, ubatch=att.gpu_ubatch, phase=att.gpu_phase, selected=in_steps)
+    afd = rank.afd
+    ubatch, phases = att.gpu_ubatch, att.gpu_phase
+    if afd is not None and afd.kernel_ubatch is not None:  # by the microbatch its round trips told them (replays too)
+        ubatch, phases = afd.kernel_ubatch, afd_phase(d.kernel_kind)
+    busy = microbatch_busy(start=tl.gpu.start, end=tl.gpu.end, ubatch=ubatch, phase=phases, selected=in_steps)
     for u in MICROBATCHES:
         for phase, label in ((PHASE_COMPUTE, "compute"), (PHASE_COMM, "comm")):
             s, e = busy[(u, phase)]
             w.slices(w.track(f"microbatch {u} {label} (GPU)", root), s, e, [f"ub{u} {label}"] * len(s))
+    if afd is not None:  # each round trip from its send's start to its receive's end, and its hidden part
+        for track, (s, e, names) in afd_round_trip_spans(rank, lo, hi).items():
+            w.slices(w.track(track, root), s, e, names)
     bands = steps_bands(rank, steps)  # per step, as the metrics count them
     for track, name, field in (
         ("comm under compute", "hidden comm", "hidden_comm"),
@@ -238,9 +246,14 @@ def write_perfetto(report: Report, windows: dict[int, tuple[float, float]] | Non
     one process each, all on one time axis where the ranks could be aligned (docs/analysis.md)."""
     w = _Writer()
     cross = report.cross_rank
+    # An AFD pair's FFN on its attention side's clock (one host's baseTimeNanoseconds): its round
+    # trips' far ends then line up with the attention's sends and receives.
+    attention = next((r for r in report.ranks if r.afd is not None and r.detail is not None), None)
     for rank in report.ranks:
         if rank.detail is not None and (windows is None or rank.rank in windows):
             w.shift_us = cross.shift_us(rank.rank) if cross is not None else 0.0
+            if rank.role == FFN and attention is not None:
+                w.shift_us = wall_offset_us(rank.detailed().timeline, attention.detailed().timeline) or 0.0
             _rank(w, rank, None if windows is None else windows[rank.rank], cross)
     data: bytes = w.builder.serialize()
     return data

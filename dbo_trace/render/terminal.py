@@ -13,8 +13,11 @@ from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    legend,
     disaggregated_lines,
+    profiler_lines,
     rank_cell,
+    roles_lines,
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     LAYER_HEADER,
@@ -154,8 +157,14 @@ class _Lines:
         if left > 0:
             self.line(f"  ... {left} more{what} (--json or --markdown lists all)")
 
-    def table(self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json") -> None:
+    def table(
+        self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json", kind: str | None = None
+    ) -> None:
+        """The table laid out to the width, then the key to its abbreviated columns (format.legend)."""
         self.lines(table(title, columns, rows, self.width, what))
+        key = legend([c.header for c in columns], kind)
+        if key is not None and rows:
+            self.paragraph(key, "  ")
         self.line()
 
     def text(self) -> str:
@@ -212,6 +221,7 @@ def _ledgers(out: _Lines, d: ReportDocument) -> None:
                 f"rank {r.rank} hand-overs per layer",
                 _columns(LAYER_HEADER, {}),
                 [layer_cells(row) for row in handovers[:MAX_OPERATION_ROWS]],
+                kind="hand-overs",
             )
             out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
 
@@ -247,6 +257,9 @@ def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
             if len(header) < len(KERNEL_HEADER):
                 gone_text = ", ".join(h for h in KERNEL_HEADER if h not in header)
                 out.lines(wrap(f"(not shown at {width} columns: {gone_text}; a wider terminal or --json has them)", width, "  ", "   "))
+            key = legend(header)
+            if key is not None:
+                out.paragraph(key, "  ")
             out.line()
         ranges = r.cpu_range_summary
         if ranges:
@@ -256,6 +269,7 @@ def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
                 f"rank {r.rank} CPU ranges by the host-caused GPU idle they explain",
                 _columns(CPU_RANGE_HEADER, {}, ("CPU range", "kind")),
                 [cpu_range_cells(row, name_width=cut_at) for row in shown_ranges],
+                kind="cpu ranges",
             )
 
 
@@ -277,6 +291,7 @@ class TerminalRenderer:
         if (step := next_step_line(d.verdict)) is not None:
             out.paragraph(step, "next step: ", "bold")
         out.bullets(reason_lines(d.verdict))
+        out.bullets(profiler_lines(d))  # beside the verdict it may qualify
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
         out.line()
@@ -300,6 +315,7 @@ class TerminalRenderer:
                 ]
                 for r in d.ranks
             ],
+            kind="rank",
         )
         out.bullets([line for r in d.ranks for line_of in RANK_LINES if (line := line_of(r))], most=None)  # a few per rank
         out.line()
@@ -321,8 +337,8 @@ class TerminalRenderer:
             out.more(len(cross.notes) - MAX_LIST_LINES, " notes")
             out.line()
 
-        if d.disaggregated is not None:
-            out.bullets(disaggregated_lines(d.disaggregated))
+        if d.disaggregated is not None or d.roles is not None:
+            out.bullets(roles_lines(d) + (disaggregated_lines(d.disaggregated) if d.disaggregated is not None else []))
             out.line()
         rt = d.round_trips
         if rt is not None and dbo_arithmetic_applies(d):
@@ -355,6 +371,7 @@ class TerminalRenderer:
                 for s in rows[:MAX_STEP_ROWS]
             ],
             "--json or --markdown",
+            kind="step",
         )
         if len(rows) > MAX_STEP_ROWS:
             out.paragraph(

@@ -16,7 +16,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
-from dbo_trace.analysis.view import Bar, StepView, chosen_step, parse_window, step_view, window_view
+from dbo_trace.analysis.view import (
+    FFN_GPU,
+    HIDDEN,
+    ROUND_TRIP,
+    Bar,
+    StepView,
+    afd_peer,
+    chosen_step,
+    parse_window,
+    step_view,
+    window_view,
+)
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
@@ -36,6 +47,11 @@ CLASS_LABELS = {
     "launch": "CUDA call, no microbatch",
 }
 KIND_ALPHA = {"compute": 0.95, "comm": 0.95, "copy": 0.6, "launch": 0.9, "yield": 0.25}
+# An AFD pair: the FFN's GPU work in a colour of its own; a round trip's span pale in its microbatch's
+# colour (grey with one microbatch), its part under the other microbatch's compute in the hidden green.
+FFN_COLOUR = "#bcbd22"
+ROUND_TRIP_ALPHA = 0.35
+ONE_MICROBATCH_TRIP = "#7f7f7f"
 COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
 OTHER_ALPHA = 0.35
 # What the GPU did (the bottom lane), each its own colour.
@@ -87,7 +103,9 @@ def group_colour(view: StepView, group: str | None) -> str:
 
 
 def kernel_colour(bar: Bar) -> str:
-    """A GPU bar's (or a launch's) colour: its microbatch's, else its class's."""
+    """A GPU bar's (or a launch's) colour: its microbatch's, else the FFN's, else its class's."""
+    if bar.lane == FFN_GPU:
+        return FFN_COLOUR
     return UBATCH_COLOURS.get(bar.ubatch) or CLASS_COLOURS.get(bar.kind, CLASS_COLOURS["compute"])
 
 
@@ -103,9 +121,10 @@ class TimelineRenderer:
         rank, position = chosen_step(report, options.rank, options.step)
         if options.all_ranks:
             return draw_ranks_timeline(ranks_step_view(report, position), self.name)
+        peer = afd_peer(report, rank)  # an AFD attention rank's FFN, on one clock
         if options.window is not None:
-            return draw_timeline(window_view(rank, *parse_window(rank, options.window)), self.name)
-        return draw_timeline(step_view(rank, position), self.name)
+            return draw_timeline(window_view(rank, *parse_window(rank, options.window), peer), self.name)
+        return draw_timeline(step_view(rank, position, peer), self.name)
 
 
 @dataclass
@@ -209,15 +228,23 @@ def _legend(fig: Any, entries: Sequence[tuple[dict[str, Any], str]], ncol: int, 
 
 def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
     """The legend's entries, only what the picture holds: (patch style, label)."""
-    gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield")]
+    gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield", ROUND_TRIP, HIDDEN)]
     ubatches = {b.ubatch for b in gpu if b.ubatch in UBATCH_COLOURS}
     out: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
-    classes = {b.kind for b in view.bars if b.kind in CLASS_COLOURS and b.ubatch not in UBATCH_COLOURS}
+    classes = {b.kind for b in view.bars if b.kind in CLASS_COLOURS and b.ubatch not in UBATCH_COLOURS and b.lane != FFN_GPU}
     out += [({"facecolor": CLASS_COLOURS[k]}, CLASS_LABELS[k]) for k in CLASS_COLOURS if k in classes]
     if any(b.kind == "comm" for b in gpu):
         out.append(({"facecolor": "white", "edgecolor": "black", "hatch": COMM_HATCH}, "communication"))
     if any(not b.own for b in gpu):
         out.append(({"facecolor": "white", "edgecolor": "#555555", "hatch": OTHER_HATCH}, "other steps' kernels"))
+    trips = {b.ubatch for b in view.bars if b.kind == ROUND_TRIP}
+    if trips:
+        colour = UBATCH_COLOURS[0] if trips & set(UBATCH_COLOURS) else ONE_MICROBATCH_TRIP
+        out.append(({"facecolor": colour, "alpha": ROUND_TRIP_ALPHA}, "round trip: send start to receive end"))
+    if any(b.kind == HIDDEN for b in view.bars):
+        out.append(({"facecolor": HIDDEN_COLOUR}, "round trip under the other microbatch's compute"))
+    if any(b.lane == FFN_GPU for b in view.bars):
+        out.append(({"facecolor": FFN_COLOUR}, "FFN GPU (its sends and receives hatched)"))
     if view.overlap:
         out.append(({"facecolor": HIDDEN_COLOUR}, "comm under compute"))
     if view.exposed:
@@ -259,10 +286,15 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     fig.set_size_inches(width_in, inches(fig, title) + 0.2 + LANE_IN * len(lanes) + 0.55 + under)
 
     ranges, plain, comm, other = Boxes(zorder=1), Boxes(), Boxes(COMM_HATCH, "black", outline=True), Boxes(OTHER_HATCH, "#555555")
+    trips, hidden = Boxes(zorder=1), Boxes(zorder=2)
     for bar in view.bars:
         y = row[bar.lane]
         if bar.kind in ("range", "op"):  # named ranges above, operators below, on their thread's lane
             ranges.add(bar.start, bar.end, y + (0.02 if bar.kind == "range" else -0.38), 0.36, group_colour(view, bar.group))
+        elif bar.kind == ROUND_TRIP:  # a round trip's span, its hidden part drawn over it
+            trips.add(bar.start, bar.end, y - 0.3, 0.6, UBATCH_COLOURS.get(bar.ubatch, ONE_MICROBATCH_TRIP), ROUND_TRIP_ALPHA)
+        elif bar.kind == HIDDEN:
+            hidden.add(bar.start, bar.end, y - 0.3, 0.6, HIDDEN_COLOUR)
         elif not bar.own:
             other.add(bar.start, bar.end, y - 0.38, 0.76, kernel_colour(bar), OTHER_ALPHA)
         else:
@@ -280,7 +312,7 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     held = Boxes(zorder=3)
     for ready, start, lane, cause in view.held_back:  # a thin bar under the comm's lane: ready, not running
         held.add(ready, start, row[lane] - 0.46, 0.1, HELD_COLOURS.get(cause, HELD_COLOURS["held"]))
-    for boxes in (ranges, plain, comm, other, state, queued, held):
+    for boxes in (ranges, trips, hidden, plain, comm, other, state, queued, held):
         boxes.draw(ax)
     if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
         ax.annotate(

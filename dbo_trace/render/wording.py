@@ -10,7 +10,9 @@ from typing import Any
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import REASON_SHORT
 from dbo_trace.analysis.host_time import CAUSE_TEXT, LAUNCH, HostCauses
+from dbo_trace.analysis.queueing import CLOCK_OFFSET_US, LaunchDelay
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.sharing import MPS_NOT_RUNNING, TimeSlicing
 from dbo_trace.analysis.stalls import CAPTURE, COMPILE, Stall
 from dbo_trace.analysis.verdict import (
     BORDERLINE,
@@ -59,11 +61,13 @@ from dbo_trace.analysis.verdict import (
     Reason,
     RoundTripFinding,
     RoundTripsHidden,
+    RunningBehind,
     StalledStep,
     StallsReason,
     StartMps,
     StepRoundTrips,
     Straggler,
+    TimeSliced,
     Verdict,
     YieldOpCost,
 )
@@ -128,11 +132,63 @@ def expensive_text(e: ExpensiveCall) -> str:
     n = e.calls_per_step
     per_step = "" if n is None else f", {n:.0f} calls per step" if n == round(n) or n >= 10 else f", {n:.1f} calls per step"
     share = f", {100 * e.step_share:.0f}% of the step time" if e.step_share is not None else ""
+    if e.step_share is not None and e.thread_share is not None and (e.threads_per_step or 1) > 1:
+        # several threads in it at once (the microbatch threads): wall time, and a thread's own
+        share = (
+            f", in it {100 * e.step_share:.0f}% of the step time (wall time any of its "
+            f"{e.threads_per_step:.0f} threads was), {100 * e.thread_share:.0f}% per thread"
+        )
     return (
         f"{_cut(e.name, NAME_MOST)} ({kind}) {e.median_us / 1000:.2f} ms per call (median of {e.calls:,}){per_step}{share}; "
         f"the GPU work it launched {e.kernel_us_per_call:.0f} us per call"
         + (" (with microbatches a yield's call also holds the other microbatch's turn)" if e.yields else "")
     )
+
+
+MPS_ADVICE = (
+    "start the MPS control daemon (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
+    "CUDA_MPS_LOG_DIRECTORY set for both servers) so that both roles run on the GPU at once"
+)
+
+
+def _slicing_figures(ts: TimeSlicing) -> str:
+    ffn = f", less the FFN's {ts.ffn_compute_us / 1000:.2f} ms compute," if ts.ffn_compute_us else ""
+    return (
+        f"a round trip takes {ts.round_trip_us / 1000:.2f} ms; its receive kernel waits "
+        f"{ts.receive_us / 1000:.2f} ms{ffn} against a {ts.send_us:.0f} us send ({ts.ratio or 0.0:.0f}x its transfer)"
+    )
+
+
+def _slicing_head(ts: TimeSlicing) -> str:
+    mps = "MPS not running" if ts.mps_daemon == MPS_NOT_RUNNING else "no MPS daemon seen answering"
+    if ts.shared_gpu:
+        return f"both roles share one GPU ({mps}) and their CUDA contexts time-slice it"
+    return f"the round trip is far above its transfer: if both roles share one GPU ({mps}), their CUDA contexts time-slice it"
+
+
+def time_slicing_text(ts: TimeSlicing) -> str | None:
+    """The roles' GPU sharing in one line where they time-slice it (None where they do not): the
+    roles block's, which says what to do too."""
+    if not ts.sliced or ts.ratio is None:
+        return None
+    return f"{_slicing_head(ts)}: {_slicing_figures(ts)}; {MPS_ADVICE}"
+
+
+def running_behind_text(delay: LaunchDelay) -> str:
+    """The GPU ran behind the host: the idle that was not the host's, and the lag."""
+    share = delay.queued_in_host_idle_us / delay.window_us if delay.window_us > 0 else 0.0
+    grew = (
+        f"grew from {delay.first_us / 1000:.2f} ms to {delay.last_us / 1000:.2f} ms over the window"
+        if delay.last_us > delay.first_us + max(CLOCK_OFFSET_US, 0.1 * delay.first_us)
+        else f"was {delay.first_us / 1000:.2f} ms at the first activity and {delay.last_us / 1000:.2f} ms at the last"
+    )
+    return (
+        f"the GPU ran behind the host: {delay.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}% of the "
+        f"window) of GPU idle came after its next work had been launched, so it is not counted as waiting for "
+        f"the host; the lag from launch to start {grew}"
+        + (" (never under 1 ms: queued behind work from before the window, or the GPU's clock offset from the CPU's)"
+           if delay.clock_offset_suspect else "")
+    )  # fmt: skip
 
 
 def round_trip_text(afd: AfdRoundTrips) -> str:
@@ -339,6 +395,8 @@ def _graph_replays(r: GraphReplays) -> str:
 
 
 _REASONS: dict[type, Callable[[Any], str]] = {
+    TimeSliced: lambda r: f"{_slicing_head(r.slicing)}: {_slicing_figures(r.slicing)}",
+    RunningBehind: lambda r: (f"rank {r.rank}: " if r.rank is not None else "") + running_behind_text(r.delay),
     CaptureReason: _capture,
     StallsReason: _stalls,
     HostIdle: _host_idle,
@@ -418,21 +476,19 @@ def headline(v: Verdict) -> str:
 
 
 def _start_mps(n: StartMps) -> str:
-    s = n.slicing
-    trip = f"; a round trip took {ms(s.round_trip_us)}" if s.round_trip_us is not None else ""
-    expected = f" (about {ms(s.expected_us)} with the GPU shared under MPS)" if s.expected_us is not None else ""
-    return (
-        f"start the MPS control daemon (nvidia-cuda-mps-control -d) for both roles: {' and '.join(s.roles)} took "
-        f"turns on one GPU without it{trip}{expected}"
-    )
+    return f"{MPS_ADVICE}: {_slicing_figures(n.slicing)}"
 
 
 def _yield_op(n: YieldOpCost) -> str:
     y = n.ops
+    if y.wall_per_step_us is not None and y.wall_share is not None:  # the wall time any thread was in it
+        inside = f"in it {ms(y.wall_per_step_us)} per step, {pct_text(y.wall_share)} of the step"
+    else:
+        inside = f"{ms(y.per_step_us)} per step in it"
     return (
-        f"the yield op {_cut(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step: "
-        f"{ms(y.per_step_us)} per step, {pct_text(n.share)} of the GPU's host-caused idle (with DBO on a call also "
-        "waits for the other microbatch's turn)"
+        f"the yield op {_cut(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step, "
+        f"{inside}: {pct_text(n.share)} of the GPU's host-caused idle (with DBO on a call also waits for the other "
+        "microbatch's turn)"
     )
 
 

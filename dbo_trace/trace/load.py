@@ -26,6 +26,7 @@ class Found:
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
     pystacks: list[fmt.SampleEntry] = field(default_factory=list)
+    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -46,6 +47,7 @@ def _discover(path: Path, found: Found) -> None:
         found.manifests.append(bundle.manifest)
         found.traces += bundle.traces
         found.roles.update(bundle.roles)
+        found.role_sources.update(bundle.role_sources)
         found.logs += bundle.logs
         found.pystacks += bundle.pystacks
         found.warnings += bundle.warnings

@@ -45,13 +45,29 @@ if [ ! -f "$DSV2/config.json" ]; then
     && cp "$HERE"/dsv2lite/*.json "$DSV2"/ || exit 1
 fi
 
-# MPS: user space, for this script's processes only (the GPU's compute mode stays as it is).
+# MPS: user space, for this script's processes only (the GPU's compute mode stays as it is). A control pipe
+# left by an earlier `quit` is no daemon (the roles then time-slice the GPU): each arm gets a daemon that
+# answers, started afresh where none does. NO_MPS=1 records without one (the time-sliced regime).
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-if ! [ -e "$CUDA_MPS_PIPE_DIRECTORY/control" ]; then
-  nvidia-cuda-mps-control -d && echo "MPS control daemon started"
-fi
-trap 'echo quit | nvidia-cuda-mps-control; echo "MPS control daemon stopped"' EXIT
+mps_answers() { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; }
+mps_up() {
+  if [ "${NO_MPS:-0}" = 1 ]; then
+    mps_answers && echo quit | nvidia-cuda-mps-control
+    echo "MPS: off (NO_MPS=1); the two roles time-slice GPU 0"
+    return 0
+  fi
+  mps_answers && { echo "MPS: the control daemon answers"; return 0; }
+  rm -rf "$CUDA_MPS_PIPE_DIRECTORY" && mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+  local i
+  for i in $(seq 1 20); do
+    mps_answers && { echo "MPS: control daemon started, and it answers"; return 0; }
+    sleep 0.5
+  done
+  echo "MPS: the control daemon does not answer; not recording a one-GPU pair without it (NO_MPS=1 to do so)"
+  return 1
+}
+trap 'mps_answers && echo quit | nvidia-cuda-mps-control && echo "MPS control daemon stopped"' EXIT
 
 gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1; }
 wait_gpu_free() {  # an FFN started while the last arm's processes still held the GPU failed to start
@@ -92,6 +108,7 @@ arm() {
     echo "== $name: skipped, $SECONDS s gone (SKIP_AFTER_S=$SKIP_AFTER_S)"; return 0
   fi
   wait_gpu_free
+  mps_up || return 1
   local peer
   peer=$(printf '%q ' env NCCL_HOSTID=afd-ffn vllm serve "$DSV2" "${COMMON[@]}" "${mode[@]}" "${dbo[@]}" --port 8100 \
          --additional-config "$(afd_config ffn "$port")")
@@ -103,7 +120,7 @@ arm() {
     vllm serve "$DSV2" "${COMMON[@]}" "${mode[@]}" "${dbo[@]}" --port 8000 --additional-config "$(afd_config attention "$port")"
   echo "exit status $? after $((SECONDS - t0)) s"
   grep -hE "Traceback|Error|error" "$W/$name/server.log" "$W/$name/peer/server.log" 2>/dev/null | grep -v "^$" | head -20
-  du -sh "$W/$name"; ls -l "$W/$name" "$W/$name"/traces "$W/$name"/peer/traces "$W/$name"/pystacks 2>/dev/null
+  du -sh "$W/$name"; ls -l "$W/$name" "$W/$name"/traces "$W/$name"/peer/traces "$W/$name"/peer/acks "$W/$name"/pystacks 2>/dev/null
   python3 - "$W/$name/manifest.json" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -112,7 +129,11 @@ print("roles", m.get("roles"))
 print("counters", {k: v for k, v in (m.get("counters") or {}).items() if k.startswith(("steps", "ubatch.yields", "graph"))})
 for r in m.get("repeats") or []:
     print("repeat", r.get("tool"), r.get("duration_s"), r.get("output_throughput"), r.get("median_tpot_ms"))
-print("peer start/stop", (m.get("peer") or {}).get("profile_start", {}).get("ok"), (m.get("peer") or {}).get("profile_stop", {}).get("ok"))
+peer = m.get("peer") or {}
+for key in ("profile_start", "profile_stop"):
+    print("peer", key, (peer.get(key) or {}).get("ok"), (peer.get(key) or {}).get("acks"))
+print("peer nudges", peer.get("nudge_requests"), "traces settled", peer.get("traces_settled"))
+print("gpu_sharing", m.get("gpu_sharing"))
 print("pystacks", [(p.get("role"), p.get("path"), p.get("note")) for p in m.get("pystacks") or []])
 EOF
   # The repo keeps the traces, event logs and manifests; py-spy's files, when large, are cut by the caller.

@@ -20,6 +20,15 @@ and at exit) what it was asked and when it listened.
 Behaviours: never-listen (the engine never opens the port), die-at-start (exits 2 before
 listening), die-on-start (the engine exits 3 once it has answered the profiler's start),
 ignore-sigint (both processes ignore SIGINT).
+
+--ffn-loop: the engine behaves as the AFD plugin's FFN engine core does on the GPU (seen on the H200,
+docs/recording.md): the Worker is vLLM's class, the heap is frozen after start-up (`gc.freeze()`, as
+vLLM's `freeze_gc_heap` does, so `gc.get_objects()` no longer lists the Worker), and a thread runs
+the Worker's own loop (`_run_ffn_server_loop`): receive a step from the attention side (the stand-in
+attention server sends one line per request it serves), compute, answer, synchronize. A receive is
+GPU work in flight from the moment it is posted until its data came; Worker.profile() waits, as the
+torch profiler's CUPTI set-up and device synchronize do, until no such work is in flight, which from
+a thread other than the loop's means until the attention side sends a step or goes away.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 p = argparse.ArgumentParser()
@@ -47,6 +57,7 @@ p.add_argument("--stats")
 p.add_argument("--trace")
 p.add_argument("--plugin", action="store_true")
 p.add_argument("--discover", action="store_true", help="the Worker is vLLM's class, found by the control thread (gc)")
+p.add_argument("--ffn-loop", action="store_true", help="a frozen heap and the FFN's own loop, fed by the attention side")
 p.add_argument("--api-key", help="ignored (a command line that holds a secret)")
 p.add_argument("--engine", action="store_true", help="internal: run as the engine process")
 args = p.parse_args()
@@ -81,9 +92,17 @@ class Worker:
 
     def __init__(self, stats: dict, save) -> None:
         self.stats, self.save = stats, save
+        self.in_flight = threading.Condition()
+        self.pending = False  # GPU work in flight (a posted receive, or a step's compute)
+        self.loop_thread: threading.Thread | None = None
 
     def profile(self, is_start: bool = True) -> None:
-        self.stats["profile_calls"].append({"start": is_start, "unix": time.time()})
+        waited = time.monotonic()
+        with self.in_flight:  # the profiler's start and stop wait for the GPU work in flight
+            self.in_flight.wait_for(lambda: not self.pending)
+        waited = time.monotonic() - waited
+        on_loop = threading.current_thread() is self.loop_thread
+        self.stats["profile_calls"].append({"start": is_start, "unix": time.time(), "on_loop": on_loop, "waited_s": waited})
         if is_start:
             self.stats["profiling"] = True
             if args.behaviour == "die-on-start":
@@ -95,6 +114,49 @@ class Worker:
                 traces.mkdir(parents=True, exist_ok=True)
                 shutil.copy(args.trace, traces / "ffn_rank0.pt.trace.json.gz")
         self.save()
+
+
+class ControlPlane:
+    """The AFD connector's control plane, as the FFN's loop calls it: one step's payload per call."""
+
+    def __init__(self, worker: "FfnWorker") -> None:
+        self.worker = worker
+        self.conn: socket.socket | None = None
+        self.reader = None
+
+    def recv_dp_metadata_list(self) -> bytes:
+        w = self.worker
+        with w.in_flight:
+            w.pending = True  # the receive is posted: in flight until its data comes
+        line = self.reader.readline() if self.reader is not None else b""
+        if not line:  # the attention side went away: the receive fails, nothing is in flight
+            with w.in_flight:
+                w.pending = False
+                w.in_flight.notify_all()
+            raise ConnectionError("the attention side closed the AFD connection")
+        return line
+
+
+class FfnWorker(Worker):
+    """AFDFFNWorker's shape: model_runner.connector.control_plane, and its own loop."""
+
+    def __init__(self, stats: dict, save) -> None:
+        super().__init__(stats, save)
+        self.model_runner = types.SimpleNamespace(connector=types.SimpleNamespace(control_plane=ControlPlane(self)))
+
+    def _run_ffn_server_loop(self) -> None:
+        plane = self.model_runner.connector.control_plane
+        while True:
+            try:
+                plane.recv_dp_metadata_list()
+            except ConnectionError:
+                return
+            time.sleep(0.002)  # the step's compute, still in flight
+            plane.conn.sendall(b"ok\n")
+            with self.in_flight:  # torch.cuda.synchronize(): nothing in flight at the loop's top
+                self.pending = False
+                self.in_flight.notify_all()
+            self.stats["steps"] = self.stats.get("steps", 0) + 1
 
 
 def engine() -> None:
@@ -120,13 +182,17 @@ def engine() -> None:
         register()
     from dbo_trace.record import control
 
-    if args.discover:  # as in vLLM: an instance of vllm.v1.worker.gpu_worker.Worker, registered nowhere
-        import types
+    if args.discover or args.ffn_loop:  # as in vLLM: an instance of vllm.v1.worker.gpu_worker.Worker, registered nowhere
+        import gc
 
         module = types.ModuleType(control.WORKER_MODULE)
         module.Worker = type("Worker", (Worker,), {})  # type: ignore[attr-defined]
         sys.modules[control.WORKER_MODULE] = module
-        worker = module.Worker(stats, save)
+        if args.ffn_loop:  # the AFD plugin's worker subclasses vLLM's
+            worker = type("AFDFFNWorker", (FfnWorker, module.Worker), {})(stats, save)
+            gc.freeze()  # vLLM's freeze_gc_heap() once the engine has started
+        else:
+            worker = module.Worker(stats, save)
         control.start()  # what the plugin's register() does where DBO_TRACE_CONTROL is set
     else:
         worker = Worker(stats, save)  # held here for the process's life, as vLLM holds its Worker
@@ -143,8 +209,14 @@ def engine() -> None:
     print(f"INFO AFD connector listening on 127.0.0.1:{port}", flush=True)
     try:
         while True:
-            conn, _ = server.accept()  # the attention side would connect; a probe just closes
-            conn.close()
+            conn, _ = server.accept()  # the attention side connects; a probe just closes
+            if not args.ffn_loop or worker.loop_thread is not None:
+                conn.close()
+                continue
+            plane = worker.model_runner.connector.control_plane
+            plane.conn, plane.reader = conn, conn.makefile("rb")
+            worker.loop_thread = threading.Thread(target=worker._run_ffn_server_loop, daemon=True, name="afd-ffn-worker-loop")
+            worker.loop_thread.start()
     finally:
         save()
 

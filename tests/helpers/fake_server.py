@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -89,6 +90,33 @@ if os.environ.get("DBO_TRACE_DIR") and not args.no_plugins:
     register()
 
 config = json.loads(args.profiler_config) if args.profiler_config else {}
+AFD = (json.loads(args.additional_config).get("afd") or {}) if args.additional_config else {}
+
+
+class AfdLink:
+    """An attention server's link to its FFN server: each request served sends one step over the AFD
+    port and waits for the FFN's answer, as the real attention side waits for the FFN's output. A peer
+    that closes the connection (the stand-in without --ffn-loop) ends the link for good."""
+
+    def __init__(self, port: int | None) -> None:
+        self.port, self.lock, self.conn, self.dead = port, threading.Lock(), None, port is None
+
+    def step(self) -> None:
+        with self.lock:
+            if self.dead:
+                return
+            try:
+                if self.conn is None:
+                    self.conn = socket.create_connection(("127.0.0.1", self.port), timeout=300)
+                    self.reader = self.conn.makefile("rb")
+                self.conn.sendall(b"step\n")
+                if not self.reader.readline():
+                    raise ConnectionError("closed")
+            except OSError:
+                self.dead = True
+
+
+afd_link = AfdLink(AFD.get("port") if AFD.get("role") == "attention" else None)
 stats = {
     "requests": 0,
     "profiled_requests": 0,
@@ -177,6 +205,7 @@ class Handler(BaseHTTPRequestHandler):
                 stats["max_tokens"].append(req["max_tokens"])
                 stats["prompt_lens"].append(len(req["prompt"]))
                 n = stats["requests"]
+            afd_link.step()
             if args.behaviour == "slow":
                 time.sleep(0.5)
             if args.behaviour == "short-reply":  # Content-Length promises 1000 bytes, 10 arrive
@@ -205,6 +234,7 @@ class Handler(BaseHTTPRequestHandler):
             if not config.get("torch_profiler_dir"):
                 return self._reply(400, {"error": "profiler not configured"})
             stats["start_profile"] += 1
+            stats.setdefault("start_profile_unix", time.time())
             profiling = True
             print("INFO Profiler started.", flush=True)
             return self._reply(200)

@@ -504,8 +504,16 @@ def phase_steps(rank, phase):
 def steady_sample(arm, phase):
     """The arm's sample: steady steps' periods; ranks' k-th steady periods averaged.
 
-    Returns list of dicts {period, window, tokens}."""
-    per_rank = [[st for st in phase_steps(r, phase) if st["stall"] is None] for r in arm["ranks"]]
+    Returns list of dicts {period, window, tokens}.
+
+    (Updated with docs/analysis.md "compare": the sample is start-to-start periods, so each rank's
+    last step, which has no next start, is not in it where the rank has other steps.)"""
+
+    def with_next(r):
+        last = max(r["steps"], key=lambda st: st["start"]) if len(r["steps"]) > 1 else None
+        return [st for st in phase_steps(r, phase) if st is not last]
+
+    per_rank = [[st for st in with_next(r) if st["stall"] is None] for r in arm["ranks"]]
     if len(per_rank) == 1:
         return [{"period": s["period"], "window": s["window"], "tokens": s["tokens"]} for s in per_rank[0]]
     k = min(len(x) for x in per_rank)
