@@ -51,7 +51,9 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
     import test_scaling as sc
     from conftest import SAMPLES
 
-    from dbo_trace.analysis.report import Options, analyze_rank, combine
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.analysis.rank import analyze_rank
+    from dbo_trace.analysis.report import combine
     from dbo_trace.trace.load import read_timeline
 
     out = []

@@ -34,7 +34,8 @@ COMM = ("--comm-kernels", "spin_kernel")  # the overlap sample's emulated all-to
 
 
 def rank_bytes(mb: float, folder: Path) -> dict:
-    from dbo_trace.analysis.report import Options, cross_part
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.analysis.report import cross_part
     from dbo_trace.pipeline import _read_and_analyze
     from dbo_trace.scale import Compact, bounds, shared_strings
 

@@ -247,7 +247,7 @@ def shape_folder(base: Path, shape: str, gb: float, rank_mb: float, ranks: int) 
 PARTS_CODE = """
 import json, sys, time
 from pathlib import Path
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze
 from dbo_trace.render.json_out import JsonRenderer
 from dbo_trace.trace.load import discover, load

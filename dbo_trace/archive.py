@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
-from dbo_trace.record.redact import redact_argv, redact_env, redact_json, redact_text
+from dbo_trace.redact import redact_argv, redact_env, redact_json, redact_text
 
 if TYPE_CHECKING:
-    from dbo_trace.render.document import ReportDocument
+    from dbo_trace.render.document import PhaseVerdict, ReportDocument, VerdictBlock
 
 MEMBER_ROOT = "dbo-trace"
 REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
@@ -260,11 +260,40 @@ VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
 VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 
 
+def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:
+    """Version 6 gives every verdict its next step and its reasons as {kind, borderline, text};
+    versions before it, the reasons' text alone and no next step."""
+    from dbo_trace.render.document import ReasonBlock
+
+    if (verdict.next_step is not msgspec.UNSET) != (version >= 6):
+        return f"{where}.verdict: next_step is a key of version 6, {'not of' if version < 6 else 'missing in'} version {version}"
+    typed = [isinstance(r, ReasonBlock) for r in verdict.reasons]
+    if (version >= 6 and not all(typed)) or (version < 6 and any(typed)):
+        how = "as" if version >= 6 else "as its text, not"
+        return f"{where}.verdict.reasons: version {version} gives a reason {how} {{kind, borderline, text}}"
+    return None
+
+
+def _verdicts_problem(document: ReportDocument, version: int) -> str | None:
+    """The first verdict whose shape is not its version's: the run's, a phase's, a rank's, a step's."""
+    blocks: list[tuple[str, VerdictBlock | PhaseVerdict]] = [("report", document.verdict)]
+    blocks += [(f"report.phases[{name!r}]", p.verdict) for name, p in document.phases.items()]
+    blocks += [(f"report.steps[{i}]", s.verdict) for i, s in enumerate(document.steps)]
+    for k, rank in enumerate(document.ranks):
+        blocks.append((f"report.ranks[{k}]", rank.verdict))
+        blocks += [(f"report.ranks[{k}].phases[{name!r}]", p.verdict) for name, p in rank.phases.items()]
+        blocks += [(f"report.ranks[{k}].steps[{i}]", s.verdict) for i, s in enumerate(rank.steps)]
+    return next((p for where, v in blocks if (p := _verdict_problem(v, where, version)) is not None), None)
+
+
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
     attribution block: version 3 has two keys that 4 dropped): written by neither."""
     if (document.what_if is not msgspec.UNSET) != (version >= 5):
         return f"report: what_if is a key of version 5, {'not of' if version < 5 else 'missing in'} version {version}"
+    problem = _verdicts_problem(document, version)
+    if problem is not None:
+        return problem
     for i, rank in enumerate(document.ranks):
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"

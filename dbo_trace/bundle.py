@@ -12,6 +12,9 @@ docs/bundle-format.md is the reference; bump a version when a field changes mean
 from __future__ import annotations
 
 import json
+import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +166,170 @@ def write_manifest(bundle: Path, manifest: dict[str, Any]) -> Path:
     path = bundle / MANIFEST_NAME
     replace_file(path, (json.dumps(body, indent=2, sort_keys=True, default=str) + "\n").encode())
     return path
+
+
+# ---- a recording read once -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A recording read once: its manifest, its traces (the manifest's roles give some of them a
+    role: an AFD attention server and its FFN server), its event logs and its Python stack samples,
+    and what in it could not be used."""
+
+    path: Path
+    manifest: dict[str, Any]
+    traces: tuple[Path, ...]  # traces/ and the traces the manifest's roles name (the FFN's under peer/traces/)
+    roles: dict[str, str]  # os.path.normpath(trace) -> role
+    role_sources: dict[str, str]  # os.path.normpath(trace) -> where its role came from: ROLE_FROM_*
+    logs: tuple[Path, ...]  # events/, and with roles the peer's events/ (each log joined to its process)
+    pystacks: tuple[SampleEntry, ...]
+    warnings: tuple[str, ...]
+
+
+def read_bundle(path: Path) -> Bundle:
+    """The bundle at path (BundleError where its manifest cannot be used or it holds no trace)."""
+    manifest = read_manifest(path)
+    traces_dir = path / TRACES_DIR
+    traces = trace_files(traces_dir) if traces_dir.is_dir() else []
+    named = manifest_roles(manifest)
+    roles: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    declared = None if named else declared_role(manifest)
+    if declared is not None:  # an older recorder's bundle: its command line names its role
+        for t in traces:
+            roles[os.path.normpath(t)], sources[os.path.normpath(t)] = declared
+    for rel, role in named.items():
+        p = path / rel
+        if ".." in Path(rel).parts or not p.is_file():
+            continue
+        if p not in traces:
+            traces.append(p)
+        roles[os.path.normpath(p)] = role
+        sources[os.path.normpath(p)] = ROLE_FROM_MANIFEST
+    if not traces:
+        raise BundleError(
+            f"{path}: the bundle has no traces under {TRACES_DIR}/ (was the recording stopped before the profiler wrote them?)"
+        )
+    logs = event_files(path) + (event_files(path / "peer") if named else [])
+    entries, warnings = sample_entries(path, manifest)
+    return Bundle(path, manifest, tuple(traces), roles, sources, tuple(logs), tuple(entries), tuple(warnings))
+
+
+ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
+ROLE_FROM_MANIFEST = "manifest"  # the manifest's `roles` (or its `afd` block's role)
+ROLE_FROM_COMMAND = "command line"  # the recorded command's --additional-config '{"afd": {"role": ...}}'
+AFD_ROLES = ("attention", "ffn")
+
+
+def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
+    """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
+    an entry that is not a list of strings is left out (a role is only a label of its traces)."""
+    roles = manifest.get("roles")
+    out: dict[str, str] = {}
+    if not isinstance(roles, dict):
+        return out
+    for role, entry in roles.items():
+        traces = entry.get("traces") if isinstance(entry, dict) else None
+        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
+            out.update({t: role for t in traces if isinstance(t, str)})
+    return out
+
+
+def command_afd(command: Any) -> dict[str, Any] | None:
+    """The `afd` block a server command line passed in `--additional-config '{"afd": {...}}'` (also
+    `--additional-config=...`); None where it passed none."""
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return None
+    for i, arg in enumerate(command):
+        if arg == "--additional-config" and i + 1 < len(command):
+            raw = command[i + 1]
+        elif arg.startswith("--additional-config="):
+            raw = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            config = json.loads(raw)
+        except ValueError:
+            continue
+        afd = config.get("afd") if isinstance(config, dict) else None
+        if isinstance(afd, dict):
+            return afd
+    return None
+
+
+def command_role(command: Any) -> str | None:
+    """The AFD role a server command line asked for (one of AFD_ROLES), else None."""
+    afd = command_afd(command)
+    role = afd.get("role") if afd is not None else None
+    return str(role) if role in AFD_ROLES else None
+
+
+def declared_role(manifest: dict[str, Any]) -> tuple[str, str] | None:
+    """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
+    block's role, else the one its recorded command line asked for; with where it came from."""
+    afd = manifest.get("afd")
+    if isinstance(afd, dict) and afd.get("role") in AFD_ROLES:
+        return str(afd["role"]), ROLE_FROM_MANIFEST
+    role = command_role(manifest.get("command"))
+    return (role, ROLE_FROM_COMMAND) if role is not None else None
+
+
+@dataclass(frozen=True)
+class SampleEntry:
+    """A manifest's `pystacks` entry, checked."""
+
+    path: Path
+    role: str | None
+    pid: int | None
+    rate_hz: float | None
+    started_unix_ns: int | None
+    note: str | None
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 1 << 63
+
+
+def sample_entries(bundle: Path, manifest: dict[str, Any]) -> tuple[list[SampleEntry], list[str]]:
+    """The manifest's `pystacks` entries that name a file in the bundle, checked; a warning for
+    each one that is damaged or says why it has no file."""
+    listed = manifest.get("pystacks")
+    if listed is None:
+        return [], []
+    if not isinstance(listed, list):
+        return [], [f"{bundle}: the manifest's pystacks is not a list; its Python stack samples are not read"]
+    out, warnings = [], []
+    for i, item in enumerate(listed[:64]):
+        where = f"{bundle}: the manifest's pystacks[{i}]"
+        if not isinstance(item, dict):
+            warnings.append(f"{where} is not an object; skipped")
+            continue
+        rel = item.get("path")
+        note = item.get("note")
+        if rel is None:
+            if isinstance(note, str):
+                warnings.append(f"{where}: no Python stack samples ({note[:300]})")
+            continue
+        if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts or "\x00" in rel:
+            warnings.append(f"{where}: its path is not a file inside the bundle; skipped")
+            continue
+        rate = item.get("rate_hz")
+        started = item.get("started_unix_ns")
+        role = item.get("role")
+        pid = item.get("pid")
+        path = bundle / rel
+        if not path.exists():
+            warnings.append(f"{where}: {rel} is missing" + (f" ({note[:300]})" if isinstance(note, str) else ""))
+            continue
+        out.append(
+            SampleEntry(
+                path=path,
+                role=role[:200] if isinstance(role, str) else None,
+                pid=pid if _whole(pid) else None,
+                rate_hz=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate <= 100_000 else None,
+                started_unix_ns=started if _whole(started) else None,
+                note=note[:300] if isinstance(note, str) else None,
+            )
+        )
+    return out, warnings

@@ -1,37 +1,39 @@
-"""The way from the user's paths to a Report: find the inputs, read them (each rank in its own worker
-process where there are several), check the manifests' declarations, analyse. The one entry point
-that does I/O; dbo_trace.analysis is pure (arrays in, reports out)."""
+"""The way from the user's paths to a Report, the one every executor takes (one process, a pool of
+worker processes, Ray tasks on the nodes holding the traces: dbo_trace/scale.py):
+
+  prepare  the manifests' declarations and roles into the options; the event logs and Python samples
+  analyse  each trace read and analysed on its own (analyse_trace); a disaggregated run's FFN traces
+           after its attention traces, cut to their window (the FFN's last receive waits out the
+           attention side's profiler export)
+  finish   the ranks' numbers settled once, the ranks put in order and combined into the Report
+
+The one module of the analysis side that does I/O; dbo_trace.analysis is pure (arrays in, reports out)."""
 
 from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import as_completed
-from dataclasses import replace
+from collections.abc import Sequence
+from concurrent.futures import Executor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from dbo_trace.analysis.report import Options, RankReport, Report, analyze_rank, combine
+from dbo_trace.analysis.clocks import Alignment
+from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
+from dbo_trace.analysis.peers import PeerWaits
+from dbo_trace.analysis.rank import analyze_rank
+from dbo_trace.analysis.report import combine, with_peer_waits
 from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
-from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info, wall_offset_us
+from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.analysis.unprofiled import Repeat, repeats_of
+from dbo_trace.bundle import ROLE_FROM_MANIFEST
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import (
-    ROLE_FROM_MANIFEST,
-    Found,
-    Loaded,
-    discover,
-    load,
-    rank_order,
-    read_logs,
-    read_samples,
-    read_timelines,
-    settle_ranks,
-)
+from dbo_trace.trace.load import Found, discover, rank_order, read_logs, read_samples, read_timelines, settle_ranks
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
@@ -95,7 +97,7 @@ def _repeats(manifests: list[dict]) -> tuple[Repeat, ...]:
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
 
 
-def with_sm_evidence(r: RankReport, options: Options) -> RankReport:
+def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
     """The rank with the launch shape of the kernel that crowded out most held-back comm, read back
     from its trace's args (a second pass over the file, only where comm was crowded)."""
     from collections import Counter
@@ -149,24 +151,34 @@ def samples_of(tl: Timeline, samples: list[StackSamples]) -> list[StackSamples]:
     return [s for s in samples if tl.pid is not None and tl.pid in s.pids()]
 
 
-def analyze(loaded: Loaded, options: Options, inputs: list[str]) -> Report:
-    options = with_roles(options_from_manifests(options, loaded.manifests), loaded.manifests, loaded.roles)
-    options = with_declared_roles(options, loaded.roles, loaded.role_sources)
-    options = with_trace_roles(options, loaded.timelines, loaded.samples)
-    order, numbers = numbered_by_role(loaded.timelines, loaded.ranks, options)
-    timelines, info = restrict_roles([loaded.timelines[i] for i in order], options, loaded.manifests)
-    ranks = [
-        with_sm_evidence(analyze_rank(tl, logs_of(tl, loaded.logs), options, rank=n, samples=samples_of(tl, loaded.samples)), options)
-        for n, tl in zip(numbers, timelines)
-    ]
-    return combine(ranks, options, inputs, loaded.warnings, roles=info)
+def workers_for(traces: int, asked: int | None = None, total_bytes: int | None = None) -> int:
+    """Worker processes: as asked (--workers, else DBO_TRACE_WORKERS), else one per core where the
+    input is large enough to repay their start-up; no more than the traces where there are several
+    (one large trace is decoded by all of them)."""
+    if asked is None:
+        env = os.environ.get(WORKERS_ENV, "")
+        if env.isdigit() and int(env) > 0:
+            asked = int(env)
+        elif total_bytes is not None and total_bytes < PARALLEL_MIN_FILE_BYTES:
+            asked = 1  # a few MB: spawning workers would cost more than reading
+        else:
+            asked = os.cpu_count() or 1
+    return max(1, asked if traces <= 1 else min(asked, traces))
 
 
-def with_declared_roles(options: Options, roles: dict[str, str], sources: dict[str, str]) -> Options:
-    """The roles the bundles declare (their manifests' roles, else their command lines), and where
-    each came from, in the options the ranks are analysed with."""
-    calls = {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()}
-    return _with_calls(options, calls)
+WORKERS_ENV = "DBO_TRACE_WORKERS"
+PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
+
+
+# ---- prepare ----------------------------------------------------------------------------------
+
+
+def prepared_options(options: Options, manifests: list[dict], roles: dict[str, str], sources: dict[str, str]) -> Options:
+    """The options with what the manifests declare (communication kernels, layers, the recording's
+    environment, its timed repeats) and the roles the bundles give their traces, each with where it
+    came from (the manifest's roles, its command line)."""
+    options = with_roles(options_from_manifests(options, manifests), manifests, roles)
+    return _with_calls(options, {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()})
 
 
 def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[StackSamples]) -> Options:
@@ -188,96 +200,201 @@ def _with_calls(options: Options, calls: dict[str, RoleCall]) -> Options:
     return replace(options, roles=tuple(sorted(roles.items())), role_sources=tuple(sorted(sources.items())))
 
 
-def numbered_by_role(timelines: list[Timeline], numbers: list[int], options: Options) -> tuple[list[int], list[int]]:
-    """The ranks' order and numbers. A disaggregated run's traces each claim rank 0 (each role's own
-    world of one), so settle_ranks numbered them by path; with every trace's role known they are
-    numbered attention first, then by path, so that a pair reads alike however its traces were given
-    (a bundle, or a folder per role)."""
-    role = dict(options.roles)
-    roles = [role.get(os.path.normpath(tl.source), "") for tl in timelines]
-    claims = {tl.claimed_rank for tl in timelines}
-    if len(timelines) < 2 or "" in roles or len(claims) == len(timelines) or len(set(roles)) < 2:
-        return list(range(len(timelines))), numbers
-    rank_of = {r: i for i, r in enumerate(ROLE_ORDER)}
-    order = sorted(range(len(timelines)), key=lambda i: (rank_of.get(roles[i], len(ROLE_ORDER)), str(timelines[i].source)))
-    return order, list(range(len(order)))
-
-
-def restrict_roles(timelines: list[Timeline], options: Options, manifests: list[dict]) -> tuple[list[Timeline], RolesInfo | None]:
-    """With roles, the FFN's traces cut to the attention traces' window (one clock,
-    baseTimeNanoseconds): the FFN's last receive waits out the attention side's profiler export."""
-    role = dict(options.roles)
-    present = [role[k] for tl in timelines if (k := os.path.normpath(tl.source)) in role]
-    info = roles_info(manifests, present, [tl.metadata for tl in timelines])
-    attention = [tl for tl in timelines if role.get(os.path.normpath(tl.source)) == ATTENTION]
-    windows = [w for tl in attention if (w := event_window(tl)) is not None]
-    if info is None or not attention or not windows:
-        return timelines, info
-    ref = attention[0]
-    lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
-    out, cut = [], False
-    for tl in timelines:
-        offset = wall_offset_us(tl, ref)
-        if role.get(os.path.normpath(tl.source)) == FFN and offset is not None:
-            tl = restrict(tl, lo - offset, hi - offset)
-            cut = True
-        out.append(tl)
-    return out, replace(info, ffn_window_restricted=cut)
-
-
-def settle_pair(ranks: list[RankReport], options: Options, manifests: list[dict], logs: list[EventLogData],
-                samples: list[StackSamples]) -> tuple[list[RankReport], RolesInfo | None]:  # fmt: skip
-    """Ranks analysed each in its own worker, which told each trace's role: with the roles known,
-    the FFN's ranks are analysed again cut to the attention's window (what analyze does first)."""
-    options = replace(
+def with_ranks_roles(options: Options, ranks: Sequence[RankAnalysis]) -> Options:
+    """The options with the roles the analysed ranks were given (declared, or told by their traces)."""
+    return replace(
         options,
         roles=tuple(sorted({os.path.normpath(r.source): r.role for r in ranks if r.role is not None}.items())),
         role_sources=tuple(sorted({os.path.normpath(r.source): r.role_source for r in ranks if r.role_source}.items())),
     )
-    order, numbers = numbered_by_role([r.detailed().timeline for r in ranks], [r.rank for r in ranks], options)
-    ranks = [ranks[i] if ranks[i].rank == n else replace(ranks[i], rank=n) for i, n in zip(order, numbers)]
-    timelines = [r.detailed().timeline for r in ranks]
-    cut, info = restrict_roles(timelines, options, manifests)
-    out = [
-        r if tl is r.detailed().timeline else
-        with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), options, rank=r.rank, samples=samples_of(tl, samples)), options)
-        for r, tl in zip(ranks, cut)
-    ]  # fmt: skip
-    return out, info
 
 
-def _read_and_analyze(
-    trace: Path, index: int, logs: list[EventLogData], options: Options, samples: list[StackSamples]
-) -> list[RankReport] | str:
-    """One input's ranks in a worker process (one, or an Nsight export's processes): their reports,
-    or the one-line error of the file."""
+@dataclass
+class Plan:
+    """What is known before a trace is read: the options, the traces in the order found, the event
+    logs and Python samples every rank's analysis reads, and the warnings so far."""
+
+    options: Options
+    traces: list[Path]
+    manifests: list[dict]
+    logs: list[EventLogData]
+    samples: list[StackSamples]
+    found_warnings: list[str]  # what discovery said
+    read_warnings: list[str]  # the event logs and samples that could not be read
+
+    def role(self, trace: Path | str) -> str | None:
+        return dict(self.options.roles).get(os.path.normpath(trace))
+
+    def rounds(self) -> tuple[list[int], list[int]]:
+        """The traces to analyse first (positions), then the FFN's, which are cut to the window of the first."""
+        ffn = [i for i, t in enumerate(self.traces) if self.role(t) == FFN]
+        return [i for i in range(len(self.traces)) if i not in ffn], ffn
+
+
+def prepare(found: Found, options: Options) -> Plan:
+    logs, log_warnings = read_logs(found)
+    samples, sample_warnings = read_samples(found)
+    return Plan(
+        prepared_options(options, found.manifests, found.roles, found.role_sources), list(found.traces), found.manifests,
+        logs, samples, list(found.warnings), log_warnings + sample_warnings,
+    )  # fmt: skip
+
+
+# ---- analyse ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The attention traces' window (the first one's ts clock, baseTimeNanoseconds its base), to which
+    the FFN's traces are cut: one host's clock, so a trace's offset is the difference of the bases."""
+
+    base_time_ns: int | None
+    lo: float
+    hi: float
+
+    def of(self, tl: Timeline) -> Timeline | None:
+        """The timeline cut to the window on its own clock; None where the clocks cannot be related."""
+        if tl.base_time_ns is None or self.base_time_ns is None:
+            return None
+        offset = (tl.base_time_ns - self.base_time_ns) / 1000.0
+        return restrict(tl, self.lo - offset, self.hi - offset)
+
+
+def cut_of(attention: Sequence[Timeline]) -> Cut | None:
+    """The window of the attention timelines (or their bounds, scale.bounds), where they have events."""
+    windows = [w for tl in attention if (w := event_window(tl)) is not None]
+    if not attention or not windows:
+        return None
+    return Cut(attention[0].base_time_ns, min(w[0] for w in windows), max(w[1] for w in windows))
+
+
+def analyse_trace(
+    trace: Path,
+    index: int,
+    logs: list[EventLogData],
+    options: Options,
+    samples: list[StackSamples],
+    cut: Cut | None = None,
+    progress: Callable[[int], None] | None = None,
+    workers: int = 1,
+) -> list[RankAnalysis] | str:
+    """One input's ranks (one, or an Nsight export's processes) read and analysed, or the one-line
+    error of the file. cut: an FFN trace's window (the attention's); workers > 1: a large trace
+    decoded by that many processes."""
     try:
         reuse_freed_memory()  # this worker's previous rank gave it back
-        timelines = read_timelines(trace, index)
+        timelines = read_timelines(trace, index, progress, workers)
         give_back_freed_memory()
-        mine = with_trace_roles(options, timelines, samples)  # the roles no bundle declared, from this trace
-        return [with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples)), mine) for tl in timelines]
+        return analyse_timelines(timelines, logs, options, samples, cut)
     except InputError as exc:
         return str(exc)
 
 
-def workers_for(traces: int, asked: int | None = None, total_bytes: int | None = None) -> int:
-    """Worker processes: as asked (--workers, else DBO_TRACE_WORKERS), else one per core where the
-    input is large enough to repay their start-up; no more than the traces where there are several
-    (one large trace is decoded by all of them)."""
-    if asked is None:
-        env = os.environ.get(WORKERS_ENV, "")
-        if env.isdigit() and int(env) > 0:
-            asked = int(env)
-        elif total_bytes is not None and total_bytes < PARALLEL_MIN_FILE_BYTES:
-            asked = 1  # a few MB: spawning workers would cost more than reading
-        else:
-            asked = os.cpu_count() or 1
-    return max(1, asked if traces <= 1 else min(asked, traces))
+def analyse_timelines(
+    timelines: list[Timeline], logs: list[EventLogData], options: Options, samples: list[StackSamples], cut: Cut | None
+) -> list[RankAnalysis]:
+    """The timelines' ranks analysed, each with its role (declared, else told by its trace) and, an
+    FFN's, cut to the attention's window where that is known."""
+    mine = with_trace_roles(options, timelines, samples)  # the roles no bundle declared, from these traces
+    roles = dict(mine.roles)
+    out = []
+    for tl in timelines:
+        if cut is not None and roles.get(os.path.normpath(tl.source)) == FFN:
+            tl = cut.of(tl) or tl
+        out.append(with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples)), mine))
+    return out
 
 
-WORKERS_ENV = "DBO_TRACE_WORKERS"
-PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
+def told_ffn(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[int]:
+    """Of the traces analysed first, those whose trace told an FFN role (no bundle declared it): to be
+    analysed again, cut to the attention's window."""
+    return [i for i in first if not isinstance(res := results[i], str) and any(r.role == FFN for r in res)]
+
+
+def attention_timelines(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[Timeline]:
+    """The attention ranks' timelines (declared, or told by their traces) of the traces analysed first."""
+    return [r.detailed().timeline for i in first if not isinstance(res := results[i], str) for r in res if r.role == ATTENTION]
+
+
+# ---- finish -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The ranks numbered once (settle_ranks: the rank each trace claims, or by name where claims
+    clash) and put in rank order."""
+
+    ranks: list[RankAnalysis]  # numbered, in rank order
+    numbers: list[int]  # each rank's number, in the order the results list them
+    order: list[int]  # those positions in rank order
+    timelines: list[Timeline]  # each rank's timeline (or its bounds), in the order the results list them
+    warnings: list[str]
+
+
+def settle(results: list[list[RankAnalysis] | str], bounds: list[list[Timeline]] | None = None) -> Settled:
+    """results: per trace in the order found, its ranks or its one-line error. bounds: where the
+    ranks' details stay elsewhere (Ray), what settling reads of each timeline (per trace, as results).
+    A disaggregated run's traces each claim rank 0 (each role's own world of one): with every trace's
+    role known they are numbered attention first, then by path, however they were given."""
+    ranks = [r for res in results if not isinstance(res, str) for r in res]
+    errors = [res for res in results if isinstance(res, str)]
+    timelines = [tl for b in bounds for tl in b] if bounds is not None else [r.detailed().timeline for r in ranks]
+    numbers, warnings = settle_ranks(timelines, errors)
+    order = rank_order(numbers)
+    paired = _numbered_by_role([timelines[i] for i in order], [ranks[i].role for i in order])
+    if paired is not None:
+        order = [order[k] for k in paired]
+        for n, i in enumerate(order):
+            numbers[i] = n
+    numbered = [ranks[i] if ranks[i].rank == numbers[i] else replace(ranks[i], rank=numbers[i]) for i in order]
+    return Settled(numbered, numbers, order, timelines, warnings)
+
+
+def _numbered_by_role(timelines: list[Timeline], roles: list[str | None]) -> list[int] | None:
+    """The pair's order, attention first then by path, where every trace has a role and their claims
+    clash (each role's world of one); None where the ranks keep their numbers."""
+    claims = {tl.claimed_rank for tl in timelines}
+    if len(timelines) < 2 or None in roles or len(claims) == len(timelines) or len(set(roles)) < 2:
+        return None
+    rank_of = {r: i for i, r in enumerate(ROLE_ORDER)}
+    return sorted(range(len(timelines)), key=lambda i: (rank_of.get(roles[i] or "", len(ROLE_ORDER)), str(timelines[i].source)))
+
+
+def finish(
+    plan: Plan,
+    settled: Settled,
+    inputs: list[str],
+    *,
+    cut: Cut | None = None,
+    parts: list[CrossPart] | None = None,
+    refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
+    warnings: Sequence[str] = (),
+) -> Report:
+    """The settled ranks combined into the Report. parts and refine: where the ranks' details stay
+    elsewhere (Ray), what the cross-rank step reads of each (in the order the results list them) and
+    how the peer waits go back to them; warnings: the executor's own."""
+    return combine(
+        settled.ranks,
+        plan.options,
+        inputs,
+        plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
+        [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
+        refine,
+        roles=_roles(plan, settled, cut),
+    )
+
+
+def _roles(plan: Plan, settled: Settled, cut: Cut | None) -> RolesInfo | None:
+    """What the manifests and the traces say of the roles present, and whether the FFN's traces were cut."""
+    timelines = [settled.timelines[i] for i in settled.order]
+    info = roles_info(plan.manifests, [r.role for r in settled.ranks if r.role is not None], [tl.metadata for tl in timelines])
+    if info is None or cut is None:
+        return info
+    ffn = [tl for r, tl in zip(settled.ranks, timelines) if r.role == FFN]
+    return replace(info, ffn_window_restricted=any(tl.base_time_ns is not None and cut.base_time_ns is not None for tl in ffn))
+
+
+# ---- the executors ------------------------------------------------------------------------------
 
 
 def analyze_found(
@@ -287,33 +404,65 @@ def analyze_found(
     and analysed in its own process, workers at a time; with one large trace, its events are decoded
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
-    if workers <= 1 or len(found.traces) < 2 or found.roles:  # roles known: the FFN is cut to the attention's window first
-        loaded = load(found, progress, workers)  # one trace: its decoding in parallel
-        give_back_freed_memory()
-        return analyze(loaded, options, inputs)
-    options = with_roles(options_from_manifests(options, found.manifests), found.manifests, found.roles)
-    logs, warnings = read_logs(found)
-    samples, sample_warnings = read_samples(found)
-    warnings += sample_warnings
-    results: dict[int, list[RankReport] | str] = {}
-    done = 0
-    with process_pool(workers) as pool:
-        futures = {pool.submit(_read_and_analyze, t, i, logs, options, samples): i for i, t in enumerate(found.traces)}
+    plan = prepare(found, options)
+    first, then = plan.rounds()
+    results: dict[int, list[RankAnalysis] | str] = {}
+    read = _Read(plan, results, progress)
+    if workers > 1 and len(plan.traces) > 1:
+        with process_pool(workers) as pool:
+            read.pooled(pool, first, None)
+            cut = read.again(first, then)
+            read.pooled(pool, then, cut)
+    else:  # one process: a large trace decoded by the workers
+        read.in_turn(first, None, workers)
+        cut = read.again(first, then)
+        read.in_turn(then, cut, workers)
+    give_back_freed_memory()
+    return finish(plan, settle([results[i] for i in range(len(plan.traces))]), inputs, cut=cut)
+
+
+class _Read:
+    """Traces read and analysed into results (by position), the bytes done told to progress."""
+
+    def __init__(
+        self, plan: Plan, results: dict[int, list[RankAnalysis] | str], progress: Callable[[int], None] | None
+    ) -> None:
+        self.plan, self.results, self.progress, self.done = plan, results, progress, 0
+
+    def again(self, first: list[int], then: list[int]) -> Cut | None:
+        """The attention's window, once the traces analysed first have told their roles; the ones
+        whose trace told an FFN role analysed again within it, from their timelines."""
+        told = told_ffn(self.results, first)
+        if not then and not told:
+            return None
+        cut = cut_of(attention_timelines(self.results, first))
+        if cut is None:
+            return None
+        plan = self.plan
+        for i in told:
+            res = self.results[i]
+            assert not isinstance(res, str)
+            options = with_ranks_roles(plan.options, res)
+            self.results[i] = analyse_timelines([r.detailed().timeline for r in res], plan.logs, options, plan.samples, cut)
+        return cut
+
+    def in_turn(self, which: list[int], cut: Cut | None, workers: int) -> None:
+        plan = self.plan
+        for i in which:
+            base, progress = self.done, self.progress
+            told = None if progress is None else (lambda n: progress(base + n))
+            self.results[i] = analyse_trace(plan.traces[i], i, plan.logs, plan.options, plan.samples, cut, told, workers)
+            self.done += os.path.getsize(plan.traces[i])
+
+    def pooled(self, pool: Executor, which: list[int], cut: Cut | None) -> None:
+        plan = self.plan
+        futures = {pool.submit(analyse_trace, plan.traces[i], i, plan.logs, plan.options, plan.samples, cut): i for i in which}
         for future in as_completed(futures):
             i = futures[future]
-            results[i] = future.result()
-            done += os.path.getsize(found.traces[i])
-            if progress:
-                progress(done)
-    ranks = [rank for _, r in sorted(results.items()) if not isinstance(r, str) for rank in r]
-    errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
-    # The workers analysed each rank before every trace's claim was known: the numbers are decided
-    # now, once (settle_ranks), and given to the reports; a report's number differs from its claim
-    # only where claims clashed.
-    numbers, settle_warnings = settle_ranks([r.detailed().timeline for r in ranks], errors)
-    numbered = [r if r.rank == n else replace(r, rank=n) for r, n in zip(ranks, numbers)]
-    ordered, info = settle_pair([numbered[i] for i in rank_order(numbers)], options, found.manifests, logs, samples)
-    return combine(ordered, options, inputs, found.warnings + settle_warnings + warnings, roles=info)
+            self.results[i] = future.result()
+            self.done += os.path.getsize(plan.traces[i])
+            if self.progress:
+                self.progress(self.done)
 
 
 def analyze_paths(paths: list[Path], options: Options, workers: int = 1) -> Report:

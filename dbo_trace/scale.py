@@ -1,15 +1,17 @@
 """`report --ray ADDRESS`: each rank read and analysed by a Ray task on the node that holds its trace,
 the cross-rank step and the document on the driver (docs/performance.md, "Across machines").
 
-The same steps as pipeline.analyze_found's process pool, with Ray as the executor:
+The pipeline's steps (dbo_trace/pipeline.py: prepare, analyse, finish), with Ray as the executor:
   1. find: on each node named (`NODE:/path`) or, for a path without one, on every node (a glob asked
-     of each), the traces, event logs and manifests the paths hold (trace/load.py discover);
-  2. analyse: per trace, a task pinned to its node (node affinity) reads it and runs analyze_rank;
-     the rank's report with its detail (the whole timeline) stays in that node's object store, and
-     the driver fetches only the report without it, the cross-rank step's part of the detail
-     (report.CrossPart: the comm kernels, the clock's clues) and what settling the rank numbers reads;
-  3. combine on the driver (report.combine), whose peer-wait step goes back, per rank that waited,
-     to a task on the rank's node, where its detail is.
+     of each), the traces, event logs, Python samples, manifests and roles the paths hold (trace/load.py
+     discover); the driver prepares the options from them (pipeline.prepared_options);
+  2. analyse: per trace, a task pinned to its node (node affinity) runs pipeline.analyse_trace, a
+     disaggregated run's FFN traces after its attention traces, cut to their window; the rank's report
+     with its detail (the whole timeline) stays in that node's object store, and the driver fetches
+     only the report without it, the cross-rank step's part of the detail (model.CrossPart: the comm
+     kernels, the clock's clues) and what settling the rank numbers reads;
+  3. finish on the driver (pipeline.settle, pipeline.finish), whose peer-wait step goes back, per
+     rank that waited, to a task on the rank's node, where its detail is.
 A failed task is retried once (Ray: max_retries, retry_exceptions); a trace still not analysed is a
 warning naming it, its node and why, and the report is of the other ranks. Ctrl-C cancels the tasks.
 A task reads only the files its node found under the paths given (resolved: a symbolic link out of
@@ -31,9 +33,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from dbo_trace.analysis.clocks import Alignment
+    from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
     from dbo_trace.analysis.peers import PeerWaits
-    from dbo_trace.analysis.report import CrossPart, Options, RankReport, Report
+    from dbo_trace.pipeline import Cut, Plan
     from dbo_trace.trace.eventlog import EventLogData
+    from dbo_trace.trace.pystacks import StackSamples
     from dbo_trace.trace.timeline import Timeline
 
 INSTALL_HINT = "pip install 'dbo-trace[ray]'"
@@ -101,6 +105,9 @@ class NodeFound:
     traces: list[tuple[str, int, int, int]] = field(default_factory=list)  # (path, bytes, mtime ns, index of the path given)
     logs: list[EventLogData] = field(default_factory=list)
     manifests: list[dict[str, Any]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> where the bundle's role came from
+    samples: list[StackSamples] = field(default_factory=list)  # the bundles' Python stack samples (py-spy)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # a path named on this node that is not there: an error
 
@@ -115,7 +122,7 @@ def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
     """On a node: per (index, path, is it named on this node), the files discover() finds there; a
     glob is expanded here. Returns them and the resolved roots the rank tasks may read under."""
     from dbo_trace.trace.errors import InputError
-    from dbo_trace.trace.load import discover, read_logs
+    from dbo_trace.trace.load import discover, read_logs, read_samples
 
     out, roots = NodeFound(), []
     for index, path, named in asked:
@@ -138,11 +145,16 @@ def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
                 out.warnings.append(f"{t}: leads outside {match} (a symbolic link?); not read")
             found.traces = [t for t in found.traces if t not in outside]
             found.logs = [t for t in found.logs if t not in outside]
+            found.pystacks = [e for e in found.pystacks if within(e.path, [root])]
             logs, log_warnings = read_logs(found)
+            samples, sample_warnings = read_samples(found)
             out.traces += [(str(t), (st := os.stat(t)).st_size, st.st_mtime_ns, index) for t in found.traces]
             out.logs += logs
             out.manifests += found.manifests
-            out.warnings += found.warnings + log_warnings
+            out.roles.update(found.roles)
+            out.role_sources.update(found.role_sources)
+            out.samples += samples
+            out.warnings += found.warnings + log_warnings + sample_warnings
     return out, roots
 
 
@@ -151,26 +163,26 @@ class Compact:
     """A trace's ranks as the driver needs them: each report without its detail, its CrossPart and
     the timeline's bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
 
-    reports: list[RankReport]
+    reports: list[RankAnalysis]
     parts: list[CrossPart]
     bounds: list[Timeline]
     node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
 
 
-def analyse(trace: str, index: int, logs: list[EventLogData], options: Options, roots: list[str]) -> tuple[Any, Any]:
-    """On the trace's node: its ranks read and analysed. Returns (the full reports, kept on the node;
-    their Compact, or the trace's one-line error)."""
+def analyse(
+    trace: str, index: int, logs: list[EventLogData], options: Options, roots: list[str], samples: list[StackSamples],
+    cut: Cut | None,
+) -> tuple[Any, Any]:
+    """On the trace's node: its ranks read and analysed (pipeline.analyse_trace). Returns (the full
+    reports, kept on the node; their Compact, or the trace's one-line error)."""
     from dataclasses import replace
 
     from dbo_trace.analysis.report import cross_part
-    from dbo_trace.pipeline import _read_and_analyze
-    from dbo_trace.trace.alloc import reuse_freed_memory
+    from dbo_trace.pipeline import analyse_trace
 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
         return None, f"{trace}: outside the paths given; not read"
-    reuse_freed_memory()
-    # py-spy samples are not shipped to the nodes (a recording's pystacks/ is read where report runs)
-    result = _read_and_analyze(Path(trace), index, logs, options, [])
+    result = analyse_trace(Path(trace), index, logs, options, samples, cut)
     if isinstance(result, str):
         return None, result
     import ray
@@ -214,7 +226,7 @@ def bounds(tl: Timeline) -> Timeline:
     )  # fmt: skip
 
 
-def peer_waits_of(full: list[RankReport], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankReport:
+def peer_waits_of(full: list[RankAnalysis], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankAnalysis:
     """On the rank's node: its report (renumbered as settled) with its peer waits, without its detail."""
     from dataclasses import replace
 
@@ -320,20 +332,62 @@ def _pinned(ray: Any, fn: Callable[..., Any], node_id: str, **options: Any) -> A
 
 
 def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Report:
+    """The pipeline's steps (dbo_trace/pipeline.py) with Ray as the executor: find on the nodes,
+    prepare here, analyse each trace on its node (the FFN's after the attention's, cut to their
+    window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.report import combine
-    from dbo_trace.pipeline import options_from_manifests
+    from dbo_trace.analysis.roles import ATTENTION, FFN
+    from dbo_trace.pipeline import Plan, cut_of, finish, prepared_options, settle
     from dbo_trace.trace.errors import InputError
-    from dbo_trace.trace.load import rank_order, settle_ranks
-    from dbo_trace.trace.workers import sigterm_interrupts
 
+    given = [parse(p) for p in paths]
     every = ray.nodes()
+    label = {n["NodeID"]: node_label(n) for n in every}
+    by_node, warnings = _asked(every, given)
+    found, roots = _find_on_nodes(ray, by_node, given, label, warnings)
+    traces = _placed(found.seen, label)
+    if not traces:
+        raise InputError(warnings[0] if warnings else "no node found a trace under the paths given")
+    nodes = [n for n in every if n.get("Alive")]
+    for i, g in enumerate(given):
+        if g.node is None and not any(t[0] == i for t in traces):
+            raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
+    plan = Plan(
+        prepared_options(options, found.manifests, found.roles, found.role_sources), [Path(t[2]) for t in traces],
+        found.manifests, found.logs, found.samples, [], [],
+    )  # fmt: skip
+    tasks = _Tasks(ray, plan, traces, roots, label, stream)
+    first, then = plan.rounds()
+    tasks.run(first, None)
+    compact = [c for k in first if isinstance(c := tasks.results[k], Compact)]
+    told = [k for k in first if isinstance(c := tasks.results[k], Compact) and any(r.role == FFN for r in c.reports)]
+    attention = [b for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
+    cut = cut_of(attention) if then or told else None
+    if cut is not None and told:  # their traces told an FFN role: analysed again, within the attention's window
+        tasks.counter.total += len(told)
+        tasks.run(told, cut)
+    tasks.run(then, cut)
+    results = [tasks.results[k] for k in range(len(traces))]
+    ranks = [c.reports if isinstance(c, Compact) else c for c in results]
+    settled = settle(ranks, [c.bounds if isinstance(c, Compact) else [] for c in results])
+    home = [(k, j) for k, c in enumerate(results) if isinstance(c, Compact) for j in range(len(c.reports))]
+    place = {settled.numbers[i]: home[i] for i in settled.order}  # a settled rank number -> (its trace, its place in it)
+    parts = [p for c in results if isinstance(c, Compact) for p in c.parts]
+    report = finish(
+        plan, settled, _inputs(given, traces), cut=cut, parts=parts, refine=tasks.waits_on_nodes(place), warnings=warnings
+    )
+    late = [w for w in tasks.late if w not in report.warnings]  # the peer-wait step's, after the document's others
+    return replace(report, warnings=report.warnings + late) if late else report
+
+
+def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, list[tuple[int, str, bool]]], list[str]]:
+    """Per live node, the paths it is asked about: (index of the path given, path, named on it)."""
+    from dbo_trace.trace.errors import InputError
+
     nodes = sorted((n for n in every if n.get("Alive")), key=lambda n: node_label(n))
     dead = [n for n in every if not n.get("Alive")]
-    given = [parse(p) for p in paths]
     by_node: dict[str, list[tuple[int, str, bool]]] = {}
-    label = {n["NodeID"]: node_label(n) for n in every}
     warnings: list[str] = []
     for g in given:
         if not g.path.startswith("/"):  # a task's working folder is Ray's, on another machine
@@ -347,16 +401,32 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
             raise InputError(where)
         for n in where:
             by_node.setdefault(n["NodeID"], []).append((i, g.path, g.node is not None))
+    return by_node, warnings
 
-    # 1. find, on each node asked
+
+@dataclass
+class _AllFound:
+    """What every node found: each file with the nodes that found it, and what the plan reads."""
+
+    seen: dict[tuple[int, str, int, int], list[str]] = field(default_factory=dict)  # (given, path, bytes, mtime) -> nodes
+    logs: list[EventLogData] = field(default_factory=list)
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)
+    role_sources: dict[str, str] = field(default_factory=dict)
+    samples: list[StackSamples] = field(default_factory=list)
+
+
+def _find_on_nodes(
+    ray: Any, by_node: dict[str, list[tuple[int, str, bool]]], given: list[Given], label: dict[str, str], warnings: list[str]
+) -> tuple[_AllFound, dict[str, list[str]]]:
+    """find() on each node asked; the files found, and per node the roots its tasks may read under."""
+    from dbo_trace.trace.errors import InputError
+
     finding = {
         node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked)
         for node, asked in by_node.items()
     }
-    seen: dict[tuple[int, str, int, int], list[str]] = {}  # a file each node found: (given, path, bytes, mtime) -> nodes
-    logs: list[EventLogData] = []
-    manifests: list[dict[str, Any]] = []
-    roots: dict[str, list[str]] = {}
+    out, roots = _AllFound(), {}
     for node, ref in finding.items():
         try:
             found, roots[node] = _get(ray, ref, [r for r in finding.values()])
@@ -367,67 +437,74 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         if found.errors:
             raise InputError(f"{found.errors[0]} (on node {label[node]})")
         for path, size, mtime, index in found.traces:
-            seen.setdefault((index, path, size, mtime), []).append(node)
-        logs += found.logs
-        manifests += found.manifests
+            out.seen.setdefault((index, path, size, mtime), []).append(node)
+        out.logs += found.logs
+        out.manifests += found.manifests
+        out.roles.update(found.roles)
+        out.role_sources.update(found.role_sources)
+        out.samples += found.samples
         warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
-    traces = _placed(seen, label)
-    if not traces:
-        raise InputError(warnings[0] if warnings else "no node found a trace under the paths given")
-    for i, g in enumerate(given):
-        if g.node is None and not any(t[0] == i for t in traces):
-            raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
-    inputs = _inputs(given, traces)
-    options = options_from_manifests(options, manifests)
+    return out, roots
 
-    # 2. analyse each trace on its node
-    logs_ref = ray.put(logs)
-    refs: dict[Any, int] = {}
-    full: dict[int, Any] = {}
-    for k, (_, node, path, _size) in enumerate(traces):
-        task = _pinned(ray, analyse, node, num_returns=2, max_retries=TASK_RETRIES, retry_exceptions=True)
-        full[k], compact_ref = task.remote(path, k, logs_ref, options, roots[node])
-        refs[compact_ref] = k
-    results: dict[int, Compact | str] = {}
-    counter = Counter(len(traces), stream)
-    try:
-        pending = list(refs)
-        with sigterm_interrupts():  # SIGTERM as Ctrl-C: the tasks are cancelled, not left running
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                k = refs[ready[0]]
-                _, node, path, _size = traces[k]
-                try:
-                    results[k] = ray.get(ready[0])
-                except Exception as exc:  # retried once already (max_retries, retry_exceptions)
-                    results[k] = f"the rank in {path} (node {label[node]}): not analysed ({why(exc)}); missing from this report"
-                done = results[k]
-                ran = f"on {label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {label[node]}: failed"
-                counter.step(f"{path} {ran}")
-    except BaseException:  # Ctrl-C, SIGTERM: the tasks stop with the driver
-        for ref in refs:
-            ray.cancel(ref, force=True)
-        raise
 
-    # 3. the rank numbers settled, the cross-rank step here, its peer waits where each rank's detail is
-    reports: list[RankReport] = []
-    parts: list[CrossPart] = []
-    bounded: list[Timeline] = []
-    home: list[tuple[int, int]] = []  # per rank: the trace it came from and its place in it
-    errors = [r for _, r in sorted(results.items()) if isinstance(r, str)]
-    for k, r in sorted(results.items()):
-        if isinstance(r, Compact):
-            reports += r.reports
-            parts += r.parts
-            bounded += r.bounds
-            home += [(k, j) for j in range(len(r.reports))]
-    numbers, settle_warnings = settle_ranks(bounded, errors)
-    order = rank_order(numbers)
-    ranks = [replace(reports[i], rank=numbers[i]) for i in order]
-    place = {numbers[i]: home[i] for i in order}
+class _Tasks:
+    """The rank tasks of one report: each trace analysed on its node, its full reports kept there."""
 
-    def waits_on_nodes(ranks: list[RankReport], waits: PeerWaits, alignment: Alignment) -> list[RankReport]:
-        asked = {}
+    def __init__(
+        self, ray: Any, plan: Plan, traces: list[tuple[int, str, str, int]], roots: dict[str, list[str]], label: dict[str, str],
+        stream: Any,
+    ) -> None:  # fmt: skip
+        self.ray, self.plan, self.traces, self.roots, self.label = ray, plan, traces, roots, label
+        self.logs = ray.put(plan.logs)
+        self.samples = ray.put(plan.samples)
+        self.full: dict[int, Any] = {}  # per trace: the reference to its full reports, on its node
+        self.results: dict[int, Compact | str] = {}
+        self.counter = Counter(len(traces), stream)
+        self.late: list[str] = []  # warnings of the peer-wait step
+
+    def run(self, which: list[int], cut: Cut | None) -> None:
+        """The traces at these positions, each a task pinned to its node; Ctrl-C and SIGTERM cancel them."""
+        from dbo_trace.trace.workers import sigterm_interrupts
+
+        ray, refs = self.ray, {}
+        for k in which:
+            _, node, path, _size = self.traces[k]
+            task = _pinned(ray, analyse, node, num_returns=2, max_retries=TASK_RETRIES, retry_exceptions=True)
+            self.full[k], compact_ref = task.remote(path, k, self.logs, self.plan.options, self.roots[node], self.samples, cut)
+            refs[compact_ref] = k
+        try:
+            pending = list(refs)
+            with sigterm_interrupts():  # SIGTERM as Ctrl-C: the tasks are cancelled, not left running
+                while pending:
+                    ready, pending = ray.wait(pending, num_returns=1)
+                    self._done(refs[ready[0]], ready[0])
+        except BaseException:  # Ctrl-C, SIGTERM: the tasks stop with the driver
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+
+    def _done(self, k: int, ref: Any) -> None:
+        _, node, path, _size = self.traces[k]
+        try:
+            self.results[k] = self.ray.get(ref)
+        except Exception as exc:  # retried once already (max_retries, retry_exceptions)
+            self.results[k] = f"the rank in {path} (node {self.label[node]}): not analysed ({why(exc)}); missing from this report"
+        done = self.results[k]
+        ran = f"on {self.label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {self.label[node]}: failed"
+        self.counter.step(f"{path} {ran}")
+
+    def waits_on_nodes(
+        self, place: dict[int, tuple[int, int]]
+    ) -> Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]]:
+        """combine's refine: each rank that waited for a peer gets its waits on its node, where its detail is."""
+        return lambda ranks, waits, alignment: self._waits(ranks, waits, alignment, place)
+
+    def _waits(
+        self, ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alignment, place: dict[int, tuple[int, int]]
+    ) -> list[RankAnalysis]:
+        from dataclasses import replace
+
+        ray, asked = self.ray, {}
         for r in ranks:
             if r.exposure is None or not len(waits.kernel_wait_us.get(r.rank, ((),))[0]):
                 continue
@@ -441,8 +518,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
                 steps=[],
                 ubatches=[],
             )
-            task = _pinned(ray, peer_waits_of, traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
-            asked[r.rank] = task.remote(full[k], j, r.rank, mine, alignment)
+            task = _pinned(ray, peer_waits_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            asked[r.rank] = task.remote(self.full[k], j, r.rank, mine, alignment)
         out = []
         for r in ranks:
             if r.rank not in asked:
@@ -451,16 +528,11 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
             try:
                 out.append(_get(ray, asked[r.rank], list(asked.values())))
             except _TaskFailed as exc:
-                node = label[traces[place[r.rank][0]][1]]
-                warnings.append(f"rank {r.rank} on node {node}: its waits for peer ranks were not applied ({exc}); "
-                                "its exposed comm is as measured on its own")  # fmt: skip
+                node = self.label[self.traces[place[r.rank][0]][1]]
+                self.late.append(f"rank {r.rank} on node {node}: its waits for peer ranks were not applied ({exc}); "
+                                 "its exposed comm is as measured on its own")  # fmt: skip
                 out.append(r)
         return out
-
-    report = combine(
-        ranks, options, inputs, settle_warnings + warnings, [parts[i].numbered(numbers[i]) for i in order], waits_on_nodes
-    )
-    return report
 
 
 class _TaskFailed(Exception):

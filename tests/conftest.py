@@ -62,6 +62,16 @@ def report_json(*args: str) -> dict:
     return json.loads(proc.stdout)
 
 
+def reason_texts(verdict) -> list[str]:
+    """A verdict's reasons in words: a JSON document's ({kind, borderline, text}), or a report's
+    typed reasons as render/wording.py words them."""
+    if isinstance(verdict, dict):
+        return [r["text"] for r in verdict["reasons"]]
+    from dbo_trace.render.wording import reason_text
+
+    return [reason_text(r) for r in verdict.reasons]
+
+
 def assert_matches_headline(doc: dict, ref: dict) -> None:
     """A one-rank vLLM recording's `report --json` against reference.headline of its trace: the steps,
     GPU utilization, host idle (of the window and in steps), kernels, and each phase's figures."""

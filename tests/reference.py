@@ -228,6 +228,7 @@ def headline_of_events(events, comm_regex):
         p_compute = [(k["ts"], k["end"]) for k in own_k if not rx.search(k["name"])]
         median = median_of([s["period"] for s in mine])
         return dict(
+            steady_span=span,
             steps=len(every),
             stalls=sum(1 for s in every if s["stall"]),
             median_step_us=median,

@@ -22,9 +22,10 @@ from conftest import ROOT, SAMPLES, run_cli
 from independent_afd import hidden_share, round_trips
 
 from dbo_trace.analysis.compare import microbatched
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_found, analyze_paths
 from dbo_trace.render import RENDERERS
+from dbo_trace.render.wording import headline, next_step_text, reason_text
 from dbo_trace.trace.load import discover
 
 DATA = ROOT / "tests" / "data" / "afd-onegpu"
@@ -142,8 +143,12 @@ def test_time_slicing_only_without_mps(reports, arm, form):
     assert "under MPS" not in text and "MPS answered" not in text
     if sliced.sliced:  # one GPU from the manifest (its gpu_sharing, or one GPU on the host): a bare trace cannot tell
         first = report.verdict.reasons[0]
-        assert first.startswith("both roles share one GPU" if form != "traces" else "the round trip is far above its transfer: if")
-        assert "time-slice it: a round trip takes 4.46 ms" in first and "nvidia-cuda-mps-control -d" in first
+        assert first.kind == "time_slicing"
+        said = reason_text(first)
+        assert said.startswith("both roles share one GPU" if form != "traces" else "the round trip is far above its transfer: if")
+        assert "time-slice it: a round trip takes 4.46 ms" in said
+        step = report.verdict.next_step
+        assert step is not None and step.kind == "start_mps" and "nvidia-cuda-mps-control -d" in next_step_text(step)
 
 
 def _with_sharing(bundle: Path, into: Path, **sharing) -> Path:
@@ -211,7 +216,7 @@ def test_pair_as_two_folders_is_no_collective_group(pair):
     text = " ".join(RENDERERS["terminal"].render(folders).split())
     for absent in ("not matched", "started last", "skew", "across ranks", "time-slice"):
         assert absent not in text
-    assert folders.verdict.headline == bundle.verdict.headline
+    assert headline(folders.verdict) == headline(bundle.verdict)
     assert folders.round_trips.per_step == bundle.round_trips.per_step == 6
     ffn = folders.ranks[1]
     assert ffn.window.window_us < 10_000  # its 7.7 s last receive cut to the attention's window, as in the bundle

@@ -17,7 +17,7 @@ from afd_synth import afd_pair
 from conftest import SAMPLES, run_cli
 from independent_afd import round_trips
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.view import afd_peer, median_step, step_view
 from dbo_trace.pipeline import analyze_paths
 

@@ -9,12 +9,14 @@ import statistics
 
 import pytest
 from afd_synth import afd_pair
+from conftest import reason_texts
 from independent_afd import hidden_share, parts, per_step, round_trips
 
 from dbo_trace.analysis.compare import arms_of, compare, dbo_pairs, microbatched, ran_with
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
+from dbo_trace.render.wording import expensive_text, headline
 from dbo_trace.render.compare import render_markdown, render_terminal
 
 ARMS = {"eager": (False, False), "eager-dbo": (True, False), "graphs": (False, True), "graphs-dbo": (True, True)}
@@ -104,7 +106,7 @@ def test_roles_are_kept_apart(bundles):
     assert {r["role"] for r in doc["ranks"]} == {"attention", "ffn"}
     assert doc["disaggregated"]["per_step"] == 2 * LAYERS
     assert doc["roles"]["shared_gpu"] is True
-    assert "FFN round trip" in report.verdict.headline
+    assert "FFN round trip" in headline(report.verdict)
     text = " ".join(RENDERERS["terminal"].render(report).split())
     assert "disaggregated round trips" in text and "FFN compute 0.06 ms, FFN queueing or waiting" in text
     assert "disaggregated round trips" in RENDERERS["markdown"].render(report)
@@ -113,7 +115,7 @@ def test_roles_are_kept_apart(bundles):
 def test_without_dbo_the_headline_says_not_hidden(bundles):
     report = bundles["graphs"][2]
     assert report.verdict.label == "not-overlapped"
-    assert "not hidden" in report.verdict.headline
+    assert "not hidden" in headline(report.verdict)
 
 
 def test_expensive_call_in_the_host_line(bundles):
@@ -122,7 +124,7 @@ def test_expensive_call_in_the_host_line(bundles):
     (call,) = [e for e in rank.expensive_calls if e.name == "vllm::manual_dbo_yield"]
     assert call.median_us == pytest.approx(250.0) and call.calls == LAYERS * bundles["eager"][1]["steps"]
     assert call.calls_per_step == LAYERS and call.kernel_us_per_call == 0.0
-    assert any("vllm::manual_dbo_yield (CPU op) 0.25 ms per call" in r for r in rank.verdict.reasons)
+    assert any("vllm::manual_dbo_yield (CPU op) 0.25 ms per call" in r for r in reason_texts(rank.verdict))
 
 
 def test_compare_four_arms(bundles):
@@ -177,7 +179,7 @@ def test_expensive_call_on_a_real_recording():
     assert call.calls == len(durs)
     assert call.median_us == pytest.approx(statistics.median(durs))
     assert call.kernel_us_per_call * 10 <= call.median_us
-    assert any("vllm::moe_forward (CPU op)" in r for r in report.verdict.reasons)
+    assert any("vllm::moe_forward (CPU op)" in r for r in reason_texts(report.verdict))
 
 
 def test_without_the_ffn_trace_the_receive_kernel_is_given(tmp_path):
@@ -221,5 +223,5 @@ def test_a_yield_under_dbo_is_said_to_hold_the_other_turn(tmp_path):
     afd_pair(folder, dbo=True, graphs=False, layers=LAYERS, yield_us=250.0)
     rank = _attention(analyze_paths([folder], Options()))
     (call,) = [e for e in rank.expensive_calls if e.name == "vllm::manual_dbo_yield"]
-    assert call.yields and "the other microbatch's turn" in call.text()
+    assert call.yields and "the other microbatch's turn" in expensive_text(call)
     assert call.calls_per_step == 2 * LAYERS

@@ -15,7 +15,7 @@ from conftest import SAMPLES
 from independent_afd import hidden_share, per_step, round_trips
 
 from dbo_trace.analysis.compare import microbatched
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 FOLDER = Path(os.environ.get("DBO_TRACE_AFD_SAMPLES", SAMPLES))

@@ -11,8 +11,9 @@ from conftest import ROOT
 PACKAGE = ROOT / "dbo_trace"
 # What each layer may import from dbo_trace (besides itself). Shared leaves: errors, files, bundle
 # (the recording format, which both sides read), lazy (a list built when read: the analysis's step
-# reports, the renderers' step blocks), ui (progress output).
-LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy"}
+# reports, the renderers' step blocks), redact (the secret rules the recording and the archive both
+# apply), ui (progress output).
+LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact"}
 ALLOWED = {
     "trace": LEAVES,
     "analysis": LEAVES | {"trace"},
@@ -21,6 +22,24 @@ ALLOWED = {
     "demo": LEAVES | {"ui", "record", "analysis", "trace", "render", "pipeline"},
     # where cli.py sits: above everything but cli.py, which only declares the options
     "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "pipeline", "scale", "archive"},
+}
+
+
+# The top-level modules, each by what it is: a leaf imports only leaves; the pipeline reads traces
+# into the analysis; scale runs the pipeline's steps on Ray; the archive packs a report's renderings
+# (nothing of the recording side); the CLI sits above everything.
+TOP_ALLOWED = {
+    "__init__": set(),
+    "errors": set(),
+    "files": set(),
+    "lazy": set(),
+    "redact": set(),
+    "bundle": LEAVES,
+    "ui": LEAVES,
+    "pipeline": LEAVES | {"trace", "analysis"},
+    "scale": LEAVES | {"trace", "analysis", "pipeline"},
+    "archive": LEAVES | {"analysis", "render"},
+    "cli": LEAVES | {"ui", "commands", "record", "demo"},
 }
 
 
@@ -179,6 +198,17 @@ def test_the_test_builders_use_no_package_code():
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
+def test_the_top_level_modules_import_only_what_they_are_for(path):
+    assert path.stem in TOP_ALLOWED, f"{path.name}: a new top-level module; say what it may import (TOP_ALLOWED)"
+    allowed = TOP_ALLOWED[path.stem]
+    for module in imports_of(path):
+        if not module.startswith("dbo_trace") or module == f"dbo_trace.{path.stem}":
+            continue
+        ok = module in allowed or layer_of(module) in allowed
+        assert ok, f"{path.name} imports {module}: it may import only {sorted(allowed)}"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
 def test_only_the_cli_imports_the_commands(path):
     """The top-level modules (the pipeline, the archive, the leaves) sit below the commands; the
     sub-packages are held by ALLOWED above, in which only "commands" itself names no command."""
@@ -186,3 +216,17 @@ def test_only_the_cli_imports_the_commands(path):
         return
     for module in imports_of(path):
         assert layer_of(module) not in ("commands", "cli"), f"{path.name} imports {module}: only cli.py uses the commands"
+
+
+def test_no_sentence_is_found_by_its_text():
+    """A verdict's reasons are typed (analysis/verdict.py): nothing finds one by matching its words,
+    neither a sentence constant compared with reasons nor a prefix test on a reason."""
+    banned = {"HOST_REASON", "BORDERLINE_TEXT", "CRITERION_TEXT", "HIDDEN_COMM_TEXT"}
+    for path in MODULES:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                assert node.id not in banned, f"{path.relative_to(ROOT)} uses {node.id}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+                subject = ast.unparse(node.func.value)
+                assert "reason" not in subject.lower(), f"{path.relative_to(ROOT)}: {subject}.startswith(...)"

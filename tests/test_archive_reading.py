@@ -191,14 +191,41 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4 and 5")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5 and 6")
+
+
+def verdicts(doc):
+    """Every verdict block of a document: the run's, its phases', its steps', each rank's and theirs."""
+    for block in [doc, *doc["ranks"]]:
+        yield block["verdict"]
+        yield from (p["verdict"] for p in block["phases"].values())
+        yield from (s["verdict"] for s in block["steps"])
+
+
+def test_a_version_5_archive_still_reads(real, tmp_path):
+    """Version 5 gave a reason as its text alone and no next step: an archive written then renders
+    its reasons, without a next step; a version 6 document shaped so, or the other way round, is damage."""
+    doc = document(real)
+    assert all(v["next_step"]["text"] for v in verdicts(doc))
+    _as_version_5(doc)
+    damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 6")
+    doc["schema_version"] = 5
+    old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
+    shown = run_cli("report", str(old))
+    assert shown.returncode == 0, shown.stderr
+    assert "next step:" not in shown.stdout and doc["verdict"]["reasons"][0] in " ".join(shown.stdout.split())
+    assert json.loads(run_cli("report", str(old), "--json").stdout) == doc
+    doc["verdict"]["next_step"] = {"kind": "overlap_works", "text": "x"}
+    refused(build(tmp_path / "v5-damaged.tar.gz", with_report(real, json.dumps(doc).encode())), "not of version 5")
 
 
 def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 5 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 6 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
         for op in r["comm_operations"]:
@@ -367,8 +394,17 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 
+def _as_version_5(doc):
+    """The document's verdicts as version 5 wrote them: each reason its text alone, no next step."""
+    for verdict in verdicts(doc):
+        del verdict["next_step"]
+        verdict["reasons"] = [r["text"] for r in verdict["reasons"]]
+    return doc
+
+
 def _without_version_5(doc):
     """The document as version 4 wrote it: without the DBO ledger's keys."""
+    _as_version_5(doc)
     del doc["what_if"]
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]
@@ -383,7 +419,7 @@ def _without_version_5(doc):
     (5, "dbo_ledger", "report.ranks[0]: dbo_ledger is missing (version 5 has it)"),
 ])  # fmt: skip
 def test_the_ledger_keys_belong_to_version_5(real, tmp_path, version, drop, words):
-    doc = document(real)
+    doc = _as_version_5(document(real))
     doc["schema_version"] = version
     if drop == "what_if":
         del doc["what_if"]

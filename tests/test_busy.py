@@ -10,7 +10,7 @@ from work import calls_made, elements_passed, peak_bytes
 
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE, PHASE_WAIT
 from dbo_trace.analysis.busy import microbatch_busy
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 

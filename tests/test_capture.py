@@ -6,7 +6,7 @@ launches on its thread, and no kernel from those launches (none runs during a ca
 are checked against a plain walk over the JSON."""
 
 import pytest
-from conftest import SAMPLES, report_json, sample_trace
+from conftest import SAMPLES, report_json, run_cli, sample_trace
 from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, write_trace
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -51,7 +51,11 @@ def test_a_trace_that_is_mostly_capture_is_called_capture_not_host_bound(tmp_pat
     path, per_step = _captured_trace(tmp_path, 0.9)
     doc = report_json(str(path))
     assert doc["verdict"]["label"] == "graph-capture"
-    assert doc["verdict"]["reasons"][0].startswith("the trace is mostly graph capture")
+    first = doc["verdict"]["reasons"][0]
+    assert first["kind"] == "graph_capture" and first["text"].startswith("the trace is mostly graph capture")
+    assert doc["verdict"]["findings"][:2] == ["graph_capture", "host_bound"]
+    assert doc["verdict"]["next_step"]["kind"] == "profile_after_startup"
+    assert not any(r["kind"] == "stalls" for r in doc["verdict"]["reasons"])  # its stalls are the capture itself
     by_start = {round(ts, 3): n for (_name, ts), n in per_step.items()}
     reported = [s for s in doc["steps"] if s["captured_launches"]]
     assert reported and all(s["captured_launches"] == by_start[round(s["start_us"], 3)] for s in reported)
@@ -65,11 +69,30 @@ def test_a_few_captures_in_a_run_are_a_line_not_the_verdict(tmp_path):
     path, _ = _captured_trace(tmp_path, 0.05)
     doc = report_json(str(path))
     assert doc["verdict"]["label"] == "host-bound"
-    assert any(r.startswith("graph capture: ") for r in doc["verdict"]["reasons"])
+    (line,) = [r for r in doc["verdict"]["reasons"] if r["kind"] == "graph_capture"]
+    assert line["text"].startswith("graph capture: ")
 
 
 @pytest.mark.parametrize("sample", ["vllm-graphs-decode", "graph", "hostbound"])
 def test_no_capture_no_capture_figures(sample):
     doc = report_json(str(SAMPLES / sample))
     assert doc["graphs"]["captured_launches"] == 0 and doc["graphs"]["steps_captured"] == 0
-    assert not any("graph capture" in r for r in doc["verdict"]["reasons"])
+    assert not any(r["kind"] == "graph_capture" for r in doc["verdict"]["reasons"])
+
+
+def test_a_capture_trace_archived_reads_back(tmp_path):
+    """`archive` then `report` of a trace that is mostly capture: its verdict's label (graph-capture)
+    and finding are words the document's types accept, so the archive reads back as written."""
+    import json
+
+    path, _ = _captured_trace(tmp_path, 0.9)
+    out = tmp_path / "capture.tar.gz"
+    made = run_cli("archive", str(path), "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    shown = run_cli("report", str(out), "--json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc == report_json(str(path))
+    assert doc["verdict"]["label"] == "graph-capture" and doc["verdict"]["qualifier"] == "graph_capture"
+    text = run_cli("report", str(out))
+    assert text.returncode == 0 and text.stdout.startswith("verdict: graph-capture")

@@ -184,7 +184,7 @@ def test_archive_view_refusals(tmp_path):
 
 def test_a_missing_step_or_rank_is_said_in_the_options_words():
     """analysis/view.py raises plain errors; drawn_step words them as --step and --rank."""
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.analysis.view import ChoiceNotFound, chosen_step
     from dbo_trace.commands.report import drawn_step
     from dbo_trace.pipeline import analyze_paths
@@ -210,7 +210,7 @@ def test_a_missing_step_or_rank_is_said_in_the_options_words():
 
 
 def test_a_repeated_label_lists_its_steps():
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.commands.report import drawn_step
     from dbo_trace.pipeline import analyze_paths
 

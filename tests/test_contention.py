@@ -7,7 +7,7 @@ import pytest
 from conftest import SAMPLES, report_json
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 

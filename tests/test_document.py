@@ -11,7 +11,7 @@ from conftest import SAMPLES
 
 from dbo_trace.analysis.exposure import REASON_SHORT, REASONS
 from dbo_trace.analysis.host_time import CAUSES
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import document
 from dbo_trace.render.document import ReportDocument
@@ -45,10 +45,15 @@ def test_the_fixed_vocabularies_are_the_analyses():
 
 
 def test_the_verdict_vocabularies_are_the_analyses():
+    from dbo_trace.analysis import verdict
     from dbo_trace.analysis.verdict import LABELS, QUALIFIERS
 
     assert typing.get_args(document.Label) == LABELS
     assert typing.get_args(document.QualifierKey) == QUALIFIERS
+    classes = [c for c in vars(verdict).values() if isinstance(c, type)]
+    for base, words in ((verdict.Reason, document.ReasonKind), (verdict.NextStep, document.NextStepKind)):
+        kinds = [c.kind for c in classes if issubclass(c, base) and c is not base]
+        assert sorted(typing.get_args(words)) == sorted(kinds) and len(set(kinds)) == len(kinds)
 
 
 def test_the_host_causes_are_the_analysis_causes(hostbound):

@@ -8,7 +8,7 @@ from conftest import SAMPLES
 from reference import merged
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 

@@ -20,7 +20,7 @@ from work import calls_made, elements_passed, peak_bytes
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM
 from dbo_trace.analysis.exposure import exposure
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 N = 100  # copies of the sample (80 comm and 80 compute kernels each); 4N: 32,000 kernels

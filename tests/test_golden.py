@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SAMPLES
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 

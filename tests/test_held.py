@@ -6,7 +6,7 @@ from conftest import SAMPLES
 from reference import held_back as plain_held_back
 
 from dbo_trace.analysis.classify import CommRules
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.demo.run import EXPECTED, judge
 from dbo_trace.pipeline import analyze_paths
 

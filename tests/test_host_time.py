@@ -3,13 +3,13 @@ everywhere, agree with a plain recomputation from json.load (tests/reference_hos
 the worked example, and the launch wording follows the numbers."""
 
 import pytest
-from conftest import ROOT, SAMPLES, sample_trace
+from conftest import ROOT, SAMPLES, reason_texts, sample_trace
 from reference_host_time import CAUSES as REF_CAUSES
 from reference_host_time import host_causes as reference_causes
 from traces import write_trace
 
 from dbo_trace.analysis.host_time import CAUSES
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document
@@ -120,11 +120,11 @@ def test_the_worked_example(tmp_path):
 def test_launch_wording_follows_the_numbers():
     """graphs-decode: launch calls a few percent of the idle, so launching is not named the cause;
     the ROCm trace: launch calls lead, so it is."""
-    reasons = " ".join(analyze_paths([SAMPLES / "vllm-graphs-decode"], Options()).verdict.reasons)
+    reasons = " ".join(reason_texts(analyze_paths([SAMPLES / "vllm-graphs-decode"], Options()).verdict))
     assert "launching kernels" not in reasons and "not its main cause" in reasons
     r = analyze_paths([PUBLIC / "hta-rocm-mi250.json.gz"], Options())
     assert r.ranks[0].host_causes.launches_lead
-    assert "launching kernels" in " ".join(r.verdict.reasons)
+    assert "launching kernels" in " ".join(reason_texts(r.verdict))
 
 
 def test_the_line_under_a_host_bound_verdict():

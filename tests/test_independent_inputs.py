@@ -178,7 +178,8 @@ def test_graph_capture_counts_and_verdict(tmp_path, share_of_steps):
     assert abs(mine["capture_share"] - 0.5) > 0.02
     assert graph_capture == (share_of_steps == 1 / 3)
     # either way the captures are named with their count ("one reason line with their counts")
-    assert any(str(mine["captured_launches"]) in line for line in report["verdict"]["reasons"])
+    (line,) = [r["text"] for r in report["verdict"]["reasons"] if r["kind"] == "graph_capture"]
+    assert str(mine["captured_launches"]) in line
 
 
 def test_no_capture_in_the_untouched_trace():

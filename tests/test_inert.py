@@ -22,7 +22,7 @@ from conftest import SAMPLES, run_cli, run_cli_process
 from markdown_it import MarkdownIt
 from traces import rewrite_events
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 from dbo_trace.render.document import ReportDocument, build_document

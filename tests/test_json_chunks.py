@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import json_out
 from dbo_trace.render.document import build_document

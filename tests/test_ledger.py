@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render.document import build_document
 from tests.conftest import SAMPLES
@@ -238,16 +238,12 @@ def test_sm_evidence_matches_the_raw_trace(name):
 @pytest.mark.parametrize("serial,overlapped,error", [("serial", "overlap", -0.20), ("two-gpu-serial", "two-gpu-overlap", -0.06)])
 def test_the_model_predicts_a_dbo_arm_from_its_serial_arm(serial, overlapped, error):
     """docs/analysis.md ("What-if estimates") states these errors: the model predicts the overlapped
-    arm's step from the serial arm's DBO arithmetic, N x min(C, R) shorter."""
-    from dbo_trace.analysis.ledger import predict_overlapped
-
+    arm's step from the serial arm's DBO arithmetic, N x min(C, R) shorter: each round trip moves from
+    C + R to max(C, R)."""
     s = analyze_paths([SAMPLES / serial], Options()).round_trips
     o = analyze_paths([SAMPLES / overlapped], Options()).round_trips
-    predicted = predict_overlapped(
-        step_us=s.step_us, round_trips=s.per_step, compute_us=s.compute_per_round_trip_us, comm_us=s.comm_per_round_trip_us
-    )
-    # the model by hand: 8 round trips per step, each losing min(C, R)
-    assert predicted == pytest.approx(s.step_us - 8 * min(s.compute_per_round_trip_us, s.comm_per_round_trip_us))
+    assert s.per_step == 8
+    predicted = s.step_us - s.per_step * min(s.compute_per_round_trip_us, s.comm_per_round_trip_us)
     assert predicted / o.step_us - 1 == pytest.approx(error, abs=0.01)
 
 

@@ -48,14 +48,15 @@ def test_the_terminal_points_at_the_json_for_the_rest(tmp_path):
 def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, monkeypatch):
     """A long run's steps are built as the renderers read them: the terminal shows 20 of 1,000 steps
     and builds 20 step blocks, the Markdown 200; their reports (verdict, host causes) are built a
-    chunk at a time (analysis/report.py StepReports). --json builds every one."""
-    from dbo_trace.analysis import report
+    chunk at a time (analysis/model.py StepReports). --json builds every one."""
+    from dbo_trace.analysis import model, rank, report
     from dbo_trace.render import document
 
     blocks, verdicts = [], []
     step_block, decide = document.step_block, report.decide
     monkeypatch.setattr(document, "step_block", lambda *a: blocks.append(a) or step_block(*a))
-    monkeypatch.setattr(report, "decide", lambda *a, **k: verdicts.append(a) or decide(*a, **k))
+    for module in (model, rank, report):  # where a verdict is decided: a step's, a phase's and a rank's, the run's
+        monkeypatch.setattr(module, "decide", lambda *a, **k: verdicts.append(a) or decide(*a, **k))
     path = many_steps(tmp_path / "run", 1_000)
     for args, shown in (((), 20), (("--markdown",), MD_ROWS), (("--json",), 1_000)):
         blocks.clear()
@@ -63,8 +64,8 @@ def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, 
         assert run_cli("report", str(path), *args).returncode == 0
         assert len(blocks) == shown, args
         # each step's verdict where its report is built (a chunk for the shown steps), the rank's and the run's
-        chunks = -(-shown // report.STEPS_BUILT_AT_ONCE)
-        assert len(verdicts) <= chunks * report.STEPS_BUILT_AT_ONCE + 2, args
+        chunks = -(-shown // model.STEPS_BUILT_AT_ONCE)
+        assert len(verdicts) <= chunks * model.STEPS_BUILT_AT_ONCE + 2, args
 
 
 # 10x the steps: 1.6x the calls measured (the steps as columns, built as shown), linear 10x at most

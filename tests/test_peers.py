@@ -269,7 +269,7 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     from conftest import run_cli
 
     from dbo_trace.analysis.ranks_view import ranks_step_view
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "two-gpu-hostbound"], Options())

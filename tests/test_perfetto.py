@@ -85,7 +85,7 @@ def test_a_window_keeps_the_args_and_flows_of_the_events_in_it(tmp_path):
     """archive's window.pftrace: only a few steps, each event still with its args and flows."""
     from conftest import sample_trace
 
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.pipeline import analyze_paths
     from dbo_trace.render.perfetto import write_perfetto
 

@@ -8,7 +8,7 @@ import pytest
 import reference as ref
 from conftest import SAMPLES, run_cli, sample_trace
 
-from dbo_trace.analysis.report import Options  # noqa: E402
+from dbo_trace.analysis.model import Options  # noqa: E402
 from dbo_trace.analysis.view import median_step, step_view  # noqa: E402
 from dbo_trace.pipeline import analyze_paths  # noqa: E402
 
@@ -236,7 +236,7 @@ def test_the_title_wraps_between_its_parts_and_shows_no_escapes(monkeypatch):
     (a step label could hold a newline). Before, the layout's breaks were escaped: `\\x0a` in the title."""
     import matplotlib
 
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.analysis.view import median_step, step_view
     from dbo_trace.pipeline import analyze_paths
     from dbo_trace.render.timeline import draw_timeline

@@ -26,7 +26,7 @@ import pytest
 from conftest import require_module
 
 from dbo_trace.analysis import pystacks as P
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.trace import pystacks as R
 from dbo_trace.trace.errors import InputError
@@ -318,7 +318,9 @@ def test_manifest_entries(tmp_path: Path) -> None:
         {"path": "../../etc/passwd"}, {"path": None, "note": "py-spy not permitted"}, "junk",
         {"path": "pystacks/missing.json"},
     ]}  # fmt: skip
-    entries, warnings = R.sample_entries(tmp_path, manifest)
+    from dbo_trace.bundle import sample_entries
+
+    entries, warnings = sample_entries(tmp_path, manifest)
     assert [(e.role, e.pid, e.rate_hz, e.started_unix_ns) for e in entries] == [("attention", 5, 100.0, 7)]
     assert len(warnings) == 4 and any("not permitted" in w for w in warnings)
 

@@ -78,7 +78,7 @@ def test_clashing_claims_are_numbered_once_by_name_and_the_timelines_keep_their_
     """Both traces claim rank 1: the ranks are numbered by file name (a: 0, b: 1), in one process and
     with a worker per trace alike, and the number lives on the report only (the timelines still say
     what their traces claimed)."""
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.pipeline import analyze_paths
 
     _with_rank(sample_trace("serial"), tmp_path / "b.pt.trace.json.gz", 1, align_with=sample_trace("overlap-no-hooks"))

@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import ROOT, SAMPLES
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 

@@ -7,7 +7,7 @@ import pytest
 from dbo_trace.record.child import ChildFailed
 from dbo_trace.record.environment import is_vllm_serve, serve_settings, server_url
 from dbo_trace.record.recorder import ProfileWindow, child_env, prepared_command
-from dbo_trace.record.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
+from dbo_trace.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 
 SERVE = [
     "vllm",
@@ -161,7 +161,7 @@ def test_what_is_not_a_secret_stays(text):
 
 
 def test_the_token_rules_name_their_source():
-    from dbo_trace.record.redact import TOKEN_RULES
+    from dbo_trace.redact import TOKEN_RULES
 
     assert len({rule for rule, _, _ in TOKEN_RULES}) == len(TOKEN_RULES)
     assert all(source.startswith(("detect-secrets", "gitleaks")) for _, _, source in TOKEN_RULES)
@@ -202,7 +202,7 @@ def test_hostile_texts_are_redacted_in_linear_time():
 
     script = (
         "import json, sys, time\n"
-        "from dbo_trace.record.redact import redact_text\n"
+        "from dbo_trace.redact import redact_text\n"
         "texts = json.load(sys.stdin)\n"
         "t0 = time.perf_counter()\n"
         "for text in texts.values():\n"

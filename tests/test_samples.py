@@ -91,8 +91,10 @@ def test_step_times_track_unprofiled_truth(sample_reports):
 
 def test_plain_trace_without_bundle_needs_comm_pattern():
     trace = str(sample_trace("overlap-no-hooks"))
-    # spin_kernel is emulated traffic: not communication by name...
-    assert report_json(trace)["verdict"]["label"] == "no-communication"
+    # spin_kernel is emulated traffic: not communication by name, so the busy GPU is all work...
+    plain = report_json(trace)["verdict"]
+    assert plain["label"] == "gpu-bound" and "no_comm" in [r["kind"] for r in plain["reasons"]]
+    assert "--comm-kernels" in next(r["text"] for r in plain["reasons"] if r["kind"] == "no_comm")
     # ...until the user says so.
     doc = report_json(trace, "--comm-kernels", "spin_kernel", "--layers", "4")
     assert doc["verdict"]["label"] == "overlapped"

@@ -72,7 +72,7 @@ def test_the_expensive_call_gives_the_wall_time_and_a_threads_share(truth):
             spans = _merge([(max(s, lo), min(e, hi)) for s, e, t in mine if t == tid])
             per_thread.append(sum(e - s for s, e in spans) / (hi - lo))
     doc = json.loads(run_cli("report", "--json", str(BUNDLE)).stdout)
-    (reason,) = [r for r in doc["verdict"]["reasons"] if YIELD in r]
+    (reason,) = [r["text"] for r in doc["verdict"]["reasons"] if r["kind"] == "expensive_calls"]
     said = re.search(YIELD + r" \(CPU op\)[^;]*?in it (\d+)% of the step time \(wall time any of its (\d+) threads was\), (\d+)% per thread", reason)
     assert said, reason
     assert int(said.group(1)) == round(100 * wall) and int(said.group(2)) == 2

@@ -6,7 +6,7 @@ import pytest
 from conftest import ROOT, SAMPLES, sample_trace
 from reference import events_of
 
-from dbo_trace.analysis.report import Options
+from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 
 PUBLIC = ROOT / "tests" / "data" / "public"

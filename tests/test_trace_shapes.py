@@ -7,7 +7,8 @@ from conftest import ROOT, SAMPLES, report_json, run_cli
 from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, rewrite_trace, write_trace
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.report import comm_operations
+from dbo_trace.analysis.operations import operation_ids
+from dbo_trace.analysis.rank import operations_per_step
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 
@@ -90,7 +91,8 @@ def test_a_collective_of_two_kernels_is_one_operation():
     lane = np.array([1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3])
     launch = np.array([1, 2, 3, 4, 1.5, 2.5, 3.5, 4.5, 9, 9, 9])
     start = np.array([10, 11, 12, 13, 14, 15, 16, 17, 20, 21, 22.0])
-    ops = comm_operations(np.zeros(11, np.int64), lane, launch, start, is_comm, 1)
+    step = np.zeros(11, np.int64)
+    ops = operations_per_step(operation_ids(step=step, lane=lane, launch_start=launch, start=start, is_comm=is_comm), step, 1)
     assert ops.tolist() == [2 + 2 + 2]
 
 

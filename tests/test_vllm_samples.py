@@ -7,7 +7,7 @@ import re
 
 import pytest
 import reference_compare
-from conftest import SAMPLES, assert_matches_headline, report_json, run_cli
+from conftest import SAMPLES, assert_matches_headline, reason_texts, report_json, run_cli
 from reference import headline
 from traces import read_trace
 
@@ -93,7 +93,7 @@ def test_a_mostly_idle_gpu_is_called_host_bound(docs, name):
     assert doc["host"]["idle_fraction"] > 0.5
     assert doc["verdict"]["label"] == "host-bound"
     assert doc["microbatch_source"] == "none"  # no DBO at data parallel size 1: no microbatch lines
-    assert "other microbatch" not in " ".join(doc["verdict"]["reasons"])
+    assert "other microbatch" not in " ".join(reason_texts(doc["verdict"]))
 
 
 def test_compare_gives_the_ablation_per_phase():

@@ -4,18 +4,13 @@ work failed to reach the GPU (docs/analysis.md, "Graph capture")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_HOST, Partition
 from dbo_trace.analysis.intervals import index_groups, union
-from dbo_trace.analysis.verdict import HOST_BOUND, Qualifier, Verdict, pct_text
-
-GRAPH_CAPTURE = "graph-capture"  # the verdict of a trace whose GPU mostly waited while the host captured graphs
-Q_GRAPH_CAPTURE = "graph_capture"  # its headline's qualifier
-CAPTURE_DOMINANT = 0.5  # of the window's host-idle time inside capture windows
 
 
 @dataclass(frozen=True)
@@ -97,24 +92,3 @@ def graph_capture(
     else:
         capture_us = host_idle = 0.0
     return Capture(len(w_start), int(launches.sum()), capture_us, host_idle, captured)
-
-
-def with_capture(verdict: Verdict, capture: Capture, window_host_idle_us: float) -> Verdict:
-    """A host-bound verdict whose GPU idle was mostly the host capturing graphs says so instead."""
-    if not capture.found:
-        return verdict
-    share = capture.host_idle_us / window_host_idle_us if window_host_idle_us > 0 else 0.0
-    line = (
-        f"graph capture: {capture.captured_launches} launches in {capture.windows} captures were recorded into graphs, "
-        f"not run ({capture.capture_us / 1000:.2f} ms capturing; {pct_text(share)} of the GPU's host-idle time)"
-    )
-    if verdict.label == HOST_BOUND and share >= CAPTURE_DOMINANT:
-        q = Qualifier(Q_GRAPH_CAPTURE, f"{pct_text(share)} of the GPU's host-idle time was the host capturing graphs")
-        return replace(
-            verdict,
-            label=GRAPH_CAPTURE,
-            reasons=[f"the trace is mostly {line}; profile after start-up to see the run itself"] + verdict.reasons,
-            qualifier=q,
-            findings=[q.key] + list(verdict.findings),
-        )
-    return replace(verdict, reasons=verdict.reasons + [line])

@@ -23,14 +23,13 @@ import numpy as np
 from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.periods import last_index, steady_periods
-from dbo_trace.analysis.report import RankReport, Report, StepReport
+from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.roles import FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Unprofiled
 
-NOISE_SE = 2.0  # kept for readers of compare's schema 3; the call is now the bootstrap interval's
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
 SEED = 0  # the bootstrap's seed: the same arms give the same interval

@@ -16,7 +16,6 @@ KERNEL_RATIO = 10.0  # ... and this many times the GPU time it launched per call
 MOST = 3
 LEAST_SHARE = 0.05  # of the marker steps' time: less is not worth a line
 NESTED = 0.9  # a name whose calls lie this much inside another reported name's is left out
-NAME_MOST = 60  # a compiled graph's operator name runs to hundreds of characters
 SKIP_PREFIXES = ("execute_", "ProfilerStep#", "dbo:", "gpu_model_runner:", "Optimizer.")
 
 
@@ -32,24 +31,6 @@ class ExpensiveCall:
     microbatched: bool = False  # the rank ran microbatches: a yield's call holds the other's turn
     threads_per_step: float | None = None  # median threads that called it in a step
     thread_share: float | None = None  # median over (step, thread) of that thread's time in it / the step's
-
-    def text(self) -> str:
-        kind = "range" if self.annotation else "CPU op"
-        n = self.calls_per_step
-        per_step = "" if n is None else f", {n:.0f} calls per step" if n == round(n) or n >= 10 else f", {n:.1f} calls per step"
-        share = f", {100 * self.step_share:.0f}% of the step time" if self.step_share is not None else ""
-        if self.step_share is not None and self.thread_share is not None and (self.threads_per_step or 1) > 1:
-            # several threads in it at once (the microbatch threads): wall time, and a thread's own
-            share = (
-                f", in it {100 * self.step_share:.0f}% of the step time (wall time any of its "
-                f"{self.threads_per_step:.0f} threads was), {100 * self.thread_share:.0f}% per thread"
-            )
-        name = self.name if len(self.name) <= NAME_MOST else self.name[: NAME_MOST - 3] + "..."
-        return (
-            f"{name} ({kind}) {self.median_us / 1000:.2f} ms per call (median of {self.calls:,}){per_step}{share}; "
-            f"the GPU work it launched {self.kernel_us_per_call:.0f} us per call"
-            + (" (with microbatches a yield's call also holds the other microbatch's turn)" if self.yields else "")
-        )
 
     @property
     def yields(self) -> bool:

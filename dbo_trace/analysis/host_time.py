@@ -74,7 +74,8 @@ class HostCauses:
         """The cause with the most time (named ranges and CPU operators as kinds, all names together)."""
         if self.host_idle_us <= 0:
             return None
-        return int(np.argmax(self.by_cause_us))
+        by = self.by_cause_us  # a few causes: Python's max (the first of a tie, as argmax) beats an array per call
+        return max(range(len(by)), key=by.__getitem__)
 
     @property
     def launches_lead(self) -> bool:

@@ -335,26 +335,7 @@ def ledger(
     ys = np.flatnonzero(cpu_is_yield_op)
     if len(ys):
         y_step = index_in(step_start_us, step_end_us, cpu_start[ys])
-        dur = cpu_end[ys] - cpu_start[ys]
-        counted = y_step >= 0
-        per_step = np.bincount(y_step[counted], minlength=n_steps)
-        per_step_us = np.bincount(y_step[counted], weights=dur[counted], minlength=n_steps)
-        had = per_step > 0
-        # Two microbatch threads are in it at once: whose time it is, the wall time and each thread's
-        wall, pair_step, cover = step_thread_cover(y_step, cpu_lane[ys], cpu_start[ys], cpu_end[ys], step_start_us, step_end_us)
-        window = step_end_us - step_start_us
-        yield_ops = YieldOps(
-            name=YIELD_OP,
-            calls=int(len(ys)),
-            median_us=float(np.median(dur)),
-            per_step=float(np.median(per_step[had])) if had.any() else 0.0,
-            per_step_us=float(np.median(per_step_us[had])) if had.any() else 0.0,
-            threads_per_step=_med(np.bincount(pair_step, minlength=n_steps)[had]),
-            wall_per_step_us=_med(wall[had]),
-            wall_share=_med((wall / np.where(window > 0, window, np.inf))[had]),
-            thread_per_step_us=_med(cover),
-            thread_share=_med(cover / np.where(window > 0, window, np.inf)[pair_step]),
-        )
+        yield_ops, per_step = _yield_ops(y_step, cpu_start[ys], cpu_end[ys], cpu_lane[ys], step_start_us, step_end_us)
         if source is None:
             o_step, o_lat = op_handovers(start=cpu_start[ys], end=cpu_end[ys], lane=cpu_lane[ys], step=y_step)
             if len(o_lat):
@@ -392,28 +373,62 @@ def ledger(
                 compute_us=c,
             )
         )
-    layer_rows = []
-    for layer, sel in sorted(index_groups(h_layer, among=np.flatnonzero(h_layer >= 0)).items()):
-        lat = h_lat[sel].tolist()
-        layer_rows.append(
-            LayerHandovers(
-                layer=int(layer),
-                handovers=len(lat),
-                median_us=float(np.median(lat)),
-                p90_us=_p90(lat),
-                per_step_us=float(sum(lat) / max(1, len(np.unique(h_step[sel])))),
-            )
-        )
     return Ledger(
         source=source,
         handovers=int(len(h_lat)),
         median_us=float(np.median(h_lat)) if len(h_lat) else None,
         p90_us=_p90(h_lat.tolist()) if len(h_lat) else None,
         steps=step_rows,
-        layers=layer_rows,
+        layers=_layer_rows(h_layer, h_lat, h_step),
         yield_ops=yield_ops,
         unprofiled=unprofiled,
     )
+
+
+def _yield_ops(
+    step: np.ndarray, start: np.ndarray, end: np.ndarray, lane: np.ndarray, step_start_us: np.ndarray, step_end_us: np.ndarray
+) -> tuple[YieldOps, np.ndarray]:
+    """The yield op's calls (each (n,): its step, -1 none; start, end, thread) and its calls per step
+    ((n_steps,) int64). Two microbatch threads are in it at once: its wall time per step and each
+    thread's, never their sum."""
+    n_steps = len(step_start_us)
+    dur = end - start
+    counted = step >= 0
+    per_step = np.bincount(step[counted], minlength=n_steps)
+    per_step_us = np.bincount(step[counted], weights=dur[counted], minlength=n_steps)
+    had = per_step > 0
+    wall, pair_step, cover = step_thread_cover(step, lane, start, end, step_start_us, step_end_us)
+    window = step_end_us - step_start_us
+    ops = YieldOps(
+        name=YIELD_OP,
+        calls=int(len(step)),
+        median_us=float(np.median(dur)),
+        per_step=float(np.median(per_step[had])) if had.any() else 0.0,
+        per_step_us=float(np.median(per_step_us[had])) if had.any() else 0.0,
+        threads_per_step=_med(np.bincount(pair_step, minlength=n_steps)[had]),
+        wall_per_step_us=_med(wall[had]),
+        wall_share=_med((wall / np.where(window > 0, window, np.inf))[had]),
+        thread_per_step_us=_med(cover),
+        thread_share=_med(cover / np.where(window > 0, window, np.inf)[pair_step]),
+    )
+    return ops, per_step
+
+
+def _layer_rows(layer: np.ndarray, latency_us: np.ndarray, step: np.ndarray) -> list[LayerHandovers]:
+    """The hand-overs per layer (each hand-over's layer, -1 unknown; its latency; its step)."""
+    out = []
+    for k, sel in sorted(index_groups(layer, among=np.flatnonzero(layer >= 0)).items()):
+        lat = latency_us[sel].tolist()
+        out.append(
+            LayerHandovers(
+                layer=int(k),
+                handovers=len(lat),
+                median_us=float(np.median(lat)),
+                p90_us=_p90(lat),
+                per_step_us=float(sum(lat) / max(1, len(np.unique(step[sel])))),
+            )
+        )
+    return out
 
 
 def _unprofiled(parts: list[LogHandovers]) -> Unprofiled | None:
@@ -714,12 +729,6 @@ def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:
         predicted_us=max(0.0, step_us - handover_us),
         assumptions="a bound, not a measurement: every hand-over's latency on the step's critical path",
     )
-
-
-def predict_overlapped(*, step_us: float, round_trips: float, compute_us: float, comm_us: float) -> float:
-    """A DBO arm's step predicted from an arm whose microbatches ran one after the other (no overlap):
-    each round trip moves from C + R to max(C, R), so the step loses N x min(C, R)."""
-    return step_us - round_trips * min(compute_us, comm_us)
 
 
 def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float) -> WhatIf | None:

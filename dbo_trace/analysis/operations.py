@@ -2,7 +2,7 @@
 dispatch and combine per layer and microbatch, or each NCCL collective. Medians over steps of the
 operation's busy time, the share of it hidden under compute, and the main reason it was exposed.
 
-An operation is a run of comm kernels launched back to back by one thread (report.comm_operations
+An operation is a run of comm kernels launched back to back by one thread (rank.operations_per_step
 counts them the same way). Pure: arrays in, rows out.
 """
 

@@ -48,25 +48,6 @@ class LaunchDelay:
         return self.window_us > 0 and self.queued_in_host_idle_us >= BEHIND_SHARE * self.window_us
 
     @property
-    def behind_text(self) -> str | None:
-        """The verdict's line where the GPU ran behind: the idle it was not the host's, and the lag."""
-        if not self.running_behind:
-            return None
-        share = self.queued_in_host_idle_us / self.window_us
-        grew = (
-            f"grew from {self.first_us / 1000:.2f} ms to {self.last_us / 1000:.2f} ms over the window"
-            if self.last_us > self.first_us + max(CLOCK_OFFSET_US, 0.1 * self.first_us)
-            else f"was {self.first_us / 1000:.2f} ms at the first activity and {self.last_us / 1000:.2f} ms at the last"
-        )
-        return (
-            f"the GPU ran behind the host: {self.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}% of the "
-            f"window) of GPU idle came after its next work had been launched, so it is not counted as waiting for "
-            f"the host; the lag from launch to start {grew}"
-            + (" (never under 1 ms: queued behind work from before the window, or the GPU's clock offset from the CPU's)"
-               if self.clock_offset_suspect else "")
-        )
-
-    @property
     def text(self) -> str | None:
         """The note where it matters: a clock offset, or a queue worth 5% of the GPU idle."""
         if self.clock_offset_suspect:

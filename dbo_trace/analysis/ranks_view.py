@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import Bar
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from dbo_trace.analysis.classify import per_name
 from dbo_trace.analysis.roles import ATTENTION, FFN
-from dbo_trace.trace.load import ROLE_FROM_COMMAND as FROM_COMMAND
-from dbo_trace.trace.load import ROLE_FROM_MANIFEST as FROM_MANIFEST
+from dbo_trace.bundle import ROLE_FROM_COMMAND as FROM_COMMAND
+from dbo_trace.bundle import ROLE_FROM_MANIFEST as FROM_MANIFEST
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dbo_trace.trace.load import command_afd
+from dbo_trace.bundle import command_afd
 
 MPS_ANSWERED = "answered"  # the control daemon answered (and, where asked, both roles were its clients)
 MPS_NOT_RUNNING = "not running"
@@ -29,12 +29,6 @@ MPS_STATES = (MPS_ANSWERED, MPS_NOT_RUNNING, MPS_UNKNOWN)
 # (10.4x), graphs+DBO 44 against 15 us (3.0x), eager+DBO 64 against 47 us (1.4x).
 SLICED_MIN_US = 1000.0
 SLICED_RATIO = 50.0
-
-MPS_ADVICE = (
-    "start the MPS control daemon (nvidia-cuda-mps-control -d, with CUDA_MPS_PIPE_DIRECTORY and "
-    "CUDA_MPS_LOG_DIRECTORY set for both servers) so that both roles run on the GPU at once"
-)
-
 
 @dataclass(frozen=True)
 class GpuSharing:
@@ -63,22 +57,6 @@ class TimeSlicing:
     sliced: bool  # the rule holds, and MPS was not seen answering
     shared_gpu: bool | None
     mps_daemon: str
-
-    def text(self) -> str | None:
-        """The report's line where the roles time-slice the GPU (None where they do not)."""
-        if not self.sliced or self.ratio is None:
-            return None
-        ffn = f", less the FFN's {self.ffn_compute_us / 1000:.2f} ms compute," if self.ffn_compute_us else ""
-        figures = (
-            f"a round trip takes {self.round_trip_us / 1000:.2f} ms; its receive kernel waits "
-            f"{self.receive_us / 1000:.2f} ms{ffn} against a {self.send_us:.0f} us send ({self.ratio:.0f}x its transfer)"
-        )
-        mps = "MPS not running" if self.mps_daemon == MPS_NOT_RUNNING else "no MPS daemon seen answering"
-        if self.shared_gpu:
-            head = f"both roles share one GPU ({mps}) and their CUDA contexts time-slice it"
-        else:
-            head = f"the round trip is far above its transfer: if both roles share one GPU ({mps}), their CUDA contexts time-slice it"
-        return f"{head}: {figures}; {MPS_ADVICE}"
 
 
 def _verified_mps(sharing: dict[str, Any]) -> str:

@@ -56,18 +56,6 @@ class Stall:
     compile_ranges: tuple[tuple[str, float], ...]  # the outermost compile ranges by time, largest first (3)
     phase_median_us: float | None  # the steady median it is measured against
 
-    @property
-    def text(self) -> str:
-        """The cause in words, with its numbers."""
-        if self.cause == COMPILE:
-            names = ", ".join(n for n, _ in self.compile_ranges)
-            return f"compile/JIT {self.compile_us / 1000:.2f} ms ({names})" if names else f"compile/JIT {self.compile_us / 1000:.2f} ms"
-        if self.cause == CAPTURE:
-            return f"graph capture {self.capture_us / 1000:.2f} ms"
-        if self.phase_median_us:
-            return f"outlier ({(self.extra_us or 0.0) / self.phase_median_us + 1:.1f}x its phase's median)"
-        return "outlier"
-
 
 def step_periods(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """(n,) float64: each step's period (start, end: (n,), one rank's step windows): from its start to

@@ -1,57 +1,69 @@
-"""The verdict: one label from a small set, with reasons that cite the numbers.
+"""The verdict: the evidence in, one decision, a Verdict out (docs/analysis.md, "Verdict").
+
+`decide(evidence)` picks the label by one order of precedence, lists the reasons (each typed: its
+kind and figures, and whether a share decided it within BORDERLINE of its line), names the dominant
+finding and the one next step the evidence supports. Nothing edits a Verdict afterwards: what a
+later analysis measures (a peer's waits, the FFN's parts) is evidence before the one decision, and a
+step's, a phase's, a rank's and the run's verdicts are all made here. Their words are
+render/wording.py's.
 
 Labels, in order of precedence (docs/analysis.md explains each threshold):
+  graph-capture     host-bound, with most of the GPU's host-idle time inside graph captures
   host-bound        the GPU sat idle waiting for launches for >= HOST_BOUND_IDLE of the time measured
                     (a rank: in-step time where steps are markers, else the whole window)
+  gpu-bound         no communication, and the main phase's steady steps kept the GPU working for
+                    >= GPU_BOUND_BUSY of their time
   no-communication  no communication kernel ran
-  overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute
+  overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute (a disaggregated
+                    run: of its round trips' time under the other microbatch's compute)
   not-overlapped    otherwise
-
-The headline is the label and, where one exists, a qualifier naming the dominant finding, chosen by
-one fixed order (QUALIFIERS; docs/analysis.md, "Headline"). Every renderer prints verdict.headline.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from typing import ClassVar
 
 from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.host_time import LAUNCH, HostCauses
+from dbo_trace.analysis.capture import Capture
+from dbo_trace.analysis.expensive import ExpensiveCall
+from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses
+from dbo_trace.analysis.ledger import YIELD_OP, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
+from dbo_trace.analysis.pystacks import StepFrame
+from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.sharing import TimeSlicing
+from dbo_trace.analysis.stalls import Stall
 
+GRAPH_CAPTURE = "graph-capture"
 HOST_BOUND = "host-bound"
+GPU_BOUND = "gpu-bound"
 NO_COMMUNICATION = "no-communication"
 OVERLAPPED = "overlapped"
 NOT_OVERLAPPED = "not-overlapped"
-LABELS = (HOST_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
+LABELS = (GRAPH_CAPTURE, HOST_BOUND, GPU_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
 
-HOST_REASON = "GPU idle waiting for the host"  # the host-time reason begins so
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
+GPU_BOUND_BUSY = 0.8  # the GPU worked (busy, exposed comm left out) this share of the steady steps' time
 OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
+CAPTURE_DOMINANT = 0.5  # of the window's host-idle time inside capture windows
 # A share this close to a line decides the label but says so: 20.05% and 19.83% hidden are alike,
 # whatever side of 20% each falls (one rule for steps and runs alike).
 BORDERLINE = 0.02
-BORDERLINE_TEXT = "borderline"
-
-
-# The qualifiers, in the order the headline looks for them: the first that holds is named.
-Q_HOST_BOUND = "host_bound"  # the label is host-bound: how much (and, once measured, why)
-Q_LATE_RECORD = "late_record"  # a bug in the code under study: comm waited on an event recorded too late
-Q_PEER_WAIT = "peer_wait"  # the time went waiting for another rank (cross-rank waits fill it where measured)
-Q_ROUND_TRIP = "round_trip"  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
-Q_DID_NOT_PAY = "did_not_pay"  # overlapped, yet overlap saved little against the serial estimate
-Q_CROWDED = "crowded"  # comm ready beside the other microbatch's compute, with no free SMs
-QUALIFIERS = (Q_HOST_BOUND, Q_LATE_RECORD, Q_PEER_WAIT, Q_ROUND_TRIP, Q_DID_NOT_PAY, Q_CROWDED)
-
 HEADLINE_SHARE = 0.05  # a held-back cause or a peer wait is named when it costs >= this share of the window
 PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the serial estimate
-
+# Of the host-caused idle, the share a graph replay skips (launch calls, other CUDA calls, CPU
+# operators, microbatch thread start-up) at least this: "enable graphs" is what the evidence supports.
+REPLAY_SKIPS = 0.5
 
 HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
 HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
+
+
+# ---- evidence -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,7 @@ class HostTest:
 
     fraction: float | None
     basis: str
-    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its sentence quotes
+    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its reason quotes
     measured_us: float | None = None
 
 
@@ -75,6 +87,27 @@ def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBucket
 
 
 @dataclass(frozen=True)
+class GpuWork:
+    """How much of its time a stretch of steady steps kept the GPU working: busy, exposed comm left
+    out (a GPU waiting on communication is not computing). A rank's or the run's is its main phase's
+    (the phase whose steady steps took the most time), a phase's or a step's its own."""
+
+    phase: str | None  # None: steps without vLLM's phase annotation, or a step or phase of its own
+    steps: int  # the steady steps measured (a step: 1)
+    working_us: float  # GPU busy less exposed comm
+    span_us: float  # the union of their windows
+    comm_exposed_us: float = 0.0  # the busy time left out
+
+    @property
+    def share(self) -> float | None:
+        return self.working_us / self.span_us if self.span_us > 0 else None
+
+
+def gpu_work_of(m: WindowMetrics, phase: str | None = None, steps: int = 1) -> GpuWork:
+    return GpuWork(phase, steps, max(m.gpu_busy_us - m.comm_exposed_us, 0.0), m.span_us, m.comm_exposed_us)
+
+
+@dataclass(frozen=True)
 class Findings:
     """What the headline may name, from the same figures the report prints (a rank's, or the ranks'
     added: each rank is its own GPU). None: not measured here (no microbatches, one rank, ...)."""
@@ -84,290 +117,690 @@ class Findings:
     crowded_us: float = 0.0  # exposed comm whose kernel found no free SMs (exposure)
     saved_us: float | None = None  # overlap's saving: serial estimate - GPU busy (contention)
     serial_estimate_us: float | None = None
-    host_cause: str | None = None  # slot: the host-time attribution's dominant cause, in words
-    peer_wait_us: float | None = None  # slot: time this rank (or the run) waited for a peer rank
+    peer_wait_us: float | None = None  # time this rank (or the run) waited for a peer rank
     peer_rank: int | None = None  # the rank waited for
+    exposed_by_reason_us: tuple[tuple[str, float], ...] = ()  # exposed comm by reason (exposure), largest first
+    crowding_kernel: str | None = None  # the compute kernel that held back most crowded comm (SM evidence)
 
 
 @dataclass(frozen=True)
+class StalledStep:
+    """A step left out of the verdict, as the stalls reason names it."""
+
+    rank: int | None  # None: the report has one rank
+    number: int  # its row in the rank's per-step table, from 1
+    phase: str | None
+    period_us: float
+    stall: Stall
+    host_cause: tuple[str, float, float] | None = None  # an outlier's: its top host cause (name, us, host idle us)
+    frame: StepFrame | None = None  # its host idle's most-sampled Python frame
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """The steps that are not steady state (analysis/stalls.py), largest first."""
+
+    stalled: int
+    steps: int  # of all the steps reported
+    extra_us: float  # their periods beyond their phases' steady medians
+    named: tuple[StalledStep, ...]  # the largest STALLS_NAMED
+    STALLS_NAMED: ClassVar[int] = 3
+
+
+@dataclass(frozen=True)
+class AfdShare:
+    """A disaggregated rank's step or phase: its own round trips' hidden share (None: no round trip)."""
+
+    share: float | None
+    microbatched: bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything a verdict reads: one window's figures and what was measured beside them. A step
+    and a phase give their figures (and, on a disaggregated rank, their round trips' share); a rank
+    and the run add the host test, the headline's findings and the next step's facts."""
+
+    metrics: WindowMetrics
+    host: HostTest | None = None  # without it, the window of metrics
+    microbatched: bool = False  # the DBO lines (other microbatch, round-trip criterion) apply
+    round_trips: RoundTrips | None = None
+    profile_all_threads: bool = False
+    graph_api: str = "CUDA"
+    causes: HostCauses | None = None  # what the host did meanwhile (analysis/host_time.py)
+    findings: Findings | None = None  # None: the label and reasons alone (a step's, a phase's)
+    wait_split: WaitSplit | None = None  # comm apart into waiting for a peer and transfer
+    afd: AfdRoundTrips | None = None  # a disaggregated rank's (or the run's) round trips
+    afd_share: AfdShare | None = None  # a disaggregated step's or phase's own round trips
+    expensive: tuple[ExpensiveCall, ...] = ()
+    capture: Capture | None = None
+    capture_idle_us: float = 0.0  # the host-idle time the capture's share is of (the window's)
+    stalls: Stalls | None = None
+    gpu: GpuWork | None = None
+    yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
+    tokens_per_microbatch: float | None = None  # the log's split, median
+    top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
+    time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/sharing.py)
+    running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
+
+
+# ---- reasons ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reason:
+    """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
+    decided the label within BORDERLINE of its line."""
+
+    kind: ClassVar[str]
+    borderline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSliced(Reason):
+    """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
+
+    kind: ClassVar[str] = "time_slicing"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningBehind(Reason):
+    """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
+
+    kind: ClassVar[str] = "running_behind"
+    rank: int | None  # None: the report has one rank
+    delay: LaunchDelay
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureReason(Reason):
+    kind: ClassVar[str] = "graph_capture"
+    windows: int
+    captured_launches: int
+    capture_us: float
+    share: float | None  # of the GPU's host-idle time
+    dominant: bool  # the label is graph-capture
+
+
+@dataclass(frozen=True, kw_only=True)
+class StallsReason(Reason):
+    kind: ClassVar[str] = "stalls"
+    stalls: Stalls
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostIdle(Reason):
+    kind: ClassVar[str] = "host_idle"
+    fraction: float
+    test: HostTest | None
+    window_idle_us: float
+    gaps: int
+    utilization: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpensiveCalls(Reason):
+    kind: ClassVar[str] = "expensive_calls"
+    calls: tuple[ExpensiveCall, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchCost(Reason):
+    kind: ClassVar[str] = "launch"
+    median_launch_us: float
+    median_kernel_us: float
+    launches: int
+    launch_us: float
+    causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfiledThreads(Reason):
+    kind: ClassVar[str] = "profiled_threads"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBusy(Reason):
+    kind: ClassVar[str] = "gpu_busy"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoComm(Reason):
+    kind: ClassVar[str] = "no_comm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommOverlap(Reason):
+    kind: ClassVar[str] = "comm_overlap"
+    hidden: float | None
+    hidden_us: float
+    busy_us: float
+    exposed_us: float
+    cross: float | None  # under the other microbatch's compute (microbatched)
+    split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripsHidden(Reason):
+    kind: ClassVar[str] = "afd_round_trips"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRoundTrips(Reason):
+    kind: ClassVar[str] = "afd_step_round_trips"
+    share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongGraphLaunches(Reason):
+    kind: ClassVar[str] = "long_graph_launches"
+    api: str
+    count: int
+    longest_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphReplays(Reason):
+    kind: ClassVar[str] = "graph_replays"
+    api: str
+    launches: int
+    replayed: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Criterion(Reason):
+    """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
+
+    kind: ClassVar[str] = "criterion"
+    round_trips: RoundTrips
+    host_bound: bool  # moot while the step is host-bound
+    hidden: float | None  # the comm share that was hidden
+    peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AfdCriterion(Reason):
+    kind: ClassVar[str] = "afd_criterion"
+    afd: AfdRoundTrips
+
+
+# ---- the headline's findings ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
 class Qualifier:
-    key: str  # one of QUALIFIERS
-    text: str  # the finding in words, with its numbers
+    """The dominant finding the headline names in brackets: its key and its figures."""
+
+    key: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureFinding(Qualifier):
+    key: ClassVar[str] = "graph_capture"
+    share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBoundFinding(Qualifier):
+    key: ClassVar[str] = "host_bound"
+    fraction: float | None
+    causes: HostCauses | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBoundFinding(Qualifier):
+    key: ClassVar[str] = "gpu_bound"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateRecordFinding(Qualifier):
+    key: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerWaitFinding(Qualifier):
+    key: ClassVar[str] = "peer_wait"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripFinding(Qualifier):
+    key: ClassVar[str] = "round_trip"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPayFinding(Qualifier):
+    key: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrowdedFinding(Qualifier):
+    key: ClassVar[str] = "crowded"
+    exposed_us: float
+
+
+# The order the headline looks for findings in: the first that holds is named.
+QUALIFIERS = tuple(
+    q.key
+    for q in (
+        CaptureFinding,  # the trace is mostly the host capturing graphs: profile the run itself
+        HostBoundFinding,  # the label is host-bound: how much, and why
+        GpuBoundFinding,  # the GPU is the bottleneck: overlap or the host cannot shorten the step
+        LateRecordFinding,  # a bug in the code under study: comm waited on an event recorded too late
+        PeerWaitFinding,  # the time went waiting for another rank
+        RoundTripFinding,  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
+        DidNotPayFinding,  # overlapped, yet overlap saved little against the serial estimate
+        CrowdedFinding,  # comm ready beside the other microbatch's compute, with no free SMs
+    )
+)
+
+
+# ---- the next step ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextStep:
+    """The one action the verdict's evidence supports, with the figures it follows from."""
+
+    kind: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileAfterStartup(NextStep):
+    kind: ClassVar[str] = "profile_after_startup"
+    share: float | None  # of the GPU's host-idle time, inside graph captures
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartMps(NextStep):
+    kind: ClassVar[str] = "start_mps"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class YieldOpCost(NextStep):
+    kind: ClassVar[str] = "yield_op_cost"
+    ops: YieldOps
+    share: float | None  # of the host-caused GPU idle
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnableGraphs(NextStep):
+    """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
+
+    kind: ClassVar[str] = "enable_graphs"
+    host_fraction: float
+    skipped: float  # the host-caused idle's share in launch calls, other CUDA calls, CPU operators, thread start-up
+    graph_api: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCause(NextStep):
+    kind: ClassVar[str] = "host_cause"
+    host_fraction: float
+    host_idle_us: float  # the host-caused idle split
+    largest: tuple[str, float] | None  # its largest item (HostCauses.top); None: not split
+    replayed: float | None  # the share of kernels from graph replays (None: none ran)
+    untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBottleneck(NextStep):
+    kind: ClassVar[str] = "gpu_bottleneck"
+    work: GpuWork
+    top_kernel: tuple[str, float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NothingToOverlap(NextStep):
+    kind: ClassVar[str] = "nothing_to_overlap"
+    work: GpuWork | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixLateRecord(NextStep):
+    kind: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler(NextStep):
+    kind: ClassVar[str] = "straggler"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DboCannotPay(NextStep):
+    """Per-microbatch compute below the round trip it should hide: the batch is too small for DBO."""
+
+    kind: ClassVar[str] = "dbo_cannot_pay"
+    compute_us: float  # per microbatch (per round trip)
+    round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
+    ratio: float
+    tokens_per_microbatch: float | None  # now (the log's split)
+    disaggregated: bool  # round_trip_us is an FFN round trip's exposed time (else comm busy per round trip)
+
+    @property
+    def tokens_needed(self) -> float | None:
+        """Tokens per microbatch at which compute would cover the round trip, were it in proportion to tokens."""
+        t = self.tokens_per_microbatch
+        return None if t is None or self.ratio <= 0 else t / self.ratio
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommCrowded(NextStep):
+    kind: ClassVar[str] = "crowded"
+    exposed_us: float
+    holder: str | None  # the compute kernel that held most of it back
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPay(NextStep):
+    kind: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapMissing(NextStep):
+    kind: ClassVar[str] = "overlap_missing"
+    hidden: float | None
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneMicrobatch(NextStep):
+    kind: ClassVar[str] = "one_microbatch"
+    exposed_us: float
+    span_us: float
+    afd: AfdRoundTrips | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapWorks(NextStep):
+    kind: ClassVar[str] = "overlap_works"
+    hidden: float | None
+    largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
+
+
+# ---- the verdict --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Verdict:
     label: str
-    reasons: list[str] = field(default_factory=list)
+    reasons: tuple[Reason, ...] = ()
     qualifier: Qualifier | None = None  # the dominant finding; None where nothing stands out
-    findings: list[str] = field(default_factory=list)  # every qualifier that held, in QUALIFIERS order
+    findings: tuple[str, ...] = ()  # every qualifier that held, in QUALIFIERS order
+    next_step: NextStep | None = None
 
     @property
-    def headline(self) -> str:
-        """The first line of every report: the label, and the dominant finding in brackets."""
-        return self.label if self.qualifier is None else f"{self.label} ({self.qualifier.text})"
+    def borderline(self) -> bool:
+        return any(r.borderline for r in self.reasons)
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:.2f} ms"
-
-
-def qualifiers(label: str, host_fraction: float | None, f: Findings) -> list[Qualifier]:
-    """Every finding that holds, in QUALIFIERS order; the first is the headline's (docs/analysis.md)."""
-    out: list[Qualifier] = []
-    if label == HOST_BOUND:
-        cause = f": {f.host_cause}" if f.host_cause else ""
-        out.append(Qualifier(Q_HOST_BOUND, f"GPU idle waiting for the host {pct_text(host_fraction)}{cause}"))
-    if label == NO_COMMUNICATION:
-        return out  # nothing to hold back, wait on or overlap
-    notable = HEADLINE_SHARE * f.window_us
-    if f.late_record_us > 0 and f.late_record_us >= notable:
-        out.append(Qualifier(Q_LATE_RECORD, f"comm held back by a late event record: {_ms(f.late_record_us)} of comm exposed"))
-    if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
-        peer = f"rank {f.peer_rank}" if f.peer_rank is not None else "a peer rank"
-        out.append(Qualifier(Q_PEER_WAIT, f"waiting for {peer}: {_ms(f.peer_wait_us)}"))
-    if label == OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
-        share = f.saved_us / f.serial_estimate_us
-        if share < PAID_LITTLE:
-            what = (
-                f"overlap saved {_ms(f.saved_us)} of a {_ms(f.serial_estimate_us)} serial estimate, {pct_text(share)}"
-                if f.saved_us >= 0
-                else f"overlap took {_ms(-f.saved_us)} longer than the {_ms(f.serial_estimate_us)} serial estimate"
-            )
-            out.append(Qualifier(Q_DID_NOT_PAY, f"DBO did not pay: {what}"))
-    if f.crowded_us > 0 and f.crowded_us >= notable:
-        out.append(Qualifier(Q_CROWDED, f"comm held back by SM-hungry compute: {_ms(f.crowded_us)} of comm exposed"))
-    return out
-
-
-def pct_text(x: float | None) -> str:
-    """A share in prose ("n/a" where there is none); tables print "-" (render/format.py pct)."""
-    return "n/a" if x is None else f"{100 * x:.0f}%"
+def near(share: float | None, line: float) -> bool:
+    return share is not None and abs(share - line) < BORDERLINE
 
 
 def is_host_bound(m: WindowMetrics) -> bool:
     return (m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE
 
 
-def decide(
-    m: WindowMetrics,
-    rt: RoundTrips | None = None,
-    profile_all_threads: bool = False,
-    host: HostTest | None = None,
-    microbatched: bool = False,
-    findings: Findings | None = None,
-    graph_api: str = "CUDA",
-    causes: HostCauses | None = None,
-) -> Verdict:
-    """host: what the host-bound test measures (a rank's in-step or whole-window fraction); without
-    it, the window of m. microbatched: the DBO lines (other microbatch, round-trip criterion) apply.
-    findings: what the headline may name (a rank's and the run's verdicts); without, the label alone.
-    causes: what the host did meanwhile (analysis/host_time.py): the launch line follows its numbers."""
-    reasons: list[str] = []
-    host_frac = (host.fraction if host is not None else m.host_idle_fraction) or 0.0
-    hidden = m.comm_hidden_fraction
+def _overlap_share(e: Evidence) -> float | None:
+    """The share that decides overlapped or not: the kernels' hidden comm, or on a disaggregated rank
+    the round trips' time under the other microbatch's compute (its sends and receives run on the
+    compute stream, so no comm kernel overlaps compute and the kernel share is 0% by construction)."""
+    if e.afd is not None:
+        return e.afd.hidden_share or 0.0
+    if e.afd_share is not None and e.afd_share.share is not None:
+        return e.afd_share.share if e.afd_share.microbatched else 0.0
+    return e.metrics.comm_hidden_fraction
 
+
+def _capture_share(e: Evidence) -> float | None:
+    c = e.capture
+    if c is None or not c.found:
+        return None
+    return c.host_idle_us / e.capture_idle_us if e.capture_idle_us > 0 else 0.0
+
+
+def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | None) -> str:
+    m = e.metrics
     if host_frac >= HOST_BOUND_IDLE:
-        label = HOST_BOUND
-    elif m.comm_busy_us <= 0:
-        label = NO_COMMUNICATION
-    elif hidden is not None and hidden >= OVERLAPPED_HIDDEN:
-        label = OVERLAPPED
-    else:
-        label = NOT_OVERLAPPED
-
-    if host_frac >= HOST_NOTABLE_IDLE or label == HOST_BOUND:
-        basis = ""
-        if host is not None:
-            measured = (
-                f"{host.host_idle_us / 1000:.2f} of {host.measured_us / 1000:.2f} ms, "
-                if host.host_idle_us is not None and host.measured_us is not None
-                else ""
-            )
-            basis = f" ({measured}{host.basis})"
-        reasons.append(
-            f"{HOST_REASON} {pct_text(host_frac)}{basis}; over the window {m.host_idle_us / 1000:.2f} ms in "
-            f"{counted(m.host_idle_gaps, 'gap')} whose next kernel was launched after the GPU went idle; "
-            f"GPU busy {pct_text(m.utilization)} of the window"
-        )
-        if m.median_launch_us is not None and m.median_kernel_us is not None:
-            medians = (
-                f"median launch call {m.median_launch_us:.1f} us against median kernel {m.median_kernel_us:.1f} us "
-                f"({counted(m.launches, 'launch')} in all, {m.launch_us / 1000:.2f} ms of launch calls)"
-            )
-            reasons.append(medians if causes is None else _launch_text(causes, medians))
-        if profile_all_threads:
-            reasons.append(
-                "the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time"
-            )
+        share = _capture_share(e)
+        return GRAPH_CAPTURE if share is not None and share >= CAPTURE_DOMINANT else HOST_BOUND
     if m.comm_busy_us <= 0:
-        reasons.append("no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)")
-    else:
-        text = (
-            f"{pct_text(hidden)} of communication ({m.comm_hidden_us / 1000:.2f} of {m.comm_busy_us / 1000:.2f} ms) "
-            f"ran concurrently with compute; {m.comm_exposed_us / 1000:.2f} ms exposed"
-        )
-        if microbatched and m.comm_hidden_cross_fraction is not None:
-            text += f"; {pct_text(m.comm_hidden_cross_fraction)} under the other microbatch's compute"
-        reasons.append(text)
+        return GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else NO_COMMUNICATION
+    return OVERLAPPED if overlap is not None and overlap >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
+
+
+def decide(e: Evidence) -> Verdict:
+    """The one decision: the label, every reason with its figures, the dominant finding and the next step."""
+    m = e.metrics
+    host_frac = (e.host.fraction if e.host is not None else m.host_idle_fraction) or 0.0
+    gpu = e.gpu if e.gpu is not None else gpu_work_of(m)
+    work = gpu.share
+    overlap = _overlap_share(e)
+    label = _label(e, host_frac, work, overlap)
+    overlap_decides = label in (OVERLAPPED, NOT_OVERLAPPED)
+    reasons = _reasons(e, label, host_frac, gpu, overlap_decides)
+    found = _findings(e, label, host_frac, gpu) if e.findings is not None else []
+    return Verdict(
+        label,
+        tuple(reasons),
+        found[0] if found else None,
+        tuple(q.key for q in found),
+        next_step(e, label, host_frac, gpu, found),
+    )
+
+
+def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
+    m = e.metrics
+    out: list[Reason] = []
+    capture = e.capture if e.capture is not None and e.capture.found else None
+    capture_reason = None
+    if capture is not None:
+        capture_reason = CaptureReason(
+            windows=capture.windows, captured_launches=capture.captured_launches, capture_us=capture.capture_us,
+            share=_capture_share(e), dominant=label == GRAPH_CAPTURE,
+        )  # fmt: skip
+    if e.time_slicing is not None:
+        out.append(TimeSliced(slicing=e.time_slicing))  # first: it dominates every other figure of the run
+    if label == GRAPH_CAPTURE and capture_reason is not None:
+        out.append(capture_reason)  # the trace is mostly capture, its stalls are the capture itself
+    elif e.stalls is not None:
+        out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
+    if host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE):
+        out.append(
+            HostIdle(
+                fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
+                utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE),
+            )
+        )  # fmt: skip
+    out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
+    if e.expensive:
+        out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused
+    if (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)) and (
+        m.median_launch_us is not None and m.median_kernel_us is not None
+    ):
+        out.append(
+            LaunchCost(
+                median_launch_us=m.median_launch_us, median_kernel_us=m.median_kernel_us, launches=m.launches,
+                launch_us=m.launch_us, causes=e.causes,
+            )
+        )  # fmt: skip
+    if e.profile_all_threads and (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)):
+        out.append(ProfiledThreads())
+    bound = gpu.share is not None and gpu.share >= GPU_BOUND_BUSY
+    if label not in (HOST_BOUND, GRAPH_CAPTURE) and (bound or near(gpu.share, GPU_BOUND_BUSY)):
+        # the label's test where nothing communicated; beside an overlap label, the headline's finding
+        out.append(GpuBusy(work=gpu, borderline=m.comm_busy_us <= 0 and near(gpu.share, GPU_BOUND_BUSY)))
+    out += _comm_reasons(e, overlap_decides)
     if m.long_graph_launches:
-        reasons.append(
-            f"{counted(m.long_graph_launches, graph_api.lower() + 'GraphLaunch call')} took >= 1 ms "
-            f"(longest {(m.max_graph_launch_us or 0) / 1000:.2f} ms)"
-        )
+        out.append(LongGraphLaunches(api=e.graph_api, count=m.long_graph_launches, longest_us=m.max_graph_launch_us or 0.0))
     if m.graph_launches:
-        reasons.append(
-            f"{graph_api} graphs replayed: {counted(m.graph_launches, 'launch')}, {pct_text(m.replayed_kernel_fraction)} of kernels"
-        )
-    if microbatched and rt is not None and rt.ratio is not None:
-        reasons.append(_criterion_text(rt, label, hidden))
-    found = qualifiers(label, host_frac, findings) if findings is not None else []
-    reasons += _borderline(host_frac, hidden if label in (OVERLAPPED, NOT_OVERLAPPED) else None)
-    return Verdict(label, reasons, found[0] if found else None, [q.key for q in found])
+        out.append(GraphReplays(api=e.graph_api, launches=m.graph_launches, replayed=m.replayed_kernel_fraction))
+    if e.afd is not None:
+        if e.afd.criterion_ratio is not None:
+            out.append(AfdCriterion(afd=e.afd))
+    elif e.microbatched and e.round_trips is not None and e.round_trips.ratio is not None:
+        rt = e.round_trips
+        out.append(
+            Criterion(
+                round_trips=rt, host_bound=label == HOST_BOUND, hidden=m.comm_hidden_fraction,
+                peers_split=e.wait_split is not None and rt.wait_per_round_trip_us is not None,
+            )
+        )  # fmt: skip
+    if capture_reason is not None and label != GRAPH_CAPTURE:
+        out.append(capture_reason)
+    return out
 
 
-def _borderline(host_frac: float | None, hidden: float | None) -> list[str]:
-    """A sentence for each share decided within BORDERLINE of its line (host-caused idle against
-    host-bound, hidden comm or round trip against overlapped)."""
-    lines = [
-        (host_frac, HOST_BOUND_IDLE, f"{HOST_BOUND} and not"),
-        (hidden, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}"),
-    ]
+def _comm_reasons(e: Evidence, overlap_decides: bool) -> list[Reason]:
+    """Communication: none; a disaggregated rank's round trips (kernel overlap cannot see their overlap:
+    its sends and receives run on the compute stream, so it is not given); or the kernels' overlap."""
+    m = e.metrics
+    if m.comm_busy_us <= 0:
+        return [NoComm()]
+    if e.afd is not None:
+        return [RoundTripsHidden(afd=e.afd, borderline=overlap_decides and near(e.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN))]
+    if e.afd_share is not None and e.afd_share.share is not None:
+        share = e.afd_share.share
+        return [StepRoundTrips(share=share, borderline=overlap_decides and near(share, OVERLAPPED_HIDDEN))]
+    hidden = m.comm_hidden_fraction
     return [
-        f"{BORDERLINE_TEXT}: {100 * share:.1f}% is within {100 * BORDERLINE:.0f} points of the {100 * line:.0f}% line "
-        f"between {between}; a window on the other side of it by as little is alike, not different"
-        for share, line, between in lines
-        if share is not None and abs(share - line) < BORDERLINE
-    ]
-
-
-def _launch_text(causes: HostCauses, medians: str) -> str:
-    """Launching is named as the cause only where launch calls are the largest cause of the idle."""
-    share = pct_text(causes.share(LAUNCH))
-    # the share's own numbers, from the breakdown it comes from (the host-time split), never the window's
-    of = f"{causes.us(LAUNCH) / 1000:.2f} of {causes.host_idle_us / 1000:.2f} ms, in {counted(causes.launch_calls, 'call')}"
-    if causes.launches_lead:
-        return f"the host spent most of the GPU's idle time launching kernels ({share} of it in launch calls: {of}); {medians}"
-    return f"launch calls are {share} of the host-caused GPU idle ({of}), not its main cause; {medians}"
-
-
-def counted(n: int, noun: str) -> str:
-    """A count with its noun in the right number, digits grouped: "1 gap", "2,401 gaps", "1 launch"."""
-    plural = noun if n == 1 else (noun + "es" if noun.endswith(("s", "sh", "ch", "x")) else noun + "s")
-    return f"{n:,} {plural}"
-
-
-def _criterion_text(rt: RoundTrips, label: str, hidden: float | None) -> str:
-    """The round-trip criterion says what *could* hide; it must not read as success where nothing did."""
-    head = (
-        f"per-microbatch compute {rt.compute_per_round_trip_us:.0f} us against a comm round trip of "
-        f"{rt.comm_per_round_trip_us:.0f} us (ratio {rt.ratio:.2f})"
-    )
-    if label == HOST_BOUND:
-        return f"{head}: moot while the step is host-bound; fix the host side first"
-    if rt.criterion_met:
-        could = "could hide the whole round trip"
-    else:
-        could = f"could hide at most {pct_text(rt.ratio)} of it"
-    if hidden is None or hidden < OVERLAPPED_HIDDEN:
-        return f"{head}: the other microbatch's compute {could}, but only {pct_text(hidden)} did"
-    return f"{head}: the other microbatch's compute {could}"
-
-
-HIDDEN_COMM_TEXT = " ran concurrently with compute; "  # in the comm sentence decide() words
-CRITERION_TEXT = "per-microbatch compute "  # how the criterion sentence begins
-
-
-def with_wait_split(v: Verdict, split: WaitSplit | None, rt: RoundTrips | None) -> Verdict:
-    """Where the ranks' collectives were matched, the comm sentences say how much of the comm time
-    was waiting for a peer rank: hidden comm that was waiting hid no transfer, and a round trip that
-    was mostly waiting is not a slow network (docs/analysis.md, "Wait and transfer")."""
-    if split is None:
-        return v
-    reasons = []
-    hidden = split.hidden_wait_us + split.hidden_transfer_us
-    of = "of the matched collectives' hidden time" if split.partial else "of the hidden comm"
-    for reason in v.reasons:
-        if HIDDEN_COMM_TEXT in reason and hidden > 0 and split.transfer_us > 0:
-            share = split.hidden_share_of_transfer
-            reason += (
-                f"; {of}, {split.hidden_wait_us / 1000:.2f} ms was waiting for a peer rank: "
-                f"{pct_text(share)} of the transfer ({split.hidden_transfer_us / 1000:.2f} of "
-                f"{split.transfer_us / 1000:.2f} ms) ran under compute"
-            )
-        elif reason.startswith(CRITERION_TEXT) and rt is not None and rt.wait_per_round_trip_us is not None:
-            transfer = rt.transfer_per_round_trip_us or 0.0
-            against = (
-                f"; against the transfer alone the ratio is {rt.compute_per_round_trip_us / transfer:.2f}" if transfer > 0 else ""
-            )
-            reason += (
-                f" (the round trip's comm, medians over steps: transfer {transfer:.0f} us, "
-                f"waiting for a peer rank {rt.wait_per_round_trip_us:.0f} us{against})"
-            )
-        reasons.append(reason)
-    return replace(v, reasons=reasons)
-
-
-def round_trip_text(afd: AfdRoundTrips) -> str:
-    """The disaggregated round trip in words: how much of it the other microbatch's compute hid."""
-    per = f"{afd.per_step:.0f} per step" + (f", {afd.per_layer:.1f} per layer" if afd.per_layer else "")
-    head = f"{pct_text(afd.hidden_share)} of the FFN round trip hidden under the other microbatch's compute"
-    if not afd.microbatched:
-        head = "FFN round trip not hidden: one microbatch, its send and receive back to back"
-    return f"{head} ({per}, median {_ms(afd.median_us)})"
-
-
-def _overlap_borderline(reason: str) -> bool:
-    """The borderline sentence on the kernel-overlap share (an AFD rank's round-trip share replaces it)."""
-    return reason.startswith(BORDERLINE_TEXT) and f"between {OVERLAPPED}" in reason
-
-
-def with_round_trip_share(v: Verdict, share: float | None, microbatched: bool) -> Verdict:
-    """A step's or a phase's verdict on a disaggregated rank: overlapped or not by its own round
-    trips' hidden share (as the run's, with_round_trips), the share said in a reason."""
-    if v.label not in (OVERLAPPED, NOT_OVERLAPPED) or share is None:
-        return v
-    label = OVERLAPPED if microbatched and share >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
-    text = f"disaggregated: {pct_text(share)} of its FFN round trips' time under the other microbatch's compute"
-    reasons = [r for r in v.reasons if not _overlap_borderline(r)]
-    return replace(v, label=label, reasons=[text, *reasons, *_borderline(None, share)])
-
-
-def with_round_trips(v: Verdict, afd: AfdRoundTrips | None) -> Verdict:
-    """A disaggregated run's verdict: its sends and receives run on the compute stream, so no comm
-    kernel overlaps compute and the kernel-overlap share is 0% by construction. Overlap there is the
-    other microbatch's compute during a round trip: the label (unless host-bound or a capture)
-    follows the hidden share of the round trips, and the headline names it (docs/analysis.md)."""
-    if afd is None:
-        return v
-    label = v.label
-    near: list[str] = []
-    if label in (OVERLAPPED, NOT_OVERLAPPED):
-        label = OVERLAPPED if (afd.hidden_share or 0.0) >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
-        near = _borderline(None, afd.hidden_share)  # the round trips' share decides now, not the kernels'
-    text = round_trip_text(afd)
-    # the comm-kernel criterion (comm busy per round trip) measures the wrong thing here: replaced,
-    # and so is a borderline note on the kernel-overlap share (the round trips' is the one that decides)
-    reasons = [r for r in v.reasons if not r.startswith(CRITERION_TEXT) and not _overlap_borderline(r)] + near
-    # before the kernel-overlap sentence, which reads "0% ... concurrently with compute" here
-    at = next((i for i, r in enumerate(reasons) if HIDDEN_COMM_TEXT in r), len(reasons))
-    reasons.insert(
-        at, f"disaggregated: {text}; kernel overlap (below) cannot see it, the sends and receives run on the compute stream"
-    )
-    if afd.criterion_ratio is not None:
-        met = "could cover" if afd.criterion_met else f"could cover at most {pct_text(afd.criterion_ratio)} of"
-        reasons.append(
-            f"per-microbatch compute {(afd.compute_per_microbatch_us or 0.0) / 1000:.2f} ms against a round trip's "
-            f"exposed {afd.median_exposed_us / 1000:.2f} ms (ratio {afd.criterion_ratio:.2f}): one microbatch's compute {met} "
-            "the other's round trip"
+        CommOverlap(
+            hidden=hidden, hidden_us=m.comm_hidden_us, busy_us=m.comm_busy_us, exposed_us=m.comm_exposed_us,
+            cross=m.comm_hidden_cross_fraction if e.microbatched else None, split=e.wait_split,
+            borderline=overlap_decides and near(hidden, OVERLAPPED_HIDDEN),
         )
-    found = [q for q in ([v.qualifier] if v.qualifier else []) if q.key != Q_ROUND_TRIP]
-    keys = [k for k in v.findings if k != Q_ROUND_TRIP]
-    if label != NO_COMMUNICATION:
-        keys = sorted(keys + [Q_ROUND_TRIP], key=QUALIFIERS.index)
-    qualifier = v.qualifier
-    if keys and keys[0] == Q_ROUND_TRIP:
-        qualifier = Qualifier(Q_ROUND_TRIP, text)
-    elif not found:
-        qualifier = None
-    return Verdict(label, reasons, qualifier, keys)
+    ]  # fmt: skip
+
+
+def _findings(e: Evidence, label: str, host_frac: float, gpu: GpuWork) -> list[Qualifier]:
+    """Every finding that holds, in QUALIFIERS order; the first is the headline's (docs/analysis.md)."""
+    f = e.findings
+    assert f is not None
+    out: list[Qualifier] = []
+    if label == GRAPH_CAPTURE:
+        out.append(CaptureFinding(share=_capture_share(e)))
+    if label in (HOST_BOUND, GRAPH_CAPTURE):
+        out.append(HostBoundFinding(fraction=host_frac, causes=e.causes))
+    elif gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
+        out.append(GpuBoundFinding(work=gpu))
+    if label in (NO_COMMUNICATION, GPU_BOUND):
+        return out  # nothing to hold back, wait on or overlap
+    notable = HEADLINE_SHARE * f.window_us
+    if f.late_record_us > 0 and f.late_record_us >= notable:
+        out.append(LateRecordFinding(exposed_us=f.late_record_us))
+    if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
+        out.append(PeerWaitFinding(wait_us=f.peer_wait_us, rank=f.peer_rank))
+    if e.afd is not None:
+        out.append(RoundTripFinding(afd=e.afd))
+    if label == OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
+        if f.saved_us / f.serial_estimate_us < PAID_LITTLE:
+            out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))
+    if f.crowded_us > 0 and f.crowded_us >= notable:
+        out.append(CrowdedFinding(exposed_us=f.crowded_us))
+    return out
+
+
+def _criterion_missed(e: Evidence) -> DboCannotPay | None:
+    """Per-microbatch compute below the round trip it should hide, where there are microbatches."""
+    if e.afd is not None:
+        ratio = e.afd.criterion_ratio
+        if ratio is None or ratio >= 1.0 or e.afd.compute_per_microbatch_us is None:
+            return None
+        compute, trip = e.afd.compute_per_microbatch_us, e.afd.median_exposed_us
+    else:
+        rt = e.round_trips
+        if not e.microbatched or rt is None or rt.ratio is None or rt.ratio >= 1.0:
+            return None
+        compute, trip, ratio = rt.compute_per_round_trip_us, rt.comm_per_round_trip_us, rt.ratio
+    return DboCannotPay(
+        compute_us=compute, round_trip_us=trip, ratio=ratio, tokens_per_microbatch=e.tokens_per_microbatch,
+        disaggregated=e.afd is not None,
+    )  # fmt: skip
+
+
+def _replay_skips(c: HostCauses | None) -> float | None:
+    """The share of the host-caused idle a graph replay skips: the step's launch calls, other CUDA
+    calls and CPU operators, and the microbatch threads' start-up (a replay runs no thread)."""
+    if c is None or c.host_idle_us <= 0:
+        return None
+    by = c.by_cause_us
+    return (by[LAUNCH] + by[OTHER_CALL] + by[CPU_OP] + by[STARTUP]) / c.host_idle_us
+
+
+def _yield_op_leads(e: Evidence) -> bool:
+    """The yield op is the largest item of the host-caused GPU idle."""
+    c = e.causes
+    if e.yield_op is None or c is None or not c.cpu_ops or c.top is None:
+        return False
+    name, us = c.cpu_ops[0]
+    return name == YIELD_OP and us >= c.top[1]
+
+
+def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
+    """The one action the evidence supports, by a fixed order: what makes every other figure moot
+    comes first (a capture, GPU time-slicing, the host), then what the findings name, then the
+    DBO arithmetic (docs/analysis.md, "Next step")."""
+    m, f = e.metrics, e.findings
+    keys = {q.key: q for q in found}
+    if label == GRAPH_CAPTURE:
+        return ProfileAfterStartup(share=_capture_share(e))
+    if e.time_slicing is not None:
+        return StartMps(slicing=e.time_slicing)
+    if label == HOST_BOUND:
+        c = e.causes
+        if _yield_op_leads(e):
+            assert e.yield_op is not None and c is not None
+            return YieldOpCost(ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]))
+        skipped = _replay_skips(c)
+        if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
+            return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
+        top = c.top if c is not None else None
+        return HostCause(
+            host_fraction=host_frac, host_idle_us=c.host_idle_us if c is not None else 0.0, largest=top,
+            replayed=m.replayed_kernel_fraction if m.graph_launches else None,
+            untraced_leads=c is not None and top is not None and c.us(UNTRACED) >= top[1],
+        )  # fmt: skip
+    if gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
+        return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
+    if m.comm_busy_us <= 0:
+        return NothingToOverlap(work=gpu)
+    late = keys.get(LateRecordFinding.key)
+    if isinstance(late, LateRecordFinding):
+        return FixLateRecord(exposed_us=late.exposed_us)
+    peer = keys.get(PeerWaitFinding.key)
+    if isinstance(peer, PeerWaitFinding):
+        return Straggler(wait_us=peer.wait_us, rank=peer.rank)
+    missed = _criterion_missed(e)
+    if missed is not None:
+        return missed
+    crowded = keys.get(CrowdedFinding.key)
+    if isinstance(crowded, CrowdedFinding):
+        return CommCrowded(exposed_us=crowded.exposed_us, holder=f.crowding_kernel if f is not None else None)
+    paid = keys.get(DidNotPayFinding.key)
+    if isinstance(paid, DidNotPayFinding):
+        return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
+    microbatched = e.microbatched or (e.afd is not None and e.afd.microbatched)
+    if e.afd_share is not None:
+        microbatched = microbatched or e.afd_share.microbatched
+    if label == NOT_OVERLAPPED:
+        if microbatched:
+            return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
+        return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, afd=e.afd)
+    largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None
+    return OverlapWorks(hidden=_overlap_share(e), largest_exposed=largest)

@@ -15,10 +15,9 @@ from dbo_trace.analysis.accounting import B_COMM, B_HOST
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
-from dbo_trace.analysis.report import RankReport, Report, StepReport
+from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.roles import FFN, wall_offset_us
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.verdict import pct_text
 
 _YIELD_RANGE = re.compile(r"^dbo:ub(\d+):yield$")
 CPU_MAIN = "CPU main thread"
@@ -217,14 +216,18 @@ def _step_kind(step: StepReport) -> str:
     return "; ".join(parts) or "path unknown"
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
 def step_title(rank: RankReport, step: StepReport, position: int | None = None) -> str:
     m = step.metrics
     number = "" if position is None else f"#{step_number(rank, position)} "
     return (
         f"rank {rank.rank} · {number}{step.label} ({_step_kind(step)}) · {step.step_us / 1000:.2f} ms "
         f"(window drawn {step.wall_us / 1000:.2f} ms) · "
-        f"{step.verdict.label} · comm hidden {pct_text(m.comm_hidden_fraction)} · host idle {pct_text(m.host_idle_fraction)}"
-        f" · graph-replayed kernels {pct_text(m.replayed_kernel_fraction)}"
+        f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
+        f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
     )
 
 

@@ -35,7 +35,7 @@ class ArchiveRequest:
 
 
 def run(request: ArchiveRequest) -> None:
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.archive import pack
 
     out, source = request.archive, request.source

@@ -18,7 +18,7 @@ from dbo_trace.files import create_file, replace_file
 from dbo_trace.ui import reading_bar
 
 if TYPE_CHECKING:
-    from dbo_trace.analysis.report import Options, Report
+    from dbo_trace.analysis.model import Options, Report
 
 
 MAX_WORKERS = 1024  # --workers and $DBO_TRACE_WORKERS: processes; more is a typo, not a machine

@@ -46,7 +46,7 @@ class CompareRequest:
 def run(request: CompareRequest) -> None:
     from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_warnings, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
-    from dbo_trace.analysis.report import Options
+    from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
     from dbo_trace.render.compare import COMPARE_RENDERERS
 

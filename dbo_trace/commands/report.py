@@ -15,7 +15,7 @@ from dbo_trace.commands.common import check_regexes, color, fail, output_name, r
 from dbo_trace.errors import inert
 
 if TYPE_CHECKING:
-    from dbo_trace.analysis.report import Options, RankReport, Report
+    from dbo_trace.analysis.model import Options, RankReport, Report
     from dbo_trace.render import Renderer
 
 
@@ -69,7 +69,7 @@ class ReportRequest:
 
     @property
     def options(self) -> Options:
-        from dbo_trace.analysis.report import Options
+        from dbo_trace.analysis.model import Options
 
         return Options(
             tuple(self.comm_kernels or self.comm_kernels_only),

@@ -10,7 +10,7 @@ import subprocess
 from typing import Iterable, Mapping
 
 from dbo_trace import __version__
-from dbo_trace.record.redact import redact_env
+from dbo_trace.redact import redact_env
 
 # Distributions whose versions a reviewer asks for first.
 VERSIONED = ("vllm", "torch", "nvtx", "vllm-afd-plugin", "triton", "deep_ep")  # the AFD plugin's distribution name

@@ -31,7 +31,7 @@ from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_mode
 from dbo_trace.record.peer import Peer, PeerPlan, afd_config, role_of
 from dbo_trace.record.plugin import ENV_DIR
 from dbo_trace.record.pystacks import DEFAULT_RATE_HZ, PythonSampler
-from dbo_trace.record.redact import Redactor, redact_argv
+from dbo_trace.redact import Redactor, redact_argv
 
 ENV_TRACES = "DBO_TRACE_TRACES"  # where a program (not a server) should write its profiler traces
 PLUGIN_NAME = "dbo_trace"

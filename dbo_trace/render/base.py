@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from dbo_trace.analysis.report import Report
+    from dbo_trace.analysis.model import Report
 
 
 @dataclass(frozen=True)

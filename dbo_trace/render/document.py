@@ -28,7 +28,7 @@ from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits
 from dbo_trace.analysis.ranks import CrossRank, op_label
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.report import PhaseReport, RankReport, Report, StepReport, StepTable
+from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
@@ -45,16 +45,18 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
+from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
 # cpu_ranges, step_us spread. 4: a rank's attribution block without ubatch_source and step_source
 # (the rank's microbatch_source and steps_source hold them). 5: a step's step_us is its period (its
-# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the steady state; a rank's host_stacks (only with sampled
-# Python stacks); a rank's dbo_ledger, comm_layers,
-# sm_evidence and the run's what_if
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (3, 4, 5)  # what a review archive's report may have been written with
+# share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the
+# steady state; a rank's host_stacks (only with sampled Python stacks); a rank's dbo_ledger,
+# comm_layers, sm_evidence and the run's what_if. 6: every verdict's reasons as {kind, borderline,
+# text} and its next_step; the labels graph-capture and gpu-bound, the findings graph_capture and gpu_bound
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (3, 4, 5, 6)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -76,11 +78,24 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 # Why a comm operation was exposed (analysis.exposure.REASON_SHORT's keys; a test keeps them equal).
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
-Label = Literal["host-bound", "no-communication", "overlapped", "not-overlapped"]
+Label = Literal["graph-capture", "host-bound", "gpu-bound", "no-communication", "overlapped", "not-overlapped"]
 StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
 # A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
 Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
-QualifierKey = Literal["host_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"]
+QualifierKey = Literal[
+    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"
+]
+# A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes; a test keeps them equal).
+ReasonKind = Literal[
+    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "gpu_busy", "no_comm",
+    "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
+    "afd_criterion",
+]  # fmt: skip
+NextStepKind = Literal[
+    "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
+    "nothing_to_overlap", "late_record", "straggler", "dbo_cannot_pay", "crowded", "did_not_pay", "overlap_missing",
+    "one_microbatch", "overlap_works",
+]  # fmt: skip
 
 
 # ---- window figures -------------------------------------------------------------------------------
@@ -220,12 +235,33 @@ def graph_step_counts(tables: list[StepTable]) -> dict[str, int]:
 # ---- the blocks -----------------------------------------------------------------------------------
 
 
+class ReasonBlock(Struct):
+    """A reason of a verdict (version 6): its kind, whether a share decided the label within 2 points
+    of its line, and its words (render/wording.py)."""
+
+    kind: ReasonKind
+    borderline: bool
+    text: str
+
+
+class NextStepBlock(Struct):
+    """The one action the verdict's evidence supports (version 6), with the figures it follows from in its words."""
+
+    kind: NextStepKind
+    text: str
+
+
+# A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
+ReasonItem = str | ReasonBlock
+
+
 class VerdictBlock(Struct):
     label: Label
     qualifier: QualifierKey | None
     headline: str | None
     findings: list[QualifierKey]
-    reasons: list[str]
+    reasons: list[ReasonItem]
+    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
 
 
 class PhaseVerdict(Struct):
@@ -235,8 +271,9 @@ class PhaseVerdict(Struct):
     qualifier: QualifierKey | None
     headline: str | None
     findings: list[QualifierKey]
-    reasons: list[str]
+    reasons: list[ReasonItem]
     per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
+    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
 
 
 class TimeBlock(Struct):
@@ -965,7 +1002,7 @@ def roles_block(info: RolesInfo | None) -> RolesBlock | None:
         mps_daemon=info.sharing.mps_daemon if info.sharing is not None else None,
         time_slicing=None if ts is None else TimeSlicingBlock(
             ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
-            _r(ts.ratio, 2), ts.text(),
+            _r(ts.ratio, 2), time_slicing_text(ts),
         ),
         pair=None if p is None else PairBlock(
             p.steps, _r(p.ffn_compute_per_step_us), _r(p.ffn_compute_per_round_trip_us), _r(p.ffn_queue_per_round_trip_us),
@@ -1159,17 +1196,32 @@ def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierK
     return cast("Label", v.label), cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
 
 
+def _reasons(v: Verdict) -> list[ReasonItem]:
+    return [ReasonBlock(kind=cast(ReasonKind, r.kind), borderline=r.borderline, text=reason_text(r)) for r in v.reasons]
+
+
+def _next_step(v: Verdict) -> NextStepBlock | None:
+    n = v.next_step
+    return None if n is None else NextStepBlock(kind=cast(NextStepKind, n.kind), text=next_step_text(n))
+
+
 def verdict_block(v: Verdict) -> VerdictBlock:
     label, qualifier, findings = _vocabulary(v)
-    return VerdictBlock(label=label, qualifier=qualifier, headline=v.headline, findings=findings, reasons=list(v.reasons))
+    return VerdictBlock(
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
+    )
 
 
 def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
     v = p.verdict
     if v is None:
-        return PhaseVerdict(label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=list(p.per_rank or []))
+        return PhaseVerdict(
+            label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=list(p.per_rank or []), next_step=None
+        )
     label, qualifier, findings = _vocabulary(v)
-    return PhaseVerdict(label=label, qualifier=qualifier, headline=v.headline, findings=findings, reasons=list(v.reasons))
+    return PhaseVerdict(
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
+    )
 
 
 def phase_block(p: PhaseReport) -> PhaseBlock:
@@ -1232,7 +1284,7 @@ def stall_block(st: Stall | None) -> StallBlock | None:
         capture_us=_r(st.capture_us) or 0.0,
         compile_ranges=[NameUs(name=n, us=_r(u) or 0.0) for n, u in st.compile_ranges],
         phase_median_us=_r(st.phase_median_us),
-        text=st.text,
+        text=stall_text(st),
     )
 
 

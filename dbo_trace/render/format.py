@@ -10,7 +10,7 @@ from msgspec import UnsetType
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.analysis.host_time import LINE_NAMES
-from dbo_trace.analysis.verdict import BORDERLINE_TEXT, HOST_BOUND, counted
+from dbo_trace.analysis.verdict import HOST_BOUND
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
@@ -18,9 +18,11 @@ from dbo_trace.render.document import (
     CpuRange,
     HostCausesBlock,
     KernelRow,
+    NextStepBlock,
     PhaseBlock,
     PhaseVerdict,
     RankBlock,
+    ReasonBlock,
     ReportDocument,
     RoundTripsBlock,
     StallBlock,
@@ -31,6 +33,7 @@ from dbo_trace.render.document import (
 from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 from dbo_trace.render.names import display_names
+from dbo_trace.render.wording import counted
 
 
 def ms(us: float | None) -> str:
@@ -57,6 +60,22 @@ def tri(state: bool | None, yes: str = "met", no: str = "missed") -> str:
 def headline(verdict: VerdictBlock | PhaseVerdict) -> str:
     """The verdict's first line: its label and the dominant finding (analysis/verdict.py)."""
     return verdict.headline or verdict.label or "-"
+
+
+def reason_lines(verdict: VerdictBlock | PhaseVerdict) -> list[str]:
+    """The verdict's reasons in words (a document before version 6 holds the words alone)."""
+    return [r if isinstance(r, str) else r.text for r in verdict.reasons]
+
+
+def next_step_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
+    """The verdict's next step (absent from documents before version 6)."""
+    n = verdict.next_step
+    return n.text if isinstance(n, NextStepBlock) else None
+
+
+def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
+    """A share decided the label within 2 points of its line (said only by documents of version 6 on)."""
+    return any(isinstance(r, ReasonBlock) and r.borderline for r in verdict.reasons)
 
 
 def round_trip_cells(rt: RoundTripsBlock) -> list[str]:
@@ -576,7 +595,7 @@ def step_time_cell(step: StepBlock) -> str:
 def step_verdict_cell(step: StepBlock) -> str:
     """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
     label: str = step.verdict.label or "-"
-    if any(r.startswith(BORDERLINE_TEXT) for r in step.verdict.reasons):
+    if borderline(step.verdict):
         label += " (borderline)"
     return label if not isinstance(step.stall, StallBlock) else f"{label}; stall: {step.stall.cause}"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
@@ -26,6 +26,8 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     figure_table,
     headline,
+    next_step_line,
+    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -220,15 +222,18 @@ class HtmlRenderer:
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
             for r in [
-                *d.verdict.reasons, *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)), *host_stack_lines(d)
+                *reason_lines(d.verdict), *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)),
+                *host_stack_lines(d),
             ]
         )
+        step = next_step_line(d.verdict)
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),
             finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
+            next_step="" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>',
             inputs=html_text(", ".join(d.inputs)),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),
@@ -265,6 +270,7 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 </style></head>
 <body data-ready="0">
 <h1>dbo-trace: <span id="verdict">{verdict}</span><small id="finding">{finding}</small></h1>
+{next_step}
 <ul id="reasons">{reasons}</ul>
 <p>Inputs: {inputs}</p>
 <h2>Ranks</h2>{ranks}

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, StepBlock, build_document
 from dbo_trace.render.safe import json_inert_utf8

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
@@ -24,6 +24,8 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     figure_table,
     headline,
+    next_step_line,
+    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -123,7 +125,9 @@ class MarkdownRenderer:
         d = only_layer(d, options.layer)
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
-        out += [f"- {markdown_text(reason)}" for reason in d.verdict.reasons]
+        if (step := next_step_line(d.verdict)) is not None:
+            out += [f"**Next step:** {markdown_text(step)}", ""]
+        out += [f"- {markdown_text(reason)}" for reason in reason_lines(d.verdict)]
         out += [f"- {markdown_text(line)}" for line in profiler_lines(d)]  # beside the verdict it may qualify
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]

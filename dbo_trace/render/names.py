@@ -61,10 +61,6 @@ def _demangler() -> Callable[[str], str | None] | None:
 _DEMANGLE = _demangler()
 
 
-def has_demangler() -> bool:
-    return _DEMANGLE is not None
-
-
 @functools.lru_cache(maxsize=65536)
 def demangle(name: str) -> str:
     """An Itanium-ABI C++ name demangled (`_ZN7ck_tile6kentry...` to `void ck_tile::kentry<...>(...)`);

@@ -17,7 +17,7 @@ from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
 from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.report import RankReport, Report
+from dbo_trace.analysis.model import RankDetail, RankReport, Report, StepReport
 from dbo_trace.analysis.roles import FFN, wall_offset_us
 from dbo_trace.analysis.view import afd_phase, afd_round_trip_spans, held_in_step, steps_bands
 from dbo_trace.render.base import RenderOptions
@@ -196,17 +196,7 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         s = np.concatenate([getattr(b, field)[0] for b in bands]) if bands else np.empty(0)
         e = np.concatenate([getattr(b, field)[1] for b in bands]) if bands else np.empty(0)
         w.slices(w.track(track, root), s, e, [name] * len(s))
-    if d.held is not None:  # each held-back comm kernel, from when it was ready to when it started
-        kernels = set(np.flatnonzero(np.isin(att.gpu_step, [s.index for s in steps])).tolist())
-        held = held_in_step(d.held, kernels)
-        for u in sorted({int(att.gpu_ubatch[k]) for k, _, _ in held}):  # one microbatch's waits never overlap
-            mine = [(k, ready, cause) for k, ready, cause in held if att.gpu_ubatch[k] == u]
-            w.slices(
-                w.track(f"microbatch {u} comm held back (ready, not started)", root),
-                [ready for _, ready, _ in mine],
-                [float(tl.gpu.start[k]) for k, _, _ in mine],
-                [f"held back: {cause}" for _, _, cause in mine],
-            )
+    _held_back(w, root, d, steps)
     spans = cross.waits.wait_spans.get(rank.rank) if cross is not None and cross.waits is not None else None
     if spans is not None:  # each comm kernel's wait for the last rank of its collective
         keep = (spans[1] > lo) & (spans[0] < hi)
@@ -232,6 +222,23 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         tl.calls.end[graph],
         ["cudaGraphLaunch"] * len(graph),
     )
+
+
+def _held_back(w: _Writer, root: int, d: RankDetail, steps: list[StepReport]) -> None:
+    """Each held-back comm kernel of the steps, from when it was ready to when it started."""
+    if d.held is None:
+        return
+    tl, att = d.timeline, d.attribution
+    kernels = set(np.flatnonzero(np.isin(att.gpu_step, [s.index for s in steps])).tolist())
+    held = held_in_step(d.held, kernels)
+    for u in sorted({int(att.gpu_ubatch[k]) for k, _, _ in held}):  # one microbatch's waits never overlap
+        mine = [(k, ready, cause) for k, ready, cause in held if att.gpu_ubatch[k] == u]
+        w.slices(
+            w.track(f"microbatch {u} comm held back (ready, not started)", root),
+            [ready for _, ready, _ in mine],
+            [float(tl.gpu.start[k]) for k, _, _ in mine],
+            [f"held back: {cause}" for _, _, cause in mine],
+        )
 
 
 class PerfettoRenderer:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from rich.console import Console
 from rich.text import Text
 
-from dbo_trace.analysis.report import Report
+from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
@@ -33,6 +33,8 @@ from dbo_trace.render.format import (
     cross_rank_lines,
     dbo_arithmetic_applies,
     headline,
+    next_step_line,
+    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -185,6 +187,45 @@ def _host_stacks(out: _Lines, d: ReportDocument) -> None:
         out.table(title, _columns(STACK_HEADER, {}, STACK_HEADER[:4]), rows)
 
 
+def _operations(out: _Lines, d: ReportDocument) -> None:
+    """Each rank's comm operations, per microbatch and per layer."""
+    for r in d.ranks:
+        ops = r.comm_operations
+        if ops:
+            out.table(
+                f"rank {r.rank} comm operations (per microbatch, in step order; medians over steps)",
+                _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],), ("op",)),
+                [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
+            )
+            if len(ops) > MAX_OPERATION_ROWS:
+                out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
+                out.line()
+        layers = comm_layers_of(r)
+        if layers:
+            out.table(
+                f"rank {r.rank} comm operations per layer (both microbatches; layers alike grouped)",
+                _columns(LAYER_OPS_HEADER, {}, (LAYER_OPS_HEADER[-1],)),
+                [layer_ops_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
+            )
+            out.more(len(layers) - MAX_OPERATION_ROWS, " layer rows")
+
+
+def _ledgers(out: _Lines, d: ReportDocument) -> None:
+    """Each rank's DBO ledger and its hand-overs per layer."""
+    for r in d.ranks:
+        ledger = ledger_of(r)
+        out.bullets(ledger_lines(r.rank, ledger), most=None)
+        handovers = ledger.layers if ledger is not None else []
+        if handovers:
+            out.table(
+                f"rank {r.rank} hand-overs per layer",
+                _columns(LAYER_HEADER, {}),
+                [layer_cells(row) for row in handovers[:MAX_OPERATION_ROWS]],
+                kind="hand-overs",
+            )
+            out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
+
+
 def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
@@ -247,7 +288,9 @@ class TerminalRenderer:
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
-        out.bullets(d.verdict.reasons)
+        if (step := next_step_line(d.verdict)) is not None:
+            out.paragraph(step, "next step: ", "bold")
+        out.bullets(reason_lines(d.verdict))
         out.bullets(profiler_lines(d))  # beside the verdict it may qualify
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
@@ -284,25 +327,7 @@ class TerminalRenderer:
                 [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in list(phases.items())[:MAX_LIST_LINES]],
             )
             out.more(len(phases) - MAX_LIST_LINES, " phases")
-        for r in d.ranks:
-            ops = r.comm_operations
-            if ops:
-                out.table(
-                    f"rank {r.rank} comm operations (per microbatch, in step order; medians over steps)",
-                    _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],), ("op",)),
-                    [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
-                )
-                if len(ops) > MAX_OPERATION_ROWS:
-                    out.line(f"  ... {len(ops) - MAX_OPERATION_ROWS} more operations (--json lists all)")
-                    out.line()
-            layers = comm_layers_of(r)
-            if layers:
-                out.table(
-                    f"rank {r.rank} comm operations per layer (both microbatches; layers alike grouped)",
-                    _columns(LAYER_OPS_HEADER, {}, (LAYER_OPS_HEADER[-1],)),
-                    [layer_ops_cells(row) for row in layers[:MAX_OPERATION_ROWS]],
-                )
-                out.more(len(layers) - MAX_OPERATION_ROWS, " layer rows")
+        _operations(out, d)
         cross = d.cross_rank
         if cross is not None:
             out.paragraph(f"across ranks: {cross.summary}")
@@ -321,18 +346,7 @@ class TerminalRenderer:
                 "DBO arithmetic (medians over steps)", _columns(ROUND_TRIP_HEADER, _ROUND_TRIP_KEEP), [round_trip_cells(rt)]
             )
         out.bullets(what_if_lines(d), most=None)
-        for r in d.ranks:
-            ledger = ledger_of(r)
-            out.bullets(ledger_lines(r.rank, ledger), most=None)
-            handovers = ledger.layers if ledger is not None else []
-            if handovers:
-                out.table(
-                    f"rank {r.rank} hand-overs per layer",
-                    _columns(LAYER_HEADER, {}),
-                    [layer_cells(row) for row in handovers[:MAX_OPERATION_ROWS]],
-                    kind="hand-overs",
-                )
-                out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
+        _ledgers(out, d)
 
         rows = d.steps
         # the rank column says nothing where one rank has steps (d.steps: the ranks' step blocks in turn)

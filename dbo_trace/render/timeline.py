@@ -35,7 +35,7 @@ from dbo_trace.render.safe import plot_text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from dbo_trace.analysis.report import Report
+    from dbo_trace.analysis.model import Report
 
 UBATCH_COLOURS = {0: "#1f77b4", 1: "#ff7f0e"}
 # Kernels no microbatch launched, coloured by class so a step without microbatches is not all grey.
@@ -54,7 +54,6 @@ ROUND_TRIP_ALPHA = 0.35
 ONE_MICROBATCH_TRIP = "#7f7f7f"
 COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
 OTHER_ALPHA = 0.35
-FORMATS = ("png", "svg")
 # What the GPU did (the bottom lane), each its own colour.
 HIDDEN_COLOUR, EXPOSED_COLOUR, HOST_COLOUR, QUEUED_COLOUR = "#2ca02c", "#e7298a", "#d62728", "#9e9e9e"
 # Held-back comm (analysis/held.py CAUSES), one colour per cause.

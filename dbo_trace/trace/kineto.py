@@ -130,7 +130,7 @@ def _other_phase(tag: str) -> type:
 
 
 # Every phase of the Trace Event Format. Their fields are not decoded, so not type-checked either:
-# nothing reads them (an `M` event's name of the wrong type no longer refuses the trace).
+# nothing reads them (an `M` event's name of the wrong type does not refuse the trace).
 _PHASES = "B E i I C b n e s t f P N O D M V v R c ( )".split()
 OTHER_PHASES = tuple(map(_other_phase, _PHASES))
 

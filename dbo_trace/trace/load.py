@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -14,20 +12,8 @@ from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import categories_seen, read_kineto
 from dbo_trace.trace.nsys import is_nsys, read_nsys
-from dbo_trace.trace.pystacks import SampleEntry, StackSamples, read_pystacks, sample_entries
+from dbo_trace.trace.pystacks import StackSamples, read_pystacks
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
-
-
-@dataclass
-class Loaded:
-    timelines: list[Timeline]  # in rank order
-    ranks: list[int]  # each timeline's rank number (settle_ranks)
-    logs: list[EventLogData]
-    manifests: list[dict[str, Any]]
-    warnings: list[str] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
-    samples: list[StackSamples] = field(default_factory=list)  # sampled Python stacks (py-spy)
-    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
 
 
 @dataclass
@@ -39,80 +25,8 @@ class Found:
     manifests: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
-    pystacks: list[SampleEntry] = field(default_factory=list)
+    pystacks: list[fmt.SampleEntry] = field(default_factory=list)
     role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
-
-
-ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
-ROLE_FROM_MANIFEST = "manifest"  # the manifest's `roles` (or its `afd` block's role)
-ROLE_FROM_COMMAND = "command line"  # the recorded command's --additional-config '{"afd": {"role": ...}}'
-AFD_ROLES = ("attention", "ffn")
-
-
-def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
-    """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
-    an entry that is not a list of strings is left out (a role is only a label of its traces)."""
-    roles = manifest.get("roles")
-    out: dict[str, str] = {}
-    if not isinstance(roles, dict):
-        return out
-    for role, entry in roles.items():
-        traces = entry.get("traces") if isinstance(entry, dict) else None
-        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
-            out.update({t: role for t in traces if isinstance(t, str)})
-    return out
-
-
-def _role_traces(path: Path, manifest: dict[str, Any], found: Found) -> list[Path]:
-    """The traces the manifest's roles name (the FFN's under peer/traces/ too), each with its role."""
-    out = []
-    for rel, role in manifest_roles(manifest).items():
-        p = path / rel
-        if ".." in Path(rel).parts or not p.is_file():
-            continue
-        out.append(p)
-        found.roles[os.path.normpath(p)] = role
-        found.role_sources[os.path.normpath(p)] = ROLE_FROM_MANIFEST
-    return out
-
-
-def command_afd(command: Any) -> dict[str, Any] | None:
-    """The `afd` block a server command line passed in `--additional-config '{"afd": {...}}'` (also
-    `--additional-config=...`); None where it passed none."""
-    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-        return None
-    for i, arg in enumerate(command):
-        if arg == "--additional-config" and i + 1 < len(command):
-            raw = command[i + 1]
-        elif arg.startswith("--additional-config="):
-            raw = arg.split("=", 1)[1]
-        else:
-            continue
-        try:
-            config = json.loads(raw)
-        except ValueError:
-            continue
-        afd = config.get("afd") if isinstance(config, dict) else None
-        if isinstance(afd, dict):
-            return afd
-    return None
-
-
-def command_role(command: Any) -> str | None:
-    """The AFD role a server command line asked for (one of AFD_ROLES), else None."""
-    afd = command_afd(command)
-    role = afd.get("role") if afd is not None else None
-    return str(role) if role in AFD_ROLES else None
-
-
-def declared_role(manifest: dict[str, Any]) -> tuple[str, str] | None:
-    """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
-    block's role, else the one its recorded command line asked for; with where it came from."""
-    afd = manifest.get("afd")
-    if isinstance(afd, dict) and afd.get("role") in AFD_ROLES:
-        return str(afd["role"]), ROLE_FROM_MANIFEST
-    role = command_role(manifest.get("command"))
-    return (role, ROLE_FROM_COMMAND) if role is not None else None
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -127,29 +41,16 @@ def _discover(path: Path, found: Found) -> None:
         raise InputError(f"{path}: the folder cannot be listed (permission denied)")
     if fmt.is_bundle(path):
         try:
-            manifest = fmt.read_manifest(path)
+            bundle = fmt.read_bundle(path)
         except fmt.BundleError as exc:
             raise InputError(str(exc)) from None
-        found.manifests.append(manifest)
-        traces_dir = path / fmt.TRACES_DIR
-        traces = fmt.trace_files(traces_dir) if traces_dir.is_dir() else []
-        declared = None if manifest_roles(manifest) else declared_role(manifest)
-        if declared is not None:  # an older recorder's bundle: its command line names its role
-            for t in traces:
-                found.roles[os.path.normpath(t)], found.role_sources[os.path.normpath(t)] = declared
-        traces += [t for t in _role_traces(path, manifest, found) if t not in traces]
-        if not traces:
-            raise InputError(
-                f"{path}: the bundle has no traces under {fmt.TRACES_DIR}/ "
-                "(was the recording stopped before the profiler wrote them?)"
-            )
-        found.traces += traces
-        found.logs += fmt.event_files(path)
-        if manifest_roles(manifest):  # a peer's event logs (peer/events/), each joined to its process
-            found.logs += fmt.event_files(path / "peer")
-        entries, warnings = sample_entries(path, manifest)
-        found.pystacks += entries
-        found.warnings += warnings
+        found.manifests.append(bundle.manifest)
+        found.traces += bundle.traces
+        found.roles.update(bundle.roles)
+        found.role_sources.update(bundle.role_sources)
+        found.logs += bundle.logs
+        found.pystacks += bundle.pystacks
+        found.warnings += bundle.warnings
         return
     traces = fmt.trace_files(path)
     if not traces:
@@ -264,39 +165,6 @@ def settle_ranks(timelines: list[Timeline], errors: list[str]) -> tuple[list[int
 def rank_order(numbers: list[int]) -> list[int]:
     """The positions of the rank numbers, lowest number first."""
     return sorted(range(len(numbers)), key=numbers.__getitem__)
-
-
-def load(found: Found, progress: Callable[[int], None] | None = None, workers: int = 1) -> Loaded:
-    """Read every trace, one after the other (each decoded by `workers` processes where large). One
-    broken trace among several is a warning; all broken is an error."""
-    timelines: list[Timeline] = []
-    errors: list[str] = []
-    done = 0
-    for index, trace in enumerate(found.traces):
-
-        def progress_of_this(n: int, base: int = done) -> None:
-            if progress is not None:
-                progress(base + n)
-
-        try:
-            timelines += read_timelines(trace, index, progress_of_this if progress else None, workers)
-        except InputError as exc:
-            errors.append(str(exc))
-        done += os.path.getsize(trace)
-    numbers, warnings = settle_ranks(timelines, errors)
-    logs, log_warnings = read_logs(found)
-    samples, sample_warnings = read_samples(found)
-    order = rank_order(numbers)
-    return Loaded(
-        timelines=[timelines[i] for i in order],
-        ranks=[numbers[i] for i in order],
-        logs=logs,
-        manifests=found.manifests,
-        warnings=found.warnings + warnings + log_warnings + sample_warnings,
-        roles=found.roles,
-        samples=samples,
-        role_sources=found.role_sources,
-    )
 
 
 def _wall_window(tl: Timeline) -> tuple[float, float] | None:

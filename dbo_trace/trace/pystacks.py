@@ -26,11 +26,12 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Iterator
 
 import msgspec
 import numpy as np
 
+from dbo_trace.bundle import SampleEntry
 from dbo_trace.trace.errors import InputError
 
 MAX_FILE_BYTES = 1 << 30
@@ -39,11 +40,9 @@ MAX_DEPTH = 1024
 MAX_NAME = 1024
 MAX_CHUNK = 4 << 20  # bytes decoded at once
 MAX_EVENT_BYTES = 16 << 20  # one event (its strings) beyond this is not py-spy's
-_FIRST_BYTES = 4096  # the start of the file that must show py-spy's layout
 
-# py-spy's pseudo-frames at the root of a stack: `--subprocesses` puts the process (and its parents)
-# outermost, `--threads` the thread, as frames with an empty filename.
-_PROCESS_FRAME = re.compile(r'^process \d+:"', re.S)
+# py-spy's pseudo-frame at the root of a stack: `--threads` puts the thread outermost, as a frame
+# with an empty filename.
 _THREAD_FRAME = re.compile(r"^thread \((0x[0-9a-fA-F]+|\d+)\)(?:: (.*))?$", re.S)
 
 
@@ -87,18 +86,6 @@ class StackSamples:
 
     def pids(self) -> set[int]:
         return {p for p, _ in self.threads}
-
-
-@dataclass(frozen=True)
-class SampleEntry:
-    """A manifest's `pystacks` entry, checked."""
-
-    path: Path
-    role: str | None
-    pid: int | None
-    rate_hz: float | None
-    started_unix_ns: int | None
-    note: str | None
 
 
 def _open_regular(path: Path) -> IO[bytes]:
@@ -317,54 +304,3 @@ def _thread_frame(name: str, th: int, native: dict[int, int], names: dict[int, s
         native[th] = int(m.group(1))
         if m.group(2):
             names[th] = m.group(2)[:MAX_NAME]
-
-
-# ---- the manifest's entries ------------------------------------------------------------------------------
-
-
-def _whole(value: Any) -> bool:
-    return type(value) is int and 0 <= value < 1 << 63
-
-
-def sample_entries(bundle: Path, manifest: dict[str, Any]) -> tuple[list[SampleEntry], list[str]]:
-    """The manifest's `pystacks` entries that name a file in the bundle, checked; a warning for
-    each one that is damaged or says why it has no file."""
-    listed = manifest.get("pystacks")
-    if listed is None:
-        return [], []
-    if not isinstance(listed, list):
-        return [], [f"{bundle}: the manifest's pystacks is not a list; its Python stack samples are not read"]
-    out, warnings = [], []
-    for i, item in enumerate(listed[:64]):
-        where = f"{bundle}: the manifest's pystacks[{i}]"
-        if not isinstance(item, dict):
-            warnings.append(f"{where} is not an object; skipped")
-            continue
-        rel = item.get("path")
-        note = item.get("note")
-        if rel is None:
-            if isinstance(note, str):
-                warnings.append(f"{where}: no Python stack samples ({note[:300]})")
-            continue
-        if not isinstance(rel, str) or rel.startswith("/") or ".." in Path(rel).parts or "\x00" in rel:
-            warnings.append(f"{where}: its path is not a file inside the bundle; skipped")
-            continue
-        rate = item.get("rate_hz")
-        started = item.get("started_unix_ns")
-        role = item.get("role")
-        pid = item.get("pid")
-        path = bundle / rel
-        if not path.exists():
-            warnings.append(f"{where}: {rel} is missing" + (f" ({note[:300]})" if isinstance(note, str) else ""))
-            continue
-        out.append(
-            SampleEntry(
-                path=path,
-                role=role[:200] if isinstance(role, str) else None,
-                pid=pid if _whole(pid) else None,
-                rate_hz=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate <= 100_000 else None,
-                started_unix_ns=started if _whole(started) else None,
-                note=note[:300] if isinstance(note, str) else None,
-            )
-        )
-    return out, warnings

@@ -35,6 +35,7 @@ QUEUE_SLACK_NS = 20_000          # "more than 20 us after that work's launch cal
 CLOCK_SUSPECT_NS = 1_000_000     # "no activity started sooner than 1 ms after its launch call ended"
 HOST_BOUND = 0.5                 # "the threshold is 50% either way"
 OVERLAPPED = 0.2                 # ">= 20% of comm time concurrent with compute"
+GPU_BOUND = 0.8                  # no comm, the main phase's steady steps busy >= 80% (added with the label)
 COMPILE_MIN_NS = 1_000_000       # "at least 1 ms"
 COMPILE_MIN_SHARE = 0.05         # "and 5%"
 MAD_K = 3.5
@@ -1125,7 +1126,25 @@ def startup_windows(tr, steps, ub, tm):
 # verdict
 # ----------------------------------------------------------------------------
 
-def verdict(tl, host_fraction, basis, region, capt, window_host):
+def main_phase_busy(tl, phases, steady_region):
+    """GPU busy share of the main phase's steady steps: the phase whose steady steps' windows cover the
+    most time (a phase whose every step stalled only where none has a steady step); without vLLM's
+    phases, of the steady region. (Added with the gpu-bound label, from docs/analysis.md "Verdict",
+    by the verdict's author: not part of the independent writing.)"""
+    named = {p: lst for p, lst in phases.items() if p is not None}
+    if not named:
+        tb = time_block(tl, steady_region)
+        return tb["gpu_busy_fraction"]
+    regions = {}
+    for ph, lst in named.items():
+        steady = [s for s in lst if s["stall"] is None]
+        regions[ph] = (merge((s["win_s"], s["win_e"]) for s in (steady or lst)), bool(steady))
+    pool = {p: r for p, (r, ok) in regions.items() if ok} or {p: r for p, (r, _) in regions.items()}
+    main = max(pool, key=lambda p: total(pool[p]))
+    return time_block(tl, pool[main])["gpu_busy_fraction"]
+
+
+def verdict(tl, host_fraction, basis, region, capt, window_host, busy=None):
     comm_busy = tl["comm"].measure_in(region)
     comm_hidden = tl["comm_hidden"].measure_in(region)
     hidden_frac = frac(comm_hidden, comm_busy)
@@ -1135,7 +1154,7 @@ def verdict(tl, host_fraction, basis, region, capt, window_host):
     elif host_fraction is not None and host_fraction >= HOST_BOUND:
         label = "host-bound"
     elif comm_busy == 0:
-        label = "no-communication"
+        label = "gpu-bound" if busy is not None and busy >= GPU_BOUND else "no-communication"
     elif hidden_frac is not None and comm_hidden / comm_busy >= OVERLAPPED:
         label = "overlapped"
     else:
@@ -1305,7 +1324,7 @@ def analyse_rank(path, logs, manifest):
     tb_steady = time_block(tl, steady_region)
     tb_all_steps = time_block(tl, merge((s["win_s"], s["win_e"]) for s in steps)) if steps else None
     host_frac = (tb_steady["_host"] / tb_steady["_len"]) if tb_steady["_len"] else None
-    vd = verdict(tl, host_frac, basis, steady_region, capt, tb_win["_host"])
+    vd = verdict(tl, host_frac, basis, steady_region, capt, tb_win["_host"], main_phase_busy(tl, phases, steady_region))
     ld = launch_delay(tr, tl, steady_region)
     hc_steady = host_causes(tr, tl, tm, steps, ub, startup, steady_region, between_ok)
     hc_window = host_causes(tr, tl, tm, steps, ub, startup, window, between_ok)

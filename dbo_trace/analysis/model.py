@@ -1,0 +1,372 @@
+"""The report's types: per step, phase, rank and run, what every renderer reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.accounting import Partition, TimeBuckets
+from dbo_trace.analysis.attribution import SOURCE_NONE, Attribution
+from dbo_trace.analysis.capture import Capture
+from dbo_trace.analysis.clocks import RankClue
+from dbo_trace.analysis.contention import Contention
+from dbo_trace.analysis.expensive import ExpensiveCall
+from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.held import HeldBack, HeldSummary
+from dbo_trace.analysis.host_time import HostCauses, HostPieces
+from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, layer_operations
+from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
+from dbo_trace.analysis.operations import OperationRow
+from dbo_trace.analysis.peers import RankComm, WaitSplit
+from dbo_trace.analysis.pystacks import RankStacks, StepFrame
+from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.ranks import CrossRank
+from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.stalls import Behind, Stall
+from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
+from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
+from dbo_trace.lazy import LazyList
+from dbo_trace.trace.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Options:
+    comm_patterns: tuple[str, ...] = ()
+    comm_streams: tuple[int, ...] = ()
+    ubatch_patterns: tuple[str, ...] = ()
+    layers: int | None = None
+    step_marker: str | None = None
+    comm_only: bool = False  # comm_patterns replace the built-in communication families
+    afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
+    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
+    role_sources: tuple[tuple[str, str], ...] = ()  # (trace path, where its role came from, in words)
+    what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
+    what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
+    comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
+    env_recorded: bool = False  # a manifest kept the recording's environment
+    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    label: str
+    path: str | None
+    wall_us: float  # from the step's CPU start to the end of the last GPU work it launched
+    comm_ops: int
+    comm_ops_from_log: bool  # counted as event-log comm phases, else as runs of comm kernels
+    metrics: WindowMetrics
+    verdict: Verdict
+    index: int = -1  # into the attribution's steps
+    start_us: float = 0.0  # the step's window on the trace clock
+    end_us: float = 0.0
+    phase: str | None = None  # prefill / decode / mixed, where vLLM's annotation says
+    context_tokens: int | None = None
+    generation_tokens: int | None = None
+    captured_launches: int = 0  # launches recorded into a graph during a capture (they did not run)
+    host_causes: HostCauses | None = None  # what the host did while the GPU waited, in the step's window
+    period_us: float = 0.0  # its share of the wall clock: from its start to the next step's start (stalls.py)
+    stall: Stall | None = None  # why it is not steady state (compile, capture, outlier); None: steady
+    host_frame: StepFrame | None = None  # its host idle's most-sampled Python frame, where sampled (pystacks.py)
+
+    @property
+    def step_us(self) -> float:
+        """The step's time: its period (windows overlap where the GPU runs behind the CPU)."""
+        return self.period_us
+
+    @property
+    def replayed(self) -> bool:
+        """A graph step: most of its kernels came from CUDA graph replays (docs/analysis.md)."""
+        return (self.metrics.replayed_kernel_fraction or 0.0) > REPLAYED_STEP_SHARE
+
+
+REPLAYED_STEP_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """A rank's reported steps (those with GPU work), in step order, as columns, each (n,): what its
+    analyses read of its steps, all at once (StepReports builds a step's StepReport when read)."""
+
+    index: np.ndarray  # int64: into the attribution's steps
+    start_us: np.ndarray  # float64: the step's window on the trace clock, from its CPU start
+    end_us: np.ndarray  # float64: to the end of the last GPU work it launched
+    period_us: np.ndarray  # float64: from its start to the next step's start (stalls.py)
+    comm_ops: np.ndarray  # int64
+    comm_ops_from_log: np.ndarray  # bool: counted as event-log comm phases, else as runs of comm kernels
+    captured_launches: np.ndarray  # int64: launches recorded into a graph during a capture
+    metrics: MetricColumns  # its figures
+    label: list[str]
+    path: list[str | None]
+    phase: list[str | None]
+    context_tokens: list[int | None]
+    generation_tokens: list[int | None]
+    stalls: dict[int, Stall]  # by position: the steps that are not steady state (the rest are)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def wall_us(self) -> np.ndarray:
+        wall: np.ndarray = self.end_us - self.start_us
+        return wall
+
+    @property
+    def stalled(self) -> np.ndarray:
+        """(n,) bool: the steps that are stalls."""
+        out = np.zeros(len(self.index), bool)
+        out[list(self.stalls)] = True
+        return out
+
+    @property
+    def replayed(self) -> np.ndarray:
+        """(n,) bool: graph steps (StepReport.replayed)."""
+        kernels = self.metrics["kernels"]
+        share = self.metrics["replayed_kernels"] / np.maximum(kernels, 1)
+        replayed: np.ndarray = (kernels > 0) & (share > REPLAYED_STEP_SHARE)
+        return replayed
+
+    def of_phase(self, phase: str | None) -> np.ndarray:
+        """The positions of the phase's steps, in order."""
+        return np.flatnonzero(np.array(self.phase, object) == phase) if len(self.index) else np.empty(0, np.int64)
+
+    def steady(self, at: np.ndarray) -> np.ndarray:
+        """Of the positions `at`, the steady steps' (none where every one stalled)."""
+        steady: np.ndarray = at[~self.stalled[at]]
+        return steady
+
+    def steady_or_all(self, at: np.ndarray) -> np.ndarray:
+        """Of the positions `at` (a phase's steps), the steady ones, or all where every one stalled."""
+        steady = self.steady(at)
+        return steady if len(steady) else at
+
+
+STEPS_BUILT_AT_ONCE = 128  # a step read builds its neighbours too: one host-causes sweep for many
+
+
+class StepReports(LazyList[StepReport]):
+    """A rank's steps: its StepTable, and each step's StepReport built when read (with its verdict,
+    host causes and figures, tens of microseconds a step: a long run's terminal report reads 20 of
+    100,000), STEPS_BUILT_AT_ONCE at a time. Reads as a list of StepReport does."""
+
+    def __init__(
+        self,
+        table: StepTable,
+        pieces: HostPieces,
+        microbatched: bool,
+        afd_shares: list[AfdShare] | None = None,
+        host_frames: list[StepFrame | None] | None = None,
+    ) -> None:
+        super().__init__(len(table), self._step_alone)
+        self.table = table
+        self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
+        self.microbatched = microbatched
+        self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
+        self.host_frames = host_frames
+
+    def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
+        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames)
+
+    def __repr__(self) -> str:
+        return f"StepReports({len(self)} steps)"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)  # what was built is built again
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        LazyList.__init__(self, len(self.table), self._step_alone)
+
+    def _step_alone(self, i: int) -> StepReport:  # never called: _fill builds a chunk
+        raise AssertionError(i)
+
+    def _fill(self, i: int) -> None:
+        a = i - i % STEPS_BUILT_AT_ONCE
+        self._build_steps(a, min(len(self), a + STEPS_BUILT_AT_ONCE))
+
+    def _build_steps(self, a: int, b: int) -> None:
+        t, m = self.table, self.table.metrics
+        causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
+        for i, cause in zip(range(a, b), causes):
+            figures = m.row(i)
+            afd = None if self.afd_shares is None else self.afd_shares[i]
+            verdict = decide(Evidence(figures, microbatched=self.microbatched, causes=cause, afd_share=afd))
+            self._items[i] = StepReport(
+                label=t.label[i],
+                path=t.path[i],
+                wall_us=float(t.end_us[i] - t.start_us[i]),
+                comm_ops=int(t.comm_ops[i]),
+                comm_ops_from_log=bool(t.comm_ops_from_log[i]),
+                metrics=figures,
+                verdict=verdict,
+                index=int(t.index[i]),
+                start_us=float(t.start_us[i]),
+                end_us=float(t.end_us[i]),
+                phase=t.phase[i],
+                context_tokens=t.context_tokens[i],
+                generation_tokens=t.generation_tokens[i],
+                captured_launches=int(t.captured_launches[i]),
+                host_causes=cause,
+                period_us=float(t.period_us[i]),
+                stall=t.stalls.get(i),
+                host_frame=None if self.host_frames is None else self.host_frames[i],
+            )
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    """The steps of one phase (prefill, decode, mixed) taken together: unions over their windows."""
+
+    phase: str
+    steps: int
+    median_step_us: float
+    metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
+    verdict: Verdict | None  # None over several ranks: per_rank holds theirs
+    per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
+    host_causes: HostCauses | None = None  # over the union of its steps' windows
+    step_spread: Spread | None = None  # its steps' periods: median, p90, p99, max (stalls included)
+    stalls: int = 0  # its steps that are stalls: its figures and verdict are over the others (where any)
+
+
+@dataclass(frozen=True)
+class RankDetail:
+    """A rank's shared state: built once at analyze_rank's start (rank_detail), handed to each of the
+    rank's analyses, and kept on its report for the pictures and `combine`. Shapes: n_gpu GPU
+    activities, n_calls CUDA API calls, n_steps the attribution's steps."""
+
+    timeline: Timeline
+    attribution: Attribution
+    kernel_kind: np.ndarray  # (n_gpu,) int8: classify.COMPUTE / COMM / COPY
+    call_kind: np.ndarray  # (n_calls,) int8: classify.CALL_*
+    launch_kind: np.ndarray  # (n_gpu,) int8: call kind of the launching call, -1 where unknown
+    partition: Partition  # the window cut into time buckets
+    held: HeldBack | None  # per held-back comm kernel: holder, delay, cause; None without microbatches or comm
+    host_pieces: HostPieces  # the host-idle stretches cut by cause
+    log_step_begins_ns: np.ndarray | None  # (n_begins,) int64: the event log's step begins (time.time_ns), to align ranks
+    launch_lane: np.ndarray  # (n_gpu,) int64: the thread of the launching call, -1 where unknown
+    call_us: np.ndarray  # (n_calls,) float64: each CUDA API call's duration
+    step_start_us: np.ndarray  # (n_steps,) float64: each step's window, from its CPU start
+    step_end_us: np.ndarray  # (n_steps,) float64: to the end of the last GPU work it launched
+    operation: np.ndarray  # (n_gpu,) int64: each comm kernel's communication operation (operation_ids), -1 else
+    window_us: tuple[float, float]  # the profiled window: the first event's start, the last one's end
+
+    @property
+    def microbatched(self) -> bool:
+        return self.attribution.source != SOURCE_NONE
+
+    @property
+    def has_comm(self) -> bool:
+        return bool((self.kernel_kind == c.COMM).any())
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankAnalysis:
+    """What a rank's analysis measured (analysis/rank.py analyze_rank): everything of its report
+    but the verdict, which is decided once every rank is in (analysis/report.py finish)."""
+
+    rank: int
+    source: str
+    attribution: str  # where the microbatches came from
+    step_source: str
+    profile_all_threads: bool
+    steps: StepReports
+    total: WindowMetrics  # over the profiled window
+    round_trips: RoundTrips | None
+    window: TimeBuckets  # the profiled window by bucket
+    in_steps: TimeBuckets  # the union of the step windows by bucket
+    host_test: HostTest
+    steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
+    behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
+    launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
+    phases: list[PhaseReport] = field(default_factory=list)
+    steps_inferred: bool = False
+    contention: Contention | None = None  # what overlap cost; None without two microbatches
+    exposure: Exposure | None = None  # why comm was exposed; None without comm
+    held_back: HeldSummary | None = None  # comm kernels held past the other microbatch's compute; None without microbatches
+    operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
+    capture: Capture | None = None  # graph captures in the trace (analysis/capture.py); None without any
+    comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
+    host_causes: HostCauses | None = None  # over what the host test measured (in-step time or the window)
+    host_causes_window: HostCauses | None = None  # over the whole window
+    kernel_summary: KernelSummary | None = None  # per kernel name: count, total, mean, median, min, max, share
+    cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
+    top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
+    notes: list[str] = field(default_factory=list)
+    # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
+    comm_transfer_slowdown: float | None = None
+    # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
+    wait_split: WaitSplit | None = None
+    graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
+    role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
+    role_source: str | None = None  # where the role came from, in words (the manifest, the command line, the trace)
+    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
+    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
+    host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
+    ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
+    sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
+    detail: RankDetail | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def operations_by_layer(self) -> list[LayerOps]:
+        """Its comm operations per layer, layers alike grouped (analysis/ledger.py)."""
+        ops = self.operations
+        return layer_operations(
+            [o.layer for o in ops], [o.median_us for o in ops], [o.hidden_fraction for o in ops],
+            [o.median_exposed_us for o in ops], [o.reason for o in ops],
+        )  # fmt: skip
+
+    def detailed(self) -> RankDetail:
+        """The timeline and attribution behind the figures, which pictures need (analyze_rank keeps them)."""
+        if self.detail is None:
+            raise ValueError(f"rank {self.rank}'s report carries no detail")
+        return self.detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankReport(RankAnalysis):
+    """A rank's analysis with its verdict."""
+
+    verdict: Verdict
+
+    @classmethod
+    def decided(cls, analysis: RankAnalysis, verdict: Verdict) -> RankReport:
+        return cls(**{f.name: getattr(analysis, f.name) for f in fields(RankAnalysis)}, verdict=verdict)
+
+
+@dataclass(frozen=True)
+class Report:
+    inputs: list[str]
+    ranks: list[RankReport]
+    total: WindowMetrics
+    round_trips: RoundTrips | None
+    verdict: Verdict
+    options: Options
+    window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
+    phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
+    warnings: list[str] = field(default_factory=list)
+    cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
+    host_causes: HostCauses | None = None  # the ranks' host-test causes added
+    host_test: HostTest | None = None  # what the run's host-bound test measured
+    roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
+    what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
+    unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
+
+
+@dataclass(frozen=True)
+class CrossPart:
+    """What the cross-rank step reads of a rank's detail: its comm kernels, its clock's clues, its
+    layer count and its reader's warnings. Kilobytes where the detail is the whole timeline: ranks
+    analysed on other machines send only this (dbo_trace/scale.py); combine makes it from the detail
+    where none is given."""
+
+    comm: RankComm
+    clue: RankClue
+    layers: int | None
+    warnings: tuple[str, ...]
+
+    def numbered(self, rank: int) -> CrossPart:
+        return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))

@@ -1,0 +1,159 @@
+"""Every verdict carries typed reasons and the one next step its evidence supports (issue 46): the
+kinds are in the document's vocabulary, the step follows from measured figures (each checked here
+against the document's own figures or the raw trace), and the slots for evidence other analyses
+bring (two roles time-slicing one GPU) turn into the step they support."""
+
+import gzip
+import json
+import statistics
+from dataclasses import replace
+
+import pytest
+from afd_synth import afd_pair
+from conftest import ROOT, SAMPLES, report_json
+
+from dbo_trace.analysis.model import Options
+from dbo_trace.analysis.sharing import TimeSlicing
+from dbo_trace.analysis.verdict import Evidence, decide
+from dbo_trace.pipeline import analyze_paths
+from dbo_trace.render import RENDERERS
+from dbo_trace.render.wording import next_step_text
+
+GOLDEN = ROOT / "tests" / "golden"
+SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+
+
+def verdicts(doc):
+    """(where, verdict) for every verdict with a label: the run's, each phase's, each step's, each rank's."""
+    for name, block in [("run", doc), *((f"rank {r['rank']}", r) for r in doc["ranks"])]:
+        yield name, block["verdict"]
+        yield from ((f"{name} {p}", ph["verdict"]) for p, ph in block["phases"].items() if ph["verdict"]["label"])
+        yield from ((f"{name} step {s['number']}", s["verdict"]) for s in block["steps"])
+
+
+@pytest.mark.parametrize("sample", SAMPLE_NAMES)
+def test_every_verdict_of_every_sample_has_typed_reasons_and_a_next_step(sample):
+    """The golden documents are what `report --json` writes today (tests/test_golden.py)."""
+    doc = json.loads((GOLDEN / f"{sample}.json").read_text())
+    assert doc["schema_version"] == 6
+    for where, v in verdicts(doc):
+        assert v["reasons"], where
+        for r in v["reasons"]:
+            assert set(r) == {"kind", "borderline", "text"} and r["kind"] and r["text"], (where, r)
+        assert v["next_step"]["kind"] and v["next_step"]["text"], where
+
+
+def test_gpu_bound_runs_say_so_first():
+    """The runs whose main phase keeps the GPU busy (no comm): gpu-bound, and the first line says so."""
+    for sample in ("dsv2lite-eager-prefill", "dsv2lite-graphs-prefill", "dsv2lite-graphs-decode"):
+        doc = json.loads((GOLDEN / f"{sample}.json").read_text())
+        assert doc["verdict"]["label"] == "gpu-bound", sample
+        text = (GOLDEN / f"{sample}.txt").read_text()
+        assert text.startswith("verdict: gpu-bound ("), sample
+        assert doc["verdict"]["next_step"]["kind"] == "gpu_bottleneck"
+
+
+def test_the_afd_sample_headline_is_not_contradicted_by_its_reasons():
+    """samples/afd-graphs-dbo: its overlap is the round trips' (28% hidden); the kernel-overlap share,
+    0% by construction there, is not a reason beside it, and the criterion is worded as a bound."""
+    doc = json.loads((GOLDEN / "afd-graphs-dbo.json").read_text())
+    v = doc["verdict"]
+    kinds = [r["kind"] for r in v["reasons"]]
+    assert "comm_overlap" not in kinds and "afd_round_trips" in kinds
+    assert not any("ran concurrently" in r["text"] or "missed" in r["text"] for r in v["reasons"])
+    assert v["label"] == "overlapped" and "FFN round trip hidden" in v["headline"]
+
+
+def test_dbo_cannot_pay_follows_the_round_trip_arithmetic():
+    """The AFD sample: per-microbatch compute against a round trip's exposed time, from the document's
+    own disaggregated block, and the tokens per microbatch from its ledger's split."""
+    doc = json.loads((GOLDEN / "afd-graphs-dbo.json").read_text())
+    step = doc["verdict"]["next_step"]
+    assert step["kind"] == "dbo_cannot_pay"
+    afd = doc["disaggregated"]
+    ratio = afd["compute_per_microbatch_us"] / afd["median_exposed_us"]
+    assert f"per-microbatch compute {afd['compute_per_microbatch_us'] / 1000:.2f} ms" in step["text"]
+    assert f"exposed {afd['median_exposed_us'] / 1000:.2f} ms" in step["text"]
+    tokens = statistics.mean(doc["ranks"][0]["dbo_ledger"]["split"]["tokens"])
+    assert f"at least about {tokens / ratio:.0f} tokens per microbatch ({tokens:.0f} now)" in step["text"]
+
+
+def test_an_afd_eager_arm_names_the_yield_ops_cost(tmp_path):
+    """Eager AFD with DBO whose yield op holds the host (a synthetic pair, 2 ms a call; like the H200
+    recordings, without the FFN's trace): the next step names the op and its median call, calls per
+    step and time per step, as the trace has them."""
+    folder = tmp_path / "bundle"
+    afd_pair(folder, dbo=True, graphs=False, layers=3, steps=6, yield_us=2000.0)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["roles"]["ffn"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for f in (folder / "peer" / "traces").iterdir():
+        f.unlink()
+    doc = report_json(str(folder))
+    step = doc["verdict"]["next_step"]
+    assert doc["verdict"]["label"] == "host-bound"
+    assert step["kind"] == "yield_op_cost", step
+    with gzip.open(folder / "traces" / "attention.pt.trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    calls = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "vllm::manual_dbo_yield"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
+    assert len(steps) == 6
+    per_step = len(calls) / 6
+
+    def wall(step):  # the time any thread was in a call, inside the step: the union of the calls' stretches
+        cut = sorted((max(c["ts"], step["ts"]), min(c["ts"] + c["dur"], step["ts"] + step["dur"])) for c in calls)
+        total, reach = 0.0, float("-inf")
+        for lo, hi in cut:
+            if hi > max(lo, reach):
+                total += hi - max(lo, reach)
+                reach = hi
+        return total
+
+    assert f"vllm::manual_dbo_yield costs {statistics.median(e['dur'] for e in calls) / 1000:.2f} ms per call" in step["text"]
+    assert f"{per_step:.0f} calls per step, in it {statistics.median(map(wall, steps)) / 1000:.2f} ms per step" in step["text"]
+
+
+def test_time_slicing_evidence_names_the_mps_daemon():
+    """Evidence that the roles time-slice one GPU (analysis/sharing.py): given, it is the next step
+    whatever else holds, in words that name MPS and the figures it follows from."""
+    doc = json.loads((GOLDEN / "serial.json").read_text())
+    report = analyze_paths([SAMPLES / "serial"], Options())
+    plain = decide(Evidence(report.total))
+    assert plain.next_step is not None and plain.next_step.kind != "start_mps"
+    slicing = TimeSlicing(4470.0, 4440.0, 17.0, 80.0, 256.0, True, True, "not running")
+    v = decide(Evidence(report.total, time_slicing=slicing))
+    assert v.next_step.kind == "start_mps" and v.label == doc["verdict"]["label"]
+    assert v.reasons[0].kind == "time_slicing"  # first: it dominates every other figure
+    text = next_step_text(v.next_step)
+    assert text.startswith("start the MPS control daemon (nvidia-cuda-mps-control -d")
+    assert "a round trip takes 4.47 ms" in text and "against a 17 us send (256x its transfer)" in text
+
+
+def test_a_pair_that_time_slices_names_mps_in_every_output():
+    """samples/afd-pair-graphs-nomps (graphs, both roles on one H200, the MPS daemon not running):
+    the rank's and the run's next step is the MPS daemon, with the roles block's own figures, in the
+    JSON, the terminal, the Markdown and the HTML."""
+    report = analyze_paths([SAMPLES / "afd-pair-graphs-nomps"], Options())
+    doc = json.loads(RENDERERS["json"].render(report))
+    ts = doc["roles"]["time_slicing"]
+    assert ts["sliced"] is True
+    step = doc["verdict"]["next_step"]
+    assert step["kind"] == "start_mps"
+    assert f"a round trip takes {ts['round_trip_us'] / 1000:.2f} ms" in step["text"]
+    assert f"against a {ts['send_us']:.0f} us send ({ts['ratio']:.0f}x its transfer)" in step["text"]
+    attention = next(r for r in doc["ranks"] if r["role"] == "attention")
+    assert attention["verdict"]["next_step"]["kind"] == "start_mps"
+    assert doc["verdict"]["reasons"][0]["kind"] == "time_slicing"
+    for name in ("terminal", "markdown", "html"):
+        out = " ".join(str(RENDERERS[name].render(report)).split())
+        assert "start the MPS control daemon" in out, name
+
+
+def test_a_verdict_is_not_edited_after_it_is_decided():
+    """Verdicts are frozen and decided from evidence alone: the same evidence, the same verdict."""
+    report = analyze_paths([SAMPLES / "late"], Options())
+    again = decide(Evidence(report.total))
+    assert again == decide(Evidence(report.total))
+    with pytest.raises(AttributeError):
+        report.verdict.label = "x"  # type: ignore[misc]
+    assert replace(report.verdict) == report.verdict
