@@ -277,4 +277,6 @@ def test_a_worker_with_its_own_loop_runs_the_command_on_the_loop_between_iterati
     assert (stop["state"], stop["ok"], stop["action"]) == ("done", True, "stop")
     # Each profile call ran on the loop's thread, after a step and before the next receive.
     log = [tuple(x) if isinstance(x, list) else x for x in out["log"]]
-    assert log == ["recv", "step", ("profile", True, "ffn-loop"), "recv", "step", ("profile", False, "ffn-loop"), "recv"]
+    # (the loop's last receive may come after the log was read)
+    assert log[:6] == ["recv", "step", ("profile", True, "ffn-loop"), "recv", "step", ("profile", False, "ffn-loop")]
+    assert log[6:] in ([], ["recv"])
