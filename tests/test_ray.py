@@ -154,14 +154,15 @@ def test_each_rank_runs_on_its_node_and_the_document_is_the_local_one(cluster, t
     assert f"ranks analysed {RANKS}/{RANKS}" in proc.stderr
 
 
-@pytest.mark.xfail(reason="after the merge of the split analysis with main's roles and pair figures, Ray's document of "
-                          "samples/afd-graphs-dbo differs from the local one (issue 46, open)", strict=False)
-def test_a_disaggregated_run_on_ray_is_the_local_one(cluster, tmp_path):
-    """samples/afd-graphs-dbo (an attention trace, the FFN's role declared, Python samples): its roles,
-    its options and its samples read where the bundle is, the document byte for byte the local one."""
+@pytest.mark.parametrize("sample", ["afd-graphs-dbo", "afd-pair-graphs-nomps"])
+def test_a_disaggregated_run_on_ray_is_the_local_one(cluster, tmp_path, sample):
+    """samples/afd-graphs-dbo (an attention trace, the FFN's role declared, Python samples) and
+    samples/afd-pair-graphs-nomps (both roles' traces, time-sliced): their roles, options and samples
+    read where the bundle is, the FFN's trace cut to the attention's window, the document byte for
+    byte the local one."""
     ray, _ = cluster
-    bundle = tmp_path / "afd"
-    shutil.copytree(SAMPLES / "afd-graphs-dbo", bundle)
+    bundle = tmp_path / sample
+    shutil.copytree(SAMPLES / sample, bundle)
     local = run_cli("report", "--json", str(bundle))
     assert local.returncode == 0, local.stderr
     proc = on_ray(ray.address, "report", "--json", f"node-a:{bundle}")
@@ -170,6 +171,8 @@ def test_a_disaggregated_run_on_ray_is_the_local_one(cluster, tmp_path):
     doc = json.loads(local.stdout)
     assert doc["ranks"][0]["role"] == "attention" and doc["roles"]["roles"] == ["attention", "ffn"]
     assert doc["ranks"][0]["host_stacks"]["window"]["samples"]
+    if len(doc["ranks"]) == 2:
+        assert doc["roles"]["ffn_window_restricted"] is True and doc["verdict"]["next_step"]["kind"] == "start_mps"
 
 
 def test_a_glob_is_asked_of_every_node_and_each_file_read_once(cluster):

@@ -8,12 +8,12 @@ from dataclasses import replace
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.model import RankAnalysis, RankDetail, StepTable
-from dbo_trace.analysis.roles import FFN, RolesInfo, wall_offset_us
+from dbo_trace.analysis.model import PairPart, RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.pair import pair_figures
+from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
 from dbo_trace.analysis.roundtrips import round_trips as afd_round_trips
 from dbo_trace.analysis.roundtrips import summarize as summarize_round_trips
-from dbo_trace.analysis.pair import pair_figures
 from dbo_trace.analysis.sharing import TimeSlicing, time_slicing
 from dbo_trace.analysis.verdict import AfdShare
 
@@ -72,61 +72,78 @@ def time_slicing_of(ranks: Sequence[RankAnalysis], roles: RolesInfo | None) -> T
     return sliced if sliced is not None and sliced.sliced and sliced.ratio is not None else None
 
 
-def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis]) -> RolesInfo | None:
+def pair_part(r: RankAnalysis) -> PairPart | None:
+    """An AFD role's intervals, from its detail, as the pair's figures read them."""
+    if r.role not in (ATTENTION, FFN) or r.detail is None:
+        return None
+    d = r.detail
+    tl = d.timeline
+    data = data_plane(
+        is_p2p=sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind),
+        kind=d.kernel_kind,
+        stream=tl.gpu.lane,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
+    )
+    idx = np.flatnonzero(data)
+    idx = idx[np.argsort(tl.gpu.start[idx], kind="stable")]
+    compute = d.kernel_kind == c.COMPUTE
+    return PairPart(
+        tl.base_time_ns, (tl.gpu.start, tl.gpu.end), (tl.gpu.start[idx], tl.gpu.end[idx]),
+        (tl.gpu.start[compute], tl.gpu.end[compute]),
+    )  # fmt: skip
+
+
+def _offset_us(part: PairPart, reference: PairPart) -> float | None:
+    """What to add to part's ts to put it on reference's clock (both from baseTimeNanoseconds)."""
+    if part.base_time_ns is None or reference.base_time_ns is None:
+        return None
+    return (part.base_time_ns - reference.base_time_ns) / 1000.0
+
+
+def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> RolesInfo | None:
     """The roles with what the two sides tell together: whether they time-slice the GPU (the attention's
     round trips against their transfer, analysis/sharing.py) and, with the FFN's trace, its compute per
-    step and per round trip and each side's GPU busy over the attention's steps (analysis/pair.py)."""
-    att = next((r for r in ranks if r.afd is not None and r.detail is not None), None)
-    if roles is None or att is None or att.afd is None or att.detail is None:
+    step and per round trip and each side's GPU busy over the attention's steps (analysis/pair.py).
+    pairs: each rank's PairPart (pair_part), in the ranks' order."""
+    at = next((k for k, r in enumerate(ranks) if r.afd is not None and pairs[k] is not None), None)
+    if roles is None or at is None:
         return roles
-    rows, parts, tl = att.afd.rows, att.afd.parts, att.detail.timeline
+    att, mine = ranks[at], pairs[at]
+    assert att.afd is not None and mine is not None
+    rows, parts = att.afd.rows, att.afd.parts
     sliced = time_slicing(
         send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
         round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
         sharing=roles.sharing,
     )  # fmt: skip
-    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
-    offset = wall_offset_us(ffn.detail.timeline, tl) if ffn is not None and ffn.detail is not None else None
-    if ffn is None or ffn.detail is None or offset is None:
+    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
+    offset = _offset_us(ffn, mine) if ffn is not None else None
+    if ffn is None or offset is None:
         return replace(roles, time_slicing=sliced)
-    ftl, table = ffn.detail.timeline, att.steps.table
-    compute = ffn.detail.kernel_kind == c.COMPUTE
+    table = att.steps.table
     pair = pair_figures(
-        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=(tl.gpu.start, tl.gpu.end),
-        ffn=(ftl.gpu.start + offset, ftl.gpu.end + offset),
-        ffn_compute=(ftl.gpu.start[compute] + offset, ftl.gpu.end[compute] + offset),
+        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=mine.gpu,
+        ffn=(ffn.gpu[0] + offset, ffn.gpu[1] + offset), ffn_compute=(ffn.compute[0] + offset, ffn.compute[1] + offset),
         round_trip_compute_us=parts.compute_us if parts is not None else None,
         round_trip_queue_us=parts.queue_us if parts is not None else None, round_trips_per_step=att.afd.per_step,
     )  # fmt: skip
     return replace(roles, time_slicing=sliced, pair=pair)
 
 
-def with_ffn_parts(ranks: list[RankAnalysis]) -> list[RankAnalysis]:
+def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> list[RankAnalysis]:
     """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
     on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
-    ffn = next((r for r in ranks if r.role == FFN and r.detail is not None), None)
+    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
     if ffn is None:
         return ranks
-    fd = ffn.detailed()
-    ftl = fd.timeline
-    data = data_plane(
-        is_p2p=sendrecv_kernels(ftl.names, ftl.gpu.name, fd.kernel_kind),
-        kind=fd.kernel_kind,
-        stream=ftl.gpu.lane,
-        replayed=fd.launch_kind == c.CALL_GRAPH_LAUNCH,
-    )
     out = []
-    for r in ranks:
-        offset = wall_offset_us(ftl, r.detail.timeline) if r.afd is not None and r.detail is not None else None
+    for r, mine in zip(ranks, pairs):
+        offset = _offset_us(ffn, mine) if r.afd is not None and mine is not None else None
         if r.afd is None or offset is None:
             out.append(r)
             continue
-        idx = np.flatnonzero(data)
-        idx = idx[np.argsort(ftl.gpu.start[idx], kind="stable")]
-        compute = fd.kernel_kind == c.COMPUTE
         parts = ffn_parts(
-            r.afd.rows, ftl.gpu.start[idx] + offset, ftl.gpu.end[idx] + offset,
-            (ftl.gpu.start[compute] + offset, ftl.gpu.end[compute] + offset),
-        )  # fmt: skip
+            r.afd.rows, ffn.data[0] + offset, ffn.data[1] + offset, (ffn.compute[0] + offset, ffn.compute[1] + offset)
+        )
         out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
     return out

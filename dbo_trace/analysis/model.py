@@ -357,6 +357,17 @@ class Report:
 
 
 @dataclass(frozen=True)
+class PairPart:
+    """What reading an AFD pair together takes of a rank's detail (analysis/disaggregated.py): its
+    clock's base and its GPU work as intervals, each (start, end) in start order on its own clock."""
+
+    base_time_ns: int | None
+    gpu: tuple[np.ndarray, np.ndarray]  # every GPU activity
+    data: tuple[np.ndarray, np.ndarray]  # its data-plane SendRecv kernels
+    compute: tuple[np.ndarray, np.ndarray]  # its compute kernels
+
+
+@dataclass(frozen=True)
 class CrossPart:
     """What the cross-rank step reads of a rank's detail: its comm kernels, its clock's clues, its
     layer count and its reader's warnings. Kilobytes where the detail is the whole timeline: ranks
@@ -367,6 +378,7 @@ class CrossPart:
     clue: RankClue
     layers: int | None
     warnings: tuple[str, ...]
+    pair: PairPart | None = None  # an AFD role's (attention or FFN)
 
     def numbered(self, rank: int) -> CrossPart:
         return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))

@@ -12,7 +12,7 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.attribution import SOURCE_NONE
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
-from dbo_trace.analysis.disaggregated import time_slicing_of, with_ffn_parts, with_pair
+from dbo_trace.analysis.disaggregated import pair_part, time_slicing_of, with_ffn_parts, with_pair
 from dbo_trace.analysis.evidence import Together, evidence_of, waited_for_most
 from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.expensive import ExpensiveCall
@@ -63,7 +63,7 @@ def _input_warnings(ranks: list[RankAnalysis], parts: list[CrossPart] | None) ->
 
 def cross_part(r: RankAnalysis) -> CrossPart:
     d = r.detailed()
-    return CrossPart(_rank_comm(r), _clue(r), d.attribution.layers, tuple(d.timeline.warnings))
+    return CrossPart(_rank_comm(r), _clue(r), d.attribution.layers, tuple(d.timeline.warnings), pair_part(r))
 
 
 def with_peer_waits(ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alignment) -> list[RankAnalysis]:
@@ -87,8 +87,9 @@ def combine(
     attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
     them; the FFN's kernels give the attention's round trips their parts. Once every rank's evidence
     is in, each rank's verdict and the run's are decided, the same way."""
-    ranks = with_ffn_parts(ranks)
-    roles = with_pair(roles, ranks)
+    pairs = [p.pair for p in parts] if parts is not None else [pair_part(r) for r in ranks]
+    ranks = with_ffn_parts(ranks, pairs)
+    roles = with_pair(roles, ranks, pairs)
     if roles is not None:
         warnings = warnings + roles.notes()
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
