@@ -113,6 +113,32 @@ def test_an_afd_eager_arm_names_the_yield_ops_cost(tmp_path):
     assert f"{per_step:.0f} calls per step, in it {statistics.median(map(wall, steps)) / 1000:.2f} ms per step" in step["text"]
 
 
+def test_an_afd_eager_arm_with_dbo_off_names_the_yield_ops_cost():
+    """samples/afd-eager (the H200 recording, DBO off): the plugin still calls the yield op at every
+    layer, and it is the largest item of the attention host's idle, so the run's next step and the
+    attention rank's name it, with DBO off said, not the two microbatches that made eager+DBO slower
+    (+119% by period, samples/README.md). Its figures are the raw trace's."""
+    doc = report_json(str(SAMPLES / "afd-eager"))
+    (trace,) = (SAMPLES / "afd-eager" / "traces").glob("*.pt.trace.json.gz")
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    calls = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "vllm::manual_dbo_yield"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
+
+    def inside(step):
+        return [c for c in calls if step["ts"] <= c["ts"] < step["ts"] + step["dur"]]
+
+    per_step = statistics.median(len(inside(s)) for s in steps)
+    share = statistics.median(sum(c["dur"] for c in inside(s)) / s["dur"] for s in steps)
+    assert share > 0.3  # the op alone is a third of the step or more: worth the next step
+    attention = next(r for r in doc["ranks"] if r["role"] == "attention")
+    for step in (doc["verdict"]["next_step"], attention["verdict"]["next_step"]):
+        assert step["kind"] == "yield_op_cost", step
+        assert f"costs {statistics.median(c['dur'] for c in calls) / 1000:.2f} ms per call" in step["text"]
+        assert f"{per_step:.0f} calls per step" in step["text"] and "DBO is off" in step["text"]
+        assert f"{share:.0%} of the step" in step["text"]
+
+
 def test_time_slicing_evidence_names_the_mps_daemon():
     """Evidence that the roles time-slice one GPU (analysis/sharing.py): given, it is the next step
     whatever else holds, in words that name MPS and the figures it follows from."""

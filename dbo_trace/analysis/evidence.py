@@ -148,7 +148,7 @@ def evidence_of(
 ) -> Evidence:
     """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's)."""
     sm = next((r.sm_evidence for r in ranks if r.sm_evidence is not None), None)
-    yield_ops = [r.ledger.yield_ops for r in ranks if r.ledger is not None and r.ledger.yield_ops is not None]
+    yield_ops = [r.yield_ops for r in ranks if r.yield_ops is not None]
     return Evidence(
         t.total,
         host=t.host_test,

@@ -295,10 +295,7 @@ def ledger(
     step_index: np.ndarray,  # (n_reported,) int64: the reported steps' indices into step_start_us
     step_us: np.ndarray,  # (n_reported,) float64: their times as the per-step table gives them
     layers: int | None,
-    cpu_start: np.ndarray,  # (n_cpu,) float64: CPU ranges
-    cpu_end: np.ndarray,  # (n_cpu,) float64
-    cpu_lane: np.ndarray,  # (n_cpu,) int64
-    cpu_is_yield_op: np.ndarray,  # (n_cpu,) bool: named YIELD_OP
+    yield_calls: YieldOpCalls | None,  # the yield op's calls (yield_op_calls)
     gpu_start: np.ndarray,  # (n_gpu,) float64
     gpu_end: np.ndarray,  # (n_gpu,) float64
     gpu_is_compute: np.ndarray,  # (n_gpu,) bool
@@ -331,18 +328,14 @@ def ledger(
     if (h_layer < 0).all():
         h_layer = _layers_by_order(h_step, h_ub, layers, n_steps)
 
-    yield_ops = None
-    ys = np.flatnonzero(cpu_is_yield_op)
-    if len(ys):
-        y_step = index_in(step_start_us, step_end_us, cpu_start[ys])
-        yield_ops, per_step = _yield_ops(y_step, cpu_start[ys], cpu_end[ys], cpu_lane[ys], step_start_us, step_end_us)
-        if source is None:
-            o_step, o_lat = op_handovers(start=cpu_start[ys], end=cpu_end[ys], lane=cpu_lane[ys], step=y_step)
-            if len(o_lat):
-                source = SOURCE_YIELD_OPS
-                h_step, h_lat = o_step, o_lat
-                h_layer = np.full(len(o_step), -1, np.int64)
-                yields = {int(s): int(n) for s, n in enumerate(per_step.tolist()) if n}
+    y = yield_calls
+    if y is not None and source is None:
+        o_step, o_lat = op_handovers(start=y.start, end=y.end, lane=y.lane, step=y.step)
+        if len(o_lat):
+            source = SOURCE_YIELD_OPS
+            h_step, h_lat = o_step, o_lat
+            h_layer = np.full(len(o_step), -1, np.int64)
+            yields = {int(s): int(n) for s, n in enumerate(y.per_step.tolist()) if n}
 
     # Compute busy per microbatch per step.
     ubs = sorted(int(u) for u in np.unique(gpu_ubatch[(gpu_ubatch >= 0) & (gpu_step >= 0)]).tolist())
@@ -380,9 +373,42 @@ def ledger(
         p90_us=_p90(h_lat.tolist()) if len(h_lat) else None,
         steps=step_rows,
         layers=_layer_rows(h_layer, h_lat, h_step),
-        yield_ops=yield_ops,
+        yield_ops=y.figures if y is not None else None,
         unprofiled=unprofiled,
     )
+
+
+@dataclass(frozen=True)
+class YieldOpCalls:
+    """The yield op's calls: each call's step (-1 none), start, end and thread, its calls per step,
+    and its figures."""
+
+    step: np.ndarray  # (n,) int64
+    start: np.ndarray  # (n,) float64
+    end: np.ndarray  # (n,) float64
+    lane: np.ndarray  # (n,) int64
+    per_step: np.ndarray  # (n_steps,) int64
+    figures: YieldOps
+
+
+def yield_op_calls(
+    *,
+    step_start_us: np.ndarray,  # (n_steps,) float64
+    step_end_us: np.ndarray,  # (n_steps,) float64
+    cpu_start: np.ndarray,  # (n_cpu,) float64: CPU ranges
+    cpu_end: np.ndarray,  # (n_cpu,) float64
+    cpu_lane: np.ndarray,  # (n_cpu,) int64
+    cpu_is_yield_op: np.ndarray,  # (n_cpu,) bool: named YIELD_OP
+) -> YieldOpCalls | None:
+    """The yield op's calls, with DBO on or off: the AFD plugin calls it at every layer either way, so
+    its cost is the step's whatever the microbatches do. None where it never ran."""
+    ys = np.flatnonzero(cpu_is_yield_op)
+    if not len(ys):
+        return None
+    step = index_in(step_start_us, step_end_us, cpu_start[ys])
+    start, end, lane = cpu_start[ys], cpu_end[ys], cpu_lane[ys]
+    figures, per_step = _yield_ops(step, start, end, lane, step_start_us, step_end_us)
+    return YieldOpCalls(step=step, start=start, end=end, lane=lane, per_step=per_step, figures=figures)
 
 
 def _yield_ops(

@@ -17,7 +17,7 @@ from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary
 from dbo_trace.analysis.host_time import HostCauses, HostPieces
-from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, layer_operations
+from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, YieldOps, layer_operations
 from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
 from dbo_trace.analysis.operations import OperationRow
 from dbo_trace.analysis.peers import RankComm, WaitSplit
@@ -306,6 +306,7 @@ class RankAnalysis:
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
+    yield_ops: YieldOps | None = None  # the AFD yield op's calls, DBO on or off (analysis/ledger.py)
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)

@@ -19,7 +19,7 @@ from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, union
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, ledger, operation_places
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, ledger, operation_places, yield_op_calls
 from dbo_trace.analysis.metrics import (
     MetricColumns,
     RoundTrips,
@@ -97,6 +97,7 @@ def analyze_rank(
     delay = rank_launch_delay(d)
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
+    yields = rank_yield_op_calls(d)
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -133,7 +134,8 @@ def analyze_rank(
         + stack_notes,
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        ledger=rank_ledger(d, logs, table, rank_layers(d, afd)),
+        yield_ops=yields.figures if yields is not None else None,
+        ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
         detail=d,
     )
 
@@ -221,11 +223,27 @@ def rank_layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:
     return d.attribution.layers or (afd.layers if afd is not None else None)
 
 
-def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable, layers: int | None = None) -> Ledger | None:
-    """The ledger over a rank's shared state (analyze_rank's one call); layers: as rank_layers."""
+def rank_yield_op_calls(d: RankDetail) -> YieldOpCalls | None:
+    """The yield op's calls in a rank's steps (analysis/ledger.py), DBO on or off."""
+    tl, att = d.timeline, d.attribution
+    yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
+    return yield_op_calls(
+        step_start_us=att.steps.start,
+        step_end_us=att.steps.end,
+        cpu_start=tl.cpu.start,
+        cpu_end=tl.cpu.end,
+        cpu_lane=tl.cpu.lane,
+        cpu_is_yield_op=np.isin(tl.cpu.name, yield_name) & ~tl.cpu_is_annotation,
+    )
+
+
+def rank_ledger(
+    d: RankDetail, logs: list[EventLogData], steps: StepTable, layers: int | None = None, yields: YieldOpCalls | None = None
+) -> Ledger | None:
+    """The ledger over a rank's shared state (analyze_rank's one call); layers: as rank_layers; yields:
+    rank_yield_op_calls."""
     tl, att = d.timeline, d.attribution
     usable = [log.records for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
-    yield_name = [i for i, n in enumerate(tl.names) if n == YIELD_OP]
     return ledger(
         log_records=usable,
         base_time_ns=tl.base_time_ns,
@@ -234,10 +252,7 @@ def rank_ledger(d: RankDetail, logs: list[EventLogData], steps: StepTable, layer
         step_index=steps.index,
         step_us=steps.period_us,
         layers=layers or att.layers,
-        cpu_start=tl.cpu.start,
-        cpu_end=tl.cpu.end,
-        cpu_lane=tl.cpu.lane,
-        cpu_is_yield_op=np.isin(tl.cpu.name, yield_name) & ~tl.cpu_is_annotation,
+        yield_calls=yields,
         gpu_start=tl.gpu.start,
         gpu_end=tl.gpu.end,
         gpu_is_compute=d.kernel_kind == c.COMPUTE,

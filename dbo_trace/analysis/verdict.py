@@ -431,6 +431,7 @@ class YieldOpCost(NextStep):
     kind: ClassVar[str] = "yield_op_cost"
     ops: YieldOps
     share: float | None  # of the host-caused GPU idle
+    microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -752,6 +753,15 @@ def _yield_op_leads(e: Evidence) -> bool:
     return name == YIELD_OP and us >= c.top[1]
 
 
+def _microbatched(e: Evidence) -> bool:
+    """Two microbatches ran: the trace's, the AFD round trips' or the pair's evidence."""
+    return (
+        e.microbatched
+        or (e.afd is not None and e.afd.microbatched)
+        or (e.afd_share is not None and e.afd_share.microbatched)
+    )
+
+
 def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
     """The one action the evidence supports, by a fixed order: what makes every other figure moot
     comes first (a capture, GPU time-slicing, the host), then what the findings name, then the
@@ -762,11 +772,13 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         return ProfileAfterStartup(share=_capture_share(e))
     if e.time_slicing is not None:
         return StartMps(slicing=e.time_slicing)
+    c = e.causes
+    if (label == HOST_BOUND or host_frac >= HOST_NOTABLE_IDLE) and _yield_op_leads(e):
+        # the plugin calls it at every layer, DBO on or off: where it leads a notable host idle, a
+        # cheaper call is the step's gain whatever the microbatches do
+        assert e.yield_op is not None and c is not None
+        return YieldOpCost(ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e))
     if label == HOST_BOUND:
-        c = e.causes
-        if _yield_op_leads(e):
-            assert e.yield_op is not None and c is not None
-            return YieldOpCost(ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]))
         skipped = _replay_skips(c)
         if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
             return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
@@ -795,11 +807,8 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
     paid = keys.get(DidNotPayFinding.key)
     if isinstance(paid, DidNotPayFinding):
         return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
-    microbatched = e.microbatched or (e.afd is not None and e.afd.microbatched)
-    if e.afd_share is not None:
-        microbatched = microbatched or e.afd_share.microbatched
     if label == NOT_OVERLAPPED:
-        if microbatched:
+        if _microbatched(e):
             return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
         return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, afd=e.afd)
     largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None

@@ -485,10 +485,14 @@ def _yield_op(n: YieldOpCost) -> str:
         inside = f"in it {ms(y.wall_per_step_us)} per step, {pct_text(y.wall_share)} of the step"
     else:
         inside = f"{ms(y.per_step_us)} per step in it"
+    why = (
+        "with DBO on a call also waits for the other microbatch's turn"
+        if n.microbatched
+        else "DBO is off: one microbatch, no turn to wait for, so all of it is the op's own cost"
+    )
     return (
         f"the yield op {_cut(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step, "
-        f"{inside}: {pct_text(n.share)} of the GPU's host-caused idle (with DBO on a call also waits for the other "
-        "microbatch's turn)"
+        f"{inside}: {pct_text(n.share)} of the GPU's host-caused idle ({why})"
     )
 
 
