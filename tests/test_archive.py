@@ -7,7 +7,7 @@ import shutil
 import tarfile
 
 import pytest
-from conftest import SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, run_cli
 
 SECRETS = ("hf_planted_secret", "sk-planted-secret", "pw-planted")
 
@@ -168,3 +168,19 @@ def test_archive_lines_fit_80_columns_the_path_whole_on_its_own(tmp_path, monkey
     said = " ".join(line.strip() for line in rest)
     assert "holding manifest.json, report.json, summary.md, timeline.png, window.pftrace" in said
     assert "rank 0: steps #3 to #5" in said and "rank 1: steps #3 to #5" in said
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
+def test_every_sample_archived_reads_back_with_its_verdict(tmp_path, sample):
+    """`archive` then `report` on every shipped sample: the archive reads back, and its verdict (label,
+    reasons' kinds, next step) is the one `report --json` of the sample writes (tests/golden)."""
+    out = tmp_path / f"{sample}.tar.gz"
+    made = run_cli("archive", str(SAMPLES / sample), "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    again = run_cli("report", "--json", str(out))
+    assert again.returncode == 0, again.stderr
+    golden = json.loads((ROOT / "tests" / "golden" / f"{sample}.json").read_text())["verdict"]
+    got = json.loads(again.stdout)["verdict"]
+    assert got["label"] == golden["label"]
+    assert [r["kind"] for r in got["reasons"]] == [r["kind"] for r in golden["reasons"]]
+    assert got["next_step"] == golden["next_step"]
