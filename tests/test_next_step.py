@@ -4,7 +4,9 @@ against the document's own figures or the raw trace), and the slots for evidence
 bring (two roles time-slicing one GPU) turn into the step they support."""
 
 import gzip
+import importlib.util
 import json
+import re
 import statistics
 from dataclasses import replace
 
@@ -20,6 +22,11 @@ from dbo_trace.render import RENDERERS
 from dbo_trace.render.wording import next_step_text
 
 GOLDEN = ROOT / "tests" / "golden"
+_spec = importlib.util.spec_from_file_location("afd_eager_idle_truth", ROOT / "tests" / "independent" / "afd_eager_idle_truth.py")
+assert _spec is not None and _spec.loader is not None
+_truth = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_truth)
+idle_by_op = _truth.idle_by_op
 SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
 
 
@@ -132,6 +139,11 @@ def test_an_afd_eager_arm_with_dbo_off_names_the_yield_ops_cost():
     share = statistics.median(sum(c["dur"] for c in inside(s)) / s["dur"] for s in steps)
     assert share > 0.3  # the op alone is a third of the step or more: worth the next step
     attention = next(r for r in doc["ranks"] if r["role"] == "attention")
+    idle, by_op = idle_by_op(trace)  # a reviewer's count who had not read dbo_trace/
+    assert by_op["vllm::manual_dbo_yield"] == max(by_op.values())  # the op leads what the host did
+    stated = re.search(r": (\d+)% of the GPU's host-caused idle", attention["verdict"]["next_step"]["text"])
+    assert stated and abs(int(stated.group(1)) / 100 - by_op["vllm::manual_dbo_yield"]) <= 0.02
+    assert attention["verdict"]["label"] == "host-bound" and idle > 0.9
     for step in (doc["verdict"]["next_step"], attention["verdict"]["next_step"]):
         assert step["kind"] == "yield_op_cost", step
         assert f"costs {statistics.median(c['dur'] for c in calls) / 1000:.2f} ms per call" in step["text"]
