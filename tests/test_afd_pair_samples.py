@@ -260,3 +260,16 @@ def test_dbo_effect(on, off):
     tpot = t_on["bench"]["tpot_ms_mean"] / t_off["bench"]["tpot_ms_mean"] - 1
     assert abs(field(pair, "tpot_change") - tpot) <= 0.005
     assert field(pair, "outcome") == "DBO slower"
+
+
+@pytest.mark.parametrize("off,on,arm", [("afd-graphs", "afd-pair-graphs-dbo", "afd-pair-graphs-dbo"),
+                                        ("afd-eager", "afd-eager-dbo", "afd-eager")])
+def test_compare_gives_the_reports_round_trip_parts(off, on, arm):
+    """An arm with the FFN's trace: compare's round-trip parts are the report's, the FFN's compute and
+    its queueing apart included (compare once looked them up under other names and said 'with queue')."""
+    parts = field(report(arm), "disaggregated", "parts")
+    (row,) = [a for a in field(compare(off, on), "arms") if a["label"] == arm and a["phase"] == "all"]
+    for mine, theirs in (("round_trip_transfer_us", "transfer_us"), ("round_trip_ffn_us", "ffn_us"),
+                         ("round_trip_ffn_compute_us", "ffn_compute_us"), ("round_trip_ffn_queue_us", "ffn_queue_us"),
+                         ("round_trip_wait_us", "wait_us"), ("round_trip_late_us", "late_us")):
+        assert row[mine] is not None and row[mine] == pytest.approx(parts[theirs], abs=1e-3), mine

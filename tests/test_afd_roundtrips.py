@@ -151,7 +151,9 @@ def test_compare_four_arms(bundles):
         assert a.round_trip_ffn_us == pytest.approx(60.0)  # the synthetic FFN's compute
         for key, mine in (("transfer", a.round_trip_transfer_us), ("ffn", a.round_trip_ffn_us), ("wait", a.round_trip_wait_us)):
             assert mine == pytest.approx(statistics.median(p[key] for p in ref))
-        assert a.round_trip_ffn_compute_us is None  # not split from the queueing: unknown, never 0
+        own = _attention(bundles[name][2]).afd
+        assert a.round_trip_ffn_compute_us == pytest.approx(own.median_part("compute_us"))  # the report's split
+        assert 0 < a.round_trip_ffn_compute_us <= 60.0 and a.round_trip_ffn_queue_us == pytest.approx(own.median_part("queue_us"))
         w = with_settings[name]
         assert (w.graphs, w.dbo, w.told_by) == (ARMS[name][1], ARMS[name][0], "trace")
     pairs = dbo_pairs(arms)

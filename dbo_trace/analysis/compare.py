@@ -86,6 +86,7 @@ class Arm:
     round_trip_ffn_compute_us: float | None = None  # apart, where the round trips' parts carry the split
     round_trip_ffn_queue_us: float | None = None
     round_trip_wait_us: float | None = None  # the attention side's receive waiting for the FFN's answer
+    round_trip_late_us: float | None = None  # of the transfer, the FFN's answer waiting for the attention's receive
     round_trip_parts_matched: int | None = None  # round trips matched to the FFN's kernels (None: no FFN trace)
     round_trip_receive_us: float | None = None  # median receive kernel: without the FFN trace, what holds its parts
     compute_per_microbatch_us: float | None = None  # median step compute busy / round trips
@@ -192,9 +193,10 @@ def _afd_fields(afd: AfdRoundTrips) -> dict[str, Any]:
         "round_trip_parts_matched": None if parts is None else afd.ffn_matched,
         "round_trip_transfer_us": part("transfer_us"),
         "round_trip_ffn_us": part("ffn_us"),
-        "round_trip_ffn_compute_us": part("ffn_compute_us"),
-        "round_trip_ffn_queue_us": part("ffn_queue_us"),
+        "round_trip_ffn_compute_us": part("compute_us"),
+        "round_trip_ffn_queue_us": part("queue_us"),
         "round_trip_wait_us": part("wait_us"),
+        "round_trip_late_us": part("late_us"),
     }
 
 

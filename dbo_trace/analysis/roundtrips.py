@@ -60,6 +60,7 @@ class FfnParts:
     transfer_us: np.ndarray  # send start -> FFN has the data, and FFN starts sending -> receive end
     ffn_us: np.ndarray  # FFN compute and queueing: FFN receive end -> FFN send start
     wait_us: np.ndarray  # the attention receive kernel's time before the FFN began sending back
+    late_us: np.ndarray  # of transfer_us, the FFN sending back before the attention's receive began (its host was late)
     compute_us: np.ndarray | None = None  # of ffn_us, the FFN's compute kernels' busy time (None: not given)
     queue_us: np.ndarray | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 
@@ -332,13 +333,16 @@ def _parts(
     transfer = (t1 - s0) + (r1 - t2)
     ffn = t2 - t1
     wait = np.clip(t2 - r0, 0.0, None)
+    # NCCL's send completes only against a posted receive: from the FFN's send start until the
+    # attention's receive kernel starts, the answer waits for the attention's host, not the wire
+    late = np.clip(r0 - t2, 0.0, r1 - t2)
     nan = np.where(matched, 1.0, np.nan)
     if compute is None:
-        return FfnParts(matched, transfer * nan, ffn * nan, wait * nan)
+        return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan)
     busy = np.zeros(len(ffn))
     if matched.any():
         busy[matched] = iv.covered_within(t1[matched], t2[matched], *iv.union(*compute))
-    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, busy * nan, (ffn - busy) * nan)
+    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan, busy * nan, (ffn - busy) * nan)
 
 
 def summarize(

@@ -118,6 +118,7 @@ AFD_COLUMNS = [
     Column("round trips/layer", keep=9),
     Column("round trip (send to receive end)"),
     Column("transfer", keep=5),
+    Column("of it late receive", keep=5),
     Column("FFN compute", keep=6),
     Column("FFN queue/wait", keep=4),
     Column("attention wait", keep=7),
@@ -147,6 +148,7 @@ def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
                 num(a.round_trips_per_layer),
                 ms(a.round_trip_us) + ("" if a.round_trip_parts_matched is not None else f" (receive {ms(a.round_trip_receive_us)})"),
                 ms(a.round_trip_transfer_us),
+                ms(a.round_trip_late_us),
                 ms(a.round_trip_ffn_compute_us if split else a.round_trip_ffn_us) + ("" if split or a.round_trip_ffn_us is None else " with queue"),
                 ms(a.round_trip_ffn_queue_us),
                 ms(a.round_trip_wait_us),
@@ -170,7 +172,8 @@ def _criterion_cell(a: Arm) -> str:
 AFD_NOTE = (
     "Round trip: a data-plane send's start to its matching receive's end (median); without the FFN's trace its "
     "parts are not measured and the receive kernel's median, which holds the attention wait, the FFN's time and "
-    "the return transfer, stands in brackets. Hidden: the share of the round trips' time under the other "
+    "the return transfer, stands in brackets. Of it late receive: of the transfer, the FFN's answer waiting for "
+    "the attention to post its receive (the attention's host late, not the wire). Hidden: the share of the round trips' time under the other "
     "microbatch's compute. Criterion: per-microbatch compute against the round trip's exposed time (ratio >= 1: "
     "one microbatch's compute could cover the other's round trip; below 1 DBO can hide at most that share). "
     "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against it."

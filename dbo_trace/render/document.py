@@ -447,6 +447,7 @@ class RoundTripParts(Struct):
     transfer_us: float | None
     ffn_us: float | None  # the FFN's compute and queueing
     wait_us: float | None  # the attention's receive kernel before the FFN began sending back
+    late_us: float | None = None  # of transfer_us, the FFN's answer waiting for the attention's receive to begin
     ffn_compute_us: float | None = None  # of ffn_us, the FFN's compute kernels
     ffn_queue_us: float | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 
@@ -948,6 +949,7 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
             transfer_us=_r(a.median_part("transfer_us")),
             ffn_us=_r(a.median_part("ffn_us")),
             wait_us=_r(a.median_part("wait_us")),
+            late_us=_r(a.median_part("late_us")),
             ffn_compute_us=_r(a.median_part("compute_us")),
             ffn_queue_us=_r(a.median_part("queue_us")),
         )

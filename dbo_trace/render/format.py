@@ -105,9 +105,12 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
         ffn = f"FFN compute and queueing {ms(b.parts.ffn_us)}"
         if b.parts.ffn_compute_us is not None:
             ffn = f"FFN compute {ms(b.parts.ffn_compute_us)}, FFN queueing or waiting {ms(b.parts.ffn_queue_us)}"
+        late = ""
+        if b.parts.late_us is not None:
+            late = f" ({ms(b.parts.late_us)} of it the FFN's answer waiting for the attention to post its receive)"
         lines.append(
-            f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}, "
-            f"{ffn}, attention waiting in its receive {ms(b.parts.wait_us)}"
+            f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}"
+            f"{late}, {ffn}, attention waiting in its receive {ms(b.parts.wait_us)}"
         )
     else:
         lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
