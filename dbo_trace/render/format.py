@@ -195,7 +195,6 @@ def aligned_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 GLOSSARY = "docs/glossary.md"  # every column and term of the report, explained
-GLOSSARY_URL = GLOSSARY  # relative: where the report sits beside dbo-trace's files, it resolves
 
 # What an abbreviated column name means, for the one-line key under each table that has one (the
 # glossary has every column). A table's own meaning for a name comes first (KEYS_BY_TABLE).

@@ -7,7 +7,6 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
     GLOSSARY,
-    GLOSSARY_URL,
     disaggregated_lines,
     roles_lines,
     profiler_lines,
@@ -215,6 +214,6 @@ class MarkdownRenderer:
         out.append(
             f"<sub>dbo-trace {markdown_text(d.dbo_trace_version)}; microbatches from "
             f"{markdown_text(d.microbatch_source)}, steps from {markdown_text(d.steps_source)}; every column and term: "
-            f"[{GLOSSARY}]({GLOSSARY_URL}) in dbo-trace's repository</sub>"
+            f"`{GLOSSARY}` in dbo-trace's repository</sub>"
         )
         return "\n".join(out) + "\n"
