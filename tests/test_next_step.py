@@ -195,3 +195,23 @@ def test_a_verdict_is_not_edited_after_it_is_decided():
     with pytest.raises(AttributeError):
         report.verdict.label = "x"  # type: ignore[misc]
     assert replace(report.verdict) == report.verdict
+
+
+@pytest.mark.parametrize("sample", ["afd-eager", "afd-pair-graphs-dbo", "afd-pair-graphs-nomps"])
+def test_an_ffn_servers_verdicts_never_speak_of_its_own_microbatches(sample):
+    """The FFN server of a pair runs no microbatches of its own: every verdict of its rank (the rank's,
+    its steps', its phases') says it serves the attention's requests, with its exposed comm from the
+    rank's own time block, unless the pair time-slices one GPU (then MPS comes first); none says "one
+    microbatch per step", which on the DBO pair contradicts the attention's two."""
+    doc = json.loads((GOLDEN / f"{sample}.json").read_text())
+    (ffn,) = [r for r in doc["ranks"] if r["role"] == "ffn"]
+    sliced = doc["roles"]["time_slicing"] is not None and doc["roles"]["time_slicing"]["sliced"]
+    assert ffn["verdict"]["next_step"]["kind"] == ("start_mps" if sliced else "ffn_server")
+    if not sliced:
+        exposed, window = ffn["time"]["comm_exposed_us"], ffn["time"]["window_us"]
+        assert f"its comm ({exposed / 1000:.2f} ms exposed, {exposed / window:.0%} of the window)" in ffn["verdict"]["next_step"]["text"]
+    steps = [s["verdict"] for s in ffn["steps"]] + [p["verdict"] for p in ffn["phases"].values() if p["verdict"]["label"]]
+    assert steps and all(v["next_step"]["kind"] == "ffn_server" for v in steps)
+    for where, v in verdicts(doc):
+        if where.startswith(f"rank {ffn['rank']}"):
+            assert "one microbatch" not in v["next_step"]["text"], where

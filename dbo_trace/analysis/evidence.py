@@ -177,6 +177,7 @@ def evidence_of(
             for r in ranks
             if r.launch_delay is not None and r.launch_delay.running_behind
         ),
+        role=ranks[0].role if len(ranks) == 1 else None,
     )
 
 

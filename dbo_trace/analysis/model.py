@@ -160,6 +160,7 @@ class StepReports(LazyList[StepReport]):
         microbatched: bool,
         afd_shares: list[AfdShare] | None = None,
         host_frames: list[StepFrame | None] | None = None,
+        role: str | None = None,
     ) -> None:
         super().__init__(len(table), self._step_alone)
         self.table = table
@@ -167,9 +168,10 @@ class StepReports(LazyList[StepReport]):
         self.microbatched = microbatched
         self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
         self.host_frames = host_frames
+        self.role = role  # the rank's in a disaggregated run: an FFN server's steps are judged as one
 
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
-        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames)
+        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames, self.role)
 
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
@@ -194,7 +196,7 @@ class StepReports(LazyList[StepReport]):
         for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
             afd = None if self.afd_shares is None else self.afd_shares[i]
-            verdict = decide(Evidence(figures, microbatched=self.microbatched, causes=cause, afd_share=afd))
+            verdict = decide(Evidence(figures, microbatched=self.microbatched, causes=cause, afd_share=afd, role=self.role))
             self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],

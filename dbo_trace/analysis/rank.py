@@ -91,7 +91,9 @@ def analyze_rank(
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
-    phases = [phase_report(d, table, phase=p, at=at, shares=shares) for p in PHASES if len(at := table.of_phase(p))]
+    phases = [
+        phase_report(d, table, phase=p, at=at, shares=shares, role=role) for p in PHASES if len(at := table.of_phase(p))
+    ]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
@@ -104,7 +106,7 @@ def analyze_rank(
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames),
+        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames, role),
         total=whole.total,
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
@@ -509,7 +511,8 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(
-    d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None
+    d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None,
+    role: str | None = None,
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
@@ -522,7 +525,7 @@ def phase_report(
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     evidence = Evidence(
         m, microbatched=d.microbatched, causes=causes, gpu=gpu_work_of(m, phase, len(steady)),
-        afd_share=shares.of(steady) if shares is not None else None,
+        afd_share=shares.of(steady) if shares is not None else None, role=role,
     )  # fmt: skip
     return PhaseReport(
         phase=phase,

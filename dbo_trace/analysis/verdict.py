@@ -33,6 +33,7 @@ from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
 from dbo_trace.analysis.pystacks import StepFrame
 from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.roles import FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.sharing import TimeSlicing
 from dbo_trace.analysis.stalls import Stall
@@ -182,6 +183,7 @@ class Evidence:
     top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
     time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/sharing.py)
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
+    role: str | None = None  # one rank's role in a disaggregated run (analysis/role_evidence.py); None: the run's
 
 
 # ---- reasons ------------------------------------------------------------------------------------
@@ -528,6 +530,16 @@ class OneMicrobatch(NextStep):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FfnServer(NextStep):
+    """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
+    until the next request comes, not a microbatch's comm that overlap could hide."""
+
+    kind: ClassVar[str] = "ffn_server"
+    exposed_us: float
+    span_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class OverlapWorks(NextStep):
     kind: ClassVar[str] = "overlap_works"
     hidden: float | None
@@ -792,6 +804,8 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
     if m.comm_busy_us <= 0:
         return NothingToOverlap(work=gpu)
+    if e.role == FFN:  # what DBO hides is the attention's round trip: the run's and the attention rank's step
+        return FfnServer(exposed_us=m.comm_exposed_us, span_us=m.span_us)
     late = keys.get(LateRecordFinding.key)
     if isinstance(late, LateRecordFinding):
         return FixLateRecord(exposed_us=late.exposed_us)

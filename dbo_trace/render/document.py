@@ -93,8 +93,8 @@ ReasonKind = Literal[
 ]  # fmt: skip
 NextStepKind = Literal[
     "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
-    "nothing_to_overlap", "late_record", "straggler", "dbo_cannot_pay", "crowded", "did_not_pay", "overlap_missing",
-    "one_microbatch", "overlap_works",
+    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "dbo_cannot_pay", "crowded", "did_not_pay",
+    "overlap_missing", "one_microbatch", "overlap_works",
 ]  # fmt: skip
 
 

@@ -52,6 +52,7 @@ from dbo_trace.analysis.verdict import (
     NoComm,
     NothingToOverlap,
     OneMicrobatch,
+    FfnServer,
     OverlapMissing,
     OverlapWorks,
     PeerWaitFinding,
@@ -575,6 +576,15 @@ def _one_microbatch(n: OneMicrobatch) -> str:
     )
 
 
+def _ffn_server(n: FfnServer) -> str:
+    share = n.exposed_us / n.span_us if n.span_us > 0 else None
+    return (
+        f"this rank serves the FFN: its comm ({ms(n.exposed_us)} exposed, {pct_text(share)} of the window) is its receives "
+        "of the attention's requests, each running until the next request comes, and the sends of its answers; the "
+        "round trip and what DBO hides of it are the attention rank's (the run's next step)"
+    )
+
+
 _NEXT: dict[type, Callable[[Any], str]] = {
     ProfileAfterStartup: lambda n: (
         f"profile after start-up: {pct_text(n.share)} of the GPU's host-idle time here was the host capturing graphs, "
@@ -603,6 +613,7 @@ _NEXT: dict[type, Callable[[Any], str]] = {
         "what held it back"
     ),
     OneMicrobatch: _one_microbatch,
+    FfnServer: _ffn_server,
     OverlapWorks: _overlap_works,
 }
 
