@@ -17,6 +17,10 @@ exits 1 if a growth is over its limit. The cases and inputs are the tests' own:
   capture             capture_windows, 20,000 and 160,000 calls on n/4 threads (limit 24x)
   optimizers          optimizer_steps, 2,000 and 16,000 distinct names (limit 24x)
   steps               `report` and `report --markdown` of 500 and 5,000 steps (limit 8x)
+  afd pair, ...       tests/afd_synth.py's attention+FFN pair with DBO, 4 layers, eager and under
+                      graphs, 250 and 2,000 steps: both ranks' analyses and what the pair tells
+                      together (round trips, the FFN's parts, the pair's figures, time slicing),
+                      the traces read beforehand (limit 16x)
 """
 
 from __future__ import annotations
@@ -136,7 +140,21 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
 
         return build
 
+    def afd(graphs):
+        def build():
+            from afd_synth import afd_pair, pair_analysis
+
+            base = Path(tempfile.mkdtemp(prefix="dbo-trace-growth-"))
+            runs = []
+            for steps in (250, 2_000):
+                afd_pair(base / str(steps), dbo=True, graphs=graphs, layers=4, steps=steps, yield_us=5.0)
+                runs.append(pair_analysis(base / str(steps)))
+            return runs[0], runs[1]
+
+        return build
+
     out += [("busy", 16.0, busy), ("capture", 24.0, capture), ("optimizers", 24.0, optimizers)]
+    out += [("afd pair, eager", 16.0, afd(False)), ("afd pair, graphs", 16.0, afd(True))]
     out += [("steps", 8.0, steps()), ("steps --markdown", 8.0, steps("--markdown"))]
     return out
 

@@ -15,6 +15,10 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.model import Report
 
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 BASE_NS = 1_764_000_000_000_000_000
@@ -185,3 +189,28 @@ def afd_pair(
         }
         (folder / "manifest.json").write_text(json.dumps(m))
     return truth
+
+
+def pair_analysis(folder: Path) -> Callable[[], Report]:
+    """The pair's analysis of a bundle (afd_pair's) as analyze_paths runs it in one process, its
+    traces read once beforehand: each call analyses the attention trace, cuts the FFN's to its window
+    and analyses that, then combines the two (round trips, the FFN's parts, the pair's figures, time
+    slicing). What tests/test_scaling.py counts and benchmarks/bench_growth.py times: the analysis,
+    not the JSON decoding."""
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.pipeline import analyse_timelines, attention_timelines, cut_of, finish, prepare, settle
+    from dbo_trace.trace.load import discover, read_timelines
+
+    plan = prepare(discover([folder]), Options())
+    timelines = [read_timelines(t, i) for i, t in enumerate(plan.traces)]
+    first, then = plan.rounds()
+
+    def run() -> Report:
+        results = {i: analyse_timelines(timelines[i], plan.logs, plan.options, plan.samples, None) for i in first}
+        cut = cut_of(attention_timelines(results, first))
+        for i in then:
+            results[i] = analyse_timelines(timelines[i], plan.logs, plan.options, plan.samples, cut)
+        ranks: list = [results[i] for i in range(len(plan.traces))]
+        return finish(plan, settle(ranks), [str(folder)], cut=cut)
+
+    return run

@@ -100,3 +100,28 @@ def test_the_cross_rank_path_work_grows_linearly():
         a, b = (measure(lambda x=x: run(x)) for x in (small, large))
         print(f"two ranks: {measure.__name__} {a:,} at {n} copies, {b:,} at {8 * n}: {b / a:.2f}x")
         assert b / a <= WORK_LIMIT, f"{measure.__name__}: 8x the events gave {b / a:.2f}x"
+
+
+AFD_STEPS = 8  # and 8x that: tests/afd_synth.py's pair, 4 layers, two microbatches
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_the_afd_pair_work_grows_linearly(tmp_path, graphs):
+    """An AFD pair with DBO (tests/afd_synth.py: attention and FFN traces on one host's clock) at N
+    and 8N steps, through both ranks' analyses and what the pair tells together: the round trips
+    (microbatches told by the launching threads eager, by DBO's kernel order under graphs), the
+    FFN's parts of each, its trace cut to the attention's window, the pair's figures, time slicing."""
+    from afd_synth import afd_pair, pair_analysis
+
+    runs = []
+    for steps in (AFD_STEPS, 8 * AFD_STEPS):
+        afd_pair(tmp_path / str(steps), dbo=True, graphs=graphs, layers=4, steps=steps, yield_us=5.0)
+        runs.append(pair_analysis(tmp_path / str(steps)))
+    report = runs[0]()
+    (att,) = [r for r in report.ranks if r.afd is not None]
+    assert len(att.afd.rows) == AFD_STEPS * 2 * 4 and att.afd.parts is not None and att.afd.parts.matched.all()
+    assert report.roles is not None and report.roles.pair is not None and report.roles.pair.steps == AFD_STEPS
+    for measure in (elements_passed, peak_bytes):
+        a, b = (measure(run) for run in runs)
+        print(f"afd pair: {measure.__name__} {a:,} at {AFD_STEPS} steps, {b:,} at {8 * AFD_STEPS}: {b / a:.2f}x")
+        assert b / a <= WORK_LIMIT, f"{measure.__name__}: 8x the steps gave {b / a:.2f}x"

@@ -39,17 +39,19 @@ def intersection(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
     b_s, b_e = union(*b)
     if not len(a_s) or not len(b_s):
         return np.empty(0), np.empty(0)
-    # Every pair's overlap; both lists are disjoint and sorted, so the pairs that overlap are few.
+    # Every pair's overlap; both lists are disjoint and sorted, so the pairs that overlap are few (at
+    # most len(a) + len(b)): a's k-th interval meets b's i[k] to j[k], listed k by k, then m by m.
     i = np.searchsorted(b_e, a_s, side="right")
     j = np.searchsorted(b_s, a_e, side="left")
-    starts, ends = [], []
-    for k in range(len(a_s)):
-        for m in range(i[k], j[k]):
-            s, e = max(a_s[k], b_s[m]), min(a_e[k], b_e[m])
-            if e > s:
-                starts.append(s)
-                ends.append(e)
-    return np.array(starts, float), np.array(ends, float)
+    count = np.maximum(j - i, 0)
+    k = np.repeat(np.arange(len(a_s)), count)
+    m = np.arange(len(k)) - np.repeat(np.cumsum(count) - count - i, count)
+    # Python's max and min, as a loop over the pairs took them: the second only where it is strictly
+    # larger (smaller), so a tie keeps the first's value (its sign, where 0.0 meets -0.0)
+    s = np.where(b_s[m] > a_s[k], b_s[m], a_s[k])
+    e = np.where(b_e[m] < a_e[k], b_e[m], a_e[k])
+    keep = e > s
+    return s[keep].astype(float), e[keep].astype(float)
 
 
 def difference(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
