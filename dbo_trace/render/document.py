@@ -21,7 +21,7 @@ from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
-from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
+from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
@@ -45,6 +45,7 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
+from dbo_trace.render.notes import host_line
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"

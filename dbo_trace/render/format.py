@@ -9,7 +9,6 @@ from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
-from dbo_trace.analysis.host_time import LINE_NAMES
 from dbo_trace.analysis.verdict import HOST_BOUND
 from dbo_trace.render.document import (
     DisaggregatedBlock,
@@ -33,6 +32,7 @@ from dbo_trace.render.document import (
 from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 from dbo_trace.render.names import display_names
+from dbo_trace.render.notes import LINE_NAMES
 from dbo_trace.render.wording import counted
 
 
