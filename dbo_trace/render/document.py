@@ -25,7 +25,7 @@ from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
@@ -45,7 +45,7 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
-from dbo_trace.render.notes import host_line
+from dbo_trace.render.notes import cross_rank_summary, host_line, op_label, wait_lines
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
@@ -1475,7 +1475,7 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
         return None
     return CrossRankBlock(
         ranks=view.ranks,
-        summary=view.summary,
+        summary=cross_rank_summary(view),
         median_skew_us=round(view.median_skew_us, 3),
         max_skew_us=round(view.max_skew_us, 3),
         last_counts=_keyed(view.last_counts),
@@ -1495,7 +1495,7 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
         straggler_threshold_us=round(view.threshold_us, 3),
         median_step_us=None if view.median_step_us is None else round(view.median_step_us, 3),
         late_counts=_keyed(view.late_counts),
-        lines=view.lines,
+        lines=wait_lines(view),
         waits=waits_block(view.waits, view.layers),
     )
 

@@ -16,6 +16,17 @@ from dbo_trace.analysis.host_time import (
     UNTRACED,
     HostCauses,
 )
+from dbo_trace.analysis.peers import GroupWaits
+from dbo_trace.analysis.ranks import (
+    COMBINE,
+    DISPATCH,
+    OUTSIDE,
+    STRAGGLER_ACCURACY_TIMES,
+    STRAGGLER_STEP_SHARE,
+    CrossRank,
+    op_place,
+    waiting_ranks,
+)
 
 LINE_NAMES = 3  # names per kind in the one-line summary
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
@@ -56,3 +67,120 @@ def host_line(scope: str, bound: bool, fraction: float | None, causes: HostCause
     share = "n/a" if fraction is None else f"{100 * fraction:.0f}%"
     what = "host-bound" if bound else "GPU idle waiting for the host"
     return cause_line(causes, f"{scope} {what} {share}".strip())
+
+
+def _share(x: float) -> str:
+    return "under 1%" if 0 < x < 0.005 else f"{x:.0%}"
+
+
+def op_label(ubatch: int, index: int, layers: int | None, ops_per_ubatch: int | None) -> str:
+    """A comm operation by microbatch and place in the step: with DBO, dispatch and combine per layer."""
+    who = f"microbatch {ubatch}'s " if ubatch >= 0 else ""
+    place, number = op_place(index, layers, ops_per_ubatch)
+    if place == OUTSIDE:
+        return f"{who}comm outside steps"
+    if place in (DISPATCH, COMBINE):
+        return f"{who}{place} of layer {number}"
+    return f"{who}comm op {number} of the step"
+
+
+def threshold_basis(view: CrossRank) -> str:
+    accuracy = view.alignment.accuracy_us if view.alignment is not None else None
+    parts = []
+    if view.median_step_us:
+        parts.append(f"{STRAGGLER_STEP_SHARE:.0%} of the {view.median_step_us / 1000:.2f} ms median step")
+    if accuracy:
+        parts.append(f"{STRAGGLER_ACCURACY_TIMES:g}x the clocks' {accuracy:g} us accuracy")
+    return "the larger of " + " and ".join(parts) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
+def cross_rank_summary(view: CrossRank) -> str:
+    """One line: who the others wait for, and by how much (a straggler only above the threshold)."""
+    if not view.steps:
+        return "ranks not set side by side: " + (view.notes[0] if view.notes else "no steps on a shared clock")
+    skew = f"skew median {view.median_skew_us / 1000:.2f} ms, max {view.max_skew_us / 1000:.2f} ms"
+    most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.__getitem__)
+    exposed = f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
+    if not view.late_counts:
+        return (
+            f"no straggler: the ranks started every step within {view.max_skew_us / 1000:.2f} ms of each other, "
+            f"under the {view.threshold_us / 1000:.2f} ms threshold ({threshold_basis(view)}); {exposed}"
+        )
+    rank, times = max(view.late_counts.items(), key=lambda kv: kv[1])
+    return (
+        f"rank {rank} started last by more than {view.threshold_us / 1000:.2f} ms in {times} of {len(view.steps)} "
+        f"steps ({skew}): the others wait for it at their first collective; {exposed}"
+    )
+
+
+MAX_STEP_GROUPS = 8
+
+
+def wait_lines(view: CrossRank) -> list[str]:
+    """Who waited for whom, per rank, and who arrived last (docs/analysis.md, "Across ranks")."""
+    w = view.waits
+    if w is None:
+        return []
+    out = []
+    waiting = waiting_ranks(w)
+    for r in waiting.shown:
+        top, top_at = r.most_waited_for, r.most_waited_at
+        assert top is not None and top_at is not None  # a wait is counted under both
+        (peer, us), ((ub, k), at) = top, top_at
+        share = f" ({_share(r.wait_share)} of its comm time)" if r.wait_share is not None else ""
+        n_others, others_us = r.others_waited_for
+        whom = f"for rank {peer}"
+        if n_others:
+            whom = f"for peers: rank {peer} {us / 1000:.2f} ms, {n_others} other rank(s) {others_us / 1000:.2f} ms in all"
+        out.append(
+            f"rank {r.rank} waited {r.wait_us / 1000:.2f} ms{share} {whom}, "
+            f"mostly at {op_label(ub, k, view.layers, r.ops_per_ubatch)} ({at / 1000:.2f} ms); "
+            f"transfer {r.transfer_us / 1000:.2f} ms"
+        )
+    if waiting.rest:
+        out.append(
+            f"{waiting.rest} more rank(s) waited {waiting.rest_us / 1000:.2f} ms in all, at most "
+            f"{waiting.rest_max_us / 1000:.2f} ms (the JSON lists every rank)"
+        )
+    late = sorted((r for r in w.ranks.values() if r.last_ops), key=lambda r: (-r.last_ops, r.rank))
+    if late:
+        parts = [
+            f"rank {r.rank} at {r.last_ops} of {len(w.ops)} collectives (the others waited {r.caused_us / 1000:.2f} ms there)"
+            for r in late
+        ]
+        out.append(f"arrived last by more than {w.threshold_us / 1000:.2f} ms: " + ", ".join(parts))
+        most = w.held_back_most
+        if most is not None:
+            rank, ub, us, n, of = most
+            who = f"rank {rank}'s microbatch {ub}" if ub >= 0 else f"rank {rank}"
+            out.append(
+                f"held the others back most: {who}, last above the threshold at {n} of its {of} collectives, "
+                f"the others waiting {us / 1000:.2f} ms for it there"
+            )
+        title = "per step (numbered from 1 in report order), who arrived last (what the others waited for it)"
+        out += _group_lines(w.steps, title, "step", 1)
+        out += _group_lines(w.ubatches, "per microbatch, likewise", "microbatch", 0)
+    else:
+        out.append(
+            f"no rank arrived last at any of {len(w.ops)} matched collectives by more than "
+            f"{w.threshold_us / 1000:.2f} ms (the threshold)"
+        )
+    return out
+
+
+def _group_lines(groups: list[GroupWaits], title: str, noun: str, first: int) -> list[str]:
+    """Who held the others back in each step or microbatch (above the threshold), most first; each
+    group by its key, shown counting from `first` (steps from 1)."""
+    parts = []
+    for g in groups:
+        number = g.key + first
+        ranked = sorted(g.caused_us, key=lambda r: (-g.caused_us[r], r))
+        if not ranked:
+            parts.append(f"{noun} {number}: none")
+            continue
+        who = ", ".join(f"rank {r} at {g.last_ops[r]} of {g.ops} ({g.caused_us[r] / 1000:.2f} ms)" for r in ranked)
+        parts.append(f"{noun} {number}: {who}")
+    if not parts or all(p.endswith(": none") for p in parts):
+        return []
+    more = f"; {len(parts) - MAX_STEP_GROUPS} more in the JSON" if len(parts) > MAX_STEP_GROUPS else ""
+    return [f"{title}: " + "; ".join(parts[:MAX_STEP_GROUPS]) + more]
