@@ -24,7 +24,7 @@ from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.roles import RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
@@ -32,6 +32,10 @@ from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
 from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
+
+# A rank's note or a run's warning: typed where analysis states a figure (render/notes.py words it),
+# a string where it passes on what a reader or a matcher said of its input.
+Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,7 @@ class RankAnalysis:
     kernel_summary: KernelSummary | None = None  # per kernel name: count, total, mean, median, min, max, share
     cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
@@ -348,7 +352,7 @@ class Report:
     options: Options
     window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured

@@ -45,7 +45,7 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
-from dbo_trace.render.notes import cross_rank_summary, host_line, op_label, wait_lines
+from dbo_trace.render.notes import cross_rank_summary, host_line, note_text, op_label, wait_lines
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
@@ -1382,7 +1382,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         steps=step_blocks(r, lazy_steps),
         verdict=verdict_block(r.verdict),
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
-        notes=list(r.notes),
+        notes=[note_text(n) for n in r.notes],
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank, r.wait_split),
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
@@ -1457,7 +1457,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         ),
         ranks=ranks,
         cross_rank=cross_rank_block(report.cross_rank),
-        warnings=list(report.warnings),
+        warnings=[note_text(n) for n in report.warnings],
         roles=roles_block(report.roles),
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
         what_if=what_if_block(report.what_if),

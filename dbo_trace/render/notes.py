@@ -1,9 +1,10 @@
 """The words of what analysis hands over as figures outside the verdict: the host-time line, the
-cross-rank view's lines, a rank's and the run's typed notes and where a trace's role came from.
+cross-rank view's lines, and a rank's and the run's typed notes.
 The verdict's own words are render/wording.py's; the document (render/document.py) calls both."""
 
 from __future__ import annotations
 
+from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
 from dbo_trace.analysis.host_time import (
     BETWEEN,
     CAUSE_TEXT,
@@ -16,7 +17,9 @@ from dbo_trace.analysis.host_time import (
     UNTRACED,
     HostCauses,
 )
+from dbo_trace.analysis.model import Note
 from dbo_trace.analysis.peers import GroupWaits
+from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import (
     COMBINE,
     DISPATCH,
@@ -27,6 +30,8 @@ from dbo_trace.analysis.ranks import (
     op_place,
     waiting_ranks,
 )
+from dbo_trace.analysis.roles import RoleMissing, SharedGpu
+from dbo_trace.analysis.stalls import Behind
 
 LINE_NAMES = 3  # names per kind in the one-line summary
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
@@ -184,3 +189,63 @@ def _group_lines(groups: list[GroupWaits], title: str, noun: str, first: int) ->
         return []
     more = f"; {len(parts) - MAX_STEP_GROUPS} more in the JSON" if len(parts) > MAX_STEP_GROUPS else ""
     return [f"{title}: " + "; ".join(parts[:MAX_STEP_GROUPS]) + more]
+
+
+def _behind(b: Behind) -> str:
+    return (
+        f"the GPU runs behind the CPU: {b.overlapping} of {b.steps} step windows run past the next step's "
+        f"start (median {b.median_overlap_us / 1000:.2f} ms); the windows add up to "
+        f"{b.windows_us / 1000:.2f} ms against {b.wall_us / 1000:.2f} ms of wall clock, so step times are "
+        f"periods (start to the next start), windows beside them"
+    )
+
+
+def _launch_delay(d: LaunchDelay) -> str:
+    """A clock offset, or launched work that queued (LaunchDelay.noted says which ranks have the note)."""
+    if d.clock_offset_suspect:
+        return (
+            f"every launched GPU activity started at least {d.min_us / 1000:.2f} ms after its launch call ended "
+            f"(median {d.median_us / 1000:.2f} ms, {d.activities} activities): the GPU's timestamps may be "
+            f"offset from the CPU's, or the GPU ran behind; {d.queued_in_host_idle_us / 1000:.2f} ms of GPU idle "
+            "came after the work was launched (idle waiting on a dependency, not the host)"
+        )
+    return (
+        f"{d.queued_in_host_idle_us / 1000:.2f} ms ({100 * (d.queued_share or 0.0):.0f}%) of the GPU idle that followed "
+        f"a late launch came over {LAUNCH_LATENCY_US:.0f} us after the next work's launch call had ended: launched "
+        f"work queued, counted as idle waiting on a dependency, not the host (launch to start: "
+        f"median {d.median_us:.1f} us, p90 {d.p90_us:.1f} us, max {d.max_us / 1000:.2f} ms)"
+    )
+
+
+def _role_missing(m: RoleMissing) -> str:
+    return f"the manifest's {', '.join(m.roles)} role has no trace: the round trips' parts on that side are not measured"
+
+
+def _shared_gpu(s: SharedGpu) -> str:
+    if s.mps:
+        how = " under MPS (its control daemon answered; they share the SMs)"
+    elif s.mps is False:
+        how = " without MPS (its control daemon did not answer)"
+    elif s.mps_claimed:
+        how = " (MPS not verified: the manifest's mps says only that a control pipe existed)"
+    else:
+        how = ""
+    what = (
+        "each rank's figures are of a GPU it shared with the other role"
+        if s.traced < 2
+        else "figures added over the ranks are one GPU's twice, not two GPUs'"
+    )
+    return f"both roles ({', '.join(s.roles)}) ran on one GPU{how}: {what}"
+
+
+def note_text(n: Note) -> str:
+    """A rank's note or a run's warning in words (a string is one already: a reader's, a matcher's)."""
+    if isinstance(n, str):
+        return n
+    if isinstance(n, Behind):
+        return _behind(n)
+    if isinstance(n, LaunchDelay):
+        return _launch_delay(n)
+    if isinstance(n, RoleMissing):
+        return _role_missing(n)
+    return _shared_gpu(n)
