@@ -24,6 +24,7 @@ from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
+from dbo_trace.analysis.role_evidence import RoleCall
 from dbo_trace.analysis.roles import RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
@@ -48,7 +49,7 @@ class Options:
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
     roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
-    role_sources: tuple[tuple[str, str], ...] = ()  # (trace path, where its role came from, in words)
+    role_sources: tuple[tuple[str, RoleCall], ...] = ()  # (trace path, its role and where that came from)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
@@ -306,7 +307,7 @@ class RankAnalysis:
     wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
-    role_source: str | None = None  # where the role came from, in words (the manifest, the command line, the trace)
+    role_source: RoleCall | None = None  # where the role came from (the manifest, the command line, the trace)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples

@@ -45,7 +45,7 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
-from dbo_trace.render.notes import cross_rank_summary, host_line, note_text, op_label, wait_lines
+from dbo_trace.render.notes import cross_rank_summary, host_line, note_text, op_label, role_source_text, wait_lines
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
@@ -1388,7 +1388,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
         role=r.role,
-        role_source=r.role_source,
+        role_source=None if r.role_source is None else role_source_text(r.role_source),
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),

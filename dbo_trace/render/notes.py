@@ -1,5 +1,5 @@
 """The words of what analysis hands over as figures outside the verdict: the host-time line, the
-cross-rank view's lines, and a rank's and the run's typed notes.
+cross-rank view's lines, a rank's and the run's typed notes, and where a trace's role came from.
 The verdict's own words are render/wording.py's; the document (render/document.py) calls both."""
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from dbo_trace.analysis.ranks import (
     op_place,
     waiting_ranks,
 )
+from dbo_trace.analysis.role_evidence import RoleCall, TraceEvidence
 from dbo_trace.analysis.roles import RoleMissing, SharedGpu
 from dbo_trace.analysis.stalls import Behind
+from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 
 LINE_NAMES = 3  # names per kind in the one-line summary
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
@@ -249,3 +251,31 @@ def note_text(n: Note) -> str:
     if isinstance(n, RoleMissing):
         return _role_missing(n)
     return _shared_gpu(n)
+
+
+def _evidence(e: TraceEvidence) -> str:
+    """A trace's evidence of its role in words, what decided first."""
+    out = []
+    if e.afd_group:
+        out.append("process group 'afd' of 2 ranks in distributedInfo" + (" (and 'p2p')" if e.p2p_group else ""))
+    if e.afd_ops:
+        out.append(f"{e.afd_ops} vllm::afd_p2p_send/recv ops")
+    if e.attention_kernels:
+        out.append(f"{e.attention_kernels} attention kernels")
+    elif e.afd:
+        out.append("no attention kernel")
+    if e.control_sends or e.control_recvs:
+        out.append(f"control plane: {e.control_sends} sends, {e.control_recvs} receives")
+    if e.ffn_loop_samples:
+        out.append(f"{e.ffn_loop_samples} sampled stacks in the FFN's loop (recv_control_payload)")
+    return ", ".join(out)
+
+
+def role_source_text(call: RoleCall) -> str:
+    """Where a trace's role came from: the manifest, the recorded command line, or the trace's evidence."""
+    if call.source == ROLE_FROM_MANIFEST:
+        return "the bundle manifest's roles"
+    if call.source == ROLE_FROM_COMMAND:
+        return "the recorded command line (--additional-config afd.role)"
+    because = _evidence(call.evidence) if call.evidence is not None else ""
+    return f"the trace ({because})" if because else "the trace"
