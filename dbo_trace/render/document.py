@@ -23,7 +23,7 @@ from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
+from dbo_trace.analysis.pystacks import HostStacks, RankStacks
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.queueing import LaunchDelay
@@ -45,7 +45,15 @@ from dbo_trace.render.ledger import (
     sm_evidence_block,
     what_if_block,
 )
-from dbo_trace.render.notes import cross_rank_summary, host_line, note_text, op_label, role_source_text, wait_lines
+from dbo_trace.render.notes import (
+    cross_rank_summary,
+    host_line,
+    note_text,
+    op_label,
+    role_source_text,
+    stacks_line,
+    wait_lines,
+)
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
