@@ -145,8 +145,10 @@ def evidence_of(
     *,
     waited_for: int | None = None,
     time_slicing: TimeSlicing | None = None,
+    profiler_overhead: float | None = None,
 ) -> Evidence:
-    """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's)."""
+    """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's; with
+    the timed repeats, the profiler's overhead)."""
     sm = next((r.sm_evidence for r in ranks if r.sm_evidence is not None), None)
     yield_ops = [r.yield_ops for r in ranks if r.yield_ops is not None]
     return Evidence(
@@ -177,6 +179,7 @@ def evidence_of(
             for r in ranks
             if r.launch_delay is not None and r.launch_delay.running_behind
         ),
+        profiler_overhead=profiler_overhead,
     )
 
 

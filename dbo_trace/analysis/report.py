@@ -113,6 +113,8 @@ def combine(
         for r in ranks
     ]
     run = together(ranks)
+    unprofiled = run_unprofiled(ranks, options.repeats)
+    overhead = unprofiled.profiler_overhead if unprofiled is not None else None
     return Report(
         what_if=_what_if(run.round_trips, ranks, options),
         phases=run.phases,
@@ -120,7 +122,7 @@ def combine(
         ranks=decided,
         total=run.total,
         round_trips=run.round_trips,
-        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing)),
+        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead)),
         options=options,
         window=run.window,
         warnings=notes + [w for w in _input_warnings(ranks, parts) if w not in notes],
@@ -128,7 +130,7 @@ def combine(
         host_causes=run.causes,
         host_test=run.host_test,
         roles=roles,
-        unprofiled=run_unprofiled(ranks, options.repeats),
+        unprofiled=unprofiled,
     )
 
 

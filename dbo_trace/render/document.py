@@ -96,7 +96,7 @@ QualifierKey = Literal[
 ]
 # A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes; a test keeps them equal).
 ReasonKind = Literal[
-    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "gpu_busy", "no_comm",
+    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm",
     "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
     "afd_criterion",
 ]  # fmt: skip
