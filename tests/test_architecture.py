@@ -234,10 +234,10 @@ def test_no_sentence_is_found_by_its_text():
 
 # Sentences are written in render/ (wording.py the verdict's; notes.py the notes, the host line and the
 # cross-rank lines), from the typed figures analysis/ hands over. What analysis/ still words, by
-# module: what an input fell short of, passed on as said (attribution, clocks, peers, pystacks, ranks:
+# module: what an input fell short of, passed on as said (attribution, clocks, peers, pystacks:
 # a rank or a channel left out) and the pictures' titles and labels (view, ranks_view). Every other
 # module of analysis/ writes none.
-STILL_WORDED_IN_ANALYSIS = {"attribution.py", "clocks.py", "peers.py", "pystacks.py", "ranks.py", "ranks_view.py", "view.py"}
+STILL_WORDED_IN_ANALYSIS = {"attribution.py", "clocks.py", "peers.py", "pystacks.py", "ranks_view.py", "view.py"}
 SENTENCE_WORDS = 4  # an f-string with this many words of its own is a sentence, not a label ("rank 3 compute")
 
 

@@ -46,6 +46,31 @@ class StepAlignment:
 
 
 @dataclass(frozen=True)
+class RanksLeftOut:
+    """Ranks left out of the view: no steps, or no clock to align them on."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """The ranks reported different step counts: the first `aligned` of each are set side by side."""
+
+    counts: tuple[int, ...]  # each usable rank's, in rank order
+    aligned: int
+
+
+@dataclass(frozen=True)
+class TooFewRanks:
+    """Fewer than two ranks have reported steps: none can be set side by side."""
+
+
+# A note of the view: typed where it states the view's own figures (render/notes.py words it), a
+# string where it passes on what the clocks or the collectives' matching said.
+CrossNote = str | RanksLeftOut | StepCounts | TooFewRanks
+
+
+@dataclass(frozen=True)
 class CrossRank:
     ranks: list[int]
     steps: list[StepAlignment]
@@ -53,7 +78,7 @@ class CrossRank:
     max_skew_us: float
     last_counts: dict[int, int]  # rank -> steps it started last
     exposed_comm_us: dict[int, float]  # rank -> comm not under compute (where waiting for peers shows)
-    notes: list[str] = field(default_factory=list)
+    notes: list[CrossNote] = field(default_factory=list)
     alignment: Alignment | None = None
     threshold_us: float = 0.0  # skews above it are a straggler
     median_step_us: float | None = None
@@ -84,24 +109,21 @@ def cross_rank(
     median_step_us: of every rank's steps; threshold_us: straggler_threshold of it and the alignment's
     accuracy, the one the collectives' waits were measured against (report.across_ranks)."""
     usable = [(r.rank, r.step_starts_us, r.exposed_comm_us) for r in ranks if r.step_starts_us]
-    notes = list(notes or [])
+    said: list[CrossNote] = list(notes or [])
     if len(ranks) < 2:
         return None
     if len(usable) < 2:  # said, never a silent null
-        if alignment is not None and alignment.note and alignment.note not in notes:
-            notes.insert(0, alignment.note)
-        if not notes:
-            notes.append("fewer than two ranks have reported steps: their steps cannot be set side by side")
-        return CrossRank([r.rank for r in ranks], [], 0.0, 0.0, {}, {r.rank: r.exposed_comm_us for r in ranks}, notes,
+        if alignment is not None and alignment.note and alignment.note not in said:
+            said.insert(0, alignment.note)
+        if not said:
+            said.append(TooFewRanks())
+        return CrossRank([r.rank for r in ranks], [], 0.0, 0.0, {}, {r.rank: r.exposed_comm_us for r in ranks}, said,
                          alignment, 0.0, None, {}, waits, layers)  # fmt: skip
     if len(usable) < len(ranks):
-        notes.append(f"{len(ranks) - len(usable)} rank(s) left out: no steps or no clock to align them on")
+        said.append(RanksLeftOut(len(ranks) - len(usable)))
     count = min(len(starts) for _, starts, _ in usable)
     if any(len(starts) != count for _, starts, _ in usable):
-        notes.append(
-            f"ranks reported different step counts ({', '.join(str(len(starts)) for _, starts, _ in usable)}); "
-            f"the first {count} of each are aligned"
-        )
+        said.append(StepCounts(tuple(len(starts) for _, starts, _ in usable), count))
     steps = []
     for k in range(count):
         at = {rank: starts[k] for rank, starts, _ in usable}
@@ -115,7 +137,7 @@ def cross_rank(
         max_skew_us=float(skews.max()),
         last_counts=dict(Counter(s.last_rank for s in steps)),
         exposed_comm_us={rank: exposed for rank, _, exposed in usable},
-        notes=notes,
+        notes=said,
         alignment=alignment,
         threshold_us=threshold_us,
         median_step_us=median_step_us,

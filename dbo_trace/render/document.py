@@ -46,6 +46,7 @@ from dbo_trace.render.ledger import (
     what_if_block,
 )
 from dbo_trace.render.notes import (
+    cross_note_text,
     cross_rank_summary,
     host_line,
     note_text,
@@ -1498,7 +1499,7 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
             )
             for s in view.steps
         ],
-        notes=list(view.notes),
+        notes=[cross_note_text(n) for n in view.notes],
         alignment=alignment_block(view.alignment),
         straggler_threshold_us=round(view.threshold_us, 3),
         median_step_us=None if view.median_step_us is None else round(view.median_step_us, 3),

@@ -28,7 +28,10 @@ from dbo_trace.analysis.ranks import (
     OUTSIDE,
     STRAGGLER_ACCURACY_TIMES,
     STRAGGLER_STEP_SHARE,
+    CrossNote,
     CrossRank,
+    RanksLeftOut,
+    StepCounts,
     op_place,
     waiting_ranks,
 )
@@ -106,7 +109,7 @@ def threshold_basis(view: CrossRank) -> str:
 def cross_rank_summary(view: CrossRank) -> str:
     """One line: who the others wait for, and by how much (a straggler only above the threshold)."""
     if not view.steps:
-        return "ranks not set side by side: " + (view.notes[0] if view.notes else "no steps on a shared clock")
+        return "ranks not set side by side: " + (cross_note_text(view.notes[0]) if view.notes else "no steps on a shared clock")
     skew = f"skew median {view.median_skew_us / 1000:.2f} ms, max {view.max_skew_us / 1000:.2f} ms"
     most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.__getitem__)
     exposed = f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
@@ -120,6 +123,17 @@ def cross_rank_summary(view: CrossRank) -> str:
         f"rank {rank} started last by more than {view.threshold_us / 1000:.2f} ms in {times} of {len(view.steps)} "
         f"steps ({skew}): the others wait for it at their first collective; {exposed}"
     )
+
+
+def cross_note_text(n: CrossNote) -> str:
+    """A note of the cross-rank view in words (a string is one already: the clocks', the matching's)."""
+    if isinstance(n, str):
+        return n
+    if isinstance(n, RanksLeftOut):
+        return f"{n.count} rank(s) left out: no steps or no clock to align them on"
+    if isinstance(n, StepCounts):
+        return f"ranks reported different step counts ({', '.join(map(str, n.counts))}); the first {n.aligned} of each are aligned"
+    return "fewer than two ranks have reported steps: their steps cannot be set side by side"
 
 
 MAX_STEP_GROUPS = 8
