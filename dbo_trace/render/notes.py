@@ -132,7 +132,8 @@ def cross_note_text(n: CrossNote) -> str:
     if isinstance(n, RanksLeftOut):
         return f"{n.count} rank(s) left out: no steps or no clock to align them on"
     if isinstance(n, StepCounts):
-        return f"ranks reported different step counts ({', '.join(map(str, n.counts))}); the first {n.aligned} of each are aligned"
+        counts = ", ".join(map(str, n.counts))
+        return f"ranks reported different step counts ({counts}); the first {n.aligned} of each are aligned"
     return "fewer than two ranks have reported steps: their steps cannot be set side by side"
 
 
