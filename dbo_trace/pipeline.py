@@ -196,7 +196,7 @@ def _with_calls(options: Options, calls: dict[str, RoleCall]) -> Options:
     if not calls:
         return options
     roles = dict(options.roles) | {k: c.role for k, c in calls.items()}
-    sources = dict(options.role_sources) | {k: c.text() for k, c in calls.items()}
+    sources = dict(options.role_sources) | calls
     return replace(options, roles=tuple(sorted(roles.items())), role_sources=tuple(sorted(sources.items())))
 
 

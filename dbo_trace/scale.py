@@ -378,7 +378,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         plan, settled, _inputs(given, traces), cut=cut, parts=parts, refine=tasks.waits_on_nodes(place), warnings=warnings
     )
     late = [w for w in tasks.late if w not in report.warnings]  # the peer-wait step's, after the document's others
-    return replace(report, warnings=report.warnings + late) if late else report
+    return replace(report, warnings=[*report.warnings, *late]) if late else report
 
 
 def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, list[tuple[int, str, bool]]], list[str]]:

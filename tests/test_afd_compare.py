@@ -152,6 +152,9 @@ def test_report_states_the_profiler_overhead(truth):
         percent = f"profiler overhead {100 * p['overhead']:+.0f}%"
         said = "the host-bound verdict may be partly the profiler's own doing"
         assert (doc["verdict"]["label"] == "host-bound") is (label == "eager+dbo")
+        # a claim about the run's verdict: its reason, not a line beside it
+        overhead = [r for r in doc["verdict"]["reasons"] if r["kind"] == "profiler_overhead"]
+        assert [r["text"].startswith(said) for r in overhead] == ([True] if label == "eager+dbo" else [])
         outputs = [run_cli("report", str(bundle)).stdout, run_cli("report", "--markdown", str(bundle)).stdout]
         for text in outputs:
             flat = " ".join(text.split())

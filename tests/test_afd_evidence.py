@@ -23,8 +23,11 @@ from independent_afd import hidden_share, round_trips
 
 from dbo_trace.analysis.compare import microbatched
 from dbo_trace.analysis.model import Options
+from dbo_trace.analysis.role_evidence import FROM_TRACE
+from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 from dbo_trace.pipeline import analyze_found, analyze_paths
 from dbo_trace.render import RENDERERS
+from dbo_trace.render.notes import role_source_text
 from dbo_trace.render.wording import headline, next_step_text, reason_text
 from dbo_trace.trace.load import discover
 
@@ -117,7 +120,11 @@ def test_round_trips_microbatched_and_hidden_share(reports, arm, form):
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_where_the_role_came_from_is_said(reports, arm):
-    said = {form: _attention(reports[arm][form]).role_source for form in FORMS}
+    calls = {form: _attention(reports[arm][form]).role_source for form in FORMS}
+    assert {form: c.source for form, c in calls.items() if c is not None} == {
+        "bundle": ROLE_FROM_MANIFEST, "stripped": ROLE_FROM_COMMAND, "traces": FROM_TRACE
+    }
+    said = {form: role_source_text(c) for form, c in calls.items() if c is not None}
     assert said["bundle"] == "the bundle manifest's roles"
     assert said["stripped"].startswith("the recorded command line")
     assert said["traces"].startswith("the trace (process group 'afd' of 2 ranks in distributedInfo")
@@ -207,7 +214,9 @@ def test_pair_roles_and_ffn_compute(pair):
         assert 0 < p.both_busy <= min(p.attention_busy, p.ffn_busy) <= 1
         a = _attention(report).afd
         assert a.median_part("compute_us") + a.median_part("queue_us") == pytest.approx(a.median_part("ffn_us"), abs=1e-6)
-    assert [r.role_source for r in folders.ranks][1].startswith("the trace (process group 'afd' of 2 ranks in distributedInfo (and 'p2p'), no attention kernel")
+    ffn_call = folders.ranks[1].role_source
+    assert ffn_call is not None and ffn_call.evidence is not None and ffn_call.evidence.attention_kernels == 0
+    assert role_source_text(ffn_call).startswith("the trace (process group 'afd' of 2 ranks in distributedInfo (and 'p2p'), no attention kernel")
 
 
 def test_pair_as_two_folders_is_no_collective_group(pair):

@@ -230,3 +230,38 @@ def test_no_sentence_is_found_by_its_text():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
                 subject = ast.unparse(node.func.value)
                 assert "reason" not in subject.lower(), f"{path.relative_to(ROOT)}: {subject}.startswith(...)"
+
+
+# Sentences are written in render/ (wording.py the verdict's; notes.py the notes, the host line and the
+# cross-rank lines), from the typed figures analysis/ hands over. What analysis/ still words, by
+# module: what an input fell short of, passed on as said (attribution, clocks, peers, pystacks:
+# a rank or a channel left out) and the pictures' titles and labels (view, ranks_view). Every other
+# module of analysis/ writes none.
+STILL_WORDED_IN_ANALYSIS = {"attribution.py", "clocks.py", "peers.py", "pystacks.py", "ranks_view.py", "view.py"}
+SENTENCE_WORDS = 4  # an f-string with this many words of its own is a sentence, not a label ("rank 3 compute")
+
+
+def _sentences(path):
+    """The f-strings of a module that are sentences (an exception's message apart: an error is not a report's text)."""
+    tree = ast.parse(path.read_text())
+    raised = {id(n) for r in ast.walk(tree) if isinstance(r, ast.Raise) for n in ast.walk(r)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in raised:
+            own = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+            if len(own.split()) >= SENTENCE_WORDS:
+                yield node.lineno, own
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analysis").rglob("*.py")), ids=lambda p: p.name)
+def test_analysis_writes_no_sentence(path):
+    if path.name in STILL_WORDED_IN_ANALYSIS:
+        return
+    found = [f"line {line}: {text!r}" for line, text in _sentences(path)]
+    assert not found, f"analysis/{path.name} writes sentences (word them in render/, hand over figures): {found}"
+
+
+def test_the_sentence_finder_finds_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('def f(n):\n    if n < 0:\n        raise ValueError(f"no such step as {n} here")\n'
+                      '    return f"rank {n}", f"{n} steps ran past the next one"\n')  # fmt: skip
+    assert [line for line, _ in _sentences(module)] == [4]

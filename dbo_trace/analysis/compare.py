@@ -111,18 +111,6 @@ class RanWith:
     microbatched: bool  # the trace's evidence: some step ran two microbatches
     mps: bool | None = None  # both roles' GPU shared under MPS (the report's roles); pairs share it
 
-    @property
-    def graphs_text(self) -> str:
-        return graphs_text(self.graphs, self.graph_mode)
-
-    @property
-    def text(self) -> str:
-        graphs = self.graphs_text
-        dbo = "DBO ?" if self.dbo is None else "DBO on" if self.dbo else "DBO off"
-        if self.dbo and not self.microbatched:
-            dbo += " (no step microbatched)"
-        return f"{graphs}, {dbo}"
-
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith | None = None) -> Arm:
     """One arm's row: every step, or the steps of one phase (vLLM's annotations say which). An FFN
@@ -310,8 +298,16 @@ def microbatched(report: Report) -> bool:
     )
 
 
-def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
-    """Arms that differ in shape compare unlike things: say so (ranks, layers, microbatched or not)."""
+@dataclass(frozen=True)
+class ShapeDiff:
+    """Arms that differ in shape compare unlike things: what differs, and each arm's value."""
+
+    key: str  # ranks, layers or microbatched
+    values: tuple[tuple[str, object], ...]  # (arm label, its value), in the arms' order
+
+
+def shape_differences(labels: list[str], reports: list[Report]) -> list[ShapeDiff]:
+    """What differs in the arms' shape (ranks, layers, microbatched or not)."""
 
     def shape(r: Report) -> dict[str, object]:
         rt = r.round_trips
@@ -326,8 +322,7 @@ def shape_warnings(labels: list[str], reports: list[Report]) -> list[str]:
     for key in ("ranks", "layers", "microbatched"):
         values = [s[key] for s in shapes]
         if len(set(map(str, values))) > 1:
-            listed = ", ".join(f"{label} {value}" for label, value in zip(labels, values))
-            out.append(f"the arms differ in {key} ({listed}): check that they compare like with like")
+            out.append(ShapeDiff(key, tuple(zip(labels, values))))
     return out
 
 

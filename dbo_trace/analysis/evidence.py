@@ -145,8 +145,10 @@ def evidence_of(
     *,
     waited_for: int | None = None,
     time_slicing: TimeSlicing | None = None,
+    profiler_overhead: float | None = None,
 ) -> Evidence:
-    """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's)."""
+    """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's; with
+    the timed repeats, the profiler's overhead)."""
     sm = next((r.sm_evidence for r in ranks if r.sm_evidence is not None), None)
     yield_ops = [r.yield_ops for r in ranks if r.yield_ops is not None]
     return Evidence(
@@ -178,6 +180,7 @@ def evidence_of(
             if r.launch_delay is not None and r.launch_delay.running_behind
         ),
         role=ranks[0].role if len(ranks) == 1 else None,
+        profiler_overhead=profiler_overhead,
     )
 
 

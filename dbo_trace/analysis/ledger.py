@@ -714,19 +714,13 @@ def sm_evidence(
 
 # -- what-if estimates (a model) ----------------------------------------------------------------
 
-MODEL = (
-    "a model, not a measurement: each of a step's N round trips (one per microbatch and layer) costs "
-    "max(C, R) of the step when overlapped, C the compute per microbatch and R the comm per round trip "
-    "(medians of the DBO arithmetic); the rest of the step is unchanged"
-)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WhatIf:
-    what: str  # "round trip 100 us", "no hand-overs"
+    """A model's step against the measured one; what it changed and on what assumptions is its
+    kind's (render/ledger.py words them)."""
+
     step_us: float  # the measured median step
     predicted_us: float  # the model's step
-    assumptions: str
 
     @property
     def change(self) -> float | None:
@@ -734,27 +728,40 @@ class WhatIf:
         return self.predicted_us / self.step_us - 1 if self.step_us > 0 else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class RoundTripWhatIf(WhatIf):
+    """Every round trip taking round_trip_us: each of a step's N round trips costs max(C, R)."""
+
+    round_trip_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoHandoversWhatIf(WhatIf):
+    """No hand-over latency: a bound, every hand-over on the step's critical path."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommSmsWhatIf(WhatIf):
+    """sms_reserved of the GPU's sms kept for comm: the crowded comm hides, the compute slows by cost_us."""
+
+    sms_reserved: int
+    sms: int
+    crowded_us: float  # comm exposed for want of a free SM, per step
+    compute_us: float  # the step's compute, per step
+    cost_us: float  # what the compute loses with the SMs reserved, per step
+
+
 def what_if_round_trip(*, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float) -> WhatIf:
     """The step with every round trip taking round_trip_us: each of the N round trips moves from
     max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""
     delta = round_trips * (max(compute_us, comm_us) - max(compute_us, round_trip_us))
-    return WhatIf(
-        what=f"round trip {round_trip_us:g} us",
-        step_us=step_us,
-        predicted_us=max(0.0, step_us - delta),
-        assumptions=MODEL,
-    )
+    return RoundTripWhatIf(step_us=step_us, predicted_us=max(0.0, step_us - delta), round_trip_us=round_trip_us)
 
 
 def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:
     """The step without DBO's hand-over latency: at most that much shorter, where every hand-over is
     on the step's critical path (the GPU waits for it)."""
-    return WhatIf(
-        what="no hand-overs",
-        step_us=step_us,
-        predicted_us=max(0.0, step_us - handover_us),
-        assumptions="a bound, not a measurement: every hand-over's latency on the step's critical path",
-    )
+    return NoHandoversWhatIf(step_us=step_us, predicted_us=max(0.0, step_us - handover_us))
 
 
 def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us: float, compute_us: float) -> WhatIf | None:
@@ -764,13 +771,12 @@ def what_if_comm_sms(*, step_us: float, sms_reserved: int, sms: int, crowded_us:
     if not 0 < sms_reserved < sms:
         return None
     cost = compute_us * sms_reserved / (sms - sms_reserved)
-    return WhatIf(
-        what=f"{sms_reserved} of {sms} SMs reserved for comm",
+    return CommSmsWhatIf(
         step_us=step_us,
         predicted_us=max(0.0, step_us - crowded_us + cost),
-        assumptions=(
-            f"a model, not a measurement: the comm exposed for want of a free SM ({crowded_us / 1000:.2f} ms per step) "
-            f"hides entirely, and the step's compute ({compute_us / 1000:.2f} ms per step) slows in proportion to the SMs "
-            f"it loses (+{cost / 1000:.2f} ms; a kernel of one wave can lose more); the rest of the step is unchanged"
-        ),
+        sms_reserved=sms_reserved,
+        sms=sms,
+        crowded_us=crowded_us,
+        compute_us=compute_us,
+        cost_us=cost,
     )

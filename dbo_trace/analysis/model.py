@@ -24,7 +24,8 @@ from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.roles import RolesInfo
+from dbo_trace.analysis.role_evidence import RoleCall
+from dbo_trace.analysis.roles import RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
@@ -32,6 +33,10 @@ from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
 from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
+
+# A rank's note or a run's warning: typed where analysis states a figure (render/notes.py words it),
+# a string where it passes on what a reader or a matcher said of its input.
+Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class Options:
     comm_only: bool = False  # comm_patterns replace the built-in communication families
     afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
     roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
-    role_sources: tuple[tuple[str, str], ...] = ()  # (trace path, where its role came from, in words)
+    role_sources: tuple[tuple[str, RoleCall], ...] = ()  # (trace path, its role and where that came from)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
@@ -297,14 +302,14 @@ class RankAnalysis:
     kernel_summary: KernelSummary | None = None  # per kernel name: count, total, mean, median, min, max, share
     cpu_ranges: tuple[CpuRangeRow, ...] = ()  # the CPU ranges that explain the most host idle
     top_compute_kernels: list[tuple[str, int, float]] = field(default_factory=list)  # (name, count, total us)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     # The comm slowdown over transfer time alone (kernel time less its wait for peer ranks); None: one rank
     comm_transfer_slowdown: float | None = None
     # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
     wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
     role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
-    role_source: str | None = None  # where the role came from, in words (the manifest, the command line, the trace)
+    role_source: RoleCall | None = None  # where the role came from (the manifest, the command line, the trace)
     expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
     afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
@@ -350,7 +355,7 @@ class Report:
     options: Options
     window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Note] = field(default_factory=list)
     cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured

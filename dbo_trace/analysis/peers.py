@@ -95,6 +95,12 @@ class RankWaits:
         return max(self.waited_for_us.items(), key=lambda kv: kv[1]) if self.waited_for_us else None
 
     @property
+    def others_waited_for(self) -> tuple[int, float]:
+        """The ranks it waited for besides the one it waited for longest: how many, and how long in all."""
+        top = self.most_waited_for
+        return (len(self.waited_for_us) - 1, self.wait_us - top[1]) if top is not None else (0, 0.0)
+
+    @property
     def most_waited_at(self) -> tuple[tuple[int, int], float] | None:
         """The (microbatch, op index) it waited at longest, and how long (ties: the first met)."""
         return max(self.by_op_us.items(), key=lambda kv: kv[1]) if self.by_op_us else None

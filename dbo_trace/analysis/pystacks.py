@@ -428,6 +428,10 @@ class HostStacks:
     rows: tuple[StackRow, ...]  # largest first
     by_cause_us: dict[str, float]  # sampled time per host_time cause
 
+    def percent_of(self, us: float) -> float | None:
+        """A part of the host idle in percent (None: no host idle)."""
+        return 100 * us / self.host_idle_us if self.host_idle_us > 0 else None
+
 
 def stack_pieces(
     pieces: HostPieces,
@@ -679,35 +683,3 @@ def log_natives(records: list[list[object]], headers: list[dict[str, object]]) -
         if type(ident) is int and type(native) is int and native > 0:
             out.setdefault(ident, native)
     return out
-
-
-LINE_ROWS = 3
-
-
-def row_text(row: StackRow) -> str:
-    """`untraced in vllm.v1.worker.gpu_model_runner:_prepare_inputs > torch.cuda:synchronize`."""
-    where = row.project or "(no project frame)"
-    if row.library:
-        where += f" > {row.library}"
-    return f"{row.cause.replace('_', ' ')} in {where}"
-
-
-def stacks_line(h: HostStacks, head: str) -> str:
-    """`rank 0 host idle by Python frame (py-spy 100 Hz, clock from anchors step, ±0.9 ms): of 1887.5 ms,
-    untraced 84% (0% without a sample); 80% untraced in prog:slow_function, ...`"""
-    total = h.host_idle_us
-    c = h.clock
-    rate = f"py-spy {h.rate_hz:g} Hz" if h.rate_hz else "py-spy"
-    if c.method != "start" and c.accuracy_us is not None:
-        clock = f"aligned on {c.anchors} within ~{c.accuracy_us / 1000:.1f} ms"
-    else:
-        clock = "aligned by py-spy's start time only"
-
-    def pct(us: float) -> str:
-        return f"{100 * us / total:.0f}%" if total > 0 else "-"
-
-    rows = [f"{pct(r.us)} {row_text(r)}" for r in h.rows[:LINE_ROWS]]
-    return (
-        f"{head} host idle by Python frame ({rate}, {clock}): of {total / 1000:.1f} ms, untraced "
-        f"{pct(h.unexplained_before_us)} ({pct(h.unexplained_us)} without a sample)" + ("; " + ", ".join(rows) if rows else "")
-    )

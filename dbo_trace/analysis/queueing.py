@@ -18,6 +18,7 @@ from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
 
 CLOCK_OFFSET_US = 1000.0  # every activity started at least this long after its launch call ended: suspect the clocks
 BEHIND_SHARE = 0.05  # of the window, queued: the GPU running behind is a finding of the run
+QUEUED_NOTE_SHARE = 0.05  # of the GPU idle after a late launch, queued: a rank's note
 
 
 @dataclass(frozen=True)
@@ -48,25 +49,18 @@ class LaunchDelay:
         return self.window_us > 0 and self.queued_in_host_idle_us >= BEHIND_SHARE * self.window_us
 
     @property
-    def text(self) -> str | None:
-        """The note where it matters: a clock offset, or a queue worth 5% of the GPU idle."""
-        if self.clock_offset_suspect:
-            return (
-                f"every launched GPU activity started at least {self.min_us / 1000:.2f} ms after its launch call ended "
-                f"(median {self.median_us / 1000:.2f} ms, {self.activities} activities): the GPU's timestamps may be "
-                f"offset from the CPU's, or the GPU ran behind; {self.queued_in_host_idle_us / 1000:.2f} ms of GPU idle "
-                "came after the work was launched (idle waiting on a dependency, not the host)"
-            )
+    def queued_share(self) -> float | None:
+        """The queued part of the GPU idle that followed a late launch (host idle and queued together)."""
         idle = self.host_idle_us + self.queued_in_host_idle_us
-        if idle > 0 and self.queued_in_host_idle_us >= 0.05 * idle:
-            share = self.queued_in_host_idle_us / idle
-            return (
-                f"{self.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}%) of the GPU idle that followed a late "
-                f"launch came over {LAUNCH_LATENCY_US:.0f} us after the next work's launch call had ended: launched work "
-                f"queued, counted as idle waiting on a dependency, not the host (launch to start: "
-                f"median {self.median_us:.1f} us, p90 {self.p90_us:.1f} us, max {self.max_us / 1000:.2f} ms)"
-            )
-        return None
+        return self.queued_in_host_idle_us / idle if idle > 0 else None
+
+    @property
+    def noted(self) -> bool:
+        """A rank's note where it matters: a clock offset, or a queue worth QUEUED_NOTE_SHARE of that idle."""
+        if self.clock_offset_suspect:
+            return True
+        idle = self.host_idle_us + self.queued_in_host_idle_us
+        return idle > 0 and self.queued_in_host_idle_us >= QUEUED_NOTE_SHARE * idle
 
 
 def launch_delay(

@@ -132,8 +132,13 @@ def analyze_rank(
         exposure=exposed,
         held_back=held_summary(d),
         operations=rank_operations(d, exposed, rank_layers(d, afd)) if d.microbatched else [],
-        notes=list(d.attribution.notes) + [n for n in (late and late.text, delay and delay.text) if n] + tl.warnings
-        + stack_notes,
+        notes=[
+            *d.attribution.notes,
+            *([late] if late is not None else []),
+            *([delay] if delay is not None and delay.noted else []),
+            *tl.warnings,
+            *stack_notes,
+        ],
         capture=capture if capture.found else None,
         host_stacks=stacks,
         yield_ops=yields.figures if yields is not None else None,

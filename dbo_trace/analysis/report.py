@@ -21,7 +21,17 @@ from dbo_trace.analysis.host_time import HostCauses, combine_causes
 from dbo_trace.analysis.intervals import grouped_length
 from dbo_trace.analysis.ledger import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
 from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
-from dbo_trace.analysis.model import CrossPart, Options, PhaseReport, RankAnalysis, RankDetail, RankReport, Report, StepTable
+from dbo_trace.analysis.model import (
+    CrossPart,
+    Note,
+    Options,
+    PhaseReport,
+    RankAnalysis,
+    RankDetail,
+    RankReport,
+    Report,
+    StepTable,
+)
 from dbo_trace.analysis.operations import operation_index
 from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
 from dbo_trace.analysis.rank import rank_contention, rank_exposure, rank_layers, rank_operations
@@ -90,8 +100,7 @@ def combine(
     pairs = [p.pair for p in parts] if parts is not None else [pair_part(r) for r in ranks]
     ranks = with_ffn_parts(ranks, pairs)
     roles = with_pair(roles, ranks, pairs)
-    if roles is not None:
-        warnings = warnings + roles.notes()
+    notes: list[Note] = [*warnings, *(roles.notes() if roles is not None else [])]
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
         view = None
     else:
@@ -104,6 +113,8 @@ def combine(
         for r in ranks
     ]
     run = together(ranks)
+    unprofiled = run_unprofiled(ranks, options.repeats)
+    overhead = unprofiled.profiler_overhead if unprofiled is not None else None
     return Report(
         what_if=_what_if(run.round_trips, ranks, options),
         phases=run.phases,
@@ -111,15 +122,15 @@ def combine(
         ranks=decided,
         total=run.total,
         round_trips=run.round_trips,
-        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing)),
+        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead)),
         options=options,
         window=run.window,
-        warnings=warnings + [w for w in _input_warnings(ranks, parts) if w not in warnings],
+        warnings=notes + [w for w in _input_warnings(ranks, parts) if w not in notes],
         cross_rank=view,
         host_causes=run.causes,
         host_test=run.host_test,
         roles=roles,
-        unprofiled=run_unprofiled(ranks, options.repeats),
+        unprofiled=unprofiled,
     )
 
 

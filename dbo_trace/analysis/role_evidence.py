@@ -71,38 +71,15 @@ class TraceEvidence:
             return ATTENTION if self.control_sends > self.control_recvs else FFN
         return FFN
 
-    def because(self) -> str:
-        """The evidence in words, what decided first."""
-        out = []
-        if self.afd_group:
-            out.append("process group 'afd' of 2 ranks in distributedInfo" + (" (and 'p2p')" if self.p2p_group else ""))
-        if self.afd_ops:
-            out.append(f"{self.afd_ops} vllm::afd_p2p_send/recv ops")
-        if self.attention_kernels:
-            out.append(f"{self.attention_kernels} attention kernels")
-        elif self.afd:
-            out.append("no attention kernel")
-        if self.control_sends or self.control_recvs:
-            out.append(f"control plane: {self.control_sends} sends, {self.control_recvs} receives")
-        if self.ffn_loop_samples:
-            out.append(f"{self.ffn_loop_samples} sampled stacks in the FFN's loop (recv_control_payload)")
-        return ", ".join(out)
-
 
 @dataclass(frozen=True)
 class RoleCall:
-    """A trace's role and where it came from (FROM_MANIFEST, FROM_COMMAND or FROM_TRACE)."""
+    """A trace's role and where it came from (FROM_MANIFEST, FROM_COMMAND or FROM_TRACE, with the
+    trace's evidence; render/notes.py says it in words)."""
 
     role: str
     source: str
-    because: str = ""  # the trace's evidence, in words (FROM_TRACE)
-
-    def text(self) -> str:
-        if self.source == FROM_MANIFEST:
-            return "the bundle manifest's roles"
-        if self.source == FROM_COMMAND:
-            return "the recorded command line (--additional-config afd.role)"
-        return f"the trace ({self.because})" if self.because else "the trace"
+    evidence: TraceEvidence | None = None  # FROM_TRACE: what decided
 
 
 def afd_groups(metadata: dict[str, Any]) -> tuple[bool, bool]:
@@ -159,4 +136,4 @@ def trace_evidence(tl: Timeline, samples: list[StackSamples] | None = None) -> T
 def role_of(evidence: TraceEvidence) -> RoleCall | None:
     """The role the trace's evidence tells (where no bundle declared one), or None: not an AFD run."""
     role = evidence.role()
-    return None if role is None else RoleCall(role, FROM_TRACE, evidence.because())
+    return None if role is None else RoleCall(role, FROM_TRACE, evidence)

@@ -30,35 +30,39 @@ class RolesInfo:
     time_slicing: TimeSlicing | None = None  # the attention's round trips against their transfer
     pair: PairFigures | None = None  # with both roles' traces
 
-    def notes(self) -> list[str]:
-        out = []
-        if self.missing:
+    def notes(self) -> list[RoleMissing | SharedGpu]:
+        """The run's notes on its roles: a declared role without a trace, and both roles on one GPU
+        (time-slicing, where seen, is the verdict's first reason: report.combine)."""
+        out: list[RoleMissing | SharedGpu] = [RoleMissing(self.missing)] if self.missing else []
+        if self.shared_gpu:
             out.append(
-                f"the manifest's {', '.join(self.missing)} role has no trace: the round trips' parts on that side "
-                "are not measured"
+                SharedGpu(
+                    roles=self.roles if len(self.roles) > 1 else ROLE_ORDER,  # a pair of roles, whichever were traced
+                    mps=self.mps,
+                    mps_claimed=self.sharing is not None and self.sharing.mps_claimed,
+                    traced=len(self.roles) - len(self.missing),
+                )
             )
-        shared = self.shared_note()  # time-slicing, where seen, is the verdict's first reason (report.combine)
-        return out + ([shared] if shared else [])
+        return out
 
-    def shared_note(self) -> str | None:
-        if not self.shared_gpu:
-            return None
-        if self.mps:
-            how = " under MPS (its control daemon answered; they share the SMs)"
-        elif self.mps is False:
-            how = " without MPS (its control daemon did not answer)"
-        elif self.sharing is not None and self.sharing.mps_claimed:
-            how = " (MPS not verified: the manifest's mps says only that a control pipe existed)"
-        else:
-            how = ""
-        traced = len(self.roles) - len(self.missing)
-        what = (
-            "each rank's figures are of a GPU it shared with the other role"
-            if traced < 2
-            else "figures added over the ranks are one GPU's twice, not two GPUs'"
-        )
-        names = self.roles if len(self.roles) > 1 else ROLE_ORDER  # a pair of roles, whichever were traced
-        return f"both roles ({', '.join(names)}) ran on one GPU{how}: {what}"
+
+@dataclass(frozen=True)
+class RoleMissing:
+    """The manifest declares these roles and their traces are not there: the round trips' parts on
+    that side are not measured."""
+
+    roles: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SharedGpu:
+    """Both roles ran on one GPU: a rank's figures are of a GPU it shared, and figures added over the
+    ranks are one GPU's twice."""
+
+    roles: tuple[str, ...]  # the pair's roles, attention first
+    mps: bool | None  # MPS verified on, off, or not known
+    mps_claimed: bool  # the manifest's mps says a control pipe existed (not a verification)
+    traced: int  # roles with a trace
 
 
 def wall_offset_us(tl: Timeline, reference: Timeline) -> float | None:

@@ -186,15 +186,6 @@ class Behind:
     wall_us: float  # the wall clock they cover (their union)
     median_overlap_us: float  # how far past the next start, over the overlapping steps
 
-    @property
-    def text(self) -> str:
-        return (
-            f"the GPU runs behind the CPU: {self.overlapping} of {self.steps} step windows run past the next step's "
-            f"start (median {self.median_overlap_us / 1000:.2f} ms); the windows add up to "
-            f"{self.windows_us / 1000:.2f} ms against {self.wall_us / 1000:.2f} ms of wall clock, so step times are "
-            f"periods (start to the next start), windows beside them"
-        )
-
 
 def behind(start: np.ndarray, end: np.ndarray) -> Behind | None:
     """The overlap of one rank's step windows (start, end: (n,)), where it matters (BEHIND_SHARE)."""

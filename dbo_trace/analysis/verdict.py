@@ -37,6 +37,7 @@ from dbo_trace.analysis.roles import FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.sharing import TimeSlicing
 from dbo_trace.analysis.stalls import Stall
+from dbo_trace.analysis.unprofiled import OVERHEAD_LARGE
 
 GRAPH_CAPTURE = "graph-capture"
 HOST_BOUND = "host-bound"
@@ -184,6 +185,7 @@ class Evidence:
     time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/sharing.py)
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
     role: str | None = None  # one rank's role in a disaggregated run (analysis/role_evidence.py); None: the run's
+    profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
 
 
 # ---- reasons ------------------------------------------------------------------------------------
@@ -260,6 +262,16 @@ class LaunchCost(Reason):
 @dataclass(frozen=True, kw_only=True)
 class ProfiledThreads(Reason):
     kind: ClassVar[str] = "profiled_threads"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilerOverhead(Reason):
+    """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
+    host time the verdict reads may be partly the profiler's own."""
+
+    kind: ClassVar[str] = "profiler_overhead"
+    overhead: float  # profiled step period / unprofiled TPOT - 1
+    host_bound: bool  # the verdict it qualifies is host-bound
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -655,6 +667,8 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
         )  # fmt: skip
     if e.profile_all_threads and (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)):
         out.append(ProfiledThreads())
+    if e.profiler_overhead is not None and e.profiler_overhead >= OVERHEAD_LARGE:
+        out.append(ProfilerOverhead(overhead=e.profiler_overhead, host_bound=label == HOST_BOUND))
     bound = gpu.share is not None and gpu.share >= GPU_BOUND_BUSY
     if label not in (HOST_BOUND, GRAPH_CAPTURE) and (bound or near(gpu.share, GPU_BOUND_BUSY)):
         # the label's test where nothing communicated; beside an overlap label, the headline's finding

@@ -155,6 +155,7 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None, ra
     bad input is one line and exit 2; warnings go to stderr."""
     from dbo_trace.archive import is_archive
     from dbo_trace.pipeline import WORKERS_ENV, analyze_found, workers_for
+    from dbo_trace.render.notes import note_text
     from dbo_trace.trace.load import discover, total_bytes
 
     if workers is None and ray is None:
@@ -174,5 +175,5 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None, ra
             n = workers_for(len(found.traces), workers, size)
             result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
-        warn(warning)
+        warn(note_text(warning))
     return result

@@ -23,7 +23,7 @@ class CompareRequest:
     @property
     def format(self) -> str:
         """json, markdown or terminal (a suffix compare does not write shows the terminal table)."""
-        from dbo_trace.render.compare import COMPARE_RENDERERS
+        from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
 
         name = output_name(self.as_json, self.as_markdown, self.output)
         return name if name in COMPARE_RENDERERS else "terminal"
@@ -44,11 +44,11 @@ class CompareRequest:
 
 
 def run(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_warnings, shared_phases
+    from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
-    from dbo_trace.render.compare import COMPARE_RENDERERS
+    from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
 
     renderer = COMPARE_RENDERERS[request.format]
     names = request.names
@@ -58,8 +58,8 @@ def run(request: CompareRequest) -> None:
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
-    for warning in shape_warnings(names, reports):
-        warn(warning)
+    for diff in shape_differences(names, reports):
+        warn(shape_text(diff))
     phases = shared_phases(reports)
     compared = compare_arms(
         [a for name, rep, path in zip(names, reports, request.arms) for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path)))]

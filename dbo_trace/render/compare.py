@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm, Pair
+from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm, Pair, RanWith, ShapeDiff, graphs_text
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
@@ -24,6 +24,19 @@ from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, termin
 # 6: the step sample is start-to-start periods (a rank's last step apart); ran_with; the round trip's
 # parts; pairs (DBO's effect per cudagraph mode); unprofiled rows' profiled_phase and profiled_periods
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 6
+
+
+def ran_with_text(w: RanWith) -> str:
+    """What an arm ran with in a few words: its cudagraph mode and DBO."""
+    dbo = "DBO ?" if w.dbo is None else "DBO on" if w.dbo else "DBO off"
+    if w.dbo and not w.microbatched:
+        dbo += " (no step microbatched)"
+    return f"{graphs_text(w.graphs, w.graph_mode)}, {dbo}"
+
+
+def shape_text(d: ShapeDiff) -> str:
+    listed = ", ".join(f"{label} {value}" for label, value in d.values)
+    return f"the arms differ in {d.key} ({listed}): check that they compare like with like"
 
 
 def _rows(arms: list[Arm]) -> list[list[str]]:
@@ -143,7 +156,7 @@ def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
         rows.append(
             [
                 a.label,
-                a.ran_with.text if a.ran_with is not None else "-",
+                ran_with_text(a.ran_with) if a.ran_with is not None else "-",
                 ms(a.step_median_us),
                 num(a.round_trips_per_layer),
                 ms(a.round_trip_us) + ("" if a.round_trip_parts_matched is not None else f" (receive {ms(a.round_trip_receive_us)})"),

@@ -21,11 +21,11 @@ from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.held import HeldSummary
-from dbo_trace.analysis.host_time import CAUSES, HostCauses, host_line
+from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.pystacks import HostStacks, RankStacks, stacks_line
+from dbo_trace.analysis.pystacks import HostStacks, RankStacks
 from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.ranks import CrossRank, op_label
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
@@ -44,6 +44,16 @@ from dbo_trace.render.ledger import (
     ledger_block,
     sm_evidence_block,
     what_if_block,
+)
+from dbo_trace.render.notes import (
+    cross_note_text,
+    cross_rank_summary,
+    host_line,
+    note_text,
+    op_label,
+    role_source_text,
+    stacks_line,
+    wait_lines,
 )
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
 
@@ -87,7 +97,7 @@ QualifierKey = Literal[
 ]
 # A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes; a test keeps them equal).
 ReasonKind = Literal[
-    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "gpu_busy", "no_comm",
+    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm",
     "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
     "afd_criterion",
 ]  # fmt: skip
@@ -1383,13 +1393,13 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         steps=step_blocks(r, lazy_steps),
         verdict=verdict_block(r.verdict),
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
-        notes=list(r.notes),
+        notes=[note_text(n) for n in r.notes],
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank, r.wait_split),
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
         role=r.role,
-        role_source=r.role_source,
+        role_source=None if r.role_source is None else role_source_text(r.role_source),
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
         dbo_ledger=ledger_block(r.ledger, r.host_causes),
@@ -1458,7 +1468,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         ),
         ranks=ranks,
         cross_rank=cross_rank_block(report.cross_rank),
-        warnings=list(report.warnings),
+        warnings=[note_text(n) for n in report.warnings],
         roles=roles_block(report.roles),
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
         what_if=what_if_block(report.what_if),
@@ -1476,7 +1486,7 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
         return None
     return CrossRankBlock(
         ranks=view.ranks,
-        summary=view.summary,
+        summary=cross_rank_summary(view),
         median_skew_us=round(view.median_skew_us, 3),
         max_skew_us=round(view.max_skew_us, 3),
         last_counts=_keyed(view.last_counts),
@@ -1491,12 +1501,12 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
             )
             for s in view.steps
         ],
-        notes=list(view.notes),
+        notes=[cross_note_text(n) for n in view.notes],
         alignment=alignment_block(view.alignment),
         straggler_threshold_us=round(view.threshold_us, 3),
         median_step_us=None if view.median_step_us is None else round(view.median_step_us, 3),
         late_counts=_keyed(view.late_counts),
-        lines=view.lines,
+        lines=wait_lines(view),
         waits=waits_block(view.waits, view.layers),
     )
 

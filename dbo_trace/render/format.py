@@ -9,8 +9,6 @@ from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
-from dbo_trace.analysis.host_time import LINE_NAMES
-from dbo_trace.analysis.verdict import HOST_BOUND
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
@@ -33,6 +31,7 @@ from dbo_trace.render.document import (
 from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
 from dbo_trace.render.names import display_names
+from dbo_trace.render.notes import LINE_NAMES
 from dbo_trace.render.wording import counted
 
 
@@ -151,8 +150,8 @@ def roles_lines(d: ReportDocument) -> list[str]:
 
 
 def profiler_lines(d: ReportDocument) -> list[str]:
-    """The profiler's own cost, where the recording has timed repeats; and, where it is large, that
-    the host time reported may be partly the profiler's doing."""
+    """The profiler's own cost, where the recording has timed repeats (where it is large, what that
+    means for the verdict is the verdict's reason profiler_overhead)."""
     p = d.profiler
     if not isinstance(p, ProfilerBlock) or p.overhead is None:
         return []
@@ -162,14 +161,7 @@ def profiler_lines(d: ReportDocument) -> list[str]:
         f"(median of {p.periods}, start to start) against {p.unprofiled_tpot_ms:.2f} ms unprofiled "
         f"(TPOT, mean of {p.repeats} repeats' medians, {p.timed_by})"
     )
-    if not p.large:
-        return [line]
-    if d.verdict.label == HOST_BOUND:
-        why = "the host-bound verdict may be partly the profiler's own doing"
-    else:
-        why = "the host time reported may be partly the profiler's own"
-    return [line, f"{why}: the profiler stretched each step by {100 * p.overhead:.0f}% (it records every CPU op, every "
-                  "thread's where profile_all_threads is on); the unprofiled steps are the run's"]  # fmt: skip
+    return [line]
 
 
 ROUND_TRIP_HEADER = [

@@ -8,7 +8,16 @@ from typing import Annotated
 import msgspec
 
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.ledger import LaunchShape, LayerOps, Ledger, SmEvidence, WhatIf
+from dbo_trace.analysis.ledger import (
+    CommSmsWhatIf,
+    LaunchShape,
+    LayerOps,
+    Ledger,
+    NoHandoversWhatIf,
+    RoundTripWhatIf,
+    SmEvidence,
+    WhatIf,
+)
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -232,14 +241,38 @@ class WhatIfRow(_Block):
     assumptions: str
 
 
-def what_if_block(rows: list[WhatIf]) -> list[WhatIfRow]:
-    return [
-        WhatIfRow(
-            what=x.what,
-            step_us=_r(x.step_us),
-            predicted_us=_r(x.predicted_us),
-            change=_r(x.change, 4),
-            assumptions=x.assumptions,
+ROUND_TRIP_MODEL = (
+    "a model, not a measurement: each of a step's N round trips (one per microbatch and layer) costs "
+    "max(C, R) of the step when overlapped, C the compute per microbatch and R the comm per round trip "
+    "(medians of the DBO arithmetic); the rest of the step is unchanged"
+)
+
+
+def what_if_words(x: WhatIf) -> tuple[str, str]:
+    """(what the model changed, its assumptions) in words."""
+    if isinstance(x, RoundTripWhatIf):
+        return f"round trip {x.round_trip_us:g} us", ROUND_TRIP_MODEL
+    if isinstance(x, CommSmsWhatIf):
+        return f"{x.sms_reserved} of {x.sms} SMs reserved for comm", (
+            f"a model, not a measurement: the comm exposed for want of a free SM ({x.crowded_us / 1000:.2f} ms per step) "
+            f"hides entirely, and the step's compute ({x.compute_us / 1000:.2f} ms per step) slows in proportion to the SMs "
+            f"it loses (+{x.cost_us / 1000:.2f} ms; a kernel of one wave can lose more); the rest of the step is unchanged"
         )
-        for x in rows
-    ]
+    assert isinstance(x, NoHandoversWhatIf), x
+    return "no hand-overs", "a bound, not a measurement: every hand-over's latency on the step's critical path"
+
+
+def what_if_block(rows: list[WhatIf]) -> list[WhatIfRow]:
+    out = []
+    for x in rows:
+        what, assumptions = what_if_words(x)
+        out.append(
+            WhatIfRow(
+                what=what,
+                step_us=_r(x.step_us),
+                predicted_us=_r(x.predicted_us),
+                change=_r(x.change, 4),
+                assumptions=assumptions,
+            )
+        )
+    return out

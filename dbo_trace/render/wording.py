@@ -58,6 +58,7 @@ from dbo_trace.analysis.verdict import (
     PeerWaitFinding,
     ProfileAfterStartup,
     ProfiledThreads,
+    ProfilerOverhead,
     Qualifier,
     Reason,
     RoundTripFinding,
@@ -395,6 +396,17 @@ def _graph_replays(r: GraphReplays) -> str:
     return f"{r.api} graphs replayed: {counted(r.launches, 'launch')}, {pct_text(r.replayed)} of kernels"
 
 
+def _profiler_overhead(r: ProfilerOverhead) -> str:
+    if r.host_bound:
+        why = "the host-bound verdict may be partly the profiler's own doing"
+    else:
+        why = "the host time reported may be partly the profiler's own"
+    return (
+        f"{why}: the profiler stretched each step by {100 * r.overhead:.0f}% (it records every CPU op, every "
+        "thread's where profile_all_threads is on); the unprofiled steps are the run's"
+    )
+
+
 _REASONS: dict[type, Callable[[Any], str]] = {
     TimeSliced: lambda r: f"{_slicing_head(r.slicing)}: {_slicing_figures(r.slicing)}",
     RunningBehind: lambda r: (f"rank {r.rank}: " if r.rank is not None else "") + running_behind_text(r.delay),
@@ -406,6 +418,7 @@ _REASONS: dict[type, Callable[[Any], str]] = {
     ProfiledThreads: lambda r: (
         "the microbatch threads were profiled (profile_all_threads): the profiler's own CPU cost adds host time"
     ),
+    ProfilerOverhead: _profiler_overhead,
     GpuBusy: _gpu_busy,
     NoComm: lambda r: "no communication kernel ran (see --comm-kernels / --comm-stream if yours are not recognised)",
     CommOverlap: _comm_overlap,

@@ -1,0 +1,330 @@
+"""The words of what analysis hands over as figures outside the verdict: the host-time line, the
+cross-rank view's lines, a rank's and the run's typed notes, where a trace's role came from and the
+host idle by sampled Python frame.
+The verdict's own words are render/wording.py's; the document (render/document.py) calls both."""
+
+from __future__ import annotations
+
+from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
+from dbo_trace.analysis.host_time import (
+    BETWEEN,
+    CAUSE_TEXT,
+    CPU_OP,
+    LAUNCH,
+    NAMED,
+    OTHER_CALL,
+    STARTUP,
+    SYNC,
+    UNTRACED,
+    HostCauses,
+)
+from dbo_trace.analysis.model import Note
+from dbo_trace.analysis.peers import GroupWaits
+from dbo_trace.analysis.pystacks import HostStacks, StackRow
+from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.ranks import (
+    COMBINE,
+    DISPATCH,
+    OUTSIDE,
+    STRAGGLER_ACCURACY_TIMES,
+    STRAGGLER_STEP_SHARE,
+    CrossNote,
+    CrossRank,
+    RanksLeftOut,
+    StepCounts,
+    op_place,
+    waiting_ranks,
+)
+from dbo_trace.analysis.role_evidence import RoleCall, TraceEvidence
+from dbo_trace.analysis.roles import RoleMissing, SharedGpu
+from dbo_trace.analysis.stalls import Behind
+from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
+
+LINE_NAMES = 3  # names per kind in the one-line summary
+LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
+
+
+def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, float, int | None]]:
+    """The line's items in a fixed order: (text, us, calls where counted). Named ranges and CPU
+    operators by name (the largest few, the rest of each kind as one item), then the others."""
+    items: list[tuple[str, float, int | None]] = [
+        (CAUSE_TEXT[LAUNCH], causes.us(LAUNCH), causes.launch_calls),
+        (CAUSE_TEXT[SYNC], causes.us(SYNC), causes.sync_calls),
+        (CAUSE_TEXT[OTHER_CALL], causes.us(OTHER_CALL), None),
+    ]
+    for kind, listed, suffix in ((NAMED, causes.named, ""), (CPU_OP, causes.cpu_ops, " (CPU op)")):
+        shown = listed[:names]
+        items += [(f"{n}{suffix}", t, None) for n, t in shown]
+        rest = causes.rest_us(kind, len(shown))
+        if rest > 0:
+            items.append((f"other {CAUSE_TEXT[kind]}" if shown else CAUSE_TEXT[kind], rest, None))
+    items += [(CAUSE_TEXT[k], causes.us(k), None) for k in (STARTUP, BETWEEN, UNTRACED)]
+    return items
+
+
+def cause_line(causes: HostCauses, head: str) -> str:
+    """`<head>: of 41.2 ms GPU idle, 2% launch calls (1,204 calls), 61% gpu_model_runner: preprocess, ...`"""
+    parts = []
+    for i, (text, us, calls) in enumerate(cause_items(causes)):
+        share = causes.share_of(us) or 0.0
+        if i > 0 and share < LINE_MIN_SHARE:
+            continue
+        counted = f" ({calls:,} call{'s' if calls != 1 else ''})" if calls else ""
+        parts.append(f"{100 * share:.0f}% {text}{counted}")
+    return f"{head}: of {causes.host_idle_us / 1000:.1f} ms GPU idle, " + ", ".join(parts)
+
+
+def host_line(scope: str, bound: bool, fraction: float | None, causes: HostCauses) -> str:
+    """The verdict's host line: `prefill host-bound 94%: of 41.2 ms GPU idle, ...`."""
+    share = "n/a" if fraction is None else f"{100 * fraction:.0f}%"
+    what = "host-bound" if bound else "GPU idle waiting for the host"
+    return cause_line(causes, f"{scope} {what} {share}".strip())
+
+
+def _share(x: float) -> str:
+    return "under 1%" if 0 < x < 0.005 else f"{x:.0%}"
+
+
+def op_label(ubatch: int, index: int, layers: int | None, ops_per_ubatch: int | None) -> str:
+    """A comm operation by microbatch and place in the step: with DBO, dispatch and combine per layer."""
+    who = f"microbatch {ubatch}'s " if ubatch >= 0 else ""
+    place, number = op_place(index, layers, ops_per_ubatch)
+    if place == OUTSIDE:
+        return f"{who}comm outside steps"
+    if place in (DISPATCH, COMBINE):
+        return f"{who}{place} of layer {number}"
+    return f"{who}comm op {number} of the step"
+
+
+def threshold_basis(view: CrossRank) -> str:
+    accuracy = view.alignment.accuracy_us if view.alignment is not None else None
+    parts = []
+    if view.median_step_us:
+        parts.append(f"{STRAGGLER_STEP_SHARE:.0%} of the {view.median_step_us / 1000:.2f} ms median step")
+    if accuracy:
+        parts.append(f"{STRAGGLER_ACCURACY_TIMES:g}x the clocks' {accuracy:g} us accuracy")
+    return "the larger of " + " and ".join(parts) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
+def cross_rank_summary(view: CrossRank) -> str:
+    """One line: who the others wait for, and by how much (a straggler only above the threshold)."""
+    if not view.steps:
+        return "ranks not set side by side: " + (cross_note_text(view.notes[0]) if view.notes else "no steps on a shared clock")
+    skew = f"skew median {view.median_skew_us / 1000:.2f} ms, max {view.max_skew_us / 1000:.2f} ms"
+    most_exposed = max(view.exposed_comm_us, key=view.exposed_comm_us.__getitem__)
+    exposed = f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
+    if not view.late_counts:
+        return (
+            f"no straggler: the ranks started every step within {view.max_skew_us / 1000:.2f} ms of each other, "
+            f"under the {view.threshold_us / 1000:.2f} ms threshold ({threshold_basis(view)}); {exposed}"
+        )
+    rank, times = max(view.late_counts.items(), key=lambda kv: kv[1])
+    return (
+        f"rank {rank} started last by more than {view.threshold_us / 1000:.2f} ms in {times} of {len(view.steps)} "
+        f"steps ({skew}): the others wait for it at their first collective; {exposed}"
+    )
+
+
+def cross_note_text(n: CrossNote) -> str:
+    """A note of the cross-rank view in words (a string is one already: the clocks', the matching's)."""
+    if isinstance(n, str):
+        return n
+    if isinstance(n, RanksLeftOut):
+        return f"{n.count} rank(s) left out: no steps or no clock to align them on"
+    if isinstance(n, StepCounts):
+        counts = ", ".join(map(str, n.counts))
+        return f"ranks reported different step counts ({counts}); the first {n.aligned} of each are aligned"
+    return "fewer than two ranks have reported steps: their steps cannot be set side by side"
+
+
+MAX_STEP_GROUPS = 8
+
+
+def wait_lines(view: CrossRank) -> list[str]:
+    """Who waited for whom, per rank, and who arrived last (docs/analysis.md, "Across ranks")."""
+    w = view.waits
+    if w is None:
+        return []
+    out = []
+    waiting = waiting_ranks(w)
+    for r in waiting.shown:
+        top, top_at = r.most_waited_for, r.most_waited_at
+        assert top is not None and top_at is not None  # a wait is counted under both
+        (peer, us), ((ub, k), at) = top, top_at
+        share = f" ({_share(r.wait_share)} of its comm time)" if r.wait_share is not None else ""
+        n_others, others_us = r.others_waited_for
+        whom = f"for rank {peer}"
+        if n_others:
+            whom = f"for peers: rank {peer} {us / 1000:.2f} ms, {n_others} other rank(s) {others_us / 1000:.2f} ms in all"
+        out.append(
+            f"rank {r.rank} waited {r.wait_us / 1000:.2f} ms{share} {whom}, "
+            f"mostly at {op_label(ub, k, view.layers, r.ops_per_ubatch)} ({at / 1000:.2f} ms); "
+            f"transfer {r.transfer_us / 1000:.2f} ms"
+        )
+    if waiting.rest:
+        out.append(
+            f"{waiting.rest} more rank(s) waited {waiting.rest_us / 1000:.2f} ms in all, at most "
+            f"{waiting.rest_max_us / 1000:.2f} ms (the JSON lists every rank)"
+        )
+    late = sorted((r for r in w.ranks.values() if r.last_ops), key=lambda r: (-r.last_ops, r.rank))
+    if late:
+        parts = [
+            f"rank {r.rank} at {r.last_ops} of {len(w.ops)} collectives (the others waited {r.caused_us / 1000:.2f} ms there)"
+            for r in late
+        ]
+        out.append(f"arrived last by more than {w.threshold_us / 1000:.2f} ms: " + ", ".join(parts))
+        most = w.held_back_most
+        if most is not None:
+            rank, ub, us, n, of = most
+            who = f"rank {rank}'s microbatch {ub}" if ub >= 0 else f"rank {rank}"
+            out.append(
+                f"held the others back most: {who}, last above the threshold at {n} of its {of} collectives, "
+                f"the others waiting {us / 1000:.2f} ms for it there"
+            )
+        title = "per step (numbered from 1 in report order), who arrived last (what the others waited for it)"
+        out += _group_lines(w.steps, title, "step", 1)
+        out += _group_lines(w.ubatches, "per microbatch, likewise", "microbatch", 0)
+    else:
+        out.append(
+            f"no rank arrived last at any of {len(w.ops)} matched collectives by more than "
+            f"{w.threshold_us / 1000:.2f} ms (the threshold)"
+        )
+    return out
+
+
+def _group_lines(groups: list[GroupWaits], title: str, noun: str, first: int) -> list[str]:
+    """Who held the others back in each step or microbatch (above the threshold), most first; each
+    group by its key, shown counting from `first` (steps from 1)."""
+    parts = []
+    for g in groups:
+        number = g.key + first
+        ranked = sorted(g.caused_us, key=lambda r: (-g.caused_us[r], r))
+        if not ranked:
+            parts.append(f"{noun} {number}: none")
+            continue
+        who = ", ".join(f"rank {r} at {g.last_ops[r]} of {g.ops} ({g.caused_us[r] / 1000:.2f} ms)" for r in ranked)
+        parts.append(f"{noun} {number}: {who}")
+    if not parts or all(p.endswith(": none") for p in parts):
+        return []
+    more = f"; {len(parts) - MAX_STEP_GROUPS} more in the JSON" if len(parts) > MAX_STEP_GROUPS else ""
+    return [f"{title}: " + "; ".join(parts[:MAX_STEP_GROUPS]) + more]
+
+
+def _behind(b: Behind) -> str:
+    return (
+        f"the GPU runs behind the CPU: {b.overlapping} of {b.steps} step windows run past the next step's "
+        f"start (median {b.median_overlap_us / 1000:.2f} ms); the windows add up to "
+        f"{b.windows_us / 1000:.2f} ms against {b.wall_us / 1000:.2f} ms of wall clock, so step times are "
+        f"periods (start to the next start), windows beside them"
+    )
+
+
+def _launch_delay(d: LaunchDelay) -> str:
+    """A clock offset, or launched work that queued (LaunchDelay.noted says which ranks have the note)."""
+    if d.clock_offset_suspect:
+        return (
+            f"every launched GPU activity started at least {d.min_us / 1000:.2f} ms after its launch call ended "
+            f"(median {d.median_us / 1000:.2f} ms, {d.activities} activities): the GPU's timestamps may be "
+            f"offset from the CPU's, or the GPU ran behind; {d.queued_in_host_idle_us / 1000:.2f} ms of GPU idle "
+            "came after the work was launched (idle waiting on a dependency, not the host)"
+        )
+    return (
+        f"{d.queued_in_host_idle_us / 1000:.2f} ms ({100 * (d.queued_share or 0.0):.0f}%) of the GPU idle that followed "
+        f"a late launch came over {LAUNCH_LATENCY_US:.0f} us after the next work's launch call had ended: launched "
+        f"work queued, counted as idle waiting on a dependency, not the host (launch to start: "
+        f"median {d.median_us:.1f} us, p90 {d.p90_us:.1f} us, max {d.max_us / 1000:.2f} ms)"
+    )
+
+
+def _role_missing(m: RoleMissing) -> str:
+    return f"the manifest's {', '.join(m.roles)} role has no trace: the round trips' parts on that side are not measured"
+
+
+def _shared_gpu(s: SharedGpu) -> str:
+    if s.mps:
+        how = " under MPS (its control daemon answered; they share the SMs)"
+    elif s.mps is False:
+        how = " without MPS (its control daemon did not answer)"
+    elif s.mps_claimed:
+        how = " (MPS not verified: the manifest's mps says only that a control pipe existed)"
+    else:
+        how = ""
+    what = (
+        "each rank's figures are of a GPU it shared with the other role"
+        if s.traced < 2
+        else "figures added over the ranks are one GPU's twice, not two GPUs'"
+    )
+    return f"both roles ({', '.join(s.roles)}) ran on one GPU{how}: {what}"
+
+
+def note_text(n: Note) -> str:
+    """A rank's note or a run's warning in words (a string is one already: a reader's, a matcher's)."""
+    if isinstance(n, str):
+        return n
+    if isinstance(n, Behind):
+        return _behind(n)
+    if isinstance(n, LaunchDelay):
+        return _launch_delay(n)
+    if isinstance(n, RoleMissing):
+        return _role_missing(n)
+    return _shared_gpu(n)
+
+
+def _evidence(e: TraceEvidence) -> str:
+    """A trace's evidence of its role in words, what decided first."""
+    out = []
+    if e.afd_group:
+        out.append("process group 'afd' of 2 ranks in distributedInfo" + (" (and 'p2p')" if e.p2p_group else ""))
+    if e.afd_ops:
+        out.append(f"{e.afd_ops} vllm::afd_p2p_send/recv ops")
+    if e.attention_kernels:
+        out.append(f"{e.attention_kernels} attention kernels")
+    elif e.afd:
+        out.append("no attention kernel")
+    if e.control_sends or e.control_recvs:
+        out.append(f"control plane: {e.control_sends} sends, {e.control_recvs} receives")
+    if e.ffn_loop_samples:
+        out.append(f"{e.ffn_loop_samples} sampled stacks in the FFN's loop (recv_control_payload)")
+    return ", ".join(out)
+
+
+def role_source_text(call: RoleCall) -> str:
+    """Where a trace's role came from: the manifest, the recorded command line, or the trace's evidence."""
+    if call.source == ROLE_FROM_MANIFEST:
+        return "the bundle manifest's roles"
+    if call.source == ROLE_FROM_COMMAND:
+        return "the recorded command line (--additional-config afd.role)"
+    because = _evidence(call.evidence) if call.evidence is not None else ""
+    return f"the trace ({because})" if because else "the trace"
+
+
+LINE_ROWS = 3  # frames named in a host-stacks line
+
+
+def row_text(row: StackRow) -> str:
+    """`untraced in vllm.v1.worker.gpu_model_runner:_prepare_inputs > torch.cuda:synchronize`."""
+    where = row.project or "(no project frame)"
+    if row.library:
+        where += f" > {row.library}"
+    return f"{row.cause.replace('_', ' ')} in {where}"
+
+
+def stacks_line(h: HostStacks, head: str) -> str:
+    """`rank 0 host idle by Python frame (py-spy 100 Hz, clock from anchors step, ±0.9 ms): of 1887.5 ms,
+    untraced 84% (0% without a sample); 80% untraced in prog:slow_function, ...`"""
+    c = h.clock
+    rate = f"py-spy {h.rate_hz:g} Hz" if h.rate_hz else "py-spy"
+    if c.method != "start" and c.accuracy_us is not None:
+        clock = f"aligned on {c.anchors} within ~{c.accuracy_us / 1000:.1f} ms"
+    else:
+        clock = "aligned by py-spy's start time only"
+
+    def pct(us: float) -> str:
+        x = h.percent_of(us)
+        return "-" if x is None else f"{x:.0f}%"
+
+    rows = [f"{pct(r.us)} {row_text(r)}" for r in h.rows[:LINE_ROWS]]
+    return (
+        f"{head} host idle by Python frame ({rate}, {clock}): of {h.host_idle_us / 1000:.1f} ms, untraced "
+        f"{pct(h.unexplained_before_us)} ({pct(h.unexplained_us)} without a sample)" + ("; " + ", ".join(rows) if rows else "")
+    )
