@@ -68,8 +68,8 @@ def _rewrite_manifest(folder):
     path.write_text(json.dumps(m))
 
 
-def _hostile_copy(tmp_path_factory, sample):
-    folder = tmp_path_factory.mktemp("afd-hostile") / sample
+def _hostile_copy(tmp_path_factory, sample, name=None):
+    folder = tmp_path_factory.mktemp("afd-hostile") / (name or sample)
     shutil.copytree(SAMPLES / sample, folder)
     for trace in folder.rglob("*.json.gz"):
         _rewrite_trace(trace)
@@ -153,9 +153,31 @@ def test_the_pair_perfetto_trace_keeps_the_names_as_data(pair_report, tmp_path):
     assert any(t.startswith("round trips") for t in tracks)
 
 
+# A folder's name is in the report too (its samples file titles a host-stacks table): every
+# character but `/` and NUL.
+FOLDER = "afd <img src=x onerror=alert(1)> [a](javascript:alert(1)) @octocat http:x $x^$ \x1b]0;owned\x07 \u202e |\n# h"
+
+
 @pytest.fixture(scope="module")
 def dbo_bundle(tmp_path_factory):
-    return _hostile_copy(tmp_path_factory, "afd-graphs-dbo")
+    return _hostile_copy(tmp_path_factory, "afd-graphs-dbo", FOLDER)
+
+
+def test_an_afd_dbo_run_in_a_hostile_folder_is_inert(dbo_bundle):
+    """The folded host-stacks tables' titles name the samples file, folder and all, on a
+    `<details><summary>` line: an HTML block, where a Markdown escape escapes nothing (a folder
+    named `b<img src=x onerror=alert(1)>` put that tag into the Markdown)."""
+    report = analyze_paths([dbo_bundle], Options())
+    markdown = RENDERERS["markdown"].render(report, RenderOptions())
+    assert "host idle by Python frame (" in markdown and "&lt;img src=x onerror=alert(1)&gt;" in markdown
+    check_markdown(markdown)
+    for width in (80, 400):
+        text = RENDERERS["terminal"].render(report, RenderOptions(width=width, host_stacks=True))
+        assert_no_raw_controls(text)
+        assert max(map(len, text.splitlines())) <= width
+    source = RENDERERS["html"].render(report, RenderOptions())
+    assert_no_raw_controls(source)
+    assert "<img src=x" not in source
 
 
 def test_compare_of_hostile_afd_arms_is_inert_and_bounded(pair_bundle, dbo_bundle, monkeypatch):
