@@ -23,17 +23,21 @@ from traces import read_trace, write_trace
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
+from dbo_trace.render.layout import Column, cells, stacked, table, wrap
 from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 
-EXTRA = " ](javascript:alert(1)) <script>alert(1)</script> $\\frac{a}{b}$ \x00\x01\x1f\r\n| x | y |\n"
+EXTRA = " ](javascript:alert(1)) <script>alert(1)</script> $\\frac{a}{b}$ \x00\x01\x1f\r\n| x | y |\n" + "漢字カーネル名前" * 6 + " 🔥🔥 e\u0301"  # wide characters: two columns each; a combining accent
 NAME_TAIL = " " + HOSTILE + EXTRA
 LONG = "W" * 10_000
+WIDE = "漢字カーネル名前" * 8  # 64 characters, 128 columns
 KEPT = re.compile(r"execute_|vllm::manual_dbo_yield$")  # what the analysis matches by the whole name
 LONG_NAMES = ("fused_moe_kernel", "aten::item")  # the FFN's top compute kernel, an expensive call
 
 
 def _hostile(name: str) -> str:
-    return name + NAME_TAIL + (LONG if name in LONG_NAMES else "")
+    if name in LONG_NAMES:  # wide characters first, where a cut name still shows them
+        return name + " " + WIDE + NAME_TAIL + LONG
+    return name + NAME_TAIL
 
 
 def _rewrite_trace(path):
@@ -88,7 +92,7 @@ def pair_report(pair_bundle):
     doc = json.loads(RENDERERS["json"].render(report, RenderOptions()))
     assert doc["roles"] is not None and len(doc["ranks"]) == 2  # still the pair, read with its roles
     assert doc["disaggregated"]["round_trips"] > 0
-    assert any("aten::item " + HOSTILE[:12] in r["text"] for r in doc["verdict"]["reasons"])  # an expensive call, its name cut
+    assert any("aten::item " + WIDE[:8] in r["text"] for r in doc["verdict"]["reasons"])  # an expensive call, its name cut
     assert doc["profiler"]["timed_by"].startswith("vllm bench serve " + HOSTILE[:20])
     return report
 
@@ -101,7 +105,7 @@ def test_the_terminal_keeps_an_afd_pair_inert_and_at_80_columns(pair_report):
             assert_no_raw_controls(text, colour_codes=colour)
             assert "\x1b]" not in text and "\x1b[2J" not in text
             if not colour:
-                assert max(map(len, text.splitlines())) <= width
+                assert max(map(cells, text.splitlines())) <= width  # columns: a wide character takes two
     plain = RENDERERS["terminal"].render(pair_report, RenderOptions(width=80))
     assert "roles: rank 0 attention" in plain and "profiler overhead" in plain
     assert "\\x1b]52;c;ZXZpbA==\\x07" in plain  # the escape shown, visibly
@@ -149,7 +153,7 @@ def test_the_pair_perfetto_trace_keeps_the_names_as_data(pair_report, tmp_path):
     trace = Trace.FromString(as_bytes(RENDERERS["perfetto"].render(pair_report, RenderOptions())))
     names = {p.track_event.name for p in trace.packet if p.HasField("track_event")}
     tracks = {p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
-    assert "fused_moe_kernel" + NAME_TAIL + LONG in names
+    assert "fused_moe_kernel " + WIDE + NAME_TAIL + LONG in names
     assert any(t.startswith("round trips") for t in tracks)
 
 
@@ -174,7 +178,7 @@ def test_an_afd_dbo_run_in_a_hostile_folder_is_inert(dbo_bundle):
     for width in (80, 400):
         text = RENDERERS["terminal"].render(report, RenderOptions(width=width, host_stacks=True))
         assert_no_raw_controls(text)
-        assert max(map(len, text.splitlines())) <= width
+        assert max(map(cells, text.splitlines())) <= width
     source = RENDERERS["html"].render(report, RenderOptions())
     assert_no_raw_controls(source)
     assert "<img src=x" not in source
@@ -196,7 +200,7 @@ def test_compare_of_hostile_afd_arms_is_inert_and_bounded(pair_bundle, dbo_bundl
         monkeypatch.setenv("COLUMNS", str(width))
         text = run_cli("compare", *arms).stdout
         assert "disaggregated round trips" in text and "unprofiled" in text
-        assert max(map(len, text.splitlines())) <= width
+        assert max(map(cells, text.splitlines())) <= width
 
 
 def _pair_with(tmp_path, edit):
@@ -245,3 +249,21 @@ def test_negative_repeat_timings_are_not_figures(tmp_path):
     assert proc.returncode == 0, proc.stderr
     profiler = json.loads(proc.stdout)["profiler"]
     assert profiler is None or profiler["overhead"] is None
+
+
+
+def test_wide_characters_count_two_columns_in_the_terminal_layout():
+    """A kernel name in CJK is as wide again as its characters: the wrapped lines, a table and its
+    stacked form still fit the width (rich's cell widths), and every character is still there."""
+    from rich.cells import cell_len
+
+    lines = wrap(f"top compute kernels: {WIDE} x1040 18.26 ms, {WIDE}🔥 x520", 80, "  - ", "    ")
+    assert max(map(cell_len, lines)) <= 80 and len(lines) >= 4
+    assert "".join(lines).count("漢") == 16 and "18.26 ms" in "".join(lines)  # a number with its unit, whole
+    rows = [[WIDE[:30], "1040", "18.26 ms"], ["fused_moe_kernel", "520", "4.75 ms"]]
+    columns = [Column("kernel", right=False, wrap=True), Column("count"), Column("total")]
+    for width in (40, 80):
+        out = table("kernels", columns, rows, width)
+        assert max(map(cell_len, out)) <= width, out
+    assert max(map(cell_len, stacked(columns, rows, 30))) <= 30
+    assert cells("e\u0301") == 1 and cells("🔥") == 2 and cells("abc") == 3
