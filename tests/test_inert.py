@@ -313,11 +313,12 @@ def _every_string_hostile(value, info):
     return value  # numbers, flags, Literals (the analyses' fixed vocabularies, checked on decoding)
 
 
-@pytest.mark.parametrize("golden", ["late", "two-gpu-overlap", "dsv2lite-graphs-prefill"])
+@pytest.mark.parametrize("golden", ["late", "two-gpu-overlap", "dsv2lite-graphs-prefill", "afd-pair-graphs-nomps"])
 def test_an_archive_holding_any_string_anywhere_renders_inert(golden):
     """A trace puts untrusted text only in names; an archive's report.json can hold any text in any
     string of the document (a verdict, a source, a phase's name, a note): the document renderers
-    keep every one inert, whatever field it is in (a round-trip count's source, a cross-rank line)."""
+    keep every one inert, whatever field it is in (a round-trip count's source, a cross-rank line,
+    an AFD pair's roles, its profiler block, the samples file a host-stacks table is titled by)."""
     import msgspec.inspect as mi
 
     stored = json.loads((Path(__file__).parent / "golden" / f"{golden}.json").read_text())

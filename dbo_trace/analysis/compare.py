@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -335,6 +336,11 @@ def _flag(value: object) -> bool:
     return value is True or (isinstance(value, str) and value.strip().lower() in TRUE_TEXT)
 
 
+# vLLM's CUDAGraphMode names (NONE, PIECEWISE, FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE): a mode is
+# a short name, else the settings name none and the trace decides.
+GRAPH_MODE = re.compile(r"[A-Z][A-Z0-9_]{0,39}")
+
+
 def _cudagraph_mode(config: object) -> str | None:
     """vLLM's cudagraph_mode from a --compilation-config value (its JSON text), upper-case; None where
     it names none (a bare optimisation level such as `-O 3`)."""
@@ -345,7 +351,8 @@ def _cudagraph_mode(config: object) -> str | None:
     except ValueError:
         return None
     mode = parsed.get("cudagraph_mode") if isinstance(parsed, dict) else None
-    return mode.strip().upper() if isinstance(mode, str) and mode.strip() else None
+    mode = mode.strip().upper() if isinstance(mode, str) else None
+    return mode if mode is not None and GRAPH_MODE.fullmatch(mode) else None
 
 
 def declared(settings: object) -> tuple[bool | None, str | None, bool | None]:

@@ -71,10 +71,21 @@ class Unprofiled:
 
 
 def _number(r: dict[str, Any], key: str) -> float | None:
+    """A repeat's figure (a time, a rate or a count): a finite number, not below zero."""
     v = r.get(key)
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
         return float(v)
     return None
+
+
+TOOL_MOST = 64  # "vllm bench serve", "builtin": a tool's name is short; a longer one is cut
+
+
+def _tool(r: dict[str, Any]) -> str:
+    tool = r.get("tool")
+    if not isinstance(tool, str) or not tool.strip():
+        return "unknown"
+    return tool if len(tool) <= TOOL_MOST else tool[: TOOL_MOST - 3] + "..."
 
 
 def repeats_of(raw: Any) -> tuple[Repeat, ...]:
@@ -87,7 +98,7 @@ def repeats_of(raw: Any) -> tuple[Repeat, ...]:
         if not isinstance(r, dict):
             continue
         rep = Repeat(
-            str(r.get("tool")), _number(r, "duration_s"), _number(r, "completed"), _number(r, "output_throughput"),
+            _tool(r), _number(r, "duration_s"), _number(r, "completed"), _number(r, "output_throughput"),
             _number(r, "median_tpot_ms"), _number(r, "median_itl_ms"),
         )  # fmt: skip
         if rep.duration_s is not None and (rep.completed or 0.0) > 0:

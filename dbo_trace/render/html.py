@@ -52,7 +52,7 @@ from dbo_trace.render.format import (
     what_if_lines,
 )
 from dbo_trace.render.markdown import round_trip_note
-from dbo_trace.render.safe import html_text, script_json
+from dbo_trace.render.safe import html_text, script_json, visible
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden"]  # the last two: an AFD rank's round trips
@@ -82,18 +82,20 @@ def _views(report: Report) -> list[dict[str, Any]]:
                 # steps' kernels in its window are the PNG's
                 if b.kind in KINDS and b.own
             ]
+            # The script shows these strings as text (textContent, the canvas's fillText): escaped
+            # for that by visible(), as JSON.parse gives back every character script_json escaped.
             out.append(
                 {
                     "rank": rank.rank,
-                    "label": rank.steps[pos].label,
+                    "label": visible(rank.steps[pos].label),
                     "position": pos,
                     "median": pos == m,
-                    "title": v.title,
+                    "title": visible(v.title),
                     "duration": v.duration,
-                    "lanes": v.lanes,
+                    "lanes": [visible(lane) for lane in v.lanes],
                     "ffn": v.lanes.index(FFN_GPU) if FFN_GPU in v.lanes else -1,
                     "bars": bars,
-                    "names": list(names),
+                    "names": [visible(name) for name in names],
                     "overlap": v.overlap,
                     "idle": v.host_idle,
                     "held": [[round(ready, 3), round(start, 3), v.lanes.index(lane)] for ready, start, lane, _ in v.held_back],

@@ -9,6 +9,7 @@ import re
 import shutil
 import textwrap
 from dataclasses import dataclass
+from typing import Callable
 
 GAP = 2  # spaces between table columns
 INDENT = 1  # spaces before a table's first column
@@ -30,11 +31,56 @@ def terminal_width() -> int:
     return max(80, shutil.get_terminal_size((PIPED_WIDTH, 24)).columns)
 
 
+def cells(text: str) -> int:
+    """The columns text takes in a terminal: a wide character (CJK, most emoji) two, a combining or
+    zero-width one none (a name from input may hold any); one a character for ASCII."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    fill = " " * max(0, width - cells(text))
+    return fill + text if right else text + fill
+
+
+def _narrowed(lines_at: Callable[[int], list[str]], width: int, floor: int) -> list[str]:
+    """lines_at(width), wrapped narrower where a line takes more columns than characters (textwrap
+    counts characters) until every line fits width, or width can go no lower (floor)."""
+    lines = lines_at(width)
+    at = width
+    while (over := max((cells(line) for line in lines), default=0) - width) > 0 and at > floor:
+        at = max(floor, at - over)
+        lines = lines_at(at)
+    return lines
+
+
 def wrap(text: str, width: int, first: str = "", rest: str = "", hyphens: bool = False) -> list[str]:
     """Lines of at most width columns, first/rest prefixed; "1.30 ms" and "± 0.4" stay on one line.
     A single word longer than a line (a kernel's name) is broken, since nothing else would fit.
     hyphens: a hyphenated word may break after a hyphen (a table's labels: `dsv2lite-eager-` over
     `decode`, not `dsv2lite-eager-deco` over `de`)."""
+    if text.isascii():
+        return _wrap(text, width, first, rest, hyphens)
+    wide = _widened(text)
+    return _narrowed(
+        lambda at: [line.replace(_WIDE, "") for line in _wrap(wide, at, first, rest, hyphens)], width, max(len(first), len(rest)) + 2
+    )
+
+
+# After each wide character, so that textwrap, which counts characters, counts its second column
+# (never in text from input, where every control character is escaped: safe.visible). Where a line
+# breaks between the two, _narrowed wraps narrower.
+_WIDE = "\x00"
+
+
+def _widened(text: str) -> str:
+    return "".join(c + _WIDE if not c.isascii() and cells(c) == 2 else c for c in text)
+
+
+def _wrap(text: str, width: int, first: str, rest: str, hyphens: bool) -> list[str]:
     glued = _UNIT.sub(_GLUE, text)
     lines = textwrap.wrap(
         glued,
@@ -77,7 +123,7 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
     shown = list(range(len(columns)))
 
     def fitted(most: int, wrapping: bool) -> list[int] | None:
-        widths = [max([_header_width(columns[i].header, most), *(len(r[i]) for r in rows)]) for i in shown]
+        widths = [max([_header_width(columns[i].header, most), *(cells(r[i]) for r in rows)]) for i in shown]
         over = INDENT + sum(widths) + GAP * (len(shown) - 1) - width
         for j, i in enumerate(shown):  # shrink wrapping text
             if over > 0 and wrapping and columns[i].wrap:
@@ -108,9 +154,9 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
         out.append(_line([h[k] for h in heads], cols, widths))
     out.append(" " * INDENT + "─" * (sum(widths) + GAP * (len(widths) - 1)))
     for r in rows:
-        cells = [wrap(r[i], w, hyphens=True) if c.wrap and len(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
-        for k in range(max(len(x) for x in cells)):
-            out.append(_line([x[k] if k < len(x) else "" for x in cells], cols, widths))
+        pieces = [wrap(r[i], w, hyphens=True) if c.wrap and cells(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
+        for k in range(max(len(x) for x in pieces)):
+            out.append(_line([x[k] if k < len(x) else "" for x in pieces], cols, widths))
     dropped = [columns[i].header for i in range(len(columns)) if i not in shown]
     if dropped:
         note = f"(not shown at {width} columns: {', '.join(dropped)}; a wider terminal or {what} has them)"
@@ -119,7 +165,7 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
 
 
 def _line(cells: list[str], cols: list[Column], widths: list[int]) -> str:
-    parts = [cell.rjust(w) if c.right else cell.ljust(w) for cell, c, w in zip(cells, cols, widths)]
+    parts = [_pad(cell, w, c.right) for cell, c, w in zip(cells, cols, widths)]
     return (" " * INDENT + (" " * GAP).join(parts)).rstrip()
 
 
@@ -131,15 +177,16 @@ def stacked(columns: list[Column], rows: list[list[str]], width: int) -> list[st
         room = width - 4  # the continuation lines' indent
         glued = []
         for c, v in zip(columns, r):
-            value = v.replace(" ", _GLUE) if len(v) <= room else v  # a value whole on its line
+            value = v.replace(" ", _GLUE) if cells(v) <= room else v  # a value whole on its line
             header = c.header.replace(" ", _GLUE)
-            glued.append(header + (_GLUE if len(c.header) + 1 + len(v) <= room else " ") + value)
-        out += [
-            line.replace(_GLUE, " ")
-            for line in textwrap.wrap(
-                ", ".join(glued), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
-            )
-        ]
+            glued.append(header + (_GLUE if len(c.header) + 1 + cells(v) <= room else " ") + value)
+        paragraph = _widened(", ".join(glued))
+
+        def lines_at(at: int, paragraph: str = paragraph) -> list[str]:
+            lines = textwrap.wrap(paragraph, at, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+            return [line.replace(_WIDE, "") for line in lines]
+
+        out += [line.replace(_GLUE, " ") for line in _narrowed(lines_at, width, 6)]
     return out
 
 

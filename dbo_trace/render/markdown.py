@@ -49,7 +49,7 @@ from dbo_trace.render.format import (
     us,
     what_if_lines,
 )
-from dbo_trace.render.safe import markdown_code, markdown_text
+from dbo_trace.render.safe import markdown_code, markdown_html, markdown_text
 
 
 def picture_note(image: str) -> list[str]:
@@ -138,7 +138,7 @@ class MarkdownRenderer:
             out += [f"- {markdown_text(line)}" for r in d.ranks if (line := line_of(r))]
         for title, rows in host_stack_rows(d):  # folded, like the per-step table
             cells = [[markdown_code(c) if i < 4 and c != "-" else c for i, c in enumerate(row)] for row in rows]
-            out += ["", f"<details><summary>{markdown_text(title)}</summary>", ""]
+            out += ["", f"<details><summary>{markdown_html(title)}</summary>", ""]  # an HTML block: no Markdown escapes
             out += md_table(list(STACK_HEADER), cells) + ["", "</details>"]
         for r in d.ranks:  # long: folded, like the per-step table
             ops = r.comm_operations

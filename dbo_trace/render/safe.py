@@ -161,6 +161,14 @@ def markdown_text(text: str, line_start: bool = True) -> Markdown:
     return Markdown(_AUTOLINKED.sub(lambda m: m.group() + WORD_JOINER, out))
 
 
+def markdown_html(text: str) -> Markdown:
+    """Text from input inside a raw HTML block of the Markdown (a `<details>` block's `<summary>`
+    line): CommonMark passes an HTML block through as written, so a backslash escapes nothing there
+    and a tag in the text would be a tag: HTML-escaped (html_text), with markdown_text's word joiners
+    against GitHub's mentions and autolinks."""
+    return Markdown(_AUTOLINKED.sub(lambda m: m.group() + WORD_JOINER, html_text(text)))
+
+
 def markdown_code(text: str) -> Markdown:
     """A name as inline code: shown exactly (one line), fenced by more backticks than any run inside
     it, so nothing in it is Markdown, HTML, a link or a mention. Pipes are escaped by the table

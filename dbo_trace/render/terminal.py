@@ -59,7 +59,7 @@ from dbo_trace.render.format import (
     us,
     what_if_lines,
 )
-from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
+from dbo_trace.render.layout import NEVER, Column, cells, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.names import display_names
 from dbo_trace.render.safe import terminal_document
 
@@ -177,7 +177,7 @@ KERNEL_NAME_ROOM = 40  # columns a kernel's name gets before the table keeps all
 
 def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> int:
     """What is left for the first (name) column once the others have their widest cell (2 columns apart)."""
-    others = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header) if i > 0)
+    others = sum(max([len(h)] + [cells(r[i]) for r in rows]) for i, h in enumerate(header) if i > 0)
     return max(12, width - others - 2 * (len(header) - 1) - 2)
 
 
