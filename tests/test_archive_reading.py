@@ -191,7 +191,7 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5 and 6")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6 and 7")
 
 
 def verdicts(doc):
@@ -209,7 +209,7 @@ def test_a_version_5_archive_still_reads(real, tmp_path):
     assert all(v["next_step"]["text"] for v in verdicts(doc))
     _as_version_5(doc)
     damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
-    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 6")
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 7")
     doc["schema_version"] = 5
     old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old))
@@ -224,7 +224,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 6 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 7 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
     _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
@@ -502,3 +502,14 @@ def test_members_after_the_report_are_bounded(real, tmp_path, monkeypatch):
     assert refused(build(tmp_path / "many.tar.gz", [*real, *empties]), "more than 64 members") <= 66  # of 5,000
     monkeypatch.setattr(archive, "MAX_LISTING_BYTES", 1 << 20)
     refused(build(tmp_path / "big.tar.gz", [*real, ("dbo-trace/zeros", bytes(4 << 20))]), "past 1 MiB")
+
+
+def test_a_version_6_archive_still_reads(real, tmp_path):
+    """Version 7 added words and a key version 6 never wrote (docs/report-schema.md): an archive of
+    version 6, which has none of them, reads and renders as written."""
+    doc = document(real)
+    doc["schema_version"] = 6
+    old = build(tmp_path / "v6.tar.gz", with_report(real, json.dumps(doc).encode()))
+    shown = run_cli("report", str(old), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == doc

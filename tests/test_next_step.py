@@ -42,7 +42,7 @@ def verdicts(doc):
 def test_every_verdict_of_every_sample_has_typed_reasons_and_a_next_step(sample):
     """The golden documents are what `report --json` writes today (tests/test_golden.py)."""
     doc = json.loads((GOLDEN / f"{sample}.json").read_text())
-    assert doc["schema_version"] == 6
+    assert doc["schema_version"] == 7
     for where, v in verdicts(doc):
         assert v["reasons"], where
         for r in v["reasons"]:

@@ -65,8 +65,8 @@ SCHEMA = "dbo-trace-report"
 # steady state; a rank's host_stacks (only with sampled Python stacks); a rank's dbo_ledger,
 # comm_layers, sm_evidence and the run's what_if. 6: every verdict's reasons as {kind, borderline,
 # text} and its next_step; the labels graph-capture and gpu-bound, the findings graph_capture and gpu_bound
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (3, 4, 5, 6)  # what a review archive's report may have been written with
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (3, 4, 5, 6, 7)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
