@@ -94,7 +94,7 @@ def stalls_of(ranks: Sequence[RankAnalysis], numbered: bool) -> Stalls | None:
         named.append(
             StalledStep(
                 rank=r.rank if numbered else None, number=k + 1, phase=step.phase, period_us=step.period_us, stall=step.stall,
-                host_cause=(top[0], top[1], step.host_causes.host_idle_us) if top and step.host_causes is not None else None,
+                host_cause=(top, step.host_causes.host_idle_us) if top and step.host_causes is not None else None,
                 frame=step.host_frame,
             )
         )  # fmt: skip

@@ -27,22 +27,22 @@ LAUNCH, SYNC, OTHER_CALL, NAMED, CPU_OP, STARTUP, BETWEEN, UNTRACED = range(8)
 CAUSES = (
     "launch_calls", "synchronisation", "other_cuda_calls", "named", "cpu_ops", "ubatch_startup", "between_steps", "untraced"
 )  # fmt: skip
-CAUSE_TEXT = {
-    LAUNCH: "launch calls",
-    SYNC: "synchronisation",
-    OTHER_CALL: "other CUDA calls",
-    NAMED: "named ranges",
-    CPU_OP: "CPU operators",
-    STARTUP: "microbatch thread start-up",
-    BETWEEN: "between steps",
-    UNTRACED: "untraced",
-}
 _PAIRS_AT_ONCE = 1 << 18  # (window, piece) pairs materialised at once in causes_in
 TOP_NAMES = 5  # names kept per kind (named ranges, CPU operators) in a rank's or a phase's causes
 
 # Ranges that mark steps or microbatch phases (the window the question is asked in, or dbo-trace's
 # own hooks) are not work: time inside them alone is not named after them.
 _STEP_MARKERS = re.compile(r"^(execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)|ProfilerStep#\d+|dbo:.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class TopItem:
+    """The largest item of a host-time split: a cause (kind), or the named range or CPU operator
+    (kind NAMED or CPU_OP) with its name."""
+
+    kind: int
+    us: float
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,13 +88,13 @@ class HostCauses:
         return self.largest == LAUNCH
 
     @property
-    def top(self) -> tuple[str, float] | None:
+    def top(self) -> TopItem | None:
         """The single largest item the line names: a range or an operator by name, or a cause
         (ties: the earlier in the line's order)."""
-        items = [(CAUSE_TEXT[k], self.by_cause_us[k]) for k in (LAUNCH, SYNC, OTHER_CALL, STARTUP, BETWEEN, UNTRACED)]
-        items += list(self.named[:1]) + [(f"{n} (CPU op)", t) for n, t in self.cpu_ops[:1]]
-        best = max(items, key=lambda x: x[1])
-        return best if best[1] > 0 else None
+        items = [TopItem(k, self.by_cause_us[k]) for k in (LAUNCH, SYNC, OTHER_CALL, STARTUP, BETWEEN, UNTRACED)]
+        items += [TopItem(NAMED, t, n) for n, t in self.named[:1]] + [TopItem(CPU_OP, t, n) for n, t in self.cpu_ops[:1]]
+        best = max(items, key=lambda x: x.us)
+        return best if best.us > 0 else None
 
 
 def no_causes() -> HostCauses:

@@ -27,7 +27,7 @@ from typing import ClassVar
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.expensive import ExpensiveCall
-from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses
+from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses, TopItem
 from dbo_trace.analysis.ledger import YIELD_OP, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
@@ -134,7 +134,7 @@ class StalledStep:
     phase: str | None
     period_us: float
     stall: Stall
-    host_cause: tuple[str, float, float] | None = None  # an outlier's: its top host cause (name, us, host idle us)
+    host_cause: tuple[TopItem, float] | None = None  # an outlier's: its top host cause, of its host idle (us)
     frame: StepFrame | None = None  # its host idle's most-sampled Python frame
 
 
@@ -463,7 +463,7 @@ class HostCause(NextStep):
     kind: ClassVar[str] = "host_cause"
     host_fraction: float
     host_idle_us: float  # the host-caused idle split
-    largest: tuple[str, float] | None  # its largest item (HostCauses.top); None: not split
+    largest: TopItem | None  # its largest item (HostCauses.top); None: not split
     replayed: float | None  # the share of kernels from graph replays (None: none ran)
     untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
 
@@ -776,7 +776,7 @@ def _yield_op_leads(e: Evidence) -> bool:
     if e.yield_op is None or c is None or not c.cpu_ops or c.top is None:
         return False
     name, us = c.cpu_ops[0]
-    return name == YIELD_OP and us >= c.top[1]
+    return name == YIELD_OP and us >= c.top.us
 
 
 def _microbatched(e: Evidence) -> bool:
@@ -812,7 +812,7 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         return HostCause(
             host_fraction=host_frac, host_idle_us=c.host_idle_us if c is not None else 0.0, largest=top,
             replayed=m.replayed_kernel_fraction if m.graph_launches else None,
-            untraced_leads=c is not None and top is not None and c.us(UNTRACED) >= top[1],
+            untraced_leads=c is not None and top is not None and c.us(UNTRACED) >= top.us,
         )  # fmt: skip
     if gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
         return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)

@@ -53,6 +53,7 @@ from dbo_trace.render.notes import (
     op_label,
     role_source_text,
     stacks_line,
+    top_item_name,
     wait_lines,
 )
 from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
@@ -1109,7 +1110,7 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
         named=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.named],
         cpu_ops=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops],
         largest=None if largest is None else CAUSES[largest],
-        top=None if top is None else NamedShare(name=top[0], us=_r(top[1]), share=share(top[1])),
+        top=None if top is None else NamedShare(name=top_item_name(top), us=_r(top.us), share=share(top.us)),
         line=line,
         cpu_ops_innermost=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops_inner],
     )
@@ -1197,7 +1198,7 @@ def step_causes_block(c: HostCauses | None) -> StepCauses | None:
         host_idle_us=_r(c.host_idle_us),
         causes_us={key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
         launch_calls=c.launch_calls,
-        top=None if top is None else NamedShare(name=top[0], us=_r(top[1]), share=_r(c.share_of(top[1]), 4)),
+        top=None if top is None else NamedShare(name=top_item_name(top), us=_r(top.us), share=_r(c.share_of(top.us), 4)),
     )
 
 

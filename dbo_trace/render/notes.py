@@ -8,7 +8,6 @@ from __future__ import annotations
 from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
 from dbo_trace.analysis.host_time import (
     BETWEEN,
-    CAUSE_TEXT,
     CPU_OP,
     LAUNCH,
     NAMED,
@@ -17,6 +16,7 @@ from dbo_trace.analysis.host_time import (
     SYNC,
     UNTRACED,
     HostCauses,
+    TopItem,
 )
 from dbo_trace.analysis.model import Note
 from dbo_trace.analysis.peers import GroupWaits
@@ -42,6 +42,25 @@ from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 
 LINE_NAMES = 3  # names per kind in the one-line summary
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
+
+CAUSE_TEXT = {
+    LAUNCH: "launch calls",
+    SYNC: "synchronisation",
+    OTHER_CALL: "other CUDA calls",
+    NAMED: "named ranges",
+    CPU_OP: "CPU operators",
+    STARTUP: "microbatch thread start-up",
+    BETWEEN: "between steps",
+    UNTRACED: "untraced",
+}
+
+
+def top_item_name(top: TopItem) -> str:
+    """The largest item of a host-time split by name: a cause's words, a range's name, an operator's
+    name marked as one."""
+    if top.name is None:
+        return CAUSE_TEXT[top.kind]
+    return f"{top.name} (CPU op)" if top.kind == CPU_OP else top.name
 
 
 def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, float, int | None]]:

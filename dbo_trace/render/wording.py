@@ -9,7 +9,7 @@ from typing import Any
 
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import REASON_SHORT
-from dbo_trace.analysis.host_time import CAUSE_TEXT, LAUNCH, HostCauses
+from dbo_trace.analysis.host_time import LAUNCH, HostCauses, TopItem
 from dbo_trace.analysis.queueing import CLOCK_OFFSET_US, LaunchDelay
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.sharing import MPS_NOT_RUNNING, TimeSlicing
@@ -73,6 +73,7 @@ from dbo_trace.analysis.verdict import (
     Verdict,
     YieldOpCost,
 )
+from dbo_trace.render.notes import top_item_name
 
 NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
 
@@ -109,12 +110,12 @@ def host_cause_text(causes: HostCauses | None) -> str | None:
     top = causes.top if causes is not None else None
     if causes is None or top is None or causes.host_idle_us <= 0:
         return None
-    return _cause_text(top[0], top[1], causes.host_idle_us)
+    return _cause_text(top, causes.host_idle_us)
 
 
-def _cause_text(name: str, us: float, host_idle_us: float) -> str:
-    where = name if name in CAUSE_TEXT.values() else f"in {_cut(name, 48)}"
-    return f"{100 * us / host_idle_us:.0f}% of it {where}"
+def _cause_text(top: TopItem, host_idle_us: float) -> str:
+    where = top_item_name(top) if top.name is None else f"in {_cut(top_item_name(top), 48)}"
+    return f"{100 * top.us / host_idle_us:.0f}% of it {where}"
 
 
 def stall_text(st: Stall) -> str:
@@ -241,7 +242,7 @@ def _stalled_step(s: StalledStep) -> str:
     st = s.stall
     where = f"rank {s.rank} step {s.number}" if s.rank is not None else f"step {s.number}"
     cost = f", +{st.extra_us / 1000:.2f} ms" if st.extra_us is not None and st.extra_us > 0 else ""
-    host = _cause_text(*s.host_cause) if s.host_cause is not None and s.host_cause[2] > 0 else None
+    host = _cause_text(*s.host_cause) if s.host_cause is not None and s.host_cause[1] > 0 else None
     frame = s.frame
     python = (
         f"; Python sampled there: {frame.us / frame.sampled_us:.0%} in {frame.project}"
@@ -520,7 +521,7 @@ def _enable_graphs(n: EnableGraphs) -> str:
 
 def _host_cause(n: HostCause) -> str:
     replays = f" ({pct_text(n.replayed)} of kernels from graph replays)" if n.replayed is not None else ""
-    cause = _cause_text(*n.largest, n.host_idle_us) if n.largest is not None and n.host_idle_us > 0 else None
+    cause = _cause_text(n.largest, n.host_idle_us) if n.largest is not None and n.host_idle_us > 0 else None
     largest = f"; start with its largest part: {cause}" if cause else ""
     if n.untraced_leads:  # what the profiler does not see, sampled stacks do
         largest += " (Python the profiler records nothing for: py-spy's samples, report --host-stacks, name it)"
