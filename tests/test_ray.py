@@ -230,12 +230,14 @@ def test_a_killed_nodes_ranks_are_named_missing(cluster, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dbo_trace.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    seen = []
     for line in proc.stderr:
+        seen.append(line)
         if "ranks analysed 4/8" in line:
             proc.send_signal(signal.SIGINT)
             break
-    assert proc.wait(timeout=60) == 130
     rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, "".join(seen) + rest
     assert "dbo-trace: interrupted\n" in rest and "Traceback" not in rest and proc.stdout.read() == ""
 
     report = tmp_path / "report.json"
