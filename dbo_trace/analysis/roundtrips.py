@@ -333,8 +333,8 @@ def _parts(
     transfer = (t1 - s0) + (r1 - t2)
     ffn = t2 - t1
     wait = np.clip(t2 - r0, 0.0, None)
-    # NCCL's send completes only against a posted receive: from the FFN's send start until the
-    # attention's receive kernel starts, the answer waits for the attention's host, not the wire
+    # an answer sent before the attention's receive kernel started waits there (in NCCL's buffers
+    # for a small one) until the attention's host posts the receive: the host's lateness, not the wire
     late = np.clip(r0 - t2, 0.0, r1 - t2)
     nan = np.where(matched, 1.0, np.nan)
     if compute is None:
