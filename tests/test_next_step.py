@@ -215,3 +215,39 @@ def test_an_ffn_servers_verdicts_never_speak_of_its_own_microbatches(sample):
     for where, v in verdicts(doc):
         if where.startswith(f"rank {ffn['rank']}"):
             assert "one microbatch" not in v["next_step"]["text"], where
+
+
+def _yield_op_evidence(sample):
+    """The run's evidence for the yield-op step, rebuilt from its report: its figures, host test,
+    host causes and the op's calls (the step decide() gave it is yield_op_cost)."""
+    from dbo_trace.analysis.verdict import YieldOpCost
+
+    report = analyze_paths([SAMPLES / sample], Options())
+    step = report.verdict.next_step
+    assert isinstance(step, YieldOpCost)
+    e = Evidence(report.total, host=report.host_test, causes=report.host_causes, yield_op=step.ops)
+    assert isinstance(decide(e).next_step, YieldOpCost)
+    return e
+
+
+def test_a_yield_op_that_leads_a_fragmented_host_idle_by_a_little_is_not_the_next_step():
+    """The op leads the host-caused idle but holds 3% of it (every other item smaller still): a
+    cheaper call would win back 3%, which is no next step (the op must hold 20% or more)."""
+    from dbo_trace.analysis.host_time import CAUSES, HostCauses
+
+    e = _yield_op_evidence("afd-eager-dbo")
+    idle = e.causes.host_idle_us
+    ops = (("vllm::manual_dbo_yield", 0.03 * idle),) + tuple((f"op{i}", 0.02 * idle) for i in range(48))
+    split = HostCauses(idle, tuple(0.0 for _ in CAUSES), 0, 0, (), ops)
+    assert split.top.name == "vllm::manual_dbo_yield"
+    assert decide(replace(e, causes=split)).next_step.kind != "yield_op_cost"
+
+
+def test_two_threads_in_the_yield_op_are_dbo_on_whatever_else_was_seen():
+    """afd-eager-dbo's op: two microbatch threads called it in a step. With every other sign of
+    microbatches taken away, the words still never say DBO was off."""
+    e = _yield_op_evidence("afd-eager-dbo")
+    assert e.yield_op.threads_per_step == 2
+    v = decide(replace(e, microbatched=False, afd=None, afd_share=None))
+    assert v.next_step.kind == "yield_op_cost" and v.next_step.microbatched
+    assert "DBO is off" not in next_step_text(v.next_step)

@@ -60,6 +60,7 @@ PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the seria
 # Of the host-caused idle, the share a graph replay skips (launch calls, other CUDA calls, CPU
 # operators, microbatch thread start-up) at least this: "enable graphs" is what the evidence supports.
 REPLAY_SKIPS = 0.5
+YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step only with at least this share
 
 HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
 HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
@@ -771,12 +772,12 @@ def _replay_skips(c: HostCauses | None) -> float | None:
 
 
 def _yield_op_leads(e: Evidence) -> bool:
-    """The yield op is the largest item of the host-caused GPU idle."""
+    """The yield op is the largest item of the host-caused GPU idle, and a notable share of it."""
     c = e.causes
-    if e.yield_op is None or c is None or not c.cpu_ops or c.top is None:
+    if e.yield_op is None or c is None or not c.cpu_ops or c.top is None or c.host_idle_us <= 0:
         return False
     name, us = c.cpu_ops[0]
-    return name == YIELD_OP and us >= c.top.us
+    return name == YIELD_OP and us >= c.top.us and us >= YIELD_OP_NOTABLE * c.host_idle_us
 
 
 def _microbatched(e: Evidence) -> bool:
@@ -803,7 +804,10 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         # the plugin calls it at every layer, DBO on or off: where it leads a notable host idle, a
         # cheaper call is the step's gain whatever the microbatches do
         assert e.yield_op is not None and c is not None
-        return YieldOpCost(ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e))
+        two_threads = (e.yield_op.threads_per_step or 0) >= 2  # the op's own evidence: two microbatch threads in it
+        return YieldOpCost(
+            ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e) or two_threads
+        )
     if label == HOST_BOUND:
         skipped = _replay_skips(c)
         if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:

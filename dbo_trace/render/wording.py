@@ -595,7 +595,7 @@ def _ffn_server(n: FfnServer) -> str:
     return (
         f"this rank serves the FFN: its comm ({ms(n.exposed_us)} exposed, {pct_text(share)} of the window) is its receives "
         "of the attention's requests, each running until the next request comes, and the sends of its answers; the "
-        "round trip and what DBO hides of it are the attention rank's (the run's next step)"
+        "round trip and what DBO hides of it are the attention rank's to say"
     )
 
 
