@@ -3,9 +3,11 @@ request (dbo_trace/commands/: the checks and the work, one module per command). 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -84,10 +86,21 @@ GLOSSARY = "Every column and term explained: docs/glossary.md."
 @click.version_option(__version__, prog_name="dbo-trace")
 def main() -> None:
     """Profiling and overlap diagnosis for dual-batch overlap (DBO) in vLLM."""
-    # A report holds a few objects per step that live until it is written (verdicts, reasons,
-    # document blocks): at the default gen-0 threshold (700) the collector walks them thousands of
-    # times for no garbage. 10-20% of report --json's CPU at 20k steps (docs/performance.md).
+
+
+@contextlib.contextmanager
+def _few_collections() -> Iterator[None]:
+    """A report holds a few objects per step that live until it is written (verdicts, reasons,
+    document blocks): at the default gen-0 threshold (700) the collector walks them thousands of
+    times for no garbage, 10-20% of report --json's CPU at 20k steps (docs/performance.md). Only
+    around the analysis: `record` measures latencies in this process, where rarer, longer pauses
+    would show."""
+    before = gc.get_threshold()
     gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @main.command(epilog=GLOSSARY)
@@ -223,7 +236,8 @@ def report(
         html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
         all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
     )  # fmt: skip
-    command.run(request.checked())
+    with _few_collections():
+        command.run(request.checked())
 
 
 @main.command()
@@ -254,7 +268,8 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
         arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
         force=force, ray=ray_address,
     )  # fmt: skip
-    command.run(request.checked())
+    with _few_collections():
+        command.run(request.checked())
 
 
 @main.command("archive")
@@ -277,7 +292,8 @@ def archive_cmd(source, out, max_mb, steps, layers, force) -> None:
     from dbo_trace.commands import archive as command
 
     request = command.ArchiveRequest(source=source, out=out, max_mb=max_mb, steps=steps, layers=layers, force=force)
-    command.run(request.checked())
+    with _few_collections():
+        command.run(request.checked())
 
 
 # The command's first name, kept so that scripts written for it still run.

@@ -369,3 +369,15 @@ def test_dash_as_output_is_stdout(tmp_path):
     compared = run_cli("compare", str(SAMPLES / "serial"), str(SAMPLES / "overlap"), "-o", "-", cwd=tmp_path)
     assert compared.returncode == 0 and compared.stdout.startswith("dbo-trace compare")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_collector_setting_ends_with_the_report(tmp_path):
+    """report raises the collector's threshold only while it runs (cli._few_collections): the
+    process's setting is as it was afterwards (record times latencies in its own process)."""
+    import gc
+
+    from conftest import SAMPLES, run_cli
+
+    before = gc.get_threshold()
+    assert run_cli("report", "--json", str(SAMPLES / "overlap")).returncode == 0
+    assert gc.get_threshold() == before
