@@ -258,6 +258,8 @@ def read_report_document(path: Path) -> ReportDocument:
 VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
 # The keys version 5 added to a rank (render/document.py, RankBlock): the DBO ledger.
 VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
+# The words version 7 added to the verdict's (a reason's kind, a next step's kind).
+VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 
 
 def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:
@@ -267,6 +269,10 @@ def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: 
 
     if (verdict.next_step is not msgspec.UNSET) != (version >= 6):
         return f"{where}.verdict: next_step is a key of version 6, {'not of' if version < 6 else 'missing in'} version {version}"
+    step = verdict.next_step
+    words = {r.kind for r in verdict.reasons if isinstance(r, ReasonBlock)} | ({step.kind} if step else set())
+    if version < 7 and words & VERSION_7_WORDS:
+        return f"{where}.verdict: {sorted(words & VERSION_7_WORDS)[0]} is a word of version 7, not of version {version}"
     typed = [isinstance(r, ReasonBlock) for r in verdict.reasons]
     if (version >= 6 and not all(typed)) or (version < 6 and any(typed)):
         how = "as" if version >= 6 else "as its text, not"
@@ -294,6 +300,11 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     problem = _verdicts_problem(document, version)
     if problem is not None:
         return problem
+    blocks = [("report", document.disaggregated)] + [(f"report.ranks[{i}]", r.disaggregated) for i, r in enumerate(document.ranks)]
+    for where, block in blocks:
+        if block is not None and block.parts is not None and (block.parts.late_us is not msgspec.UNSET) != (version >= 7):
+            told = "not of" if version < 7 else "missing in"
+            return f"{where}.disaggregated.parts: late_us is a key of version 7, {told} version {version}"
     for i, rank in enumerate(document.ranks):
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"

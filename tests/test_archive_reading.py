@@ -513,3 +513,28 @@ def test_a_version_6_archive_still_reads(real, tmp_path):
     shown = run_cli("report", str(old), "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == doc
+
+
+@pytest.fixture(scope="module")
+def afd_pair(tmp_path_factory):
+    """The members of samples/afd-pair-graphs-dbo's archive: version 7's late_us and an FFN server."""
+    out = tmp_path_factory.mktemp("afd") / "afd.tar.gz"
+    assert run_cli("archive", str(SAMPLES / "afd-pair-graphs-dbo"), "-o", str(out)).returncode == 0
+    with tarfile.open(out) as tar:
+        return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def test_a_version_6_document_with_version_7_content_is_damage(afd_pair, tmp_path):
+    """Version 6 never wrote the FFN server's next step or the round trip's late receive: a document
+    numbered 6 that has them was written by neither, and is refused naming the first."""
+    doc = document(afd_pair)
+    assert doc["ranks"][1]["verdict"]["next_step"]["kind"] == "ffn_server"
+    doc["schema_version"] = 6
+    refused(build(tmp_path / "a.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "ffn_server is a word of version 7, not of version 6")  # fmt: skip
+    for r in [doc, *doc["ranks"]]:
+        for v in [r["verdict"], *(s["verdict"] for s in r["steps"]), *(p["verdict"] for p in r["phases"].values())]:
+            if v.get("next_step") and v["next_step"]["kind"] == "ffn_server":
+                v["next_step"]["kind"] = "one_microbatch"
+    refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "disaggregated.parts: late_us is a key of version 7, not of version 6")  # fmt: skip

@@ -458,7 +458,8 @@ class RoundTripParts(Struct):
     transfer_us: float | None
     ffn_us: float | None  # the FFN's compute and queueing
     wait_us: float | None  # the attention's receive kernel before the FFN began sending back
-    late_us: float | None = None  # of transfer_us, the FFN's answer waiting for the attention's receive to begin
+    # version 7: of transfer_us, the FFN's answer waiting for the attention's receive to begin
+    late_us: float | None | UnsetType = UNSET
     ffn_compute_us: float | None = None  # of ffn_us, the FFN's compute kernels
     ffn_queue_us: float | None = None  # of ffn_us, the rest: the FFN queueing or waiting
 

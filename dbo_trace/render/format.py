@@ -105,7 +105,7 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
         if b.parts.ffn_compute_us is not None:
             ffn = f"FFN compute {ms(b.parts.ffn_compute_us)}, FFN queueing or waiting {ms(b.parts.ffn_queue_us)}"
         late = ""
-        if b.parts.late_us is not None:
+        if isinstance(b.parts.late_us, float):
             late = f" ({ms(b.parts.late_us)} of it the FFN's answer waiting for the attention to post its receive)"
         lines.append(
             f"parts (medians over the {b.parts.matched} matched to the FFN's kernels): transfer {ms(b.parts.transfer_us)}"
