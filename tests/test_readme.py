@@ -45,3 +45,13 @@ def test_the_setup_makes_and_activates_a_virtual_environment_before_installing()
     first_pip = next(i for i, line in enumerate(lines) if "pip install" in line)
     before = " ".join(lines[:first_pip])
     assert "-m venv" in before and ("activate" in before), block
+
+
+@pytest.mark.parametrize("sample, start", [("two-gpu-overlap", "comm kernels +385%"), ("afd-eager", "27% cpu ops in afd_plugin")])
+def test_the_readmes_quoted_lines_are_real_output(sample, start):
+    """A line the README quotes inline (in backticks, wrapped) is what `report` prints, words joined."""
+    prose = " ".join(README.split())
+    quoted = prose[prose.index(f"`{start}") + 1 :]
+    quoted = quoted[: quoted.index("`")]
+    text = " ".join(RENDERERS["terminal"].render(analyze_paths([SAMPLES / sample], Options()), RenderOptions(width=100)).split())
+    assert quoted in text

@@ -191,7 +191,7 @@ GLOSSARY = "docs/glossary.md"  # every column and term of the report, explained
 # What an abbreviated column name means, for the one-line key under each table that has one (the
 # glossary has every column). A table's own meaning for a name comes first (KEYS_BY_TABLE).
 COLUMN_KEYS = {
-    "#": "--step number",
+    "#": "step number (--timeline FILE --step #)",
     "busy": "GPU busy",
     "comm": "comm kernel time",
     "hidden": "comm under compute",

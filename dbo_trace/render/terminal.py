@@ -375,8 +375,8 @@ class TerminalRenderer:
         )
         if len(rows) > MAX_STEP_ROWS:
             out.paragraph(
-                f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json lists all; --step takes a number, "
-                "a label, median or slowest)"
+                f"  ... {len(rows) - MAX_STEP_ROWS} more steps (--json lists all; --timeline FILE --step N draws "
+                "one: N a number, a label, median or slowest)"
             )
         _summaries(out, d, width)
         if options.host_stacks:
