@@ -192,3 +192,15 @@ def test_hostile_labels_stay_inert_in_the_afd_table_and_the_pairs():
         if flag == ["--json"]:
             (pair,) = json.loads(proc.stdout)["pairs"]
             assert (pair["on"], pair["off"]) == (HOSTILE, "g" + HOSTILE)
+
+
+def test_each_arms_warnings_name_their_arm():
+    """compare of two AFD arms: a warning from reading an arm (its roles, its missing FFN trace) says
+    which arm, so the same sentence for two arms is two lines a reader can tell apart."""
+    from conftest import SAMPLES, run_cli
+
+    proc = run_cli("compare", str(SAMPLES / "afd-eager"), str(SAMPLES / "afd-graphs-dbo"))
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "ran on one GPU" in line or "has no trace" in line]
+    assert lines and all(line.startswith(("dbo-trace: warning: afd-eager: ", "dbo-trace: warning: afd-graphs-dbo: ")) for line in lines)
+    assert any("afd-graphs-dbo: the manifest's ffn role has no trace" in line for line in lines)

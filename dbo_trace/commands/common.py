@@ -150,9 +150,11 @@ def warn(message: str) -> None:
     click.echo(f"dbo-trace: warning: {inert(message)}", err=True)
 
 
-def analyzed(paths: list[Path], options: Options, workers: int | None = None, ray: str | None = None) -> Report:
+def analyzed(
+    paths: list[Path], options: Options, workers: int | None = None, ray: str | None = None, arm: str | None = None
+) -> Report:
     """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/scale.py);
-    bad input is one line and exit 2; warnings go to stderr."""
+    bad input is one line and exit 2; warnings go to stderr, each naming the arm (compare's) it is of."""
     from dbo_trace.archive import is_archive
     from dbo_trace.pipeline import WORKERS_ENV, analyze_found, workers_for
     from dbo_trace.render.notes import note_text
@@ -175,5 +177,5 @@ def analyzed(paths: list[Path], options: Options, workers: int | None = None, ra
             n = workers_for(len(found.traces), workers, size)
             result = analyze_found(found, options, [str(p) for p in paths], n, progress)
     for warning in result.warnings:
-        warn(note_text(warning))
+        warn(note_text(warning) if arm is None else f"{arm}: {note_text(warning)}")
     return result

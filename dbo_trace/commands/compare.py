@@ -53,8 +53,8 @@ def run(request: CompareRequest) -> None:
     renderer = COMPARE_RENDERERS[request.format]
     names = request.names
     reports = []
-    for path in request.arms:
-        report = common.analyzed([path], Options(layers=request.layers), ray=request.ray)
+    for name, path in zip(names, request.arms):
+        report = common.analyzed([path], Options(layers=request.layers), ray=request.ray, arm=name)
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
