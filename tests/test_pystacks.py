@@ -440,3 +440,15 @@ def test_each_steps_frame_is_its_most_sampled_one() -> None:
         assert frame.project == (labels[best] if best >= 0 else None)
         assert frame.us == pytest.approx(totals[best]) and frame.sampled_us == pytest.approx(sum(totals.values()))
         assert rank.steps[k].host_frame == frame  # and the report carries it on the step
+
+
+def test_host_stacks_without_samples_says_so():
+    """--host-stacks on a recording without py-spy samples: the report as without it, and one line on
+    stderr saying there is no table to print (it printed nothing at all)."""
+    from conftest import SAMPLES, run_cli
+
+    plain = run_cli("report", str(SAMPLES / "overlap"))
+    asked = run_cli("report", "--host-stacks", str(SAMPLES / "overlap"))
+    assert asked.returncode == 0 and asked.stdout == plain.stdout
+    assert "--host-stacks: no rank has sampled Python stacks" in asked.stderr
+    assert "--host-stacks" not in run_cli("report", "--host-stacks", str(SAMPLES / "afd-eager")).stderr

@@ -186,6 +186,9 @@ def run(request: ReportRequest | ArchiveView) -> None:
         drawn_window(drawn[0], request.window)
     if request.layer is not None:
         check_layer(result, request.layer)
+    if request.host_stacks and not any(r.host_stacks is not None for r in result.ranks):
+        common.warn("--host-stacks: no rank has sampled Python stacks (py-spy's pystacks/ in a bundle "
+                    "`dbo-trace record` wrote), so there is no table to print")  # fmt: skip
     shown = RenderOptions(
         color=color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
