@@ -149,6 +149,9 @@ def test_an_afd_eager_arm_with_dbo_off_names_the_yield_ops_cost():
         assert f"costs {statistics.median(c['dur'] for c in calls) / 1000:.2f} ms per call" in step["text"]
         assert f"{per_step:.0f} calls per step" in step["text"] and "DBO is off" in step["text"]
         assert f"{share:.0%} of the step" in step["text"]
+    # its decode phase and every step name the same op: one rank, one next step
+    inner = [s["verdict"] for s in attention["steps"]] + [p["verdict"] for p in attention["phases"].values() if p["verdict"]["label"]]
+    assert inner and all(v["next_step"]["kind"] == "yield_op_cost" for v in inner)
 
 
 def test_time_slicing_evidence_names_the_mps_daemon():

@@ -166,6 +166,7 @@ class StepReports(LazyList[StepReport]):
         afd_shares: list[AfdShare] | None = None,
         host_frames: list[StepFrame | None] | None = None,
         role: str | None = None,
+        yield_op: YieldOps | None = None,
     ) -> None:
         super().__init__(len(table), self._step_alone)
         self.table = table
@@ -174,9 +175,10 @@ class StepReports(LazyList[StepReport]):
         self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
         self.host_frames = host_frames
         self.role = role  # the rank's in a disaggregated run: an FFN server's steps are judged as one
+        self.yield_op = yield_op  # the rank's yield op calls: a step's next step may be its cost
 
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
-        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames, self.role)
+        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames, self.role, self.yield_op)
 
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
@@ -201,7 +203,11 @@ class StepReports(LazyList[StepReport]):
         for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
             afd = None if self.afd_shares is None else self.afd_shares[i]
-            verdict = decide(Evidence(figures, microbatched=self.microbatched, causes=cause, afd_share=afd, role=self.role))
+            verdict = decide(
+                Evidence(
+                    figures, microbatched=self.microbatched, causes=cause, afd_share=afd, role=self.role, yield_op=self.yield_op
+                )
+            )
             self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],

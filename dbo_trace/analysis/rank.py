@@ -19,7 +19,7 @@ from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, union
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, ledger, operation_places, yield_op_calls
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, operation_places, yield_op_calls
 from dbo_trace.analysis.metrics import (
     MetricColumns,
     RoundTrips,
@@ -88,25 +88,28 @@ def analyze_rank(
     table = step_table(d, capture)
     whole = whole_window(d, table)
     role = dict(options.roles).get(os.path.normpath(tl.source))
+    yields = rank_yield_op_calls(d)
+    yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     phases = [
-        phase_report(d, table, phase=p, at=at, shares=shares, role=role) for p in PHASES if len(at := table.of_phase(p))
+        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op)
+        for p in PHASES
+        if len(at := table.of_phase(p))
     ]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
-    yields = rank_yield_op_calls(d)
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames, role),
+        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames, role, yield_op),
         total=whole.total,
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
@@ -141,7 +144,7 @@ def analyze_rank(
         ],
         capture=capture if capture.found else None,
         host_stacks=stacks,
-        yield_ops=yields.figures if yields is not None else None,
+        yield_ops=yield_op,
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
         detail=d,
     )
@@ -518,6 +521,7 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 def phase_report(
     d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None,
     role: str | None = None,
+    yield_op: YieldOps | None = None,
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
@@ -530,7 +534,7 @@ def phase_report(
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     evidence = Evidence(
         m, microbatched=d.microbatched, causes=causes, gpu=gpu_work_of(m, phase, len(steady)),
-        afd_share=shares.of(steady) if shares is not None else None, role=role,
+        afd_share=shares.of(steady) if shares is not None else None, role=role, yield_op=yield_op,
     )  # fmt: skip
     return PhaseReport(
         phase=phase,
