@@ -42,7 +42,9 @@ def test_a_long_runs_markdown_shows_each_ranks_first_steps_and_says_where_the_re
 def test_the_terminal_points_at_the_json_for_the_rest(tmp_path):
     path = many_steps(tmp_path / "run", 250)
     out = " ".join(run_cli("report", str(path)).stdout.split())  # the line as one, whatever the width
-    assert "... 230 more steps (--json lists all; --step takes a number, a label, median or slowest)" in out
+    assert "... 230 more steps (--json lists all; --timeline FILE --step N draws one: N a number, a label, median or slowest)" in out
+    drawn = run_cli("report", str(path), "--timeline", str(tmp_path / "step.png"), "--step", "slowest")
+    assert drawn.returncode == 0 and (tmp_path / "step.png").stat().st_size > 0  # the hint is a command that runs
 
 
 def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, monkeypatch):
