@@ -86,7 +86,6 @@ class Ledger:
     p90_us: float | None
     steps: list[StepLedger]
     layers: list[LayerHandovers]
-    yield_ops: YieldOps | None
     unprofiled: Unprofiled | None = None
 
     def _median(self, values: list[float]) -> float | None:
@@ -295,7 +294,7 @@ def ledger(
     step_index: np.ndarray,  # (n_reported,) int64: the reported steps' indices into step_start_us
     step_us: np.ndarray,  # (n_reported,) float64: their times as the per-step table gives them
     layers: int | None,
-    yield_calls: YieldOpCalls | None,  # the yield op's calls (yield_op_calls)
+    yield_calls: YieldOpCalls | None,  # the yield op's calls (yield_op_calls): its hand-overs where the log has none
     gpu_start: np.ndarray,  # (n_gpu,) float64
     gpu_end: np.ndarray,  # (n_gpu,) float64
     gpu_is_compute: np.ndarray,  # (n_gpu,) bool
@@ -373,7 +372,6 @@ def ledger(
         p90_us=_p90(h_lat.tolist()) if len(h_lat) else None,
         steps=step_rows,
         layers=_layer_rows(h_layer, h_lat, h_step),
-        yield_ops=y.figures if y is not None else None,
         unprofiled=unprofiled,
     )
 

@@ -1404,7 +1404,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         role_source=None if r.role_source is None else role_source_text(r.role_source),
         disaggregated=disaggregated_block(r.afd),
         host_stacks=rank_stacks_block(r.host_stacks, r.rank),
-        dbo_ledger=ledger_block(r.ledger, r.host_causes),
+        dbo_ledger=ledger_block(r.ledger, r.host_causes, r.yield_ops),
         comm_layers=layer_ops_block(r.operations_by_layer),
         sm_evidence=sm_evidence_block(r.sm_evidence),
     )

@@ -17,6 +17,7 @@ from dbo_trace.analysis.ledger import (
     RoundTripWhatIf,
     SmEvidence,
     WhatIf,
+    YieldOps,
 )
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
@@ -94,10 +95,11 @@ class LedgerBlock(_Block):
     steps: list[StepLedgerRow]
 
 
-def ledger_block(x: Ledger | None, causes: HostCauses | None) -> LedgerBlock | None:
+def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None) -> LedgerBlock | None:
+    """The rank's DBO ledger (None without one), with its yield op's calls (the rank's)."""
     if x is None:
         return None
-    u, y = x.unprofiled, x.yield_ops
+    u = x.unprofiled
     return LedgerBlock(
         source=x.source,
         handovers=x.handovers,
