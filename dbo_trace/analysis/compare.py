@@ -166,11 +166,7 @@ def _served(report: Report) -> list[RankReport]:
 def _afd_fields(afd: AfdRoundTrips) -> dict[str, Any]:
     """A disaggregated arm's round trip and its parts (analysis/roundtrips.py), as Arm's fields."""
     parts = afd.parts
-    have = set() if parts is None else set(vars(parts))
-
-    def part(name: str) -> float | None:  # a split the parts do not carry (yet) is unknown, not zero
-        return afd.median_part(name) if name in have else None
-
+    part = afd.median_part  # None without the parts, or where they do not carry a split; a wrong name raises
     return {
         "round_trip_us": afd.median_us,
         "round_trip_hidden_share": afd.hidden_share,

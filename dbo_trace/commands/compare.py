@@ -23,7 +23,7 @@ class CompareRequest:
     @property
     def format(self) -> str:
         """json, markdown or terminal (a suffix compare does not write shows the terminal table)."""
-        from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
+        from dbo_trace.render.compare import COMPARE_RENDERERS
 
         name = output_name(self.as_json, self.as_markdown, self.output)
         return name if name in COMPARE_RENDERERS else "terminal"
