@@ -70,9 +70,9 @@ Definitions (per arm, on the attention trace unless said):
   one CPU thread, i.e. one microbatch with DBO). A round trip = send kernel start to receive
   kernel end; its host lag = max(0, receive's launch call start - send kernel end). Reported:
   medians of the round trip, the host lag, the receive and send kernel durations; and, on the
-  receive op's CPU thread, which CPU op (`cpu_op` events) is innermost open during the lag, summed by name
-  over all round trips (`lag_by_innermost_op`, share of the total lag), with the top name's
-  median duration per call over the steps. Beside it, two other readings of the same wait (not
+  receive op's CPU thread, which CPU op (`cpu_op` events) is innermost open during the lag,
+  summed by name over all round trips (`lag_by_innermost_op`, share of the total lag), with the
+  top name's median duration per call over the steps. Beside it, two other readings of the same wait (not
   the definition): `median_recv_op_lag_us` = max(0, the receive op's start - the send kernel's
   end) and `median_send_end_to_recv_start_us` = the receive kernel's start - the send kernel's
   end (GPU side; includes the launch and the queue behind it). Graph arms' host lag is 0 by
