@@ -52,32 +52,32 @@ Definitions (per arm, on the attention trace unless said):
   graphs the GPU runs a step behind the CPU and the trace starts with the first step, so the
   first period lacks the previous step's GPU work (the first kernel starts ~4 ms after S does):
   it counts as idle. The definition keeps it; `steady` shows what it weighs.
-- **host_lag(bundle)**: the `ncclDevKernel_SendRecv` kernels of each step (the step whose
-  [start, next start) holds the kernel's launch call; the last step runs to the end of the
-  trace). Eager: a kernel is a send if its launch call ran inside a `vllm::afd_p2p_send` CPU op,
-  a receive inside `vllm::afd_p2p_recv`. Join: the launch call's `args."External id"` equals the
-  op's `External id` (the op is the innermost one open around the launch; time nesting on the
-  same thread cannot be used on the DBO arm: there the runtime events carry two thread ids for
-  the whole run and the CPU ops new ones every step). `join_check` says how many joins also hold
-  by time (the launch inside the op's [ts, ts+dur]). Graph arms: no CPU op is recorded inside a
-  replay; sends and receives are the data-plane SendRecv kernels (those without the
-  `Collective name` argument that torch.distributed's own control-plane sends carry), in start
-  order, given the order the eager arms show (`pattern_eager_holds`): `S R S R ...` with one
-  microbatch, `S S (R S R S) x (L-1) R R` with two (L = 27 layers, DeepSeek-V2-Lite's shape;
-  2 microbatches where a step has 4 x 27 data kernels; a step with neither 54 nor 108 is left
-  out, `steps_kernels_microbatches` counts them). Pairing: within a step the k-th send with the
-  k-th receive in start order (eager: `pairs_same_thread` counts the pairs whose two ops ran on
-  one CPU thread, i.e. one microbatch with DBO). A round trip = send kernel start to receive
-  kernel end; its host lag = max(0, receive's launch call start - send kernel end). Reported:
-  medians of the round trip, the host lag, the receive and send kernel durations; and, on the
-  receive op's CPU thread, which CPU op (`cpu_op` events) is innermost open during the lag,
-  summed by name over all round trips (`lag_by_innermost_op`, share of the total lag), with the
-  top name's median duration per call over the steps. Beside it, two other readings of the same wait (not
-  the definition): `median_recv_op_lag_us` = max(0, the receive op's start - the send kernel's
-  end) and `median_send_end_to_recv_start_us` = the receive kernel's start - the send kernel's
-  end (GPU side; includes the launch and the queue behind it). Graph arms' host lag is 0 by
-  construction: every replayed kernel's launch call is its step's one cudaGraphLaunch, issued
-  before any of its kernels ran.
+- **host_lag(bundle)**: the `ncclDevKernel_SendRecv` kernels of each step (the step whose [start,
+  next start) holds the kernel's launch call; the last step runs to the end of the trace). Eager: a
+  kernel is a send if its launch call ran inside a `vllm::afd_p2p_send` CPU op, a receive inside
+  `vllm::afd_p2p_recv`. Join: the launch call's `args."External id"` equals the op's `External id`
+  (the op is the innermost one open around the launch; time nesting on the same thread cannot be
+  used on the DBO arm: there the runtime events carry two thread ids for the whole run and the CPU
+  ops new ones every step). `join_check` says how many joins also hold by time (the launch inside
+  the op's [ts, ts+dur]). Graph arms: no CPU op is recorded inside a replay; sends and receives are
+  the data-plane SendRecv kernels (those without the `Collective name` argument that
+  torch.distributed's own control-plane sends carry), in start order, given the order the eager
+  arms show (`pattern_eager_holds`): `S R S R ...` with one microbatch, `S S (R S R S) x (L-1) R R`
+  with two (L = 27 layers, DeepSeek-V2-Lite's shape; 2 microbatches where a step has 4 x 27 data
+  kernels; a step with neither 54 nor 108 is left out, `steps_kernels_microbatches` counts them).
+  Pairing: within a step the k-th send with the k-th receive in start order (eager:
+  `pairs_same_thread` counts the pairs whose two ops ran on one CPU thread, i.e. one microbatch
+  with DBO). A round trip = send kernel start to receive kernel end; its host lag = max(0,
+  receive's launch call start - send kernel end). Reported: medians of the round trip, the host
+  lag, the receive and send kernel durations; and, on the receive op's CPU thread, which CPU op
+  (`cpu_op` events) is innermost open during the lag, summed by name over all round trips
+  (`lag_by_innermost_op`, share of the total lag), with the top name's median duration per call
+  over the steps. Beside it, two other readings of the same wait (not the definition):
+  `median_recv_op_lag_us` = max(0, the receive op's start - the send kernel's end) and
+  `median_send_end_to_recv_start_us` = the receive kernel's start - the send kernel's end (GPU
+  side; includes the launch and the queue behind it). Graph arms' host lag is 0 by construction:
+  every replayed kernel's launch call is its step's one cudaGraphLaunch, issued before any of its
+  kernels ran.
 """
 
 from __future__ import annotations
