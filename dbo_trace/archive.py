@@ -306,6 +306,10 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
             told = "not of" if version < 7 else "missing in"
             return f"{where}.disaggregated.parts: late_us is a key of version 7, {told} version {version}"
     for i, rank in enumerate(document.ranks):
+        for k, op in enumerate(rank.comm_operations):
+            if (op.exposed_fraction is not msgspec.UNSET) != (version >= 8):
+                told = "not of" if version < 8 else "missing in"
+                return f"report.ranks[{i}].comm_operations[{k}]: exposed_fraction is a key of version 8, {told} version {version}"
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:

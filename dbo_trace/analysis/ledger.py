@@ -489,6 +489,7 @@ class LayerOps:
     hidden_fraction: float | None  # of that time, under compute
     median_exposed_us: float  # the operations' median exposed times, added
     reason: str | None  # the reason of the operation with the most exposed time
+    exposed_fraction: float | None = None  # of the layer's time, not under compute: hidden_fraction's basis
 
 
 def operation_places(
@@ -534,6 +535,7 @@ def layer_operations(
     hidden_fraction: list[float | None],
     median_exposed_us: list[float],
     reason: list[str | None],
+    exposed_fraction: list[float | None] | None = None,
 ) -> list[LayerOps]:
     """The comm operations per layer (rows of operation_rows with their places), consecutive layers
     that say the same grouped into one row (first..last, the first layer's figures)."""
@@ -547,6 +549,9 @@ def layer_operations(
         busy = sum(median_us[i] for i in ix)
         known = [i for i in ix if hidden_fraction[i] is not None]
         hidden = sum(median_us[i] * (hidden_fraction[i] or 0.0) for i in known) if known else None
+        shares = exposed_fraction or [None] * len(layer)
+        told = [i for i in ix if shares[i] is not None]
+        exposed = sum(median_us[i] * (shares[i] or 0.0) for i in told) if told else None
         # the reason most of the layer's exposed time has: each operation's exposed time under its reason
         by_reason: dict[str, float] = {}
         for i in ix:
@@ -562,6 +567,7 @@ def layer_operations(
                 hidden_fraction=None if hidden is None or busy <= 0 else hidden / busy,
                 median_exposed_us=sum(median_exposed_us[i] for i in ix),
                 reason=max(by_reason, key=lambda k: by_reason[k]) if by_reason else None,
+                exposed_fraction=None if exposed is None or busy <= 0 else exposed / busy,
             )
         )
     grouped: list[LayerOps] = []
@@ -731,6 +737,14 @@ class RoundTripWhatIf(WhatIf):
     """Every round trip taking round_trip_us: each of a step's N round trips costs max(C, R)."""
 
     round_trip_us: float
+    compute_us: float = 0.0  # C: compute per microbatch (per round trip), which the model keeps
+    comm_us: float = 0.0  # R: the measured comm per round trip, which it replaces
+
+    @property
+    def compute_covers(self) -> bool:
+        """C already covers both R and the new round trip: the model changes nothing, whatever exposed
+        the comm (a held-back start, a dependency) is not the round trip's length."""
+        return self.compute_us >= max(self.comm_us, self.round_trip_us)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -753,7 +767,10 @@ def what_if_round_trip(*, step_us: float, round_trips: float, compute_us: float,
     """The step with every round trip taking round_trip_us: each of the N round trips moves from
     max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""
     delta = round_trips * (max(compute_us, comm_us) - max(compute_us, round_trip_us))
-    return RoundTripWhatIf(step_us=step_us, predicted_us=max(0.0, step_us - delta), round_trip_us=round_trip_us)
+    return RoundTripWhatIf(
+        step_us=step_us, predicted_us=max(0.0, step_us - delta), round_trip_us=round_trip_us, compute_us=compute_us,
+        comm_us=comm_us,
+    )  # fmt: skip
 
 
 def what_if_no_handovers(*, step_us: float, handover_us: float) -> WhatIf:

@@ -330,7 +330,7 @@ class RankAnalysis:
         ops = self.operations
         return layer_operations(
             [o.layer for o in ops], [o.median_us for o in ops], [o.hidden_fraction for o in ops],
-            [o.median_exposed_us for o in ops], [o.reason for o in ops],
+            [o.median_exposed_us for o in ops], [o.reason for o in ops], [o.exposed_fraction for o in ops],
         )  # fmt: skip
 
     def detailed(self) -> RankDetail:

@@ -26,6 +26,9 @@ class OperationRow:
     hidden_fraction: float | None  # of its busy time, under compute (all steps)
     median_exposed_us: float
     reason: str | None  # the exposure reason with the most time, where exposed
+    # of its busy time (all steps), exposed: the same basis as hidden_fraction, so that the two add up
+    # to the whole (the median exposed time is a median over steps and does not)
+    exposed_fraction: float | None = None
     layer: int | None = None  # its layer and role (dispatch/combine, send/recv): ledger.operation_places
     role: str | None = None
 
@@ -164,6 +167,7 @@ def operation_rows(
     group = np.repeat(np.arange(n_groups), sizes)
     median_busy = grouped_median(group, n_groups, busy)
     median_exposed = grouped_median(group, n_groups, exposed_of[seq])
+    exposed = np.add.reduceat(exposed_of[seq], heads)
     return [
         OperationRow(
             ubatch=ub,
@@ -173,8 +177,9 @@ def operation_rows(
             hidden_fraction=h / tot if tot > 0 else None,
             median_exposed_us=med_exp,
             reason=reason,
+            exposed_fraction=x / tot if tot > 0 else None,
         )
-        for ub, index, n, med, h, tot, med_exp, reason in zip(
+        for ub, index, n, med, h, tot, med_exp, reason, x in zip(
             g_ub[heads].tolist(),
             g_k[heads].tolist(),
             sizes.tolist(),
@@ -183,5 +188,6 @@ def operation_rows(
             total.tolist(),
             median_exposed.tolist(),
             reason_of,
+            exposed.tolist(),
         )
     ]

@@ -65,9 +65,10 @@ SCHEMA = "dbo-trace-report"
 # share of the wall clock), its window apart (window_us); stalls; figures and verdicts over the
 # steady state; a rank's host_stacks (only with sampled Python stacks); a rank's dbo_ledger,
 # comm_layers, sm_evidence and the run's what_if. 6: every verdict's reasons as {kind, borderline,
-# text} and its next_step; the labels graph-capture and gpu-bound, the findings graph_capture and gpu_bound
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = (3, 4, 5, 6, 7)  # what a review archive's report may have been written with
+# text} and its next_step; the labels graph-capture and gpu-bound, the findings graph_capture and gpu_bound.
+# 8: a comm operation's and a layer's exposed_fraction (hidden_fraction's basis: the two add up)
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = (3, 4, 5, 6, 7, 8)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -610,6 +611,7 @@ class CommOperation(Struct):
     reason: Reason | None
     layer: Count | None | UnsetType = UNSET  # version 5: its layer and role, where the layers tell them
     role: Role | None | UnsetType = UNSET
+    exposed_fraction: float | None | UnsetType = UNSET  # version 8: of its time (all steps), not under compute
 
 
 class NameCount(Struct):
@@ -1384,6 +1386,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
                 reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
                 layer=o.layer,
                 role=cast("Role | None", o.role),
+                exposed_fraction=_r(o.exposed_fraction, 4),
             )
             for o in r.operations
         ],

@@ -196,7 +196,7 @@ COLUMN_KEYS = {
     "comm": "comm kernel time",
     "hidden": "comm under compute",
     "exposed": "comm not under compute",
-    "host": "host-caused GPU idle",
+    "host": "host-caused GPU idle over the whole window (the verdict's test may be over time in steps)",
     "replays": "graph launches (kernels replayed)",
     "graph": "graph replayed",
     "time": "step period",
@@ -249,7 +249,7 @@ RANK_HEADER = [
     "steps",
     "GPU busy",
     "comm hidden",
-    "host-caused GPU idle",
+    "host-caused GPU idle (window)",
     "graph launches",
     "replayed kernels",
     "verdict",
@@ -500,8 +500,10 @@ def held_back_line(rank: RankBlock) -> str | None:
     holders = ", ".join(f"{name} x{h.kernels}" for name, h in zip(names, x.holders[:2]))
     return (
         f"rank {rank.rank} comm held back: {x.kernels} of {x.comm_kernels_examined} comm kernels were ready "
-        f"beside the other microbatch's compute but started as it ended, {ms(x.delay_us)} of delay "
-        f"(median {ms(x.median_delay_us)}): " + "; ".join(parts) + f". Held by: {holders}"
+        f"beside the other microbatch's compute but started as it ended, their starts delayed {ms(x.delay_us)} "
+        f"in all (median {ms(x.median_delay_us)} each; the delays overlap each other and the compute, so they add "
+        f"up past the exposed time they caused, which the exposed comm line splits): " + "; ".join(parts)
+        + f". Held by: {holders}"
     )
 
 
@@ -537,7 +539,15 @@ def sm_evidence_line(rank: RankBlock) -> str | None:
             f"registers and {_amount(x.left_threads)} threads left"
         )
     if x.comm is not None:
-        verdict = {True: "fits there by these counts", False: "does not fit there", None: "cannot be placed by these counts"}
+        verdict = {
+            # the counts are an upper bound: where they let it in but the trace shows it held back, say
+            # which of the two is the measurement, so the line does not contradict "no free SMs" above it
+            True: "fits there by these counts, yet the trace shows it did not start beside it: something these counts "
+            "leave out kept it off the SMs (allocation granularities, the shared-memory carveout the holder set, "
+            "the block scheduler)",
+            False: "does not fit there",
+            None: "cannot be placed by these counts",
+        }
         parts.append(f"one CTA of the comm kernel {cut(x.comm.name, 40)} ({shape(x.comm)}) {verdict[x.comm_fits]}")
     if x.comm_sms is not None:
         parts.append(f"the recording set VLLM_DBO_COMM_SMS={x.comm_sms}")
@@ -551,20 +561,32 @@ def sm_evidence_line(rank: RankBlock) -> str | None:
 RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, sm_evidence_line, comm_kernels_line, top_compute_line)
 
 
-OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "median exposed", "exposed mostly because")
+OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "exposed", "exposed mostly because")
+NOTHING_EXPOSED = 0.005  # an exposed share that rounds to 0%: no reason is given for it
+
+
+def exposed_cells(hidden: float | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> list[str]:
+    """Hidden and exposed as shares of one total (the operation's time over every step), so that they
+    add up; a document before version 8 has no exposed share: its median exposed time is shown."""
+    return [pct(hidden), pct(exposed) if isinstance(exposed, float) else ms(median_exposed_us)]
+
+
+def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> str:
+    """Why the exposed time was exposed; nothing where none was."""
+    from dbo_trace.analysis.exposure import REASON_SHORT
+
+    nothing = exposed < NOTHING_EXPOSED if isinstance(exposed, float) else (median_exposed_us or 0.0) < 5.0
+    return "-" if reason is None or nothing else REASON_SHORT.get(reason, reason)
 
 
 def operation_cells(op: CommOperation) -> list[str]:
-    from dbo_trace.analysis.exposure import REASON_SHORT
-
     return [
         "-" if op.ubatch < 0 else f"ub{op.ubatch}",
         f"{op.index + 1}: layer {op.layer} {op.role}" if isinstance(op.layer, int) else str(op.index + 1),
         str(op.steps),
         ms(op.median_us),
-        pct(op.hidden_fraction),
-        ms(op.median_exposed_us),
-        "-" if op.reason is None else REASON_SHORT[op.reason],
+        *exposed_cells(op.hidden_fraction, op.exposed_fraction, op.median_exposed_us),
+        exposed_reason(op.reason, op.exposed_fraction, op.median_exposed_us),
     ]
 
 
@@ -781,20 +803,17 @@ def layer_cells(row: LayerHandoverRow) -> list[str]:
     return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
 
 
-LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "median exposed", "exposed mostly because")
+LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "exposed", "exposed mostly because")
 
 
 def layer_ops_cells(row: LayerOpsRow) -> list[str]:
-    from dbo_trace.analysis.exposure import REASON_SHORT
-
     first, last = row.first_layer, row.last_layer
     return [
         str(first) if first == last else f"{first}-{last}",
         str(row.operations),
         ms(row.median_us),
-        pct(row.hidden_fraction),
-        ms(row.median_exposed_us),
-        "-" if row.reason is None else REASON_SHORT.get(row.reason, row.reason),
+        *exposed_cells(row.hidden_fraction, row.exposed_fraction, row.median_exposed_us),
+        exposed_reason(row.reason, row.exposed_fraction, row.median_exposed_us),
     ]
 
 

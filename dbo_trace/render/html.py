@@ -133,7 +133,7 @@ def _diagnosis(d: ReportDocument) -> str:
         if ops:
             out.append(
                 _folded(
-                    f"Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step order; medians over steps)",
+                    f"Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step order; time: median over steps; hidden, exposed: shares of all its time)",
                     _table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]),
                     "operations",
                 )

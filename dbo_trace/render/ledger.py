@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.ledger import (
@@ -162,6 +163,7 @@ class LayerOpsRow(_Block):
     hidden_fraction: float | None
     median_exposed_us: float | None
     reason: str | None
+    exposed_fraction: float | None | UnsetType = UNSET  # version 8: of the layer's time, not under compute
 
 
 def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
@@ -174,6 +176,7 @@ def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
             hidden_fraction=_r(x.hidden_fraction, 4),
             median_exposed_us=_r(x.median_exposed_us),
             reason=x.reason,
+            exposed_fraction=_r(x.exposed_fraction, 4),
         )
         for x in rows
     ]
@@ -253,6 +256,12 @@ ROUND_TRIP_MODEL = (
 def what_if_words(x: WhatIf) -> tuple[str, str]:
     """(what the model changed, its assumptions) in words."""
     if isinstance(x, RoundTripWhatIf):
+        if x.compute_covers:  # no effect: say why, where a reader sees exposed comm beside a +0%
+            return f"round trip {x.round_trip_us:g} us", (
+                f"{ROUND_TRIP_MODEL}; no change here: the compute per microbatch ({x.compute_us / 1000:.2f} ms) already "
+                f"covers the round trip ({x.comm_us / 1000:.2f} ms measured), so a shorter one hides nothing more: the "
+                "comm exposed here was exposed by something else (the exposed comm line says what)"
+            )
         return f"round trip {x.round_trip_us:g} us", ROUND_TRIP_MODEL
     if isinstance(x, CommSmsWhatIf):
         return f"{x.sms_reserved} of {x.sms} SMs reserved for comm", (

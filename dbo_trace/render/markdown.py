@@ -144,7 +144,7 @@ class MarkdownRenderer:
             ops = r.comm_operations
             if ops:
                 out += ["", f"<details><summary>Rank {r.rank} comm operations ({len(ops)}: per microbatch, in step "
-                        "order; medians over steps)</summary>", ""]  # fmt: skip
+                        "order; time: median over steps; hidden, exposed: shares of all its time)</summary>", ""]  # fmt: skip
                 out += md_table(list(OPERATION_HEADER), [operation_cells(op) for op in ops]) + ["", "</details>"]
             layers = comm_layers_of(r)
             if layers:

@@ -134,8 +134,9 @@ def cross_rank_summary(view: CrossRank) -> str:
     exposed = f"most exposed comm on rank {most_exposed} ({view.exposed_comm_us[most_exposed] / 1000:.2f} ms)"
     if not view.late_counts:
         return (
-            f"no straggler: the ranks started every step within {view.max_skew_us / 1000:.2f} ms of each other, "
-            f"under the {view.threshold_us / 1000:.2f} ms threshold ({threshold_basis(view)}); {exposed}"
+            f"no straggler at the steps' starts: the ranks started every step within {view.max_skew_us / 1000:.2f} ms "
+            f"of each other, under the {view.threshold_us / 1000:.2f} ms threshold ({threshold_basis(view)}); "
+            f"waits at collectives inside the steps are counted apart; {exposed}"
         )
     rank, times = max(view.late_counts.items(), key=lambda kv: kv[1])
     return (

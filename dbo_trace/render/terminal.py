@@ -193,7 +193,7 @@ def _operations(out: _Lines, d: ReportDocument) -> None:
         ops = r.comm_operations
         if ops:
             out.table(
-                f"rank {r.rank} comm operations (per microbatch, in step order; medians over steps)",
+                f"rank {r.rank} comm operations (per microbatch, in step order; time: median over steps; hidden, exposed: shares of all its time)",
                 _columns(OPERATION_HEADER, _OPERATION_KEEP, (OPERATION_HEADER[-1],), ("op",)),
                 [operation_cells(op) for op in ops[:MAX_OPERATION_ROWS]],
             )
