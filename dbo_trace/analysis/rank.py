@@ -14,6 +14,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES,
 from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.disaggregated import RoundTripShares, rank_round_trips
+from dbo_trace.analysis.effect import SpanParts, span_of, span_parts
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
@@ -146,6 +147,7 @@ def analyze_rank(
         host_stacks=stacks,
         yield_ops=yield_op,
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
+        span_parts=rank_span_parts(d, table),
         detail=d,
     )
 
@@ -225,6 +227,19 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
         ),
         window_us=(lo, hi),
     )
+
+
+def rank_span_parts(d: RankDetail, table: StepTable) -> SpanParts | None:
+    """Its steady steps' mean period cut into parts (analysis/effect.py): what `compare` takes apart."""
+    span = span_of(table.start_us, ~table.stalled)
+    if span is None:
+        return None
+    tl = d.timeline
+    lo, hi, n = span
+    return span_parts(
+        d.partition, lo, hi, n, start=tl.gpu.start, end=tl.gpu.end, name=tl.gpu.name,
+        compute=d.kernel_kind == c.COMPUTE, names=tl.names,
+    )  # fmt: skip
 
 
 def rank_layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:
