@@ -46,7 +46,7 @@ from dbo_trace.analysis.stalls import (
     step_periods,
     top_compile_names,
 )
-from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.steps import PHASES, vllm_steps
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -230,8 +230,19 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
 
 
 def rank_span_parts(d: RankDetail, table: StepTable) -> SpanParts | None:
-    """Its steady steps' mean period cut into parts (analysis/effect.py): what `compare` takes apart."""
-    span = span_of(table.start_us, ~table.stalled)
+    """Its steady steps' mean period cut into parts (analysis/effect.py): what `compare` takes apart.
+    The steps start where vLLM's `execute_*` annotations do, where the trace has them (an event log's
+    steps start inside them, at a phase that differs with DBO on and off), else at the step source's;
+    a step inside a stalled step's window is not steady."""
+    starts, steady = table.start_us, ~table.stalled
+    marked = vllm_steps(d.timeline)
+    if marked is not None and len(marked) >= 2:
+        stalled = table.stalled
+        inside = np.zeros(len(marked), bool)
+        for lo, hi in zip(table.start_us[stalled].tolist(), table.end_us[stalled].tolist()):
+            inside |= (marked.start >= lo) & (marked.start < hi)
+        starts, steady = marked.start, ~inside
+    span = span_of(starts, steady)
     if span is None:
         return None
     tl = d.timeline

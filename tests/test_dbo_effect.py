@@ -1,0 +1,217 @@
+"""`compare` pairs like with like and takes DBO's effect apart (issue 51; docs/analysis.md, "Does DBO
+pay: the effect taken apart"). The parts are checked against a count made here from the raw traces
+in plain Python (gzip + json, unions of intervals), not through dbo_trace; pairing by load on copies
+of the shipped bundles whose manifests' load is edited, given in shuffled order."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, run_cli
+from test_inert import HOSTILE, assert_no_raw_controls, check_markdown
+
+from dbo_trace.render.layout import cells
+
+OFF, ON = SAMPLES / "afd-graphs", SAMPLES / "afd-pair-graphs-dbo"
+
+
+# ---- an independent count from the raw trace ---------------------------------------------------------
+
+
+def _union(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _clip(iv: list[tuple[float, float]], lo: float, hi: float) -> float:
+    return sum(max(0.0, min(e, hi) - max(s, lo)) for s, e in iv)
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """a less b, both unions."""
+    out, j = [], 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def _events(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def _count(bundle: Path) -> dict[str, float]:
+    """Per step (us) over [first execute_* start, last one's): compute (non-NCCL kernels), comm alone
+    (NCCL less compute), copy alone, idle; the FFN's compute over the same span where it is traced."""
+    (trace,) = (bundle / "traces").glob("*.json.gz")
+    ev = _events(trace)
+    starts = sorted(e["ts"] for e in ev if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("execute_"))
+    lo, hi, n = starts[0], starts[-1], len(starts) - 1
+    kern = [e for e in ev if e.get("cat") == "kernel"]
+    comp = _union([(e["ts"], e["ts"] + e["dur"]) for e in kern if not e["name"].startswith("nccl")])
+    comm = _union([(e["ts"], e["ts"] + e["dur"]) for e in kern if e["name"].startswith("nccl")])
+    copies = _union([(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("gpu_memcpy", "gpu_memset")])
+    busy = _union(comp + comm + copies)
+    out = {
+        "compute_us": _clip(comp, lo, hi) / n,
+        "comm_alone_us": _clip(_minus(comm, comp), lo, hi) / n,
+        "copy_us": _clip(_minus(copies, _union(comp + comm)), lo, hi) / n,
+        "idle_us": (hi - lo - _clip(busy, lo, hi)) / n,
+        "median_us": statistics.median(b - a for a, b in zip(starts, starts[1:])),
+    }
+    peer = list((bundle / "peer" / "traces").glob("*.json.gz")) if (bundle / "peer" / "traces").is_dir() else []
+    if peer:
+        fev = _events(peer[0])
+        fk = [e for e in fev if e.get("cat") == "kernel" and not e["name"].startswith("nccl")]
+        # both traces' clocks: baseTimeNanoseconds (the same here, checked by the reader)
+        out["ffn_compute_us"] = _clip(_union([(e["ts"], e["ts"] + e["dur"]) for e in fk]), lo, hi) / n
+    return out
+
+
+@pytest.fixture(scope="module")
+def effect_json():
+    proc = run_cli("compare", "--json", "--label", "graphs", "--label", "graphs+dbo", str(OFF), str(ON))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_parts_match_a_plain_count(effect_json):
+    (pair,) = effect_json["pairs"]
+    e = pair["effect"]
+    for side, bundle in (("off", OFF), ("on", ON)):
+        truth, got = _count(bundle), e[side]
+        for part in ("compute_us", "comm_alone_us", "copy_us"):
+            assert got[part] == pytest.approx(truth[part], abs=1.0), (side, part)
+        assert got["host_idle_us"] + got["dependency_idle_us"] == pytest.approx(truth["idle_us"], abs=1.0)
+    assert e["on"]["ffn"]["compute_us"] == pytest.approx(_count(ON)["ffn_compute_us"], abs=1.0)
+    assert e["off"]["ffn"] is None  # afd-graphs holds the attention's trace alone
+    # graphs+DBO at 16 in flight: compute grows, the exposed round trip shrinks (issue 51's table)
+    assert e["changes_us"]["compute_us"] > 2000 and e["changes_us"]["comm_alone_us"] < -2000
+
+
+def test_the_parts_add_up(effect_json):
+    """To the change of the mean period exactly; to the median's within the residual stated."""
+    e = effect_json["pairs"][0]["effect"]
+    c = e["changes_us"]
+    total = c["compute_us"] + c["comm_alone_us"] + c["copy_us"] + c["idle_us"]
+    assert total == pytest.approx(e["parts_sum_us"], abs=0.01)
+    assert e["parts_sum_us"] == pytest.approx(e["on"]["period_us"] - e["off"]["period_us"], abs=0.01)
+    assert e["parts_sum_us"] == pytest.approx(e["mean_change_us"], abs=0.01)
+    assert e["residual_us"] == pytest.approx(e["parts_sum_us"] - e["median_change_us"], abs=0.01)
+    assert abs(e["residual_us"]) < 300  # 19 periods a side: mean and median within 0.3 ms here
+    (kernel,) = [k for k in e["kernels"] if "FlashAttnFwdSm90" in k["name"]]
+    assert kernel["off"]["median_us"] < 14 < 18 < kernel["on"]["median_us"]  # half the batch, a slower call
+
+
+def test_the_conclusion_comes_first(effect_json, monkeypatch):
+    (said,) = effect_json["conclusions"]
+    assert said.startswith("graphs+dbo against graphs: DBO does not pay: its cost (+")
+    assert "exceeds the comm it hides" in said and "tokens" not in said
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run_cli("compare", "--label", "graphs", "--label", "graphs+dbo", str(OFF), str(ON)).stdout
+    assert text.startswith("graphs+dbo against graphs: DBO does not pay")
+    assert max(map(cells, text.splitlines())) <= 80
+    md = run_cli("compare", "--markdown", "--label", "graphs", "--label", "graphs+dbo", str(OFF), str(ON)).stdout
+    assert md.startswith("**graphs+dbo against graphs: DBO does not pay")
+
+
+# ---- like with like ------------------------------------------------------------------------------------
+
+
+def _at_load(tmp_path: Path, bundle: Path, name: str, concurrency: int | None) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(bundle, folder)
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text())
+    if concurrency is None:
+        m.pop("load", None)
+    else:
+        m["load"]["concurrency"] = concurrency
+    path.write_text(json.dumps(m))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def loads(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loads")
+    return {
+        "g16": _at_load(tmp, OFF, "g16", 16),
+        "d16": _at_load(tmp, ON, "d16", 16),
+        "g32": _at_load(tmp, OFF, "g32", 32),
+        "d32": _at_load(tmp, ON, "d32", 32),
+    }
+
+
+def test_pairs_by_load_in_any_order(loads):
+    order = ["d32", "g16", "d16", "g32"]  # the old pairing took the first DBO-off arm: d32 with g16
+    proc = run_cli("compare", "--json", *(str(loads[k]) for k in order))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    pairs = {p["on"]: p["off"] for p in out["pairs"]}
+    assert pairs == {"d32": "g32", "d16": "g16"}
+    assert not any(p["per_token"] for p in out["pairs"]) and not any(a["per_token"] for a in out["arms"])
+    groups = {a["label"]: a["load_group"] for a in out["arms"]}
+    assert groups == {"d32": 0, "g32": 0, "g16": 1, "d16": 1}  # by load, in the order loads first come
+    base = {a["label"]: a["call"] for a in out["arms"]}
+    assert base["d32"] is None and base["g16"] is None  # each load's first arm is its baseline
+    assert len(out["conclusions"]) == 2
+
+
+def test_an_arm_without_a_partner_says_why(loads, monkeypatch):
+    proc = run_cli("compare", "--json", str(loads["g16"]), str(loads["d32"]))
+    out = json.loads(proc.stdout)
+    (pair,) = out["pairs"]
+    assert pair["off"] is None and pair["effect"] is None and out["conclusions"] == []
+    (why,) = pair["unpaired"]
+    assert why["key"] == "load" and why["off_value"]["concurrency"] == 16 and why["on_value"]["concurrency"] == 32
+    d32 = next(a for a in out["arms"] if a["label"] == "d32")
+    assert d32["change"] is None and not d32["per_token"]  # no change across loads, per token or not
+    monkeypatch.setenv("COLUMNS", "200")
+    text = " ".join(run_cli("compare", str(loads["g16"]), str(loads["d32"])).stdout.split())
+    assert "g16 ran another load (16 in flight, 128 in / 48 out against 32 in flight, 128 in / 48 out)" in text
+
+
+def test_without_a_declared_load_the_trace_tells(loads):
+    """No manifest load: the steady decode steps' median decode requests (16 on both) pair them."""
+    bare = _at_load(loads["g16"].parent, OFF, "g-bare", None)
+    out = json.loads(run_cli("compare", "--json", str(bare), str(loads["d16"])).stdout)
+    (pair,) = out["pairs"]
+    assert pair["off"] == "g-bare" and pair["load_known"]
+    bare_arm = next(a for a in out["arms"] if a["label"] == "g-bare")
+    assert bare_arm["ran_with"]["load"] == {"concurrency": None, "input_len": None, "output_len": None, "decode_requests": 16.0}
+
+
+def test_hostile_labels_stay_inert(monkeypatch):
+    arms = ["--label", HOSTILE, "--label", "dbo", str(OFF), str(ON)]
+    for flag in ([], ["--markdown"], ["--json"]):
+        proc = run_cli("compare", *flag, *arms)
+        assert proc.returncode == 0, proc.stderr
+        assert_no_raw_controls(proc.stdout)
+        assert "W" * 200 not in re.sub(r"\s", "", proc.stdout)
+        if flag == ["--markdown"]:
+            check_markdown(proc.stdout)
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run_cli("compare", *arms).stdout
+    assert "DBO does not pay" in text.split("\n\n")[0]
+    assert max(map(cells, text.splitlines())) <= 80
