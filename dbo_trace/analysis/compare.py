@@ -28,7 +28,7 @@ from dbo_trace.analysis.periods import last_index, steady_periods
 from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.roles import FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.steps import DECODE, PHASES, decode_requests
+from dbo_trace.analysis.steps import PHASES
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Unprofiled
 
@@ -128,13 +128,7 @@ class Load:
 def load_of(report: Report, declared: object = None) -> Load:
     """An arm's load: declared (a manifest's `load` dict: concurrency, input_len, output_len), and the
     steady decode steps' median decode requests from the served ranks' vLLM annotations."""
-    counts = [
-        n
-        for r in _served(report)
-        for st in r.steps
-        if st.stall is None and st.phase == DECODE and (n := decode_requests(st.label)) is not None
-    ]
-    median = float(np.median(counts)) if counts else None
+    median = next((r.decode_requests for r in _served(report) if r.decode_requests is not None), None)
     load = declared if isinstance(declared, dict) else {}
 
     def whole(key: str) -> int | None:

@@ -324,6 +324,7 @@ class RankAnalysis:
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
     span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/effect.py), for compare
+    decode_requests: float | None = None  # its steady decode steps' median decode requests (vLLM's annotations)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property

@@ -64,6 +64,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
             [
                 a.label,
                 a.phase,
+                load_text(a.ran_with.load if a.ran_with is not None else None),
                 _steps_cell(a),
                 _spread_cell(a),
                 ms(a.window_median_us) if _window_differs(a) else "-",
@@ -112,10 +113,12 @@ def _spread_cell(a: Arm) -> str:
 def noise_line(arms: list[Arm]) -> str:
     """Per phase, which arms changed beyond noise against the first, with the pairs behind it."""
     parts = []
-    for phase in dict.fromkeys(a.phase for a in arms):
-        rows = [a for a in arms if a.phase == phase]
+    for phase, group in dict.fromkeys((a.phase, a.load_group) for a in arms):
+        rows = [a for a in arms if a.phase == phase and a.load_group == group]
         said = [_said(a) for a in rows[1:]]
-        parts.append(f"{'all steps' if phase == ALL_STEPS else phase + ' steps'} against {rows[0].label}: " + ", ".join(said))
+        at = f" at {load_text(rows[0].ran_with.load if rows[0].ran_with else None)}" if several_loads(arms) else ""
+        what = "all steps" if phase == ALL_STEPS else phase + " steps"
+        parts.append(f"{what}{at} against {rows[0].label}: " + (", ".join(said) if said else "no other arm"))
     return (
         "; ".join(parts)
         + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
@@ -213,7 +216,7 @@ AFD_NOTE = (
 
 # ---- DBO's effect per pair --------------------------------------------------------------------------------
 
-PAIR_TITLE = "DBO's effect per pair: DBO on against DBO off, one cudagraph mode (step periods, start to start)"
+PAIR_TITLE = "DBO's effect per pair: DBO on against DBO off at one load, GPU sharing and cudagraph mode (step periods, start to start)"
 PAIR_COLUMNS = [
     Column("pair", right=False, wrap=True),
     Column("steps of", right=False, keep=2),
@@ -466,10 +469,12 @@ PAIR_NOTE = (
 
 
 def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
-    rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
+    keep = [i for i in range(len(COLUMNS)) if i != LOAD_COLUMN or several_loads(arms)]
+    named = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
+    rows = [[r[i] for i in keep] for r in named]
     said = conclusions(pairs)
     out = [f"**{markdown_text(line)}**" for line in said] + ([""] if said else [])
-    out += md_table(HEADER, rows)
+    out += md_table([HEADER[i] for i in keep], rows)
     out += ["", markdown_text(noise_line(arms)), ""]
     afd = _afd_rows(arms, unprofiled)
     if afd:
@@ -578,6 +583,7 @@ def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[
 COLUMNS = [
     Column("arm", right=False, wrap=True),
     Column("steps of", right=False),
+    Column("load", right=False, wrap=True),
     Column("steps", keep=6),
     Column("step period ms: median (p90, max)"),
     Column("window median", keep=1),
@@ -589,6 +595,12 @@ COLUMNS = [
     Column("verdict", right=False),
 ]
 HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
+LOAD_COLUMN = 2
+
+
+def several_loads(arms: list[Arm]) -> bool:
+    """Arms of more than one load: the table shows each arm's (its change is against its load's first)."""
+    return any(a.load_group for a in arms)
 
 
 def render_terminal(
@@ -603,6 +615,8 @@ def render_terminal(
     shown = list(range(len(COLUMNS)))
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
+    if not several_loads(arms):
+        shown.remove(LOAD_COLUMN)
     lines = [line for said in conclusions(pairs) for line in wrap(terminal_text(said), width, "", "  ")]
     lines += [""] if lines else []
     lines += table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
