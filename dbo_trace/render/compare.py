@@ -344,6 +344,11 @@ def conclusion(p: Pair) -> str | None:
             return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each){shape}"
         said = {"DBO faster": "DBO pays", "DBO slower": "DBO does not pay"}.get(out, "DBO's change is within noise")
         return head + f"{said} by the step period {_measured(p, None)}{shape}; its parts are not measured"
+    if e.call == PAYS and e.hidden_us < 5.0:
+        return head + (
+            f"DBO pays, though it hid no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
+            f"{_ms_signed(e.comm_alone_change_us)}, idle {_ms_signed(e.idle_change_us)} ms a step {_measured(p, e)}{shape}"
+        )
     if e.call == PAYS:
         return head + (
             f"DBO pays: it removed {e.hidden_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
@@ -413,13 +418,18 @@ def effect_rows(e: Effect) -> list[list[str]]:
         _part_row("idle, dependency", a.dependency_idle_us, b.dependency_idle_us),
         _part_row("mean period (the parts' sum)", a.period_us, b.period_us),
     ]
-    if a.ffn is not None and b.ffn is not None:
-        rows += [
-            _part_row("FFN GPU: compute", a.ffn.compute_us, b.ffn.compute_us),
-            _part_row("FFN GPU: comm and copy alone", a.ffn.other_busy_us, b.ffn.other_busy_us),
-            _part_row("FFN GPU: idle", a.ffn.idle_us, b.ffn.idle_us),
-        ]
+    if a.ffn is not None or b.ffn is not None:  # one arm's alone where the other holds no FFN trace
+        for what, key in (("compute", "compute_us"), ("comm and copy alone", "other_busy_us"), ("idle", "idle_us")):
+            x = None if a.ffn is None else float(getattr(a.ffn, key))
+            y = None if b.ffn is None else float(getattr(b.ffn, key))
+            rows.append(
+                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else _ms_signed(y - x)]
+            )
     return rows
+
+
+def ms_cell(us_value: float | None) -> str:
+    return "-" if us_value is None else f"{us_value / 1000:.2f}"
 
 
 def effect_sum_line(e: Effect) -> str:
