@@ -285,7 +285,10 @@ def pair_lines(pairs: list[Pair]) -> list[str]:
                 f"({', '.join((p.off, *p.others))}); give the one to pair with first"
             )
         if p.off is not None and not p.load_known and p.phase == ALL_STEPS:
-            out.append(f"{p.on} and {p.off}: neither a declared load nor vLLM's step annotations tell their loads apart")
+            out.append(
+                f"{p.on} and {p.off}: paired without knowing that they ran one load (a declared load or vLLM's step "
+                "annotations on both would tell)"
+            )
     return out
 
 
