@@ -337,3 +337,20 @@ def test_the_words_of_each_call():
     few = _pair(_parts(1000, 5000, 1000, 0), _parts(3000, 3000, 1000, 0), 7000, 7010, None)
     assert "too few steps to tell whether DBO pays" in (conclusion(few) or "")
     assert "token" not in " ".join(conclusion(p) or "" for p in (pays, costs, noise, few))
+
+
+def test_a_manifest_load_that_is_no_count_is_not_declared(loads):
+    """A load's values from the manifest are counts or nothing: text, floats, booleans and negative
+    numbers are no declared load (the trace's decode counts then decide), and nothing of them shows."""
+    folder = loads["g16"].parent / "g-hostile"
+    shutil.copytree(OFF, folder)
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text())
+    m["load"] = {"concurrency": "\x1b[31m32", "input_len": 12.5, "output_len": True}
+    path.write_text(json.dumps(m))
+    out = json.loads(run_cli("compare", "--json", str(folder), str(loads["d16"])).stdout)
+    load = next(a for a in out["arms"] if a["label"] == "g-hostile")["ran_with"]["load"]
+    assert load == {"concurrency": None, "input_len": None, "output_len": None, "decode_requests": 16.0}
+    assert {p["on"]: p["off"] for p in out["pairs"]} == {"d16": "g-hostile"}
+    text = run_cli("compare", str(folder), str(loads["d16"])).stdout
+    assert_no_raw_controls(text)
