@@ -7,8 +7,10 @@ the ranks' k-th periods. Where both arms have token counts per step, steps are p
 (token buckets both arms have), and where their sizes still differ the time per token is compared.
 The change against the first arm is the ratio of the medians, with a seeded percentile-bootstrap 95%
 interval; it is "beyond noise" only when the interval excludes no change and each arm has at least
-MIN_STEPS steps (docs/analysis.md, "compare"). DBO's effect is the same change per pair: an arm with
-DBO on against the arm with DBO off and the same cudagraph mode (dbo_pairs).
+MIN_STEPS steps (docs/analysis.md, "compare"). Arms of several loads are grouped by load, each
+against the first arm of its load (load_groups). DBO's effect is the same change per pair: an arm
+with DBO on against the arm with DBO off at the same load, GPU sharing and cudagraph mode
+(dbo_pairs), taken apart per step where both arms have their parts (analysis/effect.py).
 """
 
 from __future__ import annotations
