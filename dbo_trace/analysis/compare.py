@@ -572,7 +572,8 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
             vs = _against(on, off)
             t = (tpot[off.label], tpot[on.label]) if off.label in tpot and on.label in tpot else None
             rt = (off.round_trip_us, on.round_trip_us) if off.round_trip_us and on.round_trip_us is not None else None
-            known = w.load is not None and w.load.known and off.ran_with is not None and off.ran_with.load is not None and off.ran_with.load.known
+            off_load = off.ran_with.load if off.ran_with is not None else None
+            known = w.load is not None and w.load.known and off_load is not None and off_load.known
             out.append(
                 Pair(
                     phase, on.label, off.label, graphs, tuple(a.label for a in fits[1:]),

@@ -112,7 +112,15 @@ def span_parts(
 
 
 def kernel_calls(
-    lo: float, hi: float, periods: int, *, start: np.ndarray, end: np.ndarray, name: np.ndarray, compute: np.ndarray, names: list[str]
+    lo: float,
+    hi: float,
+    periods: int,
+    *,
+    start: np.ndarray,
+    end: np.ndarray,
+    name: np.ndarray,
+    compute: np.ndarray,
+    names: list[str],
 ) -> tuple[KernelCalls, ...]:
     """Per compute kernel name, the calls that start inside [lo, hi): time and calls per step, median
     call; the TOP_KERNELS names by time per step."""

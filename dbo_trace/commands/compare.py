@@ -62,7 +62,11 @@ def run(request: CompareRequest) -> None:
         warn(shape_text(diff))
     phases = shared_phases(reports)
     compared = compare_arms(
-        [a for name, rep, path in zip(names, reports, request.arms) for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)))]
+        [
+            a
+            for name, rep, path in zip(names, reports, request.arms)
+            for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)))
+        ]
     )
     unprofiled = unprofiled_arms(names, reports)
     pairs = dbo_pairs(compared, unprofiled)

@@ -216,7 +216,9 @@ AFD_NOTE = (
 
 # ---- DBO's effect per pair --------------------------------------------------------------------------------
 
-PAIR_TITLE = "DBO's effect per pair: DBO on against DBO off at one load, GPU sharing and cudagraph mode (step periods, start to start)"
+PAIR_TITLE = (
+    "DBO's effect per pair: DBO on against DBO off at one load, GPU sharing and cudagraph mode (step periods, start to start)"
+)
 PAIR_COLUMNS = [
     Column("pair", right=False, wrap=True),
     Column("steps of", right=False, keep=2),
