@@ -255,12 +255,21 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
-    Each arm is a bundle, a trace or a folder of traces. Per arm: step time
-    (mean ± standard deviation over every step of every rank and window) and
-    its change against the first arm, round trips per layer and their cost,
-    hidden comm, graph replay share, and which differences are within noise;
-    then the same per phase (prefill, decode, mixed) where vLLM's step
+    Each arm is a bundle, a trace or a folder of traces. Per arm: the step
+    period (median of the steady steps, start to start) and its change
+    against the first arm of the same load, round trips per layer and their
+    cost, hidden comm, graph replay share, and which differences are within
+    noise; then the same per phase (prefill, decode, mixed) where vLLM's step
     annotations give phases in every arm.
+
+    \b
+    A DBO arm pairs with the DBO-off arm of the same load (requests in
+    flight and lengths from the manifest, else decode requests a step within
+    10%), GPU sharing (MPS) and cudagraph mode; an arm without a partner says
+    which differs. Per pair, first: whether DBO pays by the measured change,
+    then its change taken apart per step on each role's GPU (compute, comm
+    alone, idle host-caused and dependency, the FFN's GPU with its trace) and
+    the kernels whose time per call changed.
     """
     from dbo_trace.commands import compare as command
 

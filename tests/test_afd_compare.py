@@ -83,7 +83,8 @@ def test_each_arm_against_the_raw_files(compared, truth):
     assert timed["eager+dbo"]["profiler_overhead"] > 0.5 and abs(timed["graphs"]["profiler_overhead"]) < 0.05
     ran = {label: arms[label]["ran_with"] for label in ARMS}
     assert ran["graphs"] == {"graphs": True, "graph_mode": "FULL_DECODE_ONLY", "dbo": False, "told_by": "settings",
-                             "microbatched": False, "mps": None}  # fmt: skip  (the manifest's bare mps: true is unverified)
+                             "microbatched": False, "mps": None,
+                             "load": {"concurrency": 16, "input_len": 128, "output_len": 48, "decode_requests": 16.0}}  # fmt: skip  (the manifest's bare mps: true is unverified)
     assert (ran["graphs+dbo"]["dbo"], ran["graphs+dbo"]["microbatched"], ran["eager+dbo"]["graph_mode"]) == (True, True, "eager")
 
 
@@ -105,7 +106,10 @@ def test_the_tables_say_it(monkeypatch, truth):
     text = run_cli("compare", *args, *(str(b) for b in ARMS.values())).stdout
     row = next(line for line in text.splitlines() if line.lstrip().startswith("graphs+dbo vs graphs"))
     assert "FULL_DECODE_ONLY" in row and "DBO slower" in row
-    assert "eager+dbo (all steps): no arm with DBO off and the same cudagraph mode (eager)" in text
+    assert (
+        "eager+dbo (all steps, 16 in flight, 128 in / 48 out): no DBO-off arm of the same load, GPU sharing and "
+        "cudagraph mode to pair it with: graphs ran another cudagraph mode (FULL_DECODE_ONLY against eager)"
+    ) in " ".join(text.split())
     afd = next(line for line in text.splitlines() if line.lstrip().startswith("eager+dbo ") and "DBO on" in line)
     t = truth["eager+dbo"]  # TPOT and the profiler's overhead beside the round trip
     assert f"{t['tpot_ms']:.2f} ms" in afd and f"{100 * t['overhead']:+.0f}%" in afd

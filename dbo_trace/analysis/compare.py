@@ -7,8 +7,10 @@ the ranks' k-th periods. Where both arms have token counts per step, steps are p
 (token buckets both arms have), and where their sizes still differ the time per token is compared.
 The change against the first arm is the ratio of the medians, with a seeded percentile-bootstrap 95%
 interval; it is "beyond noise" only when the interval excludes no change and each arm has at least
-MIN_STEPS steps (docs/analysis.md, "compare"). DBO's effect is the same change per pair: an arm with
-DBO on against the arm with DBO off and the same cudagraph mode (dbo_pairs).
+MIN_STEPS steps (docs/analysis.md, "compare"). Arms of several loads are grouped by load, each
+against the first arm of its load (load_groups). DBO's effect is the same change per pair: an arm
+with DBO on against the arm with DBO off at the same load, GPU sharing and cudagraph mode
+(dbo_pairs), taken apart per step where both arms have their parts (analysis/effect.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dbo_trace.analysis.attribution import SOURCE_NONE
+from dbo_trace.analysis.effect import Effect, SpanParts, effect_of
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.periods import last_index, steady_periods
 from dbo_trace.analysis.model import RankReport, Report, StepReport
@@ -36,6 +39,7 @@ BOOTSTRAP = 2000  # resamples for the change's interval
 SEED = 0  # the bootstrap's seed: the same arms give the same interval
 TOKEN_BUCKETS_PER_DOUBLING = 4  # step shapes: token counts within ~19% share a bucket
 SIZES_DIFFER = 0.10  # arms whose median tokens per step differ by more are compared per token
+LOADS_DIFFER = 0.10  # arms whose median decode requests per step differ by more ran different loads
 BEYOND, WITHIN, TOO_FEW = "beyond noise", "within noise", "too few steps"
 
 
@@ -93,11 +97,63 @@ class Arm:
     compute_per_microbatch_us: float | None = None  # median step compute busy / round trips
     round_trip_exposed_us: float | None = None  # median round trip less its hidden time
     round_trip_criterion_ratio: float | None = None  # compute per microbatch / exposed
+    # schema 7: the load group the arm's change is against the first of, and its step's parts
+    load_group: int = 0  # arms of one phase and one load share a group (compare: against its first arm)
+    parts: SpanParts | None = field(default=None, repr=False)  # its served rank's mean period in parts (analysis/effect.py)
 
 
 def graphs_text(graphs: bool | None, mode: str | None) -> str:
     """The cudagraph mode in a word: vLLM's mode name where known, else graphs or eager."""
     return "-" if graphs is None else (mode or "graphs") if graphs else "eager"
+
+
+@dataclass(frozen=True)
+class Load:
+    """An arm's load: as its manifest declares it (`load`: requests in flight, input and output
+    lengths), and as its trace shows it (the steady decode steps' median decode requests a step, from
+    vLLM's `execute_context_N(..)_generation_M(..)` annotations)."""
+
+    concurrency: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    decode_requests: float | None = None  # median M of the steady decode steps
+
+    @property
+    def declared(self) -> bool:
+        return self.concurrency is not None
+
+    @property
+    def known(self) -> bool:
+        return self.declared or self.decode_requests is not None
+
+
+def load_of(report: Report, declared: object = None) -> Load:
+    """An arm's load: declared (a manifest's `load` dict: concurrency, input_len, output_len), and the
+    steady decode steps' median decode requests from the served ranks' vLLM annotations."""
+    median = next((r.decode_requests for r in _served(report) if r.decode_requests is not None), None)
+    load = declared if isinstance(declared, dict) else {}
+
+    def whole(key: str) -> int | None:
+        v = load.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10**9 else None
+
+    return Load(whole("concurrency"), whole("input_len"), whole("output_len"), median)
+
+
+def load_differs(a: Load | None, b: Load | None) -> bool:
+    """Two loads differ: requests in flight (and the lengths) where both declare them, else the median
+    decode requests per step by more than LOADS_DIFFER. Unknown on either side: not told apart."""
+    if a is None or b is None:
+        return False
+    if a.declared and b.declared:
+        return any(
+            x is not None and y is not None and x != y
+            for x, y in ((a.concurrency, b.concurrency), (a.input_len, b.input_len), (a.output_len, b.output_len))
+        )
+    if a.decode_requests is not None and b.decode_requests is not None:
+        low = min(a.decode_requests, b.decode_requests)
+        return abs(a.decode_requests - b.decode_requests) > LOADS_DIFFER * max(low, 1.0)
+    return False
 
 
 @dataclass(frozen=True)
@@ -111,6 +167,7 @@ class RanWith:
     told_by: str  # "settings", "trace", or "settings and trace" (each decided by one of them)
     microbatched: bool  # the trace's evidence: some step ran two microbatches
     mps: bool | None = None  # both roles' GPU shared under MPS (the report's roles); pairs share it
+    load: Load | None = None  # what it served (pairs share it)
 
 
 def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith | None = None) -> Arm:
@@ -154,6 +211,7 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith
         samples_us=tuple(samples),
         sample_tokens=tuple(tokens),
         ran_with=ran_with,
+        parts=next((r.span_parts for r in served if r.span_parts is not None), None) if phase == ALL_STEPS else None,
         **({} if afd is None else _afd_fields(afd)),
     )
 
@@ -204,11 +262,31 @@ def shared_phases(reports: list[Report]) -> list[str]:
 
 
 def compare(arms: list[Arm]) -> list[Arm]:
-    """Each arm with its change against the first arm of the same phase, and whether it is within
-    noise (new rows: the arms given are left as they are), grouped by phase: all steps first, then
-    each phase."""
+    """Each arm with its change against the first arm of the same phase and load, and whether it is
+    within noise (new rows: the arms given are left as they are), grouped by phase (all steps first,
+    then each phase), and within a phase by load in the order the loads first come."""
     order = list(dict.fromkeys(a.phase for a in arms))
-    return [a for phase in order for a in _against_first([b for b in arms if b.phase == phase])]
+    out = []
+    for phase in order:
+        for k, group in enumerate(load_groups([b for b in arms if b.phase == phase])):
+            out += _against_first([replace(a, load_group=k) for a in group])
+    return out
+
+
+def _load(a: Arm) -> Load | None:
+    return a.ran_with.load if a.ran_with is not None else None
+
+
+def load_groups(arms: list[Arm]) -> list[list[Arm]]:
+    """The arms by load: each joins the first group whose first arm's load it does not differ from."""
+    groups: list[list[Arm]] = []
+    for a in arms:
+        home = next((g for g in groups if not load_differs(_load(g[0]), _load(a))), None)
+        if home is None:
+            groups.append([a])
+        else:
+            home.append(a)
+    return groups
 
 
 def _against_first(arms: list[Arm]) -> list[Arm]:
@@ -371,7 +449,7 @@ def declared(settings: object) -> tuple[bool | None, str | None, bool | None]:
     return graphs, mode, dbo
 
 
-def ran_with(report: Report, settings: object = None) -> RanWith:
+def ran_with(report: Report, settings: object = None, load: object = None) -> RanWith:
     """What the arm ran with: its settings where they say (`settings`: the manifest's, or parsed from
     its `vllm serve` command line by the caller), else its trace (a steady step that replayed graphs;
     a step that ran two microbatches). The trace decides on bare traces and on recordings made
@@ -391,7 +469,7 @@ def ran_with(report: Report, settings: object = None) -> RanWith:
     else:
         told.append("settings")
     mps = report.roles.mps if report.roles is not None else None
-    return RanWith(graphs, mode, dbo, " and ".join(dict.fromkeys(told)), is_microbatched, mps)
+    return RanWith(graphs, mode, dbo, " and ".join(dict.fromkeys(told)), is_microbatched, mps, load_of(report, load))
 
 
 def _same_graphs(a: RanWith, b: RanWith) -> bool:
@@ -405,17 +483,41 @@ def _same_sharing(a: RanWith, b: RanWith) -> bool:
 
 
 SLOWER, FASTER, NO_CHANGE = "DBO slower", "DBO faster", "no change beyond noise"
+LOAD, SHARING, MODE = "load", "GPU sharing", "cudagraph mode"  # what can keep a DBO-off arm from pairing
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a DBO-off arm is not a DBO arm's partner: the first of load, sharing or mode that differs."""
+
+    off: str  # the DBO-off arm's label
+    key: str  # LOAD, SHARING or MODE
+    on_value: object  # the DBO arm's (a Load, an MPS flag, a mode's name)
+    off_value: object
+
+
+def _mismatch(on: Arm, off: Arm) -> Mismatch | None:
+    a, b = on.ran_with, off.ran_with
+    assert a is not None and b is not None
+    if load_differs(a.load, b.load):
+        return Mismatch(off.label, LOAD, a.load, b.load)
+    if not _same_sharing(a, b):
+        return Mismatch(off.label, SHARING, a.mps, b.mps)
+    if not _same_graphs(a, b):
+        return Mismatch(off.label, MODE, graphs_text(a.graphs, a.graph_mode), graphs_text(b.graphs, b.graph_mode))
+    return None
 
 
 @dataclass(frozen=True)
 class Pair:
-    """DBO's effect on one cudagraph mode: the arm with DBO on against the arm with DBO off (by their
-    step periods, start to start: the change, its interval and call as `compare` gives against the
-    first arm), with the unprofiled TPOT and the round trip beside it where both arms have them."""
+    """DBO's effect at one load, sharing and cudagraph mode: the arm with DBO on against the arm with
+    DBO off (by their step periods, start to start: the change, its interval and call as `compare`
+    gives against the first arm), with the unprofiled TPOT and the round trip beside it where both
+    arms have them, and the change taken apart per step (analysis/effect.py) where both have parts."""
 
     phase: str
     on: str  # the DBO arm's label
-    off: str | None  # its partner's; None: no arm with DBO off in the same cudagraph mode
+    off: str | None  # its partner's; None: no DBO-off arm of the same load, sharing and mode
     graphs: str  # the mode they share ("FULL_DECODE_ONLY", "graphs", "eager")
     others: tuple[str, ...] = ()  # other DBO-off arms that fit as well: the first given is taken
     change: float | None = None  # median period on / off - 1
@@ -424,12 +526,16 @@ class Pair:
     call: str | None = None  # BEYOND, WITHIN or TOO_FEW
     compared_steps: tuple[int, int] | None = None  # (off, on)
     compared_medians_us: tuple[float, float] | None = None  # (off, on); per token where per_token
-    per_token: bool = False
+    per_token: bool = False  # the same load's steps differ in shape (tokens a step by > SIZES_DIFFER)
     slower_pairs: float | None = None  # share of (off, on) step pairs in which DBO was slower
     tpot_ms: tuple[float, float] | None = None  # unprofiled TPOT medians (off, on), from the repeats
     tpot_change: float | None = None
     round_trip_us: tuple[float, float] | None = None  # median round trips (off, on), disaggregated arms
     round_trip_change: float | None = None
+    load: Load | None = None  # the DBO arm's
+    load_known: bool = True  # False: neither a declared load nor vLLM's decode counts to match on
+    unpaired: tuple[Mismatch, ...] = ()  # without a partner: why each DBO-off arm of the phase is not one
+    effect: Effect | None = None  # the change per step in parts, all steps' row only
 
     @property
     def outcome(self) -> str | None:
@@ -440,33 +546,34 @@ class Pair:
 
 
 def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
-    """Per phase, each arm that ran DBO against the arm that did not with the same cudagraph mode
-    (and the same GPU sharing), the first such arm in the order given; an arm without one is listed
-    with no partner; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
+    """Per phase, each arm that ran DBO against the arm that did not with the same load, GPU sharing
+    and cudagraph mode, the first such arm in the order given; an arm without one is listed with no
+    partner and why; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
     set); unprofiled: the arms' repeats."""
     tpot = {u.label: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}
     out = []
     for phase in dict.fromkeys(a.phase for a in arms):
         rows = [a for a in arms if a.phase == phase and a.ran_with is not None]
-        if not any(a.ran_with is not None and a.ran_with.dbo is False for a in rows):
+        offs = [a for a in rows if a.ran_with is not None and a.ran_with.dbo is False]
+        if not offs:
             continue  # every arm ran DBO (or none says): no ablation of DBO to pair
         for on in rows:
             w = on.ran_with
             if w is None or not w.dbo:
                 continue
-            fits = [
-                a for a in rows
-                if a.ran_with is not None and a.ran_with.dbo is False and _same_graphs(a.ran_with, w) and _same_sharing(a.ran_with, w)
-            ]  # fmt: skip
+            why = [(a, _mismatch(on, a)) for a in offs]
+            fits = [a for a, m in why if m is None]
             named = w.graph_mode or next((a.ran_with.graph_mode for a in fits if a.ran_with and a.ran_with.graph_mode), None)
             graphs = graphs_text(w.graphs, named)
             if not fits:
-                out.append(Pair(phase, on.label, None, graphs))
+                out.append(Pair(phase, on.label, None, graphs, load=w.load, unpaired=tuple(m for _, m in why if m is not None)))
                 continue
             off = fits[0]
             vs = _against(on, off)
             t = (tpot[off.label], tpot[on.label]) if off.label in tpot and on.label in tpot else None
             rt = (off.round_trip_us, on.round_trip_us) if off.round_trip_us and on.round_trip_us is not None else None
+            off_load = off.ran_with.load if off.ran_with is not None else None
+            known = w.load is not None and w.load.known and off_load is not None and off_load.known
             out.append(
                 Pair(
                     phase, on.label, off.label, graphs, tuple(a.label for a in fits[1:]),
@@ -474,6 +581,22 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                     compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
                     slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None,
                     round_trip_us=rt, round_trip_change=rt[1] / rt[0] - 1.0 if rt else None,
+                    load=w.load, load_known=known, effect=_effect(off, on, vs),
                 )
             )  # fmt: skip
     return out
+
+
+def _effect(off: Arm, on: Arm, vs: Arm) -> Effect | None:
+    """The pair's change per step in parts, where both arms have them; the measured change is the
+    median period's (compare's sample: the steps paired by shape), its call compare's."""
+    if off.parts is None or on.parts is None:
+        return None
+    medians = vs.compared_medians_us if not vs.per_token else None
+    if medians is None:
+        medians = (off.step_median_us, on.step_median_us) if off.step_median_us and on.step_median_us else None
+    beyond = None if vs.call not in (BEYOND, WITHIN) else vs.call == BEYOND
+    return effect_of(
+        off.parts, on.parts, median_off_us=medians[0] if medians else None, median_on_us=medians[1] if medians else None,
+        beyond_noise=beyond,
+    )  # fmt: skip

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.effect import ffn_parts as ffn_span_parts
 from dbo_trace.analysis.model import PairPart, RankAnalysis, RankDetail, StepTable
 from dbo_trace.analysis.pair import pair_figures
 from dbo_trace.analysis.roles import ATTENTION, FFN, RolesInfo
@@ -142,8 +143,12 @@ def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> l
         if r.afd is None or offset is None:
             out.append(r)
             continue
-        parts = ffn_parts(
-            r.afd.rows, ffn.data[0] + offset, ffn.data[1] + offset, (ffn.compute[0] + offset, ffn.compute[1] + offset)
-        )
-        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum()))))
+        compute = (ffn.compute[0] + offset, ffn.compute[1] + offset)
+        parts = ffn_parts(r.afd.rows, ffn.data[0] + offset, ffn.data[1] + offset, compute)
+        span = r.span_parts
+        if span is not None:  # the FFN's GPU over the attention's span: DBO's effect on it (analysis/effect.py)
+            lo = span.start_us
+            on_ffn = ffn_span_parts(lo, lo + span.span_us, span.periods, (ffn.gpu[0] + offset, ffn.gpu[1] + offset), compute)
+            span = replace(span, ffn=on_ffn)
+        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum())), span_parts=span))
     return out

@@ -13,6 +13,7 @@ from dbo_trace.analysis.attribution import SOURCE_NONE, Attribution
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.clocks import RankClue
 from dbo_trace.analysis.contention import Contention
+from dbo_trace.analysis.effect import SpanParts
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import Exposure
 from dbo_trace.analysis.held import HeldBack, HeldSummary
@@ -322,6 +323,8 @@ class RankAnalysis:
     yield_ops: YieldOps | None = None  # the AFD yield op's calls, DBO on or off (analysis/ledger.py)
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
+    span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/effect.py), for compare
+    decode_requests: float | None = None  # its steady decode steps' median decode requests (vLLM's annotations)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property

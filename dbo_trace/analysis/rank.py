@@ -14,6 +14,7 @@ from dbo_trace.analysis.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES,
 from dbo_trace.analysis.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.disaggregated import RoundTripShares, rank_round_trips
+from dbo_trace.analysis.effect import SpanParts, span_of, span_parts
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
@@ -45,7 +46,7 @@ from dbo_trace.analysis.stalls import (
     step_periods,
     top_compile_names,
 )
-from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.steps import DECODE, PHASES, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -103,6 +104,7 @@ def analyze_rank(
     delay = rank_launch_delay(d)
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
+    starts, steady, marked = steady_step_starts(d, table)
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -146,6 +148,8 @@ def analyze_rank(
         host_stacks=stacks,
         yield_ops=yield_op,
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
+        span_parts=rank_span_parts(d, starts, steady),
+        decode_requests=rank_decode_requests(marked, steady),
         detail=d,
     )
 
@@ -225,6 +229,47 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
         ),
         window_us=(lo, hi),
     )
+
+
+def steady_step_starts(d: RankDetail, table: StepTable) -> tuple[np.ndarray, np.ndarray, Steps | None]:
+    """Where its steps start and which are steady, for DBO's effect (analysis/effect.py): vLLM's
+    `execute_*` annotations where the trace has them (an event log's steps start inside them, at a
+    phase of the step that moves with DBO on and off), else the step source's; a step that starts
+    inside a stalled step's window is not steady. Returns (starts, steady, the annotations or None)."""
+    marked = vllm_steps(d.timeline)
+    if marked is None or len(marked) < 2:
+        return table.start_us, ~table.stalled, None
+    stalled = table.stalled
+    u_lo, u_hi = union(table.start_us[stalled], table.end_us[stalled])
+    at = np.searchsorted(u_lo, marked.start, side="right") - 1
+    inside = (at >= 0) & (marked.start < u_hi[np.maximum(at, 0)]) if len(u_lo) else np.zeros(len(marked), bool)
+    return marked.start, ~inside, marked
+
+
+def rank_decode_requests(marked: Steps | None, steady: np.ndarray) -> float | None:
+    """The steady decode steps' median decode requests a step, from vLLM's annotations: its load
+    as its trace shows it (compare pairs arms by it where their manifests do not say)."""
+    if marked is None:
+        return None
+    counts = [
+        n
+        for i, (label, phase) in enumerate(zip(marked.label, marked.phase))
+        if steady[i] and phase == DECODE and (n := decode_requests(label)) is not None
+    ]
+    return float(np.median(counts)) if counts else None
+
+
+def rank_span_parts(d: RankDetail, starts: np.ndarray, steady: np.ndarray) -> SpanParts | None:
+    """Its steady steps' mean period cut into parts (analysis/effect.py): what `compare` takes apart."""
+    span = span_of(starts, steady)
+    if span is None:
+        return None
+    tl = d.timeline
+    lo, hi, n = span
+    return span_parts(
+        d.partition, lo, hi, n, start=tl.gpu.start, end=tl.gpu.end, name=tl.gpu.name,
+        compute=d.kernel_kind == c.COMPUTE, names=tl.names,
+    )  # fmt: skip
 
 
 def rank_layers(d: RankDetail, afd: AfdRoundTrips | None) -> int | None:

@@ -102,6 +102,12 @@ class Steps:
         )
 
 
+def decode_requests(label: str) -> int | None:
+    """The decode (generation) requests a vLLM step annotation names; None: not vLLM's annotation."""
+    m = _VLLM_STEP.match(label)
+    return int(m.group(3)) if m else None
+
+
 def phase_of(context_requests: int, generation_requests: int) -> str | None:
     """vLLM's counts: prefill (context) requests only, decode (generation) only, or both."""
     if context_requests and generation_requests:

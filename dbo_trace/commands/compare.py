@@ -62,7 +62,11 @@ def run(request: CompareRequest) -> None:
         warn(shape_text(diff))
     phases = shared_phases(reports)
     compared = compare_arms(
-        [a for name, rep, path in zip(names, reports, request.arms) for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path)))]
+        [
+            a
+            for name, rep, path in zip(names, reports, request.arms)
+            for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)))
+        ]
     )
     unprofiled = unprofiled_arms(names, reports)
     pairs = dbo_pairs(compared, unprofiled)
@@ -93,6 +97,20 @@ def declared_settings(path: Path) -> dict | None:
         if isinstance(command, list) and all(isinstance(a, str) for a in command) and is_vllm_serve(command):
             return serve_settings(without_env(command))
     return None
+
+
+def declared_load(path: Path) -> dict | None:
+    """The load a bundle's manifest declares (`load`: concurrency, input_len, output_len ...); None
+    for traces without a bundle or a manifest without it (the trace's decode counts then tell)."""
+    from dbo_trace.bundle import BundleError, is_bundle, read_manifest
+
+    if not is_bundle(Path(path)):
+        return None
+    try:
+        load = read_manifest(Path(path)).get("load")
+    except BundleError:
+        return None
+    return load if isinstance(load, dict) else None
 
 
 def unprofiled_arms(names: list[str], reports: list) -> list:

@@ -9,12 +9,28 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import ALL_STEPS, MIN_STEPS, TOO_FEW, WITHIN, Arm, Pair, RanWith, ShapeDiff, graphs_text
+from dbo_trace.analysis.compare import (
+    ALL_STEPS,
+    LOAD,
+    MIN_STEPS,
+    SHARING,
+    TOO_FEW,
+    WITHIN,
+    Arm,
+    Load,
+    Mismatch,
+    Pair,
+    RanWith,
+    ShapeDiff,
+    graphs_text,
+)
+from dbo_trace.analysis.effect import DOES_NOT_PAY, PAYS, WITHIN_NOISE, Effect
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
+from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, terminal_text
 
@@ -23,7 +39,9 @@ from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, termin
 # 5: a disaggregated run's round trip (round_trip_us, its hidden share, the criterion, its change)
 # 6: the step sample is start-to-start periods (a rank's last step apart); ran_with; the round trip's
 # parts; pairs (DBO's effect per cudagraph mode); unprofiled rows' profiled_phase and profiled_periods
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 6
+# 7: arms paired and grouped by load (ran_with.load, load_group); pairs' load, unpaired reasons and
+# effect (the change per step in parts, analysis/effect.py); conclusions (one sentence per pair)
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 7
 
 
 def ran_with_text(w: RanWith) -> str:
@@ -46,6 +64,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
             [
                 a.label,
                 a.phase,
+                load_text(a.ran_with.load if a.ran_with is not None else None),
                 _steps_cell(a),
                 _spread_cell(a),
                 ms(a.window_median_us) if _window_differs(a) else "-",
@@ -94,10 +113,12 @@ def _spread_cell(a: Arm) -> str:
 def noise_line(arms: list[Arm]) -> str:
     """Per phase, which arms changed beyond noise against the first, with the pairs behind it."""
     parts = []
-    for phase in dict.fromkeys(a.phase for a in arms):
-        rows = [a for a in arms if a.phase == phase]
+    for phase, group in dict.fromkeys((a.phase, a.load_group) for a in arms):
+        rows = [a for a in arms if a.phase == phase and a.load_group == group]
         said = [_said(a) for a in rows[1:]]
-        parts.append(f"{'all steps' if phase == ALL_STEPS else phase + ' steps'} against {rows[0].label}: " + ", ".join(said))
+        at = f" at {load_text(rows[0].ran_with.load if rows[0].ran_with else None)}" if several_loads(arms) else ""
+        what = "all steps" if phase == ALL_STEPS else phase + " steps"
+        parts.append(f"{what}{at} against {rows[0].label}: " + (", ".join(said) if said else "no other arm"))
     return (
         "; ".join(parts)
         + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
@@ -195,7 +216,9 @@ AFD_NOTE = (
 
 # ---- DBO's effect per pair --------------------------------------------------------------------------------
 
-PAIR_TITLE = "DBO's effect per pair: DBO on against DBO off, one cudagraph mode (step periods, start to start)"
+PAIR_TITLE = (
+    "DBO's effect per pair: DBO on against DBO off at one load, GPU sharing and cudagraph mode (step periods, start to start)"
+)
 PAIR_COLUMNS = [
     Column("pair", right=False, wrap=True),
     Column("steps of", right=False, keep=2),
@@ -253,25 +276,220 @@ def pair_lines(pairs: list[Pair]) -> list[str]:
     out = []
     for p in pairs:
         if p.off is None:
-            out.append(f"{p.on} ({p.phase} steps): no arm with DBO off and the same cudagraph mode ({p.graphs}) to pair it with")
+            why = "; ".join(_mismatch_text(m) for m in p.unpaired)
+            out.append(
+                f"{p.on} ({p.phase} steps, {load_text(p.load)}): no DBO-off arm of the same load, GPU sharing and "
+                f"cudagraph mode to pair it with: {why}"
+            )
         elif p.others:
             out.append(
                 f"{p.on} ({p.phase} steps): paired with {p.off}, the first of the arms that fit "
                 f"({', '.join((p.off, *p.others))}); give the one to pair with first"
             )
+        if p.off is not None and not p.load_known and p.phase == ALL_STEPS:
+            out.append(
+                f"{p.on} and {p.off}: paired without knowing that they ran one load (a declared load or vLLM's step "
+                "annotations on both would tell)"
+            )
     return out
+
+
+def load_text(load: Load | None) -> str:
+    """An arm's load in a few words: as declared, else as its decode steps show."""
+    if load is None or not load.known:
+        return "load not known"
+    if load.declared:
+        lengths = f", {load.input_len} in / {load.output_len} out" if load.input_len and load.output_len else ""
+        return f"{load.concurrency} in flight{lengths}"
+    return f"{num(load.decode_requests, 1)} decode requests a step"
+
+
+def _mismatch_text(m: Mismatch) -> str:
+    if m.key == LOAD:
+        on = m.on_value if isinstance(m.on_value, Load) else None
+        off = m.off_value if isinstance(m.off_value, Load) else None
+        return f"{m.off} ran another load ({load_text(off)} against {load_text(on)})"
+    if m.key == SHARING:
+        on_mps = m.on_value if isinstance(m.on_value, bool) else None
+        off_mps = m.off_value if isinstance(m.off_value, bool) else None
+        return f"{m.off} shared the GPU otherwise (MPS {tri(off_mps, 'on', 'off')} against {tri(on_mps, 'on', 'off')})"
+    return f"{m.off} ran another cudagraph mode ({m.off_value} against {m.on_value})"
+
+
+def _ms_signed(us_value: float) -> str:
+    return f"{us_value / 1000:+.2f}"
+
+
+def _measured(p: Pair, e: Effect | None) -> str:
+    """The measured change in brackets: ms and % of the median period."""
+    if e is not None and e.median_change_us is not None and e.median_change is not None:
+        return f"({_ms_signed(e.median_change_us)} ms, {100 * e.median_change:+.1f}%)"
+    if p.change is not None:
+        return f"({100 * p.change:+.1f}%{' per token' if p.per_token else ''})"
+    return ""
+
+
+def _added(e: Effect) -> str:
+    grown = [(e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy")]
+    shown = [f"{v / 1000:.2f} ms of {what}" for v, what in grown if v >= 5.0]
+    return " and ".join(shown) if shown else "nothing"
+
+
+def conclusion(p: Pair) -> str | None:
+    """One sentence per pair (its all-steps row): does DBO pay here, by the measured change's call,
+    with the parts that made it."""
+    if p.off is None or p.phase != ALL_STEPS:
+        return None
+    e = p.effect
+    head = f"{p.on} against {p.off}: "
+    shape = " (the same load's steps differ in shape: compared per token)" if p.per_token else ""
+    if e is None:
+        out = p.outcome
+        if out is None:
+            return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each){shape}"
+        said = {"DBO faster": "DBO pays", "DBO slower": "DBO does not pay"}.get(out, "DBO's change is within noise")
+        return head + f"{said} by the step period {_measured(p, None)}{shape}; its parts are not measured"
+    if e.call == PAYS and e.hidden_us < 5.0:
+        return head + (
+            f"DBO pays, though it hid no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
+            f"{_ms_signed(e.comm_alone_change_us)}, idle {_ms_signed(e.idle_change_us)} ms a step {_measured(p, e)}{shape}"
+        )
+    if e.call == PAYS:
+        return head + (
+            f"DBO pays: it removed {e.hidden_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
+            f"{_measured(p, e)}{shape}"
+        )
+    if e.call == DOES_NOT_PAY:
+        grown = ", ".join(
+            f"{what} {_ms_signed(v)}"
+            for v, what in ((e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy"),
+                            (e.comm_alone_change_us, "comm alone"))
+            if v >= 5.0
+        )  # fmt: skip
+        cost = f"+{e.cost_us / 1000:.2f} ms a step: {grown}"
+        if e.hidden_us < 5.0:
+            return head + f"DBO does not pay: it hid no exposed comm and cost {cost} {_measured(p, e)}{shape}"
+        return head + (
+            f"DBO does not pay: its cost ({cost}) exceeds the comm it hides ({e.hidden_us / 1000:.2f} ms); it pays where "
+            f"the hidden round trip grows past its cost {_measured(p, e)}{shape}"
+        )
+    parts = (
+        f"compute {_ms_signed(e.compute_change_us)}, comm alone {_ms_signed(e.comm_alone_change_us)}, "
+        f"idle {_ms_signed(e.idle_change_us)} ms a step"
+    )
+    if e.call == WITHIN_NOISE:
+        return head + f"DBO's change is within noise {_measured(p, e)}{shape}: {parts}"
+    return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each): {parts}"
+
+
+def conclusions(pairs: list[Pair]) -> list[str]:
+    return [c for p in pairs if (c := conclusion(p)) is not None]
+
+
+KERNEL_NAME_WIDTH = 44  # a kernel's name, shortened as the report's lists shorten it (render/names.py)
+EFFECT_COLUMNS = [
+    Column("per step", right=False, wrap=True),
+    Column("DBO off"),
+    Column("DBO on"),
+    Column("change"),
+]
+KERNEL_COLUMNS = [
+    Column("compute kernel", right=False, wrap=True),
+    Column("calls/step off -> on", keep=2),
+    Column("us a call off -> on"),
+    Column("ms/step change"),
+]
+
+
+def effect_title(p: Pair) -> str:
+    return f"DBO's effect taken apart, per step: {p.on} against {p.off}"
+
+
+def _part_row(what: str, off: float, on: float) -> list[str]:
+    return [what, f"{off / 1000:.2f}", f"{on / 1000:.2f}", _ms_signed(on - off)]
+
+
+def effect_rows(e: Effect) -> list[list[str]]:
+    """The attention's (or the served rank's) parts, then the FFN's where its trace is there (ms)."""
+    a, b = e.off, e.on
+    rows = [
+        _part_row("compute", a.compute_us, b.compute_us),
+        _part_row("comm alone (waiting for the other side)", a.comm_alone_us, b.comm_alone_us),
+    ]
+    if a.copy_us or b.copy_us:
+        rows.append(_part_row("copy alone", a.copy_us, b.copy_us))
+    rows += [
+        _part_row("idle, host-caused", a.host_idle_us, b.host_idle_us),
+        _part_row("idle, dependency", a.dependency_idle_us, b.dependency_idle_us),
+        _part_row("mean period (the parts' sum)", a.period_us, b.period_us),
+    ]
+    if a.ffn is not None or b.ffn is not None:  # one arm's alone where the other holds no FFN trace
+        for what, key in (("compute", "compute_us"), ("comm and copy alone", "other_busy_us"), ("idle", "idle_us")):
+            x = None if a.ffn is None else float(getattr(a.ffn, key))
+            y = None if b.ffn is None else float(getattr(b.ffn, key))
+            rows.append(
+                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else _ms_signed(y - x)]
+            )
+    return rows
+
+
+def ms_cell(us_value: float | None) -> str:
+    return "-" if us_value is None else f"{us_value / 1000:.2f}"
+
+
+def effect_sum_line(e: Effect) -> str:
+    """How the parts add up: to the mean period's change exactly, to the median's within the residual."""
+    text = (
+        f"Over {e.off.periods} and {e.on.periods} step periods (first steady step's start to the last's), the parts' "
+        f"changes add up to {_ms_signed(e.parts_sum_us)} ms, the change of the mean period"
+    )
+    if e.median_change_us is None or e.residual_us is None:
+        return text + "."
+    return text + (
+        f"; the median period changed {_ms_signed(e.median_change_us)} ms, so the parts hold it within "
+        f"{abs(e.residual_us) / 1000:.2f} ms (the residual)."
+    )
+
+
+def kernel_rows(e: Effect) -> list[list[str]]:
+    def calls(k: object) -> str:
+        return "-" if k is None else f"{getattr(k, 'calls_per_step'):.1f}"
+
+    def per_call(k: object) -> str:
+        return "-" if k is None else f"{getattr(k, 'median_us'):.1f}"
+
+    shown = display_names([k.name for k in e.kernels], KERNEL_NAME_WIDTH)
+    return [
+        [name, f"{calls(k.off)} -> {calls(k.on)}", f"{per_call(k.off)} -> {per_call(k.on)}", _ms_signed(k.change_us)]
+        for name, k in zip(shown, e.kernels)
+    ]
+
+
+EFFECT_NOTE = (
+    "Parts per step over the steady steps' span: compute is the union of the kernels that are not communication "
+    "or copies; comm alone, communication under no compute (on an AFD attention GPU, the wait for the FFN's answer: "
+    "the round trip's exposed part); idle, host-caused where nothing was queued, dependency where work was queued "
+    "and waited. The kernels whose time per step changed most: where DBO halves the batch, a call's time shows what "
+    "the smaller launch costs. The ratio per-microbatch compute : exposed round trip (the table above) is a figure, "
+    "not the verdict: the verdict is the measured change."
+)
 
 
 PAIR_NOTE = (
     "DBO's change: the DBO arm's median step period against its partner's, with the bootstrap 95% interval; "
-    "'DBO slower' or 'faster' only where the interval excludes no change. Arms are paired by their recorded "
-    "settings (cudagraph mode, --enable-dbo), else by what their traces show (graph replays, two microbatches)."
+    "'DBO slower' or 'faster' only where the interval excludes no change. Arms pair at the same load (requests in "
+    "flight and lengths as declared, else decode requests a step within 10%), GPU sharing and cudagraph mode, by "
+    "their recorded settings (--enable-dbo, cudagraph mode), else by what their traces show."
 )
 
 
 def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
-    rows = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
-    out = md_table(HEADER, rows)
+    keep = [i for i in range(len(COLUMNS)) if i != LOAD_COLUMN or several_loads(arms)]
+    named = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
+    rows = [[r[i] for i in keep] for r in named]
+    said = conclusions(pairs)
+    out = [f"**{markdown_text(line)}**" for line in said] + ([""] if said else [])
+    out += md_table([HEADER[i] for i in keep], rows)
     out += ["", markdown_text(noise_line(arms)), ""]
     afd = _afd_rows(arms, unprofiled)
     if afd:
@@ -292,7 +510,19 @@ def _pairs_markdown(pairs: list[Pair]) -> list[str]:
         out += md_table([c.header for c in PAIR_COLUMNS], [[cell, *r[1:]] for cell, r in zip(pair_cell, rows)])
         out.append("")
     out += [f"- {markdown_text(line)}" for line in pair_lines(pairs)]
-    return out + ["", markdown_text(PAIR_NOTE), ""]
+    out += ["", markdown_text(PAIR_NOTE), ""]
+    for p in pairs:
+        if p.effect is None or p.phase != ALL_STEPS:
+            continue
+        out += [f"**{markdown_text(effect_title(p))}**", ""]
+        out += md_table([c.header for c in EFFECT_COLUMNS], effect_rows(p.effect))
+        out += ["", markdown_text(effect_sum_line(p.effect)), ""]
+        if p.effect.kernels:
+            out += md_table([c.header for c in KERNEL_COLUMNS], [[markdown_code(r[0]), *r[1:]] for r in kernel_rows(p.effect)])
+            out.append("")
+    if any(p.effect is not None for p in pairs):
+        out += [markdown_text(EFFECT_NOTE), ""]
+    return out
 
 
 def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +538,44 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_SAMPLES = ("samples_us", "sample_tokens")  # the statistic's input, not figures
+_SAMPLES = ("samples_us", "sample_tokens", "parts")  # the statistic's input (parts: in the pairs' effect), not figures
+
+
+def _deep_rounded(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _deep_rounded(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_deep_rounded(v, key) for v in value]
+    if isinstance(value, float):
+        return round(value, 3 if key.endswith("_us") else 4)
+    return value
+
+
+def _pair_json(p: Pair) -> dict[str, Any]:
+    """A pair's figures; its effect with each part's change, their sum, and the residual."""
+    body = {k: v for k, v in asdict(p).items() if k != "effect"}
+    body["outcome"] = p.outcome
+    e = p.effect
+    if e is None:
+        body["effect"] = None
+    else:
+        effect = asdict(e)
+        for name in ("off", "on"):
+            effect[name]["period_us"] = getattr(e, name).period_us
+        effect["kernels"] = [{**asdict(k), "change_us": k.change_us} for k in e.kernels]
+        effect["changes_us"] = {
+            "compute_us": e.compute_change_us, "comm_alone_us": e.comm_alone_change_us, "copy_us": e.copy_change_us,
+            "host_idle_us": e.change("host_idle_us"), "dependency_idle_us": e.change("dependency_idle_us"),
+            "idle_us": e.idle_change_us,
+        }  # fmt: skip
+        effect["parts_sum_us"] = e.parts_sum_us
+        effect["mean_change_us"] = e.mean_change_us
+        effect["residual_us"] = e.residual_us
+        effect["cost_us"] = e.cost_us
+        effect["hidden_us"] = e.hidden_us
+        body["effect"] = effect
+    rounded: dict[str, Any] = _deep_rounded(body)
+    return rounded
 
 
 def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
@@ -316,9 +583,10 @@ def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[
         "schema": COMPARE_SCHEMA,
         "schema_version": COMPARE_VERSION,
         "dbo_trace_version": __version__,
+        "conclusions": conclusions(pairs),
         "arms": [_rounded({k: v for k, v in asdict(a).items() if k not in _SAMPLES}) for a in arms],
         "noise": noise_line(arms),
-        "pairs": [_rounded({**asdict(p), "outcome": p.outcome}) for p in pairs],
+        "pairs": [_pair_json(p) for p in pairs],
     }
     if unprofiled:  # only where some arm's recording holds timed repeats
         body["unprofiled"] = unprofiled_table.json_rows(unprofiled)
@@ -330,6 +598,7 @@ def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[
 COLUMNS = [
     Column("arm", right=False, wrap=True),
     Column("steps of", right=False),
+    Column("load", right=False, wrap=True),
     Column("steps", keep=6),
     Column("step period ms: median (p90, max)"),
     Column("window median", keep=1),
@@ -341,6 +610,12 @@ COLUMNS = [
     Column("verdict", right=False),
 ]
 HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
+LOAD_COLUMN = 2
+
+
+def several_loads(arms: list[Arm]) -> bool:
+    """Arms of more than one load: the table shows each arm's (its change is against its load's first)."""
+    return any(a.load_group for a in arms)
 
 
 def render_terminal(
@@ -355,7 +630,11 @@ def render_terminal(
     shown = list(range(len(COLUMNS)))
     if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
-    lines = table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
+    if not several_loads(arms):
+        shown.remove(LOAD_COLUMN)
+    lines = [line for said in conclusions(pairs) for line in wrap(terminal_text(said), width, "", "  ")]
+    lines += [""] if lines else []
+    lines += table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width, highlight=False)
     lines = [*lines, *wrap(terminal_text(noise_line(arms)), width, "", "  ")]
@@ -372,6 +651,16 @@ def render_terminal(
         for line in pair_lines(pairs):
             lines += wrap(terminal_text(line), width, "  ", "    ")
         lines += wrap(PAIR_NOTE, width, "", "  ")
+        for p in pairs:
+            if p.effect is None or p.phase != ALL_STEPS:
+                continue
+            lines += ["", *table(terminal_text(effect_title(p)), EFFECT_COLUMNS, effect_rows(p.effect), width)]
+            lines += wrap(effect_sum_line(p.effect), width, "", "  ")
+            if p.effect.kernels:
+                krows = [[terminal_text(c) for c in r] for r in kernel_rows(p.effect)]
+                lines += ["", *table(None, KERNEL_COLUMNS, krows, width)]
+        if any(p.effect is not None for p in pairs):
+            lines += wrap(EFFECT_NOTE, width, "", "  ")
     if unprofiled:  # its own section, after the step table's noise line
         extra = [[terminal_text(cell) for cell in row] for row in unprofiled_table.rows(unprofiled)]
         lines += ["", *table(unprofiled_table.TITLE, unprofiled_table.COLUMNS, extra, width)]
