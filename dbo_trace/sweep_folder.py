@@ -33,7 +33,7 @@ MOST_ARMS, MOST_LOADS = 64, 256
 COMPLETE, FAILED, INCOMPLETE, SKIPPED, PENDING = "complete", "failed", "incomplete", "skipped", "pending"
 Status = Literal["complete", "failed", "incomplete", "skipped", "pending"]
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
 Arg = Annotated[str, msgspec.Meta(max_length=100_000)]
 Positive = Annotated[int, msgspec.Meta(ge=1, le=1 << 40)]
 

@@ -63,6 +63,7 @@ def build_sweep(
     tpots: dict[tuple[str, str], list[float]] | None = None,
     status: dict[tuple[str, str], tuple[str, str | None]] | None = None,
     folder_of=lambda arm_index, arm: f"arm{arm_index}",
+    load_folder=lambda load: load["name"],
 ) -> Path:
     """A sweep folder: every arm (name, sample) at every load; tpots[(arm, load)] rewrites that run's repeats
     (a load other than the real c16 needs them); status[(arm, load)] marks a run failed or pending (its bundle
@@ -71,7 +72,7 @@ def build_sweep(
     runs = []
     for load in loads:
         for i, (arm, sample) in enumerate(arms):
-            rel = f"{folder_of(i, arm)}/{load['name']}"
+            rel = f"{folder_of(i, arm)}/{load_folder(load)}"
             state, reason = (status or {}).get((arm, load["name"]), ("complete", None))
             runs.append({"arm": arm, "load": load["name"], "bundle": rel, "status": state, "reason": reason})
             if state != "complete":
