@@ -270,3 +270,67 @@ def test_hostile_names_stay_inert(tmp_path):
     assert "<img src=x" not in page and "<script>x" not in page and "\x1b" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "**gone** &lt;script&gt;x&lt;/script&gt;" in page
     assert "<img" not in svg.read_text() and png.read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- where DBO turns, and the pairing, on made-up points (the rules of docs/analysis.md "Load sweep") -----
+
+
+def _points(calls: list[str | None]):
+    from dbo_trace.analysis.sweep import DboPoint, LoadPoint
+
+    out = []
+    for i, call in enumerate(calls):
+        load = LoadPoint(f"c{8 * (i + 1)}", 8 * (i + 1), 1000, 128, 48)
+        out.append(DboPoint(load, "on", "off", (1.0, 1.0), (3, 3), 0.0, -0.1, 0.1, 4.0, call))
+    return out
+
+
+@pytest.mark.parametrize(
+    "calls, turns, side, beyond",
+    [
+        (["faster", "within noise", "slower"], [("c8", "c24", ("faster", "slower"), ("c16",))], None, 2),
+        (["slower", "faster", "no interval", "slower"], [("c8", "c16", ("slower", "faster"), ()), ("c16", "c32", ("faster", "slower"), ("c24",))], None, 3),
+        (["within noise", "within noise"], [], None, 0),
+        (["slower", "within noise", "no interval"], [], "slower", 1),
+        (["within noise", "faster", "faster"], [], "faster", 2),
+        ([], [], None, 0),
+    ],
+)
+def test_turns_only_between_loads_beyond_noise_on_each_side(calls, turns, side, beyond):
+    from dbo_trace.analysis.sweep import turns_of
+
+    found, found_side, found_beyond = turns_of(_points(calls))
+    assert [(t.before, t.after, t.direction, t.passed_over) for t in found] == turns
+    assert (found_side, found_beyond) == (side, beyond)
+
+
+def test_a_dbo_arm_pairs_only_with_the_same_graph_mode_and_sharing():
+    from dbo_trace.analysis.compare import RanWith
+    from dbo_trace.analysis.sweep import partners
+
+    arms = ["eager", "graphs", "graphs+DBO", "eager+DBO", "graphs+DBO nomps", "piecewise+DBO"]
+    ran = {
+        "eager": RanWith(False, "eager", False, "settings", False, True),
+        "graphs": RanWith(True, "FULL_DECODE_ONLY", False, "settings", False, True),
+        "graphs+DBO": RanWith(True, "FULL_DECODE_ONLY", True, "settings", False, True),
+        "eager+DBO": RanWith(False, "eager", True, "settings", False, True),
+        "graphs+DBO nomps": RanWith(True, "FULL_DECODE_ONLY", True, "settings", False, False),
+        "piecewise+DBO": RanWith(True, "PIECEWISE", True, "settings", False, True),
+    }
+    pairs, unpaired = partners(arms, ran)
+    assert pairs == [("graphs+DBO", "graphs", "FULL_DECODE_ONLY"), ("eager+DBO", "eager", "eager")]
+    assert [(u.on, u.graphs) for u in unpaired] == [("graphs+DBO nomps", "FULL_DECODE_ONLY"), ("piecewise+DBO", "PIECEWISE")]
+
+
+def test_an_arm_that_never_says_whether_dbo_ran_is_named_not_guessed(tmp_path):
+    out = build_sweep(tmp_path / "out", [REAL_LOAD], profiled=())
+    manifest = out / "arm1" / "c16" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    del m["settings"], m["command"]
+    manifest.write_text(json.dumps(m))
+    proc = run_cli("report", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["dbo"] == [] and d["undeclared"] == ["graphs+DBO"]
+    text = " ".join(run_cli("report", str(out)).stdout.split())
+    assert "graphs+DBO: neither its recorded settings nor a profiled trace say whether DBO ran; not paired" in text

@@ -166,6 +166,7 @@ class SweepSummary:
     series: tuple[DboSeries, ...]
     unpaired: tuple[Unpaired, ...]
     runs: tuple[RunFigures, ...]
+    undeclared: tuple[str, ...] = ()  # arms whose settings (or profiled trace) at no load say whether DBO ran
 
 
 def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None, int]:
@@ -304,4 +305,5 @@ def summarise(loads: list[LoadPoint], arms: list[str], runs: list[RunFigures]) -
                 points.append(point)
         turns, side, beyond = turns_of(points)
         series.append(DboSeries(on, off, graphs, tuple(points), turns, side, beyond, tuple(missing)))
-    return SweepSummary(tables, tuple(series), tuple(unpaired), tuple(runs))
+    undeclared = tuple(a for a in arms if a not in ran_with and any(r.arm == a and r.repeats for r in runs))
+    return SweepSummary(tables, tuple(series), tuple(unpaired), tuple(runs), undeclared)

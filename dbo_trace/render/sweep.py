@@ -138,6 +138,7 @@ class SweepDocument(Struct):
     loads: list[LoadBlock]
     dbo: list[SeriesBlock]
     unpaired: list[UnpairedBlock]
+    undeclared: list[str]  # arms with timed repeats whose settings (or trace) never say whether DBO ran: not paired
     runs_not_used: list[RunBlock]
     warnings: list[str]
 
@@ -257,6 +258,7 @@ def build_sweep_document(
             for s in summary.series
         ],
         unpaired=[UnpairedBlock(u.on, u.graphs) for u in summary.unpaired],
+        undeclared=list(summary.undeclared),
         runs_not_used=[
             RunBlock(r.arm, r.load, r.status, r.reason, r.profiled is not None)
             for r in summary.runs
@@ -403,7 +405,8 @@ def _us(x: float | None) -> str:
 
 
 def unpaired_lines(d: SweepDocument) -> list[str]:
-    return [f"{u.on}: no arm with DBO off and the same cudagraph mode ({u.graphs}) and GPU sharing to pair it with" for u in d.unpaired]
+    out = [f"{u.on}: no arm with DBO off and the same cudagraph mode ({u.graphs}) and GPU sharing to pair it with" for u in d.unpaired]
+    return out + [f"{a}: neither its recorded settings nor a profiled trace say whether DBO ran; not paired" for a in d.undeclared]
 
 
 def run_lines(d: SweepDocument) -> list[str]:
