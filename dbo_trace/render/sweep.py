@@ -195,10 +195,6 @@ def _point_block(p: DboPoint) -> PointBlock:
     )  # fmt: skip
 
 
-def _loads(names: list[str] | tuple[str, ...]) -> str:
-    return ", ".join(names)
-
-
 def turn_text(s: DboSeries) -> str:
     """Where DBO turns, or that it does not in the loads measured: never past them."""
     who = f"{s.on} against {s.off}"
@@ -209,12 +205,12 @@ def turn_text(s: DboSeries) -> str:
         said = []
         call_at = {p.load.name: p.call for p in s.points}
         for t in s.turns:
-            over = ", passing over " + _loads([f"{n} ({call_at.get(n) or 'no TPOT'})" for n in t.passed_over]) if t.passed_over else ""
+            over = [f"{n}: {call_at.get(n) or 'no TPOT'}" for n in t.passed_over]
             said.append(
                 f"from {t.direction[0]} to {t.direction[1]} between {t.before} ({t.before_in_flight} in flight) and "
-                f"{t.after} ({t.after_in_flight} in flight){over}"
+                f"{t.after} ({t.after_in_flight} in flight), both beyond noise" + (f" (between them {', '.join(over)})" if over else "")
             )
-        return f"{who}: DBO turns " + "; then ".join(said) + " (beyond noise on both sides; not placed closer than the loads measured)"
+        return f"{who}: DBO turns " + "; then ".join(said) + "; placed no closer than the loads measured"
     span = f"{low} to {high} requests in flight" if low != high else f"{low} requests in flight"
     if s.side is None:
         return f"{who}: DBO does not turn in the range measured ({span}): no load is beyond noise"
