@@ -100,6 +100,7 @@ class RunManifest(msgspec.Struct, frozen=True):
 
     format: str
     version: int
+    status: str | None = None  # record's own: complete, failed, incomplete, no_traces, recording
     settings: dict[str, Any] | None = None
     load: ManifestLoad | None = None
     repeats: list[dict[str, Any]] = []  # each repeat's numbers are checked where read (analysis/unprofiled.py repeats_of)
@@ -239,6 +240,9 @@ def _run(folder: Path, entry: RunEntry | None, arm: str, load: str) -> SweepRun:
     except ValueError as exc:
         return SweepRun(arm, load, entry.status, entry.reason if entry.status != COMPLETE else str(exc), bundle, None, False)
     reason = entry.reason
+    if entry.status == COMPLETE and manifest.status not in (None, COMPLETE, "no_traces"):
+        said = f"its manifest's status is {manifest.status[:40]!r}, not complete; not used"
+        return SweepRun(arm, load, INCOMPLETE, said, bundle, None, False)
     if manifest.sweep is not None and (manifest.sweep.arm, manifest.sweep.load) != (arm, load):
         said = f"arm {manifest.sweep.arm!r} at load {manifest.sweep.load!r}"
         return SweepRun(arm, load, entry.status, f"its manifest says it is {said}; not used", bundle, None, False)

@@ -334,3 +334,21 @@ def test_an_arm_that_never_says_whether_dbo_ran_is_named_not_guessed(tmp_path):
     assert d["dbo"] == [] and d["undeclared"] == ["graphs+DBO"]
     text = " ".join(run_cli("report", str(out)).stdout.split())
     assert "graphs+DBO: neither its recorded settings nor a profiled trace say whether DBO ran; not paired" in text
+
+
+def test_a_bundle_that_says_it_did_not_complete_or_leads_outside_is_not_used(tmp_path):
+    out = build_sweep(tmp_path / "out", [REAL_LOAD, C32], profiled=(), tpots=MADE_UP)
+    manifest = out / "arm1" / "c16" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["status"] = "incomplete"
+    manifest.write_text(json.dumps(m))
+    elsewhere = tmp_path / "elsewhere"
+    (out / "arm0" / "c32").rename(elsewhere)
+    (out / "arm0" / "c32").symlink_to(elsewhere, target_is_directory=True)
+    proc = run_cli("report", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    listed = {(r["arm"], r["load"]): (r["status"], r["reason"]) for r in json.loads(proc.stdout)["runs_not_used"]}
+    assert listed == {
+        ("graphs+DBO", "c16"): ("incomplete", "its manifest's status is 'incomplete', not complete; not used"),
+        ("graphs", "c32"): ("complete", "its bundle arm0/c32 leads outside the sweep"),
+    }

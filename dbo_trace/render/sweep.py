@@ -258,7 +258,7 @@ def build_sweep_document(
         runs_not_used=[
             RunBlock(r.arm, r.load, r.status, r.reason, r.profiled is not None)
             for r in summary.runs
-            if r.status not in used or not r.repeats
+            if r.status not in used or (not r.repeats and r.profiled is None)
         ],
         warnings=warnings,
     )
