@@ -186,7 +186,9 @@ def read_spec(folder: Path) -> SweepFile:
     if type(head.version) is not int or head.version < 1:
         raise SweepError(f"{path}: the sweep has no valid version ({head.version!r}); it is damaged: {fix}")
     if head.version > SWEEP_VERSION:
-        raise SweepError(f"{path}: sweep version {head.version} is newer than this dbo-trace reads ({SWEEP_VERSION}); upgrade dbo-trace")
+        raise SweepError(
+            f"{path}: sweep version {head.version} is newer than this dbo-trace reads ({SWEEP_VERSION}); upgrade dbo-trace"
+        )
     try:
         spec = msgspec.json.decode(data, type=SweepFile)
     except (msgspec.DecodeError, RecursionError) as exc:
@@ -221,7 +223,9 @@ def read_run_manifest(bundle: Path) -> RunManifest:
     except (OSError, ValueError, RecursionError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path}: its manifest cannot be used ({_why(exc)})") from None
     if manifest.format != BUNDLE_FORMAT or not 1 <= manifest.version <= BUNDLE_VERSION:
-        raise ValueError(f"{path}: not a dbo-trace manifest this version reads (format {manifest.format!r}, version {manifest.version})")
+        raise ValueError(
+            f"{path}: not a dbo-trace manifest this version reads (format {manifest.format!r}, version {manifest.version})"
+        )
     return manifest
 
 

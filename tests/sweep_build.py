@@ -14,7 +14,12 @@ from pathlib import Path
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 OFF, ON = "afd-graphs", "afd-pair-graphs-dbo"
 REAL_LOAD = {"name": "c16", "concurrency": 16, "num_prompts": 32, "input_len": 128, "output_len": 48}
-BENCH_KEYS = {"median_tpot_ms": "median_tpot_ms", "median_itl_ms": "median_itl_ms", "output_throughput": "output_throughput", "duration": "duration_s"}
+BENCH_KEYS = {
+    "median_tpot_ms": "median_tpot_ms",
+    "median_itl_ms": "median_itl_ms",
+    "output_throughput": "output_throughput",
+    "duration": "duration_s",
+}
 
 
 def _without_traces(src: str, names: list[str]) -> set[str]:

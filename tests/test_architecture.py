@@ -13,7 +13,10 @@ PACKAGE = ROOT / "dbo_trace"
 # (the recording format, which both sides read), lazy (a list built when read: the analysis's step
 # reports, the renderers' step blocks), redact (the secret rules the recording and the archive both
 # apply), ui (progress output).
-LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact", "dbo_trace.sweep_folder"}
+LEAVES = {
+    "dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact",
+    "dbo_trace.sweep_folder",
+}  # fmt: skip
 ALLOWED = {
     "trace": LEAVES,
     "analysis": LEAVES | {"trace"},

@@ -60,7 +60,9 @@ def test_the_real_load_reads_the_samples_own_bench_files(sweep, summary):
         assert len(tpots) == 3 == rows[arm]["repeats"]
         assert rows[arm]["tpot_mean_ms"] == pytest.approx(statistics.mean(tpots), abs=1e-4)
         assert rows[arm]["tpot_sd_ms"] == pytest.approx(statistics.stdev(tpots), abs=1e-4)
-        assert rows[arm]["itl_median_ms"] == pytest.approx(statistics.mean(bench_field(SAMPLES / sample, "median_itl_ms")), abs=1e-4)
+        assert rows[arm]["itl_median_ms"] == pytest.approx(
+            statistics.mean(bench_field(SAMPLES / sample, "median_itl_ms")), abs=1e-4
+        )
         rates = bench_field(SAMPLES / sample, "output_throughput")
         assert rows[arm]["output_tokens_per_s"] == pytest.approx(statistics.mean(rates), abs=0.01)
         assert rows[arm]["output_tokens_per_s_sd"] == pytest.approx(statistics.stdev(rates), abs=0.01)
@@ -170,7 +172,9 @@ def test_failed_pending_and_missing_runs_are_listed_not_fatal(tmp_path):
     }
     (series,) = d["dbo"]
     assert [p["load"] for p in series["points"]] == ["c16"] and sorted(series["loads_unpaired"]) == ["c32", "c64", "c8"]
-    assert "does not turn in the range measured (16 requests in flight): slower beyond noise at 1 of 1 loads" in series["turn_text"]
+    assert (
+        "does not turn in the range measured (16 requests in flight): slower beyond noise at 1 of 1 loads" in series["turn_text"]
+    )
     c64 = next(x for x in d["loads"] if x["name"] == "c64")
     assert c64["baseline"] == "graphs+DBO"  # the first arm has no repeats there: the next one is the baseline, said so
     text = " ".join(run_cli("report", str(out)).stdout.split())
@@ -188,7 +192,8 @@ def _damaged(tmp_path: Path, body: bytes | str) -> tuple[int, str, str]:
 
 GOOD = {
     "format": "dbo-trace-sweep", "version": 1, "created": "x", "command": ["vllm", "serve", "m"], "peer_command": None,
-    "arms": [{"name": "a", "args": []}], "loads": [{"name": "c8", "concurrency": 8, "num_prompts": 16, "input_len": 1, "output_len": 1}],
+    "arms": [{"name": "a", "args": []}],
+    "loads": [{"name": "c8", "concurrency": 8, "num_prompts": 16, "input_len": 1, "output_len": 1}],
     "repeats": 3, "profile": False, "runs": [{"arm": "a", "load": "c8", "bundle": "a/c8", "status": "pending", "reason": None}],
 }  # fmt: skip
 
@@ -200,17 +205,40 @@ GOOD = {
         (lambda s: json.dumps({**s, "format": "something-else"}), 'not a dbo-trace sweep (no "format": "dbo-trace-sweep")'),
         (lambda s: json.dumps({**s, "version": 9}), "sweep version 9 is newer than this dbo-trace reads (1); upgrade dbo-trace"),
         (lambda s: json.dumps({**s, "version": "1"}), "the sweep has no valid version ('1')"),
-        (lambda s: json.dumps({**s, "loads": [{**s["loads"][0], "concurrency": "8"}]}), "Expected `int`, got `str` - at `$.loads[0].concurrency`"),
+        (
+            lambda s: json.dumps({**s, "loads": [{**s["loads"][0], "concurrency": "8"}]}),
+            "Expected `int`, got `str` - at `$.loads[0].concurrency`",
+        ),
         (lambda s: json.dumps({**s, "loads": [{**s["loads"][0], "concurrency": 0}]}), "$.loads[0].concurrency"),
         (lambda s: json.dumps({**s, "runs": [{**s["runs"][0], "status": "done"}]}), "$.runs[0].status"),
-        (lambda s: json.dumps({**s, "runs": [{**s["runs"][0], "arm": "b"}]}), "runs[0] names arm 'b' and load 'c8', which the sweep does not list"),
-        (lambda s: json.dumps({**s, "runs": [{**s["runs"][0], "bundle": "../../etc"}]}), "its bundle '../../etc' is not a folder inside the sweep"),
+        (
+            lambda s: json.dumps({**s, "runs": [{**s["runs"][0], "arm": "b"}]}),
+            "runs[0] names arm 'b' and load 'c8', which the sweep does not list",
+        ),
+        (
+            lambda s: json.dumps({**s, "runs": [{**s["runs"][0], "bundle": "../../etc"}]}),
+            "its bundle '../../etc' is not a folder inside the sweep",
+        ),
         (lambda s: json.dumps({**s, "arms": s["arms"] * 2}), "the arm 'a' is listed twice"),
         (lambda s: json.dumps({**s, "runs": s["runs"] * 2}), "arm 'a' at load 'c8' is listed twice"),
         (lambda s: "[" * 100_000, "cannot read the sweep's summary"),
         (lambda s: json.dumps({**s, "command": ["x" * 1000] * 5000}), "more than the 4 MiB"),
     ],
-    ids=["cut", "format", "newer", "version-type", "type", "range", "status", "unknown-arm", "escape", "twice", "run-twice", "deep", "huge"],
+    ids=[
+        "cut",
+        "format",
+        "newer",
+        "version-type",
+        "type",
+        "range",
+        "status",
+        "unknown-arm",
+        "escape",
+        "twice",
+        "run-twice",
+        "deep",
+        "huge",
+    ],
 )
 def test_damage_in_sweep_json_is_one_line_naming_the_file(tmp_path, change, said):
     code, out, err = _damaged(tmp_path, change(GOOD))
@@ -225,7 +253,10 @@ def test_a_damaged_manifest_is_that_runs_reason(tmp_path):
     proc = run_cli("report", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     (run,) = json.loads(proc.stdout)["runs_not_used"]
-    assert run["arm"] == "graphs+DBO" and "manifest.json: its manifest cannot be used (Expected `array`, got `str` - at `$.repeats`)" in run["reason"]
+    assert (
+        run["arm"] == "graphs+DBO"
+        and "manifest.json: its manifest cannot be used (Expected `array`, got `str` - at `$.repeats`)" in run["reason"]
+    )
 
 
 def test_refusals_before_any_work(sweep, tmp_path):
@@ -250,7 +281,14 @@ def test_hostile_names_stay_inert(tmp_path):
     off, on = " ".join(SHAPES[:8]), " ".join(SHAPES[8:]) + " $x^2$ <img src=x>"
     load = {**REAL_LOAD, "name": "c16 $\\frac{$ <img src=x onerror=alert(1)> \x1b]0;t\x07"}
     failed = {(on, "c32"): ("failed", "\x1b[2J **gone** <script>x</script>")}
-    out = build_sweep(tmp_path / "out", [load, C32], arms=((off, OFF), (on, ON)), profiled=(), status=failed, load_folder=lambda x: x["name"][:3])
+    out = build_sweep(
+        tmp_path / "out",
+        [load, C32],
+        arms=((off, OFF), (on, ON)),
+        profiled=(),
+        status=failed,
+        load_folder=lambda x: x["name"][:3],
+    )
     for flag in ([], ["--markdown"], ["--json"]):
         proc = run_cli("report", *flag, str(out))
         assert proc.returncode == 0, proc.stderr
@@ -289,7 +327,12 @@ def _points(calls: list[str | None]):
     "calls, turns, side, beyond",
     [
         (["faster", "within noise", "slower"], [("c8", "c24", ("faster", "slower"), ("c16",))], None, 2),
-        (["slower", "faster", "no interval", "slower"], [("c8", "c16", ("slower", "faster"), ()), ("c16", "c32", ("faster", "slower"), ("c24",))], None, 3),
+        (
+            ["slower", "faster", "no interval", "slower"],
+            [("c8", "c16", ("slower", "faster"), ()), ("c16", "c32", ("faster", "slower"), ("c24",))],
+            None,
+            3,
+        ),
         (["within noise", "within noise"], [], None, 0),
         (["slower", "within noise", "no interval"], [], "slower", 1),
         (["within noise", "faster", "faster"], [], "faster", 2),

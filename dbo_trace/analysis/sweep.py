@@ -25,13 +25,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
 from dbo_trace.analysis.compare import Arm, Pair, RanWith, dbo_pairs, graphs_text
 from dbo_trace.analysis.unprofiled import Repeat, _t95, _welch_df
 
-SLOWER, FASTER, WITHIN, NO_INTERVAL = "slower", "faster", "within noise", "no interval"
+Call = Literal["slower", "faster", "within noise", "no interval"]
+SLOWER: Call = "slower"
+FASTER: Call = "faster"
+WITHIN: Call = "within noise"
+NO_INTERVAL: Call = "no interval"
 MICROBATCHES = 2  # DBO splits a step's batch in two
 
 
@@ -116,7 +121,7 @@ class DboPoint:
     change_low: float | None  # Welch t 95% interval (fractions of the off mean)
     change_high: float | None
     df: float | None  # its Welch-Satterthwaite degrees of freedom
-    call: str | None  # SLOWER, FASTER, WITHIN or NO_INTERVAL; None without both TPOT means
+    call: Call | None  # SLOWER, FASTER, WITHIN or NO_INTERVAL; None without both TPOT means
     profiled: Pair | None = None  # compare's pair of the two profiled windows, where both were profiled
     parts: tuple[PartChange, ...] = ()  # filled by dbo_parts where the profiled pair carries them
     decode_step_tokens: float | None = None  # the DBO arm's profiled decode steps' median tokens per step
@@ -134,7 +139,7 @@ class Turn:
     after: str  # the next load beyond noise on the other side
     before_in_flight: int
     after_in_flight: int
-    direction: tuple[str, str]  # (SLOWER, FASTER) or (FASTER, SLOWER)
+    direction: tuple[Call, Call]  # (SLOWER, FASTER) or (FASTER, SLOWER)
     passed_over: tuple[str, ...] = ()  # loads between them within noise or without an interval
 
 
@@ -147,7 +152,7 @@ class DboSeries:
     graphs: str
     points: tuple[DboPoint, ...]
     turns: tuple[Turn, ...]
-    side: str | None  # without a turn: SLOWER or FASTER where every load beyond noise is that side; None where none is
+    side: Call | None  # without a turn: SLOWER or FASTER where every load beyond noise is that side; None where none is
     beyond: int  # loads beyond noise
     unpaired: tuple[str, ...] = ()  # loads where one of the two has no TPOT mean
 
@@ -196,7 +201,7 @@ def load_table(load: LoadPoint, runs: list[RunFigures]) -> LoadTable:
     return LoadTable(load, tuple(out), base.arm)
 
 
-def tpot_change(off: list[float], on: list[float]) -> tuple[float, float | None, float | None, float | None, str]:
+def tpot_change(off: list[float], on: list[float]) -> tuple[float, float | None, float | None, float | None, Call]:
     """(change, low, high, df, call) of the mean TPOT, on against off (the module's docstring)."""
     a, b = np.array(off, float), np.array(on, float)
     change = float(b.mean() / a.mean() - 1.0)
@@ -261,26 +266,26 @@ def dbo_point(load: LoadPoint, on: RunFigures, off: RunFigures) -> DboPoint:
     return replace(point, tpot_ms=means, change=change, change_low=low, change_high=high, df=df, call=call)
 
 
-def turns_of(points: list[DboPoint]) -> tuple[tuple[Turn, ...], str | None, int]:
+def turns_of(points: list[DboPoint]) -> tuple[tuple[Turn, ...], Call | None, int]:
     """Where the change crosses no change beyond noise (points in order of requests in flight), the one
     side where it never does, and how many loads are beyond noise."""
     turns = []
-    last: DboPoint | None = None
+    last: tuple[DboPoint, Call] | None = None  # the last load beyond noise, and its side
     between: list[str] = []
     beyond = [p for p in points if p.call in (SLOWER, FASTER)]
     for p in points:
-        if p.call not in (SLOWER, FASTER):
+        side = p.call if p.call in (SLOWER, FASTER) else None
+        if side is None:
             if last is not None:
                 between.append(p.load.name)
             continue
-        if last is not None and last.call != p.call:
-            turns.append(
-                Turn(last.load.name, p.load.name, last.load.in_flight, p.load.in_flight, (str(last.call), str(p.call)), tuple(between))
-            )
-        last, between = p, []
+        if last is not None and last[1] != side:
+            before = last[0].load
+            turns.append(Turn(before.name, p.load.name, before.in_flight, p.load.in_flight, (last[1], side), tuple(between)))
+        last, between = (p, side), []
     sides = {p.call for p in beyond}
-    side = next(iter(sides)) if len(sides) == 1 and not turns else None
-    return tuple(turns), side, len(beyond)
+    one_side = next(iter(sides)) if len(sides) == 1 and not turns else None
+    return tuple(turns), one_side, len(beyond)
 
 
 def summarise(loads: list[LoadPoint], arms: list[str], runs: list[RunFigures]) -> SweepSummary:

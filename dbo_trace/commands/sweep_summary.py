@@ -37,7 +37,10 @@ class SweepView:
         from dbo_trace.render.sweep import SWEEP_RENDERERS
 
         if self.format not in SWEEP_RENDERERS and self.format not in PICTURES:
-            fail(f"{self.folder}: a load sweep's summary is written as text, Markdown, HTML, JSON, .png or .svg, not as {self.format}")
+            fail(
+                f"{self.folder}: a load sweep's summary is written as text, Markdown, HTML, JSON, .png or .svg, "
+                f"not as {self.format}"
+            )
         refuse_overwrite(self.output, self.plot, self.html, force=self.force)
         if self.plot is not None and self.plot.suffix.lower().lstrip(".") not in PICTURES:
             fail(f"{self.plot}: --plot writes .png or .svg; name the file with one of those")
@@ -70,7 +73,8 @@ def run(view: SweepView) -> None:
     loads = [load_point(sweep, x.name) for x in spec.loads]
     summary = summarise(loads, [a.name for a in spec.arms], runs)
     document = build_sweep_document(
-        summary, created=spec.created, command=list(spec.command), peer_command=None if spec.peer_command is None else list(spec.peer_command),
+        summary, created=spec.created, command=list(spec.command),
+        peer_command=None if spec.peer_command is None else list(spec.peer_command),
         repeats=spec.repeats, profile=spec.profile, warnings=list(sweep.warnings),
     )  # fmt: skip
     image = None
@@ -132,9 +136,10 @@ def figures_of(run: SweepRun) -> RunFigures:
         return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
     with_trace = ran_with(report, m.settings)
     row = arm_of(run.arm, report, ALL_STEPS, with_trace)
+    steady_decode = [s for r in report.ranks if r.role != FFN for s in r.steps if s.phase == "decode" and s.stall is None]
     decode = [
-        (s.context_tokens or 0) + (s.generation_tokens or 0)
-        for r in report.ranks if r.role != FFN
-        for s in r.steps if s.phase == "decode" and s.stall is None and (s.context_tokens is not None or s.generation_tokens is not None)
-    ]  # fmt: skip
-    return RunFigures(run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None)
+        (s.context_tokens or 0) + (s.generation_tokens or 0) for s in steady_decode if s.context_tokens or s.generation_tokens
+    ]
+    return RunFigures(
+        run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None
+    )

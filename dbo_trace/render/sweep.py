@@ -7,13 +7,24 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Literal
 
 import msgspec
 
 from dbo_trace import __version__
 from dbo_trace.analysis.compare import BEYOND, TOO_FEW, Pair, graphs_text
-from dbo_trace.analysis.sweep import FASTER, NO_INTERVAL, SLOWER, WITHIN, ArmAtLoad, DboPoint, DboSeries, LoadTable, SweepSummary, Turn
+from dbo_trace.analysis.sweep import (
+    FASTER,
+    NO_INTERVAL,
+    SLOWER,
+    WITHIN,
+    ArmAtLoad,
+    Call,
+    DboPoint,
+    DboSeries,
+    LoadTable,
+    SweepSummary,
+    Turn,
+)
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.compare import ran_with_text
 from dbo_trace.render.format import md_table
@@ -22,7 +33,6 @@ from dbo_trace.render.layout import Column, strip_trailing, table, terminal_widt
 from dbo_trace.render.safe import Markdown, html_text, markdown_code, markdown_text, terminal_document
 
 SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION = "dbo-trace-sweep-summary", 1
-Call = Literal["slower", "faster", "within noise", "no interval"]
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
@@ -190,7 +200,7 @@ def _point_block(p: DboPoint) -> PointBlock:
         measured_tokens_per_microbatch=_r(p.measured_tokens_per_microbatch, 2),
         tpot_off_ms=_r(t[0]) if t else None, tpot_on_ms=_r(t[1]) if t else None, repeats=list(p.repeats),
         change=_r(p.change), change_low=_r(p.change_low), change_high=_r(p.change_high), interval="welch_t95",
-        df=_r(p.df, 2), call=p.call, profiled=_profiled(p.profiled),  # type: ignore[arg-type]  # analysis/sweep.py's calls
+        df=_r(p.df, 2), call=p.call, profiled=_profiled(p.profiled),
         parts=[PartBlock(x.name, _r(x.off_us, 3), _r(x.on_us, 3)) for x in p.parts],
     )  # fmt: skip
 
@@ -208,7 +218,8 @@ def turn_text(s: DboSeries) -> str:
             over = [f"{n}: {call_at.get(n) or 'no TPOT'}" for n in t.passed_over]
             said.append(
                 f"from {t.direction[0]} to {t.direction[1]} between {t.before} ({t.before_in_flight} in flight) and "
-                f"{t.after} ({t.after_in_flight} in flight), both beyond noise" + (f" (between them {', '.join(over)})" if over else "")
+                f"{t.after} ({t.after_in_flight} in flight), both beyond noise"
+                + (f" (between them {', '.join(over)})" if over else "")
             )
         return f"{who}: DBO turns " + "; then ".join(said) + "; placed no closer than the loads measured"
     span = f"{low} to {high} requests in flight" if low != high else f"{low} requests in flight"
@@ -222,7 +233,9 @@ def turn_text(s: DboSeries) -> str:
 
 
 def _turn_block(t: Turn) -> TurnBlock:
-    return TurnBlock(t.before, t.after, t.before_in_flight, t.after_in_flight, t.direction[0], t.direction[1], list(t.passed_over))  # type: ignore[arg-type]
+    return TurnBlock(
+        t.before, t.after, t.before_in_flight, t.after_in_flight, t.direction[0], t.direction[1], list(t.passed_over)
+    )
 
 
 def build_sweep_document(
@@ -248,8 +261,15 @@ def build_sweep_document(
         loads=[_load_block(t) for t in summary.loads],
         dbo=[
             SeriesBlock(
-                s.on, s.off, s.graphs, [_point_block(p) for p in s.points], [_turn_block(t) for t in s.turns],
-                s.side, s.beyond, list(s.unpaired), turn_text(s),  # type: ignore[arg-type]
+                s.on,
+                s.off,
+                s.graphs,
+                [_point_block(p) for p in s.points],
+                [_turn_block(t) for t in s.turns],
+                s.side,
+                s.beyond,
+                list(s.unpaired),
+                turn_text(s),
             )  # fmt: skip
             for s in summary.series
         ],
@@ -310,19 +330,24 @@ LOAD_COLUMNS = [
     Column("output tok/s (mean ± sd)", keep=4),
     Column("ran with", right=False, wrap=True, keep=2),
 ]
-TERMINAL_LOAD_COLUMNS = len(LOAD_COLUMNS) - 1  # the terminal leaves "ran with" to the other outputs: the pair table names the mode
+TERMINAL_LOAD_COLUMNS = (
+    len(LOAD_COLUMNS) - 1
+)  # the terminal leaves "ran with" to the other outputs: the pair table names the mode
 
 
 def load_rows(x: LoadBlock) -> list[list[str]]:
     return [
-        [a.arm, tpot_cell(a), change_cell(a, x.baseline), _ms(a.itl_median_ms), rate_cell(a), a.ran_with or "-"]
-        for a in x.arms
+        [a.arm, tpot_cell(a), change_cell(a, x.baseline), _ms(a.itl_median_ms), rate_cell(a), a.ran_with or "-"] for a in x.arms
     ]
 
 
 def load_lines(x: LoadBlock) -> list[str]:
     """What the table cannot hold: why an arm has no figures, and which arm is the baseline where it is not the first."""
-    out = [f"{a.arm}: {a.status}" + (f" ({a.reason})" if a.reason else "") for a in x.arms if a.status != "complete" or a.tpot_mean_ms is None]
+    out = [
+        f"{a.arm}: {a.status}" + (f" ({a.reason})" if a.reason else "")
+        for a in x.arms
+        if a.status != "complete" or a.tpot_mean_ms is None
+    ]
     if x.baseline is not None and x.arms and x.arms[0].arm != x.baseline:
         out.append(f"changes are against {x.baseline}, the first arm with timed repeats at this load")
     return out
@@ -373,15 +398,21 @@ DBO_COLUMNS = [
 
 
 def series_title(s: SeriesBlock) -> str:
-    return f"DBO's change per load: {s.on} against {s.off} (DBO off, cudagraphs {s.graphs}, same GPU sharing), by the timed repeats' TPOT"
+    return (
+        f"DBO's change per load: {s.on} against {s.off} (DBO off, cudagraphs {s.graphs}, same GPU sharing), "
+        "by the timed repeats' TPOT"
+    )
 
 
 def series_rows(s: SeriesBlock) -> list[list[str]]:
     return [
         [
-            p.load, flight_cell(p),
+            p.load,
+            flight_cell(p),
             "-" if p.tpot_off_ms is None or p.tpot_on_ms is None else f"{p.tpot_off_ms:.2f} -> {p.tpot_on_ms:.2f}",
-            interval_cell(p), call_cell(p), profiled_cell(p),
+            interval_cell(p),
+            call_cell(p),
+            profiled_cell(p),
         ]  # fmt: skip
         for p in s.points
     ]
@@ -401,8 +432,13 @@ def _us(x: float | None) -> str:
 
 
 def unpaired_lines(d: SweepDocument) -> list[str]:
-    out = [f"{u.on}: no arm with DBO off and the same cudagraph mode ({u.graphs}) and GPU sharing to pair it with" for u in d.unpaired]
-    return out + [f"{a}: neither its recorded settings nor a profiled trace say whether DBO ran; not paired" for a in d.undeclared]
+    out = [
+        f"{u.on}: no arm with DBO off and the same cudagraph mode ({u.graphs}) and GPU sharing to pair it with"
+        for u in d.unpaired
+    ]
+    return out + [
+        f"{a}: neither its recorded settings nor a profiled trace say whether DBO ran; not paired" for a in d.undeclared
+    ]
 
 
 def run_lines(d: SweepDocument) -> list[str]:
@@ -454,7 +490,11 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
         for line in load_lines(x):
             lines += wrap(line, width, "  ", "    ")
     for s in d.dbo:
-        lines += ["", *table(series_title(s), DBO_COLUMNS, series_rows(s), width)] if s.points else ["", *wrap(series_title(s), width, "", "  ")]
+        lines += (
+            ["", *table(series_title(s), DBO_COLUMNS, series_rows(s), width)]
+            if s.points
+            else ["", *wrap(series_title(s), width, "", "  ")]
+        )
         for line in parts_lines(s):
             lines += wrap(line, width, "  ", "    ")
         lines += wrap(s.turn_text, width, "", "  ")
@@ -526,7 +566,8 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>dbo-trace load sweep</title>"]
     out += [f"<style>{STYLE}</style></head><body>", f"<h1>{html_text(_header(d)[0])}</h1>"]
     if svg is not None:
-        out.append(f'<p><img alt="DBO\'s change against requests in flight" src="data:image/svg+xml;base64,{base64.b64encode(svg).decode()}"></p>')
+        picture = base64.b64encode(svg).decode()
+        out.append(f'<p><img alt="DBO\'s change against requests in flight" src="data:image/svg+xml;base64,{picture}"></p>')
     for x in d.loads:
         out += [f"<h2>{html_text(load_title(x))}</h2>", *_html_table([c.header for c in LOAD_COLUMNS], load_rows(x))]
         out += [f"<p>{html_text(line)}</p>" for line in load_lines(x)]

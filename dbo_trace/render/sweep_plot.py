@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from dbo_trace.analysis.sweep import FASTER, SLOWER
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
-from dbo_trace.analysis.sweep import FASTER, SLOWER
 from dbo_trace.render.sweep import SweepDocument
 
 if TYPE_CHECKING:
@@ -60,8 +60,16 @@ def sweep_figure(d: SweepDocument) -> Figure:
         if profiled:
             px = [p.in_flight + shift for p in profiled]
             py = [100 * (p.profiled.change or 0.0) for p in profiled if p.profiled]
-            pl = [100 * ((q.change or 0.0) - (q.change_low if q.change_low is not None else q.change or 0.0)) for p in profiled if (q := p.profiled)]
-            ph = [100 * ((q.change_high if q.change_high is not None else q.change or 0.0) - (q.change or 0.0)) for p in profiled if (q := p.profiled)]
+            pl = [
+                100 * ((q.change or 0.0) - (q.change_low if q.change_low is not None else q.change or 0.0))
+                for p in profiled
+                if (q := p.profiled)
+            ]
+            ph = [
+                100 * ((q.change_high if q.change_high is not None else q.change or 0.0) - (q.change or 0.0))
+                for p in profiled
+                if (q := p.profiled)
+            ]
             ax.errorbar(px, py, yerr=[pl, ph], fmt="D", markersize=4, color=colour, alpha=0.55, capsize=2, linewidth=0.8,
                         label=f"{name}: profiled step period (bootstrap 95%)")  # fmt: skip
             drawn = True
