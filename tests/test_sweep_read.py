@@ -395,3 +395,12 @@ def test_a_bundle_that_says_it_did_not_complete_or_leads_outside_is_not_used(tmp
         ("graphs+DBO", "c16"): ("incomplete", "its manifest's status is 'incomplete', not complete; not used"),
         ("graphs", "c32"): ("complete", "its bundle arm0/c32 leads outside the sweep"),
     }
+
+
+def test_a_sweep_without_a_dbo_arm_says_it_states_no_dbo_change(tmp_path):
+    out = build_sweep(tmp_path / "out", [REAL_LOAD], arms=(("graphs", OFF),), profiled=())
+    proc = run_cli("report", str(out))
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert text.startswith("load sweep: 1 arm at 1 load, 3 timed repeats each")
+    assert "DBO's change: no arm ran with DBO beside an arm without it" in text

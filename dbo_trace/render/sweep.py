@@ -317,8 +317,9 @@ def change_cell(a: ArmRow, baseline: str | None) -> str:
 
 def load_title(x: LoadBlock) -> str:
     return (
-        f"load {x.name}: {x.in_flight} requests in flight ({x.num_prompts} prompts at concurrency {x.concurrency}, "
-        f"{x.input_len} tokens in, {x.output_len} out); {x.tokens_per_microbatch:g} decode tokens per microbatch under DBO"
+        f"load {x.name}: {x.in_flight} request{'s' * (x.in_flight != 1)} in flight ({x.num_prompts} prompts at concurrency "
+        f"{x.concurrency}, {x.input_len} tokens in, {x.output_len} out); {x.tokens_per_microbatch:g} decode "
+        f"token{'s' * (x.tokens_per_microbatch != 1)} per microbatch under DBO"
     )
 
 
@@ -344,7 +345,8 @@ def load_rows(x: LoadBlock) -> list[list[str]]:
 def load_lines(x: LoadBlock) -> list[str]:
     """What the table cannot hold: why an arm has no figures, and which arm is the baseline where it is not the first."""
     out = [
-        f"{a.arm}: {a.status}" + (f" ({a.reason})" if a.reason else "")
+        f"{a.arm}: "
+        + (f"{a.status}" + (f" ({a.reason})" if a.reason else "") if a.status != "complete" else "no usable timed repeat")
         for a in x.arms
         if a.status != "complete" or a.tpot_mean_ms is None
     ]
@@ -441,6 +443,13 @@ def unpaired_lines(d: SweepDocument) -> list[str]:
     ]
 
 
+def no_dbo_lines(d: SweepDocument) -> list[str]:
+    """Where the sweep holds no DBO arm against one without DBO, that it states no DBO change."""
+    if d.dbo or d.unpaired or d.undeclared:
+        return []
+    return ["DBO's change: no arm ran with DBO beside an arm without it"]
+
+
 def run_lines(d: SweepDocument) -> list[str]:
     out = []
     for r in d.runs_not_used:
@@ -463,10 +472,10 @@ NOTE = (
 
 
 def _header(d: SweepDocument) -> list[str]:
-    n = len(d.loads)
-    arms = len({a.arm for x in d.loads for a in x.arms})
+    arms, loads = len({a.arm for x in d.loads for a in x.arms}), len(d.loads)
+    timed = f"{d.repeats} timed repeats each" if d.repeats > 1 else "1 timed repeat each" if d.repeats else "no timed repeats"
     return [
-        f"load sweep: {arms} arms at {n} loads, {d.repeats} timed repeats each"
+        f"load sweep: {arms} arm{'s' * (arms != 1)} at {loads} load{'s' * (loads != 1)}, {timed}"
         + (", a profiled window per arm and load" if d.profile else "")
         + (f"; made {d.created}" if d.created else "")
     ]
@@ -498,7 +507,7 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
         for line in parts_lines(s):
             lines += wrap(line, width, "  ", "    ")
         lines += wrap(s.turn_text, width, "", "  ")
-    extra = unpaired_lines(d) + run_lines(d)
+    extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         lines += ["", "not in the figures:"]
         for line in extra:
@@ -536,7 +545,7 @@ def render_markdown(d: SweepDocument, image: str | None = None) -> str:
             out.append("")
         out += [f"- {markdown_text(line)}" for line in parts_lines(s)]
         out += [markdown_text(s.turn_text), ""]
-    extra = unpaired_lines(d) + run_lines(d)
+    extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["Not in the figures:", ""] + [f"- {markdown_text(line)}" for line in extra] + [""]
     out += [f"- warning: {markdown_text(w, line_start=False)}" for w in d.warnings]
@@ -577,7 +586,7 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
             out += _html_table([c.header for c in DBO_COLUMNS], series_rows(s))
         out += [f"<p>{html_text(line)}</p>" for line in parts_lines(s)]
         out.append(f"<p><strong>{html_text(s.turn_text)}</strong></p>")
-    extra = unpaired_lines(d) + run_lines(d)
+    extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["<h2>Not in the figures</h2>", "<ul>", *(f"<li>{html_text(line)}</li>" for line in extra), "</ul>"]
     out += [f"<p>warning: {html_text(w)}</p>" for w in d.warnings]
