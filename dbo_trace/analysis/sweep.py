@@ -241,8 +241,10 @@ def partners(arms: list[str], ran_with: dict[str, RanWith]) -> tuple[list[tuple[
 
 
 def dbo_parts(off: Arm, on: Arm) -> tuple[PartChange, ...]:
-    """The hook for DBO's change taken apart (compute, comm alone, idle per step: the pays-compare
-    work on analysis/compare.py). Until compare's arms carry those parts, there are none."""
+    """The hook for DBO's change taken apart per step (compute, comm alone, copy, host and dependency
+    idle): the pays-compare branch gives compare's Arm its `parts` and its Pair an `effect`
+    (analysis/effect.py SpanParts, off and on); once merged, this reads them into PartChange rows
+    and every output lists them under the load's point. Until then compare's arms carry no parts."""
     return ()
 
 
