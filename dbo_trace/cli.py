@@ -195,6 +195,11 @@ def _few_collections() -> Iterator[None]:
     is_flag=True,
     help="Also print the host-caused GPU idle by sampled Python frame as tables (bundles with py-spy samples).",
 )
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    help="A load sweep's folder: also draw DBO's change against requests in flight to this .png or .svg.",
+)
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
@@ -219,6 +224,7 @@ def report(
     workers,
     ray_address,
     host_stacks,
+    plot,
     force,
 ) -> None:
     """Diagnose DBO from traces: a trace file, a folder of traces (one per rank), or a bundle.
@@ -226,6 +232,9 @@ def report(
     \b
     Answers: do the two microbatches overlap; is the step host-bound; did CUDA
     graphs replay; and does per-microbatch compute cover the comm round trip.
+    A load sweep's folder (dbo-trace sweep's OUT) gives the sweep's summary:
+    per load the ablation's table, DBO's change against its DBO-off partner,
+    where it turns, and with --plot its picture.
     """
     from dbo_trace.commands import report as command
 
@@ -235,6 +244,7 @@ def report(
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
         all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
+        plot=plot,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())
@@ -250,8 +260,13 @@ def report(
 @click.option(
     "--ray", "ray_address", metavar="ADDRESS", help="Analyse each arm's ranks on the Ray nodes that hold them (as report --ray)."
 )
+@click.option(
+    "--plot",
+    type=click.Path(path_type=Path),
+    help="A load sweep's folder: also draw DBO's change against requests in flight to this .png or .svg.",
+)
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_address) -> None:
+def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_address, plot) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
@@ -269,13 +284,14 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
     which differs. Per pair, first: whether DBO pays by the measured change,
     then its change taken apart per step on each role's GPU (compute, comm
     alone, idle host-caused and dependency, the FFN's GPU with its trace) and
-    the kernels whose time per call changed.
+    the kernels whose time per call changed. A load sweep's folder alone
+    gives the sweep's summary, as report does.
     """
     from dbo_trace.commands import compare as command
 
     request = command.CompareRequest(
         arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
-        force=force, ray=ray_address,
+        force=force, ray=ray_address, plot=plot,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())

@@ -13,7 +13,10 @@ PACKAGE = ROOT / "dbo_trace"
 # (the recording format, which both sides read), lazy (a list built when read: the analysis's step
 # reports, the renderers' step blocks), redact (the secret rules the recording and the archive both
 # apply), ui (progress output).
-LEAVES = {"dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact"}
+LEAVES = {
+    "dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact",
+    "dbo_trace.sweep_folder",
+}  # fmt: skip
 ALLOWED = {
     "trace": LEAVES,
     "analysis": LEAVES | {"trace"},
@@ -35,6 +38,7 @@ TOP_ALLOWED = {
     "lazy": set(),
     "redact": set(),
     "bundle": LEAVES,
+    "sweep_folder": LEAVES,  # a load sweep's folder read, as bundle.py reads a bundle
     "ui": LEAVES,
     "pipeline": LEAVES | {"trace", "analysis"},
     "scale": LEAVES | {"trace", "analysis", "pipeline"},

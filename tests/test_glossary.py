@@ -10,6 +10,7 @@ from conftest import ROOT, SAMPLES, run_cli
 from dbo_trace.render import format as f
 from dbo_trace.render import terminal as t
 from dbo_trace.render.live import HEADER as TOP_HEADER
+from dbo_trace.render.sweep import DBO_COLUMNS, LOAD_COLUMNS
 
 GLOSSARY = (ROOT / "docs" / "glossary.md").read_text()
 HEADERS = [
@@ -17,6 +18,7 @@ HEADERS = [
     [c.header for c in t.STEP_COLUMNS],
     f.PHASE_HEADER, f.OPERATION_HEADER, f.LAYER_OPS_HEADER, f.LAYER_HEADER, f.KERNEL_HEADER, f.CPU_RANGE_HEADER,
     f.SPREAD_HEADER, f.STACK_HEADER, f.ROUND_TRIP_HEADER, f.RANK_HEADER, TOP_HEADER,
+    [c.header for c in LOAD_COLUMNS], [c.header for c in DBO_COLUMNS],
 ]  # fmt: skip
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dbo_trace.commands import common
 from dbo_trace.commands.common import color, fail, output_name, refuse_overwrite, warn, write_output
+
+if TYPE_CHECKING:
+    from dbo_trace.commands.sweep_summary import SweepView
 
 
 @dataclass(frozen=True)
@@ -19,6 +23,7 @@ class CompareRequest:
     output: Path | None = None
     force: bool = False
     ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
+    plot: Path | None = None  # --plot: a load sweep's picture; only for a sweep's folder
 
     @property
     def format(self) -> str:
@@ -32,8 +37,19 @@ class CompareRequest:
     def names(self) -> list[str]:
         return list(self.labels) or [p.name or str(p) for p in self.arms]
 
-    def checked(self) -> CompareRequest:
-        output_name(self.as_json, self.as_markdown, self.output)  # --json with --markdown: refused first
+    def checked(self) -> CompareRequest | SweepView:
+        """This request, checked; for one load sweep's folder, its SweepView (commands/sweep_summary.py)."""
+        from dbo_trace.commands.sweep_summary import SweepView, refuse_with_sweep
+        from dbo_trace.sweep_folder import is_sweep
+
+        name = output_name(self.as_json, self.as_markdown, self.output)  # --json with --markdown: refused first
+        if len(self.arms) == 1 and is_sweep(self.arms[0]):
+            if self.labels or self.layers is not None or self.ray is not None:
+                fail(f"{self.arms[0]}: a load sweep's folder names its own arms; --label, --layers and --ray are for bundles")
+            return SweepView(self.arms[0], name, self.output, self.plot, None, self.force).checked()
+        refuse_with_sweep(self.arms, "compare")
+        if self.plot is not None:
+            fail("--plot draws a load sweep's folder (dbo-trace sweep's OUT); give the folder alone")
         if len(self.arms) < 2:
             fail("compare needs at least two arms (bundles or traces)")
         if self.labels and len(self.labels) != len(self.arms):
@@ -43,7 +59,11 @@ class CompareRequest:
         return self
 
 
-def run(request: CompareRequest) -> None:
+def run(request: CompareRequest | SweepView) -> None:
+    if not isinstance(request, CompareRequest):
+        from dbo_trace.commands import sweep_summary
+
+        return sweep_summary.run(request)
     from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options

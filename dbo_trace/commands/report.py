@@ -4,7 +4,7 @@ archive, the report it holds shown again (ArchiveView: nothing is re-analysed)."
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from dbo_trace.errors import inert
 
 if TYPE_CHECKING:
     from dbo_trace.analysis.model import Options, RankReport, Report
+    from dbo_trace.commands.sweep_summary import SweepView
     from dbo_trace.render import Renderer
 
 
@@ -62,6 +63,7 @@ class ReportRequest:
     ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
     force: bool = False
     host_stacks: bool = False  # the terminal prints the host idle by sampled Python frame as tables
+    plot: Path | None = None  # --plot: a load sweep's picture (.png or .svg); only for a sweep's folder
 
     @property
     def format(self) -> str:
@@ -88,10 +90,21 @@ class ReportRequest:
         drawing = (self.timeline, self.perfetto, self.html, self.step, self.rank, self.all_ranks, self.window)
         return any((*analysis, self.layers, self.workers, self.ray, *drawing, *self.what_if)) or self.layer is not None
 
-    def checked(self) -> ReportRequest | ArchiveView:
+    def checked(self) -> ReportRequest | ArchiveView | SweepView:
         """This request, every option checked before any work; for one review archive, the
-        ArchiveView it amounts to (checked too)."""
+        ArchiveView it amounts to (checked too); for one load sweep's folder, its SweepView."""
+        from dbo_trace.commands.sweep_summary import SweepView, refuse_with_sweep
+        from dbo_trace.sweep_folder import is_sweep
+
         name = self.format
+        if len(self.paths) == 1 and is_sweep(self.paths[0]):
+            if replace(self, html=None)._reanalyses() or self.host_stacks:  # --html is the sweep's page too
+                fail(f"{self.paths[0]}: a load sweep's folder gives the sweep's summary (--json, --markdown, -o, --plot, "
+                     "--html); to analyse or draw one run, give its bundle (OUT/ARM/LOAD)")  # fmt: skip
+            return SweepView(self.paths[0], name, self.output, self.plot, self.html, self.force).checked()
+        refuse_with_sweep(self.paths, "report")
+        if self.plot is not None:
+            fail("--plot draws a load sweep's folder (dbo-trace sweep's OUT); a step's picture is --timeline FILE.png")
         if len(self.paths) == 1 and _is_archive(self.paths[0]):
             if self._reanalyses():
                 fail(f"{self.paths[0]}: a review archive holds the finished report, not the traces: it can be shown as text, "
@@ -166,10 +179,15 @@ def _is_archive(path: Path) -> bool:
     return is_archive(path)
 
 
-def run(request: ReportRequest | ArchiveView) -> None:
-    """A checked request's work: analyse and write every output asked for; or show an archive."""
+def run(request: ReportRequest | ArchiveView | SweepView) -> None:
+    """A checked request's work: analyse and write every output asked for; or show an archive, or a
+    load sweep's summary."""
     if isinstance(request, ArchiveView):
         return show_archive(request)
+    if not isinstance(request, ReportRequest):
+        from dbo_trace.commands import sweep_summary
+
+        return sweep_summary.run(request)
     import os
 
     from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
