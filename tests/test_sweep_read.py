@@ -112,7 +112,14 @@ def test_the_profiled_pair_is_compares(sweep, summary):
     assert points["c32"]["profiled"] is None and points["c64"]["profiled"] is None  # their traces were left out
     # The DBO arm's decode steps carry 16 tokens at 16 in flight: 8 per microbatch, as the load says.
     assert points["c16"]["measured_tokens_per_microbatch"] == 8.0
-    assert points["c16"]["parts"] == []  # the hook for the step's parts (compute, comm alone, idle) is empty today
+    # The step taken apart: the parts compare's effect gives the same pair, and its sentence.
+    effect = pair["effect"]
+    parts = {x["name"]: (x["off_us"], x["on_us"]) for x in points["c16"]["parts"]}
+    assert set(parts) >= {"compute", "comm alone", "copy", "host-caused idle", "dependency idle"}
+    assert parts["compute"][1] > parts["compute"][0] and parts["comm alone"][1] < parts["comm alone"][0]
+    for name, key in (("compute", "compute_us"), ("comm alone", "comm_alone_us"), ("dependency idle", "dependency_idle_us")):
+        assert parts[name] == pytest.approx((effect["off"][key], effect["on"][key]), abs=1e-3)
+    assert profiled["conclusion"].startswith("graphs+DBO against graphs: DBO does not pay")
 
 
 def test_the_terminal_summary_fits_80_columns_and_says_it(sweep):

@@ -30,6 +30,7 @@ from typing import Literal
 import numpy as np
 
 from dbo_trace.analysis.compare import Arm, Pair, RanWith, dbo_pairs, graphs_text
+from dbo_trace.analysis.effect import Effect
 from dbo_trace.analysis.unprofiled import Repeat, _t95, _welch_df
 
 Call = Literal["slower", "faster", "within noise", "no interval"]
@@ -240,12 +241,25 @@ def partners(arms: list[str], ran_with: dict[str, RanWith]) -> tuple[list[tuple[
     return pairs, unpaired
 
 
-def dbo_parts(off: Arm, on: Arm) -> tuple[PartChange, ...]:
-    """The hook for DBO's change taken apart per step (compute, comm alone, copy, host and dependency
-    idle): the pays-compare branch gives compare's Arm its `parts` and its Pair an `effect`
-    (analysis/effect.py SpanParts, off and on); once merged, this reads them into PartChange rows
-    and every output lists them under the load's point. Until then compare's arms carry no parts."""
-    return ()
+# The parts of a step, in the order the outputs list them (analysis/effect.py's SpanParts and FfnParts).
+SPAN_PARTS = (
+    ("compute", "compute_us"), ("comm alone", "comm_alone_us"), ("copy", "copy_us"),
+    ("host-caused idle", "host_idle_us"), ("dependency idle", "dependency_idle_us"),
+)  # fmt: skip
+FFN_PARTS = (("FFN compute", "compute_us"), ("FFN comm and copies", "other_busy_us"), ("FFN idle", "idle_us"))
+
+
+def dbo_parts(effect: Effect | None) -> tuple[PartChange, ...]:
+    """DBO's change taken apart per step on the profiled pair (analysis/effect.py: compute, comm alone,
+    copy, host-caused and dependency idle; the FFN's GPU where both arms have its trace), off and on;
+    nothing where the pair carries no effect (a window too short, no steps)."""
+    if effect is None:
+        return ()
+    out = [PartChange(name, getattr(effect.off, key), getattr(effect.on, key)) for name, key in SPAN_PARTS]
+    off_ffn, on_ffn = effect.off.ffn, effect.on.ffn
+    if off_ffn is not None and on_ffn is not None:
+        out += [PartChange(name, getattr(off_ffn, key), getattr(on_ffn, key)) for name, key in FFN_PARTS]
+    return tuple(out)
 
 
 def dbo_point(load: LoadPoint, on: RunFigures, off: RunFigures) -> DboPoint:
@@ -256,7 +270,7 @@ def dbo_point(load: LoadPoint, on: RunFigures, off: RunFigures) -> DboPoint:
     if on.profiled is not None and off.profiled is not None:
         found = [p for p in dbo_pairs([off.profiled, on.profiled]) if p.on == on.profiled.label and p.off == off.profiled.label]
         profiled = found[0] if found else None
-        parts = dbo_parts(off.profiled, on.profiled)
+        parts = dbo_parts(profiled.effect if profiled is not None else None)
     point = DboPoint(
         load, on.arm, off.arm, None, (len(t_off), len(t_on)), None, None, None, None, None,
         profiled=profiled, parts=parts, decode_step_tokens=on.decode_step_tokens,

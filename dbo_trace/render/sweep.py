@@ -26,7 +26,7 @@ from dbo_trace.analysis.sweep import (
     Turn,
 )
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.compare import ran_with_text
+from dbo_trace.render.compare import conclusion, ran_with_text
 from dbo_trace.render.format import md_table
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
@@ -75,6 +75,7 @@ class ProfiledChange(Struct):
     steps: list[int] | None  # (off, on)
     step_median_ms: list[float] | None  # (off, on); us per token where per_token
     per_token: bool
+    conclusion: str | None = None  # compare's sentence for the pair: does DBO pay, with the parts that made it
 
 
 class PartBlock(Struct):
@@ -189,7 +190,7 @@ def _profiled(p: Pair | None) -> ProfiledChange | None:
     return ProfiledChange(
         _r(p.change), _r(p.change_low), _r(p.change_high), p.call,
         list(p.compared_steps) if p.compared_steps else None,
-        [round(m / scale, 4) for m in medians] if medians else None, p.per_token,
+        [round(m / scale, 4) for m in medians] if medians else None, p.per_token, conclusion(p),
     )  # fmt: skip
 
 
@@ -421,12 +422,21 @@ def series_rows(s: SeriesBlock) -> list[list[str]]:
 
 
 def parts_lines(s: SeriesBlock) -> list[str]:
+    """Per profiled load: compare's sentence for the pair, then each part of the step off -> on."""
     out = []
     for p in s.points:
+        if p.profiled is not None and p.profiled.conclusion:
+            out.append(f"{p.load}, profiled: {p.profiled.conclusion}")
         if p.parts:
-            listed = ", ".join(f"{x.name} {_us(x.off_us)} -> {_us(x.on_us)}" for x in p.parts)
-            out.append(f"{p.load}: per step, {listed}")
+            listed = ", ".join(f"{x.name} {_us(x.off_us)} -> {_us(x.on_us)}{_change(x)}" for x in p.parts)
+            out.append(f"{p.load}: per step, DBO off -> on: {listed}")
     return out
+
+
+def _change(x: PartBlock) -> str:
+    if x.off_us is None or x.on_us is None:
+        return ""
+    return f" ({(x.on_us - x.off_us) / 1000:+.2f})"
 
 
 def _us(x: float | None) -> str:
