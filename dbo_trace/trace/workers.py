@@ -1,8 +1,8 @@
 """Worker processes for reading traces (one trace's share, or one rank each).
 
 multiprocessing and concurrent.futures' process pool are imported when a worker is first started,
-not with this module: a small trace is read in one process, and the two took 20 ms of each
-`report`'s start-up (issue 55)."""
+not with this module: a small trace is read in one process, which needs neither (issue 55:
+start-up)."""
 
 from __future__ import annotations
 
