@@ -64,11 +64,13 @@ def test_terminal_report_imports_no_other_output() -> None:
 
 def test_small_trace_report_starts_no_pool_machinery() -> None:
     """A small trace is read in one process: `report` imports neither multiprocessing nor the process
-    pool, nor sqlite3 where no Nsight export is given (trace/workers.py, trace/nsys.py)."""
+    pool, nor sqlite3 where no Nsight export is given (trace/workers.py, trace/nsys.py), nor the
+    redaction rules (archive.py imports them when it packs)."""
     seen = _imported_after(
         "import contextlib, io, sys\nfrom dbo_trace.cli import run\nsys.argv = ['dbo-trace', 'report', '--json', 'samples/overlap']\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    run()"
     )
     assert "dbo_trace.trace.workers" in seen and "dbo_trace.trace.nsys" in seen
     assert not {m for m in seen if m.split(".")[0] in ("multiprocessing", "sqlite3", "rich")}
+    assert "dbo_trace.redact" not in seen  # archive.py is imported for is_archive alone
     assert "concurrent.futures.process" not in seen
