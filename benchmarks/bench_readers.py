@@ -313,9 +313,11 @@ CANDIDATES: dict[str, tuple[Callable[..., int], str | None, bool]] = {
     "duckdb": (c_duckdb, "duckdb", True),
     "duckdb-whole": (c_duckdb_whole, "duckdb", False),
 }
-IMPORTS = {"pyarrow": "pyarrow.json", "pyarrow-no-ids": "pyarrow.json", "polars": "polars", "duckdb": "duckdb", "duckdb-whole": "duckdb",
-           "orjson": "orjson", "simdjson": "simdjson", "current-1w": "dbo_trace.trace.kineto",
-           "current-2w": "dbo_trace.trace.kineto"}  # fmt: skip
+IMPORTS = {  # what each candidate imports before its read, timed apart
+    "pyarrow": "pyarrow.json", "pyarrow-no-ids": "pyarrow.json", "polars": "polars", "duckdb": "duckdb",
+    "duckdb-whole": "duckdb", "orjson": "orjson", "simdjson": "simdjson", "current-1w": "dbo_trace.trace.kineto",
+    "current-2w": "dbo_trace.trace.kineto",
+}  # fmt: skip
 
 
 def run_one(name: str, path: str, chunk: int) -> None:

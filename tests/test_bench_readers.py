@@ -55,7 +55,9 @@ def _kept(name: str, path: Path) -> int:
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.parent.parent.name)
 def test_candidates_keep_what_json_load_finds(path: Path) -> None:
-    kept_cats = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation", "python_function"}
+    kept_cats = {
+        "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "cpu_op", "user_annotation", "python_function",
+    }  # fmt: skip
     expected = sum(1 for e in _events(path) if e.get("ph") == "X" and e.get("cat") in kept_cats and "ts" in e)
     assert expected > 1000
     assert _kept("json.load", path) == expected

@@ -42,7 +42,9 @@ def _imported_after(code: str) -> set[str]:
 
 
 def test_one_renderer_imports_only_its_module() -> None:
-    seen = _imported_after("from dbo_trace.render import RENDERERS, for_path\nRENDERERS['json']\nfor_path(__import__('pathlib').Path('a.json'))")
+    seen = _imported_after(
+        "from pathlib import Path\nfrom dbo_trace.render import RENDERERS, for_path\nRENDERERS['json']\nfor_path(Path('a.json'))"
+    )
     assert "dbo_trace.render.json_out" in seen
     others = {"dbo_trace.render.html", "dbo_trace.render.perfetto", "dbo_trace.render.timeline", "dbo_trace.render.terminal"}
     assert not seen & others, seen & others
@@ -67,7 +69,8 @@ def test_small_trace_report_starts_no_pool_machinery() -> None:
     pool, nor sqlite3 where no Nsight export is given (trace/workers.py, trace/nsys.py), nor the
     redaction rules (archive.py imports them when it packs)."""
     seen = _imported_after(
-        "import contextlib, io, sys\nfrom dbo_trace.cli import run\nsys.argv = ['dbo-trace', 'report', '--json', 'samples/overlap']\n"
+        "import contextlib, io, sys\nfrom dbo_trace.cli import run\n"
+        "sys.argv = ['dbo-trace', 'report', '--json', 'samples/overlap']\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    run()"
     )
     assert "dbo_trace.trace.workers" in seen and "dbo_trace.trace.nsys" in seen
