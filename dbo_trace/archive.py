@@ -25,7 +25,6 @@ from dbo_trace import bundle as fmt
 from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
-from dbo_trace.redact import redact_argv, redact_env, redact_json, redact_text
 
 if TYPE_CHECKING:
     from dbo_trace.render.document import PhaseVerdict, ReportDocument, VerdictBlock
@@ -350,6 +349,10 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
 
 def clean_manifest(manifest: dict) -> dict:
     """The recording's manifest with the redaction rules applied again (older bundles, edited ones)."""
+    # Imported here, not with the module: `report` imports this module for is_archive alone, and the
+    # rules' regexes were a third of its regex compiling (issue 55: start-up).
+    from dbo_trace.redact import redact_argv, redact_env, redact_json
+
     out = redact_json(manifest)
     for key in ("command", "user_command"):
         if isinstance(out.get(key), list):
@@ -372,6 +375,7 @@ def _archive(members: dict[str, bytes]) -> bytes:
 def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, force: bool = False) -> Packed:
     """Every member rendered through the one registry: the Markdown linking the median step's
     picture, the picture, the JSON document, and a Perfetto window trimmed to fit max_bytes."""
+    from dbo_trace.redact import redact_text
     from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 
     def text(name: str, options: RenderOptions = RenderOptions()) -> bytes:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import msgspec
+
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.expensive import ExpensiveCall
@@ -192,8 +194,7 @@ class Evidence:
 # ---- reasons ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Reason:
+class Reason(msgspec.Struct, frozen=True, kw_only=True):
     """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
     decided the label within BORDERLINE of its line."""
 
@@ -201,16 +202,14 @@ class Reason:
     borderline: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
-class TimeSliced(Reason):
+class TimeSliced(Reason, frozen=True, kw_only=True):
     """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
 
     kind: ClassVar[str] = "time_slicing"
     slicing: TimeSlicing
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunningBehind(Reason):
+class RunningBehind(Reason, frozen=True, kw_only=True):
     """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
 
     kind: ClassVar[str] = "running_behind"
@@ -218,8 +217,7 @@ class RunningBehind(Reason):
     delay: LaunchDelay
 
 
-@dataclass(frozen=True, kw_only=True)
-class CaptureReason(Reason):
+class CaptureReason(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "graph_capture"
     windows: int
     captured_launches: int
@@ -228,14 +226,12 @@ class CaptureReason(Reason):
     dominant: bool  # the label is graph-capture
 
 
-@dataclass(frozen=True, kw_only=True)
-class StallsReason(Reason):
+class StallsReason(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "stalls"
     stalls: Stalls
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostIdle(Reason):
+class HostIdle(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "host_idle"
     fraction: float
     test: HostTest | None
@@ -244,14 +240,12 @@ class HostIdle(Reason):
     utilization: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ExpensiveCalls(Reason):
+class ExpensiveCalls(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "expensive_calls"
     calls: tuple[ExpensiveCall, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
-class LaunchCost(Reason):
+class LaunchCost(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "launch"
     median_launch_us: float
     median_kernel_us: float
@@ -260,13 +254,11 @@ class LaunchCost(Reason):
     causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfiledThreads(Reason):
+class ProfiledThreads(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "profiled_threads"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfilerOverhead(Reason):
+class ProfilerOverhead(Reason, frozen=True, kw_only=True):
     """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
     host time the verdict reads may be partly the profiler's own."""
 
@@ -275,19 +267,16 @@ class ProfilerOverhead(Reason):
     host_bound: bool  # the verdict it qualifies is host-bound
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuBusy(Reason):
+class GpuBusy(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "gpu_busy"
     work: GpuWork
 
 
-@dataclass(frozen=True, kw_only=True)
-class NoComm(Reason):
+class NoComm(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "no_comm"
 
 
-@dataclass(frozen=True, kw_only=True)
-class CommOverlap(Reason):
+class CommOverlap(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "comm_overlap"
     hidden: float | None
     hidden_us: float
@@ -297,36 +286,31 @@ class CommOverlap(Reason):
     split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoundTripsHidden(Reason):
+class RoundTripsHidden(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "afd_round_trips"
     afd: AfdRoundTrips
 
 
-@dataclass(frozen=True, kw_only=True)
-class StepRoundTrips(Reason):
+class StepRoundTrips(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "afd_step_round_trips"
     share: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class LongGraphLaunches(Reason):
+class LongGraphLaunches(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "long_graph_launches"
     api: str
     count: int
     longest_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class GraphReplays(Reason):
+class GraphReplays(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "graph_replays"
     api: str
     launches: int
     replayed: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Criterion(Reason):
+class Criterion(Reason, frozen=True, kw_only=True):
     """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
 
     kind: ClassVar[str] = "criterion"
@@ -336,8 +320,7 @@ class Criterion(Reason):
     peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
 
 
-@dataclass(frozen=True, kw_only=True)
-class AfdCriterion(Reason):
+class AfdCriterion(Reason, frozen=True, kw_only=True):
     kind: ClassVar[str] = "afd_criterion"
     afd: AfdRoundTrips
 
@@ -345,60 +328,51 @@ class AfdCriterion(Reason):
 # ---- the headline's findings ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Qualifier:
+class Qualifier(msgspec.Struct, frozen=True, kw_only=True):
     """The dominant finding the headline names in brackets: its key and its figures."""
 
     key: ClassVar[str]
 
 
-@dataclass(frozen=True, kw_only=True)
-class CaptureFinding(Qualifier):
+class CaptureFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "graph_capture"
     share: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostBoundFinding(Qualifier):
+class HostBoundFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "host_bound"
     fraction: float | None
     causes: HostCauses | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuBoundFinding(Qualifier):
+class GpuBoundFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "gpu_bound"
     work: GpuWork
 
 
-@dataclass(frozen=True, kw_only=True)
-class LateRecordFinding(Qualifier):
+class LateRecordFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "late_record"
     exposed_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class PeerWaitFinding(Qualifier):
+class PeerWaitFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "peer_wait"
     wait_us: float
     rank: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class RoundTripFinding(Qualifier):
+class RoundTripFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "round_trip"
     afd: AfdRoundTrips
 
 
-@dataclass(frozen=True, kw_only=True)
-class DidNotPayFinding(Qualifier):
+class DidNotPayFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "did_not_pay"
     saved_us: float
     serial_estimate_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class CrowdedFinding(Qualifier):
+class CrowdedFinding(Qualifier, frozen=True, kw_only=True):
     key: ClassVar[str] = "crowded"
     exposed_us: float
 
@@ -422,35 +396,30 @@ QUALIFIERS = tuple(
 # ---- the next step ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class NextStep:
+class NextStep(msgspec.Struct, frozen=True, kw_only=True):
     """The one action the verdict's evidence supports, with the figures it follows from."""
 
     kind: ClassVar[str]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfileAfterStartup(NextStep):
+class ProfileAfterStartup(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "profile_after_startup"
     share: float | None  # of the GPU's host-idle time, inside graph captures
 
 
-@dataclass(frozen=True, kw_only=True)
-class StartMps(NextStep):
+class StartMps(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "start_mps"
     slicing: TimeSlicing
 
 
-@dataclass(frozen=True, kw_only=True)
-class YieldOpCost(NextStep):
+class YieldOpCost(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "yield_op_cost"
     ops: YieldOps
     share: float | None  # of the host-caused GPU idle
     microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnableGraphs(NextStep):
+class EnableGraphs(NextStep, frozen=True, kw_only=True):
     """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
 
     kind: ClassVar[str] = "enable_graphs"
@@ -459,8 +428,7 @@ class EnableGraphs(NextStep):
     graph_api: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class HostCause(NextStep):
+class HostCause(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "host_cause"
     host_fraction: float
     host_idle_us: float  # the host-caused idle split
@@ -469,34 +437,29 @@ class HostCause(NextStep):
     untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
 
 
-@dataclass(frozen=True, kw_only=True)
-class GpuBottleneck(NextStep):
+class GpuBottleneck(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "gpu_bottleneck"
     work: GpuWork
     top_kernel: tuple[str, float] | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class NothingToOverlap(NextStep):
+class NothingToOverlap(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "nothing_to_overlap"
     work: GpuWork | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class FixLateRecord(NextStep):
+class FixLateRecord(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "late_record"
     exposed_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class Straggler(NextStep):
+class Straggler(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "straggler"
     wait_us: float
     rank: int | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class DboCannotPay(NextStep):
+class DboCannotPay(NextStep, frozen=True, kw_only=True):
     """Per-microbatch compute below the round trip it should hide: the batch is too small for DBO."""
 
     kind: ClassVar[str] = "dbo_cannot_pay"
@@ -513,37 +476,32 @@ class DboCannotPay(NextStep):
         return None if t is None or self.ratio <= 0 else t / self.ratio
 
 
-@dataclass(frozen=True, kw_only=True)
-class CommCrowded(NextStep):
+class CommCrowded(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "crowded"
     exposed_us: float
     holder: str | None  # the compute kernel that held most of it back
 
 
-@dataclass(frozen=True, kw_only=True)
-class DidNotPay(NextStep):
+class DidNotPay(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "did_not_pay"
     saved_us: float
     serial_estimate_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class OverlapMissing(NextStep):
+class OverlapMissing(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "overlap_missing"
     hidden: float | None
     exposed_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class OneMicrobatch(NextStep):
+class OneMicrobatch(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "one_microbatch"
     exposed_us: float
     span_us: float
     afd: AfdRoundTrips | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class FfnServer(NextStep):
+class FfnServer(NextStep, frozen=True, kw_only=True):
     """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
     until the next request comes, not a microbatch's comm that overlap could hide."""
 
@@ -552,8 +510,7 @@ class FfnServer(NextStep):
     span_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class OverlapWorks(NextStep):
+class OverlapWorks(NextStep, frozen=True, kw_only=True):
     kind: ClassVar[str] = "overlap_works"
     hidden: float | None
     largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time

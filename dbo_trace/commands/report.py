@@ -218,9 +218,11 @@ def run(request: ReportRequest | ArchiveView | SweepView) -> None:
         host_stacks=request.host_stacks,
     )
     # The picture first, so that the Markdown can link it.
-    extras = [(timeline, picture), (request.perfetto, RENDERERS["perfetto"]), (request.html, RENDERERS["html"])]
-    for path, renderer in extras:
-        if path is not None and renderer is not None:
+    # A renderer is named, not looked up, until its output is asked for: looking one up imports it.
+    extras = [(timeline, picture), (request.perfetto, "perfetto"), (request.html, "html")]
+    for path, chosen in extras:
+        if path is not None and chosen is not None:
+            renderer = RENDERERS[chosen] if isinstance(chosen, str) else chosen
             write_file(as_bytes(renderer.render(result, shown)), path, request.force)
             if renderer is picture and drawn is not None:
                 from dbo_trace.analysis.view import step_name

@@ -20,16 +20,18 @@ import os
 import re
 import shutil
 import signal
-import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, Timeline
+
+if TYPE_CHECKING:  # sqlite3 is imported where an export is read, not with every `report` (issue 55)
+    import sqlite3
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_SUFFIX = ".nsys-rep"
@@ -119,6 +121,8 @@ def _export_report(path: Path, tmp: Path) -> Path:
 
 
 def _connect(path: Path, shown_as: Path) -> sqlite3.Connection:
+    import sqlite3
+
     try:
         db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         db.execute("select count(*) from sqlite_master").fetchone()
@@ -134,6 +138,8 @@ def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
 
 
 def _read_export(path: Path, first_rank: int, shown_as: Path) -> list[Timeline]:
+    import sqlite3
+
     db = _connect(path, shown_as)
     try:
         tables = _tables(db)

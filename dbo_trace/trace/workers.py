@@ -1,19 +1,26 @@
-"""Worker processes for reading traces (one trace's share, or one rank each)."""
+"""Worker processes for reading traces (one trace's share, or one rank each).
+
+multiprocessing and concurrent.futures' process pool are imported when a worker is first started,
+not with this module: a small trace is read in one process, which needs neither (issue 55:
+start-up)."""
 
 from __future__ import annotations
 
-import multiprocessing
+import functools
 import signal
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
-from multiprocessing.process import BaseProcess
 from types import FrameType
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dbo_trace.errors import Terminated
 from dbo_trace.trace.alloc import reuse_freed_memory
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing.context import SpawnContext
+    from multiprocessing.process import BaseProcess
 
 
 def prepare_worker() -> None:
@@ -26,9 +33,12 @@ def prepare_worker() -> None:
 
 STOP_WAIT_S = 5.0  # for a terminated worker to be gone (it dies at SIGTERM: it sets no handler for it)
 
-# Workers are spawned, not forked: the parent may run a progress thread, whose locks a forked child
-# would inherit held.
-_SPAWN = multiprocessing.get_context("spawn")
+def _spawning() -> SpawnContext:
+    """Workers are spawned, not forked: the parent may run a progress thread, whose locks a forked
+    child would inherit held."""
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn")
 
 
 @contextmanager
@@ -56,18 +66,24 @@ def _children_ignore_ctrl_c() -> AbstractContextManager[None]:
 def spawn(target: Callable[..., None], args: tuple[Any, ...]) -> BaseProcess:
     """A started worker process running target(*args), with Ctrl-C ignored even while it imports.
     target calls prepare_worker() first."""
-    process = _SPAWN.Process(target=target, args=args, daemon=True)
+    process = _spawning().Process(target=target, args=args, daemon=True)
     with _children_ignore_ctrl_c():
         process.start()
     return process
 
 
-class _Pool(ProcessPoolExecutor):
-    """A pool whose workers ignore Ctrl-C from their start: they are started inside submit()."""
+@functools.cache
+def _pool_class() -> type[ProcessPoolExecutor]:
+    from concurrent.futures import ProcessPoolExecutor
 
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        with _children_ignore_ctrl_c():
-            return super().submit(fn, *args, **kwargs)
+    class _Pool(ProcessPoolExecutor):
+        """A pool whose workers ignore Ctrl-C from their start: they are started inside submit()."""
+
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            with _children_ignore_ctrl_c():
+                return super().submit(fn, *args, **kwargs)
+
+    return _Pool
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -87,7 +103,7 @@ def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """Spawned workers (as spawn()). Interrupted (Ctrl-C or SIGTERM) or failed, the workers are stopped
     at once instead of being waited for: they ignore Ctrl-C, and a rank's analysis may take many seconds."""
     with sigterm_interrupts():
-        pool = _Pool(workers, mp_context=_SPAWN, initializer=prepare_worker)
+        pool = _pool_class()(workers, mp_context=_spawning(), initializer=prepare_worker)
         try:
             yield pool
         except BaseException:
