@@ -24,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import msgspec
-
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.expensive import ExpensiveCall
@@ -194,7 +192,8 @@ class Evidence:
 # ---- reasons ------------------------------------------------------------------------------------
 
 
-class Reason(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Reason:
     """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
     decided the label within BORDERLINE of its line."""
 
@@ -202,14 +201,16 @@ class Reason(msgspec.Struct, frozen=True, kw_only=True):
     borderline: bool = False
 
 
-class TimeSliced(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class TimeSliced(Reason):
     """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
 
     kind: ClassVar[str] = "time_slicing"
     slicing: TimeSlicing
 
 
-class RunningBehind(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class RunningBehind(Reason):
     """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
 
     kind: ClassVar[str] = "running_behind"
@@ -217,7 +218,8 @@ class RunningBehind(Reason, frozen=True, kw_only=True):
     delay: LaunchDelay
 
 
-class CaptureReason(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class CaptureReason(Reason):
     kind: ClassVar[str] = "graph_capture"
     windows: int
     captured_launches: int
@@ -226,12 +228,14 @@ class CaptureReason(Reason, frozen=True, kw_only=True):
     dominant: bool  # the label is graph-capture
 
 
-class StallsReason(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class StallsReason(Reason):
     kind: ClassVar[str] = "stalls"
     stalls: Stalls
 
 
-class HostIdle(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class HostIdle(Reason):
     kind: ClassVar[str] = "host_idle"
     fraction: float
     test: HostTest | None
@@ -240,12 +244,14 @@ class HostIdle(Reason, frozen=True, kw_only=True):
     utilization: float | None
 
 
-class ExpensiveCalls(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class ExpensiveCalls(Reason):
     kind: ClassVar[str] = "expensive_calls"
     calls: tuple[ExpensiveCall, ...]
 
 
-class LaunchCost(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class LaunchCost(Reason):
     kind: ClassVar[str] = "launch"
     median_launch_us: float
     median_kernel_us: float
@@ -254,11 +260,13 @@ class LaunchCost(Reason, frozen=True, kw_only=True):
     causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
 
 
-class ProfiledThreads(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class ProfiledThreads(Reason):
     kind: ClassVar[str] = "profiled_threads"
 
 
-class ProfilerOverhead(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class ProfilerOverhead(Reason):
     """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
     host time the verdict reads may be partly the profiler's own."""
 
@@ -267,16 +275,19 @@ class ProfilerOverhead(Reason, frozen=True, kw_only=True):
     host_bound: bool  # the verdict it qualifies is host-bound
 
 
-class GpuBusy(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class GpuBusy(Reason):
     kind: ClassVar[str] = "gpu_busy"
     work: GpuWork
 
 
-class NoComm(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class NoComm(Reason):
     kind: ClassVar[str] = "no_comm"
 
 
-class CommOverlap(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class CommOverlap(Reason):
     kind: ClassVar[str] = "comm_overlap"
     hidden: float | None
     hidden_us: float
@@ -286,31 +297,36 @@ class CommOverlap(Reason, frozen=True, kw_only=True):
     split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
 
 
-class RoundTripsHidden(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class RoundTripsHidden(Reason):
     kind: ClassVar[str] = "afd_round_trips"
     afd: AfdRoundTrips
 
 
-class StepRoundTrips(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class StepRoundTrips(Reason):
     kind: ClassVar[str] = "afd_step_round_trips"
     share: float
 
 
-class LongGraphLaunches(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class LongGraphLaunches(Reason):
     kind: ClassVar[str] = "long_graph_launches"
     api: str
     count: int
     longest_us: float
 
 
-class GraphReplays(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class GraphReplays(Reason):
     kind: ClassVar[str] = "graph_replays"
     api: str
     launches: int
     replayed: float | None
 
 
-class Criterion(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Criterion(Reason):
     """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
 
     kind: ClassVar[str] = "criterion"
@@ -320,7 +336,8 @@ class Criterion(Reason, frozen=True, kw_only=True):
     peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
 
 
-class AfdCriterion(Reason, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class AfdCriterion(Reason):
     kind: ClassVar[str] = "afd_criterion"
     afd: AfdRoundTrips
 
@@ -328,51 +345,60 @@ class AfdCriterion(Reason, frozen=True, kw_only=True):
 # ---- the headline's findings ----------------------------------------------------------------------
 
 
-class Qualifier(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Qualifier:
     """The dominant finding the headline names in brackets: its key and its figures."""
 
     key: ClassVar[str]
 
 
-class CaptureFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class CaptureFinding(Qualifier):
     key: ClassVar[str] = "graph_capture"
     share: float | None
 
 
-class HostBoundFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class HostBoundFinding(Qualifier):
     key: ClassVar[str] = "host_bound"
     fraction: float | None
     causes: HostCauses | None
 
 
-class GpuBoundFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class GpuBoundFinding(Qualifier):
     key: ClassVar[str] = "gpu_bound"
     work: GpuWork
 
 
-class LateRecordFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class LateRecordFinding(Qualifier):
     key: ClassVar[str] = "late_record"
     exposed_us: float
 
 
-class PeerWaitFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class PeerWaitFinding(Qualifier):
     key: ClassVar[str] = "peer_wait"
     wait_us: float
     rank: int | None
 
 
-class RoundTripFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class RoundTripFinding(Qualifier):
     key: ClassVar[str] = "round_trip"
     afd: AfdRoundTrips
 
 
-class DidNotPayFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class DidNotPayFinding(Qualifier):
     key: ClassVar[str] = "did_not_pay"
     saved_us: float
     serial_estimate_us: float
 
 
-class CrowdedFinding(Qualifier, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class CrowdedFinding(Qualifier):
     key: ClassVar[str] = "crowded"
     exposed_us: float
 
@@ -396,30 +422,35 @@ QUALIFIERS = tuple(
 # ---- the next step ------------------------------------------------------------------------------
 
 
-class NextStep(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class NextStep:
     """The one action the verdict's evidence supports, with the figures it follows from."""
 
     kind: ClassVar[str]
 
 
-class ProfileAfterStartup(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class ProfileAfterStartup(NextStep):
     kind: ClassVar[str] = "profile_after_startup"
     share: float | None  # of the GPU's host-idle time, inside graph captures
 
 
-class StartMps(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class StartMps(NextStep):
     kind: ClassVar[str] = "start_mps"
     slicing: TimeSlicing
 
 
-class YieldOpCost(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class YieldOpCost(NextStep):
     kind: ClassVar[str] = "yield_op_cost"
     ops: YieldOps
     share: float | None  # of the host-caused GPU idle
     microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
 
 
-class EnableGraphs(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class EnableGraphs(NextStep):
     """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
 
     kind: ClassVar[str] = "enable_graphs"
@@ -428,7 +459,8 @@ class EnableGraphs(NextStep, frozen=True, kw_only=True):
     graph_api: str
 
 
-class HostCause(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class HostCause(NextStep):
     kind: ClassVar[str] = "host_cause"
     host_fraction: float
     host_idle_us: float  # the host-caused idle split
@@ -437,29 +469,34 @@ class HostCause(NextStep, frozen=True, kw_only=True):
     untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
 
 
-class GpuBottleneck(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class GpuBottleneck(NextStep):
     kind: ClassVar[str] = "gpu_bottleneck"
     work: GpuWork
     top_kernel: tuple[str, float] | None
 
 
-class NothingToOverlap(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class NothingToOverlap(NextStep):
     kind: ClassVar[str] = "nothing_to_overlap"
     work: GpuWork | None
 
 
-class FixLateRecord(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class FixLateRecord(NextStep):
     kind: ClassVar[str] = "late_record"
     exposed_us: float
 
 
-class Straggler(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Straggler(NextStep):
     kind: ClassVar[str] = "straggler"
     wait_us: float
     rank: int | None
 
 
-class DboCannotPay(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class DboCannotPay(NextStep):
     """Per-microbatch compute below the round trip it should hide: the batch is too small for DBO."""
 
     kind: ClassVar[str] = "dbo_cannot_pay"
@@ -476,32 +513,37 @@ class DboCannotPay(NextStep, frozen=True, kw_only=True):
         return None if t is None or self.ratio <= 0 else t / self.ratio
 
 
-class CommCrowded(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class CommCrowded(NextStep):
     kind: ClassVar[str] = "crowded"
     exposed_us: float
     holder: str | None  # the compute kernel that held most of it back
 
 
-class DidNotPay(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class DidNotPay(NextStep):
     kind: ClassVar[str] = "did_not_pay"
     saved_us: float
     serial_estimate_us: float
 
 
-class OverlapMissing(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class OverlapMissing(NextStep):
     kind: ClassVar[str] = "overlap_missing"
     hidden: float | None
     exposed_us: float
 
 
-class OneMicrobatch(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class OneMicrobatch(NextStep):
     kind: ClassVar[str] = "one_microbatch"
     exposed_us: float
     span_us: float
     afd: AfdRoundTrips | None
 
 
-class FfnServer(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class FfnServer(NextStep):
     """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
     until the next request comes, not a microbatch's comm that overlap could hide."""
 
@@ -510,7 +552,8 @@ class FfnServer(NextStep, frozen=True, kw_only=True):
     span_us: float
 
 
-class OverlapWorks(NextStep, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class OverlapWorks(NextStep):
     kind: ClassVar[str] = "overlap_works"
     hidden: float | None
     largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
