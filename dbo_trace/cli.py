@@ -388,7 +388,7 @@ def _concurrencies(ctx, param, value: str) -> tuple[int, ...]:
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="The sweep folder (new or empty; an earlier sweep's with --resume).")
-@click.option("--arm", "arms", multiple=True, metavar="NAME='ARGS'", help="An arm: NAME and the flags it adds to the server's command (and the peer's). Repeat per arm.")
+@click.option("--arm", "arms", multiple=True, metavar="NAME='ARGS'", help="An arm: NAME and the flags it adds to the server's command (and the peer's), split as a shell splits them (quote a JSON value inside: --arm \"cg=--compilation-config '{...}'\"). Repeat per arm.")
 @click.option("--dbo-ablation", is_flag=True, help="Two arms: dbo-off (the command as given) and dbo-on (+ --enable-dbo), before any --arm.")
 @click.option("--concurrency", default="16,32,64", show_default=True, callback=_concurrencies, help="The loads: requests in flight, one load each (folders c16, c32, ...).")
 @click.option("--num-prompts", type=click.IntRange(1, 1_000_000), help="Requests per repeat and window, the same at every load (default: --num-prompts-per-slot x concurrency).")

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 from test_record import Server, _stop_all, alive
 from test_record_peer import Pair
@@ -82,7 +83,7 @@ def test_a_two_arm_two_load_sweep_of_an_afd_pair(tmp_path):
         # One lifetime per arm: the last arm's servers were asked for two windows, one per load.
         assert pair.main.stats()["start_profile"] == 2 and pair.main.stats()["stop_profile"] == 2
         assert [c["start"] for c in pair.peer_stats()["profile_calls"]] == [True, False, True, False]
-        assert "[dbo-on c2]" in proc.stderr and "4 complete" in proc.stderr
+        assert "[dbo-on c2 +" in proc.stderr and "4 complete" in proc.stderr
         assert pair.all_stopped()
         # A bundle is a bundle: `report` reads one alone.
         shown = run_cli("report", str(out / "dbo-on" / "c2"))
@@ -98,8 +99,8 @@ def test_an_arm_whose_server_does_not_start_fails_alone(tmp_path):
         proc = sweep(out, server.command, "--arm", "bad=--behaviour die", "--arm", "good=--note ok", "--concurrency", "1,2", "--repeats", "0")
         assert proc.returncode == 1, proc.stderr
         assert "Traceback" not in proc.stderr
-        line = next(line for line in proc.stderr.splitlines() if "[bad] FAILED" in line)
-        assert "exited with status 1" in line or "status 1" in proc.stderr
+        line = next(line for line in proc.stderr.splitlines() if line.startswith("dbo-trace: [bad +") and "] FAILED: " in line)
+        assert "exited with status 1" in line
         assert "OutOfMemoryError" in proc.stderr  # the log's tail
         state = state_of(out)
         assert statuses(out) == {("bad", "c1"): "failed", ("bad", "c2"): "failed", ("good", "c1"): "complete", ("good", "c2"): "complete"}
@@ -111,7 +112,8 @@ def test_an_arm_whose_server_does_not_start_fails_alone(tmp_path):
         _stop_all(*server.pids())
 
 
-def test_ctrl_c_keeps_finished_loads_and_resume_runs_only_the_rest(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])  # Ctrl-C; `timeout`'s, on the device
+def test_ctrl_c_keeps_finished_loads_and_resume_runs_only_the_rest(tmp_path, signum):
     server = Server(tmp_path, "slow", extra=("--no-plugins",))  # half a second a request
     out = tmp_path / "sweep"
     argv = sweep_argv(out, server.command, "--arm", "a=--note a", "--concurrency", "1,2,3", "--repeats", "1")
@@ -124,7 +126,7 @@ def test_ctrl_c_keeps_finished_loads_and_resume_runs_only_the_rest(tmp_path):
             time.sleep(0.2)
         else:
             raise AssertionError("the first load never completed")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == 130, err
         assert "Traceback" not in err and "--resume" in err
@@ -179,3 +181,22 @@ def test_a_folder_that_is_not_this_sweep_is_refused_untouched(tmp_path):
         assert statuses(out) == {("a", "c1"): "complete"}
     finally:
         _stop_all(*server.pids())
+
+
+def test_an_arm_is_a_name_and_its_flags():
+    from dbo_trace.commands.sweep import SweepRequest, arms_of, parse_arm
+    from dbo_trace.errors import UsageError
+
+    assert parse_arm("graphs=") == ("graphs", ())
+    assert parse_arm("graphs-dbo=--enable-dbo --dbo-decode-token-threshold 2") == (
+        "graphs-dbo", ("--enable-dbo", "--dbo-decode-token-threshold", "2"),
+    )  # fmt: skip
+    # The flags are split as a shell splits them: a JSON value is quoted inside (as --peer-command's are).
+    assert parse_arm("""cg=--compilation-config '{"cudagraph_mode": "FULL"}'""") == ("cg", ("--compilation-config", '{"cudagraph_mode": "FULL"}'))
+    for bad in ("--enable-dbo", "=x", "../up=x", "previous=x", "a b=x"):
+        with pytest.raises(UsageError):
+            parse_arm(bad)
+    request = SweepRequest(out=Path("x"), arms=("eager=--enforce-eager",), dbo_ablation=True)
+    assert arms_of(request) == [("dbo-off", ()), ("dbo-on", ("--enable-dbo",)), ("eager", ("--enforce-eager",))]
+    with pytest.raises(UsageError, match="named twice"):
+        arms_of(SweepRequest(out=Path("x"), arms=("dbo-on=--x",), dbo_ablation=True))

@@ -17,6 +17,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -253,13 +254,14 @@ def harvest(arm_dir: Path, load_dir: Path, peer: Peer | None) -> None:
 
 # -- the run ----------------------------------------------------------------------------------
 class _Prefixed:
-    """The recorder's Progress, each line led by the arm and load it is about."""
+    """The recorder's Progress, each line led by the arm and load it is about; a phase's line also by
+    the seconds since the sweep began (a long run's log says where its time went)."""
 
-    def __init__(self, ui: rec.Progress, prefix: str):
-        self.ui, self.prefix = ui, prefix
+    def __init__(self, ui: rec.Progress, prefix: str, t0: float):
+        self.ui, self.prefix, self.t0 = ui, prefix, t0
 
     def phase(self, text: str) -> None:
-        self.ui.phase(f"[{self.prefix}] {text}")
+        self.ui.phase(f"[{self.prefix} +{time.monotonic() - self.t0:.0f}s] {text}")
 
     def note(self, text: str) -> None:
         self.ui.note(f"[{self.prefix}] {text}")
@@ -277,6 +279,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         outcome = SweepOutcome(plan.out, state["runs"])
         chosen = arms or [arm.name for arm in plan.arms]
         by_name = {arm.name: arm for arm in plan.arms}
+        t0 = time.monotonic()
         try:
             with rec._terminations_interrupt():
                 for name in chosen:
@@ -284,7 +287,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
                     if not todo:
                         ui.phase(f"[{name}] every load complete already; nothing to run")
                         continue
-                    if not _run_arm(plan, by_name[name], todo, state, ui):
+                    if not _run_arm(plan, by_name[name], todo, state, ui, t0):
                         outcome.failed_arms.append(name)
         except (KeyboardInterrupt, rec.Interrupted):
             outcome.interrupted = True
@@ -293,7 +296,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         return outcome
 
 
-def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: rec.Progress) -> bool:
+def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: rec.Progress, t0: float) -> bool:
     """One server lifetime: start, warm up, each load in `todo`, stop. False where the servers did not
     start. KeyboardInterrupt and Interrupted are re-raised once the servers are stopped and the run
     they cut is marked incomplete."""
@@ -303,7 +306,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
     if aside is not None:
         ui.note(f"[{arm.name}] the arm's earlier files moved to {aside}")
     arm_dir.mkdir(parents=True, exist_ok=True)
-    arm_ui = _Prefixed(ui, arm.name)
+    arm_ui = _Prefixed(ui, arm.name, t0)
     command = list(plan.command) + list(arm.args)
     peer_plan = None
     if plan.peer is not None:
@@ -349,7 +352,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
             model = rec.bring_up(rplan, child, manifest, arm_ui, peer)
         except (ChildFailed, rec.Refused) as exc:
             not_started = f"the arm's servers did not start: {exc}"
-            ui.phase(f"[{arm.name}] FAILED: {redactor.text(str(exc))}")
+            arm_ui.phase(f"FAILED: {redactor.text(str(exc))}")
             for load in todo:
                 mark(load, RUN_FAILED, not_started)
             return False
@@ -359,7 +362,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
                 continue
             lm = _load_manifest(manifest, arm, load)
             current = (load, lm)
-            status, reason = _run_load(replace(rplan, load=load.spec), child, model, lm, _Prefixed(ui, f"{arm.name} {load.name}"), peer, plan)
+            status, reason = _run_load(replace(rplan, load=load.spec), child, model, lm, _Prefixed(ui, f"{arm.name} {load.name}", t0), peer, plan)
             current = None
             alive = child.poll() is None and (peer is None or peer.alive())
             _write_bundle(plan, arm_dir, load, lm, peer, redactor, status, reason)
