@@ -397,6 +397,10 @@ def _concurrencies(ctx, param, value: str) -> tuple[int, ...]:
 @_number("--output-len", 64, click.IntRange(1, 10_000_000), "Generated tokens per request (EOS ignored).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed of the random prompts.")
 @_number("--repeats", 3, click.IntRange(0, 1000), "Timed repeats per arm and load, profiler off (vllm bench serve where installed).")
+@click.option(
+    "--repeat-tool", type=click.Choice(["auto", "builtin"]), default="auto", show_default=True,
+    help="What times the repeats: auto is vllm bench serve where COMMAND is `vllm serve`; builtin is dbo-trace's load, the same figures measured the same way without vLLM's start-up (~25 s) per repeat.",
+)  # fmt: skip
 @click.option("--profile/--no-profile", default=True, show_default=True, help="One profiled window per arm and load, after its repeats.")
 @_number("--profile-delay", 0, click.IntRange(0, 1_000_000), "Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
 @_number("--profile-steps", 0, click.IntRange(0, 1_000_000), "Engine steps to profile, 0 for the whole window's load (vLLM's max_iterations).")
@@ -411,7 +415,7 @@ def _concurrencies(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--resume", is_flag=True, help="Run what OUT's sweep lacks (its failed, incomplete and pending runs; new arms). COMMAND and options may be left out: OUT/sweep.json has them.")
 def sweep(command, out, arms, dbo_ablation, concurrency, num_prompts, num_prompts_per_slot, input_len, output_len, seed, repeats,
           profile, profile_delay, profile_steps, with_stack, warmup_prompts, url, peer_command, peer_ready_port, startup_timeout,
-          grace, trace_timeout, resume) -> None:  # fmt: skip
+          grace, trace_timeout, resume, repeat_tool) -> None:  # fmt: skip
     """Record an ablation at several loads: dbo-trace sweep -o OUT --dbo-ablation -- vllm serve MODEL ...
 
     \b
@@ -432,7 +436,7 @@ def sweep(command, out, arms, dbo_ablation, concurrency, num_prompts, num_prompt
         seed=seed, repeats=repeats, profile=profile,
         window=ProfileWindow(delay_iterations=profile_delay, max_iterations=profile_steps, with_stack=with_stack),
         warmup_prompts=warmup_prompts, url=url, peer_command=peer_command, peer_ready_port=peer_ready_port,
-        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout, resume=resume,
+        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout, resume=resume, repeat_tool=repeat_tool,
     )  # fmt: skip
     sweeping.run(request)
 

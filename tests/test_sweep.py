@@ -200,3 +200,42 @@ def test_an_arm_is_a_name_and_its_flags():
     assert arms_of(request) == [("dbo-off", ()), ("dbo-on", ("--enable-dbo",)), ("eager", ("--enforce-eager",))]
     with pytest.raises(UsageError, match="named twice"):
         arms_of(SweepRequest(out=Path("x"), arms=("dbo-on=--x",), dbo_ablation=True))
+
+
+def test_each_load_is_timed_by_vllm_bench_serve_at_its_own_concurrency_or_by_the_builtin_load(tmp_path):
+    import os
+
+    from test_record import free_port
+    from test_record_repeats import _fake_vllm
+
+    bindir = _fake_vllm(tmp_path)
+    log = tmp_path / "bench-argv.jsonl"
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_VLLM_LOG": str(log)}
+    server = Server(tmp_path)
+    command = ["vllm", "serve", "fake-model", "--port", str(free_port()), "--no-plugins", "--stats", str(server.stats_file),
+               "--pidfile", str(server.pidfile)]  # fmt: skip
+    try:
+        for tool, out in (("auto", tmp_path / "vllm-timed"), ("builtin", tmp_path / "builtin-timed")):
+            argv = sweep_argv(out, command, "--arm", "a=", "--concurrency", "1,2", "--repeats", "2", "--no-profile", "--repeat-tool", tool)
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+            assert proc.returncode == 0, proc.stderr
+            assert state_of(out)["repeat_tool"] == tool
+            for load, concurrency in (("c1", 1), ("c2", 2)):
+                m = manifest_of(out / "a" / load)
+                assert [r["index"] for r in m["repeats"]] == [0, 1]
+                if tool == "builtin":
+                    assert {r["tool"] for r in m["repeats"]} == {"builtin"}
+                    continue
+                assert {r["tool"] for r in m["repeats"]} == {"vllm bench serve"}
+                for rep in m["repeats"]:  # its saved result moved into this load's bundle, at the path the manifest names
+                    assert rep["result"] == f"bench/repeat-{rep['index']}.json" and (out / "a" / load / rep["result"]).is_file()
+                    flags = {rep["command"][j]: rep["command"][j + 1] for j in range(len(rep["command"]) - 1)}
+                    assert flags["--max-concurrency"] == str(concurrency) and flags["--num-prompts"] == "2"
+        calls = [json.loads(x) for x in log.read_text().splitlines()]
+        assert len(calls) == 4  # two loads x two repeats, from the auto sweep only
+        # Arms timed by different tools do not compare: adding one to the other sweep is refused.
+        argv = sweep_argv(tmp_path / "builtin-timed", command, "--arm", "b=", "--concurrency", "1,2", "--repeats", "2", "--no-profile", "--resume")
+        refused = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert refused.returncode == 2 and "another repeat_tool" in refused.stderr
+    finally:
+        _stop_all(*server.pids())

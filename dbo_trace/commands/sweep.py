@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dbo_trace.commands.common import fail
@@ -40,6 +40,7 @@ class SweepRequest:
     grace: float = 30.0
     trace_timeout: float = 300.0
     resume: bool = False
+    repeat_tool: str = "auto"  # "auto": vllm bench serve where COMMAND is `vllm serve`; "builtin": the built-in load
 
 
 def parse_arm(text: str) -> tuple[str, tuple[str, ...]]:
@@ -94,6 +95,7 @@ def plan_of(request: SweepRequest):
         kept = state.get("options")
         options: dict = kept if isinstance(kept, dict) else {}
         request = _with_options(request, options)
+        request = replace(request, repeat_tool="builtin" if state.get("repeat_tool") == "builtin" else "auto")
         if any(REDACTED in arg for arg in command + list(state.get("peer_command") or [])):
             raise UsageError(f"{request.out}/sweep.json holds a redacted command (a secret was in it): give the whole command again with --resume")
     else:
@@ -137,15 +139,13 @@ def plan_of(request: SweepRequest):
         command=command, out=request.out, arms=[Arm(n, a) for n, a in arms], loads=loads, repeats=repeats,
         profile=profile, base_url=(request.url or environment.server_url(command)).rstrip("/"), peer=peer,
         window=request.window, warmup_prompts=warmup, startup_timeout_s=request.startup_timeout,
-        grace_s=request.grace, trace_timeout_s=request.trace_timeout,
+        grace_s=request.grace, trace_timeout_s=request.trace_timeout, builtin_repeats=request.repeat_tool == "builtin",
     )  # fmt: skip
     return plan
 
 
 def _with_options(request: SweepRequest, options: dict) -> SweepRequest:
     """The request with the options sweep.json kept (a resume from the folder alone runs the same sweep)."""
-    from dataclasses import replace
-
     given = options.get("window")
     window: dict = given if isinstance(given, dict) else {}
     try:

@@ -64,6 +64,7 @@ class RecordPlan:
     peer: PeerPlan | None = None  # a server started beside this one (the AFD FFN server: peer.py)
     python_samples: bool = True  # py-spy over the profiled load (pystacks.py)
     python_sample_rate: int = DEFAULT_RATE_HZ
+    builtin_repeats: bool = False  # time the repeats with the built-in load even where `vllm bench serve` is there
 
 
 class Progress(Protocol):
@@ -619,7 +620,7 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
         base_url=plan.base_url,
         model=model,
         tokenizer=tokenizer_of(plan.command),
-        vllm=vllm_executable(plan.command),
+        vllm=None if plan.builtin_repeats else vllm_executable(plan.command),
         load=plan.load,
     )
     tool = "vllm bench serve" if repeat.vllm else "the built-in load"

@@ -37,7 +37,7 @@ LOCK_NAME = ".sweep.lock"
 PREVIOUS_DIR = "previous"  # an arm's earlier lifetimes and unfinished loads, set aside on --resume
 RUN_COMPLETE, RUN_FAILED, RUN_INCOMPLETE, RUN_SKIPPED, RUN_PENDING = "complete", "failed", "incomplete", "skipped", "pending"
 # What must match for a sweep folder to be resumed or extended (arms may be added; an arm's flags may not change).
-PLAN_KEYS = ("command", "peer_command", "loads", "repeats", "profile")
+PLAN_KEYS = ("command", "peer_command", "loads", "repeats", "profile", "repeat_tool")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class SweepPlan:
     startup_timeout_s: float = 1200.0
     grace_s: float = 30.0
     trace_timeout_s: float = 300.0
+    builtin_repeats: bool = False  # the built-in load times the repeats (no `vllm bench serve` start-up per repeat)
     arm_args_to_peer: bool = True  # each arm's flags go to the peer's command too (DBO and graph flags must match)
 
     def options(self) -> dict:
@@ -94,6 +95,7 @@ class SweepPlan:
             "loads": [load.as_dict() for load in self.loads],
             "repeats": self.repeats,
             "profile": self.profile,
+            "repeat_tool": "builtin" if self.builtin_repeats else "auto",  # arms timed by different tools do not compare
         }
 
 
@@ -316,7 +318,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
         command=command, out=arm_dir, server=True, base_url=plan.base_url, load=todo[0].spec,
         warmup_prompts=plan.warmup_prompts, window=plan.window, startup_timeout_s=plan.startup_timeout_s,
         grace_s=plan.grace_s, trace_timeout_s=plan.trace_timeout_s, repeats=plan.repeats, peer=peer_plan,
-        python_samples=False,
+        python_samples=False, builtin_repeats=plan.builtin_repeats,
     )  # fmt: skip
     argv = rec.prepared_command(command, arm_dir / fmt.TRACES_DIR, plan.window)
     env = rec.child_env(arm_dir)

@@ -3,6 +3,11 @@
 # pair (DeepSeek-V2-Lite's shape, dummy weights, the attention and FFN servers on GPU 0 under MPS, FULL_DECODE_ONLY
 # graphs), started once for the arm, then at 16, 32 and 64 requests in flight: 3 timed `vllm bench serve` repeats
 # (profiler off) and one profiled window of 20 steps after 8 skipped (both roles). py-spy off.
+# The repeats are timed by dbo-trace's built-in load (REPEAT_TOOL=builtin, the default here): it measures vLLM's
+# figures the way vLLM 0.26's benchmark does (record/bench.py), without its ~28 s start-up per repeat (08:57:12,
+# 08:57:43, 08:58:12 in samples/afd-pair-graphs-dbo/bench/bench.log for 1.6-1.8 s runs), which for 9 repeats
+# (270 s) beside two server start-ups (~160 s) and three windows (~35 s each) would not fit one 600 s call.
+# REPEAT_TOOL=auto times them with `vllm bench serve` (then expect the 64 load to be cut; --resume runs it).
 # The carry must be installed first (install.sh) and the AFD plugin carried as .dev/afd (afd-export.sh).
 #
 #   bash scripts/vllm26/sweep-afd.sh OUT ARM        ARM: graphs | graphs-dbo
@@ -18,6 +23,7 @@ set -uo pipefail
 OUT=${1:?usage: sweep-afd.sh OUT ARM}
 ARM=${2:?usage: sweep-afd.sh OUT ARM (graphs | graphs-dbo)}
 SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-470}
+REPEAT_TOOL=${REPEAT_TOOL:-builtin}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SWEEP=/tmp/dbo-sweep/afd-graphs
@@ -85,14 +91,14 @@ PEER=$(printf '%q ' env NCCL_HOSTID=afd-ffn vllm serve "$DSV2" "${COMMON[@]}" "$
        --additional-config "$(afd_config ffn)")
 # Each repeat a few seconds: 2 x concurrency prompts of 128 in / 48 out (32 at 16 in flight took 1.4-1.8 s).
 LOADS=(--concurrency 16,32,64 --num-prompts-per-slot 2 --input-len 128 --output-len 48 --repeats 3 --warmup-prompts 32
-       --profile-delay 8 --profile-steps 20)
+       --profile-delay 8 --profile-steps 20 --repeat-tool "$REPEAT_TOOL")
 
 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv
 stamp "arm $ARM: start"
 wait_gpu_free
 mps_up || exit 1
 stamp "sweep (SIGTERM after ${SWEEP_BUDGET_S} s)"
-NCCL_HOSTID=afd-attn timeout -s TERM -k 120 "$SWEEP_BUDGET_S" \
+NCCL_HOSTID=afd-attn timeout -s TERM -k 60 "$SWEEP_BUDGET_S" \
   dbo-trace sweep -o "$SWEEP" --resume --arm "$ARM=$ARM_FLAGS" "${LOADS[@]}" --grace 10 --trace-timeout 240 \
   --peer-command "$PEER" -- \
   vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8000 --additional-config "$(afd_config attention)"
