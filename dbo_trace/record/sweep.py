@@ -269,7 +269,7 @@ class _Prefixed:
         self.ui.note(f"[{self.prefix}] {text}")
 
     def counter(self, label: str, total: int) -> ContextManager[Callable[[int], None]]:
-        return self.ui.counter(f"[{self.prefix}] {label}", total)
+        return self.ui.counter(f"{self.prefix}: {label}", total)  # no brackets: the bar reads its label as markup
 
 
 def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resume: bool = False) -> SweepOutcome:
