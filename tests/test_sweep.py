@@ -239,3 +239,25 @@ def test_each_load_is_timed_by_vllm_bench_serve_at_its_own_concurrency_or_by_the
         assert refused.returncode == 2 and "another repeat_tool" in refused.stderr
     finally:
         _stop_all(*server.pids())
+
+
+def test_a_malformed_sweep_json_is_refused_in_one_line(tmp_path):
+    server = Server(tmp_path, extra=("--no-plugins",))
+    out = tmp_path / "sweep"
+    try:
+        first = sweep(out, server.command, "--arm", "a=--note a", "--concurrency", "1", "--repeats", "0", "--no-profile")
+        assert first.returncode == 0, first.stderr
+        good = state_of(out)
+        for broken in (
+            {**good, "arms": [{"name": "../../escape", "args": []}]},
+            {**good, "loads": [{**good["loads"][0], "concurrency": "many"}]},
+            {**good, "runs": [{**good["runs"][0], "status": "done"}]},
+            {**good, "runs": "all of them"},
+        ):
+            (out / "sweep.json").write_text(json.dumps(broken))
+            proc = run_cli("sweep", "-o", str(out), "--resume")
+            assert proc.returncode == 2 and "sweep.json" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "escape").exists()
+    finally:
+        _stop_all(*server.pids())

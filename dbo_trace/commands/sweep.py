@@ -49,7 +49,9 @@ def parse_arm(text: str) -> tuple[str, tuple[str, ...]]:
     name = name.strip()
     if not sep or not name:
         raise UsageError(f"--arm {text!r}: give NAME='extra serve args', e.g. --arm dbo-on='--enable-dbo'")
-    if not all(c.isalnum() or c in "-_." for c in name) or name.startswith(".") or name in ("previous",):
+    from dbo_trace.record.sweep import is_folder_name
+
+    if not is_folder_name(name):
         raise UsageError(f"--arm {text!r}: an arm's name is its folder's: letters, digits, '-', '_' and '.' only (not 'previous')")
     try:
         return name, tuple(shlex.split(rest))
@@ -151,11 +153,11 @@ def _with_options(request: SweepRequest, options: dict) -> SweepRequest:
     try:
         return replace(
             request,
-            url=options.get("base_url") or request.url,
+            url=url if isinstance(url := options.get("base_url"), str) and url.startswith(("http://", "https://")) else request.url,
             seed=int(options.get("seed", request.seed)),
             warmup_prompts=int(options["warmup_prompts"]) if options.get("warmup_prompts") is not None else request.warmup_prompts,
             window=ProfileWindow(**{k: window[k] for k in ("delay_iterations", "max_iterations", "with_stack") if k in window}),
-            peer_ready_port=options.get("peer_ready_port") or request.peer_ready_port,
+            peer_ready_port=port if type(port := options.get("peer_ready_port")) is int and 0 < port < 65536 else request.peer_ready_port,
             startup_timeout=float(options.get("startup_timeout_s", request.startup_timeout)),
             grace=float(options.get("grace_s", request.grace)),
             trace_timeout=float(options.get("trace_timeout_s", request.trace_timeout)),

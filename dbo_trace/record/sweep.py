@@ -127,7 +127,45 @@ def read_state(out: Path) -> dict | None:
         raise SweepRefused(f"{path}: not readable as JSON; not a sweep folder this dbo-trace can resume") from None
     if not isinstance(body, dict) or body.get("format") != SWEEP_FORMAT or body.get("version") != SWEEP_VERSION:
         raise SweepRefused(f"{path}: not a {SWEEP_FORMAT} version {SWEEP_VERSION} document; choose another --out")
+    problem = _state_problem(body)
+    if problem:
+        raise SweepRefused(f"{path}: {problem}; it was not written by this dbo-trace, or was edited: choose another --out")
     return body
+
+
+def is_folder_name(name: object) -> bool:
+    """An arm's or load's name is a folder's under OUT: letters, digits, '-', '_', '.', not hidden, not previous/."""
+    return (
+        isinstance(name, str) and 0 < len(name) <= 100 and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name)
+        and not name.startswith(".") and name != PREVIOUS_DIR
+    )  # fmt: skip
+
+
+def _state_problem(body: dict) -> str | None:
+    """What makes a sweep.json unusable (a resume must never follow a bad name out of OUT, nor crash)."""
+    def strings(value: object) -> bool:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+    arms, loads, runs = body.get("arms"), body.get("loads"), body.get("runs")
+    if not isinstance(arms, list) or not all(isinstance(a, dict) and is_folder_name(a.get("name")) and strings(a.get("args")) for a in arms):
+        return "its arms are not [{name, args}] with folder names"
+    counts = ("concurrency", "num_prompts", "input_len", "output_len")
+    if not isinstance(loads, list) or not all(
+        isinstance(l, dict) and is_folder_name(l.get("name")) and all(type(l.get(k)) is int and 0 < l[k] <= 10_000_000 for k in counts)
+        for l in loads
+    ):
+        return "its loads are not [{name, concurrency, num_prompts, input_len, output_len}]"
+    statuses = (RUN_COMPLETE, RUN_FAILED, RUN_INCOMPLETE, RUN_SKIPPED, RUN_PENDING)
+    if not isinstance(runs, list) or not all(
+        isinstance(r, dict) and is_folder_name(r.get("arm")) and is_folder_name(r.get("load")) and r.get("status") in statuses
+        for r in runs
+    ):
+        return "its runs are not [{arm, load, bundle, status, reason}]"
+    if not strings(body.get("command")) or not (body.get("peer_command") is None or strings(body.get("peer_command"))):
+        return "its command is not a list of strings"
+    if type(body.get("repeats")) is not int or not isinstance(body.get("profile"), bool):
+        return "its repeats or profile is malformed"
+    return None
 
 
 def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
