@@ -261,3 +261,22 @@ def test_a_malformed_sweep_json_is_refused_in_one_line(tmp_path):
         assert not (tmp_path / "escape").exists()
     finally:
         _stop_all(*server.pids())
+
+
+def test_a_server_that_dies_during_a_load_fails_it_and_skips_the_arms_later_loads(tmp_path):
+    server = Server(tmp_path, "die-midrun", extra=("--no-plugins",))  # exits at its 4th request: c1's window
+    out = tmp_path / "sweep"
+    try:
+        proc = sweep(out, server.command, "--arm", "a=--note a", "--concurrency", "1,2,3", "--repeats", "1")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        runs = {r["load"]: r for r in state_of(out)["runs"]}
+        assert runs["c1"]["status"] == "failed" and "exited with status 3" in runs["c1"]["reason"]
+        assert [(runs[x]["status"], runs[x]["reason"]) for x in ("c2", "c3")] == [
+            ("skipped", "not run: the arm's servers stopped during c1"), ("skipped", "not run: the arm's servers stopped during c1"),
+        ]  # fmt: skip
+        m = manifest_of(out / "a" / "c1")
+        assert m["status"] == "failed" and len(m["repeats"]) == 1  # its repeat ran and is kept
+        assert not (out / "a" / "c2").exists()
+        assert not any(alive(pid) for pid in server.pids())
+    finally:
+        _stop_all(*server.pids())

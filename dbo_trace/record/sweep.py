@@ -374,7 +374,6 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
         rec.pair_manifest(rplan, manifest, argv, env, peer)
     child: Child | None = None
     current: tuple[SweepLoad, dict] | None = None  # the load running now, and its manifest
-    alive = True
 
     def mark(load: SweepLoad, status: str, reason: str | None) -> None:
         run = _run_of(state, arm.name, load.name)
@@ -396,15 +395,17 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
             for load in todo:
                 mark(load, RUN_FAILED, not_started)
             return False
-        for index, load in enumerate(todo):
-            if not alive:
-                mark(load, RUN_SKIPPED, f"not run: the arm's servers stopped during {todo[index - 1].name}")
+        stopped_during = None  # the load during which the arm's servers stopped
+        for load in todo:
+            if stopped_during is not None:
+                mark(load, RUN_SKIPPED, f"not run: the arm's servers stopped during {stopped_during}")
                 continue
             lm = _load_manifest(manifest, arm, load)
             current = (load, lm)
             status, reason = _run_load(replace(rplan, load=load.spec), child, model, lm, _Prefixed(ui, f"{arm.name} {load.name}", t0), peer, plan)
             current = None
-            alive = child.poll() is None and (peer is None or peer.alive())
+            if child.poll() is not None or (peer is not None and not peer.alive()):
+                stopped_during = load.name
             _write_bundle(plan, arm_dir, load, lm, peer, redactor, status, reason)
             mark(load, *_run_status(plan, lm))
         return True
