@@ -280,3 +280,13 @@ def test_a_server_that_dies_during_a_load_fails_it_and_skips_the_arms_later_load
         assert not any(alive(pid) for pid in server.pids())
     finally:
         _stop_all(*server.pids())
+
+
+def test_the_help_lists_the_sweep_and_its_options_fit_80_columns():
+    top = run_cli("--help")
+    assert top.returncode == 0 and any(line.split()[:2] == ["sweep", "Record"] for line in top.stdout.splitlines())
+    own = run_cli("sweep", "--help")
+    assert own.returncode == 0
+    for option in ("--arm", "--dbo-ablation", "--concurrency", "--num-prompts-per-slot", "--repeats", "--no-profile", "--peer-command", "--resume", "--repeat-tool"):
+        assert option in own.stdout, option
+    assert max(len(line) for line in own.stdout.splitlines()) <= 80
