@@ -400,6 +400,72 @@ def record(
     recording.run(request.checked())
 
 
+def _concurrencies(ctx, param, value: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give requests in flight as numbers separated by commas, e.g. 16,32,64") from None
+    if not numbers or any(not 1 <= n <= 100_000 for n in numbers):
+        raise click.BadParameter(f"{value!r}: each load is 1 to 100000 requests in flight")
+    return numbers
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("-o", "--out", type=click.Path(path_type=Path), required=True, help="The sweep folder (new or empty; an earlier sweep's with --resume).")
+@click.option("--arm", "arms", multiple=True, metavar="NAME='ARGS'", help="An arm: NAME and the flags it adds to the server's command (and the peer's), split as a shell splits them (quote a JSON value inside: --arm \"cg=--compilation-config '{...}'\"). Repeat per arm.")
+@click.option("--dbo-ablation", is_flag=True, help="Two arms: dbo-off (the command as given) and dbo-on (+ --enable-dbo), before any --arm.")
+@click.option("--concurrency", default="16,32,64", show_default=True, callback=_concurrencies, help="The loads: requests in flight, one load each (folders c16, c32, ...).")
+@click.option("--num-prompts", type=click.IntRange(1, 1_000_000), help="Requests per repeat and window, the same at every load (default: --num-prompts-per-slot x concurrency).")
+@_number("--num-prompts-per-slot", 4, click.IntRange(1, 10_000), "Requests per repeat and window, per request in flight: each load's runs last a few rounds of its batch.")
+@_number("--input-len", 512, click.IntRange(1, 10_000_000), "Random prompt tokens per request.")
+@_number("--output-len", 64, click.IntRange(1, 10_000_000), "Generated tokens per request (EOS ignored).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**32 - 1), help="Seed of the random prompts.")
+@_number("--repeats", 3, click.IntRange(0, 1000), "Timed repeats per arm and load, profiler off (vllm bench serve where installed).")
+@click.option(
+    "--repeat-tool", type=click.Choice(["auto", "builtin"]), default="auto", show_default=True,
+    help="What times the repeats: auto is vllm bench serve where COMMAND is `vllm serve`; builtin is dbo-trace's load, the same figures measured the same way without vLLM's start-up (~25 s) per repeat.",
+)  # fmt: skip
+@click.option("--profile/--no-profile", default=True, show_default=True, help="One profiled window per arm and load, after its repeats.")
+@_number("--profile-delay", 0, click.IntRange(0, 1_000_000), "Engine steps to skip after the profiler starts (vLLM's delay_iterations).")
+@_number("--profile-steps", 0, click.IntRange(0, 1_000_000), "Engine steps to profile, 0 for the whole window's load (vLLM's max_iterations).")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks in the traces (slower, larger).")
+@click.option("--warmup-prompts", type=click.IntRange(0, 1_000_000), help="Requests sent once per arm before its first load (default: the largest concurrency).")
+@click.option("--url", help="The server's base URL (default: from COMMAND's --host/--port, else http://127.0.0.1:8000).")
+@click.option("--peer-command", metavar="COMMAND", help="A server to start first and record beside COMMAND, as one quoted string: the AFD plugin's FFN server. Each arm's flags are added to it too.")
+@click.option("--peer-ready-port", type=click.IntRange(1, 65535), help="Start COMMAND once the peer listens on this port (default: the peer's AFD port).")
+@_number("--startup-timeout", 1200.0, _Finite(1, 7 * 86400), "Seconds to wait for /health (and the peer's port).")
+@_number("--grace", 30.0, _Finite(0, 3600), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
+@_number("--trace-timeout", 300.0, _Finite(1, 86400), "Seconds to wait for the traces after /stop_profile.")
+@click.option("--resume", is_flag=True, help="Run what OUT's sweep lacks (its failed, incomplete and pending runs; new arms). COMMAND and options may be left out: OUT/sweep.json has them.")
+def sweep(command, out, arms, dbo_ablation, concurrency, num_prompts, num_prompts_per_slot, input_len, output_len, seed, repeats,
+          profile, profile_delay, profile_steps, with_stack, warmup_prompts, url, peer_command, peer_ready_port, startup_timeout,
+          grace, trace_timeout, resume, repeat_tool) -> None:  # fmt: skip
+    """Record an ablation at several loads: dbo-trace sweep -o OUT --dbo-ablation -- vllm serve MODEL ...
+
+    \b
+    Each arm (--dbo-ablation, --arm NAME='flags') starts the server (and
+    the --peer-command, the AFD FFN server, first) once with its flags, warms
+    up, then at each --concurrency: --repeats timed runs of vllm bench serve
+    with the profiler off, then one profiled window (unless --no-profile).
+    One bundle per arm and load, OUT/ARM/cN, that `report` reads alone, and
+    OUT/sweep.json, rewritten after each run. Ctrl-C keeps every finished
+    load; --resume runs the rest. docs/recording.md, "A load sweep".
+    """
+    from dbo_trace.commands import sweep as sweeping
+    from dbo_trace.record.recorder import ProfileWindow
+
+    request = sweeping.SweepRequest(
+        out=out, command=tuple(command), arms=tuple(arms), dbo_ablation=dbo_ablation, concurrency=concurrency,
+        num_prompts=num_prompts, prompts_per_slot=num_prompts_per_slot, input_len=input_len, output_len=output_len,
+        seed=seed, repeats=repeats, profile=profile,
+        window=ProfileWindow(delay_iterations=profile_delay, max_iterations=profile_steps, with_stack=with_stack),
+        warmup_prompts=warmup_prompts, url=url, peer_command=peer_command, peer_ready_port=peer_ready_port,
+        startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout, resume=resume, repeat_tool=repeat_tool,
+    )  # fmt: skip
+    sweeping.run(request)
+
+
 @main.command()
 @click.option(
     "--mode",

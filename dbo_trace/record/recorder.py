@@ -64,6 +64,7 @@ class RecordPlan:
     peer: PeerPlan | None = None  # a server started beside this one (the AFD FFN server: peer.py)
     python_samples: bool = True  # py-spy over the profiled load (pystacks.py)
     python_sample_rate: int = DEFAULT_RATE_HZ
+    builtin_repeats: bool = False  # time the repeats with the built-in load even where `vllm bench serve` is there
 
 
 class Progress(Protocol):
@@ -386,6 +387,27 @@ def claim_folder(out: Path) -> None:
         raise Refused(f"{out}: already exists and is not empty; choose another --out (nothing there was changed)")
 
 
+def pair_manifest(plan: RecordPlan, manifest: dict, argv: list[str], env: dict[str, str], peer: Peer) -> None:
+    """The manifest's roles, peer and gpu_sharing, for a server recorded beside its peer."""
+    main_role = role_of(plan.command, "main")
+    if peer.role == main_role:  # both commands name one role: the manifest must still tell them apart
+        peer.role = f"{peer.role}-peer"
+    manifest["roles"] = {
+        main_role: {"peer": False, "command": argv, "settings": manifest["settings"]},
+        peer.role: {"peer": True, "command": peer.argv, "settings": environment.serve_settings(peer.plan.command)},
+    }
+    manifest["peer"] = peer.manifest(plan.out)
+    manifest["gpu_sharing"] = _gpu_sharing(env, peer)
+
+
+def start_peer(plan: RecordPlan, manifest: dict, peer: Peer, ui: Progress) -> None:
+    """The peer started and listening (the main server connects to it at start-up)."""
+    peer.start()
+    ui.phase(f"waiting for the {peer.role} server to listen on port {peer.port} (output in peer/server.log)")
+    manifest["peer"]["pid"] = peer.child.pid if peer.child else None
+    manifest["times"]["peer_ready_after_s"] = round(peer.wait_ready(plan.startup_timeout_s), 1)
+
+
 # -- the recording --------------------------------------------------------------------------
 def record(plan: RecordPlan, ui: Progress) -> Outcome:
     """Refused (nothing made) if the server's port is taken or the folder is not this run's to fill;
@@ -415,22 +437,11 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
     if peer is not None:
-        main_role = role_of(plan.command, "main")
-        if peer.role == main_role:  # both commands name one role: the manifest must still tell them apart
-            peer.role = f"{peer.role}-peer"
-        manifest["roles"] = {
-            main_role: {"peer": False, "command": argv, "settings": manifest["settings"]},
-            peer.role: {"peer": True, "command": peer.argv, "settings": environment.serve_settings(peer.plan.command)},
-        }
-        manifest["peer"] = peer.manifest(out)
-        manifest["gpu_sharing"] = _gpu_sharing(env, peer)
+        pair_manifest(plan, manifest, argv, env, peer)
     try:
         with _terminations_interrupt():
             if peer is not None:
-                peer.start()
-                ui.phase(f"waiting for the {peer.role} server to listen on port {peer.port} (output in peer/server.log)")
-                manifest["peer"]["pid"] = peer.child.pid if peer.child else None
-                manifest["times"]["peer_ready_after_s"] = round(peer.wait_ready(plan.startup_timeout_s), 1)
+                start_peer(plan, manifest, peer, ui)
             child = Child(argv, env, out / log_name)
             series.start()
             manifest["pid"] = child.pid
@@ -468,6 +479,29 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
     a failing one (a server that answers nonsense, a full disk, a bug) still leaves the child stopped
     and the manifest final. Returns the final (status, reason)."""
     out = plan.out
+    status, reason = stop_servers(plan, child, manifest, ui, status, reason, peer)
+    reason = redactor.text(reason) if reason else reason
+    manifest["status"], manifest["reason"] = status, reason
+    manifest.pop("profiling", None)
+    manifest["counters_series"] = series.stop()
+    manifest.setdefault("traces", [])
+    manifest.setdefault("events", [])
+    try:
+        _finish_manifest(out, manifest, redactor, _no_traces_reason(plan, manifest))
+        return manifest["status"], manifest["reason"]
+    except Exception as exc:  # a full disk, say: the manifest must still end in a final state
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        status, reason = STATUS_FAILED, f"could not write the manifest ({why}); {reason or ''}".rstrip("; ")
+        manifest["status"], manifest["reason"] = status, reason
+        _write_minimal_manifest(out, manifest, redactor)
+        return status, reason
+
+
+def stop_servers(
+    plan: RecordPlan, child: Child | None, manifest: dict, ui: Progress, status: str, reason: str | None, peer: Peer | None = None
+) -> tuple[str, str | None]:
+    """Close an open profile window (the peer's, then the server's), stop the server, then its peer:
+    each step guarded. Returns (status, reason), a failing step added to them."""
     if peer is not None and peer.child is not None and peer.child.poll() is None and peer.last_sent == "start":
         try:  # interrupted inside the window: stop the peer's profiler while the main server can still nudge its loop
             alive = child is not None and child.poll() is None and plan.server
@@ -512,21 +546,7 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
         except Exception as exc:
             failure = f"stopping the {peer.role} server failed ({type(exc).__name__}: {exc})"
             status, reason = STATUS_FAILED, f"{reason}; {failure}" if reason else failure
-    reason = redactor.text(reason) if reason else reason
-    manifest["status"], manifest["reason"] = status, reason
-    manifest.pop("profiling", None)
-    manifest["counters_series"] = series.stop()
-    manifest.setdefault("traces", [])
-    manifest.setdefault("events", [])
-    try:
-        _finish_manifest(out, manifest, redactor, _no_traces_reason(plan, manifest))
-        return manifest["status"], manifest["reason"]
-    except Exception as exc:  # a full disk, say: the manifest must still end in a final state
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-        status, reason = STATUS_FAILED, f"could not write the manifest ({why}); {reason or ''}".rstrip("; ")
-        manifest["status"], manifest["reason"] = status, reason
-        _write_minimal_manifest(out, manifest, redactor)
-        return status, reason
+    return status, reason
 
 
 def _peer_died(peer: Peer, code: int) -> str:
@@ -548,7 +568,8 @@ def _wait_program(child: Child, ui: Progress) -> int:
     return code
 
 
-def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+def bring_up(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> str:
+    """Until the server answers, is ours and is warmed up; the model it serves."""
     ui.phase(f"waiting for the server at {plan.base_url}/health")
     healthy = wait_healthy(child, plan.base_url, plan.startup_timeout_s, tick=lambda _waited: _check_peer(peer))
     manifest["times"]["healthy_after_s"] = round(healthy, 1)
@@ -569,6 +590,11 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui, peer).as_dict()
+    return model
+
+
+def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+    model = bring_up(plan, child, manifest, ui, peer)
     if plan.repeats:
         _timed_repeats(plan, child, model, manifest, ui, peer)
     sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
@@ -594,7 +620,7 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
         base_url=plan.base_url,
         model=model,
         tokenizer=tokenizer_of(plan.command),
-        vllm=vllm_executable(plan.command),
+        vllm=None if plan.builtin_repeats else vllm_executable(plan.command),
         load=plan.load,
     )
     tool = "vllm bench serve" if repeat.vllm else "the built-in load"

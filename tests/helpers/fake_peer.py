@@ -59,6 +59,8 @@ p.add_argument("--plugin", action="store_true")
 p.add_argument("--discover", action="store_true", help="the Worker is vLLM's class, found by the control thread (gc)")
 p.add_argument("--ffn-loop", action="store_true", help="a frozen heap and the FFN's own loop, fed by the attention side")
 p.add_argument("--api-key", help="ignored (a command line that holds a secret)")
+p.add_argument("--enable-dbo", action="store_true", help="vLLM's; ignored (a sweep's dbo-on arm adds it)")
+p.add_argument("--note", action="append", help="any text, ignored (an arm's flags)")
 p.add_argument("--engine", action="store_true", help="internal: run as the engine process")
 args = p.parse_args()
 port = json.loads(args.additional_config)["afd"]["port"]

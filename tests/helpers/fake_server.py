@@ -46,6 +46,7 @@ p.add_argument("--trace")
 p.add_argument("--api-key")
 p.add_argument("--stream-delays", default="0,0,0", help="FIRST,GAP,DONE seconds of a streamed reply")
 p.add_argument("--additional-config", help="vLLM's; an AFD block here names this server's role")
+p.add_argument("--enable-dbo", action="store_true", help="vLLM's; ignored (a sweep's dbo-on arm adds it)")
 p.add_argument("--note", action="append", help="any text, ignored (a command line that holds secrets)")
 p.add_argument(
     "--no-plugins", action="store_true", help="start at once: loading dbo-trace's plugin (and vLLM) took 15 s on a loaded machine"

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# One arm of the AFD pair's DBO load sweep on ONE H200 with `dbo-trace sweep --peer-command`: record-afd.sh's
+# pair (DeepSeek-V2-Lite's shape, dummy weights, the attention and FFN servers on GPU 0 under MPS, FULL_DECODE_ONLY
+# graphs), started once for the arm, then at 16, 32 and 64 requests in flight: 3 timed `vllm bench serve` repeats
+# (profiler off) and one profiled window of 20 steps after 8 skipped (both roles). py-spy off.
+# The repeats are timed by dbo-trace's built-in load (REPEAT_TOOL=builtin, the default here): it measures vLLM's
+# figures the way vLLM 0.26's benchmark does (record/bench.py), without its ~28 s start-up per repeat (08:57:12,
+# 08:57:43, 08:58:12 in samples/afd-pair-graphs-dbo/bench/bench.log for 1.6-1.8 s runs), which for 9 repeats
+# (270 s) beside two server start-ups (~160 s) and three windows (~35 s each) would not fit one 600 s call.
+# REPEAT_TOOL=auto times them with `vllm bench serve` (then expect the 64 load to be cut; --resume runs it).
+# The carry must be installed first (install.sh) and the AFD plugin carried as .dev/afd (afd-export.sh).
+#
+#   bash scripts/vllm26/sweep-afd.sh OUT ARM        ARM: graphs | graphs-dbo
+#
+# The sweep folder lives on the machine, /tmp/dbo-sweep/afd-graphs: the second arm's call adds its arm to the
+# same folder (`--resume`: the same command, loads and repeats; a new arm), and a call that repeats an arm runs
+# only its loads that are not complete. Each call returns OUT/ARM.tar.gz (sweep.json and the arm's folder; split
+# into OUT/ARM.tar.gz.part-aa, -ab, ... where over 15 MB) and its console, OUT/sweep-afd-ARM.log.
+# SWEEP_BUDGET_S (default 470): the sweep gets SIGTERM after this many seconds and keeps what finished (the
+# servers stopped, the load it was in marked incomplete), so that the call ends inside its 600 s with the trim
+# and the tar; 470 leaves room for the ~35 s install in the same call.
+set -uo pipefail
+OUT=${1:?usage: sweep-afd.sh OUT ARM}
+ARM=${2:?usage: sweep-afd.sh OUT ARM (graphs | graphs-dbo)}
+SWEEP_BUDGET_S=${SWEEP_BUDGET_S:-470}
+REPEAT_TOOL=${REPEAT_TOOL:-builtin}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+SWEEP=/tmp/dbo-sweep/afd-graphs
+mkdir -p "$OUT" /tmp/dbo-sweep
+exec > >(tee "$OUT/sweep-afd-$ARM.log") 2>&1
+stamp() { echo "== $(date -u +%T) (+${SECONDS}s) $*"; }
+
+case $ARM in
+  graphs) ARM_FLAGS="" ;;
+  graphs-dbo) ARM_FLAGS="--enable-dbo --dbo-decode-token-threshold 2 --dbo-prefill-token-threshold 12" ;;
+  *) echo "unknown arm $ARM (graphs | graphs-dbo)"; exit 2 ;;
+esac
+
+# record-afd.sh's environment: the carry, the AFD plugin, vLLM's settings, NCCL over loopback.
+[ -d /tmp/afd-site/afd_plugin ] || cp -r "$REPO/.dev/afd/site" /tmp/afd-site
+export PYTHONPATH=/tmp/vllm-site:/tmp/afd-site PATH=/tmp/vllm-site/bin:$PATH \
+       VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+       PYTHONUNBUFFERED=1 COLUMNS=160 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 VLLM_ALLREDUCE_USE_SYMM_MEM=0 \
+       VLLM_USE_V2_MODEL_RUNNER=0 CUDA_VISIBLE_DEVICES=0 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
+       VLLM_LOGGING_CONFIG_PATH=$HERE/logging-plugins.json
+if ! command -v dbo-trace >/dev/null; then
+  (cd "$REPO" && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .) || exit 1
+fi
+DSV2=/tmp/vllm26-dsv2lite
+if [ ! -f "$DSV2/config.json" ]; then
+  mkdir -p "$DSV2" && cp /tmp/vllm26-model/tokenizer.json /tmp/vllm26-model/tokenizer_config.json "$DSV2"/ \
+    && cp "$HERE"/dsv2lite/*.json "$DSV2"/ || exit 1
+fi
+
+# MPS as record-afd.sh starts it (user space; a pipe left by an earlier `quit` is no daemon).
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+mps_answers() { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; }
+mps_up() {
+  mps_answers && { echo "MPS: the control daemon answers"; return 0; }
+  rm -rf "$CUDA_MPS_PIPE_DIRECTORY" && mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d
+  local i
+  for i in $(seq 1 20); do
+    mps_answers && { echo "MPS: control daemon started, and it answers"; return 0; }
+    sleep 0.5
+  done
+  echo "MPS: the control daemon does not answer; not recording a one-GPU pair without it"
+  return 1
+}
+trap 'mps_answers && echo quit | nvidia-cuda-mps-control && echo "MPS control daemon stopped"' EXIT
+gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1; }
+wait_gpu_free() {
+  local i
+  for i in $(seq 1 120); do
+    [ "$(gpu_used_mib)" -lt 2000 ] && return 0
+    sleep 1
+  done
+  echo "GPU memory still $(gpu_used_mib) MiB in use"
+}
+
+COMMON=(--load-format dummy --gpu-memory-utilization 0.4 --max-model-len 4096 --max-num-seqs 64
+        --max-num-batched-tokens 4096 --enable-expert-parallel)
+GRAPHS=(--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}')
+# The AFD port is fixed: the peer's command is part of the sweep's plan, which the second arm's call must match.
+AFD_PORT=29650
+afd_config() {  # ROLE
+  printf '{"afd": {"role": "%s", "connector": "P2pNcclAFDConnector", "host": "127.0.0.1", "port": %d, "num_attention_ranks": 1, "num_ffn_ranks": 1}}' "$1" "$AFD_PORT"
+}
+PEER=$(printf '%q ' env NCCL_HOSTID=afd-ffn vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8100 \
+       --additional-config "$(afd_config ffn)")
+# Each repeat a few seconds: 2 x concurrency prompts of 128 in / 48 out (32 at 16 in flight took 1.4-1.8 s).
+LOADS=(--concurrency 16,32,64 --num-prompts-per-slot 2 --input-len 128 --output-len 48 --repeats 3 --warmup-prompts 32
+       --profile-delay 8 --profile-steps 20 --repeat-tool "$REPEAT_TOOL")
+
+nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv
+stamp "arm $ARM: start"
+wait_gpu_free
+mps_up || exit 1
+stamp "sweep (SIGTERM after ${SWEEP_BUDGET_S} s)"
+NCCL_HOSTID=afd-attn timeout -s TERM -k 60 "$SWEEP_BUDGET_S" \
+  dbo-trace sweep -o "$SWEEP" --resume --arm "$ARM=$ARM_FLAGS" "${LOADS[@]}" --grace 10 --trace-timeout 240 \
+  --peer-command "$PEER" -- \
+  vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8000 --additional-config "$(afd_config attention)"
+stamp "sweep exit status $?"
+
+python3 - "$SWEEP" "$ARM" <<'EOF'
+import json, sys
+from pathlib import Path
+sweep, arm = Path(sys.argv[1]), sys.argv[2]
+state = json.loads((sweep / "sweep.json").read_text())
+for run in state["runs"]:
+    print("run", run["arm"], run["load"], run["status"], (run["reason"] or "")[:300])
+    m_path = sweep / run["bundle"] / "manifest.json"
+    if run["arm"] != arm or not m_path.is_file():
+        continue
+    m = json.loads(m_path.read_text())
+    for r in m.get("repeats") or []:
+        print("  repeat", r.get("tool"), r.get("duration_s"), r.get("output_throughput"), r.get("median_tpot_ms"), r.get("median_itl_ms"))
+    print("  traces", {role: body.get("traces") for role, body in (m.get("roles") or {}).items()})
+    print("  peer start/stop ok", (m.get("peer") or {}).get("profile_start", {}).get("ok"), (m.get("peer") or {}).get("profile_stop", {}).get("ok"))
+    print("  counters", {k: v for k, v in (m.get("counters") or {}).items() if k.startswith(("steps", "ubatch.yields", "graph"))})
+    print("  gpu_sharing", (m.get("gpu_sharing") or {}).get("shared_gpu"), (m.get("gpu_sharing") or {}).get("mps"))
+EOF
+grep -hE "Traceback|Error" "$SWEEP/$ARM/server.log" "$SWEEP/$ARM/peer/server.log" 2>/dev/null | head -20
+
+stamp "trim the FFN traces to the attention's windows"
+for bundle in "$SWEEP/$ARM"/c*; do
+  [ -f "$bundle/manifest.json" ] && { python3 "$REPO/scripts/trim_peer_trace.py" "$bundle" || echo "trim failed: $bundle"; }
+done
+du -sh "$SWEEP/$ARM"/c* 2>/dev/null
+stamp "tar"
+tar -C "$SWEEP" -czf "$OUT/$ARM.tar.gz" sweep.json "$ARM"
+if [ "$(stat -c %s "$OUT/$ARM.tar.gz")" -gt 15000000 ]; then
+  split -b 15000000 "$OUT/$ARM.tar.gz" "$OUT/$ARM.tar.gz.part-" && rm "$OUT/$ARM.tar.gz"
+fi
+ls -l "$OUT"
+stamp "done"
