@@ -105,8 +105,14 @@ def _few_collections() -> Iterator[None]:
 
 @main.command(epilog=GLOSSARY)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md).")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
+@click.option(
+    "--format",
+    "format_given",
+    type=click.Choice(["text", "json", "markdown", "html"]),
+    help="The output on stdout or in -o: text (the default), json, markdown or html.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md); --format json.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
 @click.option(
     "--comm-kernels",
     "comm_kernels",
@@ -198,6 +204,7 @@ def _few_collections() -> Iterator[None]:
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
+    format_given,
     as_json,
     as_markdown,
     comm_kernels,
@@ -235,6 +242,7 @@ def report(
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
         all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
+        format_given=format_given,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())
@@ -242,8 +250,14 @@ def report(
 
 @main.command()
 @click.argument("arms", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
+@click.option(
+    "--format",
+    "format_given",
+    type=click.Choice(["text", "json", "markdown"]),
+    help="The output on stdout or in -o: text (the default), json or markdown.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output; --format json.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
@@ -251,7 +265,7 @@ def report(
     "--ray", "ray_address", metavar="ADDRESS", help="Analyse each arm's ranks on the Ray nodes that hold them (as report --ray)."
 )
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_address) -> None:
+def compare(arms, format_given, as_json, as_markdown, labels, layers, output, force, ray_address) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
@@ -266,7 +280,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
 
     request = command.CompareRequest(
         arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
-        force=force, ray=ray_address,
+        force=force, ray=ray_address, format_given=format_given,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())
@@ -274,7 +288,9 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
 
 @main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).")
+@click.option(
+    "-o", "--out", "--output", "out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz)."
+)
 @_number("--max-mb", 25.0, _Finite(0.001, 1_000_000), "Size cap of the archive.")
 @_number("--steps", 3, click.IntRange(1, 1000), "Steps around the median step in the Perfetto window.")
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")

@@ -19,21 +19,24 @@ class CompareRequest:
     output: Path | None = None
     force: bool = False
     ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
+    format_given: str | None = None  # --format as given: text, json or markdown
 
     @property
     def format(self) -> str:
-        """json, markdown or terminal (a suffix compare does not write shows the terminal table)."""
+        """json, markdown or terminal (checked() refuses a format compare does not write)."""
         from dbo_trace.render.compare import COMPARE_RENDERERS
 
-        name = output_name(self.as_json, self.as_markdown, self.output)
-        return name if name in COMPARE_RENDERERS else "terminal"
+        written = {r.name: r.suffixes for r in COMPARE_RENDERERS.values()}
+        return output_name(self.as_json, self.as_markdown, self.output, self.format_given, written)
 
     @property
     def names(self) -> list[str]:
         return list(self.labels) or [p.name or str(p) for p in self.arms]
 
     def checked(self) -> CompareRequest:
-        output_name(self.as_json, self.as_markdown, self.output)  # --json with --markdown: refused first
+        if self.format_given not in (None, "text", "json", "markdown"):
+            fail(f"--format {self.format_given}: compare writes text, json or markdown")
+        self.format  # --json with --markdown, or -o x.html: refused first
         if len(self.arms) < 2:
             fail("compare needs at least two arms (bundles or traces)")
         if self.labels and len(self.labels) != len(self.arms):

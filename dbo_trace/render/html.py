@@ -257,7 +257,7 @@ class HtmlRenderer:
 
 
 _PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>dbo-trace: {verdict}{finding}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace"><title>dbo-trace: {verdict}{finding}</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
 h1 span {{ padding: 2px 10px; border-radius: 6px; background: #eef; }}
