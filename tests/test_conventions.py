@@ -1,0 +1,177 @@
+"""The conventions a CLI user expects (issue 56): NO_COLOR and FORCE_COLOR, `--format` beside the
+flags and conflicting choices refused, `python -m dbo_trace`, the README's examples run twice (a
+rerun replaces only what dbo-trace itself wrote), and a picture named relative to where the
+Markdown that names it is."""
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES, run_cli
+
+OVERLAP = SAMPLES / "overlap"
+ESC = b"\x1b["
+
+
+def under_a_terminal(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, bytes]:
+    """The CLI as a process whose stdout is a pseudo-terminal (as a user's shell gives it): its
+    status and every byte it wrote there."""
+    main, child = pty.openpty()
+    full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    full.update(env, PYTHONPATH=str(ROOT), COLUMNS="100")
+    proc = subprocess.Popen([sys.executable, "-m", "dbo_trace", *args], stdout=child, stderr=subprocess.DEVNULL, env=full, cwd=cwd)
+    os.close(child)
+    out = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 60)
+        if not ready:
+            break
+        try:
+            piece = os.read(main, 65536)
+        except OSError:  # the child closed the terminal (Linux: EIO)
+            break
+        if not piece:
+            break
+        out += piece
+    os.close(main)
+    return proc.wait(timeout=60), out
+
+
+def test_no_color_under_a_terminal_prints_no_escape(tmp_path):
+    command = ["report", str(OVERLAP)]
+    code, coloured = under_a_terminal(command, {}, tmp_path)
+    assert code == 0 and ESC in coloured  # a terminal gets colour: the check below can fail
+    code, plain = under_a_terminal(command, {"NO_COLOR": "1"}, tmp_path)
+    assert code == 0 and b"verdict: overlapped" in plain
+    assert ESC not in plain
+    code, both = under_a_terminal(command, {"NO_COLOR": "1", "FORCE_COLOR": "1"}, tmp_path)
+    assert ESC not in both  # no-color.org: NO_COLOR wins
+
+
+def test_force_color_colours_a_pipe_but_never_a_file(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    run = [sys.executable, "-m", "dbo_trace", "report", str(OVERLAP)]
+    piped = subprocess.run(run, capture_output=True, env={**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "1"}, cwd=tmp_path)
+    assert piped.returncode == 0 and ESC in piped.stdout
+    unset = subprocess.run(run, capture_output=True, env={**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "0"}, cwd=tmp_path)
+    assert unset.returncode == 0 and ESC not in unset.stdout
+    to_file = subprocess.run([*run, "-o", "r.txt"], capture_output=True, env={**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "1"}, cwd=tmp_path)
+    assert to_file.returncode == 0 and ESC not in (tmp_path / "r.txt").read_bytes()
+
+
+def test_python_dash_m_runs_the_cli():
+    from dbo_trace import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "dbo_trace", "--version"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == f"dbo-trace, version {__version__}"
+
+
+def test_format_names_each_output_as_its_flag_or_suffix_does(tmp_path):
+    as_json = run_cli("report", str(OVERLAP), "--format", "json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == json.loads(run_cli("report", str(OVERLAP), "--json").stdout)
+    markdown = run_cli("report", str(OVERLAP), "--format", "markdown")
+    assert markdown.returncode == 0 and markdown.stdout == run_cli("report", str(OVERLAP), "--markdown").stdout
+    html = run_cli("report", str(OVERLAP), "--format", "html")
+    run_cli("report", str(OVERLAP), "-o", str(tmp_path / "r.html"))
+    assert html.returncode == 0 and html.stdout == (tmp_path / "r.html").read_text()
+    text = run_cli("report", str(OVERLAP), "--format", "text")
+    assert text.returncode == 0 and text.stdout == run_cli("report", str(OVERLAP)).stdout
+    agreeing = run_cli("report", str(OVERLAP), "--format", "json", "--json", "-o", str(tmp_path / "r.json"))
+    assert agreeing.returncode == 0 and json.loads((tmp_path / "r.json").read_text())["schema"] == "dbo-trace-report"
+    compared = run_cli("compare", str(OVERLAP), str(SAMPLES / "serial"), "--format", "json")
+    assert compared.returncode == 0 and json.loads(compared.stdout)["schema"] == "dbo-trace-compare"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--format", "json", "--markdown"], "--format json and --markdown choose one output each"),
+        (["-o", "x.html", "--markdown"], "-o x.html: its name is for html but --markdown asks for markdown"),
+        (["-o", "x.txt", "--json"], "-o x.txt: its name is for text but --json asks for json"),
+        (["-o", "x.md", "--format", "html"], "-o x.md: its name is for markdown but --format html asks for html"),
+    ],
+)
+def test_report_refuses_conflicting_output_choices(args, message, tmp_path):
+    proc = run_cli("report", str(OVERLAP), *args, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written under the wrong name
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-o", "c.html"], "-o c.html: this command does not write html; give -o a name that ends in .txt, .json or .md"),
+        (["-o", "c.md", "--json"], "-o c.md: its name is for markdown but --json asks for json"),
+        (["--format", "markdown", "--json"], "--format markdown and --json choose one output each"),
+    ],
+)
+def test_compare_refuses_conflicting_output_choices(args, message, tmp_path):
+    proc = run_cli("compare", str(OVERLAP), str(SAMPLES / "serial"), *args, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_readme_examples_run_twice(tmp_path):
+    """--timeline, --html, --perfetto and archive -o a second time: each replaces the file dbo-trace
+    wrote the first time (the README's commands, rerun), with the report printed again."""
+    outputs = ["--timeline", "step.png", "--html", "run.html", "--perfetto", "run.pftrace"]
+    first = run_cli("report", str(OVERLAP), "--markdown", *outputs, cwd=tmp_path)
+    again = run_cli("report", str(OVERLAP), "--markdown", *outputs, cwd=tmp_path)
+    assert first.returncode == 0 and again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout and "### dbo-trace" in again.stdout
+    svg = [run_cli("report", str(OVERLAP), "--timeline", "step.svg", cwd=tmp_path).returncode for _ in range(2)]
+    assert svg == [0, 0]
+    archived = [run_cli("archive", str(OVERLAP), "-o", "run.tar.gz", cwd=tmp_path).returncode for _ in range(2)]
+    assert archived == [0, 0]
+
+
+@pytest.mark.parametrize("name", ["step.png", "step.svg", "run.html", "run.pftrace", "run.tar.gz"])
+def test_a_rerun_never_replaces_a_file_dbo_trace_did_not_write(name, tmp_path):
+    """The user's own file of that name (here a text file, and a real PNG another tool drew for the
+    picture) still needs --force, and is left as it was."""
+    theirs = tmp_path / name
+    theirs.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64 if name.endswith(".png") else b"my notes\n")
+    before = theirs.read_bytes()
+    flag = {".png": "--timeline", ".svg": "--timeline", ".html": "--html", ".pftrace": "--perfetto"}.get(Path(name).suffix)
+    args = ["report", str(OVERLAP), flag, name] if flag else ["archive", str(OVERLAP), "-o", name]
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and f"{name}: already exists" in proc.stderr and "--force" in proc.stderr
+    assert theirs.read_bytes() == before
+
+
+def test_text_outputs_still_need_force(tmp_path):
+    """A Markdown report may have been edited for a pull request: -o never replaces it unasked."""
+    assert run_cli("report", str(OVERLAP), "-o", "r.md", cwd=tmp_path).returncode == 0
+    proc = run_cli("report", str(OVERLAP), "-o", "r.md", cwd=tmp_path)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+
+
+def test_the_picture_is_named_relative_to_where_the_markdown_is(tmp_path):
+    (tmp_path / "out").mkdir()
+    piped = run_cli("report", str(OVERLAP), "--markdown", "--timeline", "out/step.png", cwd=tmp_path)
+    assert "`out/step.png` (its path is relative to the folder dbo-trace ran in, not to this file)" in piped.stdout
+    run_cli("report", str(OVERLAP), "--timeline", "out/step2.png", "-o", "out/x.md", cwd=tmp_path)
+    written = (tmp_path / "out" / "x.md").read_text()
+    assert "`step2.png` (its path is relative to this Markdown file's folder)" in written
+    assert (tmp_path / "out" / "x.md").parent.joinpath("step2.png").is_file()
+
+
+def test_compare_help_and_the_glossary_describe_the_columns_compare_shows():
+    """Every column header of compare's table is in the glossary; --help describes the median
+    period with its interval that the table shows, not a mean and standard deviation it does not."""
+    import re
+
+    from dbo_trace.render.compare import HEADER
+
+    glossary = (ROOT / "docs" / "glossary.md").read_text()
+    line = glossary[glossary.index("`dbo-trace compare`") : glossary.index("`dbo-trace top`")]
+    named = set(re.findall(r"`([^`]+)`", line))
+    assert not [h for h in HEADER if h not in named]
+    assert "mean" not in line
+    text = " ".join(run_cli("compare", "--help").stdout.split())
+    assert "median (p90, max)" in text and "95% interval" in text and "mean" not in text
