@@ -269,12 +269,15 @@ def compare(arms, format_given, as_json, as_markdown, labels, layers, output, fo
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
-    Each arm is a bundle, a trace or a folder of traces. Per arm: step time
-    (mean ± standard deviation over every step of every rank and window) and
-    its change against the first arm, round trips per layer and their cost,
-    hidden comm, graph replay share, and which differences are within noise;
-    then the same per phase (prefill, decode, mixed) where vLLM's step
-    annotations give phases in every arm.
+    Each arm is a bundle, a trace or a folder of traces. Per arm: its steps'
+    period (start to start) in ms, median (p90, max), over its steady steps
+    (stalls counted apart, the ranks of a step averaged); the median window
+    where it differs; the change of the median against the first arm with
+    its bootstrap 95% interval (beyond noise only when the interval excludes
+    0 and each arm has at least 5 steps); round trips per layer and the time
+    per round trip; hidden comm; the graph-replayed share; the verdict. Then
+    the same per phase (prefill, decode, mixed) where vLLM's step annotations
+    give phases in every arm; AFD arms' round trips; DBO's effect per pair.
     """
     from dbo_trace.commands import compare as command
 
