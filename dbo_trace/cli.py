@@ -487,15 +487,16 @@ def top(folder, once, interval) -> None:
     """Live DBO counters of a running vLLM, without a profiler: dbo-trace top [FOLDER]
 
     \b
-    FOLDER is the server's DBO_TRACE_DIR or a recording; without it, $DBO_TRACE_DIR.
-    Per process that runs the model: steps and steps/s, the share microbatched, the
-    UBatchWrapper paths taken, CUDA graph replays per mode, yields per step and how
-    long each microbatch waited for its turn. The plugin rewrites its counters every
-    second while steps run (DBO_TRACE_DIR must be set in the server's environment).
-    On a terminal the table refreshes in place; piped or redirected, each refresh is
-    written as plain lines (a line per process, stamped with the time) as it comes.
-    A recording that has finished (its manifest says so) is shown once, as with
-    --once: its counters will not change.
+    FOLDER is the server's DBO_TRACE_DIR or a recording (the folder to read;
+    without it, $DBO_TRACE_DIR). Per process that runs the model: steps and
+    steps/s, the share microbatched, the UBatchWrapper paths taken, CUDA
+    graph replays per mode, yields per step and how long each microbatch
+    waited for its turn. The plugin rewrites its counters every second while
+    steps run (DBO_TRACE_DIR must be set in the server's environment). On a
+    terminal the table refreshes in place; piped or redirected, each refresh
+    is written as plain lines (a line per process, stamped with the time) as
+    it comes. A recording that has finished (its manifest says so) is shown
+    once, as with --once: its counters will not change.
     """
     from dbo_trace.commands import top as command
 

@@ -175,3 +175,11 @@ def test_compare_help_and_the_glossary_describe_the_columns_compare_shows():
     assert "mean" not in line
     text = " ".join(run_cli("compare", "--help").stdout.split())
     assert "median (p90, max)" in text and "95% interval" in text and "mean" not in text
+
+
+@pytest.mark.parametrize("command", ["", "report", "compare", "archive", "record", "demo", "doctor", "top"])
+def test_every_help_fits_80_columns(command, monkeypatch):
+    """`top --help` had lines of 81 and 82 characters: click rewraps options but not a \\b block."""
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run_cli(*[c for c in [command] if c], "--help").stdout
+    assert text and not [line for line in text.splitlines() if len(line) > 80]
