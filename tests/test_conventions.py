@@ -183,3 +183,37 @@ def test_every_help_fits_80_columns(command, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     text = run_cli(*[c for c in [command] if c], "--help").stdout
     assert text and not [line for line in text.splitlines() if len(line) > 80]
+
+
+AFD_ARMS = [str(SAMPLES / name) for name in ("afd-eager", "afd-eager-dbo", "afd-graphs-dbo")]
+
+
+def test_compare_at_80_columns_keeps_each_arm_name_whole_and_its_warnings_come_after_it():
+    """Before: `afd-eager-` over `dbo` in the arm column, and seven warning lines above the table
+    (the terminal showed them first). Now every name is whole on its line and the warnings follow
+    the output (stderr and stdout as one stream, as a terminal shows them)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-m", "dbo_trace", "compare", *AFD_ARMS], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    warnings = [i for i, line in enumerate(lines) if line.startswith("dbo-trace: warning:")]
+    assert len(warnings) >= 5 and lines[0] == "dbo-trace compare" and min(warnings) > 10
+    assert all(i in warnings for i in range(min(warnings), len(lines)))  # all of them at the end
+    output = lines[: min(warnings)]
+    assert all(len(line) <= 80 for line in output)
+    assert not [line for line in output if line.rstrip().endswith("-") and not line.rstrip().endswith(" -")]
+    for name in ("afd-eager", "afd-eager-dbo", "afd-graphs-dbo"):
+        assert any(f"arm {name}," in line or f" {name} " in f"{line} " for line in output)
+
+
+def test_a_wrapping_column_breaks_at_spaces_never_inside_a_name_that_fits():
+    from dbo_trace.render.layout import Column, table
+
+    columns = [Column("arm", right=False, wrap=True), Column("figure"), Column("note", right=False, wrap=True)]
+    rows = [["afd-eager-dbo", "1.00", "a long sentence that has to wrap somewhere"], ["x", "2.00", "short"]]
+    lines = table(None, columns, rows, 40)
+    assert all(len(line) <= 40 for line in lines)
+    assert any("afd-eager-dbo" in line for line in lines)
+    long_name = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT_and_more-of-it"  # past MAX_WORD: must break
+    assert all(len(line) <= 40 for line in table(None, columns, [[long_name, "1.00", "ok"]], 40))

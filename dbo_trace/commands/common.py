@@ -4,6 +4,7 @@ an output, and reading and analysing the inputs with a progress bar."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -215,8 +216,27 @@ def write_file(data: bytes | Iterator[bytes], path: Path, force: bool) -> None:
     click.echo(f"wrote {inert(str(path))} ({(len(data) if isinstance(data, bytes) else written[0]) / 1e6:.2f} MB)", err=True)
 
 
+_deferred: list[list[str]] = []  # while a command holds its warnings back: where they wait
+
+
 def warn(message: str) -> None:
-    click.echo(f"dbo-trace: warning: {inert(message)}", err=True)
+    line = f"dbo-trace: warning: {inert(message)}"
+    if _deferred:
+        _deferred[-1].append(line)
+    else:
+        click.echo(line, err=True)
+
+
+@contextlib.contextmanager
+def warnings_after() -> Iterator[None]:
+    """The warnings raised inside, written on leaving: after the output, so that a table on a
+    terminal is not pushed off the screen by a screenful of them (compare's arms: nine lines)."""
+    _deferred.append([])
+    try:
+        yield
+    finally:
+        for line in _deferred.pop():
+            click.echo(line, err=True)
 
 
 def analyzed(

@@ -47,6 +47,11 @@ class CompareRequest:
 
 
 def run(request: CompareRequest) -> None:
+    with common.warnings_after():  # the arms' warnings under the table, not a screenful above it
+        _compare(request)
+
+
+def _compare(request: CompareRequest) -> None:
     from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options
