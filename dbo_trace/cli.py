@@ -199,7 +199,7 @@ def _few_collections() -> Iterator[None]:
 @click.option(
     "--host-stacks",
     is_flag=True,
-    help="Also print the host-caused GPU idle by sampled Python frame as tables (bundles with py-spy samples).",
+    help="Also print the host-caused GPU idle by sampled Python frame, each row's frames under it (bundles with py-spy samples).",
 )
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(

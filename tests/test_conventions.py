@@ -217,3 +217,31 @@ def test_a_wrapping_column_breaks_at_spaces_never_inside_a_name_that_fits():
     assert any("afd-eager-dbo" in line for line in lines)
     long_name = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT_and_more-of-it"  # past MAX_WORD: must break
     assert all(len(line) <= 40 for line in table(None, columns, [[long_name, "1.00", "ok"]], 40))
+
+
+def test_host_stacks_at_80_columns_shows_each_frame_whole_or_broken_at_its_dots():
+    """Before: the frame names were table cells, cut into 12-character pieces over up to 9 lines
+    (`...deeps` over `eek_scaling_rope`). Now a tree: each frame on its own line, a name longer than
+    the line broken only after a `.` or `:`, so joining a name's lines gives it back."""
+    import re
+
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.render import RENDERERS, RenderOptions
+    from dbo_trace.render.document import build_document
+
+    report = analyze_paths([SAMPLES / "afd-eager"], Options())
+    text = RENDERERS["terminal"].render(report, RenderOptions(width=80, host_stacks=True))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = next(i for i, line in enumerate(lines) if line.startswith("rank 0: host idle by Python frame"))
+    section = "\n".join(lines[start:])
+    joined = re.sub(r"([.:])\n +", r"\1", section)  # a name's continuation lines back onto it
+    doc = build_document(report)
+    rows = doc.ranks[0].host_stacks.window.rows
+    frames = {name for row in rows for name in (row.project, row.library, row.inner) if name}
+    assert len(frames) >= 10
+    for name in frames:
+        assert re.search(rf"^ +(> )?{re.escape(name)}$", joined, re.M), name
+    for row in rows[:5]:  # each row's figures on its first line, beside its cause
+        assert re.search(rf"^ +[\d.]+ ms +\d+%  {re.escape(row.cause.replace('_', ' '))}$", section, re.M)
