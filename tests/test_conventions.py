@@ -245,3 +245,59 @@ def test_host_stacks_at_80_columns_shows_each_frame_whole_or_broken_at_its_dots(
         assert re.search(rf"^ +(> )?{re.escape(name)}$", joined, re.M), name
     for row in rows[:5]:  # each row's figures on its first line, beside its cause
         assert re.search(rf"^ +[\d.]+ ms +\d+%  {re.escape(row.cause.replace('_', ' '))}$", section, re.M)
+
+
+# A page's script run by node against a stand-in DOM whose canvas records each rectangle's colour:
+# what the page draws, without a browser.
+PAGE_HARNESS = r"""
+const fs = require("fs");
+const html = fs.readFileSync(process.argv[2], "utf8");
+const data = html.match(/<script id="data" type="application\/json">([\s\S]*?)<\/script>/)[1];
+const script = html.match(/<script>([\s\S]*?)<\/script>\s*<\/body>/)[1];
+const fills = [];
+const ctx = new Proxy({}, {
+  get: (o, k) => k in o ? o[k] : k === "fillRect" ? (...a) => fills.push([o.fillStyle, ...a]) : () => {},
+  set: (o, k, v) => { o[k] = v; return true; },
+});
+const el = () => ({ textContent: data, style: {}, dataset: { rank: "0" }, classList: { toggle() {} }, addEventListener() {},
+                    getContext: () => ctx, clientWidth: 1000 });
+const canvases = [...html.matchAll(/<canvas class="timeline"[^>]*data-rank="(\d+)"/g)].map(m => ({ ...el(), dataset: { rank: m[1] } }));
+global.window = { addEventListener() {} };
+global.document = { getElementById: el, body: { dataset: {} },
+  querySelectorAll: q => q === "canvas.timeline" ? canvases : [] };
+eval(script);
+console.log(JSON.stringify(fills));
+"""
+
+
+def page_fills(page: Path, tmp_path: Path) -> list:
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    harness = tmp_path / "harness.js"
+    harness.write_text(PAGE_HARNESS)
+    proc = subprocess.run([node, str(harness), str(page)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
+    """Before: no exposed-comm colour; held-back comm purple whatever its cause, where the PNG and
+    docs/outputs.md draw SMs crowded brown; the AFD entries in every page's legend. Now the page
+    takes its colours from render/timeline.py and its legend lists what it draws."""
+    from dbo_trace.render.timeline import EXPOSED_COLOUR, FFN_COLOUR, HELD_COLOURS
+
+    run_cli("report", str(OVERLAP), "--html", "o.html", cwd=tmp_path)
+    page = (tmp_path / "o.html").read_text()
+    legend = page[page.index('<p class="legend">') : page.index("&mdash; wheel")]
+    assert f"background:{EXPOSED_COLOUR}" in legend and "exposed comm" in legend
+    assert f"background:{HELD_COLOURS['crowded']}" in legend and "SMs crowded" in legend
+    assert "AFD" not in legend and "FFN" not in legend and HELD_COLOURS["late_record"] not in legend
+    drawn = {colour for colour, *_ in page_fills(tmp_path / "o.html", tmp_path)}
+    assert {EXPOSED_COLOUR, HELD_COLOURS["crowded"]} <= drawn and HELD_COLOURS["late_record"] not in drawn
+    run_cli("report", str(SAMPLES / "afd-pair-graphs-dbo"), "--html", "p.html", cwd=tmp_path)
+    pair = (tmp_path / "p.html").read_text()
+    assert "FFN GPU" in pair[pair.index('<p class="legend">') : pair.index("&mdash; wheel")]
+    assert FFN_COLOUR in {colour for colour, *_ in page_fills(tmp_path / "p.html", tmp_path)}
