@@ -301,3 +301,43 @@ def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
     pair = (tmp_path / "p.html").read_text()
     assert "FFN GPU" in pair[pair.index('<p class="legend">') : pair.index("&mdash; wheel")]
     assert FFN_COLOUR in {colour for colour, *_ in page_fills(tmp_path / "p.html", tmp_path)}
+
+
+def _drawn(sample: str, window: str | None = None):
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.analysis.view import chosen_step, parse_window, step_view, window_view
+    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.render.timeline import timeline_figure
+
+    report = analyze_paths([SAMPLES / sample], Options())
+    rank, position = chosen_step(report, None, None)
+    view = step_view(rank, position) if window is None else window_view(rank, *parse_window(rank, window))
+    return view, timeline_figure(view)
+
+
+def test_the_pngs_lead_in_label_stays_over_the_lead_in_and_the_last_kernel_clears_the_edge():
+    """samples/overlap's median step: before, the red label ran 7 ms past its 5.91 ms lead-in, over
+    the first comm bars; and the last comm kernel, which ends the step's window, ended on the
+    axis' right spine, as if cut. Measured on the drawn figure."""
+    view, fig = _drawn("overlap")
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    (label,) = [t for t in ax.texts if t.get_text().startswith("lead-in")]
+    left, right = (ax.transData.transform((x, 0))[0] for x in (0.0, view.lead_in_us / 1000))
+    box = label.get_window_extent(renderer)
+    assert view.lead_in_idle and left - 1 <= box.x0 and box.x1 <= right
+    last = max(b.end for b in view.bars if b.own and b.kind == "comm")
+    assert last == pytest.approx(view.duration)  # the window ends with it
+    assert ax.get_xlim()[1] * 1000 > last * 1.01
+
+
+def test_a_window_one_stall_fills_says_so_and_names_the_window_of_the_others():
+    """vllm-graphs-decode `--window '#2:#4'`: #2 is an 846.74 ms stall, #3 and #4 about 12 ms
+    between them; the title says the stall fills the window and which window draws the others."""
+    view, fig = _drawn("vllm-graphs-decode", "#2:#4")
+    number, us, first, last = view.dominant
+    assert (number, first, last) == (2, 2, 4) and us == pytest.approx(846_740, abs=10)
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "#2 (846.74 ms) fills 99% of it: --window '#3:#4' draws the others" in title
+    plain, _ = _drawn("afd-graphs-dbo", "#2:#4")  # three steps alike: nothing to say
+    assert plain.dominant is None
