@@ -292,7 +292,12 @@ def compare(arms, format_given, as_json, as_markdown, labels, layers, output, fo
 @main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option(
-    "-o", "--out", "--output", "out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz)."
+    "-o",
+    "--out",
+    "--output",
+    "out",
+    type=click.Path(path_type=Path),
+    help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).",
 )
 @_number("--max-mb", 25.0, _Finite(0.001, 1_000_000), "Size cap of the archive.")
 @_number("--steps", 3, click.IntRange(1, 1000), "Steps around the median step in the Perfetto window.")

@@ -24,7 +24,8 @@ def under_a_terminal(args: list[str], env: dict[str, str], cwd: Path) -> tuple[i
     main, child = pty.openpty()
     full = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     full.update(env, PYTHONPATH=str(ROOT), COLUMNS="100")
-    proc = subprocess.Popen([sys.executable, "-m", "dbo_trace", *args], stdout=child, stderr=subprocess.DEVNULL, env=full, cwd=cwd)
+    command = [sys.executable, "-m", "dbo_trace", *args]
+    proc = subprocess.Popen(command, stdout=child, stderr=subprocess.DEVNULL, env=full, cwd=cwd)
     os.close(child)
     out = b""
     while True:
@@ -60,14 +61,16 @@ def test_force_color_colours_a_pipe_but_never_a_file(tmp_path):
     assert piped.returncode == 0 and ESC in piped.stdout
     unset = subprocess.run(run, capture_output=True, env={**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "0"}, cwd=tmp_path)
     assert unset.returncode == 0 and ESC not in unset.stdout
-    to_file = subprocess.run([*run, "-o", "r.txt"], capture_output=True, env={**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "1"}, cwd=tmp_path)
+    forced = {**env, "PYTHONPATH": str(ROOT), "FORCE_COLOR": "1"}
+    to_file = subprocess.run([*run, "-o", "r.txt"], capture_output=True, env=forced, cwd=tmp_path)
     assert to_file.returncode == 0 and ESC not in (tmp_path / "r.txt").read_bytes()
 
 
 def test_python_dash_m_runs_the_cli():
     from dbo_trace import __version__
 
-    proc = subprocess.run([sys.executable, "-m", "dbo_trace", "--version"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "dbo_trace", "--version"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == f"dbo-trace, version {__version__}"
 
 

@@ -57,7 +57,11 @@ def _word(renderer: str) -> str:
 
 
 def output_name(
-    as_json: bool, as_markdown: bool, output: Path | None, given: str | None = None, written: dict[str, tuple[str, ...]] | None = None
+    as_json: bool,
+    as_markdown: bool,
+    output: Path | None,
+    given: str | None = None,
+    written: dict[str, tuple[str, ...]] | None = None,
 ) -> str:
     """--format, --json or --markdown, else what -o's suffix names (.json, .md, .html, .pftrace, .png,
     .svg), else the terminal summary. A flag and a suffix that disagree (-o x.html --markdown) are
@@ -139,7 +143,8 @@ def refuse_overwrite(*paths: Path | None, force: bool) -> None:
 _MARKS: dict[str, tuple[bytes, re.Pattern[bytes]]] = {
     "png": (b"\x89PNG\r\n\x1a\n", re.compile(rb"tEXtSoftware\x00dbo-trace timeline")),
     "svg": (b"<?xml", re.compile(rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>dbo-trace timeline</dc:title>")),
-    "html": (b"<!doctype html>", re.compile(rb'\A[^\n]*\n<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace">')),
+    "html": (b"<!doctype html>", re.compile(rb'\A[^\n]*\n<html lang="en"><head><meta charset="utf-8">'
+                                            rb'<meta name="generator" content="dbo-trace">')),
     "perfetto": (b"\n\x0f\x8a\x02\x0c\xb2\x01\tdbo-trace", re.compile(rb"")),  # the first packet, whole
 }
 
