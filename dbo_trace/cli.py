@@ -105,8 +105,14 @@ def _few_collections() -> Iterator[None]:
 
 @main.command(epilog=GLOSSARY)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md).")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
+@click.option(
+    "--format",
+    "format_given",
+    type=click.Choice(["text", "json", "markdown", "html"]),
+    help="The output on stdout or in -o: text (the default), json, markdown or html.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (docs/report-schema.md); --format json.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
 @click.option(
     "--comm-kernels",
     "comm_kernels",
@@ -193,7 +199,7 @@ def _few_collections() -> Iterator[None]:
 @click.option(
     "--host-stacks",
     is_flag=True,
-    help="Also print the host-caused GPU idle by sampled Python frame as tables (bundles with py-spy samples).",
+    help="Also print the host-caused GPU idle by sampled Python frame, each row's frames under it (bundles with py-spy samples).",
 )
 @click.option(
     "--plot",
@@ -203,6 +209,7 @@ def _few_collections() -> Iterator[None]:
 @click.option("--force", is_flag=True, help="Replace output files that exist.")
 def report(
     paths,
+    format_given,
     as_json,
     as_markdown,
     comm_kernels,
@@ -244,7 +251,7 @@ def report(
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
         all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
-        plot=plot,
+        plot=plot, format_given=format_given,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())
@@ -252,8 +259,14 @@ def report(
 
 @main.command()
 @click.argument("arms", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request.")
+@click.option(
+    "--format",
+    "format_given",
+    type=click.Choice(["text", "json", "markdown"]),
+    help="The output on stdout or in -o: text (the default), json or markdown.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output; --format json.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
 @click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
@@ -266,16 +279,19 @@ def report(
     help="A load sweep's folder: also draw DBO's change against requests in flight to this .png or .svg.",
 )
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
-def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_address, plot) -> None:
+def compare(arms, format_given, as_json, as_markdown, labels, layers, output, force, ray_address, plot) -> None:
     """Compare arms of an ablation: dbo-trace compare eager/ dbo/ graphs/ graphs-dbo/
 
     \b
-    Each arm is a bundle, a trace or a folder of traces. Per arm: the step
-    period (median of the steady steps, start to start) and its change
-    against the first arm of the same load, round trips per layer and their
-    cost, hidden comm, graph replay share, and which differences are within
-    noise; then the same per phase (prefill, decode, mixed) where vLLM's step
-    annotations give phases in every arm.
+    Each arm is a bundle, a trace or a folder of traces. Per arm: its steps'
+    period (start to start) in ms, median (p90, max), over its steady steps
+    (stalls counted apart, the ranks of a step averaged); the median window
+    where it differs; the change of the median against the first arm of the
+    same load with its bootstrap 95% interval (beyond noise only when the
+    interval excludes 0 and each arm has at least 5 steps); round trips per
+    layer and the time per round trip; hidden comm; the graph-replayed share;
+    the verdict. Then the same per phase (prefill, decode, mixed) where vLLM's
+    step annotations give phases in every arm; AFD arms' round trips.
 
     \b
     A DBO arm pairs with the DBO-off arm of the same load (requests in
@@ -291,7 +307,7 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
 
     request = command.CompareRequest(
         arms=tuple(arms), as_json=as_json, as_markdown=as_markdown, labels=tuple(labels), layers=layers, output=output,
-        force=force, ray=ray_address, plot=plot,
+        force=force, ray=ray_address, plot=plot, format_given=format_given,
     )  # fmt: skip
     with _few_collections():
         command.run(request.checked())
@@ -299,7 +315,14 @@ def compare(arms, as_json, as_markdown, labels, layers, output, force, ray_addre
 
 @main.command("archive")
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).")
+@click.option(
+    "-o",
+    "--out",
+    "--output",
+    "out",
+    type=click.Path(path_type=Path),
+    help="The .tar.gz to write (default: ./NAME-dbo-trace.tar.gz).",
+)
 @_number("--max-mb", 25.0, _Finite(0.001, 1_000_000), "Size cap of the archive.")
 @_number("--steps", 3, click.IntRange(1, 1000), "Steps around the median step in the Perfetto window.")
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
@@ -559,15 +582,16 @@ def top(folder, once, interval) -> None:
     """Live DBO counters of a running vLLM, without a profiler: dbo-trace top [FOLDER]
 
     \b
-    FOLDER is the server's DBO_TRACE_DIR or a recording; without it, $DBO_TRACE_DIR.
-    Per process that runs the model: steps and steps/s, the share microbatched, the
-    UBatchWrapper paths taken, CUDA graph replays per mode, yields per step and how
-    long each microbatch waited for its turn. The plugin rewrites its counters every
-    second while steps run (DBO_TRACE_DIR must be set in the server's environment).
-    On a terminal the table refreshes in place; piped or redirected, each refresh is
-    written as plain lines (a line per process, stamped with the time) as it comes.
-    A recording that has finished (its manifest says so) is shown once, as with
-    --once: its counters will not change.
+    FOLDER is the server's DBO_TRACE_DIR or a recording (the folder to read;
+    without it, $DBO_TRACE_DIR). Per process that runs the model: steps and
+    steps/s, the share microbatched, the UBatchWrapper paths taken, CUDA
+    graph replays per mode, yields per step and how long each microbatch
+    waited for its turn. The plugin rewrites its counters every second while
+    steps run (DBO_TRACE_DIR must be set in the server's environment). On a
+    terminal the table refreshes in place; piped or redirected, each refresh
+    is written as plain lines (a line per process, stamped with the time) as
+    it comes. A recording that has finished (its manifest says so) is shown
+    once, as with --once: its counters will not change.
     """
     from dbo_trace.commands import top as command
 

@@ -99,3 +99,17 @@ def assert_matches_headline(doc: dict, ref: dict) -> None:
 def sample_reports():
     """`report --json` of every sample bundle, computed once."""
     return {v: report_json(str(SAMPLES / v)) for v in VARIANTS}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_caches_in_the_runs_temporary_folder(tmp_path_factory):
+    """torch's inductor cache (made by importing vLLM in the plugin's and demo's child processes)
+    goes under this run's temporary folder, removed with it, not into $TMPDIR/torchinductor_$USER."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("torchinductor"))
+    try:
+        yield
+    finally:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)

@@ -63,7 +63,12 @@ def test_report_accepts_a_trace_with_every_output(tmp_path):
 
 def test_report_format_by_flag_or_suffix():
     assert ReportRequest((TRACE,)).format == "terminal"
-    assert ReportRequest((TRACE,), as_json=True, output=Path("r.md")).format == "json"  # the flag wins
+    assert ReportRequest((TRACE,), as_json=True, output=Path("r.out")).format == "json"  # a suffix no renderer writes
+    assert ReportRequest((TRACE,), format_given="markdown", output=Path("r.md")).format == "markdown"
+    # a flag and a suffix that disagree: JSON in r.md is refused, not written under Markdown's name
+    assert refused(ReportRequest((TRACE,), as_json=True, output=Path("r.md"))).startswith(
+        "-o r.md: its name is for markdown but --json asks for json"
+    )
     assert ReportRequest((TRACE,), output=Path("r.html")).format == "html"
     assert ReportRequest((TRACE,), output=Path("r.txt")).format == "terminal"
 
@@ -231,7 +236,7 @@ def test_compare_checks(tmp_path):
     arms = (SAMPLES / "overlap", SAMPLES / "serial")
     assert CompareRequest(arms, labels=("a", "b")).checked().names == ["a", "b"]
     assert CompareRequest(arms).names == ["overlap", "serial"]
-    assert CompareRequest(arms, output=Path("c.html")).format == "terminal"  # compare writes no HTML
+    assert refused(CompareRequest(arms, output=Path("c.html"))).startswith("-o c.html: this command does not write html")
     assert refused(CompareRequest(arms[:1])) == "compare needs at least two arms (bundles or traces)"
     assert refused(CompareRequest(arms, labels=("a",))) == "--label given once for 2 arms; give one per arm or none"
     assert refused(CompareRequest(arms, as_json=True, as_markdown=True)).startswith("--json and --markdown choose one")

@@ -101,3 +101,66 @@ def test_an_afd_graph_run_shows_its_microbatched_replays_and_per_step_figures_ov
     assert cells["graph replays"] == f"microbatched {replays} (captures 3)" and replays == 423
     assert row.yields_per_step == raw["ubatch.yields"] / yielding == 54.0
     assert row.wait_ms_per_step == {u: raw[f"ubatch.{u}.wait_us"] / 1000 / yielding for u in (0, 1)}
+
+
+def test_top_waits_per_step_are_the_event_logs_waits_over_the_steps_that_ran_the_threads():
+    """Against the raw event log of samples/afd-graphs-dbo (not the counters): each microbatch's
+    wait (ub_wait to ub_run, yield to resume, per thread) summed, over the steps whose threads ran
+    (eager and capturing: 32 of 461; a replay runs no Python). ub1's 921 ms a step is a mean over
+    those 32 steps, and their mean time (the steps' begin to end in the log) is longer: the first
+    step (compile) waited 26 s of its 26.5 s. The cell says what the mean is over."""
+    from dbo_trace.render.live import HEADER, live_cells
+
+    (log,) = (SAMPLES / "afd-graphs-dbo" / "events").glob("*-1067.jsonl")
+    events = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    waiting, waited = {}, {0: 0, 1: 0}
+    begun, step_ns, paths = {}, {}, {}
+    for t, kind, tid, _, ub, step, detail in events:
+        if kind in ("ub_wait", "yield"):
+            waiting[tid] = t
+        elif kind in ("ub_run", "resume"):
+            waited[ub] += t - waiting.pop(tid)
+        elif kind == "step_begin":
+            begun[step], paths[step] = t, detail["path"]
+        elif kind == "step_end":
+            step_ns[step] = t - begun[step]
+    ran = [s for s, p in paths.items() if p in ("eager_microbatched", "graph_capture")]
+    assert len(ran) == 32 and len(paths) == 461
+    (row,) = [live_row(b) for b in counters("afd-graphs-dbo") if b["pid"] == 1067]
+    assert row.yielding_steps == len(ran)
+    for ub in (0, 1):
+        # the counters time with perf_counter, the log with time_ns, each taken a few us apart: 0.2%
+        assert abs(row.wait_ms_per_step[ub] / (waited[ub] / 1e6 / len(ran)) - 1) < 0.002
+    mean_step_ms = sum(step_ns[s] for s in ran) / 1e6 / len(ran)
+    assert max(row.wait_ms_per_step.values()) < mean_step_ms  # 921 < 1032: each wait is part of its step
+    assert row.yielding_step_ms is None  # recorded before step_us: the cell cannot say the step time
+    assert dict(zip(HEADER, live_cells(row)))["wait/step per ubatch"] == "ub0 93.84, ub1 921.28 ms, 32 steps"
+
+
+def test_counters_hold_the_time_in_steps_so_each_wait_is_shown_against_its_steps(tmp_path):
+    """The plugin's hooks (record/hooks.py) count the time in each path's steps (step_us.<path>):
+    a microbatch's wait happens inside its step, so its mean is never above the steps' mean time."""
+    import time
+
+    from dbo_trace.record.events import EventLog
+    from dbo_trace.record.hooks import Instrumentation
+    from dbo_trace.render.live import HEADER, live_cells
+
+    ins = Instrumentation(EventLog(tmp_path))
+    for _ in range(3):
+        ins.step_begin("eager_microbatched", [4, 4])
+        ins.ub_wait(1)
+        time.sleep(0.01)
+        ins.ub_run(1)
+        ins.cpu_yield(1)
+        time.sleep(0.005)
+        ins.cpu_resume(1)
+        time.sleep(0.005)
+        ins.step_end()
+    body = {"pid": 1, "counters": dict(ins.counters)}
+    row = live_row(body)
+    assert body["counters"]["step_us.eager_microbatched"] >= 3 * 20_000
+    assert row.yielding_steps == 3 and row.yielding_step_ms is not None
+    assert 15 <= row.wait_ms_per_step[1] <= row.yielding_step_ms
+    cell = dict(zip(HEADER, live_cells(row)))["wait/step per ubatch"]
+    assert cell == f"ub1 {row.wait_ms_per_step[1]:.2f} of {row.yielding_step_ms:.2f} ms, 3 steps"

@@ -47,6 +47,15 @@ def test_the_setup_makes_and_activates_a_virtual_environment_before_installing()
     assert "-m venv" in before and ("activate" in before), block
 
 
+def test_the_readme_opens_with_what_it_is_and_the_two_setup_commands():
+    """A first screen: the title, what it is, and the commands that make the environment and
+    install (issue 56: setup sat at line 63, under a 55-line feature list)."""
+    first = README.splitlines()[:40]
+    assert first[0] == "# dbo-trace" and any("dual-batch overlap" in line for line in first[:5])
+    assert any(line.startswith("python3 -m venv .venv") for line in first)
+    assert any(line.startswith("pip install -e . ") for line in first)
+
+
 @pytest.mark.parametrize("sample, start", [("two-gpu-overlap", "comm kernels +385%"), ("afd-eager", "27% cpu ops in afd_plugin")])
 def test_the_readmes_quoted_lines_are_real_output(sample, start):
     """A line the README quotes inline (in backticks, wrapped) is what `report` prints, words joined."""

@@ -67,7 +67,7 @@ def test_top_of_a_finished_recording_shows_its_final_counters_once():
     assert proc.returncode == 0, proc.stderr
     rows = [line for line in proc.stdout.splitlines() if " pid: " in line]
     assert len(rows) == 1 and f"pid: {body['pid']}; steps: {body['counters']['steps.eager_microbatched']};" in rows[0]
-    assert proc.stderr == "dbo-trace top: the recording has finished (complete); its final counters, once\n"
+    assert proc.stderr == "dbo-trace top: the recording has finished; its final counters, once\n"
 
 
 def test_once_piped_is_plain_lines_too():
@@ -97,19 +97,46 @@ def test_top_help_names_the_default_folder():
 
 def test_top_of_a_finished_bundle_without_counters_says_so_and_stops(tmp_path):
     """Before: `top samples/overlap` (a demo bundle: a manifest without a status, no counters)
-    printed "no counters yet" every second until killed. Now one line, exit 1, at once."""
+    printed "no counters yet" every second until killed; then three messages that disagreed (a
+    title asking whether this is DBO_TRACE_DIR, "its final counters, once", an error) and exit 1,
+    where bad input exits 2. Now one line on stderr, nothing on stdout, exit 2, at once."""
     proc = subprocess.run(
         [sys.executable, "-m", "dbo_trace.cli", "top", str(SAMPLES / "overlap"), "--interval", "0.2"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1, proc.stderr
-    said = (
-        f"dbo-trace: error: {SAMPLES / 'overlap'}: the recording has finished and holds no counters "
-        "(recorded without DBO_TRACE_DIR's plugin counters?); `dbo-trace report` reads its traces\n"
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"dbo-trace: error: {SAMPLES / 'overlap'}: a finished recording (written whole) with no live counters "
+        "(the plugin writes them only where DBO_TRACE_DIR was set in the server's environment); "
+        "`dbo-trace report` reads its traces\n"
     )
-    assert proc.stderr.endswith(said)
+
+
+def test_top_of_a_finished_recording_says_when_it_ended_not_an_age():
+    """Before: "age: 978 s" (the counters file's age today) for a recording that ended days ago.
+    Now the title says it finished and when (the manifest's times.ended), and age is "-"."""
+    manifest = json.loads((SAMPLES / "afd-graphs-dbo" / "manifest.json").read_text())
+    assert manifest["times"]["ended"] == "2026-12-01T22:10:48+00:00"
+    proc = run_cli("top", str(SAMPLES / "afd-graphs-dbo"))
+    assert proc.returncode == 0, proc.stderr
+    title, row = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()]
+    assert "(finished: complete, ended 2026-12-01 22:10:48 UTC)" in title
+    assert row.endswith("; age: -")
+
+
+def test_top_of_a_recording_whose_processes_ran_no_dbo_step_says_what_is_missing():
+    """Before: `top samples/afd-eager` (DBO and graphs off: its one model process counted no
+    microbatched step and no replay) printed only a header. Now the title says what is missing and why."""
+    proc = run_cli("top", str(SAMPLES / "afd-eager"))
+    assert proc.returncode == 0, proc.stderr
+    (title,) = proc.stdout.splitlines()
+    assert title.endswith(
+        "(1 process(es) wrote counters, none a microbatched step or a graph replay: "
+        "DBO and CUDA graphs were off, or no step ran)"
+    )
 
 
 def test_ctrl_c_stops_top_with_130(tmp_path):

@@ -3,7 +3,8 @@ profiler. Pure: the counters files' bodies in (and the previous sample, for rate
 
 Counter names (dbo_trace/record/hooks.py): `steps.<path>` per UBatchWrapper call and its path,
 `graph_capture/<MODE>/<tokens>` and `graph_replay/<MODE>/<tokens>` per CUDAGraphWrapper call,
-`ubatch.yields`, `ubatch.<N>.wait_us` (time microbatch N's thread waited for its turn).
+`ubatch.yields`, `ubatch.<N>.wait_us` (time microbatch N's thread waited for its turn),
+`step_us.<path>` (the time in the steps of each path; counters written before it lack it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class LiveRow:
     age_s: float | None = None  # how old the counters are
     hooks_enabled: bool = True
     microbatched_replays: int = 0  # UBatchWrapper's own graph replays (its steps on the graph_replay path)
+    yielding_steps: int = 0  # the steps yields and waits are counted over (eager or capturing microbatched)
+    # the mean time of those steps, ms: each microbatch's wait is a part of it (counters with step_us only)
+    yielding_step_ms: float | None = None
 
     @property
     def replays(self) -> int:
@@ -71,6 +75,8 @@ def live_row(
         parts = key.split(".")
         if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and parts[1].isdigit() and yielding:
             waits[int(parts[1])] = value / 1000.0 / yielding
+    step_us = [counters[f"step_us.{p}"] for p in YIELDING_PATHS if paths.get(p) and f"step_us.{p}" in counters]
+    timed = len(step_us) == sum(1 for p in YIELDING_PATHS if paths.get(p))  # every yielding path's time known
     rate = None
     if previous is not None and interval_s:
         before = sum(v for k, v in _counts(previous).items() if k.startswith("steps."))
@@ -88,4 +94,6 @@ def live_row(
         age_s=age_s,
         hooks_enabled=bool(body.get("hooks_enabled", True)),
         microbatched_replays=paths.get(fmt.PATH_GRAPH_REPLAY, 0),
+        yielding_steps=yielding,
+        yielding_step_ms=sum(step_us) / 1000.0 / yielding if yielding and timed else None,
     )

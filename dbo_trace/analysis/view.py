@@ -64,6 +64,9 @@ class StepView:
     marks: list[tuple[float, str]] = field(default_factory=list)  # a window's step starts: (x, "#3")
     axis_label: str = "ms from the step's start"
     groups: list[str] = field(default_factory=list)  # the coloured names, most time first; the rest "other"
+    # a window of several steps that one of them fills (DOMINANT_SHARE of it, a stall): its number,
+    # its time in the window (us), and the numbers of the window's first and last steps
+    dominant: tuple[int, float, int, int] | None = None
 
     @property
     def duration(self) -> float:
@@ -260,6 +263,14 @@ def step_view(rank: RankReport, position: int, peer: RankReport | None = None) -
     return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands, peer)
 
 
+DOMINANT_SHARE = 0.8  # a window step taking this share of the window leaves the others a fifth of it
+
+
+def _period_end(rank: RankReport, i: int) -> float:
+    """Where step i's period ends: the next step's start (its own end for the last step)."""
+    return rank.steps[i + 1].start_us if i + 1 < len(rank.steps) else rank.steps[i].end_us
+
+
 def window_view(rank: RankReport, lo: float, hi: float, peer: RankReport | None = None) -> StepView:
     """Any span of the rank's trace (trace clock, us): every GPU activity and CUDA call in it, of
     whichever step, drawn as a step's own; the step starts in it marked."""
@@ -279,6 +290,11 @@ def window_view(rank: RankReport, lo: float, hi: float, peer: RankReport | None 
     title = f"rank {rank.rank} · {(hi - lo) / 1000:.2f} ms from {(lo - rank.steps[0].start_us) / 1000:.2f} ms · steps {steps}"
     view = StepView(rank.rank, step, lo, hi, [], title=title, axis_label="ms from the window's start")
     view.marks = [(s.start_us - lo, f"#{step_number(rank, i)}") for i, s in enumerate(rank.steps) if lo <= s.start_us < hi]
+    if last > first:  # one step's share of the window (its period clipped to it): the others may be slivers
+        shares = [(min(hi, _period_end(rank, i)) - max(lo, rank.steps[i].start_us), i) for i in firsts]
+        longest, at = max(shares)
+        if longest >= DOMINANT_SHARE * (hi - lo):
+            view.dominant = (step_number(rank, at), longest, step_number(rank, first), step_number(rank, last))
     calls = np.flatnonzero((tl.calls.start >= lo) & (tl.calls.start < hi))
     return _fill(view, rank, inside, calls, bands, peer)
 

@@ -43,7 +43,8 @@ def run(request: ArchiveRequest) -> None:
     if not any(r.steps for r in result.ranks):
         fail(f"{source}: no step with GPU activity; nothing to draw or trim")
     try:
-        packed = pack(result, source, out, int(request.max_mb * 1e6), request.steps, force=request.force)
+        replace = request.force or common.written_by_dbo_trace(out)  # a previous archive of ours: a rerun
+        packed = pack(result, source, out, int(request.max_mb * 1e6), request.steps, force=replace)
     except FileExistsError:
         fail(f"{out}: appeared while the archive was made; not replaced (use --force to replace it)")
     except ValueError as exc:

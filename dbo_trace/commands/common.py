@@ -4,6 +4,7 @@ an output, and reading and analysing the inputs with a progress bar."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -35,21 +36,56 @@ def check_workers_env(name: str) -> None:
         fail(f"{name}={value!r}: give a number of processes from 1 to {MAX_WORKERS} (or unset it)")
 
 
-def one_format(as_json: bool, as_markdown: bool) -> str:
-    """--json or --markdown or neither: both at once would silently lose one."""
-    if as_json and as_markdown:
-        fail("--json and --markdown choose one output each; give one of them (or write one with -o and run again)")
-    return "json" if as_json else "markdown" if as_markdown else "terminal"
+# --format's words, each the renderer it names (the terminal's is "text", as most CLIs spell it).
+FORMATS = {"text": "terminal", "json": "json", "markdown": "markdown", "html": "html"}
 
 
-def output_name(as_json: bool, as_markdown: bool, output: Path | None) -> str:
-    """--json or --markdown, else what -o's suffix names (.json, .md, .html, .pftrace, .png, .svg),
-    else the terminal summary."""
-    from dbo_trace.render import for_path
+def one_format(as_json: bool, as_markdown: bool, given: str | None = None) -> tuple[str, str] | None:
+    """The renderer the flags choose (--format X, --json, --markdown) and the flag that chose it, or
+    None for none: two that choose differently would silently lose one, so they are refused."""
+    chosen = [(f"--format {given}", FORMATS[given])] if given is not None else []
+    chosen += [(flag, name) for flag, name, on in (("--json", "json", as_json), ("--markdown", "markdown", as_markdown)) if on]
+    for flag, name in chosen[1:]:
+        if name != chosen[0][1]:
+            fail(f"{chosen[0][0]} and {flag} choose one output each; give one of them (or write one with -o and run again)")
+    return chosen[0] if chosen else None
 
-    flagged = one_format(as_json, as_markdown)
-    by_suffix = for_path(output) if output is not None and flagged == "terminal" else None
-    return by_suffix.name if by_suffix is not None else flagged
+
+def _word(renderer: str) -> str:
+    """A renderer's name as --format spells it."""
+    return next((word for word, name in FORMATS.items() if name == renderer), renderer)
+
+
+def output_name(
+    as_json: bool,
+    as_markdown: bool,
+    output: Path | None,
+    given: str | None = None,
+    written: dict[str, tuple[str, ...]] | None = None,
+) -> str:
+    """--format, --json or --markdown, else what -o's suffix names (.json, .md, .html, .pftrace, .png,
+    .svg), else the terminal summary. A flag and a suffix that disagree (-o x.html --markdown) are
+    refused: the file would hold one format under the other's name. written: the outputs the command
+    writes, each with its suffixes (default: report's renderers); a suffix of another refused too."""
+    from dbo_trace.render import RENDERERS
+
+    suffixes = written if written is not None else {r.name: r.suffixes for r in RENDERERS.values()}
+    flagged = one_format(as_json, as_markdown, given)
+    by_suffix = None
+    if output is not None:
+        by_suffix = next((name for name, ends in suffixes.items() if output.suffix.lower() in ends), None)
+        other = next((r.name for r in RENDERERS.values() if output.suffix.lower() in r.suffixes), None)
+        if by_suffix is None and other is not None:  # compare -o x.html: a format this command does not write
+            known = [e for ends in suffixes.values() for e in ends]
+            fail(f"-o {output}: this command does not write {other}; "
+                 f"give -o a name that ends in {', '.join(known[:-1])} or {known[-1]}")  # fmt: skip
+    if flagged is None:
+        return by_suffix or "terminal"
+    flag, name = flagged
+    if by_suffix is not None and by_suffix != name:
+        fail(f"-o {output}: its name is for {_word(by_suffix)} but {flag} asks for {_word(name)}; "
+             f"give -o a name that ends in {' or '.join(suffixes.get(name, ()))} or drop {flag}")  # fmt: skip
+    return name
 
 
 def check_regexes(patterns: tuple[str, ...]) -> None:
@@ -70,8 +106,13 @@ def terminal_width() -> int:
 
 
 def color(output: Path | None) -> bool:
-    """ANSI colour only for a terminal on stdout."""
-    return output is None and sys.stdout.isatty()
+    """ANSI colour on stdout only: never with $NO_COLOR set (no-color.org: any non-empty value),
+    always with $FORCE_COLOR set (a CI log that shows colour; "0" or empty: not set), else when
+    stdout is a terminal. NO_COLOR wins where both are set, as in rich. A file never has colour."""
+    if output is not None or os.environ.get("NO_COLOR"):
+        return False
+    forced = os.environ.get("FORCE_COLOR", "")
+    return forced not in ("", "0") or sys.stdout.isatty()
 
 
 def refuse_overwrite(*paths: Path | None, force: bool) -> None:
@@ -91,8 +132,41 @@ def refuse_overwrite(*paths: Path | None, force: bool) -> None:
             fail(f"{path}: the folder {folder} does not exist; create it first")
         if not os.access(folder, os.W_OK):
             fail(f"{path}: the folder {folder} is not writable")
-        if path.exists() and not force:
+        if path.exists() and not force and not written_by_dbo_trace(path):
             fail(f"{path}: already exists; choose another path or pass --force to replace it")
+
+
+# The outputs nobody edits by hand, each recognised by the mark its renderer writes at its start:
+# a rerun (the README's examples, twice) replaces its own picture, page, trace or archive without
+# --force. Anything else that exists, text outputs included (a Markdown report may have been
+# edited for a pull request), still needs --force (docs/outputs.md).
+_MARKS: dict[str, tuple[bytes, re.Pattern[bytes]]] = {
+    "png": (b"\x89PNG\r\n\x1a\n", re.compile(rb"tEXtSoftware\x00dbo-trace timeline")),
+    "svg": (b"<?xml", re.compile(rb"<dc:creator>\s*<cc:Agent>\s*<dc:title>dbo-trace timeline</dc:title>")),
+    "html": (b"<!doctype html>", re.compile(rb'\A[^\n]*\n<html lang="en"><head><meta charset="utf-8">'
+                                            rb'<meta name="generator" content="dbo-trace">')),
+    "perfetto": (b"\n\x0f\x8a\x02\x0c\xb2\x01\tdbo-trace", re.compile(rb"")),  # the first packet, whole
+}
+
+
+def written_by_dbo_trace(path: Path) -> bool:
+    """Whether the file at path is one dbo-trace wrote, of the kind its name says: a picture, an
+    HTML page or a Perfetto trace with the mark its renderer writes, or a review archive."""
+    from dbo_trace.archive import is_archive
+    from dbo_trace.render import for_path
+
+    if path.name.lower().endswith(".tar.gz"):
+        return is_archive(path)
+    kind = for_path(path)
+    if kind is None or kind.name not in _MARKS:
+        return False
+    start, mark = _MARKS[kind.name]
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return path.is_file() and head.startswith(start) and mark.search(head) is not None
 
 
 def refuse_nonempty(out: Path) -> None:
@@ -108,7 +182,7 @@ def write_output(text: str | Iterator[bytes], output: Path | None, force: bool) 
     if output is None:
         try:
             for piece in [text] if isinstance(text, str) else map(bytes.decode, text):
-                click.echo(piece, nl=False)
+                click.echo(piece, nl=False, color=True)  # colour is color()'s choice: click would strip it off a pipe
         except BrokenPipeError:  # `report --json | head`: the reader has what it wanted
             stdout_gone()
         return
@@ -137,7 +211,8 @@ def write_file(data: bytes | Iterator[bytes], path: Path, force: bool) -> None:
             yield piece
 
     try:
-        (replace_file if force else create_file)(path, data if isinstance(data, bytes) else counted(data))
+        replace = force or written_by_dbo_trace(path)
+        (replace_file if replace else create_file)(path, data if isinstance(data, bytes) else counted(data))
     except FileExistsError:
         fail(f"{path}: already exists (written since dbo-trace started, by another process?); nothing was replaced: "
              "choose another path or pass --force to replace it")  # fmt: skip
@@ -146,8 +221,27 @@ def write_file(data: bytes | Iterator[bytes], path: Path, force: bool) -> None:
     click.echo(f"wrote {inert(str(path))} ({(len(data) if isinstance(data, bytes) else written[0]) / 1e6:.2f} MB)", err=True)
 
 
+_deferred: list[list[str]] = []  # while a command holds its warnings back: where they wait
+
+
 def warn(message: str) -> None:
-    click.echo(f"dbo-trace: warning: {inert(message)}", err=True)
+    line = f"dbo-trace: warning: {inert(message)}"
+    if _deferred:
+        _deferred[-1].append(line)
+    else:
+        click.echo(line, err=True)
+
+
+@contextlib.contextmanager
+def warnings_after() -> Iterator[None]:
+    """The warnings raised inside, written on leaving: after the output, so that a table on a
+    terminal is not pushed off the screen by a screenful of them (compare's arms: nine lines)."""
+    _deferred.append([])
+    try:
+        yield
+    finally:
+        for line in _deferred.pop():
+            click.echo(line, err=True)
 
 
 def analyzed(

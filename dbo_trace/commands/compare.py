@@ -24,14 +24,15 @@ class CompareRequest:
     force: bool = False
     ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
     plot: Path | None = None  # --plot: a load sweep's picture; only for a sweep's folder
+    format_given: str | None = None  # --format as given: text, json or markdown
 
     @property
     def format(self) -> str:
-        """json, markdown or terminal (a suffix compare does not write shows the terminal table)."""
+        """json, markdown or terminal (checked() refuses a format compare does not write)."""
         from dbo_trace.render.compare import COMPARE_RENDERERS
 
-        name = output_name(self.as_json, self.as_markdown, self.output)
-        return name if name in COMPARE_RENDERERS else "terminal"
+        written = {r.name: r.suffixes for r in COMPARE_RENDERERS.values()}
+        return output_name(self.as_json, self.as_markdown, self.output, self.format_given, written)
 
     @property
     def names(self) -> list[str]:
@@ -42,11 +43,14 @@ class CompareRequest:
         from dbo_trace.commands.sweep_summary import SweepView, refuse_with_sweep
         from dbo_trace.sweep_folder import is_sweep
 
-        name = output_name(self.as_json, self.as_markdown, self.output)  # --json with --markdown: refused first
-        if len(self.arms) == 1 and is_sweep(self.arms[0]):
+        if len(self.arms) == 1 and is_sweep(self.arms[0]):  # the sweep's summary writes report's formats
             if self.labels or self.layers is not None or self.ray is not None:
                 fail(f"{self.arms[0]}: a load sweep's folder names its own arms; --label, --layers and --ray are for bundles")
+            name = output_name(self.as_json, self.as_markdown, self.output, self.format_given)
             return SweepView(self.arms[0], name, self.output, self.plot, None, self.force).checked()
+        if self.format_given not in (None, "text", "json", "markdown"):
+            fail(f"--format {self.format_given}: compare writes text, json or markdown")
+        self.format  # --json with --markdown, or -o x.html: refused first
         refuse_with_sweep(self.arms, "compare")
         if self.plot is not None:
             fail("--plot draws a load sweep's folder (dbo-trace sweep's OUT); give the folder alone")
@@ -64,6 +68,11 @@ def run(request: CompareRequest | SweepView) -> None:
         from dbo_trace.commands import sweep_summary
 
         return sweep_summary.run(request)
+    with common.warnings_after():  # the arms' warnings under the table, not a screenful above it
+        _compare(request)
+
+
+def _compare(request: CompareRequest) -> None:
     from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options

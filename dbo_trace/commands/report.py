@@ -64,10 +64,11 @@ class ReportRequest:
     force: bool = False
     host_stacks: bool = False  # the terminal prints the host idle by sampled Python frame as tables
     plot: Path | None = None  # --plot: a load sweep's picture (.png or .svg); only for a sweep's folder
+    format_given: str | None = None  # --format as given: text, json, markdown or html (common.FORMATS)
 
     @property
     def format(self) -> str:
-        return output_name(self.as_json, self.as_markdown, self.output)
+        return output_name(self.as_json, self.as_markdown, self.output, self.format_given)
 
     @property
     def options(self) -> Options:
@@ -120,7 +121,7 @@ class ReportRequest:
             pictures = (("--timeline", self.timeline), ("--perfetto", self.perfetto), ("--html", self.html))
             drawn = [flag for flag, v in pictures if v]
             if drawn or self.format in ("html", "perfetto", "png", "svg"):
-                what = drawn[0] if drawn else f"-o {self.output}"
+                what = drawn[0] if drawn else f"-o {self.output}" if self.output is not None else f"--format {self.format}"
                 fail(f"{what} draws from every event of a trace, which stays on its node with --ray; "
                      "draw it with `dbo-trace report` on the node (or a copy of the trace)")  # fmt: skip
             if self.workers is not None:
@@ -210,6 +211,7 @@ def run(request: ReportRequest | ArchiveView | SweepView) -> None:
     shown = RenderOptions(
         color=color(output),
         image=os.path.relpath(timeline, output.parent if output else Path.cwd()) if timeline is not None else None,
+        image_base="file" if output is not None else "cwd",
         step=request.step,
         rank=request.rank,
         layer=request.layer,

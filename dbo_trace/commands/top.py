@@ -50,6 +50,21 @@ def finished(folder: Path) -> str | None:
     return status if isinstance(status, str) and status != STATUS_RECORDING else None
 
 
+def ended_at(folder: Path) -> str | None:
+    """When a finished recording ended, from its manifest (times.ended, UTC), as `2026-12-01
+    22:10:48 UTC`; None where the manifest has no such time (the demo's bundles)."""
+    from datetime import datetime, timezone
+
+    from dbo_trace import bundle as fmt
+
+    try:
+        ended = fmt.read_manifest(folder).get("times", {}).get("ended")
+        when = datetime.fromisoformat(ended).astimezone(timezone.utc)
+    except (fmt.BundleError, AttributeError, TypeError, ValueError):
+        return None
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def run(request: TopRequest) -> None:
     import time
 
@@ -63,15 +78,26 @@ def run(request: TopRequest) -> None:
     folder, interval = request.folder, request.interval
     assert folder is not None, "run a checked() request"
     previous: dict[str, dict] = {}
+    final = None if request.once else finished(folder)
+    ended = ended_at(folder) if final is not None else None
+    if final is not None and not fmt.read_counters(folder):  # nothing to show, now or ever: one line
+        fail(f"{folder}: a finished recording ({final}) with no live counters (the plugin writes them only where "
+             "DBO_TRACE_DIR was set in the server's environment); `dbo-trace report` reads its traces")  # fmt: skip
 
     def sample():
         found = fmt.read_counters(folder)
-        rows = [live_row(body, previous.get(str(path)), interval, age) for path, body, age in found]
+        # a finished recording's counters are its last: their age would read as a stalled server
+        rows = [live_row(body, previous.get(str(path)), interval, None if final else age) for path, body, age in found]
         previous.update({str(path): body for path, body, _ in found})
         working = [r for r in rows if r.steps or r.replays or r.graph_captures]  # the API server runs no model
         title = f"dbo-trace top {folder}"
+        if final is not None:
+            title += f" (finished: {final}" + (f", ended {ended}" if ended else "") + ")"
         if not rows:
             title += " (no counters yet: is this the server's DBO_TRACE_DIR?)"
+        elif not working:
+            why = "DBO and CUDA graphs were off, or no step ran" if final else "DBO off, or no step run yet"
+            title += f" ({len(rows)} process(es) wrote counters, none a microbatched step or a graph replay: {why})"
         elif len(working) < len(rows):
             title += f" ({len(rows) - len(working)} process(es) that run no model left out)"
         return working, title, bool(rows)
@@ -88,9 +114,8 @@ def run(request: TopRequest) -> None:
 
     plain = not sys.stdout.isatty()  # a pipe or a file: plain lines, each refresh as it comes
     console = Console(soft_wrap=True)  # the lines are laid out to the width already
-    final = None if request.once else finished(folder)
     if final is not None:  # its counters will not change: waiting for more would wait forever
-        click.echo(f"dbo-trace top: the recording has finished ({inert(final)}); its final counters, once", err=True)
+        click.echo("dbo-trace top: the recording has finished; its final counters, once", err=True)
     if request.once or final is not None:
         if plain:
             found = write_lines()
@@ -98,9 +123,6 @@ def run(request: TopRequest) -> None:
             shown, found = table()
             console.print(shown)
         if not found:
-            if final is not None:
-                fail(f"{folder}: the recording has finished and holds no counters (recorded without DBO_TRACE_DIR's "
-                     "plugin counters?); `dbo-trace report` reads its traces", 1)  # fmt: skip
             sys.exit(1)
         return
     try:

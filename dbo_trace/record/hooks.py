@@ -127,6 +127,7 @@ class Instrumentation:
         self.missing: list[str] = []
         self._originals: list[tuple[type, str, Any]] = []
         self._counters_written = 0.0
+        self._step: tuple[str, int] | None = None  # the open step's path and perf_counter_ns start
 
     # -- safety -----------------------------------------------------------
     def safely(self, fn: Callable, *args: Any) -> Any:
@@ -154,10 +155,15 @@ class Instrumentation:
     def step_begin(self, path: str, tokens: list[int] | None = None) -> None:
         self.log.step += 1
         self.counters[f"steps.{path}"] += 1
+        self._step = (path, time.perf_counter_ns())
         self.log.emit(fmt.EV_STEP_BEGIN, -1, {"path": path, "tokens": tokens})
         self.ranges.open(f"dbo:step#{self.log.step}:{path}", "green")
 
     def step_end(self) -> None:
+        if self._step is not None:  # the time in steps of each path: what `top`'s waits are a part of
+            path, started = self._step
+            self.counters[f"step_us.{path}"] += (time.perf_counter_ns() - started) // 1000
+            self._step = None
         self.ranges.close()
         self.log.emit(fmt.EV_STEP_END)
         self.log.flush()

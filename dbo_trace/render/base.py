@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 class RenderOptions:
     color: bool = False  # terminal: ANSI colour
     width: int | None = None  # terminal: columns (None: the terminal's, at least 80)
-    image: str | None = None  # markdown: a picture to link, relative to where the Markdown will live
+    image: str | None = None  # markdown: a picture to name, relative to image_base
+    # markdown: what image is relative to: the Markdown file's folder (-o, an archive's summary.md),
+    # or, for Markdown on stdout (whose file, if any, the command cannot know), the working directory
+    image_base: str = "file"  # "file" or "cwd"
     step: int | str | None = None  # pictures: the step to draw, as --step names it (None: the median step)
     rank: int | None = None  # pictures: the rank to draw (None: the first with steps)
     all_ranks: bool = False  # pictures: every rank's step on one aligned time axis, waits marked

@@ -5,6 +5,7 @@ handed to it as JSON; it computes nothing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dbo_trace.analysis.model import Report
@@ -53,6 +54,17 @@ from dbo_trace.render.format import (
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json, visible
+from dbo_trace.render.timeline import (
+    EXPOSED_COLOUR,
+    FFN_COLOUR,
+    HELD_COLOURS,
+    HELD_LABELS,
+    HIDDEN_COLOUR,
+    HOST_COLOUR,
+    UBATCH_COLOURS,
+)
+
+UNATTRIBUTED = "#8c8c8c"  # the page draws a kernel no microbatch launched in one grey (the PNG by its class)
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden"]  # the last two: an AFD rank's round trips
@@ -98,10 +110,45 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     "names": [visible(name) for name in names],
                     "overlap": v.overlap,
                     "idle": v.host_idle,
-                    "held": [[round(ready, 3), round(start, 3), v.lanes.index(lane)] for ready, start, lane, _ in v.held_back],
+                    "exposed": v.exposed,
+                    # held-back comm with its cause (HELD_CAUSES' index): the PNG's colour per cause
+                    "held": [
+                        [round(ready, 3), round(start, 3), v.lanes.index(lane), _held_cause(cause)]
+                        for ready, start, lane, cause in v.held_back
+                    ],
                 }
             )
     return out
+
+
+HELD_CAUSES = list(HELD_COLOURS)  # the page's held-back colours: the PNG's (render/timeline.py), by cause
+
+
+def _held_cause(cause: str) -> int:
+    return HELD_CAUSES.index(cause) if cause in HELD_CAUSES else HELD_CAUSES.index("held")
+
+
+def _legend(views: list[dict[str, Any]]) -> str:
+    """The timeline's key, in the PNG's colours (render/timeline.py), listing only what the page's
+    views draw: no AFD entries for a run without an FFN or round trips, the held-back causes seen."""
+
+    def item(colour: str, label: str, extra: str = "") -> str:
+        return f'<span><i style="background:{colour}{extra}"></i>{html_text(label)}</span>'
+
+    kinds = {KINDS[b[4]] for v in views for b in v["bars"]}
+    ubatches = sorted({b[3] for v in views for b in v["bars"] if b[3] in UBATCH_COLOURS})
+    out = [item(UBATCH_COLOURS[u], f"microbatch {u}") for u in ubatches]
+    out += [item(UNATTRIBUTED, "not attributed"), item("#555", "communication (outlined)", ";outline:2px dashed #000")]
+    out += [item(HIDDEN_COLOUR, "comm under compute"), item(EXPOSED_COLOUR, "exposed comm"), item(HOST_COLOUR, "GPU idle, host-caused")]
+    causes = sorted({h[3] for v in views for h in v["held"]})
+    out += [item(HELD_COLOURS[HELD_CAUSES[c]], HELD_LABELS[HELD_CAUSES[c]] + " (ready, not started)") for c in causes]
+    if "round trip" in kinds:
+        out.append(item("#aec7e8", "AFD round trip, send start to receive end (pale, its microbatch's colour)"))
+    if "hidden" in kinds:
+        out.append(item(HIDDEN_COLOUR, "round trip under the other microbatch's compute"))
+    if any(v["ffn"] >= 0 for v in views):
+        out.append(item(FFN_COLOUR, "FFN GPU"))
+    return "".join(out)
 
 
 def _table(header: list[str], rows: list[list[str]], row_attrs: list[str] | None = None) -> str:
@@ -246,6 +293,7 @@ class HtmlRenderer:
             ),
             round_trips=rt_html + _ledger(d),
             timelines=_timelines(views),
+            legend=_legend(views),
             steps=_table(
                 ["rank", "#", "step", "path", "time", "comm hidden", "host idle", "launches", "verdict"], step_rows, attrs
             ),
@@ -253,11 +301,14 @@ class HtmlRenderer:
             sources=html_text(f"microbatches from: {d.microbatch_source}; steps from: {d.steps_source}"),
             version=html_text(d.dbo_trace_version),
             data=data,
+            colours=json.dumps({**{str(u): c for u, c in UBATCH_COLOURS.items()}, "-1": UNATTRIBUTED}),
+            held_colours=json.dumps([HELD_COLOURS[c] for c in HELD_CAUSES]),
+            ffn=FFN_COLOUR, hidden=HIDDEN_COLOUR, exposed=EXPOSED_COLOUR, host=HOST_COLOUR,
         )
 
 
 _PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>dbo-trace: {verdict}{finding}</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace"><title>dbo-trace: {verdict}{finding}</title>
 <style>
 body {{ font: 14px system-ui, sans-serif; margin: 24px; color: #222; }}
 h1 span {{ padding: 2px 10px; border-radius: 6px; background: #eef; }}
@@ -279,12 +330,7 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 {diagnosis}
 {round_trips}
 <h2>Timeline</h2>
-<p class="legend"><span><i style="background:#1f77b4"></i>microbatch 0</span><span><i style="background:#ff7f0e"></i>microbatch 1</span>
-<span><i style="background:#8c8c8c"></i>not attributed</span><span><i style="background:#555;outline:2px dashed #000"></i>communication (outlined)</span>
-<span><i style="background:#2ca02c"></i>comm under compute</span><span><i style="background:#d62728"></i>GPU idle, host-caused</span>
-<span><i style="background:#9467bd"></i>comm held back (ready, not started)</span>
-<span><i style="background:#aec7e8"></i>AFD round trip, send start to receive end (pale, its microbatch's colour)</span>
-<span><i style="background:#2ca02c"></i>round trip under the other microbatch's compute</span><span><i style="background:#bcbd22"></i>FFN GPU</span>
+<p class="legend">{legend}
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
 {timelines}<div id="tip"></div>
 <h2>Steps</h2><div class="scroll">{steps}</div>
@@ -299,7 +345,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
 (function () {{
   const D = JSON.parse(document.getElementById("data").textContent);
   const tip = document.getElementById("tip");
-  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", FFN = "#bcbd22", HID = "#2ca02c", LEFT = 190, ROW = 26;
+  const COL = {colours}, HELD = {held_colours}, FFN = "{ffn}", HID = "{hidden}", EXP = "{exposed}", IDLE = "{host}", LEFT = 190, ROW = 26;
   const panes = {{}};  // rank -> its canvas and the step it shows
   function show(i) {{
     const view = D.views[i], p = panes[view.rank];
@@ -316,7 +362,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     const x = t => LEFT + (t - p.lo) / (p.hi - p.lo) * (canvas.width - LEFT - 10);
     canvas.width = canvas.clientWidth; canvas.height = lanes * ROW + 30; canvas.style.height = canvas.height + "px";
     ctx.clearRect(0, 0, canvas.width, canvas.height); ctx.font = "12px sans-serif";
-    view.lanes.concat(["overlap / host idle"]).forEach((name, r) => {{ ctx.fillStyle = "#222"; ctx.fillText(name, 6, r * ROW + 17); }});
+    view.lanes.concat(["comm hidden, exposed; host idle"]).forEach((name, r) => {{ ctx.fillStyle = "#222"; ctx.fillText(name, 6, r * ROW + 17); }});
     ctx.save(); ctx.beginPath(); ctx.rect(LEFT, 0, canvas.width - LEFT, canvas.height); ctx.clip();
     for (const b of view.bars) {{
       if (b[1] < p.lo || b[0] > p.hi) continue;
@@ -326,10 +372,11 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
       if (kind === "comm") {{ ctx.globalAlpha = 1; ctx.strokeStyle = "#000"; ctx.setLineDash([3, 2]); ctx.strokeRect(x0, y, w, ROW - 8); ctx.setLineDash([]); }}
     }}
     ctx.globalAlpha = 1;
-    ctx.fillStyle = HELD; for (const [s, e, lane] of view.held) ctx.fillRect(x(s), lane * ROW + ROW - 4, Math.max(1, x(e) - x(s)), 3);
+    for (const [s, e, lane, cause] of view.held) {{ ctx.fillStyle = HELD[cause]; ctx.fillRect(x(s), lane * ROW + ROW - 4, Math.max(1, x(e) - x(s)), 3); }}
     const band = view.lanes.length * ROW;
-    ctx.fillStyle = "#2ca02c"; for (const [s, e] of view.overlap) ctx.fillRect(x(s), band + 4, Math.max(1, x(e) - x(s)), 8);
-    ctx.fillStyle = "#d62728"; for (const [s, e] of view.idle) ctx.fillRect(x(s), band + 13, Math.max(1, x(e) - x(s)), 8);
+    ctx.fillStyle = HID; for (const [s, e] of view.overlap) ctx.fillRect(x(s), band + 4, Math.max(1, x(e) - x(s)), 8);
+    ctx.fillStyle = EXP; for (const [s, e] of view.exposed) ctx.fillRect(x(s), band + 4, Math.max(1, x(e) - x(s)), 8);
+    ctx.fillStyle = IDLE; for (const [s, e] of view.idle) ctx.fillRect(x(s), band + 13, Math.max(1, x(e) - x(s)), 8);
     ctx.restore();
     ctx.fillStyle = "#555";
     // The end ticks' labels align to their edge, so the last one is not cut at the canvas's right.

@@ -15,6 +15,7 @@ GAP = 2  # spaces between table columns
 INDENT = 1  # spaces before a table's first column
 HEADER_LINES = 3  # a header wraps onto at most this many lines before its column widens
 MIN_WRAP = 12  # the narrowest a wrapping text column gets
+MAX_WORD = 32  # nor narrower than its longest word up to this: names whole; a longer one (a kernel's) breaks
 NEVER = 1_000  # Column.keep for a column that is never dropped
 WRAP_KEEP = 5  # columns kept less than this go before a text column wraps (rows stay one line)
 _GLUE = "\xa0"  # holds a number to its unit through textwrap (which breaks only at ASCII whitespace)
@@ -125,9 +126,10 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
     def fitted(most: int, wrapping: bool) -> list[int] | None:
         widths = [max([_header_width(columns[i].header, most), *(cells(r[i]) for r in rows)]) for i in shown]
         over = INDENT + sum(widths) + GAP * (len(shown) - 1) - width
-        for j, i in enumerate(shown):  # shrink wrapping text
+        for j, i in enumerate(shown):  # shrink wrapping text, never below its longest name (up to MAX_WORD)
             if over > 0 and wrapping and columns[i].wrap:
-                cut = min(over, widths[j] - max(MIN_WRAP, _header_width(columns[i].header)))
+                word = min(MAX_WORD, max((_longest_word(r[i]) for r in rows), default=0))
+                cut = min(over, widths[j] - max(MIN_WRAP, word, _header_width(columns[i].header)))
                 if cut > 0:
                     widths[j] -= cut
                     over -= cut
@@ -154,7 +156,7 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
         out.append(_line([h[k] for h in heads], cols, widths))
     out.append(" " * INDENT + "─" * (sum(widths) + GAP * (len(widths) - 1)))
     for r in rows:
-        pieces = [wrap(r[i], w, hyphens=True) if c.wrap and cells(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
+        pieces = [_wrapped_cell(r[i], w) if c.wrap and cells(r[i]) > w else [r[i]] for i, c, w in zip(shown, cols, widths)]
         for k in range(max(len(x) for x in pieces)):
             out.append(_line([x[k] if k < len(x) else "" for x in pieces], cols, widths))
     dropped = [columns[i].header for i in range(len(columns)) if i not in shown]
@@ -162,6 +164,17 @@ def table(title: str | None, columns: list[Column], rows: list[list[str]], width
         note = f"(not shown at {width} columns: {', '.join(dropped)}; a wider terminal or {what} has them)"
         out += wrap(note, width, "  ", "   ")
     return out
+
+
+def _longest_word(text: str) -> int:
+    return max((cells(word) for word in text.split()), default=0)
+
+
+def _wrapped_cell(text: str, width: int) -> list[str]:
+    """A wrapping cell's lines: at its spaces only, so a name (`afd-eager-dbo`, `not-overlapped`)
+    is never split at its hyphens where it fits; a word wider than the column (a kernel's name past
+    MAX_WORD) breaks after a hyphen where it has one, else where it must."""
+    return wrap(text, width, hyphens=_longest_word(text) > width)
 
 
 def _line(cells: list[str], cols: list[Column], widths: list[int]) -> str:

@@ -52,13 +52,17 @@ from dbo_trace.render.format import (
 from dbo_trace.render.safe import markdown_code, markdown_html, markdown_text
 
 
-def picture_note(image: str) -> list[str]:
+def picture_note(image: str, base: str = "file") -> list[str]:
     """Where the picture is and how it gets into a comment: a GitHub comment cannot show a file from
-    the reviewer's disk (a link to a local path is a broken image), so it says to attach it instead."""
+    the reviewer's disk (a link to a local path is a broken image), so it says to attach it instead.
+    base: "file", the path is relative to this Markdown's folder (written with -o, or in an
+    archive); "cwd", relative to the folder dbo-trace ran in (Markdown on stdout: a redirect's file
+    is unknown to the command, so the note cannot claim to be relative to it)."""
     name = markdown_code(image)
+    where = "this Markdown file's folder" if base == "file" else "the folder dbo-trace ran in, not to this file"
     return [
         f"> **Picture to attach:** the CPU/GPU timeline of one step is the file {name} (its path is relative to "
-        f"where this Markdown was written). A GitHub comment cannot show a file from your disk: drag {name} into "
+        f"{where}). A GitHub comment cannot show a file from your disk: drag {name} into "
         "the comment box to attach it, and GitHub puts its link where you drop it.",
     ]
 
@@ -131,7 +135,7 @@ class MarkdownRenderer:
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:
-            out += ["", *picture_note(options.image)]
+            out += ["", *picture_note(options.image, options.image_base)]
         out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks])
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind

@@ -31,6 +31,9 @@ class _Writer:
         from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
         self.builder = TraceProtoBuilder()
+        # The first packet names the writer (a trace config's session name: metadata, drawn nowhere):
+        # a rerun recognises its own trace and replaces it (commands/common.py written_by_dbo_trace).
+        self.builder.add_packet().trace_config.unique_session_name = "dbo-trace"
         self._uuid = 0
         self._first = True
         self.shift_us = 0.0  # the current rank's place on the ranks' shared time axis (analysis: CrossRank.shift_us)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -38,7 +39,6 @@ from dbo_trace.render.format import (
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
-    STACK_HEADER,
     kernel_cells,
     layer_cells,
     layer_ops_cells,
@@ -182,9 +182,38 @@ def _name_room(width: int, header: tuple[str, ...], rows: list[list[str]]) -> in
 
 
 def _host_stacks(out: _Lines, d: ReportDocument) -> None:
-    """`--host-stacks`: the host idle by sampled Python frame, a flame-style table per rank and phase."""
+    """`--host-stacks`: the host idle by sampled Python frame per rank and phase, as a small tree:
+    a line per row with its GPU idle, share and cause, then its frames under it, one a line,
+    outermost first (project frame, `> ` the library call, `> ` the innermost library frame).
+    Frame names run to 100 characters: table cells cut them into pieces over many lines at 80
+    columns; here a name longer than a line breaks only after a `.` or `:` of its path."""
     for title, rows in host_stack_rows(d):
-        out.table(title, _columns(STACK_HEADER, {}, STACK_HEADER[:4]), rows)
+        out.lines(wrap(title, out.width, "", "  "))
+        out.line(f"  {'GPU idle':>10}  {'of idle':>7}  cause; under it the frames, outermost first")
+        for cause, project, library, inner, idle, share in rows:
+            out.line(f"  {idle:>10}  {share:>7}  {cause}")
+            frames = [("", project), ("> ", library), ("> ", inner if inner != library else "-")]
+            for lead, name in frames:
+                if name != "-":
+                    out.lines(_frame_lines(name, out.width, "      " + lead, "      " + " " * len(lead) + "  "))
+        out.line()
+
+
+def _frame_lines(name: str, width: int, first: str, rest: str) -> list[str]:
+    """A frame's dotted name (`package.module:Class.method`) in lines of at most width columns,
+    broken only after a `.` or `:`; a piece longer than a line alone is cut where it must."""
+    pieces = re.findall(r"[^.:]+[.:]?|[.:]", name)
+    lines, line = [], first
+    for piece in pieces:
+        if cells(line) + cells(piece) > width and line.strip():
+            lines.append(line)
+            line = rest
+        while cells(line) + cells(piece) > width:  # one piece wider than a line
+            room = max(1, width - cells(line))
+            lines.append(line + piece[:room])
+            line, piece = rest, piece[room:]
+        line += piece
+    return [*lines, line]
 
 
 def _operations(out: _Lines, d: ReportDocument) -> None:

@@ -264,6 +264,7 @@ def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
 
 
 STATE_LANE = "GPU: overlap / exposed / idle"
+RIGHT_MARGIN = 0.015  # of the window, drawn past its end: the last kernel's end visible, not on the spine
 MARK_LABELS = 40  # a window's step starts labelled (#3); past this many, lines alone
 
 
@@ -279,7 +280,7 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
     entries = step_legend(view)
     fig, ax = _figure(width_in, DPI)
-    title = fig.suptitle(title_lines(plot_text(view.title)), x=0.01, ha="left", fontsize=TITLE_FONT)  # inert first
+    title = fig.suptitle(title_lines(plot_text(view.title + _dominant_note(view))), x=0.01, ha="left", fontsize=TITLE_FONT)
     legend = _legend(fig, entries, LEGEND_COLUMNS, LEGEND_NAME, FONT)
     legend = fit_text(fig, title, legend, lambda n, chars: _legend(fig, entries, n, chars, FONT))
     under = inches(fig, legend) + 0.06  # the legend's row, as measured
@@ -314,27 +315,47 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
         held.add(ready, start, row[lane] - 0.46, 0.1, HELD_COLOURS.get(cause, HELD_COLOURS["held"]))
     for boxes in (ranges, trips, hidden, plain, comm, other, state, queued, held):
         boxes.draw(ax)
-    if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
-        ax.annotate(
-            f"lead-in {view.lead_in_us / SCALE:.2f} ms\nbefore the first kernel, host-caused",
-            xy=(0.0, y + 0.25),  # from the axis' start, inside it: centred, a long label ran into the lane labels
-            ha="left",
-            va="bottom",
-            fontsize=FONT - 1,
-            color=HOST_COLOUR,
-        )
     if view.marks:  # a window's step starts: one collection of lines, labelled inside the axis
         ax.vlines([x / SCALE for x, _ in view.marks], -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
         for x, label in view.marks[:MARK_LABELS]:
             ax.text(x / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left", clip_on=True)
     _lane_labels(ax, row)  # lanes hold thread names
-    ax.set_xlim(0, view.duration / SCALE)
+    # A step's window ends where its last kernel ends: that kernel's end on the axis' right edge
+    # read as cut off. A margin past the window's end, past the last tick, shows it whole.
+    ax.set_xlim(0, view.duration * (1 + RIGHT_MARGIN) / SCALE)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel(view.axis_label, fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
     place_axis(fig, under)
+    if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
+        _lead_in_label(fig, ax, view, y)
     return fig
+
+
+def _dominant_note(view: StepView) -> str:
+    """Where one step fills a window of several (a stall), the others are slivers: the title says
+    so and names the window that draws them (`--window '#3:#4'`)."""
+    if view.dominant is None:
+        return ""
+    number, us, first, last = view.dominant
+    spans = [(a, b) for a, b in ((first, number - 1), (number + 1, last)) if a <= b]
+    windows = " and ".join(f"--window '#{a}:#{b}'" for a, b in spans)
+    return f" · #{number} ({us / SCALE:.2f} ms) fills {us / view.duration:.0%} of it: {windows} draws the others"
+
+
+def _lead_in_label(fig: Figure, ax: Any, view: StepView, y: float) -> None:
+    """The lead-in's label over its red bar, kept inside the lead-in's span, where no GPU lane has a
+    bar yet (it ran over the first kernels): the longest of its wordings that fits, else none (the
+    legend names the red)."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    room = ax.transData.transform((view.lead_in_us / SCALE, 0))[0] - ax.transData.transform((0, 0))[0]
+    ms = f"{view.lead_in_us / SCALE:.2f} ms"
+    for text in (f"lead-in {ms}\nbefore the first kernel, host-caused", f"lead-in {ms},\nhost-caused", f"lead-in {ms}"):
+        label = ax.text(0.0, y + 0.25, text, ha="left", va="bottom", fontsize=FONT - 1, color=HOST_COLOUR)
+        if label.get_window_extent(renderer).width <= room:
+            return
+        label.remove()
 
 
 def place_axis(fig: Figure, under: float) -> None:
@@ -352,6 +373,9 @@ def import_in_background() -> None:
     threading.Thread(target=importlib.import_module, args=("matplotlib.backends.backend_agg",), daemon=True).start()
 
 
+PICTURE_MARK = "dbo-trace timeline"
+
+
 def _figure(width_in: float, dpi: float) -> tuple[Figure, Any]:
     """A figure on its own Agg canvas, one axis: no pyplot (its import alone took 0.4 s, as long as
     drawing a step), no global figure manager to close."""
@@ -367,7 +391,10 @@ def _save(fig: Figure, image_format: str, dpi: float) -> bytes:
     buf = io.BytesIO()
     # PNG compressed at level 1: a third of level 6's time, the file (100-200 kB) about a fifth larger
     extra: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
-    fig.savefig(buf, format=image_format, dpi=dpi, **extra)
+    # Who drew it, where each format keeps that (PNG's Software text, SVG's dc:creator): a rerun
+    # recognises its own picture and replaces it (commands/common.py written_by_dbo_trace).
+    mark = {"Software": PICTURE_MARK} if image_format == "png" else {"Creator": PICTURE_MARK}
+    fig.savefig(buf, format=image_format, dpi=dpi, metadata=mark, **extra)
     return buf.getvalue()
 
 

@@ -87,17 +87,20 @@ result = wrapper()
 fc._forward_context = None
 
 # vLLM's torch profiler wrapper: the plugin adds profile_all_threads; stopping it writes the counters.
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 from vllm.config.profiler import ProfilerConfig  # noqa: E402
 from vllm.profiler.wrapper import TorchProfilerWrapper  # noqa: E402
 
+profiler_dir = tempfile.mkdtemp()  # only the counters the stop writes are read: removed below
 profiler = TorchProfilerWrapper(
-    ProfilerConfig(profiler="torch", torch_profiler_dir=tempfile.mkdtemp()), worker_name="w", local_rank=0, activities=["CPU"]
+    ProfilerConfig(profiler="torch", torch_profiler_dir=profiler_dir), worker_name="w", local_rank=0, activities=["CPU"]
 )
 experimental = profiler._profiler_kwargs.get("experimental_config")
 profiler.start()
 profiler.stop()
+shutil.rmtree(profiler_dir, ignore_errors=True)
 counters_at_stop = None
 if installed is not None:
     counters_at_stop = json.loads(installed.log.path.with_suffix(".counters.json").read_text())["reason"]
