@@ -9,6 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
+# The shipped recordings of one run each; a load sweep's folder (sweep.json: many runs) is read as a
+# sweep (tests/test_sweep_sample.py) and has its own goldens.
+RUN_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and not (p / "sweep.json").exists())
+SWEEP_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if (p / "sweep.json").is_file())
 VARIANTS = ["serial", "overlap", "overlap-stock-profiler", "graph", "hostbound", "overlap-no-hooks"]
 
 

@@ -7,7 +7,7 @@ import shutil
 import tarfile
 
 import pytest
-from conftest import ROOT, SAMPLES, run_cli
+from conftest import ROOT, SAMPLES, run_cli, RUN_SAMPLES
 
 SECRETS = ("hf_planted_secret", "sk-planted-secret", "pw-planted")
 
@@ -170,7 +170,7 @@ def test_archive_lines_fit_80_columns_the_path_whole_on_its_own(tmp_path, monkey
     assert "rank 0: steps #3 to #5" in said and "rank 1: steps #3 to #5" in said
 
 
-@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
+@pytest.mark.parametrize("sample", RUN_SAMPLES)
 def test_every_sample_archived_reads_back_with_its_verdict(tmp_path, sample):
     """`archive` then `report` on every shipped sample: the archive reads back, and its verdict (label,
     reasons' kinds, next step) is the one `report --json` of the sample writes (tests/golden)."""

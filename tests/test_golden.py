@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, RUN_SAMPLES, SAMPLES, SWEEP_SAMPLES, run_cli
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
 GOLDEN = ROOT / "tests" / "golden"
-SAMPLE_DIRS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+SAMPLE_DIRS = RUN_SAMPLES
 TEXT = sorted(name for name, r in RENDERERS.items() if not r.binary and name != "html")  # the page embeds the same document
 UPDATE = bool(os.environ.get("DBO_TRACE_UPDATE_GOLDEN"))
 
@@ -69,3 +69,17 @@ def test_a_new_figure_is_one_field_and_every_listing_shows_it(reports, monkeypat
     value = d["ranks"][0]["host"]["p99_launch_us"]
     assert f"| host.p99_launch_us | {value} |" in RENDERERS["markdown"].render(report)
     assert f"<td>host.p99_launch_us</td><td>{value}</td>" in RENDERERS["html"].render(report)
+
+
+@pytest.mark.parametrize("fmt, suffix", [("text", ".txt"), ("markdown", ".md"), ("json", ".json")])
+@pytest.mark.parametrize("sample", SWEEP_SAMPLES)
+def test_a_sweep_summary_is_the_golden_one(monkeypatch, sample, fmt, suffix):
+    """A load sweep's folder (samples/afd-sweep) reads as its summary: every text format, byte for byte."""
+    monkeypatch.setenv("COLUMNS", "100")
+    proc = run_cli("report", "--format", fmt, str(Path("samples") / sample), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    path = GOLDEN / f"{sample}{suffix}"
+    if UPDATE:
+        path.write_text(proc.stdout)
+    assert path.exists(), f"no golden output {path}: run with DBO_TRACE_UPDATE_GOLDEN=1 and review it"
+    assert proc.stdout == path.read_text(), f"{path} differs: if the change is meant, update it (see this module's docstring)"

@@ -3,7 +3,7 @@ everywhere, agree with a plain recomputation from json.load (tests/reference_hos
 the worked example, and the launch wording follows the numbers."""
 
 import pytest
-from conftest import ROOT, SAMPLES, reason_texts, sample_trace
+from conftest import ROOT, SAMPLES, reason_texts, sample_trace, RUN_SAMPLES
 from reference_host_time import CAUSES as REF_CAUSES
 from reference_host_time import host_causes as reference_causes
 from traces import write_trace
@@ -15,7 +15,7 @@ from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document
 
 PUBLIC = ROOT / "tests" / "data" / "public"
-SAMPLE_DIRS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+SAMPLE_DIRS = RUN_SAMPLES
 PUBLIC_TRACES = sorted(p.name for p in PUBLIC.iterdir() if "mtia" not in p.name)  # MTIA: refused, no CUDA activity
 REFERENCE_SAMPLES = sorted(n for n in SAMPLE_DIRS if n.startswith("vllm-")) + ["hostbound"]
 REFERENCE_PUBLIC = ["hta-rocm-mi250.json.gz", "hta-training-2rank-nccl.json.gz"]

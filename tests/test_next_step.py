@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 from afd_synth import afd_pair
-from conftest import ROOT, SAMPLES, report_json
+from conftest import ROOT, SAMPLES, report_json, RUN_SAMPLES
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.sharing import TimeSlicing
@@ -27,7 +27,7 @@ assert _spec is not None and _spec.loader is not None
 _truth = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_truth)
 idle_by_op = _truth.idle_by_op
-SAMPLE_NAMES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+SAMPLE_NAMES = RUN_SAMPLES
 
 
 def verdicts(doc):

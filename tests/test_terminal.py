@@ -10,13 +10,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, RUN_SAMPLES
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
-SAMPLE_DIRS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
+SAMPLE_DIRS = RUN_SAMPLES
 CHECKED = ["overlap", "vllm-graphs-decode", "two-gpu-overlap", "graph", "late"]
 WIDTHS = [80, 100, 120]
 NUMBER = re.compile(r"(?<![A-Za-z_])\d+(?:\.\d+)?")  # a figure, not the digits of a (cut) kernel name

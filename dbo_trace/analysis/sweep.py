@@ -15,7 +15,9 @@ figures out. No words: render/sweep.py writes them.
   profiled at that load, compare's pair of their step periods beside it (analysis/compare.py).
 - Where DBO turns: over the loads in order of requests in flight, between the last load beyond noise
   one way and the next load beyond noise the other way; loads within noise between them are passed
-  over, and nothing is said outside the loads measured.
+  over, and nothing is said outside the loads measured. A load is beyond noise by its timed repeats'
+  interval, else (3 repeats give a wide one) by its profiled windows' step periods where compare calls
+  their change beyond noise; the turn says which told each side.
 - Tokens per microbatch: requests in flight (the concurrency, capped by the prompts and by
   --max-num-seqs where the settings give it) / 2: a decode step carries one token per running
   request, and DBO splits the step's batch in two.
@@ -29,11 +31,15 @@ from typing import Literal
 
 import numpy as np
 
-from dbo_trace.analysis.compare import Arm, Pair, RanWith, dbo_pairs, graphs_text
+from dbo_trace.analysis.compare import BEYOND, Arm, Pair, RanWith, dbo_pairs, graphs_text
 from dbo_trace.analysis.effect import Effect
 from dbo_trace.analysis.unprofiled import Repeat, _t95, _welch_df
 
 Call = Literal["slower", "faster", "within noise", "no interval"]
+# Which measurement put a load beyond noise: the timed repeats (first), else the profiled step periods.
+Told = Literal["repeats", "profiled"]
+REPEATS: Told = "repeats"
+PROFILED: Told = "profiled"
 SLOWER: Call = "slower"
 FASTER: Call = "faster"
 WITHIN: Call = "within noise"
@@ -131,6 +137,18 @@ class DboPoint:
     def measured_tokens_per_microbatch(self) -> float | None:
         return None if self.decode_step_tokens is None else self.decode_step_tokens / MICROBATCHES
 
+    @property
+    def side(self) -> tuple[Call, Told] | None:
+        """The side of no change this load is on beyond noise, and which measurement told it: the timed
+        repeats first (the profiler off); where their interval holds 0 (3 repeats give a wide one), the
+        profiled windows' step periods, where compare calls that change beyond noise. None: neither."""
+        if self.call in (SLOWER, FASTER):
+            return self.call, REPEATS
+        p = self.profiled
+        if p is not None and p.call == BEYOND and p.change is not None and p.change != 0:
+            return (SLOWER if p.change > 0 else FASTER), PROFILED
+        return None
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -142,6 +160,7 @@ class Turn:
     after_in_flight: int
     direction: tuple[Call, Call]  # (SLOWER, FASTER) or (FASTER, SLOWER)
     passed_over: tuple[str, ...] = ()  # loads between them within noise or without an interval
+    told_by: tuple[Told, Told] = ("repeats", "repeats")  # which measurement put each of the two beyond noise
 
 
 @dataclass(frozen=True)
@@ -286,20 +305,23 @@ def turns_of(points: list[DboPoint]) -> tuple[tuple[Turn, ...], Call | None, int
     """Where the change crosses no change beyond noise (points in order of requests in flight), the one
     side where it never does, and how many loads are beyond noise."""
     turns = []
-    last: tuple[DboPoint, Call] | None = None  # the last load beyond noise, and its side
+    last: tuple[DboPoint, Call, Told] | None = None  # the last load beyond noise, its side and what told it
     between: list[str] = []
-    beyond = [p for p in points if p.call in (SLOWER, FASTER)]
+    beyond = [p for p in points if p.side is not None]
     for p in points:
-        side = p.call if p.call in (SLOWER, FASTER) else None
-        if side is None:
+        told = p.side
+        if told is None:
             if last is not None:
                 between.append(p.load.name)
             continue
+        side, by = told
         if last is not None and last[1] != side:
             before = last[0].load
-            turns.append(Turn(before.name, p.load.name, before.in_flight, p.load.in_flight, (last[1], side), tuple(between)))
-        last, between = (p, side), []
-    sides = {p.call for p in beyond}
+            turns.append(
+                Turn(before.name, p.load.name, before.in_flight, p.load.in_flight, (last[1], side), tuple(between), (last[2], by))
+            )
+        last, between = (p, side, by), []
+    sides = {p.side[0] for p in beyond if p.side is not None}
     one_side = next(iter(sides)) if len(sides) == 1 and not turns else None
     return tuple(turns), one_side, len(beyond)
 

@@ -110,6 +110,7 @@ class TurnBlock(Struct):
     from_side: Call
     to_side: Call
     passed_over: list[str]
+    told_by: list[str]  # which measurement put each side beyond noise: "repeats", else "profiled"
 
 
 class SeriesBlock(Struct):
@@ -217,25 +218,35 @@ def turn_text(s: DboSeries) -> str:
         call_at = {p.load.name: p.call for p in s.points}
         for t in s.turns:
             over = [f"{n}: {call_at.get(n) or 'no TPOT'}" for n in t.passed_over]
+            told = (
+                "both beyond noise by the timed repeats"
+                if t.told_by == ("repeats", "repeats")
+                else f"both beyond noise ({t.before} by its {_told(t.told_by[0])}, {t.after} by its {_told(t.told_by[1])})"
+            )
             said.append(
                 f"from {t.direction[0]} to {t.direction[1]} between {t.before} ({t.before_in_flight} in flight) and "
-                f"{t.after} ({t.after_in_flight} in flight), both beyond noise"
+                f"{t.after} ({t.after_in_flight} in flight), {told}"
                 + (f" (between them {', '.join(over)})" if over else "")
             )
         return f"{who}: DBO turns " + "; then ".join(said) + "; placed no closer than the loads measured"
     span = f"{low} to {high} requests in flight" if low != high else f"{low} requests in flight"
     if s.side is None:
         return f"{who}: DBO does not turn in the range measured ({span}): no load is beyond noise"
-    calls = [f"{p.load.name} {p.call}" for p in s.points]
+    calls = [f"{p.load.name} {p.side[0] if p.side else p.call}" for p in s.points]
     return (
         f"{who}: DBO does not turn in the range measured ({span}): {s.side} beyond noise at {s.beyond} of "
         f"{len(s.points)} loads ({', '.join(calls)})"
     )
 
 
+def _told(by: str) -> str:
+    return "timed repeats" if by == "repeats" else "profiled step periods (its repeats' interval holds 0)"
+
+
 def _turn_block(t: Turn) -> TurnBlock:
     return TurnBlock(
-        t.before, t.after, t.before_in_flight, t.after_in_flight, t.direction[0], t.direction[1], list(t.passed_over)
+        t.before, t.after, t.before_in_flight, t.after_in_flight, t.direction[0], t.direction[1], list(t.passed_over),
+        list(t.told_by),
     )
 
 
