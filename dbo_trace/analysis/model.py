@@ -262,6 +262,7 @@ class RankDetail:
     log_step_begins_ns: np.ndarray | None  # (n_begins,) int64: the event log's step begins (time.time_ns), to align ranks
     launch_lane: np.ndarray  # (n_gpu,) int64: the thread of the launching call, -1 where unknown
     call_us: np.ndarray  # (n_calls,) float64: each CUDA API call's duration
+    call_gpu_waited: np.ndarray  # (n_calls,) bool: the GPU waited on the call (metrics.gpu_waited_on_call)
     step_start_us: np.ndarray  # (n_steps,) float64: each step's window, from its CPU start
     step_end_us: np.ndarray  # (n_steps,) float64: to the end of the last GPU work it launched
     operation: np.ndarray  # (n_gpu,) int64: each comm kernel's communication operation (operation_ids), -1 else

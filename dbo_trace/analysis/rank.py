@@ -26,6 +26,7 @@ from dbo_trace.analysis.metrics import (
     WindowMetrics,
     WindowTime,
     WindowTimes,
+    gpu_waited_on_call,
     grouped_window_metrics,
     round_trips,
     window_metrics,
@@ -218,6 +219,9 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
         log_step_begins_ns=_log_step_begins(logs),
         launch_lane=launch_lane,
         call_us=tl.calls.end - tl.calls.start,
+        call_gpu_waited=gpu_waited_on_call(
+            call_start=tl.calls.start, call_end=tl.calls.end, gpu_start=tl.gpu.start, launch_index=att.gpu_launch_index
+        ),
         step_start_us=step_start,
         step_end_us=step_end,
         operation=operation_ids(
@@ -293,6 +297,7 @@ def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tu
         launch_kind=d.launch_kind[gpu],
         call_kind=d.call_kind[calls],
         call_dur=d.call_us[calls],
+        call_waited=d.call_gpu_waited[calls],
         time=window_time(d.partition, *windows),
     )
 
@@ -316,6 +321,7 @@ def step_table(d: RankDetail, capture: Capture) -> StepTable:
         call_group=att.call_step,
         call_kind=d.call_kind,
         call_dur=d.call_us,
+        call_waited=d.call_gpu_waited,
         times=window_times(d.partition, step_lo, step_hi),
     )
     ops = operations_per_step(d.operation, att.gpu_step, n_steps)
