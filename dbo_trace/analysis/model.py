@@ -22,6 +22,7 @@ from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
 from dbo_trace.analysis.operations import OperationRow
 from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.role_evidence import RoleCall
@@ -36,7 +37,7 @@ from dbo_trace.trace.timeline import Timeline
 
 # A rank's note or a run's warning: typed where analysis states a figure (render/notes.py words it),
 # a string where it passes on what a reader or a matcher said of its input.
-Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu
+Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu | ClockBounds | Incomplete
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,8 @@ class RankAnalysis:
     steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
     behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
     launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
+    clocks: ClockBounds | None = None  # the GPU clock's offsets the events allow, the shift applied (analysis/gpu_clock.py)
+    incomplete: Incomplete | None = None  # the trace lacks GPU work or its launches: host idle is an upper bound
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches
