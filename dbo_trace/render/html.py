@@ -9,6 +9,7 @@ from typing import Any
 
 from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
+from dbo_trace.render.timeline import pair_note, queue_full
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
@@ -55,7 +56,8 @@ from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json, visible
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
-KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden"]  # the last two: an AFD rank's round trips
+# the last three: an AFD rank's round trips, their hidden parts, the FFN's compute spans
+KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden", "ffn compute"]
 
 
 def _views(report: Report) -> list[dict[str, Any]]:
@@ -76,6 +78,7 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     b.ubatch,
                     KINDS.index(b.kind),
                     names.setdefault(b.name, len(names)),
+                    int(queue_full(b)),  # a long launch whose GPU work began at once: drawn pale
                 ]
                 for b in v.bars
                 # the page draws the step's own kernels, launches and yields; CPU ranges and other
@@ -91,6 +94,8 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     "position": pos,
                     "median": pos == m,
                     "title": visible(v.title),
+                    "note": visible(note.replace("\n", " ")) if (note := pair_note(v)) else "",
+                    "origin": v.origin_us,
                     "duration": v.duration,
                     "lanes": [visible(lane) for lane in v.lanes],
                     "ffn": v.lanes.index(FFN_GPU) if FFN_GPU in v.lanes else -1,
@@ -284,7 +289,8 @@ div.scroll {{ max-height: 480px; overflow-y: auto; display: inline-block; }}
 <span><i style="background:#2ca02c"></i>comm under compute</span><span><i style="background:#d62728"></i>GPU idle, host-caused</span>
 <span><i style="background:#9467bd"></i>comm held back (ready, not started)</span>
 <span><i style="background:#aec7e8"></i>AFD round trip, send start to receive end (pale, its microbatch's colour)</span>
-<span><i style="background:#2ca02c"></i>round trip under the other microbatch's compute</span><span><i style="background:#bcbd22"></i>FFN GPU</span>
+<span><i style="background:#01665e"></i>round trip under the other microbatch's compute</span><span><i style="background:#bcbd22"></i>FFN compute, one span per round trip</span>
+<span><i style="background:#3b3b3b;opacity:0.3"></i>launch call whose GPU work began at once (a full queue)</span>
 &mdash; wheel: zoom, drag: pan, double-click: reset, click a step below to show it</p>
 {timelines}<div id="tip"></div>
 <h2>Steps</h2><div class="scroll">{steps}</div>
@@ -299,12 +305,12 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
 (function () {{
   const D = JSON.parse(document.getElementById("data").textContent);
   const tip = document.getElementById("tip");
-  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", FFN = "#bcbd22", HID = "#2ca02c", LEFT = 190, ROW = 26;
+  const COL = {{"0": "#1f77b4", "1": "#ff7f0e", "-1": "#8c8c8c"}}, HELD = "#9467bd", FFN = "#bcbd22", HID = "#01665e", LEFT = 190, ROW = 26;
   const panes = {{}};  // rank -> its canvas and the step it shows
   function show(i) {{
     const view = D.views[i], p = panes[view.rank];
     p.view = view; p.lo = 0; p.hi = view.duration;
-    document.getElementById("view-title-" + view.rank).textContent = view.title;
+    document.getElementById("view-title-" + view.rank).textContent = view.title + (view.note ? " \u2014 " + view.note : "");
     document.querySelectorAll("tr.pick").forEach(tr => {{
       const v = D.views[Number(tr.dataset.view)];
       if (v.rank === view.rank) tr.classList.toggle("current", Number(tr.dataset.view) === i);
@@ -321,7 +327,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     for (const b of view.bars) {{
       if (b[1] < p.lo || b[0] > p.hi) continue;
       const kind = D.kinds[b[4]], x0 = x(b[0]), w = Math.max(1, x(b[1]) - x0), y = b[2] * ROW + 4;
-      ctx.globalAlpha = kind === "yield" ? 0.25 : kind === "copy" ? 0.45 : kind === "round trip" ? 0.35 : 0.95;
+      ctx.globalAlpha = kind === "yield" || b[6] ? 0.25 : kind === "copy" ? 0.45 : kind === "round trip" ? 0.35 : 0.95;
       ctx.fillStyle = kind === "hidden" ? HID : b[2] === view.ffn ? FFN : COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
       if (kind === "comm") {{ ctx.globalAlpha = 1; ctx.strokeStyle = "#000"; ctx.setLineDash([3, 2]); ctx.strokeRect(x0, y, w, ROW - 8); ctx.setLineDash([]); }}
     }}
@@ -333,7 +339,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     ctx.restore();
     ctx.fillStyle = "#555";
     // The end ticks' labels align to their edge, so the last one is not cut at the canvas's right.
-    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center"; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t), canvas.height - 6); }}
+    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center"; ctx.fillText(((t - view.origin) / 1000).toFixed(2) + " ms", x(t), canvas.height - 6); }}
     ctx.textAlign = "left";
   }}
   document.querySelectorAll("canvas.timeline").forEach(canvas => {{
