@@ -171,13 +171,18 @@ def clock_bounds(
         lows.append(float((own_end[copies] - call_end[copies]).max()))
         used += int(copies.sum())
     launching = np.isin(call_kind, (c.CALL_LAUNCH, c.CALL_GRAPH_LAUNCH, c.CALL_COPY)) | (call_blocking == BLOCK_COPY)
-    for s in np.flatnonzero(call_blocking == BLOCK_STREAM):
-        before = np.flatnonzero(launching & (call_lane == call_lane[s]) & (call_end <= call_start[s]))
-        if len(before):
-            prev = before[np.argmax(call_end[before])]
-            if call_kind[prev] == c.CALL_COPY and np.isfinite(own_end[prev]):
-                lows.append(float(own_end[prev] - call_end[s]))
-                used += 1
+    syncs = np.flatnonzero(call_blocking == BLOCK_STREAM)
+    for lane in np.unique(call_lane[syncs]).tolist():  # a thread at a time (a few), its syncs at once
+        mine = syncs[call_lane[syncs] == lane]
+        cand = np.flatnonzero(launching & (call_lane == lane))
+        cand = cand[np.argsort(call_end[cand], kind="stable")]
+        at = np.searchsorted(call_end[cand], call_start[mine], side="right") - 1  # the last to end before
+        ok = at >= 0
+        prev, sync = cand[at[ok]], mine[ok]
+        copy = (call_kind[prev] == c.CALL_COPY) & np.isfinite(own_end[prev])
+        if copy.any():
+            lows.append(float((own_end[prev[copy]] - call_end[sync[copy]]).max()))
+            used += int(copy.sum())
     # a device synchronisation: all the work launched before it began had ended when it returned
     device = np.flatnonzero(call_blocking == BLOCK_DEVICE)
     if len(device) and linked.any():
