@@ -139,3 +139,15 @@ def test_perfetto_has_the_ffn_spans_and_the_wait(tmp_path: Path) -> None:
         b"cudaGraphLaunch (returned late: a full queue, its GPU work began at once)",
     ):
         assert track in data
+
+
+def test_one_microbatch_has_no_lane_order_note() -> None:
+    """afd-pair-graphs-nomps runs one microbatch: its lanes do not alternate, and the note does not
+    say they do; the gaps are still explained."""
+    nomps = SAMPLES / "afd-pair-graphs-nomps"
+    report = analyze_paths([nomps], Options())
+    rank, position = chosen_step(report, None, None)
+    view = step_view(rank, position, afd_peer(report, rank))
+    assert "round trips" in view.lanes and "round trips, microbatch 0" not in view.lanes
+    note = pair_note(view)
+    assert note is not None and "Lanes:" not in note and "White gaps" in note

@@ -21,6 +21,7 @@ from dbo_trace.analysis.view import (
     FFN_SPAN,
     HIDDEN,
     ROUND_TRIP,
+    ROUND_TRIPS,
     Bar,
     StepView,
     afd_peer,
@@ -118,10 +119,12 @@ def pair_note(view: StepView) -> str | None:
     """What an AFD pair's picture needs said: why the lanes alternate, what the gaps are."""
     if not view.afd_pair:
         return None
-    lines = [
-        "Lanes: each microbatch's attention compute sits above the other microbatch's round trips (send start to "
-        "receive end), so a round trip's hidden part lies under the compute that hid it."
-    ]
+    lines = []
+    if any(lane.startswith(f"{ROUND_TRIPS}, microbatch") for lane in view.lanes):  # two microbatches' lanes
+        lines.append(
+            "Lanes: each microbatch's attention compute sits above the other microbatch's round trips (send start to "
+            "receive end), so a round trip's hidden part lies under the compute that hid it."
+        )
     if view.attention_idle_us:
         waiting = view.attention_wait_us or 0.0
         lines.append(
