@@ -152,3 +152,28 @@ def test_the_report_of_a_moved_trace_without_the_shift_would_differ(tmp_path: Pa
 def test_the_clocks_and_incomplete_keys_are_in_the_json() -> None:
     out = run_cli("report", "--json", str(SGLANG))
     assert set(json.loads(out.stdout)["ranks"][0]["clocks"]) >= {"lower_us", "upper_us", "shift_us", "gpu_behind"}
+
+
+def test_a_constant_lag_is_left_open_and_the_host_idle_given_as_a_range(tmp_path: Path) -> None:
+    """HTA's sampled rank 0 (no blocking call) with its GPU moved 5 ms later: every launch now lags
+    by 5 ms or more, the same at the end as at the start. The events cannot tell an offset from a
+    queue: no shift, not 'GPU behind', and the host idle given from as measured to as it would be
+    were the GPU's clock the 5 ms ahead the launches allow."""
+    trace = SAMPLED / "rank-0.json.gz"
+
+    def move(events: list[dict]) -> list[dict]:
+        for e in events:
+            if e.get("cat") in GPU:
+                e["ts"] += 5000
+        return events
+
+    moved = rewrite_events(trace, tmp_path / "late.json.gz", move)
+    upper, lower = raw_bounds(moved)
+    assert lower is None and upper == pytest.approx(raw_bounds(trace)[0] + 5000, abs=0.01)
+    r = rank(report_json(str(moved)))
+    clocks = r["clocks"]
+    assert clocks["shift_us"] == 0.0 and clocks["gpu_behind"] is False
+    assert clocks["upper_us"] == pytest.approx(upper, abs=0.01)
+    low, high = clocks["host_idle_low_us"], clocks["host_idle_high_us"]
+    assert low == pytest.approx(r["host"]["idle_us"], rel=1e-3) and high > low + 100
+    assert any("as the clocks allow" in n for n in r["notes"])
