@@ -112,7 +112,9 @@ def test_the_svg_draws_the_pair_with_and_without_all_ranks(tmp_path: Path, all_r
     args = ["report", str(PAIR), "--timeline", str(out)] + (["--all-ranks"] if all_ranks else [])
     assert run_cli(*args).returncode == 0
     svg = out.read_text()
-    for text in ("FFN GPU (same clock)", "round trips, microbatch 0", "attention GPU, microbatch 1", "FFN compute per round trip"):
+    for text in (
+        "FFN GPU (same clock)", "round trips, microbatch 0", "attention GPU, microbatch 1", "FFN compute per round trip",
+    ):
         assert text in svg
     assert "rank 0 compute" not in svg and "no microbatch" not in svg.split("CUDA call, no microbatch")[0]
 

@@ -15,6 +15,7 @@ from dbo_trace.analysis.clocks import RankClue
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.held import HeldBack, HeldSummary
 from dbo_trace.analysis.host_time import HostCauses, HostPieces
 from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, YieldOps, layer_operations
@@ -22,7 +23,6 @@ from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
 from dbo_trace.analysis.operations import OperationRow
 from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.role_evidence import RoleCall

@@ -16,9 +16,9 @@ from dbo_trace.analysis.contention import Contention, comm_kernel_names, content
 from dbo_trace.analysis.disaggregated import RoundTripShares, rank_round_trips
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import Exposure, exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, blocking_kinds, clock_bounds, incomplete
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
-from dbo_trace.analysis.gpu_clock import ClockBounds, blocking_kinds, clock_bounds, incomplete
 from dbo_trace.analysis.intervals import difference, union
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, operation_places, yield_op_calls
 from dbo_trace.analysis.metrics import (
@@ -443,7 +443,8 @@ def rank_clock_bounds(d: RankDetail) -> ClockBounds:
     tl = d.timeline
     return clock_bounds(
         gpu_start=tl.gpu.start, gpu_end=tl.gpu.end, launch_index=d.attribution.gpu_launch_index,
-        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH, to_host=copies_to_host(tl), call_start=tl.calls.start, call_end=tl.calls.end,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH, to_host=copies_to_host(tl), call_start=tl.calls.start,
+        call_end=tl.calls.end,
         call_lane=tl.calls.lane, call_kind=d.call_kind, call_blocking=blocking_kinds(tl.names, tl.calls.name),
     )  # fmt: skip
 
@@ -468,7 +469,9 @@ def host_idle_at(d: RankDetail, offset_us: float) -> float:
     li = att.gpu_launch_index
     launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
     lo, hi = window_of((start, end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    part = partition(lo=lo, hi=hi, start=start, end=end, kind=d.kernel_kind, launch_start=att.gpu_launch_start, launch_end=launch_end)
+    part = partition(
+        lo=lo, hi=hi, start=start, end=end, kind=d.kernel_kind, launch_start=att.gpu_launch_start, launch_end=launch_end
+    )
     return float(part.measure(np.array([lo]), np.array([hi]))[0, B_HOST]) if len(part.bounds) else 0.0
 
 

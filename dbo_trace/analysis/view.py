@@ -284,7 +284,8 @@ def step_view(rank: RankReport, position: int, peer: RankReport | None = None) -
     began = vllm_step_start(rank, step.start_us)
     if began is not None and began < step.start_us:
         view.origin_us = began - step.start_us
-        view.axis_label = f"ms from vLLM's step start (its execute_* annotation, {(step.start_us - began) / 1000:.2f} ms before the window drawn)"
+        before = (step.start_us - began) / 1000
+        view.axis_label = f"ms from vLLM's step start (its execute_* annotation, {before:.2f} ms before the window drawn)"
     return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands, peer)
 
 
@@ -512,7 +513,10 @@ def afd_phase(kind: np.ndarray) -> np.ndarray:
     return out
 
 
-def afd_waiting_spans(rank: RankReport, lo: float, hi: float) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+Spans = tuple[np.ndarray, np.ndarray]  # (starts, ends)
+
+
+def afd_waiting_spans(rank: RankReport, lo: float, hi: float) -> tuple[Spans, Spans]:
     """An AFD attention rank's GPU idle within [lo, hi) (trace clock), between its first and its last
     kernel there, and the part of it while a round trip was in flight (the attention waiting for the
     FFN's answer): ((idle starts, ends), (waiting starts, ends))."""

@@ -20,18 +20,18 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.pystacks import HostStacks, RankStacks
-from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
-from dbo_trace.analysis.queueing import LaunchDelay
-from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
+from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
+from dbo_trace.analysis.pystacks import HostStacks, RankStacks
+from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound

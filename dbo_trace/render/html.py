@@ -9,26 +9,24 @@ from typing import Any
 
 from dbo_trace.analysis.model import Report
 from dbo_trace.analysis.view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
-from dbo_trace.render.timeline import pair_note, queue_full
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
-    STACK_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    STACK_HEADER,
     all_notes,
     comm_layers_of,
     cross_rank_lines,
     dbo_arithmetic_applies,
+    disaggregated_lines,
     figure_table,
     headline,
-    next_step_line,
-    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -37,14 +35,15 @@ from dbo_trace.render.format import (
     ledger_lines,
     ledger_of,
     ms,
+    next_step_line,
     only_layer,
     operation_cells,
     pct,
     phase_cells,
-    disaggregated_lines,
-    roles_lines,
     profiler_lines,
     rank_cells,
+    reason_lines,
+    roles_lines,
     round_trip_cells,
     step_number_cell,
     step_time_cell,
@@ -54,6 +53,7 @@ from dbo_trace.render.format import (
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json, visible
+from dbo_trace.render.timeline import pair_note, queue_full
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 # the last three: an AFD rank's round trips, their hidden parts, the FFN's compute spans

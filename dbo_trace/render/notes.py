@@ -6,6 +6,7 @@ The verdict's own words are render/wording.py's; the document (render/document.p
 from __future__ import annotations
 
 from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host_time import (
     BETWEEN,
     CPU_OP,
@@ -18,7 +19,6 @@ from dbo_trace.analysis.host_time import (
     HostCauses,
     TopItem,
 )
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.model import Note
 from dbo_trace.analysis.peers import GroupWaits
 from dbo_trace.analysis.pystacks import HostStacks, StackRow

@@ -16,8 +16,8 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
-from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.model import RankDetail, RankReport, Report, StepReport
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roles import FFN, wall_offset_us
 from dbo_trace.analysis.view import (
     FFN_SPAN,
@@ -197,7 +197,8 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         for track, (s, e, names) in afd_round_trip_spans(rank, lo, hi).items():
             w.slices(w.track(track, root), s, e, names)
         _, (ws, we) = afd_waiting_spans(rank, max(lo, float(tl.gpu.start.min())), min(hi, float(tl.gpu.end.max())))
-        w.slices(w.track("attention GPU idle, a round trip in flight (waiting for the FFN)", root), ws, we, ["waiting for the FFN"] * len(ws))
+        waiting = w.track("attention GPU idle, a round trip in flight (waiting for the FFN)", root)
+        w.slices(waiting, ws, we, ["waiting for the FFN"] * len(ws))
     if rank.role == FFN:  # its compute between two of its sends/receives: one span per round trip
         at = np.flatnonzero(keep_gpu)
         per_trip = [x for x in ffn_spans(tl.gpu.start[at], tl.gpu.end[at], d.kernel_kind[at]) if x[3] == FFN_SPAN]
@@ -238,7 +239,11 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         w.track("graph replays (cudaGraphLaunch)", root),
         tl.calls.start[graph],
         tl.calls.end[graph],
-        ["cudaGraphLaunch" if d.call_gpu_waited[i] or d.call_us[i] < LONG_LAUNCH_US else "cudaGraphLaunch (returned late: a full queue, its GPU work began at once)" for i in graph.tolist()],
+        [
+            "cudaGraphLaunch" if d.call_gpu_waited[i] or d.call_us[i] < LONG_LAUNCH_US
+            else "cudaGraphLaunch (returned late: a full queue, its GPU work began at once)"
+            for i in graph.tolist()
+        ],  # fmt: skip
     )
 
 

@@ -20,6 +20,7 @@ from dbo_trace.analysis.view import (
     FFN_GPU,
     FFN_SPAN,
     HIDDEN,
+    LONG_LAUNCH_US,
     ROUND_TRIP,
     ROUND_TRIPS,
     Bar,
@@ -30,7 +31,6 @@ from dbo_trace.analysis.view import (
     step_view,
     window_view,
 )
-from dbo_trace.analysis.view import LONG_LAUNCH_US
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
@@ -290,7 +290,8 @@ def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
         out.append(({"facecolor": FFN_COLOUR}, "FFN GPU (its sends and receives hatched)"))
     if any(queue_full(b) for b in view.bars):
         out.append(
-            ({"facecolor": CLASS_COLOURS["launch"], "alpha": 0.4, "hatch": QUEUE_FULL_HATCH}, "launch call, GPU work began at once")
+            ({"facecolor": CLASS_COLOURS["launch"], "alpha": 0.4, "hatch": QUEUE_FULL_HATCH},
+             "launch call, GPU work began at once")
         )  # fmt: skip
     if view.overlap:
         out.append(({"facecolor": HIDDEN_COLOUR}, "comm under compute"))
@@ -390,9 +391,11 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
             color=HOST_COLOUR,
         )
     if view.marks:  # a window's step starts: one collection of lines, labelled inside the axis
-        ax.vlines([(x + o) / SCALE for x, _ in view.marks], -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
+        xs = [(x + o) / SCALE for x, _ in view.marks]
+        ax.vlines(xs, -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
         for x, label in view.marks[:MARK_LABELS]:
-            ax.text((x + o) / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left", clip_on=True)
+            ax.text((x + o) / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left",
+                    clip_on=True)  # fmt: skip
     _lane_labels(ax, row)  # lanes hold thread names
     ax.set_xlim(o / SCALE, (view.duration + o) / SCALE)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
