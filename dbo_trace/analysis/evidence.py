@@ -181,6 +181,7 @@ def evidence_of(
         ),
         role=ranks[0].role if len(ranks) == 1 else None,
         profiler_overhead=profiler_overhead,
+        incomplete=any(r.incomplete is not None for r in ranks),
     )
 
 

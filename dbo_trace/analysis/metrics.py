@@ -15,6 +15,26 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 
 LONG_GRAPH_LAUNCH_US = 1000.0  # a cudaGraphLaunch this long is host time worth naming
+# ... where the GPU waited on it: its replayed work started only after the call had run this share of
+# its length. A launch that returns late because the queue is full (the GPU running behind) has its
+# work start at once and costs nothing on the critical path.
+GPU_WAITED_SHARE = 0.5
+
+
+def gpu_waited_on_call(
+    *,
+    call_start: np.ndarray,  # (n_calls,) float64
+    call_end: np.ndarray,  # (n_calls,) float64
+    gpu_start: np.ndarray,  # (n_gpu,) float64
+    launch_index: np.ndarray,  # (n_gpu,) int64: each activity's launching call, -1 unknown
+) -> np.ndarray:
+    """(n_calls,) bool: the first GPU work a call launched started after GPU_WAITED_SHARE of the call
+    had run, or the call launched nothing the trace ties to it (unknown: counted, as before)."""
+    first = np.full(len(call_start), np.inf)
+    known = launch_index >= 0
+    np.minimum.at(first, launch_index[known], gpu_start[known])
+    waited: np.ndarray = ~np.isfinite(first) | (first >= call_start + GPU_WAITED_SHARE * (call_end - call_start))
+    return waited
 
 
 # How a figure combines across ranks (report.sum_metrics), declared on the field; unmarked fields add.
@@ -154,6 +174,7 @@ def window_metrics(
     launch_kind: np.ndarray,  # (n_gpu,) int8: call kind of the launching call, -1 where unknown
     call_kind: np.ndarray,  # (n_calls,) int8: the CUDA API calls in the window
     call_dur: np.ndarray,  # (n_calls,) float64
+    call_waited: np.ndarray,  # (n_calls,) bool: gpu_waited_on_call
     time: WindowTime,
 ) -> WindowMetrics:
     """One window's figures: the grouped computation with everything in group 0."""
@@ -169,6 +190,7 @@ def window_metrics(
         call_group=np.zeros(len(call_kind), np.int64),
         call_kind=call_kind,
         call_dur=call_dur,
+        call_waited=call_waited,
         times=WindowTimes.of(time),
     ).row(0)
     return m
@@ -187,6 +209,7 @@ def grouped_window_metrics(
     call_group: np.ndarray,  # (n_calls,) int64: each CUDA API call's window, -1 in none
     call_kind: np.ndarray,  # (n_calls,) int8: classify.CALL_*
     call_dur: np.ndarray,  # (n_calls,) float64
+    call_waited: np.ndarray,  # (n_calls,) bool: the GPU waited on the call (gpu_waited_on_call)
     times: WindowTimes,  # (n,): each window's time from the partition
 ) -> MetricColumns:
     """Every window's figures at once, over sorted arrays (no Python loop over windows): a trace with
@@ -238,7 +261,7 @@ def grouped_window_metrics(
         "launches": count(launches, call_group),
         "launch_us": total(launches, call_dur, call_group),
         "graph_launches": count(graph, call_group),
-        "long_graph_launches": count(graph & (call_dur >= LONG_GRAPH_LAUNCH_US), call_group),
+        "long_graph_launches": count(graph & (call_dur >= LONG_GRAPH_LAUNCH_US) & call_waited, call_group),
         "replayed_kernels": count(replayed & kernels),
         "replayed_gpu_us": total(replayed & kernels, dur),
         "gpu_us": total(kernels, dur),

@@ -16,6 +16,7 @@ from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.effect import SpanParts
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import Exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.held import HeldBack, HeldSummary
 from dbo_trace.analysis.host_time import HostCauses, HostPieces
 from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, YieldOps, layer_operations
@@ -37,7 +38,7 @@ from dbo_trace.trace.timeline import Timeline
 
 # A rank's note or a run's warning: typed where analysis states a figure (render/notes.py words it),
 # a string where it passes on what a reader or a matcher said of its input.
-Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu
+Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu | ClockBounds | Incomplete
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,7 @@ class RankDetail:
     log_step_begins_ns: np.ndarray | None  # (n_begins,) int64: the event log's step begins (time.time_ns), to align ranks
     launch_lane: np.ndarray  # (n_gpu,) int64: the thread of the launching call, -1 where unknown
     call_us: np.ndarray  # (n_calls,) float64: each CUDA API call's duration
+    call_gpu_waited: np.ndarray  # (n_calls,) bool: the GPU waited on the call (metrics.gpu_waited_on_call)
     step_start_us: np.ndarray  # (n_steps,) float64: each step's window, from its CPU start
     step_end_us: np.ndarray  # (n_steps,) float64: to the end of the last GPU work it launched
     operation: np.ndarray  # (n_gpu,) int64: each comm kernel's communication operation (operation_ids), -1 else
@@ -296,6 +298,8 @@ class RankAnalysis:
     steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
     behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
     launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
+    clocks: ClockBounds | None = None  # the GPU clock's offsets the events allow, the shift applied (analysis/gpu_clock.py)
+    incomplete: Incomplete | None = None  # the trace lacks GPU work or its launches: host idle is an upper bound
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
     contention: Contention | None = None  # what overlap cost; None without two microbatches

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
+from dbo_trace.analysis.gpu_clock import ClockBounds
 
 CLOCK_OFFSET_US = 1000.0  # every activity started at least this long after its launch call ended: suspect the clocks
 BEHIND_SHARE = 0.05  # of the window, queued: the GPU running behind is a finding of the run
@@ -36,6 +37,7 @@ class LaunchDelay:
     host_idle_us: float  # the host-idle bucket, without it
     last_us: float = 0.0  # the last launched activity's
     window_us: float = 0.0  # the rank's window
+    clocks: ClockBounds | None = None  # what the events say of the GPU's clock (tells a queue from an offset)
 
     @property
     def clock_offset_suspect(self) -> bool:

@@ -17,6 +17,7 @@ from dbo_trace.analysis.disaggregated import RoundTripShares, rank_round_trips
 from dbo_trace.analysis.effect import SpanParts, span_of, span_parts
 from dbo_trace.analysis.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.exposure import Exposure, exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, blocking_kinds, clock_bounds, incomplete
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, union
@@ -27,6 +28,7 @@ from dbo_trace.analysis.metrics import (
     WindowMetrics,
     WindowTime,
     WindowTimes,
+    gpu_waited_on_call,
     grouped_window_metrics,
     round_trips,
     window_metrics,
@@ -83,6 +85,17 @@ def analyze_rank(
     caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
     process's sampled Python stacks (py-spy), if any."""
     d = rank_detail(tl, logs, options)
+    clocks = rank_clock_bounds(d)
+    if (skew := clocks.skew_us) is not None:
+        # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
+        tl = shifted_gpu(tl, skew)
+        d = rank_detail(tl, logs, options)
+        clocks = replace(clocks, shift_us=skew)
+    clocks = with_host_idle_range(d, clocks)
+    gaps = incomplete(
+        gpu_start=tl.gpu.start, launch_index=d.attribution.gpu_launch_index, call_end=tl.calls.end,
+        call_correlation=tl.calls.correlation, clocks=clocks,
+    )  # fmt: skip
     capture = graph_capture(
         call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
     )
@@ -102,6 +115,7 @@ def analyze_rank(
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
+    delay = replace(delay, clocks=clocks) if delay is not None else None
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
     starts, steady, marked = steady_step_starts(d, table)
@@ -125,6 +139,8 @@ def analyze_rank(
         steady=whole.steady,
         behind=late,
         launch_delay=delay,
+        clocks=clocks,
+        incomplete=gaps,
         phases=phases,
         steps_inferred=d.attribution.steps.inferred,
         contention=rank_contention(d) if d.microbatched else None,
@@ -141,6 +157,8 @@ def analyze_rank(
             *d.attribution.notes,
             *([late] if late is not None else []),
             *([delay] if delay is not None and delay.noted else []),
+            *([clocks] if clocks.noted else []),
+            *([gaps] if gaps is not None else []),
             *tl.warnings,
             *stack_notes,
         ],
@@ -222,6 +240,9 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
         log_step_begins_ns=_log_step_begins(logs),
         launch_lane=launch_lane,
         call_us=tl.calls.end - tl.calls.start,
+        call_gpu_waited=gpu_waited_on_call(
+            call_start=tl.calls.start, call_end=tl.calls.end, gpu_start=tl.gpu.start, launch_index=att.gpu_launch_index
+        ),
         step_start_us=step_start,
         step_end_us=step_end,
         operation=operation_ids(
@@ -338,6 +359,7 @@ def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tu
         launch_kind=d.launch_kind[gpu],
         call_kind=d.call_kind[calls],
         call_dur=d.call_us[calls],
+        call_waited=d.call_gpu_waited[calls],
         time=window_time(d.partition, *windows),
     )
 
@@ -361,6 +383,7 @@ def step_table(d: RankDetail, capture: Capture) -> StepTable:
         call_group=att.call_step,
         call_kind=d.call_kind,
         call_dur=d.call_us,
+        call_waited=d.call_gpu_waited,
         times=window_times(d.partition, step_lo, step_hi),
     )
     ops = operations_per_step(d.operation, att.gpu_step, n_steps)
@@ -458,6 +481,53 @@ def _buckets_over(part: Partition, region: tuple[np.ndarray, np.ndarray]) -> Tim
     """The buckets over a union of windows (disjoint, sorted, or any: they are merged)."""
     u = union(*region) if len(region[0]) else region
     return TimeBuckets.from_row(float((u[1] - u[0]).sum()), part.measure_union(*u) if len(u[0]) else np.zeros(5))
+
+
+def rank_clock_bounds(d: RankDetail) -> ClockBounds:
+    """The GPU clock's offsets the events allow (analysis/gpu_clock.py)."""
+    tl = d.timeline
+    return clock_bounds(
+        gpu_start=tl.gpu.start, gpu_end=tl.gpu.end, launch_index=d.attribution.gpu_launch_index,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH, to_host=copies_to_host(tl), call_start=tl.calls.start,
+        call_end=tl.calls.end,
+        call_lane=tl.calls.lane, call_kind=d.call_kind, call_blocking=blocking_kinds(tl.names, tl.calls.name),
+    )  # fmt: skip
+
+
+def copies_to_host(tl: Timeline) -> np.ndarray:
+    """(n_gpu,) bool: the copies from the device to the host (Kineto's and Nsight's "Memcpy DtoH")."""
+    to_host = c.per_name(tl.names, tl.gpu.name, lambda n: "DtoH" in n or "Device -> Host" in n)
+    copies: np.ndarray = tl.gpu_is_copy & (to_host[tl.gpu.name] if len(tl.names) else np.zeros(len(tl.gpu), bool))
+    return copies
+
+
+def shifted_gpu(tl: Timeline, by_us: float) -> Timeline:
+    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock)."""
+    gpu = replace(tl.gpu, start=tl.gpu.start - by_us, end=tl.gpu.end - by_us)
+    return replace(tl, gpu=gpu)
+
+
+def host_idle_at(d: RankDetail, offset_us: float) -> float:
+    """The window's host idle were the GPU's timestamps offset_us ahead of the CPU's."""
+    tl, att = d.timeline, d.attribution
+    start, end = tl.gpu.start - offset_us, tl.gpu.end - offset_us
+    li = att.gpu_launch_index
+    launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
+    lo, hi = window_of((start, end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
+    part = partition(
+        lo=lo, hi=hi, start=start, end=end, kind=d.kernel_kind, launch_start=att.gpu_launch_start, launch_end=launch_end
+    )
+    return float(part.measure(np.array([lo]), np.array([hi]))[0, B_HOST]) if len(part.bounds) else 0.0
+
+
+def with_host_idle_range(d: RankDetail, clocks: ClockBounds) -> ClockBounds:
+    """Where the launches leave the GPU's clock room (ClockBounds.wide), the host idle as analysed
+    and were the GPU's clock as far ahead as they allow."""
+    if not clocks.wide or clocks.upper_us is None:
+        return clocks
+    # offsets are of the timeline as analysed (already shifted by shift_us)
+    at = [host_idle_at(d, 0.0), host_idle_at(d, clocks.upper_us - clocks.shift_us)]
+    return replace(clocks, host_idle_low_us=min(at), host_idle_high_us=max(at))
 
 
 def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:

@@ -187,6 +187,7 @@ class Evidence:
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
     role: str | None = None  # one rank's role in a disaggregated run (analysis/role_evidence.py); None: the run's
     profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
+    incomplete: bool = False  # a rank's trace lacks GPU work (analysis/gpu_clock.py): its host idle is an upper bound
 
 
 # ---- reasons ------------------------------------------------------------------------------------
@@ -242,6 +243,7 @@ class HostIdle(Reason):
     window_idle_us: float
     gaps: int
     utilization: float | None
+    upper_bound: bool = False  # the trace is incomplete: GPU work it lacks may fill the idle
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -651,7 +653,7 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
         out.append(
             HostIdle(
                 fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
-                utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE),
+                utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
             )
         )  # fmt: skip
     out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's

@@ -15,7 +15,8 @@ from dbo_trace.analysis.accounting import B_COMM, B_HOST
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE
 from dbo_trace.analysis.held import CAUSES, HeldBack
 from dbo_trace.analysis.host_time import as_call_threads, outermost_runs, range_kinds
-from dbo_trace.analysis.model import RankReport, Report, StepReport
+from dbo_trace.analysis.metrics import LONG_GRAPH_LAUNCH_US
+from dbo_trace.analysis.model import RankReport, Report, StepReport, StepReports
 from dbo_trace.analysis.roles import FFN, wall_offset_us
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 
@@ -28,6 +29,9 @@ ATTENTION_GPU = "attention GPU"
 ROUND_TRIPS = "round trips"
 FFN_GPU = "FFN GPU (same clock)"
 ROUND_TRIP, HIDDEN = "round trip", "hidden"  # Bar kinds: a round trip's span, its part under the other's compute
+LONG_LAUNCH_US = LONG_GRAPH_LAUNCH_US  # a launch call bar this long is drawn apart where the GPU did not wait on it
+FFN_SPAN = "ffn compute"  # Bar kind: the FFN's compute between two of its sends/receives, one span (its kernels merged)
+VLLM_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(.*\)_generation_\d+\(.*\)$", re.S)  # vLLM's step annotation
 
 
 @dataclass
@@ -41,6 +45,10 @@ class Bar:
     # | round trip (an AFD send's start to its receive's end) | hidden (its part under the other microbatch's compute)
     group: str | None = None  # what it belongs to, for its colour: a range's name; a replayed kernel's launching range
     own: bool = True  # False: GPU work of another step running in this one's window (the GPU behind)
+    # a launch call's: when its GPU work began, from the call's start (None: none known or not a launch);
+    # a long call whose work began at once returned late behind a full queue: not launch overhead
+    gpu_began_us: float | None = None
+    waited: bool = True  # the GPU waited on the call (analysis/metrics.py gpu_waited_on_call)
 
 
 @dataclass
@@ -67,6 +75,13 @@ class StepView:
     # a window of several steps that one of them fills (DOMINANT_SHARE of it, a stall): its number,
     # its time in the window (us), and the numbers of the window's first and last steps
     dominant: tuple[int, float, int, int] | None = None
+    # where the axis's 0 is, from the view's start (us; negative: before it): vLLM's step start (its
+    # execute_* annotation) where that began before the step's own window (a DBO graph replay's)
+    origin_us: float = 0.0
+    afd_pair: bool = False  # an AFD attention rank's lanes (its round trips, the FFN's GPU)
+    attention_idle_us: float | None = None  # the attention GPU idle in the window, first to last kernel
+    attention_wait_us: float | None = None  # ... of it while a round trip was in flight: waiting for the FFN
+    ffn_spans: int = 0  # the FFN's compute spans drawn (its kernels merged between its sends/receives)
 
     @property
     def duration(self) -> float:
@@ -226,10 +241,19 @@ def _pct(x: float | None) -> str:
 def step_title(rank: RankReport, step: StepReport, position: int | None = None) -> str:
     m = step.metrics
     number = "" if position is None else f"#{step_number(rank, position)} "
+    # an AFD attention rank's overlap is its round trips' (its sends and receives run on the compute
+    # stream, so kernel overlap reads 0% whatever the lanes show)
+    shares = rank.steps.afd_shares if isinstance(rank.steps, StepReports) else None
+    afd = shares[position] if shares is not None and position is not None else None
+    hidden = (
+        f"round trips hidden {_pct(afd.share)}" if afd is not None and afd.share is not None
+        else f"comm hidden {_pct(m.comm_hidden_fraction)}"
+    )  # fmt: skip
+    role = f" ({rank.role})" if rank.role else ""
     return (
-        f"rank {rank.rank} · {number}{step.label} ({_step_kind(step)}) · {step.step_us / 1000:.2f} ms "
+        f"rank {rank.rank}{role} · {number}{step.label} ({_step_kind(step)}) · {step.step_us / 1000:.2f} ms "
         f"(window drawn {step.wall_us / 1000:.2f} ms) · "
-        f"{step.verdict.label} · comm hidden {_pct(m.comm_hidden_fraction)} · host idle {_pct(m.host_idle_fraction)}"
+        f"{step.verdict.label} · {hidden} · host idle {_pct(m.host_idle_fraction)}"
         f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
     )
 
@@ -260,6 +284,11 @@ def step_view(rank: RankReport, position: int, peer: RankReport | None = None) -
     att = rank.detailed().attribution
     bands = step_bands(rank, step)
     view = StepView(rank.rank, step, step.start_us, step.end_us, [], title=step_title(rank, step, position))
+    began = vllm_step_start(rank, step.start_us)
+    if began is not None and began < step.start_us:
+        view.origin_us = began - step.start_us
+        before = (step.start_us - began) / 1000
+        view.axis_label = f"ms from vLLM's step start (its execute_* annotation, {before:.2f} ms before the window drawn)"
     return _fill(view, rank, att.gpu_step == step.index, np.flatnonzero(att.call_step == step.index), bands, peer)
 
 
@@ -269,6 +298,15 @@ DOMINANT_SHARE = 0.8  # a window step taking this share of the window leaves the
 def _period_end(rank: RankReport, i: int) -> float:
     """Where step i's period ends: the next step's start (its own end for the last step)."""
     return rank.steps[i + 1].start_us if i + 1 < len(rank.steps) else rank.steps[i].end_us
+
+
+def vllm_step_start(rank: RankReport, at_us: float) -> float | None:
+    """The start of vLLM's step annotation (execute_*) running at at_us on the rank's trace clock (the
+    latest to begin by then), or None: a DBO step's own window (its graph replay) begins inside it."""
+    tl = rank.detailed().timeline
+    ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.start <= at_us) & (tl.cpu.end > at_us))
+    starts = [float(tl.cpu.start[i]) for i in ann if VLLM_STEP.match(tl.names[tl.cpu.name[i]])]
+    return max(starts) if starts else None
 
 
 def window_view(rank: RankReport, lo: float, hi: float, peer: RankReport | None = None) -> StepView:
@@ -347,11 +385,18 @@ def _fill(
     def cpu_lane(u: int) -> str:
         return CPU_MAIN if u < 0 else f"CPU microbatch {u}"
 
+    first_gpu = np.full(len(tl.calls), np.nan)
+    launched = att.gpu_launch_index >= 0
+    np.fmin.at(first_gpu, att.gpu_launch_index[launched], tl.gpu.start[launched])
     for i in csel:
         u = int(att.call_ubatch[i])
+        began = float(first_gpu[i] - tl.calls.start[i])
         view.bars.append(
-            Bar(float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u), tl.names[tl.calls.name[i]], u, "launch")
-        )
+            Bar(
+                float(tl.calls.start[i]) - t0, float(tl.calls.end[i]) - t0, cpu_lane(u), tl.names[tl.calls.name[i]], u, "launch",
+                gpu_began_us=None if np.isnan(began) else began, waited=bool(d.call_gpu_waited[i]),
+            )
+        )  # fmt: skip
     ann = np.flatnonzero(tl.cpu_is_annotation & (tl.cpu.end > t0) & (tl.cpu.start < t1))
     for i in ann:
         match = _YIELD_RANGE.match(tl.names[tl.cpu.name[i]])
@@ -435,24 +480,46 @@ def _afd_lanes(view: StepView, rank: RankReport, afd: AfdRoundTrips, gsel: np.nd
     lanes = [lane for u in ubs for lane in (gpu_lane(u), trips_lane(1 - u))] if two else [ATTENTION_GPU, ROUND_TRIPS]
     if two and any(b.lane == gpu_lane(-1) for b in view.bars[: len(gsel)]):
         lanes.append(gpu_lane(-1))
+    # the attention GPU's idle from its first kernel to its last, and the part of it while a round
+    # trip was in flight: the attention waiting for the FFN's answer
+    view.afd_pair = True
+    idle, waiting = afd_waiting_spans(rank, t0, t1)
+    view.attention_idle_us, view.attention_wait_us = iv.length(*idle), iv.length(*waiting)
     offset = wall_offset_us(peer.detailed().timeline, tl) if peer is not None else None
     if peer is not None and offset is not None:  # the FFN's work while this view's window ran
         fd = peer.detailed()
         ftl = fd.timeline
         at = np.flatnonzero((ftl.gpu.end + offset > t0) & (ftl.gpu.start + offset < t1))
-        for i in at.tolist():
-            view.bars.append(
-                Bar(
-                    max(float(ftl.gpu.start[i]) + offset, t0) - t0,
-                    min(float(ftl.gpu.end[i]) + offset, t1) - t0,
-                    FFN_GPU,
-                    ftl.names[ftl.gpu.name[i]],
-                    -1,
-                    c.KIND_NAMES[int(fd.kernel_kind[i])],
-                )
-            )
+        for a, b, n, kind in ffn_spans(ftl.gpu.start[at] + offset, ftl.gpu.end[at] + offset, fd.kernel_kind[at]):
+            label = f"FFN compute ({n} kernels)" if kind == FFN_SPAN else ftl.names[ftl.gpu.name[at[n]]]
+            view.bars.append(Bar(max(a, t0) - t0, min(b, t1) - t0, FFN_GPU, label, -1, kind))
+        view.ffn_spans = sum(1 for b in view.bars if b.kind == FFN_SPAN)
         lanes.append(FFN_GPU)
     return lanes
+
+
+def ffn_spans(start: np.ndarray, end: np.ndarray, kind: np.ndarray) -> list[tuple[float, float, int, str]]:
+    """The FFN's GPU work for a picture at the pair's scale: each comm kernel (a send or a receive)
+    as it is, and the compute between two of them as one span (its first start to its last end),
+    the round trip's FFN side. (start, end, n, kind): n the kernels merged in a span (kind FFN_SPAN),
+    else the activity's position in the arrays given (kind its class's name)."""
+    order = np.argsort(start, kind="stable")
+    out: list[tuple[float, float, int, str]] = []
+    run: list[int] = []
+
+    def close() -> None:
+        if run:
+            out.append((float(start[run].min()), float(end[run].max()), len(run), FFN_SPAN))
+            run.clear()
+
+    for i in order.tolist():
+        if kind[i] == c.COMM:
+            close()
+            out.append((float(start[i]), float(end[i]), i, c.KIND_NAMES[int(kind[i])]))
+        elif kind[i] == c.COMPUTE:
+            run.append(i)
+    close()
+    return out
 
 
 def afd_phase(kind: np.ndarray) -> np.ndarray:
@@ -460,6 +527,28 @@ def afd_phase(kind: np.ndarray) -> np.ndarray:
     (on the compute stream, so the microbatch threads' phase marks cannot tell them apart)."""
     out: np.ndarray = np.where(kind == c.COMPUTE, PHASE_COMPUTE, np.where(kind == c.COMM, PHASE_COMM, PHASE_NONE)).astype(np.int8)
     return out
+
+
+Spans = tuple[np.ndarray, np.ndarray]  # (starts, ends)
+
+
+def afd_waiting_spans(rank: RankReport, lo: float, hi: float) -> tuple[Spans, Spans]:
+    """An AFD attention rank's GPU idle within [lo, hi) (trace clock), between its first and its last
+    kernel there, and the part of it while a round trip was in flight (the attention waiting for the
+    FFN's answer): ((idle starts, ends), (waiting starts, ends))."""
+    empty = (np.empty(0), np.empty(0))
+    d, afd = rank.detailed(), rank.afd
+    if afd is None:
+        return empty, empty
+    tl, rows = d.timeline, afd.rows
+    own = np.flatnonzero((d.kernel_kind != c.COPY) & (tl.gpu.end > lo) & (tl.gpu.start < hi))
+    if not len(own):
+        return empty, empty
+    busy = iv.union(np.maximum(tl.gpu.start[own], lo), np.minimum(tl.gpu.end[own], hi))
+    idle = iv.difference((busy[0][:1], busy[1][-1:]), busy)
+    inside = (rows.send_start < hi) & (rows.recv_end > lo)
+    trips = iv.union(np.maximum(rows.send_start[inside], lo), np.minimum(rows.recv_end[inside], hi))
+    return idle, iv.intersection(idle, trips)
 
 
 def afd_round_trip_spans(rank: RankReport, lo: float, hi: float) -> dict[str, tuple[np.ndarray, np.ndarray, list[str]]]:

@@ -20,17 +20,18 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.clocks import Alignment
 from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.held import HeldSummary
 from dbo_trace.analysis.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.pystacks import HostStacks, RankStacks
-from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.queueing import LaunchDelay
-from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
+from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
+from dbo_trace.analysis.pystacks import HostStacks, RankStacks
+from dbo_trace.analysis.queueing import LaunchDelay
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roles import RolesInfo
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
+from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.unprofiled import Unprofiled
 from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
@@ -435,6 +436,32 @@ class LaunchDelayBlock(Struct):
     clock_offset_suspect: bool
 
 
+class ClocksBlock(Struct):
+    """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock")."""
+
+    lower_us: float | None  # from blocking calls; null: none bounds it
+    upper_us: float | None  # from launches; null: no launch call in the trace
+    blocking_calls: Count
+    launched: Count
+    shift_us: float  # subtracted from every GPU timestamp: the skew proven (0: none)
+    host_idle_low_us: float | None  # the window's host idle at the ends of the offsets allowed (null: not wide)
+    host_idle_high_us: float | None
+    lag_first_us: float | None  # launch call start to activity start, the first launched activity's
+    lag_last_us: float | None
+    gpu_behind: bool  # the lag grew: a queue building, not a constant offset
+
+
+class IncompleteBlock(Struct):
+    """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete traces")."""
+
+    sampled: bool
+    sliced: bool
+    launch_coverage: float  # GPU activities whose launch call is in the trace
+    correlation_coverage: float | None  # API calls held / the span of their correlation ids
+    head_wait_us: float | None
+    host_idle_upper_bound: bool
+
+
 class RoundTripsBlock(Struct):
     source: str
     per_step: float | None
@@ -765,6 +792,8 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     dbo_ledger: LedgerBlock | None | UnsetType = UNSET
     comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
     sm_evidence: SmEvidenceBlock | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
+    clocks: ClocksBlock | None | UnsetType = UNSET  # within version 7: the GPU clock's offsets the events allow
+    incomplete: IncompleteBlock | None | UnsetType = UNSET  # within version 7: the trace lacks GPU work (null: whole)
 
 
 class OptionsBlock(Struct):
@@ -1304,6 +1333,26 @@ def stall_block(st: Stall | None) -> StallBlock | None:
     )
 
 
+def clocks_block(b: ClockBounds | None) -> ClocksBlock | None:
+    if b is None:
+        return None
+    return ClocksBlock(
+        lower_us=_r(b.lower_us), upper_us=_r(b.upper_us), blocking_calls=b.blocking_calls, launched=b.launched,
+        shift_us=_r(b.shift_us) or 0.0, host_idle_low_us=_r(b.host_idle_low_us), host_idle_high_us=_r(b.host_idle_high_us),
+        lag_first_us=_r(b.lag_first_us), lag_last_us=_r(b.lag_last_us), gpu_behind=b.lag_grows,
+    )  # fmt: skip
+
+
+def incomplete_block(x: Incomplete | None) -> IncompleteBlock | None:
+    if x is None:
+        return None
+    return IncompleteBlock(
+        sampled=x.sampled, sliced=x.sliced, launch_coverage=round(x.launch_coverage, 4),
+        correlation_coverage=None if x.correlation_coverage is None else round(x.correlation_coverage, 4),
+        head_wait_us=_r(x.head_wait_us), host_idle_upper_bound=True,
+    )  # fmt: skip
+
+
 def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
     if x is None:
         return None
@@ -1403,6 +1452,8 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         time_steady=None if r.steady is None else time_block(r.steady),
         behind=behind_block(r.behind),
         launch_delay=launch_delay_block(r.launch_delay),
+        clocks=clocks_block(r.clocks),
+        incomplete=incomplete_block(r.incomplete),
         role=r.role,
         role_source=None if r.role_source is None else role_source_text(r.role_source),
         disaggregated=disaggregated_block(r.afd),

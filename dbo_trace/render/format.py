@@ -453,7 +453,13 @@ def exposure_line(rank: RankBlock) -> str | None:
     x = rank.exposed_comm_reasons
     if x is None or not x.exposed_us:
         return None
+    from dbo_trace.analysis.exposure import WAITING
+    from dbo_trace.analysis.roles import ATTENTION
+
     text = REASON_TEXT_NO_UBATCH if rank.microbatch_source == SOURCE_NONE else REASON_TEXT
+    if rank.role == ATTENTION:
+        # the dependency the attention's queued compute waits on is the receive of the FFN's answer
+        text = {**text, WAITING: "compute was queued but waited for the FFN's answer (the round trip's receive)"}
     by_reason = dict(x.by_reason())
     parts = sorted(((t, r) for r in text if (t := by_reason.get(r) or 0) > 0), reverse=True)
     why = "; ".join(f"{ms(t)} {text[r]}" for t, r in parts)

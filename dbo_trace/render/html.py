@@ -16,19 +16,18 @@ from dbo_trace.render.format import (
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
-    STACK_HEADER,
     PHASE_HEADER,
     RANK_HEADER,
     RANK_LINES,
     ROUND_TRIP_HEADER,
+    STACK_HEADER,
     all_notes,
     comm_layers_of,
     cross_rank_lines,
     dbo_arithmetic_applies,
+    disaggregated_lines,
     figure_table,
     headline,
-    next_step_line,
-    reason_lines,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -37,14 +36,15 @@ from dbo_trace.render.format import (
     ledger_lines,
     ledger_of,
     ms,
+    next_step_line,
     only_layer,
     operation_cells,
     pct,
     phase_cells,
-    disaggregated_lines,
-    roles_lines,
     profiler_lines,
     rank_cells,
+    reason_lines,
+    roles_lines,
     round_trip_cells,
     step_number_cell,
     step_time_cell,
@@ -60,14 +60,17 @@ from dbo_trace.render.timeline import (
     HELD_COLOURS,
     HELD_LABELS,
     HIDDEN_COLOUR,
+    HIDDEN_TRIP_COLOUR,
     HOST_COLOUR,
     UBATCH_COLOURS,
 )
 
 UNATTRIBUTED = "#8c8c8c"  # the page draws a kernel no microbatch launched in one grey (the PNG by its class)
+from dbo_trace.render.timeline import pair_note, queue_full
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
-KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden"]  # the last two: an AFD rank's round trips
+# the last three: an AFD rank's round trips, their hidden parts, the FFN's compute spans
+KINDS = ["compute", "comm", "copy", "launch", "yield", "round trip", "hidden", "ffn compute"]
 
 
 def _views(report: Report) -> list[dict[str, Any]]:
@@ -88,6 +91,7 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     b.ubatch,
                     KINDS.index(b.kind),
                     names.setdefault(b.name, len(names)),
+                    int(queue_full(b)),  # a long launch whose GPU work began at once: drawn pale
                 ]
                 for b in v.bars
                 # the page draws the step's own kernels, launches and yields; CPU ranges and other
@@ -103,6 +107,8 @@ def _views(report: Report) -> list[dict[str, Any]]:
                     "position": pos,
                     "median": pos == m,
                     "title": visible(v.title),
+                    "note": visible(note.replace("\n", " ")) if (note := pair_note(v)) else "",
+                    "origin": v.origin_us,
                     "duration": v.duration,
                     "lanes": [visible(lane) for lane in v.lanes],
                     "ffn": v.lanes.index(FFN_GPU) if FFN_GPU in v.lanes else -1,
@@ -144,10 +150,14 @@ def _legend(views: list[dict[str, Any]]) -> str:
     out += [item(HELD_COLOURS[HELD_CAUSES[c]], HELD_LABELS[HELD_CAUSES[c]] + " (ready, not started)") for c in causes]
     if "round trip" in kinds:
         out.append(item("#aec7e8", "AFD round trip, send start to receive end (pale, its microbatch's colour)"))
-    if "hidden" in kinds:
-        out.append(item(HIDDEN_COLOUR, "round trip under the other microbatch's compute"))
-    if any(v["ffn"] >= 0 for v in views):
+    if "hidden" in kinds:  # its own colour: green is comm under compute
+        out.append(item(HIDDEN_TRIP_COLOUR, "round trip under the other microbatch's compute"))
+    if "ffn compute" in kinds:
+        out.append(item(FFN_COLOUR, "FFN compute, one span per round trip"))
+    elif any(v["ffn"] >= 0 for v in views):
         out.append(item(FFN_COLOUR, "FFN GPU"))
+    if any(b[6] for v in views for b in v["bars"]):
+        out.append(item("#3b3b3b", "launch call whose GPU work began at once (a full queue)", ";opacity:0.3"))
     return "".join(out)
 
 
@@ -303,7 +313,7 @@ class HtmlRenderer:
             data=data,
             colours=json.dumps({**{str(u): c for u, c in UBATCH_COLOURS.items()}, "-1": UNATTRIBUTED}),
             held_colours=json.dumps([HELD_COLOURS[c] for c in HELD_CAUSES]),
-            ffn=FFN_COLOUR, hidden=HIDDEN_COLOUR, exposed=EXPOSED_COLOUR, host=HOST_COLOUR,
+            ffn=FFN_COLOUR, hidden=HIDDEN_COLOUR, trip=HIDDEN_TRIP_COLOUR, exposed=EXPOSED_COLOUR, host=HOST_COLOUR,
         )
 
 
@@ -345,12 +355,12 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
 (function () {{
   const D = JSON.parse(document.getElementById("data").textContent);
   const tip = document.getElementById("tip");
-  const COL = {colours}, HELD = {held_colours}, FFN = "{ffn}", HID = "{hidden}", EXP = "{exposed}", IDLE = "{host}", LEFT = 190, ROW = 26;
+  const COL = {colours}, HELD = {held_colours}, FFN = "{ffn}", HID = "{hidden}", TRIP = "{trip}", EXP = "{exposed}", IDLE = "{host}", LEFT = 190, ROW = 26;
   const panes = {{}};  // rank -> its canvas and the step it shows
   function show(i) {{
     const view = D.views[i], p = panes[view.rank];
     p.view = view; p.lo = 0; p.hi = view.duration;
-    document.getElementById("view-title-" + view.rank).textContent = view.title;
+    document.getElementById("view-title-" + view.rank).textContent = view.title + (view.note ? " \u2014 " + view.note : "");
     document.querySelectorAll("tr.pick").forEach(tr => {{
       const v = D.views[Number(tr.dataset.view)];
       if (v.rank === view.rank) tr.classList.toggle("current", Number(tr.dataset.view) === i);
@@ -367,8 +377,8 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     for (const b of view.bars) {{
       if (b[1] < p.lo || b[0] > p.hi) continue;
       const kind = D.kinds[b[4]], x0 = x(b[0]), w = Math.max(1, x(b[1]) - x0), y = b[2] * ROW + 4;
-      ctx.globalAlpha = kind === "yield" ? 0.25 : kind === "copy" ? 0.45 : kind === "round trip" ? 0.35 : 0.95;
-      ctx.fillStyle = kind === "hidden" ? HID : b[2] === view.ffn ? FFN : COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
+      ctx.globalAlpha = kind === "yield" || b[6] ? 0.25 : kind === "copy" ? 0.45 : kind === "round trip" ? 0.35 : 0.95;
+      ctx.fillStyle = kind === "hidden" ? TRIP : b[2] === view.ffn ? FFN : COL[String(b[3])] || COL["-1"]; ctx.fillRect(x0, y, w, ROW - 8);
       if (kind === "comm") {{ ctx.globalAlpha = 1; ctx.strokeStyle = "#000"; ctx.setLineDash([3, 2]); ctx.strokeRect(x0, y, w, ROW - 8); ctx.setLineDash([]); }}
     }}
     ctx.globalAlpha = 1;
@@ -380,7 +390,7 @@ window.onerror = function (msg) {{ document.body.dataset.error = String(msg); }}
     ctx.restore();
     ctx.fillStyle = "#555";
     // The end ticks' labels align to their edge, so the last one is not cut at the canvas's right.
-    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center"; ctx.fillText((t / 1000).toFixed(2) + " ms", x(t), canvas.height - 6); }}
+    for (let k = 0; k <= 5; k++) {{ const t = p.lo + (p.hi - p.lo) * k / 5; ctx.textAlign = k === 0 ? "left" : k === 5 ? "right" : "center"; ctx.fillText(((t - view.origin) / 1000).toFixed(2) + " ms", x(t), canvas.height - 6); }}
     ctx.textAlign = "left";
   }}
   document.querySelectorAll("canvas.timeline").forEach(canvas => {{

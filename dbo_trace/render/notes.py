@@ -6,6 +6,7 @@ The verdict's own words are render/wording.py's; the document (render/document.p
 from __future__ import annotations
 
 from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
+from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host_time import (
     BETWEEN,
     CPU_OP,
@@ -256,6 +257,74 @@ def _launch_delay(d: LaunchDelay) -> str:
     )
 
 
+def _us_or_ms(us: float) -> str:
+    return f"{us / 1000:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
+
+
+def clock_interval(b: ClockBounds) -> str:
+    """The offsets the events allow, in words (+: the GPU's clock ahead)."""
+
+    def signed(us: float) -> str:
+        return ("+" if us >= 0 else "-") + _us_or_ms(abs(us))
+
+    if b.upper_us is None and b.lower_us is None:
+        return "unbounded"
+    if b.lower_us is None:
+        return f"at most {signed(b.upper_us or 0.0)} (GPU ahead; no blocking call bounds it from below)"
+    if b.upper_us is None:
+        return f"at least {signed(b.lower_us)} (GPU ahead; no launch bounds it from above)"
+    return f"{signed(b.lower_us)} to {signed(b.upper_us)} (+: GPU ahead)"
+
+
+def _clocks(b: ClockBounds) -> str:
+    """What the events say of the GPU's clock against the CPU's (analysis/gpu_clock.py)."""
+    interval = f"the events bound the GPU clock's offset from the CPU's: {clock_interval(b)}"
+    how = f", from {b.launched} launched activities and {b.blocking_calls} blocking calls"
+    if not b.consistent:
+        return (
+            f"{interval}{how}: the bounds disagree (a clock that drifts within the trace, or a blocking call "
+            "that returned before its work): the GPU's timestamps are used as recorded"
+        )
+    parts = []
+    if b.shift_us:
+        parts.append(
+            f"the clocks are skewed: {interval}{how}, which excludes 0, so every GPU timestamp was moved "
+            f"{_us_or_ms(abs(b.shift_us))} {'earlier' if b.shift_us > 0 else 'later'} onto the CPU's clock"
+        )
+    else:
+        parts.append(interval + how)
+    if b.host_idle_uncertain and b.host_idle_low_us is not None and b.host_idle_high_us is not None:
+        parts.append(
+            f"host idle over the window is {_us_or_ms(b.host_idle_low_us)} to {_us_or_ms(b.host_idle_high_us)} "
+            "as the clocks allow (as analysed: the clocks taken to agree)"
+        )
+    if b.wide and b.lag_grows and b.lag_first_us is not None and b.lag_last_us is not None:
+        queued = f", at least {_us_or_ms(b.queued_us)} of it (median) a queue" if b.queued_us else ""
+        parts.append(
+            f"the lag from launch to start grew from {_us_or_ms(b.lag_first_us)} to {_us_or_ms(b.lag_last_us)}: "
+            f"the GPU behind (a queue that builds), not a constant offset of the clocks{queued}"
+        )
+    return "; ".join(parts)
+
+
+def _incomplete(x: Incomplete) -> str:
+    why = []
+    if x.launch_coverage < 1.0 and x.sampled:
+        why.append(f"{100 * x.launch_coverage:.1f}% of its {x.activities} GPU activities have their launch call in it")
+    if x.correlation_coverage is not None and x.sampled:
+        why.append(f"it holds {100 * x.correlation_coverage:.1f}% of the API calls its correlation ids number")
+    if x.head_wait_us is not None:
+        why.append(
+            f"its first launched GPU work waited {_us_or_ms(x.head_wait_us)} behind GPU work not in it (launched "
+            "before the window, or by another process)"
+        )
+    kind = "sampled or cut" if x.sampled else "its GPU ran work the trace does not hold"
+    return (
+        f"the trace is incomplete ({kind}): {'; '.join(why)}; GPU work it lacks may fill the idle it shows, "
+        "so its host idle is an upper bound"
+    )
+
+
 def _role_missing(m: RoleMissing) -> str:
     return f"the manifest's {', '.join(m.roles)} role has no trace: the round trips' parts on that side are not measured"
 
@@ -287,6 +356,10 @@ def note_text(n: Note) -> str:
         return _launch_delay(n)
     if isinstance(n, RoleMissing):
         return _role_missing(n)
+    if isinstance(n, ClockBounds):
+        return _clocks(n)
+    if isinstance(n, Incomplete):
+        return _incomplete(n)
     return _shared_gpu(n)
 
 

@@ -16,10 +16,19 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
 from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
 from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
-from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.model import RankDetail, RankReport, Report, StepReport
+from dbo_trace.analysis.ranks import CrossRank
 from dbo_trace.analysis.roles import FFN, wall_offset_us
-from dbo_trace.analysis.view import afd_phase, afd_round_trip_spans, held_in_step, steps_bands
+from dbo_trace.analysis.view import (
+    FFN_SPAN,
+    LONG_LAUNCH_US,
+    afd_phase,
+    afd_round_trip_spans,
+    afd_waiting_spans,
+    ffn_spans,
+    held_in_step,
+    steps_bands,
+)
 from dbo_trace.render.base import RenderOptions
 
 SEQUENCE_ID = 7  # one writer sequence for the whole file
@@ -190,6 +199,16 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
     if afd is not None:  # each round trip from its send's start to its receive's end, and its hidden part
         for track, (s, e, names) in afd_round_trip_spans(rank, lo, hi).items():
             w.slices(w.track(track, root), s, e, names)
+        _, (ws, we) = afd_waiting_spans(rank, max(lo, float(tl.gpu.start.min())), min(hi, float(tl.gpu.end.max())))
+        waiting = w.track("attention GPU idle, a round trip in flight (waiting for the FFN)", root)
+        w.slices(waiting, ws, we, ["waiting for the FFN"] * len(ws))
+    if rank.role == FFN:  # its compute between two of its sends/receives: one span per round trip
+        at = np.flatnonzero(keep_gpu)
+        per_trip = [x for x in ffn_spans(tl.gpu.start[at], tl.gpu.end[at], d.kernel_kind[at]) if x[3] == FFN_SPAN]
+        w.slices(
+            w.track("FFN compute per round trip (its kernels between a receive and a send)", root),
+            [x[0] for x in per_trip], [x[1] for x in per_trip], [f"FFN compute ({x[2]} kernels)" for x in per_trip],
+        )  # fmt: skip
     bands = steps_bands(rank, steps)  # per step, as the metrics count them
     for track, name, field in (
         ("comm under compute", "hidden comm", "hidden_comm"),
@@ -223,7 +242,11 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
         w.track("graph replays (cudaGraphLaunch)", root),
         tl.calls.start[graph],
         tl.calls.end[graph],
-        ["cudaGraphLaunch"] * len(graph),
+        [
+            "cudaGraphLaunch" if d.call_gpu_waited[i] or d.call_us[i] < LONG_LAUNCH_US
+            else "cudaGraphLaunch (returned late: a full queue, its GPU work began at once)"
+            for i in graph.tolist()
+        ],  # fmt: skip
     )
 
 

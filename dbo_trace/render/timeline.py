@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
 from dbo_trace.analysis.view import (
     FFN_GPU,
+    FFN_SPAN,
     HIDDEN,
+    LONG_LAUNCH_US,
     ROUND_TRIP,
+    ROUND_TRIPS,
     Bar,
     StepView,
     afd_peer,
@@ -48,8 +51,13 @@ CLASS_LABELS = {
 }
 KIND_ALPHA = {"compute": 0.95, "comm": 0.95, "copy": 0.6, "launch": 0.9, "yield": 0.25}
 # An AFD pair: the FFN's GPU work in a colour of its own; a round trip's span pale in its microbatch's
-# colour (grey with one microbatch), its part under the other microbatch's compute in the hidden green.
+# colour (grey with one microbatch), its part under the other microbatch's compute in a colour of its
+# own (not the state lane's "comm under compute" green: kernel overlap is another figure).
 FFN_COLOUR = "#bcbd22"
+HIDDEN_TRIP_COLOUR = "#01665e"
+# A long launch call whose GPU work began at once (it returned late behind a full queue): pale, dotted.
+QUEUE_FULL_ALPHA, QUEUE_FULL_HATCH = 0.25, "...."
+NOTE_CHARS = 125  # a picture's note wraps at this many characters a line
 ROUND_TRIP_ALPHA = 0.35
 ONE_MICROBATCH_TRIP = "#7f7f7f"
 COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in this step's window
@@ -102,6 +110,32 @@ def group_colour(view: StepView, group: str | None) -> str:
     return GROUP_COLOURS[view.groups.index(group)] if group in view.groups[: len(GROUP_COLOURS)] else OTHER_GROUP
 
 
+def queue_full(bar: Bar) -> bool:
+    """A long launch call the GPU did not wait on: its work began at once, the call returned late."""
+    return bar.kind == "launch" and not bar.waited and bar.end - bar.start >= LONG_LAUNCH_US
+
+
+def pair_note(view: StepView) -> str | None:
+    """What an AFD pair's picture needs said: why the lanes alternate, what the gaps are."""
+    if not view.afd_pair:
+        return None
+    lines = []
+    if any(lane.startswith(f"{ROUND_TRIPS}, microbatch") for lane in view.lanes):  # two microbatches' lanes
+        lines.append(
+            "Lanes: each microbatch's attention compute sits above the other microbatch's round trips (send start to "
+            "receive end), so a round trip's hidden part lies under the compute that hid it."
+        )
+    if view.attention_idle_us:
+        waiting = view.attention_wait_us or 0.0
+        lines.append(
+            f"White gaps in the attention lanes: the attention GPU idle {view.attention_idle_us / SCALE:.2f} ms in this "
+            f"window, {waiting / SCALE:.2f} ms of it while a round trip was in flight (waiting for the FFN's answer)."
+        )
+    if view.ffn_spans:
+        lines.append(f"FFN lane: its compute between two of its sends/receives drawn as one span ({view.ffn_spans} spans).")
+    return "\n".join(textwrap.fill(line, NOTE_CHARS) for line in lines)
+
+
 def kernel_colour(bar: Bar) -> str:
     """A GPU bar's (or a launch's) colour: its microbatch's, else the FFN's, else its class's."""
     if bar.lane == FFN_GPU:
@@ -119,9 +153,9 @@ class TimelineRenderer:
 
     def render(self, report: Report, options: RenderOptions = RenderOptions()) -> bytes:
         rank, position = chosen_step(report, options.rank, options.step)
-        if options.all_ranks:
-            return draw_ranks_timeline(ranks_step_view(report, position), self.name)
         peer = afd_peer(report, rank)  # an AFD attention rank's FFN, on one clock
+        if options.all_ranks and peer is None:  # an AFD pair's picture already holds both roles
+            return draw_ranks_timeline(ranks_step_view(report, position), self.name)
         if options.window is not None:
             return draw_timeline(window_view(rank, *parse_window(rank, options.window), peer), self.name)
         return draw_timeline(step_view(rank, position, peer), self.name)
@@ -135,6 +169,7 @@ class Boxes:
     edge: str = "none"  # the hatch's colour, and the bars' outline where outline
     zorder: float = 2.0
     outline: bool = False
+    offset_us: float = 0.0  # added to every x: the axis's 0 before the view's start (StepView.origin_us)
 
     def __post_init__(self) -> None:
         self.x0: list[float] = []
@@ -144,8 +179,8 @@ class Boxes:
         self.colour: list[tuple[str, float]] = []
 
     def add(self, start_us: float, end_us: float, y0: float, h: float, colour: str, alpha: float = 1.0) -> None:
-        self.x0.append(start_us / SCALE)
-        self.x1.append(max(end_us, start_us + MIN_BAR_US) / SCALE)
+        self.x0.append((start_us + self.offset_us) / SCALE)
+        self.x1.append((max(end_us, start_us + MIN_BAR_US) + self.offset_us) / SCALE)
         self.y0.append(y0)
         self.h.append(h)
         self.colour.append((colour, alpha))
@@ -206,13 +241,19 @@ def _lane_labels(ax: Any, row: dict[str, int]) -> None:
     ax.set_yticks(list(row.values()), [plot_text(cut(lane, LANE_NAME)) for lane in row], fontsize=FONT)
 
 
-def _legend(fig: Any, entries: Sequence[tuple[dict[str, Any], str]], ncol: int, chars: int, font: float) -> Any:
+def _legend(
+    fig: Any, entries: Sequence[tuple[dict[str, Any], str]], ncol: int, chars: int, font: float, note: str | None = None
+) -> Any:
     """The legend in its own row at the picture's foot, centred on the picture (not on the axis
-    beside the lane labels); tight_layout keeps the axis above it (place_axis)."""
+    beside the lane labels); tight_layout keeps the axis above it (place_axis). note: lines over it
+    (the legend's title), what the picture needs said."""
     from matplotlib.patches import Patch
 
     handles = [Patch(label=plot_text(cut(label, chars)), **style) for style, label in entries]
     return fig.legend(
+        title=note,
+        title_fontsize=font - 1,
+        alignment="left",
         handles=handles,
         fontsize=font,
         ncol=ncol,
@@ -228,7 +269,7 @@ def _legend(fig: Any, entries: Sequence[tuple[dict[str, Any], str]], ncol: int, 
 
 def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
     """The legend's entries, only what the picture holds: (patch style, label)."""
-    gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield", ROUND_TRIP, HIDDEN)]
+    gpu = [b for b in view.bars if b.kind not in ("range", "op", "launch", "yield", ROUND_TRIP, HIDDEN, FFN_SPAN)]
     ubatches = {b.ubatch for b in gpu if b.ubatch in UBATCH_COLOURS}
     out: list[tuple[dict[str, Any], str]] = [({"facecolor": UBATCH_COLOURS[u]}, f"microbatch {u}") for u in sorted(ubatches)]
     classes = {b.kind for b in view.bars if b.kind in CLASS_COLOURS and b.ubatch not in UBATCH_COLOURS and b.lane != FFN_GPU}
@@ -242,9 +283,16 @@ def step_legend(view: StepView) -> list[tuple[dict[str, Any], str]]:
         colour = UBATCH_COLOURS[0] if trips & set(UBATCH_COLOURS) else ONE_MICROBATCH_TRIP
         out.append(({"facecolor": colour, "alpha": ROUND_TRIP_ALPHA}, "round trip: send start to receive end"))
     if any(b.kind == HIDDEN for b in view.bars):
-        out.append(({"facecolor": HIDDEN_COLOUR}, "round trip under the other microbatch's compute"))
-    if any(b.lane == FFN_GPU for b in view.bars):
+        out.append(({"facecolor": HIDDEN_TRIP_COLOUR}, "round trip under the other microbatch's compute"))
+    if any(b.kind == FFN_SPAN for b in view.bars):
+        out.append(({"facecolor": FFN_COLOUR}, "FFN compute per round trip"))
+    elif any(b.lane == FFN_GPU for b in view.bars):
         out.append(({"facecolor": FFN_COLOUR}, "FFN GPU (its sends and receives hatched)"))
+    if any(queue_full(b) for b in view.bars):
+        out.append(
+            ({"facecolor": CLASS_COLOURS["launch"], "alpha": 0.4, "hatch": QUEUE_FULL_HATCH},
+             "launch call, GPU work began at once")
+        )  # fmt: skip
     if view.overlap:
         out.append(({"facecolor": HIDDEN_COLOUR}, "comm under compute"))
     if view.exposed:
@@ -279,15 +327,20 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     lanes = view.lanes + [STATE_LANE]
     row = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}
     entries = step_legend(view)
+    note = pair_note(view)
     fig, ax = _figure(width_in, DPI)
     title = fig.suptitle(title_lines(plot_text(view.title + _dominant_note(view))), x=0.01, ha="left", fontsize=TITLE_FONT)
-    legend = _legend(fig, entries, LEGEND_COLUMNS, LEGEND_NAME, FONT)
-    legend = fit_text(fig, title, legend, lambda n, chars: _legend(fig, entries, n, chars, FONT))
+    legend = _legend(fig, entries, LEGEND_COLUMNS, LEGEND_NAME, FONT, note)
+    legend = fit_text(fig, title, legend, lambda n, chars: _legend(fig, entries, n, chars, FONT, note))
     under = inches(fig, legend) + 0.06  # the legend's row, as measured
     fig.set_size_inches(width_in, inches(fig, title) + 0.2 + LANE_IN * len(lanes) + 0.55 + under)
 
-    ranges, plain, comm, other = Boxes(zorder=1), Boxes(), Boxes(COMM_HATCH, "black", outline=True), Boxes(OTHER_HATCH, "#555555")
-    trips, hidden = Boxes(zorder=1), Boxes(zorder=2)
+    o = -view.origin_us  # the axis counts from vLLM's step start where that began before the window
+    ranges, plain, comm = Boxes(zorder=1, offset_us=o), Boxes(offset_us=o), Boxes(COMM_HATCH, "black", outline=True, offset_us=o)
+    other = Boxes(OTHER_HATCH, "#555555", offset_us=o)
+    trips, hidden = Boxes(zorder=1, offset_us=o), Boxes(zorder=2, offset_us=o)
+    full = Boxes(QUEUE_FULL_HATCH, "#3b3b3b", offset_us=o)
+    ffn_comm = Boxes(COMM_HATCH, "#4d4d00", outline=True, offset_us=o)
     for bar in view.bars:
         y = row[bar.lane]
         if bar.kind in ("range", "op"):  # named ranges above, operators below, on their thread's lane
@@ -295,13 +348,19 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
         elif bar.kind == ROUND_TRIP:  # a round trip's span, its hidden part drawn over it
             trips.add(bar.start, bar.end, y - 0.3, 0.6, UBATCH_COLOURS.get(bar.ubatch, ONE_MICROBATCH_TRIP), ROUND_TRIP_ALPHA)
         elif bar.kind == HIDDEN:
-            hidden.add(bar.start, bar.end, y - 0.3, 0.6, HIDDEN_COLOUR)
+            hidden.add(bar.start, bar.end, y - 0.3, 0.6, HIDDEN_TRIP_COLOUR)
+        elif bar.kind == FFN_SPAN:
+            plain.add(bar.start, bar.end, y - 0.3, 0.6, FFN_COLOUR, 0.95)
+        elif bar.lane == FFN_GPU and bar.kind == "comm":  # a send or receive, thinner than the compute
+            ffn_comm.add(bar.start, bar.end, y - 0.38, 0.76, "#f2f2c2", 1.0)
+        elif queue_full(bar):
+            full.add(bar.start, bar.end, y - 0.38, 0.76, CLASS_COLOURS["launch"], QUEUE_FULL_ALPHA)
         elif not bar.own:
             other.add(bar.start, bar.end, y - 0.38, 0.76, kernel_colour(bar), OTHER_ALPHA)
         else:
             (comm if bar.kind == "comm" else plain).add(bar.start, bar.end, y - 0.38, 0.76, kernel_colour(bar), KIND_ALPHA[bar.kind])
     y = row[STATE_LANE]  # hidden comm above, exposed comm below; host idle and queueing below
-    state, queued = Boxes(), Boxes(OTHER_HATCH, "#555555")
+    state, queued = Boxes(offset_us=o), Boxes(OTHER_HATCH, "#555555", offset_us=o)
     for s, e in view.overlap:
         state.add(s, e, y + 0.02, 0.36, HIDDEN_COLOUR)
     for s, e in view.exposed:
@@ -310,26 +369,36 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
         state.add(s, e, y - 0.38, 0.36, HOST_COLOUR)
     for s, e in view.queued:
         queued.add(s, e, y - 0.38, 0.36, QUEUED_COLOUR)
-    held = Boxes(zorder=3)
+    held = Boxes(zorder=3, offset_us=o)
     for ready, start, lane, cause in view.held_back:  # a thin bar under the comm's lane: ready, not running
         held.add(ready, start, row[lane] - 0.46, 0.1, HELD_COLOURS.get(cause, HELD_COLOURS["held"]))
-    for boxes in (ranges, trips, hidden, plain, comm, other, state, queued, held):
+    for boxes in (ranges, trips, hidden, plain, comm, other, full, ffn_comm, state, queued, held):
         boxes.draw(ax)
+    longest = max((b for b in view.bars if queue_full(b)), key=lambda b: b.end - b.start, default=None)
+    if longest is not None and longest.gpu_began_us is not None:  # say it once, on the longest
+        ax.annotate(
+            f" {plot_text(cut(longest.name, 24))} {(longest.end - longest.start) / SCALE:.2f} ms: its GPU work began\n"
+            f" {longest.gpu_began_us / SCALE:.2f} ms in (a full queue, not launch overhead)",
+            xy=((longest.start + o) / SCALE, row[longest.lane]), ha="left", va="center", fontsize=FONT - 2,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0},
+        )  # fmt: skip
     if view.marks:  # a window's step starts: one collection of lines, labelled inside the axis
-        ax.vlines([x / SCALE for x, _ in view.marks], -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
+        xs = [(x + o) / SCALE for x, _ in view.marks]
+        ax.vlines(xs, -0.6, len(lanes) - 0.4, colors="black", linestyles="dashed", linewidth=0.6)
         for x, label in view.marks[:MARK_LABELS]:
-            ax.text(x / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left", clip_on=True)
+            ax.text((x + o) / SCALE, len(lanes) - 0.45, " " + plot_text(label), fontsize=FONT - 1, va="top", ha="left",
+                    clip_on=True)  # fmt: skip
     _lane_labels(ax, row)  # lanes hold thread names
     # A step's window ends where its last kernel ends: that kernel's end on the axis' right edge
     # read as cut off. A margin past the window's end, past the last tick, shows it whole.
-    ax.set_xlim(0, view.duration * (1 + RIGHT_MARGIN) / SCALE)
+    ax.set_xlim(o / SCALE, (view.duration * (1 + RIGHT_MARGIN) + o) / SCALE)
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel(view.axis_label, fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
     ax.grid(axis="x", alpha=0.3)
     place_axis(fig, under)
     if view.lead_in_idle:  # worth a word: microbatch threads starting, Python before the GPU
-        _lead_in_label(fig, ax, view, y)
+        _lead_in_label(fig, ax, view, y, o)
     return fig
 
 
@@ -344,15 +413,15 @@ def _dominant_note(view: StepView) -> str:
     return f" · #{number} ({us / SCALE:.2f} ms) fills {us / view.duration:.0%} of it: {windows} draws the others"
 
 
-def _lead_in_label(fig: Figure, ax: Any, view: StepView, y: float) -> None:
+def _lead_in_label(fig: Figure, ax: Any, view: StepView, y: float, o: float = 0.0) -> None:
     """The lead-in's label over its red bar, kept inside the lead-in's span, where no GPU lane has a
     bar yet (it ran over the first kernels): the longest of its wordings that fits, else none (the
     legend names the red)."""
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    room = ax.transData.transform((view.lead_in_us / SCALE, 0))[0] - ax.transData.transform((0, 0))[0]
+    room = ax.transData.transform(((view.lead_in_us + o) / SCALE, 0))[0] - ax.transData.transform((o / SCALE, 0))[0]
     ms = f"{view.lead_in_us / SCALE:.2f} ms"
     for text in (f"lead-in {ms}\nbefore the first kernel, host-caused", f"lead-in {ms},\nhost-caused", f"lead-in {ms}"):
-        label = ax.text(0.0, y + 0.25, text, ha="left", va="bottom", fontsize=FONT - 1, color=HOST_COLOUR)
+        label = ax.text(o / SCALE, y + 0.25, text, ha="left", va="bottom", fontsize=FONT - 1, color=HOST_COLOUR)
         if label.get_window_extent(renderer).width <= room:
             return
         label.remove()

@@ -188,10 +188,25 @@ def running_behind_text(delay: LaunchDelay) -> str:
     return (
         f"the GPU ran behind the host: {delay.queued_in_host_idle_us / 1000:.2f} ms ({100 * share:.0f}% of the "
         f"window) of GPU idle came after its next work had been launched, so it is not counted as waiting for "
-        f"the host; the lag from launch to start {grew}"
-        + (" (never under 1 ms: queued behind work from before the window, or the GPU's clock offset from the CPU's)"
-           if delay.clock_offset_suspect else "")
+        f"the host; the lag from launch to start {grew}" + _queue_or_clocks(delay)
     )  # fmt: skip
+
+
+def _queue_or_clocks(delay: LaunchDelay) -> str:
+    """Whether the lag is a queue or the clocks, as far as the events tell (analysis/gpu_clock.py)."""
+    b = delay.clocks
+    if b is not None and b.consistent and b.upper_us is not None and not b.wide:
+        how = f" and {counted(b.blocking_calls, 'blocking call')}" if b.blocking_calls and b.lower_us is not None else ""
+        lo = f"{b.lower_us:+.0f}" if b.lower_us is not None else "?"
+        return f" (the launches{how} pin the GPU clock's offset to {lo}..{b.upper_us:+.0f} us: a queue, not an offset)"
+    if b is not None and b.wide and b.lag_grows and b.upper_us is not None:
+        return (
+            f" (the clocks allow an offset of at most {b.upper_us / 1000:.2f} ms, and the lag grew: a queue, queued "
+            "behind work from before the window)"
+        )
+    if delay.clock_offset_suspect:
+        return " (never under 1 ms: queued behind work from before the window, or the GPU's clock offset from the CPU's)"
+    return ""
 
 
 def round_trip_text(afd: AfdRoundTrips) -> str:
@@ -276,10 +291,12 @@ def _host_idle(r: HostIdle) -> str:
         )
         basis = f" ({measured}{t.basis})"
     text = (
-        f"GPU idle waiting for the host {pct_text(r.fraction)}{basis}; over the window {r.window_idle_us / 1000:.2f} ms in "
-        f"{counted(r.gaps, 'gap')} whose next kernel was launched after the GPU went idle; "
-        f"GPU busy {pct_text(r.utilization)} of the window"
-    )
+        f"GPU idle waiting for the host {'at most ' if r.upper_bound else ''}{pct_text(r.fraction)}{basis}; over the "
+        f"window {r.window_idle_us / 1000:.2f} ms in {counted(r.gaps, 'gap')} whose next kernel was launched after the "
+        f"GPU went idle; GPU busy {pct_text(r.utilization)} of the window"
+        + ("; an upper bound: the trace is incomplete (sampled or cut), and GPU work it lacks may fill that idle"
+           if r.upper_bound else "")
+    )  # fmt: skip
     return text + (_borderline(r.fraction, HOST_BOUND_IDLE, f"{HOST_BOUND} and not") if r.borderline else "")
 
 
