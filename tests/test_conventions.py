@@ -303,7 +303,12 @@ def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
     assert {EXPOSED_COLOUR, HELD_COLOURS["crowded"]} <= drawn and HELD_COLOURS["late_record"] not in drawn
     run_cli("report", str(SAMPLES / "afd-pair-graphs-dbo"), "--html", "p.html", cwd=tmp_path)
     pair = (tmp_path / "p.html").read_text()
-    assert "FFN GPU" in pair[pair.index('<p class="legend">') : pair.index("&mdash; wheel")]
+    pair_legend = pair[pair.index('<p class="legend">') : pair.index("&mdash; wheel")]
+    assert "FFN compute, one span per round trip" in pair_legend  # the FFN's lane as its spans (issue 54)
+    from dbo_trace.render.timeline import HIDDEN_COLOUR, HIDDEN_TRIP_COLOUR
+
+    # one colour, one meaning: the round trip's hidden part is not comm under compute's green
+    assert f"background:{HIDDEN_TRIP_COLOUR}" in pair_legend and HIDDEN_TRIP_COLOUR != HIDDEN_COLOUR
     assert FFN_COLOUR in {colour for colour, *_ in page_fills(tmp_path / "p.html", tmp_path)}
 
 
