@@ -113,10 +113,10 @@ def test_roles_are_kept_apart(bundles):
     assert "disaggregated round trips" in RENDERERS["markdown"].render(report)
 
 
-def test_without_dbo_the_headline_says_not_hidden(bundles):
+def test_without_dbo_the_headline_says_single_batch(bundles):
     report = bundles["graphs"][2]
-    assert report.verdict.label == "not-overlapped"
-    assert "not hidden" in headline(report.verdict)
+    assert report.verdict.label == "single-batch"  # no microbatches: the overlap question has no subject
+    assert "one microbatch: each FFN round trip exposed whole" in headline(report.verdict)
 
 
 def test_expensive_call_in_the_host_line(bundles):

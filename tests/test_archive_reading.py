@@ -191,7 +191,7 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6 and 7")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6, 7 and 8")
 
 
 def verdicts(doc):
@@ -209,7 +209,7 @@ def test_a_version_5_archive_still_reads(real, tmp_path):
     assert all(v["next_step"]["text"] for v in verdicts(doc))
     _as_version_5(doc)
     damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
-    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 7")
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 8")
     doc["schema_version"] = 5
     old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old))
@@ -224,7 +224,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 7 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 8 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
     _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
@@ -394,8 +394,25 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 
+def _as_version_7(doc):
+    """The document's verdicts as version 7 wrote them: no pays, the words version 8 added as before."""
+    for key in ("basis", "unprofiled_itl_ms", "below"):
+        doc.get("profiler", {}).pop(key, None)
+    for verdict in verdicts(doc):
+        verdict.pop("pays", None)
+        if verdict["label"] == "single-batch":
+            verdict["label"] = "not-overlapped"
+        verdict["findings"] = [f for f in verdict["findings"] if f != "exposed_comm"]
+        if verdict["qualifier"] == "exposed_comm":
+            verdict["qualifier"] = verdict["findings"][0] if verdict["findings"] else None
+        if verdict.get("next_step") and verdict["next_step"]["kind"] == "measure_pays":
+            verdict["next_step"]["kind"] = "dbo_cannot_pay"
+    return doc
+
+
 def _as_version_5(doc):
     """The document's verdicts as version 5 wrote them: each reason its text alone, no next step."""
+    _as_version_7(doc)
     for verdict in verdicts(doc):
         del verdict["next_step"]
         verdict["reasons"] = [r["text"] for r in verdict["reasons"]]
@@ -507,7 +524,7 @@ def test_members_after_the_report_are_bounded(real, tmp_path, monkeypatch):
 def test_a_version_6_archive_still_reads(real, tmp_path):
     """Version 7 added words and a key version 6 never wrote (docs/report-schema.md): an archive of
     version 6, which has none of them, reads and renders as written."""
-    doc = document(real)
+    doc = _as_version_7(document(real))
     doc["schema_version"] = 6
     old = build(tmp_path / "v6.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old), "--json")
@@ -527,7 +544,7 @@ def afd_pair(tmp_path_factory):
 def test_a_version_6_document_with_version_7_content_is_damage(afd_pair, tmp_path):
     """Version 6 never wrote the FFN server's next step or the round trip's late receive: a document
     numbered 6 that has them was written by neither, and is refused naming the first."""
-    doc = document(afd_pair)
+    doc = _as_version_7(document(afd_pair))
     assert doc["ranks"][1]["verdict"]["next_step"]["kind"] == "ffn_server"
     doc["schema_version"] = 6
     refused(build(tmp_path / "a.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
@@ -538,3 +555,23 @@ def test_a_version_6_document_with_version_7_content_is_damage(afd_pair, tmp_pat
                 v["next_step"]["kind"] = "one_microbatch"
     refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
             "is damaged", "disaggregated.parts: late_us is a key of version 7, not of version 6")  # fmt: skip
+
+
+def test_a_version_7_archive_still_reads_and_version_8_words_in_it_are_damage(real, tmp_path):
+    """Version 8 added the verdict's pays, the label single-batch, the finding exposed_comm and the next
+    step measure_pays, and dropped dbo_cannot_pay: a version 7 archive reads as written; one numbered 7
+    that holds pays was written by neither, nor one numbered 8 that holds dbo_cannot_pay."""
+    doc = document(real)
+    assert doc["schema_version"] == 8 and "pays" in doc["verdict"]
+    doc["schema_version"] = 7
+    refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "report.verdict: pays is a key of version 8, not of version 7")  # fmt: skip
+    _as_version_7(doc)
+    old = build(tmp_path / "v7.tar.gz", with_report(real, json.dumps(doc).encode()))
+    shown = run_cli("report", str(old), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == doc
+    doc["schema_version"] = 8
+    doc["verdict"]["next_step"]["kind"] = "dbo_cannot_pay"
+    refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "dbo_cannot_pay is a word before version 8")  # fmt: skip

@@ -162,7 +162,7 @@ def test_time_slicing_evidence_names_the_mps_daemon():
     plain = decide(Evidence(report.total))
     assert plain.next_step is not None and plain.next_step.kind != "start_mps"
     slicing = TimeSlicing(4470.0, 4440.0, 17.0, 80.0, 256.0, True, True, "not running")
-    v = decide(Evidence(report.total, time_slicing=slicing))
+    v = decide(Evidence(report.total, microbatched=True, time_slicing=slicing))
     assert v.next_step.kind == "start_mps" and v.label == doc["verdict"]["label"]
     assert v.reasons[0].kind == "time_slicing"  # first: it dominates every other figure
     text = next_step_text(v.next_step)

@@ -114,7 +114,7 @@ def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis], pairs: list[Pa
     sliced = time_slicing(
         send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
         round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
-        sharing=roles.sharing,
+        sharing=roles.sharing, ubatch=rows.ubatch,
     )  # fmt: skip
     ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
     offset = _offset_us(ffn, mine) if ffn is not None else None

@@ -19,6 +19,7 @@ from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, union
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, operation_places, yield_op_calls
 from dbo_trace.analysis.metrics import (
     MetricColumns,
@@ -93,8 +94,11 @@ def analyze_rank(
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
+    # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
+    # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
+    microbatched = d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path)
     phases = [
-        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op)
+        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op, microbatched=microbatched)
         for p in PHASES
         if len(at := table.of_phase(p))
     ]
@@ -109,7 +113,7 @@ def analyze_rank(
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames, role, yield_op),
+        steps=StepReports(table, d.host_pieces, microbatched, shares.by_step() if shares else None, frames, role, yield_op),
         total=whole.total,
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
@@ -522,6 +526,7 @@ def phase_report(
     d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None,
     role: str | None = None,
     yield_op: YieldOps | None = None,
+    microbatched: bool | None = None,
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
@@ -533,7 +538,8 @@ def phase_report(
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     evidence = Evidence(
-        m, microbatched=d.microbatched, causes=causes, gpu=gpu_work_of(m, phase, len(steady)),
+        m, microbatched=d.microbatched if microbatched is None else microbatched, causes=causes,
+        gpu=gpu_work_of(m, phase, len(steady)),
         afd_share=shares.of(steady) if shares is not None else None, role=role, yield_op=yield_op,
     )  # fmt: skip
     return PhaseReport(

@@ -189,7 +189,8 @@ AFD_NOTE = (
     "the attention to post its receive (the attention's host late, not the wire). Hidden: the share of the round trips' time under the other "
     "microbatch's compute. Criterion: per-microbatch compute against the round trip's exposed time (ratio >= 1: "
     "one microbatch's compute could cover the other's round trip; below 1 DBO can hide at most that share). "
-    "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against it."
+    "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against the "
+    "repeats' median ITL (TPOT where they have none), none where the period falls below it."
 )
 
 

@@ -17,6 +17,7 @@ from dbo_trace.render.document import (
     HostCausesBlock,
     KernelRow,
     NextStepBlock,
+    PaysBlock,
     PhaseBlock,
     PhaseVerdict,
     RankBlock,
@@ -70,6 +71,12 @@ def next_step_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
     """The verdict's next step (absent from documents before version 6)."""
     n = verdict.next_step
     return n.text if isinstance(n, NextStepBlock) else None
+
+
+def pays_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
+    """Does DBO pay, where the verdict answers it (a microbatched run's or rank's, version 8 on)."""
+    pays = getattr(verdict, "pays", None)
+    return pays.text if isinstance(pays, PaysBlock) else None
 
 
 def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
@@ -153,15 +160,23 @@ def profiler_lines(d: ReportDocument) -> list[str]:
     """The profiler's own cost, where the recording has timed repeats (where it is large, what that
     means for the verdict is the verdict's reason profiler_overhead)."""
     p = d.profiler
-    if not isinstance(p, ProfilerBlock) or p.overhead is None:
+    if not isinstance(p, ProfilerBlock) or p.profiled_period_us is None:
+        return []
+    basis = p.basis if isinstance(p.basis, str) else "TPOT"  # before version 8: TPOT
+    unprofiled = p.unprofiled_itl_ms if basis == "ITL" and isinstance(p.unprofiled_itl_ms, float) else p.unprofiled_tpot_ms
+    if unprofiled is None:
         return []
     steps = "decode steps" if p.steps_of == "decode" else "steps"
-    line = (
-        f"profiler overhead {100 * p.overhead:+.0f}%: the profiled {steps}' period {ms(p.profiled_period_us)} "
-        f"(median of {p.periods}, start to start) against {p.unprofiled_tpot_ms:.2f} ms unprofiled "
-        f"(TPOT, mean of {p.repeats} repeats' medians, {p.timed_by})"
-    )
-    return [line]
+    period = f"the profiled {steps}' period {ms(p.profiled_period_us)} (median of {p.periods}, start to start)"
+    against = f"{unprofiled:.2f} ms unprofiled ({basis}, mean of {p.repeats} repeats' medians, {p.timed_by})"
+    if p.overhead is not None:
+        return [f"profiler overhead {100 * p.overhead:+.0f}%: {period} against {against}"]
+    if p.below is True or p.profiled_period_us / 1000.0 < unprofiled:
+        return [
+            f"profiler overhead not measured: {period} is below {against}; they are not like with like"
+            + (" (TPOT holds the prefills that interleave as requests arrive)" if basis == "TPOT" else "")
+        ]
+    return []
 
 
 ROUND_TRIP_HEADER = [

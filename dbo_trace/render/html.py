@@ -27,6 +27,7 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     next_step_line,
+    pays_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -229,13 +230,15 @@ class HtmlRenderer:
             ]
         )
         step = next_step_line(d.verdict)
+        pays = pays_line(d.verdict)
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),
             finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
-            next_step="" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>',
+            next_step=("" if pays is None else f'<p id="pays"><b>Does DBO pay:</b> {html_text(pays)}</p>')
+            + ("" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>'),
             inputs=html_text(", ".join(d.inputs)),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),

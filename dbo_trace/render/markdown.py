@@ -24,6 +24,7 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     next_step_line,
+    pays_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -124,6 +125,8 @@ class MarkdownRenderer:
         d = only_layer(d, options.layer)
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
+        if (pays := pays_line(d.verdict)) is not None:
+            out += [f"**Does DBO pay:** {markdown_text(pays)}", ""]
         if (step := next_step_line(d.verdict)) is not None:
             out += [f"**Next step:** {markdown_text(step)}", ""]
         out += [f"- {markdown_text(reason)}" for reason in reason_lines(d.verdict)]

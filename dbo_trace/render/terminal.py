@@ -34,6 +34,7 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     headline,
     next_step_line,
+    pays_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -288,6 +289,8 @@ class TerminalRenderer:
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
+        if (pays := pays_line(d.verdict)) is not None:
+            out.paragraph(pays, "does DBO pay: ", "bold")
         if (step := next_step_line(d.verdict)) is not None:
             out.paragraph(step, "next step: ", "bold")
         out.bullets(reason_lines(d.verdict))
