@@ -274,7 +274,7 @@ def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: 
     if (verdict.next_step is not msgspec.UNSET) != (version >= 6):
         return f"{where}.verdict: next_step is a key of version 6, {'not of' if version < 6 else 'missing in'} version {version}"
     step = verdict.next_step
-    words = {r.kind for r in verdict.reasons if isinstance(r, ReasonBlock)} | ({step.kind} if step else set())
+    words: set[str] = {r.kind for r in verdict.reasons if isinstance(r, ReasonBlock)} | ({step.kind} if step else set())
     if version < 7 and words & VERSION_7_WORDS:
         return f"{where}.verdict: {sorted(words & VERSION_7_WORDS)[0]} is a word of version 7, not of version {version}"
     words |= {w for w in (verdict.label, verdict.qualifier, *verdict.findings) if w is not None}
@@ -319,6 +319,9 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
         if block is not None and block.parts is not None and (block.parts.late_us is not msgspec.UNSET) != (version >= 7):
             told = "not of" if version < 7 else "missing in"
             return f"{where}.disaggregated.parts: late_us is a key of version 7, {told} version {version}"
+        if block is not None and (block.host_lag_median_us is not msgspec.UNSET) != (version >= 8):
+            told = "not of" if version < 8 else "missing in"
+            return f"{where}.disaggregated: host_lag_median_us is a key of version 8, {told} version {version}"
     for i, rank in enumerate(document.ranks):
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"

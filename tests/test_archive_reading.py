@@ -398,6 +398,9 @@ def _as_version_7(doc):
     """The document's verdicts as version 7 wrote them: no pays, the words version 8 added as before."""
     for key in ("basis", "unprofiled_itl_ms", "below"):
         doc.get("profiler", {}).pop(key, None)
+    for block in [doc, *doc["ranks"]]:
+        for key in ("host_lag_median_us", "host_lag_total_us", "lag_hidden_us", "lag_op"):
+            (block.get("disaggregated") or {}).pop(key, None)
     for verdict in verdicts(doc):
         verdict.pop("pays", None)
         if verdict["label"] == "single-batch":

@@ -500,15 +500,23 @@ class DisaggregatedBlock(Struct):
     microbatched: bool
     microbatches_told: dict[str, Int]  # steps by how their microbatches were told apart
     median_us: float
-    hidden_share: float | None  # of the round trips' time, the other microbatch's compute
+    # of the round trips' time less the host's lag, the other microbatch's compute: (hidden_us -
+    # lag_hidden_us) / (total_us - host_lag_total_us) from version 8; hidden_us / total_us before
+    hidden_share: float | None
     hidden_us: float
     total_us: float
     compute_per_microbatch_us: float | None
-    median_exposed_us: float  # round trip less the other microbatch's compute in it
+    median_exposed_us: float  # round trip less the host's lag (version 8) and the other microbatch's compute in it
     criterion_ratio: float | None
     criterion_met: bool | None
     receive_kernel_us: float  # median receive kernel: the attention's wait and the return transfer
     parts: RoundTripParts | None  # with the FFN's trace
+    # version 8: the host's lag, the send kernel's end to the receive kernel's launch call (median and
+    # summed), the other microbatch's compute inside it, and the CPU op that ran through it (its share)
+    host_lag_median_us: float | UnsetType = UNSET
+    host_lag_total_us: float | UnsetType = UNSET
+    lag_hidden_us: float | UnsetType = UNSET
+    lag_op: NamedShare | None | UnsetType = UNSET
 
 
 class TimeSlicingBlock(Struct):
@@ -1013,6 +1021,10 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
         criterion_met=a.criterion_met,
         receive_kernel_us=round(a.median_receive_us, 3),
         parts=parts,
+        host_lag_median_us=round(a.host_lag_median_us, 3),
+        host_lag_total_us=round(a.host_lag_total_us, 3),
+        lag_hidden_us=round(a.lag_hidden_us, 3),
+        lag_op=None if a.lag_op is None else NamedShare(name=a.lag_op[0], us=None, share=_r(a.lag_op[1], 4)),
     )
 
 

@@ -16,6 +16,7 @@ from dbo_trace.render.document import (
     CpuRange,
     HostCausesBlock,
     KernelRow,
+    NamedShare,
     NextStepBlock,
     PaysBlock,
     PhaseBlock,
@@ -102,11 +103,21 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
     """An AFD attention rank's round trips in words (the document's disaggregated block)."""
     per = f"{num(b.per_step)} per step" + (f" ({num(b.per_layer)} per layer)" if b.per_layer is not None else "")
     told = ", ".join(f"{k}: {v} steps" for k, v in b.microbatches_told.items())
+    lag = b.host_lag_total_us if isinstance(b.host_lag_total_us, float) else 0.0
+    less = " less the host's lag" if lag > 0 else ""
     first = (
         f"disaggregated round trips (send start to its receive's end): {b.round_trips}, {per}, median {ms(b.median_us)}; "
-        f"{pct(b.hidden_share)} of their time under the other microbatch's compute; microbatches by {told}"
+        f"{pct(b.hidden_share)} of their time{less} under the other microbatch's compute; microbatches by {told}"
     )
     lines = [first]
+    if lag > 0 and isinstance(b.host_lag_median_us, float):
+        op = b.lag_op if isinstance(b.lag_op, NamedShare) else None
+        held = f"; through {pct(op.share)} of it the CPU op {op.name} ran" if op is not None else ""
+        lines.append(
+            f"the host's lag (the send kernel's end to the receive kernel's launch call): {ms(b.host_lag_median_us)} a "
+            f"round trip (median), {pct(lag / b.total_us if b.total_us > 0 else None)} of the round trips' time{held}; "
+            "the criterion and the hidden share are of the rest"
+        )
     if b.parts is not None:
         ffn = f"FFN compute and queueing {ms(b.parts.ffn_us)}"
         if b.parts.ffn_compute_us is not None:

@@ -205,7 +205,16 @@ def round_trip_text(afd: AfdRoundTrips) -> str:
     head = f"{pct_text(afd.hidden_share)} of the FFN round trip hidden under the other microbatch's compute"
     if not afd.microbatched:
         head = "one microbatch: each FFN round trip exposed whole, its send and receive back to back"
-    return f"{head} ({per}, median {ms(afd.median_us)})"
+    elif afd.host_lag_total_us > 0:
+        head = (
+            f"{pct_text(afd.hidden_share)} of the FFN round trip, less the host's lag, hidden under the other "
+            "microbatch's compute"
+        )
+    lag = ""
+    if afd.host_lag_total_us > 0 and afd.host_lag_median_us > 0:
+        op = f", in {_cut(afd.lag_op[0], NAME_MOST)}" if afd.lag_op is not None and afd.lag_op[1] >= 0.5 else ""
+        lag = f", of it {ms(afd.host_lag_median_us)} the host's lag before the receive's launch{op}"
+    return f"{head} ({per}, median {ms(afd.median_us)}{lag})"
 
 
 ITS_STEADY_TIME = "its steady steps' time"
