@@ -679,7 +679,8 @@ def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | N
         return GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else NO_COMMUNICATION
     if overlap is not None and overlap >= OVERLAPPED_HIDDEN:
         return OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
-    return NOT_OVERLAPPED if _microbatched(e) else SINGLE_BATCH
+    # an FFN server's comm is the attention's requests: whether DBO ran is the attention rank's to say
+    return NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else SINGLE_BATCH
 
 
 def decide(e: Evidence) -> Verdict:

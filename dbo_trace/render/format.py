@@ -250,15 +250,35 @@ KEYS_BY_TABLE = {
 }
 
 
-def legend(header: Sequence[str], table: str | None = None) -> str | None:
+# A disaggregated (AFD) rank's sends and receives run on its compute stream: no comm kernel runs under
+# compute, and what DBO hides there is the round trip. Its tables' hidden cells are a dash, and their key says so.
+DISAGGREGATED_HIDDEN = (
+    "comm under compute (-: a disaggregated rank, its sends and receives on the compute stream; "
+    "its hidden is the round trips' time under the other microbatch's compute, in the verdict)"
+)
+
+
+def hidden_cell(fraction: float | None, disaggregated: bool) -> str:
+    """A table's hidden cell: comm under compute, or a dash on a disaggregated rank (DISAGGREGATED_HIDDEN)."""
+    return "-" if disaggregated else pct(fraction)
+
+
+def disaggregated_ranks(d: ReportDocument) -> set[int]:
+    """The ranks with a role in a disaggregated run (attention or FFN)."""
+    return {r.rank for r in d.ranks if r.role is not None}
+
+
+def legend(header: Sequence[str], table: str | None = None, disaggregated: bool = False) -> str | None:
     """The key to a table's abbreviated columns, one line (None where it has none); docs/glossary.md
-    has every column."""
-    own = KEYS_BY_TABLE.get(table or "", {})
+    has every column. disaggregated: a row is a disaggregated rank's (its hidden cells a dash)."""
+    own = dict(KEYS_BY_TABLE.get(table or "", {}))
+    if disaggregated:
+        own |= {"hidden": DISAGGREGATED_HIDDEN, "comm hidden": DISAGGREGATED_HIDDEN}
     parts = [f"{h}: {own.get(h) or COLUMN_KEYS[h]}" for h in header if h in own or h in COLUMN_KEYS]
     return "key: " + "; ".join(parts) if parts else None
 
 
-def md_table(header: list[str], rows: list[list[Any]], table: str | None = None) -> list[str]:
+def md_table(header: list[str], rows: list[list[Any]], table: str | None = None, disaggregated: bool = False) -> list[str]:
     """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
     stays text, no cell ends early or forges a row); under it, after a blank line (a line next to a
     table is a row of it), the key to its abbreviated columns."""
@@ -266,7 +286,7 @@ def md_table(header: list[str], rows: list[list[Any]], table: str | None = None)
     def row(cells: list[Any]) -> str:
         return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
 
-    key = legend(header, table)
+    key = legend(header, table, disaggregated)
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows), *(["", f"<sub>{key}</sub>"] if key else [])]
 
 
@@ -293,7 +313,7 @@ def rank_cells(r: RankBlock) -> list[str]:
         rank_cell(r),
         str(len(r.steps)),
         pct(r.gpu.utilization),
-        pct(r.comm.hidden_fraction),
+        hidden_cell(r.comm.hidden_fraction, r.role is not None),
         pct(r.host.idle_fraction),
         str(r.graphs.launches),
         pct(r.graphs.replayed_kernel_fraction),
@@ -327,8 +347,11 @@ def per_rank_labels(v: PhaseVerdict) -> list[str]:
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
 
 
-def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
-    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
+def phase_cells(
+    name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None, disaggregated: bool = False
+) -> list[str]:
+    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal;
+    disaggregated: the phase is a disaggregated run's (its hidden a dash, DISAGGREGATED_HIDDEN)."""
     label = ph.verdict.label or "/".join(dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
     top = ph.host_causes.top if ph.host_causes is not None else None
     cause = "-"
@@ -343,7 +366,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
         ms(ph.median_step_us),
         pct(ph.gpu_utilization),
         pct(ph.host_idle_fraction),
-        pct(ph.comm_hidden_fraction),
+        hidden_cell(ph.comm_hidden_fraction, disaggregated),
         pct(ph.replayed_kernel_fraction),
         # The largest thing the host did while the GPU waited, and its share of that idle time.
         cause,

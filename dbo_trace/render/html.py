@@ -41,6 +41,8 @@ from dbo_trace.render.format import (
     operation_cells,
     pct,
     phase_cells,
+    hidden_cell,
+    disaggregated_ranks,
     disaggregated_lines,
     roles_lines,
     profiler_lines,
@@ -147,7 +149,7 @@ def _diagnosis(d: ReportDocument) -> str:
             )
     if d.phases:
         out.append("<h2>Per phase <small>(vLLM's step annotations; the steady steps' figures, stalls counted apart)</small></h2>")
-        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
+        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph, disaggregated=bool(disaggregated_ranks(d))) for name, ph in d.phases.items()]))
     cross = d.cross_rank
     if cross is not None:
         out.append(
@@ -195,6 +197,7 @@ class HtmlRenderer:
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
         step_rows, attrs = [], []
+        afd = disaggregated_ranks(d)
         for s in d.steps:
             step_rows.append(
                 [
@@ -203,7 +206,7 @@ class HtmlRenderer:
                     s.label,
                     s.path or "-",
                     step_time_cell(s),
-                    pct(s.comm.hidden_fraction),
+                    hidden_cell(s.comm.hidden_fraction, s.rank in afd),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
                     step_verdict_cell(s),

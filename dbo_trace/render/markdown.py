@@ -41,6 +41,8 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     rank_cells,
+    hidden_cell,
+    disaggregated_ranks,
     round_trip_cells,
     step_number_cell,
     step_time_cell,
@@ -135,7 +137,8 @@ class MarkdownRenderer:
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image)]
-        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks])
+        afd = disaggregated_ranks(d)
+        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks], disaggregated=bool(afd))
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {markdown_text(line)}" for r in d.ranks if (line := line_of(r))]
@@ -155,7 +158,9 @@ class MarkdownRenderer:
                 out += md_table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
         if d.phases:
             out += ["", "Per phase (vLLM's step annotations; the steady steps' figures, stalls counted apart):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]
+                list(PHASE_HEADER),
+                [phase_cells(name, ph, markdown_code, disaggregated=bool(afd)) for name, ph in d.phases.items()],
+                disaggregated=bool(afd),
             )
         if d.cross_rank is not None:
             out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
@@ -194,7 +199,7 @@ class MarkdownRenderer:
                     s.phase or "-",
                     markdown_code(s.path) if s.path else "-",
                     step_time_cell(s),
-                    pct(s.comm.hidden_fraction),
+                    hidden_cell(s.comm.hidden_fraction, s.rank in afd),
                     pct(s.host.idle_fraction),
                     s.host.launches,
                     us(s.host.median_launch_us),
@@ -204,6 +209,7 @@ class MarkdownRenderer:
                 for s in shown_steps(d)
             ],
             "step",
+            disaggregated=bool(afd),
         )
         if len(d.steps) > MD_STEP_ROWS:
             out += ["", steps_left_out(d)]
