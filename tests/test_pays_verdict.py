@@ -63,7 +63,7 @@ def test_a_dbo_arm_says_pays_is_not_measured_with_its_hidden_time_per_step(docs,
     recording that would settle it."""
     rts = round_trips(_attention_trace(name))
     steps = {r["step"] for r in rts}
-    expected = sum(r["hidden"] for r in rts) / len(steps)
+    expected = sum(r["hidden"] - r["lag_hidden"] for r in rts) / len(steps)  # of the round trips less the host's lag
     pays = docs[name]["verdict"]["pays"]
     assert pays["measured"] is False and pays["hidden_of"] == "round_trips"
     assert pays["hidden_per_step_us"] == pytest.approx(expected, rel=1e-3)
@@ -94,7 +94,7 @@ def test_without_microbatches_no_overlap_question(docs, name):
     rts = round_trips(_attention_trace(name))
     assert rts and all(r["ub"] == -1 for r in rts)
     doc = docs[name]
-    for block in [doc, *doc["ranks"]]:
+    for block in [doc, *(r for r in doc["ranks"] if r.get("role") != "ffn")]:  # an FFN server: the attention's to say
         v = block["verdict"]
         assert v["label"] not in ("overlapped", "not-overlapped")
         assert "pays" not in v

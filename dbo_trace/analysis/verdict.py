@@ -610,7 +610,7 @@ def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
     of = HIDDEN_COMM
     if e.afd is not None:
         of = HIDDEN_ROUND_TRIPS
-        hidden = e.afd.hidden_us / e.afd.steps if e.afd.steps else None
+        hidden = (e.afd.hidden_us - e.afd.lag_hidden_us) / e.afd.steps if e.afd.steps else None  # of the rest, as the share
     elif e.round_trips is not None:
         rt = e.round_trips
         share = m.comm_hidden_cross_fraction if m.comm_hidden_cross_fraction is not None else m.comm_hidden_fraction
