@@ -44,8 +44,9 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
 
 
 LAG_NAMED = 0.05  # the host's lag is worth naming its op where it is this share of the round trips' time
-LAG_SAMPLE = 2000  # round trips whose lag is searched for its op (the first this many with a lag)
+LAG_SAMPLE = 2000  # round trips whose lag is searched for its op (this many with a lag, spread over the run)
 OP_HOLDS = 0.5  # an op held the lag where it covered at least this share of it
+OP_LONGEST = 4.0  # an op this many times the lag or longer encloses it (a step's range), not what ran through it
 
 
 def _lag_op(
@@ -58,9 +59,10 @@ def _lag_op(
     all the lags' time, the name that covered most, with its share. Threads are not matched: the
     trace's runtime events keep a microbatch thread's first id when vLLM starts new threads each
     step, so a launch call's thread is not the CPU op's. None without a lag or an op."""
-    lagged = np.flatnonzero(hi - lo > 0)[:LAG_SAMPLE]
+    lagged = np.flatnonzero(hi - lo > 0)
     if not len(lagged):
         return None
+    lagged = lagged[np.unique(np.linspace(0, len(lagged) - 1, min(len(lagged), LAG_SAMPLE)).astype(np.int64))]  # spread over the run
     ops = np.flatnonzero(cpu_is_op)
     ops = ops[np.argsort(cpu_start[ops], kind="stable")]
     starts = cpu_start[ops]
@@ -68,7 +70,10 @@ def _lag_op(
     total = float((hi[lagged] - lo[lagged]).sum())
     for i in lagged.tolist():
         a, b = float(lo[i]), float(hi[i])
-        before = ops[: int(np.searchsorted(starts, b))]  # ops that started before the lag ended
+        # ops that started before the lag ended, and no longer than OP_LONGEST lags (an enclosing range
+        # is never the innermost where an op spans it; bounding it keeps each lookup to a few ops)
+        before = ops[int(np.searchsorted(starts, a - OP_LONGEST * (b - a))) : int(np.searchsorted(starts, b))]
+        before = before[cpu_end[before] - cpu_start[before] <= OP_LONGEST * (b - a)]
         held = before[np.minimum(cpu_end[before], b) - np.maximum(cpu_start[before], a) >= OP_HOLDS * (b - a)]
         if not len(held):
             continue

@@ -133,8 +133,8 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
         lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
     if b.criterion_ratio is not None:
         lines.append(
-            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} against a round trip's exposed {ms(b.median_exposed_us)} "
-            f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
+            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} per layer against a round trip's exposed "
+            f"{ms(b.median_exposed_us)} (ratio {num(b.criterion_ratio)}, medians): criterion {tri(b.criterion_met)}"
         )
     return lines
 

@@ -572,9 +572,9 @@ def _nothing_to_overlap(n: NothingToOverlap) -> str:
 def _measure_pays(n: MeasurePays) -> str:
     per = "per layer" if n.disaggregated else "per round trip"
     trip = (
-        f"the other's round trip ({ms(n.round_trip_us)} exposed, median)"
+        f"the other's round trip ({ms(n.round_trip_us)} exposed per round trip, median)"
         if n.disaggregated
-        else f"a comm round trip ({ms(n.round_trip_us)}, median)"
+        else f"a comm round trip ({ms(n.round_trip_us)} of comm per round trip, median)"
     )
     return (
         f"measure whether DBO pays: record the same load with DBO off ({COMPARE_ADVICE}); this arm alone "
