@@ -263,7 +263,7 @@ VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 # The words version 8 added (a label, a finding, a next step's kind), and the one it dropped.
 VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
 BEFORE_8_WORDS = {"dbo_cannot_pay"}
-VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below")  # the profiler block's keys version 8 added
+VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
 
 
 def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:

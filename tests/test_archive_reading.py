@@ -396,7 +396,7 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
 
 def _as_version_7(doc):
     """The document's verdicts as version 7 wrote them: no pays, the words version 8 added as before."""
-    for key in ("basis", "unprofiled_itl_ms", "below"):
+    for key in ("basis", "unprofiled_itl_ms", "below", "tpot_prefills"):
         doc.get("profiler", {}).pop(key, None)
     for block in [doc, *doc["ranks"]]:
         for key in ("host_lag_median_us", "host_lag_total_us", "lag_hidden_us", "lag_op"):

@@ -158,24 +158,45 @@ def test_profiler_overhead_is_against_the_itl_median(docs, name):
         assert p["overhead"] is None and p["below"] is True
 
 
-def test_a_period_below_the_unprofiled_step_is_no_overhead(tmp_path):
-    """The repeats' TPOT above the profiled period (on the pair at 64 in flight, TPOT 20.67 ms held the
-    interleaved prefills against a 13.92 ms decode period, and the tool printed -33%): no figure, the
-    two named as not like with like. The afd-graphs arm, its repeats without ITL and TPOT set so."""
+def _without_itl(tmp_path, tpot_ms: float, prompts: int | None = None):
+    """The afd-graphs arm (decode period 8.75 ms), its repeats without ITL and with this TPOT; its
+    load's prompts set where given (recorded: 32 at concurrency 16)."""
     arm = tmp_path / "afd-graphs"
     shutil.copytree(SAMPLES / "afd-graphs", arm)
     manifest = json.loads((arm / "manifest.json").read_text())
     for r in manifest["repeats"]:
         r.pop("median_itl_ms", None)
-        r["median_tpot_ms"] = 13.0  # the arm's decode period is 8.75 ms
+        r["median_tpot_ms"] = tpot_ms
+    if prompts is not None:
+        manifest["load"]["num_prompts"] = prompts
     (arm / "manifest.json").write_text(json.dumps(manifest))
-    doc = report_json(str(arm))
-    p = doc["profiler"]
-    assert p["basis"] == "TPOT" and p["overhead"] is None and p["below"] is True
+    return arm
+
+
+def test_a_period_below_the_unprofiled_step_is_no_overhead(tmp_path):
+    """The unprofiled step above the profiled period (on the pair at 64 in flight, TPOT 20.67 ms held
+    the interleaved prefills against a 13.92 ms decode period, and the tool printed -33%): no figure,
+    the two named as not like with like. A load without interleaved prefills (16 prompts at
+    concurrency 16), so that TPOT is the basis, above the 8.75 ms period."""
+    arm = _without_itl(tmp_path, 13.0, prompts=16)
+    p = report_json(str(arm))["profiler"]
+    assert p["basis"] == "TPOT" and p["overhead"] is None and p["below"] is True and p["tpot_prefills"] is False
     shown = run_cli("report", str(arm))
     assert shown.returncode == 0, shown.stderr
     assert "profiler overhead not measured" in shown.stdout and "profiler overhead -" not in shown.stdout
-    assert "-33%" not in shown.stdout and "profiler overhead" in shown.stdout
+    assert "-33%" not in shown.stdout and "-49%" not in shown.stdout  # 8.75 / 13.0 - 1
+
+
+def test_tpot_with_interleaved_prefills_is_not_against_a_decode_period(tmp_path):
+    """Without ITL, TPOT is set against the decode period only where no prefill interleaves: the
+    recorded load (32 prompts at concurrency 16) admits requests as others decode, so no figure, and
+    the line says why, even where TPOT (8.0 ms) would give a plausible +9%."""
+    arm = _without_itl(tmp_path, 8.0)
+    p = report_json(str(arm))["profiler"]
+    assert p["basis"] == "TPOT" and p["overhead"] is None and p["tpot_prefills"] is True
+    shown = " ".join(run_cli("report", str(arm)).stdout.split())
+    assert "profiler overhead not measured: the repeats have no ITL median, and their TPOT (8.00 ms) holds the prefills" in shown
+    assert "+9%" not in shown
 
 
 @pytest.mark.parametrize("name", ["afd-eager", "afd-eager-dbo", "afd-graphs", "afd-graphs-dbo", "afd-pair-graphs-dbo"])

@@ -62,6 +62,7 @@ class Unprofiled:
     profiler_overhead: float | None = None  # profiled step / unprofiled step - 1; None: not comparable
     overhead_basis: str | None = None  # what the unprofiled step is: ITL or TPOT (the repeats' medians, mean)
     overhead_below: bool = False  # the profiled period fell below the unprofiled one: not comparable
+    tpot_prefills: bool = False  # no ITL, and TPOT holds interleaved prefills (or may: the load is unknown): not comparable
     change: float | None = None  # mean duration against the first arm's, - 1
     change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
     change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
@@ -122,6 +123,7 @@ def unprofiled_of(
     *,
     phase: str | None = None,
     periods: int | None = None,
+    prefills_interleave: bool | None = None,
 ) -> Unprofiled | None:
     """One arm's unprofiled figures; None where its manifest holds no usable repeat. repeats: the
     manifest's list as read, or repeats_of's."""
@@ -133,7 +135,9 @@ def unprofiled_of(
     itl = _mean([r.median_itl_ms for r in usable])
     step_ms = profiled_step_us / 1000.0 if profiled_step_us is not None and math.isfinite(profiled_step_us) else None
     basis, unprofiled_ms = (ITL, itl) if itl else (TPOT, tpot) if tpot else (None, None)
-    overhead = step_ms / unprofiled_ms - 1.0 if step_ms is not None and unprofiled_ms else None
+    # TPOT is a decode step's period only where no prefill interleaves (the load says so)
+    tpot_prefills = basis == TPOT and prefills_interleave is not False
+    overhead = step_ms / unprofiled_ms - 1.0 if step_ms is not None and unprofiled_ms and not tpot_prefills else None
     tools = "+".join(dict.fromkeys(r.tool for r in usable))
     return Unprofiled(
         label=label,
@@ -146,8 +150,9 @@ def unprofiled_of(
         itl_median_ms=itl,
         profiled_step_ms=step_ms,
         profiler_overhead=overhead if overhead is not None and overhead >= 0 else None,
-        overhead_basis=basis if overhead is not None else None,
+        overhead_basis=basis if step_ms is not None else None,
         overhead_below=overhead is not None and overhead < 0,
+        tpot_prefills=tpot_prefills and step_ms is not None,
         profiled_phase=phase if step_ms is not None else None,
         profiled_periods=periods if step_ms is not None else None,
     )

@@ -933,6 +933,7 @@ class ProfilerBlock(Struct):
     basis: Literal["ITL", "TPOT"] | None | UnsetType = UNSET
     unprofiled_itl_ms: float | None | UnsetType = UNSET
     below: bool | UnsetType = UNSET
+    tpot_prefills: bool | UnsetType = UNSET  # no ITL, and the load's prefills interleave (or may): no overhead
 
 
 class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
@@ -1043,6 +1044,7 @@ def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
         basis=cast("Literal['ITL', 'TPOT'] | None", u.overhead_basis),
         unprofiled_itl_ms=_r(u.itl_median_ms, 4),
         below=u.overhead_below,
+        tpot_prefills=u.tpot_prefills,
     )
 
 

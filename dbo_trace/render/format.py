@@ -182,6 +182,12 @@ def profiler_lines(d: ReportDocument) -> list[str]:
     against = f"{unprofiled:.2f} ms unprofiled ({basis}, mean of {p.repeats} repeats' medians, {p.timed_by})"
     if p.overhead is not None:
         return [f"profiler overhead {100 * p.overhead:+.0f}%: {period} against {against}"]
+    if p.tpot_prefills is True:
+        return [
+            f"profiler overhead not measured: the repeats have no ITL median, and their TPOT ({unprofiled:.2f} ms) "
+            "holds the prefills that interleave as requests arrive (or may: the load is not known), where "
+            f"{period} is a decode step's; not like with like"
+        ]
     if p.below is True or p.profiled_period_us / 1000.0 < unprofiled:
         return [
             f"profiler overhead not measured: {period} is below {against}; they are not like with like"
