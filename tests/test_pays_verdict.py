@@ -229,3 +229,19 @@ def test_the_eager_dbo_criterion_is_of_the_rest(docs):
     the host in the yield op; against the rest (send, launch, receive) it is the compute's real bound."""
     d = docs["afd-eager-dbo"]["disaggregated"]
     assert d["median_exposed_us"] < 500.0 and d["criterion_ratio"] > 0.3
+
+
+def test_every_output_says_whether_dbo_pays_after_the_headline(tmp_path):
+    """The pays answer is the second line in the terminal and beside the headline in the Markdown and
+    the HTML (escaped as every other sentence), the same words as the JSON's."""
+    arm = str(SAMPLES / "afd-graphs-dbo")
+    text = report_json(arm)["verdict"]["pays"]["text"]
+    terminal = run_cli("report", arm).stdout.splitlines()
+    assert terminal[0].startswith("verdict: overlapped") or terminal[1].startswith("  ")
+    second = next(i for i, line in enumerate(terminal) if not line.startswith("  ") and i > 0)
+    assert terminal[second].startswith("does DBO pay: not measured from one arm")
+    markdown = " ".join(run_cli("report", "--markdown", arm).stdout.split())
+    assert f"**Does DBO pay:** {text}" in markdown
+    page = tmp_path / "r.html"
+    assert run_cli("report", arm, "--html", str(page)).returncode == 0
+    assert f'<p id="pays"><b>Does DBO pay:</b> {text.replace(chr(39), "&#x27;")}</p>' in page.read_text()
