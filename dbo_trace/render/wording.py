@@ -353,8 +353,8 @@ def _comm_overlap(r: CommOverlap) -> str:
 
 def _round_trips_hidden(r: RoundTripsHidden) -> str:
     text = (
-        f"disaggregated: {round_trip_text(r.afd)}; kernel overlap cannot see it (the comm tables' hidden share): "
-        "the sends and receives run on the compute stream"
+        f"disaggregated: {round_trip_text(r.afd)}; kernel overlap cannot see it (the tables' hidden is a dash "
+        "here): the sends and receives run on the compute stream"
     )
     if r.borderline:
         text += _borderline(r.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN, _overlap_labels(r.afd.microbatched))
