@@ -259,19 +259,30 @@ VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
 VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 # The words version 7 added to the verdict's (a reason's kind, a next step's kind).
 VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
+# The words version 8 added (a label, a finding, a next step's kind), and the one it dropped.
+VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
+BEFORE_8_WORDS = {"dbo_cannot_pay"}
+VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
 
 
 def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:
     """Version 6 gives every verdict its next step and its reasons as {kind, borderline, text};
     versions before it, the reasons' text alone and no next step."""
-    from dbo_trace.render.document import ReasonBlock
+    from dbo_trace.render.document import ReasonBlock, VerdictBlock
 
     if (verdict.next_step is not msgspec.UNSET) != (version >= 6):
         return f"{where}.verdict: next_step is a key of version 6, {'not of' if version < 6 else 'missing in'} version {version}"
     step = verdict.next_step
-    words = {r.kind for r in verdict.reasons if isinstance(r, ReasonBlock)} | ({step.kind} if step else set())
+    words: set[str] = {r.kind for r in verdict.reasons if isinstance(r, ReasonBlock)} | ({step.kind} if step else set())
     if version < 7 and words & VERSION_7_WORDS:
         return f"{where}.verdict: {sorted(words & VERSION_7_WORDS)[0]} is a word of version 7, not of version {version}"
+    words |= {w for w in (verdict.label, verdict.qualifier, *verdict.findings) if w is not None}
+    if version < 8 and words & VERSION_8_WORDS:
+        return f"{where}.verdict: {sorted(words & VERSION_8_WORDS)[0]} is a word of version 8, not of version {version}"
+    if version >= 8 and words & BEFORE_8_WORDS:
+        return f"{where}.verdict: {sorted(words & BEFORE_8_WORDS)[0]} is a word before version 8, not of version {version}"
+    if version < 8 and isinstance(verdict, VerdictBlock) and verdict.pays is not msgspec.UNSET:
+        return f"{where}.verdict: pays is a key of version 8, not of version {version}"
     typed = [isinstance(r, ReasonBlock) for r in verdict.reasons]
     if (version >= 6 and not all(typed)) or (version < 6 and any(typed)):
         how = "as" if version >= 6 else "as its text, not"
@@ -299,11 +310,17 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     problem = _verdicts_problem(document, version)
     if problem is not None:
         return problem
+    p = document.profiler
+    if version < 8 and p is not msgspec.UNSET and any(getattr(p, k) is not msgspec.UNSET for k in VERSION_8_PROFILER):
+        return f"report.profiler: {next(k for k in VERSION_8_PROFILER if getattr(p, k) is not msgspec.UNSET)} is a key of version 8, not of version {version}"
     blocks = [("report", document.disaggregated)] + [(f"report.ranks[{i}]", r.disaggregated) for i, r in enumerate(document.ranks)]
     for where, block in blocks:
         if block is not None and block.parts is not None and (block.parts.late_us is not msgspec.UNSET) != (version >= 7):
             told = "not of" if version < 7 else "missing in"
             return f"{where}.disaggregated.parts: late_us is a key of version 7, {told} version {version}"
+        if block is not None and (block.host_lag_median_us is not msgspec.UNSET) != (version >= 8):
+            told = "not of" if version < 8 else "missing in"
+            return f"{where}.disaggregated: host_lag_median_us is a key of version 8, {told} version {version}"
     for i, rank in enumerate(document.ranks):
         for k, op in enumerate(rank.comm_operations):
             if (op.exposed_fraction is not msgspec.UNSET) != (version >= 8):

@@ -84,6 +84,7 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         comm_sms=sms[0] if sms else None,
         env_recorded=bool(envs),
         repeats=_repeats(manifests),
+        prefills_interleave=_prefills_interleave(manifests),
     )
 
 
@@ -92,6 +93,19 @@ def _repeats(manifests: list[dict]) -> tuple[Repeat, ...]:
     none, since one TPOT is not both's)."""
     found = [r for m in manifests if (r := repeats_of(m.get("repeats")))]
     return found[0] if len(found) == 1 else ()
+
+
+def _prefills_interleave(manifests: list[dict]) -> bool | None:
+    """Whether the repeats' load admits new requests while others decode (more prompts than its
+    concurrency): its TPOT then holds their prefills. None where the manifest does not say."""
+    loads = [m.get("load") for m in manifests if repeats_of(m.get("repeats"))]
+    load = loads[0] if len(loads) == 1 and isinstance(loads[0], dict) else None
+    if load is None:
+        return None
+    prompts, concurrency = load.get("num_prompts"), load.get("concurrency")
+    if not isinstance(prompts, int) or not isinstance(concurrency, int) or isinstance(prompts, bool) or concurrency <= 0:
+        return None
+    return prompts > concurrency
 
 
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)

@@ -102,28 +102,35 @@ def round_trips(attention: Path) -> list[dict]:
         for u, seq_k in seqs.items():
             for j in range(0, len(seq_k) - 1, 2):
                 snd, rcv = seq_k[j], seq_k[j + 1]
-                s0, r1 = snd["ts"], rcv["ts"] + rcv["dur"]
-                hidden = 0.0
+                s0, s1, r1 = snd["ts"], snd["ts"] + snd["dur"], rcv["ts"] + rcv["dur"]
+                # the host's lag: the send's end to the receive's launch call (within the send's end and the receive's start)
+                lag_end = min(max(rcv["_call_ts"], s1), max(rcv["ts"], s1))
+                hidden = lag_hidden = 0.0
                 if u >= 0:
-                    pieces = sorted(
-                        (max(s0, c["ts"]), min(r1, c["ts"] + c["dur"]))
-                        for c, cu in zip(comp, comp_ub)
-                        if cu >= 0 and cu != u and c["ts"] < r1 and c["ts"] + c["dur"] > s0
-                    )
-                    end = None
-                    for a, b in pieces:  # union
-                        if end is None or a > end:
-                            hidden += b - a
-                            end = b
-                        elif b > end:
-                            hidden += b - end
-                            end = b
-                out.append({"step": s, "ub": u, "s0": s0, "s1": snd["ts"] + snd["dur"], "r0": rcv["ts"], "r1": r1, "hidden": hidden})
+                    other = [c for c, cu in zip(comp, comp_ub) if cu >= 0 and cu != u]
+                    hidden, lag_hidden = _union_within(other, s0, r1), _union_within(other, s1, lag_end)
+                out.append({"step": s, "ub": u, "s0": s0, "s1": s1, "r0": rcv["ts"], "r1": r1, "hidden": hidden,
+                            "lag": lag_end - s1, "lag_hidden": lag_hidden})  # fmt: skip
     return out
 
 
+def _union_within(kernels: list[dict], lo: float, hi: float) -> float:
+    """Length of [lo, hi] covered by the kernels' union."""
+    pieces = sorted((max(lo, c["ts"]), min(hi, c["ts"] + c["dur"])) for c in kernels if c["ts"] < hi and c["ts"] + c["dur"] > lo)
+    total, end = 0.0, None
+    for a, b in pieces:
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
 def hidden_share(rts: list[dict]) -> float:
-    return sum(r["hidden"] for r in rts) / sum(r["r1"] - r["s0"] for r in rts)
+    """Of the round trips' time less the host's lag, the other microbatch's compute (docs/analysis.md)."""
+    return sum(r["hidden"] - r["lag_hidden"] for r in rts) / sum(r["r1"] - r["s0"] - r["lag"] for r in rts)
 
 
 def per_step(rts: list[dict]) -> float:

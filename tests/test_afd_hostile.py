@@ -244,6 +244,7 @@ def test_negative_repeat_timings_are_not_figures(tmp_path):
     def negative(m):
         for r in m["repeats"]:
             r["median_tpot_ms"] = -5.0
+            r["median_itl_ms"] = -5.0
 
     proc = run_cli("report", "--json", str(_pair_with(tmp_path, negative)))
     assert proc.returncode == 0, proc.stderr

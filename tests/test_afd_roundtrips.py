@@ -63,16 +63,20 @@ def test_hidden_share_against_the_truth_and_the_independent_reference(bundles, a
     folder, truth, report = bundles[arm]
     a = _attention(report).afd
     rts = truth["round_trips"]
-    expected = sum(r["hidden"] for r in rts) / sum(r["rt"] for r in rts)
-    assert a.hidden_share == pytest.approx(expected, abs=1e-6)
     ref = round_trips(folder / "traces" / "attention.pt.trace.json.gz")
+    if all(r["lag"] == 0 for r in ref):  # the share is of the round trips less the host's lag (none here)
+        expected = sum(r["hidden"] for r in rts) / sum(r["rt"] for r in rts)
+        assert a.hidden_share == pytest.approx(expected, abs=1e-6)
+    else:  # an eager DBO arm launches a receive after its yield: the rest's share, the reference's lag
+        assert a.host_lag_total_us == pytest.approx(sum(r["lag"] for r in ref))
+        assert a.hidden_share == pytest.approx(hidden_share(ref), abs=1e-6)
     assert len(ref) == len(a.rows)
     assert per_step(ref) == a.per_step
     assert abs(hidden_share(ref) - a.hidden_share) <= 0.03
     assert sorted(r["r1"] - r["s0"] for r in ref) == pytest.approx(sorted(a.rows.round_trip_us.tolist()))
     if ARMS[arm][0]:
-        assert a.hidden_share > 0.2  # DBO hid part of each round trip
-        assert _attention(report).verdict.label == "overlapped"
+        assert a.hidden_share > 0.1  # DBO hid part of each round trip (of its rest, where the host lagged)
+        assert _attention(report).verdict.label == ("overlapped" if a.hidden_share >= 0.2 else "not-overlapped")
     else:
         assert a.hidden_share == 0.0
         assert a.criterion_ratio is None
@@ -113,10 +117,10 @@ def test_roles_are_kept_apart(bundles):
     assert "disaggregated round trips" in RENDERERS["markdown"].render(report)
 
 
-def test_without_dbo_the_headline_says_not_hidden(bundles):
+def test_without_dbo_the_headline_says_single_batch(bundles):
     report = bundles["graphs"][2]
-    assert report.verdict.label == "not-overlapped"
-    assert "not hidden" in headline(report.verdict)
+    assert report.verdict.label == "single-batch"  # no microbatches: the overlap question has no subject
+    assert "one microbatch: each FFN round trip exposed whole" in headline(report.verdict)
 
 
 def test_expensive_call_in_the_host_line(bundles):

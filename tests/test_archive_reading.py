@@ -395,7 +395,27 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
 
 
 def _as_version_7(doc):
-    """The document as version 7 wrote it: without version 8's exposed shares."""
+    """The document as version 7 wrote it: no pays, the words version 8 added as before, no exposed shares."""
+    _without_version_8_shares(doc)
+    for key in ("basis", "unprofiled_itl_ms", "below", "tpot_prefills"):
+        doc.get("profiler", {}).pop(key, None)
+    for block in [doc, *doc["ranks"]]:
+        for key in ("host_lag_median_us", "host_lag_total_us", "lag_hidden_us", "lag_op"):
+            (block.get("disaggregated") or {}).pop(key, None)
+    for verdict in verdicts(doc):
+        verdict.pop("pays", None)
+        if verdict["label"] == "single-batch":
+            verdict["label"] = "not-overlapped"
+        verdict["findings"] = [f for f in verdict["findings"] if f != "exposed_comm"]
+        if verdict["qualifier"] == "exposed_comm":
+            verdict["qualifier"] = verdict["findings"][0] if verdict["findings"] else None
+        if verdict.get("next_step") and verdict["next_step"]["kind"] == "measure_pays":
+            verdict["next_step"]["kind"] = "dbo_cannot_pay"
+    return doc
+
+
+def _without_version_8_shares(doc):
+    """Without version 8's exposed shares of the comm operations and layers."""
     for r in doc["ranks"]:
         for op in r["comm_operations"]:
             op.pop("exposed_fraction", None)
@@ -551,20 +571,34 @@ def test_a_version_6_document_with_version_7_content_is_damage(afd_pair, tmp_pat
             "is damaged", "disaggregated.parts: late_us is a key of version 7, not of version 6")  # fmt: skip
 
 
-def test_a_version_7_archive_still_reads_and_version_8_keys_are_its_own(real, tmp_path):
-    """Version 8 added the comm operations' exposed shares: an archive of version 7, without them,
-    reads as written (its tables show the median exposed time); one numbered 7 that holds them, or
-    one numbered 8 that lacks them, was written by neither."""
+def test_a_version_7_archive_still_reads_and_version_8_words_in_it_are_damage(real, tmp_path):
+    """Version 8 added the verdict's pays, the label single-batch, the finding exposed_comm and the next
+    step measure_pays, and dropped dbo_cannot_pay: a version 7 archive reads as written; one numbered 7
+    that holds pays was written by neither, nor one numbered 8 that holds dbo_cannot_pay."""
     doc = document(real)
-    assert any("exposed_fraction" in op for r in doc["ranks"] for op in r["comm_operations"])
+    assert doc["schema_version"] == 8 and "pays" in doc["verdict"]
     doc["schema_version"] = 7
     refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
-            "is damaged", "exposed_fraction is a key of version 8, not of version 7")  # fmt: skip
+            "is damaged", "report.verdict: pays is a key of version 8, not of version 7")  # fmt: skip
     _as_version_7(doc)
     old = build(tmp_path / "v7.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old), "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == doc
     doc["schema_version"] = 8
+    doc["verdict"]["next_step"]["kind"] = "dbo_cannot_pay"
+    refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "dbo_cannot_pay is a word before version 8")  # fmt: skip
+
+
+def test_version_8_exposed_shares_belong_to_version_8(real, tmp_path):
+    """Version 8 added the comm operations' exposed shares: one numbered 7 that holds them, or one
+    numbered 8 that lacks them, was written by neither (a version 7 archive reads: the test above)."""
+    doc = _as_version_7(document(real))
+    doc["ranks"][0]["comm_operations"][0]["exposed_fraction"] = 0.5
+    doc["schema_version"] = 7
+    refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "exposed_fraction is a key of version 8, not of version 7")  # fmt: skip
+    doc = _without_version_8_shares(document(real))
     refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
             "is damaged", "exposed_fraction is a key of version 8, missing in version 8")  # fmt: skip

@@ -18,7 +18,7 @@ from dbo_trace.analysis.verdict import (
     HostBoundFinding,
     decide,
 )
-from dbo_trace.render.wording import qualifier_text
+from dbo_trace.render.wording import next_step_text, qualifier_text
 
 # What each shipped sample is, by construction (samples/README.md, docs/demo.md): the finding that must lead.
 EXPECTED = {
@@ -139,7 +139,7 @@ def window(label: str) -> WindowMetrics:
 
 
 def verdict(label, **kw):
-    v = decide(Evidence(window(label), findings=Findings(window_us=W, **kw)))
+    v = decide(Evidence(window(label), microbatched=True, findings=Findings(window_us=W, **kw)))
     assert v.label == label
     return v
 
@@ -164,6 +164,23 @@ def test_thresholds():
     assert keys(NOT_OVERLAPPED, saved_us=0, serial_estimate_us=W) == []  # nothing overlapped: the label says it
     assert keys(OVERLAPPED, peer_wait_us=None) == []  # the slot absent: not named
     assert keys(OVERLAPPED, peer_wait_us=5000) == ["peer_wait"]
+
+
+def test_without_microbatches_the_overlap_question_is_not_asked():
+    """Comm that nothing overlapped, and no step ran two microbatches: the label is single-batch, the
+    headline its exposed comm per step (10 ms over 4 steps of the 100 ms window), no pays, and the
+    next step does not promise what two microbatches would hide."""
+    from dbo_trace.analysis.verdict import SINGLE_BATCH, GpuWork
+
+    m = window(NOT_OVERLAPPED)
+    v = decide(Evidence(m, findings=Findings(window_us=W), gpu=GpuWork(None, 4, 40_000.0, W, 10_000.0)))
+    assert v.label == SINGLE_BATCH and v.pays is None
+    assert qualifier_text(v.qualifier) == "comm exposed 2.50 ms per step, 10% of the step"
+    assert v.next_step is not None and v.next_step.kind == "one_microbatch"
+    assert "two microbatches (DBO) hide" not in next_step_text(v.next_step)  # no promise of what DBO would hide
+    assert verdict(NOT_OVERLAPPED).label == NOT_OVERLAPPED  # the same figures with microbatches
+    hidden = decide(Evidence(window(OVERLAPPED), findings=Findings(window_us=W)))
+    assert hidden.label == OVERLAPPED  # comm under compute without microbatches (its own stream) is overlap
 
 
 def test_wording_carries_the_numbers():

@@ -14,8 +14,9 @@ COMM = CommRules().regex().pattern  # the built-in families, as documented in do
 # name -> (verdict, steps source): what the numbers of each trace say (docs/analysis.md thresholds).
 CASES = {
     # Training, GPU behind the CPU: busy 36%, 63% of the window idle with work already queued
-    # (waiting on NCCL and events), 1% host idle: communication mostly exposed.
-    "hta-training-16rank-nccl-graphs.json.gz": ("not-overlapped", "ProfilerStep# annotations"),
+    # (waiting on NCCL and events), 1% host idle: communication mostly exposed, and no microbatches
+    # to ask the overlap question of (single-batch).
+    "hta-training-16rank-nccl-graphs.json.gz": ("single-batch", "ProfilerStep# annotations"),
     "hta-training-2rank-nccl.json.gz": ("host-bound", "ProfilerStep# annotations"),
     "hta-rocm-mi250.json.gz": ("host-bound", "ProfilerStep# annotations"),
     "kineto-2021-v100.json.gz": ("host-bound", "ProfilerStep# annotations"),  # an Operator-category range in 2021

@@ -25,7 +25,8 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
     data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
     rows, told, unpaired, told_ub = afd_round_trips(
-        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch,
+        launch_start=att.gpu_launch_start,
     )
     in_step = data & (att.gpu_step >= 0)
     kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
@@ -34,7 +35,55 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
         step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
         kernels_per_step=kernels_per_step,
     )  # fmt: skip
-    return None if found is None else replace(found, kernel_ubatch=told_ub)
+    if found is None:
+        return None
+    lag_op = _lag_op(
+        rows.send_end, rows.send_end + rows.lag_us, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name,
+        cpu_is_op=~tl.cpu_is_annotation, names=tl.names,
+    )  # fmt: skip
+    return replace(found, kernel_ubatch=told_ub, lag_op=lag_op)
+
+
+LAG_NAMED = 0.05  # the host's lag is worth naming its op where it is this share of the round trips' time
+LAG_SAMPLE = 2000  # round trips whose lag is searched for its op (this many with a lag, spread over the run)
+OP_HOLDS = 0.5  # an op held the lag where it covered at least this share of it
+OP_LONGEST = 4.0  # an op this many times the lag or longer encloses it (a step's range), not what ran through it
+
+
+def _lag_op(
+    lo: np.ndarray, hi: np.ndarray, *, cpu_start: np.ndarray, cpu_end: np.ndarray, cpu_name: np.ndarray,
+    cpu_is_op: np.ndarray, names: list[str],
+) -> tuple[str, float] | None:
+    """The CPU operator that ran through the host's lag: per lag [lo, hi], the shortest op (not an
+    annotation) covering at least OP_HOLDS of it, the innermost of those that span it (a step's
+    enclosing range spans it too; the other microbatch's ops are short and cover little of it); of
+    all the lags' time, the name that covered most, with its share. Threads are not matched: the
+    trace's runtime events keep a microbatch thread's first id when vLLM starts new threads each
+    step, so a launch call's thread is not the CPU op's. None without a lag or an op."""
+    lagged = np.flatnonzero(hi - lo > 0)
+    if not len(lagged):
+        return None
+    lagged = lagged[np.unique(np.linspace(0, len(lagged) - 1, min(len(lagged), LAG_SAMPLE)).astype(np.int64))]  # spread over the run
+    ops = np.flatnonzero(cpu_is_op)
+    ops = ops[np.argsort(cpu_start[ops], kind="stable")]
+    starts = cpu_start[ops]
+    covered: dict[int, float] = {}
+    total = float((hi[lagged] - lo[lagged]).sum())
+    for i in lagged.tolist():
+        a, b = float(lo[i]), float(hi[i])
+        # ops that started before the lag ended, and no longer than OP_LONGEST lags (an enclosing range
+        # is never the innermost where an op spans it; bounding it keeps each lookup to a few ops)
+        before = ops[int(np.searchsorted(starts, a - OP_LONGEST * (b - a))) : int(np.searchsorted(starts, b))]
+        before = before[cpu_end[before] - cpu_start[before] <= OP_LONGEST * (b - a)]
+        held = before[np.minimum(cpu_end[before], b) - np.maximum(cpu_start[before], a) >= OP_HOLDS * (b - a)]
+        if not len(held):
+            continue
+        k = held[np.argmin(cpu_end[held] - cpu_start[held])]
+        covered[int(cpu_name[k])] = covered.get(int(cpu_name[k]), 0.0) + float(min(cpu_end[k], b) - max(cpu_start[k], a))
+    if not covered or total <= 0:
+        return None
+    name, us = max(covered.items(), key=lambda kv: kv[1])
+    return names[name], us / total
 
 
 class RoundTripShares:
@@ -46,8 +95,9 @@ class RoundTripShares:
         rows = afd.rows
         n = int(table.index.max()) + 1 if len(table) else 0
         ok = (rows.step >= 0) & (rows.step < n)
-        self.total = np.bincount(rows.step[ok], weights=rows.round_trip_us[ok], minlength=n)  # (n,) by step index
-        self.hidden = np.bincount(rows.step[ok], weights=rows.hidden_us[ok], minlength=n)
+        # the round trips less the host's lag (their rest), as the run's hidden share is
+        self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
+        self.hidden = np.bincount(rows.step[ok], weights=rows.rest_hidden_us[ok], minlength=n)
         self.table = table
         self.microbatched = afd.microbatched
 
@@ -115,7 +165,7 @@ def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis], pairs: list[Pa
     sliced = time_slicing(
         send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
         round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
-        sharing=roles.sharing,
+        sharing=roles.sharing, ubatch=rows.ubatch,
     )  # fmt: skip
     ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
     offset = _offset_us(ffn, mine) if ffn is not None else None

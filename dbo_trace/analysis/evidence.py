@@ -14,6 +14,8 @@ from dbo_trace.analysis.contention import Contention
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.exposure import CROWDED, LATE_RECORD, PEER, Exposure
 from dbo_trace.analysis.host_time import HostCauses
+from dbo_trace.analysis.ledger import Ledger
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import PhaseReport, RankAnalysis
 from dbo_trace.analysis.peers import WaitSplit
@@ -131,11 +133,15 @@ def top_kernel(ranks: Sequence[RankAnalysis]) -> tuple[str, float] | None:
     return name, us / total
 
 
-def _tokens_per_microbatch(ranks: Sequence[RankAnalysis]) -> float | None:
-    """The log's tokens per microbatch (medians over steps, the mean of the microbatches'), the
-    median over ranks."""
-    per = [float(np.mean(t)) for r in ranks if r.ledger is not None and (t := r.ledger.split_tokens)]
-    return float(np.median(per)) if per else None
+def _dbo_ran(ranks: Sequence[RankAnalysis]) -> bool:
+    """The event log says some step took a microbatched path (a graph replay's kernels cannot tell)."""
+    return any(p in MICROBATCHED_PATHS for r in ranks for p in r.steps.table.path)
+
+
+def _ledger(ranks: Sequence[RankAnalysis]) -> Ledger | None:
+    """DBO's own costs: the rank's ledger with the most hand-overs (one rank: its own)."""
+    held = [r.ledger for r in ranks if r.ledger is not None]
+    return max(held, key=lambda led: led.handovers) if held else None
 
 
 def evidence_of(
@@ -171,7 +177,8 @@ def evidence_of(
         stalls=stalls_of(ranks, numbered=len(ranks) > 1),
         gpu=main_work(t.phases, ranks),
         yield_op=max(yield_ops, key=lambda y: y.per_step_us) if yield_ops else None,
-        tokens_per_microbatch=_tokens_per_microbatch(ranks),
+        ledger=_ledger(ranks),
+        dbo_ran=_dbo_ran(ranks),
         top_kernel=top_kernel(ranks),
         time_slicing=time_slicing,
         running_behind=tuple(

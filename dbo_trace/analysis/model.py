@@ -57,6 +57,9 @@ class Options:
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
     repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
+    # their load's prompts outnumber its concurrency: prefills interleave with the decode steps as
+    # requests arrive (TPOT holds them); None: the manifest does not say
+    prefills_interleave: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from dbo_trace.analysis.exposure import Exposure, exposure
 from dbo_trace.analysis.gpu_clock import ClockBounds, blocking_kinds, clock_bounds, incomplete
 from dbo_trace.analysis.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host_time import UNTRACED, HostCauses, host_pieces
-from dbo_trace.analysis.intervals import difference, union
+from dbo_trace.analysis.intervals import difference, intersection, union
+from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, operation_places, yield_op_calls
 from dbo_trace.analysis.metrics import (
     MetricColumns,
@@ -37,7 +38,7 @@ from dbo_trace.analysis.model import Options, PhaseReport, RankAnalysis, RankDet
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
-from dbo_trace.analysis.roles import ATTENTION
+from dbo_trace.analysis.roles import ATTENTION, FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import (
     Stall,
@@ -107,8 +108,11 @@ def analyze_rank(
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
+    # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
+    # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
+    microbatched = d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path)
     phases = [
-        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op)
+        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op, microbatched=microbatched)
         for p in PHASES
         if len(at := table.of_phase(p))
     ]
@@ -125,8 +129,8 @@ def analyze_rank(
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, d.microbatched, shares.by_step() if shares else None, frames, role, yield_op),
-        total=whole.total,
+        steps=StepReports(table, d.host_pieces, microbatched, shares.by_step() if shares else None, frames, role, yield_op),
+        total=_afd_cross(d, afd, whole.total, role),
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
         role=role,
@@ -637,6 +641,7 @@ def phase_report(
     d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None,
     role: str | None = None,
     yield_op: YieldOps | None = None,
+    microbatched: bool | None = None,
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
@@ -648,7 +653,8 @@ def phase_report(
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
     evidence = Evidence(
-        m, microbatched=d.microbatched, causes=causes, gpu=gpu_work_of(m, phase, len(steady)),
+        m, microbatched=d.microbatched if microbatched is None else microbatched, causes=causes,
+        gpu=gpu_work_of(m, phase, len(steady)),
         afd_share=shares.of(steady) if shares is not None else None, role=role, yield_op=yield_op,
     )  # fmt: skip
     return PhaseReport(
@@ -661,6 +667,25 @@ def phase_report(
         step_spread=spread(steps.period_us[at]),
         stalls=int(steps.stalled[at].sum()),
     )
+
+
+def _afd_cross(d: RankDetail, afd: AfdRoundTrips | None, total: WindowMetrics, role: str | None) -> WindowMetrics:
+    """An AFD attention rank's comm under the other microbatch's compute, its kernels' microbatches as
+    the round trips told them (a graph replay's launching threads cannot): where the attribution has
+    none, the figure is this one, not unknown beside the round trips' hidden share. An FFN server's
+    comm none of which ran under compute ran under no microbatch's compute: 0."""
+    if role == FFN and total.comm_hidden_cross_us is None and total.comm_busy_us > 0 and total.comm_hidden_us == 0:
+        return replace(total, comm_hidden_cross_us=0.0)
+    if afd is None or not afd.microbatched or afd.kernel_ubatch is None or total.comm_hidden_cross_us is not None:
+        return total
+    ub, start, end = afd.kernel_ubatch, d.timeline.gpu.start, d.timeline.gpu.end
+    comm, compute = d.kernel_kind == c.COMM, d.kernel_kind == c.COMPUTE
+    cross = 0.0
+    for u in (0, 1):
+        mine, other = comm & (ub == u), compute & (ub == 1 - u)
+        lo, hi = intersection((start[mine], end[mine]), (start[other], end[other]))
+        cross += float((hi - lo).sum())
+    return replace(total, comm_hidden_cross_us=cross)
 
 
 def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[ExpensiveCall]:

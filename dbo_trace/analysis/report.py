@@ -113,7 +113,7 @@ def combine(
         for r in ranks
     ]
     run = together(ranks)
-    unprofiled = run_unprofiled(ranks, options.repeats)
+    unprofiled = run_unprofiled(ranks, options.repeats, options.prefills_interleave)
     overhead = unprofiled.profiler_overhead if unprofiled is not None else None
     return Report(
         what_if=_what_if(run.round_trips, ranks, options),
@@ -134,13 +134,15 @@ def combine(
     )
 
 
-def run_unprofiled(ranks: list[RankAnalysis], repeats: tuple[Repeat, ...]) -> Unprofiled | None:
+def run_unprofiled(
+    ranks: list[RankAnalysis], repeats: tuple[Repeat, ...], prefills_interleave: bool | None = None
+) -> Unprofiled | None:
     """The recording's repeats against its profiled steps (analysis/unprofiled.py): the served
     side's ranks (an FFN server's steps are not the ones TPOT times)."""
     if not repeats:
         return None
     period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
-    return unprofiled_of("", repeats, period, phase=phase, periods=n)
+    return unprofiled_of("", repeats, period, phase=phase, periods=n, prefills_interleave=prefills_interleave)
 
 
 def together(ranks: list[RankAnalysis]) -> Together:

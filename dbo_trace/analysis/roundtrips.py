@@ -41,6 +41,12 @@ class RoundTripRows:
     recv_start: np.ndarray
     recv_end: np.ndarray
     hidden_us: np.ndarray  # (n,) float64: the other microbatch's compute inside the round trip (union)
+    # (n,) float64: the host's lag, from the send kernel's end to the start of the receive kernel's
+    # launch call (an eager step launches the receive only once its thread is back from the yield;
+    # a graph replay launched it before the send: 0), and of hidden_us, the part inside that lag
+    host_lag_us: np.ndarray | None = None
+    lag_hidden_us: np.ndarray | None = None
+    recv_index: np.ndarray | None = None  # (n,) int64: each receive kernel's GPU activity index
 
     def __len__(self) -> int:
         return len(self.step)
@@ -48,6 +54,23 @@ class RoundTripRows:
     @property
     def round_trip_us(self) -> np.ndarray:
         out: np.ndarray = self.recv_end - self.send_start
+        return out
+
+    @property
+    def lag_us(self) -> np.ndarray:
+        return self.host_lag_us if self.host_lag_us is not None else np.zeros(len(self.step))
+
+    @property
+    def rest_us(self) -> np.ndarray:
+        """The round trip less the host's lag: what the criterion and the hidden share are of."""
+        out: np.ndarray = self.round_trip_us - self.lag_us
+        return out
+
+    @property
+    def rest_hidden_us(self) -> np.ndarray:
+        """The other microbatch's compute inside the rest (hidden_us less its part inside the lag)."""
+        lag: np.ndarray = self.lag_hidden_us if self.lag_hidden_us is not None else np.zeros(len(self.step))
+        out: np.ndarray = self.hidden_us - lag
         return out
 
 
@@ -82,11 +105,15 @@ class AfdRoundTrips:
     median_us: float  # median round trip
     hidden_us: float  # summed over round trips
     total_us: float
+    host_lag_total_us: float  # summed over round trips: the host's lag (send end to the receive's launch call)
+    lag_hidden_us: float  # of hidden_us, the part inside the host's lag
     compute_per_microbatch_us: float | None  # median over steps: step compute busy / round trips
     median_exposed_us: float  # median of (round trip - hidden): what the compute did not cover
     parts: FfnParts | None = None  # with the FFN's trace
     ffn_matched: int = 0
     layers_inferred: bool = False  # layers from a microbatch's round trips per step (one FFN per layer)
+    host_lag_median_us: float = 0.0  # median over round trips
+    lag_op: tuple[str, float] | None = None  # the CPU op that held the receive's launching thread, its share of the lag
     # (n_gpu,) int8: each GPU activity's microbatch as the round trips told it (a data kernel's round
     # trip's; a compute kernel's by its thread or DBO's order), -1 elsewhere: what a picture draws by
     kernel_ubatch: np.ndarray | None = None
@@ -97,9 +124,10 @@ class AfdRoundTrips:
 
     @property
     def hidden_share(self) -> float | None:
-        """Share of the round trips' time during which the attention GPU computed the other
-        microbatch's work (time-weighted over every round trip)."""
-        return self.hidden_us / self.total_us if self.total_us > 0 else None
+        """Share of the round trips' time, less the host's lag, during which the attention GPU
+        computed the other microbatch's work (time-weighted over every round trip)."""
+        rest = self.total_us - self.host_lag_total_us
+        return (self.hidden_us - self.lag_hidden_us) / rest if rest > 0 else None
 
     @property
     def criterion_ratio(self) -> float | None:
@@ -168,6 +196,7 @@ def round_trips(
     data: np.ndarray,
     step: np.ndarray,
     ubatch: np.ndarray,
+    launch_start: np.ndarray | None = None,
 ) -> tuple[RoundTripRows, dict[str, int], int, np.ndarray]:
     """Every round trip of every step. start, end, kind, step, ubatch: (n_gpu,) per GPU activity;
     data: (n_gpu,) bool, the data-plane kernels (data_plane). A step's data kernels are paired per
@@ -175,7 +204,8 @@ def round_trips(
     every data kernel has one, else from DBO's kernel order where compute ran between the step's first
     two data kernels (one microbatch's send, then the other's attention), else the step is one
     microbatch. Returns the rows, the steps by how they were told apart, the unpaired kernels, and
-    each activity's microbatch as told here ((n_gpu,) int8, -1 where none)."""
+    each activity's microbatch as told here ((n_gpu,) int8, -1 where none). launch_start: (n_gpu,) the
+    start of each activity's launching call (NaN unknown): the host's lag before each receive."""
     order = np.lexsort((start, step))
     sel = order[data[order] & (step[order] >= 0)]
     compute = np.flatnonzero(kind == c.COMPUTE)
@@ -185,6 +215,7 @@ def round_trips(
     told: dict[str, int] = {}
     unpaired = 0
     hidden: list[float] = []
+    lag_hidden: list[float] = []
     told_ub = np.full(len(start), -1, np.int8)
     bounds = np.flatnonzero(np.diff(step[sel])) + 1
     for group in np.split(sel, bounds) if len(sel) else []:
@@ -229,7 +260,10 @@ def round_trips(
         o = np.argsort(start[send], kind="stable")
         send, recv, rt_ub = send[o], recv[o], rt_ub[o]
         for si, ri, u in zip(send.tolist(), recv.tolist(), rt_ub.tolist()):
-            hidden.append(_covered(start[si], end[ri], start[comp], end[comp], (comp_ub >= 0) & (comp_ub != u)) if u >= 0 else 0.0)
+            other = (comp_ub >= 0) & (comp_ub != u)
+            hidden.append(_covered(start[si], end[ri], start[comp], end[comp], other) if u >= 0 else 0.0)
+            lag_end = _lag_end(end[si], start[ri], launch_start[ri] if launch_start is not None else np.nan)
+            lag_hidden.append(_covered(end[si], lag_end, start[comp], end[comp], other) if u >= 0 and lag_end > end[si] else 0.0)
         out["step"].append(np.full(len(send), s, np.int64))
         out["ub"].append(rt_ub)
         out["s"].append(send)
@@ -239,6 +273,10 @@ def round_trips(
         return np.concatenate(out[key]) if out[key] else np.zeros(0, np.int64)
 
     si, ri = cat("s"), cat("r")
+    lag = np.zeros(len(si))
+    if launch_start is not None and len(si):
+        lag_end = np.clip(np.nan_to_num(launch_start[ri], nan=-np.inf), end[si], np.maximum(start[ri], end[si]))
+        lag = lag_end - end[si]
     rows = RoundTripRows(
         step=cat("step"),
         ubatch=cat("ub"),
@@ -247,8 +285,18 @@ def round_trips(
         recv_start=start[ri].astype(float),
         recv_end=end[ri].astype(float),
         hidden_us=np.array(hidden, float),
+        host_lag_us=lag.astype(float),
+        lag_hidden_us=np.array(lag_hidden, float),
+        recv_index=ri.astype(np.int64),
     )
     return rows, told, unpaired, told_ub
+
+
+def _lag_end(send_end: float, recv_start: float, launch: float) -> float:
+    """Where the host's lag ends: the receive's launch call, within [the send's end, the receive's start]."""
+    if not np.isfinite(launch):
+        return send_end
+    return float(min(max(launch, send_end), max(recv_start, send_end)))
 
 
 def _compute_ubatch_by_order(
@@ -382,6 +430,9 @@ def summarize(
         median_us=float(np.median(rt)),
         hidden_us=float(rows.hidden_us.sum()),
         total_us=float(rt.sum()),
+        host_lag_total_us=float(rows.lag_us.sum()),
+        lag_hidden_us=float((rows.hidden_us - rows.rest_hidden_us).sum()),
+        host_lag_median_us=float(np.median(rows.lag_us)),
         compute_per_microbatch_us=float(np.median(per_mb)) if per_mb else None,
-        median_exposed_us=float(np.median(rt - rows.hidden_us)),
+        median_exposed_us=float(np.median(rows.rest_us - rows.rest_hidden_us)),
     )

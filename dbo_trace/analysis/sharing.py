@@ -10,7 +10,7 @@ run while the attention's receive kernel holds the GPU, so each receive waits ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,10 @@ MPS_STATES = (MPS_ANSWERED, MPS_NOT_RUNNING, MPS_UNKNOWN)
 # the round trip where the FFN's trace has it, is at least SLICED_MIN_US and SLICED_RATIO times the
 # median send kernel (one way's transfer of the same bytes). Measured on one H200 (16-token decode,
 # docs/analysis.md): graphs without MPS 4,442 us against 18 us (244x); with MPS graphs 200 against 19 us
-# (10.4x), graphs+DBO 44 against 15 us (3.0x), eager+DBO 64 against 47 us (1.4x).
+# (10.4x), graphs+DBO 44 against 15 us (3.0x), eager+DBO 64 against 47 us (1.4x). With two microbatches
+# the rule is each microbatch's: a time slice may fall on one of them only (a graphs+DBO arm without
+# MPS: microbatch 0's receive waited 4.37 ms, microbatch 1's 0.016 ms), and the median of both lands
+# wherever the split puts it.
 SLICED_MIN_US = 1000.0
 SLICED_RATIO = 50.0
 
@@ -57,6 +60,7 @@ class TimeSlicing:
     sliced: bool  # the rule holds, and MPS was not seen answering
     shared_gpu: bool | None
     mps_daemon: str
+    microbatch: int | None = None  # whose round trips the figures are (the one that waited most); None: all
 
 
 def _verified_mps(sharing: dict[str, Any]) -> str:
@@ -122,12 +126,36 @@ def time_slicing(
     round_trip_us: np.ndarray,
     ffn_compute_us: np.ndarray | None,
     sharing: GpuSharing | None,
+    ubatch: np.ndarray | None = None,
 ) -> TimeSlicing | None:
     """The rule over the attention side's round trips: send_us, receive_us, round_trip_us per round
     trip (its send and receive kernels' durations, and send start to receive end); ffn_compute_us
-    per round trip where the FFN's trace matched it (NaN elsewhere), None without that trace."""
+    per round trip where the FFN's trace matched it (NaN elsewhere), None without that trace; ubatch:
+    each round trip's microbatch (-1: one microbatch, or not told). The rule holds over all round
+    trips, or over one microbatch's (its figures given then)."""
     if not len(round_trip_us):
         return None
+    whole = _rule(send_us, receive_us, round_trip_us, ffn_compute_us, sharing)
+    if ubatch is None or len(np.unique(ubatch)) < 2:
+        return whole
+    sliced = []
+    for u in np.unique(ubatch).tolist():
+        g = ubatch == u
+        ts = _rule(send_us[g], receive_us[g], round_trip_us[g], None if ffn_compute_us is None else ffn_compute_us[g], sharing)
+        if ts.sliced:
+            sliced.append(replace(ts, microbatch=int(u)))
+    # a microbatch's round trips time-sliced: its figures, the one that waited most; else all of them
+    return max(sliced, key=_waited) if sliced and not whole.sliced else whole
+
+
+def _waited(ts: TimeSlicing) -> float:
+    return max(ts.receive_us - (ts.ffn_compute_us or 0.0), 0.0)
+
+
+def _rule(
+    send_us: np.ndarray, receive_us: np.ndarray, round_trip_us: np.ndarray, ffn_compute_us: np.ndarray | None,
+    sharing: GpuSharing | None,
+) -> TimeSlicing:
     send, receive = float(np.median(send_us)), float(np.median(receive_us))
     ffn = None
     if ffn_compute_us is not None and np.isfinite(ffn_compute_us).any():

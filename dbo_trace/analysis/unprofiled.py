@@ -11,8 +11,10 @@ median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
   Student's t (Welch's degrees of freedom), which is wider for few repeats (t = 4.30 at 2 df);
 - the profiler's overhead: the profiled per-step time (the median start-to-start period of the
   arm's steady steps, its decode steps where it has them: analysis/periods.py) against the
-  unprofiled per-step time, the TPOT median (a decode step makes one token of each running
-  request: TPOT is the unprofiled step period of a decode-bound load), minus 1.
+  unprofiled per-step time, minus 1. Like with like: the ITL median (the gap between one request's
+  tokens, a decode step's period) where the repeats have it; else the TPOT median, whose mean per
+  request holds the prefills that interleave as requests arrive. A profiled period below the
+  unprofiled one is no overhead: the two are not comparable, and no figure is given.
 
 `report` of one recording with repeats states the same overhead (profiler_overhead), and where it is
 OVERHEAD_LARGE or more, that the host time it reports may be the profiler's own.
@@ -57,7 +59,10 @@ class Unprofiled:
     tpot_median_ms: float | None
     itl_median_ms: float | None
     profiled_step_ms: float | None  # the median profiled step period, start to start (compare's step median)
-    profiler_overhead: float | None = None  # profiled step / unprofiled TPOT median - 1
+    profiler_overhead: float | None = None  # profiled step / unprofiled step - 1; None: not comparable
+    overhead_basis: str | None = None  # what the unprofiled step is: ITL or TPOT (the repeats' medians, mean)
+    overhead_below: bool = False  # the profiled period fell below the unprofiled one: not comparable
+    tpot_prefills: bool = False  # no ITL, and TPOT holds interleaved prefills (or may: the load is unknown): not comparable
     change: float | None = None  # mean duration against the first arm's, - 1
     change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
     change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
@@ -118,6 +123,7 @@ def unprofiled_of(
     *,
     phase: str | None = None,
     periods: int | None = None,
+    prefills_interleave: bool | None = None,
 ) -> Unprofiled | None:
     """One arm's unprofiled figures; None where its manifest holds no usable repeat. repeats: the
     manifest's list as read, or repeats_of's."""
@@ -126,7 +132,12 @@ def unprofiled_of(
         return None
     durations = np.array([r.duration_s for r in usable], float)
     tpot = _mean([r.median_tpot_ms for r in usable])
+    itl = _mean([r.median_itl_ms for r in usable])
     step_ms = profiled_step_us / 1000.0 if profiled_step_us is not None and math.isfinite(profiled_step_us) else None
+    basis, unprofiled_ms = (ITL, itl) if itl else (TPOT, tpot) if tpot else (None, None)
+    # TPOT is a decode step's period only where no prefill interleaves (the load says so)
+    tpot_prefills = basis == TPOT and prefills_interleave is not False
+    overhead = step_ms / unprofiled_ms - 1.0 if step_ms is not None and unprofiled_ms and not tpot_prefills else None
     tools = "+".join(dict.fromkeys(r.tool for r in usable))
     return Unprofiled(
         label=label,
@@ -136,12 +147,18 @@ def unprofiled_of(
         duration_sd_s=float(durations.std(ddof=1)) if len(durations) > 1 else 0.0,
         output_tokens_per_s=_mean([r.output_throughput for r in usable]),
         tpot_median_ms=tpot,
-        itl_median_ms=_mean([r.median_itl_ms for r in usable]),
+        itl_median_ms=itl,
         profiled_step_ms=step_ms,
-        profiler_overhead=step_ms / tpot - 1.0 if step_ms is not None and tpot else None,
+        profiler_overhead=overhead if overhead is not None and overhead >= 0 else None,
+        overhead_basis=basis if step_ms is not None else None,
+        overhead_below=overhead is not None and overhead < 0,
+        tpot_prefills=tpot_prefills and step_ms is not None,
         profiled_phase=phase if step_ms is not None else None,
         profiled_periods=periods if step_ms is not None else None,
     )
+
+
+ITL, TPOT = "ITL", "TPOT"  # the unprofiled step the overhead is against
 
 
 class PhasedStep(PeriodStep, Protocol):

@@ -16,7 +16,12 @@ Labels, in order of precedence (docs/analysis.md explains each threshold):
   no-communication  no communication kernel ran
   overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute (a disaggregated
                     run: of its round trips' time under the other microbatch's compute)
+  single-batch      otherwise, where no step ran two microbatches: the overlap question has no subject
   not-overlapped    otherwise
+
+Apart from the label, a microbatched run's verdict answers whether DBO pays (`pays`): from one arm
+it is not measured (its hidden time and DBO's own costs, and the recording that would settle it);
+the wall clock of the same load with DBO off (`dbo-trace compare`) answers it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.capture import Capture
 from dbo_trace.analysis.expensive import ExpensiveCall
 from dbo_trace.analysis.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses, TopItem
-from dbo_trace.analysis.ledger import YIELD_OP, YieldOps
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.peers import WaitSplit
 from dbo_trace.analysis.pystacks import StepFrame
@@ -45,7 +50,8 @@ GPU_BOUND = "gpu-bound"
 NO_COMMUNICATION = "no-communication"
 OVERLAPPED = "overlapped"
 NOT_OVERLAPPED = "not-overlapped"
-LABELS = (GRAPH_CAPTURE, HOST_BOUND, GPU_BOUND, NO_COMMUNICATION, OVERLAPPED, NOT_OVERLAPPED)
+SINGLE_BATCH = "single-batch"  # comm, one microbatch per step: nothing of the step could overlap it by DBO
+LABELS = (GRAPH_CAPTURE, HOST_BOUND, GPU_BOUND, NO_COMMUNICATION, OVERLAPPED, SINGLE_BATCH, NOT_OVERLAPPED)
 
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
@@ -181,7 +187,8 @@ class Evidence:
     stalls: Stalls | None = None
     gpu: GpuWork | None = None
     yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
-    tokens_per_microbatch: float | None = None  # the log's split, median
+    ledger: Ledger | None = None  # DBO's own costs per step (analysis/ledger.py): a rank's, or the run's
+    dbo_ran: bool = False  # the event log says a step took a microbatched path (a graph replay's kernels cannot tell)
     top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
     time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/sharing.py)
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
@@ -405,6 +412,15 @@ class CrowdedFinding(Qualifier):
     exposed_us: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExposedCommFinding(Qualifier):
+    """A single-batch run's comm: exposed per steady step, and its share of the step."""
+
+    key: ClassVar[str] = "exposed_comm"
+    per_step_us: float
+    share: float | None  # of the steady steps' time
+
+
 # The order the headline looks for findings in: the first that holds is named.
 QUALIFIERS = tuple(
     q.key
@@ -417,6 +433,7 @@ QUALIFIERS = tuple(
         RoundTripFinding,  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
         DidNotPayFinding,  # overlapped, yet overlap saved little against the serial estimate
         CrowdedFinding,  # comm ready beside the other microbatch's compute, with no free SMs
+        ExposedCommFinding,  # single-batch: the comm nothing overlaps, per step
     )
 )
 
@@ -498,21 +515,17 @@ class Straggler(NextStep):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DboCannotPay(NextStep):
-    """Per-microbatch compute below the round trip it should hide: the batch is too small for DBO."""
+class MeasurePays(NextStep):
+    """One microbatch's compute covers less than the other's round trip, and one arm cannot say
+    whether what it hides outweighs what DBO costs: the same load with DBO off settles it. The ratio
+    bounds what can hide; it never says DBO cannot pay (the round trip and the compute grow apart
+    with the batch, docs/analysis.md "Does DBO pay")."""
 
-    kind: ClassVar[str] = "dbo_cannot_pay"
-    compute_us: float  # per microbatch (per round trip)
+    kind: ClassVar[str] = "measure_pays"
+    compute_us: float  # per microbatch, per round trip (an AFD rank's: per layer)
     round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
-    ratio: float
-    tokens_per_microbatch: float | None  # now (the log's split)
+    ratio: float  # compute / round trip: one microbatch's compute covers at most this share of it
     disaggregated: bool  # round_trip_us is an FFN round trip's exposed time (else comm busy per round trip)
-
-    @property
-    def tokens_needed(self) -> float | None:
-        """Tokens per microbatch at which compute would cover the round trip, were it in proportion to tokens."""
-        t = self.tokens_per_microbatch
-        return None if t is None or self.ratio <= 0 else t / self.ratio
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -541,6 +554,7 @@ class OneMicrobatch(NextStep):
     kind: ClassVar[str] = "one_microbatch"
     exposed_us: float
     span_us: float
+    exposed_per_step_us: float | None  # the exposed comm per step (median round trips per step x round trip)
     afd: AfdRoundTrips | None
 
 
@@ -561,6 +575,60 @@ class OverlapWorks(NextStep):
     largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
 
 
+# ---- does DBO pay ---------------------------------------------------------------------------------
+
+
+HIDDEN_ROUND_TRIPS = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
+HIDDEN_COMM = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
+
+
+@dataclass(frozen=True)
+class Pays:
+    """Does DBO pay, from one arm: not measured. What the arm shows of the two sides of the
+    balance: the time DBO hid per step, and DBO's own costs per step from the ledger (None: not in
+    this trace; a graph replay runs no microbatch thread and no yield op). Only the wall clock of the
+    same load with DBO off (`dbo-trace compare OFF ON`, or `dbo-trace sweep`) settles it."""
+
+    measured: bool  # False: one arm (compare measures it)
+    hidden_per_step_us: float | None
+    hidden_of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
+    handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
+    startup_per_step_us: float | None = None  # thread start-up (ledger, median per step)
+    yield_op_per_step_us: float | None = None  # wall time any thread was in the yield op (median per step)
+    imbalance_per_step_us: float | None = None  # the longer microbatch's compute less the shorter's (ledger)
+
+    @property
+    def costs_known(self) -> bool:
+        return any(x is not None for x in (self.handover_per_step_us, self.startup_per_step_us, self.yield_op_per_step_us))
+
+
+def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
+    """A microbatched run's or rank's (not an FFN server's, not a step's or phase's): its hidden time
+    and DBO's costs per step; None where there are no microbatches or no communication."""
+    m = e.metrics
+    if e.findings is None or not _microbatched(e) or m.comm_busy_us <= 0 or e.role == FFN:
+        return None
+    hidden: float | None = None
+    of = HIDDEN_COMM
+    if e.afd is not None:
+        of = HIDDEN_ROUND_TRIPS
+        hidden = (e.afd.hidden_us - e.afd.lag_hidden_us) / e.afd.steps if e.afd.steps else None  # of the rest, as the share
+    elif e.round_trips is not None:
+        rt = e.round_trips
+        share = m.comm_hidden_cross_fraction if m.comm_hidden_cross_fraction is not None else m.comm_hidden_fraction
+        hidden = share * rt.comm_per_round_trip_us * rt.per_step if share is not None else None
+    led = e.ledger
+    y = e.yield_op
+    two_threads = y is not None and (y.threads_per_step or 0) >= 2
+    return Pays(
+        measured=False, hidden_per_step_us=hidden, hidden_of=of,
+        handover_per_step_us=led.handover_per_step_us if led is not None else None,
+        startup_per_step_us=led.startup_us if led is not None else None,
+        yield_op_per_step_us=(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us) if y is not None and two_threads else None,
+        imbalance_per_step_us=led.excess_us if led is not None else None,
+    )  # fmt: skip
+
+
 # ---- the verdict --------------------------------------------------------------------------------
 
 
@@ -571,6 +639,7 @@ class Verdict:
     qualifier: Qualifier | None = None  # the dominant finding; None where nothing stands out
     findings: tuple[str, ...] = ()  # every qualifier that held, in QUALIFIERS order
     next_step: NextStep | None = None
+    pays: Pays | None = None  # a microbatched run's or rank's: does DBO pay (from one arm: not measured)
 
     @property
     def borderline(self) -> bool:
@@ -610,7 +679,10 @@ def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | N
         return GRAPH_CAPTURE if share is not None and share >= CAPTURE_DOMINANT else HOST_BOUND
     if m.comm_busy_us <= 0:
         return GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else NO_COMMUNICATION
-    return OVERLAPPED if overlap is not None and overlap >= OVERLAPPED_HIDDEN else NOT_OVERLAPPED
+    if overlap is not None and overlap >= OVERLAPPED_HIDDEN:
+        return OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
+    # an FFN server's comm is the attention's requests: whether DBO ran is the attention rank's to say
+    return NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else SINGLE_BATCH
 
 
 def decide(e: Evidence) -> Verdict:
@@ -621,7 +693,7 @@ def decide(e: Evidence) -> Verdict:
     work = gpu.share
     overlap = _overlap_share(e)
     label = _label(e, host_frac, work, overlap)
-    overlap_decides = label in (OVERLAPPED, NOT_OVERLAPPED)
+    overlap_decides = label in (OVERLAPPED, NOT_OVERLAPPED, SINGLE_BATCH)
     reasons = _reasons(e, label, host_frac, gpu, overlap_decides)
     found = _findings(e, label, host_frac, gpu) if e.findings is not None else []
     return Verdict(
@@ -630,6 +702,7 @@ def decide(e: Evidence) -> Verdict:
         found[0] if found else None,
         tuple(q.key for q in found),
         next_step(e, label, host_frac, gpu, found),
+        pays_of(e, gpu),
     )
 
 
@@ -743,11 +816,20 @@ def _findings(e: Evidence, label: str, host_frac: float, gpu: GpuWork) -> list[Q
             out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))
     if f.crowded_us > 0 and f.crowded_us >= notable:
         out.append(CrowdedFinding(exposed_us=f.crowded_us))
+    per_step = _exposed_per_step(gpu)
+    if label == SINGLE_BATCH and e.afd is None and per_step is not None:
+        out.append(ExposedCommFinding(per_step_us=per_step, share=gpu.comm_exposed_us / gpu.span_us if gpu.span_us > 0 else None))
     return out
 
 
-def _criterion_missed(e: Evidence) -> DboCannotPay | None:
-    """Per-microbatch compute below the round trip it should hide, where there are microbatches."""
+def _exposed_per_step(gpu: GpuWork) -> float | None:
+    """Exposed comm per steady step (of the main phase, where phases are annotated)."""
+    return gpu.comm_exposed_us / gpu.steps if gpu.steps > 0 else None
+
+
+def _criterion_missed(e: Evidence) -> MeasurePays | None:
+    """Per-microbatch compute below the round trip it should hide, where there are microbatches: what
+    can hide is bounded, and whether DBO pays is for the pair to say."""
     if e.afd is not None:
         ratio = e.afd.criterion_ratio
         if ratio is None or ratio >= 1.0 or e.afd.compute_per_microbatch_us is None:
@@ -758,10 +840,7 @@ def _criterion_missed(e: Evidence) -> DboCannotPay | None:
         if not e.microbatched or rt is None or rt.ratio is None or rt.ratio >= 1.0:
             return None
         compute, trip, ratio = rt.compute_per_round_trip_us, rt.comm_per_round_trip_us, rt.ratio
-    return DboCannotPay(
-        compute_us=compute, round_trip_us=trip, ratio=ratio, tokens_per_microbatch=e.tokens_per_microbatch,
-        disaggregated=e.afd is not None,
-    )  # fmt: skip
+    return MeasurePays(compute_us=compute, round_trip_us=trip, ratio=ratio, disaggregated=e.afd is not None)
 
 
 def _replay_skips(c: HostCauses | None) -> float | None:
@@ -786,6 +865,7 @@ def _microbatched(e: Evidence) -> bool:
     """Two microbatches ran: the trace's, the AFD round trips' or the pair's evidence."""
     return (
         e.microbatched
+        or e.dbo_ran
         or (e.afd is not None and e.afd.microbatched)
         or (e.afd_share is not None and e.afd_share.microbatched)
     )
@@ -842,8 +922,8 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
     if isinstance(paid, DidNotPayFinding):
         return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
     if label == NOT_OVERLAPPED:
-        if _microbatched(e):
-            return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
-        return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, afd=e.afd)
+        return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
+    if label == SINGLE_BATCH:
+        return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, exposed_per_step_us=_exposed_per_step(gpu), afd=e.afd)
     largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None
     return OverlapWorks(hidden=_overlap_share(e), largest_exposed=largest)

@@ -207,10 +207,12 @@ AFD_NOTE = (
     "Round trip: a data-plane send's start to its matching receive's end (median); without the FFN's trace its "
     "parts are not measured and the receive kernel's median, which holds the attention wait, the FFN's time and "
     "the return transfer, stands in brackets. Of it late receive: of the transfer, the FFN's answer waiting for "
-    "the attention to post its receive (the attention's host late, not the wire). Hidden: the share of the round trips' time under the other "
-    "microbatch's compute. Criterion: per-microbatch compute against the round trip's exposed time (ratio >= 1: "
+    "the attention to post its receive (the attention's host late, not the wire). Hidden: the share of the round trips' time, less the host's "
+    "lag before the receive's launch, under the other microbatch's compute. Criterion: per-microbatch compute "
+    "(per layer) against the round trip's exposed time (ratio >= 1: "
     "one microbatch's compute could cover the other's round trip; below 1 DBO can hide at most that share). "
-    "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against it."
+    "Unprofiled TPOT: the mean of the repeats' median TPOT; profiler overhead: the step period against the "
+    "repeats' median ITL (TPOT where they have none), none where the period falls below it."
 )
 
 

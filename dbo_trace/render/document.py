@@ -57,7 +57,7 @@ from dbo_trace.render.notes import (
     top_item_name,
     wait_lines,
 )
-from dbo_trace.render.wording import headline, next_step_text, reason_text, stall_text, time_slicing_text
+from dbo_trace.render.wording import headline, next_step_text, pays_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -67,7 +67,10 @@ SCHEMA = "dbo-trace-report"
 # steady state; a rank's host_stacks (only with sampled Python stacks); a rank's dbo_ledger,
 # comm_layers, sm_evidence and the run's what_if. 6: every verdict's reasons as {kind, borderline,
 # text} and its next_step; the labels graph-capture and gpu-bound, the findings graph_capture and gpu_bound.
-# 8: a comm operation's and a layer's exposed_fraction (hidden_fraction's basis: the two add up)
+# 7: the reason profiler_overhead, the next step ffn_server, the round trip's late_us. 8: the label
+# single-batch, the finding exposed_comm, the next step measure_pays (dbo_cannot_pay gone), a run's and
+# a rank's verdict.pays; a comm operation's and a layer's exposed_fraction
+# (hidden_fraction's basis: the two add up)
 SCHEMA_VERSION = 8
 READABLE_VERSIONS = (3, 4, 5, 6, 7, 8)  # what a review archive's report may have been written with
 
@@ -91,14 +94,19 @@ Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
 # Why a comm operation was exposed (analysis.exposure.REASON_SHORT's keys; a test keeps them equal).
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
-Label = Literal["graph-capture", "host-bound", "gpu-bound", "no-communication", "overlapped", "not-overlapped"]
+Label = Literal[
+    "graph-capture", "host-bound", "gpu-bound", "no-communication", "overlapped", "single-batch", "not-overlapped"
+]
 StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
 # A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
 Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
 QualifierKey = Literal[
-    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded"
+    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded",
+    "exposed_comm",
 ]
-# A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes; a test keeps them equal).
+# A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes, and
+# the kinds an older version wrote that analysis no longer has, RETIRED_KINDS; a test keeps them equal).
+RETIRED_KINDS = ("dbo_cannot_pay",)  # version 8 replaced it by measure_pays
 ReasonKind = Literal[
     "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm",
     "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
@@ -106,7 +114,7 @@ ReasonKind = Literal[
 ]  # fmt: skip
 NextStepKind = Literal[
     "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
-    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "dbo_cannot_pay", "crowded", "did_not_pay",
+    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "dbo_cannot_pay", "measure_pays", "crowded", "did_not_pay",
     "overlap_missing", "one_microbatch", "overlap_works",
 ]  # fmt: skip
 
@@ -264,6 +272,20 @@ class NextStepBlock(Struct):
     text: str
 
 
+class PaysBlock(Struct):
+    """Does DBO pay (version 8; analysis/verdict.py Pays): from one arm not measured; what the arm
+    shows of the balance, per step (null: not in this trace), and its words."""
+
+    measured: bool
+    hidden_per_step_us: float | None
+    hidden_of: Literal["round_trips", "comm"]
+    handover_per_step_us: float | None
+    startup_per_step_us: float | None
+    yield_op_per_step_us: float | None
+    imbalance_per_step_us: float | None
+    text: str
+
+
 # A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
 ReasonItem = str | ReasonBlock
 
@@ -275,6 +297,7 @@ class VerdictBlock(Struct):
     findings: list[QualifierKey]
     reasons: list[ReasonItem]
     next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
+    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
 
 
 class PhaseVerdict(Struct):
@@ -505,15 +528,23 @@ class DisaggregatedBlock(Struct):
     microbatched: bool
     microbatches_told: dict[str, Int]  # steps by how their microbatches were told apart
     median_us: float
-    hidden_share: float | None  # of the round trips' time, the other microbatch's compute
+    # of the round trips' time less the host's lag, the other microbatch's compute: (hidden_us -
+    # lag_hidden_us) / (total_us - host_lag_total_us) from version 8; hidden_us / total_us before
+    hidden_share: float | None
     hidden_us: float
     total_us: float
     compute_per_microbatch_us: float | None
-    median_exposed_us: float  # round trip less the other microbatch's compute in it
+    median_exposed_us: float  # round trip less the host's lag (version 8) and the other microbatch's compute in it
     criterion_ratio: float | None
     criterion_met: bool | None
     receive_kernel_us: float  # median receive kernel: the attention's wait and the return transfer
     parts: RoundTripParts | None  # with the FFN's trace
+    # version 8: the host's lag, the send kernel's end to the receive kernel's launch call (median and
+    # summed), the other microbatch's compute inside it, and the CPU op that ran through it (its share)
+    host_lag_median_us: float | UnsetType = UNSET
+    host_lag_total_us: float | UnsetType = UNSET
+    lag_hidden_us: float | UnsetType = UNSET
+    lag_op: NamedShare | None | UnsetType = UNSET
 
 
 class TimeSlicingBlock(Struct):
@@ -926,8 +957,14 @@ class ProfilerBlock(Struct):
     unprofiled_tpot_ms: float | None  # the mean over the repeats of each one's median TPOT
     repeats: Count
     timed_by: str
-    overhead: float | None  # profiled period / unprofiled TPOT - 1
+    overhead: float | None  # profiled period / the unprofiled step (basis) - 1; null: not comparable
     large: bool  # overhead >= OVERHEAD_LARGE: the host time reported may be partly the profiler's
+    # version 8: the unprofiled step the overhead is against (ITL where the repeats have it, else TPOT),
+    # the ITL median, and whether the profiled period fell below it (not comparable: no overhead given)
+    basis: Literal["ITL", "TPOT"] | None | UnsetType = UNSET
+    unprofiled_itl_ms: float | None | UnsetType = UNSET
+    below: bool | UnsetType = UNSET
+    tpot_prefills: bool | UnsetType = UNSET  # no ITL, and the load's prefills interleave (or may): no overhead
 
 
 class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only where a run has roles
@@ -1016,6 +1053,10 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
         criterion_met=a.criterion_met,
         receive_kernel_us=round(a.median_receive_us, 3),
         parts=parts,
+        host_lag_median_us=round(a.host_lag_median_us, 3),
+        host_lag_total_us=round(a.host_lag_total_us, 3),
+        lag_hidden_us=round(a.lag_hidden_us, 3),
+        lag_op=None if a.lag_op is None else NamedShare(name=a.lag_op[0], us=None, share=_r(a.lag_op[1], 4)),
     )
 
 
@@ -1031,6 +1072,10 @@ def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
         timed_by=u.tool,
         overhead=_r(u.profiler_overhead, 4),
         large=u.overhead_large,
+        basis=cast("Literal['ITL', 'TPOT'] | None", u.overhead_basis),
+        unprofiled_itl_ms=_r(u.itl_median_ms, 4),
+        below=u.overhead_below,
+        tpot_prefills=u.tpot_prefills,
     )
 
 
@@ -1250,11 +1295,24 @@ def _next_step(v: Verdict) -> NextStepBlock | None:
     return None if n is None else NextStepBlock(kind=cast(NextStepKind, n.kind), text=next_step_text(n))
 
 
+def _pays(v: Verdict) -> PaysBlock | UnsetType:
+    p = v.pays
+    if p is None:
+        return UNSET
+    return PaysBlock(
+        measured=p.measured, hidden_per_step_us=_r(p.hidden_per_step_us), hidden_of=cast("Literal['round_trips', 'comm']", p.hidden_of),
+        handover_per_step_us=_r(p.handover_per_step_us), startup_per_step_us=_r(p.startup_per_step_us),
+        yield_op_per_step_us=_r(p.yield_op_per_step_us), imbalance_per_step_us=_r(p.imbalance_per_step_us),
+        text=pays_text(p),
+    )  # fmt: skip
+
+
 def verdict_block(v: Verdict) -> VerdictBlock:
     label, qualifier, findings = _vocabulary(v)
     return VerdictBlock(
-        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
-    )
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v),
+        pays=_pays(v),
+    )  # fmt: skip
 
 
 def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:

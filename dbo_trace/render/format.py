@@ -16,7 +16,9 @@ from dbo_trace.render.document import (
     CpuRange,
     HostCausesBlock,
     KernelRow,
+    NamedShare,
     NextStepBlock,
+    PaysBlock,
     PhaseBlock,
     PhaseVerdict,
     RankBlock,
@@ -72,6 +74,12 @@ def next_step_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
     return n.text if isinstance(n, NextStepBlock) else None
 
 
+def pays_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
+    """Does DBO pay, where the verdict answers it (a microbatched run's or rank's, version 8 on)."""
+    pays = getattr(verdict, "pays", None)
+    return pays.text if isinstance(pays, PaysBlock) else None
+
+
 def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
     """A share decided the label within 2 points of its line (said only by documents of version 6 on)."""
     return any(isinstance(r, ReasonBlock) and r.borderline for r in verdict.reasons)
@@ -95,11 +103,21 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
     """An AFD attention rank's round trips in words (the document's disaggregated block)."""
     per = f"{num(b.per_step)} per step" + (f" ({num(b.per_layer)} per layer)" if b.per_layer is not None else "")
     told = ", ".join(f"{k}: {v} steps" for k, v in b.microbatches_told.items())
+    lag = b.host_lag_total_us if isinstance(b.host_lag_total_us, float) else 0.0
+    less = " less the host's lag" if lag > 0 else ""
     first = (
         f"disaggregated round trips (send start to its receive's end): {b.round_trips}, {per}, median {ms(b.median_us)}; "
-        f"{pct(b.hidden_share)} of their time under the other microbatch's compute; microbatches by {told}"
+        f"{pct(b.hidden_share)} of their time{less} under the other microbatch's compute; microbatches by {told}"
     )
     lines = [first]
+    if lag > 0 and isinstance(b.host_lag_median_us, float):
+        op = b.lag_op if isinstance(b.lag_op, NamedShare) else None
+        held = f"; through {pct(op.share)} of it the CPU op {op.name} ran" if op is not None else ""
+        lines.append(
+            f"the host's lag (the send kernel's end to the receive kernel's launch call): {ms(b.host_lag_median_us)} a "
+            f"round trip (median), {pct(lag / b.total_us if b.total_us > 0 else None)} of the round trips' time{held}; "
+            "the criterion and the hidden share are of the rest"
+        )
     if b.parts is not None:
         ffn = f"FFN compute and queueing {ms(b.parts.ffn_us)}"
         if b.parts.ffn_compute_us is not None:
@@ -115,8 +133,8 @@ def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
         lines.append(f"no FFN trace: the receive kernel ({ms(b.receive_kernel_us)} median) holds the wait and the FFN's time")
     if b.criterion_ratio is not None:
         lines.append(
-            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} against a round trip's exposed {ms(b.median_exposed_us)} "
-            f"(ratio {num(b.criterion_ratio)}): criterion {tri(b.criterion_met)}"
+            f"per-microbatch compute {ms(b.compute_per_microbatch_us)} per layer against a round trip's exposed "
+            f"{ms(b.median_exposed_us)} (ratio {num(b.criterion_ratio)}, medians): criterion {tri(b.criterion_met)}"
         )
     return lines
 
@@ -153,15 +171,29 @@ def profiler_lines(d: ReportDocument) -> list[str]:
     """The profiler's own cost, where the recording has timed repeats (where it is large, what that
     means for the verdict is the verdict's reason profiler_overhead)."""
     p = d.profiler
-    if not isinstance(p, ProfilerBlock) or p.overhead is None:
+    if not isinstance(p, ProfilerBlock) or p.profiled_period_us is None:
+        return []
+    basis = p.basis if isinstance(p.basis, str) else "TPOT"  # before version 8: TPOT
+    unprofiled = p.unprofiled_itl_ms if basis == "ITL" and isinstance(p.unprofiled_itl_ms, float) else p.unprofiled_tpot_ms
+    if unprofiled is None:
         return []
     steps = "decode steps" if p.steps_of == "decode" else "steps"
-    line = (
-        f"profiler overhead {100 * p.overhead:+.0f}%: the profiled {steps}' period {ms(p.profiled_period_us)} "
-        f"(median of {p.periods}, start to start) against {p.unprofiled_tpot_ms:.2f} ms unprofiled "
-        f"(TPOT, mean of {p.repeats} repeats' medians, {p.timed_by})"
-    )
-    return [line]
+    period = f"the profiled {steps}' period {ms(p.profiled_period_us)} (median of {p.periods}, start to start)"
+    against = f"{unprofiled:.2f} ms unprofiled ({basis}, mean of {p.repeats} repeats' medians, {p.timed_by})"
+    if p.overhead is not None:
+        return [f"profiler overhead {100 * p.overhead:+.0f}%: {period} against {against}"]
+    if p.tpot_prefills is True:
+        return [
+            f"profiler overhead not measured: the repeats have no ITL median, and their TPOT ({unprofiled:.2f} ms) "
+            "holds the prefills that interleave as requests arrive (or may: the load is not known), where "
+            f"{period} is a decode step's; not like with like"
+        ]
+    if p.below is True or p.profiled_period_us / 1000.0 < unprofiled:
+        return [
+            f"profiler overhead not measured: {period} is below {against}; they are not like with like"
+            + (" (TPOT holds the prefills that interleave as requests arrive)" if basis == "TPOT" else "")
+        ]
+    return []
 
 
 ROUND_TRIP_HEADER = [
@@ -224,15 +256,35 @@ KEYS_BY_TABLE = {
 }
 
 
-def legend(header: Sequence[str], table: str | None = None) -> str | None:
+# A disaggregated (AFD) rank's sends and receives run on its compute stream: no comm kernel runs under
+# compute, and what DBO hides there is the round trip. Its tables' hidden cells are a dash, and their key says so.
+DISAGGREGATED_HIDDEN = (
+    "comm under compute (-: a disaggregated rank, its sends and receives on the compute stream; "
+    "its hidden is the round trips' time under the other microbatch's compute, in the verdict)"
+)
+
+
+def hidden_cell(fraction: float | None, disaggregated: bool) -> str:
+    """A table's hidden cell: comm under compute, or a dash on a disaggregated rank (DISAGGREGATED_HIDDEN)."""
+    return "-" if disaggregated else pct(fraction)
+
+
+def disaggregated_ranks(d: ReportDocument) -> set[int]:
+    """The ranks with a role in a disaggregated run (attention or FFN)."""
+    return {r.rank for r in d.ranks if r.role is not None}
+
+
+def legend(header: Sequence[str], table: str | None = None, disaggregated: bool = False) -> str | None:
     """The key to a table's abbreviated columns, one line (None where it has none); docs/glossary.md
-    has every column."""
-    own = KEYS_BY_TABLE.get(table or "", {})
+    has every column. disaggregated: a row is a disaggregated rank's (its hidden cells a dash)."""
+    own = dict(KEYS_BY_TABLE.get(table or "", {}))
+    if disaggregated:
+        own |= {"hidden": DISAGGREGATED_HIDDEN, "comm hidden": DISAGGREGATED_HIDDEN}
     parts = [f"{h}: {own.get(h) or COLUMN_KEYS[h]}" for h in header if h in own or h in COLUMN_KEYS]
     return "key: " + "; ".join(parts) if parts else None
 
 
-def md_table(header: list[str], rows: list[list[Any]], table: str | None = None) -> list[str]:
+def md_table(header: list[str], rows: list[list[Any]], table: str | None = None, disaggregated: bool = False) -> list[str]:
     """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
     stays text, no cell ends early or forges a row); under it, after a blank line (a line next to a
     table is a row of it), the key to its abbreviated columns."""
@@ -240,7 +292,7 @@ def md_table(header: list[str], rows: list[list[Any]], table: str | None = None)
     def row(cells: list[Any]) -> str:
         return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
 
-    key = legend(header, table)
+    key = legend(header, table, disaggregated)
     return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows), *(["", f"<sub>{key}</sub>"] if key else [])]
 
 
@@ -267,7 +319,7 @@ def rank_cells(r: RankBlock) -> list[str]:
         rank_cell(r),
         str(len(r.steps)),
         pct(r.gpu.utilization),
-        pct(r.comm.hidden_fraction),
+        hidden_cell(r.comm.hidden_fraction, r.role is not None),
         pct(r.host.idle_fraction),
         str(r.graphs.launches),
         pct(r.graphs.replayed_kernel_fraction),
@@ -301,8 +353,11 @@ def per_rank_labels(v: PhaseVerdict) -> list[str]:
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
 
 
-def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
-    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal."""
+def phase_cells(
+    name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None, disaggregated: bool = False
+) -> list[str]:
+    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal;
+    disaggregated: the phase is a disaggregated run's (its hidden a dash, DISAGGREGATED_HIDDEN)."""
     label = ph.verdict.label or "/".join(dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
     top = ph.host_causes.top if ph.host_causes is not None else None
     cause = "-"
@@ -317,7 +372,7 @@ def phase_cells(name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, n
         ms(ph.median_step_us),
         pct(ph.gpu_utilization),
         pct(ph.host_idle_fraction),
-        pct(ph.comm_hidden_fraction),
+        hidden_cell(ph.comm_hidden_fraction, disaggregated),
         pct(ph.replayed_kernel_fraction),
         # The largest thing the host did while the GPU waited, and its share of that idle time.
         cause,

@@ -26,8 +26,10 @@ from dbo_trace.render.format import (
     cross_rank_lines,
     dbo_arithmetic_applies,
     disaggregated_lines,
+    disaggregated_ranks,
     figure_table,
     headline,
+    hidden_cell,
     host_cause_lines,
     host_stack_lines,
     host_stack_rows,
@@ -39,6 +41,7 @@ from dbo_trace.render.format import (
     next_step_line,
     only_layer,
     operation_cells,
+    pays_line,
     pct,
     phase_cells,
     profiler_lines,
@@ -203,7 +206,7 @@ def _diagnosis(d: ReportDocument) -> str:
             )
     if d.phases:
         out.append("<h2>Per phase <small>(vLLM's step annotations; the steady steps' figures, stalls counted apart)</small></h2>")
-        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph) for name, ph in d.phases.items()]))
+        out.append(_table(list(PHASE_HEADER), [phase_cells(name, ph, disaggregated=bool(disaggregated_ranks(d))) for name, ph in d.phases.items()]))
     cross = d.cross_rank
     if cross is not None:
         out.append(
@@ -251,6 +254,7 @@ class HtmlRenderer:
         # A step's row by its rank and place (labels repeat: vLLM's decode steps share one).
         index = {(v["rank"], v["position"]): i for i, v in enumerate(views)}
         step_rows, attrs = [], []
+        afd = disaggregated_ranks(d)
         for s in d.steps:
             step_rows.append(
                 [
@@ -259,7 +263,7 @@ class HtmlRenderer:
                     s.label,
                     s.path or "-",
                     step_time_cell(s),
-                    pct(s.comm.hidden_fraction),
+                    hidden_cell(s.comm.hidden_fraction, s.rank in afd),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
                     step_verdict_cell(s),
@@ -286,13 +290,15 @@ class HtmlRenderer:
             ]
         )
         step = next_step_line(d.verdict)
+        pays = pays_line(d.verdict)
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
             verdict=html_text(d.verdict.label),
             finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
-            next_step="" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>',
+            next_step=("" if pays is None else f'<p id="pays"><b>Does DBO pay:</b> {html_text(pays)}</p>')
+            + ("" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>'),
             inputs=html_text(", ".join(d.inputs)),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),
             diagnosis=_diagnosis(d),

@@ -24,6 +24,7 @@ from dbo_trace.render.format import (
     figure_table,
     headline,
     next_step_line,
+    pays_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -40,6 +41,8 @@ from dbo_trace.render.format import (
     pct,
     phase_cells,
     rank_cells,
+    hidden_cell,
+    disaggregated_ranks,
     round_trip_cells,
     step_number_cell,
     step_time_cell,
@@ -128,6 +131,8 @@ class MarkdownRenderer:
         d = only_layer(d, options.layer)
         label = d.verdict.label
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
+        if (pays := pays_line(d.verdict)) is not None:
+            out += [f"**Does DBO pay:** {markdown_text(pays)}", ""]
         if (step := next_step_line(d.verdict)) is not None:
             out += [f"**Next step:** {markdown_text(step)}", ""]
         out += [f"- {markdown_text(reason)}" for reason in reason_lines(d.verdict)]
@@ -136,7 +141,8 @@ class MarkdownRenderer:
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
         if options.image:
             out += ["", *picture_note(options.image, options.image_base)]
-        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks])
+        afd = disaggregated_ranks(d)
+        out += [""] + md_table(RANK_HEADER, [rank_cells(r) for r in d.ranks], disaggregated=bool(afd))
         out.append("")
         for line_of in RANK_LINES:  # each kind of finding for every rank, then the next kind
             out += [f"- {markdown_text(line)}" for r in d.ranks if (line := line_of(r))]
@@ -156,7 +162,9 @@ class MarkdownRenderer:
                 out += md_table(list(LAYER_OPS_HEADER), [layer_ops_cells(row) for row in layers])
         if d.phases:
             out += ["", "Per phase (vLLM's step annotations; the steady steps' figures, stalls counted apart):", ""] + md_table(
-                list(PHASE_HEADER), [phase_cells(name, ph, markdown_code) for name, ph in d.phases.items()]
+                list(PHASE_HEADER),
+                [phase_cells(name, ph, markdown_code, disaggregated=bool(afd)) for name, ph in d.phases.items()],
+                disaggregated=bool(afd),
             )
         if d.cross_rank is not None:
             out += ["", f"Across ranks: {markdown_text(d.cross_rank.summary)}."]
@@ -195,7 +203,7 @@ class MarkdownRenderer:
                     s.phase or "-",
                     markdown_code(s.path) if s.path else "-",
                     step_time_cell(s),
-                    pct(s.comm.hidden_fraction),
+                    hidden_cell(s.comm.hidden_fraction, s.rank in afd),
                     pct(s.host.idle_fraction),
                     s.host.launches,
                     us(s.host.median_launch_us),
@@ -205,6 +213,7 @@ class MarkdownRenderer:
                 for s in shown_steps(d)
             ],
             "step",
+            disaggregated=bool(afd),
         )
         if len(d.steps) > MD_STEP_ROWS:
             out += ["", steps_left_out(d)]

@@ -15,6 +15,8 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     legend,
+    hidden_cell,
+    disaggregated_ranks,
     disaggregated_lines,
     profiler_lines,
     rank_cell,
@@ -35,6 +37,7 @@ from dbo_trace.render.format import (
     dbo_arithmetic_applies,
     headline,
     next_step_line,
+    pays_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -158,11 +161,12 @@ class _Lines:
             self.line(f"  ... {left} more{what} (--json or --markdown lists all)")
 
     def table(
-        self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json", kind: str | None = None
+        self, title: str | None, columns: list[Column], rows: list[list[str]], what: str = "--json", kind: str | None = None,
+        disaggregated: bool = False,
     ) -> None:
         """The table laid out to the width, then the key to its abbreviated columns (format.legend)."""
         self.lines(table(title, columns, rows, self.width, what))
-        key = legend([c.header for c in columns], kind)
+        key = legend([c.header for c in columns], kind, disaggregated)
         if key is not None and rows:
             self.paragraph(key, "  ")
         self.line()
@@ -317,6 +321,8 @@ class TerminalRenderer:
         out = _Lines(width, options.color)
         label = d.verdict.label
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
+        if (pays := pays_line(d.verdict)) is not None:
+            out.paragraph(pays, "does DBO pay: ", "bold")
         if (step := next_step_line(d.verdict)) is not None:
             out.paragraph(step, "next step: ", "bold")
         out.bullets(reason_lines(d.verdict))
@@ -324,7 +330,7 @@ class TerminalRenderer:
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
         out.line()
-
+        afd = disaggregated_ranks(d)
         out.table(
             "per rank (launch / kernel: medians)",
             RANK_COLUMNS,
@@ -334,7 +340,7 @@ class TerminalRenderer:
                     str(len(r.steps)),
                     pct(r.gpu.utilization),
                     ms(r.comm.busy_us),
-                    pct(r.comm.hidden_fraction),
+                    hidden_cell(r.comm.hidden_fraction, r.rank in afd),
                     ms(r.comm.exposed_us),
                     pct(r.host.idle_fraction),
                     us(r.host.median_launch_us),
@@ -345,6 +351,7 @@ class TerminalRenderer:
                 for r in d.ranks
             ],
             kind="rank",
+            disaggregated=bool(afd),
         )
         out.bullets([line for r in d.ranks for line_of in RANK_LINES if (line := line_of(r))], most=None)  # a few per rank
         out.line()
@@ -353,7 +360,11 @@ class TerminalRenderer:
             out.table(
                 "per phase (vLLM's step annotations; the steady steps' figures, stalls counted apart)",
                 _columns(PHASE_HEADER, _PHASE_KEEP, ("phase", "verdict", "top host cause")),
-                [phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH) for name, ph in list(phases.items())[:MAX_LIST_LINES]],
+                [
+                    phase_cells(name, ph, name_width=TOP_CAUSE_WIDTH, disaggregated=bool(afd))
+                    for name, ph in list(phases.items())[:MAX_LIST_LINES]
+                ],
+                disaggregated=bool(afd),
             )
             out.more(len(phases) - MAX_LIST_LINES, " phases")
         _operations(out, d)
@@ -391,7 +402,7 @@ class TerminalRenderer:
                     s.path or s.phase or "-",
                     step_time_cell(s),
                     pct(s.gpu.utilization),
-                    pct(s.comm.hidden_fraction),
+                    hidden_cell(s.comm.hidden_fraction, s.rank in afd),
                     pct(s.host.idle_fraction),
                     str(s.host.launches),
                     tri(s.replayed, "yes", "no"),
@@ -401,6 +412,7 @@ class TerminalRenderer:
             ],
             "--json or --markdown",
             kind="step",
+            disaggregated=any(s.rank in afd for s in rows[:MAX_STEP_ROWS]),
         )
         if len(rows) > MAX_STEP_ROWS:
             out.paragraph(

@@ -31,7 +31,11 @@ from dbo_trace.analysis.verdict import (
     CommOverlap,
     Criterion,
     CrowdedFinding,
-    DboCannotPay,
+    ExposedCommFinding,
+    MeasurePays,
+    Pays,
+    SINGLE_BATCH,
+    HIDDEN_ROUND_TRIPS,
     DidNotPay,
     DidNotPayFinding,
     EnableGraphs,
@@ -156,8 +160,9 @@ MPS_ADVICE = (
 
 def _slicing_figures(ts: TimeSlicing) -> str:
     ffn = f", less the FFN's {ts.ffn_compute_us / 1000:.2f} ms compute," if ts.ffn_compute_us else ""
+    whose = f"microbatch {ts.microbatch}'s round trips (the one that waited most): " if ts.microbatch is not None else ""
     return (
-        f"a round trip takes {ts.round_trip_us / 1000:.2f} ms; its receive kernel waits "
+        f"{whose}a round trip takes {ts.round_trip_us / 1000:.2f} ms; its receive kernel waits "
         f"{ts.receive_us / 1000:.2f} ms{ffn} against a {ts.send_us:.0f} us send ({ts.ratio or 0.0:.0f}x its transfer)"
     )
 
@@ -214,8 +219,17 @@ def round_trip_text(afd: AfdRoundTrips) -> str:
     per = f"{afd.per_step:.0f} per step" + (f", {afd.per_layer:.1f} per layer" if afd.per_layer else "")
     head = f"{pct_text(afd.hidden_share)} of the FFN round trip hidden under the other microbatch's compute"
     if not afd.microbatched:
-        head = "FFN round trip not hidden: one microbatch, its send and receive back to back"
-    return f"{head} ({per}, median {ms(afd.median_us)})"
+        head = "one microbatch: each FFN round trip exposed whole, its send and receive back to back"
+    elif afd.host_lag_total_us > 0:
+        head = (
+            f"{pct_text(afd.hidden_share)} of the FFN round trip, less the host's lag, hidden under the other "
+            "microbatch's compute"
+        )
+    lag = ""
+    if afd.host_lag_total_us > 0 and afd.host_lag_median_us > 0:
+        op = f", in {_cut(afd.lag_op[0], NAME_MOST)}" if afd.lag_op is not None and afd.lag_op[1] >= 0.5 else ""
+        lag = f", of it {ms(afd.host_lag_median_us)} the host's lag before the receive's launch{op}"
+    return f"{head} ({per}, median {ms(afd.median_us)}{lag})"
 
 
 ITS_STEADY_TIME = "its steady steps' time"
@@ -350,18 +364,22 @@ def _comm_overlap(r: CommOverlap) -> str:
             f"{x.transfer_us / 1000:.2f} ms) ran under compute"
         )
     if r.borderline and r.hidden is not None:
-        text += _borderline(r.hidden, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}")
+        text += _borderline(r.hidden, OVERLAPPED_HIDDEN, _overlap_labels(r.cross is not None))
     return text
 
 
 def _round_trips_hidden(r: RoundTripsHidden) -> str:
     text = (
-        f"disaggregated: {round_trip_text(r.afd)}; kernel overlap cannot see it (the comm tables' hidden share): "
-        "the sends and receives run on the compute stream"
+        f"disaggregated: {round_trip_text(r.afd)}; kernel overlap cannot see it (the tables' hidden is a dash "
+        "here): the sends and receives run on the compute stream"
     )
     if r.borderline:
-        text += _borderline(r.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}")
+        text += _borderline(r.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN, _overlap_labels(r.afd.microbatched))
     return text
+
+
+def _overlap_labels(microbatched: bool) -> str:
+    return f"{OVERLAPPED} and {NOT_OVERLAPPED if microbatched else SINGLE_BATCH}"
 
 
 def _step_round_trips(r: StepRoundTrips) -> str:
@@ -400,9 +418,9 @@ def _afd_criterion(r: AfdCriterion) -> str:
     ratio = a.criterion_ratio or 0.0
     met = "could cover" if a.criterion_met else f"could cover at most {pct_text(ratio)} of"
     return (
-        f"per-microbatch compute {(a.compute_per_microbatch_us or 0.0) / 1000:.2f} ms against a round trip's "
-        f"exposed {a.median_exposed_us / 1000:.2f} ms (ratio {ratio:.2f}): one microbatch's compute {met} "
-        "the other's round trip"
+        f"per-microbatch compute {(a.compute_per_microbatch_us or 0.0) / 1000:.2f} ms per layer against a round trip's "
+        f"exposed {a.median_exposed_us / 1000:.2f} ms (ratio {ratio:.2f}, medians): one microbatch's compute {met} "
+        "the other's round trip; a bound on what can hide, not whether DBO pays"
     )
 
 
@@ -485,6 +503,9 @@ _QUALIFIERS: dict[type, Callable[[Any], str]] = {
     RoundTripFinding: lambda q: round_trip_text(q.afd),
     DidNotPayFinding: lambda q: f"DBO did not pay: {_did_not_pay(q.saved_us, q.serial_estimate_us)}",
     CrowdedFinding: lambda q: f"comm held back by SM-hungry compute: {ms(q.exposed_us)} of comm exposed",
+    ExposedCommFinding: lambda q: (
+        f"comm exposed {ms(q.per_step_us)} per step, {pct_text(q.share)} of the step"
+    ),
 }
 
 
@@ -565,21 +586,44 @@ def _nothing_to_overlap(n: NothingToOverlap) -> str:
     )
 
 
-def _dbo_cannot_pay(n: DboCannotPay) -> str:
-    trip = f"a round trip's exposed {ms(n.round_trip_us)}" if n.disaggregated else f"a comm round trip of {ms(n.round_trip_us)}"
-    text = (
-        f"DBO cannot pay at this batch: per-microbatch compute {ms(n.compute_us)} against {trip} (ratio {n.ratio:.2f}) "
-        f"hides at most {pct_text(n.ratio)} of it; a microbatch needs {1 / n.ratio:.1f}x its compute"
-        if n.ratio > 0
-        else f"DBO cannot pay at this batch: no per-microbatch compute against {trip}"
+def _measure_pays(n: MeasurePays) -> str:
+    per = "per layer" if n.disaggregated else "per round trip"
+    trip = (
+        f"the other's round trip ({ms(n.round_trip_us)} exposed per round trip, median)"
+        if n.disaggregated
+        else f"a comm round trip ({ms(n.round_trip_us)} of comm per round trip, median)"
     )
-    need = n.tokens_needed
-    if need is not None and n.tokens_per_microbatch is not None:
-        text += (
-            f", at least about {need:.0f} tokens per microbatch ({n.tokens_per_microbatch:.0f} now), were compute in "
-            "proportion to tokens (at small batches it grows more slowly)"
+    return (
+        f"measure whether DBO pays: record the same load with DBO off ({COMPARE_ADVICE}); this arm alone "
+        f"cannot tell: one microbatch's compute ({ms(n.compute_us)} {per}) hides at most {pct_text(n.ratio)} of {trip}, "
+        "and what DBO costs is only seen against the arm without it"
+    )
+
+
+COMPARE_ADVICE = "dbo-trace compare OFF ON, or dbo-trace sweep"
+
+
+def pays_text(p: Pays) -> str:
+    """Does DBO pay, in words: from one arm, not measured, with the two sides of the balance it shows."""
+    if p.hidden_per_step_us is None:
+        hid = "what it hid is not measured"
+    elif p.hidden_of == HIDDEN_ROUND_TRIPS:
+        hid = f"the other microbatch's compute hid {ms(p.hidden_per_step_us)} of FFN round trips per step"
+    else:
+        hid = f"the other microbatch's compute hid {ms(p.hidden_per_step_us)} of comm per step"
+    parts = [
+        (label, us)
+        for label, us in (
+            ("hand-overs", p.handover_per_step_us), ("thread start-up", p.startup_per_step_us),
+            ("in the yield op (its cost and the other microbatch's turns)", p.yield_op_per_step_us), ("microbatch imbalance", p.imbalance_per_step_us),
         )
-    return text
+        if us is not None
+    ]  # fmt: skip
+    if p.costs_known:
+        costs = "DBO's own costs per step (medians, the ledger): " + ", ".join(f"{label} {ms(us)}" for label, us in parts)
+    else:
+        costs = "DBO's own costs are not in this trace (a graph replay runs no microbatch thread)"
+    return f"not measured from one arm: {hid}; {costs}; the same load with DBO off settles it: {COMPARE_ADVICE}"
 
 
 def _crowded(n: CommCrowded) -> str:
@@ -600,10 +644,17 @@ def _overlap_works(n: OverlapWorks) -> str:
 
 def _one_microbatch(n: OneMicrobatch) -> str:
     share = n.exposed_us / n.span_us if n.span_us > 0 else None
-    trips = f" (FFN round trips of {ms(n.afd.median_us)}, median)" if n.afd is not None else ""
+    per_step = f"{ms(n.exposed_per_step_us)} per step, " if n.exposed_per_step_us is not None else ""
+    head = f"one microbatch per step: comm exposed {per_step}{ms(n.exposed_us)} over the window, {pct_text(share)} of it"
+    if n.afd is not None:
+        return (
+            f"{head} (FFN round trips of {ms(n.afd.median_us)}, median, {n.afd.per_step:.0f} per step); whether a second "
+            f"microbatch hides enough of it to pay for itself is measured by recording the same load with DBO on "
+            f"({COMPARE_ADVICE})"
+        )
     return (
-        f"one microbatch per step: {ms(n.exposed_us)} of comm exposed, {pct_text(share)} of the window{trips}; two "
-        "microbatches (DBO) hide a round trip only where one microbatch's compute covers it"
+        f"{head}; nothing ran beside it to hide it: hiding it takes independent work beside it (a second "
+        "microbatch, as DBO runs, or comm on its own stream)"
     )
 
 
@@ -633,7 +684,7 @@ _NEXT: dict[type, Callable[[Any], str]] = {
     ),
     Straggler: lambda n: f"look at {f'rank {n.rank}' if n.rank is not None else 'the slowest peer rank'} first: "
     f"{ms(n.wait_us)} of comm was waiting for it",
-    DboCannotPay: _dbo_cannot_pay,
+    MeasurePays: _measure_pays,
     CommCrowded: _crowded,
     DidNotPay: lambda n: (
         f"DBO did not pay: {_did_not_pay(n.saved_us, n.serial_estimate_us)}; the overlapped kernels ran slower by about "
