@@ -228,7 +228,7 @@ COLUMN_KEYS = {
     "comm": "comm kernel time",
     "hidden": "comm under compute",
     "exposed": "comm not under compute",
-    "host": "host-caused GPU idle over the whole window (the verdict's test may be over time in steps)",
+    "host": "host-caused GPU idle over the row's whole time (a rank's verdict may test time in steps only)",
     "replays": "graph launches (kernels replayed)",
     "graph": "graph replayed",
     "time": "step period",
