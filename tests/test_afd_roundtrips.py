@@ -170,7 +170,7 @@ def test_compare_four_arms(bundles):
     text = render_terminal(arms, width=250, pairs=pairs)
     assert "disaggregated round trips (AFD), per arm" in text and "eager-dbo vs eager" in text and "graphs-dbo vs graphs" in text
     md = render_markdown(arms, pairs=pairs)
-    assert "compute per microbatch : exposed" in md and "| `graphs-dbo` vs `graphs` |" in md
+    assert "compute per microbatch per layer : exposed per round trip" in md and "| `graphs-dbo` vs `graphs` |" in md
 
 
 def test_expensive_call_on_a_real_recording():

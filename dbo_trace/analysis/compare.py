@@ -170,15 +170,21 @@ class RanWith:
     load: Load | None = None  # what it served (pairs share it)
 
 
-def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith | None = None) -> Arm:
+def arm_of(
+    label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith | None = None, marked_basis: bool = False
+) -> Arm:
     """One arm's row: every step, or the steps of one phase (vLLM's annotations say which). An FFN
-    server's steps are not the served steps: a disaggregated run's arm is its attention side."""
+    server's steps are not the served steps: a disaggregated run's arm is its attention side.
+    marked_basis: the sample is the steps by vLLM's annotations (marked_sample), as for every arm of
+    the comparison where all have them."""
     served = _served(report)
     per_rank = [([s for s in r.steps if phase == ALL_STEPS or s.phase == phase], last_index(r.steps)) for r in served]
     steps = [s for mine, _ in per_rank for s in mine]
     walls = np.array([s.period_us for s in steps], float)
     samples, kth = steady_periods(per_rank)
     tokens = [_tokens(s) for s in kth]
+    if marked_basis:  # every arm's steps by vLLM's annotations: one basis for the change (docs/analysis.md, "compare")
+        samples, tokens = marked_sample(served, phase)
     rt = report.round_trips
     afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(samples)  # the steady steps' (stalls are counted apart)
@@ -216,6 +222,25 @@ def arm_of(label: str, report: Report, phase: str = ALL_STEPS, ran_with: RanWith
     )
 
 
+def has_marked_periods(report: Report) -> bool:
+    """Every served rank has steady steps by vLLM's annotations (execute_*)."""
+    return all(r.marked_periods for r in _served(report))
+
+
+def marked_sample(served: list[RankReport], phase: str) -> tuple[list[float], list[int | None]]:
+    """The steady steps' periods by vLLM's annotations, start to start (the k-th averaged over the
+    ranks, as steady_periods does), with the first rank's token counts. An event log's steps start
+    at the step's graph replay or microbatch threads, a point that moves with DBO on and off: with
+    both arms on the annotations, the change is of one thing (its step parts, analysis/effect.py, are
+    on the same basis)."""
+    mine = [[m for m in r.marked_periods if phase == ALL_STEPS or m.phase == phase] for r in served]
+    mine = [m for m in mine if m]
+    if not mine:
+        return [], []
+    n = min(len(m) for m in mine)
+    return [sum(m[k].period_us for m in mine) / len(mine) for k in range(n)], [m.tokens for m in mine[0][:n]]
+
+
 def _served(report: Report) -> list[RankReport]:
     """The ranks whose steps are the served steps: not an FFN server's (its loop is not a step)."""
     return [r for r in report.ranks if r.role != FFN] or report.ranks
@@ -249,8 +274,12 @@ def _tokens(s: StepReport) -> int | None:
     return (s.context_tokens or 0) + (s.generation_tokens or 0)
 
 
-def arms_of(label: str, report: Report, phases: list[str], ran_with: RanWith | None = None) -> list[Arm]:
-    return [arm_of(label, report, ran_with=ran_with)] + [arm_of(label, report, p, ran_with) for p in phases]
+def arms_of(
+    label: str, report: Report, phases: list[str], ran_with: RanWith | None = None, marked_basis: bool = False
+) -> list[Arm]:
+    return [arm_of(label, report, ran_with=ran_with, marked_basis=marked_basis)] + [
+        arm_of(label, report, p, ran_with, marked_basis) for p in phases
+    ]
 
 
 def shared_phases(reports: list[Report]) -> list[str]:

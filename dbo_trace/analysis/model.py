@@ -42,6 +42,15 @@ Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu | ClockBounds | Inco
 
 
 @dataclass(frozen=True)
+class MarkedPeriod:
+    """One steady step by vLLM's annotation: its period (us, to the next annotation's start), phase, tokens."""
+
+    period_us: float
+    phase: str | None
+    tokens: int | None  # prefill and decode tokens, where the annotation says
+
+
+@dataclass(frozen=True)
 class Options:
     comm_patterns: tuple[str, ...] = ()
     comm_streams: tuple[int, ...] = ()
@@ -332,6 +341,10 @@ class RankAnalysis:
     sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
     span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/effect.py), for compare
     decode_requests: float | None = None  # its steady decode steps' median decode requests (vLLM's annotations)
+    # its steady steps' periods by vLLM's execute_* annotations, start to start, each with its phase and
+    # tokens: compare times every arm on this one basis where all have it (an event log's steps start at
+    # a point of the step that moves with DBO on and off); empty without the annotations
+    marked_periods: tuple[MarkedPeriod, ...] = ()
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property

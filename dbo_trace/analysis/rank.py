@@ -34,7 +34,7 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.model import Options, PhaseReport, RankAnalysis, RankDetail, StepReports, StepTable
+from dbo_trace.analysis.model import MarkedPeriod, Options, PhaseReport, RankAnalysis, RankDetail, StepReports, StepTable
 from dbo_trace.analysis.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.queueing import LaunchDelay, launch_delay
@@ -172,6 +172,7 @@ def analyze_rank(
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
         span_parts=rank_span_parts(d, starts, steady),
         decode_requests=rank_decode_requests(marked, steady),
+        marked_periods=rank_marked_periods(marked, steady),
         detail=d,
     )
 
@@ -282,6 +283,20 @@ def rank_decode_requests(marked: Steps | None, steady: np.ndarray) -> float | No
         if steady[i] and phase == DECODE and (n := decode_requests(label)) is not None
     ]
     return float(np.median(counts)) if counts else None
+
+
+def rank_marked_periods(marked: Steps | None, steady: np.ndarray) -> tuple[MarkedPeriod, ...]:
+    """Its steady annotated steps' periods (start to the next annotation's start), phases and tokens."""
+    if marked is None:
+        return ()
+    out = []
+    for i in range(len(marked) - 1):
+        if not steady[i]:
+            continue
+        ctx, gen = marked.context_tokens[i], marked.generation_tokens[i]
+        tokens = None if ctx is None and gen is None else (ctx or 0) + (gen or 0)
+        out.append(MarkedPeriod(float(marked.start[i + 1] - marked.start[i]), marked.phase[i], tokens))
+    return tuple(out)
 
 
 def rank_span_parts(d: RankDetail, starts: np.ndarray, steady: np.ndarray) -> SpanParts | None:

@@ -73,7 +73,7 @@ def run(request: CompareRequest | SweepView) -> None:
 
 
 def _compare(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare import arms_of, dbo_pairs, ran_with, shape_differences, shared_phases
+    from dbo_trace.analysis.compare import arms_of, dbo_pairs, has_marked_periods, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
@@ -90,11 +90,12 @@ def _compare(request: CompareRequest) -> None:
     for diff in shape_differences(names, reports):
         warn(shape_text(diff))
     phases = shared_phases(reports)
+    marked = all(has_marked_periods(rep) for rep in reports)  # every arm timed by vLLM's annotations, or none
     compared = compare_arms(
         [
             a
             for name, rep, path in zip(names, reports, request.arms)
-            for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)))
+            for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)), marked)
         ]
     )
     unprofiled = unprofiled_arms(names, reports)

@@ -111,7 +111,7 @@ def max_num_seqs(run: SweepRun) -> int | None:
 def figures_of(run: SweepRun) -> RunFigures:
     """One run's figures: its usable repeats, what it ran with (its settings; its trace where profiled
     and the settings do not say), and, where it holds a profiled window, compare's row of it."""
-    from dbo_trace.analysis.compare import ALL_STEPS, RanWith, arm_of, declared, ran_with
+    from dbo_trace.analysis.compare import ALL_STEPS, RanWith, arm_of, declared, has_marked_periods, ran_with
     from dbo_trace.analysis.model import Options
     from dbo_trace.analysis.roles import FFN
     from dbo_trace.analysis.sweep import RunFigures
@@ -135,7 +135,8 @@ def figures_of(run: SweepRun) -> RunFigures:
         warn(f"{who}: its profiled window has no step with GPU activity; only its timed repeats are used")
         return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
     with_trace = ran_with(report, m.settings)
-    row = arm_of(run.arm, report, ALL_STEPS, with_trace)
+    # vLLM's annotations time every profiled run of a sweep (vLLM serve writes them), as compare does
+    row = arm_of(run.arm, report, ALL_STEPS, with_trace, has_marked_periods(report))
     steady_decode = [s for r in report.ranks if r.role != FFN for s in r.steps if s.phase == "decode" and s.stall is None]
     decode = [
         (s.context_tokens or 0) + (s.generation_tokens or 0) for s in steady_decode if s.context_tokens or s.generation_tokens

@@ -71,7 +71,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 _change_cell(a),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
-                pct(a.comm_hidden_fraction),
+                "-" if a.round_trip_us is not None else pct(a.comm_hidden_fraction),  # one meaning of hidden
                 pct(a.replayed_kernel_fraction),
                 a.verdict,
             ]
@@ -123,6 +123,12 @@ def noise_line(arms: list[Arm]) -> str:
         "; ".join(parts)
         + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
         f"interval excludes no change (0%) and each arm has at least {MIN_STEPS} steps."
+        + (
+            " Comm hidden is comm kernel time under compute; a disaggregated (AFD) arm's is a dash: its sends and "
+            "receives run on the compute stream, and its hidden share of the round trips is the round-trip table's."
+            if any(a.round_trip_us is not None for a in arms)
+            else ""
+        )
     )
 
 
@@ -157,7 +163,7 @@ AFD_COLUMNS = [
     Column("FFN queue/wait", keep=4),
     Column("attention wait", keep=7),
     Column("hidden"),
-    Column("compute per microbatch : exposed", keep=8),
+    Column("compute per microbatch per layer : exposed per round trip", keep=8),
     Column("criterion"),
     Column("unprofiled TPOT", keep=10),
     Column("profiler overhead", keep=11),
