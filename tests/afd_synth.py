@@ -170,7 +170,8 @@ def afd_pair(
                 truth["round_trips"].append({"step": step, "ub": ub, "layer": layer, "rt": hi - lo, "hidden": hidden,
                                              "ffn": ffn_compute_us})  # fmt: skip
         t += 30
-        att.annotation(f"execute_context_0(0)_generation_{16 * mbs}({16 * mbs})", step_start, t - step_start - 5)
+        # one load whatever the arm (32 requests in flight; DBO splits them in two): compare pairs like with like
+        att.annotation("execute_context_0(0)_generation_32(32)", step_start, t - step_start - 5)
         if yield_us:  # the AFD model's yield op between each send and its receive (a thread of its own here)
             for i in range(mbs * layers):
                 att.cpu_op("vllm::manual_dbo_yield", step_start + 13 + i * (yield_us + 1), yield_us, tid=55)

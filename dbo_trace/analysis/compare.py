@@ -30,7 +30,7 @@ from dbo_trace.analysis.periods import last_index, steady_periods
 from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.roles import FFN
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.steps import PHASES
+from dbo_trace.analysis.steps import PHASES, SOURCE_VLLM
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Unprofiled
 
@@ -183,7 +183,8 @@ def arm_of(
     walls = np.array([s.period_us for s in steps], float)
     samples, kth = steady_periods(per_rank)
     tokens = [_tokens(s) for s in kth]
-    if marked_basis:  # every arm's steps by vLLM's annotations: one basis for the change (docs/analysis.md, "compare")
+    if marked_basis and all(r.marked_periods for r in served):
+        # every arm's steps by vLLM's annotations: one basis for the change (docs/analysis.md, "compare")
         samples, tokens = marked_sample(served, phase)
     rt = report.round_trips
     afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
@@ -223,8 +224,9 @@ def arm_of(
 
 
 def has_marked_periods(report: Report) -> bool:
-    """Every served rank has steady steps by vLLM's annotations (execute_*)."""
-    return all(r.marked_periods for r in _served(report))
+    """Every served rank's steps can be timed by vLLM's annotations (execute_*): they are its steps, or
+    it carries their periods beside steps of another source (an event log's)."""
+    return all(r.marked_periods or r.step_source.startswith(SOURCE_VLLM) for r in _served(report))
 
 
 def marked_sample(served: list[RankReport], phase: str) -> tuple[list[float], list[int | None]]:

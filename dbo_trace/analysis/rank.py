@@ -49,7 +49,7 @@ from dbo_trace.analysis.stalls import (
     step_periods,
     top_compile_names,
 )
-from dbo_trace.analysis.steps import DECODE, PHASES, Steps, decode_requests, vllm_steps
+from dbo_trace.analysis.steps import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -172,7 +172,7 @@ def analyze_rank(
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
         span_parts=rank_span_parts(d, starts, steady),
         decode_requests=rank_decode_requests(marked, steady),
-        marked_periods=rank_marked_periods(marked, steady),
+        marked_periods=rank_marked_periods(marked, steady, d.attribution.steps.source),
         detail=d,
     )
 
@@ -285,9 +285,13 @@ def rank_decode_requests(marked: Steps | None, steady: np.ndarray) -> float | No
     return float(np.median(counts)) if counts else None
 
 
-def rank_marked_periods(marked: Steps | None, steady: np.ndarray) -> tuple[MarkedPeriod, ...]:
-    """Its steady annotated steps' periods (start to the next annotation's start), phases and tokens."""
+def rank_marked_periods(marked: Steps | None, steady: np.ndarray, source: str) -> tuple[MarkedPeriod, ...]:
+    """Its steady annotated steps' periods (start to the next annotation's start), phases and tokens;
+    none where it has no annotations, or where its steps are the annotations already (its own steps,
+    stalls and all, are then the same sample)."""
     if marked is None:
+        return ()
+    if source.startswith(SOURCE_VLLM):
         return ()
     out = []
     for i in range(len(marked) - 1):
