@@ -129,7 +129,7 @@ def test_top_waits_per_step_are_the_event_logs_waits_over_the_steps_that_ran_the
     (row,) = [live_row(b) for b in counters("afd-graphs-dbo") if b["pid"] == 1067]
     assert row.yielding_steps == len(ran)
     for ub in (0, 1):
-        # the counters time with perf_counter, the log with time_ns, each taken a few us apart: 0.2%
+        # the counters take a monotonic clock, the log time_ns, each read a few us apart: 0.2%
         assert abs(row.wait_ms_per_step[ub] / (waited[ub] / 1e6 / len(ran)) - 1) < 0.002
     mean_step_ms = sum(step_ns[s] for s in ran) / 1e6 / len(ran)
     assert max(row.wait_ms_per_step.values()) < mean_step_ms  # 921 < 1032: each wait is part of its step

@@ -85,7 +85,8 @@ def test_no_share_of_the_step_is_over_100_percent_in_any_text_output():
         text = run_cli("report", *args, str(BUNDLE)).stdout
         shares = [int(x) for x in re.findall(r"(\d+)% (?:of the step|per thread|\()", text)]
         assert shares and max(shares) <= 100, text
-        assert not re.search(r"\b\d{3,}%", text)
+        # no share past the whole (an operation's time may be 100% exposed: its hidden and exposed add up)
+        assert all(int(x) <= 100 for x in re.findall(r"\b(\d{3,})%", text)), text
 
 
 def test_the_ledgers_yield_op_line_says_whose_time_it_is(truth):

@@ -67,14 +67,15 @@ def output_name(
     .svg), else the terminal summary. A flag and a suffix that disagree (-o x.html --markdown) are
     refused: the file would hold one format under the other's name. written: the outputs the command
     writes, each with its suffixes (default: report's renderers); a suffix of another refused too."""
-    from dbo_trace.render import RENDERERS
+    from dbo_trace.render import suffixes as renderer_suffixes
 
-    suffixes = written if written is not None else {r.name: r.suffixes for r in RENDERERS.values()}
+    every = renderer_suffixes()  # by the registry's table: looking a renderer up would import it
+    suffixes = written if written is not None else every
     flagged = one_format(as_json, as_markdown, given)
     by_suffix = None
     if output is not None:
         by_suffix = next((name for name, ends in suffixes.items() if output.suffix.lower() in ends), None)
-        other = next((r.name for r in RENDERERS.values() if output.suffix.lower() in r.suffixes), None)
+        other = next((name for name, ends in every.items() if output.suffix.lower() in ends), None)
         if by_suffix is None and other is not None:  # compare -o x.html: a format this command does not write
             known = [e for ends in suffixes.values() for e in ends]
             fail(f"-o {output}: this command does not write {other}; "

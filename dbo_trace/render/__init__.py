@@ -56,6 +56,11 @@ class _Registry(Mapping[str, Renderer]):
 RENDERERS: Mapping[str, Renderer] = _Registry()
 
 
+def suffixes() -> dict[str, tuple[str, ...]]:
+    """Each renderer's output suffixes, by name, without importing any renderer."""
+    return {name: entry[3] for name, entry in _TABLE.items()}
+
+
 def for_path(path: Path) -> Renderer | None:
     """The renderer an output file's suffix asks for, or None for a suffix none writes."""
     suffix = path.suffix.lower()
