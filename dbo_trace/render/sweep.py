@@ -512,6 +512,8 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
     d = terminal_document(document)  # every string from the sweep made inert
     width = width or terminal_width()
     lines: list[str] = []
+    for s in d.dbo:  # the answer first: where DBO turns, or that it does not in the loads measured
+        lines += wrap(s.turn_text, width, "", "  ")
     for text in _header(d):
         lines += wrap(text, width, "", "  ")
     for x in d.loads:
@@ -527,7 +529,6 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
         )
         for line in parts_lines(s):
             lines += wrap(line, width, "  ", "    ")
-        lines += wrap(s.turn_text, width, "", "  ")
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         lines += ["", "not in the figures:"]
@@ -548,6 +549,7 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
 
 def render_markdown(d: SweepDocument, image: str | None = None) -> str:
     out = [f"### {markdown_text(_header(d)[0], line_start=False)}", ""]
+    out += [f"**{markdown_text(s.turn_text, line_start=False)}**" for s in d.dbo] + ([""] if d.dbo else [])
     if image is not None:
         out += [f"![DBO's change against requests in flight]({image.replace(' ', '%20').replace(')', '%29')})", ""]
     for x in d.loads:
@@ -564,8 +566,7 @@ def render_markdown(d: SweepDocument, image: str | None = None) -> str:
         if s.points:
             out += md_table([c.header for c in DBO_COLUMNS], [[markdown_code(r[0]), *r[1:]] for r in series_rows(s)])
             out.append("")
-        out += [f"- {markdown_text(line)}" for line in parts_lines(s)]
-        out += [markdown_text(s.turn_text), ""]
+        out += [f"- {markdown_text(line)}" for line in parts_lines(s)] + [""]
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["Not in the figures:", ""] + [f"- {markdown_text(line)}" for line in extra] + [""]
@@ -595,6 +596,7 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
     which runs no script)."""
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>dbo-trace load sweep</title>"]
     out += [f"<style>{STYLE}</style></head><body>", f"<h1>{html_text(_header(d)[0])}</h1>"]
+    out += [f"<p><strong>{html_text(s.turn_text)}</strong></p>" for s in d.dbo]  # the answer first
     if svg is not None:
         picture = base64.b64encode(svg).decode()
         out.append(f'<p><img alt="DBO\'s change against requests in flight" src="data:image/svg+xml;base64,{picture}"></p>')
@@ -606,7 +608,6 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
         if s.points:
             out += _html_table([c.header for c in DBO_COLUMNS], series_rows(s))
         out += [f"<p>{html_text(line)}</p>" for line in parts_lines(s)]
-        out.append(f"<p><strong>{html_text(s.turn_text)}</strong></p>")
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["<h2>Not in the figures</h2>", "<ul>", *(f"<li>{html_text(line)}</li>" for line in extra), "</ul>"]
