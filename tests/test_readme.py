@@ -64,3 +64,30 @@ def test_the_readmes_quoted_lines_are_real_output(sample, start):
     quoted = quoted[: quoted.index("`")]
     text = " ".join(RENDERERS["terminal"].render(analyze_paths([SAMPLES / sample], Options()), RenderOptions(width=100)).split())
     assert quoted in text
+
+
+COMMAND_BLOCK = re.compile(r"```text\n\$ dbo-trace ([^\n]+)\n(.*?)```", re.S)
+
+
+def _command_blocks():
+    return [(m.group(1), m.group(2)) for m in COMMAND_BLOCK.finditer(README)]
+
+
+def test_the_readme_shows_compare_and_the_sweep():
+    shown = [args.split()[0] for args, _ in _command_blocks()]
+    assert "compare" in shown and "report" in shown
+
+
+@pytest.mark.parametrize("args, block", _command_blocks(), ids=[a for a, _ in _command_blocks()])
+def test_every_line_of_a_command_block_is_real_output(monkeypatch, args, block):
+    """A block that shows its command (`$ dbo-trace ...`): every line it shows is a line of that
+    command's output at 100 columns, from the repository's root (`...` marks what it leaves out)."""
+    from conftest import run_cli
+
+    monkeypatch.setenv("COLUMNS", "100")
+    proc = run_cli(*args.split(), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    real = proc.stdout.splitlines()
+    shown = [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("...")]
+    missing = [line for line in shown if line not in real]
+    assert not missing, f"README lines that `dbo-trace {args}` does not print: {missing[:3]}"
