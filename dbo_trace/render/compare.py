@@ -115,7 +115,7 @@ def noise_line(arms: list[Arm]) -> str:
     parts = []
     for phase, group in dict.fromkeys((a.phase, a.load_group) for a in arms):
         rows = [a for a in arms if a.phase == phase and a.load_group == group]
-        said = [_said(a) for a in rows[1:]]
+        said = [_said(a, rows[0]) for a in rows[1:]]
         at = f" at {load_text(rows[0].ran_with.load if rows[0].ran_with else None)}" if several_loads(arms) else ""
         what = "all steps" if phase == ALL_STEPS else phase + " steps"
         parts.append(f"{what}{at} against {rows[0].label}: " + (", ".join(said) if said else "no other arm"))
@@ -132,7 +132,7 @@ def noise_line(arms: list[Arm]) -> str:
     )
 
 
-def _said(a: Arm) -> str:
+def _said(a: Arm, base: Arm) -> str:
     n = a.compared_steps
     steps = f"{n[0]} and {n[1]} steps" if n else ""
     how = ", ".join(x for x in (steps, "paired by shape" if a.paired_by_shape else "", "per token" if a.per_token else "") if x)
@@ -145,7 +145,12 @@ def _said(a: Arm) -> str:
         lo, hi = (x / scale for x in a.compared_medians_us)
         how = f"medians {lo:.2f} and {hi:.2f} {unit}, " + how
     slower = f", slower in {100 * a.slower_pairs:.0f}% of step pairs" if a.slower_pairs is not None else ""
-    return f"{a.label} {change} {a.call} ({how}{slower})"
+    # the change is of the steps compared; where pairing by shape left some out, their medians are not
+    # the table's (over every steady step): say so, so the sentence and the table are read as one
+    fewer = n is not None and (n[0] < base.steps or n[1] < a.steps)
+    apart = "; the table's medians are over every steady step" if fewer else ""
+    return f"{a.label} {change} {a.call} ({how}{slower}{apart})"
+
 
 
 # ---- a disaggregated run's round trips, per arm (the arms' all-steps rows) ------------------------------
