@@ -326,15 +326,19 @@ def test_the_words_of_each_call():
     pays = _pair(_parts(1590, 11000, 1000, 330), _parts(3420, 5910, 2000, 1520), 13920, 12730, True)
     assert conclusion(pays) == (
         "graphs+dbo@64 against graphs@64: DBO pays: it removed 5.09 ms of exposed comm a step and added 1.83 ms of "
-        "compute and 2.19 ms of idle (-1.19 ms, -8.5%)"
+        "compute and 2.19 ms of idle (net -1.07 ms a step in the mean period; measured -1.19 ms, -8.5% in the median)"
     )
     costs = _pair(_parts(1390, 5900, 1000, 40), _parts(3800, 3160, 2000, 940), 8330, 9920, True)
     assert conclusion(costs) == (
         "graphs+dbo@64 against graphs@64: DBO does not pay: its cost (+4.31 ms a step: compute +2.41, idle +1.90) "
-        "exceeds the comm it hides (2.74 ms); it pays where the hidden round trip grows past its cost (+1.59 ms, +19.1%)"
+        "exceeds the comm it hides (2.74 ms); it would pay where the comm it hides (the round trips' exposed time, which "
+        "grows with the batch) exceeds its cost (net +1.57 ms a step in the mean period; measured +1.59 ms, +19.1% in "
+        "the median)"
     )
     noise = _pair(_parts(1000, 5000, 1000, 0), _parts(3000, 3000, 1000, 0), 7000, 7010, False)
-    assert "DBO's change is within noise (+0.01 ms, +0.1%)" in (conclusion(noise) or "")
+    assert "DBO's change is within noise (net +0.00 ms a step in the mean period; measured +0.01 ms, +0.1% in the median)" in (
+        conclusion(noise) or ""
+    )
     few = _pair(_parts(1000, 5000, 1000, 0), _parts(3000, 3000, 1000, 0), 7000, 7010, None)
     assert "too few steps to tell whether DBO pays" in (conclusion(few) or "")
     assert "token" not in " ".join(conclusion(p) or "" for p in (pays, costs, noise, few))

@@ -144,7 +144,7 @@ def test_markdown_html_and_the_plot(sweep, tmp_path):
     assert "![DBO's change against requests in flight](s.png)" in text
     assert "| `c64` | 64 (32) |" in text
     page = html.read_text()
-    assert page.startswith("<!DOCTYPE html>") and "data:image/svg+xml;base64," in page and "<script" not in page
+    assert page.lower().startswith("<!doctype html>") and "data:image/svg+xml;base64," in page and "<script" not in page
     proc = run_cli("compare", str(sweep), "-o", str(svg))
     assert proc.returncode == 0, proc.stderr
     assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()

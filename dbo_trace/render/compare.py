@@ -336,7 +336,11 @@ def _ms_signed(us_value: float) -> str:
 def _measured(p: Pair, e: Effect | None) -> str:
     """The measured change in brackets: ms and % of the median period."""
     if e is not None and e.median_change_us is not None and e.median_change is not None:
-        return f"({_ms_signed(e.median_change_us)} ms, {100 * e.median_change:+.1f}%)"
+        # the parts add up to the mean period's change; the call is the median's: both, so the sum checks
+        return (
+            f"(net {_ms_signed(e.parts_sum_us)} ms a step in the mean period; measured {_ms_signed(e.median_change_us)} ms, "
+            f"{100 * e.median_change:+.1f}% in the median)"
+        )
     if p.change is not None:
         return f"({100 * p.change:+.1f}%{' per token' if p.per_token else ''})"
     return ""
@@ -383,8 +387,9 @@ def conclusion(p: Pair) -> str | None:
         if e.hidden_us < 5.0:
             return head + f"DBO does not pay: it hid no exposed comm and cost {cost} {_measured(p, e)}{shape}"
         return head + (
-            f"DBO does not pay: its cost ({cost}) exceeds the comm it hides ({e.hidden_us / 1000:.2f} ms); it pays where "
-            f"the hidden round trip grows past its cost {_measured(p, e)}{shape}"
+            f"DBO does not pay: its cost ({cost}) exceeds the comm it hides ({e.hidden_us / 1000:.2f} ms); it would pay "
+            f"where the comm it hides (the round trips' exposed time, which grows with the batch) exceeds its cost "
+            f"{_measured(p, e)}{shape}"
         )
     parts = (
         f"compute {_ms_signed(e.compute_change_us)}, comm alone {_ms_signed(e.comm_alone_change_us)}, "

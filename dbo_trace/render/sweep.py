@@ -380,6 +380,11 @@ CALL_WORDS = {SLOWER: "DBO slower", FASTER: "DBO faster", WITHIN: "noise", NO_IN
 
 
 def call_cell(p: PointBlock) -> str:
+    """The repeats' call; where their interval holds 0 but the profiled step periods are beyond noise,
+    that side, marked as theirs (the turn is placed by it: analysis/sweep.py DboPoint.side)."""
+    q = p.profiled
+    if p.call not in (SLOWER, FASTER) and q is not None and q.call == BEYOND and q.change:
+        return f"{CALL_WORDS[SLOWER if q.change > 0 else FASTER]} (profiled)"
     return "-" if p.call is None else CALL_WORDS[p.call]
 
 
@@ -594,7 +599,8 @@ STYLE = (
 def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
     """One self-contained page: the tables, the sentences and the picture (an SVG as an <img> data URI,
     which runs no script)."""
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>dbo-trace load sweep</title>"]
+    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace">']
+    out += ["<title>dbo-trace load sweep</title>"]  # the generator mark: a rerun may replace the page it wrote
     out += [f"<style>{STYLE}</style></head><body>", f"<h1>{html_text(_header(d)[0])}</h1>"]
     out += [f"<p><strong>{html_text(s.turn_text)}</strong></p>" for s in d.dbo]  # the answer first
     if svg is not None:

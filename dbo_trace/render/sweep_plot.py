@@ -46,7 +46,7 @@ def sweep_figure(d: SweepDocument) -> Figure:
             ys = [100 * (p.change or 0.0) for p in timed]
             low = [100 * ((p.change or 0.0) - p.change_low) if p.change_low is not None else 0.0 for p in timed]
             high = [100 * (p.change_high - (p.change or 0.0)) if p.change_high is not None else 0.0 for p in timed]
-            ax.plot(xs, ys, color=colour, linewidth=0.8, linestyle=":")
+            # no line between the loads: a line crossing 0 would place a turn the loads do not measure
             ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=colour, capsize=4, linewidth=1.2)
             beyond = [(x, y) for x, y, p in zip(xs, ys, timed) if p.call in (SLOWER, FASTER)]
             within = [(x, y) for x, y, p in zip(xs, ys, timed) if p.call not in (SLOWER, FASTER)]
@@ -99,6 +99,14 @@ def sweep_figure(d: SweepDocument) -> Figure:
 def draw_sweep(d: SweepDocument, image_format: str) -> bytes:
     """The picture as PNG or SVG bytes (SVG without a date: the same sweep draws the same file)."""
     buf = io.BytesIO()
-    extra: dict[str, Any] = {"metadata": {"Date": None}} if image_format == "svg" else {"pil_kwargs": {"compress_level": 1}}
+    from dbo_trace.render.timeline import PICTURE_MARK
+
+    # who drew it (PNG's Software text, SVG's dc:creator), as the timeline marks its own: a rerun
+    # recognises the picture as dbo-trace's and replaces it (commands/common.py written_by_dbo_trace)
+    extra: dict[str, Any] = (
+        {"metadata": {"Date": None, "Creator": PICTURE_MARK}}
+        if image_format == "svg"
+        else {"metadata": {"Software": PICTURE_MARK}, "pil_kwargs": {"compress_level": 1}}
+    )
     sweep_figure(d).savefig(buf, format=image_format, dpi=DPI, **extra)
     return buf.getvalue()
