@@ -73,7 +73,7 @@ def run(request: CompareRequest | SweepView) -> None:
 
 
 def _compare(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare import arms_of, dbo_pairs, has_marked_periods, ran_with, shape_differences, shared_phases
+    from dbo_trace.analysis.compare import arms_of, dbo_pairs, declared, has_marked_periods, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
@@ -87,7 +87,10 @@ def _compare(request: CompareRequest) -> None:
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
+    declared_dbo = [declared(declared_settings(path))[2] for path in request.arms]
     for diff in shape_differences(names, reports):
+        if diff.key == "microbatched" and all(d is not None and d == v for d, (_, v) in zip(declared_dbo, diff.values)):
+            continue  # a DBO ablation: the arms differ in microbatches because their settings turn DBO on and off
         warn(shape_text(diff))
     phases = shared_phases(reports)
     marked = all(has_marked_periods(rep) for rep in reports)  # every arm timed by vLLM's annotations, or none

@@ -162,7 +162,8 @@ def roles_lines(d: ReportDocument) -> list[str]:
         less = f", less the FFN's {ms(ts.ffn_compute_us)} compute," if ts.ffn_compute_us is not None else ""
         lines.append(
             f"GPU sharing: {one}, {mps}; a round trip's receive waits {ms(ts.receive_us)}{less} against a {us(ts.send_us)} "
-            f"send: {num(ts.ratio, 1)}x its transfer (time-slicing shows from {SLICED_RATIO:g}x and {ms(SLICED_MIN_US)})"
+            f"send: {num(ts.ratio, 1)} times its transfer, no sign of time-slicing (that shows as a wait of "
+            f"{SLICED_RATIO:g} times the transfer and over {ms(SLICED_MIN_US)})"
         )
     return lines
 
