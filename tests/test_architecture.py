@@ -177,8 +177,11 @@ TESTS = ROOT / "tests"
 # Computations written apart from the package (docs say how, the package's code is not read): they
 # share no code with it, nor with the tests' builders, only the standard library and each other.
 INDEPENDENT = sorted(
-    [*TESTS.glob("reference*.py"), *TESTS.glob("independent_*.py"), TESTS / "peers_reference.py", TESTS / "nsys_export.py"]
-)
+    [
+        *TESTS.glob("reference*.py"), *TESTS.glob("independent_*.py"), TESTS / "peers_reference.py",
+        TESTS / "nsys_export.py", *(TESTS / "independent").rglob("*.py"),
+    ]
+)  # fmt: skip
 
 
 # compare's bootstrap is specified by numpy's seeded generator (docs/analysis.md): its reference draws
@@ -186,14 +189,15 @@ INDEPENDENT = sorted(
 THIRD_PARTY_ALLOWED = {"reference_compare.py": {"numpy"}}
 
 
-@pytest.mark.parametrize("path", INDEPENDENT, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", INDEPENDENT, ids=lambda p: str(p.relative_to(TESTS)))
 def test_the_independent_references_stay_self_contained(path):
     import sys
 
     own = {p.stem for p in INDEPENDENT} | THIRD_PARTY_ALLOWED.get(path.name, set())
     for module in imports_of(path):
         top = module.split(".")[0]
-        assert top in sys.stdlib_module_names or top in own, f"tests/{path.name} imports {module}"
+        assert top in sys.stdlib_module_names or top in own, f"tests/{path.relative_to(TESTS)} imports {module}"
+
 
 
 def test_the_test_builders_use_no_package_code():
@@ -270,3 +274,4 @@ def test_the_sentence_finder_finds_one(tmp_path):
     module.write_text('def f(n):\n    if n < 0:\n        raise ValueError(f"no such step as {n} here")\n'
                       '    return f"rank {n}", f"{n} steps ran past the next one"\n')  # fmt: skip
     assert [line for line, _ in _sentences(module)] == [4]
+
