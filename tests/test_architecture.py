@@ -4,6 +4,7 @@ them all, and nothing but the CLI above the commands; and no two modules import 
 any path. Every import counts, those inside functions (and under TYPE_CHECKING) too."""
 
 import ast
+import functools
 
 import pytest
 from conftest import ROOT
@@ -275,3 +276,58 @@ def test_the_sentence_finder_finds_one(tmp_path):
                       '    return f"rank {n}", f"{n} steps ran past the next one"\n')  # fmt: skip
     assert [line for line, _ in _sentences(module)] == [4]
 
+
+def _string_constants(paths) -> dict[str, str]:
+    """Every module-level `NAME = "text"` of the given modules, by name: what a comparison against
+    `NAME` (or `module.NAME`) compares with."""
+    found: dict[str, str] = {}
+    for path in paths:
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.update((t.id, value.value) for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+@functools.cache
+def _package_constants() -> dict[str, str]:
+    return _string_constants(MODULES)
+
+
+def _compared_sentences(path, constants: dict[str, str]):
+    """The sentence-like strings (SENTENCE_WORDS words or more) a module compares a value against,
+    written out or through a constant: `==`, `!=`, `in` and `not in`, a tuple's items too."""
+
+    def text_of(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        return constants.get(name) if name is not None else None
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            for item in items:
+                text = text_of(item)
+                if text is not None and len(text.split()) >= SENTENCE_WORDS:
+                    yield node.lineno, text
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analysis").rglob("*.py")), ids=lambda p: p.name)
+def test_analysis_compares_no_value_with_a_sentence(path):
+    """A kind is an Enum or a short key, never a sentence that logic matches with `==`: the words
+    belong to render/, and a sentence reworded there must not change a decision."""
+    constants = _package_constants()
+    found = [f"line {line}: {text!r}" for line, text in _compared_sentences(path, constants)]
+    assert not found, f"analysis/{path.name} compares values with sentences (make the kind an Enum): {found}"
+
+
+def test_the_comparison_finder_finds_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('BASIS = "host idle over the window"\nSHORT = "window"\n'
+                      'def f(t, u):\n    return t.basis == BASIS or u in (SHORT, "x") or t == "a b c d"\n')  # fmt: skip
+    found = list(_compared_sentences(module, _string_constants([module])))
+    assert found == [(4, "host idle over the window"), (4, "a b c d")]

@@ -32,7 +32,7 @@ from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
+from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Label, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
@@ -244,7 +244,7 @@ class PhaseReport:
     median_step_us: float
     metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
-    per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
+    per_rank: list[Label] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
     step_spread: Spread | None = None  # its steps' periods: median, p90, p99, max (stalls included)
     stalls: int = 0  # its steps that are stalls: its figures and verdict are over the others (where any)

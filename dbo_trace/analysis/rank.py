@@ -51,7 +51,7 @@ from dbo_trace.analysis.stalls import (
 )
 from dbo_trace.analysis.steps import DECODE, PHASES, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
+from dbo_trace.analysis.verdict import Evidence, HostBasis, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
@@ -475,7 +475,7 @@ def whole_window(d: RankDetail, steps: StepTable) -> WholeWindow:
     causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
-        if not stalled.any() and host_test.basis == HOST_BASIS_WINDOW
+        if not stalled.any() and host_test.basis == HostBasis.WINDOW
         else d.host_pieces.causes_in_union(region[0], region[1], steady.host_idle_us)
     )
     return WholeWindow(total, window, in_steps, host_test, causes, causes_window, steady)
