@@ -39,16 +39,6 @@ from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
 
-def with_roles(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
-    """A bundle of a disaggregated run (its manifest's `afd` block or `roles`): the AFD round-trip
-    model applies, and each trace keeps the role the manifest gives it."""
-    afd = options.afd or any(
-        isinstance(m.get("roles"), dict) or (isinstance(m.get("afd"), dict) and m["afd"].get("role", ATTENTION) == ATTENTION)
-        for m in manifests
-    )  # an FFN server recorded alone has no round trips of its own
-    return replace(options, afd=afd, roles=tuple(sorted(roles.items())))
-
-
 def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
     """A bundle may declare its communication kernels (emulated traffic) and layer count; both are
     checked here, since a manifest is input like any other."""
@@ -191,7 +181,7 @@ def prepared_options(options: Options, manifests: list[dict], roles: dict[str, s
     """The options with what the manifests declare (communication kernels, layers, the recording's
     environment, its timed repeats) and the roles the bundles give their traces, each with where it
     came from (the manifest's roles, its command line)."""
-    options = with_roles(options_from_manifests(options, manifests), manifests, roles)
+    options = options_from_manifests(options, manifests)
     return _with_calls(options, {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()})
 
 

@@ -105,7 +105,7 @@ def analyze_rank(
     role = dict(options.roles).get(os.path.normpath(tl.source))
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
-    afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
+    afd = rank_round_trips(d, table) if role == ATTENTION or (options.disaggregated and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
