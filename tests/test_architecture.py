@@ -16,7 +16,7 @@ PACKAGE = ROOT / "dbo_trace"
 # apply), ui (progress output).
 LEAVES = {
     "dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact",
-    "dbo_trace.sweep_folder",
+    "dbo_trace.sweep_folder", "dbo_trace.serve_args",
 }  # fmt: skip
 ALLOWED = {
     "trace": LEAVES,
@@ -31,13 +31,15 @@ ALLOWED = {
 
 # The top-level modules, each by what it is: a leaf imports only leaves; the pipeline reads traces
 # into the analysis; scale runs the pipeline's steps on Ray; the archive packs a report's renderings
-# (nothing of the recording side); the CLI sits above everything.
+# (nothing of the recording side); serve_args reads a `vllm serve` command line (the recording writes
+# its settings, compare reads them back); the CLI sits above everything.
 TOP_ALLOWED = {
     "__init__": set(),
     "errors": set(),
     "files": set(),
     "lazy": set(),
     "redact": set(),
+    "serve_args": set(),
     "bundle": LEAVES,
     "sweep_folder": LEAVES,  # a load sweep's folder read, as bundle.py reads a bundle
     "ui": LEAVES,
@@ -331,3 +333,30 @@ def test_the_comparison_finder_finds_one(tmp_path):
                       'def f(t, u):\n    return t.basis == BASIS or u in (SHORT, "x") or t == "a b c d"\n')  # fmt: skip
     found = list(_compared_sentences(module, _string_constants([module])))
     assert found == [(4, "host idle over the window"), (4, "a b c d")]
+
+
+# What reads a recording takes nothing from the side that makes one: report, compare and the archive
+# read the bundle (bundle.py) and the command lines it holds (serve_args.py), never record/.
+READERS = ("dbo_trace.commands.report", "dbo_trace.commands.compare", "dbo_trace.commands.archive", "dbo_trace.archive")
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), set()) - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_the_readers_take_nothing_from_the_recording_side(reader):
+    graph = import_graph(MODULES)
+    assert reader in graph
+    path = {m for m in reached(graph, reader) if m == "dbo_trace.record" or m.startswith("dbo_trace.record.")}
+    assert not path, f"{reader} reaches {sorted(path)} (move what it needs into a shared module such as serve_args.py)"
+
+
+def test_reached_follows_imports_through_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert reached(graph, "a") == {"b", "c"} and reached(graph, "c") == set()

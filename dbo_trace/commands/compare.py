@@ -107,7 +107,7 @@ def declared_settings(path: Path) -> dict | None:
     attention server), or parsed from its command line where an older manifest has only that; None
     for traces without a bundle (the trace then tells what the arm ran with)."""
     from dbo_trace.bundle import BundleError, is_bundle, read_manifest
-    from dbo_trace.record.environment import is_vllm_serve, serve_settings, without_env
+    from dbo_trace.serve_args import is_vllm_serve, serve_settings, without_env
 
     if not is_bundle(Path(path)):
         return None
