@@ -360,3 +360,40 @@ def test_the_readers_take_nothing_from_the_recording_side(reader):
 def test_reached_follows_imports_through_modules():
     graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
     assert reached(graph, "a") == {"b", "c"} and reached(graph, "c") == set()
+
+
+# manifest.json is read by the bundle reader (bundle.py: read_manifest, typed once into a Manifest)
+# and written by the recording side; sweep_folder.py reads a sweep's run manifests, bounded, as
+# bundle.py reads a bundle's. Every other module takes the manifest from them.
+MANIFEST_READERS = {"dbo_trace.bundle", "dbo_trace.sweep_folder"}
+
+
+def _opens_a_manifest(path) -> list[int]:
+    """Lines that name the manifest's file: MANIFEST_NAME, or "manifest.json" joined onto a path."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        imported = isinstance(node, ast.ImportFrom) and any(a.name == "MANIFEST_NAME" for a in node.names)
+        if named == "MANIFEST_NAME" or imported:
+            found.append(node.lineno)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            if any(isinstance(s, ast.Constant) and s.value == "manifest.json" for s in (node.left, node.right)):
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_bundle_reader_reads_the_manifest(path):
+    name = module_name(path)
+    if name in MANIFEST_READERS or name.startswith("dbo_trace.record"):
+        return
+    lines = _opens_a_manifest(path)
+    assert not lines, f"{path.relative_to(ROOT)} reads manifest.json itself (lines {lines}): take the bundle reader's Manifest"
+
+
+def test_the_manifest_finder_finds_a_read(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('import json\nfrom dbo_trace.bundle import MANIFEST_NAME\n'
+                      'def f(b):\n    return json.loads((b / "manifest.json").read_text())\n'
+                      'members = {"manifest.json": 1}\n')  # fmt: skip
+    assert _opens_a_manifest(module) == [2, 4]
