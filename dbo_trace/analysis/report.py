@@ -40,7 +40,7 @@ from dbo_trace.analysis.roles import FFN, RolesInfo
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict import HostBasis, HostTest, Label, decide, host_test_of
+from dbo_trace.analysis.verdict import HostBasis, HostTest, decide, host_test_of
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
