@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dbo_trace.files import replace_file
+from dbo_trace.serve_args import is_vllm_serve, serve_settings, without_env
 
 BUNDLE_FORMAT = "dbo-trace-bundle"
 BUNDLE_VERSION = 1
@@ -168,6 +169,108 @@ def write_manifest(bundle: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
+# ---- the manifest, typed ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleEntry:
+    """One role of a manifest's `roles`: its traces (relative paths; None where not a list), whether
+    the peer server wrote them, and the command and settings it ran with (None where absent)."""
+
+    traces: tuple[str, ...] | None
+    peer: bool
+    command: tuple[str, ...] | None
+    settings: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A bundle's manifest.json decoded once, by the bundle reader (docs/bundle-format.md): what the
+    report, compare and the archive read of it, each field of the type its readers take (None, or
+    left out of a tuple or mapping, where the manifest holds something else). What a reader checks
+    as input and says why it refuses (comm_kernels, layers, repeats, pystacks) stays as written."""
+
+    raw: dict[str, Any]  # the whole, as read: the archive packs it, redacted
+    version: int
+    command: tuple[str, ...] | None  # the main command as run
+    settings: dict[str, Any] | None  # the `vllm serve` settings recorded (serve_args.SERVE_SETTINGS's groups)
+    load: dict[str, Any] | None
+    env: dict[str, Any] | None  # the recording's environment, where kept
+    roles: dict[str, RoleEntry]  # an AFD pair's roles by name; empty: none declared
+    afd: dict[str, Any] | None  # the main command's `afd` block (its --additional-config's)
+    gpu_sharing: dict[str, Any] | None
+    gpu_count: int | None  # the host's GPUs (`gpus.names`); None: not listed
+    comm_kernels: object  # checked where read (pipeline.options_from_manifests): a list of patterns
+    layers: object  # likewise: a positive whole number
+    repeats: object  # analysis.unprofiled.repeats_of reads it
+    pystacks: object  # sample_entries reads it
+
+    @property
+    def afd_or_command_afd(self) -> dict[str, Any] | None:
+        """The `afd` block, else the one the recorded command line passed (an older recorder's)."""
+        return self.afd if self.afd is not None else command_afd(list(self.command) if self.command else None)
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _argv(value: Any) -> tuple[str, ...] | None:
+    return tuple(value) if isinstance(value, list) and all(isinstance(a, str) for a in value) else None
+
+
+def _role_entry(entry: Any) -> RoleEntry:
+    entry = entry if isinstance(entry, dict) else {}
+    traces = entry.get("traces")
+    return RoleEntry(
+        traces=tuple(t for t in traces if isinstance(t, str)) if isinstance(traces, list) else None,
+        peer=entry.get("peer") is True,
+        command=_argv(entry.get("command")),
+        settings=_dict(entry.get("settings")),
+    )
+
+
+def manifest_of(raw: dict[str, Any]) -> Manifest:
+    """A checked manifest (read_manifest's) typed: once, by the bundle reader."""
+    roles = raw.get("roles")
+    names = raw.get("gpus", {}).get("names") if isinstance(raw.get("gpus"), dict) else None
+    return Manifest(
+        raw=raw,
+        version=int(raw["version"]),
+        command=_argv(raw.get("command")),
+        settings=_dict(raw.get("settings")),
+        load=_dict(raw.get("load")),
+        env=_dict(raw.get("env")),
+        roles={k: _role_entry(v) for k, v in roles.items() if isinstance(k, str)} if isinstance(roles, dict) else {},
+        afd=_dict(raw.get("afd")),
+        gpu_sharing=_dict(raw.get("gpu_sharing")),
+        gpu_count=len(names) if isinstance(names, list) else None,
+        comm_kernels=raw.get("comm_kernels", []),
+        layers=raw.get("layers"),
+        repeats=raw.get("repeats"),
+        pystacks=raw.get("pystacks"),
+    )
+
+
+def read_bundle_manifest(bundle: Path) -> Manifest:
+    """The bundle's manifest, checked and typed (BundleError where it cannot be used)."""
+    return manifest_of(read_manifest(bundle))
+
+
+def served_settings(manifest: Manifest) -> dict[str, Any] | None:
+    """The `vllm serve` settings a manifest records (the served side's: an AFD pair's attention
+    server), or parsed from its command line where an older manifest has only that; None where
+    neither says."""
+    attention = manifest.roles.get("attention")
+    for settings in (manifest.settings, attention.settings if attention else None):
+        if settings:
+            return settings
+    for command in (manifest.command, attention.command if attention else None):
+        if command is not None and is_vllm_serve(list(command)):
+            return serve_settings(without_env(list(command)))
+    return None
+
+
 # ---- a recording read once -----------------------------------------------------------------------
 
 
@@ -178,7 +281,7 @@ class Bundle:
     and what in it could not be used."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     traces: tuple[Path, ...]  # traces/ and the traces the manifest's roles name (the FFN's under peer/traces/)
     roles: dict[str, str]  # os.path.normpath(trace) -> role
     role_sources: dict[str, str]  # os.path.normpath(trace) -> where its role came from: ROLE_FROM_*
@@ -189,7 +292,7 @@ class Bundle:
 
 def read_bundle(path: Path) -> Bundle:
     """The bundle at path (BundleError where its manifest cannot be used or it holds no trace)."""
-    manifest = read_manifest(path)
+    manifest = read_bundle_manifest(path)
     traces_dir = path / TRACES_DIR
     traces = trace_files(traces_dir) if traces_dir.is_dir() else []
     named = manifest_roles(manifest)
@@ -222,17 +325,13 @@ ROLE_FROM_COMMAND = "command line"  # the recorded command's --additional-config
 AFD_ROLES = ("attention", "ffn")
 
 
-def manifest_roles(manifest: dict[str, Any]) -> dict[str, str]:
+def manifest_roles(manifest: Manifest) -> dict[str, str]:
     """{trace path relative to the bundle: role} from a manifest's `roles` (docs/bundle-format.md);
     an entry that is not a list of strings is left out (a role is only a label of its traces)."""
-    roles = manifest.get("roles")
     out: dict[str, str] = {}
-    if not isinstance(roles, dict):
-        return out
-    for role, entry in roles.items():
-        traces = entry.get("traces") if isinstance(entry, dict) else None
-        if isinstance(role, str) and ROLE_NAME.fullmatch(role) and isinstance(traces, list):
-            out.update({t: role for t in traces if isinstance(t, str)})
+    for role, entry in manifest.roles.items():
+        if ROLE_NAME.fullmatch(role) and entry.traces is not None:
+            out.update({t: role for t in entry.traces})
     return out
 
 
@@ -265,13 +364,14 @@ def command_role(command: Any) -> str | None:
     return str(role) if role in AFD_ROLES else None
 
 
-def declared_role(manifest: dict[str, Any]) -> tuple[str, str] | None:
+def declared_role(manifest: Manifest) -> tuple[str, str] | None:
     """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
-    block's role, else the one its recorded command line asked for; with where it came from."""
-    afd = manifest.get("afd")
-    if isinstance(afd, dict) and afd.get("role") in AFD_ROLES:
+    block's role, else the one its recorded command line asked for; with where it came from. A
+    block without a role (or with another) declares none: it is never taken as attention."""
+    afd = manifest.afd
+    if afd is not None and afd.get("role") in AFD_ROLES:
         return str(afd["role"]), ROLE_FROM_MANIFEST
-    role = command_role(manifest.get("command"))
+    role = command_role(list(manifest.command) if manifest.command is not None else None)
     return (role, ROLE_FROM_COMMAND) if role is not None else None
 
 
@@ -291,10 +391,10 @@ def _whole(value: Any) -> bool:
     return type(value) is int and 0 <= value < 1 << 63
 
 
-def sample_entries(bundle: Path, manifest: dict[str, Any]) -> tuple[list[SampleEntry], list[str]]:
+def sample_entries(bundle: Path, manifest: Manifest) -> tuple[list[SampleEntry], list[str]]:
     """The manifest's `pystacks` entries that name a file in the bundle, checked; a warning for
     each one that is damaged or says why it has no file."""
-    listed = manifest.get("pystacks")
+    listed = manifest.pystacks
     if listed is None:
         return [], []
     if not isinstance(listed, list):

@@ -29,7 +29,7 @@ from dbo_trace.analysis.report import combine, with_peer_waits
 from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
 from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.analysis.unprofiled import Repeat, repeats_of
-from dbo_trace.bundle import ROLE_FROM_MANIFEST
+from dbo_trace.bundle import ROLE_FROM_MANIFEST, Manifest
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
@@ -39,22 +39,12 @@ from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
 
-def with_roles(options: Options, manifests: list[dict], roles: dict[str, str]) -> Options:
-    """A bundle of a disaggregated run (its manifest's `afd` block or `roles`): the AFD round-trip
-    model applies, and each trace keeps the role the manifest gives it."""
-    afd = options.afd or any(
-        isinstance(m.get("roles"), dict) or (isinstance(m.get("afd"), dict) and m["afd"].get("role", ATTENTION) == ATTENTION)
-        for m in manifests
-    )  # an FFN server recorded alone has no round trips of its own
-    return replace(options, afd=afd, roles=tuple(sorted(roles.items())))
-
-
-def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
+def options_from_manifests(options: Options, manifests: list[Manifest]) -> Options:
     """A bundle may declare its communication kernels (emulated traffic) and layer count; both are
     checked here, since a manifest is input like any other."""
     extra: list[str] = []
     for m in manifests:
-        declared = m.get("comm_kernels", [])
+        declared = m.comm_kernels
         if not isinstance(declared, list) or not all(isinstance(p, str) for p in declared):
             raise InputError("a bundle manifest's comm_kernels must be a list of regular expressions (strings)")
         for pattern in declared:
@@ -67,7 +57,7 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         extra += declared
     layers = options.layers
     for m in manifests:
-        value = m.get("layers")
+        value = m.layers
         if value is None or layers:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -75,7 +65,7 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
         layers = value
     if options.comm_only:  # the user's set replaces everything, the manifest's too
         extra = []
-    envs = [m["env"] for m in manifests if isinstance(m.get("env"), dict)]
+    envs = [m.env for m in manifests if m.env is not None]
     sms = [v for env in envs if isinstance(v := env.get(COMM_SMS_ENV), str)]
     return replace(
         options,
@@ -88,18 +78,18 @@ def options_from_manifests(options: Options, manifests: list[dict]) -> Options:
     )
 
 
-def _repeats(manifests: list[dict]) -> tuple[Repeat, ...]:
+def _repeats(manifests: list[Manifest]) -> tuple[Repeat, ...]:
     """The timed repeats of the one recording that has them (`report A B` of two such recordings:
     none, since one TPOT is not both's)."""
-    found = [r for m in manifests if (r := repeats_of(m.get("repeats")))]
+    found = [r for m in manifests if (r := repeats_of(m.repeats))]
     return found[0] if len(found) == 1 else ()
 
 
-def _prefills_interleave(manifests: list[dict]) -> bool | None:
+def _prefills_interleave(manifests: list[Manifest]) -> bool | None:
     """Whether the repeats' load admits new requests while others decode (more prompts than its
     concurrency): its TPOT then holds their prefills. None where the manifest does not say."""
-    loads = [m.get("load") for m in manifests if repeats_of(m.get("repeats"))]
-    load = loads[0] if len(loads) == 1 and isinstance(loads[0], dict) else None
+    loads = [m.load for m in manifests if repeats_of(m.repeats)]
+    load = loads[0] if len(loads) == 1 else None
     if load is None:
         return None
     prompts, concurrency = load.get("num_prompts"), load.get("concurrency")
@@ -187,11 +177,11 @@ PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
 # ---- prepare ----------------------------------------------------------------------------------
 
 
-def prepared_options(options: Options, manifests: list[dict], roles: dict[str, str], sources: dict[str, str]) -> Options:
+def prepared_options(options: Options, manifests: list[Manifest], roles: dict[str, str], sources: dict[str, str]) -> Options:
     """The options with what the manifests declare (communication kernels, layers, the recording's
     environment, its timed repeats) and the roles the bundles give their traces, each with where it
     came from (the manifest's roles, its command line)."""
-    options = with_roles(options_from_manifests(options, manifests), manifests, roles)
+    options = options_from_manifests(options, manifests)
     return _with_calls(options, {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()})
 
 
@@ -230,7 +220,7 @@ class Plan:
 
     options: Options
     traces: list[Path]
-    manifests: list[dict]
+    manifests: list[Manifest]
     logs: list[EventLogData]
     samples: list[StackSamples]
     found_warnings: list[str]  # what discovery said

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    from dbo_trace.bundle import Manifest
     from dbo_trace.analysis.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
     from dbo_trace.analysis.peers import PeerWaits
@@ -104,7 +105,7 @@ class NodeFound:
 
     traces: list[tuple[str, int, int, int]] = field(default_factory=list)  # (path, bytes, mtime ns, index of the path given)
     logs: list[EventLogData] = field(default_factory=list)
-    manifests: list[dict[str, Any]] = field(default_factory=list)
+    manifests: list[Manifest] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
     role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> where the bundle's role came from
     samples: list[StackSamples] = field(default_factory=list)  # the bundles' Python stack samples (py-spy)
@@ -410,7 +411,7 @@ class _AllFound:
 
     seen: dict[tuple[int, str, int, int], list[str]] = field(default_factory=dict)  # (given, path, bytes, mtime) -> nodes
     logs: list[EventLogData] = field(default_factory=list)
-    manifests: list[dict[str, Any]] = field(default_factory=list)
+    manifests: list[Manifest] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)
     role_sources: dict[str, str] = field(default_factory=dict)
     samples: list[StackSamples] = field(default_factory=list)

@@ -271,3 +271,47 @@ def test_a_real_pair_given_as_two_trace_folders_is_labelled_as_its_bundle_labels
     text = run_cli("report", *map(str, folders), "--markdown").stdout
     for absent in ("started last", "skew", "not matched"):
         assert absent not in text
+
+
+def _without_afd_role(bundle: Path, into: Path, *, command_role: bool) -> Path:
+    """A copy of the bundle whose manifest keeps its `afd` block without a role, and names no
+    `roles`; its recorded command line keeps its role or not."""
+    out = into / f"{bundle.name}-{'command' if command_role else 'no'}-role"
+    shutil.copytree(bundle, out, ignore=shutil.ignore_patterns("pystacks", "bench", "events", "peer"))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest.pop("roles")
+    manifest["afd"].pop("role")
+    if not command_role:
+        manifest["command"] = [a for a in manifest["command"] if '"afd"' not in a]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.mark.parametrize("command_role", [True, False])
+def test_an_afd_block_without_a_role_declares_none(tmp_path, command_role):
+    """The manifest's `afd` block is read one way (docs/bundle-format.md): without a role it
+    declares none, neither to the bundle reader nor to the run's options (which once took it as
+    attention); the role comes from the recorded command line, else from the trace itself."""
+    from dbo_trace.bundle import declared_role, read_bundle
+    from dbo_trace.pipeline import prepared_options
+
+    path = _without_afd_role(ARMS["afd-graphs"], tmp_path, command_role=command_role)
+    bundle = read_bundle(path)
+    assert declared_role(bundle.manifest) == (("attention", ROLE_FROM_COMMAND) if command_role else None)
+    options = prepared_options(Options(), [bundle.manifest], bundle.roles, bundle.role_sources)
+    assert options.disaggregated is command_role
+    rank = _attention(analyze_paths([path], Options()))
+    assert rank.role == "attention" and rank.role_source.source == (ROLE_FROM_COMMAND if command_role else FROM_TRACE)
+
+
+def test_disaggregated_is_an_attention_role_a_bundle_declared():
+    from dbo_trace.analysis.role_evidence import RoleCall
+
+    def options(*calls: RoleCall) -> Options:
+        return Options(role_sources=tuple((f"t{i}", c) for i, c in enumerate(calls)))
+
+    assert options(RoleCall("attention", ROLE_FROM_MANIFEST)).disaggregated
+    assert options(RoleCall("ffn", ROLE_FROM_MANIFEST), RoleCall("attention", ROLE_FROM_COMMAND)).disaggregated
+    assert not options(RoleCall("ffn", ROLE_FROM_MANIFEST)).disaggregated  # an FFN server alone: no round trips
+    assert not options(RoleCall("attention", FROM_TRACE)).disaggregated  # a trace speaks for itself only
+    assert not options().disaggregated

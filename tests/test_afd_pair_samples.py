@@ -75,17 +75,18 @@ def compare(off, on):
 
 
 def field(doc, *path):
-    """doc[path...]; skips the check, naming the key, where the report has no such field."""
+    """doc[path...]; fails, naming the figure, where the report has no such field or holds null
+    there: a figure these samples measure going missing or null is the regression to catch."""
     cur = doc
+    name = ".".join(map(str, path))
     for key in path:
         if isinstance(cur, dict) and key in cur:
             cur = cur[key]
         elif isinstance(cur, list) and isinstance(key, int) and -len(cur) <= key < len(cur):
             cur = cur[key]
         else:
-            pytest.skip(f"the report JSON has no {'.'.join(map(str, path))}")
-    if cur is None:
-        pytest.skip(f"the report JSON's {'.'.join(map(str, path))} is null")
+            pytest.fail(f"the report JSON has no {name}")
+    assert cur is not None, f"the report JSON's {name} is null"
     return cur
 
 

@@ -4,6 +4,7 @@ them all, and nothing but the CLI above the commands; and no two modules import 
 any path. Every import counts, those inside functions (and under TYPE_CHECKING) too."""
 
 import ast
+import functools
 
 import pytest
 from conftest import ROOT
@@ -15,7 +16,7 @@ PACKAGE = ROOT / "dbo_trace"
 # apply), ui (progress output).
 LEAVES = {
     "dbo_trace", "dbo_trace.errors", "dbo_trace.files", "dbo_trace.bundle", "dbo_trace.lazy", "dbo_trace.redact",
-    "dbo_trace.sweep_folder",
+    "dbo_trace.sweep_folder", "dbo_trace.serve_args",
 }  # fmt: skip
 ALLOWED = {
     "trace": LEAVES,
@@ -30,13 +31,15 @@ ALLOWED = {
 
 # The top-level modules, each by what it is: a leaf imports only leaves; the pipeline reads traces
 # into the analysis; scale runs the pipeline's steps on Ray; the archive packs a report's renderings
-# (nothing of the recording side); the CLI sits above everything.
+# (nothing of the recording side); serve_args reads a `vllm serve` command line (the recording writes
+# its settings, compare reads them back); the CLI sits above everything.
 TOP_ALLOWED = {
     "__init__": set(),
     "errors": set(),
     "files": set(),
     "lazy": set(),
     "redact": set(),
+    "serve_args": set(),
     "bundle": LEAVES,
     "sweep_folder": LEAVES,  # a load sweep's folder read, as bundle.py reads a bundle
     "ui": LEAVES,
@@ -177,8 +180,11 @@ TESTS = ROOT / "tests"
 # Computations written apart from the package (docs say how, the package's code is not read): they
 # share no code with it, nor with the tests' builders, only the standard library and each other.
 INDEPENDENT = sorted(
-    [*TESTS.glob("reference*.py"), *TESTS.glob("independent_*.py"), TESTS / "peers_reference.py", TESTS / "nsys_export.py"]
-)
+    [
+        *TESTS.glob("reference*.py"), *TESTS.glob("independent_*.py"), TESTS / "peers_reference.py",
+        TESTS / "nsys_export.py", *(TESTS / "independent").rglob("*.py"),
+    ]
+)  # fmt: skip
 
 
 # compare's bootstrap is specified by numpy's seeded generator (docs/analysis.md): its reference draws
@@ -186,14 +192,15 @@ INDEPENDENT = sorted(
 THIRD_PARTY_ALLOWED = {"reference_compare.py": {"numpy"}}
 
 
-@pytest.mark.parametrize("path", INDEPENDENT, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", INDEPENDENT, ids=lambda p: str(p.relative_to(TESTS)))
 def test_the_independent_references_stay_self_contained(path):
     import sys
 
     own = {p.stem for p in INDEPENDENT} | THIRD_PARTY_ALLOWED.get(path.name, set())
     for module in imports_of(path):
         top = module.split(".")[0]
-        assert top in sys.stdlib_module_names or top in own, f"tests/{path.name} imports {module}"
+        assert top in sys.stdlib_module_names or top in own, f"tests/{path.relative_to(TESTS)} imports {module}"
+
 
 
 def test_the_test_builders_use_no_package_code():
@@ -270,3 +277,123 @@ def test_the_sentence_finder_finds_one(tmp_path):
     module.write_text('def f(n):\n    if n < 0:\n        raise ValueError(f"no such step as {n} here")\n'
                       '    return f"rank {n}", f"{n} steps ran past the next one"\n')  # fmt: skip
     assert [line for line, _ in _sentences(module)] == [4]
+
+
+def _string_constants(paths) -> dict[str, str]:
+    """Every module-level `NAME = "text"` of the given modules, by name: what a comparison against
+    `NAME` (or `module.NAME`) compares with."""
+    found: dict[str, str] = {}
+    for path in paths:
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.update((t.id, value.value) for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+@functools.cache
+def _package_constants() -> dict[str, str]:
+    return _string_constants(MODULES)
+
+
+def _compared_sentences(path, constants: dict[str, str]):
+    """The sentence-like strings (SENTENCE_WORDS words or more) a module compares a value against,
+    written out or through a constant: `==`, `!=`, `in` and `not in`, a tuple's items too."""
+
+    def text_of(node) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        return constants.get(name) if name is not None else None
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            for item in items:
+                text = text_of(item)
+                if text is not None and len(text.split()) >= SENTENCE_WORDS:
+                    yield node.lineno, text
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "analysis").rglob("*.py")), ids=lambda p: p.name)
+def test_analysis_compares_no_value_with_a_sentence(path):
+    """A kind is an Enum or a short key, never a sentence that logic matches with `==`: the words
+    belong to render/, and a sentence reworded there must not change a decision."""
+    constants = _package_constants()
+    found = [f"line {line}: {text!r}" for line, text in _compared_sentences(path, constants)]
+    assert not found, f"analysis/{path.name} compares values with sentences (make the kind an Enum): {found}"
+
+
+def test_the_comparison_finder_finds_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('BASIS = "host idle over the window"\nSHORT = "window"\n'
+                      'def f(t, u):\n    return t.basis == BASIS or u in (SHORT, "x") or t == "a b c d"\n')  # fmt: skip
+    found = list(_compared_sentences(module, _string_constants([module])))
+    assert found == [(4, "host idle over the window"), (4, "a b c d")]
+
+
+# What reads a recording takes nothing from the side that makes one: report, compare and the archive
+# read the bundle (bundle.py) and the command lines it holds (serve_args.py), never record/.
+READERS = ("dbo_trace.commands.report", "dbo_trace.commands.compare", "dbo_trace.commands.archive", "dbo_trace.archive")
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), set()) - seen:
+            seen.add(m)
+            todo.append(m)
+    return seen
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_the_readers_take_nothing_from_the_recording_side(reader):
+    graph = import_graph(MODULES)
+    assert reader in graph
+    path = {m for m in reached(graph, reader) if m == "dbo_trace.record" or m.startswith("dbo_trace.record.")}
+    assert not path, f"{reader} reaches {sorted(path)} (move what it needs into a shared module such as serve_args.py)"
+
+
+def test_reached_follows_imports_through_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert reached(graph, "a") == {"b", "c"} and reached(graph, "c") == set()
+
+
+# manifest.json is read by the bundle reader (bundle.py: read_manifest, typed once into a Manifest)
+# and written by the recording side; sweep_folder.py reads a sweep's run manifests, bounded, as
+# bundle.py reads a bundle's. Every other module takes the manifest from them.
+MANIFEST_READERS = {"dbo_trace.bundle", "dbo_trace.sweep_folder"}
+
+
+def _opens_a_manifest(path) -> list[int]:
+    """Lines that name the manifest's file: MANIFEST_NAME, or "manifest.json" joined onto a path."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        imported = isinstance(node, ast.ImportFrom) and any(a.name == "MANIFEST_NAME" for a in node.names)
+        if named == "MANIFEST_NAME" or imported:
+            found.append(node.lineno)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            if any(isinstance(s, ast.Constant) and s.value == "manifest.json" for s in (node.left, node.right)):
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_bundle_reader_reads_the_manifest(path):
+    name = module_name(path)
+    if name in MANIFEST_READERS or name.startswith("dbo_trace.record"):
+        return
+    lines = _opens_a_manifest(path)
+    assert not lines, f"{path.relative_to(ROOT)} reads manifest.json itself (lines {lines}): take the bundle reader's Manifest"
+
+
+def test_the_manifest_finder_finds_a_read(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('import json\nfrom dbo_trace.bundle import MANIFEST_NAME\n'
+                      'def f(b):\n    return json.loads((b / "manifest.json").read_text())\n'
+                      'members = {"manifest.json": 1}\n')  # fmt: skip
+    assert _opens_a_manifest(module) == [2, 4]

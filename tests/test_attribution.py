@@ -114,3 +114,19 @@ def test_steps_from_gaps_without_markers():
     assert len(att.steps) == 5
     # Every GPU activity lands in the same step as with the ProfilerStep# markers.
     assert (att.gpu_step == marked.gpu_step).all() and (att.gpu_step >= 0).all()
+
+
+def test_the_step_marker_note_only_where_it_matched_nothing():
+    """--step-marker that matches the serial sample's `dbo:step#...` ranges gives the steps, and no
+    note; one that matches no range says so and names where the steps came from instead."""
+    from dbo_trace.analysis.attribution import attribute
+    from dbo_trace.analysis.steps import SOURCE_MARKER
+    from dbo_trace.trace.load import read_timeline
+
+    tl = read_timeline(next((SAMPLES / "serial" / "traces").glob("*.json.gz")), 0)
+    matched = attribute(tl, [], step_marker="dbo:step#")
+    assert matched.steps.source == SOURCE_MARKER and len(matched.steps.start) > 0
+    assert not [n for n in matched.notes if "--step-marker" in n]
+    unmatched = attribute(tl, [], step_marker="no_such_range")
+    assert unmatched.steps.source != SOURCE_MARKER
+    assert any(n.startswith("no CPU range matched --step-marker 'no_such_range'") for n in unmatched.notes)

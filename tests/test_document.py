@@ -50,6 +50,7 @@ def test_the_verdict_vocabularies_are_the_analyses():
     from dbo_trace.analysis.verdict import LABELS, QUALIFIERS
 
     assert typing.get_args(document.Label) == LABELS
+    assert {label: label.value for label in verdict.Label} == document.LABEL_VALUE
     assert typing.get_args(document.QualifierKey) == QUALIFIERS
     classes = [c for c in vars(verdict).values() if isinstance(c, type)]
     for base, words in ((verdict.Reason, document.ReasonKind), (verdict.NextStep, document.NextStepKind)):

@@ -9,13 +9,10 @@ from conftest import SAMPLES, report_json, run_cli
 
 from dbo_trace.analysis.metrics import WindowMetrics
 from dbo_trace.analysis.verdict import (
-    HOST_BOUND,
-    NO_COMMUNICATION,
-    NOT_OVERLAPPED,
-    OVERLAPPED,
     Evidence,
     Findings,
     HostBoundFinding,
+    Label,
     decide,
 )
 from dbo_trace.render.wording import next_step_text, qualifier_text
@@ -124,10 +121,10 @@ W = 100_000.0  # a 100 ms window: 5% is 5 ms
 def window(label: str) -> WindowMetrics:
     """A 100 ms window whose figures give the label: half of it busy (not GPU-bound), 10 ms of comm."""
     busy, host, comm, hidden = {
-        HOST_BOUND: (0.1 * W, 0.9 * W, 5000.0, 2500.0),
-        OVERLAPPED: (0.5 * W, 0.0, 10_000.0, 5000.0),
-        NOT_OVERLAPPED: (0.5 * W, 0.0, 10_000.0, 0.0),
-        NO_COMMUNICATION: (0.5 * W, 0.0, 0.0, 0.0),
+        Label.HOST_BOUND: (0.1 * W, 0.9 * W, 5000.0, 2500.0),
+        Label.OVERLAPPED: (0.5 * W, 0.0, 10_000.0, 5000.0),
+        Label.NOT_OVERLAPPED: (0.5 * W, 0.0, 10_000.0, 0.0),
+        Label.NO_COMMUNICATION: (0.5 * W, 0.0, 0.0, 0.0),
     }[label]
     return WindowMetrics(
         span_us=W, gpu_busy_us=busy, compute_busy_us=busy - comm + hidden, comm_busy_us=comm, copy_busy_us=0.0,
@@ -150,45 +147,45 @@ def keys(label, **kw):
 
 def test_order_late_record_before_peer_wait_before_did_not_pay_before_crowded():
     every = dict(late_record_us=6000, crowded_us=9000, peer_wait_us=7000, peer_rank=1, saved_us=100, serial_estimate_us=W)
-    assert keys(OVERLAPPED, **every) == ["late_record", "peer_wait", "did_not_pay", "crowded"]
-    assert keys(HOST_BOUND, **every)[0] == "host_bound"
-    assert keys(NO_COMMUNICATION, **every) == []
+    assert keys(Label.OVERLAPPED, **every) == ["late_record", "peer_wait", "did_not_pay", "crowded"]
+    assert keys(Label.HOST_BOUND, **every)[0] == "host_bound"
+    assert keys(Label.NO_COMMUNICATION, **every) == []
 
 
 def test_thresholds():
-    assert keys(OVERLAPPED, late_record_us=4999) == []  # under 5% of the window
-    assert keys(OVERLAPPED, late_record_us=5000) == ["late_record"]
-    assert keys(OVERLAPPED, crowded_us=5000) == ["crowded"]
-    assert keys(OVERLAPPED, saved_us=4999, serial_estimate_us=W) == ["did_not_pay"]
-    assert keys(OVERLAPPED, saved_us=5000, serial_estimate_us=W) == []
-    assert keys(NOT_OVERLAPPED, saved_us=0, serial_estimate_us=W) == []  # nothing overlapped: the label says it
-    assert keys(OVERLAPPED, peer_wait_us=None) == []  # the slot absent: not named
-    assert keys(OVERLAPPED, peer_wait_us=5000) == ["peer_wait"]
+    assert keys(Label.OVERLAPPED, late_record_us=4999) == []  # under 5% of the window
+    assert keys(Label.OVERLAPPED, late_record_us=5000) == ["late_record"]
+    assert keys(Label.OVERLAPPED, crowded_us=5000) == ["crowded"]
+    assert keys(Label.OVERLAPPED, saved_us=4999, serial_estimate_us=W) == ["did_not_pay"]
+    assert keys(Label.OVERLAPPED, saved_us=5000, serial_estimate_us=W) == []
+    assert keys(Label.NOT_OVERLAPPED, saved_us=0, serial_estimate_us=W) == []  # nothing overlapped: the label says it
+    assert keys(Label.OVERLAPPED, peer_wait_us=None) == []  # the slot absent: not named
+    assert keys(Label.OVERLAPPED, peer_wait_us=5000) == ["peer_wait"]
 
 
 def test_without_microbatches_the_overlap_question_is_not_asked():
     """Comm that nothing overlapped, and no step ran two microbatches: the label is single-batch, the
     headline its exposed comm per step (10 ms over 4 steps of the 100 ms window), no pays, and the
     next step does not promise what two microbatches would hide."""
-    from dbo_trace.analysis.verdict import SINGLE_BATCH, GpuWork
+    from dbo_trace.analysis.verdict import GpuWork
 
-    m = window(NOT_OVERLAPPED)
+    m = window(Label.NOT_OVERLAPPED)
     v = decide(Evidence(m, findings=Findings(window_us=W), gpu=GpuWork(None, 4, 40_000.0, W, 10_000.0)))
-    assert v.label == SINGLE_BATCH and v.pays is None
+    assert v.label == Label.SINGLE_BATCH and v.pays is None
     assert qualifier_text(v.qualifier) == "comm exposed 2.50 ms per step, 10% of the step"
     assert v.next_step is not None and v.next_step.kind == "one_microbatch"
     assert "two microbatches (DBO) hide" not in next_step_text(v.next_step)  # no promise of what DBO would hide
-    assert verdict(NOT_OVERLAPPED).label == NOT_OVERLAPPED  # the same figures with microbatches
-    hidden = decide(Evidence(window(OVERLAPPED), findings=Findings(window_us=W)))
-    assert hidden.label == OVERLAPPED  # comm under compute without microbatches (its own stream) is overlap
+    assert verdict(Label.NOT_OVERLAPPED).label == Label.NOT_OVERLAPPED  # the same figures with microbatches
+    hidden = decide(Evidence(window(Label.OVERLAPPED), findings=Findings(window_us=W)))
+    assert hidden.label == Label.OVERLAPPED  # comm under compute without microbatches (its own stream) is overlap
 
 
 def test_wording_carries_the_numbers():
-    v = verdict(OVERLAPPED, saved_us=-1500, serial_estimate_us=W)
+    v = verdict(Label.OVERLAPPED, saved_us=-1500, serial_estimate_us=W)
     assert qualifier_text(v.qualifier) == "DBO did not pay: overlap took 1.50 ms longer than the 100.00 ms serial estimate"
-    v = verdict(OVERLAPPED, peer_wait_us=8000, peer_rank=3)
+    v = verdict(Label.OVERLAPPED, peer_wait_us=8000, peer_rank=3)
     assert qualifier_text(v.qualifier) == "waiting for rank 3: 8.00 ms"
-    v = verdict(HOST_BOUND)
+    v = verdict(Label.HOST_BOUND)
     assert v.qualifier == HostBoundFinding(fraction=0.9, causes=None)
     assert qualifier_text(v.qualifier) == "GPU idle waiting for the host 90%"
 
@@ -208,7 +205,7 @@ def test_the_peer_wait_is_the_exposed_comm_that_waited_for_a_peer():
     view = SimpleNamespace(waits=SimpleNamespace(held_back_most=(1, 0, 8000.0, 3, 4)))
     f = findings(W, [waited], [], view)  # type: ignore[arg-type]
     assert (f.peer_wait_us, f.peer_rank) == (8000.0, 1)
-    v = decide(Evidence(window(OVERLAPPED), findings=f))
+    v = decide(Evidence(window(Label.OVERLAPPED), findings=f))
     assert qualifier_text(v.qualifier) == "waiting for rank 1: 8.00 ms"
     own = findings(W, [waited], [], view, waited_for=0)  # type: ignore[arg-type]
     assert own.peer_rank == 0

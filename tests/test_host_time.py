@@ -10,6 +10,7 @@ from traces import write_trace
 
 from dbo_trace.analysis.host_time import CAUSES
 from dbo_trace.analysis.model import Options
+from dbo_trace.analysis.verdict import HostBasis
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document
@@ -38,7 +39,7 @@ def test_causes_add_up_to_the_host_idle_bucket(source):
         # over what the host test measured: the steady state (the stalls' windows left out)
         _adds_up(r.host_causes, r.steady.host_idle_us)
         if not any(s.stall for s in r.steps):
-            basis = r.in_steps if r.host_test.basis.startswith("in-step") else r.window
+            basis = r.in_steps if r.host_test.basis == HostBasis.IN_STEPS else r.window
             assert r.steady.host_idle_us == pytest.approx(basis.host_idle_us, abs=1e-6)
         for s in r.steps:
             _adds_up(s.host_causes, s.metrics.host_idle_us)

@@ -318,9 +318,9 @@ def test_manifest_entries(tmp_path: Path) -> None:
         {"path": "../../etc/passwd"}, {"path": None, "note": "py-spy not permitted"}, "junk",
         {"path": "pystacks/missing.json"},
     ]}  # fmt: skip
-    from dbo_trace.bundle import sample_entries
+    from dbo_trace.bundle import manifest_of, sample_entries
 
-    entries, warnings = sample_entries(tmp_path, manifest)
+    entries, warnings = sample_entries(tmp_path, manifest_of({"version": 1, **manifest}))
     assert [(e.role, e.pid, e.rate_hz, e.started_unix_ns) for e in entries] == [("attention", 5, 100.0, 7)]
     assert len(warnings) == 4 and any("not permitted" in w for w in warnings)
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from dbo_trace.record.child import ChildFailed
-from dbo_trace.record.environment import is_vllm_serve, serve_settings, server_url
+from dbo_trace.serve_args import is_vllm_serve, serve_settings, server_url
 from dbo_trace.record.recorder import ProfileWindow, child_env, prepared_command
 from dbo_trace.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 

@@ -24,6 +24,7 @@ from dbo_trace import bundle as fmt
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.intervals import index_groups
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG as STEPS_FROM_LOG
+from dbo_trace.analysis.steps import SOURCE_MARKER as STEPS_FROM_MARKER
 from dbo_trace.analysis.steps import Steps, find_steps, index_in, log_to_trace_us
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.timeline import Timeline, names_to_test, starts_with
@@ -293,7 +294,7 @@ def attribute(
         usable_logs = []
 
     steps = find_steps(tl, usable_logs, step_marker)
-    if step_marker and steps.source != "--step-marker ranges":
+    if step_marker and steps.source != STEPS_FROM_MARKER:
         notes.append(f"no CPU range matched --step-marker {step_marker!r}; steps from {steps.source}")
     call_step = index_in(steps.start, steps.end, tl.calls.start)
 

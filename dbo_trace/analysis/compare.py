@@ -33,6 +33,7 @@ from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.steps import PHASES, SOURCE_VLLM
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Unprofiled
+from dbo_trace.analysis.verdict import Label
 
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
@@ -57,7 +58,7 @@ class Arm:
     per_round_trip_us: float | None
     comm_hidden_fraction: float | None
     replayed_kernel_fraction: float | None
-    verdict: str
+    verdict: tuple[Label, ...]  # the arm's label, or its ranks' (each once); empty: none
     change: float | None = None  # step time change against the first arm (fraction)
     within_noise: bool | None = None
     step_median_us: float | None = None  # the middle and the tail, which one long step cannot move as it moves the mean
@@ -189,12 +190,15 @@ def arm_of(
     rt = report.round_trips
     afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(samples)  # the steady steps' (stalls are counted apart)
+    verdict: tuple[Label, ...]
     if phase == ALL_STEPS:
-        m, verdict = report.total, report.verdict.label
+        m, verdict = report.total, (report.verdict.label,)
     else:
         p = next(p for p in report.phases if p.phase == phase)
         m = p.metrics
-        verdict = "/".join(dict.fromkeys(p.per_rank)) if p.per_rank is not None else p.verdict.label if p.verdict else "-"
+        verdict = (
+            tuple(dict.fromkeys(p.per_rank)) if p.per_rank is not None else (p.verdict.label,) if p.verdict else ()
+        )
     known = [(t, u) for t, u in zip(tokens, samples) if t]
     return Arm(
         label=label,

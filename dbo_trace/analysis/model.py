@@ -26,13 +26,13 @@ from dbo_trace.analysis.peers import RankComm, WaitSplit
 from dbo_trace.analysis.pystacks import RankStacks, StepFrame
 from dbo_trace.analysis.queueing import LaunchDelay
 from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.role_evidence import RoleCall
-from dbo_trace.analysis.roles import RoleMissing, RolesInfo, SharedGpu
+from dbo_trace.analysis.role_evidence import FROM_TRACE, RoleCall
+from dbo_trace.analysis.roles import ATTENTION, RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Verdict, decide
+from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Label, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
@@ -58,7 +58,6 @@ class Options:
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
-    afd: bool = False  # a disaggregated (AFD) run: the round-trip model applies (analysis/roundtrips.py)
     roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
     role_sources: tuple[tuple[str, RoleCall], ...] = ()  # (trace path, its role and where that came from)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
@@ -69,6 +68,14 @@ class Options:
     # their load's prompts outnumber its concurrency: prefills interleave with the decode steps as
     # requests arrive (TPOT holds them); None: the manifest does not say
     prefills_interleave: bool | None = None
+
+    @property
+    def disaggregated(self) -> bool:
+        """A bundle declared an AFD attention server (its manifest or its recorded command line): the
+        run is disaggregated, and the round-trip model (analysis/roundtrips.py) applies to a trace of
+        it that no role reached too. An FFN server recorded alone has no round trips of its own, and a
+        role told by a trace's own evidence declares nothing of the other traces."""
+        return any(call.source != FROM_TRACE and call.role == ATTENTION for _, call in self.role_sources)
 
 
 @dataclass(frozen=True)
@@ -253,7 +260,7 @@ class PhaseReport:
     median_step_us: float
     metrics: WindowMetrics  # over the phase's own GPU work; span and host idle over its step windows
     verdict: Verdict | None  # None over several ranks: per_rank holds theirs
-    per_rank: list[str] | None = None  # the ranks' verdict labels, where ranks were combined
+    per_rank: list[Label] | None = None  # the ranks' verdict labels, where ranks were combined
     host_causes: HostCauses | None = None  # over the union of its steps' windows
     step_spread: Spread | None = None  # its steps' periods: median, p90, p99, max (stalls included)
     stalls: int = 0  # its steps that are stalls: its figures and verdict are over the others (where any)

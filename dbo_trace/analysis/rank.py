@@ -51,7 +51,7 @@ from dbo_trace.analysis.stalls import (
 )
 from dbo_trace.analysis.steps import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict import HOST_BASIS_WINDOW, Evidence, HostTest, decide, gpu_work_of, host_test_of
+from dbo_trace.analysis.verdict import Evidence, HostBasis, HostTest, decide, gpu_work_of, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
@@ -105,7 +105,7 @@ def analyze_rank(
     role = dict(options.roles).get(os.path.normpath(tl.source))
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
-    afd = rank_round_trips(d, table) if role == ATTENTION or (options.afd and role is None) else None
+    afd = rank_round_trips(d, table) if role == ATTENTION or (options.disaggregated and role is None) else None
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
@@ -494,7 +494,7 @@ def whole_window(d: RankDetail, steps: StepTable) -> WholeWindow:
     causes_window = d.host_pieces.causes_in(*whole, np.array([window.host_idle_us]))[0]
     causes = (
         causes_window
-        if not stalled.any() and host_test.basis == HOST_BASIS_WINDOW
+        if not stalled.any() and host_test.basis == HostBasis.WINDOW
         else d.host_pieces.causes_in_union(region[0], region[1], steady.host_idle_us)
     )
     return WholeWindow(total, window, in_steps, host_test, causes, causes_window, steady)

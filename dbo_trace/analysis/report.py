@@ -40,7 +40,7 @@ from dbo_trace.analysis.roles import FFN, RolesInfo
 from dbo_trace.analysis.steps import SOURCE_EVENT_LOG
 from dbo_trace.analysis.summaries import spread
 from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict import HOST_BASIS_IN_STEPS, HOST_BASIS_WINDOW, HostTest, decide, host_test_of
+from dbo_trace.analysis.verdict import HostBasis, HostTest, decide, host_test_of
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
@@ -179,10 +179,10 @@ def _host_test(ranks: list[RankAnalysis]) -> HostTest:
     """The ranks' host test over their buckets added: in-step where every rank's steps are markers,
     each rank's steady window where its test measured one, else its window."""
     in_steps = TimeBuckets(*(sum(getattr(r.in_steps, f.name) for r in ranks) for f in fields(TimeBuckets)))
-    every_in_steps = all(r.host_test.basis == HOST_BASIS_IN_STEPS for r in ranks)
-    steady = [r.steady or (r.in_steps if r.host_test.basis == HOST_BASIS_IN_STEPS else r.window) for r in ranks]
+    every_in_steps = all(r.host_test.basis == HostBasis.IN_STEPS for r in ranks)
+    steady = [r.steady or (r.in_steps if r.host_test.basis == HostBasis.IN_STEPS else r.window) for r in ranks]
     if not every_in_steps:
-        steady = [s if r.host_test.basis == HOST_BASIS_WINDOW else r.window for s, r in zip(steady, ranks)]
+        steady = [s if r.host_test.basis == HostBasis.WINDOW else r.window for s, r in zip(steady, ranks)]
     steady_sum = TimeBuckets(*(sum(getattr(s, f.name) for s in steady) for f in fields(TimeBuckets)))
     return host_test_of(not every_in_steps, steady_sum, steady_sum if every_in_steps else in_steps)
 

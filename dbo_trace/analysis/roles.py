@@ -11,6 +11,7 @@ import numpy as np
 
 from dbo_trace.analysis.pair import PairFigures
 from dbo_trace.analysis.sharing import GpuSharing, TimeSlicing, gpu_sharing
+from dbo_trace.bundle import Manifest
 from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
 
 ATTENTION, FFN = "attention", "ffn"
@@ -103,12 +104,12 @@ def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
     )  # fmt: skip
 
 
-def roles_info(manifests: list[dict[str, Any]], present: list[str], metadatas: list[dict[str, Any]] | None = None) -> RolesInfo | None:
+def roles_info(manifests: list[Manifest], present: list[str], metadatas: list[dict[str, Any]] | None = None) -> RolesInfo | None:
     """present: the roles of the traces read; the manifest may declare more (a role whose traces
     were not written), which the note names as missing. metadatas: the traces' (their device ids)."""
     if not present:
         return None
-    declared = [r for m in manifests if isinstance(m.get("roles"), dict) for r in m["roles"] if isinstance(r, str)]
+    declared = [r for m in manifests for r in m.roles]
     sharing = gpu_sharing(manifests, metadatas or [])
     ordered = tuple(sorted(set(present) | set(declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
     return RolesInfo(

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dbo_trace.bundle import command_afd
+from dbo_trace.bundle import Manifest
 
 MPS_ANSWERED = "answered"  # the control daemon answered (and, where asked, both roles were its clients)
 MPS_NOT_RUNNING = "not running"
@@ -82,9 +82,9 @@ def _device_ids(metadata: dict[str, Any]) -> set[str]:
     return out
 
 
-def gpu_sharing(manifests: list[dict[str, Any]], metadatas: list[dict[str, Any]]) -> GpuSharing:
+def gpu_sharing(manifests: list[Manifest], metadatas: list[dict[str, Any]]) -> GpuSharing:
     """manifests: the bundles'; metadatas: the traces' top-level metadata (one per trace read)."""
-    block = next((m["gpu_sharing"] for m in manifests if isinstance(m.get("gpu_sharing"), dict)), None)
+    block = next((m.gpu_sharing for m in manifests if m.gpu_sharing is not None), None)
     shared: bool | None = None
     how: str | None = None
     mps, claimed = MPS_UNKNOWN, False
@@ -108,15 +108,13 @@ def gpu_sharing(manifests: list[dict[str, Any]], metadatas: list[dict[str, Any]]
 LOOPBACK = ("127.", "localhost", "::1")
 
 
-def _one_gpu_host(manifest: dict[str, Any]) -> bool:
+def _one_gpu_host(manifest: Manifest) -> bool:
     """The recording's host had one GPU (nvidia-smi lists the host's GPUs, whatever
     CUDA_VISIBLE_DEVICES says) and the server reached its AFD peer on the loopback address: both
     roles ran on that GPU."""
-    gpus = manifest.get("gpus")
-    names = gpus.get("names") if isinstance(gpus, dict) else None
-    afd = manifest.get("afd") if isinstance(manifest.get("afd"), dict) else command_afd(manifest.get("command"))
-    host = afd.get("host") if isinstance(afd, dict) else None
-    return isinstance(names, list) and len(names) == 1 and isinstance(host, str) and host.startswith(LOOPBACK)
+    afd = manifest.afd_or_command_afd
+    host = afd.get("host") if afd is not None else None
+    return manifest.gpu_count == 1 and isinstance(host, str) and host.startswith(LOOPBACK)
 
 
 def time_slicing(

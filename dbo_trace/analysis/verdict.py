@@ -27,6 +27,7 @@ the wall clock of the same load with DBO off (`dbo-trace compare`) answers it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar
 
 from dbo_trace.analysis.accounting import TimeBuckets
@@ -44,14 +45,21 @@ from dbo_trace.analysis.sharing import TimeSlicing
 from dbo_trace.analysis.stalls import Stall
 from dbo_trace.analysis.unprofiled import OVERHEAD_LARGE
 
-GRAPH_CAPTURE = "graph-capture"
-HOST_BOUND = "host-bound"
-GPU_BOUND = "gpu-bound"
-NO_COMMUNICATION = "no-communication"
-OVERLAPPED = "overlapped"
-NOT_OVERLAPPED = "not-overlapped"
-SINGLE_BATCH = "single-batch"  # comm, one microbatch per step: nothing of the step could overlap it by DBO
-LABELS = (GRAPH_CAPTURE, HOST_BOUND, GPU_BOUND, NO_COMMUNICATION, OVERLAPPED, SINGLE_BATCH, NOT_OVERLAPPED)
+
+class Label(StrEnum):
+    """A verdict's label, by the order of precedence above. Its value is the document's (the schema's
+    Label); its words are render's (render/wording.py)."""
+
+    GRAPH_CAPTURE = "graph-capture"
+    HOST_BOUND = "host-bound"
+    GPU_BOUND = "gpu-bound"
+    NO_COMMUNICATION = "no-communication"
+    OVERLAPPED = "overlapped"
+    SINGLE_BATCH = "single-batch"  # comm, one microbatch per step: nothing of the step could overlap it by DBO
+    NOT_OVERLAPPED = "not-overlapped"
+
+
+LABELS = tuple(label.value for label in Label)
 
 HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
 HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
@@ -68,8 +76,13 @@ PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the seria
 REPLAY_SKIPS = 0.5
 YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step only with at least this share
 
-HOST_BASIS_IN_STEPS = "in-step host idle / time in steps (steps from markers)"
-HOST_BASIS_WINDOW = "host idle / profiled window (steps inferred)"
+
+class HostBasis(StrEnum):
+    """What the host test divided by: in-step host idle over the time in steps (steps from
+    markers), or host idle over the profiled window (steps inferred). Its words are render's."""
+
+    IN_STEPS = "in_steps"
+    WINDOW = "window"
 
 
 # ---- evidence -----------------------------------------------------------------------------------
@@ -81,7 +94,7 @@ class HostTest:
     the whole window where they were inferred."""
 
     fraction: float | None
-    basis: str
+    basis: HostBasis
     host_idle_us: float | None = None  # the fraction's numerator and denominator, which its reason quotes
     measured_us: float | None = None
 
@@ -91,8 +104,8 @@ def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBucket
     steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
     if steps_inferred or in_steps.window_us <= 0:
         frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HOST_BASIS_WINDOW, window.host_idle_us, window.window_us)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HOST_BASIS_IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
+        return HostTest(frac, HostBasis.WINDOW, window.host_idle_us, window.window_us)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HostBasis.IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
 
 
 @dataclass(frozen=True)
@@ -634,7 +647,7 @@ def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    label: str
+    label: Label
     reasons: tuple[Reason, ...] = ()
     qualifier: Qualifier | None = None  # the dominant finding; None where nothing stands out
     findings: tuple[str, ...] = ()  # every qualifier that held, in QUALIFIERS order
@@ -672,17 +685,17 @@ def _capture_share(e: Evidence) -> float | None:
     return c.host_idle_us / e.capture_idle_us if e.capture_idle_us > 0 else 0.0
 
 
-def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | None) -> str:
+def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | None) -> Label:
     m = e.metrics
     if host_frac >= HOST_BOUND_IDLE:
         share = _capture_share(e)
-        return GRAPH_CAPTURE if share is not None and share >= CAPTURE_DOMINANT else HOST_BOUND
+        return Label.GRAPH_CAPTURE if share is not None and share >= CAPTURE_DOMINANT else Label.HOST_BOUND
     if m.comm_busy_us <= 0:
-        return GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else NO_COMMUNICATION
+        return Label.GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else Label.NO_COMMUNICATION
     if overlap is not None and overlap >= OVERLAPPED_HIDDEN:
-        return OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
+        return Label.OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
     # an FFN server's comm is the attention's requests: whether DBO ran is the attention rank's to say
-    return NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else SINGLE_BATCH
+    return Label.NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else Label.SINGLE_BATCH
 
 
 def decide(e: Evidence) -> Verdict:
@@ -693,7 +706,7 @@ def decide(e: Evidence) -> Verdict:
     work = gpu.share
     overlap = _overlap_share(e)
     label = _label(e, host_frac, work, overlap)
-    overlap_decides = label in (OVERLAPPED, NOT_OVERLAPPED, SINGLE_BATCH)
+    overlap_decides = label in (Label.OVERLAPPED, Label.NOT_OVERLAPPED, Label.SINGLE_BATCH)
     reasons = _reasons(e, label, host_frac, gpu, overlap_decides)
     found = _findings(e, label, host_frac, gpu) if e.findings is not None else []
     return Verdict(
@@ -706,7 +719,7 @@ def decide(e: Evidence) -> Verdict:
     )
 
 
-def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
+def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
     m = e.metrics
     out: list[Reason] = []
     capture = e.capture if e.capture is not None and e.capture.found else None
@@ -714,15 +727,15 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
     if capture is not None:
         capture_reason = CaptureReason(
             windows=capture.windows, captured_launches=capture.captured_launches, capture_us=capture.capture_us,
-            share=_capture_share(e), dominant=label == GRAPH_CAPTURE,
+            share=_capture_share(e), dominant=label == Label.GRAPH_CAPTURE,
         )  # fmt: skip
     if e.time_slicing is not None:
         out.append(TimeSliced(slicing=e.time_slicing))  # first: it dominates every other figure of the run
-    if label == GRAPH_CAPTURE and capture_reason is not None:
+    if label == Label.GRAPH_CAPTURE and capture_reason is not None:
         out.append(capture_reason)  # the trace is mostly capture, its stalls are the capture itself
     elif e.stalls is not None:
         out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
-    if host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE):
+    if host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
         out.append(
             HostIdle(
                 fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
@@ -732,7 +745,7 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
     out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
     if e.expensive:
         out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused
-    if (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)) and (
+    if (host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE)) and (
         m.median_launch_us is not None and m.median_kernel_us is not None
     ):
         out.append(
@@ -741,12 +754,12 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
                 launch_us=m.launch_us, causes=e.causes,
             )
         )  # fmt: skip
-    if e.profile_all_threads and (host_frac >= HOST_NOTABLE_IDLE or label in (HOST_BOUND, GRAPH_CAPTURE)):
+    if e.profile_all_threads and (host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE)):
         out.append(ProfiledThreads())
     if e.profiler_overhead is not None and e.profiler_overhead >= OVERHEAD_LARGE:
-        out.append(ProfilerOverhead(overhead=e.profiler_overhead, host_bound=label == HOST_BOUND))
+        out.append(ProfilerOverhead(overhead=e.profiler_overhead, host_bound=label == Label.HOST_BOUND))
     bound = gpu.share is not None and gpu.share >= GPU_BOUND_BUSY
-    if label not in (HOST_BOUND, GRAPH_CAPTURE) and (bound or near(gpu.share, GPU_BOUND_BUSY)):
+    if label not in (Label.HOST_BOUND, Label.GRAPH_CAPTURE) and (bound or near(gpu.share, GPU_BOUND_BUSY)):
         # the label's test where nothing communicated; beside an overlap label, the headline's finding
         out.append(GpuBusy(work=gpu, borderline=m.comm_busy_us <= 0 and near(gpu.share, GPU_BOUND_BUSY)))
     out += _comm_reasons(e, overlap_decides)
@@ -761,11 +774,11 @@ def _reasons(e: Evidence, label: str, host_frac: float, gpu: GpuWork, overlap_de
         rt = e.round_trips
         out.append(
             Criterion(
-                round_trips=rt, host_bound=label == HOST_BOUND, hidden=m.comm_hidden_fraction,
+                round_trips=rt, host_bound=label == Label.HOST_BOUND, hidden=m.comm_hidden_fraction,
                 peers_split=e.wait_split is not None and rt.wait_per_round_trip_us is not None,
             )
         )  # fmt: skip
-    if capture_reason is not None and label != GRAPH_CAPTURE:
+    if capture_reason is not None and label != Label.GRAPH_CAPTURE:
         out.append(capture_reason)
     return out
 
@@ -791,18 +804,18 @@ def _comm_reasons(e: Evidence, overlap_decides: bool) -> list[Reason]:
     ]  # fmt: skip
 
 
-def _findings(e: Evidence, label: str, host_frac: float, gpu: GpuWork) -> list[Qualifier]:
+def _findings(e: Evidence, label: Label, host_frac: float, gpu: GpuWork) -> list[Qualifier]:
     """Every finding that holds, in QUALIFIERS order; the first is the headline's (docs/analysis.md)."""
     f = e.findings
     assert f is not None
     out: list[Qualifier] = []
-    if label == GRAPH_CAPTURE:
+    if label == Label.GRAPH_CAPTURE:
         out.append(CaptureFinding(share=_capture_share(e)))
-    if label in (HOST_BOUND, GRAPH_CAPTURE):
+    if label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
         out.append(HostBoundFinding(fraction=host_frac, causes=e.causes))
     elif gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
         out.append(GpuBoundFinding(work=gpu))
-    if label in (NO_COMMUNICATION, GPU_BOUND):
+    if label in (Label.NO_COMMUNICATION, Label.GPU_BOUND):
         return out  # nothing to hold back, wait on or overlap
     notable = HEADLINE_SHARE * f.window_us
     if f.late_record_us > 0 and f.late_record_us >= notable:
@@ -811,13 +824,13 @@ def _findings(e: Evidence, label: str, host_frac: float, gpu: GpuWork) -> list[Q
         out.append(PeerWaitFinding(wait_us=f.peer_wait_us, rank=f.peer_rank))
     if e.afd is not None:
         out.append(RoundTripFinding(afd=e.afd))
-    if label == OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
+    if label == Label.OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
         if f.saved_us / f.serial_estimate_us < PAID_LITTLE:
             out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))
     if f.crowded_us > 0 and f.crowded_us >= notable:
         out.append(CrowdedFinding(exposed_us=f.crowded_us))
     per_step = _exposed_per_step(gpu)
-    if label == SINGLE_BATCH and e.afd is None and per_step is not None:
+    if label == Label.SINGLE_BATCH and e.afd is None and per_step is not None:
         out.append(ExposedCommFinding(per_step_us=per_step, share=gpu.comm_exposed_us / gpu.span_us if gpu.span_us > 0 else None))
     return out
 
@@ -871,18 +884,18 @@ def _microbatched(e: Evidence) -> bool:
     )
 
 
-def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
+def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
     """The one action the evidence supports, by a fixed order: what makes every other figure moot
     comes first (a capture, GPU time-slicing, the host), then what the findings name, then the
     DBO arithmetic (docs/analysis.md, "Next step")."""
     m, f = e.metrics, e.findings
     keys = {q.key: q for q in found}
-    if label == GRAPH_CAPTURE:
+    if label == Label.GRAPH_CAPTURE:
         return ProfileAfterStartup(share=_capture_share(e))
     if e.time_slicing is not None:
         return StartMps(slicing=e.time_slicing)
     c = e.causes
-    if (label == HOST_BOUND or host_frac >= HOST_NOTABLE_IDLE) and _yield_op_leads(e):
+    if (label == Label.HOST_BOUND or host_frac >= HOST_NOTABLE_IDLE) and _yield_op_leads(e):
         # the plugin calls it at every layer, DBO on or off: where it leads a notable host idle, a
         # cheaper call is the step's gain whatever the microbatches do
         assert e.yield_op is not None and c is not None
@@ -890,7 +903,7 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
         return YieldOpCost(
             ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e) or two_threads
         )
-    if label == HOST_BOUND:
+    if label == Label.HOST_BOUND:
         skipped = _replay_skips(c)
         if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
             return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
@@ -921,9 +934,9 @@ def next_step(e: Evidence, label: str, host_frac: float, gpu: GpuWork, found: li
     paid = keys.get(DidNotPayFinding.key)
     if isinstance(paid, DidNotPayFinding):
         return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
-    if label == NOT_OVERLAPPED:
+    if label == Label.NOT_OVERLAPPED:
         return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
-    if label == SINGLE_BATCH:
+    if label == Label.SINGLE_BATCH:
         return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, exposed_per_step_us=_exposed_per_step(gpu), afd=e.afd)
     largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None
     return OverlapWorks(hidden=_overlap_share(e), largest_exposed=largest)

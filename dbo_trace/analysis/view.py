@@ -253,7 +253,7 @@ def step_title(rank: RankReport, step: StepReport, position: int | None = None) 
     return (
         f"rank {rank.rank}{role} · {number}{step.label} ({_step_kind(step)}) · {step.step_us / 1000:.2f} ms "
         f"(window drawn {step.wall_us / 1000:.2f} ms) · "
-        f"{step.verdict.label} · {hidden} · host idle {_pct(m.host_idle_fraction)}"
+        f"{step.verdict.label.value} · {hidden} · host idle {_pct(m.host_idle_fraction)}"
         f" · graph-replayed kernels {_pct(m.replayed_kernel_fraction)}"
     )
 

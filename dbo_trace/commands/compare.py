@@ -10,6 +10,7 @@ from dbo_trace.commands import common
 from dbo_trace.commands.common import color, fail, output_name, refuse_overwrite, warn, write_output
 
 if TYPE_CHECKING:
+    from dbo_trace.bundle import Manifest
     from dbo_trace.commands.sweep_summary import SweepView
 
 
@@ -106,44 +107,33 @@ def _compare(request: CompareRequest) -> None:
     write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
 
 
-def declared_settings(path: Path) -> dict | None:
-    """The `vllm serve` settings a bundle's manifest records (the served side's: an AFD pair's
-    attention server), or parsed from its command line where an older manifest has only that; None
-    for traces without a bundle (the trace then tells what the arm ran with)."""
-    from dbo_trace.bundle import BundleError, is_bundle, read_manifest
-    from dbo_trace.record.environment import is_vllm_serve, serve_settings, without_env
+def declared_manifest(path: Path) -> Manifest | None:
+    """A bundle's manifest, typed by the bundle reader; None for traces without a bundle (the trace
+    then tells what the arm ran with) or a manifest the analysis above could not use either."""
+    from dbo_trace.bundle import BundleError, is_bundle, read_bundle_manifest
 
     if not is_bundle(Path(path)):
         return None
     try:
-        m = read_manifest(Path(path))
+        return read_bundle_manifest(Path(path))
     except BundleError:
         return None  # the analysis above read it already; a manifest it can use is all that counts here
-    roles = m.get("roles")
-    roles = roles if isinstance(roles, dict) else {}
-    attention = roles.get("attention")
-    attention = attention if isinstance(attention, dict) else {}
-    for settings in (m.get("settings"), attention.get("settings")):
-        if isinstance(settings, dict) and settings:
-            return settings
-    for command in (m.get("command"), attention.get("command")):
-        if isinstance(command, list) and all(isinstance(a, str) for a in command) and is_vllm_serve(command):
-            return serve_settings(without_env(command))
-    return None
+
+
+def declared_settings(path: Path) -> dict | None:
+    """The `vllm serve` settings a bundle's manifest records (bundle.served_settings); None for
+    traces without a bundle."""
+    from dbo_trace.bundle import served_settings
+
+    m = declared_manifest(path)
+    return served_settings(m) if m is not None else None
 
 
 def declared_load(path: Path) -> dict | None:
     """The load a bundle's manifest declares (`load`: concurrency, input_len, output_len ...); None
     for traces without a bundle or a manifest without it (the trace's decode counts then tell)."""
-    from dbo_trace.bundle import BundleError, is_bundle, read_manifest
-
-    if not is_bundle(Path(path)):
-        return None
-    try:
-        load = read_manifest(Path(path)).get("load")
-    except BundleError:
-        return None
-    return load if isinstance(load, dict) else None
+    m = declared_manifest(path)
+    return m.load if m is not None else None
 
 
 def unprofiled_arms(names: list[str], reports: list) -> list:

@@ -48,11 +48,11 @@ class RecordRequest:
         """The request with its bundle folder named (new or empty) and server mode decided."""
         import datetime as dt
 
-        from dbo_trace.record import environment
+        from dbo_trace import serve_args
 
         out = self.out or Path(f"dbo-trace-{dt.datetime.now():%Y%m%d-%H%M%S}")
         common.refuse_nonempty(out)
-        server = environment.is_vllm_serve(list(self.command)) if self.server is None else self.server
+        server = serve_args.is_vllm_serve(list(self.command)) if self.server is None else self.server
         peer = self.peer()
         if peer is not None and not server:
             raise UsageError("--peer-command needs a server to record beside it (COMMAND is not `vllm serve`; add --server)")
@@ -65,7 +65,7 @@ class RecordRequest:
 
 
 def run(request: RecordRequest) -> None:
-    from dbo_trace.record import environment
+    from dbo_trace import serve_args
     from dbo_trace.record.child import ChildFailed
     from dbo_trace.record.recorder import STATUS_COMPLETE, STATUS_INCOMPLETE, RecordPlan, Refused
     from dbo_trace.record.recorder import record as run_record
@@ -77,7 +77,7 @@ def run(request: RecordRequest) -> None:
         command=command,
         out=request.out,
         server=request.server,
-        base_url=(request.url or environment.server_url(command)).rstrip("/"),
+        base_url=(request.url or serve_args.server_url(command)).rstrip("/"),
         load=request.load,
         warmup_prompts=request.warmup_prompts,
         window=request.window,

@@ -72,7 +72,7 @@ def arms_of(request: SweepRequest) -> list[tuple[str, tuple[str, ...]]]:
 
 def plan_of(request: SweepRequest):
     """The sweep's plan, and the arms to run now. With --resume and no COMMAND, both come from OUT/sweep.json."""
-    from dbo_trace.record import environment
+    from dbo_trace import serve_args
     from dbo_trace.record.sweep import Arm, SweepLoad, SweepPlan, SweepRefused, load_name, read_state
 
     command = list(request.command)
@@ -139,7 +139,7 @@ def plan_of(request: SweepRequest):
     warmup = request.warmup_prompts if request.warmup_prompts is not None else max(l.spec.concurrency for l in loads)
     plan = SweepPlan(
         command=command, out=request.out, arms=[Arm(n, a) for n, a in arms], loads=loads, repeats=repeats,
-        profile=profile, base_url=(request.url or environment.server_url(command)).rstrip("/"), peer=peer,
+        profile=profile, base_url=(request.url or serve_args.server_url(command)).rstrip("/"), peer=peer,
         window=request.window, warmup_prompts=warmup, startup_timeout_s=request.startup_timeout,
         grace_s=request.grace, trace_timeout_s=request.trace_timeout, builtin_repeats=request.repeat_tool == "builtin",
     )  # fmt: skip

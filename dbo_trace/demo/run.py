@@ -22,7 +22,10 @@ from dbo_trace.demo.worker import WORKLOAD_FILE
 from dbo_trace.demo.workload import MODES
 from dbo_trace.record.recorder import STATUS_COMPLETE, Progress, RecordPlan, record
 
-EXPECTED = {"serial": v.NOT_OVERLAPPED, "overlap": v.OVERLAPPED, "graph": v.OVERLAPPED, "hostbound": v.HOST_BOUND}
+EXPECTED = {
+    "serial": v.Label.NOT_OVERLAPPED.value, "overlap": v.Label.OVERLAPPED.value, "graph": v.Label.OVERLAPPED.value,
+    "hostbound": v.Label.HOST_BOUND.value,
+}  # fmt: skip
 # The cause modes are judged by why comm was exposed: the report must name their bug as the main cause.
 EXPECTED_CAUSE = {"late": exposure.LATE_RECORD, "smhungry": exposure.CROWDED}
 EXPECTED.update({mode: f"exposed: {cause}" for mode, cause in EXPECTED_CAUSE.items()})
@@ -94,7 +97,7 @@ def judge(mode: str, report: Report) -> tuple[str, bool]:
     if mode in EXPECTED_CAUSE:
         got = f"exposed: {main_exposure_cause(report)}"
         return got, got == EXPECTED[mode]
-    got = report.verdict.label
+    got = report.verdict.label.value
     ok = got == EXPECTED[mode]
     if mode == "graph":
         ok = ok and (report.total.replayed_kernel_fraction or 0.0) >= GRAPH_REPLAYED_AT_LEAST

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from dbo_trace.record import environment
+from dbo_trace import serve_args
 from dbo_trace.record.loadgen import LoadSpec, run_streaming_load
 
 BENCH_DIR = "bench"
@@ -73,7 +73,7 @@ def bench_command(plan: RepeatPlan, index: int, result_dir: Path) -> list[str]:
 
 
 def tokenizer_of(argv: list[str]) -> str | None:
-    flags = environment.parse_flags(argv)
+    flags = serve_args.parse_flags(argv)
     if isinstance(flags.get("tokenizer"), str):
         return str(flags["tokenizer"])
     if isinstance(flags.get("model"), str):
@@ -88,7 +88,7 @@ def tokenizer_of(argv: list[str]) -> str | None:
 
 def vllm_executable(argv: list[str]) -> str | None:
     """The `vllm` of a `vllm serve` command (after any `env NAME=VALUE`: the benchmark needs none of them)."""
-    argv = environment.without_env(argv)
+    argv = serve_args.without_env(argv)
     if len(argv) >= 2 and os.path.basename(argv[0]) == "vllm" and argv[1] == "serve":
         return argv[0]
     return None

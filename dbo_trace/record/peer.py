@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from dbo_trace.record import control, environment
+from dbo_trace import serve_args
+from dbo_trace.record import control
 from dbo_trace.record.child import Child, ChildFailed
 from dbo_trace.record.plugin import ENV_DIR
 
@@ -37,7 +38,7 @@ class PeerPlan:
 
 def afd_config(argv: list[str]) -> dict | None:
     """The `afd` block of a command's --additional-config JSON, or None."""
-    raw = environment.parse_flags(argv).get("additional-config")
+    raw = serve_args.parse_flags(argv).get("additional-config")
     if not isinstance(raw, str):
         return None
     try:
@@ -148,7 +149,7 @@ class Peer:
             "role": self.role,
             "command": self.argv,
             "user_command": self.plan.command,
-            "settings": environment.serve_settings(self.plan.command),
+            "settings": serve_args.serve_settings(self.plan.command),
             "afd": afd_config(self.plan.command),
             "ready_port": self.port,
             "pid": self.child.pid if self.child else None,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, ContextManager, Iterator, NoReturn, Protocol
 
 from dbo_trace import bundle as fmt
+from dbo_trace import serve_args
 from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
 from dbo_trace.record.bench import RepeatPlan, timed_repeats, tokenizer_of, vllm_executable
@@ -208,7 +209,7 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
         "versions": environment.versions(),
         "gpus": environment.gpus(),
         "env": environment.captured_env(),
-        "settings": environment.serve_settings(plan.command) if plan.server else {},
+        "settings": serve_args.serve_settings(plan.command) if plan.server else {},
         "hooks": True,
         "profile_all_threads": "requested",
         "afd": afd_config(plan.command) if plan.server else None,
@@ -394,7 +395,7 @@ def pair_manifest(plan: RecordPlan, manifest: dict, argv: list[str], env: dict[s
         peer.role = f"{peer.role}-peer"
     manifest["roles"] = {
         main_role: {"peer": False, "command": argv, "settings": manifest["settings"]},
-        peer.role: {"peer": True, "command": peer.argv, "settings": environment.serve_settings(peer.plan.command)},
+        peer.role: {"peer": True, "command": peer.argv, "settings": serve_args.serve_settings(peer.plan.command)},
     }
     manifest["peer"] = peer.manifest(plan.out)
     manifest["gpu_sharing"] = _gpu_sharing(env, peer)

@@ -33,6 +33,7 @@ from dbo_trace.render.json_out import json_text
 from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, terminal_text
+from dbo_trace.render.wording import label_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
 # 4: step times are periods, steady steps, ranks averaged per step, the change's bootstrap interval and call
@@ -73,7 +74,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 ms(a.per_round_trip_us),
                 "-" if a.round_trip_us is not None else pct(a.comm_hidden_fraction),  # one meaning of hidden
                 pct(a.replayed_kernel_fraction),
-                a.verdict,
+                arm_verdict_text(a),
             ]
         )
     return rows
@@ -596,13 +597,24 @@ def _pair_json(p: Pair) -> dict[str, Any]:
     return rounded
 
 
+def arm_verdict_text(a: Arm) -> str:
+    """The arm's label, or its ranks' labels joined by '/'; '-' where it has none."""
+    return "/".join(label_text(label) for label in a.verdict) or "-"
+
+
+def _arm_json(a: Arm) -> dict[str, Any]:
+    body = {k: v for k, v in asdict(a).items() if k not in _SAMPLES}
+    body["verdict"] = arm_verdict_text(a)  # in its place among the arm's keys
+    return _rounded(body)
+
+
 def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
     body: dict[str, Any] = {
         "schema": COMPARE_SCHEMA,
         "schema_version": COMPARE_VERSION,
         "dbo_trace_version": __version__,
         "conclusions": conclusions(pairs),
-        "arms": [_rounded({k: v for k, v in asdict(a).items() if k not in _SAMPLES}) for a in arms],
+        "arms": [_arm_json(a) for a in arms],
         "noise": noise_line(arms),
         "pairs": [_pair_json(p) for p in pairs],
     }

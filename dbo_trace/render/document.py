@@ -34,7 +34,8 @@ from dbo_trace.analysis.roundtrips import AfdRoundTrips
 from dbo_trace.analysis.stalls import Behind, Stall
 from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.unprofiled import Unprofiled
-from dbo_trace.analysis.verdict import HOST_BOUND, Verdict, is_host_bound
+from dbo_trace.analysis.verdict import Label as VerdictLabel
+from dbo_trace.analysis.verdict import Verdict, is_host_bound
 from dbo_trace.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
     LayerOpsRow,
@@ -57,7 +58,7 @@ from dbo_trace.render.notes import (
     top_item_name,
     wait_lines,
 )
-from dbo_trace.render.wording import headline, next_step_text, pays_text, reason_text, stall_text, time_slicing_text
+from dbo_trace.render.wording import headline, host_basis_text, label_text, next_step_text, pays_text, reason_text, stall_text, time_slicing_text
 
 SCHEMA = "dbo-trace-report"
 # 3: verdict.headline, verdict.qualifier, verdict.findings; steps' number; host_causes, kernel_summary,
@@ -97,6 +98,13 @@ Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "n
 Label = Literal[
     "graph-capture", "host-bound", "gpu-bound", "no-communication", "overlapped", "single-batch", "not-overlapped"
 ]
+# The document's value of each analysis.verdict.Label (a test keeps each the Enum's own value).
+LABEL_VALUE: dict[VerdictLabel, Label] = {
+    VerdictLabel.GRAPH_CAPTURE: "graph-capture", VerdictLabel.HOST_BOUND: "host-bound",
+    VerdictLabel.GPU_BOUND: "gpu-bound", VerdictLabel.NO_COMMUNICATION: "no-communication",
+    VerdictLabel.OVERLAPPED: "overlapped", VerdictLabel.SINGLE_BATCH: "single-batch",
+    VerdictLabel.NOT_OVERLAPPED: "not-overlapped",
+}  # fmt: skip
 StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
 # A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
 Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
@@ -1283,7 +1291,7 @@ def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierK
     """The verdict's label, qualifier and findings as the document types them: analysis.verdict's
     LABELS and QUALIFIERS (a test keeps them equal)."""
     qualifier = None if v.qualifier is None else v.qualifier.key
-    return cast("Label", v.label), cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
+    return LABEL_VALUE[v.label], cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
 
 
 def _reasons(v: Verdict) -> list[ReasonItem]:
@@ -1319,7 +1327,7 @@ def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
     v = p.verdict
     if v is None:
         return PhaseVerdict(
-            label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=list(p.per_rank or []), next_step=None
+            label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=[label_text(label) for label in p.per_rank or []], next_step=None
         )
     label, qualifier, findings = _vocabulary(v)
     return PhaseVerdict(
@@ -1342,7 +1350,7 @@ def phase_block(p: PhaseReport) -> PhaseBlock:
             p.host_causes,
             None
             if p.host_causes is None
-            else host_line(p.phase, p.verdict is not None and p.verdict.label == HOST_BOUND, m.host_idle_fraction, p.host_causes),
+            else host_line(p.phase, p.verdict is not None and p.verdict.label == VerdictLabel.HOST_BOUND, m.host_idle_fraction, p.host_causes),
         ),
         verdict=phase_verdict_block(p),
         stalls=p.stalls,
@@ -1457,7 +1465,7 @@ def peer_wait_block(r: RankWaits, view: CrossRank, split: WaitSplit | None = Non
 
 def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: bool = False) -> RankBlock:
     """lazy_steps: its step blocks built when read (build_document)."""
-    bound = r.verdict.label == HOST_BOUND
+    bound = r.verdict.label == VerdictLabel.HOST_BOUND
     waits = cross_rank.waits if cross_rank is not None else None
     mine = waits.ranks.get(r.rank) if waits is not None else None
     return RankBlock(
@@ -1472,7 +1480,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         microbatch_source=r.attribution,
         time=time_block(r.window),
         time_in_steps=time_block(r.in_steps),
-        host_test=HostTestBlock(fraction=_r(r.host_test.fraction, 4), basis=r.host_test.basis),
+        host_test=HostTestBlock(fraction=_r(r.host_test.fraction, 4), basis=host_basis_text(r.host_test.basis)),
         host_causes=host_causes_block(
             r.host_causes,
             None if r.host_causes is None else host_line(f"rank {r.rank}", bound, r.host_test.fraction, r.host_causes),
@@ -1541,7 +1549,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
     encoded (--json and --html build theirs whole)."""
     m = report.total
     ranks = [rank_block(r, report.cross_rank, lazy_steps) for r in report.ranks]
-    bound = report.verdict.label == HOST_BOUND
+    bound = report.verdict.label == VerdictLabel.HOST_BOUND
     return ReportDocument(
         schema=SCHEMA,
         schema_version=SCHEMA_VERSION,

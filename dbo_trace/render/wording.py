@@ -16,13 +16,8 @@ from dbo_trace.analysis.sharing import MPS_NOT_RUNNING, TimeSlicing
 from dbo_trace.analysis.stalls import CAPTURE, COMPILE, Stall
 from dbo_trace.analysis.verdict import (
     BORDERLINE,
-    GPU_BOUND,
     GPU_BOUND_BUSY,
-    HOST_BOUND,
     HOST_BOUND_IDLE,
-    NO_COMMUNICATION,
-    NOT_OVERLAPPED,
-    OVERLAPPED,
     OVERLAPPED_HIDDEN,
     AfdCriterion,
     CaptureFinding,
@@ -34,8 +29,9 @@ from dbo_trace.analysis.verdict import (
     ExposedCommFinding,
     MeasurePays,
     Pays,
-    SINGLE_BATCH,
     HIDDEN_ROUND_TRIPS,
+    HostBasis,
+    Label,
     DidNotPay,
     DidNotPayFinding,
     EnableGraphs,
@@ -83,6 +79,23 @@ NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to h
 
 
 # ---- numbers in prose -----------------------------------------------------------------------------
+
+
+# A label's words: the label as the document writes it (its value; the schema's Label).
+LABEL_WORDS = {label: label.value for label in Label}
+# What the host test divided by, as every report says it.
+HOST_BASIS_WORDS = {
+    HostBasis.IN_STEPS: "in-step host idle / time in steps (steps from markers)",
+    HostBasis.WINDOW: "host idle / profiled window (steps inferred)",
+}
+
+
+def label_text(label: Label) -> str:
+    return LABEL_WORDS[label]
+
+
+def host_basis_text(basis: HostBasis) -> str:
+    return HOST_BASIS_WORDS[basis]
 
 
 def pct_text(x: float | None) -> str:
@@ -303,7 +316,7 @@ def _host_idle(r: HostIdle) -> str:
             if t.host_idle_us is not None and t.measured_us is not None
             else ""
         )
-        basis = f" ({measured}{t.basis})"
+        basis = f" ({measured}{host_basis_text(t.basis)})"
     text = (
         f"GPU idle waiting for the host {'at most ' if r.upper_bound else ''}{pct_text(r.fraction)}{basis}; over the "
         f"window {r.window_idle_us / 1000:.2f} ms in {counted(r.gaps, 'gap')} whose next kernel was launched after the "
@@ -311,7 +324,7 @@ def _host_idle(r: HostIdle) -> str:
         + ("; an upper bound: the trace is incomplete (sampled or cut), and GPU work it lacks may fill that idle"
            if r.upper_bound else "")
     )  # fmt: skip
-    return text + (_borderline(r.fraction, HOST_BOUND_IDLE, f"{HOST_BOUND} and not") if r.borderline else "")
+    return text + (_borderline(r.fraction, HOST_BOUND_IDLE, f"{label_text(Label.HOST_BOUND)} and not") if r.borderline else "")
 
 
 def _expensive(r: ExpensiveCalls) -> str:
@@ -345,7 +358,7 @@ def _gpu_busy(r: GpuBusy) -> str:
         f"{_busy(w, _work_time(w))} ({w.working_us / 1000:.2f} of {w.span_us / 1000:.2f} ms "
         f"over {counted(w.steps, 'step')})"
     )
-    return text + (_borderline(w.share or 0.0, GPU_BOUND_BUSY, f"{GPU_BOUND} and {NO_COMMUNICATION}") if r.borderline else "")
+    return text + (_borderline(w.share or 0.0, GPU_BOUND_BUSY, f"{label_text(Label.GPU_BOUND)} and {label_text(Label.NO_COMMUNICATION)}") if r.borderline else "")
 
 
 def _comm_overlap(r: CommOverlap) -> str:
@@ -379,12 +392,13 @@ def _round_trips_hidden(r: RoundTripsHidden) -> str:
 
 
 def _overlap_labels(microbatched: bool) -> str:
-    return f"{OVERLAPPED} and {NOT_OVERLAPPED if microbatched else SINGLE_BATCH}"
+    other = Label.NOT_OVERLAPPED if microbatched else Label.SINGLE_BATCH
+    return f"{label_text(Label.OVERLAPPED)} and {label_text(other)}"
 
 
 def _step_round_trips(r: StepRoundTrips) -> str:
     text = f"disaggregated: {pct_text(r.share)} of its FFN round trips' time under the other microbatch's compute"
-    return text + (_borderline(r.share, OVERLAPPED_HIDDEN, f"{OVERLAPPED} and {NOT_OVERLAPPED}") if r.borderline else "")
+    return text + (_borderline(r.share, OVERLAPPED_HIDDEN, f"{label_text(Label.OVERLAPPED)} and {label_text(Label.NOT_OVERLAPPED)}") if r.borderline else "")
 
 
 def _criterion(r: Criterion) -> str:
@@ -518,11 +532,11 @@ def headline(v: Verdict) -> str:
     finding beside another label says so)."""
     q = v.qualifier
     if q is None:
-        return v.label
+        return label_text(v.label)
     text = qualifier_text(q)
-    if isinstance(q, GpuBoundFinding) and v.label != GPU_BOUND:
+    if isinstance(q, GpuBoundFinding) and v.label != Label.GPU_BOUND:
         text = f"GPU-bound: {text}"
-    return f"{v.label} ({text})"
+    return f"{label_text(v.label)} ({text})"
 
 
 # ---- the next step ---------------------------------------------------------------------------------

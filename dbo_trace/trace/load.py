@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from dbo_trace import bundle as fmt
 from dbo_trace.trace.errors import InputError
@@ -22,7 +22,7 @@ class Found:
 
     traces: list[Path] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
-    manifests: list[dict[str, Any]] = field(default_factory=list)
+    manifests: list[fmt.Manifest] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
     pystacks: list[fmt.SampleEntry] = field(default_factory=list)
