@@ -72,7 +72,7 @@ def is_vllm_serve(argv: list[str]) -> bool:
     return "vllm.entrypoints.openai.api_server" in argv
 
 
-def serve_settings(argv: list[str]) -> dict[str, dict]:
+def serve_settings(argv: list[str]) -> dict[str, dict[str, str | bool]]:
     flags = parse_flags(argv)
     return {group: {k: flags[k] for k in keys if k in flags} for group, keys in SERVE_SETTINGS.items()}
 

@@ -27,7 +27,7 @@ the wall clock of the same load with DBO off (`dbo-trace compare`) answers it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from typing import ClassVar
 
 from dbo_trace.analysis.accounting import TimeBuckets
@@ -46,7 +46,18 @@ from dbo_trace.analysis.stalls import Stall
 from dbo_trace.analysis.unprofiled import OVERHEAD_LARGE
 
 
-class Label(StrEnum):
+class _Word(str, Enum):
+    """A str-valued Enum that formats as its value on every Python the project supports (3.10 has no
+    enum.StrEnum; from 3.11 a (str, Enum) mixin formats as its member's name without these)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Label(_Word):
     """A verdict's label, by the order of precedence above. Its value is the document's (the schema's
     Label); its words are render's (render/wording.py)."""
 
@@ -77,7 +88,7 @@ REPLAY_SKIPS = 0.5
 YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step only with at least this share
 
 
-class HostBasis(StrEnum):
+class HostBasis(_Word):
     """What the host test divided by: in-step host idle over the time in steps (steps from
     markers), or host idle over the profiled window (steps inferred). Its words are render's."""
 
