@@ -234,15 +234,34 @@ def warn(message: str) -> None:
 
 
 @contextlib.contextmanager
-def warnings_after() -> Iterator[None]:
+def warnings_after(fold: bool = False) -> Iterator[None]:
     """The warnings raised inside, written on leaving: after the output, so that a table on a
-    terminal is not pushed off the screen by a screenful of them (compare's arms: nine lines)."""
+    terminal is not pushed off the screen by a screenful of them (compare's arms: nine lines).
+    fold: warnings that say the same of several runs (`RUN: text`) are one line naming them all
+    (a sweep's six runs of one GPU pair gave six MPS lines)."""
     _deferred.append([])
     try:
         yield
     finally:
-        for line in _deferred.pop():
+        lines = _deferred.pop()
+        for line in folded(lines) if fold else lines:
             click.echo(line, err=True)
+
+
+def folded(lines: list[str]) -> list[str]:
+    """`PREFIX RUN: text` lines grouped by their text, in first-seen order: `PREFIX RUN, RUN: text`."""
+    prefix = "dbo-trace: warning: "
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        body = line[len(prefix) :] if line.startswith(prefix) else line
+        run, sep, text = body.partition(": ")
+        key = text if sep and line.startswith(prefix) else line
+        groups.setdefault(key, []).append(run if sep and line.startswith(prefix) else "")
+    out = []
+    for key, runs in groups.items():
+        named = [r for r in runs if r]
+        out.append(f"{prefix}{', '.join(dict.fromkeys(named))}: {key}" if named else key)
+    return out
 
 
 def analyzed(

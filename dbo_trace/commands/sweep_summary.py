@@ -58,6 +58,11 @@ def refuse_with_sweep(paths: tuple[Path, ...], what: str) -> None:
 
 
 def run(view: SweepView) -> None:
+    with common.warnings_after(fold=True):  # after the summary; the runs' like warnings one line each
+        _run(view)
+
+
+def _run(view: SweepView) -> None:
     from dbo_trace.analysis.sweep import summarise
     from dbo_trace.render.base import RenderOptions
     from dbo_trace.render.sweep import SWEEP_RENDERERS, build_sweep_document
