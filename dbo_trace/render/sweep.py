@@ -15,6 +15,7 @@ from dbo_trace.analysis.compare import BEYOND, TOO_FEW, Pair, graphs_text
 from dbo_trace.analysis.sweep import (
     FASTER,
     NO_INTERVAL,
+    PROFILED,
     SLOWER,
     WITHIN,
     ArmAtLoad,
@@ -100,6 +101,10 @@ class PointBlock(Struct):
     call: Call | None
     profiled: ProfiledChange | None
     parts: list[PartBlock]
+    # the side of no change beyond noise, and what told it: the repeats, else the profiled periods
+    # (analysis/sweep.py DboPoint.side, the one rule the turn is placed by)
+    side: Call | None = None
+    side_told_by: str | None = None
 
 
 class TurnBlock(Struct):
@@ -204,6 +209,7 @@ def _point_block(p: DboPoint) -> PointBlock:
         change=_r(p.change), change_low=_r(p.change_low), change_high=_r(p.change_high), interval="welch_t95",
         df=_r(p.df, 2), call=p.call, profiled=_profiled(p.profiled),
         parts=[PartBlock(x.name, _r(x.off_us, 3), _r(x.on_us, 3)) for x in p.parts],
+        side=p.side[0] if p.side else None, side_told_by=p.side[1] if p.side else None,
     )  # fmt: skip
 
 
@@ -382,9 +388,8 @@ CALL_WORDS = {SLOWER: "DBO slower", FASTER: "DBO faster", WITHIN: "noise", NO_IN
 def call_cell(p: PointBlock) -> str:
     """The repeats' call; where their interval holds 0 but the profiled step periods are beyond noise,
     that side, marked as theirs (the turn is placed by it: analysis/sweep.py DboPoint.side)."""
-    q = p.profiled
-    if p.call not in (SLOWER, FASTER) and q is not None and q.call == BEYOND and q.change:
-        return f"{CALL_WORDS[SLOWER if q.change > 0 else FASTER]} (profiled)"
+    if p.side is not None and p.side_told_by == PROFILED:
+        return f"{CALL_WORDS[p.side]} (profiled)"
     return "-" if p.call is None else CALL_WORDS[p.call]
 
 
