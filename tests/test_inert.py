@@ -259,7 +259,7 @@ def test_the_command_lines_stderr_is_inert(hostile_bundle, tmp_path):
     assert_no_raw_controls(proc.stdout.replace("\n", " "))
 
 
-@pytest.mark.parametrize("name", ["`", "a`b", "``x``", " lead", "trail ", "` both `", "a|b", "<b>", "*x*", "x\ny"])
+@pytest.mark.parametrize("name", ["`", "a`b", "``x``", " lead", "trail ", "` both `", "a|b", "<b>", "*x*", "x\ny", "$x^2$"])
 def test_a_name_in_markdown_reads_back_exactly(name):
     """As code, the span's content is the name, whatever backticks it holds; as text, what a reader
     sees is the name (as prose: without the spaces at its ends). A newline is shown as \\x0a."""
@@ -271,6 +271,7 @@ def test_a_name_in_markdown_reads_back_exactly(name):
     expected = name.replace("\n", "\\x0a").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     assert shown(f"- {markdown_code(name)}") == expected
     assert shown(f"- {markdown_text(name)}") == expected.strip()
+    assert "$" not in markdown_text(name).replace("\\$", "")  # escaped: GitHub parses $...$ as math
 
 
 def test_the_archive_of_a_hostile_recording_packs_and_reads_back_inert(hostile_bundle, tmp_path):

@@ -131,8 +131,8 @@ class Markdown(str):
 # (`[`, `]`), the escape itself; raw HTML and autolinks (`<` before a tag's first character) and
 # entities (`&name;`). `_` only where it could open or close emphasis: a run of underscores between
 # letters or digits cannot (CommonMark's flanking rules), so `ncclDevKernel_AllToAll` stays as it is.
-# `|` is escaped by the table writer, where it matters.
-_MARKDOWN_SPECIAL = re.compile(r"[\\`*~\[\]]|<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+# `|` is escaped by the table writer, where it matters. `$` too: GitHub renders `$...$` as math.
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*~\[\]$]|<(?=[A-Za-z/!?])|&(?=#?\w+;)")
 _UNDERSCORES = re.compile("_+")
 # At the start of a line's text (a list item's): a block quote, heading, list item or ordered list.
 _BLOCK_START = re.compile(r"^(?:(>|(?:#{1,6}|[+\-])(?=\s|$))|(\d{1,9})([.)])(?=\s|$))")
