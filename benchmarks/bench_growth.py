@@ -56,7 +56,7 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
     from conftest import SAMPLES
 
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.rank import analyze_rank
+    from dbo_trace.analysis.rank_analysis import analyze_rank
     from dbo_trace.analysis.report import combine
     from dbo_trace.trace.load import read_timeline
 
@@ -91,7 +91,7 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
     for pathology in ("no step markers", "one step spanning everything", "duplicate correlation ids", "steps kept"):
 
         def exposure_case(pathology=pathology):
-            from dbo_trace.analysis.exposure import exposure
+            from dbo_trace.analysis.overlap.exposure import exposure
 
             arrays = ex.sample_arrays.__wrapped__()
             small, large = ex.tiled(arrays, 600, pathology), ex.tiled(arrays, 2400, pathology)
@@ -100,8 +100,8 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
         out.append((f"exposure, {pathology}", 4 ** (np.log(16) / np.log(8)), exposure_case))
 
     def busy():
-        from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
-        from dbo_trace.analysis.busy import microbatch_busy
+        from dbo_trace.analysis.steps.attribution import PHASE_COMM, PHASE_COMPUTE
+        from dbo_trace.analysis.overlap.busy import microbatch_busy
 
         rng = np.random.default_rng(3)
 
@@ -116,7 +116,7 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
     def capture():
         import test_capture_hostile as ch
 
-        from dbo_trace.analysis.capture import capture_windows
+        from dbo_trace.analysis.host.capture import capture_windows
 
         small, large = ch._unclosed_on_many_threads(20_000), ch._unclosed_on_many_threads(160_000)
         return (lambda: capture_windows(*small)), (lambda: capture_windows(*large))
@@ -124,7 +124,7 @@ def cases() -> list[tuple[str, float, Callable[[], tuple[Callable[[], object], C
     def optimizers():
         import test_steps_hostile as sh
 
-        from dbo_trace.analysis.steps import optimizer_steps
+        from dbo_trace.analysis.steps.sources import optimizer_steps
 
         small, large = sh._distinct_optimizers(2_000), sh._distinct_optimizers(16_000)
         return (lambda: optimizer_steps(small)), (lambda: optimizer_steps(large))

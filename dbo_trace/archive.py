@@ -23,7 +23,7 @@ import msgspec
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.model import Report
-from dbo_trace.analysis.view import steps_around_median, window_steps
+from dbo_trace.render.pictures.step_view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:

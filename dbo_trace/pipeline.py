@@ -21,14 +21,14 @@ from typing import Callable
 
 import numpy as np
 
-from dbo_trace.analysis.clocks import Alignment
+from dbo_trace.analysis.cross_rank.clocks import Alignment
 from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
-from dbo_trace.analysis.peers import PeerWaits
-from dbo_trace.analysis.rank import analyze_rank
+from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
+from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.analysis.report import combine, with_peer_waits
-from dbo_trace.analysis.role_evidence import RoleCall, role_of, trace_evidence
-from dbo_trace.analysis.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
-from dbo_trace.analysis.unprofiled import Repeat, repeats_of
+from dbo_trace.analysis.afd.role_evidence import RoleCall, role_of, trace_evidence
+from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
+from dbo_trace.analysis.compare.unprofiled import Repeat, repeats_of
 from dbo_trace.bundle import ROLE_FROM_MANIFEST, Manifest
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
@@ -106,8 +106,8 @@ def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
     from its trace's args (a second pass over the file, only where comm was crowded)."""
     from collections import Counter
 
-    from dbo_trace.analysis.exposure import CROWDED
-    from dbo_trace.analysis.held import CAUSES
+    from dbo_trace.analysis.overlap.exposure import CROWDED
+    from dbo_trace.analysis.overlap.held import CAUSES
     from dbo_trace.analysis.ledger import sm_evidence
     from dbo_trace.trace.event_args import event_args
 
@@ -186,7 +186,7 @@ def prepared_options(options: Options, manifests: list[Manifest], roles: dict[st
 
 
 def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[StackSamples]) -> Options:
-    """The roles of the traces no bundle declared, from their own evidence (analysis/role_evidence.py)."""
+    """The roles of the traces no bundle declared, from their own evidence (analysis/afd/role_evidence.py)."""
     known = dict(options.roles)
     calls = {}
     for tl in timelines:

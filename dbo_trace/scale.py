@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from dbo_trace.bundle import Manifest
-    from dbo_trace.analysis.clocks import Alignment
+    from dbo_trace.analysis.cross_rank.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
-    from dbo_trace.analysis.peers import PeerWaits
+    from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
     from dbo_trace.pipeline import Cut, Plan
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.pystacks import StackSamples
@@ -338,7 +338,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.roles import ATTENTION, FFN
+    from dbo_trace.analysis.afd.roles import ATTENTION, FFN
     from dbo_trace.pipeline import Plan, cut_of, finish, prepared_options, settle
     from dbo_trace.trace.errors import InputError
 

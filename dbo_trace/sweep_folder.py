@@ -103,7 +103,7 @@ class RunManifest(msgspec.Struct, frozen=True):
     status: str | None = None  # record's own: complete, failed, incomplete, no_traces, recording
     settings: dict[str, Any] | None = None
     load: ManifestLoad | None = None
-    repeats: list[dict[str, Any]] = []  # each repeat's numbers are checked where read (analysis/unprofiled.py repeats_of)
+    repeats: list[dict[str, Any]] = []  # each repeat's numbers are checked where read (analysis/compare/unprofiled.py repeats_of)
     gpu_sharing: dict[str, Any] | None = None
     sweep: ManifestSweep | None = None
 

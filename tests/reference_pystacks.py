@@ -1,7 +1,7 @@
 """A plain reading of a py-spy Chrome trace for the frame attribution (docs/analysis.md, "Host time by
 Python frame"; docs/bundle-format.md, "pystacks"): json.load, replay each thread's B/E events into
 stacks, and for each host-idle piece, sum the time its thread spent with each innermost project
-frame. No numpy, nothing of dbo_trace.analysis.pystacks or dbo_trace.trace.pystacks: only the rules
+frame. No numpy, nothing of dbo_trace.analysis.host.python_frames or dbo_trace.trace.pystacks: only the rules
 as the docs state them. The host-idle pieces themselves are the analysis's (tests/reference_host_time.py
 checks those).
 """

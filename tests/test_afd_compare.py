@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, SAMPLES, run_cli
 from independent_afd import hidden_share, round_trips
 
-from dbo_trace.analysis.compare import declared
+from dbo_trace.analysis.compare.arms import declared
 
 DATA = ROOT / "tests" / "data" / "afd"
 ARMS = {"graphs": DATA / "afd-graphs", "graphs+dbo": SAMPLES / "afd-graphs-dbo", "eager+dbo": DATA / "afd-eager-dbo"}

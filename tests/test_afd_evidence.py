@@ -21,9 +21,9 @@ from afd_synth import afd_pair
 from conftest import ROOT, SAMPLES, run_cli
 from independent_afd import hidden_share, round_trips
 
-from dbo_trace.analysis.compare import microbatched
+from dbo_trace.analysis.compare.arms import microbatched
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.role_evidence import FROM_TRACE
+from dbo_trace.analysis.afd.role_evidence import FROM_TRACE
 from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 from dbo_trace.pipeline import analyze_found, analyze_paths
 from dbo_trace.render import RENDERERS
@@ -247,7 +247,7 @@ def test_a_trace_of_no_afd_run_gets_no_role():
 def test_graphs_dbo_is_not_called_faster_than_graphs(reports, form):
     """By step period (the plain count: 8.84 ms on graphs' kept steps, 10.12 ms on graphs+DBO's), in
     whatever form the two arms are given."""
-    from dbo_trace.analysis.compare import arms_of, compare
+    from dbo_trace.analysis.compare.arms import arms_of, compare
 
     graphs, dbo = compare([arms_of(arm, reports[arm][form], [])[0] for arm in ("afd-graphs", "afd-graphs-dbo")])
     assert dbo.change is not None and dbo.change > 0.05 and dbo.step_median_us > graphs.step_median_us
@@ -305,7 +305,7 @@ def test_an_afd_block_without_a_role_declares_none(tmp_path, command_role):
 
 
 def test_disaggregated_is_an_attention_role_a_bundle_declared():
-    from dbo_trace.analysis.role_evidence import RoleCall
+    from dbo_trace.analysis.afd.role_evidence import RoleCall
 
     def options(*calls: RoleCall) -> Options:
         return Options(role_sources=tuple((f"t{i}", c) for i, c in enumerate(calls)))

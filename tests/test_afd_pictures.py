@@ -18,7 +18,7 @@ from conftest import SAMPLES, run_cli
 from independent_afd import round_trips
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.view import afd_peer, median_step, step_view
+from dbo_trace.render.pictures.step_view import afd_peer, median_step, step_view
 from dbo_trace.pipeline import analyze_paths
 
 LAYERS = 3

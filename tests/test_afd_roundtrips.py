@@ -12,9 +12,9 @@ from afd_synth import afd_pair
 from conftest import reason_texts
 from independent_afd import hidden_share, parts, per_step, round_trips
 
-from dbo_trace.analysis.compare import arms_of, compare, dbo_pairs, microbatched, ran_with
+from dbo_trace.analysis.compare.arms import arms_of, compare, dbo_pairs, microbatched, ran_with
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.roles import SharedGpu
+from dbo_trace.analysis.afd.roles import SharedGpu
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
 from dbo_trace.render.wording import expensive_text, headline
@@ -210,8 +210,8 @@ def test_a_step_whose_order_fits_no_pattern_is_said_so():
     import numpy as np
 
     from dbo_trace.analysis import classify as c
-    from dbo_trace.analysis.roundtrips import TOLD_NOT
-    from dbo_trace.analysis.roundtrips import round_trips as pair
+    from dbo_trace.analysis.afd.round_trips import TOLD_NOT
+    from dbo_trace.analysis.afd.round_trips import round_trips as pair
 
     # S A S R A R  (6 data-ish kernels: 4 data, 2 compute), then one more data kernel: 5 data kernels
     kinds = [c.COMM, c.COMPUTE, c.COMM, c.COMM, c.COMPUTE, c.COMM, c.COMM]

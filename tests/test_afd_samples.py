@@ -14,7 +14,7 @@ import pytest
 from conftest import SAMPLES
 from independent_afd import hidden_share, per_step, round_trips
 
-from dbo_trace.analysis.compare import microbatched
+from dbo_trace.analysis.compare.arms import microbatched
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 

@@ -232,7 +232,7 @@ def test_only_the_cli_imports_the_commands(path):
 
 
 def test_no_sentence_is_found_by_its_text():
-    """A verdict's reasons are typed (analysis/verdict.py): nothing finds one by matching its words,
+    """A verdict's reasons are typed (analysis/verdict/decision.py): nothing finds one by matching its words,
     neither a sentence constant compared with reasons nor a prefix test on a reason."""
     banned = {"HOST_REASON", "BORDERLINE_TEXT", "CRITERION_TEXT", "HIDDEN_COMM_TEXT"}
     for path in MODULES:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, sample_trace
 
-from dbo_trace.analysis.attribution import (
+from dbo_trace.analysis.steps.attribution import (
     PHASE_COMM,
     PHASE_COMPUTE,
     SOURCE_EVENT_LOG,
@@ -119,8 +119,8 @@ def test_steps_from_gaps_without_markers():
 def test_the_step_marker_note_only_where_it_matched_nothing():
     """--step-marker that matches the serial sample's `dbo:step#...` ranges gives the steps, and no
     note; one that matches no range says so and names where the steps came from instead."""
-    from dbo_trace.analysis.attribution import attribute
-    from dbo_trace.analysis.steps import SOURCE_MARKER
+    from dbo_trace.analysis.steps.attribution import attribute
+    from dbo_trace.analysis.steps.sources import SOURCE_MARKER
     from dbo_trace.trace.load import read_timeline
 
     tl = read_timeline(next((SAMPLES / "serial" / "traces").glob("*.json.gz")), 0)

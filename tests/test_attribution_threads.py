@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dbo_trace.analysis import attribution as a
+from dbo_trace.analysis.steps import attribution as a
 from dbo_trace.trace.timeline import Intervals
 
 NAMES = ["cudaLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaStreamSynchronize"]

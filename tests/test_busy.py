@@ -1,4 +1,4 @@
-"""Each microbatch's compute and comm stretches (analysis/busy.py, the Perfetto export's microbatch
+"""Each microbatch's compute and comm stretches (analysis/overlap/busy.py, the Perfetto export's microbatch
 lanes) against a plain merge written here: sort one pair's intervals by start, join each to the
 last stretch where it starts at or before that stretch's end."""
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import SAMPLES
 from work import calls_made, elements_passed, peak_bytes
 
-from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE, PHASE_WAIT
-from dbo_trace.analysis.busy import microbatch_busy
+from dbo_trace.analysis.steps.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE, PHASE_WAIT
+from dbo_trace.analysis.overlap.busy import microbatch_busy
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 

@@ -7,7 +7,7 @@ import numpy as np
 from work import calls_made, elements_passed, peak_bytes
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.capture import capture_windows
+from dbo_trace.analysis.host.capture import capture_windows
 
 BEGIN, END, LAUNCH = c.CALL_CAPTURE_BEGIN, c.CALL_CAPTURE_END, c.CALL_LAUNCH
 

@@ -188,9 +188,9 @@ def test_archive_view_refusals(tmp_path):
 
 
 def test_a_missing_step_or_rank_is_said_in_the_options_words():
-    """analysis/view.py raises plain errors; drawn_step words them as --step and --rank."""
+    """render/pictures/step_view.py raises plain errors; drawn_step words them as --step and --rank."""
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.view import ChoiceNotFound, chosen_step
+    from dbo_trace.render.pictures.step_view import ChoiceNotFound, chosen_step
     from dbo_trace.commands.report import drawn_step
     from dbo_trace.pipeline import analyze_paths
 

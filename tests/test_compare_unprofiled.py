@@ -1,6 +1,6 @@
 """compare's unprofiled table (issue 40 item 3): sample bundles given timed repeats in their manifests,
 the figures checked against a computation here from the definitions in docs/analysis.md
-("Unprofiled timing") with numpy and a t table, not through analysis/unprofiled.py."""
+("Unprofiled timing") with numpy and a t table, not through analysis/compare/unprofiled.py."""
 
 import json
 import math

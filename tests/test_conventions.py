@@ -314,7 +314,7 @@ def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
 
 def _drawn(sample: str, window: str | None = None):
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.view import chosen_step, parse_window, step_view, window_view
+    from dbo_trace.render.pictures.step_view import chosen_step, parse_window, step_view, window_view
     from dbo_trace.pipeline import analyze_paths
     from dbo_trace.render.timeline import timeline_figure
 

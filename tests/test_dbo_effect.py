@@ -275,7 +275,7 @@ def test_against_the_independent_reference(effect_json):
 
 
 def _parts(compute: float, comm: float, host: float, dep: float, periods: int = 10):
-    from dbo_trace.analysis.effect import SpanParts
+    from dbo_trace.analysis.afd.effect import SpanParts
 
     per = compute + comm + host + dep
     return SpanParts(0.0, per * periods, periods, compute, comm, 0.0, host, dep)
@@ -288,7 +288,7 @@ def test_the_parts_of_a_made_up_timeline():
 
     from dbo_trace.analysis import classify as c
     from dbo_trace.analysis.accounting import partition
-    from dbo_trace.analysis.effect import ffn_parts, span_of, span_parts
+    from dbo_trace.analysis.afd.effect import ffn_parts, span_of, span_parts
 
     start = np.array([10.0, 40.0, 110.0, 250.0, 290.0])
     end = np.array([50.0, 90.0, 150.0, 260.0, 320.0])
@@ -312,8 +312,8 @@ def test_the_parts_of_a_made_up_timeline():
 
 
 def _pair(off, on, median_off: float, median_on: float, beyond: bool | None):
-    from dbo_trace.analysis.compare import BEYOND, TOO_FEW, WITHIN, Pair
-    from dbo_trace.analysis.effect import effect_of
+    from dbo_trace.analysis.compare.arms import BEYOND, TOO_FEW, WITHIN, Pair
+    from dbo_trace.analysis.afd.effect import effect_of
 
     e = effect_of(off, on, median_off_us=median_off, median_on_us=median_on, beyond_noise=beyond)
     call = TOO_FEW if beyond is None else BEYOND if beyond else WITHIN

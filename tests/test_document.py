@@ -9,8 +9,8 @@ import msgspec
 import pytest
 from conftest import SAMPLES
 
-from dbo_trace.analysis.exposure import REASON_SHORT, REASONS
-from dbo_trace.analysis.host_time import CAUSES
+from dbo_trace.analysis.overlap.exposure import REASON_SHORT, REASONS
+from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import document
@@ -46,8 +46,8 @@ def test_the_fixed_vocabularies_are_the_analyses():
 
 
 def test_the_verdict_vocabularies_are_the_analyses():
-    from dbo_trace.analysis import verdict
-    from dbo_trace.analysis.verdict import LABELS, QUALIFIERS
+    from dbo_trace.analysis.verdict import decision as verdict
+    from dbo_trace.analysis.verdict.decision import LABELS, QUALIFIERS
 
     assert typing.get_args(document.Label) == LABELS
     assert {label: label.value for label in verdict.Label} == document.LABEL_VALUE

@@ -1,4 +1,4 @@
-"""Exposed comm cut into pieces by reason (analysis/exposure.py), against a plain per-stretch
+"""Exposed comm cut into pieces by reason (analysis/overlap/exposure.py), against a plain per-stretch
 reference of the rule in its docstring: each stretch's comm kernel (the latest-starting of the 16
 comm kernels before its middle still running there), the part spent waiting for a peer first, the
 rest with the hold's cause or the compute state; each reason's total added in stretch order. The
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis import exposure as x
+from dbo_trace.analysis.overlap import exposure as x
 
 
 def reference(seg_start, seg_end, start, end, kind, ubatch, step, launch_start, held, peer_until):

@@ -19,7 +19,7 @@ from work import calls_made, elements_passed, peak_bytes
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM
-from dbo_trace.analysis.exposure import exposure
+from dbo_trace.analysis.overlap.exposure import exposure
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 

@@ -140,7 +140,7 @@ def test_the_report_of_a_moved_trace_without_the_shift_would_differ(tmp_path: Pa
     """The check above can fail: the moved trace read with its GPU clock as recorded gives another
     host idle (the shift is what brings it back)."""
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.rank import host_idle_at, rank_detail
+    from dbo_trace.analysis.rank_analysis import host_idle_at, rank_detail
     from dbo_trace.trace.load import read_timeline
 
     tl = read_timeline(shifted_copy(tmp_path, 2000.0), 0)

@@ -1,5 +1,5 @@
 """The first line carries the diagnosis: the verdict's label and, in brackets, the dominant finding
-(analysis/verdict.py, docs/analysis.md "Headline"), the same sentence in every renderer, and its
+(analysis/verdict/decision.py, docs/analysis.md "Headline"), the same sentence in every renderer, and its
 numbers the ones the details below it print."""
 
 import re
@@ -8,7 +8,7 @@ import pytest
 from conftest import SAMPLES, report_json, run_cli
 
 from dbo_trace.analysis.metrics import WindowMetrics
-from dbo_trace.analysis.verdict import (
+from dbo_trace.analysis.verdict.decision import (
     Evidence,
     Findings,
     HostBoundFinding,
@@ -167,7 +167,7 @@ def test_without_microbatches_the_overlap_question_is_not_asked():
     """Comm that nothing overlapped, and no step ran two microbatches: the label is single-batch, the
     headline its exposed comm per step (10 ms over 4 steps of the 100 ms window), no pays, and the
     next step does not promise what two microbatches would hide."""
-    from dbo_trace.analysis.verdict import GpuWork
+    from dbo_trace.analysis.verdict.decision import GpuWork
 
     m = window(Label.NOT_OVERLAPPED)
     v = decide(Evidence(m, findings=Findings(window_us=W), gpu=GpuWork(None, 4, 40_000.0, W, 10_000.0)))
@@ -196,8 +196,8 @@ def test_the_peer_wait_is_the_exposed_comm_that_waited_for_a_peer():
     rank that held the others back most."""
     from types import SimpleNamespace
 
-    from dbo_trace.analysis.evidence import findings
-    from dbo_trace.analysis.exposure import PEER, Exposure
+    from dbo_trace.analysis.verdict.evidence import findings
+    from dbo_trace.analysis.overlap.exposure import PEER, Exposure
 
     assert findings(W, [], [], None).peer_wait_us is None  # one rank: nothing matched
     waited = Exposure(9000.0, {PEER: 8000.0, "host": 1000.0})

@@ -8,9 +8,9 @@ from reference_host_time import CAUSES as REF_CAUSES
 from reference_host_time import host_causes as reference_causes
 from traces import write_trace
 
-from dbo_trace.analysis.host_time import CAUSES
+from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.verdict import HostBasis
+from dbo_trace.analysis.verdict.decision import HostBasis
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document
@@ -153,7 +153,7 @@ def test_trace_names_are_inert_in_the_outputs(tmp_path):
 def test_the_timeline_draws_what_the_host_did():
     """The median decode step of graphs-decode: CPU operators on the main thread's lane, coloured by
     name; the replayed kernels coloured by what they belong to; the legend only what is drawn."""
-    from dbo_trace.analysis.view import median_step, step_view
+    from dbo_trace.render.pictures.step_view import median_step, step_view
     from dbo_trace.render.timeline import OTHER_GROUP, group_colour
 
     r = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options()).ranks[0]
@@ -184,7 +184,7 @@ def test_innermost_operator_stretches() -> None:
     outliving its parent stays the innermost to its own end (nothing of it is lost)."""
     import numpy as np
 
-    from dbo_trace.analysis.host_time import innermost
+    from dbo_trace.analysis.host.host_time import innermost
 
     # A [0,10) holds B [2,5) holding C [3,4), and D [6,8); E [12,14) alone; F [13,20) outlives E
     start = np.array([0, 2, 3, 6, 12, 13.0])

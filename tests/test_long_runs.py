@@ -51,7 +51,7 @@ def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, 
     """A long run's steps are built as the renderers read them: the terminal shows 20 of 1,000 steps
     and builds 20 step blocks, the Markdown 200; their reports (verdict, host causes) are built a
     chunk at a time (analysis/model.py StepReports). --json builds every one."""
-    from dbo_trace.analysis import model, rank, report
+    from dbo_trace.analysis import model, rank_analysis as rank, report
     from dbo_trace.render import document
 
     blocks, verdicts = [], []

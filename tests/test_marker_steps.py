@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_steps_hostile import _timeline
 
-from dbo_trace.analysis import steps as s
+from dbo_trace.analysis.steps import sources as s
 
 
 @pytest.mark.parametrize("seed", range(50))

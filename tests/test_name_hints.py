@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from dbo_trace.analysis import attribution, stalls, steps
+from dbo_trace.analysis.steps import attribution, stalls, sources as steps
 from dbo_trace.analysis.classify import per_name
 from dbo_trace.trace.timeline import names_hinted, starts_with, used_names
 

@@ -15,8 +15,8 @@ from afd_synth import afd_pair
 from conftest import ROOT, SAMPLES, report_json, RUN_SAMPLES
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.sharing import TimeSlicing
-from dbo_trace.analysis.verdict import Evidence, decide
+from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
+from dbo_trace.analysis.verdict.decision import Evidence, decide
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
 from dbo_trace.render.wording import next_step_text
@@ -157,7 +157,7 @@ def test_an_afd_eager_arm_with_dbo_off_names_the_yield_ops_cost():
 
 
 def test_time_slicing_evidence_names_the_mps_daemon():
-    """Evidence that the roles time-slice one GPU (analysis/sharing.py): given, it is the next step
+    """Evidence that the roles time-slice one GPU (analysis/afd/gpu_sharing.py): given, it is the next step
     whatever else holds, in words that name MPS and the figures it follows from."""
     doc = json.loads((GOLDEN / "serial.json").read_text())
     report = analyze_paths([SAMPLES / "serial"], Options())
@@ -225,7 +225,7 @@ def test_an_ffn_servers_verdicts_never_speak_of_its_own_microbatches(sample):
 def _yield_op_evidence(sample):
     """The run's evidence for the yield-op step, rebuilt from its report: its figures, host test,
     host causes and the op's calls (the step decide() gave it is yield_op_cost)."""
-    from dbo_trace.analysis.verdict import YieldOpCost
+    from dbo_trace.analysis.verdict.decision import YieldOpCost
 
     report = analyze_paths([SAMPLES / sample], Options())
     step = report.verdict.next_step
@@ -238,7 +238,7 @@ def _yield_op_evidence(sample):
 def test_a_yield_op_that_leads_a_fragmented_host_idle_by_a_little_is_not_the_next_step():
     """The op leads the host-caused idle but holds 3% of it (every other item smaller still): a
     cheaper call would win back 3%, which is no next step (the op must hold 20% or more)."""
-    from dbo_trace.analysis.host_time import CAUSES, HostCauses
+    from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 
     e = _yield_op_evidence("afd-eager-dbo")
     idle = e.causes.host_idle_us

@@ -14,8 +14,8 @@ import pytest
 from reference import covered, merged
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.exposure import Exposure
-from dbo_trace.analysis.operations import operation_ids, operation_rows
+from dbo_trace.analysis.overlap.exposure import Exposure
+from dbo_trace.analysis.overlap.operations import operation_ids, operation_rows
 
 REASONS = ("late-record", "crowded", "host", "waiting")
 

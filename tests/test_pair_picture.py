@@ -15,7 +15,7 @@ import pytest
 from conftest import SAMPLES, run_cli
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.view import FFN_GPU, FFN_SPAN, afd_peer, chosen_step, step_view
+from dbo_trace.render.pictures.step_view import FFN_GPU, FFN_SPAN, afd_peer, chosen_step, step_view
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.render.timeline import pair_note, queue_full, step_legend
 

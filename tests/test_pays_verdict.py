@@ -13,7 +13,7 @@ import pytest
 from conftest import SAMPLES, report_json, run_cli
 from independent_afd import round_trips
 
-from dbo_trace.analysis.sharing import MPS_NOT_RUNNING, GpuSharing, time_slicing
+from dbo_trace.analysis.afd.gpu_sharing import MPS_NOT_RUNNING, GpuSharing, time_slicing
 
 AFD_ARMS = ["afd-graphs", "afd-graphs-dbo", "afd-eager", "afd-eager-dbo", "afd-pair-graphs-dbo", "afd-pair-graphs-nomps"]
 DBO_ARMS = ["afd-graphs-dbo", "afd-eager-dbo", "afd-pair-graphs-dbo"]

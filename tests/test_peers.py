@@ -268,7 +268,7 @@ def test_perfetto_draws_every_rank_on_one_axis_with_its_waits(tmp_path, docs):
 def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
     from conftest import run_cli
 
-    from dbo_trace.analysis.ranks_view import ranks_step_view
+    from dbo_trace.render.pictures.ranks_view import ranks_step_view
     from dbo_trace.analysis.model import Options
     from dbo_trace.pipeline import analyze_paths
 

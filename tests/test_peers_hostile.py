@@ -3,7 +3,7 @@ on one rank only) give a bounded number of notes, not a line per name."""
 
 import numpy as np
 
-from dbo_trace.analysis.peers import RankComm, match
+from dbo_trace.analysis.cross_rank.collective_waits import RankComm, match
 
 
 def _rank(rank, channels):

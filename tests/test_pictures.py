@@ -9,7 +9,7 @@ import reference as ref
 from conftest import SAMPLES, run_cli, sample_trace
 
 from dbo_trace.analysis.model import Options  # noqa: E402
-from dbo_trace.analysis.view import median_step, step_view  # noqa: E402
+from dbo_trace.render.pictures.step_view import median_step, step_view  # noqa: E402
 from dbo_trace.pipeline import analyze_paths  # noqa: E402
 
 DRAWN = ["serial", "overlap", "graph", "hostbound"]
@@ -237,7 +237,7 @@ def test_the_title_wraps_between_its_parts_and_shows_no_escapes(monkeypatch):
     import matplotlib
 
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.view import median_step, step_view
+    from dbo_trace.render.pictures.step_view import median_step, step_view
     from dbo_trace.pipeline import analyze_paths
     from dbo_trace.render.timeline import draw_timeline
 
@@ -309,7 +309,7 @@ def check_inside(fig, image_format="png"):
 def test_title_and_legend_lie_inside_every_samples_picture(variant):
     """Every sample's median step, and with several ranks the all-ranks picture: each drawn text's
     box inside the canvas, and no ink on the canvas's edge."""
-    from dbo_trace.analysis.ranks_view import ranks_step_view
+    from dbo_trace.render.pictures.ranks_view import ranks_step_view
     from dbo_trace.render.timeline import ranks_figure, timeline_figure
 
     report = analysed(variant)
@@ -345,7 +345,7 @@ def test_title_and_legend_lie_inside_real_traces_with_long_names(trace):
 def test_a_window_of_several_steps_holds_every_kernel_and_call_in_it(tmp_path):
     """--window '#2:#4' draws from step #2's start to #4's end: every GPU activity of the raw trace
     that overlaps it, each step's start marked; bad windows are one line each."""
-    from dbo_trace.analysis.view import parse_window, window_view
+    from dbo_trace.render.pictures.step_view import parse_window, window_view
 
     rank = analysed("overlap").ranks[0]
     lo, hi = parse_window(rank, "#2:#4")

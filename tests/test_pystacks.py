@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from conftest import require_module
 
-from dbo_trace.analysis import pystacks as P
+from dbo_trace.analysis.host import python_frames as P
 from dbo_trace.analysis.model import Options
 from dbo_trace.pipeline import analyze_paths
 from dbo_trace.trace import pystacks as R
@@ -373,7 +373,7 @@ def test_frames_agree_with_a_plain_reading() -> None:
     entry = json.loads((bundle / "manifest.json").read_text())["pystacks"][0]
     path = bundle / entry["path"]
     p = d.host_pieces
-    from dbo_trace.analysis.host_time import CAUSES
+    from dbo_trace.analysis.host.host_time import CAUSES
 
     pieces = list(zip(p.lo.tolist(), p.hi.tolist(), [CAUSES[c] for c in p.cause.tolist()], p.lane.tolist()))
     want = project_time(path, d.timeline.pid, clock.offset_us, pieces, natives_of(bundle))
@@ -415,7 +415,7 @@ def test_each_steps_frame_is_its_most_sampled_one() -> None:
     against a plain loop over the same pieces, on the AFD recording."""
     from conftest import SAMPLES
 
-    from dbo_trace.analysis.pystacks import frame_label, node_frames, stack_pieces, step_frames, thread_of_lane
+    from dbo_trace.analysis.host.python_frames import frame_label, node_frames, stack_pieces, step_frames, thread_of_lane
 
     bundle = SAMPLES / "afd-graphs-dbo"
     report = analyze_paths([bundle], Options())

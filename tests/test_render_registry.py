@@ -62,7 +62,7 @@ def test_terminal_report_imports_no_other_output() -> None:
         "import contextlib, io, sys\nfrom dbo_trace.cli import run\nsys.argv = ['dbo-trace', 'report', 'samples/overlap']\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    run()"
     )
-    assert "dbo_trace.render.terminal" in seen and "dbo_trace.analysis.verdict" in seen
+    assert "dbo_trace.render.terminal" in seen and "dbo_trace.analysis.verdict.decision" in seen
     unused = {"dbo_trace.render.html", "dbo_trace.render.markdown", "dbo_trace.render.perfetto", "dbo_trace.render.timeline"}
     assert not seen & unused, seen & unused
     assert not {m for m in seen if m.split(".")[0] in ("matplotlib", "perfetto", "torch")}

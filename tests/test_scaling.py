@@ -40,7 +40,7 @@ from tiling import tiled
 from work import elements_passed, peak_bytes
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.rank import analyze_rank
+from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.trace.load import read_timeline
 
 WORK_LIMIT = 10.0  # the work count is exact: 8 for linear work

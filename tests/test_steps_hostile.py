@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 from work import calls_made, elements_passed, peak_bytes
 
-from dbo_trace.analysis.steps import optimizer_steps
+from dbo_trace.analysis.steps.sources import optimizer_steps
 from dbo_trace.trace.timeline import Intervals, Timeline
 
 

@@ -72,7 +72,7 @@ def test_step_time_spread_per_phase():
 
 
 def test_compare_shows_the_median_and_spread():
-    from dbo_trace.analysis.compare import arm_of
+    from dbo_trace.analysis.compare.arms import arm_of
 
     report = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options())
     arm = arm_of("graphs", report, "mixed")

@@ -321,7 +321,7 @@ def test_hostile_names_stay_inert(tmp_path):
 
 
 def _points(calls: list[str | None]):
-    from dbo_trace.analysis.sweep import DboPoint, LoadPoint
+    from dbo_trace.analysis.compare.load_sweep import DboPoint, LoadPoint
 
     out = []
     for i, call in enumerate(calls):
@@ -347,7 +347,7 @@ def _points(calls: list[str | None]):
     ],
 )
 def test_turns_only_between_loads_beyond_noise_on_each_side(calls, turns, side, beyond):
-    from dbo_trace.analysis.sweep import turns_of
+    from dbo_trace.analysis.compare.load_sweep import turns_of
 
     found, found_side, found_beyond = turns_of(_points(calls))
     assert [(t.before, t.after, t.direction, t.passed_over) for t in found] == turns
@@ -355,8 +355,8 @@ def test_turns_only_between_loads_beyond_noise_on_each_side(calls, turns, side, 
 
 
 def test_a_dbo_arm_pairs_only_with_the_same_graph_mode_and_sharing():
-    from dbo_trace.analysis.compare import RanWith
-    from dbo_trace.analysis.sweep import partners
+    from dbo_trace.analysis.compare.arms import RanWith
+    from dbo_trace.analysis.compare.load_sweep import partners
 
     arms = ["eager", "graphs", "graphs+DBO", "eager+DBO", "graphs+DBO nomps", "piecewise+DBO"]
     ran = {

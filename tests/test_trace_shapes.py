@@ -7,8 +7,8 @@ from conftest import ROOT, SAMPLES, report_json, run_cli
 from traces import CALL_CATEGORIES, GPU_CATEGORIES, events_of, read_trace, rewrite_trace, write_trace
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.operations import operation_ids
-from dbo_trace.analysis.rank import operations_per_step
+from dbo_trace.analysis.overlap.operations import operation_ids
+from dbo_trace.analysis.rank_analysis import operations_per_step
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 

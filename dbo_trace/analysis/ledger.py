@@ -14,7 +14,7 @@ import numpy as np
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.intervals import grouped_length, index_groups, step_thread_cover
-from dbo_trace.analysis.steps import index_in, log_to_trace_us
+from dbo_trace.analysis.steps.sources import index_in, log_to_trace_us
 
 SOURCE_LOG = "event log (UBatchContext yields)"
 SOURCE_YIELD_OPS = "trace (vllm::manual_dbo_yield CPU ops)"

@@ -9,30 +9,30 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import Partition, TimeBuckets
-from dbo_trace.analysis.attribution import SOURCE_NONE, Attribution
-from dbo_trace.analysis.capture import Capture
-from dbo_trace.analysis.clocks import RankClue
-from dbo_trace.analysis.contention import Contention
-from dbo_trace.analysis.effect import SpanParts
-from dbo_trace.analysis.expensive import ExpensiveCall
-from dbo_trace.analysis.exposure import Exposure
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
-from dbo_trace.analysis.held import HeldBack, HeldSummary
-from dbo_trace.analysis.host_time import HostCauses, HostPieces
+from dbo_trace.analysis.steps.attribution import SOURCE_NONE, Attribution
+from dbo_trace.analysis.host.capture import Capture
+from dbo_trace.analysis.cross_rank.clocks import RankClue
+from dbo_trace.analysis.overlap.contention import Contention
+from dbo_trace.analysis.afd.effect import SpanParts
+from dbo_trace.analysis.host.expensive import ExpensiveCall
+from dbo_trace.analysis.overlap.exposure import Exposure
+from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
+from dbo_trace.analysis.overlap.held import HeldBack, HeldSummary
+from dbo_trace.analysis.host.host_time import HostCauses, HostPieces
 from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, YieldOps, layer_operations
 from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
-from dbo_trace.analysis.operations import OperationRow
-from dbo_trace.analysis.peers import RankComm, WaitSplit
-from dbo_trace.analysis.pystacks import RankStacks, StepFrame
-from dbo_trace.analysis.queueing import LaunchDelay
-from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.role_evidence import FROM_TRACE, RoleCall
-from dbo_trace.analysis.roles import ATTENTION, RoleMissing, RolesInfo, SharedGpu
-from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
-from dbo_trace.analysis.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict import AfdShare, Evidence, HostTest, Label, Verdict, decide
+from dbo_trace.analysis.overlap.operations import OperationRow
+from dbo_trace.analysis.cross_rank.collective_waits import RankComm, WaitSplit
+from dbo_trace.analysis.host.python_frames import RankStacks, StepFrame
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
+from dbo_trace.analysis.afd.role_evidence import FROM_TRACE, RoleCall
+from dbo_trace.analysis.afd.roles import ATTENTION, RoleMissing, RolesInfo, SharedGpu
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.steps.stalls import Behind, Stall
+from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
+from dbo_trace.analysis.verdict.decision import AfdShare, Evidence, HostTest, Label, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
@@ -72,7 +72,7 @@ class Options:
     @property
     def disaggregated(self) -> bool:
         """A bundle declared an AFD attention server (its manifest or its recorded command line): the
-        run is disaggregated, and the round-trip model (analysis/roundtrips.py) applies to a trace of
+        run is disaggregated, and the round-trip model (analysis/afd/round_trips.py) applies to a trace of
         it that no role reached too. An FFN server recorded alone has no round trips of its own, and a
         role told by a trace's own evidence declares nothing of the other traces."""
         return any(call.source != FROM_TRACE and call.role == ATTENTION for _, call in self.role_sources)
@@ -300,7 +300,7 @@ class RankDetail:
 
 @dataclass(frozen=True, kw_only=True)
 class RankAnalysis:
-    """What a rank's analysis measured (analysis/rank.py analyze_rank): everything of its report
+    """What a rank's analysis measured (analysis/rank_analysis.py analyze_rank): everything of its report
     but the verdict, which is decided once every rank is in (analysis/report.py finish)."""
 
     rank: int
@@ -316,8 +316,8 @@ class RankAnalysis:
     host_test: HostTest
     steady: TimeBuckets | None = None  # what the host test measured: the steady steps' windows (or the window less the stalls')
     behind: Behind | None = None  # the step windows overlap: the GPU runs behind the CPU
-    launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/queueing.py)
-    clocks: ClockBounds | None = None  # the GPU clock's offsets the events allow, the shift applied (analysis/gpu_clock.py)
+    launch_delay: LaunchDelay | None = None  # launch call end to start; host idle after the launch (analysis/overlap/queueing.py)
+    clocks: ClockBounds | None = None  # the GPU clock's offsets the events allow, the shift applied (analysis/host/gpu_clock.py)
     incomplete: Incomplete | None = None  # the trace lacks GPU work or its launches: host idle is an upper bound
     phases: list[PhaseReport] = field(default_factory=list)
     steps_inferred: bool = False
@@ -325,7 +325,7 @@ class RankAnalysis:
     exposure: Exposure | None = None  # why comm was exposed; None without comm
     held_back: HeldSummary | None = None  # comm kernels held past the other microbatch's compute; None without microbatches
     operations: list[OperationRow] = field(default_factory=list)  # per (microbatch, k-th op of a step), with microbatches
-    capture: Capture | None = None  # graph captures in the trace (analysis/capture.py); None without any
+    capture: Capture | None = None  # graph captures in the trace (analysis/host/capture.py); None without any
     comm_kernels: list[tuple[str, int]] = field(default_factory=list)  # what counted as communication
     host_causes: HostCauses | None = None  # over what the host test measured (in-step time or the window)
     host_causes_window: HostCauses | None = None  # over the whole window
@@ -338,15 +338,15 @@ class RankAnalysis:
     # its comm time apart into waiting for peer ranks and transfer, hidden and exposed; None: one rank
     wait_split: WaitSplit | None = None
     graph_api: str = "CUDA"  # what its graph lines call the graphs: HIP on ROCm traces
-    role: str | None = None  # attention / ffn in a disaggregated run (analysis/role_evidence.py)
+    role: str | None = None  # attention / ffn in a disaggregated run (analysis/afd/role_evidence.py)
     role_source: RoleCall | None = None  # where the role came from (the manifest, the command line, the trace)
-    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/expensive.py
-    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/roundtrips.py)
-    host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/pystacks.py); None: no samples
+    expensive_calls: list[ExpensiveCall] = field(default_factory=list)  # analysis/host/expensive.py
+    afd: AfdRoundTrips | None = None  # the attention side's round trips (analysis/afd/round_trips.py)
+    host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/host/python_frames.py); None: no samples
     yield_ops: YieldOps | None = None  # the AFD yield op's calls, DBO on or off (analysis/ledger.py)
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
     sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
-    span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/effect.py), for compare
+    span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/afd/effect.py), for compare
     decode_requests: float | None = None  # its steady decode steps' median decode requests (vLLM's annotations)
     # its steady steps' periods by vLLM's execute_* annotations, start to start, each with its phase and
     # tokens: compare times every arm on this one basis where all have it (an event log's steps start at
@@ -392,7 +392,7 @@ class Report:
     window: TimeBuckets  # all ranks' windows by bucket, added (one GPU each)
     phases: list[PhaseReport] = field(default_factory=list)  # over all ranks
     warnings: list[Note] = field(default_factory=list)
-    cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/ranks.py)
+    cross_rank: CrossRank | None = None  # two or more ranks on one clock (analysis/cross_rank/side_by_side.py)
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
@@ -402,7 +402,7 @@ class Report:
 
 @dataclass(frozen=True)
 class PairPart:
-    """What reading an AFD pair together takes of a rank's detail (analysis/disaggregated.py): its
+    """What reading an AFD pair together takes of a rank's detail (analysis/afd/attention_side.py): its
     clock's base and its GPU work as intervals, each (start, end) in start order on its own clock."""
 
     base_time_ns: int | None

@@ -9,15 +9,15 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.attribution import SOURCE_NONE
-from dbo_trace.analysis.capture import Capture
-from dbo_trace.analysis.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
-from dbo_trace.analysis.disaggregated import pair_part, time_slicing_of, with_ffn_parts, with_pair
-from dbo_trace.analysis.evidence import Together, evidence_of, waited_for_most
-from dbo_trace.analysis.expensive import MOST as MOST_EXPENSIVE
-from dbo_trace.analysis.expensive import ExpensiveCall
-from dbo_trace.analysis.exposure import CROWDED
-from dbo_trace.analysis.host_time import HostCauses, combine_causes
+from dbo_trace.analysis.steps.attribution import SOURCE_NONE
+from dbo_trace.analysis.host.capture import Capture
+from dbo_trace.analysis.cross_rank.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
+from dbo_trace.analysis.afd.attention_side import pair_part, time_slicing_of, with_ffn_parts, with_pair
+from dbo_trace.analysis.verdict.evidence import Together, evidence_of, waited_for_most
+from dbo_trace.analysis.host.expensive import MOST as MOST_EXPENSIVE
+from dbo_trace.analysis.host.expensive import ExpensiveCall
+from dbo_trace.analysis.overlap.exposure import CROWDED
+from dbo_trace.analysis.host.host_time import HostCauses, combine_causes
 from dbo_trace.analysis.intervals import grouped_length
 from dbo_trace.analysis.ledger import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
 from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
@@ -32,15 +32,15 @@ from dbo_trace.analysis.model import (
     Report,
     StepTable,
 )
-from dbo_trace.analysis.operations import operation_index
-from dbo_trace.analysis.peers import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
-from dbo_trace.analysis.rank import rank_contention, rank_exposure, rank_layers, rank_operations
-from dbo_trace.analysis.ranks import CrossRank, RankOnClock, cross_rank, straggler_threshold
-from dbo_trace.analysis.roles import FFN, RolesInfo
-from dbo_trace.analysis.steps import SOURCE_EVENT_LOG
-from dbo_trace.analysis.summaries import spread
-from dbo_trace.analysis.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict import HostBasis, HostTest, decide, host_test_of
+from dbo_trace.analysis.overlap.operations import operation_index
+from dbo_trace.analysis.cross_rank.collective_waits import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
+from dbo_trace.analysis.rank_analysis import rank_contention, rank_exposure, rank_layers, rank_operations
+from dbo_trace.analysis.cross_rank.side_by_side import CrossRank, RankOnClock, cross_rank, straggler_threshold
+from dbo_trace.analysis.afd.roles import FFN, RolesInfo
+from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG
+from dbo_trace.analysis.host.summaries import spread
+from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
+from dbo_trace.analysis.verdict.decision import HostBasis, HostTest, decide, host_test_of
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:
@@ -137,7 +137,7 @@ def combine(
 def run_unprofiled(
     ranks: list[RankAnalysis], repeats: tuple[Repeat, ...], prefills_interleave: bool | None = None
 ) -> Unprofiled | None:
-    """The recording's repeats against its profiled steps (analysis/unprofiled.py): the served
+    """The recording's repeats against its profiled steps (analysis/compare/unprofiled.py): the served
     side's ranks (an FFN server's steps are not the ones TPOT times)."""
     if not repeats:
         return None
@@ -269,8 +269,8 @@ def across_ranks(
     parts: list[CrossPart] | None = None,
     refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
 ) -> tuple[CrossRank | None, list[RankAnalysis]]:
-    """The ranks on one clock, their collectives matched and each one's wait (analysis/clocks.py,
-    analysis/peers.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
+    """The ranks on one clock, their collectives matched and each one's wait (analysis/cross_rank/clocks.py,
+    analysis/cross_rank/collective_waits.py); the ranks come back with the exposed comm that was waiting for a peer so called."""
     if len(ranks) < 2 or (parts is None and any(r.detail is None for r in ranks)):
         return None, ranks
     parts = parts if parts is not None else [cross_part(r) for r in ranks]

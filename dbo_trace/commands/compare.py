@@ -74,8 +74,8 @@ def run(request: CompareRequest | SweepView) -> None:
 
 
 def _compare(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare import arms_of, dbo_pairs, declared, has_marked_periods, ran_with, shape_differences, shared_phases
-    from dbo_trace.analysis.compare import compare as compare_arms
+    from dbo_trace.analysis.compare.arms import arms_of, dbo_pairs, declared, has_marked_periods, ran_with, shape_differences, shared_phases
+    from dbo_trace.analysis.compare.arms import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.render import RenderOptions
     from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
@@ -138,10 +138,10 @@ def declared_load(path: Path) -> dict | None:
 
 def unprofiled_arms(names: list[str], reports: list) -> list:
     """The arms whose recording holds timed repeats (record --repeats), each with its profiled step
-    period as its own report measured the profiler's overhead (analysis/unprofiled.py), and the
+    period as its own report measured the profiler's overhead (analysis/compare/unprofiled.py), and the
     change against the first of them."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.unprofiled import against_first
+    from dbo_trace.analysis.compare.unprofiled import against_first
 
     return against_first([replace(rep.unprofiled, label=name) for name, rep in zip(names, reports) if rep.unprofiled is not None])

@@ -58,7 +58,7 @@ class ReportRequest:
     layer: int | None = None  # --layer: only this layer's comm operations and hand-overs
     what_if: tuple[str, ...] = ()  # --what-if as given: round-trip=TIME
     all_ranks: bool = False
-    window: str | None = None  # --window as given: START:END (analysis/view.py parse_window)
+    window: str | None = None  # --window as given: START:END (render/pictures/step_view.py parse_window)
     workers: int | None = None
     ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
     force: bool = False
@@ -227,7 +227,7 @@ def run(request: ReportRequest | ArchiveView | SweepView) -> None:
             renderer = RENDERERS[chosen] if isinstance(chosen, str) else chosen
             write_file(as_bytes(renderer.render(result, shown)), path, request.force)
             if renderer is picture and drawn is not None:
-                from dbo_trace.analysis.view import step_name
+                from dbo_trace.render.pictures.step_view import step_name
 
                 rank, position = drawn
                 who = "every rank" if request.all_ranks else f"rank {rank.rank}"
@@ -257,9 +257,9 @@ def check_layer(report: Report, layer: int) -> None:
 
 
 def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[RankReport, int]:
-    """The rank and step position a picture draws (analysis/view.py chosen_step), or the user's
+    """The rank and step position a picture draws (render/pictures/step_view.py chosen_step), or the user's
     line saying, in the command line's words, what --rank or --step named that is not there."""
-    from dbo_trace.analysis.view import MEDIAN, SLOWEST, NoStepToDraw, RankNotFound, StepNotFound, chosen_step
+    from dbo_trace.render.pictures.step_view import MEDIAN, SLOWEST, NoStepToDraw, RankNotFound, StepNotFound, chosen_step
 
     try:
         return chosen_step(report, rank, step)
@@ -281,8 +281,8 @@ def drawn_step(report: Report, rank: int | None, step: str | None) -> tuple[Rank
 
 
 def drawn_window(rank: RankReport, window: str) -> tuple[float, float]:
-    """The span --window names (analysis/view.py parse_window), or the user's line saying why not."""
-    from dbo_trace.analysis.view import WindowNotFound, parse_window
+    """The span --window names (render/pictures/step_view.py parse_window), or the user's line saying why not."""
+    from dbo_trace.render.pictures.step_view import WindowNotFound, parse_window
 
     try:
         return parse_window(rank, window)

@@ -2,7 +2,7 @@
 
 The folder is read as input (dbo_trace/sweep_folder.py), each run's timed repeats and settings taken
 from its manifest, each profiled run analysed as `compare` analyses an arm, and the figures summarised
-in analysis/sweep.py; render/sweep.py and render/sweep_plot.py write them."""
+in analysis/compare/load_sweep.py; render/sweep.py and render/sweep_plot.py write them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dbo_trace.commands.common import color, fail, refuse_overwrite, warn, write
 from dbo_trace.errors import UsageError
 
 if TYPE_CHECKING:
-    from dbo_trace.analysis.sweep import LoadPoint, RunFigures
+    from dbo_trace.analysis.compare.load_sweep import LoadPoint, RunFigures
     from dbo_trace.sweep_folder import Sweep, SweepRun
 
 PICTURES = ("png", "svg")
@@ -63,7 +63,7 @@ def run(view: SweepView) -> None:
 
 
 def _run(view: SweepView) -> None:
-    from dbo_trace.analysis.sweep import summarise
+    from dbo_trace.analysis.compare.load_sweep import summarise
     from dbo_trace.render.base import RenderOptions
     from dbo_trace.render.sweep import SWEEP_RENDERERS, build_sweep_document
     from dbo_trace.render.sweep_plot import draw_sweep
@@ -98,7 +98,7 @@ def _run(view: SweepView) -> None:
 
 def load_point(sweep: Sweep, name: str) -> LoadPoint:
     """A load as the sweep lists it, with the servers' --max-num-seqs where every run there that says gives the same."""
-    from dbo_trace.analysis.sweep import LoadPoint
+    from dbo_trace.analysis.compare.load_sweep import LoadPoint
 
     x = next(x for x in sweep.spec.loads if x.name == name)
     seqs = {n for r in sweep.runs if r.load == name and (n := max_num_seqs(r)) is not None}
@@ -116,11 +116,11 @@ def max_num_seqs(run: SweepRun) -> int | None:
 def figures_of(run: SweepRun) -> RunFigures:
     """One run's figures: its usable repeats, what it ran with (its settings; its trace where profiled
     and the settings do not say), and, where it holds a profiled window, compare's row of it."""
-    from dbo_trace.analysis.compare import ALL_STEPS, RanWith, arm_of, declared, has_marked_periods, ran_with
+    from dbo_trace.analysis.compare.arms import ALL_STEPS, RanWith, arm_of, declared, has_marked_periods, ran_with
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.roles import FFN
-    from dbo_trace.analysis.sweep import RunFigures
-    from dbo_trace.analysis.unprofiled import repeats_of
+    from dbo_trace.analysis.afd.roles import FFN
+    from dbo_trace.analysis.compare.load_sweep import RunFigures
+    from dbo_trace.analysis.compare.unprofiled import repeats_of
 
     m = run.manifest
     if m is None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis import exposure
-from dbo_trace.analysis import verdict as v
+from dbo_trace.analysis.overlap import exposure
+from dbo_trace.analysis.verdict import decision as v
 from dbo_trace.analysis.model import Options, Report
 from dbo_trace.demo.devices import SPIN_KERNEL
 from dbo_trace.demo.worker import WORKLOAD_FILE

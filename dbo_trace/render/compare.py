@@ -1,6 +1,6 @@
 """`dbo-trace compare` output: the ablation table as terminal text, JSON or Markdown; for arms of a
 disaggregated (AFD) run, their round trips per arm; DBO's effect per pair (DBO on against off, one
-cudagraph mode); the arms timed unprofiled. Lays out what analysis/compare.py computed."""
+cudagraph mode); the arms timed unprofiled. Lays out what analysis/compare/arms.py computed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import (
+from dbo_trace.analysis.compare.arms import (
     ALL_STEPS,
     LOAD,
     MIN_STEPS,
@@ -24,8 +24,8 @@ from dbo_trace.analysis.compare import (
     ShapeDiff,
     graphs_text,
 )
-from dbo_trace.analysis.effect import DOES_NOT_PAY, PAYS, WITHIN_NOISE, Effect
-from dbo_trace.analysis.unprofiled import Unprofiled
+from dbo_trace.analysis.afd.effect import DOES_NOT_PAY, PAYS, WITHIN_NOISE, Effect
+from dbo_trace.analysis.compare.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
@@ -41,7 +41,7 @@ from dbo_trace.render.wording import label_text
 # 6: the step sample is start-to-start periods (a rank's last step apart); ran_with; the round trip's
 # parts; pairs (DBO's effect per cudagraph mode); unprofiled rows' profiled_phase and profiled_periods
 # 7: arms paired and grouped by load (ran_with.load, load_group); pairs' load, unpaired reasons and
-# effect (the change per step in parts, analysis/effect.py); conclusions (one sentence per pair)
+# effect (the change per step in parts, analysis/afd/effect.py); conclusions (one sentence per pair)
 COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 7
 
 

@@ -17,25 +17,25 @@ from msgspec import UNSET, UnsetType
 
 from dbo_trace import __version__
 from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.clocks import Alignment
-from dbo_trace.analysis.contention import Contention
-from dbo_trace.analysis.exposure import LATE_RECORD, Exposure
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
-from dbo_trace.analysis.held import HeldSummary
-from dbo_trace.analysis.host_time import CAUSES, HostCauses
+from dbo_trace.analysis.cross_rank.clocks import Alignment
+from dbo_trace.analysis.overlap.contention import Contention
+from dbo_trace.analysis.overlap.exposure import LATE_RECORD, Exposure
+from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
+from dbo_trace.analysis.overlap.held import HeldSummary
+from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import PhaseReport, RankReport, Report, StepReport, StepTable
-from dbo_trace.analysis.peers import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.pystacks import HostStacks, RankStacks
-from dbo_trace.analysis.queueing import LaunchDelay
-from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.roles import RolesInfo
-from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.stalls import Behind, Stall
-from dbo_trace.analysis.summaries import CpuRangeRow, KernelSummary, Spread
-from dbo_trace.analysis.unprofiled import Unprofiled
-from dbo_trace.analysis.verdict import Label as VerdictLabel
-from dbo_trace.analysis.verdict import Verdict, is_host_bound
+from dbo_trace.analysis.cross_rank.collective_waits import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
+from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
+from dbo_trace.analysis.afd.roles import RolesInfo
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.steps.stalls import Behind, Stall
+from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.compare.unprofiled import Unprofiled
+from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
+from dbo_trace.analysis.verdict.decision import Verdict, is_host_bound
 from dbo_trace.lazy import LazyList, concatenated
 from dbo_trace.render.ledger import (
     LayerOpsRow,
@@ -105,7 +105,7 @@ LABEL_VALUE: dict[VerdictLabel, Label] = {
     VerdictLabel.OVERLAPPED: "overlapped", VerdictLabel.SINGLE_BATCH: "single-batch",
     VerdictLabel.NOT_OVERLAPPED: "not-overlapped",
 }  # fmt: skip
-StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/stalls.py
+StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/steps/stalls.py
 # A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
 Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
 QualifierKey = Literal[
@@ -281,7 +281,7 @@ class NextStepBlock(Struct):
 
 
 class PaysBlock(Struct):
-    """Does DBO pay (version 8; analysis/verdict.py Pays): from one arm not measured; what the arm
+    """Does DBO pay (version 8; analysis/verdict/decision.py Pays): from one arm not measured; what the arm
     shows of the balance, per step (null: not in this trace), and its words."""
 
     measured: bool
@@ -733,7 +733,7 @@ class MostlyAt(Struct):
 
 
 class PeerWait(Struct):
-    """A rank's waits for its peers in brief, for a headline (analysis/peers.py)."""
+    """A rank's waits for its peers in brief, for a headline (analysis/cross_rank/collective_waits.py)."""
 
     wait_us: float | None
     wait_share: float | None
@@ -956,7 +956,7 @@ class CrossRankBlock(Struct):
 
 
 class ProfilerBlock(Struct):
-    """The profiler's own cost (analysis/unprofiled.py): the recording's timed repeats, the profiler
+    """The profiler's own cost (analysis/compare/unprofiled.py): the recording's timed repeats, the profiler
     off, against its profiled steps."""
 
     profiled_period_us: float | None  # the median start-to-start period of the steady steps below

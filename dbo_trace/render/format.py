@@ -8,7 +8,7 @@ import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
-from dbo_trace.analysis.sharing import SLICED_MIN_US, SLICED_RATIO
+from dbo_trace.analysis.afd.gpu_sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
@@ -59,7 +59,7 @@ def tri(state: bool | None, yes: str = "met", no: str = "missed") -> str:
 
 
 def headline(verdict: VerdictBlock | PhaseVerdict) -> str:
-    """The verdict's first line: its label and the dominant finding (analysis/verdict.py)."""
+    """The verdict's first line: its label and the dominant finding (analysis/verdict/decision.py)."""
     return verdict.headline or verdict.label or "-"
 
 
@@ -503,14 +503,14 @@ def comm_kernels_line(rank: RankBlock, most: int = 3) -> str:
 
 def exposure_line(rank: RankBlock) -> str | None:
     """Why one rank's comm was exposed, the largest causes first (docs/analysis.md)."""
-    from dbo_trace.analysis.attribution import SOURCE_NONE
-    from dbo_trace.analysis.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
+    from dbo_trace.analysis.steps.attribution import SOURCE_NONE
+    from dbo_trace.analysis.overlap.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
 
     x = rank.exposed_comm_reasons
     if x is None or not x.exposed_us:
         return None
-    from dbo_trace.analysis.exposure import WAITING
-    from dbo_trace.analysis.roles import ATTENTION
+    from dbo_trace.analysis.overlap.exposure import WAITING
+    from dbo_trace.analysis.afd.roles import ATTENTION
 
     text = REASON_TEXT_NO_UBATCH if rank.microbatch_source == SOURCE_NONE else REASON_TEXT
     if rank.role == ATTENTION:
@@ -540,7 +540,7 @@ def held_back_line(rank: RankBlock) -> str | None:
     x = rank.held_back_comm
     if x is None or not x.kernels:
         return None
-    from dbo_trace.analysis.exposure import CROWDED, HELD, LATE_RECORD
+    from dbo_trace.analysis.overlap.exposure import CROWDED, HELD, LATE_RECORD
 
     causes = x.by_cause
     parts = []
@@ -635,7 +635,7 @@ def exposed_cells(hidden: float | None, exposed: float | None | UnsetType, media
 
 def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> str:
     """Why the exposed time was exposed; nothing where none was."""
-    from dbo_trace.analysis.exposure import REASON_SHORT
+    from dbo_trace.analysis.overlap.exposure import REASON_SHORT
 
     nothing = exposed < NOTHING_EXPOSED if isinstance(exposed, float) else (median_exposed_us or 0.0) < 5.0
     return "-" if reason is None or nothing else REASON_SHORT.get(reason, reason)

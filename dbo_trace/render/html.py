@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from dbo_trace.analysis.model import Report
-from dbo_trace.analysis.view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
+from dbo_trace.render.pictures.step_view import FFN_GPU, afd_peer, median_step, step_view, steps_around_median
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from dbo_trace.analysis.host_time import CAUSES, HostCauses
+from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.ledger import (
     CommSmsWhatIf,
     LaunchShape,

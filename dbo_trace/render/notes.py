@@ -6,8 +6,8 @@ The verdict's own words are render/wording.py's; the document (render/document.p
 from __future__ import annotations
 
 from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
-from dbo_trace.analysis.gpu_clock import ClockBounds, Incomplete
-from dbo_trace.analysis.host_time import (
+from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
+from dbo_trace.analysis.host.host_time import (
     BETWEEN,
     CPU_OP,
     LAUNCH,
@@ -20,10 +20,10 @@ from dbo_trace.analysis.host_time import (
     TopItem,
 )
 from dbo_trace.analysis.model import Note
-from dbo_trace.analysis.peers import GroupWaits
-from dbo_trace.analysis.pystacks import HostStacks, StackRow
-from dbo_trace.analysis.queueing import LaunchDelay
-from dbo_trace.analysis.ranks import (
+from dbo_trace.analysis.cross_rank.collective_waits import GroupWaits
+from dbo_trace.analysis.host.python_frames import HostStacks, StackRow
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.cross_rank.side_by_side import (
     COMBINE,
     DISPATCH,
     OUTSIDE,
@@ -36,9 +36,9 @@ from dbo_trace.analysis.ranks import (
     op_place,
     waiting_ranks,
 )
-from dbo_trace.analysis.role_evidence import RoleCall, TraceEvidence
-from dbo_trace.analysis.roles import RoleMissing, SharedGpu
-from dbo_trace.analysis.stalls import Behind
+from dbo_trace.analysis.afd.role_evidence import RoleCall, TraceEvidence
+from dbo_trace.analysis.afd.roles import RoleMissing, SharedGpu
+from dbo_trace.analysis.steps.stalls import Behind
 from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 
 LINE_NAMES = 3  # names per kind in the one-line summary
@@ -277,7 +277,7 @@ def clock_interval(b: ClockBounds) -> str:
 
 
 def _clocks(b: ClockBounds) -> str:
-    """What the events say of the GPU's clock against the CPU's (analysis/gpu_clock.py)."""
+    """What the events say of the GPU's clock against the CPU's (analysis/host/gpu_clock.py)."""
     interval = f"the events bound the GPU clock's offset from the CPU's: {clock_interval(b)}"
     how = f", from {b.launched} launched activities and {b.blocking_calls} blocking calls"
     if not b.consistent:

@@ -14,12 +14,12 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis import intervals as iv
-from dbo_trace.analysis.attribution import PHASE_COMM, PHASE_COMPUTE
-from dbo_trace.analysis.busy import MICROBATCHES, microbatch_busy
+from dbo_trace.analysis.steps.attribution import PHASE_COMM, PHASE_COMPUTE
+from dbo_trace.analysis.overlap.busy import MICROBATCHES, microbatch_busy
 from dbo_trace.analysis.model import RankDetail, RankReport, Report, StepReport
-from dbo_trace.analysis.ranks import CrossRank
-from dbo_trace.analysis.roles import FFN, wall_offset_us
-from dbo_trace.analysis.view import (
+from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
+from dbo_trace.analysis.afd.roles import FFN, wall_offset_us
+from dbo_trace.render.pictures.step_view import (
     FFN_SPAN,
     LONG_LAUNCH_US,
     afd_phase,

@@ -1,4 +1,4 @@
-"""A load sweep's summary (analysis/sweep.py computes it): the document (schema `dbo-trace-sweep-summary`,
+"""A load sweep's summary (analysis/compare/load_sweep.py computes it): the document (schema `dbo-trace-sweep-summary`,
 docs/report-schema.md) and its terminal, Markdown, HTML and JSON renderings. Selects, rounds and words;
 computes nothing. Every name from the sweep (arms, loads, reasons, commands) is input: made inert here
 for each output (render/safe.py)."""
@@ -11,8 +11,8 @@ import io
 import msgspec
 
 from dbo_trace import __version__
-from dbo_trace.analysis.compare import BEYOND, TOO_FEW, Pair, graphs_text
-from dbo_trace.analysis.sweep import (
+from dbo_trace.analysis.compare.arms import BEYOND, TOO_FEW, Pair, graphs_text
+from dbo_trace.analysis.compare.load_sweep import (
     FASTER,
     NO_INTERVAL,
     PROFILED,
@@ -102,7 +102,7 @@ class PointBlock(Struct):
     profiled: ProfiledChange | None
     parts: list[PartBlock]
     # the side of no change beyond noise, and what told it: the repeats, else the profiled periods
-    # (analysis/sweep.py DboPoint.side, the one rule the turn is placed by)
+    # (analysis/compare/load_sweep.py DboPoint.side, the one rule the turn is placed by)
     side: Call | None = None
     side_told_by: str | None = None
 
@@ -387,7 +387,7 @@ CALL_WORDS = {SLOWER: "DBO slower", FASTER: "DBO faster", WITHIN: "noise", NO_IN
 
 def call_cell(p: PointBlock) -> str:
     """The repeats' call; where their interval holds 0 but the profiled step periods are beyond noise,
-    that side, marked as theirs (the turn is placed by it: analysis/sweep.py DboPoint.side)."""
+    that side, marked as theirs (the turn is placed by it: analysis/compare/load_sweep.py DboPoint.side)."""
     if p.side is not None and p.side_told_by == PROFILED:
         return f"{CALL_WORDS[p.side]} (profiled)"
     return "-" if p.call is None else CALL_WORDS[p.call]

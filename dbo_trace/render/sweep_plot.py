@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from dbo_trace.analysis.sweep import FASTER, SLOWER
+from dbo_trace.analysis.compare.load_sweep import FASTER, SLOWER
 from dbo_trace.render.format import cut
 from dbo_trace.render.safe import plot_text
 from dbo_trace.render.sweep import SweepDocument

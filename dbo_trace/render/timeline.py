@@ -15,8 +15,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from dbo_trace.analysis.ranks_view import RanksView, ranks_step_view
-from dbo_trace.analysis.view import (
+from dbo_trace.render.pictures.ranks_view import RanksView, ranks_step_view
+from dbo_trace.render.pictures.step_view import (
     FFN_GPU,
     FFN_SPAN,
     HIDDEN,
@@ -64,7 +64,7 @@ COMM_HATCH, OTHER_HATCH = "////", "xxx"  # a comm kernel; another step's work in
 OTHER_ALPHA = 0.35
 # What the GPU did (the bottom lane), each its own colour.
 HIDDEN_COLOUR, EXPOSED_COLOUR, HOST_COLOUR, QUEUED_COLOUR = "#2ca02c", "#e7298a", "#d62728", "#9e9e9e"
-# Held-back comm (analysis/held.py CAUSES), one colour per cause.
+# Held-back comm (analysis/overlap/held.py CAUSES), one colour per cause.
 HELD_COLOURS = {"late_record": "#9467bd", "crowded": "#8c564b", "held": "#17becf"}
 HELD_LABELS = {
     "late_record": "comm held back: late event record",
@@ -144,7 +144,7 @@ def kernel_colour(bar: Bar) -> str:
 
 
 class TimelineRenderer:
-    """One step's picture: options.rank and options.step choose it (analysis/view.py chosen_step)."""
+    """One step's picture: options.rank and options.step choose it (render/pictures/step_view.py chosen_step)."""
 
     binary = True
 

@@ -1,5 +1,5 @@
 """compare's second table: the arms timed unprofiled (`record --repeats`), beside the profiled step
-time and the profiler's overhead (analysis/unprofiled.py computes; this only lays out).
+time and the profiler's overhead (analysis/compare/unprofiled.py computes; this only lays out).
 
 The Markdown is the ablation's table shape: `eager | 36.642 s ± 0.047 (n 3) | baseline | ...`.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from dbo_trace.analysis.unprofiled import NOISE_SE, Unprofiled
+from dbo_trace.analysis.compare.unprofiled import NOISE_SE, Unprofiled
 from dbo_trace.render.format import md_table
 from dbo_trace.render.layout import Column
 from dbo_trace.render.safe import markdown_code

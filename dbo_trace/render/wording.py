@@ -1,5 +1,5 @@
 """The verdict in words: its headline, each reason, the dominant finding and the next step, from the
-typed verdict (analysis/verdict.py). The one place a verdict's sentences are written: the document
+typed verdict (analysis/verdict/decision.py). The one place a verdict's sentences are written: the document
 (render/document.py) puts them beside their kinds, and every renderer prints those."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dbo_trace.analysis.expensive import ExpensiveCall
-from dbo_trace.analysis.exposure import REASON_SHORT
-from dbo_trace.analysis.host_time import LAUNCH, HostCauses, TopItem
-from dbo_trace.analysis.queueing import CLOCK_OFFSET_US, LaunchDelay
-from dbo_trace.analysis.roundtrips import AfdRoundTrips
-from dbo_trace.analysis.sharing import MPS_NOT_RUNNING, TimeSlicing
-from dbo_trace.analysis.stalls import CAPTURE, COMPILE, Stall
-from dbo_trace.analysis.verdict import (
+from dbo_trace.analysis.host.expensive import ExpensiveCall
+from dbo_trace.analysis.overlap.exposure import REASON_SHORT
+from dbo_trace.analysis.host.host_time import LAUNCH, HostCauses, TopItem
+from dbo_trace.analysis.overlap.queueing import CLOCK_OFFSET_US, LaunchDelay
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.gpu_sharing import MPS_NOT_RUNNING, TimeSlicing
+from dbo_trace.analysis.steps.stalls import CAPTURE, COMPILE, Stall
+from dbo_trace.analysis.verdict.decision import (
     BORDERLINE,
     GPU_BOUND_BUSY,
     HOST_BOUND_IDLE,
@@ -211,7 +211,7 @@ def running_behind_text(delay: LaunchDelay) -> str:
 
 
 def _queue_or_clocks(delay: LaunchDelay) -> str:
-    """Whether the lag is a queue or the clocks, as far as the events tell (analysis/gpu_clock.py)."""
+    """Whether the lag is a queue or the clocks, as far as the events tell (analysis/host/gpu_clock.py)."""
     b = delay.clocks
     if b is not None and b.consistent and b.upper_us is not None and not b.wide:
         how = f" and {counted(b.blocking_calls, 'blocking call')}" if b.blocking_calls and b.lower_us is not None else ""
@@ -720,7 +720,7 @@ def next_step_text(n: NextStep) -> str:
 
 def _check_complete() -> None:
     """Every kind has its words (a new kind without them fails at import, not in a report)."""
-    from dbo_trace.analysis import verdict
+    from dbo_trace.analysis.verdict import decision as verdict
 
     for base, table in ((verdict.Reason, _REASONS), (verdict.Qualifier, _QUALIFIERS), (verdict.NextStep, _NEXT)):
         kinds = {c for c in vars(verdict).values() if isinstance(c, type) and issubclass(c, base) and c is not base}

@@ -1,0 +1,204 @@
+"""A disaggregated (AFD) run: the attention rank's round trips, their shares by step and the FFN's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.afd.effect import ffn_parts as ffn_span_parts
+from dbo_trace.analysis.model import PairPart, RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.afd.pair_compute import pair_figures
+from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
+from dbo_trace.analysis.afd.round_trips import round_trips as afd_round_trips
+from dbo_trace.analysis.afd.round_trips import summarize as summarize_round_trips
+from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing, time_slicing
+from dbo_trace.analysis.verdict.decision import AfdShare
+
+
+def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
+    """The disaggregated round trips of an attention rank (analysis/afd/round_trips.py)."""
+    tl, att = d.timeline, d.attribution
+    p2p = sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind)
+    data = data_plane(is_p2p=p2p, kind=d.kernel_kind, stream=tl.gpu.lane, replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH)
+    rows, told, unpaired, told_ub = afd_round_trips(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, data=data, step=att.gpu_step, ubatch=att.gpu_ubatch,
+        launch_start=att.gpu_launch_start,
+    )
+    in_step = data & (att.gpu_step >= 0)
+    kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
+    found = summarize_round_trips(
+        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
+        step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
+        kernels_per_step=kernels_per_step,
+    )  # fmt: skip
+    if found is None:
+        return None
+    lag_op = _lag_op(
+        rows.send_end, rows.send_end + rows.lag_us, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name,
+        cpu_is_op=~tl.cpu_is_annotation, names=tl.names,
+    )  # fmt: skip
+    return replace(found, kernel_ubatch=told_ub, lag_op=lag_op)
+
+
+LAG_NAMED = 0.05  # the host's lag is worth naming its op where it is this share of the round trips' time
+LAG_SAMPLE = 2000  # round trips whose lag is searched for its op (this many with a lag, spread over the run)
+OP_HOLDS = 0.5  # an op held the lag where it covered at least this share of it
+OP_LONGEST = 4.0  # an op this many times the lag or longer encloses it (a step's range), not what ran through it
+
+
+def _lag_op(
+    lo: np.ndarray, hi: np.ndarray, *, cpu_start: np.ndarray, cpu_end: np.ndarray, cpu_name: np.ndarray,
+    cpu_is_op: np.ndarray, names: list[str],
+) -> tuple[str, float] | None:
+    """The CPU operator that ran through the host's lag: per lag [lo, hi], the shortest op (not an
+    annotation) covering at least OP_HOLDS of it, the innermost of those that span it (a step's
+    enclosing range spans it too; the other microbatch's ops are short and cover little of it); of
+    all the lags' time, the name that covered most, with its share. Threads are not matched: the
+    trace's runtime events keep a microbatch thread's first id when vLLM starts new threads each
+    step, so a launch call's thread is not the CPU op's. None without a lag or an op."""
+    lagged = np.flatnonzero(hi - lo > 0)
+    if not len(lagged):
+        return None
+    lagged = lagged[np.unique(np.linspace(0, len(lagged) - 1, min(len(lagged), LAG_SAMPLE)).astype(np.int64))]  # spread over the run
+    ops = np.flatnonzero(cpu_is_op)
+    ops = ops[np.argsort(cpu_start[ops], kind="stable")]
+    starts = cpu_start[ops]
+    covered: dict[int, float] = {}
+    total = float((hi[lagged] - lo[lagged]).sum())
+    for i in lagged.tolist():
+        a, b = float(lo[i]), float(hi[i])
+        # ops that started before the lag ended, and no longer than OP_LONGEST lags (an enclosing range
+        # is never the innermost where an op spans it; bounding it keeps each lookup to a few ops)
+        before = ops[int(np.searchsorted(starts, a - OP_LONGEST * (b - a))) : int(np.searchsorted(starts, b))]
+        before = before[cpu_end[before] - cpu_start[before] <= OP_LONGEST * (b - a)]
+        held = before[np.minimum(cpu_end[before], b) - np.maximum(cpu_start[before], a) >= OP_HOLDS * (b - a)]
+        if not len(held):
+            continue
+        k = held[np.argmin(cpu_end[held] - cpu_start[held])]
+        covered[int(cpu_name[k])] = covered.get(int(cpu_name[k]), 0.0) + float(min(cpu_end[k], b) - max(cpu_start[k], a))
+    if not covered or total <= 0:
+        return None
+    name, us = max(covered.items(), key=lambda kv: kv[1])
+    return names[name], us / total
+
+
+class RoundTripShares:
+    """A disaggregated rank's round trips by step: what share of a step's (or a phase's) round-trip
+    time the other microbatch's compute hid. Its steps and phases are judged by it, as the run is,
+    not by kernel overlap, which the sends and receives on the compute stream make 0% by construction."""
+
+    def __init__(self, afd: AfdRoundTrips, table: StepTable) -> None:
+        rows = afd.rows
+        n = int(table.index.max()) + 1 if len(table) else 0
+        ok = (rows.step >= 0) & (rows.step < n)
+        # the round trips less the host's lag (their rest), as the run's hidden share is
+        self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
+        self.hidden = np.bincount(rows.step[ok], weights=rows.rest_hidden_us[ok], minlength=n)
+        self.table = table
+        self.microbatched = afd.microbatched
+
+    def of(self, positions: np.ndarray) -> AfdShare:
+        """Over the steps at these positions of the table."""
+        ix = self.table.index[positions]
+        t = float(self.total[ix].sum()) if len(ix) else 0.0
+        return AfdShare(float(self.hidden[ix].sum()) / t if t > 0 else None, self.microbatched)
+
+    def by_step(self) -> list[AfdShare]:
+        ix = self.table.index
+        return [
+            AfdShare(float(h) / float(t) if t > 0 else None, self.microbatched)
+            for h, t in zip(self.hidden[ix].tolist(), self.total[ix].tolist())
+        ]
+
+
+def time_slicing_of(ranks: Sequence[RankAnalysis], roles: RolesInfo | None) -> TimeSlicing | None:
+    """The evidence that the roles' CUDA contexts took turns on their one GPU (no MPS): the
+    attention's round trips against their transfer (with_pair, analysis/afd/gpu_sharing.py), where it holds.
+    The verdict's first reason, and its next step the MPS control daemon."""
+    sliced = roles.time_slicing if roles is not None else None
+    return sliced if sliced is not None and sliced.sliced and sliced.ratio is not None else None
+
+
+def pair_part(r: RankAnalysis) -> PairPart | None:
+    """An AFD role's intervals, from its detail, as the pair's figures read them."""
+    if r.role not in (ATTENTION, FFN) or r.detail is None:
+        return None
+    d = r.detail
+    tl = d.timeline
+    data = data_plane(
+        is_p2p=sendrecv_kernels(tl.names, tl.gpu.name, d.kernel_kind),
+        kind=d.kernel_kind,
+        stream=tl.gpu.lane,
+        replayed=d.launch_kind == c.CALL_GRAPH_LAUNCH,
+    )
+    idx = np.flatnonzero(data)
+    idx = idx[np.argsort(tl.gpu.start[idx], kind="stable")]
+    compute = d.kernel_kind == c.COMPUTE
+    return PairPart(
+        tl.base_time_ns, (tl.gpu.start, tl.gpu.end), (tl.gpu.start[idx], tl.gpu.end[idx]),
+        (tl.gpu.start[compute], tl.gpu.end[compute]),
+    )  # fmt: skip
+
+
+def _offset_us(part: PairPart, reference: PairPart) -> float | None:
+    """What to add to part's ts to put it on reference's clock (both from baseTimeNanoseconds)."""
+    if part.base_time_ns is None or reference.base_time_ns is None:
+        return None
+    return (part.base_time_ns - reference.base_time_ns) / 1000.0
+
+
+def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> RolesInfo | None:
+    """The roles with what the two sides tell together: whether they time-slice the GPU (the attention's
+    round trips against their transfer, analysis/afd/gpu_sharing.py) and, with the FFN's trace, its compute per
+    step and per round trip and each side's GPU busy over the attention's steps (analysis/afd/pair_compute.py).
+    pairs: each rank's PairPart (pair_part), in the ranks' order."""
+    at = next((k for k, r in enumerate(ranks) if r.afd is not None and pairs[k] is not None), None)
+    if roles is None or at is None:
+        return roles
+    att, mine = ranks[at], pairs[at]
+    assert att.afd is not None and mine is not None
+    rows, parts = att.afd.rows, att.afd.parts
+    sliced = time_slicing(
+        send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
+        round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
+        sharing=roles.sharing, ubatch=rows.ubatch,
+    )  # fmt: skip
+    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
+    offset = _offset_us(ffn, mine) if ffn is not None else None
+    if ffn is None or offset is None:
+        return replace(roles, time_slicing=sliced)
+    table = att.steps.table
+    pair = pair_figures(
+        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=mine.gpu,
+        ffn=(ffn.gpu[0] + offset, ffn.gpu[1] + offset), ffn_compute=(ffn.compute[0] + offset, ffn.compute[1] + offset),
+        round_trip_compute_us=parts.compute_us if parts is not None else None,
+        round_trip_queue_us=parts.queue_us if parts is not None else None, round_trips_per_step=att.afd.per_step,
+    )  # fmt: skip
+    return replace(roles, time_slicing=sliced, pair=pair)
+
+
+def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> list[RankAnalysis]:
+    """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
+    on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
+    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
+    if ffn is None:
+        return ranks
+    out = []
+    for r, mine in zip(ranks, pairs):
+        offset = _offset_us(ffn, mine) if r.afd is not None and mine is not None else None
+        if r.afd is None or offset is None:
+            out.append(r)
+            continue
+        compute = (ffn.compute[0] + offset, ffn.compute[1] + offset)
+        parts = ffn_parts(r.afd.rows, ffn.data[0] + offset, ffn.data[1] + offset, compute)
+        span = r.span_parts
+        if span is not None:  # the FFN's GPU over the attention's span: DBO's effect on it (analysis/afd/effect.py)
+            lo = span.start_us
+            on_ffn = ffn_span_parts(lo, lo + span.span_us, span.periods, (ffn.gpu[0] + offset, ffn.gpu[1] + offset), compute)
+            span = replace(span, ffn=on_ffn)
+        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum())), span_parts=span))
+    return out

@@ -1,0 +1,953 @@
+"""The verdict: the evidence in, one decision, a Verdict out (docs/analysis.md, "Verdict").
+
+`decide(evidence)` picks the label by one order of precedence, lists the reasons (each typed: its
+kind and figures, and whether a share decided it within BORDERLINE of its line), names the dominant
+finding and the one next step the evidence supports. Nothing edits a Verdict afterwards: what a
+later analysis measures (a peer's waits, the FFN's parts) is evidence before the one decision, and a
+step's, a phase's, a rank's and the run's verdicts are all made here. Their words are
+render/wording.py's.
+
+Labels, in order of precedence (docs/analysis.md explains each threshold):
+  graph-capture     host-bound, with most of the GPU's host-idle time inside graph captures
+  host-bound        the GPU sat idle waiting for launches for >= HOST_BOUND_IDLE of the time measured
+                    (a rank: in-step time where steps are markers, else the whole window)
+  gpu-bound         no communication, and the main phase's steady steps kept the GPU working for
+                    >= GPU_BOUND_BUSY of their time
+  no-communication  no communication kernel ran
+  overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute (a disaggregated
+                    run: of its round trips' time under the other microbatch's compute)
+  single-batch      otherwise, where no step ran two microbatches: the overlap question has no subject
+  not-overlapped    otherwise
+
+Apart from the label, a microbatched run's verdict answers whether DBO pays (`pays`): from one arm
+it is not measured (its hidden time and DBO's own costs, and the recording that would settle it);
+the wall clock of the same load with DBO off (`dbo-trace compare`) answers it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar
+
+from dbo_trace.analysis.accounting import TimeBuckets
+from dbo_trace.analysis.host.capture import Capture
+from dbo_trace.analysis.host.expensive import ExpensiveCall
+from dbo_trace.analysis.host.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses, TopItem
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOps
+from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
+from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
+from dbo_trace.analysis.host.python_frames import StepFrame
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.afd.roles import FFN
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
+from dbo_trace.analysis.steps.stalls import Stall
+from dbo_trace.analysis.compare.unprofiled import OVERHEAD_LARGE
+
+
+class _Word(str, Enum):
+    """A str-valued Enum that formats as its value on every Python the project supports (3.10 has no
+    enum.StrEnum; from 3.11 a (str, Enum) mixin formats as its member's name without these)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Label(_Word):
+    """A verdict's label, by the order of precedence above. Its value is the document's (the schema's
+    Label); its words are render's (render/wording.py)."""
+
+    GRAPH_CAPTURE = "graph-capture"
+    HOST_BOUND = "host-bound"
+    GPU_BOUND = "gpu-bound"
+    NO_COMMUNICATION = "no-communication"
+    OVERLAPPED = "overlapped"
+    SINGLE_BATCH = "single-batch"  # comm, one microbatch per step: nothing of the step could overlap it by DBO
+    NOT_OVERLAPPED = "not-overlapped"
+
+
+LABELS = tuple(label.value for label in Label)
+
+HOST_BOUND_IDLE = 0.5  # "the GPU mostly waits on the host"
+HOST_NOTABLE_IDLE = 0.2  # worth a reason even when not host-bound
+GPU_BOUND_BUSY = 0.8  # the GPU worked (busy, exposed comm left out) this share of the steady steps' time
+OVERLAPPED_HIDDEN = 0.2  # partial overlap is overlap; its share is stated
+CAPTURE_DOMINANT = 0.5  # of the window's host-idle time inside capture windows
+# A share this close to a line decides the label but says so: 20.05% and 19.83% hidden are alike,
+# whatever side of 20% each falls (one rule for steps and runs alike).
+BORDERLINE = 0.02
+HEADLINE_SHARE = 0.05  # a held-back cause or a peer wait is named when it costs >= this share of the window
+PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the serial estimate
+# Of the host-caused idle, the share a graph replay skips (launch calls, other CUDA calls, CPU
+# operators, microbatch thread start-up) at least this: "enable graphs" is what the evidence supports.
+REPLAY_SKIPS = 0.5
+YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step only with at least this share
+
+
+class HostBasis(_Word):
+    """What the host test divided by: in-step host idle over the time in steps (steps from
+    markers), or host idle over the profiled window (steps inferred). Its words are render's."""
+
+    IN_STEPS = "in_steps"
+    WINDOW = "window"
+
+
+# ---- evidence -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostTest:
+    """What the host-bound verdict measured: in-step host idle where steps are real markers,
+    the whole window where they were inferred."""
+
+    fraction: float | None
+    basis: HostBasis
+    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its reason quotes
+    measured_us: float | None = None
+
+
+def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
+    """The host test of a rank, or of ranks whose buckets are added: in-step host idle over time in
+    steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
+    if steps_inferred or in_steps.window_us <= 0:
+        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
+        return HostTest(frac, HostBasis.WINDOW, window.host_idle_us, window.window_us)
+    return HostTest(in_steps.host_idle_us / in_steps.window_us, HostBasis.IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """How much of its time a stretch of steady steps kept the GPU working: busy, exposed comm left
+    out (a GPU waiting on communication is not computing). A rank's or the run's is its main phase's
+    (the phase whose steady steps took the most time), a phase's or a step's its own."""
+
+    phase: str | None  # None: steps without vLLM's phase annotation, or a step or phase of its own
+    steps: int  # the steady steps measured (a step: 1)
+    working_us: float  # GPU busy less exposed comm
+    span_us: float  # the union of their windows
+    comm_exposed_us: float = 0.0  # the busy time left out
+
+    @property
+    def share(self) -> float | None:
+        return self.working_us / self.span_us if self.span_us > 0 else None
+
+
+def gpu_work_of(m: WindowMetrics, phase: str | None = None, steps: int = 1) -> GpuWork:
+    return GpuWork(phase, steps, max(m.gpu_busy_us - m.comm_exposed_us, 0.0), m.span_us, m.comm_exposed_us)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the headline may name, from the same figures the report prints (a rank's, or the ranks'
+    added: each rank is its own GPU). None: not measured here (no microbatches, one rank, ...)."""
+
+    window_us: float = 0.0  # the profiled window (all ranks' windows added)
+    late_record_us: float = 0.0  # exposed comm whose kernel waited on a late event record (exposure)
+    crowded_us: float = 0.0  # exposed comm whose kernel found no free SMs (exposure)
+    saved_us: float | None = None  # overlap's saving: serial estimate - GPU busy (contention)
+    serial_estimate_us: float | None = None
+    peer_wait_us: float | None = None  # time this rank (or the run) waited for a peer rank
+    peer_rank: int | None = None  # the rank waited for
+    exposed_by_reason_us: tuple[tuple[str, float], ...] = ()  # exposed comm by reason (exposure), largest first
+    crowding_kernel: str | None = None  # the compute kernel that held back most crowded comm (SM evidence)
+
+
+@dataclass(frozen=True)
+class StalledStep:
+    """A step left out of the verdict, as the stalls reason names it."""
+
+    rank: int | None  # None: the report has one rank
+    number: int  # its row in the rank's per-step table, from 1
+    phase: str | None
+    period_us: float
+    stall: Stall
+    host_cause: tuple[TopItem, float] | None = None  # an outlier's: its top host cause, of its host idle (us)
+    frame: StepFrame | None = None  # its host idle's most-sampled Python frame
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """The steps that are not steady state (analysis/steps/stalls.py), largest first."""
+
+    stalled: int
+    steps: int  # of all the steps reported
+    extra_us: float  # their periods beyond their phases' steady medians
+    named: tuple[StalledStep, ...]  # the largest STALLS_NAMED
+    STALLS_NAMED: ClassVar[int] = 3
+
+
+@dataclass(frozen=True)
+class AfdShare:
+    """A disaggregated rank's step or phase: its own round trips' hidden share (None: no round trip)."""
+
+    share: float | None
+    microbatched: bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything a verdict reads: one window's figures and what was measured beside them. A step
+    and a phase give their figures (and, on a disaggregated rank, their round trips' share); a rank
+    and the run add the host test, the headline's findings and the next step's facts."""
+
+    metrics: WindowMetrics
+    host: HostTest | None = None  # without it, the window of metrics
+    microbatched: bool = False  # the DBO lines (other microbatch, round-trip criterion) apply
+    round_trips: RoundTrips | None = None
+    profile_all_threads: bool = False
+    graph_api: str = "CUDA"
+    causes: HostCauses | None = None  # what the host did meanwhile (analysis/host/host_time.py)
+    findings: Findings | None = None  # None: the label and reasons alone (a step's, a phase's)
+    wait_split: WaitSplit | None = None  # comm apart into waiting for a peer and transfer
+    afd: AfdRoundTrips | None = None  # a disaggregated rank's (or the run's) round trips
+    afd_share: AfdShare | None = None  # a disaggregated step's or phase's own round trips
+    expensive: tuple[ExpensiveCall, ...] = ()
+    capture: Capture | None = None
+    capture_idle_us: float = 0.0  # the host-idle time the capture's share is of (the window's)
+    stalls: Stalls | None = None
+    gpu: GpuWork | None = None
+    yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
+    ledger: Ledger | None = None  # DBO's own costs per step (analysis/ledger.py): a rank's, or the run's
+    dbo_ran: bool = False  # the event log says a step took a microbatched path (a graph replay's kernels cannot tell)
+    top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
+    time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/afd/gpu_sharing.py)
+    running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
+    role: str | None = None  # one rank's role in a disaggregated run (analysis/afd/role_evidence.py); None: the run's
+    profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
+    incomplete: bool = False  # a rank's trace lacks GPU work (analysis/host/gpu_clock.py): its host idle is an upper bound
+
+
+# ---- reasons ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reason:
+    """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
+    decided the label within BORDERLINE of its line."""
+
+    kind: ClassVar[str]
+    borderline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSliced(Reason):
+    """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
+
+    kind: ClassVar[str] = "time_slicing"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningBehind(Reason):
+    """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
+
+    kind: ClassVar[str] = "running_behind"
+    rank: int | None  # None: the report has one rank
+    delay: LaunchDelay
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureReason(Reason):
+    kind: ClassVar[str] = "graph_capture"
+    windows: int
+    captured_launches: int
+    capture_us: float
+    share: float | None  # of the GPU's host-idle time
+    dominant: bool  # the label is graph-capture
+
+
+@dataclass(frozen=True, kw_only=True)
+class StallsReason(Reason):
+    kind: ClassVar[str] = "stalls"
+    stalls: Stalls
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostIdle(Reason):
+    kind: ClassVar[str] = "host_idle"
+    fraction: float
+    test: HostTest | None
+    window_idle_us: float
+    gaps: int
+    utilization: float | None
+    upper_bound: bool = False  # the trace is incomplete: GPU work it lacks may fill the idle
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpensiveCalls(Reason):
+    kind: ClassVar[str] = "expensive_calls"
+    calls: tuple[ExpensiveCall, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchCost(Reason):
+    kind: ClassVar[str] = "launch"
+    median_launch_us: float
+    median_kernel_us: float
+    launches: int
+    launch_us: float
+    causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfiledThreads(Reason):
+    kind: ClassVar[str] = "profiled_threads"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilerOverhead(Reason):
+    """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
+    host time the verdict reads may be partly the profiler's own."""
+
+    kind: ClassVar[str] = "profiler_overhead"
+    overhead: float  # profiled step period / unprofiled TPOT - 1
+    host_bound: bool  # the verdict it qualifies is host-bound
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBusy(Reason):
+    kind: ClassVar[str] = "gpu_busy"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoComm(Reason):
+    kind: ClassVar[str] = "no_comm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommOverlap(Reason):
+    kind: ClassVar[str] = "comm_overlap"
+    hidden: float | None
+    hidden_us: float
+    busy_us: float
+    exposed_us: float
+    cross: float | None  # under the other microbatch's compute (microbatched)
+    split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripsHidden(Reason):
+    kind: ClassVar[str] = "afd_round_trips"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRoundTrips(Reason):
+    kind: ClassVar[str] = "afd_step_round_trips"
+    share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongGraphLaunches(Reason):
+    kind: ClassVar[str] = "long_graph_launches"
+    api: str
+    count: int
+    longest_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphReplays(Reason):
+    kind: ClassVar[str] = "graph_replays"
+    api: str
+    launches: int
+    replayed: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Criterion(Reason):
+    """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
+
+    kind: ClassVar[str] = "criterion"
+    round_trips: RoundTrips
+    host_bound: bool  # moot while the step is host-bound
+    hidden: float | None  # the comm share that was hidden
+    peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AfdCriterion(Reason):
+    kind: ClassVar[str] = "afd_criterion"
+    afd: AfdRoundTrips
+
+
+# ---- the headline's findings ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Qualifier:
+    """The dominant finding the headline names in brackets: its key and its figures."""
+
+    key: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureFinding(Qualifier):
+    key: ClassVar[str] = "graph_capture"
+    share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBoundFinding(Qualifier):
+    key: ClassVar[str] = "host_bound"
+    fraction: float | None
+    causes: HostCauses | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBoundFinding(Qualifier):
+    key: ClassVar[str] = "gpu_bound"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateRecordFinding(Qualifier):
+    key: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerWaitFinding(Qualifier):
+    key: ClassVar[str] = "peer_wait"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripFinding(Qualifier):
+    key: ClassVar[str] = "round_trip"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPayFinding(Qualifier):
+    key: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrowdedFinding(Qualifier):
+    key: ClassVar[str] = "crowded"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExposedCommFinding(Qualifier):
+    """A single-batch run's comm: exposed per steady step, and its share of the step."""
+
+    key: ClassVar[str] = "exposed_comm"
+    per_step_us: float
+    share: float | None  # of the steady steps' time
+
+
+# The order the headline looks for findings in: the first that holds is named.
+QUALIFIERS = tuple(
+    q.key
+    for q in (
+        CaptureFinding,  # the trace is mostly the host capturing graphs: profile the run itself
+        HostBoundFinding,  # the label is host-bound: how much, and why
+        GpuBoundFinding,  # the GPU is the bottleneck: overlap or the host cannot shorten the step
+        LateRecordFinding,  # a bug in the code under study: comm waited on an event recorded too late
+        PeerWaitFinding,  # the time went waiting for another rank
+        RoundTripFinding,  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
+        DidNotPayFinding,  # overlapped, yet overlap saved little against the serial estimate
+        CrowdedFinding,  # comm ready beside the other microbatch's compute, with no free SMs
+        ExposedCommFinding,  # single-batch: the comm nothing overlaps, per step
+    )
+)
+
+
+# ---- the next step ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextStep:
+    """The one action the verdict's evidence supports, with the figures it follows from."""
+
+    kind: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileAfterStartup(NextStep):
+    kind: ClassVar[str] = "profile_after_startup"
+    share: float | None  # of the GPU's host-idle time, inside graph captures
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartMps(NextStep):
+    kind: ClassVar[str] = "start_mps"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class YieldOpCost(NextStep):
+    kind: ClassVar[str] = "yield_op_cost"
+    ops: YieldOps
+    share: float | None  # of the host-caused GPU idle
+    microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnableGraphs(NextStep):
+    """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
+
+    kind: ClassVar[str] = "enable_graphs"
+    host_fraction: float
+    skipped: float  # the host-caused idle's share in launch calls, other CUDA calls, CPU operators, thread start-up
+    graph_api: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCause(NextStep):
+    kind: ClassVar[str] = "host_cause"
+    host_fraction: float
+    host_idle_us: float  # the host-caused idle split
+    largest: TopItem | None  # its largest item (HostCauses.top); None: not split
+    replayed: float | None  # the share of kernels from graph replays (None: none ran)
+    untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBottleneck(NextStep):
+    kind: ClassVar[str] = "gpu_bottleneck"
+    work: GpuWork
+    top_kernel: tuple[str, float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NothingToOverlap(NextStep):
+    kind: ClassVar[str] = "nothing_to_overlap"
+    work: GpuWork | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixLateRecord(NextStep):
+    kind: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler(NextStep):
+    kind: ClassVar[str] = "straggler"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasurePays(NextStep):
+    """One microbatch's compute covers less than the other's round trip, and one arm cannot say
+    whether what it hides outweighs what DBO costs: the same load with DBO off settles it. The ratio
+    bounds what can hide; it never says DBO cannot pay (the round trip and the compute grow apart
+    with the batch, docs/analysis.md "Does DBO pay")."""
+
+    kind: ClassVar[str] = "measure_pays"
+    compute_us: float  # per microbatch, per round trip (an AFD rank's: per layer)
+    round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
+    ratio: float  # compute / round trip: one microbatch's compute covers at most this share of it
+    disaggregated: bool  # round_trip_us is an FFN round trip's exposed time (else comm busy per round trip)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommCrowded(NextStep):
+    kind: ClassVar[str] = "crowded"
+    exposed_us: float
+    holder: str | None  # the compute kernel that held most of it back
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPay(NextStep):
+    kind: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapMissing(NextStep):
+    kind: ClassVar[str] = "overlap_missing"
+    hidden: float | None
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneMicrobatch(NextStep):
+    kind: ClassVar[str] = "one_microbatch"
+    exposed_us: float
+    span_us: float
+    exposed_per_step_us: float | None  # the exposed comm per step (median round trips per step x round trip)
+    afd: AfdRoundTrips | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FfnServer(NextStep):
+    """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
+    until the next request comes, not a microbatch's comm that overlap could hide."""
+
+    kind: ClassVar[str] = "ffn_server"
+    exposed_us: float
+    span_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapWorks(NextStep):
+    kind: ClassVar[str] = "overlap_works"
+    hidden: float | None
+    largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
+
+
+# ---- does DBO pay ---------------------------------------------------------------------------------
+
+
+HIDDEN_ROUND_TRIPS = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
+HIDDEN_COMM = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
+
+
+@dataclass(frozen=True)
+class Pays:
+    """Does DBO pay, from one arm: not measured. What the arm shows of the two sides of the
+    balance: the time DBO hid per step, and DBO's own costs per step from the ledger (None: not in
+    this trace; a graph replay runs no microbatch thread and no yield op). Only the wall clock of the
+    same load with DBO off (`dbo-trace compare OFF ON`, or `dbo-trace sweep`) settles it."""
+
+    measured: bool  # False: one arm (compare measures it)
+    hidden_per_step_us: float | None
+    hidden_of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
+    handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
+    startup_per_step_us: float | None = None  # thread start-up (ledger, median per step)
+    yield_op_per_step_us: float | None = None  # wall time any thread was in the yield op (median per step)
+    imbalance_per_step_us: float | None = None  # the longer microbatch's compute less the shorter's (ledger)
+
+    @property
+    def costs_known(self) -> bool:
+        return any(x is not None for x in (self.handover_per_step_us, self.startup_per_step_us, self.yield_op_per_step_us))
+
+
+def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
+    """A microbatched run's or rank's (not an FFN server's, not a step's or phase's): its hidden time
+    and DBO's costs per step; None where there are no microbatches or no communication."""
+    m = e.metrics
+    if e.findings is None or not _microbatched(e) or m.comm_busy_us <= 0 or e.role == FFN:
+        return None
+    hidden: float | None = None
+    of = HIDDEN_COMM
+    if e.afd is not None:
+        of = HIDDEN_ROUND_TRIPS
+        hidden = (e.afd.hidden_us - e.afd.lag_hidden_us) / e.afd.steps if e.afd.steps else None  # of the rest, as the share
+    elif e.round_trips is not None:
+        rt = e.round_trips
+        share = m.comm_hidden_cross_fraction if m.comm_hidden_cross_fraction is not None else m.comm_hidden_fraction
+        hidden = share * rt.comm_per_round_trip_us * rt.per_step if share is not None else None
+    led = e.ledger
+    y = e.yield_op
+    two_threads = y is not None and (y.threads_per_step or 0) >= 2
+    return Pays(
+        measured=False, hidden_per_step_us=hidden, hidden_of=of,
+        handover_per_step_us=led.handover_per_step_us if led is not None else None,
+        startup_per_step_us=led.startup_us if led is not None else None,
+        yield_op_per_step_us=(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us) if y is not None and two_threads else None,
+        imbalance_per_step_us=led.excess_us if led is not None else None,
+    )  # fmt: skip
+
+
+# ---- the verdict --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    label: Label
+    reasons: tuple[Reason, ...] = ()
+    qualifier: Qualifier | None = None  # the dominant finding; None where nothing stands out
+    findings: tuple[str, ...] = ()  # every qualifier that held, in QUALIFIERS order
+    next_step: NextStep | None = None
+    pays: Pays | None = None  # a microbatched run's or rank's: does DBO pay (from one arm: not measured)
+
+    @property
+    def borderline(self) -> bool:
+        return any(r.borderline for r in self.reasons)
+
+
+def near(share: float | None, line: float) -> bool:
+    return share is not None and abs(share - line) < BORDERLINE
+
+
+def is_host_bound(m: WindowMetrics) -> bool:
+    return (m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE
+
+
+def _overlap_share(e: Evidence) -> float | None:
+    """The share that decides overlapped or not: the kernels' hidden comm, or on a disaggregated rank
+    the round trips' time under the other microbatch's compute (its sends and receives run on the
+    compute stream, so no comm kernel overlaps compute and the kernel share is 0% by construction)."""
+    if e.afd is not None:
+        return e.afd.hidden_share or 0.0
+    if e.afd_share is not None and e.afd_share.share is not None:
+        return e.afd_share.share if e.afd_share.microbatched else 0.0
+    return e.metrics.comm_hidden_fraction
+
+
+def _capture_share(e: Evidence) -> float | None:
+    c = e.capture
+    if c is None or not c.found:
+        return None
+    return c.host_idle_us / e.capture_idle_us if e.capture_idle_us > 0 else 0.0
+
+
+def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | None) -> Label:
+    m = e.metrics
+    if host_frac >= HOST_BOUND_IDLE:
+        share = _capture_share(e)
+        return Label.GRAPH_CAPTURE if share is not None and share >= CAPTURE_DOMINANT else Label.HOST_BOUND
+    if m.comm_busy_us <= 0:
+        return Label.GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else Label.NO_COMMUNICATION
+    if overlap is not None and overlap >= OVERLAPPED_HIDDEN:
+        return Label.OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
+    # an FFN server's comm is the attention's requests: whether DBO ran is the attention rank's to say
+    return Label.NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else Label.SINGLE_BATCH
+
+
+def decide(e: Evidence) -> Verdict:
+    """The one decision: the label, every reason with its figures, the dominant finding and the next step."""
+    m = e.metrics
+    host_frac = (e.host.fraction if e.host is not None else m.host_idle_fraction) or 0.0
+    gpu = e.gpu if e.gpu is not None else gpu_work_of(m)
+    work = gpu.share
+    overlap = _overlap_share(e)
+    label = _label(e, host_frac, work, overlap)
+    overlap_decides = label in (Label.OVERLAPPED, Label.NOT_OVERLAPPED, Label.SINGLE_BATCH)
+    reasons = _reasons(e, label, host_frac, gpu, overlap_decides)
+    found = _findings(e, label, host_frac, gpu) if e.findings is not None else []
+    return Verdict(
+        label,
+        tuple(reasons),
+        found[0] if found else None,
+        tuple(q.key for q in found),
+        next_step(e, label, host_frac, gpu, found),
+        pays_of(e, gpu),
+    )
+
+
+def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
+    m = e.metrics
+    out: list[Reason] = []
+    capture = e.capture if e.capture is not None and e.capture.found else None
+    capture_reason = None
+    if capture is not None:
+        capture_reason = CaptureReason(
+            windows=capture.windows, captured_launches=capture.captured_launches, capture_us=capture.capture_us,
+            share=_capture_share(e), dominant=label == Label.GRAPH_CAPTURE,
+        )  # fmt: skip
+    if e.time_slicing is not None:
+        out.append(TimeSliced(slicing=e.time_slicing))  # first: it dominates every other figure of the run
+    if label == Label.GRAPH_CAPTURE and capture_reason is not None:
+        out.append(capture_reason)  # the trace is mostly capture, its stalls are the capture itself
+    elif e.stalls is not None:
+        out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
+    if host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
+        out.append(
+            HostIdle(
+                fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
+                utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
+            )
+        )  # fmt: skip
+    out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
+    if e.expensive:
+        out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused
+    if (host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE)) and (
+        m.median_launch_us is not None and m.median_kernel_us is not None
+    ):
+        out.append(
+            LaunchCost(
+                median_launch_us=m.median_launch_us, median_kernel_us=m.median_kernel_us, launches=m.launches,
+                launch_us=m.launch_us, causes=e.causes,
+            )
+        )  # fmt: skip
+    if e.profile_all_threads and (host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE)):
+        out.append(ProfiledThreads())
+    if e.profiler_overhead is not None and e.profiler_overhead >= OVERHEAD_LARGE:
+        out.append(ProfilerOverhead(overhead=e.profiler_overhead, host_bound=label == Label.HOST_BOUND))
+    bound = gpu.share is not None and gpu.share >= GPU_BOUND_BUSY
+    if label not in (Label.HOST_BOUND, Label.GRAPH_CAPTURE) and (bound or near(gpu.share, GPU_BOUND_BUSY)):
+        # the label's test where nothing communicated; beside an overlap label, the headline's finding
+        out.append(GpuBusy(work=gpu, borderline=m.comm_busy_us <= 0 and near(gpu.share, GPU_BOUND_BUSY)))
+    out += _comm_reasons(e, overlap_decides)
+    if m.long_graph_launches:
+        out.append(LongGraphLaunches(api=e.graph_api, count=m.long_graph_launches, longest_us=m.max_graph_launch_us or 0.0))
+    if m.graph_launches:
+        out.append(GraphReplays(api=e.graph_api, launches=m.graph_launches, replayed=m.replayed_kernel_fraction))
+    if e.afd is not None:
+        if e.afd.criterion_ratio is not None:
+            out.append(AfdCriterion(afd=e.afd))
+    elif e.microbatched and e.round_trips is not None and e.round_trips.ratio is not None:
+        rt = e.round_trips
+        out.append(
+            Criterion(
+                round_trips=rt, host_bound=label == Label.HOST_BOUND, hidden=m.comm_hidden_fraction,
+                peers_split=e.wait_split is not None and rt.wait_per_round_trip_us is not None,
+            )
+        )  # fmt: skip
+    if capture_reason is not None and label != Label.GRAPH_CAPTURE:
+        out.append(capture_reason)
+    return out
+
+
+def _comm_reasons(e: Evidence, overlap_decides: bool) -> list[Reason]:
+    """Communication: none; a disaggregated rank's round trips (kernel overlap cannot see their overlap:
+    its sends and receives run on the compute stream, so it is not given); or the kernels' overlap."""
+    m = e.metrics
+    if m.comm_busy_us <= 0:
+        return [NoComm()]
+    if e.afd is not None:
+        return [RoundTripsHidden(afd=e.afd, borderline=overlap_decides and near(e.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN))]
+    if e.afd_share is not None and e.afd_share.share is not None:
+        share = e.afd_share.share
+        return [StepRoundTrips(share=share, borderline=overlap_decides and near(share, OVERLAPPED_HIDDEN))]
+    hidden = m.comm_hidden_fraction
+    return [
+        CommOverlap(
+            hidden=hidden, hidden_us=m.comm_hidden_us, busy_us=m.comm_busy_us, exposed_us=m.comm_exposed_us,
+            cross=m.comm_hidden_cross_fraction if e.microbatched else None, split=e.wait_split,
+            borderline=overlap_decides and near(hidden, OVERLAPPED_HIDDEN),
+        )
+    ]  # fmt: skip
+
+
+def _findings(e: Evidence, label: Label, host_frac: float, gpu: GpuWork) -> list[Qualifier]:
+    """Every finding that holds, in QUALIFIERS order; the first is the headline's (docs/analysis.md)."""
+    f = e.findings
+    assert f is not None
+    out: list[Qualifier] = []
+    if label == Label.GRAPH_CAPTURE:
+        out.append(CaptureFinding(share=_capture_share(e)))
+    if label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
+        out.append(HostBoundFinding(fraction=host_frac, causes=e.causes))
+    elif gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
+        out.append(GpuBoundFinding(work=gpu))
+    if label in (Label.NO_COMMUNICATION, Label.GPU_BOUND):
+        return out  # nothing to hold back, wait on or overlap
+    notable = HEADLINE_SHARE * f.window_us
+    if f.late_record_us > 0 and f.late_record_us >= notable:
+        out.append(LateRecordFinding(exposed_us=f.late_record_us))
+    if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
+        out.append(PeerWaitFinding(wait_us=f.peer_wait_us, rank=f.peer_rank))
+    if e.afd is not None:
+        out.append(RoundTripFinding(afd=e.afd))
+    if label == Label.OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
+        if f.saved_us / f.serial_estimate_us < PAID_LITTLE:
+            out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))
+    if f.crowded_us > 0 and f.crowded_us >= notable:
+        out.append(CrowdedFinding(exposed_us=f.crowded_us))
+    per_step = _exposed_per_step(gpu)
+    if label == Label.SINGLE_BATCH and e.afd is None and per_step is not None:
+        out.append(ExposedCommFinding(per_step_us=per_step, share=gpu.comm_exposed_us / gpu.span_us if gpu.span_us > 0 else None))
+    return out
+
+
+def _exposed_per_step(gpu: GpuWork) -> float | None:
+    """Exposed comm per steady step (of the main phase, where phases are annotated)."""
+    return gpu.comm_exposed_us / gpu.steps if gpu.steps > 0 else None
+
+
+def _criterion_missed(e: Evidence) -> MeasurePays | None:
+    """Per-microbatch compute below the round trip it should hide, where there are microbatches: what
+    can hide is bounded, and whether DBO pays is for the pair to say."""
+    if e.afd is not None:
+        ratio = e.afd.criterion_ratio
+        if ratio is None or ratio >= 1.0 or e.afd.compute_per_microbatch_us is None:
+            return None
+        compute, trip = e.afd.compute_per_microbatch_us, e.afd.median_exposed_us
+    else:
+        rt = e.round_trips
+        if not e.microbatched or rt is None or rt.ratio is None or rt.ratio >= 1.0:
+            return None
+        compute, trip, ratio = rt.compute_per_round_trip_us, rt.comm_per_round_trip_us, rt.ratio
+    return MeasurePays(compute_us=compute, round_trip_us=trip, ratio=ratio, disaggregated=e.afd is not None)
+
+
+def _replay_skips(c: HostCauses | None) -> float | None:
+    """The share of the host-caused idle a graph replay skips: the step's launch calls, other CUDA
+    calls and CPU operators, and the microbatch threads' start-up (a replay runs no thread)."""
+    if c is None or c.host_idle_us <= 0:
+        return None
+    by = c.by_cause_us
+    return (by[LAUNCH] + by[OTHER_CALL] + by[CPU_OP] + by[STARTUP]) / c.host_idle_us
+
+
+def _yield_op_leads(e: Evidence) -> bool:
+    """The yield op is the largest item of the host-caused GPU idle, and a notable share of it."""
+    c = e.causes
+    if e.yield_op is None or c is None or not c.cpu_ops or c.top is None or c.host_idle_us <= 0:
+        return False
+    name, us = c.cpu_ops[0]
+    return name == YIELD_OP and us >= c.top.us and us >= YIELD_OP_NOTABLE * c.host_idle_us
+
+
+def _microbatched(e: Evidence) -> bool:
+    """Two microbatches ran: the trace's, the AFD round trips' or the pair's evidence."""
+    return (
+        e.microbatched
+        or e.dbo_ran
+        or (e.afd is not None and e.afd.microbatched)
+        or (e.afd_share is not None and e.afd_share.microbatched)
+    )
+
+
+def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
+    """The one action the evidence supports, by a fixed order: what makes every other figure moot
+    comes first (a capture, GPU time-slicing, the host), then what the findings name, then the
+    DBO arithmetic (docs/analysis.md, "Next step")."""
+    m, f = e.metrics, e.findings
+    keys = {q.key: q for q in found}
+    if label == Label.GRAPH_CAPTURE:
+        return ProfileAfterStartup(share=_capture_share(e))
+    if e.time_slicing is not None:
+        return StartMps(slicing=e.time_slicing)
+    c = e.causes
+    if (label == Label.HOST_BOUND or host_frac >= HOST_NOTABLE_IDLE) and _yield_op_leads(e):
+        # the plugin calls it at every layer, DBO on or off: where it leads a notable host idle, a
+        # cheaper call is the step's gain whatever the microbatches do
+        assert e.yield_op is not None and c is not None
+        two_threads = (e.yield_op.threads_per_step or 0) >= 2  # the op's own evidence: two microbatch threads in it
+        return YieldOpCost(
+            ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e) or two_threads
+        )
+    if label == Label.HOST_BOUND:
+        skipped = _replay_skips(c)
+        if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
+            return EnableGraphs(host_fraction=host_frac, skipped=skipped, graph_api=e.graph_api)
+        top = c.top if c is not None else None
+        return HostCause(
+            host_fraction=host_frac, host_idle_us=c.host_idle_us if c is not None else 0.0, largest=top,
+            replayed=m.replayed_kernel_fraction if m.graph_launches else None,
+            untraced_leads=c is not None and top is not None and c.us(UNTRACED) >= top.us,
+        )  # fmt: skip
+    if gpu.share is not None and gpu.share >= GPU_BOUND_BUSY:
+        return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
+    if m.comm_busy_us <= 0:
+        return NothingToOverlap(work=gpu)
+    if e.role == FFN:  # what DBO hides is the attention's round trip: the run's and the attention rank's step
+        return FfnServer(exposed_us=m.comm_exposed_us, span_us=m.span_us)
+    late = keys.get(LateRecordFinding.key)
+    if isinstance(late, LateRecordFinding):
+        return FixLateRecord(exposed_us=late.exposed_us)
+    peer = keys.get(PeerWaitFinding.key)
+    if isinstance(peer, PeerWaitFinding):
+        return Straggler(wait_us=peer.wait_us, rank=peer.rank)
+    missed = _criterion_missed(e)
+    if missed is not None:
+        return missed
+    crowded = keys.get(CrowdedFinding.key)
+    if isinstance(crowded, CrowdedFinding):
+        return CommCrowded(exposed_us=crowded.exposed_us, holder=f.crowding_kernel if f is not None else None)
+    paid = keys.get(DidNotPayFinding.key)
+    if isinstance(paid, DidNotPayFinding):
+        return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
+    if label == Label.NOT_OVERLAPPED:
+        return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
+    if label == Label.SINGLE_BATCH:
+        return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, exposed_per_step_us=_exposed_per_step(gpu), afd=e.afd)
+    largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None
+    return OverlapWorks(hidden=_overlap_share(e), largest_exposed=largest)
