@@ -6,7 +6,7 @@
 --bytes: one rank of the DBO shape (benchmarks/bench_report.py shape d: samples/overlap tiled, its
 comm kernels counted) analysed here; prints the trace's size (gzipped, JSON), what the process pool
 carries back per rank (the report with its detail, pickled) and what a Ray task sends to the driver
-(dbo_trace/scale.py Compact: the report without its detail, the cross-rank step's CrossPart, the
+(dbo_trace/app/ray_executor.py Compact: the report without its detail, the cross-rank step's CrossPart, the
 timeline's bounds), and per comm kernel and per step, for the estimate in docs/performance.md.
 
 --cluster: N ranks of MB each in two folders, `report --json` with the process pool (--workers 2)
@@ -36,8 +36,8 @@ COMM = ("--comm-kernels", "spin_kernel")  # the overlap sample's emulated all-to
 def rank_bytes(mb: float, folder: Path) -> dict:
     from dbo_trace.analysis.model import Options
     from dbo_trace.analysis.report import cross_part
-    from dbo_trace.pipeline import _read_and_analyze
-    from dbo_trace.scale import Compact, bounds, shared_strings
+    from dbo_trace.app.pipeline import _read_and_analyze
+    from dbo_trace.app.ray_executor import Compact, bounds, shared_strings
 
     trace = folder / f"rank-{mb:g}.pt.trace.json.gz"
     json_bytes = build(trace, "overlap", int(mb * 1e6), None, rank=0, world=2)

@@ -248,7 +248,7 @@ PARTS_CODE = """
 import json, sys, time
 from pathlib import Path
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze
+from dbo_trace.app.pipeline import analyze
 from dbo_trace.render.json_out import JsonRenderer
 from dbo_trace.trace.load import discover, load
 t0 = time.process_time()

@@ -142,7 +142,7 @@ def is_secret_flag(flag: str) -> bool:
     return words[-1] in _SECRET_FLAG_WORDS
 
 
-# Values that hold no secret and whose masking would break a JSON document (archive.py redacts the
+# Values that hold no secret and whose masking would break a JSON document (app/review_archive.py redacts the
 # report's JSON text): numbers, null, true, false (and Python's None, True, False).
 _LITERAL = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|null|true|false|None|True|False")
 _DQ = '"'  # a double-quoted name: JSON's, maybe

@@ -199,7 +199,7 @@ def pair_analysis(folder: Path) -> Callable[[], Report]:
     slicing). What tests/test_scaling.py counts and benchmarks/bench_growth.py times: the analysis,
     not the JSON decoding."""
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyse_timelines, attention_timelines, cut_of, finish, prepare, settle
+    from dbo_trace.app.pipeline import analyse_timelines, attention_timelines, cut_of, finish, prepare, settle
     from dbo_trace.trace.load import discover, read_timelines
 
     plan = prepare(discover([folder]), Options())

@@ -68,10 +68,10 @@ def report_json(*args: str) -> dict:
 
 def reason_texts(verdict) -> list[str]:
     """A verdict's reasons in words: a JSON document's ({kind, borderline, text}), or a report's
-    typed reasons as render/wording.py words them."""
+    typed reasons as render/words/verdict.py words them."""
     if isinstance(verdict, dict):
         return [r["text"] for r in verdict["reasons"]]
-    from dbo_trace.render.wording import reason_text
+    from dbo_trace.render.words.verdict import reason_text
 
     return [reason_text(r) for r in verdict.reasons]
 

@@ -25,10 +25,10 @@ from dbo_trace.analysis.compare.arms import microbatched
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.afd.role_evidence import FROM_TRACE
 from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
-from dbo_trace.pipeline import analyze_found, analyze_paths
+from dbo_trace.app.pipeline import analyze_found, analyze_paths
 from dbo_trace.render import RENDERERS
-from dbo_trace.render.notes import role_source_text
-from dbo_trace.render.wording import headline, next_step_text, reason_text
+from dbo_trace.render.words.notes import role_source_text
+from dbo_trace.render.words.verdict import headline, next_step_text, reason_text
 from dbo_trace.trace.load import discover
 
 DATA = ROOT / "tests" / "data" / "afd-onegpu"
@@ -293,7 +293,7 @@ def test_an_afd_block_without_a_role_declares_none(tmp_path, command_role):
     declares none, neither to the bundle reader nor to the run's options (which once took it as
     attention); the role comes from the recorded command line, else from the trace itself."""
     from dbo_trace.bundle import declared_role, read_bundle
-    from dbo_trace.pipeline import prepared_options
+    from dbo_trace.app.pipeline import prepared_options
 
     path = _without_afd_role(ARMS["afd-graphs"], tmp_path, command_role=command_role)
     bundle = read_bundle(path)

@@ -22,7 +22,7 @@ from test_inert import HOSTILE, assert_no_raw_controls, check_markdown
 from traces import read_trace, write_trace
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render.layout import Column, cells, stacked, table, wrap
 from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 

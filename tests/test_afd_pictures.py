@@ -19,7 +19,7 @@ from independent_afd import round_trips
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.render.pictures.step_view import afd_peer, median_step, step_view
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 LAYERS = 3
 LANES_TWO = ["attention GPU, microbatch 0", "round trips, microbatch 1", "attention GPU, microbatch 1", "round trips, microbatch 0"]

@@ -15,9 +15,9 @@ from independent_afd import hidden_share, parts, per_step, round_trips
 from dbo_trace.analysis.compare.arms import arms_of, compare, dbo_pairs, microbatched, ran_with
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.afd.roles import SharedGpu
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
-from dbo_trace.render.wording import expensive_text, headline
+from dbo_trace.render.words.verdict import expensive_text, headline
 from dbo_trace.render.compare import render_markdown, render_terminal
 
 ARMS = {"eager": (False, False), "eager-dbo": (True, False), "graphs": (False, True), "graphs-dbo": (True, True)}

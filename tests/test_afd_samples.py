@@ -16,7 +16,7 @@ from independent_afd import hidden_share, per_step, round_trips
 
 from dbo_trace.analysis.compare.arms import microbatched
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 FOLDER = Path(os.environ.get("DBO_TRACE_AFD_SAMPLES", SAMPLES))
 BUNDLES = sorted(p for p in FOLDER.glob("afd-*") if (p / "manifest.json").is_file())

@@ -1,6 +1,6 @@
 """The import graph keeps its shape (docs/architecture.md): trace -> analysis ->
-render, one way; recording and the demo apart; only the CLI, its commands and the pipeline above
-them all, and nothing but the CLI above the commands; and no two modules import each other, through
+render, one way; recording and the demo apart; only the CLI, its commands and the application layer
+(app/: the pipeline, its Ray executor, the review archive) above them all, and nothing but the CLI above the commands; and no two modules import each other, through
 any path. Every import counts, those inside functions (and under TYPE_CHECKING) too."""
 
 import ast
@@ -23,16 +23,15 @@ ALLOWED = {
     "analysis": LEAVES | {"trace"},
     "render": LEAVES | {"trace", "analysis"},
     "record": LEAVES | {"ui"},
-    "demo": LEAVES | {"ui", "record", "analysis", "trace", "render", "pipeline"},
+    "demo": LEAVES | {"ui", "record", "analysis", "trace", "render", "dbo_trace.app.pipeline"},
     # where cli.py sits: above everything but cli.py, which only declares the options
-    "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "pipeline", "scale", "archive"},
+    "commands": LEAVES | {"ui", "record", "demo", "analysis", "trace", "render", "app"},
+    "app": set(),  # the application layer: each module by what it is (APP_ALLOWED)
 }
 
 
-# The top-level modules, each by what it is: a leaf imports only leaves; the pipeline reads traces
-# into the analysis; scale runs the pipeline's steps on Ray; the archive packs a report's renderings
-# (nothing of the recording side); serve_args reads a `vllm serve` command line (the recording writes
-# its settings, compare reads them back); the CLI sits above everything.
+# The top-level modules, each by what it is: a leaf imports only leaves; serve_args reads a `vllm serve`
+# command line (the recording writes its settings, compare reads them back); the CLI sits above everything.
 TOP_ALLOWED = {
     "__init__": set(),
     "errors": set(),
@@ -43,11 +42,19 @@ TOP_ALLOWED = {
     "bundle": LEAVES,
     "sweep_folder": LEAVES,  # a load sweep's folder read, as bundle.py reads a bundle
     "ui": LEAVES,
-    "pipeline": LEAVES | {"trace", "analysis"},
-    "scale": LEAVES | {"trace", "analysis", "pipeline"},
-    "archive": LEAVES | {"analysis", "render"},
     "cli": LEAVES | {"ui", "commands", "record", "demo"},
     "__main__": {"cli"},  # `python -m dbo_trace`: the console script's entry point, nothing else
+}
+
+
+# The application layer (app/), each module by what it is: the pipeline reads traces into the
+# analysis; the Ray executor runs the pipeline's steps on Ray; the review archive packs a report's
+# renderings (nothing of the recording side).
+APP_ALLOWED = {
+    "__init__": set(),
+    "pipeline": LEAVES | {"trace", "analysis"},
+    "ray_executor": LEAVES | {"trace", "analysis", "dbo_trace.app.pipeline"},
+    "review_archive": LEAVES | {"analysis", "render"},
 }
 
 
@@ -83,11 +90,14 @@ def test_no_upward_or_sideways_import(path):
     if layer not in ALLOWED:
         return
     allowed = ALLOWED[layer]
+    if layer == "app":
+        assert path.stem in APP_ALLOWED, f"{path.name}: a new module of app/; say what it may import (APP_ALLOWED)"
+        allowed = APP_ALLOWED[path.stem]
     for module in imports_of(path):
         if not module.startswith("dbo_trace"):
             continue
         target = layer_of(module)
-        ok = target == layer or module in allowed or target in allowed
+        ok = (target == layer and layer != "app") or module in allowed or target in allowed
         assert ok, f"{'/'.join(here)} imports {module}: {layer} may import only {sorted(allowed)}"
 
 
@@ -223,7 +233,7 @@ def test_the_top_level_modules_import_only_what_they_are_for(path):
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
 def test_only_the_cli_imports_the_commands(path):
-    """The top-level modules (the pipeline, the archive, the leaves) sit below the commands; the
+    """The top-level modules (the leaves) sit below the commands, and so does app/; the
     sub-packages are held by ALLOWED above, in which only "commands" itself names no command."""
     if path.name in ("cli.py", "__main__.py"):  # __main__ only runs cli.run
         return
@@ -245,12 +255,12 @@ def test_no_sentence_is_found_by_its_text():
                 assert "reason" not in subject.lower(), f"{path.relative_to(ROOT)}: {subject}.startswith(...)"
 
 
-# Sentences are written in render/ (wording.py the verdict's; notes.py the notes, the host line and the
+# Sentences are written in render/ (words/verdict.py the verdict's; words/notes.py the notes, the host line and the
 # cross-rank lines), from the typed figures analysis/ hands over. What analysis/ still words, by
-# module: what an input fell short of, passed on as said (attribution, clocks, peers, pystacks:
-# a rank or a channel left out) and the pictures' titles and labels (view, ranks_view). Every other
-# module of analysis/ writes none.
-STILL_WORDED_IN_ANALYSIS = {"attribution.py", "clocks.py", "peers.py", "pystacks.py", "ranks_view.py", "view.py"}
+# module: what an input fell short of, passed on as said (attribution, clocks, collective_waits,
+# python_frames: a rank or a channel left out). Every other module of analysis/ writes none (the
+# pictures' titles and labels are written in render/pictures/).
+STILL_WORDED_IN_ANALYSIS = {"attribution.py", "clocks.py", "collective_waits.py", "python_frames.py"}
 SENTENCE_WORDS = 4  # an f-string with this many words of its own is a sentence, not a label ("rank 3 compute")
 
 
@@ -338,7 +348,7 @@ def test_the_comparison_finder_finds_one(tmp_path):
 
 # What reads a recording takes nothing from the side that makes one: report, compare and the archive
 # read the bundle (bundle.py) and the command lines it holds (serve_args.py), never record/.
-READERS = ("dbo_trace.commands.report", "dbo_trace.commands.compare", "dbo_trace.commands.archive", "dbo_trace.archive")
+READERS = ("dbo_trace.commands.report", "dbo_trace.commands.compare", "dbo_trace.commands.archive", "dbo_trace.app.review_archive")
 
 
 def reached(graph: dict[str, set[str]], start: str) -> set[str]:

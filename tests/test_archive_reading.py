@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from conftest import SAMPLES, run_cli
 
-from dbo_trace import archive
+from dbo_trace.app import review_archive as archive
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import ReportDocument
 

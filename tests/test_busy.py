@@ -11,7 +11,7 @@ from work import calls_made, elements_passed, peak_bytes
 from dbo_trace.analysis.steps.attribution import PHASE_COMM, PHASE_COMPUTE, PHASE_NONE, PHASE_WAIT
 from dbo_trace.analysis.overlap.busy import microbatch_busy
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 
 def merged(pairs):

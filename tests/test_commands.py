@@ -192,7 +192,7 @@ def test_a_missing_step_or_rank_is_said_in_the_options_words():
     from dbo_trace.analysis.model import Options
     from dbo_trace.render.pictures.step_view import ChoiceNotFound, chosen_step
     from dbo_trace.commands.report import drawn_step
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "overlap"], Options())
     n = len(report.ranks[0].steps)
@@ -217,7 +217,7 @@ def test_a_missing_step_or_rank_is_said_in_the_options_words():
 def test_a_repeated_label_lists_its_steps():
     from dbo_trace.analysis.model import Options
     from dbo_trace.commands.report import drawn_step
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options())
     label = "execute_context_0(0)_generation_16(16)"

@@ -92,7 +92,7 @@ def test_a_what_if_without_effect_says_why(path):
 def test_a_round_trip_what_if_without_effect_says_why_on_overlap():
     """The case the tester met: samples/overlap, whose compute per microbatch covers the round trip."""
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
     from dbo_trace.render import RENDERERS, RenderOptions
 
     report = analyze_paths([ROOT / "samples" / "overlap"], Options(what_if_round_trip_us=(100.0,)))

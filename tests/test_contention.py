@@ -8,7 +8,7 @@ from conftest import SAMPLES, report_json
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 
 def plain_contention(rank):

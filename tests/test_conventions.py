@@ -230,7 +230,7 @@ def test_host_stacks_at_80_columns_shows_each_frame_whole_or_broken_at_its_dots(
     import re
 
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
     from dbo_trace.render import RENDERERS, RenderOptions
     from dbo_trace.render.document import build_document
 
@@ -290,8 +290,8 @@ def page_fills(page: Path, tmp_path: Path) -> list:
 def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
     """Before: no exposed-comm colour; held-back comm purple whatever its cause, where the PNG and
     docs/outputs.md draw SMs crowded brown; the AFD entries in every page's legend. Now the page
-    takes its colours from render/timeline.py and its legend lists what it draws."""
-    from dbo_trace.render.timeline import EXPOSED_COLOUR, FFN_COLOUR, HELD_COLOURS
+    takes its colours from render/pictures/timeline_png.py and its legend lists what it draws."""
+    from dbo_trace.render.pictures.timeline_png import EXPOSED_COLOUR, FFN_COLOUR, HELD_COLOURS
 
     run_cli("report", str(OVERLAP), "--html", "o.html", cwd=tmp_path)
     page = (tmp_path / "o.html").read_text()
@@ -305,7 +305,7 @@ def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
     pair = (tmp_path / "p.html").read_text()
     pair_legend = pair[pair.index('<p class="legend">') : pair.index("&mdash; wheel")]
     assert "FFN compute, one span per round trip" in pair_legend  # the FFN's lane as its spans (issue 54)
-    from dbo_trace.render.timeline import HIDDEN_COLOUR, HIDDEN_TRIP_COLOUR
+    from dbo_trace.render.pictures.timeline_png import HIDDEN_COLOUR, HIDDEN_TRIP_COLOUR
 
     # one colour, one meaning: the round trip's hidden part is not comm under compute's green
     assert f"background:{HIDDEN_TRIP_COLOUR}" in pair_legend and HIDDEN_TRIP_COLOUR != HIDDEN_COLOUR
@@ -315,8 +315,8 @@ def test_the_html_timeline_speaks_the_pngs_colours(tmp_path):
 def _drawn(sample: str, window: str | None = None):
     from dbo_trace.analysis.model import Options
     from dbo_trace.render.pictures.step_view import chosen_step, parse_window, step_view, window_view
-    from dbo_trace.pipeline import analyze_paths
-    from dbo_trace.render.timeline import timeline_figure
+    from dbo_trace.app.pipeline import analyze_paths
+    from dbo_trace.render.pictures.timeline_png import timeline_figure
 
     report = analyze_paths([SAMPLES / sample], Options())
     rank, position = chosen_step(report, None, None)

@@ -1,4 +1,4 @@
-"""The typed report document (render/document.py): what `--json` writes decodes back into the same
+"""The typed report document (render/document/): what `--json` writes decodes back into the same
 tree (so an archive's report reads back whole), and the document's fixed vocabularies agree with
 the analyses that produce them."""
 
@@ -12,7 +12,7 @@ from conftest import SAMPLES
 from dbo_trace.analysis.overlap.exposure import REASON_SHORT, REASONS
 from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import document
 from dbo_trace.render.document import ReportDocument
 from dbo_trace.render.json_out import json_text

@@ -9,7 +9,7 @@ from reference import merged
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 
 def exposed_stretches(kernels):

@@ -21,7 +21,7 @@ from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM
 from dbo_trace.analysis.overlap.exposure import exposure
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 N = 100  # copies of the sample (80 comm and 80 compute kernels each); 4N: 32,000 kernels
 GROWTH = 4.5  # elements and memory for 4x the input: linear is 4.0 (measured 4.0 and 3.99)

@@ -15,7 +15,7 @@ from dbo_trace.analysis.verdict.decision import (
     Label,
     decide,
 )
-from dbo_trace.render.wording import next_step_text, qualifier_text
+from dbo_trace.render.words.verdict import next_step_text, qualifier_text
 
 # What each shipped sample is, by construction (samples/README.md, docs/demo.md): the finding that must lead.
 EXPECTED = {

@@ -8,7 +8,7 @@ from reference import held_back as plain_held_back
 from dbo_trace.analysis.classify import CommRules
 from dbo_trace.analysis.model import Options
 from dbo_trace.demo.run import EXPECTED, judge
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 CASES = ["late", "smhungry", "overlap", "serial", "two-gpu-overlap", "two-gpu-serial", "hostbound"]
 

@@ -11,7 +11,7 @@ from traces import write_trace
 from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.verdict.decision import HostBasis
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document
 
@@ -154,7 +154,7 @@ def test_the_timeline_draws_what_the_host_did():
     """The median decode step of graphs-decode: CPU operators on the main thread's lane, coloured by
     name; the replayed kernels coloured by what they belong to; the legend only what is drawn."""
     from dbo_trace.render.pictures.step_view import median_step, step_view
-    from dbo_trace.render.timeline import OTHER_GROUP, group_colour
+    from dbo_trace.render.pictures.timeline_png import OTHER_GROUP, group_colour
 
     r = analyze_paths([SAMPLES / "vllm-graphs-decode"], Options()).ranks[0]
     view = step_view(r, median_step(r))
@@ -167,7 +167,7 @@ def test_the_timeline_draws_what_the_host_did():
     # issue 37: a replayed kernel keeps what launched it as data, but is never drawn in a CPU range's
     # colour (it read as that range's): the coloured groups are the CPU's names only
     assert replayed[0].group not in view.groups and group_colour(view, replayed[0].group) == OTHER_GROUP
-    from dbo_trace.render.timeline import CLASS_COLOURS, kernel_colour
+    from dbo_trace.render.pictures.timeline_png import CLASS_COLOURS, kernel_colour
 
     assert kernel_colour(replayed[0]) == CLASS_COLOURS[replayed[0].kind]
     # Every op starts after the one before it ends on its lane: outermost runs, not nested ops.

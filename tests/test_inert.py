@@ -23,7 +23,7 @@ from markdown_it import MarkdownIt
 from traces import rewrite_events
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions, as_bytes
 from dbo_trace.render.document import ReportDocument, build_document
 

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import json_out
 from dbo_trace.render.document import build_document
 from dbo_trace.render.safe import json_inert

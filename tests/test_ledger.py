@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render.document import build_document
 from tests.conftest import SAMPLES
 from tests.independent_ledger import ledger as reference
@@ -157,7 +157,7 @@ def _json(name):
 
 
 def test_layers_alike_are_grouped_and_unlike_are_not():
-    from dbo_trace.analysis.ledger import layer_operations, operation_places
+    from dbo_trace.analysis.overlap.layer_operations import layer_operations, operation_places
 
     places = operation_places([0] * 6 + [1] * 6, list(range(6)) * 2, 3, False)
     assert places[:3] == [(0, "dispatch"), (0, "combine"), (1, "dispatch")]

@@ -52,7 +52,7 @@ def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, 
     and builds 20 step blocks, the Markdown 200; their reports (verdict, host causes) are built a
     chunk at a time (analysis/model.py StepReports). --json builds every one."""
     from dbo_trace.analysis import model, rank_analysis as rank, report
-    from dbo_trace.render import document
+    from dbo_trace.render.document import steps as document
 
     blocks, verdicts = [], []
     step_block, decide = document.step_block, report.decide

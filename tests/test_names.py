@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, SAMPLES, require_module
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render import names as names_module
 from dbo_trace.render.names import demangle, display_names

@@ -17,9 +17,9 @@ from conftest import ROOT, SAMPLES, report_json, RUN_SAMPLES
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
 from dbo_trace.analysis.verdict.decision import Evidence, decide
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
-from dbo_trace.render.wording import next_step_text
+from dbo_trace.render.words.verdict import next_step_text
 
 GOLDEN = ROOT / "tests" / "golden"
 _spec = importlib.util.spec_from_file_location("afd_eager_idle_truth", ROOT / "tests" / "independent" / "afd_eager_idle_truth.py")

@@ -16,8 +16,8 @@ from conftest import SAMPLES, run_cli
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.render.pictures.step_view import FFN_GPU, FFN_SPAN, afd_peer, chosen_step, step_view
-from dbo_trace.pipeline import analyze_paths
-from dbo_trace.render.timeline import pair_note, queue_full, step_legend
+from dbo_trace.app.pipeline import analyze_paths
+from dbo_trace.render.pictures.timeline_png import pair_note, queue_full, step_legend
 
 PAIR = SAMPLES / "afd-pair-graphs-dbo"
 (ATTENTION_TRACE,) = sorted((PAIR / "traces").glob("*.json.gz"))

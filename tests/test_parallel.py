@@ -33,7 +33,7 @@ def test_a_broken_rank_is_a_warning_with_workers_too(tmp_path):
 
 
 def test_small_inputs_stay_in_one_process_unless_asked(monkeypatch):
-    from dbo_trace.pipeline import PARALLEL_MIN_FILE_BYTES, WORKERS_ENV, workers_for
+    from dbo_trace.app.pipeline import PARALLEL_MIN_FILE_BYTES, WORKERS_ENV, workers_for
 
     monkeypatch.delenv(WORKERS_ENV, raising=False)
     assert workers_for(8, None, PARALLEL_MIN_FILE_BYTES - 1) == 1  # spawning would cost more than reading
@@ -189,11 +189,11 @@ def test_ctrl_c_while_workers_start_prints_no_traceback(tmp_path):
 
 
 def test_ctrl_c_during_a_shared_read_stops_its_workers_without_their_tracebacks(tmp_path):
-    """One large trace read by two processes (trace/kineto.py, _read_shared), interrupted mid-read,
+    """One large trace read by two processes (trace/kineto/read.py, _read_shared), interrupted mid-read,
     with the size threshold off. (A share's worker that is not stopped blocks on its full pipe, and
     the report never ends.)"""
     path = _repeated_trace(tmp_path / "big.pt.trace.json.gz", 100)
-    unlimited = "import dbo_trace.trace.kineto as k; k.PARALLEL_MIN_BYTES = 0; " + CLI
+    unlimited = "import dbo_trace.trace.kineto.read as k; k.PARALLEL_MIN_BYTES = 0; " + CLI
     status, err, left, took = _interrupted([unlimited, "report", "--json", "--workers", "2", str(path)])
     path.unlink()
     assert status == 130 and "Traceback" not in err and err.strip() == "dbo-trace: interrupted", err
@@ -211,7 +211,7 @@ def test_sigterm_to_report_stops_its_workers_and_exits_143(tmp_path, shared):
     if shared:
         path = _repeated_trace(tmp_path / "big.pt.trace.json.gz", 100)
         argv = [
-            "import dbo_trace.trace.kineto as k; k.PARALLEL_MIN_BYTES = 0; " + CLI,
+            "import dbo_trace.trace.kineto.read as k; k.PARALLEL_MIN_BYTES = 0; " + CLI,
             "report",
             "--json",
             "--workers",

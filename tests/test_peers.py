@@ -270,7 +270,7 @@ def test_the_ranks_picture_marks_each_ranks_waits_on_one_axis(tmp_path, docs):
 
     from dbo_trace.render.pictures.ranks_view import ranks_step_view
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
 
     report = analyze_paths([SAMPLES / "two-gpu-hostbound"], Options())
     doc = docs["hostbound"]

@@ -86,8 +86,8 @@ def test_a_window_keeps_the_args_and_flows_of_the_events_in_it(tmp_path):
     from conftest import sample_trace
 
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
-    from dbo_trace.render.perfetto import write_perfetto
+    from dbo_trace.app.pipeline import analyze_paths
+    from dbo_trace.render.pictures.perfetto import write_perfetto
 
     report = analyze_paths([SAMPLES / "overlap"], Options())
     step = report.ranks[0].steps[2]

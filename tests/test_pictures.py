@@ -10,7 +10,7 @@ from conftest import SAMPLES, run_cli, sample_trace
 
 from dbo_trace.analysis.model import Options  # noqa: E402
 from dbo_trace.render.pictures.step_view import median_step, step_view  # noqa: E402
-from dbo_trace.pipeline import analyze_paths  # noqa: E402
+from dbo_trace.app.pipeline import analyze_paths  # noqa: E402
 
 DRAWN = ["serial", "overlap", "graph", "hostbound"]
 
@@ -238,8 +238,8 @@ def test_the_title_wraps_between_its_parts_and_shows_no_escapes(monkeypatch):
 
     from dbo_trace.analysis.model import Options
     from dbo_trace.render.pictures.step_view import median_step, step_view
-    from dbo_trace.pipeline import analyze_paths
-    from dbo_trace.render.timeline import draw_timeline
+    from dbo_trace.app.pipeline import analyze_paths
+    from dbo_trace.render.pictures.timeline_png import draw_timeline
 
     rank = analyze_paths([SAMPLES / "overlap"], Options()).ranks[0]
     view = step_view(rank, median_step(rank))
@@ -310,7 +310,7 @@ def test_title_and_legend_lie_inside_every_samples_picture(variant):
     """Every sample's median step, and with several ranks the all-ranks picture: each drawn text's
     box inside the canvas, and no ink on the canvas's edge."""
     from dbo_trace.render.pictures.ranks_view import ranks_step_view
-    from dbo_trace.render.timeline import ranks_figure, timeline_figure
+    from dbo_trace.render.pictures.timeline_png import ranks_figure, timeline_figure
 
     report = analysed(variant)
     rank = next(r for r in report.ranks if r.steps)
@@ -326,7 +326,7 @@ def test_title_and_legend_lie_inside_real_traces_with_long_names(trace):
     name, and a thread's lane."""
     import dataclasses
 
-    from dbo_trace.render.timeline import timeline_figure
+    from dbo_trace.render.pictures.timeline_png import timeline_figure
 
     report = analyze_paths([PUBLIC / trace], Options())
     rank = next(r for r in report.ranks if r.steps)
@@ -357,7 +357,7 @@ def test_a_window_of_several_steps_holds_every_kernel_and_call_in_it(tmp_path):
     assert len(gpu_bars) == len(events) > 0 and all(b.own for b in gpu_bars)
     assert [label for _, label in view.marks] == ["#2", "#3", "#4"]
     assert view.marks[0][0] == 0.0
-    check_inside(__import__("dbo_trace.render.timeline", fromlist=["x"]).timeline_figure(view))
+    check_inside(__import__("dbo_trace.render.pictures.timeline_png", fromlist=["x"]).timeline_figure(view))
     out = tmp_path / "w.svg"
     proc = run_cli("report", str(SAMPLES / "overlap"), "--timeline", str(out), "--window", "#2:#4")
     assert proc.returncode == 0 and "rank 0, window #2:#4" in proc.stderr

@@ -27,7 +27,7 @@ from conftest import require_module
 
 from dbo_trace.analysis.host import python_frames as P
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.trace import pystacks as R
 from dbo_trace.trace.errors import InputError
 

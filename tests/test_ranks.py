@@ -79,7 +79,7 @@ def test_clashing_claims_are_numbered_once_by_name_and_the_timelines_keep_their_
     with a worker per trace alike, and the number lives on the report only (the timelines still say
     what their traces claimed)."""
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
 
     _with_rank(sample_trace("serial"), tmp_path / "b.pt.trace.json.gz", 1, align_with=sample_trace("overlap-no-hooks"))
     _with_rank(sample_trace("overlap-no-hooks"), tmp_path / "a.pt.trace.json.gz", 1)

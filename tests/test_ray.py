@@ -1,5 +1,5 @@
 """`report --ray` and `compare --ray` on a local Ray cluster of two nodes started here on 127.0.0.1,
-each node named by a resource of its own and given its own folder of traces (dbo_trace/scale.py):
+each node named by a resource of its own and given its own folder of traces (dbo_trace/app/ray_executor.py):
 where each rank ran, the document against a local run's byte for byte, the failures (a node killed
 while its ranks run, a node already dead, paths that lead outside what was given). Skipped where
 Ray is not installed, unless DBO_TRACE_REQUIRE_RAY is set (.ci/run installs it)."""

@@ -28,7 +28,7 @@ def test_pictures_and_workers_are_refused_with_ray(tmp_path):
 
 
 def test_parse_node_and_path():
-    from dbo_trace.scale import parse
+    from dbo_trace.app.ray_executor import parse
 
     assert (parse("node-a:/data/run").node, parse("node-a:/data/run").path) == ("node-a", "/data/run")
     assert (parse("10.0.0.5:/data/run").node, parse("10.0.0.5:/data/run").path) == ("10.0.0.5", "/data/run")
@@ -37,7 +37,7 @@ def test_parse_node_and_path():
 
 
 def test_a_node_is_named_by_its_id_address_or_own_resource():
-    from dbo_trace.scale import parse, resolve
+    from dbo_trace.app.ray_executor import parse, resolve
 
     def node(ident, resource):
         resources = {"CPU": 8.0, "node:10.0.0.5": 1.0, resource: 1.0}

@@ -53,7 +53,7 @@ def test_gzip_members_and_padding(tmp_path):
 @pytest.fixture(params=["isal", "zlib"])
 def inflater(request, monkeypatch):
     """The reader with ISA-L's inflate (a dependency) and with zlib's, its fallback where isal is missing."""
-    from dbo_trace.trace import kineto
+    from dbo_trace.trace.kineto import blocks as kineto  # where the inflater is chosen
 
     if request.param == "zlib":
         monkeypatch.setattr(kineto, "isal_zlib", None)

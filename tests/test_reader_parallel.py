@@ -1,4 +1,4 @@
-"""The reader's worker processes (trace/kineto.py, _SharedChunks) give what a sequential read gives,
+"""The reader's worker processes (trace/kineto/read.py, _SharedChunks) give what a sequential read gives,
 and hand anything unusual back to the sequential reader: errors keep their exact text."""
 
 import gzip

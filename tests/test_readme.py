@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, SAMPLES
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
 README = (ROOT / "README.md").read_text()

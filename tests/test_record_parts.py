@@ -168,7 +168,7 @@ def test_the_token_rules_name_their_source():
 
 
 def test_a_json_document_stays_json_and_its_numbers_stay():
-    """archive.py redacts the report's JSON text: token counts under names with TOKEN in them stay
+    """app/review_archive.py redacts the report's JSON text: token counts under names with TOKEN in them stay
     (null, numbers, lists of numbers), a secret value in a list is masked item by item, still JSON."""
     document = {
         "steps": [{"context_tokens": None, "generation_tokens": 512, "tokens": [256, 256]}],

@@ -50,7 +50,7 @@ def test_one_renderer_imports_only_its_module() -> None:
         "from pathlib import Path\nfrom dbo_trace.render import RENDERERS, for_path\nRENDERERS['json']\nfor_path(Path('a.json'))"
     )
     assert "dbo_trace.render.json_out" in seen
-    others = {"dbo_trace.render.html", "dbo_trace.render.perfetto", "dbo_trace.render.timeline", "dbo_trace.render.terminal"}
+    others = {"dbo_trace.render.html", "dbo_trace.render.pictures.perfetto", "dbo_trace.render.pictures.timeline_png", "dbo_trace.render.terminal"}
     assert not seen & others, seen & others
     assert "matplotlib" not in seen and "rich" not in seen
 
@@ -63,7 +63,7 @@ def test_terminal_report_imports_no_other_output() -> None:
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n    run()"
     )
     assert "dbo_trace.render.terminal" in seen and "dbo_trace.analysis.verdict.decision" in seen
-    unused = {"dbo_trace.render.html", "dbo_trace.render.markdown", "dbo_trace.render.perfetto", "dbo_trace.render.timeline"}
+    unused = {"dbo_trace.render.html", "dbo_trace.render.markdown", "dbo_trace.render.pictures.perfetto", "dbo_trace.render.pictures.timeline_png"}
     assert not seen & unused, seen & unused
     assert not {m for m in seen if m.split(".")[0] in ("matplotlib", "perfetto", "torch")}
 
@@ -71,7 +71,7 @@ def test_terminal_report_imports_no_other_output() -> None:
 def test_small_trace_report_starts_no_pool_machinery() -> None:
     """A small trace is read in one process: `report` imports neither multiprocessing nor the process
     pool, nor sqlite3 where no Nsight export is given (trace/workers.py, trace/nsys.py), nor the
-    redaction rules (archive.py imports them when it packs)."""
+    redaction rules (app/review_archive.py imports them when it packs)."""
     seen = _imported_after(
         "import contextlib, io, sys\nfrom dbo_trace.cli import run\n"
         "sys.argv = ['dbo-trace', 'report', '--json', 'samples/overlap']\n"
@@ -79,5 +79,5 @@ def test_small_trace_report_starts_no_pool_machinery() -> None:
     )
     assert "dbo_trace.trace.workers" in seen and "dbo_trace.trace.nsys" in seen
     assert not {m for m in seen if m.split(".")[0] in ("multiprocessing", "sqlite3", "rich")}
-    assert "dbo_trace.redact" not in seen  # archive.py is imported for is_archive alone
+    assert "dbo_trace.redact" not in seen  # app/review_archive.py is imported for is_archive alone
     assert "concurrent.futures.process" not in seen

@@ -7,7 +7,7 @@ from conftest import ROOT, SAMPLES, sample_trace
 from reference import events_of
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 
 PUBLIC = ROOT / "tests" / "data" / "public"
 CASES = [("vllm-graphs-decode", sample_trace("vllm-graphs-decode"), SAMPLES / "vllm-graphs-decode")] + [

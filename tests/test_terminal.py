@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, SAMPLES, RUN_SAMPLES
 
 from dbo_trace.analysis.model import Options
-from dbo_trace.pipeline import analyze_paths
+from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 
 SAMPLE_DIRS = RUN_SAMPLES

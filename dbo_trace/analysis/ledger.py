@@ -721,7 +721,7 @@ def sm_evidence(
 @dataclass(frozen=True, kw_only=True)
 class WhatIf:
     """A model's step against the measured one; what it changed and on what assumptions is its
-    kind's (render/ledger.py words them)."""
+    kind's (render/document/ledger.py words them)."""
 
     step_us: float  # the measured median step
     predicted_us: float  # the model's step

@@ -36,7 +36,7 @@ from dbo_trace.analysis.verdict.decision import AfdShare, Evidence, HostTest, La
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
-# A rank's note or a run's warning: typed where analysis states a figure (render/notes.py words it),
+# A rank's note or a run's warning: typed where analysis states a figure (render/words/notes.py words it),
 # a string where it passes on what a reader or a matcher said of its input.
 Note = str | Behind | LaunchDelay | RoleMissing | SharedGpu | ClockBounds | Incomplete
 
@@ -415,7 +415,7 @@ class PairPart:
 class CrossPart:
     """What the cross-rank step reads of a rank's detail: its comm kernels, its clock's clues, its
     layer count and its reader's warnings. Kilobytes where the detail is the whole timeline: ranks
-    analysed on other machines send only this (dbo_trace/scale.py); combine makes it from the detail
+    analysed on other machines send only this (dbo_trace/app/ray_executor.py); combine makes it from the detail
     where none is given."""
 
     comm: RankComm

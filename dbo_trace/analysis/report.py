@@ -93,7 +93,7 @@ def combine(
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
     added the same way (in-step where every rank has marker steps). parts and refine: where the
     ranks' details are elsewhere, what the cross-rank step reads of each and how the peer waits
-    are given back to them (dbo_trace/scale.py); by default both from the details. Roles (an AFD
+    are given back to them (dbo_trace/app/ray_executor.py); by default both from the details. Roles (an AFD
     attention rank and its FFN rank) are not ranks of one collective: no cross-rank matching between
     them; the FFN's kernels give the attention's round trips their parts. Once every rank's evidence
     is in, each rank's verdict and the run's are decided, the same way."""

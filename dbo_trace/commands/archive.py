@@ -36,7 +36,7 @@ class ArchiveRequest:
 
 def run(request: ArchiveRequest) -> None:
     from dbo_trace.analysis.model import Options
-    from dbo_trace.archive import pack
+    from dbo_trace.app.review_archive import pack
 
     out, source = request.archive, request.source
     result = common.analyzed([source], Options(layers=request.layers))

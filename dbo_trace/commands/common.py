@@ -153,7 +153,7 @@ _MARKS: dict[str, tuple[bytes, re.Pattern[bytes]]] = {
 def written_by_dbo_trace(path: Path) -> bool:
     """Whether the file at path is one dbo-trace wrote, of the kind its name says: a picture, an
     HTML page or a Perfetto trace with the mark its renderer writes, or a review archive."""
-    from dbo_trace.archive import is_archive
+    from dbo_trace.app.review_archive import is_archive
     from dbo_trace.render import for_path
 
     if path.name.lower().endswith(".tar.gz"):
@@ -267,11 +267,11 @@ def folded(lines: list[str]) -> list[str]:
 def analyzed(
     paths: list[Path], options: Options, workers: int | None = None, ray: str | None = None, arm: str | None = None
 ) -> Report:
-    """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/scale.py);
+    """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/app/ray_executor.py);
     bad input is one line and exit 2; warnings go to stderr, each naming the arm (compare's) it is of."""
-    from dbo_trace.archive import is_archive
-    from dbo_trace.pipeline import WORKERS_ENV, analyze_found, workers_for
-    from dbo_trace.render.notes import note_text
+    from dbo_trace.app.review_archive import is_archive
+    from dbo_trace.app.pipeline import WORKERS_ENV, analyze_found, workers_for
+    from dbo_trace.render.words.notes import note_text
     from dbo_trace.trace.load import discover, total_bytes
 
     if workers is None and ray is None:
@@ -281,7 +281,7 @@ def analyzed(
             fail(f"{path}: a review archive, which holds a finished report, not traces: `dbo-trace report {path}` "
                  "shows it on its own; give the recording's bundle folder or traces here")  # fmt: skip
     if ray is not None:
-        from dbo_trace.scale import analyze_on_ray
+        from dbo_trace.app.ray_executor import analyze_on_ray
 
         result = analyze_on_ray(ray, [str(p) for p in paths], options)
     else:

@@ -23,7 +23,7 @@ class CompareRequest:
     layers: int | None = None
     output: Path | None = None
     force: bool = False
-    ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/scale.py)
+    ray: str | None = None  # a Ray cluster's address: each arm's ranks analysed on its nodes (dbo_trace/app/ray_executor.py)
     plot: Path | None = None  # --plot: a load sweep's picture; only for a sweep's folder
     format_given: str | None = None  # --format as given: text, json or markdown
 

@@ -60,7 +60,7 @@ class ReportRequest:
     all_ranks: bool = False
     window: str | None = None  # --window as given: START:END (render/pictures/step_view.py parse_window)
     workers: int | None = None
-    ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/scale.py)
+    ray: str | None = None  # a Ray cluster's address: each rank analysed on its node (dbo_trace/app/ray_executor.py)
     force: bool = False
     host_stacks: bool = False  # the terminal prints the host idle by sampled Python frame as tables
     plot: Path | None = None  # --plot: a load sweep's picture (.png or .svg); only for a sweep's folder
@@ -175,7 +175,7 @@ def _given(pattern: str | None) -> tuple[str, ...]:
 
 
 def _is_archive(path: Path) -> bool:
-    from dbo_trace.archive import is_archive
+    from dbo_trace.app.review_archive import is_archive
 
     return is_archive(path)
 
@@ -196,7 +196,7 @@ def run(request: ReportRequest | ArchiveView | SweepView) -> None:
     main_output = RENDERERS[request.format]
     picture, timeline, output = request.picture, request.timeline, request.output
     if picture is not None:
-        from dbo_trace.render.timeline import import_in_background
+        from dbo_trace.render.pictures.timeline_png import import_in_background
 
         import_in_background()  # matplotlib's import, as long as drawing a step, beside the trace's read
     result = common.analyzed(list(request.paths), request.options, request.workers, request.ray)
@@ -292,7 +292,7 @@ def drawn_window(rank: RankReport, window: str) -> tuple[float, float]:
 
 def show_archive(view: ArchiveView) -> None:
     """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
-    from dbo_trace.archive import read_report_document
+    from dbo_trace.app.review_archive import read_report_document
     from dbo_trace.render import RENDERERS, RenderOptions
 
     renderer = RENDERERS[view.format]

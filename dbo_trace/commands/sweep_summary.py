@@ -2,7 +2,7 @@
 
 The folder is read as input (dbo_trace/sweep_folder.py), each run's timed repeats and settings taken
 from its manifest, each profiled run analysed as `compare` analyses an arm, and the figures summarised
-in analysis/compare/load_sweep.py; render/sweep.py and render/sweep_plot.py write them."""
+in analysis/compare/load_sweep.py; render/sweep.py and render/pictures/sweep_plot.py write them."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _run(view: SweepView) -> None:
     from dbo_trace.analysis.compare.load_sweep import summarise
     from dbo_trace.render.base import RenderOptions
     from dbo_trace.render.sweep import SWEEP_RENDERERS, build_sweep_document
-    from dbo_trace.render.sweep_plot import draw_sweep
+    from dbo_trace.render.pictures.sweep_plot import draw_sweep
     from dbo_trace.sweep_folder import SweepError, read_sweep
 
     try:

@@ -120,7 +120,7 @@ def _complete_manifest(bundle: Path, workload: dict) -> None:
 
 
 def run_mode(opts: DemoOptions, mode: str, ui: Progress) -> ModeResult:
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
     from dbo_trace.trace.errors import InputError
 
     result = ModeResult(mode, EXPECTED[mode], opts.out / mode, checked=opts.device == "cuda")

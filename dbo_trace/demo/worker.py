@@ -241,7 +241,7 @@ def run_sweep(args) -> int:
     """Step time with DBO (overlap) against serialized microbatches per grid point, and the report's criterion."""
     torch, device, dist, ub, backend, rank, world = _setup(args)
     from dbo_trace.analysis.model import Options
-    from dbo_trace.pipeline import analyze_paths
+    from dbo_trace.app.pipeline import analyze_paths
 
     computes = [float(x) for x in str(args.compute_us or "200,400,800").split(",")]
     comms = [float(x) for x in str(args.comm_us).split(",")]

@@ -27,9 +27,9 @@ _TABLE: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
     "json": ("json_out", "JsonRenderer", None, (".json",)),
     "markdown": ("markdown", "MarkdownRenderer", None, (".md",)),
     "html": ("html", "HtmlRenderer", None, (".html", ".htm")),
-    "perfetto": ("perfetto", "PerfettoRenderer", None, (".pftrace", ".perfetto-trace")),
-    "png": ("timeline", "TimelineRenderer", "png", (".png",)),
-    "svg": ("timeline", "TimelineRenderer", "svg", (".svg",)),
+    "perfetto": ("pictures.perfetto", "PerfettoRenderer", None, (".pftrace", ".perfetto-trace")),
+    "png": ("pictures.timeline_png", "TimelineRenderer", "png", (".png",)),
+    "svg": ("pictures.timeline_png", "TimelineRenderer", "svg", (".svg",)),
 }
 
 

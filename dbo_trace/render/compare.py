@@ -33,7 +33,7 @@ from dbo_trace.render.json_out import json_text
 from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, terminal_text
-from dbo_trace.render.wording import label_text
+from dbo_trace.render.words.verdict import label_text
 
 # 2: a row per arm and phase (field `phase`), rounded figures; 3: the step time's median, p90, p99 and max;
 # 4: step times are periods, steady steps, ranks averaged per step, the change's bootstrap interval and call

@@ -57,7 +57,7 @@ from dbo_trace.render.format import (
 )
 from dbo_trace.render.markdown import round_trip_note
 from dbo_trace.render.safe import html_text, script_json, visible
-from dbo_trace.render.timeline import (
+from dbo_trace.render.pictures.timeline_png import (
     EXPOSED_COLOUR,
     FFN_COLOUR,
     HELD_COLOURS,
@@ -69,7 +69,7 @@ from dbo_trace.render.timeline import (
 )
 
 UNATTRIBUTED = "#8c8c8c"  # the page draws a kernel no microbatch launched in one grey (the PNG by its class)
-from dbo_trace.render.timeline import pair_note, queue_full
+from dbo_trace.render.pictures.timeline_png import pair_note, queue_full
 
 MAX_STEPS = 20  # steps per rank embedded with their timelines (around the median step): keeps the page small
 # the last three: an AFD rank's round trips, their hidden parts, the FFN's compute spans
@@ -130,7 +130,7 @@ def _views(report: Report) -> list[dict[str, Any]]:
     return out
 
 
-HELD_CAUSES = list(HELD_COLOURS)  # the page's held-back colours: the PNG's (render/timeline.py), by cause
+HELD_CAUSES = list(HELD_COLOURS)  # the page's held-back colours: the PNG's (render/pictures/timeline_png.py), by cause
 
 
 def _held_cause(cause: str) -> int:
@@ -138,7 +138,7 @@ def _held_cause(cause: str) -> int:
 
 
 def _legend(views: list[dict[str, Any]]) -> str:
-    """The timeline's key, in the PNG's colours (render/timeline.py), listing only what the page's
+    """The timeline's key, in the PNG's colours (render/pictures/timeline_png.py), listing only what the page's
     views draw: no AFD entries for a run without an FFN or round trips, the held-back causes seen."""
 
     def item(colour: str, label: str, extra: str = "") -> str:

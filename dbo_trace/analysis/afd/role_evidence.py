@@ -75,7 +75,7 @@ class TraceEvidence:
 @dataclass(frozen=True)
 class RoleCall:
     """A trace's role and where it came from (FROM_MANIFEST, FROM_COMMAND or FROM_TRACE, with the
-    trace's evidence; render/notes.py says it in words)."""
+    trace's evidence; render/words/notes.py says it in words)."""
 
     role: str
     source: str

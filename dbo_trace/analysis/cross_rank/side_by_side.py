@@ -65,7 +65,7 @@ class TooFewRanks:
     """Fewer than two ranks have reported steps: none can be set side by side."""
 
 
-# A note of the view: typed where it states the view's own figures (render/notes.py words it), a
+# A note of the view: typed where it states the view's own figures (render/words/notes.py words it), a
 # string where it passes on what the clocks or the collectives' matching said.
 CrossNote = str | RanksLeftOut | StepCounts | TooFewRanks
 

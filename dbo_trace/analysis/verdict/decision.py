@@ -5,7 +5,7 @@ kind and figures, and whether a share decided it within BORDERLINE of its line),
 finding and the one next step the evidence supports. Nothing edits a Verdict afterwards: what a
 later analysis measures (a peer's waits, the FFN's parts) is evidence before the one decision, and a
 step's, a phase's, a rank's and the run's verdicts are all made here. Their words are
-render/wording.py's.
+render/words/verdict.py's.
 
 Labels, in order of precedence (docs/analysis.md explains each threshold):
   graph-capture     host-bound, with most of the GPU's host-idle time inside graph captures
@@ -59,7 +59,7 @@ class _Word(str, Enum):
 
 class Label(_Word):
     """A verdict's label, by the order of precedence above. Its value is the document's (the schema's
-    Label); its words are render's (render/wording.py)."""
+    Label); its words are render's (render/words/verdict.py)."""
 
     GRAPH_CAPTURE = "graph-capture"
     HOST_BOUND = "host-bound"

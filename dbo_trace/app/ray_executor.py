@@ -1,7 +1,7 @@
 """`report --ray ADDRESS`: each rank read and analysed by a Ray task on the node that holds its trace,
 the cross-rank step and the document on the driver (docs/performance.md, "Across machines").
 
-The pipeline's steps (dbo_trace/pipeline.py: prepare, analyse, finish), with Ray as the executor:
+The pipeline's steps (dbo_trace/app/pipeline.py: prepare, analyse, finish), with Ray as the executor:
   1. find: on each node named (`NODE:/path`) or, for a path without one, on every node (a glob asked
      of each), the traces, event logs, Python samples, manifests and roles the paths hold (trace/load.py
      discover); the driver prepares the options from them (pipeline.prepared_options);
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from dbo_trace.analysis.cross_rank.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
     from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
-    from dbo_trace.pipeline import Cut, Plan
+    from dbo_trace.app.pipeline import Cut, Plan
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.pystacks import StackSamples
     from dbo_trace.trace.timeline import Timeline
@@ -179,7 +179,7 @@ def analyse(
     from dataclasses import replace
 
     from dbo_trace.analysis.report import cross_part
-    from dbo_trace.pipeline import analyse_trace
+    from dbo_trace.app.pipeline import analyse_trace
 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
         return None, f"{trace}: outside the paths given; not read"
@@ -333,13 +333,13 @@ def _pinned(ray: Any, fn: Callable[..., Any], node_id: str, **options: Any) -> A
 
 
 def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Report:
-    """The pipeline's steps (dbo_trace/pipeline.py) with Ray as the executor: find on the nodes,
+    """The pipeline's steps (dbo_trace/app/pipeline.py) with Ray as the executor: find on the nodes,
     prepare here, analyse each trace on its node (the FFN's after the attention's, cut to their
     window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
     from dbo_trace.analysis.afd.roles import ATTENTION, FFN
-    from dbo_trace.pipeline import Plan, cut_of, finish, prepared_options, settle
+    from dbo_trace.app.pipeline import Plan, cut_of, finish, prepared_options, settle
     from dbo_trace.trace.errors import InputError
 
     given = [parse(p) for p in paths]

@@ -99,7 +99,7 @@ def sweep_figure(d: SweepDocument) -> Figure:
 def draw_sweep(d: SweepDocument, image_format: str) -> bytes:
     """The picture as PNG or SVG bytes (SVG without a date: the same sweep draws the same file)."""
     buf = io.BytesIO()
-    from dbo_trace.render.timeline import PICTURE_MARK
+    from dbo_trace.render.pictures.timeline_png import PICTURE_MARK
 
     # who drew it (PNG's Software text, SVG's dc:creator), as the timeline marks its own: a rerun
     # recognises the picture as dbo-trace's and replaces it (commands/common.py written_by_dbo_trace)

@@ -73,7 +73,7 @@ from dbo_trace.analysis.verdict.decision import (
     Verdict,
     YieldOpCost,
 )
-from dbo_trace.render.notes import top_item_name
+from dbo_trace.render.words.notes import top_item_name
 
 NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
 

@@ -1,5 +1,5 @@
 """The way from the user's paths to a Report, the one every executor takes (one process, a pool of
-worker processes, Ray tasks on the nodes holding the traces: dbo_trace/scale.py):
+worker processes, Ray tasks on the nodes holding the traces: dbo_trace/app/ray_executor.py):
 
   prepare  the manifests' declarations and roles into the options; the event logs and Python samples
   analyse  each trace read and analysed on its own (analyse_trace); a disaggregated run's FFN traces

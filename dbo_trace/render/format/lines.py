@@ -1,61 +1,28 @@
-"""Number formatting and tables shared by the text renderers."""
+"""A summary's lines: the verdict's, the AFD pair's, the host's, contention, exposure, held-back comm, the ledger and the what-ifs."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
-
-import msgspec
 from msgspec import UnsetType
 
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.afd.gpu_sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
-    CommOperation,
-    CpuRange,
     HostCausesBlock,
-    KernelRow,
     NamedShare,
     NextStepBlock,
     PaysBlock,
-    PhaseBlock,
     PhaseVerdict,
     RankBlock,
-    ReasonBlock,
     ReportDocument,
-    RoundTripsBlock,
-    StallBlock,
-    StepBlock,
     VerdictBlock,
-    figure_rows,
 )
-from dbo_trace.render.ledger import LaunchShapeBlock, LayerHandoverRow, LayerOpsRow, LedgerBlock, SmEvidenceBlock
-from dbo_trace.render.safe import Markdown, markdown_cell, markdown_code
+from dbo_trace.render.document.ledger import LaunchShapeBlock, LedgerBlock, SmEvidenceBlock
+from dbo_trace.render.format.filtering import per_rank_labels
+from dbo_trace.render.format.numbers import _amount, cut, ms, num, pct, tri, us
 from dbo_trace.render.names import display_names
-from dbo_trace.render.notes import LINE_NAMES
-from dbo_trace.render.wording import counted
-
-
-def ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1000:.2f} ms"
-
-
-def us(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f} us"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def num(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{x:.0f}"
-
-
-def tri(state: bool | None, yes: str = "met", no: str = "missed") -> str:
-    """A three-state figure: true, false, or unknown (null in the JSON: never shown as a negative)."""
-    return "unknown" if state is None else yes if state else no
+from dbo_trace.render.words.notes import LINE_NAMES
+from dbo_trace.render.words.verdict import counted
 
 
 def headline(verdict: VerdictBlock | PhaseVerdict) -> str:
@@ -78,25 +45,6 @@ def pays_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
     """Does DBO pay, where the verdict answers it (a microbatched run's or rank's, version 8 on)."""
     pays = getattr(verdict, "pays", None)
     return pays.text if isinstance(pays, PaysBlock) else None
-
-
-def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
-    """A share decided the label within 2 points of its line (said only by documents of version 6 on)."""
-    return any(isinstance(r, ReasonBlock) and r.borderline for r in verdict.reasons)
-
-
-def round_trip_cells(rt: RoundTripsBlock) -> list[str]:
-    """The DBO arithmetic row, as every text renderer shows it (the document's round_trips block)."""
-    return [
-        ms(rt.step_us),
-        num(rt.per_step),
-        num(rt.per_layer),
-        ms(rt.per_round_trip_us),
-        ms(rt.comm_per_round_trip_us),
-        ms(rt.compute_per_round_trip_us),
-        num(rt.ratio),
-        tri(rt.criterion_met),
-    ]
 
 
 def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:
@@ -197,195 +145,6 @@ def profiler_lines(d: ReportDocument) -> list[str]:
     return []
 
 
-ROUND_TRIP_HEADER = [
-    "step",
-    "round trips",
-    "per layer",
-    "per round trip",
-    "comm per round trip",
-    "compute per microbatch",
-    "ratio",
-    "criterion",
-]
-
-
-def aligned_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table whose columns are padded to line up, for a terminal that shows it as text."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
-
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
-
-
-GLOSSARY = "docs/glossary.md"  # every column and term of the report, explained
-
-# What an abbreviated column name means, for the one-line key under each table that has one (the
-# glossary has every column). A table's own meaning for a name comes first (KEYS_BY_TABLE).
-COLUMN_KEYS = {
-    "#": "step number (--timeline FILE --step #)",
-    "busy": "GPU busy",
-    "comm": "comm kernel time",
-    "hidden": "comm under compute",
-    "exposed": "comm not under compute",
-    "host": "host-caused GPU idle over the row's whole time (a rank's verdict may test time in steps only)",
-    "replays": "graph launches (kernels replayed)",
-    "graph": "graph replayed",
-    "time": "step period",
-    "median step": "steady steps' median period",
-    "host idle": "host-caused GPU idle",
-    "comm hidden": "comm under compute",
-    "replayed": "kernels replayed",
-    "op": "place in the step (layer, role)",
-    "ops": "ops per layer",
-    "median time": "comm kernel time",
-    "median exposed": "not under compute",
-    "per round trip": "period / round trips",
-    "ratio": "compute / comm (>= 1 meets the criterion)",
-    "p90": "90th percentile",
-    "p99": "99th",
-    "of GPU time": "share of kernel time",
-    "of host idle": "share of it",
-    "of idle": "share of it",
-    "hand-overs": "yields taken over",
-}
-KEYS_BY_TABLE = {
-    "rank": {"launch": "median launch call", "kernel": "median kernel"},
-    "step": {"launch": "launch calls", "launches": "launch calls", "replayed": "graph replayed"},
-    "hand-overs": {"median": "median yield to the other's resume"},
-}
-
-
-# A disaggregated (AFD) rank's sends and receives run on its compute stream: no comm kernel runs under
-# compute, and what DBO hides there is the round trip. Its tables' hidden cells are a dash, and their key says so.
-DISAGGREGATED_HIDDEN = (
-    "comm under compute (-: a disaggregated rank, its sends and receives on the compute stream; "
-    "its hidden is the round trips' time under the other microbatch's compute, in the verdict)"
-)
-
-
-def hidden_cell(fraction: float | None, disaggregated: bool) -> str:
-    """A table's hidden cell: comm under compute, or a dash on a disaggregated rank (DISAGGREGATED_HIDDEN)."""
-    return "-" if disaggregated else pct(fraction)
-
-
-def disaggregated_ranks(d: ReportDocument) -> set[int]:
-    """The ranks with a role in a disaggregated run (attention or FFN)."""
-    return {r.rank for r in d.ranks if r.role is not None}
-
-
-def legend(header: Sequence[str], table: str | None = None, disaggregated: bool = False) -> str | None:
-    """The key to a table's abbreviated columns, one line (None where it has none); docs/glossary.md
-    has every column. disaggregated: a row is a disaggregated rank's (its hidden cells a dash)."""
-    own = dict(KEYS_BY_TABLE.get(table or "", {}))
-    if disaggregated:
-        own |= {"hidden": DISAGGREGATED_HIDDEN, "comm hidden": DISAGGREGATED_HIDDEN}
-    parts = [f"{h}: {own.get(h) or COLUMN_KEYS[h]}" for h in header if h in own or h in COLUMN_KEYS]
-    return "key: " + "; ".join(parts) if parts else None
-
-
-def md_table(header: list[str], rows: list[list[Any]], table: str | None = None, disaggregated: bool = False) -> list[str]:
-    """A Markdown table, one string per line; every cell escaped (safe.markdown_cell: text from input
-    stays text, no cell ends early or forges a row); under it, after a blank line (a line next to a
-    table is a row of it), the key to its abbreviated columns."""
-
-    def row(cells: list[Any]) -> str:
-        return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
-
-    key = legend(header, table, disaggregated)
-    return [row(header), "|---" * len(header) + "|", *(row(r) for r in rows), *(["", f"<sub>{key}</sub>"] if key else [])]
-
-
-RANK_HEADER = [
-    "rank",
-    "steps",
-    "GPU busy",
-    "comm hidden",
-    "host-caused GPU idle (window)",
-    "graph launches",
-    "replayed kernels",
-    "verdict",
-]
-
-
-def rank_cell(r: RankBlock) -> str:
-    """A rank's number, with its role in a disaggregated run ("1 (attention)")."""
-    return str(r.rank) if r.role is None else f"{r.rank} ({r.role})"
-
-
-def rank_cells(r: RankBlock) -> list[str]:
-    """A rank's summary row in the Markdown and HTML reports (the document's rank block)."""
-    return [
-        rank_cell(r),
-        str(len(r.steps)),
-        pct(r.gpu.utilization),
-        hidden_cell(r.comm.hidden_fraction, r.role is not None),
-        pct(r.host.idle_fraction),
-        str(r.graphs.launches),
-        pct(r.graphs.replayed_kernel_fraction),
-        r.verdict.label,
-    ]
-
-
-def _figure_cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return tri(value, "yes", "no")
-    return str(value)
-
-
-def figure_table(d: ReportDocument) -> tuple[list[str], list[list[str]]]:
-    """Every figure of every rank (each field of the document's figure blocks that declares one,
-    document.figure), as the JSON holds it: a figure a row."""
-    header = ["figure", *(f"rank {r.rank}" for r in d.ranks)]
-    columns = [dict(figure_rows(r)) for r in d.ranks]
-    return header, [[Markdown(name), *(_figure_cell(c[name]) for c in columns)] for name, _ in figure_rows(d)]
-
-
-PHASE_HEADER = (
-    "phase", "steps", "median step", "GPU busy", "host idle", "comm hidden", "replayed", "top host cause", "verdict"
-)  # fmt: skip
-
-
-def per_rank_labels(v: PhaseVerdict) -> list[str]:
-    """A phase's verdict per rank, where the phase has no verdict of its own (else none)."""
-    return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
-
-
-def phase_cells(
-    name: str, ph: PhaseBlock, escape: Callable[[str], str] = str, name_width: int | None = None, disaggregated: bool = False
-) -> list[str]:
-    """escape: what a trace string needs in the output (Markdown); name_width: a cut for the terminal;
-    disaggregated: the phase is a disaggregated run's (its hidden a dash, DISAGGREGATED_HIDDEN)."""
-    label = ph.verdict.label or "/".join(dict.fromkeys(per_rank_labels(ph.verdict))) or "-"
-    top = ph.host_causes.top if ph.host_causes is not None else None
-    cause = "-"
-    if top is not None:
-        name_cell = escape(cut(top.name, name_width))
-        cause = f"{name_cell} {pct(top.share)}"
-        if isinstance(name_cell, Markdown):  # already safe Markdown (the share is digits and %): not escaped again
-            cause = Markdown(cause)
-    return [
-        name,
-        f"{ph.steps} ({ph.stalls} stalled)" if isinstance(ph.stalls, int) and ph.stalls else str(ph.steps),
-        ms(ph.median_step_us),
-        pct(ph.gpu_utilization),
-        pct(ph.host_idle_fraction),
-        hidden_cell(ph.comm_hidden_fraction, disaggregated),
-        pct(ph.replayed_kernel_fraction),
-        # The largest thing the host did while the GPU waited, and its share of that idle time.
-        cause,
-        label,
-    ]
-
-
-def cut(text: str, width: int | None) -> str:
-    """A long name cut to width, its end marked ("..." where the name was cut on purpose)."""
-    return text if width is None or len(text) <= width else text[: max(1, width - 3)] + "..."
-
-
 def host_cause_lines(d: ReportDocument) -> list[str]:
     """Under a host-bound verdict: what the host did while the GPU waited, per host-bound phase
     (the run's own line where there are no phases)."""
@@ -416,26 +175,6 @@ def _innermost_line(c: HostCausesBlock) -> str | None:
 def host_stack_lines(d: ReportDocument) -> list[str]:
     """Each rank's host idle by sampled Python frame, where it has samples (whatever the verdict)."""
     return [r.host_stacks.window.line for r in d.ranks if not isinstance(r.host_stacks, UnsetType)]
-
-
-STACK_HEADER = ("cause", "project frame", "library call", "innermost library frame", "GPU idle", "of idle")
-
-
-def host_stack_rows(d: ReportDocument) -> list[tuple[str, list[list[str]]]]:
-    """The flame-style table per rank and window (`--host-stacks`): (title, rows)."""
-    out = []
-    for r in d.ranks:
-        if isinstance(r.host_stacks, UnsetType):
-            continue
-        windows = [(f"rank {r.rank}", r.host_stacks.window)]
-        windows += [(f"rank {r.rank} {p}", h) for p, h in r.host_stacks.phases.items()]
-        for title, h in windows:
-            rows = [
-                [row.cause.replace("_", " "), row.project or "-", row.library or "-", row.inner or "-", ms(row.us), pct(row.share)]
-                for row in h.rows
-            ]
-            out.append((f"{title}: host idle by Python frame ({h.samples})", rows))
-    return out
 
 
 def all_notes(d: ReportDocument) -> list[str]:
@@ -569,11 +308,6 @@ def held_back_line(rank: RankBlock) -> str | None:
     )
 
 
-# The one-line findings of a rank, in the order every text renderer prints them (None: nothing to say).
-def _amount(x: int | None, unit: str = "") -> str:
-    return "-" if x is None else f"{x:,}{unit}"
-
-
 def sm_evidence_line(rank: RankBlock) -> str | None:
     """The held-back comm's holder: its launch against the SMs (docs/analysis.md, "SM evidence")."""
     x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidenceBlock) else None
@@ -621,188 +355,6 @@ def sm_evidence_line(rank: RankBlock) -> str | None:
 
 
 RANK_LINES = (time_line, contention_line, exposure_line, held_back_line, sm_evidence_line, comm_kernels_line, top_compute_line)
-
-
-OPERATION_HEADER = ("microbatch", "op", "steps", "median time", "hidden", "exposed", "exposed mostly because")
-NOTHING_EXPOSED = 0.005  # an exposed share that rounds to 0%: no reason is given for it
-
-
-def exposed_cells(hidden: float | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> list[str]:
-    """Hidden and exposed as shares of one total (the operation's time over every step), so that they
-    add up; a document before version 8 has no exposed share: its median exposed time is shown."""
-    return [pct(hidden), pct(exposed) if isinstance(exposed, float) else ms(median_exposed_us)]
-
-
-def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> str:
-    """Why the exposed time was exposed; nothing where none was."""
-    from dbo_trace.analysis.overlap.exposure import REASON_SHORT
-
-    nothing = exposed < NOTHING_EXPOSED if isinstance(exposed, float) else (median_exposed_us or 0.0) < 5.0
-    return "-" if reason is None or nothing else REASON_SHORT.get(reason, reason)
-
-
-def operation_cells(op: CommOperation) -> list[str]:
-    return [
-        "-" if op.ubatch < 0 else f"ub{op.ubatch}",
-        f"{op.index + 1}: layer {op.layer} {op.role}" if isinstance(op.layer, int) else str(op.index + 1),
-        str(op.steps),
-        ms(op.median_us),
-        *exposed_cells(op.hidden_fraction, op.exposed_fraction, op.median_exposed_us),
-        exposed_reason(op.reason, op.exposed_fraction, op.median_exposed_us),
-    ]
-
-
-def dbo_arithmetic_applies(d: ReportDocument) -> bool:
-    """The round-trip table is DBO arithmetic: only where microbatches exist (a kernel's microbatch is
-    known, or a step took a microbatched path, as a full-graph replay of both microbatches does)."""
-    rt = d.round_trips
-    return rt is not None and (rt.microbatched or any(s.path in MICROBATCHED_PATHS for s in d.steps))
-
-
-WINDOW_SHOWN = 0.05  # a step's window is shown beside its period where they differ by this share
-
-
-def step_time_cell(step: StepBlock) -> str:
-    """A step's time: its period; its window beside it where the two differ (the GPU ran behind)."""
-    w, p = step.window_us, step.step_us
-    if not isinstance(w, float) or p is None or abs(w - p) <= WINDOW_SHOWN * max(p, 1e-9):
-        return ms(p)
-    return f"{ms(p)} (window {w / 1000:.2f})"
-
-
-def step_verdict_cell(step: StepBlock) -> str:
-    """A step's verdict, and its stall's cause where it stalled (left out of the run's verdict)."""
-    label: str = step.verdict.label or "-"
-    if borderline(step.verdict):
-        label += " (borderline)"
-    return label if not isinstance(step.stall, StallBlock) else f"{label}; stall: {step.stall.cause}"
-
-
-def step_number_cell(step: StepBlock) -> str:
-    """A step's number, what --step takes."""
-    return str(step.number)
-
-
-def short_step_label(label: str) -> str:
-    """vLLM's `execute_context_14(7168)_generation_2(2)` as `7168+2 tok`: its prefill and decode
-    tokens (the phase column says which kind of step, the # column which one; the full label, with
-    the request counts, is in the Markdown and the JSON). Other labels as they are."""
-    if label.startswith("execute_"):
-        import re
-
-        m = re.match(r"^execute_(?:\d+_)?context_(\d+)\((?:sq)?(\d+)[^)]*\)_generation_(\d+)\((?:sq)?(\d+)", label)
-        if m:
-            return f"{m.group(2)}+{m.group(4)} tok"
-    return label
-
-
-KERNEL_HEADER = ("kernel", "count", "total", "mean", "median", "min", "max", "of GPU time")
-CPU_RANGE_HEADER = ("CPU range", "kind", "count", "total", "host idle", "of host idle")
-SPREAD_HEADER = ("phase", "steps", "median", "p90", "p99", "max")
-
-
-def kernel_cells(row: KernelRow, escape: Callable[[str], str] = str, name: str | None = None) -> list[str]:
-    """A kernel table's row; name: the kernel's name as the table shows it (names.display_names)."""
-    return [
-        escape(row.name if name is None else name),
-        str(row.count),
-        ms(row.total_us),
-        us(row.mean_us),
-        us(row.median_us),
-        us(row.min_us),
-        us(row.max_us),
-        pct(row.share),
-    ]
-
-
-def cpu_range_cells(row: CpuRange, escape: Callable[[str], str] = str, name_width: int | None = None) -> list[str]:
-    return [
-        escape(cut(row.name, name_width)),
-        row.kind,
-        str(row.count),
-        ms(row.total_us),
-        ms(row.host_idle_us),
-        pct(row.share),
-    ]
-
-
-def spread_cells(name: str, ph: PhaseBlock) -> list[str] | None:
-    x = ph.step_us
-    if x is None:
-        return None
-    return [name, str(ph.steps), ms(x.median), ms(x.p90), ms(x.p99), ms(x.max)]
-
-
-MD_KERNEL_ROWS = 20
-MD_CPU_RANGE_ROWS = 20
-
-
-def summary_tables(d: ReportDocument, code: Callable[[str], str] = str) -> list[tuple[str, bool, list[str], list[list[str]]]]:
-    """Step-time spread per phase, and per rank the kernel and CPU-range summaries (names whole):
-    (title, folded, header, rows) for the Markdown and the page alike. code: how a name is shown."""
-    out: list[tuple[str, bool, list[str], list[list[str]]]] = []
-    spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
-    if spreads:
-        out.append(("Step time per phase (every step's period, stalls included):", False, list(SPREAD_HEADER), spreads))
-    for r in d.ranks:
-        k = r.kernel_summary
-        if k is not None and k.rows:
-            shown = k.rows[:MD_KERNEL_ROWS]
-            title = f"Rank {r.rank} kernels: {len(shown)} of {k.names} names by total time ({k.kernels} kernels, {ms(k.total_us)})"
-            rows = [kernel_cells(row, code, name) for row, name in zip(shown, display_names([r.name for r in shown]))]
-            out.append((title, True, list(KERNEL_HEADER), rows))
-        ranges = r.cpu_range_summary
-        if ranges:
-            title = f"Rank {r.rank} CPU ranges by the host-caused GPU idle they explain"
-            rows = [cpu_range_cells(row, code) for row in ranges[:MD_CPU_RANGE_ROWS]]
-            out.append((title, True, list(CPU_RANGE_HEADER), rows))
-    return out
-
-
-def summary_markdown(d: ReportDocument) -> list[str]:
-    """summary_tables as Markdown: the kernel and CPU-range tables folded."""
-    out: list[str] = []
-    for title, folded, header, rows in summary_tables(d, markdown_code):
-        kind = "cpu ranges" if header == list(CPU_RANGE_HEADER) else None
-        if folded:
-            out += [f"<details><summary>{title}</summary>", ""] + md_table(header, rows, kind) + ["", "</details>", ""]
-        else:
-            out += [title, ""] + md_table(header, rows, kind) + [""]
-    return out
-
-
-def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
-    """--layer N: every rank's comm operations, per-layer rows and hand-overs of that layer only."""
-    if layer is None:
-        return d
-    ranks = []
-    for r in d.ranks:
-        ledger = ledger_of(r)
-        ranks.append(
-            msgspec.structs.replace(
-                r,
-                comm_operations=[op for op in r.comm_operations if op.layer == layer],
-                comm_layers=[x for x in comm_layers_of(r) if x.first_layer <= layer <= x.last_layer],
-                dbo_ledger=ledger
-                if ledger is None
-                else msgspec.structs.replace(ledger, layers=[x for x in ledger.layers if x.layer == layer]),
-            )
-        )
-    return msgspec.structs.replace(d, ranks=ranks)
-
-
-def layers_seen(d: ReportDocument) -> set[int]:
-    """The layers some rank's comm operations or hand-overs name."""
-    seen = {op.layer for r in d.ranks for op in r.comm_operations if isinstance(op.layer, int)}
-    return seen | {x.layer for r in d.ranks if (b := ledger_of(r)) is not None for x in b.layers}
-
-
-# ---- the DBO ledger (render/ledger.py's block) --------------------------------------------------
-
-
-def ledger_of(r: RankBlock) -> LedgerBlock | None:
-    """A rank's ledger; None where it has none or its document's version had none."""
-    return r.dbo_ledger if isinstance(r.dbo_ledger, LedgerBlock) else None
 
 
 def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
@@ -856,32 +408,6 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
     if parts:
         out.append(f"rank {rank} split (medians over steps): " + "; ".join(parts))
     return out
-
-
-LAYER_HEADER = ("layer", "hand-overs", "median", "p90", "per step")
-
-
-def layer_cells(row: LayerHandoverRow) -> list[str]:
-    return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
-
-
-LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "exposed", "exposed mostly because")
-
-
-def layer_ops_cells(row: LayerOpsRow) -> list[str]:
-    first, last = row.first_layer, row.last_layer
-    return [
-        str(first) if first == last else f"{first}-{last}",
-        str(row.operations),
-        ms(row.median_us),
-        *exposed_cells(row.hidden_fraction, row.exposed_fraction, row.median_exposed_us),
-        exposed_reason(row.reason, row.exposed_fraction, row.median_exposed_us),
-    ]
-
-
-def comm_layers_of(r: RankBlock) -> list[LayerOpsRow]:
-    """A rank's comm operations per layer; none where its document's version had none."""
-    return r.comm_layers if isinstance(r.comm_layers, list) else []
 
 
 def what_if_lines(d: ReportDocument) -> list[str]:

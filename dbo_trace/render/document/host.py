@@ -1,0 +1,345 @@
+"""Where the time went and what the host did: time buckets, host causes (by Python frame too),
+the kernel and CPU-range summaries, the step-time spread, the GPU's clock and launch delays."""
+
+from __future__ import annotations
+
+from msgspec import UNSET, UnsetType
+
+from dbo_trace.analysis.accounting import TimeBuckets
+from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
+from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
+from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks
+from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.render.document.base import Count, Struct, _r
+from dbo_trace.render.words.notes import stacks_line, top_item_name
+
+
+class TimeBlock(Struct):
+    """Where the window's time went; the buckets add up to window_us (docs/analysis.md)."""
+
+    window_us: float
+    compute_us: float
+    comm_exposed_us: float
+    copy_us: float
+    host_idle_us: float
+    other_idle_us: float
+
+
+class HostTestBlock(Struct):
+    fraction: float | None
+    basis: str
+
+
+class Share(Struct):
+    us: float | None
+    share: float | None
+
+
+class NamedShare(Struct):
+    name: str
+    us: float | None
+    share: float | None
+
+
+class HostCausesBlock(Struct):
+    """What the host did while the GPU waited (docs/analysis.md, "Host time"); the causes add up to host_idle_us."""
+
+    host_idle_us: float | None
+    causes: dict[str, Share]  # by analysis.host_time.CAUSES, in its order
+    launch_calls: Count
+    sync_calls: Count
+    named: list[NamedShare]
+    cpu_ops: list[NamedShare]
+    largest: str | None
+    top: NamedShare | None
+    line: str | None
+    # version 5: the CPU operators' time by the innermost operator at each instant (beside cpu_ops,
+    # which names the top-level one)
+    cpu_ops_innermost: list[NamedShare] | UnsetType = UNSET
+
+
+class StepCauses(Struct):
+    """A step's causes, compact (one per step): the time of each cause and the largest item."""
+
+    host_idle_us: float | None
+    causes_us: dict[str, float | None]
+    launch_calls: Count
+    top: NamedShare | None
+
+
+class SpreadBlock(Struct):
+    median: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+class LaunchDelayBlock(Struct):
+    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
+
+    activities: Count
+    median_us: float
+    p90_us: float
+    max_us: float
+    min_us: float
+    first_us: float
+    queued_in_host_idle_us: float
+    clock_offset_suspect: bool
+
+
+class ClocksBlock(Struct):
+    """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock")."""
+
+    lower_us: float | None  # from blocking calls; null: none bounds it
+    upper_us: float | None  # from launches; null: no launch call in the trace
+    blocking_calls: Count
+    launched: Count
+    shift_us: float  # subtracted from every GPU timestamp: the skew proven (0: none)
+    host_idle_low_us: float | None  # the window's host idle at the ends of the offsets allowed (null: not wide)
+    host_idle_high_us: float | None
+    lag_first_us: float | None  # launch call start to activity start, the first launched activity's
+    lag_last_us: float | None
+    gpu_behind: bool  # the lag grew: a queue building, not a constant offset
+
+
+class IncompleteBlock(Struct):
+    """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete traces")."""
+
+    sampled: bool
+    sliced: bool
+    launch_coverage: float  # GPU activities whose launch call is in the trace
+    correlation_coverage: float | None  # API calls held / the span of their correlation ids
+    head_wait_us: float | None
+    host_idle_upper_bound: bool
+
+
+class KernelRow(Struct):
+    name: str
+    count: Count
+    total_us: float | None
+    mean_us: float | None
+    median_us: float | None
+    min_us: float | None
+    max_us: float | None
+    share: float | None
+
+
+class KernelSummaryBlock(Struct):
+    kernels: Count
+    names: Count
+    total_us: float | None
+    rows: list[KernelRow]
+
+
+class CpuRange(Struct):
+    name: str
+    kind: str
+    count: Count
+    total_us: float | None
+    host_idle_us: float | None
+    share: float | None
+
+
+class Attribution(Struct, kw_only=True):
+    # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
+    # kept as read so that its --json is the stored document; never written since version 4.
+    ubatch_source: str | UnsetType = UNSET
+    step_source: str | UnsetType = UNSET
+    profile_all_threads: bool | None
+
+
+class StackRowBlock(Struct):
+    """Host idle of one cause spent in one sampled Python stack shape (docs/analysis.md, "Host time by Python frame")."""
+
+    cause: str
+    project: str | None  # the innermost project frame, `module:function`
+    library: str | None  # the library call it made (the outermost library frame below it)
+    inner: str | None  # the innermost library frame
+    us: float | None
+    share: float | None  # of the host idle measured
+
+
+class StackClockBlock(Struct):
+    method: str  # "anchors" or "start"
+    offset_us: float | None  # trace us = py-spy us + offset_us
+    accuracy_us: float | None
+    anchors: str | None
+    edges: Count
+    overlap: float | None
+    startup_us: float | None
+
+
+class HostStacksBlock(Struct):
+    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's)."""
+
+    samples: str
+    rate_hz: float | None
+    clock: StackClockBlock
+    host_idle_us: float | None
+    sampled_us: float | None
+    untraced_us: float | None  # host_time's untraced bucket
+    unexplained_us: float | None  # untraced and without a sample either
+    by_cause_us: dict[str, float | None]
+    rows: list[StackRowBlock]
+    line: str
+
+
+class RankStacksBlock(Struct):
+    window: HostStacksBlock
+    phases: dict[str, HostStacksBlock]
+
+
+def time_block(b: TimeBuckets) -> TimeBlock:
+    return TimeBlock(
+        window_us=round(float(b.window_us), 3),
+        compute_us=round(float(b.compute_us), 3),
+        comm_exposed_us=round(float(b.comm_exposed_us), 3),
+        copy_us=round(float(b.copy_us), 3),
+        host_idle_us=round(float(b.host_idle_us), 3),
+        other_idle_us=round(float(b.other_idle_us), 3),
+    )
+
+
+def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCausesBlock | None:
+    if c is None:
+        return None
+
+    def share(us: float) -> float | None:
+        return _r(c.share_of(us), 4)
+
+    top = c.top
+    largest = c.largest
+    return HostCausesBlock(
+        host_idle_us=_r(c.host_idle_us),
+        causes={key: Share(us=_r(c.us(k)), share=_r(c.share(k), 4)) for k, key in enumerate(CAUSES)},
+        launch_calls=c.launch_calls,
+        sync_calls=c.sync_calls,
+        named=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.named],
+        cpu_ops=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops],
+        largest=None if largest is None else CAUSES[largest],
+        top=None if top is None else NamedShare(name=top_item_name(top), us=_r(top.us), share=share(top.us)),
+        line=line,
+        cpu_ops_innermost=[NamedShare(name=n, us=_r(t), share=share(t)) for n, t in c.cpu_ops_inner],
+    )
+
+
+def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
+    c = h.clock
+    return HostStacksBlock(
+        samples=h.samples,
+        rate_hz=h.rate_hz,
+        clock=StackClockBlock(
+            method=c.method, offset_us=_r(c.offset_us), accuracy_us=_r(c.accuracy_us), anchors=c.anchors, edges=c.edges,
+            overlap=_r(c.overlap, 4), startup_us=_r(c.startup_us),
+        ),  # fmt: skip
+        host_idle_us=_r(h.host_idle_us),
+        sampled_us=_r(h.sampled_us),
+        untraced_us=_r(h.unexplained_before_us),
+        unexplained_us=_r(h.unexplained_us),
+        by_cause_us={k: _r(v) for k, v in h.by_cause_us.items()},
+        rows=[
+            StackRowBlock(cause=r.cause, project=r.project, library=r.library, inner=r.inner, us=_r(r.us), share=_r(r.share, 4))
+            for r in h.rows
+        ],
+        line=stacks_line(h, head),
+    )
+
+
+def rank_stacks_block(s: RankStacks | None, rank: int) -> RankStacksBlock | UnsetType:
+    if s is None:
+        return UNSET
+    return RankStacksBlock(
+        window=host_stacks_block(s.window, f"rank {rank}"),
+        phases={p: host_stacks_block(h, f"rank {rank} {p}") for p, h in s.phases.items()},
+    )
+
+
+def kernel_summary_block(k: KernelSummary | None) -> KernelSummaryBlock | None:
+    if k is None:
+        return None
+    return KernelSummaryBlock(
+        kernels=k.kernels,
+        names=k.names,
+        total_us=_r(k.total_us),
+        rows=[
+            KernelRow(
+                name=row.name,
+                count=row.count,
+                total_us=_r(row.total_us),
+                mean_us=_r(row.mean_us),
+                median_us=_r(row.median_us),
+                min_us=_r(row.min_us),
+                max_us=_r(row.max_us),
+                share=_r(row.share, 4),
+            )
+            for row in k.rows
+        ],
+    )
+
+
+def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[CpuRange]:
+    return [
+        CpuRange(
+            name=row.name,
+            kind=row.kind,
+            count=row.count,
+            total_us=_r(row.total_us),
+            host_idle_us=_r(row.host_idle_us),
+            share=_r(row.share, 4),
+        )
+        for row in rows
+    ]
+
+
+def spread_block(x: Spread | None) -> SpreadBlock | None:
+    if x is None:
+        return None
+    return SpreadBlock(median=_r(x.median_us), p90=_r(x.p90_us), p99=_r(x.p99_us), max=_r(x.max_us))
+
+
+def step_causes_block(c: HostCauses | None) -> StepCauses | None:
+    if c is None:
+        return None
+    top = c.top
+    return StepCauses(
+        host_idle_us=_r(c.host_idle_us),
+        causes_us={key: _r(c.by_cause_us[k]) for k, key in enumerate(CAUSES)},
+        launch_calls=c.launch_calls,
+        top=None if top is None else NamedShare(name=top_item_name(top), us=_r(top.us), share=_r(c.share_of(top.us), 4)),
+    )
+
+
+def clocks_block(b: ClockBounds | None) -> ClocksBlock | None:
+    if b is None:
+        return None
+    return ClocksBlock(
+        lower_us=_r(b.lower_us), upper_us=_r(b.upper_us), blocking_calls=b.blocking_calls, launched=b.launched,
+        shift_us=_r(b.shift_us) or 0.0, host_idle_low_us=_r(b.host_idle_low_us), host_idle_high_us=_r(b.host_idle_high_us),
+        lag_first_us=_r(b.lag_first_us), lag_last_us=_r(b.lag_last_us), gpu_behind=b.lag_grows,
+    )  # fmt: skip
+
+
+def incomplete_block(x: Incomplete | None) -> IncompleteBlock | None:
+    if x is None:
+        return None
+    return IncompleteBlock(
+        sampled=x.sampled, sliced=x.sliced, launch_coverage=round(x.launch_coverage, 4),
+        correlation_coverage=None if x.correlation_coverage is None else round(x.correlation_coverage, 4),
+        head_wait_us=_r(x.head_wait_us), host_idle_upper_bound=True,
+    )  # fmt: skip
+
+
+def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
+    if x is None:
+        return None
+    return LaunchDelayBlock(
+        activities=x.activities,
+        median_us=_r(x.median_us) or 0.0,
+        p90_us=_r(x.p90_us) or 0.0,
+        max_us=_r(x.max_us) or 0.0,
+        min_us=_r(x.min_us) or 0.0,
+        first_us=_r(x.first_us) or 0.0,
+        queued_in_host_idle_us=_r(x.queued_in_host_idle_us) or 0.0,
+        clock_offset_suspect=x.clock_offset_suspect,
+    )

@@ -1,0 +1,183 @@
+"""A step and a phase in the document, and the stalls and the steps that ran behind."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from msgspec import UNSET, UnsetType
+
+from dbo_trace.analysis.model import PhaseReport, RankReport, StepReport
+from dbo_trace.analysis.steps.stalls import Behind, Stall
+from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
+from dbo_trace.lazy import LazyList
+from dbo_trace.render.document.base import Count, Int, Number, StallCause, Struct, _r
+from dbo_trace.render.document.figures import Comm, Gpu, Graphs, Host, figures_of
+from dbo_trace.render.document.host import (
+    HostCausesBlock,
+    SpreadBlock,
+    StepCauses,
+    host_causes_block,
+    spread_block,
+    step_causes_block,
+)
+from dbo_trace.render.document.verdict import PhaseVerdict, VerdictBlock, phase_verdict_block, verdict_block
+from dbo_trace.render.words.notes import host_line
+from dbo_trace.render.words.verdict import stall_text
+
+
+class PhaseBlock(Struct):
+    steps: Count
+    median_step_us: float | None
+    gpu_utilization: float | None
+    host_idle_fraction: float | None
+    comm_hidden_fraction: float | None
+    replayed_kernel_fraction: float | None
+    graph_launches: Count
+    step_us: SpreadBlock | None
+    host_causes: HostCausesBlock | None
+    verdict: PhaseVerdict
+    stalls: Count | UnsetType = UNSET  # version 5: its steps that stalled; its figures and verdict are over the others
+
+
+class StepBlock(Struct):
+    rank: Int
+    number: Number  # the step's row in its rank's per-step table, from 1: what --step takes
+    label: str
+    path: str | None
+    phase: str | None
+    context_tokens: Count | None
+    generation_tokens: Count | None
+    start_us: float | None
+    step_us: float | None
+    comm_ops: Count
+    replayed: bool
+    captured_launches: Count
+    verdict: VerdictBlock
+    gpu: Gpu
+    comm: Comm
+    host: Host
+    graphs: Graphs
+    host_causes: StepCauses | None
+    window_us: float | None | UnsetType = UNSET  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
+    stall: StallBlock | None | UnsetType = UNSET  # version 5: why it is not steady state; null: steady
+    # version 5, where the rank has sampled Python stacks: the frame most of its sampled host idle was in
+    host_frame: StepFrameBlock | UnsetType = UNSET
+
+
+class StepFrameBlock(Struct):
+    """A step's host idle in its most-sampled project frame (docs/analysis.md, "Host time by Python frame")."""
+
+    project: str | None  # `module:function`; null: the stacks there had no project frame
+    us: float | None
+    sampled_us: float | None  # the step's host idle that had a sample
+
+
+class StallBlock(Struct):
+    """A step left out of the verdicts (docs/analysis.md, "Steady state and stalls")."""
+
+    cause: StallCause
+    extra_us: float | None  # its period less its phase's steady median (null: no steady step in the phase)
+    compile_us: float
+    capture_us: float
+    compile_ranges: list[NameUs]
+    phase_median_us: float | None
+    text: str
+
+
+class NameUs(Struct):
+    name: str
+    us: float
+
+
+class BehindBlock(Struct):
+    """Step windows that overlap: the GPU runs behind the CPU (docs/analysis.md, "Step time")."""
+
+    steps: Count
+    overlapping: Count
+    windows_us: float
+    wall_us: float
+    median_overlap_us: float
+
+
+def phase_block(p: PhaseReport) -> PhaseBlock:
+    m = p.metrics
+    return PhaseBlock(
+        steps=p.steps,
+        median_step_us=_r(p.median_step_us),
+        gpu_utilization=_r(m.utilization, 4),
+        host_idle_fraction=_r(m.host_idle_fraction, 4),
+        comm_hidden_fraction=_r(m.comm_hidden_fraction, 4),
+        replayed_kernel_fraction=_r(m.replayed_kernel_fraction, 4),
+        graph_launches=m.graph_launches,
+        step_us=spread_block(p.step_spread),
+        host_causes=host_causes_block(
+            p.host_causes,
+            None
+            if p.host_causes is None
+            else host_line(p.phase, p.verdict is not None and p.verdict.label == VerdictLabel.HOST_BOUND, m.host_idle_fraction, p.host_causes),
+        ),
+        verdict=phase_verdict_block(p),
+        stalls=p.stalls,
+    )
+
+
+def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
+    m = step.metrics
+    frame = step.host_frame
+    return StepBlock(
+        host_frame=UNSET if frame is None else StepFrameBlock(frame.project, _r(frame.us), _r(frame.sampled_us)),
+        rank=rank,
+        number=number,
+        label=step.label,
+        path=step.path,
+        phase=step.phase,
+        context_tokens=step.context_tokens,
+        generation_tokens=step.generation_tokens,
+        start_us=_r(step.start_us),
+        step_us=_r(step.period_us),
+        comm_ops=step.comm_ops,
+        replayed=step.replayed,
+        captured_launches=step.captured_launches,
+        verdict=verdict_block(step.verdict),
+        gpu=figures_of(Gpu, m),
+        comm=figures_of(Comm, m),
+        host=figures_of(Host, m),
+        graphs=figures_of(Graphs, m),
+        host_causes=step_causes_block(step.host_causes),
+        window_us=_r(step.wall_us),
+        stall=stall_block(step.stall),
+    )
+
+
+def stall_block(st: Stall | None) -> StallBlock | None:
+    if st is None:
+        return None
+    return StallBlock(
+        cause=cast(StallCause, st.cause),
+        extra_us=_r(st.extra_us),
+        compile_us=_r(st.compile_us) or 0.0,
+        capture_us=_r(st.capture_us) or 0.0,
+        compile_ranges=[NameUs(name=n, us=_r(u) or 0.0) for n, u in st.compile_ranges],
+        phase_median_us=_r(st.phase_median_us),
+        text=stall_text(st),
+    )
+
+
+def behind_block(b: Behind | None) -> BehindBlock | None:
+    if b is None:
+        return None
+    return BehindBlock(
+        steps=b.steps,
+        overlapping=b.overlapping,
+        windows_us=_r(b.windows_us) or 0.0,
+        wall_us=_r(b.wall_us) or 0.0,
+        median_overlap_us=_r(b.median_overlap_us) or 0.0,
+    )
+
+
+def step_blocks(r: RankReport, lazy: bool) -> list[StepBlock]:
+    """A rank's step blocks, each numbered from 1; lazy: each built when read (a LazyList)."""
+    if not lazy:
+        return [step_block(s, r.rank, i + 1) for i, s in enumerate(r.steps)]
+    steps = r.steps
+    return cast("list[StepBlock]", LazyList(len(steps), lambda i: step_block(steps[i], r.rank, i + 1)))

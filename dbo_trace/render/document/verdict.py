@@ -1,0 +1,119 @@
+"""A verdict in the document: its label, typed reasons and next step, each beside its words."""
+
+from __future__ import annotations
+
+from typing import Literal, cast
+
+from msgspec import UNSET, UnsetType
+
+from dbo_trace.analysis.model import PhaseReport
+from dbo_trace.analysis.verdict.decision import Verdict
+from dbo_trace.render.document.base import LABEL_VALUE, Label, NextStepKind, QualifierKey, ReasonKind, Struct, _r
+from dbo_trace.render.words.verdict import headline, label_text, next_step_text, pays_text, reason_text
+
+
+# ---- the blocks -----------------------------------------------------------------------------------
+
+
+class ReasonBlock(Struct):
+    """A reason of a verdict (version 6): its kind, whether a share decided the label within 2 points
+    of its line, and its words (render/words/verdict.py)."""
+
+    kind: ReasonKind
+    borderline: bool
+    text: str
+
+
+class NextStepBlock(Struct):
+    """The one action the verdict's evidence supports (version 6), with the figures it follows from in its words."""
+
+    kind: NextStepKind
+    text: str
+
+
+class PaysBlock(Struct):
+    """Does DBO pay (version 8; analysis/verdict/decision.py Pays): from one arm not measured; what the arm
+    shows of the balance, per step (null: not in this trace), and its words."""
+
+    measured: bool
+    hidden_per_step_us: float | None
+    hidden_of: Literal["round_trips", "comm"]
+    handover_per_step_us: float | None
+    startup_per_step_us: float | None
+    yield_op_per_step_us: float | None
+    imbalance_per_step_us: float | None
+    text: str
+
+
+# A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
+ReasonItem = str | ReasonBlock
+
+
+class VerdictBlock(Struct):
+    label: Label
+    qualifier: QualifierKey | None
+    headline: str | None
+    findings: list[QualifierKey]
+    reasons: list[ReasonItem]
+    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
+    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
+
+
+class PhaseVerdict(Struct):
+    """A phase's verdict: its own where every rank has the phase, else no label and each rank's."""
+
+    label: Label | None
+    qualifier: QualifierKey | None
+    headline: str | None
+    findings: list[QualifierKey]
+    reasons: list[ReasonItem]
+    per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
+    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
+
+
+def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
+    """The verdict's label, qualifier and findings as the document types them: analysis.verdict's
+    LABELS and QUALIFIERS (a test keeps them equal)."""
+    qualifier = None if v.qualifier is None else v.qualifier.key
+    return LABEL_VALUE[v.label], cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
+
+
+def _reasons(v: Verdict) -> list[ReasonItem]:
+    return [ReasonBlock(kind=cast(ReasonKind, r.kind), borderline=r.borderline, text=reason_text(r)) for r in v.reasons]
+
+
+def _next_step(v: Verdict) -> NextStepBlock | None:
+    n = v.next_step
+    return None if n is None else NextStepBlock(kind=cast(NextStepKind, n.kind), text=next_step_text(n))
+
+
+def _pays(v: Verdict) -> PaysBlock | UnsetType:
+    p = v.pays
+    if p is None:
+        return UNSET
+    return PaysBlock(
+        measured=p.measured, hidden_per_step_us=_r(p.hidden_per_step_us), hidden_of=cast("Literal['round_trips', 'comm']", p.hidden_of),
+        handover_per_step_us=_r(p.handover_per_step_us), startup_per_step_us=_r(p.startup_per_step_us),
+        yield_op_per_step_us=_r(p.yield_op_per_step_us), imbalance_per_step_us=_r(p.imbalance_per_step_us),
+        text=pays_text(p),
+    )  # fmt: skip
+
+
+def verdict_block(v: Verdict) -> VerdictBlock:
+    label, qualifier, findings = _vocabulary(v)
+    return VerdictBlock(
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v),
+        pays=_pays(v),
+    )  # fmt: skip
+
+
+def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
+    v = p.verdict
+    if v is None:
+        return PhaseVerdict(
+            label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=[label_text(label) for label in p.per_rank or []], next_step=None
+        )
+    label, qualifier, findings = _vocabulary(v)
+    return PhaseVerdict(
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
+    )
