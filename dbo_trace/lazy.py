@@ -1,6 +1,6 @@
 """A list whose items are built when first read: a long run's step reports (analysis/model.py
 StepReports) and per-step blocks, of which the terminal shows 20 and the Markdown 200 of 100,000
-(render/document.py build_document's lazy_steps). Neither analysis nor render: both use it."""
+(render/document/build.py build_document's lazy_steps). Neither analysis nor render: both use it."""
 
 from __future__ import annotations
 

@@ -46,11 +46,12 @@ def test_the_fixed_vocabularies_are_the_analyses():
 
 
 def test_the_verdict_vocabularies_are_the_analyses():
-    from dbo_trace.analysis.verdict import decision as verdict
-    from dbo_trace.analysis.verdict.decision import LABELS, QUALIFIERS
+    from dbo_trace.analysis.verdict import reasons as verdict
+    from dbo_trace.analysis.verdict.decision import LABELS, Label
+    from dbo_trace.analysis.verdict.reasons import QUALIFIERS
 
     assert typing.get_args(document.Label) == LABELS
-    assert {label: label.value for label in verdict.Label} == document.LABEL_VALUE
+    assert {label: label.value for label in Label} == document.LABEL_VALUE
     assert typing.get_args(document.QualifierKey) == QUALIFIERS
     classes = [c for c in vars(verdict).values() if isinstance(c, type)]
     for base, words in ((verdict.Reason, document.ReasonKind), (verdict.NextStep, document.NextStepKind)):

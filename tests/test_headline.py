@@ -8,13 +8,9 @@ import pytest
 from conftest import SAMPLES, report_json, run_cli
 
 from dbo_trace.analysis.metrics import WindowMetrics
-from dbo_trace.analysis.verdict.decision import (
-    Evidence,
-    Findings,
-    HostBoundFinding,
-    Label,
-    decide,
-)
+from dbo_trace.analysis.verdict.evidence_types import Evidence, Findings
+from dbo_trace.analysis.verdict.reasons import HostBoundFinding
+from dbo_trace.analysis.verdict.decision import Label, decide
 from dbo_trace.render.words.verdict import next_step_text, qualifier_text
 
 # What each shipped sample is, by construction (samples/README.md, docs/demo.md): the finding that must lead.
@@ -167,7 +163,7 @@ def test_without_microbatches_the_overlap_question_is_not_asked():
     """Comm that nothing overlapped, and no step ran two microbatches: the label is single-batch, the
     headline its exposed comm per step (10 ms over 4 steps of the 100 ms window), no pays, and the
     next step does not promise what two microbatches would hide."""
-    from dbo_trace.analysis.verdict.decision import GpuWork
+    from dbo_trace.analysis.verdict.evidence_types import GpuWork
 
     m = window(Label.NOT_OVERLAPPED)
     v = decide(Evidence(m, findings=Findings(window_us=W), gpu=GpuWork(None, 4, 40_000.0, W, 10_000.0)))

@@ -10,7 +10,7 @@ from traces import write_trace
 
 from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.verdict.decision import HostBasis
+from dbo_trace.analysis.verdict.evidence_types import HostBasis
 from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS, RenderOptions
 from dbo_trace.render.document import build_document

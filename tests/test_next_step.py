@@ -16,7 +16,8 @@ from conftest import ROOT, SAMPLES, report_json, RUN_SAMPLES
 
 from dbo_trace.analysis.model import Options
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
-from dbo_trace.analysis.verdict.decision import Evidence, decide
+from dbo_trace.analysis.verdict.evidence_types import Evidence
+from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.app.pipeline import analyze_paths
 from dbo_trace.render import RENDERERS
 from dbo_trace.render.words.verdict import next_step_text
@@ -225,7 +226,7 @@ def test_an_ffn_servers_verdicts_never_speak_of_its_own_microbatches(sample):
 def _yield_op_evidence(sample):
     """The run's evidence for the yield-op step, rebuilt from its report: its figures, host test,
     host causes and the op's calls (the step decide() gave it is yield_op_cost)."""
-    from dbo_trace.analysis.verdict.decision import YieldOpCost
+    from dbo_trace.analysis.verdict.reasons import YieldOpCost
 
     report = analyze_paths([SAMPLES / sample], Options())
     step = report.verdict.next_step

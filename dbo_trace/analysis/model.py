@@ -19,7 +19,10 @@ from dbo_trace.analysis.overlap.exposure import Exposure
 from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.overlap.held import HeldBack, HeldSummary
 from dbo_trace.analysis.host.host_time import HostCauses, HostPieces
-from dbo_trace.analysis.ledger import LayerOps, Ledger, SmEvidence, WhatIf, YieldOps, layer_operations
+from dbo_trace.analysis.overlap.layer_operations import LayerOps, layer_operations
+from dbo_trace.analysis.ledger import Ledger, YieldOps
+from dbo_trace.analysis.overlap.held_sms import SmEvidence
+from dbo_trace.analysis.what_if import WhatIf
 from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
 from dbo_trace.analysis.overlap.operations import OperationRow
 from dbo_trace.analysis.cross_rank.collective_waits import RankComm, WaitSplit
@@ -32,7 +35,8 @@ from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict.decision import AfdShare, Evidence, HostTest, Label, Verdict, decide
+from dbo_trace.analysis.verdict.evidence_types import AfdShare, Evidence, HostTest
+from dbo_trace.analysis.verdict.decision import Label, Verdict, decide
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 

@@ -22,7 +22,8 @@ from dbo_trace.analysis.overlap.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.host.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, intersection, union
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, operation_places, yield_op_calls
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, yield_op_calls
+from dbo_trace.analysis.overlap.layer_operations import operation_places
 from dbo_trace.analysis.metrics import (
     MetricColumns,
     RoundTrips,
@@ -51,7 +52,8 @@ from dbo_trace.analysis.steps.stalls import (
 )
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict.decision import Evidence, HostBasis, HostTest, decide, gpu_work_of, host_test_of
+from dbo_trace.analysis.verdict.evidence_types import Evidence, HostBasis, HostTest, gpu_work_of, host_test_of
+from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples

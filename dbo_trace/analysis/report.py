@@ -19,7 +19,7 @@ from dbo_trace.analysis.host.expensive import ExpensiveCall
 from dbo_trace.analysis.overlap.exposure import CROWDED
 from dbo_trace.analysis.host.host_time import HostCauses, combine_causes
 from dbo_trace.analysis.intervals import grouped_length
-from dbo_trace.analysis.ledger import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
+from dbo_trace.analysis.what_if import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
 from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import (
     CrossPart,
@@ -40,7 +40,8 @@ from dbo_trace.analysis.afd.roles import FFN, RolesInfo
 from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG
 from dbo_trace.analysis.host.summaries import spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict.decision import HostBasis, HostTest, decide, host_test_of
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, host_test_of
+from dbo_trace.analysis.verdict.decision import decide
 
 
 def sum_metrics(parts: list[WindowMetrics]) -> WindowMetrics:

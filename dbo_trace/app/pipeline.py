@@ -108,7 +108,7 @@ def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
 
     from dbo_trace.analysis.overlap.exposure import CROWDED
     from dbo_trace.analysis.overlap.held import CAUSES
-    from dbo_trace.analysis.ledger import sm_evidence
+    from dbo_trace.analysis.overlap.held_sms import sm_evidence
     from dbo_trace.trace.event_args import event_args
 
     d = r.detail

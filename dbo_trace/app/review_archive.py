@@ -253,9 +253,9 @@ def read_report_document(path: Path) -> ReportDocument:
     return document
 
 
-# The keys version 3 had that 4 dropped (render/document.py, Attribution): each version's own.
+# The keys version 3 had that 4 dropped (render/document/host.py, Attribution): each version's own.
 VERSION_3_ATTRIBUTION = ("ubatch_source", "step_source")
-# The keys version 5 added to a rank (render/document.py, RankBlock): the DBO ledger.
+# The keys version 5 added to a rank (render/document/build.py, RankBlock): the DBO ledger.
 VERSION_5_RANK = ("dbo_ledger", "comm_layers", "sm_evidence")
 # The words version 7 added to the verdict's (a reason's kind, a next step's kind).
 VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}

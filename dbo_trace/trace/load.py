@@ -84,7 +84,7 @@ def total_bytes(found: Found) -> int:
 
 def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> Timeline:
     """One trace as a timeline; the rank it claims from distributedInfo, else its position among the inputs.
-    workers > 1: a large trace is decoded in that many processes (trace/kineto.py)."""
+    workers > 1: a large trace is decoded in that many processes (trace/kineto/read.py)."""
     raw = read_kineto(trace, progress=progress, workers=workers)
     info = raw.metadata.get("distributedInfo")
     rank: int = info["rank"] if isinstance(info, dict) and isinstance(info.get("rank"), int) else index

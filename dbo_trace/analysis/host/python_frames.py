@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.host.host_time import CAUSES, HostPieces, _window_pairs
+from dbo_trace.analysis.host.host_time import CAUSES, HostPieces
+from dbo_trace.analysis.host.sorted_pairs import _window_pairs
 from dbo_trace.analysis.intervals import union
 from dbo_trace.trace.pystacks import StackSamples
 

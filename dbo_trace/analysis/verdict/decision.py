@@ -27,34 +27,61 @@ the wall clock of the same load with DBO off (`dbo-trace compare`) answers it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import ClassVar
 
-from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.host.capture import Capture
-from dbo_trace.analysis.host.expensive import ExpensiveCall
-from dbo_trace.analysis.host.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses, TopItem
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOps
-from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
-from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
-from dbo_trace.analysis.host.python_frames import StepFrame
-from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.analysis.afd.roles import FFN
-from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
-from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
-from dbo_trace.analysis.steps.stalls import Stall
 from dbo_trace.analysis.compare.unprofiled import OVERHEAD_LARGE
-
-
-class _Word(str, Enum):
-    """A str-valued Enum that formats as its value on every Python the project supports (3.10 has no
-    enum.StrEnum; from 3.11 a (str, Enum) mixin formats as its member's name without these)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
+from dbo_trace.analysis.host.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses
+from dbo_trace.analysis.ledger import YIELD_OP
+from dbo_trace.analysis.metrics import WindowMetrics
+from dbo_trace.analysis.verdict.evidence_types import Evidence, GpuWork, _Word, gpu_work_of
+from dbo_trace.analysis.verdict.reasons import (
+    AfdCriterion,
+    CaptureFinding,
+    CaptureReason,
+    CommCrowded,
+    CommOverlap,
+    Criterion,
+    CrowdedFinding,
+    DidNotPay,
+    DidNotPayFinding,
+    EnableGraphs,
+    ExpensiveCalls,
+    ExposedCommFinding,
+    FfnServer,
+    FixLateRecord,
+    GpuBottleneck,
+    GpuBoundFinding,
+    GpuBusy,
+    GraphReplays,
+    HostBoundFinding,
+    HostCause,
+    HostIdle,
+    LateRecordFinding,
+    LaunchCost,
+    LongGraphLaunches,
+    MeasurePays,
+    NextStep,
+    NoComm,
+    NothingToOverlap,
+    OneMicrobatch,
+    OverlapMissing,
+    OverlapWorks,
+    PeerWaitFinding,
+    ProfileAfterStartup,
+    ProfiledThreads,
+    ProfilerOverhead,
+    Qualifier,
+    Reason,
+    RoundTripFinding,
+    RoundTripsHidden,
+    RunningBehind,
+    StallsReason,
+    StartMps,
+    StepRoundTrips,
+    Straggler,
+    TimeSliced,
+    YieldOpCost,
+)
 
 
 class Label(_Word):
@@ -86,517 +113,6 @@ PAID_LITTLE = 0.05  # "DBO did not pay": overlap saved < this share of the seria
 # operators, microbatch thread start-up) at least this: "enable graphs" is what the evidence supports.
 REPLAY_SKIPS = 0.5
 YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step only with at least this share
-
-
-class HostBasis(_Word):
-    """What the host test divided by: in-step host idle over the time in steps (steps from
-    markers), or host idle over the profiled window (steps inferred). Its words are render's."""
-
-    IN_STEPS = "in_steps"
-    WINDOW = "window"
-
-
-# ---- evidence -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostTest:
-    """What the host-bound verdict measured: in-step host idle where steps are real markers,
-    the whole window where they were inferred."""
-
-    fraction: float | None
-    basis: HostBasis
-    host_idle_us: float | None = None  # the fraction's numerator and denominator, which its reason quotes
-    measured_us: float | None = None
-
-
-def host_test_of(steps_inferred: bool, window: TimeBuckets, in_steps: TimeBuckets) -> HostTest:
-    """The host test of a rank, or of ranks whose buckets are added: in-step host idle over time in
-    steps, where steps are markers (for ranks: every rank's) and took time; else over the window."""
-    if steps_inferred or in_steps.window_us <= 0:
-        frac = window.host_idle_us / window.window_us if window.window_us > 0 else None
-        return HostTest(frac, HostBasis.WINDOW, window.host_idle_us, window.window_us)
-    return HostTest(in_steps.host_idle_us / in_steps.window_us, HostBasis.IN_STEPS, in_steps.host_idle_us, in_steps.window_us)
-
-
-@dataclass(frozen=True)
-class GpuWork:
-    """How much of its time a stretch of steady steps kept the GPU working: busy, exposed comm left
-    out (a GPU waiting on communication is not computing). A rank's or the run's is its main phase's
-    (the phase whose steady steps took the most time), a phase's or a step's its own."""
-
-    phase: str | None  # None: steps without vLLM's phase annotation, or a step or phase of its own
-    steps: int  # the steady steps measured (a step: 1)
-    working_us: float  # GPU busy less exposed comm
-    span_us: float  # the union of their windows
-    comm_exposed_us: float = 0.0  # the busy time left out
-
-    @property
-    def share(self) -> float | None:
-        return self.working_us / self.span_us if self.span_us > 0 else None
-
-
-def gpu_work_of(m: WindowMetrics, phase: str | None = None, steps: int = 1) -> GpuWork:
-    return GpuWork(phase, steps, max(m.gpu_busy_us - m.comm_exposed_us, 0.0), m.span_us, m.comm_exposed_us)
-
-
-@dataclass(frozen=True)
-class Findings:
-    """What the headline may name, from the same figures the report prints (a rank's, or the ranks'
-    added: each rank is its own GPU). None: not measured here (no microbatches, one rank, ...)."""
-
-    window_us: float = 0.0  # the profiled window (all ranks' windows added)
-    late_record_us: float = 0.0  # exposed comm whose kernel waited on a late event record (exposure)
-    crowded_us: float = 0.0  # exposed comm whose kernel found no free SMs (exposure)
-    saved_us: float | None = None  # overlap's saving: serial estimate - GPU busy (contention)
-    serial_estimate_us: float | None = None
-    peer_wait_us: float | None = None  # time this rank (or the run) waited for a peer rank
-    peer_rank: int | None = None  # the rank waited for
-    exposed_by_reason_us: tuple[tuple[str, float], ...] = ()  # exposed comm by reason (exposure), largest first
-    crowding_kernel: str | None = None  # the compute kernel that held back most crowded comm (SM evidence)
-
-
-@dataclass(frozen=True)
-class StalledStep:
-    """A step left out of the verdict, as the stalls reason names it."""
-
-    rank: int | None  # None: the report has one rank
-    number: int  # its row in the rank's per-step table, from 1
-    phase: str | None
-    period_us: float
-    stall: Stall
-    host_cause: tuple[TopItem, float] | None = None  # an outlier's: its top host cause, of its host idle (us)
-    frame: StepFrame | None = None  # its host idle's most-sampled Python frame
-
-
-@dataclass(frozen=True)
-class Stalls:
-    """The steps that are not steady state (analysis/steps/stalls.py), largest first."""
-
-    stalled: int
-    steps: int  # of all the steps reported
-    extra_us: float  # their periods beyond their phases' steady medians
-    named: tuple[StalledStep, ...]  # the largest STALLS_NAMED
-    STALLS_NAMED: ClassVar[int] = 3
-
-
-@dataclass(frozen=True)
-class AfdShare:
-    """A disaggregated rank's step or phase: its own round trips' hidden share (None: no round trip)."""
-
-    share: float | None
-    microbatched: bool
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Everything a verdict reads: one window's figures and what was measured beside them. A step
-    and a phase give their figures (and, on a disaggregated rank, their round trips' share); a rank
-    and the run add the host test, the headline's findings and the next step's facts."""
-
-    metrics: WindowMetrics
-    host: HostTest | None = None  # without it, the window of metrics
-    microbatched: bool = False  # the DBO lines (other microbatch, round-trip criterion) apply
-    round_trips: RoundTrips | None = None
-    profile_all_threads: bool = False
-    graph_api: str = "CUDA"
-    causes: HostCauses | None = None  # what the host did meanwhile (analysis/host/host_time.py)
-    findings: Findings | None = None  # None: the label and reasons alone (a step's, a phase's)
-    wait_split: WaitSplit | None = None  # comm apart into waiting for a peer and transfer
-    afd: AfdRoundTrips | None = None  # a disaggregated rank's (or the run's) round trips
-    afd_share: AfdShare | None = None  # a disaggregated step's or phase's own round trips
-    expensive: tuple[ExpensiveCall, ...] = ()
-    capture: Capture | None = None
-    capture_idle_us: float = 0.0  # the host-idle time the capture's share is of (the window's)
-    stalls: Stalls | None = None
-    gpu: GpuWork | None = None
-    yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
-    ledger: Ledger | None = None  # DBO's own costs per step (analysis/ledger.py): a rank's, or the run's
-    dbo_ran: bool = False  # the event log says a step took a microbatched path (a graph replay's kernels cannot tell)
-    top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
-    time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/afd/gpu_sharing.py)
-    running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
-    role: str | None = None  # one rank's role in a disaggregated run (analysis/afd/role_evidence.py); None: the run's
-    profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
-    incomplete: bool = False  # a rank's trace lacks GPU work (analysis/host/gpu_clock.py): its host idle is an upper bound
-
-
-# ---- reasons ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reason:
-    """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
-    decided the label within BORDERLINE of its line."""
-
-    kind: ClassVar[str]
-    borderline: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
-class TimeSliced(Reason):
-    """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
-
-    kind: ClassVar[str] = "time_slicing"
-    slicing: TimeSlicing
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunningBehind(Reason):
-    """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
-
-    kind: ClassVar[str] = "running_behind"
-    rank: int | None  # None: the report has one rank
-    delay: LaunchDelay
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaptureReason(Reason):
-    kind: ClassVar[str] = "graph_capture"
-    windows: int
-    captured_launches: int
-    capture_us: float
-    share: float | None  # of the GPU's host-idle time
-    dominant: bool  # the label is graph-capture
-
-
-@dataclass(frozen=True, kw_only=True)
-class StallsReason(Reason):
-    kind: ClassVar[str] = "stalls"
-    stalls: Stalls
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostIdle(Reason):
-    kind: ClassVar[str] = "host_idle"
-    fraction: float
-    test: HostTest | None
-    window_idle_us: float
-    gaps: int
-    utilization: float | None
-    upper_bound: bool = False  # the trace is incomplete: GPU work it lacks may fill the idle
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExpensiveCalls(Reason):
-    kind: ClassVar[str] = "expensive_calls"
-    calls: tuple[ExpensiveCall, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LaunchCost(Reason):
-    kind: ClassVar[str] = "launch"
-    median_launch_us: float
-    median_kernel_us: float
-    launches: int
-    launch_us: float
-    causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfiledThreads(Reason):
-    kind: ClassVar[str] = "profiled_threads"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfilerOverhead(Reason):
-    """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
-    host time the verdict reads may be partly the profiler's own."""
-
-    kind: ClassVar[str] = "profiler_overhead"
-    overhead: float  # profiled step period / unprofiled TPOT - 1
-    host_bound: bool  # the verdict it qualifies is host-bound
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuBusy(Reason):
-    kind: ClassVar[str] = "gpu_busy"
-    work: GpuWork
-
-
-@dataclass(frozen=True, kw_only=True)
-class NoComm(Reason):
-    kind: ClassVar[str] = "no_comm"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommOverlap(Reason):
-    kind: ClassVar[str] = "comm_overlap"
-    hidden: float | None
-    hidden_us: float
-    busy_us: float
-    exposed_us: float
-    cross: float | None  # under the other microbatch's compute (microbatched)
-    split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundTripsHidden(Reason):
-    kind: ClassVar[str] = "afd_round_trips"
-    afd: AfdRoundTrips
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepRoundTrips(Reason):
-    kind: ClassVar[str] = "afd_step_round_trips"
-    share: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class LongGraphLaunches(Reason):
-    kind: ClassVar[str] = "long_graph_launches"
-    api: str
-    count: int
-    longest_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class GraphReplays(Reason):
-    kind: ClassVar[str] = "graph_replays"
-    api: str
-    launches: int
-    replayed: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Criterion(Reason):
-    """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
-
-    kind: ClassVar[str] = "criterion"
-    round_trips: RoundTrips
-    host_bound: bool  # moot while the step is host-bound
-    hidden: float | None  # the comm share that was hidden
-    peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
-
-
-@dataclass(frozen=True, kw_only=True)
-class AfdCriterion(Reason):
-    kind: ClassVar[str] = "afd_criterion"
-    afd: AfdRoundTrips
-
-
-# ---- the headline's findings ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Qualifier:
-    """The dominant finding the headline names in brackets: its key and its figures."""
-
-    key: ClassVar[str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CaptureFinding(Qualifier):
-    key: ClassVar[str] = "graph_capture"
-    share: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostBoundFinding(Qualifier):
-    key: ClassVar[str] = "host_bound"
-    fraction: float | None
-    causes: HostCauses | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuBoundFinding(Qualifier):
-    key: ClassVar[str] = "gpu_bound"
-    work: GpuWork
-
-
-@dataclass(frozen=True, kw_only=True)
-class LateRecordFinding(Qualifier):
-    key: ClassVar[str] = "late_record"
-    exposed_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class PeerWaitFinding(Qualifier):
-    key: ClassVar[str] = "peer_wait"
-    wait_us: float
-    rank: int | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RoundTripFinding(Qualifier):
-    key: ClassVar[str] = "round_trip"
-    afd: AfdRoundTrips
-
-
-@dataclass(frozen=True, kw_only=True)
-class DidNotPayFinding(Qualifier):
-    key: ClassVar[str] = "did_not_pay"
-    saved_us: float
-    serial_estimate_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class CrowdedFinding(Qualifier):
-    key: ClassVar[str] = "crowded"
-    exposed_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExposedCommFinding(Qualifier):
-    """A single-batch run's comm: exposed per steady step, and its share of the step."""
-
-    key: ClassVar[str] = "exposed_comm"
-    per_step_us: float
-    share: float | None  # of the steady steps' time
-
-
-# The order the headline looks for findings in: the first that holds is named.
-QUALIFIERS = tuple(
-    q.key
-    for q in (
-        CaptureFinding,  # the trace is mostly the host capturing graphs: profile the run itself
-        HostBoundFinding,  # the label is host-bound: how much, and why
-        GpuBoundFinding,  # the GPU is the bottleneck: overlap or the host cannot shorten the step
-        LateRecordFinding,  # a bug in the code under study: comm waited on an event recorded too late
-        PeerWaitFinding,  # the time went waiting for another rank
-        RoundTripFinding,  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
-        DidNotPayFinding,  # overlapped, yet overlap saved little against the serial estimate
-        CrowdedFinding,  # comm ready beside the other microbatch's compute, with no free SMs
-        ExposedCommFinding,  # single-batch: the comm nothing overlaps, per step
-    )
-)
-
-
-# ---- the next step ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class NextStep:
-    """The one action the verdict's evidence supports, with the figures it follows from."""
-
-    kind: ClassVar[str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProfileAfterStartup(NextStep):
-    kind: ClassVar[str] = "profile_after_startup"
-    share: float | None  # of the GPU's host-idle time, inside graph captures
-
-
-@dataclass(frozen=True, kw_only=True)
-class StartMps(NextStep):
-    kind: ClassVar[str] = "start_mps"
-    slicing: TimeSlicing
-
-
-@dataclass(frozen=True, kw_only=True)
-class YieldOpCost(NextStep):
-    kind: ClassVar[str] = "yield_op_cost"
-    ops: YieldOps
-    share: float | None  # of the host-caused GPU idle
-    microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
-
-
-@dataclass(frozen=True, kw_only=True)
-class EnableGraphs(NextStep):
-    """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
-
-    kind: ClassVar[str] = "enable_graphs"
-    host_fraction: float
-    skipped: float  # the host-caused idle's share in launch calls, other CUDA calls, CPU operators, thread start-up
-    graph_api: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostCause(NextStep):
-    kind: ClassVar[str] = "host_cause"
-    host_fraction: float
-    host_idle_us: float  # the host-caused idle split
-    largest: TopItem | None  # its largest item (HostCauses.top); None: not split
-    replayed: float | None  # the share of kernels from graph replays (None: none ran)
-    untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuBottleneck(NextStep):
-    kind: ClassVar[str] = "gpu_bottleneck"
-    work: GpuWork
-    top_kernel: tuple[str, float] | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class NothingToOverlap(NextStep):
-    kind: ClassVar[str] = "nothing_to_overlap"
-    work: GpuWork | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class FixLateRecord(NextStep):
-    kind: ClassVar[str] = "late_record"
-    exposed_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class Straggler(NextStep):
-    kind: ClassVar[str] = "straggler"
-    wait_us: float
-    rank: int | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasurePays(NextStep):
-    """One microbatch's compute covers less than the other's round trip, and one arm cannot say
-    whether what it hides outweighs what DBO costs: the same load with DBO off settles it. The ratio
-    bounds what can hide; it never says DBO cannot pay (the round trip and the compute grow apart
-    with the batch, docs/analysis.md "Does DBO pay")."""
-
-    kind: ClassVar[str] = "measure_pays"
-    compute_us: float  # per microbatch, per round trip (an AFD rank's: per layer)
-    round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
-    ratio: float  # compute / round trip: one microbatch's compute covers at most this share of it
-    disaggregated: bool  # round_trip_us is an FFN round trip's exposed time (else comm busy per round trip)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommCrowded(NextStep):
-    kind: ClassVar[str] = "crowded"
-    exposed_us: float
-    holder: str | None  # the compute kernel that held most of it back
-
-
-@dataclass(frozen=True, kw_only=True)
-class DidNotPay(NextStep):
-    kind: ClassVar[str] = "did_not_pay"
-    saved_us: float
-    serial_estimate_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class OverlapMissing(NextStep):
-    kind: ClassVar[str] = "overlap_missing"
-    hidden: float | None
-    exposed_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class OneMicrobatch(NextStep):
-    kind: ClassVar[str] = "one_microbatch"
-    exposed_us: float
-    span_us: float
-    exposed_per_step_us: float | None  # the exposed comm per step (median round trips per step x round trip)
-    afd: AfdRoundTrips | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class FfnServer(NextStep):
-    """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
-    until the next request comes, not a microbatch's comm that overlap could hide."""
-
-    kind: ClassVar[str] = "ffn_server"
-    exposed_us: float
-    span_us: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class OverlapWorks(NextStep):
-    kind: ClassVar[str] = "overlap_works"
-    hidden: float | None
-    largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
 
 
 # ---- does DBO pay ---------------------------------------------------------------------------------

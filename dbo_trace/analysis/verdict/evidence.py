@@ -23,7 +23,15 @@ from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.steps.stalls import OUTLIER
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
-from dbo_trace.analysis.verdict.decision import Evidence, Findings, GpuWork, HostTest, StalledStep, Stalls, gpu_work_of
+from dbo_trace.analysis.verdict.evidence_types import (
+    Evidence,
+    Findings,
+    GpuWork,
+    HostTest,
+    StalledStep,
+    Stalls,
+    gpu_work_of,
+)
 
 
 @dataclass(frozen=True)

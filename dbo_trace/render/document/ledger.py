@@ -9,23 +9,16 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.ledger import (
-    CommSmsWhatIf,
-    LaunchShape,
-    LayerOps,
-    Ledger,
-    NoHandoversWhatIf,
-    RoundTripWhatIf,
-    SmEvidence,
-    WhatIf,
-    YieldOps,
-)
+from dbo_trace.analysis.what_if import CommSmsWhatIf, NoHandoversWhatIf, RoundTripWhatIf, WhatIf
+from dbo_trace.analysis.overlap.held_sms import LaunchShape, SmEvidence
+from dbo_trace.analysis.overlap.layer_operations import LayerOps
+from dbo_trace.analysis.ledger import Ledger, YieldOps
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
 
 class _Block(msgspec.Struct, forbid_unknown_fields=True):
-    """As render/document.py's Struct: decoding refuses a key the block does not have."""
+    """As render/document/base.py's Struct: decoding refuses a key the block does not have."""
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:

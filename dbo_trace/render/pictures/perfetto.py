@@ -129,7 +129,6 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
     lo, hi = window or (-np.inf, np.inf)
     keep_gpu = (tl.gpu.end > lo) & (tl.gpu.start < hi)
     keep_calls = (tl.calls.end > lo) & (tl.calls.start < hi)
-    in_steps = (att.gpu_step >= 0) & keep_gpu
     steps = [s for s in rank.steps if s.end_us > lo and s.start_us < hi]
 
     # The original activity: one track per GPU stream and per CPU thread, each slice with its source
@@ -179,7 +178,25 @@ def _rank(w: _Writer, rank: RankReport, window: tuple[float, float] | None, cros
             flows_out=[flows_from.get(i, ()) for i in sel],
         )
 
-    # Derived tracks.
+    _derived_tracks(w, proc, rank, d, steps, (lo, hi), keep_gpu, keep_calls, cross)
+
+
+def _derived_tracks(
+    w: _Writer,
+    proc: int,
+    rank: RankReport,
+    d: RankDetail,
+    steps: list[StepReport],
+    window: tuple[float, float],
+    keep_gpu: np.ndarray,
+    keep_calls: np.ndarray,
+    cross: CrossRank | None,
+) -> None:
+    """A rank's tracks of what the analysis derived (steps, microbatches' busy stretches, round trips,
+    bands, waits, Python stacks, graph replays), under its process track."""
+    tl, att = d.timeline, d.attribution
+    lo, hi = window
+    in_steps = (att.gpu_step >= 0) & keep_gpu
     root = w.track(f"{DERIVED}: rank {rank.rank}", proc)
     w.slices(
         w.track("steps (verdict)", root),

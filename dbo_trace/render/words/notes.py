@@ -1,7 +1,7 @@
 """The words of what analysis hands over as figures outside the verdict: the host-time line, the
 cross-rank view's lines, a rank's and the run's typed notes, where a trace's role came from and the
 host idle by sampled Python frame.
-The verdict's own words are render/words/verdict.py's; the document (render/document.py) calls both."""
+The verdict's own words are render/words/verdict.py's; the document (render/document/) calls both."""
 
 from __future__ import annotations
 

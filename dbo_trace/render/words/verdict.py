@@ -1,6 +1,6 @@
 """The verdict in words: its headline, each reason, the dominant finding and the next step, from the
 typed verdict (analysis/verdict/decision.py). The one place a verdict's sentences are written: the document
-(render/document.py) puts them beside their kinds, and every renderer prints those."""
+(render/document/verdict.py) puts them beside their kinds, and every renderer prints those."""
 
 from __future__ import annotations
 
@@ -19,6 +19,12 @@ from dbo_trace.analysis.verdict.decision import (
     GPU_BOUND_BUSY,
     HOST_BOUND_IDLE,
     OVERLAPPED_HIDDEN,
+    Pays,
+    HIDDEN_ROUND_TRIPS,
+    Label,
+    Verdict,
+)
+from dbo_trace.analysis.verdict.reasons import (
     AfdCriterion,
     CaptureFinding,
     CaptureReason,
@@ -28,10 +34,6 @@ from dbo_trace.analysis.verdict.decision import (
     CrowdedFinding,
     ExposedCommFinding,
     MeasurePays,
-    Pays,
-    HIDDEN_ROUND_TRIPS,
-    HostBasis,
-    Label,
     DidNotPay,
     DidNotPayFinding,
     EnableGraphs,
@@ -40,7 +42,6 @@ from dbo_trace.analysis.verdict.decision import (
     GpuBottleneck,
     GpuBoundFinding,
     GpuBusy,
-    GpuWork,
     GraphReplays,
     HostBoundFinding,
     HostCause,
@@ -64,15 +65,14 @@ from dbo_trace.analysis.verdict.decision import (
     RoundTripFinding,
     RoundTripsHidden,
     RunningBehind,
-    StalledStep,
     StallsReason,
     StartMps,
     StepRoundTrips,
     Straggler,
     TimeSliced,
-    Verdict,
     YieldOpCost,
 )
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, GpuWork, StalledStep
 from dbo_trace.render.words.notes import top_item_name
 
 NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
@@ -99,7 +99,7 @@ def host_basis_text(basis: HostBasis) -> str:
 
 
 def pct_text(x: float | None) -> str:
-    """A share in prose ("n/a" where there is none); tables print "-" (render/format.py pct)."""
+    """A share in prose ("n/a" where there is none); tables print "-" (render/format/numbers.py pct)."""
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
@@ -720,7 +720,7 @@ def next_step_text(n: NextStep) -> str:
 
 def _check_complete() -> None:
     """Every kind has its words (a new kind without them fails at import, not in a report)."""
-    from dbo_trace.analysis.verdict import decision as verdict
+    from dbo_trace.analysis.verdict import reasons as verdict
 
     for base, table in ((verdict.Reason, _REASONS), (verdict.Qualifier, _QUALIFIERS), (verdict.NextStep, _NEXT)):
         kinds = {c for c in vars(verdict).values() if isinstance(c, type) and issubclass(c, base) and c is not base}

@@ -1,0 +1,395 @@
+"""What a verdict says besides its label, each a typed kind with its figures: the reasons, the
+headline's findings (qualifiers) and the next step. Their words are render/words/verdict.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
+from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
+from dbo_trace.analysis.host.expensive import ExpensiveCall
+from dbo_trace.analysis.host.host_time import HostCauses, TopItem
+from dbo_trace.analysis.ledger import YieldOps
+from dbo_trace.analysis.metrics import RoundTrips
+from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.verdict.evidence_types import GpuWork, HostTest, Stalls
+
+
+# ---- reasons ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reason:
+    """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
+    decided the label within BORDERLINE of its line."""
+
+    kind: ClassVar[str]
+    borderline: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeSliced(Reason):
+    """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
+
+    kind: ClassVar[str] = "time_slicing"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunningBehind(Reason):
+    """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
+
+    kind: ClassVar[str] = "running_behind"
+    rank: int | None  # None: the report has one rank
+    delay: LaunchDelay
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureReason(Reason):
+    kind: ClassVar[str] = "graph_capture"
+    windows: int
+    captured_launches: int
+    capture_us: float
+    share: float | None  # of the GPU's host-idle time
+    dominant: bool  # the label is graph-capture
+
+
+@dataclass(frozen=True, kw_only=True)
+class StallsReason(Reason):
+    kind: ClassVar[str] = "stalls"
+    stalls: Stalls
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostIdle(Reason):
+    kind: ClassVar[str] = "host_idle"
+    fraction: float
+    test: HostTest | None
+    window_idle_us: float
+    gaps: int
+    utilization: float | None
+    upper_bound: bool = False  # the trace is incomplete: GPU work it lacks may fill the idle
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpensiveCalls(Reason):
+    kind: ClassVar[str] = "expensive_calls"
+    calls: tuple[ExpensiveCall, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchCost(Reason):
+    kind: ClassVar[str] = "launch"
+    median_launch_us: float
+    median_kernel_us: float
+    launches: int
+    launch_us: float
+    causes: HostCauses | None  # the launch calls' share of the host-caused idle, where split
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfiledThreads(Reason):
+    kind: ClassVar[str] = "profiled_threads"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilerOverhead(Reason):
+    """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
+    host time the verdict reads may be partly the profiler's own."""
+
+    kind: ClassVar[str] = "profiler_overhead"
+    overhead: float  # profiled step period / unprofiled TPOT - 1
+    host_bound: bool  # the verdict it qualifies is host-bound
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBusy(Reason):
+    kind: ClassVar[str] = "gpu_busy"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoComm(Reason):
+    kind: ClassVar[str] = "no_comm"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommOverlap(Reason):
+    kind: ClassVar[str] = "comm_overlap"
+    hidden: float | None
+    hidden_us: float
+    busy_us: float
+    exposed_us: float
+    cross: float | None  # under the other microbatch's compute (microbatched)
+    split: WaitSplit | None  # where peers were matched: the hidden time apart into waiting and transfer
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripsHidden(Reason):
+    kind: ClassVar[str] = "afd_round_trips"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepRoundTrips(Reason):
+    kind: ClassVar[str] = "afd_step_round_trips"
+    share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongGraphLaunches(Reason):
+    kind: ClassVar[str] = "long_graph_launches"
+    api: str
+    count: int
+    longest_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GraphReplays(Reason):
+    kind: ClassVar[str] = "graph_replays"
+    api: str
+    launches: int
+    replayed: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Criterion(Reason):
+    """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
+
+    kind: ClassVar[str] = "criterion"
+    round_trips: RoundTrips
+    host_bound: bool  # moot while the step is host-bound
+    hidden: float | None  # the comm share that was hidden
+    peers_split: bool  # the round trip's comm apart into transfer and waiting for a peer (medians)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AfdCriterion(Reason):
+    kind: ClassVar[str] = "afd_criterion"
+    afd: AfdRoundTrips
+
+
+# ---- the headline's findings ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Qualifier:
+    """The dominant finding the headline names in brackets: its key and its figures."""
+
+    key: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureFinding(Qualifier):
+    key: ClassVar[str] = "graph_capture"
+    share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBoundFinding(Qualifier):
+    key: ClassVar[str] = "host_bound"
+    fraction: float | None
+    causes: HostCauses | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBoundFinding(Qualifier):
+    key: ClassVar[str] = "gpu_bound"
+    work: GpuWork
+
+
+@dataclass(frozen=True, kw_only=True)
+class LateRecordFinding(Qualifier):
+    key: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerWaitFinding(Qualifier):
+    key: ClassVar[str] = "peer_wait"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundTripFinding(Qualifier):
+    key: ClassVar[str] = "round_trip"
+    afd: AfdRoundTrips
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPayFinding(Qualifier):
+    key: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrowdedFinding(Qualifier):
+    key: ClassVar[str] = "crowded"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExposedCommFinding(Qualifier):
+    """A single-batch run's comm: exposed per steady step, and its share of the step."""
+
+    key: ClassVar[str] = "exposed_comm"
+    per_step_us: float
+    share: float | None  # of the steady steps' time
+
+
+# The order the headline looks for findings in: the first that holds is named.
+QUALIFIERS = tuple(
+    q.key
+    for q in (
+        CaptureFinding,  # the trace is mostly the host capturing graphs: profile the run itself
+        HostBoundFinding,  # the label is host-bound: how much, and why
+        GpuBoundFinding,  # the GPU is the bottleneck: overlap or the host cannot shorten the step
+        LateRecordFinding,  # a bug in the code under study: comm waited on an event recorded too late
+        PeerWaitFinding,  # the time went waiting for another rank
+        RoundTripFinding,  # a disaggregated (AFD) run: how much of the FFN round trip the other microbatch hid
+        DidNotPayFinding,  # overlapped, yet overlap saved little against the serial estimate
+        CrowdedFinding,  # comm ready beside the other microbatch's compute, with no free SMs
+        ExposedCommFinding,  # single-batch: the comm nothing overlaps, per step
+    )
+)
+
+
+# ---- the next step ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class NextStep:
+    """The one action the verdict's evidence supports, with the figures it follows from."""
+
+    kind: ClassVar[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileAfterStartup(NextStep):
+    kind: ClassVar[str] = "profile_after_startup"
+    share: float | None  # of the GPU's host-idle time, inside graph captures
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartMps(NextStep):
+    kind: ClassVar[str] = "start_mps"
+    slicing: TimeSlicing
+
+
+@dataclass(frozen=True, kw_only=True)
+class YieldOpCost(NextStep):
+    kind: ClassVar[str] = "yield_op_cost"
+    ops: YieldOps
+    share: float | None  # of the host-caused GPU idle
+    microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnableGraphs(NextStep):
+    """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
+
+    kind: ClassVar[str] = "enable_graphs"
+    host_fraction: float
+    skipped: float  # the host-caused idle's share in launch calls, other CUDA calls, CPU operators, thread start-up
+    graph_api: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCause(NextStep):
+    kind: ClassVar[str] = "host_cause"
+    host_fraction: float
+    host_idle_us: float  # the host-caused idle split
+    largest: TopItem | None  # its largest item (HostCauses.top); None: not split
+    replayed: float | None  # the share of kernels from graph replays (None: none ran)
+    untraced_leads: bool  # the largest part is time the profiler recorded nothing for (Python it does not see)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBottleneck(NextStep):
+    kind: ClassVar[str] = "gpu_bottleneck"
+    work: GpuWork
+    top_kernel: tuple[str, float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NothingToOverlap(NextStep):
+    kind: ClassVar[str] = "nothing_to_overlap"
+    work: GpuWork | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixLateRecord(NextStep):
+    kind: ClassVar[str] = "late_record"
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Straggler(NextStep):
+    kind: ClassVar[str] = "straggler"
+    wait_us: float
+    rank: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasurePays(NextStep):
+    """One microbatch's compute covers less than the other's round trip, and one arm cannot say
+    whether what it hides outweighs what DBO costs: the same load with DBO off settles it. The ratio
+    bounds what can hide; it never says DBO cannot pay (the round trip and the compute grow apart
+    with the batch, docs/analysis.md "Does DBO pay")."""
+
+    kind: ClassVar[str] = "measure_pays"
+    compute_us: float  # per microbatch, per round trip (an AFD rank's: per layer)
+    round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
+    ratio: float  # compute / round trip: one microbatch's compute covers at most this share of it
+    disaggregated: bool  # round_trip_us is an FFN round trip's exposed time (else comm busy per round trip)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommCrowded(NextStep):
+    kind: ClassVar[str] = "crowded"
+    exposed_us: float
+    holder: str | None  # the compute kernel that held most of it back
+
+
+@dataclass(frozen=True, kw_only=True)
+class DidNotPay(NextStep):
+    kind: ClassVar[str] = "did_not_pay"
+    saved_us: float
+    serial_estimate_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapMissing(NextStep):
+    kind: ClassVar[str] = "overlap_missing"
+    hidden: float | None
+    exposed_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneMicrobatch(NextStep):
+    kind: ClassVar[str] = "one_microbatch"
+    exposed_us: float
+    span_us: float
+    exposed_per_step_us: float | None  # the exposed comm per step (median round trips per step x round trip)
+    afd: AfdRoundTrips | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FfnServer(NextStep):
+    """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
+    until the next request comes, not a microbatch's comm that overlap could hide."""
+
+    kind: ClassVar[str] = "ffn_server"
+    exposed_us: float
+    span_us: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlapWorks(NextStep):
+    kind: ClassVar[str] = "overlap_works"
+    hidden: float | None
+    largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time
