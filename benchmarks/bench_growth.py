@@ -1,5 +1,5 @@
 """How the analysis's CPU time grows with its input: the timed twins of the tests that count work
-(tests/work.py). CI counts (a loaded machine cannot move a count; CPU time swells under load, caches
+(tests/helpers/work.py). CI counts (a loaded machine cannot move a count; CPU time swells under load, caches
 and memory bandwidth being shared); this times, for a quiet machine, and sees what a count cannot,
 a loop that scans inline (a mask per step in its body).
 
@@ -8,16 +8,16 @@ a loop that scans inline (a mask per step in its body).
 Each case runs its small and large input `--repeat` times, interleaved, and keeps each one's best
 CPU time (time.process_time); it prints the growth beside its limit and the load average, and
 exits 1 if a growth is over its limit. The cases and inputs are the tests' own:
-  shape a, b, d, ...  tests/test_scaling.py's shapes, N and 8N copies (limit 16x: linear ~8x,
+  shape a, b, d, ...  tests/unit/test_scaling.py's shapes, N and 8N copies (limit 16x: linear ~8x,
                       quadratic ~64x; the code before issue 21 measured 21-24x)
   two ranks           both ranks of samples/two-gpu-overlap through the cross-rank path, 8 and 64 copies
-  exposure ...        tests/test_exposure_scaling.py's pathologies, 600 and 2,400 copies (limit 6.3x:
+  exposure ...        tests/unit/test_exposure_scaling.py's pathologies, 600 and 2,400 copies (limit 6.3x:
                       time^(4/3); a scan per stretch is 16x)
   busy                microbatch_busy, 50,000 and 400,000 activities (limit 16x)
   capture             capture_windows, 20,000 and 160,000 calls on n/4 threads (limit 24x)
   optimizers          optimizer_steps, 2,000 and 16,000 distinct names (limit 24x)
   steps               `report` and `report --markdown` of 500 and 5,000 steps (limit 8x)
-  afd pair, ...       tests/afd_synth.py's attention+FFN pair with DBO, 4 layers, eager and under
+  afd pair, ...       tests/helpers/afd_synth.py's attention+FFN pair with DBO, 4 layers, eager and under
                       graphs, 250 and 2,000 steps: both ranks' analyses and what the pair tells
                       together (round trips, the FFN's parts, the pair's figures, time slicing),
                       the traces read beforehand (limit 16x)
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(p) for p in sorted((ROOT / "tests").iterdir()) if p.is_dir()]  # the tests by kind (tests/README.md)
 sys.path.insert(0, str(ROOT))
 
 

@@ -10,7 +10,7 @@ carries back per rank (the report with its detail, pickled) and what a Ray task 
 timeline's bounds), and per comm kernel and per step, for the estimate in docs/performance.md.
 
 --cluster: N ranks of MB each in two folders, `report --json` with the process pool (--workers 2)
-against `report --json --ray` on a two-node Ray cluster started here on 127.0.0.1 (tests/test_ray.py's),
+against `report --json --ray` on a two-node Ray cluster started here on 127.0.0.1 (tests/system/test_ray.py's),
 each in a fresh process; checks the two documents are the same bytes.
 """
 
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "benchmarks"), *(str(p) for p in sorted((ROOT / "tests").iterdir()) if p.is_dir())]
 
 from bench_report import build  # noqa: E402
 

@@ -4,10 +4,10 @@ steps in at most 5x the time of 100.
 
     python benchmarks/bench_steps.py [--steps 100,100000] [--repeat 3] [--keep DIR]
 
-The traces are tests/traces.py's many_steps (per step a ProfilerStep# annotation and two kernels,
+The traces are tests/helpers/traces.py's many_steps (per step a ProfilerStep# annotation and two kernels,
 each with its launch call): the per-step work of the analysis, the document and the renderers, with
 as little reading as a step can have. Prints the load average beside every figure: on a shared
-machine the wall times move with it. tests/test_long_runs.py guards the growth in CI (10x the steps
+machine the wall times move with it. tests/unit/test_long_runs.py guards the growth in CI (10x the steps
 within 8x the CPU time), not this target.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from bench_report import _loadavg, compile_package, measure
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(p) for p in sorted((ROOT / "tests").iterdir()) if p.is_dir()]  # the tests by kind (tests/README.md)
 from traces import many_steps  # noqa: E402  (the tests' builder: one definition of the trace)
 
 

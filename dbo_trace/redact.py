@@ -29,7 +29,7 @@ _SECRET_FLAG_WORDS = {"TOKEN", "KEY", "APIKEY", "SECRET", "SECRETS", "PASSWORD",
 
 # Every pattern below is bounded, or starts only where a run of its characters starts (a lookbehind),
 # so that a hostile text costs linear time: a scheme tried at every letter of a long word, or a base64
-# run tried at each of its characters, took minutes on 100 kB (tests/test_record_parts.py).
+# run tried at each of its characters, took minutes on 100 kB (tests/system/test_record_parts.py).
 # A quoted string, its escaped quotes included ("a\"b", 'it\'s'), on one line.
 _QUOTED = r""""(?:[^"\\\n]|\\.){0,4096}"|'(?:[^'\\\n]|\\.){0,4096}'"""
 # user:password@ (the password may hold '@', '/' or a space) or token@, up to the '@' before a host:

@@ -9,14 +9,14 @@ For each role's Kineto trace: vLLM's `execute_*` steps (count, the median period
 start to the next one's, the median window), cudaGraphLaunch calls, the NCCL SendRecv kernels per
 step (inside each graph replay, by the launch's correlation id, and outside graphs), and the
 manifest's counters and unprofiled timed repeats. Then the AFD figures of
-`tests/independent/afd_pair_truth.py` (standard library only; its docstring says how each is
+`tests/references/afd_pair_truth.py` (standard library only; its docstring says how each is
 counted): round trips per step and per layer, the median round trip (the k-th data-plane send of a
 step with its k-th receive: the FFN answers first in first out), microbatched or not, with the
 FFN's trace its compute per step and per round trip and each role's GPU busy share over the
 attention's steps, the unprofiled TPOT (`bench/repeat-*.json`) and the profiler's overhead. Given
 several bundles it also prints one table and DBO's effect (a DBO arm against the arm of the same
 mode and MPS without DBO). The figures quoted in samples/README.md come from this script; the
-tests compare the report with the same counts (tests/test_afd_pair_samples.py).
+tests compare the report with the same counts (tests/independent/test_afd_pair_samples.py).
 """
 
 import importlib.util
@@ -56,7 +56,7 @@ def trace_truth(path):
 
 
 _spec = importlib.util.spec_from_file_location(
-    "afd_pair_truth", Path(__file__).resolve().parents[1] / "tests" / "independent" / "afd_pair_truth.py")
+    "afd_pair_truth", Path(__file__).resolve().parents[1] / "tests" / "references" / "afd_pair_truth.py")
 AFD = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(AFD)
 
@@ -74,7 +74,7 @@ def arm_kind(bundle):
 def afd_lines(t):
     a, b, p = t["attention"], t["bench"], t["pair"]
     ms = 1000.0
-    yield f"AFD (tests/independent/afd_pair_truth.py): {a['steps']} steps {', '.join(a['step_names'])}"
+    yield f"AFD (tests/references/afd_pair_truth.py): {a['steps']} steps {', '.join(a['step_names'])}"
     yield (f"  step period (median, start to start) {a['median_period_us'] / ms:.3f} ms; window: annotation "
            f"{a['median_window_cpu_us'] / ms:.3f} ms, to its last GPU work {a['median_window_gpu_us'] / ms:.3f} ms")
     yield (f"  data-plane SendRecv per step {sorted(set(a['data_kernels_per_step']))}, control plane "

@@ -8,9 +8,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+# The tests live in folders by kind (tests/README.md) and import the helpers, the references and one
+# another's fixtures by module name: every folder is on the path, whatever the order of collection.
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 SAMPLES = ROOT / "samples"
 # The shipped recordings of one run each; a load sweep's folder (sweep.json: many runs) is read as a
-# sweep (tests/test_sweep_sample.py) and has its own goldens.
+# sweep (tests/independent/test_sweep_sample.py) and has its own goldens.
 RUN_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and not (p / "sweep.json").exists())
 SWEEP_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if (p / "sweep.json").is_file())
 VARIANTS = ["serial", "overlap", "overlap-stock-profiler", "graph", "hostbound", "overlap-no-hooks"]

@@ -239,7 +239,7 @@ PROFILER_TARGETS = [
 # vLLM version prefix -> targets. Checked in order; the first prefix that matches wins.
 # docs/recording.md has the same table for people; keep the two in step.
 TARGETS_BY_VERSION: list[tuple[str, list[Target]]] = [
-    ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the CPU (tests/test_plugin_vllm.py)
+    ("0.33", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the CPU (tests/system/test_plugin_vllm.py)
     ("0.26", CONTEXT_TARGETS + STEP_TARGETS + PROFILER_TARGETS),  # verified on the H200 with vllm serve (samples/vllm-*)
 ]
 # Absent unless the AFD plugin is installed: not worth a warning. The V2 model runner's module imports

@@ -21,7 +21,7 @@ __all__ = ["RENDERERS", "Renderer", "RenderOptions", "as_bytes", "for_path"]
 # name: (module under dbo_trace.render, class, its argument or None, the output suffixes it writes). A
 # renderer's module is imported when the renderer is first asked for, not when the registry is: a
 # terminal report does not import the HTML, Perfetto and picture renderers (issue 55: start-up).
-# tests/test_render_registry.py checks each class's own name and suffixes against this table.
+# tests/unit/test_render_registry.py checks each class's own name and suffixes against this table.
 _TABLE: dict[str, tuple[str, str, str | None, tuple[str, ...]]] = {
     "terminal": ("terminal", "TerminalRenderer", None, (".txt",)),
     "json": ("json_out", "JsonRenderer", None, (".json",)),

@@ -1,4 +1,4 @@
-"""Run in a fresh process by tests/test_plugin_vllm.py: vLLM's own plugin loader, then vLLM's own
+"""Run in a fresh process by tests/system/test_plugin_vllm.py: vLLM's own plugin loader, then vLLM's own
 UBatchContext ping-pong on the CPU (stand-in streams and events), then UBatchWrapper.__call__.
 
 Prints one JSON object: what was patched, and the ground truth the threads
