@@ -9,7 +9,8 @@ import msgspec
 import pytest
 from conftest import SAMPLES
 
-from dbo_trace.analysis.overlap.exposure import REASON_SHORT, REASONS
+from dbo_trace.analysis.overlap.exposure import REASONS
+from dbo_trace.render.words.exposure import REASON_SHORT
 from dbo_trace.analysis.host.host_time import CAUSES
 from dbo_trace.analysis.model import Options
 from dbo_trace.app.pipeline import analyze_paths

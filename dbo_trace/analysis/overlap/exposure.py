@@ -31,35 +31,6 @@ HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
 LATE_RECORD, CROWDED, HELD = "late_record", "crowded", "held"
 PEER = "peer"
 REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN, PEER)
-REASON_SHORT = {
-    PEER: "waiting for a peer rank",
-    LATE_RECORD: "held back: late event record",
-    CROWDED: "held back: no free SMs",
-    HELD: "held back by other ubatch",
-    HOST: "host (not launched)",
-    WAITING: "waiting on a dependency",
-    NOTHING: "nothing left in the step",
-    UNKNOWN: "unknown",
-}
-REASON_TEXT = {
-    PEER: "the comm kernel was waiting for a peer rank to arrive at the same collective",
-    LATE_RECORD: "the comm waited on an event recorded after the other microbatch's compute was queued (late record)",
-    CROWDED: "the comm was ready but could not start until the other microbatch's compute freed the SMs",
-    HELD: "the comm was ready but started only when the other microbatch's compute ended (record with CUDA sync "
-    "events to tell a late event record from an SM-hungry kernel)",
-    HOST: "the other microbatch's compute had not been launched (host)",
-    WAITING: "compute was queued but waited on a stream or event dependency",
-    NOTHING: "no compute was left in the step to overlap (imbalance or the step's end)",
-    UNKNOWN: "the compute's launch is not in the trace",
-}
-# Without microbatches the compute that could hide a stretch is any compute (not the other
-# microbatch's): the reasons that name the other microbatch say so instead.
-REASON_TEXT_NO_UBATCH = {
-    **REASON_TEXT,
-    HOST: "the next compute had not been launched (host)",
-}
-
-
 @dataclass(frozen=True)
 class Exposure:
     exposed_us: float

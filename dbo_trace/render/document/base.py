@@ -42,7 +42,7 @@ Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 # How many of something (kernels, launches, steps, calls): never below zero. A step's number counts from 1.
 Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
-# Why a comm operation was exposed (analysis.exposure.REASON_SHORT's keys; a test keeps them equal).
+# Why a comm operation was exposed (render/words/exposure.py's REASON_SHORT keys, analysis/overlap/exposure.py's REASONS; a test keeps them equal).
 Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
 # A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
 Label = Literal[

@@ -137,7 +137,7 @@ def exposed_cells(hidden: float | None, exposed: float | None | UnsetType, media
 
 def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> str:
     """Why the exposed time was exposed; nothing where none was."""
-    from dbo_trace.analysis.overlap.exposure import REASON_SHORT
+    from dbo_trace.render.words.exposure import REASON_SHORT
 
     nothing = exposed < NOTHING_EXPOSED if isinstance(exposed, float) else (median_exposed_us or 0.0) < 5.0
     return "-" if reason is None or nothing else REASON_SHORT.get(reason, reason)

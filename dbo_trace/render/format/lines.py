@@ -243,7 +243,7 @@ def comm_kernels_line(rank: RankBlock, most: int = 3) -> str:
 def exposure_line(rank: RankBlock) -> str | None:
     """Why one rank's comm was exposed, the largest causes first (docs/analysis.md)."""
     from dbo_trace.analysis.steps.attribution import SOURCE_NONE
-    from dbo_trace.analysis.overlap.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
+    from dbo_trace.render.words.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
 
     x = rank.exposed_comm_reasons
     if x is None or not x.exposed_us:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dbo_trace.analysis.host.expensive import ExpensiveCall
-from dbo_trace.analysis.overlap.exposure import REASON_SHORT
+from dbo_trace.render.words.exposure import REASON_SHORT
 from dbo_trace.analysis.host.host_time import LAUNCH, HostCauses, TopItem
 from dbo_trace.analysis.overlap.queueing import CLOCK_OFFSET_US, LaunchDelay
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
