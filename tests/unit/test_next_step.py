@@ -257,3 +257,22 @@ def test_two_threads_in_the_yield_op_are_dbo_on_whatever_else_was_seen():
     v = decide(replace(e, microbatched=False, afd=None, afd_share=None))
     assert v.next_step.kind == "yield_op_cost" and v.next_step.microbatched
     assert "DBO is off" not in next_step_text(v.next_step)
+
+
+def test_a_next_step_holds_the_finding_it_acts_on_instead_of_copying_it():
+    """issue 53 item 7: a next step that acts on a finding holds it (LateRecordFinding and FixLateRecord
+    were twins with the same figure, CommCrowded was CrowdedFinding and one field more): its words read
+    the finding's figures, and none is copied beside it."""
+    from dataclasses import fields
+    from typing import get_type_hints
+
+    from dbo_trace.analysis.verdict import reasons as r
+
+    acts_on = {
+        r.ProfileAfterStartup: r.CaptureFinding, r.FixLateRecord: r.LateRecordFinding, r.Straggler: r.PeerWaitFinding,
+        r.CommCrowded: r.CrowdedFinding, r.DidNotPay: r.DidNotPayFinding,
+    }  # fmt: skip
+    for step, finding in acts_on.items():
+        assert get_type_hints(step)["finding"] is finding, step
+        copied = {f.name for f in fields(step)} & {f.name for f in fields(finding)}
+        assert not copied, f"{step.__name__} copies {finding.__name__}'s {sorted(copied)}"

@@ -418,7 +418,7 @@ def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: 
     m, f = e.metrics, e.findings
     keys = {q.key: q for q in found}
     if label == Label.GRAPH_CAPTURE:
-        return ProfileAfterStartup(share=_capture_share(e))
+        return ProfileAfterStartup(finding=CaptureFinding(share=_capture_share(e)))  # a step's verdict lists no findings
     if e.time_slicing is not None:
         return StartMps(slicing=e.time_slicing)
     c = e.causes
@@ -448,19 +448,19 @@ def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: 
         return FfnServer(exposed_us=m.comm_exposed_us, span_us=m.span_us)
     late = keys.get(LateRecordFinding.key)
     if isinstance(late, LateRecordFinding):
-        return FixLateRecord(exposed_us=late.exposed_us)
+        return FixLateRecord(finding=late)
     peer = keys.get(PeerWaitFinding.key)
     if isinstance(peer, PeerWaitFinding):
-        return Straggler(wait_us=peer.wait_us, rank=peer.rank)
+        return Straggler(finding=peer)
     missed = _criterion_missed(e)
     if missed is not None:
         return missed
     crowded = keys.get(CrowdedFinding.key)
     if isinstance(crowded, CrowdedFinding):
-        return CommCrowded(exposed_us=crowded.exposed_us, holder=f.crowding_kernel if f is not None else None)
+        return CommCrowded(finding=crowded, holder=f.crowding_kernel if f is not None else None)
     paid = keys.get(DidNotPayFinding.key)
     if isinstance(paid, DidNotPayFinding):
-        return DidNotPay(saved_us=paid.saved_us, serial_estimate_us=paid.serial_estimate_us)
+        return DidNotPay(finding=paid)
     if label == Label.NOT_OVERLAPPED:
         return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
     if label == Label.SINGLE_BATCH:

@@ -271,7 +271,7 @@ class NextStep:
 @dataclass(frozen=True, kw_only=True)
 class ProfileAfterStartup(NextStep):
     kind: ClassVar[str] = "profile_after_startup"
-    share: float | None  # of the GPU's host-idle time, inside graph captures
+    finding: CaptureFinding  # its share: of the GPU's host-idle time, inside graph captures
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,14 +324,13 @@ class NothingToOverlap(NextStep):
 @dataclass(frozen=True, kw_only=True)
 class FixLateRecord(NextStep):
     kind: ClassVar[str] = "late_record"
-    exposed_us: float
+    finding: LateRecordFinding  # the finding it acts on, its figures with it
 
 
 @dataclass(frozen=True, kw_only=True)
 class Straggler(NextStep):
     kind: ClassVar[str] = "straggler"
-    wait_us: float
-    rank: int | None
+    finding: PeerWaitFinding
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -351,15 +350,14 @@ class MeasurePays(NextStep):
 @dataclass(frozen=True, kw_only=True)
 class CommCrowded(NextStep):
     kind: ClassVar[str] = "crowded"
-    exposed_us: float
+    finding: CrowdedFinding
     holder: str | None  # the compute kernel that held most of it back
 
 
 @dataclass(frozen=True, kw_only=True)
 class DidNotPay(NextStep):
     kind: ClassVar[str] = "did_not_pay"
-    saved_us: float
-    serial_estimate_us: float
+    finding: DidNotPayFinding
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -643,7 +643,7 @@ def pays_text(p: Pays) -> str:
 def _crowded(n: CommCrowded) -> str:
     holder = f" ({_cut(n.holder, 60)})" if n.holder else ""
     return (
-        f"comm waited for free SMs: {ms(n.exposed_us)} of comm exposed behind SM-hungry compute{holder}; SMs kept for "
+        f"comm waited for free SMs: {ms(n.finding.exposed_us)} of comm exposed behind SM-hungry compute{holder}; SMs kept for "
         "comm (VLLM_DBO_COMM_SMS) let it start, and --what-if sms=N estimates the step with them"
     )
 
@@ -683,7 +683,7 @@ def _ffn_server(n: FfnServer) -> str:
 
 _NEXT: dict[type, Callable[[Any], str]] = {
     ProfileAfterStartup: lambda n: (
-        f"profile after start-up: {pct_text(n.share)} of the GPU's host-idle time here was the host capturing graphs, "
+        f"profile after start-up: {pct_text(n.finding.share)} of the GPU's host-idle time here was the host capturing graphs, "
         "whose launches are recorded, not run"
     ),
     StartMps: _start_mps,
@@ -693,16 +693,16 @@ _NEXT: dict[type, Callable[[Any], str]] = {
     GpuBottleneck: _gpu_bottleneck,
     NothingToOverlap: _nothing_to_overlap,
     FixLateRecord: lambda n: (
-        f"record the comm's event before the other microbatch's compute is queued: {ms(n.exposed_us)} of comm waited "
+        f"record the comm's event before the other microbatch's compute is queued: {ms(n.finding.exposed_us)} of comm waited "
         "on an event recorded after it (late record)"
     ),
-    Straggler: lambda n: f"look at {f'rank {n.rank}' if n.rank is not None else 'the slowest peer rank'} first: "
-    f"{ms(n.wait_us)} of comm was waiting for it",
+    Straggler: lambda n: f"look at {f'rank {n.finding.rank}' if n.finding.rank is not None else 'the slowest peer rank'} "
+    f"first: {ms(n.finding.wait_us)} of comm was waiting for it",
     MeasurePays: _measure_pays,
     CommCrowded: _crowded,
     DidNotPay: lambda n: (
-        f"DBO did not pay: {_did_not_pay(n.saved_us, n.serial_estimate_us)}; the overlapped kernels ran slower by about "
-        "what overlap hid"
+        f"DBO did not pay: {_did_not_pay(n.finding.saved_us, n.finding.serial_estimate_us)}; the overlapped kernels ran slower "
+        "by about what overlap hid"
     ),
     OverlapMissing: lambda n: (
         f"overlap is missing: {pct_text(n.hidden)} of comm hidden, {ms(n.exposed_us)} exposed; the exposed-comm line says "
