@@ -17,6 +17,7 @@ from dbo_trace.analysis.compare.arms import (
     TOO_FEW,
     WITHIN,
     Arm,
+    ArmRoundTrip,
     Load,
     Mismatch,
     Pair,
@@ -72,7 +73,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 _change_cell(a),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
-                "-" if a.round_trip_us is not None else pct(a.comm_hidden_fraction),  # one meaning of hidden
+                "-" if a.round_trip is not None else pct(a.comm_hidden_fraction),  # one meaning of hidden
                 pct(a.replayed_kernel_fraction),
                 arm_verdict_text(a),
             ]
@@ -127,7 +128,7 @@ def noise_line(arms: list[Arm]) -> str:
         + (
             " Comm hidden is comm kernel time under compute; a disaggregated (AFD) arm's is a dash: its sends and "
             "receives run on the compute stream, and its hidden share of the round trips is the round-trip table's."
-            if any(a.round_trip_us is not None for a in arms)
+            if any(a.round_trip is not None for a in arms)
             else ""
         )
     )
@@ -176,31 +177,32 @@ AFD_COLUMNS = [
 ]
 
 
-def afd_arms(arms: list[Arm]) -> list[Arm]:
-    return [a for a in arms if a.phase == ALL_STEPS and a.round_trip_us is not None]
+def afd_arms(arms: list[Arm]) -> list[tuple[Arm, ArmRoundTrip]]:
+    """The disaggregated arms of all steps, each with its round trip."""
+    return [(a, a.round_trip) for a in arms if a.phase == ALL_STEPS and a.round_trip is not None]
 
 
 def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
     timed = {u.label: u for u in unprofiled}
     rows = []
-    for a in afd_arms(arms):
+    for a, rt in afd_arms(arms):
         u = timed.get(a.label)
-        split = a.round_trip_ffn_compute_us is not None
+        split = rt.ffn_compute_us is not None
         rows.append(
             [
                 a.label,
                 ran_with_text(a.ran_with) if a.ran_with is not None else "-",
                 ms(a.step_median_us),
                 num(a.round_trips_per_layer),
-                ms(a.round_trip_us) + ("" if a.round_trip_parts_matched is not None else f" (receive {ms(a.round_trip_receive_us)})"),
-                ms(a.round_trip_transfer_us),
-                ms(a.round_trip_late_us),
-                ms(a.round_trip_ffn_compute_us if split else a.round_trip_ffn_us) + ("" if split or a.round_trip_ffn_us is None else " with queue"),
-                ms(a.round_trip_ffn_queue_us),
-                ms(a.round_trip_wait_us),
-                pct(a.round_trip_hidden_share),
-                f"{ms(a.compute_per_microbatch_us)} : {ms(a.round_trip_exposed_us)}",
-                _criterion_cell(a),
+                ms(rt.median_us) + ("" if rt.parts_matched is not None else f" (receive {ms(rt.receive_us)})"),
+                ms(rt.transfer_us),
+                ms(rt.late_us),
+                ms(rt.ffn_compute_us if split else rt.ffn_us) + ("" if split or rt.ffn_us is None else " with queue"),
+                ms(rt.ffn_queue_us),
+                ms(rt.wait_us),
+                pct(rt.hidden_share),
+                f"{ms(rt.compute_per_microbatch_us)} : {ms(rt.exposed_us)}",
+                _criterion_cell(rt),
                 "-" if u is None or u.tpot_median_ms is None else f"{u.tpot_median_ms:.2f} ms",
                 "-" if u is None or u.profiler_overhead is None else f"{100 * u.profiler_overhead:+.0f}%",
             ]
@@ -208,11 +210,11 @@ def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
     return rows
 
 
-def _criterion_cell(a: Arm) -> str:
+def _criterion_cell(rt: ArmRoundTrip) -> str:
     """Met or missed with the ratio; unknown with one microbatch: no other compute to hide a round trip."""
-    if a.round_trip_criterion_ratio is None:
+    if rt.criterion_ratio is None:
         return "unknown (one microbatch)"
-    return f"{tri(a.round_trip_criterion)} ({a.round_trip_criterion_ratio:.2f})"
+    return f"{tri(rt.criterion)} ({rt.criterion_ratio:.2f})"
 
 
 AFD_NOTE = (
@@ -602,8 +604,36 @@ def arm_verdict_text(a: Arm) -> str:
     return "/".join(label_text(label) for label in a.verdict) or "-"
 
 
+# An arm's round trip in the JSON: flat `round_trip_*` keys, as schemas 5 and 6 wrote them, the first
+# four where the round trip sits among the arm's keys and its parts after ran_with (the schema's order).
+ROUND_TRIP_KEYS = (
+    ("round_trip_us", "median_us"), ("round_trip_hidden_share", "hidden_share"), ("round_trip_criterion", "criterion"),
+    ("round_trip_change", "change"),
+)  # fmt: skip
+ROUND_TRIP_PART_KEYS = (
+    ("round_trip_transfer_us", "transfer_us"), ("round_trip_ffn_us", "ffn_us"), ("round_trip_ffn_compute_us", "ffn_compute_us"),
+    ("round_trip_ffn_queue_us", "ffn_queue_us"), ("round_trip_wait_us", "wait_us"), ("round_trip_late_us", "late_us"),
+    ("round_trip_parts_matched", "parts_matched"), ("round_trip_receive_us", "receive_us"),
+    ("compute_per_microbatch_us", "compute_per_microbatch_us"), ("round_trip_exposed_us", "exposed_us"),
+    ("round_trip_criterion_ratio", "criterion_ratio"),
+)  # fmt: skip
+
+
+def _flat(rt: ArmRoundTrip | None, keys: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    return {key: None if rt is None else getattr(rt, name) for key, name in keys}
+
+
 def _arm_json(a: Arm) -> dict[str, Any]:
-    body = {k: v for k, v in asdict(a).items() if k not in _SAMPLES}
+    body: dict[str, Any] = {}
+    for k, v in asdict(a).items():
+        if k in _SAMPLES:
+            continue
+        if k == "round_trip":
+            body.update(_flat(a.round_trip, ROUND_TRIP_KEYS))
+            continue
+        body[k] = v
+        if k == "ran_with":
+            body.update(_flat(a.round_trip, ROUND_TRIP_PART_KEYS))
     body["verdict"] = arm_verdict_text(a)  # in its place among the arm's keys
     return _rounded(body)
 

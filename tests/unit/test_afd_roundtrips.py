@@ -139,34 +139,35 @@ def test_compare_four_arms(bundles):
     labels = list(ARMS)
     with_settings = {name: ran_with(bundles[name][2]) for name in labels}
     arms = compare([arm for name in labels for arm in arms_of(name, bundles[name][2], [], with_settings[name])])
-    by = {a.label: a for a in arms}
-    assert by["eager"].round_trip_change is None
-    assert by["eager-dbo"].round_trip_us == pytest.approx(_attention(bundles["eager-dbo"][2]).afd.median_us)
-    assert by["eager-dbo"].round_trip_change == pytest.approx(by["eager-dbo"].round_trip_us / by["eager"].round_trip_us - 1)
-    assert by["eager"].round_trip_criterion is None and by["eager-dbo"].round_trip_criterion is not None
-    assert by["graphs-dbo"].round_trip_hidden_share > 0.2
+    by = {a.label: a.round_trip for a in arms}  # each arm's round trip (compare.ArmRoundTrip)
+    assert by["eager"].change is None
+    assert by["eager-dbo"].median_us == pytest.approx(_attention(bundles["eager-dbo"][2]).afd.median_us)
+    assert by["eager-dbo"].change == pytest.approx(by["eager-dbo"].median_us / by["eager"].median_us - 1)
+    assert by["eager"].criterion is None and by["eager-dbo"].criterion is not None
+    assert by["graphs-dbo"].hidden_share > 0.2
     for name in labels:
         folder, truth, _ = bundles[name]
         a = by[name]
         att = folder / "traces" / "attention.pt.trace.json.gz"
         ref_rts = round_trips(att)
         ref = parts(att, folder / "peer" / "traces" / "ffn.pt.trace.json.gz", ref_rts)
-        assert a.round_trip_parts_matched == len(ref_rts)
-        assert a.round_trip_us == pytest.approx(statistics.median(r["r1"] - r["s0"] for r in ref_rts))
-        assert a.round_trip_ffn_us == pytest.approx(60.0)  # the synthetic FFN's compute
-        for key, mine in (("transfer", a.round_trip_transfer_us), ("ffn", a.round_trip_ffn_us), ("wait", a.round_trip_wait_us)):
+        assert a.parts_matched == len(ref_rts)
+        assert a.median_us == pytest.approx(statistics.median(r["r1"] - r["s0"] for r in ref_rts))
+        assert a.ffn_us == pytest.approx(60.0)  # the synthetic FFN's compute
+        for key, mine in (("transfer", a.transfer_us), ("ffn", a.ffn_us), ("wait", a.wait_us)):
             assert mine == pytest.approx(statistics.median(p[key] for p in ref))
         own = _attention(bundles[name][2]).afd
-        assert a.round_trip_ffn_compute_us == pytest.approx(own.median_part("compute_us"))  # the report's split
-        assert 0 < a.round_trip_ffn_compute_us <= 60.0 and a.round_trip_ffn_queue_us == pytest.approx(own.median_part("queue_us"))
+        assert a.ffn_compute_us == pytest.approx(own.median_part("compute_us"))  # the report's split
+        assert 0 < a.ffn_compute_us <= 60.0 and a.ffn_queue_us == pytest.approx(own.median_part("queue_us"))
         w = with_settings[name]
         assert (w.graphs, w.dbo, w.told_by) == (ARMS[name][1], ARMS[name][0], "trace")
     pairs = dbo_pairs(arms)
     assert [(p.on, p.off, p.graphs) for p in pairs] == [("eager-dbo", "eager", "eager"), ("graphs-dbo", "graphs", "graphs")]
+    steps = {a.label: a.steps for a in arms}
     for p in pairs:
         on, off = by[p.on], by[p.off]
-        assert p.round_trip_us == (off.round_trip_us, on.round_trip_us)
-        assert p.compared_steps == (off.steps, on.steps) and p.call == "too few steps"  # 3 periods each
+        assert p.round_trip_us == (off.median_us, on.median_us)
+        assert p.compared_steps == (steps[p.off], steps[p.on]) and p.call == "too few steps"  # 3 periods each
     text = render_terminal(arms, width=250, pairs=pairs)
     assert "disaggregated round trips (AFD), per arm" in text and "eager-dbo vs eager" in text and "graphs-dbo vs graphs" in text
     md = render_markdown(arms, pairs=pairs)

@@ -48,6 +48,29 @@ ALL_STEPS = "all"
 
 
 @dataclass(frozen=True)
+class ArmRoundTrip:
+    """A disaggregated (AFD) arm's round trips (analysis/afd/round_trips.py): send start to its receive's
+    end, medians; its parts over the round trips matched to the FFN's kernels. compare's JSON writes
+    each as the arm's `round_trip_*` key (render/compare.py, ROUND_TRIP_KEYS)."""
+
+    median_us: float
+    hidden_share: float | None  # of the round trips' time, the other microbatch's compute
+    criterion: bool | None  # per-microbatch compute >= the round trip's exposed time
+    criterion_ratio: float | None  # compute per microbatch / exposed
+    compute_per_microbatch_us: float | None  # median step compute busy / round trips
+    exposed_us: float | None  # median round trip less its hidden time
+    receive_us: float | None  # median receive kernel: without the FFN trace, what holds its parts
+    parts_matched: int | None  # round trips matched to the FFN's kernels (None: no FFN trace)
+    transfer_us: float | None
+    ffn_us: float | None  # the FFN's compute and queueing together
+    ffn_compute_us: float | None  # apart, where the round trips' parts carry the split
+    ffn_queue_us: float | None
+    wait_us: float | None  # the attention side's receive waiting for the FFN's answer
+    late_us: float | None  # of the transfer, the FFN's answer waiting for the attention's receive
+    change: float | None = None  # the median round trip against the first arm's (fraction)
+
+
+@dataclass(frozen=True)
 class Arm:
     label: str
     phase: str  # "all", or prefill / decode / mixed: the steps of that phase alone
@@ -80,24 +103,8 @@ class Arm:
     slower_pairs: float | None = None  # share of (first arm, this arm) step pairs in which this arm was slower
     samples_us: tuple[float, ...] = field(default=(), repr=False)  # the steady periods (per step; ranks averaged)
     sample_tokens: tuple[int | None, ...] = field(default=(), repr=False)  # their tokens per step
-    # a disaggregated (AFD) run's round trips (analysis/afd/round_trips.py): send start to its receive's end
-    round_trip_us: float | None = None  # median round trip
-    round_trip_hidden_share: float | None = None  # of the round trips' time, the other microbatch's compute
-    round_trip_criterion: bool | None = None  # per-microbatch compute >= the round trip's exposed time
-    round_trip_change: float | None = None  # the median round trip against the first arm's (fraction)
-    # schema 6: what the arm ran with (for pairing DBO on with DBO off), and the round trip's parts
-    ran_with: RanWith | None = None
-    round_trip_transfer_us: float | None = None  # medians over the round trips matched to the FFN's kernels
-    round_trip_ffn_us: float | None = None  # the FFN's compute and queueing together
-    round_trip_ffn_compute_us: float | None = None  # apart, where the round trips' parts carry the split
-    round_trip_ffn_queue_us: float | None = None
-    round_trip_wait_us: float | None = None  # the attention side's receive waiting for the FFN's answer
-    round_trip_late_us: float | None = None  # of the transfer, the FFN's answer waiting for the attention's receive
-    round_trip_parts_matched: int | None = None  # round trips matched to the FFN's kernels (None: no FFN trace)
-    round_trip_receive_us: float | None = None  # median receive kernel: without the FFN trace, what holds its parts
-    compute_per_microbatch_us: float | None = None  # median step compute busy / round trips
-    round_trip_exposed_us: float | None = None  # median round trip less its hidden time
-    round_trip_criterion_ratio: float | None = None  # compute per microbatch / exposed
+    round_trip: ArmRoundTrip | None = None  # a disaggregated (AFD) run's (None: not one)
+    ran_with: RanWith | None = None  # schema 6: what the arm ran with (for pairing DBO on with DBO off)
     # schema 7: the load group the arm's change is against the first of, and its step's parts
     load_group: int = 0  # arms of one phase and one load share a group (compare: against its first arm)
     parts: SpanParts | None = field(default=None, repr=False)  # its served rank's mean period in parts (analysis/afd/effect.py)
@@ -223,7 +230,7 @@ def arm_of(
         sample_tokens=tuple(tokens),
         ran_with=ran_with,
         parts=next((r.span_parts for r in served if r.span_parts is not None), None) if phase == ALL_STEPS else None,
-        **({} if afd is None else _afd_fields(afd)),
+        round_trip=None if afd is None else _arm_round_trip(afd),
     )
 
 
@@ -252,26 +259,25 @@ def _served(report: Report) -> list[RankReport]:
     return [r for r in report.ranks if r.role != FFN] or report.ranks
 
 
-def _afd_fields(afd: AfdRoundTrips) -> dict[str, Any]:
-    """A disaggregated arm's round trip and its parts (analysis/afd/round_trips.py), as Arm's fields."""
-    parts = afd.parts
+def _arm_round_trip(afd: AfdRoundTrips) -> ArmRoundTrip:
+    """A disaggregated arm's round trip and its parts (analysis/afd/round_trips.py)."""
     part = afd.median_part  # None without the parts, or where they do not carry a split; a wrong name raises
-    return {
-        "round_trip_us": afd.median_us,
-        "round_trip_hidden_share": afd.hidden_share,
-        "round_trip_criterion": afd.criterion_met,
-        "round_trip_criterion_ratio": afd.criterion_ratio,
-        "compute_per_microbatch_us": afd.compute_per_microbatch_us,
-        "round_trip_exposed_us": afd.median_exposed_us,
-        "round_trip_receive_us": afd.median_receive_us,
-        "round_trip_parts_matched": None if parts is None else afd.ffn_matched,
-        "round_trip_transfer_us": part("transfer_us"),
-        "round_trip_ffn_us": part("ffn_us"),
-        "round_trip_ffn_compute_us": part("compute_us"),
-        "round_trip_ffn_queue_us": part("queue_us"),
-        "round_trip_wait_us": part("wait_us"),
-        "round_trip_late_us": part("late_us"),
-    }
+    return ArmRoundTrip(
+        median_us=afd.median_us,
+        hidden_share=afd.hidden_share,
+        criterion=afd.criterion_met,
+        criterion_ratio=afd.criterion_ratio,
+        compute_per_microbatch_us=afd.compute_per_microbatch_us,
+        exposed_us=afd.median_exposed_us,
+        receive_us=afd.median_receive_us,
+        parts_matched=None if afd.parts is None else afd.ffn_matched,
+        transfer_us=part("transfer_us"),
+        ffn_us=part("ffn_us"),
+        ffn_compute_us=part("compute_us"),
+        ffn_queue_us=part("queue_us"),
+        wait_us=part("wait_us"),
+        late_us=part("late_us"),
+    )
 
 
 def _tokens(s: StepReport) -> int | None:
@@ -333,9 +339,9 @@ def _against(arm: Arm, base: Arm) -> Arm:
     """The change against the first arm (docs/analysis.md, "compare"): the steps paired by shape
     where both have token counts, per token where sizes still differ; the ratio of the medians with
     a bootstrap 95% interval; a call only with MIN_STEPS steps or more in each."""
-    rt_change = None
-    if arm.round_trip_us is not None and base.round_trip_us:
-        rt_change = arm.round_trip_us / base.round_trip_us - 1.0
+    rt = arm.round_trip
+    if rt is not None and base.round_trip is not None and base.round_trip.median_us:
+        rt = replace(rt, change=rt.median_us / base.round_trip.median_us - 1.0)
     a, b = list(base.samples_us), list(arm.samples_us)
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
@@ -356,17 +362,17 @@ def _against(arm: Arm, base: Arm) -> Arm:
             b = [u / float(t or 1) for u, t in zip(b, tb)]
             per_token = True
     if not a or not b:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip_change=rt_change)
+        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
     med_a, med_b = float(np.median(a)), float(np.median(b))
     if med_a <= 0:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip_change=rt_change)
+        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
     low, high = bootstrap_interval(np.array(a), np.array(b))
     enough = len(a) >= MIN_STEPS and len(b) >= MIN_STEPS
     beyond = enough and (low > 0 or high < 0)
     diffs = np.subtract.outer(np.array(b), np.array(a))
     return replace(
         arm,
-        round_trip_change=rt_change,
+        round_trip=rt,
         change=med_b / med_a - 1.0,
         change_low=low,
         change_high=high,
@@ -606,7 +612,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
             off = fits[0]
             vs = _against(on, off)
             t = (tpot[off.label], tpot[on.label]) if off.label in tpot and on.label in tpot else None
-            rt = (off.round_trip_us, on.round_trip_us) if off.round_trip_us and on.round_trip_us is not None else None
+            rt = (off.round_trip.median_us, on.round_trip.median_us) if off.round_trip and off.round_trip.median_us and on.round_trip else None
             off_load = off.ran_with.load if off.ran_with is not None else None
             known = w.load is not None and w.load.known and off_load is not None and off_load.known
             out.append(
