@@ -1,6 +1,6 @@
 """The `args` of a trace's GPU activity and CUDA calls (grid, block, registers, shared memory,
 bytes, correlation id, ...), read back for an export that should be as rich as its source (the
-Perfetto trace). The timeline keeps only the few args the analyses use (kineto.py), so this is a
+Perfetto trace). The timeline keeps only the few args the analyses use (kineto/columns.py), so this is a
 second pass over the file, made only on request."""
 
 from __future__ import annotations
