@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,8 +35,8 @@ from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict.evidence_types import AfdShare, Evidence, HostTest
-from dbo_trace.analysis.verdict.decision import Label, Verdict, decide
+from dbo_trace.analysis.verdict.evidence_types import AfdShare, HostTest
+from dbo_trace.analysis.verdict.decision import Label, Verdict
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
 
@@ -178,32 +178,34 @@ class StepTable:
 STEPS_BUILT_AT_ONCE = 128  # a step read builds its neighbours too: one host-causes sweep for many
 
 
+# A step's verdict from its figures, host causes and round-trip share: the analysis's
+# (analysis/verdict/evidence.py step_verdict, with the rank's context), handed to the steps.
+StepJudge = Callable[[WindowMetrics, "HostCauses | None", "AfdShare | None"], Verdict]
+
+
 class StepReports(LazyList[StepReport]):
     """A rank's steps: its StepTable, and each step's StepReport built when read (with its verdict,
     host causes and figures, tens of microseconds a step: a long run's terminal report reads 20 of
-    100,000), STEPS_BUILT_AT_ONCE at a time. Reads as a list of StepReport does."""
+    100,000), STEPS_BUILT_AT_ONCE at a time. Reads as a list of StepReport does. The verdict is
+    judge's (the analysis's, given with the rank's context): this type decides nothing."""
 
     def __init__(
         self,
         table: StepTable,
         pieces: HostPieces,
-        microbatched: bool,
+        judge: StepJudge,
         afd_shares: list[AfdShare] | None = None,
         host_frames: list[StepFrame | None] | None = None,
-        role: str | None = None,
-        yield_op: YieldOps | None = None,
     ) -> None:
         super().__init__(len(table), self._step_alone)
         self.table = table
         self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
-        self.microbatched = microbatched
+        self.judge = judge
         self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
         self.host_frames = host_frames
-        self.role = role  # the rank's in a disaggregated run: an FFN server's steps are judged as one
-        self.yield_op = yield_op  # the rank's yield op calls: a step's next step may be its cost
 
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
-        return StepReports(self.table, self.pieces, self.microbatched, self.afd_shares, frames, self.role, self.yield_op)
+        return StepReports(self.table, self.pieces, self.judge, self.afd_shares, frames)
 
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
@@ -227,12 +229,7 @@ class StepReports(LazyList[StepReport]):
         causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
         for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
-            afd = None if self.afd_shares is None else self.afd_shares[i]
-            verdict = decide(
-                Evidence(
-                    figures, microbatched=self.microbatched, causes=cause, afd_share=afd, role=self.role, yield_op=self.yield_op
-                )
-            )
+            verdict = self.judge(figures, cause, None if self.afd_shares is None else self.afd_shares[i])
             self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],
@@ -305,7 +302,7 @@ class RankDetail:
 @dataclass(frozen=True, kw_only=True)
 class RankAnalysis:
     """What a rank's analysis measured (analysis/rank_analysis.py analyze_rank): everything of its report
-    but the verdict, which is decided once every rank is in (analysis/report.py finish)."""
+    but the verdict, which is decided once every rank is in (analysis/report.py combine)."""
 
     rank: int
     source: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import repeat
 
 import numpy as np
@@ -52,7 +53,8 @@ from dbo_trace.analysis.steps.stalls import (
 )
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict.evidence_types import Evidence, HostBasis, HostTest, gpu_work_of, host_test_of
+from dbo_trace.analysis.verdict.evidence import step_verdict
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RankContext, gpu_work_of, host_test_of
 from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
@@ -84,7 +86,7 @@ def analyze_rank(
     tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None
 ) -> RankAnalysis:
     """One rank's analysis: its shared state once (rank_detail), then each analysis over it. Its
-    verdict is decided with the others' (analysis/report.py finish). rank: the rank's number as the
+    verdict is decided with the others' (analysis/report.py combine). rank: the rank's number as the
     caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
     process's sampled Python stacks (py-spy), if any."""
     d = rank_detail(tl, logs, options)
@@ -112,12 +114,8 @@ def analyze_rank(
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
     # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
-    microbatched = d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path)
-    phases = [
-        phase_report(d, table, phase=p, at=at, shares=shares, role=role, yield_op=yield_op, microbatched=microbatched)
-        for p in PHASES
-        if len(at := table.of_phase(p))
-    ]
+    context = RankContext(d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path), role, yield_op)
+    phases = [phase_report(d, table, context, phase=p, at=at, shares=shares) for p in PHASES if len(at := table.of_phase(p))]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
@@ -131,7 +129,7 @@ def analyze_rank(
         attribution=d.attribution.source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, microbatched, shares.by_step() if shares else None, frames, role, yield_op),
+        steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares.by_step() if shares else None, frames),
         total=_afd_cross(d, afd, whole.total, role),
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
@@ -659,10 +657,7 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(
-    d: RankDetail, steps: StepTable, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None,
-    role: str | None = None,
-    yield_op: YieldOps | None = None,
-    microbatched: bool | None = None,
+    d: RankDetail, steps: StepTable, context: RankContext, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
@@ -673,11 +668,9 @@ def phase_report(
     windows = (steps.start_us[steady], steps.end_us[steady])
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
-    evidence = Evidence(
-        m, microbatched=d.microbatched if microbatched is None else microbatched, causes=causes,
-        gpu=gpu_work_of(m, phase, len(steady)),
-        afd_share=shares.of(steady) if shares is not None else None, role=role, yield_op=yield_op,
-    )  # fmt: skip
+    evidence = context.evidence(
+        m, causes=causes, gpu=gpu_work_of(m, phase, len(steady)), afd_share=shares.of(steady) if shares is not None else None
+    )
     return PhaseReport(
         phase=phase,
         steps=len(at),

@@ -403,3 +403,18 @@ def test_the_manifest_finder_finds_a_read(tmp_path):
                       'def f(b):\n    return json.loads((b / "manifest.json").read_text())\n'
                       'members = {"manifest.json": 1}\n')  # fmt: skip
     assert _opens_a_manifest(module) == [2, 4]
+
+
+def test_verdicts_are_decided_by_the_analysis_and_evidence_made_in_one_place():
+    """issue 53 item 1: the data model (analysis/model.py) decides nothing (a step's verdict is the
+    analysis's, handed to StepReports), and Evidence is built only in analysis/verdict/: a step's and a
+    phase's by RankContext.evidence, a rank's and the run's by evidence_of."""
+    model = ast.parse((PACKAGE / "analysis" / "model.py").read_text())
+    imported = {a.name for n in ast.walk(model) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not imported & {"decide", "Evidence"}, imported & {"decide", "Evidence"}
+    builders = set()
+    for path in (PACKAGE / "analysis").rglob("*.py"):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Evidence":
+                builders.add(str(path.relative_to(PACKAGE / "analysis")))
+    assert builders == {"verdict/evidence_types.py", "verdict/evidence.py"}, builders

@@ -1,5 +1,6 @@
-"""What a rank's or the run's verdict reads: one path for both (analysis/report.py finish calls it
-with one rank for a rank's verdict and with every rank for the run's). Pure."""
+"""What a verdict reads. A rank's and the run's: one path for both (analysis/report.py combine calls
+it with one rank for a rank's verdict and with every rank for the run's). A step's and a phase's:
+their figures with their rank's context (evidence_types.RankContext). Pure."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.steps.stalls import OUTLIER
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
+from dbo_trace.analysis.verdict.decision import Verdict, decide
 from dbo_trace.analysis.verdict.evidence_types import (
+    AfdShare,
     Evidence,
     Findings,
     GpuWork,
     HostTest,
+    RankContext,
     StalledStep,
     Stalls,
     gpu_work_of,
@@ -207,3 +211,9 @@ def waited_for_most(rank: int, view: CrossRank | None) -> int | None:
         return None
     most = max(waits.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
     return most[0] if most else None
+
+
+def step_verdict(context: RankContext, figures: WindowMetrics, causes: HostCauses | None, afd_share: AfdShare | None) -> Verdict:
+    """A step's verdict (model.StepReports builds a step when read and asks this, the rank's context given)."""
+    return decide(context.evidence(figures, causes=causes, afd_share=afd_share))
+

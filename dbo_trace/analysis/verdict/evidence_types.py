@@ -163,3 +163,23 @@ class Evidence:
     role: str | None = None  # one rank's role in a disaggregated run (analysis/afd/role_evidence.py); None: the run's
     profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
     incomplete: bool = False  # a rank's trace lacks GPU work (analysis/host/gpu_clock.py): its host idle is an upper bound
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What every window of one rank (a step, a phase) brings to its evidence besides its own figures:
+    whether its steps ran two microbatches, its role in a disaggregated run and its yield op's calls.
+    A step's and a phase's evidence are made here, one way."""
+
+    microbatched: bool
+    role: str | None = None
+    yield_op: YieldOps | None = None
+
+    def evidence(
+        self, figures: WindowMetrics, *, causes: HostCauses | None, afd_share: AfdShare | None = None, gpu: GpuWork | None = None
+    ) -> Evidence:
+        return Evidence(
+            figures, microbatched=self.microbatched, causes=causes, gpu=gpu, afd_share=afd_share, role=self.role,
+            yield_op=self.yield_op,
+        )  # fmt: skip
+
