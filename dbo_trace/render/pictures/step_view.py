@@ -382,8 +382,12 @@ def _fill(
         )
 
     # CPU: CUDA API calls grouped by the microbatch thread that made them; yields from the hook ranges.
+    made: set[str] = set()  # the CPU lanes, as made here (a lane is known by where it was made, not by its name)
+
     def cpu_lane(u: int) -> str:
-        return CPU_MAIN if u < 0 else f"CPU microbatch {u}"
+        lane = CPU_MAIN if u < 0 else f"CPU microbatch {u}"
+        made.add(lane)
+        return lane
 
     first_gpu = np.full(len(tl.calls), np.nan)
     launched = att.gpu_launch_index >= 0
@@ -413,7 +417,7 @@ def _fill(
                 )
             )
     _add_ranges(view, rank, gsel, csel, cpu_lane)
-    cpu_lanes = sorted({b.lane for b in view.bars if b.lane.startswith("CPU")}, key=lambda n: (n != CPU_MAIN, n))
+    cpu_lanes = sorted({b.lane for b in view.bars} & made, key=lambda n: (n != CPU_MAIN, n))
     afd = rank.afd
     if afd is not None and afd.kernel_ubatch is not None:
         view.lanes = cpu_lanes + _afd_lanes(view, rank, afd, gsel, peer)
