@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import Executor as PoolExecutor
+from concurrent.futures import as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -309,6 +310,39 @@ def analyse_timelines(
     return out
 
 
+class Executor(Protocol):
+    """Where the pipeline's analyses run: in this process or a process pool (_Read, here), or as Ray
+    tasks on the nodes that hold the traces (app/ray_executor.py). analyse_rounds drives either."""
+
+    def analyse(self, which: list[int], cut: Cut | None) -> None:
+        """The traces at these positions analysed (an FFN's cut to the attention's window, if given)."""
+
+    def told_ffn(self, first: list[int]) -> list[int]:
+        """Of the traces analysed first, those whose trace told an FFN role."""
+        ...
+
+    def attention(self, first: list[int]) -> list[Timeline]:
+        """The attention ranks' timelines (or their bounds) of the traces analysed first."""
+        ...
+
+    def again(self, told: list[int], cut: Cut) -> None:
+        """The traces that told an FFN role analysed again, within the attention's window."""
+
+
+def analyse_rounds(plan: Plan, executor: Executor) -> Cut | None:
+    """The two rounds, one way for every executor: the traces not declared FFN first; then, once
+    the attention's window is known, those whose trace told an FFN role again within it, and the
+    declared FFN's traces within it. Returns the window (None: no attention rank, or nothing to cut)."""
+    first, then = plan.rounds()
+    executor.analyse(first, None)
+    told = executor.told_ffn(first)
+    cut = cut_of(executor.attention(first)) if then or told else None
+    if cut is not None and told:
+        executor.again(told, cut)
+    executor.analyse(then, cut)
+    return cut
+
+
 def told_ffn(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[int]:
     """Of the traces analysed first, those whose trace told an FFN role (no bundle declared it): to be
     analysed again, cut to the attention's window."""
@@ -409,56 +443,59 @@ def analyze_found(
     by the workers. The report is the same as with one process."""
     reuse_freed_memory()
     plan = prepare(found, options)
-    first, then = plan.rounds()
     results: dict[int, list[RankAnalysis] | str] = {}
-    read = _Read(plan, results, progress)
+    read = _Read(plan, results, progress, workers)
     if workers > 1 and len(plan.traces) > 1:
         with process_pool(workers) as pool:
-            read.pooled(pool, first, None)
-            cut = read.again(first, then)
-            read.pooled(pool, then, cut)
+            read.pool = pool
+            cut = analyse_rounds(plan, read)
     else:  # one process: a large trace decoded by the workers
-        read.in_turn(first, None, workers)
-        cut = read.again(first, then)
-        read.in_turn(then, cut, workers)
+        cut = analyse_rounds(plan, read)
     give_back_freed_memory()
     return finish(plan, settle([results[i] for i in range(len(plan.traces))]), inputs, cut=cut)
 
 
 class _Read:
-    """Traces read and analysed into results (by position), the bytes done told to progress."""
+    """The executor in this process: traces read and analysed into results (by position), in turn
+    (a large trace's events decoded by the workers) or each in a process of the pool; the bytes
+    done told to progress."""
 
     def __init__(
-        self, plan: Plan, results: dict[int, list[RankAnalysis] | str], progress: Callable[[int], None] | None
+        self, plan: Plan, results: dict[int, list[RankAnalysis] | str], progress: Callable[[int], None] | None, workers: int
     ) -> None:
-        self.plan, self.results, self.progress, self.done = plan, results, progress, 0
+        self.plan, self.results, self.progress, self.done, self.workers = plan, results, progress, 0, workers
+        self.pool: PoolExecutor | None = None
 
-    def again(self, first: list[int], then: list[int]) -> Cut | None:
-        """The attention's window, once the traces analysed first have told their roles; the ones
-        whose trace told an FFN role analysed again within it, from their timelines."""
-        told = told_ffn(self.results, first)
-        if not then and not told:
-            return None
-        cut = cut_of(attention_timelines(self.results, first))
-        if cut is None:
-            return None
+    def analyse(self, which: list[int], cut: Cut | None) -> None:
+        if self.pool is not None:
+            self._pooled(self.pool, which, cut)
+        else:
+            self._in_turn(which, cut)
+
+    def told_ffn(self, first: list[int]) -> list[int]:
+        return told_ffn(self.results, first)
+
+    def attention(self, first: list[int]) -> list[Timeline]:
+        return attention_timelines(self.results, first)
+
+    def again(self, told: list[int], cut: Cut) -> None:
+        """From the timelines in hand: nothing is read twice."""
         plan = self.plan
         for i in told:
             res = self.results[i]
             assert not isinstance(res, str)
             options = with_ranks_roles(plan.options, res)
             self.results[i] = analyse_timelines([r.detailed().timeline for r in res], plan.logs, options, plan.samples, cut)
-        return cut
 
-    def in_turn(self, which: list[int], cut: Cut | None, workers: int) -> None:
+    def _in_turn(self, which: list[int], cut: Cut | None) -> None:
         plan = self.plan
         for i in which:
             base, progress = self.done, self.progress
             told = None if progress is None else (lambda n: progress(base + n))
-            self.results[i] = analyse_trace(plan.traces[i], i, plan.logs, plan.options, plan.samples, cut, told, workers)
+            self.results[i] = analyse_trace(plan.traces[i], i, plan.logs, plan.options, plan.samples, cut, told, self.workers)
             self.done += os.path.getsize(plan.traces[i])
 
-    def pooled(self, pool: Executor, which: list[int], cut: Cut | None) -> None:
+    def _pooled(self, pool: PoolExecutor, which: list[int], cut: Cut | None) -> None:
         plan = self.plan
         futures = {pool.submit(analyse_trace, plan.traces[i], i, plan.logs, plan.options, plan.samples, cut): i for i in which}
         for future in as_completed(futures):

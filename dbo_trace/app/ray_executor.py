@@ -338,8 +338,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.afd.roles import ATTENTION, FFN
-    from dbo_trace.app.pipeline import Plan, cut_of, finish, prepared_options, settle
+    from dbo_trace.app.pipeline import Plan, analyse_rounds, finish, prepared_options, settle
     from dbo_trace.trace.errors import InputError
 
     given = [parse(p) for p in paths]
@@ -359,16 +358,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
         found.manifests, found.logs, found.samples, [], [],
     )  # fmt: skip
     tasks = _Tasks(ray, plan, traces, roots, label, stream)
-    first, then = plan.rounds()
-    tasks.run(first, None)
-    compact = [c for k in first if isinstance(c := tasks.results[k], Compact)]
-    told = [k for k in first if isinstance(c := tasks.results[k], Compact) and any(r.role == FFN for r in c.reports)]
-    attention = [b for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
-    cut = cut_of(attention) if then or told else None
-    if cut is not None and told:  # their traces told an FFN role: analysed again, within the attention's window
-        tasks.counter.total += len(told)
-        tasks.run(told, cut)
-    tasks.run(then, cut)
+    cut = analyse_rounds(plan, tasks)
     results = [tasks.results[k] for k in range(len(traces))]
     ranks = [c.reports if isinstance(c, Compact) else c for c in results]
     settled = settle(ranks, [c.bounds if isinstance(c, Compact) else [] for c in results])
@@ -463,7 +453,25 @@ class _Tasks:
         self.counter = Counter(len(traces), stream)
         self.late: list[str] = []  # warnings of the peer-wait step
 
-    def run(self, which: list[int], cut: Cut | None) -> None:
+    # The pipeline's executor (app/pipeline.py Executor): analyse_rounds drives these.
+    def told_ffn(self, first: list[int]) -> list[int]:
+        from dbo_trace.analysis.afd.roles import FFN
+
+        return [k for k in first if isinstance(c := self.results[k], Compact) and any(r.role == FFN for r in c.reports)]
+
+    def attention(self, first: list[int]) -> list[Timeline]:
+        """The attention ranks' bounds (bounds(): their first start and last end, all the cut needs)."""
+        from dbo_trace.analysis.afd.roles import ATTENTION
+
+        compact = [c for k in first if isinstance(c := self.results[k], Compact)]
+        return [b for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
+
+    def again(self, told: list[int], cut: Cut) -> None:
+        """Each task again on its node, cut to the window (its full reports are there, not here)."""
+        self.counter.total += len(told)
+        self.analyse(told, cut)
+
+    def analyse(self, which: list[int], cut: Cut | None) -> None:
         """The traces at these positions, each a task pinned to its node; Ctrl-C and SIGTERM cancel them."""
         from dbo_trace.trace.workers import sigterm_interrupts
 
