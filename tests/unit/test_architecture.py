@@ -418,3 +418,24 @@ def test_verdicts_are_decided_by_the_analysis_and_evidence_made_in_one_place():
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "Evidence":
                 builders.add(str(path.relative_to(PACKAGE / "analysis")))
     assert builders == {"verdict/evidence_types.py", "verdict/evidence.py"}, builders
+
+
+# The house's size rules (issue 53, docs/architecture.md): a newcomer reads a module in one sitting,
+# finds a package's modules at a glance, and a function on one screen or two.
+MODULE_LINES, DOCUMENT_MODULE_LINES, FOLDER_MODULES, FUNCTION_LINES = 800, 600, 15, 120
+
+
+def test_no_module_folder_or_function_outgrows_the_house_rules():
+    too_long, crowded, long_functions = [], [], []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        limit = DOCUMENT_MODULE_LINES if path.parent.name == "document" else MODULE_LINES
+        if len(text.splitlines()) > limit:
+            too_long.append(f"{path.relative_to(PACKAGE)} ({len(text.splitlines())} > {limit})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > FUNCTION_LINES:
+                long_functions.append(f"{path.relative_to(PACKAGE)}:{node.name}")
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        if len(list(folder.glob("*.py"))) > FOLDER_MODULES:
+            crowded.append(str(folder.relative_to(PACKAGE.parent)))
+    assert not too_long and not crowded and not long_functions, (too_long, crowded, long_functions)
