@@ -77,6 +77,7 @@ def _compare(request: CompareRequest) -> None:
     from dbo_trace.analysis.compare.arms import arms_of, dbo_pairs, declared, has_marked_periods, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare.arms import compare as compare_arms
     from dbo_trace.analysis.model import Options
+    from dbo_trace.bundle import served_settings
     from dbo_trace.render import RenderOptions
     from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
 
@@ -88,7 +89,9 @@ def _compare(request: CompareRequest) -> None:
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
-    declared_dbo = [declared(declared_settings(path))[2] for path in request.arms]
+    manifests = [declared_manifest(path) for path in request.arms]  # each arm's, decoded once here
+    settings = [served_settings(m) if m is not None else None for m in manifests]
+    declared_dbo = [declared(s)[2] for s in settings]
     for diff in shape_differences(names, reports):
         if diff.key == "microbatched" and all(d is not None and d == v for d, (_, v) in zip(declared_dbo, diff.values)):
             continue  # a DBO ablation: the arms differ in microbatches because their settings turn DBO on and off
@@ -98,8 +101,8 @@ def _compare(request: CompareRequest) -> None:
     compared = compare_arms(
         [
             a
-            for name, rep, path in zip(names, reports, request.arms)
-            for a in arms_of(name, rep, phases, ran_with(rep, declared_settings(path), declared_load(path)), marked)
+            for name, rep, m, s in zip(names, reports, manifests, settings)
+            for a in arms_of(name, rep, phases, ran_with(rep, s, m.load if m is not None else None), marked)
         ]
     )
     unprofiled = unprofiled_arms(names, reports)
@@ -118,22 +121,6 @@ def declared_manifest(path: Path) -> Manifest | None:
         return read_bundle_manifest(Path(path))
     except BundleError:
         return None  # the analysis above read it already; a manifest it can use is all that counts here
-
-
-def declared_settings(path: Path) -> dict | None:
-    """The `vllm serve` settings a bundle's manifest records (bundle.served_settings); None for
-    traces without a bundle."""
-    from dbo_trace.bundle import served_settings
-
-    m = declared_manifest(path)
-    return served_settings(m) if m is not None else None
-
-
-def declared_load(path: Path) -> dict | None:
-    """The load a bundle's manifest declares (`load`: concurrency, input_len, output_len ...); None
-    for traces without a bundle or a manifest without it (the trace's decode counts then tell)."""
-    m = declared_manifest(path)
-    return m.load if m is not None else None
 
 
 def unprofiled_arms(names: list[str], reports: list) -> list:
