@@ -1,6 +1,6 @@
 """The report as a typed document (schema in docs/report-schema.md): a tree of msgspec Structs,
 `ReportDocument` at the root. Every text renderer reads it; `--json` is its encoding, and a review
-archive's report.json is decoded back into it (archive.read_report_document), its types checked.
+archive's report.json is decoded back into it (app/review_archive.py read_report_document), its types checked.
 
 Only field selection and rounding live here; every figure comes from dbo_trace.analysis. A Struct's
 fields are the JSON keys in their order (the bytes of `--json` are the encoding of this tree).
