@@ -37,58 +37,14 @@ case $ARM in
   *) echo "unknown arm $ARM (graphs | graphs-dbo)"; exit 2 ;;
 esac
 
-# record-afd.sh's environment: the carry, the AFD plugin, vLLM's settings, NCCL over loopback.
-[ -d /tmp/afd-site/afd_plugin ] || cp -r "$REPO/.dev/afd/site" /tmp/afd-site
-export PYTHONPATH=/tmp/vllm-site:/tmp/afd-site PATH=/tmp/vllm-site/bin:$PATH \
-       VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-       PYTHONUNBUFFERED=1 COLUMNS=160 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 VLLM_ALLREDUCE_USE_SYMM_MEM=0 \
-       VLLM_USE_V2_MODEL_RUNNER=0 CUDA_VISIBLE_DEVICES=0 NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
-       VLLM_LOGGING_CONFIG_PATH=$HERE/logging-plugins.json
-if ! command -v dbo-trace >/dev/null; then
-  (cd "$REPO" && python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .) || exit 1
-fi
-DSV2=/tmp/vllm26-dsv2lite
-if [ ! -f "$DSV2/config.json" ]; then
-  mkdir -p "$DSV2" && cp /tmp/vllm26-model/tokenizer.json /tmp/vllm26-model/tokenizer_config.json "$DSV2"/ \
-    && cp "$HERE"/dsv2lite/*.json "$DSV2"/ || exit 1
-fi
+# record-afd.sh's environment: the carry, the AFD plugin, vLLM's settings, NCCL over loopback, MPS (afd-env.sh).
+# shellcheck source=afd-env.sh
+. "$HERE/afd-env.sh"
 
-# MPS as record-afd.sh starts it (user space; a pipe left by an earlier `quit` is no daemon).
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-mps_answers() { echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; }
-mps_up() {
-  mps_answers && { echo "MPS: the control daemon answers"; return 0; }
-  rm -rf "$CUDA_MPS_PIPE_DIRECTORY" && mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d
-  local i
-  for i in $(seq 1 20); do
-    mps_answers && { echo "MPS: control daemon started, and it answers"; return 0; }
-    sleep 0.5
-  done
-  echo "MPS: the control daemon does not answer; not recording a one-GPU pair without it"
-  return 1
-}
-trap 'mps_answers && echo quit | nvidia-cuda-mps-control && echo "MPS control daemon stopped"' EXIT
-gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 | head -1; }
-wait_gpu_free() {
-  local i
-  for i in $(seq 1 120); do
-    [ "$(gpu_used_mib)" -lt 2000 ] && return 0
-    sleep 1
-  done
-  echo "GPU memory still $(gpu_used_mib) MiB in use"
-}
-
-COMMON=(--load-format dummy --gpu-memory-utilization 0.4 --max-model-len 4096 --max-num-seqs 64
-        --max-num-batched-tokens 4096 --enable-expert-parallel)
-GRAPHS=(--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64]}')
 # The AFD port is fixed: the peer's command is part of the sweep's plan, which the second arm's call must match.
 AFD_PORT=29650
-afd_config() {  # ROLE
-  printf '{"afd": {"role": "%s", "connector": "P2pNcclAFDConnector", "host": "127.0.0.1", "port": %d, "num_attention_ranks": 1, "num_ffn_ranks": 1}}' "$1" "$AFD_PORT"
-}
 PEER=$(printf '%q ' env NCCL_HOSTID=afd-ffn vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8100 \
-       --additional-config "$(afd_config ffn)")
+       --additional-config "$(afd_config ffn "$AFD_PORT")")
 # Each repeat a few seconds: 2 x concurrency prompts of 128 in / 48 out (32 at 16 in flight took 1.4-1.8 s).
 LOADS=(--concurrency 16,32,64 --num-prompts-per-slot 2 --input-len 128 --output-len 48 --repeats 3 --warmup-prompts 32
        --profile-delay 8 --profile-steps 20 --repeat-tool "$REPEAT_TOOL")
@@ -101,7 +57,7 @@ stamp "sweep (SIGTERM after ${SWEEP_BUDGET_S} s)"
 NCCL_HOSTID=afd-attn timeout -s TERM -k 60 "$SWEEP_BUDGET_S" \
   dbo-trace sweep -o "$SWEEP" --resume --arm "$ARM=$ARM_FLAGS" "${LOADS[@]}" --grace 10 --trace-timeout 240 \
   --peer-command "$PEER" -- \
-  vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8000 --additional-config "$(afd_config attention)"
+  vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8000 --additional-config "$(afd_config attention "$AFD_PORT")"
 stamp "sweep exit status $?"
 
 python3 - "$SWEEP" "$ARM" <<'EOF'
