@@ -22,7 +22,8 @@ from pathlib import Path
 from bench_report import _loadavg, compile_package, measure
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(p) for p in sorted((ROOT / "tests").iterdir()) if p.is_dir()]  # the tests by kind (tests/README.md)
+sys.path.insert(0, str(ROOT / "tests"))
+import conftest  # noqa: E402,F401  (it puts the tests' folders by kind on the path: tests/README.md)
 from traces import many_steps  # noqa: E402  (the tests' builder: one definition of the trace)
 
 
