@@ -21,7 +21,7 @@ import urllib.parse
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, NoReturn, Protocol
+from typing import Any, Callable, ContextManager, Iterator, NoReturn, Protocol
 
 from dbo_trace import bundle as fmt
 from dbo_trace import serve_args
@@ -479,16 +479,25 @@ def _wind_up(plan, child, manifest, series, redactor, ui, status: str, reason: s
     """Close the profile window, stop the child, write the final manifest: each step guarded, so that
     a failing one (a server that answers nonsense, a full disk, a bug) still leaves the child stopped
     and the manifest final. Returns the final (status, reason)."""
-    out = plan.out
     status, reason = stop_servers(plan, child, manifest, ui, status, reason, peer)
+    return finish_bundle(plan.out, manifest, redactor, status, reason, series.stop(), _no_traces_reason(plan, manifest))
+
+
+def finish_bundle(
+    out: Path, manifest: dict, redactor: Redactor, status: str, reason: str | None, counters_series: Any, no_traces: str
+) -> tuple[str, str | None]:
+    """A bundle's final manifest, its servers stopped (record's, and each load of a sweep): its status
+    and redacted reason, no window open, the counters' series; guarded, so that a failed write (a full
+    disk) still leaves a final manifest. no_traces: the reason where the window wrote no trace.
+    Returns the final (status, reason)."""
     reason = redactor.text(reason) if reason else reason
     manifest["status"], manifest["reason"] = status, reason
     manifest.pop("profiling", None)
-    manifest["counters_series"] = series.stop()
+    manifest["counters_series"] = counters_series
     manifest.setdefault("traces", [])
     manifest.setdefault("events", [])
     try:
-        _finish_manifest(out, manifest, redactor, _no_traces_reason(plan, manifest))
+        _finish_manifest(out, manifest, redactor, no_traces)
         return manifest["status"], manifest["reason"]
     except Exception as exc:  # a full disk, say: the manifest must still end in a final state
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"

@@ -13,7 +13,6 @@ and `--resume` runs what is not complete.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import fcntl
 import json
 import os
@@ -76,7 +75,6 @@ class SweepPlan:
     grace_s: float = 30.0
     trace_timeout_s: float = 300.0
     builtin_repeats: bool = False  # the built-in load times the repeats (no `vllm bench serve` start-up per repeat)
-    arm_args_to_peer: bool = True  # each arm's flags go to the peer's command too (DBO and graph flags must match)
 
     def options(self) -> dict:
         """The rest of the plan, kept in sweep.json so that `--resume` alone runs the same sweep."""
@@ -109,10 +107,6 @@ class SweepOutcome:
     runs: list[dict]
     interrupted: bool = False
     failed_arms: list[str] = field(default_factory=list)
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # -- sweep.json -------------------------------------------------------------------------------
@@ -173,7 +167,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
     SweepRefused where the previous sweep's plan differs."""
     ident = plan.identity()
     if previous is None:
-        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": _now(), **ident, "arms": [], "runs": []}
+        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": rec._now(), **ident, "arms": [], "runs": []}
         state["options"] = plan.options()
     else:
         state = previous
@@ -204,7 +198,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
 
 
 def write_state(out: Path, state: dict) -> None:
-    state["updated"] = _now()
+    state["updated"] = rec._now()
     replace_file(out / SWEEP_NAME, (json.dumps(state, indent=2) + "\n").encode())
 
 
@@ -350,7 +344,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
     command = list(plan.command) + list(arm.args)
     peer_plan = None
     if plan.peer is not None:
-        peer_command = list(plan.peer.command) + (list(arm.args) if plan.arm_args_to_peer else [])
+        peer_command = list(plan.peer.command) + list(arm.args)  # DBO and graph flags must match on both roles
         peer_plan = replace(plan.peer, command=peer_command)
     rplan = rec.RecordPlan(
         command=command, out=arm_dir, server=True, base_url=plan.base_url, load=todo[0].spec,
@@ -413,11 +407,12 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
         if current is not None:  # the window is closed and the servers stopped before its bundle is written
             load, lm = current
             with rec._shielded():
-                rec.stop_servers(replace(rplan, load=load.spec), child, lm, arm_ui, RUN_INCOMPLETE, None, peer)
-                child = None
                 why = f"interrupted ({exc or 'SIGINT'}) during this load; the bundle holds what was collected"
-                _write_bundle(plan, arm_dir, load, lm, peer, redactor, rec.STATUS_INCOMPLETE, why)
-                mark(load, RUN_INCOMPLETE, why)
+                # what stopping the servers says is added to the reason (as record's own wind-up adds it)
+                status, said = rec.stop_servers(replace(rplan, load=load.spec), child, lm, arm_ui, rec.STATUS_INCOMPLETE, why, peer)
+                child = None
+                _write_bundle(plan, arm_dir, load, lm, peer, redactor, status, said)
+                mark(load, *_run_status(plan, lm))
         raise
     finally:
         with rec._shielded():
@@ -428,7 +423,7 @@ def _load_manifest(arm_manifest: dict, arm: Arm, load: SweepLoad) -> dict:
     lm = copy.deepcopy(arm_manifest)
     lm["load"] = asdict(load.spec)
     lm["sweep"] = {"arm": arm.name, "load": load.name}
-    lm["times"] = {**lm["times"], "load_started": _now()}
+    lm["times"] = {**lm["times"], "load_started": rec._now()}
     return lm
 
 
@@ -447,19 +442,13 @@ def _run_load(rplan: rec.RecordPlan, child: Child, model: str, lm: dict, ui: rec
 def _write_bundle(plan: SweepPlan, arm_dir: Path, load: SweepLoad, lm: dict, peer: Peer | None, redactor: Redactor, status: str, reason: str | None) -> None:
     load_dir = arm_dir / load.name
     harvest(arm_dir, load_dir, peer)
-    for key in ("repeats",):  # the repeats' files now live in this bundle, at the same relative paths
-        lm.setdefault(key, [])
-    lm["status"], lm["reason"] = status, redactor.text(reason) if reason else None
-    lm.pop("profiling", None)
-    lm["counters_series"] = None
-    lm.setdefault("traces", [])
-    lm.setdefault("events", [])
+    lm.setdefault("repeats", [])  # the repeats' files now live in this bundle, at the same relative paths
     no_traces = (
         "profiling was off (dbo-trace sweep --no-profile): this bundle holds the timed repeats only"
         if not plan.profile
         else f"the server wrote no trace in this load's window (POST /stop_profile answered {lm.get('stop_profile_status')})"
     )
-    rec._finish_manifest(load_dir, lm, redactor, no_traces)
+    rec.finish_bundle(load_dir, lm, redactor, status, reason, None, no_traces)
 
 
 def _run_status(plan: SweepPlan, lm: dict) -> tuple[str, str | None]:
@@ -468,6 +457,4 @@ def _run_status(plan: SweepPlan, lm: dict) -> tuple[str, str | None]:
     status = lm["status"]
     if status == rec.STATUS_COMPLETE or (status == rec.STATUS_NO_TRACES and not plan.profile):
         return RUN_COMPLETE, None
-    if status == rec.STATUS_NO_TRACES:
-        return RUN_FAILED, lm.get("reason")
     return (RUN_INCOMPLETE if status == rec.STATUS_INCOMPLETE else RUN_FAILED), lm.get("reason")
