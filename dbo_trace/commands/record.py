@@ -32,17 +32,7 @@ class RecordRequest:
     python_sample_rate: int = 100
 
     def peer(self) -> PeerPlan | None:
-        import shlex
-
-        if not self.peer_command:
-            return None
-        try:
-            argv = shlex.split(self.peer_command)
-        except ValueError as exc:
-            raise UsageError(f"--peer-command {self.peer_command!r}: {exc}; quote it as one shell word") from None
-        if not argv:
-            raise UsageError("--peer-command is empty: give the peer server's whole command line")
-        return PeerPlan(command=argv, ready_port=self.peer_ready_port)
+        return peer_plan(self.peer_command, self.peer_ready_port)
 
     def checked(self) -> RecordRequest:
         """The request with its bundle folder named (new or empty) and server mode decided."""
@@ -56,12 +46,32 @@ class RecordRequest:
         peer = self.peer()
         if peer is not None and not server:
             raise UsageError("--peer-command needs a server to record beside it (COMMAND is not `vllm serve`; add --server)")
-        if peer is not None and ready_port(peer) is None:
-            raise UsageError(
-                "--peer-command names no AFD port (no --additional-config '{\"afd\": {\"port\": P, ...}}' in it): "
-                "give --peer-ready-port PORT, the port the peer listens on once it is ready"
-            )
+        refuse_unready_peer(peer)
         return replace(self, out=out, server=server)
+
+
+def peer_plan(command: str | None, ready: int | None) -> PeerPlan | None:
+    """--peer-command (one shell-quoted string) and --peer-ready-port as the peer's plan (record's and sweep's)."""
+    import shlex
+
+    if not command:
+        return None
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"--peer-command {command!r}: {exc}; quote it as one shell word") from None
+    if not argv:
+        raise UsageError("--peer-command is empty: give the peer server's whole command line")
+    return PeerPlan(command=argv, ready_port=ready)
+
+
+def refuse_unready_peer(peer: PeerPlan | None) -> None:
+    """A peer whose readiness cannot be told: no AFD port in its command and none given."""
+    if peer is not None and ready_port(peer) is None:
+        raise UsageError(
+            "--peer-command names no AFD port (no --additional-config '{\"afd\": {\"port\": P, ...}}' in it): "
+            "give --peer-ready-port PORT, the port the peer listens on once it is ready"
+        )
 
 
 def run(request: RecordRequest) -> None:

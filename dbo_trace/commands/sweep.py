@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dbo_trace.commands.common import fail
+from dbo_trace.commands.record import peer_plan, refuse_unready_peer
 from dbo_trace.errors import UsageError
 from dbo_trace.redact import REDACTED
 from dbo_trace.record.loadgen import LoadSpec
-from dbo_trace.record.peer import PeerPlan, ready_port
 from dbo_trace.record.recorder import ProfileWindow
 
 DBO_FLAG = "--enable-dbo"
@@ -122,20 +122,8 @@ def plan_of(request: SweepRequest):
             )
             for c in request.concurrency
         ]  # fmt: skip
-    peer = None
-    if peer_command:
-        try:
-            argv = shlex.split(peer_command)
-        except ValueError as exc:
-            raise UsageError(f"--peer-command {peer_command!r}: {exc}; quote it as one shell word") from None
-        if not argv:
-            raise UsageError("--peer-command is empty: give the peer server's whole command line")
-        peer = PeerPlan(command=argv, ready_port=request.peer_ready_port)
-        if ready_port(peer) is None:
-            raise UsageError(
-                "--peer-command names no AFD port (no --additional-config '{\"afd\": {\"port\": P, ...}}' in it): "
-                "give --peer-ready-port PORT, the port the peer listens on once it is ready"
-            )
+    peer = peer_plan(peer_command, request.peer_ready_port)
+    refuse_unready_peer(peer)
     warmup = request.warmup_prompts if request.warmup_prompts is not None else max(l.spec.concurrency for l in loads)
     plan = SweepPlan(
         command=command, out=request.out, arms=[Arm(n, a) for n, a in arms], loads=loads, repeats=repeats,
