@@ -189,11 +189,12 @@ def arm_of(
     per_rank = [([s for s in r.steps if phase == ALL_STEPS or s.phase == phase], last_index(r.steps)) for r in served]
     steps = [s for mine, _ in per_rank for s in mine]
     walls = np.array([s.period_us for s in steps], float)
-    samples, kth = steady_periods(per_rank)
-    tokens = [_tokens(s) for s in kth]
     if marked_basis and all(r.marked_periods for r in served):
         # every arm's steps by vLLM's annotations: one basis for the change (docs/analysis.md, "compare")
         samples, tokens = marked_sample(served, phase)
+    else:
+        samples, kth = steady_periods(per_rank)
+        tokens = [_tokens(s) for s in kth]
     rt = report.round_trips
     afd = next((r.afd for r in report.ranks if r.afd is not None), None) if phase == ALL_STEPS else None
     x = spread(samples)  # the steady steps' (stalls are counted apart)
@@ -621,7 +622,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                     change=vs.change, change_low=vs.change_low, change_high=vs.change_high, call=vs.call,
                     compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
                     slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None,
-                    round_trip_us=rt, round_trip_change=rt[1] / rt[0] - 1.0 if rt else None,
+                    round_trip_us=rt, round_trip_change=vs.round_trip.change if rt and vs.round_trip else None,  # _against's, against off
                     load=w.load, load_known=known, effect=_effect(off, on, vs),
                 )
             )  # fmt: skip
