@@ -25,7 +25,6 @@ figures out. No words: render/sweep.py writes them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -33,7 +32,7 @@ import numpy as np
 
 from dbo_trace.analysis.compare.arms import BEYOND, Arm, Pair, RanWith, dbo_pairs, graphs_text
 from dbo_trace.analysis.afd.effect import Effect
-from dbo_trace.analysis.compare.unprofiled import Repeat, _t95, _welch_df
+from dbo_trace.analysis.compare.unprofiled import Repeat, welch_t95
 
 Call = Literal["slower", "faster", "within noise", "no interval"]
 # Which measurement put a load beyond noise: the timed repeats (first), else the profiled step periods.
@@ -228,8 +227,8 @@ def tpot_change(off: list[float], on: list[float]) -> tuple[float, float | None,
     if len(a) < 2 or len(b) < 2:
         return change, None, None, None, NO_INTERVAL
     va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
-    df = _welch_df(vb, len(b), va, len(a))
-    half = _t95(df) * math.sqrt(va + vb) / float(a.mean())
+    se, t95, df = welch_t95(vb, len(b), va, len(a))
+    half = t95 * se / float(a.mean())
     low, high = change - half, change + half
     call = SLOWER if low > 0 else FASTER if high < 0 else WITHIN
     return change, low, high, df, call

@@ -198,6 +198,13 @@ def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
     return (va + vb) ** 2 / denominator if denominator > 0 else float(na + nb - 2)
 
 
+def welch_t95(v_new: float, n_new: int, v_base: float, n_base: int) -> tuple[float, float, float]:
+    """A difference of two means: its standard error, Student's t 95% quantile at the Welch-Satterthwaite
+    degrees of freedom, and those degrees (v: sd²/n). The repeats' tables and a load sweep's change use it."""
+    df = _welch_df(v_new, n_new, v_base, n_base)
+    return math.sqrt(v_new + v_base), _t95(df), df
+
+
 def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
     """Each arm's change in mean duration against the first arm, its interval and noise call (no
     interval where either arm has a single repeat: its spread is unknown)."""
@@ -211,14 +218,13 @@ def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
             out.append(replace(row, change=change))
             continue
         va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
-        se = math.sqrt(va + vb)
-        df = _welch_df(va, row.repeats, vb, base.repeats)
+        se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
         out.append(
             replace(
                 row,
                 change=change,
                 change_interval=NOISE_SE * se / base.duration_mean_s,
-                change_interval_t95=_t95(df) * se / base.duration_mean_s,
+                change_interval_t95=t95 * se / base.duration_mean_s,
                 within_noise=abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se,
             )
         )
