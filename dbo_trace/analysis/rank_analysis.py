@@ -212,9 +212,9 @@ def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> Ran
     launch_kind = np.where(launched, call_kind[li] if len(call_kind) else -1, -1)
     launch_lane = np.where(launched, tl.calls.lane[li] if len(tl.calls) else -1, -1)
     lo, hi = window_of((tl.gpu.start, tl.gpu.end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
-    launch_end = np.where(launched, tl.calls.end[li] if len(tl.calls) else np.nan, np.nan)
     part = partition(
-        lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start, launch_end=launch_end
+        lo=lo, hi=hi, start=tl.gpu.start, end=tl.gpu.end, kind=kinds, launch_start=att.gpu_launch_start,
+        launch_end=_launch_end(tl, att),
     )
     step_start, step_end = _step_windows(tl, att)
     is_comm = kinds == c.COMM
@@ -530,17 +530,26 @@ def shifted_gpu(tl: Timeline, by_us: float) -> Timeline:
     return replace(tl, gpu=gpu)
 
 
+def _launch_end(tl: Timeline, att: Attribution) -> np.ndarray:
+    """Each GPU activity's launching call's end (NaN where none is known)."""
+    li = att.gpu_launch_index
+    end: np.ndarray = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
+    return end
+
+
+def _window_host_idle(part: Partition, lo: float, hi: float) -> float:
+    return float(part.measure(np.array([lo]), np.array([hi]))[0, B_HOST]) if len(part.bounds) else 0.0
+
+
 def host_idle_at(d: RankDetail, offset_us: float) -> float:
     """The window's host idle were the GPU's timestamps offset_us ahead of the CPU's."""
     tl, att = d.timeline, d.attribution
     start, end = tl.gpu.start - offset_us, tl.gpu.end - offset_us
-    li = att.gpu_launch_index
-    launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
     lo, hi = window_of((start, end), (tl.calls.start, tl.calls.end), (tl.cpu.start, tl.cpu.end))
     part = partition(
-        lo=lo, hi=hi, start=start, end=end, kind=d.kernel_kind, launch_start=att.gpu_launch_start, launch_end=launch_end
+        lo=lo, hi=hi, start=start, end=end, kind=d.kernel_kind, launch_start=att.gpu_launch_start, launch_end=_launch_end(tl, att)
     )
-    return float(part.measure(np.array([lo]), np.array([hi]))[0, B_HOST]) if len(part.bounds) else 0.0
+    return _window_host_idle(part, lo, hi)
 
 
 def with_host_idle_range(d: RankDetail, clocks: ClockBounds) -> ClockBounds:
@@ -549,15 +558,14 @@ def with_host_idle_range(d: RankDetail, clocks: ClockBounds) -> ClockBounds:
     if not clocks.wide or clocks.upper_us is None:
         return clocks
     # offsets are of the timeline as analysed (already shifted by shift_us)
-    at = [host_idle_at(d, 0.0), host_idle_at(d, clocks.upper_us - clocks.shift_us)]
+    at = [_window_host_idle(d.partition, *d.window_us), host_idle_at(d, clocks.upper_us - clocks.shift_us)]  # as analysed: d's own
     return replace(clocks, host_idle_low_us=min(at), host_idle_high_us=max(at))
 
 
 def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
     """Launch-to-start delays and the host idle after the ending work's launch (analysis/overlap/queueing.py)."""
     tl, att = d.timeline, d.attribution
-    li = att.gpu_launch_index
-    launch_end = np.where(li >= 0, tl.calls.end[np.clip(li, 0, None)] if len(tl.calls) else np.nan, np.nan)
+    launch_end = _launch_end(tl, att)
     part = d.partition
     return launch_delay(
         gpu_start=tl.gpu.start,
