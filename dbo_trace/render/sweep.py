@@ -28,7 +28,7 @@ from dbo_trace.analysis.compare.load_sweep import (
 )
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.compare import conclusion, ran_with_text
-from dbo_trace.render.format import md_table
+from dbo_trace.render.format import md_table, ms
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, html_text, markdown_code, markdown_text, terminal_document
@@ -449,7 +449,7 @@ def parts_lines(s: SeriesBlock) -> list[str]:
         if p.profiled is not None and p.profiled.conclusion:
             out.append(f"{p.load}, profiled: {p.profiled.conclusion}")
         if p.parts:
-            listed = ", ".join(f"{x.name} {_us(x.off_us)} -> {_us(x.on_us)}{_change(x)}" for x in p.parts)
+            listed = ", ".join(f"{x.name} {ms(x.off_us)} -> {ms(x.on_us)}{_change(x)}" for x in p.parts)
             out.append(f"{p.load}: per step, DBO off -> on: {listed}")
     return out
 
@@ -458,10 +458,6 @@ def _change(x: PartBlock) -> str:
     if x.off_us is None or x.on_us is None:
         return ""
     return f" ({(x.on_us - x.off_us) / 1000:+.2f})"
-
-
-def _us(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1000:.2f} ms"
 
 
 def unpaired_lines(d: SweepDocument) -> list[str]:
