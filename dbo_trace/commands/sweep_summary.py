@@ -82,17 +82,24 @@ def _run(view: SweepView) -> None:
         peer_command=None if spec.peer_command is None else list(spec.peer_command),
         repeats=spec.repeats, profile=spec.profile, warnings=list(sweep.warnings),
     )  # fmt: skip
+    drawn: dict[str, bytes] = {}  # each format drawn once: --plot, --html and the output may ask for one twice
+
+    def picture(fmt: str) -> bytes:
+        if fmt not in drawn:
+            drawn[fmt] = draw_sweep(document, fmt)
+        return drawn[fmt]
+
     image = None
     if view.plot is not None:
-        write_file(draw_sweep(document, view.plot.suffix.lower().lstrip(".")), view.plot, view.force)
+        write_file(picture(view.plot.suffix.lower().lstrip(".")), view.plot, view.force)
         image = os.path.relpath(view.plot, view.output.parent if view.output else Path.cwd())
     if view.html is not None:
-        write_output(SWEEP_RENDERERS["html"].render(document, svg=draw_sweep(document, "svg")), view.html, view.force)
+        write_output(SWEEP_RENDERERS["html"].render(document, svg=picture("svg")), view.html, view.force)
     if view.format in PICTURES:
-        write_file(draw_sweep(document, view.format), view.output, view.force)  # type: ignore[arg-type]  # a picture came from -o
+        write_file(picture(view.format), view.output, view.force)  # type: ignore[arg-type]  # a picture came from -o
         return
     options = RenderOptions(color=color(view.output), width=view.width, image=image)
-    svg = draw_sweep(document, "svg") if view.format == "html" else None
+    svg = picture("svg") if view.format == "html" else None
     write_output(SWEEP_RENDERERS[view.format].render(document, options, svg), view.output, view.force)
 
 
