@@ -409,7 +409,7 @@ def microbatched(report: Report) -> bool:
     (a full-graph replay is microbatched although its kernels cannot be told apart)."""
     return any(
         r.attribution != SOURCE_NONE
-        or any(s.path in MICROBATCHED_PATHS for s in r.steps)
+        or any(p in MICROBATCHED_PATHS for p in r.steps.table.path)  # the column: no step's report built
         or (r.afd is not None and r.afd.microbatched)  # a replayed AFD graph's kernel order showed two
         for r in report.ranks
     )
