@@ -91,3 +91,21 @@ def test_unprofiled_figures_of_a_real_recording_with_vllm_bench_repeats():
     assert first["tpot_median_ms"] == pytest.approx(np.mean([r["median_tpot_ms"] for r in repeats]), abs=1e-4)
     assert first["output_tokens_per_s"] == pytest.approx(np.mean([r["output_throughput"] for r in repeats]), abs=1e-3)
     assert second["change"] == pytest.approx(0.0, abs=1e-9) and second["within_noise"] is True
+
+
+def test_slower_pairs_is_the_share_of_all_pairs_counted_by_brute_force():
+    """compare's "slower in x% of step pairs": by sorting (linear after the sort), the same figure as
+    comparing every pair, ties counting a half, on real step periods and on ties made on purpose."""
+    import numpy as np
+
+    from dbo_trace.analysis.compare.arms import slower_pairs
+
+    rng = np.random.default_rng(7)
+    for a, b in (
+        (rng.normal(10.0, 1.0, 300), rng.normal(10.2, 1.0, 250)),
+        (rng.integers(0, 5, 40).astype(float), rng.integers(0, 5, 60).astype(float)),  # many ties
+        (np.array([1.0]), np.array([1.0])),
+    ):
+        diffs = np.subtract.outer(b, a)
+        brute = float(((diffs > 0).sum() + 0.5 * (diffs == 0).sum()) / diffs.size)
+        assert slower_pairs(a, b) == brute
