@@ -107,12 +107,6 @@ class RunManifest(msgspec.Struct, frozen=True):
     gpu_sharing: dict[str, Any] | None = None
     sweep: ManifestSweep | None = None
 
-    @property
-    def mps(self) -> bool | None:
-        """Whether both roles' GPU was shared under MPS, where the manifest says (record's gpu_sharing)."""
-        value = (self.gpu_sharing or {}).get("mps")
-        return value if isinstance(value, bool) else None
-
 
 @dataclass(frozen=True)
 class SweepRun:

@@ -125,6 +125,7 @@ def figures_of(run: SweepRun) -> RunFigures:
     and the settings do not say), and, where it holds a profiled window, compare's row of it."""
     from dbo_trace.analysis.compare.arms import ALL_STEPS, RanWith, arm_of, declared, has_marked_periods, ran_with
     from dbo_trace.analysis.model import Options
+    from dbo_trace.analysis.afd.gpu_sharing import verified_mps
     from dbo_trace.analysis.afd.roles import FFN
     from dbo_trace.analysis.compare.load_sweep import RunFigures
     from dbo_trace.analysis.compare.unprofiled import repeats_of
@@ -134,7 +135,7 @@ def figures_of(run: SweepRun) -> RunFigures:
         return RunFigures(run.arm, run.load, run.status, run.reason, (), None)
     repeats = repeats_of(m.repeats) if run.status == "complete" else ()
     graphs, mode, dbo = declared(m.settings)
-    told = RanWith(graphs, mode, dbo, "settings", False, m.mps) if dbo is not None else None
+    told = RanWith(graphs, mode, dbo, "settings", False, verified_mps(m.gpu_sharing)) if dbo is not None else None
     if not (run.usable and run.profiled and run.bundle is not None):
         return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
     who = f"{run.arm} at {run.load}"

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import ROOT, run_cli
 from sweep_build import OFF, ON, REAL_LOAD, SAMPLES, bench_field, bench_tpots, build_sweep
 
 C32 = {"name": "c32", "concurrency": 32, "num_prompts": 64, "input_len": 128, "output_len": 48}
@@ -411,3 +411,19 @@ def test_a_sweep_without_a_dbo_arm_says_it_states_no_dbo_change(tmp_path):
     text = " ".join(proc.stdout.split())
     assert text.startswith("load sweep: 1 arm at 1 load, 3 timed repeats each")
     assert "DBO's change: no arm ran with DBO beside an arm without it" in text
+
+
+def test_a_sweep_run_and_a_report_read_mps_by_one_rule():
+    """An unprofiled sweep run's GPU sharing is read as the report's roles read it (gpu_sharing.verified_mps):
+    MPS on only where its daemon answered; a bare `mps: true` is a claim, which pairs with either."""
+    from dbo_trace.analysis.afd.gpu_sharing import gpu_sharing, verified_mps
+    from dbo_trace.bundle import read_bundle_manifest
+
+    for block, expected in (
+        ({"mps": True, "mps_daemon": "answered"}, True), ({"mps": True}, None), ({"mps_daemon": "not running"}, False),
+        ({"mps": False, "mps_daemon": "answered"}, False), (None, None),
+    ):  # fmt: skip
+        assert verified_mps(block) is expected, block
+    for bundle in sorted((ROOT / "samples" / "afd-sweep").glob("*/c*")):
+        m = read_bundle_manifest(bundle)
+        assert verified_mps(m.gpu_sharing) is gpu_sharing([m], []).mps is True, bundle

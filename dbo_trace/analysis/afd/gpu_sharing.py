@@ -45,7 +45,7 @@ class GpuSharing:
     @property
     def mps(self) -> bool | None:
         """MPS on (its daemon answered), off (it did not), or None (not verified)."""
-        return {MPS_ANSWERED: True, MPS_NOT_RUNNING: False}.get(self.mps_daemon)
+        return _MPS_PROVEN.get(self.mps_daemon)
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,15 @@ class TimeSlicing:
     shared_gpu: bool | None
     mps_daemon: str
     microbatch: int | None = None  # whose round trips the figures are (the one that waited most); None: all
+
+
+_MPS_PROVEN = {MPS_ANSWERED: True, MPS_NOT_RUNNING: False}  # the daemon's answer, where one was checked
+
+
+def verified_mps(sharing: dict[str, Any] | None) -> bool | None:
+    """A manifest's gpu_sharing block: MPS on (its daemon answered), off (it did not), or None (not
+    verified: a bare `mps: true` is a claim). The report's roles and a sweep's unprofiled runs read it alike."""
+    return None if sharing is None else _MPS_PROVEN.get(_verified_mps(sharing))
 
 
 def _verified_mps(sharing: dict[str, Any]) -> str:
