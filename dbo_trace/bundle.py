@@ -137,6 +137,30 @@ def read_counters(folder: Path) -> list[tuple[Path, dict[str, Any], float]]:
     return out
 
 
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest is 20-30 KB; past this it is not one
+
+
+def read_bounded(path: Path, cap: int) -> bytes:
+    """A regular file's bytes, at most cap (opened non-blocking: a FIFO does not wait for a writer;
+    checked on the open descriptor: a link to /dev/zero is a device). OSError naming why otherwise."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, "not a regular file")
+        if st.st_size > cap:
+            raise OSError(0, f"{st.st_size} bytes, more than the {cap >> 20} MiB a file of this kind can be")
+        data = os.read(fd, cap + 1)
+        if len(data) > cap:
+            raise OSError(0, f"more than the {cap >> 20} MiB a file of this kind can be")
+        return data
+    finally:
+        os.close(fd)
+
+
 def is_bundle(path: Path) -> bool:
     return path.is_dir() and (path / MANIFEST_NAME).is_file()
 
@@ -144,9 +168,13 @@ def is_bundle(path: Path) -> bool:
 def read_manifest(bundle: Path) -> dict[str, Any]:
     path = bundle / MANIFEST_NAME
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(read_bounded(path, MAX_MANIFEST_BYTES))
     except (OSError, ValueError, RecursionError) as exc:
-        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        why: object = exc
+        if isinstance(exc, RecursionError):
+            why = "nested too deeply"
+        elif isinstance(exc, OSError) and exc.errno == 0:  # read_bounded's own refusal: its words alone
+            why = exc.strerror
         raise BundleError(f"{path}: cannot read the bundle manifest ({why})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f'{path}: not a dbo-trace manifest (no "format": "{BUNDLE_FORMAT}")')

@@ -13,21 +13,18 @@ missing, failed or damaged is kept with why, never fatal to the rest.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from dbo_trace.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST_NAME, TRACES_DIR, trace_files
+from dbo_trace.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST_NAME, MAX_MANIFEST_BYTES, TRACES_DIR, read_bounded, trace_files
 
 SWEEP_FORMAT = "dbo-trace-sweep"
 SWEEP_VERSION = 1
 SWEEP_NAME = "sweep.json"
 MAX_SWEEP_BYTES = 4 << 20  # a sweep.json lists a few arms and loads: a few KB
-MAX_MANIFEST_BYTES = 16 << 20  # a manifest is 20-30 KB; past this it is not one
 MOST_ARMS, MOST_LOADS = 64, 256
 
 COMPLETE, FAILED, INCOMPLETE, SKIPPED, PENDING = "complete", "failed", "incomplete", "skipped", "pending"
@@ -140,23 +137,6 @@ def is_sweep(path: Path) -> bool:
     return path.is_dir() and (path / SWEEP_NAME).is_file()
 
 
-def _bounded(path: Path, cap: int) -> bytes:
-    """A regular file's bytes, at most cap (opened non-blocking: a FIFO does not wait for a writer)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(0, "not a regular file")
-        if st.st_size > cap:
-            raise OSError(0, f"{st.st_size} bytes, more than the {cap >> 20} MiB a file of this kind can be")
-        data = os.read(fd, cap + 1)
-        if len(data) > cap:
-            raise OSError(0, f"more than the {cap >> 20} MiB a file of this kind can be")
-        return data
-    finally:
-        os.close(fd)
-
-
 def _why(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "nested too deeply"
@@ -171,7 +151,7 @@ def read_spec(folder: Path) -> SweepFile:
     path = folder / SWEEP_NAME
     fix = "re-run `dbo-trace sweep` with the same --out to rewrite it, or fix it"
     try:
-        data = _bounded(path, MAX_SWEEP_BYTES)
+        data = read_bounded(path, MAX_SWEEP_BYTES)
         head = msgspec.json.decode(data, type=_Head)
     except (OSError, msgspec.DecodeError, RecursionError) as exc:
         raise SweepError(f"{path}: cannot read the sweep's summary ({_why(exc)}); {fix}") from None
@@ -212,7 +192,7 @@ def read_run_manifest(bundle: Path) -> RunManifest:
     where read), then its types checked."""
     path = bundle / MANIFEST_NAME
     try:
-        raw = json.loads(_bounded(path, MAX_MANIFEST_BYTES))
+        raw = json.loads(read_bounded(path, MAX_MANIFEST_BYTES))
         manifest = msgspec.convert(raw, RunManifest)
     except (OSError, ValueError, RecursionError, msgspec.ValidationError) as exc:
         raise ValueError(f"{path}: its manifest cannot be used ({_why(exc)})") from None

@@ -251,3 +251,16 @@ def test_a_kernel_with_a_negative_duration_is_counted_in_the_warnings(tmp_path):
     assert out["gpu"]["kernels"] == len(kernels) - 1
     assert f"{path}: 1 events left out: negative duration" in out["warnings"]
     assert "1 events left out: negative duration" in proc.stderr
+
+
+def test_an_oversized_bundle_manifest_is_refused_without_being_read(tmp_path):
+    """A bundle's manifest.json is read bounded (bundle.read_bounded, as a sweep's files are): one past
+    its cap is one line naming it, before a byte of it is parsed."""
+    import shutil
+
+    bundle = tmp_path / "b"
+    shutil.copytree(SAMPLES / "overlap", bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["padding"] = "x" * (17 << 20)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    one_line_error(report(bundle), "manifest.json", "cannot read the bundle manifest", "more than the 16 MiB")
