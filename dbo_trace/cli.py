@@ -168,9 +168,19 @@ def _few_collections() -> Iterator[None]:
     "--what-if",
     "what_ifs",
     multiple=True,
-    metavar="round-trip=TIME|sms=N",
+    metavar="round-trip=TIME|sms=N|dbo=on|dbo=off",
     help="A model's step with every round trip taking TIME (round-trip=100us, 1.2ms), or N SMs kept for comm "
-    "(sms=20); repeatable.",
+    "(sms=20); on an AFD arm, dbo=on (of a DBO-off arm) or dbo=off (of a DBO arm): the other arm's step and "
+    "DBO's change predicted, with an interval; repeatable.",
+)
+@click.option(
+    "--calibrate",
+    "calibrate",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    metavar="PATH",
+    help="What --what-if dbo= is calibrated on: bundles or a load sweep's folder holding AFD pairs of DBO on and off "
+    "(repeatable; default: the shipped H200 sweep).",
 )
 @click.option(
     "--layer",
@@ -226,6 +236,7 @@ def report(
     rank_number,
     layer_number,
     what_ifs,
+    calibrate,
     all_ranks,
     window,
     workers,
@@ -250,7 +261,7 @@ def report(
         comm_kernels_only=tuple(comm_kernels_only), step_marker=step_marker, comm_streams=tuple(comm_streams),
         ubatch_patterns=tuple(ubatch_patterns), layers=layers, output=output, timeline=timeline, perfetto=perfetto,
         html=html_out, step=step_number, rank=rank_number, layer=layer_number, what_if=tuple(what_ifs),
-        all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
+        calibrate=tuple(calibrate), all_ranks=all_ranks, window=window, workers=workers, ray=ray_address, force=force, host_stacks=host_stacks,
         plot=plot, format_given=format_given,
     )  # fmt: skip
     with _few_collections():

@@ -5,7 +5,9 @@ of dbo_trace."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 # `vllm serve` flags that decide whether and how DBO runs, grouped for the manifest.
 SERVE_SETTINGS = {
@@ -83,3 +85,34 @@ def server_url(argv: list[str]) -> str:
     host = "127.0.0.1" if host in (None, True, "0.0.0.0", "::", "") else host
     port = flags.get("port", "8000")
     return f"http://{host}:{port}"
+
+
+def capture_sizes(settings: dict[str, dict[str, str | bool]] | None) -> tuple[int, ...] | None:
+    """The CUDA graph capture sizes a `vllm serve` command line names (--compilation-config's
+    cudagraph_capture_sizes, or --cudagraph-capture-sizes); None where it names none. Untrusted: only
+    whole numbers between 1 and 1,000,000 are kept."""
+    group = (settings or {}).get("cudagraph") or {}
+    found: object = None
+    config = group.get("compilation-config")
+    if isinstance(config, str):
+        try:
+            parsed = json.loads(config)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            found = parsed.get("cudagraph_capture_sizes")
+    listed = group.get("cudagraph-capture-sizes")
+    if found is None and isinstance(listed, str):
+        found = [x for x in re.split(r"[\s,\[\]]+", listed) if x]
+    if not isinstance(found, list):
+        return None
+    sizes = []
+    for x in found:
+        try:
+            n = int(x)
+        except (TypeError, ValueError):
+            return None
+        if not 1 <= n <= 1_000_000:
+            return None
+        sizes.append(n)
+    return tuple(sorted(set(sizes))) or None

@@ -32,6 +32,8 @@ from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.afd.role_evidence import FROM_TRACE, RoleCall
 from dbo_trace.analysis.afd.roles import ATTENTION, RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.dbo_model import Calibration, DboWhatIf, NotPredicted
+from dbo_trace.analysis.afd.pipeline import Pipeline
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
@@ -72,6 +74,10 @@ class Options:
     # their load's prompts outnumber its concurrency: prefills interleave with the decode steps as
     # requests arrive (TPOT holds them); None: the manifest does not say
     prefills_interleave: bool | None = None
+    what_if_dbo: str | None = None  # --what-if dbo=on|off (compare: "other"): DBO's effect from one arm
+    calibration: Calibration | None = None  # what the prediction is calibrated on (--calibrate, or the shipped one)
+    graph_sizes: tuple[int, ...] | None = None  # the recording's CUDA graph capture sizes (its manifest's command)
+    gpu_name: str | None = None  # the recording's GPU (its manifest's)
 
     @property
     def disaggregated(self) -> bool:
@@ -399,6 +405,9 @@ class Report:
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
     what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
     unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
+    pipeline: Pipeline | None = None  # the served attention rank's steps as a pipeline (analysis/afd/pipeline.py)
+    # DBO's effect predicted from this arm (analysis/afd/dbo_model.py), or why it is not; None: not asked
+    dbo_what_if: DboWhatIf | NotPredicted | None = None
 
 
 @dataclass(frozen=True)

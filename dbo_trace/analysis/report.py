@@ -12,7 +12,14 @@ from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.steps.attribution import SOURCE_NONE
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.cross_rank.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
-from dbo_trace.analysis.afd.attention_side import pair_part, time_slicing_of, with_ffn_parts, with_pair
+from dbo_trace.analysis.afd.attention_side import (
+    pair_part,
+    run_pipeline,
+    run_what_if,
+    time_slicing_of,
+    with_ffn_parts,
+    with_pair,
+)
 from dbo_trace.analysis.verdict.evidence import Together, evidence_of, waited_for_most
 from dbo_trace.analysis.host.expensive import MOST as MOST_EXPENSIVE
 from dbo_trace.analysis.host.expensive import ExpensiveCall
@@ -25,6 +32,7 @@ from dbo_trace.analysis.model import (
     CrossPart,
     Note,
     Options,
+    PairPart,
     PhaseReport,
     RankAnalysis,
     RankDetail,
@@ -107,9 +115,16 @@ def combine(
     else:
         view, ranks = across_ranks(ranks, parts, refine)
     slicing = time_slicing_of(ranks, roles)
+    pipeline = run_pipeline(ranks, _fingerprint(ranks, pairs))
+    overlap = pipeline.overlap if pipeline is not None else None
     decided = [
         RankReport.decided(
-            r, decide(evidence_of([r], together([r]), view, waited_for=waited_for_most(r.rank, view), time_slicing=slicing))
+            r,
+            decide(
+                evidence_of(
+                    [r], together([r]), view, waited_for=waited_for_most(r.rank, view), time_slicing=slicing, overlap=overlap
+                )
+            ),
         )
         for r in ranks
     ]
@@ -123,7 +138,7 @@ def combine(
         ranks=decided,
         total=run.total,
         round_trips=run.round_trips,
-        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead)),
+        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap)),
         options=options,
         window=run.window,
         warnings=notes + [w for w in _input_warnings(ranks, parts) if w not in notes],
@@ -132,7 +147,16 @@ def combine(
         host_test=run.host_test,
         roles=roles,
         unprofiled=unprofiled,
+        pipeline=pipeline,
+        dbo_what_if=run_what_if(pipeline, options),
     )
+
+
+def _fingerprint(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> str | None:
+    """The served attention trace's clock base: a recording a calibration may hold (and must not be
+    calibrated on when it is the arm predicted)."""
+    found = [p.base_time_ns for r, p in zip(ranks, pairs) if r.afd is not None and p is not None and p.base_time_ns]
+    return str(found[0]) if len(found) == 1 else None
 
 
 def run_unprofiled(

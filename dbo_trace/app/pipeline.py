@@ -30,7 +30,8 @@ from dbo_trace.analysis.report import combine, with_peer_waits
 from dbo_trace.analysis.afd.role_evidence import RoleCall, role_of, trace_evidence
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.analysis.compare.unprofiled import Repeat, repeats_of
-from dbo_trace.bundle import ROLE_FROM_MANIFEST, Manifest
+from dbo_trace.bundle import ROLE_FROM_MANIFEST, Manifest, served_settings
+from dbo_trace.serve_args import capture_sizes
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
@@ -76,7 +77,17 @@ def options_from_manifests(options: Options, manifests: list[Manifest]) -> Optio
         env_recorded=bool(envs),
         repeats=_repeats(manifests),
         prefills_interleave=_prefills_interleave(manifests),
+        graph_sizes=next((sizes for m in manifests if (sizes := capture_sizes(served_settings(m)))), None),
+        gpu_name=options.gpu_name or next((g for m in manifests if (g := _gpu_name(m))), None),
     )
+
+
+def _gpu_name(m: Manifest) -> str | None:
+    """The recording host's first GPU by name (its manifest's `gpus.names`), printable and short."""
+    gpus = m.raw.get("gpus")
+    names = gpus.get("names") if isinstance(gpus, dict) else None
+    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+    return name[:80] if name and name.isprintable() else None
 
 
 def _repeats(manifests: list[Manifest]) -> tuple[Repeat, ...]:

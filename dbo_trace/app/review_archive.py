@@ -263,6 +263,7 @@ VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
 BEFORE_8_WORDS = {"dbo_cannot_pay"}
 VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
+VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
 
 
 def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:
@@ -313,6 +314,9 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
     p = document.profiler
     if version < 8 and p is not msgspec.UNSET and any(getattr(p, k) is not msgspec.UNSET for k in VERSION_8_PROFILER):
         return f"report.profiler: {next(k for k in VERSION_8_PROFILER if getattr(p, k) is not msgspec.UNSET)} is a key of version 8, not of version {version}"
+    since_9 = [k for k in VERSION_9_REPORT if getattr(document, k) is not msgspec.UNSET]
+    if version < 9 and since_9:
+        return f"report: {since_9[0]} is a key of version 9, not of version {version}"
     blocks = [("report", document.disaggregated)] + [(f"report.ranks[{i}]", r.disaggregated) for i, r in enumerate(document.ranks)]
     for where, block in blocks:
         if block is not None and block.parts is not None and (block.parts.late_us is not msgspec.UNSET) != (version >= 7):
@@ -321,6 +325,9 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
         if block is not None and (block.host_lag_median_us is not msgspec.UNSET) != (version >= 8):
             told = "not of" if version < 8 else "missing in"
             return f"{where}.disaggregated: host_lag_median_us is a key of version 8, {told} version {version}"
+        if block is not None and (block.overlapped_share is not msgspec.UNSET) != (version >= 9):
+            told = "not of" if version < 9 else "missing in"
+            return f"{where}.disaggregated: overlapped_share is a key of version 9, {told} version {version}"
     for i, rank in enumerate(document.ranks):
         for k, op in enumerate(rank.comm_operations):
             if (op.exposed_fraction is not msgspec.UNSET) != (version >= 8):

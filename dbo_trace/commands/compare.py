@@ -81,11 +81,16 @@ def _compare(request: CompareRequest) -> None:
     from dbo_trace.render import RenderOptions
     from dbo_trace.render.compare import COMPARE_RENDERERS, shape_text
 
+    from dbo_trace.analysis.afd.dbo_model import WHAT_OTHER
+    from dbo_trace.commands.calibration import default_calibration
+
     renderer = COMPARE_RENDERERS[request.format]
     names = request.names
     reports = []
+    # each AFD arm's other arm predicted by the one-arm model, beside the pair's measurement
+    options = Options(layers=request.layers, what_if_dbo=WHAT_OTHER, calibration=default_calibration())
     for name, path in zip(names, request.arms):
-        report = common.analyzed([path], Options(layers=request.layers), ray=request.ray, arm=name)
+        report = common.analyzed([path], options, ray=request.ray, arm=name)
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)

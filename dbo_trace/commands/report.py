@@ -56,7 +56,8 @@ class ReportRequest:
     step: str | None = None  # --step as given: a number, #number, a label, median or slowest
     rank: int | None = None
     layer: int | None = None  # --layer: only this layer's comm operations and hand-overs
-    what_if: tuple[str, ...] = ()  # --what-if as given: round-trip=TIME
+    what_if: tuple[str, ...] = ()  # --what-if as given: round-trip=TIME, sms=N, dbo=on|off
+    calibrate: tuple[Path, ...] = ()  # --calibrate: recorded AFD pairs for --what-if dbo=
     all_ranks: bool = False
     window: str | None = None  # --window as given: START:END (render/pictures/step_view.py parse_window)
     workers: int | None = None
@@ -81,9 +82,20 @@ class ReportRequest:
             self.layers,
             step_marker=self.step_marker,
             comm_only=bool(self.comm_kernels_only),
-            what_if_round_trip_us=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), float)),
-            what_if_comm_sms=tuple(v for x in self.what_if if isinstance(v := what_if_value(x), int)),
+            what_if_round_trip_us=tuple(v for x in self._model_what_ifs if isinstance(v := what_if_value(x), float)),
+            what_if_comm_sms=tuple(v for x in self._model_what_ifs if isinstance(v := what_if_value(x), int)),
+            what_if_dbo=self.what_if_dbo,
         )
+
+    @property
+    def what_if_dbo(self) -> str | None:
+        """--what-if dbo=on|off: the arm to predict (the last given)."""
+        found = [m.group(1) for x in self.what_if if (m := _WHAT_IF_DBO.fullmatch(x.strip()))]
+        return found[-1] if found else None
+
+    @property
+    def _model_what_ifs(self) -> tuple[str, ...]:
+        return tuple(x for x in self.what_if if not _WHAT_IF_DBO.fullmatch(x.strip()))
 
     def _reanalyses(self) -> bool:
         """Options that need the traces: analysis options, workers, pictures, the step chosen."""
@@ -133,8 +145,10 @@ class ReportRequest:
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
-        for x in self.what_if:
+        for x in self._model_what_ifs:
             what_if_value(x)
+        if self.calibrate and self.what_if_dbo is None:
+            fail("--calibrate is what --what-if dbo=on|off is calibrated on; add --what-if dbo=on (or dbo=off)")
         refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
         if self.timeline is not None and self.picture is None:
             fail(f"{self.timeline}: --timeline writes .png or .svg; name the file with one of those")
@@ -151,6 +165,7 @@ class ReportRequest:
 
 _WHAT_IF = re.compile(r"round-trip=(\d+(?:\.\d+)?)(us|ms)")
 _WHAT_IF_SMS = re.compile(r"sms=(\d{1,6})")
+_WHAT_IF_DBO = re.compile(r"dbo=(on|off)")
 
 
 def what_if_value(text: str) -> float | int:
@@ -199,7 +214,10 @@ def run(request: ReportRequest | ArchiveView | SweepView) -> None:
         from dbo_trace.render.pictures.timeline_png import import_in_background
 
         import_in_background()  # matplotlib's import, as long as drawing a step, beside the trace's read
-    result = common.analyzed(list(request.paths), request.options, request.workers, request.ray)
+    from dbo_trace.commands.calibration import with_calibration
+
+    options = with_calibration(request.options, request.calibrate)
+    result = common.analyzed(list(request.paths), options, request.workers, request.ray)
     drawn = drawn_step(result, request.rank, request.step) if picture is not None else None
     if drawn is not None and request.window is not None:
         drawn_window(drawn[0], request.window)

@@ -8,6 +8,8 @@ import io
 from dataclasses import asdict
 from typing import Any, Callable
 
+import msgspec
+
 from dbo_trace import __version__
 from dbo_trace.analysis.compare.arms import (
     ALL_STEPS,
@@ -31,6 +33,8 @@ from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
+from dbo_trace.render.words.pipeline import model_lines
+from dbo_trace.render.document.pipeline import dbo_what_if_block, overlap_block
 from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, markdown_code, markdown_text, terminal_text
@@ -43,7 +47,10 @@ from dbo_trace.render.words.verdict import label_text
 # parts; pairs (DBO's effect per cudagraph mode); unprofiled rows' profiled_phase and profiled_periods
 # 7: arms paired and grouped by load (ran_with.load, load_group); pairs' load, unpaired reasons and
 # effect (the change per step in parts, analysis/afd/effect.py); conclusions (one sentence per pair)
-COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 7
+# 8: an AFD arm's overlap (exposed, hidden, beside the other round trip, ms per step: one meaning, the
+# report's) and dbo_what_if (the other arm predicted from this one); effect.hidden_us is
+# effect.exposed_removed_us (a change of exposed comm, never called hidden)
+COMPARE_SCHEMA, COMPARE_VERSION = "dbo-trace-compare", 8
 
 
 def ran_with_text(w: RanWith) -> str:
@@ -369,14 +376,14 @@ def conclusion(p: Pair) -> str | None:
             return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each){shape}"
         said = {"DBO faster": "DBO pays", "DBO slower": "DBO does not pay"}.get(out, "DBO's change is within noise")
         return head + f"{said} by the step period {_measured(p, None)}{shape}; its parts are not measured"
-    if e.call == PAYS and e.hidden_us < 5.0:
+    if e.call == PAYS and e.exposed_removed_us < 5.0:
         return head + (
-            f"DBO pays, though it hid no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
+            f"DBO pays, though it removed no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
             f"{_ms_signed(e.comm_alone_change_us)}, idle {_ms_signed(e.idle_change_us)} ms a step {_measured(p, e)}{shape}"
         )
     if e.call == PAYS:
         return head + (
-            f"DBO pays: it removed {e.hidden_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
+            f"DBO pays: it removed {e.exposed_removed_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
             f"{_measured(p, e)}{shape}"
         )
     if e.call == DOES_NOT_PAY:
@@ -387,12 +394,12 @@ def conclusion(p: Pair) -> str | None:
             if v >= 5.0
         )  # fmt: skip
         cost = f"+{e.cost_us / 1000:.2f} ms a step: {grown}"
-        if e.hidden_us < 5.0:
-            return head + f"DBO does not pay: it hid no exposed comm and cost {cost} {_measured(p, e)}{shape}"
+        if e.exposed_removed_us < 5.0:
+            return head + f"DBO does not pay: it removed no exposed comm and cost {cost} {_measured(p, e)}{shape}"
         return head + (
-            f"DBO does not pay: its cost ({cost}) exceeds the comm it hides ({e.hidden_us / 1000:.2f} ms); it would pay "
-            f"where the comm it hides (the round trips' exposed time, which grows with the batch) exceeds its cost "
-            f"{_measured(p, e)}{shape}"
+            f"DBO does not pay: its cost ({cost}) exceeds the exposed comm it removes ({e.exposed_removed_us / 1000:.2f} "
+            f"ms); it would pay where the exposed comm it removes (the round trips' exposed time, which grows with the "
+            f"batch) exceeds its cost {_measured(p, e)}{shape}"
         )
     parts = (
         f"compute {_ms_signed(e.compute_change_us)}, comm alone {_ms_signed(e.comm_alone_change_us)}, "
@@ -405,6 +412,7 @@ def conclusion(p: Pair) -> str | None:
 
 def conclusions(pairs: list[Pair]) -> list[str]:
     return [c for p in pairs if (c := conclusion(p)) is not None]
+
 
 
 KERNEL_NAME_WIDTH = 44  # a kernel's name, shortened as the report's lists shorten it (render/names.py)
@@ -510,6 +518,8 @@ def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: l
     rows = [[r[i] for i in keep] for r in named]
     said = conclusions(pairs)
     out = [f"**{markdown_text(line)}**" for line in said] + ([""] if said else [])
+    modelled = model_lines(arms, pairs)
+    out += [markdown_text(line) for line in modelled] + ([""] if modelled else [])
     out += md_table([HEADER[i] for i in keep], rows)
     out += ["", markdown_text(noise_line(arms)), ""]
     afd = _afd_rows(arms, unprofiled)
@@ -559,7 +569,7 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_SAMPLES = ("samples_us", "sample_tokens", "parts")  # the statistic's input (parts: in the pairs' effect), not figures
+_SAMPLES = ("samples_us", "sample_tokens", "parts", "overlap", "prediction")  # the statistic's input (parts: in the pairs' effect), not figures
 
 
 def _deep_rounded(value: Any, key: str = "") -> Any:
@@ -593,7 +603,7 @@ def _pair_json(p: Pair) -> dict[str, Any]:
         effect["mean_change_us"] = e.mean_change_us
         effect["residual_us"] = e.residual_us
         effect["cost_us"] = e.cost_us
-        effect["hidden_us"] = e.hidden_us
+        effect["exposed_removed_us"] = e.exposed_removed_us
         body["effect"] = effect
     rounded: dict[str, Any] = _deep_rounded(body)
     return rounded
@@ -635,7 +645,16 @@ def _arm_json(a: Arm) -> dict[str, Any]:
         if k == "ran_with":
             body.update(_flat(a.round_trip, ROUND_TRIP_PART_KEYS))
     body["verdict"] = arm_verdict_text(a)  # in its place among the arm's keys
+    body["overlap"] = _overlap_json(a)
+    w = dbo_what_if_block(a.prediction)
+    body["dbo_what_if"] = msgspec.to_builtins(w) if w is not None else None
     return _rounded(body)
+
+
+def _overlap_json(a: Arm) -> dict[str, Any] | None:
+    """The arm's overlap as report --json gives it (the document's block: the same keys and rounding)."""
+    block = overlap_block(a.overlap)
+    return msgspec.to_builtins(block) if block is not None else None
 
 
 def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
@@ -693,6 +712,7 @@ def render_terminal(
     if not several_loads(arms):
         shown.remove(LOAD_COLUMN)
     lines = [line for said in conclusions(pairs) for line in wrap(terminal_text(said), width, "", "  ")]
+    lines += [line for said in model_lines(arms, pairs) for line in wrap(terminal_text(said), width, "", "  ")]
     lines += [""] if lines else []
     lines += table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()

@@ -42,6 +42,8 @@ from dbo_trace.render.format import (
     only_layer,
     operation_cells,
     pays_line,
+    pipeline_line,
+    predicted_line,
     pct,
     phase_cells,
     profiler_lines,
@@ -285,12 +287,13 @@ class HtmlRenderer:
         reasons = "".join(
             f"<li>{html_text(r)}</li>"
             for r in [
-                *reason_lines(d.verdict), *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)),
+                *reason_lines(d.verdict), *[x for x in (pipeline_line(d),) if x is not None], *profiler_lines(d), *(f"host time: {line}" for line in host_cause_lines(d)),
                 *host_stack_lines(d),
             ]
         )
         step = next_step_line(d.verdict)
         pays = pays_line(d.verdict)
+        predicted = predicted_line(d)
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
@@ -298,6 +301,7 @@ class HtmlRenderer:
             finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
             reasons=reasons,
             next_step=("" if pays is None else f'<p id="pays"><b>Does DBO pay:</b> {html_text(pays)}</p>')
+            + ("" if predicted is None else f'<p id="predicted"><b>DBO\'s effect predicted:</b> {html_text(predicted)}</p>')
             + ("" if step is None else f'<p id="next-step"><b>Next step:</b> {html_text(step)}</p>'),
             inputs=html_text(", ".join(d.inputs)),
             ranks=_table(RANK_HEADER, [rank_cells(r) for r in d.ranks]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
+from dbo_trace.render.document.pipeline import PipelineBlock
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
     GLOSSARY,
@@ -11,6 +12,8 @@ from dbo_trace.render.format import (
     roles_lines,
     profiler_lines,
     LAYER_HEADER,
+    PIPELINE_LAYER_HEADER,
+    pipeline_layer_cells,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
@@ -25,6 +28,8 @@ from dbo_trace.render.format import (
     headline,
     next_step_line,
     pays_line,
+    pipeline_line,
+    predicted_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -133,9 +138,12 @@ class MarkdownRenderer:
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         if (pays := pays_line(d.verdict)) is not None:
             out += [f"**Does DBO pay:** {markdown_text(pays)}", ""]
+        if (predicted := predicted_line(d)) is not None:
+            out += [f"**DBO's effect predicted:** {markdown_text(predicted)}", ""]
         if (step := next_step_line(d.verdict)) is not None:
             out += [f"**Next step:** {markdown_text(step)}", ""]
         out += [f"- {markdown_text(reason)}" for reason in reason_lines(d.verdict)]
+        out += [f"- {markdown_text(line)}" for line in (pipeline_line(d),) if line is not None]
         out += [f"- {markdown_text(line)}" for line in profiler_lines(d)]  # beside the verdict it may qualify
         out += [f"- host time: {markdown_text(line)}" for line in host_cause_lines(d)]
         out += [f"- {markdown_text(line)}" for line in host_stack_lines(d)]
@@ -178,6 +186,9 @@ class MarkdownRenderer:
             out += [""] + md_table(ROUND_TRIP_HEADER, [round_trip_cells(rt)])
             out += ["", round_trip_note(rt, "*could*", markdown_text(rt.source, line_start=False))]
         out += ledger_markdown(d)
+        if options.layer is not None and isinstance(d.pipeline, PipelineBlock) and d.pipeline.layers_detail:
+            out += ["", f"Pipeline, layer {options.layer} (us, medians over the steady steps):", ""]
+            out += md_table(list(PIPELINE_LAYER_HEADER), [pipeline_layer_cells(row) for row in d.pipeline.layers_detail])
         if what := what_if_lines(d):
             out += [""] + [f"- {markdown_text(line)}" for line in what]
         out += ["", "<details><summary>Per step</summary>", ""] + md_table(

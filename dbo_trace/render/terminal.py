@@ -12,6 +12,7 @@ from rich.text import Text
 
 from dbo_trace.analysis.model import Report
 from dbo_trace.render.base import RenderOptions
+from dbo_trace.render.document.pipeline import PipelineBlock
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
     legend,
@@ -24,6 +25,8 @@ from dbo_trace.render.format import (
     CPU_RANGE_HEADER,
     KERNEL_HEADER,
     LAYER_HEADER,
+    PIPELINE_LAYER_HEADER,
+    pipeline_layer_cells,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
     PHASE_HEADER,
@@ -38,6 +41,8 @@ from dbo_trace.render.format import (
     headline,
     next_step_line,
     pays_line,
+    pipeline_line,
+    predicted_line,
     reason_lines,
     host_cause_lines,
     host_stack_lines,
@@ -259,6 +264,16 @@ def _ledgers(out: _Lines, d: ReportDocument) -> None:
             out.more(len(handovers) - MAX_OPERATION_ROWS, " layers")
 
 
+def _pipeline_layer(out: _Lines, d: ReportDocument, layer: int | None) -> None:
+    """--layer N on an AFD arm: that layer's visits per microbatch (the document's pipeline block)."""
+    if layer is not None and isinstance(d.pipeline, PipelineBlock) and d.pipeline.layers_detail:
+        out.table(
+            f"pipeline, layer {layer} (us, medians over the steady steps)",
+            _columns(PIPELINE_LAYER_HEADER, {"attn waited": 1, "FFN waited": 2, "visits": 3, "layer": 4}),
+            [pipeline_layer_cells(row) for row in d.pipeline.layers_detail],
+        )
+
+
 def _summaries(out: _Lines, d: ReportDocument, width: int) -> None:
     """Step-time spread per phase; per rank the kernel and CPU-range summaries, names cut to the width."""
     spreads = [row for name, ph in d.phases.items() if (row := spread_cells(name, ph))]
@@ -323,9 +338,11 @@ class TerminalRenderer:
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
         if (pays := pays_line(d.verdict)) is not None:
             out.paragraph(pays, "does DBO pay: ", "bold")
+        if (predicted := predicted_line(d)) is not None:
+            out.paragraph(predicted, "DBO's effect predicted: ", "bold")
         if (step := next_step_line(d.verdict)) is not None:
             out.paragraph(step, "next step: ", "bold")
-        out.bullets(reason_lines(d.verdict))
+        out.bullets(reason_lines(d.verdict) + [line for line in (pipeline_line(d),) if line is not None])
         out.bullets(profiler_lines(d))  # beside the verdict it may qualify
         out.bullets([f"host time: {line}" for line in host_cause_lines(d)])
         out.bullets(host_stack_lines(d))
@@ -387,6 +404,7 @@ class TerminalRenderer:
             )
         out.bullets(what_if_lines(d), most=None)
         _ledgers(out, d)
+        _pipeline_layer(out, d, options.layer)
 
         rows = d.steps
         # the rank column says nothing where one rank has steps (d.steps: the ranks' step blocks in turn)

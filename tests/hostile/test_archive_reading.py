@@ -191,7 +191,7 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6, 7 and 8")
+    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8 and 9")
 
 
 def verdicts(doc):
@@ -209,7 +209,7 @@ def test_a_version_5_archive_still_reads(real, tmp_path):
     assert all(v["next_step"]["text"] for v in verdicts(doc))
     _as_version_5(doc)
     damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
-    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 8")
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 9")
     doc["schema_version"] = 5
     old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old))
@@ -224,7 +224,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 8 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 9 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
     _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
@@ -394,8 +394,19 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 
+def _as_version_8(doc):
+    """The document as version 8 wrote it: no pipeline, overlap or prediction, no overlapped share."""
+    for key in ("overlap", "pipeline", "dbo_what_if"):
+        doc.pop(key, None)
+    for block in [doc, *doc["ranks"]]:
+        for key in ("overlapped_share", "beside_us"):
+            (block.get("disaggregated") or {}).pop(key, None)
+    return doc
+
+
 def _as_version_7(doc):
     """The document as version 7 wrote it: no pays, the words version 8 added as before, no exposed shares."""
+    _as_version_8(doc)
     _without_version_8_shares(doc)
     for key in ("basis", "unprofiled_itl_ms", "below", "tpot_prefills"):
         doc.get("profiler", {}).pop(key, None)
@@ -576,7 +587,8 @@ def test_a_version_7_archive_still_reads_and_version_8_words_in_it_are_damage(re
     step measure_pays, and dropped dbo_cannot_pay: a version 7 archive reads as written; one numbered 7
     that holds pays was written by neither, nor one numbered 8 that holds dbo_cannot_pay."""
     doc = document(real)
-    assert doc["schema_version"] == 8 and "pays" in doc["verdict"]
+    assert doc["schema_version"] == 9 and "pays" in doc["verdict"]
+    _as_version_8(doc)
     doc["schema_version"] = 7
     refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
             "is damaged", "report.verdict: pays is a key of version 8, not of version 7")  # fmt: skip
@@ -599,6 +611,27 @@ def test_version_8_exposed_shares_belong_to_version_8(real, tmp_path):
     doc["schema_version"] = 7
     refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
             "is damaged", "exposed_fraction is a key of version 8, not of version 7")  # fmt: skip
-    doc = _without_version_8_shares(document(real))
+    doc = _without_version_8_shares(_as_version_8(document(real)))
+    doc["schema_version"] = 8
     refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
             "is damaged", "exposed_fraction is a key of version 8, missing in version 8")  # fmt: skip
+
+
+def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
+    """Version 9 added an AFD arm's pipeline, its overlap and the overlapped share: a version 8 archive
+    reads as written; one numbered 8 that holds them, or one numbered 9 that lacks the share, was
+    written by neither."""
+    doc = document(afd_pair)
+    assert doc["schema_version"] == 9 and {"overlap", "pipeline"} <= set(doc)
+    old = _as_version_8(document(afd_pair))
+    old["schema_version"] = 8
+    shown = run_cli("report", str(build(tmp_path / "v8.tar.gz", with_report(afd_pair, json.dumps(old).encode()))), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == old
+    doc["schema_version"] = 8
+    refused(build(tmp_path / "a.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "report: overlap is a key of version 9, not of version 8")  # fmt: skip
+    doc = document(afd_pair)
+    del doc["disaggregated"]["overlapped_share"]
+    refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "overlapped_share is a key of version 9, missing in version 9")  # fmt: skip

@@ -27,7 +27,7 @@ def compared(*variants):
 
 def test_compare_statistics_match_the_per_step_report():
     out = compared("serial", "overlap", "graph")
-    assert out["schema"] == "dbo-trace-compare" and out["schema_version"] == 7
+    assert out["schema"] == "dbo-trace-compare" and out["schema_version"] == 8
     for arm, variant in zip(out["arms"], ("serial", "overlap", "graph")):
         doc = report(variant)
         periods = [s["step_us"] for s in doc["steps"]]

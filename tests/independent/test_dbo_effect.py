@@ -127,7 +127,7 @@ def test_the_parts_add_up(effect_json):
 def test_the_conclusion_comes_first(effect_json, monkeypatch):
     (said,) = effect_json["conclusions"]
     assert said.startswith("graphs+dbo against graphs: DBO does not pay: its cost (+")
-    assert "exceeds the comm it hides" in said and "tokens" not in said
+    assert "exceeds the exposed comm it removes" in said and "tokens" not in said
     monkeypatch.setenv("COLUMNS", "80")
     text = run_cli("compare", "--label", "graphs", "--label", "graphs+dbo", str(OFF), str(ON)).stdout
     assert text.startswith("graphs+dbo against graphs: DBO does not pay")
@@ -229,8 +229,8 @@ def test_the_eager_pair_matches_a_plain_count():
         for part in ("compute_us", "comm_alone_us", "copy_us"):
             assert got[part] == pytest.approx(truth[part], abs=1.0), (side, part)
         assert got["host_idle_us"] + got["dependency_idle_us"] == pytest.approx(truth["idle_us"], abs=1.0)
-    assert e["call"] == "does not pay" and e["hidden_us"] == 0
-    assert "it hid no exposed comm" in out["conclusions"][0]
+    assert e["call"] == "does not pay" and e["exposed_removed_us"] == 0
+    assert "it removed no exposed comm" in out["conclusions"][0]
 
 
 def _reference():
@@ -331,9 +331,9 @@ def test_the_words_of_each_call():
     costs = _pair(_parts(1390, 5900, 1000, 40), _parts(3800, 3160, 2000, 940), 8330, 9920, True)
     assert conclusion(costs) == (
         "graphs+dbo@64 against graphs@64: DBO does not pay: its cost (+4.31 ms a step: compute +2.41, idle +1.90) "
-        "exceeds the comm it hides (2.74 ms); it would pay where the comm it hides (the round trips' exposed time, which "
-        "grows with the batch) exceeds its cost (net +1.57 ms a step in the mean period; measured +1.59 ms, +19.1% in "
-        "the median)"
+        "exceeds the exposed comm it removes (2.74 ms); it would pay where the exposed comm it removes (the round trips' "
+        "exposed time, which grows with the batch) exceeds its cost (net +1.57 ms a step in the mean period; measured "
+        "+1.59 ms, +19.1% in the median)"
     )
     noise = _pair(_parts(1000, 5000, 1000, 0), _parts(3000, 3000, 1000, 0), 7000, 7010, False)
     assert "DBO's change is within noise (net +0.00 ms a step in the mean period; measured +0.01 ms, +0.1% in the median)" in (

@@ -201,8 +201,8 @@ def test_compare_at_80_columns_keeps_each_arm_name_whole_and_its_warnings_come_a
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     warnings = [i for i, line in enumerate(lines) if line.startswith("dbo-trace: warning:")]
-    # the pairs' conclusions first (does DBO pay), then the table's title
-    assert len(warnings) >= 5 and "dbo-trace compare" in lines[:8] and min(warnings) > 10
+    # the pairs' conclusions first (does DBO pay; the one-arm model beside the graphs pair), then the table's title
+    assert len(warnings) >= 5 and "dbo-trace compare" in lines[:16] and min(warnings) > 10
     assert all(i in warnings for i in range(min(warnings), len(lines)))  # all of them at the end
     output = lines[: min(warnings)]
     assert all(len(line) <= 80 for line in output)

@@ -11,6 +11,8 @@ import statistics
 from dataclasses import replace
 
 import pytest
+
+from dbo_trace.render.document import SCHEMA_VERSION
 from afd_synth import afd_pair
 from conftest import ROOT, SAMPLES, report_json, RUN_SAMPLES
 
@@ -43,7 +45,7 @@ def verdicts(doc):
 def test_every_verdict_of_every_sample_has_typed_reasons_and_a_next_step(sample):
     """The golden documents are what `report --json` writes today (tests/golden/test_golden.py)."""
     doc = json.loads((GOLDEN / f"{sample}.json").read_text())
-    assert doc["schema_version"] == 8
+    assert doc["schema_version"] == SCHEMA_VERSION
     for where, v in verdicts(doc):
         assert v["reasons"], where
         for r in v["reasons"]:
@@ -69,7 +71,7 @@ def test_the_afd_sample_headline_is_not_contradicted_by_its_reasons():
     kinds = [r["kind"] for r in v["reasons"]]
     assert "comm_overlap" not in kinds and "afd_round_trips" in kinds
     assert not any("ran concurrently" in r["text"] or "missed" in r["text"] for r in v["reasons"])
-    assert v["label"] == "overlapped" and "FFN round trip hidden" in v["headline"]
+    assert v["label"] == "overlapped" and "of the FFN round trips' time overlapped the other microbatch" in v["headline"]
 
 
 def test_measure_pays_follows_the_round_trip_arithmetic():

@@ -9,7 +9,19 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.afd.effect import ffn_parts as ffn_span_parts
-from dbo_trace.analysis.model import PairPart, RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.model import Options, PairPart, RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.afd.dbo_model import (
+    ALREADY_OFF,
+    ALREADY_ON,
+    NOT_AFD,
+    WHAT_ON,
+    WHAT_OTHER,
+    DboWhatIf,
+    NotPredicted,
+    Padding,
+    predict,
+)
+from dbo_trace.analysis.afd.pipeline import Pipeline, pipeline_of
 from dbo_trace.analysis.afd.pair_compute import pair_figures
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
@@ -97,7 +109,8 @@ class RoundTripShares:
         ok = (rows.step >= 0) & (rows.step < n)
         # the round trips less the host's lag (their rest), as the run's hidden share is
         self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
-        self.hidden = np.bincount(rows.step[ok], weights=rows.rest_hidden_us[ok], minlength=n)
+        # under the other microbatch's compute or beside its round trip: the label's share, as the run's
+        self.hidden = np.bincount(rows.step[ok], weights=rows.rest_overlapped_us[ok], minlength=n)
         self.table = table
         self.microbatched = afd.microbatched
 
@@ -202,3 +215,56 @@ def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> l
             span = replace(span, ffn=on_ffn)
         out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum())), span_parts=span))
     return out
+
+
+def run_pipeline(ranks: Sequence[RankAnalysis], recording: str | None = None) -> Pipeline | None:
+    """The served attention rank's steps as a pipeline (analysis/afd/pipeline.py), with the FFN's parts
+    where with_ffn_parts gave them; None without such a rank, or with several (one pipeline is one pair)."""
+    attention = [r for r in ranks if r.afd is not None and r.role != FFN]
+    if len(attention) != 1:
+        return None
+    r = attention[0]
+    assert r.afd is not None
+    table, sp = r.steps.table, r.span_parts
+    if recording is not None and len(r.afd.rows):  # the clock's base is the host's: the first send tells runs apart
+        recording = f"{recording}+{int(r.afd.rows.send_start.min())}"
+    return pipeline_of(
+        r.afd, step_index=table.index, period_us=table.period_us, steady=~table.stalled,
+        generation_tokens=table.generation_tokens,
+        span=(sp.start_us, sp.start_us + sp.span_us, sp.periods) if sp is not None else None,
+        exposed_us=sp.comm_alone_us if sp is not None else None, recording=recording,
+        marked_period_us=np.array([m.period_us for m in r.marked_periods], float) if r.marked_periods else None,
+        replayed=table.replayed,
+    )  # fmt: skip
+
+
+def graph_padding(tokens: float | None, sizes: tuple[int, ...] | None) -> tuple[Padding, ...]:
+    """Where a step's batch (DBO off) or a microbatch of it (DBO on) pads to a larger CUDA graph than
+    its tokens: the given arm's and the predicted arm's shapes. Empty: neither pads, or the capture
+    sizes or the tokens are not known."""
+    if tokens is None or not sizes:
+        return ()
+    n = int(round(tokens))
+    found = []
+    for microbatch, t in ((False, n), (True, (n + 1) // 2)):
+        larger = [s for s in sorted(sizes) if s >= t]
+        if larger and larger[0] != t:
+            found.append(Padding(microbatch, t, larger[0]))
+    return tuple(found)
+
+
+def run_what_if(pipeline: Pipeline | None, options: Options) -> DboWhatIf | NotPredicted | None:
+    """DBO's effect from this arm (analysis/afd/dbo_model.py), where asked: the prediction, or why
+    there is none; None where not asked (or compare's question does not apply: no AFD pipeline)."""
+    asked = options.what_if_dbo
+    if asked is None or options.calibration is None:
+        return None
+    if pipeline is None:
+        return None if asked == WHAT_OTHER else NotPredicted(NOT_AFD)
+    if asked != WHAT_OTHER and (asked == WHAT_ON) == pipeline.microbatched:
+        return NotPredicted(ALREADY_ON if pipeline.microbatched else ALREADY_OFF)
+    pads = graph_padding(pipeline.tokens, options.graph_sizes)
+    found = predict(pipeline, options.calibration, gpu=options.gpu_name, fingerprint=pipeline.recording, pads=pads)
+    if isinstance(found, NotPredicted) and asked == WHAT_OTHER:
+        return None  # compare shows predictions where the model applies, and says nothing of the others
+    return found

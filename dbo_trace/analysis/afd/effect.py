@@ -222,8 +222,9 @@ class Effect:
         return sum(max(self.change(p), 0.0) for p in ("compute_us", "copy_us", "idle_us", "comm_alone_us"))
 
     @property
-    def hidden_us(self) -> float:
-        """The exposed comm it removed (0 where comm alone grew)."""
+    def exposed_removed_us(self) -> float:
+        """The exposed comm (comm alone) it removed (0 where comm alone grew): a change of exposed comm,
+        never called hidden (docs/analysis.md, "Overlap, with one meaning")."""
         return max(-self.comm_alone_change_us, 0.0)
 
 

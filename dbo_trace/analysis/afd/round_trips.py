@@ -11,7 +11,7 @@ same clock); linear in kernels.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +47,10 @@ class RoundTripRows:
     host_lag_us: np.ndarray | None = None
     lag_hidden_us: np.ndarray | None = None
     recv_index: np.ndarray | None = None  # (n,) int64: each receive kernel's GPU activity index
+    # (n,) float64: the time in the round trip during which the other microbatch's round trips of the
+    # step were in flight (their union, each less its host's lag), and of it the part inside the host's lag
+    beside_us: np.ndarray | None = None
+    lag_beside_us: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -64,6 +68,18 @@ class RoundTripRows:
     def rest_us(self) -> np.ndarray:
         """The round trip less the host's lag: what the criterion and the hidden share are of."""
         out: np.ndarray = self.round_trip_us - self.lag_us
+        return out
+
+    @property
+    def beside(self) -> np.ndarray:
+        return self.beside_us if self.beside_us is not None else np.zeros(len(self.step))
+
+    @property
+    def rest_overlapped_us(self) -> np.ndarray:
+        """Of the rest, the time under the other microbatch's compute or beside its round trip (the two
+        never meet on one stream: a microbatch computes only between its receive and its next send)."""
+        lag: np.ndarray = self.lag_beside_us if self.lag_beside_us is not None else np.zeros(len(self.step))
+        out: np.ndarray = np.minimum(self.rest_hidden_us + self.beside - lag, self.rest_us)
         return out
 
     @property
@@ -86,6 +102,9 @@ class FfnParts:
     late_us: np.ndarray  # of transfer_us, the FFN sending back before the attention's receive began (its host was late)
     compute_us: np.ndarray | None = None  # of ffn_us, the FFN's compute kernels' busy time (None: not given)
     queue_us: np.ndarray | None = None  # of ffn_us, the rest: the FFN queueing or waiting
+    # (n, 4) float64: the matched FFN receive's start and end and its send's start and end, unclipped,
+    # on the attention's clock (NaN where none matched): the pipeline's visits (analysis/afd/pipeline.py)
+    ffn_kernels: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,18 @@ class AfdRoundTrips:
         computed the other microbatch's work (time-weighted over every round trip)."""
         rest = self.total_us - self.host_lag_total_us
         return (self.hidden_us - self.lag_hidden_us) / rest if rest > 0 else None
+
+    @property
+    def beside_total_us(self) -> float:
+        """Summed over round trips: the time beside the other microbatch's round trips."""
+        return float(self.rows.beside.sum())
+
+    @property
+    def overlapped_share(self) -> float | None:
+        """Share of the round trips' time, less the host's lag, under the other microbatch's compute or
+        beside its round trip: the label's basis (docs/analysis.md, "The step as a pipeline")."""
+        rest = self.total_us - self.host_lag_total_us
+        return float(self.rows.rest_overlapped_us.sum()) / rest if rest > 0 else None
 
     @property
     def criterion_ratio(self) -> float | None:
@@ -216,6 +247,8 @@ def round_trips(
     unpaired = 0
     hidden: list[float] = []
     lag_hidden: list[float] = []
+    beside: list[float] = []
+    lag_beside: list[float] = []
     told_ub = np.full(len(start), -1, np.int8)
     bounds = np.flatnonzero(np.diff(step[sel])) + 1
     for group in np.split(sel, bounds) if len(sel) else []:
@@ -259,11 +292,22 @@ def round_trips(
         told_ub[send], told_ub[recv] = rt_ub, rt_ub
         o = np.argsort(start[send], kind="stable")
         send, recv, rt_ub = send[o], recv[o], rt_ub[o]
-        for si, ri, u in zip(send.tolist(), recv.tolist(), rt_ub.tolist()):
+        # each round trip in flight: its send's start to its receive's end, less the host's lag (the
+        # answer waiting for its receive's launch is no work of the FFN's or the wire's): two pieces
+        lag_ends = np.array(
+            [_lag_end(end[si], start[ri], launch_start[ri] if launch_start is not None else np.nan) for si, ri in zip(send, recv)]
+        )
+        flight_lo = np.concatenate([start[send], lag_ends])
+        flight_hi = np.concatenate([end[send], end[recv]])
+        for k, (si, ri, u) in enumerate(zip(send.tolist(), recv.tolist(), rt_ub.tolist())):
             other = (comp_ub >= 0) & (comp_ub != u)
+            other_rt = np.tile((rt_ub >= 0) & (rt_ub != u), 2)
             hidden.append(_covered(start[si], end[ri], start[comp], end[comp], other) if u >= 0 else 0.0)
-            lag_end = _lag_end(end[si], start[ri], launch_start[ri] if launch_start is not None else np.nan)
-            lag_hidden.append(_covered(end[si], lag_end, start[comp], end[comp], other) if u >= 0 and lag_end > end[si] else 0.0)
+            beside.append(_covered(start[si], end[ri], flight_lo, flight_hi, other_rt) if u >= 0 else 0.0)
+            lag_end = float(lag_ends[k])
+            lagged = u >= 0 and lag_end > end[si]
+            lag_hidden.append(_covered(end[si], lag_end, start[comp], end[comp], other) if lagged else 0.0)
+            lag_beside.append(_covered(end[si], lag_end, flight_lo, flight_hi, other_rt) if lagged else 0.0)
         out["step"].append(np.full(len(send), s, np.int64))
         out["ub"].append(rt_ub)
         out["s"].append(send)
@@ -288,6 +332,8 @@ def round_trips(
         host_lag_us=lag.astype(float),
         lag_hidden_us=np.array(lag_hidden, float),
         recv_index=ri.astype(np.int64),
+        beside_us=np.array(beside, float),
+        lag_beside_us=np.array(lag_beside, float),
     )
     return rows, told, unpaired, told_ub
 
@@ -351,9 +397,11 @@ def ffn_parts(
     for phase in (0, 1):
         f_recv_s, f_recv_e = ffn_start[phase::2], ffn_end[phase::2]
         f_send_s = ffn_start[phase + 1 :: 2]
+        f_send_e = ffn_end[phase + 1 :: 2]
         matched = np.zeros(n, bool)
         f1 = np.full(n, np.nan)
         g0 = np.full(n, np.nan)
+        kernels = np.full((n, 4), np.nan)
         nxt = 0
         for i in order.tolist():
             j = max(int(np.searchsorted(f_recv_e, rows.send_start[i] - CLOCK_TOLERANCE_US)), nxt)
@@ -362,8 +410,10 @@ def ffn_parts(
             a, b = f_recv_e[j], f_send_s[j]
             if a <= b + CLOCK_TOLERANCE_US and b <= rows.recv_end[i] + CLOCK_TOLERANCE_US:
                 matched[i], f1[i], g0[i] = True, a, b
+                kernels[i] = (f_recv_s[j], a, b, f_send_e[j])
                 nxt = j + 1
-        candidates.append((_parts(rows, matched, f1, g0, compute), f1 - rows.send_start))
+        found = replace(_parts(rows, matched, f1, g0, compute), ffn_kernels=kernels)
+        candidates.append((found, f1 - rows.send_start))
     # Both phases may match: taking the FFN's sends for its receives also fits the order. The FFN's
     # receive ends as the data arrives, soon after the send; of the phases that match nearly as
     # many round trips as the best, the one whose receives end soonest after the sends is taken.

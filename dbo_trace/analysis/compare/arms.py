@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from dbo_trace.analysis.afd.dbo_model import DboWhatIf
+from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.steps.attribution import SOURCE_NONE
 from dbo_trace.analysis.afd.effect import Effect, SpanParts, effect_of
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
@@ -108,6 +110,10 @@ class Arm:
     # schema 7: the load group the arm's change is against the first of, and its step's parts
     load_group: int = 0  # arms of one phase and one load share a group (compare: against its first arm)
     parts: SpanParts | None = field(default=None, repr=False)  # its served rank's mean period in parts (analysis/afd/effect.py)
+    # schema 8: an AFD arm's overlap per step, the pipeline's (one meaning: analysis/afd/pipeline.py), and the
+    # other arm predicted from this one (analysis/afd/dbo_model.py), beside the pair's measurement
+    overlap: StepOverlap | None = None
+    prediction: DboWhatIf | None = field(default=None, repr=False)
 
 
 def graphs_text(graphs: bool | None, mode: str | None) -> str:
@@ -232,6 +238,8 @@ def arm_of(
         ran_with=ran_with,
         parts=next((r.span_parts for r in served if r.span_parts is not None), None) if phase == ALL_STEPS else None,
         round_trip=None if afd is None else _arm_round_trip(afd),
+        overlap=report.pipeline.overlap if report.pipeline is not None and phase == ALL_STEPS else None,
+        prediction=report.dbo_what_if if phase == ALL_STEPS and isinstance(report.dbo_what_if, DboWhatIf) else None,
     )
 
 

@@ -132,6 +132,10 @@ class Pays:
     measured: bool  # False: one arm (compare measures it)
     hidden_per_step_us: float | None
     hidden_of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
+    # an AFD rank's other two figures per step (the pipeline's, analysis/afd/pipeline.py): round trips'
+    # time beside the other microbatch's round trips, and the attention GPU's comm alone
+    beside_per_step_us: float | None = None
+    exposed_per_step_us: float | None = None
     handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
     startup_per_step_us: float | None = None  # thread start-up (ledger, median per step)
     yield_op_per_step_us: float | None = None  # wall time any thread was in the yield op (median per step)
@@ -153,6 +157,8 @@ def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
     if e.afd is not None:
         of = HIDDEN_ROUND_TRIPS
         hidden = (e.afd.hidden_us - e.afd.lag_hidden_us) / e.afd.steps if e.afd.steps else None  # of the rest, as the share
+        if e.overlap is not None:  # the pipeline's, over the steady span: the figure every output gives
+            hidden = e.overlap.hidden_us
     elif e.round_trips is not None:
         rt = e.round_trips
         share = m.comm_hidden_cross_fraction if m.comm_hidden_cross_fraction is not None else m.comm_hidden_fraction
@@ -162,6 +168,8 @@ def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
     two_threads = y is not None and (y.threads_per_step or 0) >= 2
     return Pays(
         measured=False, hidden_per_step_us=hidden, hidden_of=of,
+        beside_per_step_us=e.overlap.beside_us if e.overlap is not None and e.afd is not None else None,
+        exposed_per_step_us=e.overlap.exposed_us if e.overlap is not None and e.afd is not None else None,
         handover_per_step_us=led.handover_per_step_us if led is not None else None,
         startup_per_step_us=led.startup_us if led is not None else None,
         yield_op_per_step_us=(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us) if y is not None and two_threads else None,
@@ -199,7 +207,7 @@ def _overlap_share(e: Evidence) -> float | None:
     the round trips' time under the other microbatch's compute (its sends and receives run on the
     compute stream, so no comm kernel overlaps compute and the kernel share is 0% by construction)."""
     if e.afd is not None:
-        return e.afd.hidden_share or 0.0
+        return e.afd.overlapped_share or 0.0
     if e.afd_share is not None and e.afd_share.share is not None:
         return e.afd_share.share if e.afd_share.microbatched else 0.0
     return e.metrics.comm_hidden_fraction
@@ -317,7 +325,8 @@ def _comm_reasons(e: Evidence, overlap_decides: bool) -> list[Reason]:
     if m.comm_busy_us <= 0:
         return [NoComm()]
     if e.afd is not None:
-        return [RoundTripsHidden(afd=e.afd, borderline=overlap_decides and near(e.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN))]
+        near_line = overlap_decides and near(e.afd.overlapped_share or 0.0, OVERLAPPED_HIDDEN)
+        return [RoundTripsHidden(afd=e.afd, overlap=e.overlap, borderline=near_line)]
     if e.afd_share is not None and e.afd_share.share is not None:
         share = e.afd_share.share
         return [StepRoundTrips(share=share, borderline=overlap_decides and near(share, OVERLAPPED_HIDDEN))]
@@ -350,7 +359,7 @@ def _findings(e: Evidence, label: Label, host_frac: float, gpu: GpuWork) -> list
     if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
         out.append(PeerWaitFinding(wait_us=f.peer_wait_us, rank=f.peer_rank))
     if e.afd is not None:
-        out.append(RoundTripFinding(afd=e.afd))
+        out.append(RoundTripFinding(afd=e.afd, overlap=e.overlap))
     if label == Label.OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
         if f.saved_us / f.serial_estimate_us < PAID_LITTLE:
             out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.overlap.contention import Contention
@@ -164,6 +165,7 @@ def evidence_of(
     waited_for: int | None = None,
     time_slicing: TimeSlicing | None = None,
     profiler_overhead: float | None = None,
+    overlap: StepOverlap | None = None,
 ) -> Evidence:
     """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's; with
     the timed repeats, the profiler's overhead)."""
@@ -201,6 +203,7 @@ def evidence_of(
         role=ranks[0].role if len(ranks) == 1 else None,
         profiler_overhead=profiler_overhead,
         incomplete=any(r.incomplete is not None for r in ranks),
+        overlap=overlap if t.afd is not None else None,
     )
 
 

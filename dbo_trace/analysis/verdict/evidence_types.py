@@ -10,6 +10,7 @@ from typing import ClassVar
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.host.expensive import ExpensiveCall
@@ -126,7 +127,8 @@ class Stalls:
 
 @dataclass(frozen=True)
 class AfdShare:
-    """A disaggregated rank's step or phase: its own round trips' hidden share (None: no round trip)."""
+    """A disaggregated rank's step or phase: its own round trips' overlapped share (under the other
+    microbatch's compute or beside its round trip; None: no round trip)."""
 
     share: float | None
     microbatched: bool
@@ -149,6 +151,7 @@ class Evidence:
     wait_split: WaitSplit | None = None  # comm apart into waiting for a peer and transfer
     afd: AfdRoundTrips | None = None  # a disaggregated rank's (or the run's) round trips
     afd_share: AfdShare | None = None  # a disaggregated step's or phase's own round trips
+    overlap: StepOverlap | None = None  # the pipeline's three figures per step (analysis/afd/pipeline.py)
     expensive: tuple[ExpensiveCall, ...] = ()
     capture: Capture | None = None
     capture_idle_us: float = 0.0  # the host-idle time the capture's share is of (the window's)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
@@ -130,6 +131,7 @@ class CommOverlap(Reason):
 class RoundTripsHidden(Reason):
     kind: ClassVar[str] = "afd_round_trips"
     afd: AfdRoundTrips
+    overlap: StepOverlap | None = None  # the pipeline's three figures per step, where measured
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +219,7 @@ class PeerWaitFinding(Qualifier):
 class RoundTripFinding(Qualifier):
     key: ClassVar[str] = "round_trip"
     afd: AfdRoundTrips
+    overlap: StepOverlap | None = None  # the pipeline's three figures per step, where measured
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,6 +75,10 @@ class DisaggregatedBlock(Struct):
     host_lag_total_us: float | UnsetType = UNSET
     lag_hidden_us: float | UnsetType = UNSET
     lag_op: NamedShare | None | UnsetType = UNSET
+    # version 9: of the round trips' time less the lag, under the other microbatch's compute or beside
+    # its round trip (the label's share), and the time beside its round trips, summed
+    overlapped_share: float | None | UnsetType = UNSET
+    beside_us: float | UnsetType = UNSET
 
 
 class TimeSlicingBlock(Struct):
@@ -194,6 +198,8 @@ def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
         host_lag_total_us=round(a.host_lag_total_us, 3),
         lag_hidden_us=round(a.lag_hidden_us, 3),
         lag_op=None if a.lag_op is None else NamedShare(name=a.lag_op[0], us=None, share=_r(a.lag_op[1], 4)),
+        overlapped_share=_r(a.overlapped_share, 4),
+        beside_us=round(a.beside_total_us, 3),
     )
 
 

@@ -22,8 +22,8 @@ SCHEMA = "dbo-trace-report"
 # single-batch, the finding exposed_comm, the next step measure_pays (dbo_cannot_pay gone), a run's and
 # a rank's verdict.pays; a comm operation's and a layer's exposed_fraction
 # (hidden_fraction's basis: the two add up)
-SCHEMA_VERSION = 8
-READABLE_VERSIONS = (3, 4, 5, 6, 7, 8)  # what a review archive's report may have been written with
+SCHEMA_VERSION = 9
+READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):

@@ -22,6 +22,16 @@ from dbo_trace.render.document.afd import (
     round_trips_block,
 )
 from dbo_trace.render.document.base import Int, Number, Reason, Role, SCHEMA, SCHEMA_VERSION, Struct, _r
+from dbo_trace.analysis.afd.dbo_model import DboWhatIf, NotPredicted
+from dbo_trace.render.words.pipeline import not_predicted_text
+from dbo_trace.render.document.pipeline import (
+    DboWhatIfBlock,
+    OverlapBlock,
+    PipelineBlock,
+    dbo_what_if_block,
+    overlap_block,
+    pipeline_block,
+)
 from dbo_trace.render.document.cross_rank import CrossRankBlock, PeerWait, cross_rank_block, peer_wait_block
 from dbo_trace.render.document.figures import Comm, Gpu, Host, StepGraphs, figures_of, graph_step_counts
 from dbo_trace.render.document.host import (
@@ -152,6 +162,12 @@ class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only 
     disaggregated: DisaggregatedBlock | None = None  # the attention rank's round trips
     what_if: list[WhatIfRow] | UnsetType = UNSET  # version 5: model estimates (docs/analysis.md, "What-if")
     profiler: ProfilerBlock | UnsetType = UNSET  # within version 5: only where the recording has timed repeats
+    # version 9: an AFD attention rank's steps as a pipeline, its overlap in three figures, and DBO's
+    # effect predicted from this arm (--what-if dbo=on|off)
+    overlap: OverlapBlock | None | UnsetType = UNSET
+    pipeline: PipelineBlock | None | UnsetType = UNSET
+    dbo_what_if: DboWhatIfBlock | None | UnsetType = UNSET
+    dbo_what_if_not: str | UnsetType = UNSET  # --what-if dbo= asked, and why there is no prediction
 
 
 def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: bool = False) -> RankBlock:
@@ -278,4 +294,8 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         disaggregated=next((b.disaggregated for b in ranks if b.disaggregated is not None), None),
         what_if=what_if_block(report.what_if),
         profiler=profiler_block(report.unprofiled),
+        overlap=overlap_block(report.pipeline.overlap) if report.pipeline is not None else UNSET,
+        pipeline=pipeline_block(report.pipeline) if report.pipeline is not None else UNSET,
+        dbo_what_if=dbo_what_if_block(w) if isinstance(w := report.dbo_what_if, DboWhatIf) else UNSET,
+        dbo_what_if_not=not_predicted_text(w.why) if isinstance(w := report.dbo_what_if, NotPredicted) else UNSET,
     )

@@ -32,6 +32,7 @@ from dbo_trace.render.format.tables import (
     MD_KERNEL_ROWS,
     MD_CPU_RANGE_ROWS,
     LAYER_HEADER,
+    PIPELINE_LAYER_HEADER,
     LAYER_OPS_HEADER,
 )
 from dbo_trace.render.format.filtering import (
@@ -66,6 +67,7 @@ from dbo_trace.render.format.cells import (
     summary_tables,
     summary_markdown,
     layer_cells,
+    pipeline_layer_cells,
     layer_ops_cells,
 )
 from dbo_trace.render.format.lines import (
@@ -73,6 +75,8 @@ from dbo_trace.render.format.lines import (
     reason_lines,
     next_step_line,
     pays_line,
+    pipeline_line,
+    predicted_line,
     disaggregated_lines,
     roles_lines,
     profiler_lines,
@@ -127,6 +131,8 @@ __all__ = [
     "KERNEL_HEADER",
     "KEYS_BY_TABLE",
     "layer_cells",
+    "pipeline_layer_cells",
+    "PIPELINE_LAYER_HEADER",
     "LAYER_HEADER",
     "layer_ops_cells",
     "LAYER_OPS_HEADER",
@@ -145,6 +151,8 @@ __all__ = [
     "operation_cells",
     "OPERATION_HEADER",
     "pays_line",
+    "pipeline_line",
+    "predicted_line",
     "pct",
     "per_rank_labels",
     "phase_cells",

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from msgspec import UnsetType
 
+from dbo_trace.render.document.pipeline import PipelineLayerBlock
 from dbo_trace.render.document import (
     CommOperation,
     CpuRange,
@@ -256,6 +257,14 @@ def summary_markdown(d: ReportDocument) -> list[str]:
 
 def layer_cells(row: LayerHandoverRow) -> list[str]:
     return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
+
+
+def pipeline_layer_cells(row: PipelineLayerBlock) -> list[str]:
+    return [
+        str(row.layer), "-" if row.ubatch < 0 else str(row.ubatch), str(row.visits), us(row.attention_us),
+        us(row.hop_out_us), us(row.ffn_us), us(row.hop_back_us), us(row.round_trip_us), pct(row.ffn_receive_waited),
+        pct(row.attention_receive_waited),
+    ]  # fmt: skip
 
 
 def layer_ops_cells(row: LayerOpsRow) -> list[str]:

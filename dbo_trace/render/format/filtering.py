@@ -8,6 +8,7 @@ from msgspec import UnsetType
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.render.document import PhaseVerdict, RankBlock, ReasonBlock, ReportDocument, VerdictBlock
 from dbo_trace.render.document.ledger import LayerOpsRow, LedgerBlock
+from dbo_trace.render.document.pipeline import PipelineBlock
 
 
 def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
@@ -49,13 +50,17 @@ def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
                 else msgspec.structs.replace(ledger, layers=[x for x in ledger.layers if x.layer == layer]),
             )
         )
-    return msgspec.structs.replace(d, ranks=ranks)
+    p = d.pipeline
+    if isinstance(p, PipelineBlock):
+        p = msgspec.structs.replace(p, layers_detail=[x for x in p.layers_detail if x.layer == layer])
+    return msgspec.structs.replace(d, ranks=ranks, pipeline=p)
 
 
 def layers_seen(d: ReportDocument) -> set[int]:
     """The layers some rank's comm operations or hand-overs name."""
     seen = {op.layer for r in d.ranks for op in r.comm_operations if isinstance(op.layer, int)}
-    return seen | {x.layer for r in d.ranks if (b := ledger_of(r)) is not None for x in b.layers}
+    visits = {x.layer for x in d.pipeline.layers_detail} if isinstance(d.pipeline, PipelineBlock) else set()
+    return seen | visits | {x.layer for r in d.ranks if (b := ledger_of(r)) is not None for x in b.layers}
 
 
 # ---- the DBO ledger (render/document/ledger.py's block) --------------------------------------------------

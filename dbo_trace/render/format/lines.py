@@ -17,6 +17,7 @@ from dbo_trace.render.document import (
     ReportDocument,
     VerdictBlock,
 )
+from dbo_trace.render.document.pipeline import DboWhatIfBlock, PipelineBlock
 from dbo_trace.render.document.ledger import LaunchShapeBlock, LedgerBlock, SmEvidenceBlock
 from dbo_trace.render.format.filtering import per_rank_labels
 from dbo_trace.render.format.numbers import _amount, cut, ms, num, pct, tri, us
@@ -45,6 +46,54 @@ def pays_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
     """Does DBO pay, where the verdict answers it (a microbatched run's or rank's, version 8 on)."""
     pays = getattr(verdict, "pays", None)
     return pays.text if isinstance(pays, PaysBlock) else None
+
+
+_BOUND_WORDS = {"round_trip": "one microbatch's round trip", "ffn_busy": "the FFN busy with both microbatches",
+                "attention_busy": "the attention busy with both microbatches"}  # fmt: skip
+
+
+def pipeline_line(d: ReportDocument) -> str | None:
+    """The step as a pipeline in words (the document's pipeline block, version 9): per layer the visits
+    and the hops, and which bound held the step."""
+    p = d.pipeline
+    if not isinstance(p, PipelineBlock):
+        return None
+    if not p.has_ffn:
+        return (
+            f"pipeline (per layer, medians of the steady steps): attention {us(p.attention_us)}, round trip "
+            f"{us(p.round_trip_us)} (no FFN trace: its visit and the hops are not told apart); layer loop "
+            f"{ms(p.loop_us)} of the {ms(p.period_us)} step"
+        )
+    visits = (
+        f"attention {us(p.attention_us)}, hop out {us(p.hop_out_us)}, FFN {us(p.ffn_us)}, "
+        f"hop back {us(p.hop_back_us)}"
+    )
+    loop = f"layer loop {ms(p.loop_us)} of the {ms(p.period_us)} step ({us(p.loop_us / p.layers)} per layer)"
+    if p.bounds_us is None:
+        return f"pipeline (per layer, medians of the steady steps): {visits}; serial, the roles take turns; {loop}"
+    bounds = ", ".join(f"{_BOUND_WORDS.get(k, k)} {us(v)}" for k, v in p.bounds_us.items())
+    held = _BOUND_WORDS.get(p.bound, p.bound)
+    return (
+        f"pipeline (per layer, medians of the steady steps): {visits}; bounds: {bounds}; {held} held the step; {loop}"
+    )
+
+
+def predicted_line(d: ReportDocument) -> str | None:
+    """DBO's effect predicted from this arm (the document's dbo_what_if, version 9), in words."""
+    w = d.dbo_what_if
+    if isinstance(d.dbo_what_if_not, str):
+        return d.dbo_what_if_not
+    if not isinstance(w, DboWhatIfBlock):
+        return None
+    other = "with DBO" if w.given == "off" else "without DBO"
+    low, high = w.interval
+    call = {"pays": "DBO pays", "costs": "DBO costs"}.get(w.call, "no call: the interval holds 0")
+    caveats = f"; widened: {'; '.join(w.caveats)}" if w.caveats else ""
+    return (
+        f"a model, from this {'DBO-off' if w.given == 'off' else 'DBO'} arm: {other} the step would take "
+        f"{w.period_ms:.2f} ms against {w.measured_period_ms:.2f} ms measured: DBO {w.change * 100:+.1f}% "
+        f"[{low * 100:+.1f}, {high * 100:+.1f}], {call}; {w.calibration}{caveats}"
+    )
 
 
 def disaggregated_lines(b: DisaggregatedBlock) -> list[str]:

@@ -141,4 +141,10 @@ MD_CPU_RANGE_ROWS = 20
 LAYER_HEADER = ("layer", "hand-overs", "median", "p90", "per step")
 
 
+# --layer N on an AFD arm: that layer's visits per microbatch (the pipeline's, us, medians over the steady steps)
+PIPELINE_LAYER_HEADER = (
+    "layer", "microbatch", "visits", "attention", "hop out", "FFN", "hop back", "round trip", "FFN waited", "attn waited",
+)  # fmt: skip
+
+
 LAYER_OPS_HEADER = ("layers", "ops", "median time", "hidden", "exposed", "exposed mostly because")

@@ -246,7 +246,7 @@ def step_title(rank: RankReport, step: StepReport, position: int | None = None) 
     shares = rank.steps.afd_shares if isinstance(rank.steps, StepReports) else None
     afd = shares[position] if shares is not None and position is not None else None
     hidden = (
-        f"round trips hidden {_pct(afd.share)}" if afd is not None and afd.share is not None
+        f"round trips overlapped {_pct(afd.share)}" if afd is not None and afd.share is not None
         else f"comm hidden {_pct(m.comm_hidden_fraction)}"
     )  # fmt: skip
     role = f" ({rank.role})" if rank.role else ""

@@ -12,6 +12,7 @@ from dbo_trace.render.words.exposure import REASON_SHORT
 from dbo_trace.analysis.host.host_time import LAUNCH, HostCauses, TopItem
 from dbo_trace.analysis.overlap.queueing import CLOCK_OFFSET_US, LaunchDelay
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.afd.gpu_sharing import MPS_NOT_RUNNING, TimeSlicing
 from dbo_trace.analysis.steps.stalls import CAPTURE, COMPILE, Stall
 from dbo_trace.analysis.verdict.decision import (
@@ -227,17 +228,23 @@ def _queue_or_clocks(delay: LaunchDelay) -> str:
     return ""
 
 
-def round_trip_text(afd: AfdRoundTrips) -> str:
-    """The disaggregated round trip in words: how much of it the other microbatch's compute hid."""
+def round_trip_text(afd: AfdRoundTrips, overlap: StepOverlap | None = None) -> str:
+    """The disaggregated round trip in words: how much of it overlapped the other microbatch, and, where
+    the pipeline measured them, the step's three overlap figures (docs/analysis.md, "The step as a
+    pipeline (AFD)")."""
     per = f"{afd.per_step:.0f} per step" + (f", {afd.per_layer:.1f} per layer" if afd.per_layer else "")
-    head = f"{pct_text(afd.hidden_share)} of the FFN round trip hidden under the other microbatch's compute"
+    less = ", less the host's lag," if afd.host_lag_total_us > 0 else ""
+    head = f"{pct_text(afd.overlapped_share)} of the FFN round trips' time{less} overlapped the other microbatch"
     if not afd.microbatched:
         head = "one microbatch: each FFN round trip exposed whole, its send and receive back to back"
-    elif afd.host_lag_total_us > 0:
-        head = (
-            f"{pct_text(afd.hidden_share)} of the FFN round trip, less the host's lag, hidden under the other "
-            "microbatch's compute"
+    elif overlap is not None:
+        exposed = f", {ms(overlap.exposed_us)} of comm exposed" if overlap.exposed_us is not None else ""
+        head += (
+            f": per step {ms(overlap.hidden_us)} under its compute, {ms(overlap.beside_us)} beside its round trip"
+            f"{exposed}"
         )
+    else:
+        head += f" ({pct_text(afd.hidden_share)} under its compute)"
     lag = ""
     if afd.host_lag_total_us > 0 and afd.host_lag_median_us > 0:
         op = f", in {_cut(afd.lag_op[0], NAME_MOST)}" if afd.lag_op is not None and afd.lag_op[1] >= 0.5 else ""
@@ -383,11 +390,11 @@ def _comm_overlap(r: CommOverlap) -> str:
 
 def _round_trips_hidden(r: RoundTripsHidden) -> str:
     text = (
-        f"disaggregated: {round_trip_text(r.afd)}; kernel overlap cannot see it (the tables' hidden is a dash "
+        f"disaggregated: {round_trip_text(r.afd, r.overlap)}; kernel overlap cannot see it (the tables' hidden is a dash "
         "here): the sends and receives run on the compute stream"
     )
     if r.borderline:
-        text += _borderline(r.afd.hidden_share or 0.0, OVERLAPPED_HIDDEN, _overlap_labels(r.afd.microbatched))
+        text += _borderline(r.afd.overlapped_share or 0.0, OVERLAPPED_HIDDEN, _overlap_labels(r.afd.microbatched))
     return text
 
 
@@ -397,7 +404,10 @@ def _overlap_labels(microbatched: bool) -> str:
 
 
 def _step_round_trips(r: StepRoundTrips) -> str:
-    text = f"disaggregated: {pct_text(r.share)} of its FFN round trips' time under the other microbatch's compute"
+    text = (
+        f"disaggregated: {pct_text(r.share)} of its FFN round trips' time overlapped the other microbatch (under its "
+        "compute or beside its round trip)"
+    )
     return text + (_borderline(r.share, OVERLAPPED_HIDDEN, f"{label_text(Label.OVERLAPPED)} and {label_text(Label.NOT_OVERLAPPED)}") if r.borderline else "")
 
 
@@ -514,7 +524,7 @@ _QUALIFIERS: dict[type, Callable[[Any], str]] = {
     GpuBoundFinding: _gpu_bound,
     LateRecordFinding: lambda q: f"comm held back by a late event record: {ms(q.exposed_us)} of comm exposed",
     PeerWaitFinding: _peer_wait,
-    RoundTripFinding: lambda q: round_trip_text(q.afd),
+    RoundTripFinding: lambda q: round_trip_text(q.afd, q.overlap),
     DidNotPayFinding: lambda q: f"DBO did not pay: {_did_not_pay(q.saved_us, q.serial_estimate_us)}",
     CrowdedFinding: lambda q: f"comm held back by SM-hungry compute: {ms(q.exposed_us)} of comm exposed",
     ExposedCommFinding: lambda q: (
@@ -621,6 +631,12 @@ def pays_text(p: Pays) -> str:
     """Does DBO pay, in words: from one arm, not measured, with the two sides of the balance it shows."""
     if p.hidden_per_step_us is None:
         hid = "what it hid is not measured"
+    elif p.hidden_of == HIDDEN_ROUND_TRIPS and p.beside_per_step_us is not None:
+        exposed = f", with {ms(p.exposed_per_step_us)} of comm exposed" if p.exposed_per_step_us is not None else ""
+        hid = (
+            f"per step the FFN round trips ran {ms(p.hidden_per_step_us)} under the other microbatch's compute and "
+            f"{ms(p.beside_per_step_us)} beside its round trip{exposed}"
+        )
     elif p.hidden_of == HIDDEN_ROUND_TRIPS:
         hid = f"the other microbatch's compute hid {ms(p.hidden_per_step_us)} of FFN round trips per step"
     else:
