@@ -267,7 +267,13 @@ def report(
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output; --format json.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
-@click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="A name per arm, in order, each its own (default: the folder's name; where folders share one, "
+    "the paths' last parts that tell them apart).",
+)
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
 @click.option(
