@@ -4,11 +4,13 @@ come from the counters file itself (json.load)."""
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
-from conftest import SAMPLES, run_cli
+import pytest
+from conftest import SAMPLES, popen_interruptible, run_cli
 
 RECORDED = SAMPLES / "recorded-overlap"
 
@@ -139,13 +141,22 @@ def test_top_of_a_recording_whose_processes_ran_no_dbo_step_says_what_is_missing
     )
 
 
-def test_ctrl_c_stops_top_with_130(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dbo_trace.cli", "top", str(recording_in_progress(tmp_path)), "--interval", "0.2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@pytest.mark.parametrize("ignored", [False, True], ids=["sigint-as-inherited", "sigint-ignored"])
+def test_ctrl_c_stops_top_with_130(tmp_path, ignored):
+    """Also where this run ignores SIGINT, as a shell's background job does (issue 61 item 16): the
+    process a Ctrl-C test starts must see its Ctrl-C whatever the test run inherited."""
+    live = recording_in_progress(tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignored else None
+    try:
+        proc = popen_interruptible(
+            [sys.executable, "-m", "dbo_trace.cli", "top", str(live), "--interval", "0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     try:
         assert proc.stdout.readline()  # running
         proc.send_signal(2)
