@@ -597,7 +597,8 @@ def top(folder, once, interval) -> None:
     terminal the table refreshes in place; piped or redirected, each refresh
     is written as plain lines (a line per process, stamped with the time) as
     it comes. A recording that has finished (its manifest says so) is shown
-    once, as with --once: its counters will not change.
+    once, as with --once: its counters will not change. A load sweep's
+    folder shows its live arm, or says that no load is live and exits.
     """
     from dbo_trace.commands import top as command
 
