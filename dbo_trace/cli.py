@@ -278,7 +278,13 @@ def report(
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output; --format json.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Markdown for a pull request; --format markdown.")
-@click.option("--label", "labels", multiple=True, help="A name per arm, in order (default: the path's name).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="A name per arm, in order, each its own (default: the folder's name; where folders share one, "
+    "the paths' last parts that tell them apart).",
+)
 @click.option("--layers", type=LAYERS, help="Layers per step, for round trips per layer.")
 @_OUTPUT_OPTION
 @click.option(
@@ -602,7 +608,8 @@ def top(folder, once, interval) -> None:
     terminal the table refreshes in place; piped or redirected, each refresh
     is written as plain lines (a line per process, stamped with the time) as
     it comes. A recording that has finished (its manifest says so) is shown
-    once, as with --once: its counters will not change.
+    once, as with --once: its counters will not change. A load sweep's
+    folder shows its live arm, or says that no load is live and exits.
     """
     from dbo_trace.commands import top as command
 

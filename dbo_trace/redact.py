@@ -1,7 +1,7 @@
 """Keeping secrets out of what a recording writes down (the manifest, and the bundle packed for a reviewer).
 
 Rules: an environment variable (or JSON key) whose name contains TOKEN, KEY,
-SECRET, PASSWORD, CREDENTIAL, AUTH or BEARER, or has the word PASS; the user:password
+SECRET, PASSWORD, CREDENTIAL, AUTH or BEARER, or ends in the word PASS; the user:password
 part of a URL (the password may hold '@', '/' or a space); the value of a flag whose
 last word is such a thing (--api-key X, --hf-token=X). Flags are matched on their last
 word so that --max-num-batched-tokens and --dbo-decode-token-threshold, which
@@ -24,7 +24,12 @@ from typing import Iterable, Mapping
 
 REDACTED = "<redacted>"
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "BEARER")
-_SECRET_WHOLE_WORDS = {"PASS", "PWD"}  # as whole words only: HF_HUB_PASS, not COMPASS
+# As the name's last word only: HF_HUB_PASS, not COMPASS, nor a compiler pass's name (a torch.compile
+# range, pass.joint_graph_passes.pass_pattern_1_data, whose first word is PASS).
+_SECRET_WHOLE_WORDS = {"PASS", "PWD"}
+# Words prose uses alone before a colon (a table's "key: busy: GPU busy", "tokens: 512"): there, a
+# secret only where the value looks like a credential (_credential_like); NAME=value stays masked.
+_PROSE_WORDS = {"KEY", "KEYS", "TOKEN", "TOKENS", "AUTH", "PASS"}
 _SECRET_FLAG_WORDS = {"TOKEN", "KEY", "APIKEY", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "AUTH"}
 
 # Every pattern below is bounded, or starts only where a run of its characters starts (a lookbehind),
@@ -134,7 +139,19 @@ MIN_LEARNED = 6  # shorter values are not learned: masking "1" or "true" everywh
 
 def is_secret_name(name: str) -> bool:
     upper = name.upper().replace("-", "_").replace(".", "_")
-    return any(word in upper for word in _SECRET_WORDS) or bool(_SECRET_WHOLE_WORDS & set(upper.split("_")))
+    return any(word in upper for word in _SECRET_WORDS) or upper.split("_")[-1] in _SECRET_WHOLE_WORDS
+
+
+def _credential_like(value: str) -> bool:
+    """A bare value that could be a credential: 8 characters or more with a digit among them, and not
+    itself a label (a legend's next "name:")."""
+    return len(value) >= 8 and any(c.isdigit() for c in value) and not value.endswith(":")
+
+
+def _prose(name: str, eq: str, value: str) -> bool:
+    """`key: word` in prose (a table's legend), not a credential: one bare word of _PROSE_WORDS, a
+    colon, and an unquoted value that does not look like one."""
+    return eq.strip() == ":" and name.upper() in _PROSE_WORDS and value[:1] not in "\"'[" and not _credential_like(value)
 
 
 def is_secret_flag(flag: str) -> bool:
@@ -191,7 +208,9 @@ def redact_text(text: str) -> str:
     )
     text = _ASSIGNMENT.sub(
         lambda m: (
-            f"{m['name']}{m['eq']}{_masked(m['value'])}" if is_secret_name(m["name"]) and _not_masked(m["value"]) else m.group(0)
+            f"{m['name']}{m['eq']}{_masked(m['value'])}"
+            if is_secret_name(m["name"]) and _not_masked(m["value"]) and not _prose(m["name"], m["eq"], m["value"])
+            else m.group(0)
         ),
         text,
     )

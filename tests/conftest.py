@@ -1,6 +1,7 @@
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,21 @@ def run_cli_process(*args: str, cwd: Path | None = None) -> subprocess.Completed
     """The CLI as a separate process (`python -m dbo_trace.cli`): for what only a process shows
     (signals, the console script's handling of crashes, a fresh interpreter's imports)."""
     return subprocess.run([sys.executable, "-m", "dbo_trace.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def popen_interruptible(argv: list[str], **kwargs) -> subprocess.Popen:
+    """A process a test will interrupt with SIGINT (Ctrl-C), started with SIGINT at its default
+    whatever this run inherited. A shell's background job ignores SIGINT, an ignored signal stays
+    ignored across exec, and Python then installs no KeyboardInterrupt handler: the Ctrl-C tests
+    would send a signal nobody sees. A handled signal is reset to its default by exec, so SIGINT is
+    handled here while the child starts (this process's own disposition is put back at once)."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return subprocess.Popen(argv, **kwargs)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def report_json(*args: str) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,7 @@ class CompareRequest:
 
     @property
     def names(self) -> list[str]:
-        return list(self.labels) or [p.name or str(p) for p in self.arms]
+        return list(self.labels) or arm_labels(self.arms)
 
     def checked(self) -> CompareRequest | SweepView:
         """This request, checked; for one load sweep's folder, its SweepView (commands/sweep_summary.py)."""
@@ -60,6 +60,9 @@ class CompareRequest:
         if self.labels and len(self.labels) != len(self.arms):
             times = "once" if len(self.labels) == 1 else f"{len(self.labels)} times"
             fail(f"--label given {times} for {len(self.arms)} arms; give one per arm or none")
+        twice = next((label for i, label in enumerate(self.labels) if label in self.labels[:i]), None)
+        if twice is not None:
+            fail(f"--label {twice!r} given twice; each arm needs a label of its own")
         refuse_overwrite(self.output, force=self.force)
         return self
 
@@ -105,14 +108,32 @@ def _compare(request: CompareRequest) -> None:
     marked = all(has_marked_periods(rep) for rep in reports)  # every arm timed by vLLM's annotations, or none
     compared = compare_arms(
         [
-            a
-            for name, rep, m, s in zip(names, reports, manifests, settings)
+            replace(a, arm=i)  # the arm's identity: its data is keyed by it, never by its label
+            for i, (name, rep, m, s) in enumerate(zip(names, reports, manifests, settings))
             for a in arms_of(name, rep, phases, ran_with(rep, s, m.load if m is not None else None), marked)
         ]
     )
     unprofiled = unprofiled_arms(names, reports)
     pairs = dbo_pairs(compared, unprofiled)
     write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
+
+
+def arm_labels(paths: tuple[Path, ...]) -> list[str]:
+    """Each arm's label: its folder's name, or, where folders share one, as many of the path's last
+    parts as set them apart (graphs/c64, graphs-dbo/c64); the same folder given twice is numbered.
+    Labels name arms in the output, so two alike would read as one arm."""
+    names = [p.name or str(p) for p in paths]
+    parts = [Path(p).resolve().parts for p in paths]
+    out = list(names)
+    for name in dict.fromkeys(names):
+        group = [i for i, n in enumerate(names) if n == name]
+        if len(group) < 2:
+            continue
+        most = max(len(parts[i]) for i in group)
+        k = next((k for k in range(2, most + 1) if len({parts[i][-k:] for i in group}) == len(group)), None)
+        for position, i in enumerate(group, 1):
+            out[i] = Path(*parts[i][-k:]).as_posix() if k is not None else f"{name} (arm {position})"
+    return out
 
 
 def declared_manifest(path: Path) -> Manifest | None:
@@ -132,8 +153,8 @@ def unprofiled_arms(names: list[str], reports: list) -> list:
     """The arms whose recording holds timed repeats (record --repeats), each with its profiled step
     period as its own report measured the profiler's overhead (analysis/compare/unprofiled.py), and the
     change against the first of them."""
-    from dataclasses import replace
-
     from dbo_trace.analysis.compare.unprofiled import against_first
 
-    return against_first([replace(rep.unprofiled, label=name) for name, rep in zip(names, reports) if rep.unprofiled is not None])
+    return against_first(
+        [replace(rep.unprofiled, label=name, arm=i) for i, (name, rep) in enumerate(zip(names, reports)) if rep.unprofiled is not None]
+    )

@@ -164,8 +164,11 @@ class ReportRequest:
 
 
 _WHAT_IF = re.compile(r"round-trip=(\d+(?:\.\d+)?)(us|ms)")
-_WHAT_IF_SMS = re.compile(r"sms=(\d{1,6})")
+_WHAT_IF_SMS = re.compile(r"sms=(\d+)")
 _WHAT_IF_DBO = re.compile(r"dbo=(on|off)")
+# More SMs than any GPU has (an H100 has 132, a B200 148, an MI300X 304 CUs): beyond it, a slip. The
+# GPU's own count bounds N again once its trace is read (analysis/what_if.py).
+SMS_MOST = 1023
 
 
 def what_if_value(text: str) -> float | int:
@@ -173,9 +176,11 @@ def what_if_value(text: str) -> float | int:
     SMs kept for comm (an int); or the user's line."""
     sms = _WHAT_IF_SMS.fullmatch(text.strip())
     if sms is not None:
-        if int(sms.group(1)) < 1:
-            fail(f"--what-if {text!r}: reserve at least one SM")
-        return int(sms.group(1))
+        digits = sms.group(1).lstrip("0") or "0"
+        if len(digits) > len(str(SMS_MOST)) or not 1 <= int(digits) <= SMS_MOST:  # the length first: no int of 10^6 digits
+            shown = digits if len(digits) <= 24 else digits[:12] + f"... ({len(digits)} digits)"
+            fail(f"--what-if sms={shown}: out of range; give N from 1 to {SMS_MOST} SMs kept for comm, fewer than the GPU has")
+        return int(digits)
     m = _WHAT_IF.fullmatch(text.strip())
     if m is None:
         fail(f"--what-if {text!r}: give round-trip=TIME with us or ms (round-trip=100us) or sms=N (sms=20)")

@@ -35,12 +35,15 @@ def finished(folder: Path) -> str | None:
     """The final status of a recording that has ended, else None: record writes its manifest with
     status "recording" when it starts and its final status (complete, incomplete, failed, ...) at the
     end; a bundle without a status (the demo's, or one from before statuses) was written whole. A
-    server's own DBO_TRACE_DIR has no manifest, and a manifest that cannot be read says nothing."""
+    load sweep's arm folder (its server's counters, no manifest of its own) has ended when none of its
+    loads is pending in sweep.json. A server's own DBO_TRACE_DIR has no manifest, and a manifest that
+    cannot be read says nothing."""
     from dbo_trace import bundle as fmt
     from dbo_trace.record.recorder import STATUS_RECORDING
 
     if not fmt.is_bundle(folder):
-        return None
+        arm = _sweep_arm(folder)
+        return None if arm is None or PENDING in arm else "a sweep's arm, its loads " + _statuses(arm)
     try:
         status = fmt.read_manifest(folder).get("status")
     except fmt.BundleError:
@@ -48,6 +51,47 @@ def finished(folder: Path) -> str | None:
     if status is None:
         return "written whole"
     return status if isinstance(status, str) and status != STATUS_RECORDING else None
+
+
+PENDING = "pending"  # sweep_folder.PENDING: a run sweep.json lists that has not run (or is running)
+
+
+def _sweep_arm(folder: Path) -> list[str] | None:
+    """The statuses in sweep.json of the arm whose folder this is (a load sweep's OUT/ARM), in its
+    loads' order; None where the folder is no sweep's arm or sweep.json cannot be read."""
+    from dbo_trace.sweep_folder import SweepError, is_sweep, read_spec
+
+    parent = folder.resolve().parent
+    if not is_sweep(parent):
+        return None
+    try:
+        spec = read_spec(parent)
+    except SweepError:
+        return None
+    name = folder.resolve().name
+    if name not in {a.name for a in spec.arms}:
+        return None
+    status = {r.load: r.status for r in spec.runs if r.arm == name}
+    return [status.get(load.name, PENDING) for load in spec.loads]
+
+
+def _statuses(statuses: list[str]) -> str:
+    """`3 complete`, `2 complete, 1 failed`: how many runs of each status, in the order first met."""
+    return ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+
+
+def live_load(folder: Path) -> tuple[str, str] | None:
+    """A load sweep's folder: the arm whose server runs now and its load (the first pending, in the
+    sweep's order: it runs arms one after another, each arm's loads in turn), or None where no load
+    is pending (every run finished, failed or skipped). A sweep.json that cannot be read is one line."""
+    from dbo_trace.sweep_folder import SweepError, read_spec
+
+    try:
+        spec = read_spec(folder)
+    except SweepError as exc:
+        fail(str(exc))
+    done = {(r.arm, r.load) for r in spec.runs if r.status != PENDING}
+    return next(((a.name, x.name) for a in spec.arms for x in spec.loads if (a.name, x.name) not in done), None)
 
 
 def ended_at(folder: Path) -> str | None:
@@ -77,6 +121,19 @@ def run(request: TopRequest) -> None:
 
     folder, interval = request.folder, request.interval
     assert folder is not None, "run a checked() request"
+    from dbo_trace.sweep_folder import is_sweep, read_spec
+
+    if is_sweep(folder):  # a load sweep: its counters are its arms' (OUT/ARM/events), one arm live at a time
+        pending = live_load(folder)
+        if pending is None:  # nothing will change: say so and end, as for a finished recording
+            runs = _statuses([r.status for r in read_spec(folder).runs]) or "none"
+            click.echo(f"dbo-trace top {inert(str(folder))}: a load sweep with no load live (its runs: {runs}); "
+                       f"`dbo-trace report {inert(str(folder))}` summarises it")  # fmt: skip
+            return
+        arm, load = pending
+        said = f"{inert(str(folder))} is a load sweep; its live arm is {inert(arm)} (load {inert(load)})"
+        click.echo(f"dbo-trace top: {said}", err=True)
+        folder = folder / arm
     previous: dict[str, dict] = {}
     final = None if request.once else finished(folder)
     ended = ended_at(folder) if final is not None else None

@@ -190,10 +190,10 @@ def afd_arms(arms: list[Arm]) -> list[tuple[Arm, ArmRoundTrip]]:
 
 
 def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
-    timed = {u.label: u for u in unprofiled}
+    timed = {u.arm: u for u in unprofiled}  # by identity: two arms may share a label
     rows = []
     for a, rt in afd_arms(arms):
-        u = timed.get(a.label)
+        u = timed.get(a.arm)
         split = rt.ffn_compute_us is not None
         rows.append(
             [
@@ -570,6 +570,7 @@ def _rounded(arm: dict[str, Any]) -> dict[str, Any]:
 
 
 _SAMPLES = ("samples_us", "sample_tokens", "parts", "overlap", "prediction")  # the statistic's input (parts: in the pairs' effect), not figures
+IDENTITY = ("arm", "on_arm", "off_arm")  # positions that key the arms inside; the JSON names arms by their (unique) labels
 
 
 def _deep_rounded(value: Any, key: str = "") -> Any:
@@ -584,7 +585,7 @@ def _deep_rounded(value: Any, key: str = "") -> Any:
 
 def _pair_json(p: Pair) -> dict[str, Any]:
     """A pair's figures; its effect with each part's change, their sum, and the residual."""
-    body = {k: v for k, v in asdict(p).items() if k != "effect"}
+    body = {k: v for k, v in asdict(p).items() if k != "effect" and k not in IDENTITY}
     body["outcome"] = p.outcome
     e = p.effect
     if e is None:
@@ -636,7 +637,7 @@ def _flat(rt: ArmRoundTrip | None, keys: tuple[tuple[str, str], ...]) -> dict[st
 def _arm_json(a: Arm) -> dict[str, Any]:
     body: dict[str, Any] = {}
     for k, v in asdict(a).items():
-        if k in _SAMPLES:
+        if k in _SAMPLES or k in IDENTITY:
             continue
         if k == "round_trip":
             body.update(_flat(a.round_trip, ROUND_TRIP_KEYS))

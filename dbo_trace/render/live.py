@@ -41,14 +41,17 @@ def live_cells(r: LiveRow) -> list[str]:
 
 
 def _waits(r: LiveRow) -> str:
-    """Each microbatch's wait per step, with what it is a mean over: the steps that ran the threads
-    (a replay runs none), and, where the counters have it, those steps' mean time, which each wait
-    is a part of (`ub0 0.09, ub1 0.92 of 1.03 ms, 32 steps`): not the replayed steps' time."""
+    """Each microbatch's wait per step, with its basis: the steps that ran the threads, named (a
+    replay runs none, and a capturing step can take seconds: `ub1 954.97 ms` beside 9.6 ms replays
+    read as impossible with `33 steps` alone), and, where the counters have it, those steps' mean
+    time, which each wait is a part of (`ub0 0.09, ub1 0.92 of 1.03 ms a step`)."""
     if not r.wait_ms_per_step:
         return "-"
     waits = ", ".join(f"ub{u} {ms:.2f}" for u, ms in r.wait_ms_per_step.items())
-    of = f" of {r.yielding_step_ms:.2f}" if r.yielding_step_ms is not None else ""
-    return f"{waits}{of} ms, {r.yielding_steps} steps"
+    basis = f"over its {r.yielding_steps} eager or capturing steps"
+    if r.yielding_step_ms is not None:
+        return f"{waits} of {r.yielding_step_ms:.2f} ms a step, {basis}"
+    return f"{waits} ms a step, {basis} (their time not in these counters; a replay runs no thread)"
 
 
 def _replays(r: LiveRow) -> str:

@@ -80,5 +80,6 @@ def json_rows(unprofiled: list[Unprofiled]) -> list[dict[str, Any]]:
     out = []
     for u in unprofiled:
         d = asdict(u)
+        del d["arm"]  # the arm's position keys it inside; the JSON names it by its (unique) label
         out.append({k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()})
     return out

@@ -3,7 +3,7 @@
 import shutil
 
 import pytest
-from conftest import SAMPLES, run_cli, sample_trace
+from conftest import SAMPLES, popen_interruptible, run_cli, sample_trace
 
 PUBLIC = SAMPLES.parent / "tests" / "data" / "public"
 
@@ -79,7 +79,7 @@ def _interrupted(
 
     sig = signal.SIGINT if sig is None else sig
 
-    proc = subprocess.Popen(
+    proc = popen_interruptible(
         [sys.executable, "-c", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, run_cli, run_cli_process
+from conftest import SAMPLES, popen_interruptible, run_cli, run_cli_process
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("DBO_TRACE_REQUIRE_RAY"):
@@ -227,7 +227,7 @@ def test_a_killed_nodes_ranks_are_named_missing(cluster, tmp_path):
     ray.start("node-c", env=SLOW_LEASES)
     # Ctrl-C while node C's tasks wait: one line, exit 130, the tasks cancelled
     args = ["report", "--json", "--ray", ray.address, f"node-a:{folders['node-a']}", f"node-c:{folders['node-b']}"]
-    proc = subprocess.Popen(
+    proc = popen_interruptible(
         [sys.executable, "-m", "dbo_trace.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     seen = []

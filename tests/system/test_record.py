@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli, sample_trace
+from conftest import ROOT, popen_interruptible, run_cli, sample_trace
 
 FAKE = ROOT / "tests" / "helpers" / "fake_server.py"
 
@@ -209,7 +209,7 @@ def test_record_interrupted_leaves_an_incomplete_bundle_and_no_process(tmp_path,
     server = Server(tmp_path, "slow")
     out = tmp_path / "bundle"
     cmd = record_argv(out, server, "--num-prompts", "100", "--concurrency", "1", "--warmup-prompts", "0")
-    rec = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = popen_interruptible(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "server.log"
     deadline = time.monotonic() + 180  # the plugin alone took 40 s to load on a loaded machine
     while time.monotonic() < deadline and not (log.exists() and "Profiler started" in log.read_text()):

@@ -137,6 +137,10 @@ SECRET_SHAPES = [
     (f"{PEM_BODY[0]}\n{PEM_BODY[1]}\n-----END EC PRIVATE KEY-----", list(PEM_BODY)),  # its start cut off
     ('{"error": "bad key", "api_key": "abc\\"plantedescaped value"}', ["plantedescaped", "abc"]),
     ("{'password': 'it\\'s planted'}", ["planted", "it\\'s"]),
+    # A bare prose word before a colon still masks a value shaped like a credential (issue 61).
+    ("key: planted0secret99 loaded", ["planted0secret99"]),
+    ("auth: 'planted quoted'", ["planted quoted"]),
+    ("DB_PASS=plantedpw HF_HUB_PASS: plantedhub", ["plantedpw", "plantedhub"]),
 ]
 # Settings and messages a reviewer needs: left as they are.
 NOT_SECRETS = [
@@ -144,6 +148,13 @@ NOT_SECRETS = [
     "ERROR torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     "INFO Profiler started. Writing traces to /tmp/run1/traces",
     "see https://docs.vllm.ai/en/latest/ or mail me@example.com",
+    # Issue 61: a table's legend (the Markdown report's keys), a torch.compile range's name, and counts
+    # were masked as `key: <redacted>`, `...pass_pattern_1_data: <redacted>`, `tokens: <redacted>`.
+    "<sub>key: busy: GPU busy; comm: comm kernel time; hidden: comm under compute</sub>",
+    "<sub>key: of GPU time: share of kernel time</sub>",
+    "<sub>key: pN: Nth percentile; p50: 50th</sub>",
+    '"name": "pass.joint_graph_passes.pass_pattern_1_data: compile_id=0/1",',
+    "decode tokens: 512 a step, key: 32 requests",
 ]
 
 

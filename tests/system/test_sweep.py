@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import popen_interruptible, run_cli
 from test_record import Server, _stop_all, alive
 from test_record_peer import Pair
 
@@ -117,7 +117,7 @@ def test_ctrl_c_keeps_finished_loads_and_resume_runs_only_the_rest(tmp_path, sig
     server = Server(tmp_path, "slow", extra=("--no-plugins",))  # half a second a request
     out = tmp_path / "sweep"
     argv = sweep_argv(out, server.command, "--arm", "a=--note a", "--concurrency", "1,2,3", "--repeats", "1")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_interruptible(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

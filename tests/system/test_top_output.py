@@ -4,11 +4,13 @@ come from the counters file itself (json.load)."""
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
-from conftest import SAMPLES, run_cli
+import pytest
+from conftest import SAMPLES, popen_interruptible, run_cli
 
 RECORDED = SAMPLES / "recorded-overlap"
 
@@ -139,16 +141,99 @@ def test_top_of_a_recording_whose_processes_ran_no_dbo_step_says_what_is_missing
     )
 
 
-def test_ctrl_c_stops_top_with_130(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dbo_trace.cli", "top", str(recording_in_progress(tmp_path)), "--interval", "0.2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+@pytest.mark.parametrize("ignored", [False, True], ids=["sigint-as-inherited", "sigint-ignored"])
+def test_ctrl_c_stops_top_with_130(tmp_path, ignored):
+    """Also where this run ignores SIGINT, as a shell's background job does (issue 61 item 16): the
+    process a Ctrl-C test starts must see its Ctrl-C whatever the test run inherited."""
+    live = recording_in_progress(tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if ignored else None
+    try:
+        proc = popen_interruptible(
+            [sys.executable, "-m", "dbo_trace.cli", "top", str(live), "--interval", "0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     try:
         assert proc.stdout.readline()  # running
         proc.send_signal(2)
         assert proc.wait(timeout=30) == 130
     finally:
         proc.kill()
+
+
+SWEEP = SAMPLES / "afd-sweep"
+
+
+def top_process(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """top in a process of its own, killed past timeout (top that loops must fail the test, not hang it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "dbo_trace.cli", "top", *args, "--interval", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_top_of_a_finished_sweep_arm_shows_its_counters_once():
+    """Issue 61 item 13: a load sweep's arm folder (its server's counters, no manifest of its own) was
+    taken for a live server: "age: N s", refreshed until killed. Its loads are all done in sweep.json:
+    one summary and exit 0."""
+    proc = top_process(str(SWEEP / "graphs-dbo"), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    title, *rows = proc.stdout.splitlines()
+    assert "(finished: a sweep's arm, its loads 3 complete)" in title
+    assert len(rows) == 1 and rows[0].endswith("; age: -")
+    assert proc.stderr == "dbo-trace top: the recording has finished; its final counters, once\n"
+
+
+def test_top_of_a_sweep_with_no_load_live_says_so_and_ends():
+    """Issue 61 item 13: `top samples/afd-sweep` printed "(no counters yet: ...)" until killed; its
+    counters are its arms' and every run is finished. One line, exit 0, within 10 s."""
+    started = time.monotonic()
+    proc = top_process(str(SWEEP), timeout=30)
+    assert time.monotonic() - started < 10 and proc.returncode == 0, proc.stderr
+    assert proc.stdout == (
+        f"dbo-trace top {SWEEP}: a load sweep with no load live (its runs: 6 complete); "
+        f"`dbo-trace report {SWEEP}` summarises it\n"
+    )
+
+
+def test_top_of_a_sweep_shows_the_arm_whose_load_is_pending(tmp_path):
+    """A sweep under way: sweep.json lists graphs-dbo's c64 as pending, so graphs-dbo's server is the
+    live one; top reads its counters (here once) and its arm folder is not taken for a finished one."""
+    sweep = tmp_path / "sweep"
+    spec = json.loads((SWEEP / "sweep.json").read_text())
+    for run in spec["runs"]:
+        if (run["arm"], run["load"]) == ("graphs-dbo", "c64"):
+            run["status"] = "pending"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps(spec))
+    for arm in ("graphs", "graphs-dbo"):
+        shutil.copytree(SWEEP / arm / "events", sweep / arm / "events")
+    proc = run_cli("top", "--once", str(sweep))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"dbo-trace top: {sweep} is a load sweep; its live arm is graphs-dbo (load c64)\n"
+    bodies = [json.loads(p.read_text()) for p in (SWEEP / "graphs-dbo" / "events").glob("*.counters.json")]
+    (engine,) = [b["pid"] for b in bodies if any(k.startswith("steps.") for k in b["counters"])]  # the API server runs no step
+    assert f"pid: {engine};" in proc.stdout
+    from dbo_trace.commands.top import finished
+
+    assert finished(sweep / "graphs-dbo") is None and finished(sweep / "graphs") == "a sweep's arm, its loads 3 complete"
+
+
+def test_no_wait_per_microbatch_above_its_step_without_its_basis():
+    """Issue 61 item 13: "wait/step per ubatch: ub0 93.31, ub1 954.97 ms, 33 steps" beside 9.6 ms
+    steps: the waits are per eager or capturing step (the first, with its compile, takes seconds), and
+    the cell now says so wherever it shows a wait."""
+    proc = run_cli("top", "--once", str(SAMPLES / "afd-pair-graphs-dbo"))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if " pid: " in line]
+    cell = row[row.index("wait/step per ubatch:") : row.index("; age:")]
+    assert cell == (
+        "wait/step per ubatch: ub0 93.31, ub1 954.97 ms a step, over its 33 eager or capturing steps (their time not in "
+        "these counters; a replay runs no thread)"
+    )

@@ -101,6 +101,19 @@ def test_report_refuses_a_bad_regex(field):
     assert message == "'(unclosed': not a valid regular expression (missing ), unterminated subpattern at position 0)"
 
 
+@pytest.mark.parametrize(
+    "given, shown",
+    [("99999999999999", "99999999999999"), ("0", "0"), ("1024", "1024"), ("9" * 5000, "9" * 12 + "... (5000 digits)")],
+)
+def test_report_says_what_if_sms_out_of_range(given, shown):
+    """Issue 61 item 15b: sms=99999999999999 was answered with the syntax (round-trip=TIME ... or
+    sms=N), as if the number were not one; the line names the value and the range (a value of 5000
+    digits shortened, and never made an int: Python refuses ints of over 4300 digits)."""
+    message = refused(ReportRequest((TRACE,), what_if=(f"sms={given}",)))
+    assert message == f"--what-if sms={shown}: out of range; give N from 1 to 1023 SMs kept for comm, fewer than the GPU has"
+    assert "\n" not in message and ReportRequest((TRACE,), what_if=("sms=1023", "sms=020")).checked()
+
+
 def test_report_refuses_to_overwrite(tmp_path):
     out = tmp_path / "r.md"
     out.write_text("mine")

@@ -109,3 +109,52 @@ def test_slower_pairs_is_the_share_of_all_pairs_counted_by_brute_force():
         diffs = np.subtract.outer(b, a)
         brute = float(((diffs > 0).sum() + 0.5 * (diffs == 0).sum()) / diffs.size)
         assert slower_pairs(a, b) == brute
+
+
+def test_two_arms_with_the_same_folder_name_keep_their_own_figures():
+    """Issue 61 item 1: graphs/c64 and graphs-dbo/c64 were both labelled "c64", and the data keyed by
+    label gave the DBO-off arm the DBO arm's unprofiled TPOT. Each arm's TPOT is computed here from its
+    own manifest's repeats; the labels are the paths' distinguishing parts."""
+    off, on = SAMPLES / "afd-sweep" / "graphs" / "c64", SAMPLES / "afd-sweep" / "graphs-dbo" / "c64"
+    repeats = {a: json.loads((a / "manifest.json").read_text())["repeats"] for a in (off, on)}
+    tpot = {a: np.mean([r["median_tpot_ms"] for r in rs]) for a, rs in repeats.items()}
+    assert abs(tpot[off] - tpot[on]) > 0.5  # 12.66 against 11.96 ms: a swap shows
+    proc = run_cli("compare", "--json", str(off), str(on))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [a["label"] for a in out["arms"] if a["phase"] == "all"] == ["graphs/c64", "graphs-dbo/c64"]
+    unprofiled = {u["label"]: u["tpot_median_ms"] for u in out["unprofiled"]}
+    assert unprofiled == pytest.approx({"graphs/c64": tpot[off], "graphs-dbo/c64": tpot[on]}, abs=1e-3)
+    (pair,) = [p for p in out["pairs"] if p["phase"] == "all"]
+    assert (pair["off"], pair["on"]) == ("graphs/c64", "graphs-dbo/c64")
+    assert pair["tpot_ms"] == pytest.approx([tpot[off], tpot[on]], abs=1e-3)
+    # The round-trip table (the Markdown's has every column): each arm's row its own TPOT.
+    text = run_cli("compare", "--markdown", str(off), str(on)).stdout
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if "ms : " in line}  # an AFD row: compute : exposed
+    assert f"| {tpot[off]:.2f} ms |" in rows["| `graphs/c64`"] and f"| {tpot[on]:.2f} ms |" in rows["| `graphs-dbo/c64`"]
+    # One folder twice is numbered; labels given twice alike are refused.
+    out = json.loads(run_cli("compare", "--json", str(on), str(on)).stdout)
+    assert [a["label"] for a in out["arms"] if a["phase"] == "all"] == ["c64 (arm 1)", "c64 (arm 2)"]
+    proc = run_cli("compare", "--label", "x", "--label", "x", str(off), str(on))
+    assert proc.returncode != 0 and "--label 'x' given twice" in proc.stderr
+
+
+def test_dbo_pairs_key_arms_by_identity_not_label():
+    """Two arms under one label (as --label could once give them) still get each its own TPOT: the
+    pairing and the repeats are keyed by the arm's position, not its name."""
+    from dataclasses import replace
+
+    from dbo_trace.analysis.compare.arms import Arm, RanWith, dbo_pairs
+    from dbo_trace.analysis.compare.unprofiled import unprofiled_of
+
+    def arm(i: int, dbo: bool, period: float) -> Arm:
+        w = RanWith(graphs=True, graph_mode="FULL_DECODE_ONLY", dbo=dbo, told_by="settings", microbatched=dbo)
+        steady = {"samples_us": (period,) * 8, "sample_tokens": (64,) * 8}
+        return Arm("c64", "all", 8, period, 0.0, None, None, None, None, (), **steady, ran_with=w, arm=i)
+
+    def repeats(tpot: float) -> list:
+        return [{"tool": "builtin", "duration_s": 2.0, "completed": 64, "median_tpot_ms": tpot}] * 3
+
+    timed = [replace(unprofiled_of("c64", repeats(t), None), arm=i) for i, t in ((0, 12.66), (1, 11.96))]
+    (pair,) = dbo_pairs([arm(0, False, 12640.0), arm(1, True, 11950.0)], timed)
+    assert pair.tpot_ms == pytest.approx((12.66, 11.96)) and (pair.off_arm, pair.on_arm) == (0, 1)

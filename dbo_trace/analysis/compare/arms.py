@@ -110,6 +110,7 @@ class Arm:
     # schema 7: the load group the arm's change is against the first of, and its step's parts
     load_group: int = 0  # arms of one phase and one load share a group (compare: against its first arm)
     parts: SpanParts | None = field(default=None, repr=False)  # its served rank's mean period in parts (analysis/afd/effect.py)
+    arm: int = 0  # which input the row is of (its position among the arms given): what keys its data; labels only name it
     # schema 8: an AFD arm's overlap per step, the pipeline's (one meaning: analysis/afd/pipeline.py), and the
     # other arm predicted from this one (analysis/afd/dbo_model.py), beside the pair's measurement
     overlap: StepOverlap | None = None
@@ -594,6 +595,8 @@ class Pair:
     load_known: bool = True  # False: neither a declared load nor vLLM's decode counts to match on
     unpaired: tuple[Mismatch, ...] = ()  # without a partner: why each DBO-off arm of the phase is not one
     effect: Effect | None = None  # the change per step in parts, all steps' row only
+    on_arm: int = 0  # the arms' identities (Arm.arm): on and off name them, these key them
+    off_arm: int | None = None
 
     @property
     def outcome(self) -> str | None:
@@ -608,7 +611,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
     and cudagraph mode, the first such arm in the order given; an arm without one is listed with no
     partner and why; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
     set); unprofiled: the arms' repeats."""
-    tpot = {u.label: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}
+    tpot = {u.arm: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}  # by identity: two arms may share a label
     out = []
     for phase in dict.fromkeys(a.phase for a in arms):
         rows = [a for a in arms if a.phase == phase and a.ran_with is not None]
@@ -624,11 +627,13 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
             named = w.graph_mode or next((a.ran_with.graph_mode for a in fits if a.ran_with and a.ran_with.graph_mode), None)
             graphs = graphs_text(w.graphs, named)
             if not fits:
-                out.append(Pair(phase, on.label, None, graphs, load=w.load, unpaired=tuple(m for _, m in why if m is not None)))
+                out.append(
+                    Pair(phase, on.label, None, graphs, load=w.load, unpaired=tuple(m for _, m in why if m is not None), on_arm=on.arm)
+                )
                 continue
             off = fits[0]
             vs = _against(on, off)
-            t = (tpot[off.label], tpot[on.label]) if off.label in tpot and on.label in tpot else None
+            t = (tpot[off.arm], tpot[on.arm]) if off.arm in tpot and on.arm in tpot else None
             rt = (off.round_trip.median_us, on.round_trip.median_us) if off.round_trip and off.round_trip.median_us and on.round_trip else None
             off_load = off.ran_with.load if off.ran_with is not None else None
             known = w.load is not None and w.load.known and off_load is not None and off_load.known
@@ -639,7 +644,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                     compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
                     slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None,
                     round_trip_us=rt, round_trip_change=vs.round_trip.change if rt and vs.round_trip else None,  # _against's, against off
-                    load=w.load, load_known=known, effect=_effect(off, on, vs),
+                    load=w.load, load_known=known, effect=_effect(off, on, vs), on_arm=on.arm, off_arm=off.arm,
                 )
             )  # fmt: skip
     return out

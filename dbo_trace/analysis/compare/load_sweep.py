@@ -286,7 +286,8 @@ def dbo_point(load: LoadPoint, on: RunFigures, off: RunFigures) -> DboPoint:
     profiled = None
     parts: tuple[PartChange, ...] = ()
     if on.profiled is not None and off.profiled is not None:
-        found = [p for p in dbo_pairs([off.profiled, on.profiled]) if p.on == on.profiled.label and p.off == off.profiled.label]
+        arms = [replace(off.profiled, arm=0), replace(on.profiled, arm=1)]  # keyed by identity, not by label
+        found = [p for p in dbo_pairs(arms) if p.on_arm == 1 and p.off_arm == 0]
         profiled = found[0] if found else None
         parts = dbo_parts(profiled.effect if profiled is not None else None)
     point = DboPoint(

@@ -69,6 +69,7 @@ class Unprofiled:
     within_noise: bool | None = None
     profiled_phase: str | None = None  # the steps the profiled period is of: "decode", or "all"
     profiled_periods: int | None = None  # how many start-to-start periods it is the median of
+    arm: int = 0  # which arm it is of (compare's Arm.arm): what keys it; the label only names it
 
     @property
     def overhead_large(self) -> bool:

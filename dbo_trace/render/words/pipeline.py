@@ -63,14 +63,14 @@ def not_predicted_text(why: str) -> str:
 def model_lines(arms: list[Arm], pairs: list[Pair]) -> list[str]:
     """Per pair, DBO's change as the one-arm model predicts it from each arm (analysis/afd/dbo_model.py),
     beside the pair's measured change: the model checked on every pair recorded."""
-    by_label = {a.label: a for a in arms if a.phase == ALL_STEPS}
+    by_arm = {a.arm: a for a in arms if a.phase == ALL_STEPS}  # keyed by identity: labels only name
     out = []
     for p in pairs:
-        if p.off is None or p.phase != ALL_STEPS or p.change is None:
+        if p.off is None or p.off_arm is None or p.phase != ALL_STEPS or p.change is None:
             continue
         found = []
-        for label, what in ((p.off, "DBO off"), (p.on, "DBO on")):
-            w = by_label[label].prediction if label in by_label else None
+        for label, arm, what in ((p.off, p.off_arm, "DBO off"), (p.on, p.on_arm, "DBO on")):
+            w = by_arm[arm].prediction if arm in by_arm else None
             if w is not None:
                 inside = "holds" if w.low <= p.change <= w.high else "misses"
                 found.append(
