@@ -55,7 +55,9 @@ wait_gpu_free() {  # an FFN started while the last arm's processes still held th
   echo "GPU memory still $(gpu_used_mib) MiB in use"
 }
 
-COMMON=(--load-format dummy --gpu-memory-utilization 0.4 --max-model-len 4096 --max-num-seqs 64
+# GPU_MEM_UTIL: each role's share of the GPU (0.4 on the H200's 141 GB; the FFN's experts take ~29 GB, so an
+# 80 GB H100 needs 0.45 each)
+COMMON=(--load-format dummy --gpu-memory-utilization "${GPU_MEM_UTIL:-0.4}" --max-model-len 4096 --max-num-seqs 64
         --max-num-batched-tokens 4096 --enable-expert-parallel)
 # FULL_DECODE_ONLY (the plugin's graph mode); small capture sizes: with [64] alone a 16-token batch pads to 64
 # and the split leaves the second microbatch empty (DBO never runs).

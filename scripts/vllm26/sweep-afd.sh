@@ -46,7 +46,9 @@ AFD_PORT=29650
 PEER=$(printf '%q ' env NCCL_HOSTID=afd-ffn vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8100 \
        --additional-config "$(afd_config ffn "$AFD_PORT")")
 # Each repeat a few seconds: 2 x concurrency prompts of 128 in / 48 out (32 at 16 in flight took 1.4-1.8 s).
-LOADS=(--concurrency 16,32,64 --num-prompts-per-slot 2 --input-len 128 --output-len 48 --repeats 3 --warmup-prompts 32
+# SWEEP_CONCURRENCY: the loads (requests in flight), 16,32,64 by default; 16,32,48,64 adds a load whose batch pads
+# to the 64 graph and each microbatch to the 32 (the one-arm model's padding caveat, docs/analysis.md).
+LOADS=(--concurrency "${SWEEP_CONCURRENCY:-16,32,64}" --num-prompts-per-slot 2 --input-len 128 --output-len 48 --repeats 3 --warmup-prompts 32
        --profile-delay 8 --profile-steps 20 --repeat-tool "$REPEAT_TOOL")
 
 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv

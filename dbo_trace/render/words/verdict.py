@@ -621,6 +621,7 @@ def _measure_pays(n: MeasurePays) -> str:
         f"measure whether DBO pays: record the same load with DBO off ({COMPARE_ADVICE}); this arm alone "
         f"cannot tell: one microbatch's compute ({ms(n.compute_us)} {per}) hides at most {pct_text(n.ratio)} of {trip}, "
         "and what DBO costs is only seen against the arm without it"
+        + ("; --what-if dbo=off predicts it from this arm (a model, with its interval)" if n.disaggregated else "")
     )
 
 
@@ -680,7 +681,7 @@ def _one_microbatch(n: OneMicrobatch) -> str:
         return (
             f"{head} (FFN round trips of {ms(n.afd.median_us)}, median, {n.afd.per_step:.0f} per step); whether a second "
             f"microbatch hides enough of it to pay for itself is measured by recording the same load with DBO on "
-            f"({COMPARE_ADVICE})"
+            f"({COMPARE_ADVICE}), and predicted from this arm by a model: --what-if dbo=on"
         )
     return (
         f"{head}; nothing ran beside it to hide it: hiding it takes independent work beside it (a second "
