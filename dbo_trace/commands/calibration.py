@@ -51,7 +51,9 @@ def arm_terms(bundle: Path) -> tuple[ArmTerms, RanWith] | None:
     if pipeline is None:
         return None
     terms = terms_of(pipeline, str(bundle), report.options.gpu_name, pipeline.recording)
-    return (terms, ran_with(report, manifest.settings, manifest.load)) if terms is not None else None
+    if terms is None:
+        return None
+    return replace(terms, graph_sizes=report.options.graph_sizes), ran_with(report, manifest.settings, manifest.load)
 
 
 def calibration_of(paths: tuple[Path, ...]) -> Calibration:
@@ -73,8 +75,12 @@ def calibration_of(paths: tuple[Path, ...]) -> Calibration:
 
 def default_calibration() -> Calibration:
     """The shipped calibration (the H200 sweep at 16, 32 and 64 in flight)."""
-    data = resources.files("dbo_trace.data").joinpath(DEFAULT_FILE).read_bytes()
-    found = msgspec.json.decode(data[:MAX_CALIBRATION_BYTES], type=Calibration)
+    try:
+        data = resources.files("dbo_trace.data").joinpath(DEFAULT_FILE).read_bytes()
+        found = msgspec.json.decode(data[:MAX_CALIBRATION_BYTES], type=Calibration)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        fail(f"dbo-trace's shipped calibration (dbo_trace/data/{DEFAULT_FILE}) cannot be read ({exc}): reinstall "
+             "dbo-trace, or give --calibrate with your own recorded pairs")  # fmt: skip
     return replace(found, default=True)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from dbo_trace.commands import common
 from dbo_trace.commands.common import color, fail, output_name, refuse_overwrite, warn, write_output
+from dbo_trace.errors import UsageError
 
 if TYPE_CHECKING:
     from dbo_trace.bundle import Manifest
@@ -91,7 +92,12 @@ def _compare(request: CompareRequest) -> None:
     names = request.names
     reports = []
     # each AFD arm's other arm predicted by the one-arm model, beside the pair's measurement
-    options = Options(layers=request.layers, what_if_dbo=WHAT_OTHER, calibration=default_calibration())
+    try:
+        calibration = default_calibration()
+    except UsageError as exc:  # the model is beside the measurement: without it, compare still measures
+        warn(f"no one-arm predictions: {exc}")
+        calibration = None
+    options = Options(layers=request.layers, what_if_dbo=WHAT_OTHER if calibration else None, calibration=calibration)
     for name, path in zip(names, request.arms):
         report = common.analyzed([path], options, ray=request.ray, arm=name)
         if not any(r.steps for r in report.ranks):

@@ -63,6 +63,7 @@ class ArmTerms:
     gpu: str | None = None
     fingerprint: str | None = None  # the attention trace's clock base: the same recording
     graphs: bool = True  # its steps replayed CUDA graphs (a calibration is of one mode)
+    graph_sizes: tuple[int, ...] | None = None  # its recording's CUDA graph capture sizes, where known
 
     @property
     def outside_us(self) -> float:
