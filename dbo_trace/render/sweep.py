@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+from dataclasses import replace
 
 import msgspec
 
@@ -30,7 +31,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.compare import conclusion, ran_with_text
 from dbo_trace.render.format import md_table, ms
 from dbo_trace.render.json_out import json_text
-from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
+from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, html_text, markdown_code, markdown_text, terminal_document
 
 SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION = "dbo-trace-sweep-summary", 1
@@ -413,12 +414,22 @@ def flight_cell(p: PointBlock) -> str:
 
 DBO_COLUMNS = [
     Column("load", right=False, wrap=True),
-    Column("in flight (tokens per microbatch)"),
+    Column("in flight (tokens per microbatch)", keep=6),  # the load's own title above says it too
     Column("TPOT ms off -> on", keep=3),
     Column("DBO's change [t 95%]", right=False),
     Column("call", right=False),
     Column("profiled step period [95%]", right=False, keep=5),
 ]
+PROFILED_COLUMN = len(DBO_COLUMNS) - 1
+
+
+def dbo_columns(s: SeriesBlock) -> list[Column]:
+    """The change table's columns: where a row's call rests on the profiled step periods (its repeats'
+    interval holds 0), that column is never dropped, since without it the row's interval holds 0
+    beside a call that says faster or slower; the requests in flight go first (each load's title has them)."""
+    if not any(p.side_told_by == PROFILED for p in s.points):
+        return DBO_COLUMNS
+    return [*DBO_COLUMNS[:PROFILED_COLUMN], replace(DBO_COLUMNS[PROFILED_COLUMN], keep=NEVER)]
 
 
 def series_title(s: SeriesBlock) -> str:
@@ -529,7 +540,7 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
             lines += wrap(line, width, "  ", "    ")
     for s in d.dbo:
         lines += (
-            ["", *table(series_title(s), DBO_COLUMNS, series_rows(s), width)]
+            ["", *table(series_title(s), dbo_columns(s), series_rows(s), width)]
             if s.points
             else ["", *wrap(series_title(s), width, "", "  ")]
         )
