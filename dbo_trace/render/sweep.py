@@ -106,6 +106,10 @@ class PointBlock(Struct):
     # (analysis/compare/load_sweep.py DboPoint.side, the one rule the turn is placed by)
     side: Call | None = None
     side_told_by: str | None = None
+    # the timed repeats' and the profiled change disagree beyond their intervals, and the one to trust
+    # (analysis/compare/load_sweep.py DboPoint.measures_disagree, .trusted: "repeats")
+    measures_disagree: bool = False
+    trusted: str | None = None
 
 
 class TurnBlock(Struct):
@@ -211,6 +215,7 @@ def _point_block(p: DboPoint) -> PointBlock:
         df=_r(p.df, 2), call=p.call, profiled=_profiled(p.profiled),
         parts=[PartBlock(x.name, _r(x.off_us, 3), _r(x.on_us, 3)) for x in p.parts],
         side=p.side[0] if p.side else None, side_told_by=p.side[1] if p.side else None,
+        measures_disagree=p.measures_disagree, trusted=p.trusted,
     )  # fmt: skip
 
 
@@ -453,6 +458,24 @@ def series_rows(s: SeriesBlock) -> list[list[str]]:
     ]
 
 
+def disagree_lines(s: SeriesBlock) -> list[str]:
+    """Per load where the two measures of DBO's change disagree beyond their intervals: both, and which
+    to trust and why (docs/analysis.md, "Load sweep")."""
+    out = []
+    for p in s.points:
+        if not p.measures_disagree or p.profiled is None:
+            continue
+        off, on = p.repeats
+        out.append(
+            f"{p.load}: DBO's two measures disagree beyond their intervals: {interval_cell(p)} by the timed repeats' "
+            f"TPOT, {profiled_cell(p)} by the profiled step period. Trust the timed repeats: {off} and {on} "
+            "recordings with the profiler off, whose interval holds the variance between recordings; the profiled "
+            "interval resamples the steps of one window per arm, so it cannot hold that variance, and both "
+            "windows ran under the profiler"
+        )
+    return out
+
+
 def parts_lines(s: SeriesBlock) -> list[str]:
     """Per profiled load: compare's sentence for the pair, then each part of the step off -> on."""
     out = []
@@ -544,7 +567,7 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
             if s.points
             else ["", *wrap(series_title(s), width, "", "  ")]
         )
-        for line in parts_lines(s):
+        for line in disagree_lines(s) + parts_lines(s):
             lines += wrap(line, width, "  ", "    ")
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
@@ -583,7 +606,7 @@ def render_markdown(d: SweepDocument, image: str | None = None) -> str:
         if s.points:
             out += md_table([c.header for c in DBO_COLUMNS], [[markdown_code(r[0]), *r[1:]] for r in series_rows(s)])
             out.append("")
-        out += [f"- {markdown_text(line)}" for line in parts_lines(s)] + [""]
+        out += [f"- {markdown_text(line)}" for line in disagree_lines(s) + parts_lines(s)] + [""]
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["Not in the figures:", ""] + [f"- {markdown_text(line)}" for line in extra] + [""]
@@ -625,7 +648,7 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
         out.append(f"<h2>{html_text(series_title(s))}</h2>")
         if s.points:
             out += _html_table([c.header for c in DBO_COLUMNS], series_rows(s))
-        out += [f"<p>{html_text(line)}</p>" for line in parts_lines(s)]
+        out += [f"<p>{html_text(line)}</p>" for line in disagree_lines(s) + parts_lines(s)]
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["<h2>Not in the figures</h2>", "<ul>", *(f"<li>{html_text(line)}</li>" for line in extra), "</ul>"]

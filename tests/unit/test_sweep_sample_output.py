@@ -6,7 +6,9 @@ with the standard library; the text is checked for what it must show beside its 
 from __future__ import annotations
 
 import json
+import math
 import re
+import statistics
 
 import pytest
 from conftest import ROOT, run_cli
@@ -60,3 +62,63 @@ def test_at_80_columns_a_call_keeps_an_interval_that_excludes_0(monkeypatch, doc
     p = points["c64"]["profiled"]
     assert points["c64"]["side_told_by"] == "profiled" and points["c64"]["change_high"] > 0
     assert f"[{100 * p['change_low']:+.1f}, {100 * p['change_high']:+.1f}]" in rows["c64"]
+
+
+T95 = {2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, two-sided 95%, by degrees of freedom
+
+
+def _tpots(arm: str, load: str) -> list[float]:
+    """A run's timed repeats' median TPOT, as its manifest records them."""
+    manifest = json.loads((ROOT / SWEEP / arm / load / "manifest.json").read_text())
+    return [r["median_tpot_ms"] for r in manifest["repeats"] if r["completed"]]
+
+
+def _welch_bounds(off: list[float], on: list[float]) -> tuple[float, float]:
+    """The Welch 95% interval's widest and narrowest bounds (t at the df's table neighbours), as fractions."""
+    mo, mn = statistics.mean(off), statistics.mean(on)
+    vo, vn = statistics.variance(off) / len(off), statistics.variance(on) / len(on)
+    df = (vo + vn) ** 2 / (vo**2 / (len(off) - 1) + vn**2 / (len(on) - 1))
+    t = T95[max(d for d in T95 if d <= df)]
+    half = t * math.sqrt(vo + vn) / mo
+    return mn / mo - 1 - half, mn / mo - 1 + half
+
+
+def test_two_measures_of_one_change_that_disagree_are_said_and_reconciled(document):
+    """c16: the repeats' TPOT change and the profiled step period's disagree beyond their intervals; the
+    output says so, both intervals, and that the timed repeats are the ones to trust."""
+    points = {p["load"]: p for p in document["dbo"][0]["points"]}
+    for load, p in points.items():
+        q = p["profiled"]
+        apart = p["change_high"] < q["change_low"] or q["change_high"] < p["change_low"]
+        assert p["measures_disagree"] is apart and p["trusted"] == ("repeats" if apart else None)
+    assert [load for load, p in points.items() if p["measures_disagree"]] == ["c16"]
+    # the repeats' interval at c16, from the runs' own manifests: wholly above the profiled one
+    off, on = _tpots("graphs", "c16"), _tpots("graphs-dbo", "c16")
+    widest_low, _ = _welch_bounds(off, on)
+    assert widest_low > points["c16"]["profiled"]["change_high"]
+    proc = run_cli("report", SWEEP, cwd=ROOT)
+    text = " ".join(proc.stdout.split())
+    p, q = points["c16"], points["c16"]["profiled"]
+    repeats = f"{100 * p['change']:+.1f}% [{100 * p['change_low']:+.1f}, {100 * p['change_high']:+.1f}]"
+    profiled = f"{100 * q['change']:+.1f}% [{100 * q['change_low']:+.1f}, {100 * q['change_high']:+.1f}]"
+    said = f"c16: DBO's two measures disagree beyond their intervals: {repeats} by the timed repeats' TPOT, {profiled}"
+    assert said in text and "Trust the timed repeats" in text
+    assert text.count("disagree beyond their intervals") == 1  # c32 and c64: their intervals meet
+
+
+def test_a_profiled_change_that_disagrees_with_the_repeats_does_not_place_a_side():
+    """Where the repeats' interval holds 0 and the profiled one is beyond noise but apart from it, the
+    repeats are trusted: the load is not put on a side (nor a turn placed) by the profiled change."""
+    from dbo_trace.analysis.compare.arms import BEYOND, Pair
+    from dbo_trace.analysis.compare.load_sweep import DboPoint, LoadPoint
+
+    load = LoadPoint("c8", 8, 100, 128, 48)
+    meeting = Pair("all", "on", "off", "g", change=0.02, change_low=0.005, change_high=0.04, call=BEYOND)
+    apart = Pair("all", "on", "off", "g", change=0.04, change_low=0.03, change_high=0.05, call=BEYOND)
+    base = DboPoint(load, "on", "off", (1.0, 1.0), (3, 3), 0.0, -0.01, 0.01, 4.0, "within noise")
+    from dataclasses import replace
+
+    assert replace(base, profiled=meeting).side == ("slower", "profiled")
+    assert not replace(base, profiled=meeting).measures_disagree
+    held = replace(base, profiled=apart)
+    assert held.measures_disagree and held.trusted == "repeats" and held.side is None

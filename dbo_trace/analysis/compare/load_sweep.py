@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from dbo_trace.analysis.compare.arms import BEYOND, Arm, Pair, RanWith, dbo_pairs, graphs_text
+from dbo_trace.analysis.compare.arms import BEYOND, TOO_FEW, Arm, Pair, RanWith, dbo_pairs, graphs_text
 from dbo_trace.analysis.afd.effect import Effect
 from dbo_trace.analysis.compare.unprofiled import Repeat, welch_t95
 
@@ -137,14 +137,34 @@ class DboPoint:
         return None if self.decode_step_tokens is None else self.decode_step_tokens / MICROBATCHES
 
     @property
+    def measures_disagree(self) -> bool:
+        """The two measures of this one change, the timed repeats' TPOT and the profiled step period,
+        disagree beyond their intervals: both 95% intervals known, and they do not meet."""
+        p = self.profiled
+        if self.change_low is None or self.change_high is None or p is None or p.call == TOO_FEW:
+            return False
+        if p.change_low is None or p.change_high is None:
+            return False
+        return self.change_high < p.change_low or p.change_high < self.change_low
+
+    @property
+    def trusted(self) -> Told | None:
+        """Where the two measures disagree, the one to trust: the timed repeats, always. They are
+        separate recordings with the profiler off, and their interval holds the variance between
+        recordings; the step period's bootstrap resamples the steps of one profiled window, so its
+        interval cannot hold that variance, and both windows carry the profiler (docs/analysis.md)."""
+        return REPEATS if self.measures_disagree else None
+
+    @property
     def side(self) -> tuple[Call, Told] | None:
         """The side of no change this load is on beyond noise, and which measurement told it: the timed
         repeats first (the profiler off); where their interval holds 0 (3 repeats give a wide one), the
-        profiled windows' step periods, where compare calls that change beyond noise. None: neither."""
+        profiled windows' step periods, where compare calls that change beyond noise and the two
+        measures do not disagree (then the repeats are trusted). None: neither."""
         if self.call in (SLOWER, FASTER):
             return self.call, REPEATS
         p = self.profiled
-        if p is not None and p.call == BEYOND and p.change is not None and p.change != 0:
+        if p is not None and p.call == BEYOND and p.change is not None and p.change != 0 and not self.measures_disagree:
             return (SLOWER if p.change > 0 else FASTER), PROFILED
         return None
 
