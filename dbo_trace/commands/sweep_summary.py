@@ -120,6 +120,15 @@ def max_num_seqs(run: SweepRun) -> int | None:
     return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
 
 
+def decode_threshold(run: SweepRun) -> int | None:
+    """The --dbo-decode-token-threshold the run's server was started with, as its settings record it."""
+    settings = run.manifest.settings if run.manifest is not None else None
+    dbo = settings.get("dbo") if isinstance(settings, dict) else None
+    value = dbo.get("dbo-decode-token-threshold") if isinstance(dbo, dict) else None
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    return int(text) if text.isdigit() and int(text) < 1 << 31 else None
+
+
 def figures_of(run: SweepRun) -> RunFigures:
     """One run's figures: its usable repeats, what it ran with (its settings; its trace where profiled
     and the settings do not say), and, where it holds a profiled window, compare's row of it."""
@@ -134,19 +143,20 @@ def figures_of(run: SweepRun) -> RunFigures:
     if m is None:
         return RunFigures(run.arm, run.load, run.status, run.reason, (), None)
     repeats = repeats_of(m.repeats) if run.status == "complete" else ()
+    threshold = decode_threshold(run)
     graphs, mode, dbo = declared(m.settings)
     told = RanWith(graphs, mode, dbo, "settings", False, verified_mps(m.gpu_sharing)) if dbo is not None else None
     if not (run.usable and run.profiled and run.bundle is not None):
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
     who = f"{run.arm} at {run.load}"
     try:
         report = common.analyzed([run.bundle], Options(), arm=who)
     except UsageError as exc:
         warn(f"{who}: its profiled window is not used ({exc})")
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
     if not any(r.steps for r in report.ranks):
         warn(f"{who}: its profiled window has no step with GPU activity; only its timed repeats are used")
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
     with_trace = ran_with(report, m.settings)
     # vLLM's annotations time every profiled run of a sweep (vLLM serve writes them), as compare does
     row = arm_of(run.arm, report, ALL_STEPS, with_trace, has_marked_periods(report))
@@ -155,5 +165,6 @@ def figures_of(run: SweepRun) -> RunFigures:
         (s.context_tokens or 0) + (s.generation_tokens or 0) for s in steady_decode if s.context_tokens or s.generation_tokens
     ]
     return RunFigures(
-        run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None
-    )
+        run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None,
+        threshold,
+    )  # fmt: skip

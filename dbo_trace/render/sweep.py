@@ -133,6 +133,20 @@ class SeriesBlock(Struct):
     loads_beyond_noise: int
     loads_unpaired: list[str]  # loads where the two arms do not both have TPOT means
     turn_text: str
+    threshold: ThresholdBlock | None = None  # the --dbo-decode-token-threshold the loads support, or why none
+    threshold_text: str | None = None
+
+
+class ThresholdBlock(Struct):
+    """analysis/compare/load_sweep.py Threshold: a value of vLLM's --dbo-decode-token-threshold, or why none."""
+
+    kind: str  # split_from, faster_throughout, slower_throughout, not_beyond_noise, turns_against, several_turns
+    value: int | None  # tokens a decode step, at a measured load (a bound, no closer)
+    at_load: str | None
+    at_tokens: int | None
+    below_load: str | None
+    below_tokens: int | None
+    recorded: int | None  # the DBO arm's own threshold, as its settings record it
 
 
 class UnpairedBlock(Struct):
@@ -251,6 +265,55 @@ def turn_text(s: DboSeries) -> str:
     )
 
 
+FLAG = "--dbo-decode-token-threshold"
+
+
+def threshold_text(s: DboSeries) -> str | None:
+    """The vLLM setting that puts the turn to work: the value the loads measured support, a bound placed
+    no closer than they are, or why none is."""
+    t = s.threshold
+    if t is None:
+        return None
+    ran = "" if t.recorded is None else f"; this sweep ran {s.on} with {FLAG} {t.recorded}"
+    none = f"next step: no {FLAG} value is supported: "
+    if t.kind == "split_from" and t.at is not None and t.below is not None:
+        (a, at), (b, below) = t.at, t.below
+        return (
+            f"next step: set {FLAG} {at} on {s.on}'s server (vLLM splits a decode batch of at least that many "
+            f"tokens): DBO was slower at {below} tokens a step ({b}) and faster at {at} ({a}); the turn lies between "
+            f"them, unmeasured, so {at} is a bound placed at the faster load and no closer (any value from {below + 1} "
+            f"to {at} fits the loads measured; a load between them would narrow it){ran}"
+        )
+    if t.kind == "faster_throughout" and t.at is not None:
+        a, at = t.at
+        return (
+            f"next step: set {FLAG} {at} on {s.on}'s server: DBO was faster at every load beyond noise, from {at} "
+            f"tokens a step ({a}); nothing measured below {at} supports a lower value{ran}"
+        )
+    if t.kind == "slower_throughout" and t.below is not None:
+        b, below = t.below
+        return (
+            none + f"DBO was slower at every load beyond noise, up to {below} tokens a step ({b}); a threshold above "
+            f"{below} keeps DBO off across the loads measured, and loads past {below} would show whether it pays{ran}"
+        )
+    if t.kind == "turns_against" and t.at is not None and t.below is not None:
+        return (
+            none + f"DBO was faster at {t.below[1]} tokens a step ({t.below[0]}) and slower at {t.at[1]} ({t.at[0]}), "
+            f"and vLLM splits a decode batch from a size up, never only below one{ran}"
+        )
+    if t.kind == "several_turns":
+        return none + f"DBO turns more than once in the loads measured, and one threshold splits from one size up{ran}"
+    return none + f"no load is beyond noise, so nothing places one (more repeats narrow the intervals){ran}"
+
+
+def _threshold_block(s: DboSeries) -> ThresholdBlock | None:
+    t = s.threshold
+    if t is None:
+        return None
+    at, below = t.at or (None, None), t.below or (None, None)
+    return ThresholdBlock(t.kind, t.value, at[0], at[1], below[0], below[1], t.recorded)
+
+
 def _told(by: str) -> str:
     return "timed repeats" if by == "repeats" else "profiled step periods (its repeats' interval holds 0)"
 
@@ -294,6 +357,8 @@ def build_sweep_document(
                 s.beyond,
                 list(s.unpaired),
                 turn_text(s),
+                _threshold_block(s),
+                threshold_text(s),
             )  # fmt: skip
             for s in summary.series
         ],
@@ -552,8 +617,10 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
     d = terminal_document(document)  # every string from the sweep made inert
     width = width or terminal_width()
     lines: list[str] = []
-    for s in d.dbo:  # the answer first: where DBO turns, or that it does not in the loads measured
+    for s in d.dbo:  # the answer first: where DBO turns, or that it does not in the loads measured, and what to set
         lines += wrap(s.turn_text, width, "", "  ")
+        if s.threshold_text:
+            lines += wrap(s.threshold_text, width, "", "  ")
     for text in _header(d):
         lines += wrap(text, width, "", "  ")
     for x in d.loads:
@@ -589,7 +656,9 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
 
 def render_markdown(d: SweepDocument, image: str | None = None) -> str:
     out = [f"### {markdown_text(_header(d)[0], line_start=False)}", ""]
-    out += [f"**{markdown_text(s.turn_text, line_start=False)}**" for s in d.dbo] + ([""] if d.dbo else [])
+    for s in d.dbo:
+        out += [f"**{markdown_text(s.turn_text, line_start=False)}**", ""]
+        out += [markdown_text(s.threshold_text), ""] if s.threshold_text else []
     if image is not None:
         out += [f"![DBO's change against requests in flight]({image.replace(' ', '%20').replace(')', '%29')})", ""]
     for x in d.loads:
@@ -637,7 +706,9 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
     out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace">']
     out += ["<title>dbo-trace load sweep</title>"]  # the generator mark: a rerun may replace the page it wrote
     out += [f"<style>{STYLE}</style></head><body>", f"<h1>{html_text(_header(d)[0])}</h1>"]
-    out += [f"<p><strong>{html_text(s.turn_text)}</strong></p>" for s in d.dbo]  # the answer first
+    for s in d.dbo:  # the answer first
+        out.append(f"<p><strong>{html_text(s.turn_text)}</strong></p>")
+        out += [f"<p>{html_text(s.threshold_text)}</p>"] if s.threshold_text else []
     if svg is not None:
         picture = base64.b64encode(svg).decode()
         out.append(f'<p><img alt="DBO\'s change against requests in flight" src="data:image/svg+xml;base64,{picture}"></p>')

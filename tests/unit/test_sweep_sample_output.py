@@ -122,3 +122,57 @@ def test_a_profiled_change_that_disagrees_with_the_repeats_does_not_place_a_side
     assert not replace(base, profiled=meeting).measures_disagree
     held = replace(base, profiled=apart)
     assert held.measures_disagree and held.trusted == "repeats" and held.side is None
+
+
+def test_the_shipped_sweep_names_the_decode_threshold_its_turn_supports(document):
+    """The turn lies between c32 (32 tokens a decode step) and c64 (64): the output names vLLM's
+    --dbo-decode-token-threshold with a value above 32 and at most 64, placed at the faster load."""
+    (series,) = document["dbo"]
+    (turn,) = series["turns"]
+    points = {p["load"]: p for p in series["points"]}
+    slower, faster = points[turn["before"]], points[turn["after"]]
+    # a decode step's tokens: the DBO arm's measured decode steps, two microbatches each
+    low, high = int(2 * slower["measured_tokens_per_microbatch"]), int(2 * faster["measured_tokens_per_microbatch"])
+    assert (low, high) == (32, 64) == (slower["in_flight"], faster["in_flight"])
+    t = series["threshold"]
+    assert t["kind"] == "split_from" and low < t["value"] <= high and t["value"] == high
+    assert (t["at_load"], t["below_load"]) == ("c64", "c32")
+    manifest = json.loads((ROOT / SWEEP / "graphs-dbo" / "c64" / "manifest.json").read_text())
+    assert t["recorded"] == int(manifest["settings"]["dbo"]["dbo-decode-token-threshold"])
+    proc = run_cli("report", SWEEP, cwd=ROOT)
+    text = " ".join(proc.stdout.split())
+    assert f"next step: set --dbo-decode-token-threshold {high} on graphs-dbo's server" in text
+    assert "a bound placed at the faster load and no closer" in text
+
+
+def _series_points(sides: list[str | None], tokens: list[int]):
+    from dbo_trace.analysis.compare.load_sweep import DboPoint, LoadPoint
+
+    calls = {"slower": "slower", "faster": "faster", None: "within noise"}
+    return tuple(
+        DboPoint(LoadPoint(f"c{n}", n, 1000, 128, 48), "on", "off", (1.0, 1.0), (3, 3), 0.0, -0.1, 0.1, 4.0, calls[side])
+        for side, n in zip(sides, tokens)
+    )
+
+
+@pytest.mark.parametrize(
+    "sides, kind, value, at, below",
+    [
+        (["slower", None, "faster", "faster"], "split_from", 48, ("c48", 48), ("c16", 16)),
+        (["faster", "slower"], "turns_against", None, ("c32", 32), ("c16", 16)),
+        (["slower", "faster", "slower"], "several_turns", None, None, None),
+        ([None, "faster", "faster"], "faster_throughout", 32, ("c32", 32), None),
+        (["slower", "slower", None], "slower_throughout", None, None, ("c32", 32)),
+        ([None, None], "not_beyond_noise", None, None, None),
+    ],
+)
+def test_the_threshold_is_placed_at_a_measured_load_or_none_is_supported(sides, kind, value, at, below):
+    """The rule of docs/analysis.md "Load sweep": a threshold splits decode batches from a size up, so
+    only a turn from slower to faster (or faster throughout) supports a value, the faster load's tokens."""
+    from dbo_trace.analysis.compare.load_sweep import decode_threshold, turns_of
+
+    tokens = [16 * (i + 1) for i in range(len(sides))]
+    points = _series_points(sides, tokens)
+    turns, _, _ = turns_of(list(points))
+    t = decode_threshold(points, turns, 2)
+    assert (t.kind, t.value, t.at, t.below, t.recorded) == (kind, value, at, below, 2)
