@@ -28,9 +28,11 @@ from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:
     from dbo_trace.render.document import PhaseVerdict, ReportDocument, VerdictBlock
+    from dbo_trace.render.sweep import SweepDocument
 
 MEMBER_ROOT = "dbo-trace"
 REPORT_MEMBER = f"{MEMBER_ROOT}/report.json"
+SWEEP_MEMBER = f"{MEMBER_ROOT}/sweep-summary.json"  # a load sweep's archive holds its summary instead (app/sweep_archive.py)
 
 
 # Reading an archive somebody attached is reading untrusted input: bounded in time and memory
@@ -135,12 +137,12 @@ def _report_member(tar: tarfile.TarFile, path: Path, fix: str, seen: set[str]) -
         if member is None:
             break
         _checked(member, seen, path, fix)
-        if member.name == REPORT_MEMBER:
+        if member.name in (REPORT_MEMBER, SWEEP_MEMBER):
             if not member.isfile():
-                raise UsageError(f"{path}: {REPORT_MEMBER} is not a file{fix}")
+                raise UsageError(f"{path}: {member.name} is not a file{fix}")
             if member.size > MAX_REPORT_BYTES:
                 raise UsageError(
-                    f"{path}: {REPORT_MEMBER} is {member.size / 1e6:.0f} MB, over the "
+                    f"{path}: {member.name} is {member.size / 1e6:.0f} MB, over the "
                     f"{MAX_REPORT_BYTES >> 20} MiB a report may be{fix}"
                 )
             return member
@@ -198,10 +200,21 @@ class _Head(msgspec.Struct):
 
 
 def read_report_document(path: Path) -> ReportDocument:
-    """The document the archive holds, decoded into a ReportDocument with every type checked;
-    UsageError (one line, naming the archive and the place) where it cannot be read."""
+    """The report the archive holds (read_archive_document), where it holds a report, not a sweep's summary."""
     from dbo_trace.errors import UsageError
-    from dbo_trace.render.document import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ReportDocument
+    from dbo_trace.render.document import ReportDocument
+
+    document = read_archive_document(path)
+    if not isinstance(document, ReportDocument):
+        raise UsageError(f"{path}: it holds a load sweep's summary, not one recording's report")
+    return document
+
+
+def read_archive_document(path: Path) -> ReportDocument | SweepDocument:
+    """The document the archive holds, decoded with every type checked: a recording's ReportDocument,
+    or a load sweep's SweepDocument; UsageError (one line, naming the archive and the place) where it
+    cannot be read."""
+    from dbo_trace.errors import UsageError
 
     fix = "; re-create it with dbo-trace archive"
     try:
@@ -217,6 +230,35 @@ def read_report_document(path: Path) -> ReportDocument:
         raise UsageError(f"{path}: {exc}{fix}") from None
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: the archive's report cannot be read ({exc}){fix}") from None
+    if member.name == SWEEP_MEMBER:
+        return _sweep_document(path, data, fix)
+    return _report_document(path, data, fix)
+
+
+def _sweep_document(path: Path, data: bytes, fix: str) -> SweepDocument:
+    """A sweep's summary decoded straight into its types (as a report is, below): its schema and
+    version first, then the document, refused at the first value its types do not allow."""
+    from dbo_trace.errors import UsageError
+    from dbo_trace.render.sweep import SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION, SweepDocument
+
+    where = f"{path}: {SWEEP_MEMBER}"
+    try:
+        head = msgspec.json.decode(data, type=_Head)
+        if head.schema != SWEEP_SCHEMA:
+            raise UsageError(f"{where} is not a dbo-trace sweep summary{fix}")
+        if type(head.schema_version) is not int or head.schema_version != SWEEP_SCHEMA_VERSION:
+            raise UsageError(f"{where} has schema version {_shown(head.schema_version)}, this dbo-trace reads {SWEEP_SCHEMA_VERSION}{fix}")
+        return msgspec.json.decode(data, type=SweepDocument)
+    except msgspec.ValidationError as exc:
+        raise UsageError(f"{where} is damaged: {_validation_problem(exc)}{fix}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise UsageError(f"{where} is not valid JSON ({why}){fix}") from None
+
+
+def _report_document(path: Path, data: bytes, fix: str) -> ReportDocument:
+    from dbo_trace.errors import UsageError
+    from dbo_trace.render.document import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ReportDocument
 
     def not_json(exc: Exception) -> UsageError:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
@@ -386,7 +428,7 @@ def clean_manifest(manifest: dict) -> dict:
     return out
 
 
-def _archive(members: dict[str, bytes]) -> bytes:
+def archive_bytes(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for name, data in members.items():
@@ -418,13 +460,13 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, fo
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)
         members["window.pftrace"] = as_bytes(RENDERERS["perfetto"].render(report, RenderOptions(windows=windows)))
-        data = _archive(members)
+        data = archive_bytes(members)
         if len(data) <= max_bytes:
             trimmed.append("Perfetto window: " + "; ".join(described))
             break
     else:
         del members["window.pftrace"]
-        data = _archive(members)
+        data = archive_bytes(members)
         trimmed.append(f"the Perfetto window was left out: one step alone exceeds the {max_bytes / 1e6:g} MB cap")
         if len(data) > max_bytes:
             raise ValueError(

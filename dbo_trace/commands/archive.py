@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dbo_trace.commands import common
 from dbo_trace.commands.common import fail, refuse_overwrite
 from dbo_trace.errors import inert
+
+if TYPE_CHECKING:
+    from dbo_trace.analysis.model import Report
+    from dbo_trace.app.review_archive import Packed
 
 SUFFIX = ".tar.gz"
 
@@ -34,17 +39,41 @@ class ArchiveRequest:
         return self
 
 
+def _pack_sweep(request: ArchiveRequest, replace: bool) -> Packed:
+    """A load sweep's folder: its summary, sweep.json and each profiled run's bundle (app/sweep_archive.py)."""
+    import json
+
+    from dbo_trace.app.sweep_archive import RunToPack, pack_sweep
+    from dbo_trace.commands.sweep_summary import sweep_document
+    from dbo_trace.sweep_folder import SWEEP_NAME
+
+    reports: dict[tuple[str, str], Report] = {}
+    with common.warnings_after(fold=True):  # the runs' like warnings one line each, as `report OUT` gives them
+        sweep, document = sweep_document(request.source, reports)
+    runs = [
+        RunToPack(r.arm, r.load, r.bundle, reports[(r.arm, r.load)])
+        for r in sweep.runs
+        if r.bundle is not None and (r.arm, r.load) in reports and any(k.steps for k in reports[(r.arm, r.load)].ranks)
+    ]
+    spec = json.loads((request.source / SWEEP_NAME).read_text())  # read_sweep checked it already
+    return pack_sweep(document, spec, runs, request.archive, int(request.max_mb * 1e6), request.steps, force=replace)
+
+
 def run(request: ArchiveRequest) -> None:
     from dbo_trace.analysis.model import Options
     from dbo_trace.app.review_archive import pack
+    from dbo_trace.sweep_folder import is_sweep
 
     out, source = request.archive, request.source
-    result = common.analyzed([source], Options(layers=request.layers))
-    if not any(r.steps for r in result.ranks):
-        fail(f"{source}: no step with GPU activity; nothing to draw or trim")
     try:
         replace = request.force or common.written_by_dbo_trace(out)  # a previous archive of ours: a rerun
-        packed = pack(result, source, out, int(request.max_mb * 1e6), request.steps, force=replace)
+        if is_sweep(source):
+            packed = _pack_sweep(request, replace)
+        else:
+            result = common.analyzed([source], Options(layers=request.layers))
+            if not any(r.steps for r in result.ranks):
+                fail(f"{source}: no step with GPU activity; nothing to draw or trim")
+            packed = pack(result, source, out, int(request.max_mb * 1e6), request.steps, force=replace)
     except FileExistsError:
         fail(f"{out}: appeared while the archive was made; not replaced (use --force to replace it)")
     except ValueError as exc:
@@ -54,7 +83,11 @@ def run(request: ArchiveRequest) -> None:
     width = common.terminal_width()
     # The path whole on its own line (to copy), what it holds wrapped under it.
     lines = [f"wrote {inert(str(packed.archive))} ({packed.size / 1e6:.2f} MB, cap {request.max_mb:g} MB)"]
-    lines += wrap(f"holding {', '.join(packed.members)}", width, "  ", "    ")
+    top = [m for m in packed.members if not m.startswith("runs/")]
+    runs = {m.split("/")[1] for m in packed.members if m.startswith("runs/")}  # a sweep's: one folder a run
+    files = sorted({m.rsplit("/", 1)[1] for m in packed.members if m.startswith("runs/")})
+    held = top + ([f"{len(runs)} runs' bundles under runs/ (at most {', '.join(files)} each)"] if runs else [])
+    lines += wrap(f"holding {', '.join(held)}", width, "  ", "    ")
     for line in packed.trimmed:
         lines += wrap(inert(line), width, "  ", "    ")  # step labels
     click.echo("\n".join(lines))

@@ -315,9 +315,14 @@ def drawn_window(rank: RankReport, window: str) -> tuple[float, float]:
 
 def show_archive(view: ArchiveView) -> None:
     """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
-    from dbo_trace.app.review_archive import read_report_document
+    from dbo_trace.app.review_archive import read_archive_document
     from dbo_trace.render import RENDERERS, RenderOptions
+    from dbo_trace.render.sweep import SWEEP_RENDERERS, SweepDocument
 
     renderer = RENDERERS[view.format]
-    document = read_report_document(view.archive)
+    document = read_archive_document(view.archive)
+    if isinstance(document, SweepDocument):  # a load sweep's archive: its summary, as `report OUT` gives it
+        text = SWEEP_RENDERERS[view.format].render(document, RenderOptions(color=color(view.output)))
+        write_output(text, view.output, view.force)
+        return
     write_output(renderer.render_document(document, RenderOptions(color=color(view.output))), view.output, view.force)  # type: ignore[attr-defined]

@@ -18,6 +18,8 @@ from dbo_trace.errors import UsageError
 
 if TYPE_CHECKING:
     from dbo_trace.analysis.compare.load_sweep import LoadPoint, RunFigures
+    from dbo_trace.analysis.model import Report
+    from dbo_trace.render.sweep import SweepDocument
     from dbo_trace.sweep_folder import Sweep, SweepRun
 
 PICTURES = ("png", "svg")
@@ -62,19 +64,19 @@ def run(view: SweepView) -> None:
         _run(view)
 
 
-def _run(view: SweepView) -> None:
+def sweep_document(folder: Path, reports: dict[tuple[str, str], Report] | None = None) -> tuple[Sweep, SweepDocument]:
+    """The sweep folder read and summarised; each profiled run's report kept in reports where given
+    (`archive` packs them), keyed by (arm, load)."""
     from dbo_trace.analysis.compare.load_sweep import summarise
-    from dbo_trace.render.base import RenderOptions
-    from dbo_trace.render.sweep import SWEEP_RENDERERS, build_sweep_document
-    from dbo_trace.render.pictures.sweep_plot import draw_sweep
+    from dbo_trace.render.sweep import build_sweep_document
     from dbo_trace.sweep_folder import SweepError, read_sweep
 
     try:
-        sweep = read_sweep(view.folder)
+        sweep = read_sweep(folder)
     except SweepError as exc:
         fail(str(exc))
     spec = sweep.spec
-    runs = [figures_of(r) for r in sweep.runs]
+    runs = [figures_of(r, reports) for r in sweep.runs]
     loads = [load_point(sweep, x.name) for x in spec.loads]
     summary = summarise(loads, [a.name for a in spec.arms], runs)
     document = build_sweep_document(
@@ -82,6 +84,15 @@ def _run(view: SweepView) -> None:
         peer_command=None if spec.peer_command is None else list(spec.peer_command),
         repeats=spec.repeats, profile=spec.profile, warnings=list(sweep.warnings),
     )  # fmt: skip
+    return sweep, document
+
+
+def _run(view: SweepView) -> None:
+    from dbo_trace.render.base import RenderOptions
+    from dbo_trace.render.sweep import SWEEP_RENDERERS
+    from dbo_trace.render.pictures.sweep_plot import draw_sweep
+
+    _, document = sweep_document(view.folder)
     drawn: dict[str, bytes] = {}  # each format drawn once: --plot, --html and the output may ask for one twice
 
     def picture(fmt: str) -> bytes:
@@ -120,7 +131,16 @@ def max_num_seqs(run: SweepRun) -> int | None:
     return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
 
 
-def figures_of(run: SweepRun) -> RunFigures:
+def decode_threshold(run: SweepRun) -> int | None:
+    """The --dbo-decode-token-threshold the run's server was started with, as its settings record it."""
+    settings = run.manifest.settings if run.manifest is not None else None
+    dbo = settings.get("dbo") if isinstance(settings, dict) else None
+    value = dbo.get("dbo-decode-token-threshold") if isinstance(dbo, dict) else None
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    return int(text) if text.isdigit() and int(text) < 1 << 31 else None
+
+
+def figures_of(run: SweepRun, reports: dict[tuple[str, str], Report] | None = None) -> RunFigures:
     """One run's figures: its usable repeats, what it ran with (its settings; its trace where profiled
     and the settings do not say), and, where it holds a profiled window, compare's row of it."""
     from dbo_trace.analysis.compare.arms import ALL_STEPS, RanWith, arm_of, declared, has_marked_periods, ran_with
@@ -134,19 +154,22 @@ def figures_of(run: SweepRun) -> RunFigures:
     if m is None:
         return RunFigures(run.arm, run.load, run.status, run.reason, (), None)
     repeats = repeats_of(m.repeats) if run.status == "complete" else ()
+    threshold = decode_threshold(run)
     graphs, mode, dbo = declared(m.settings)
     told = RanWith(graphs, mode, dbo, "settings", False, verified_mps(m.gpu_sharing)) if dbo is not None else None
     if not (run.usable and run.profiled and run.bundle is not None):
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
     who = f"{run.arm} at {run.load}"
     try:
         report = common.analyzed([run.bundle], Options(), arm=who)
     except UsageError as exc:
         warn(f"{who}: its profiled window is not used ({exc})")
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
     if not any(r.steps for r in report.ranks):
         warn(f"{who}: its profiled window has no step with GPU activity; only its timed repeats are used")
-        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told)
+        return RunFigures(run.arm, run.load, run.status, run.reason, repeats, told, decode_threshold=threshold)
+    if reports is not None:
+        reports[(run.arm, run.load)] = report
     with_trace = ran_with(report, m.settings)
     # vLLM's annotations time every profiled run of a sweep (vLLM serve writes them), as compare does
     row = arm_of(run.arm, report, ALL_STEPS, with_trace, has_marked_periods(report))
@@ -155,5 +178,6 @@ def figures_of(run: SweepRun) -> RunFigures:
         (s.context_tokens or 0) + (s.generation_tokens or 0) for s in steady_decode if s.context_tokens or s.generation_tokens
     ]
     return RunFigures(
-        run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None
-    )
+        run.arm, run.load, run.status, run.reason, repeats, with_trace, row, statistics.median(decode) if decode else None,
+        threshold,
+    )  # fmt: skip

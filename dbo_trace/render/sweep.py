@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+from dataclasses import replace
 
 import msgspec
 
@@ -30,7 +31,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.compare import conclusion, ran_with_text
 from dbo_trace.render.format import md_table, ms
 from dbo_trace.render.json_out import json_text
-from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
+from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap
 from dbo_trace.render.safe import Markdown, html_text, markdown_code, markdown_text, terminal_document
 
 SWEEP_SCHEMA, SWEEP_SCHEMA_VERSION = "dbo-trace-sweep-summary", 1
@@ -105,6 +106,10 @@ class PointBlock(Struct):
     # (analysis/compare/load_sweep.py DboPoint.side, the one rule the turn is placed by)
     side: Call | None = None
     side_told_by: str | None = None
+    # the timed repeats' and the profiled change disagree beyond their intervals, and the one to trust
+    # (analysis/compare/load_sweep.py DboPoint.measures_disagree, .trusted: "repeats")
+    measures_disagree: bool = False
+    trusted: str | None = None
 
 
 class TurnBlock(Struct):
@@ -128,6 +133,20 @@ class SeriesBlock(Struct):
     loads_beyond_noise: int
     loads_unpaired: list[str]  # loads where the two arms do not both have TPOT means
     turn_text: str
+    threshold: ThresholdBlock | None = None  # the --dbo-decode-token-threshold the loads support, or why none
+    threshold_text: str | None = None
+
+
+class ThresholdBlock(Struct):
+    """analysis/compare/load_sweep.py Threshold: a value of vLLM's --dbo-decode-token-threshold, or why none."""
+
+    kind: str  # split_from, faster_throughout, slower_throughout, not_beyond_noise, turns_against, several_turns
+    value: int | None  # tokens a decode step, at a measured load (a bound, no closer)
+    at_load: str | None
+    at_tokens: int | None
+    below_load: str | None
+    below_tokens: int | None
+    recorded: int | None  # the DBO arm's own threshold, as its settings record it
 
 
 class UnpairedBlock(Struct):
@@ -210,6 +229,7 @@ def _point_block(p: DboPoint) -> PointBlock:
         df=_r(p.df, 2), call=p.call, profiled=_profiled(p.profiled),
         parts=[PartBlock(x.name, _r(x.off_us, 3), _r(x.on_us, 3)) for x in p.parts],
         side=p.side[0] if p.side else None, side_told_by=p.side[1] if p.side else None,
+        measures_disagree=p.measures_disagree, trusted=p.trusted,
     )  # fmt: skip
 
 
@@ -243,6 +263,55 @@ def turn_text(s: DboSeries) -> str:
         f"{who}: DBO does not turn in the range measured ({span}): {s.side} beyond noise at {s.beyond} of "
         f"{len(s.points)} loads ({', '.join(calls)})"
     )
+
+
+FLAG = "--dbo-decode-token-threshold"
+
+
+def threshold_text(s: DboSeries) -> str | None:
+    """The vLLM setting that puts the turn to work: the value the loads measured support, a bound placed
+    no closer than they are, or why none is."""
+    t = s.threshold
+    if t is None:
+        return None
+    ran = "" if t.recorded is None else f"; this sweep ran {s.on} with {FLAG} {t.recorded}"
+    none = f"next step: no {FLAG} value is supported: "
+    if t.kind == "split_from" and t.at is not None and t.below is not None:
+        (a, at), (b, below) = t.at, t.below
+        return (
+            f"next step: set {FLAG} {at} on {s.on}'s server (vLLM splits a decode batch of at least that many "
+            f"tokens): DBO was slower at {below} tokens a step ({b}) and faster at {at} ({a}); the turn lies between "
+            f"them, unmeasured, so {at} is a bound placed at the faster load and no closer (any value from {below + 1} "
+            f"to {at} fits the loads measured; a load between them would narrow it){ran}"
+        )
+    if t.kind == "faster_throughout" and t.at is not None:
+        a, at = t.at
+        return (
+            f"next step: set {FLAG} {at} on {s.on}'s server: DBO was faster at every load beyond noise, from {at} "
+            f"tokens a step ({a}); nothing measured below {at} supports a lower value{ran}"
+        )
+    if t.kind == "slower_throughout" and t.below is not None:
+        b, below = t.below
+        return (
+            none + f"DBO was slower at every load beyond noise, up to {below} tokens a step ({b}); a threshold above "
+            f"{below} keeps DBO off across the loads measured, and loads past {below} would show whether it pays{ran}"
+        )
+    if t.kind == "turns_against" and t.at is not None and t.below is not None:
+        return (
+            none + f"DBO was faster at {t.below[1]} tokens a step ({t.below[0]}) and slower at {t.at[1]} ({t.at[0]}), "
+            f"and vLLM splits a decode batch from a size up, never only below one{ran}"
+        )
+    if t.kind == "several_turns":
+        return none + f"DBO turns more than once in the loads measured, and one threshold splits from one size up{ran}"
+    return none + f"no load is beyond noise, so nothing places one (more repeats narrow the intervals){ran}"
+
+
+def _threshold_block(s: DboSeries) -> ThresholdBlock | None:
+    t = s.threshold
+    if t is None:
+        return None
+    at, below = t.at or (None, None), t.below or (None, None)
+    return ThresholdBlock(t.kind, t.value, at[0], at[1], below[0], below[1], t.recorded)
 
 
 def _told(by: str) -> str:
@@ -288,6 +357,8 @@ def build_sweep_document(
                 s.beyond,
                 list(s.unpaired),
                 turn_text(s),
+                _threshold_block(s),
+                threshold_text(s),
             )  # fmt: skip
             for s in summary.series
         ],
@@ -413,12 +484,22 @@ def flight_cell(p: PointBlock) -> str:
 
 DBO_COLUMNS = [
     Column("load", right=False, wrap=True),
-    Column("in flight (tokens per microbatch)"),
+    Column("in flight (tokens per microbatch)", keep=6),  # the load's own title above says it too
     Column("TPOT ms off -> on", keep=3),
     Column("DBO's change [t 95%]", right=False),
     Column("call", right=False),
     Column("profiled step period [95%]", right=False, keep=5),
 ]
+PROFILED_COLUMN = len(DBO_COLUMNS) - 1
+
+
+def dbo_columns(s: SeriesBlock) -> list[Column]:
+    """The change table's columns: where a row's call rests on the profiled step periods (its repeats'
+    interval holds 0), that column is never dropped, since without it the row's interval holds 0
+    beside a call that says faster or slower; the requests in flight go first (each load's title has them)."""
+    if not any(p.side_told_by == PROFILED for p in s.points):
+        return DBO_COLUMNS
+    return [*DBO_COLUMNS[:PROFILED_COLUMN], replace(DBO_COLUMNS[PROFILED_COLUMN], keep=NEVER)]
 
 
 def series_title(s: SeriesBlock) -> str:
@@ -440,6 +521,24 @@ def series_rows(s: SeriesBlock) -> list[list[str]]:
         ]  # fmt: skip
         for p in s.points
     ]
+
+
+def disagree_lines(s: SeriesBlock) -> list[str]:
+    """Per load where the two measures of DBO's change disagree beyond their intervals: both, and which
+    to trust and why (docs/analysis.md, "Load sweep")."""
+    out = []
+    for p in s.points:
+        if not p.measures_disagree or p.profiled is None:
+            continue
+        off, on = p.repeats
+        out.append(
+            f"{p.load}: DBO's two measures disagree beyond their intervals: {interval_cell(p)} by the timed repeats' "
+            f"TPOT, {profiled_cell(p)} by the profiled step period. Trust the timed repeats: {off} and {on} "
+            "recordings with the profiler off, whose interval holds the variance between recordings; the profiled "
+            "interval resamples the steps of one window per arm, so it cannot hold that variance, and both "
+            "windows ran under the profiler"
+        )
+    return out
 
 
 def parts_lines(s: SeriesBlock) -> list[str]:
@@ -518,8 +617,10 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
     d = terminal_document(document)  # every string from the sweep made inert
     width = width or terminal_width()
     lines: list[str] = []
-    for s in d.dbo:  # the answer first: where DBO turns, or that it does not in the loads measured
+    for s in d.dbo:  # the answer first: where DBO turns, or that it does not in the loads measured, and what to set
         lines += wrap(s.turn_text, width, "", "  ")
+        if s.threshold_text:
+            lines += wrap(s.threshold_text, width, "", "  ")
     for text in _header(d):
         lines += wrap(text, width, "", "  ")
     for x in d.loads:
@@ -529,11 +630,11 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
             lines += wrap(line, width, "  ", "    ")
     for s in d.dbo:
         lines += (
-            ["", *table(series_title(s), DBO_COLUMNS, series_rows(s), width)]
+            ["", *table(series_title(s), dbo_columns(s), series_rows(s), width)]
             if s.points
             else ["", *wrap(series_title(s), width, "", "  ")]
         )
-        for line in parts_lines(s):
+        for line in disagree_lines(s) + parts_lines(s):
             lines += wrap(line, width, "  ", "    ")
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
@@ -555,7 +656,9 @@ def render_terminal(document: SweepDocument, color: bool = False, width: int | N
 
 def render_markdown(d: SweepDocument, image: str | None = None) -> str:
     out = [f"### {markdown_text(_header(d)[0], line_start=False)}", ""]
-    out += [f"**{markdown_text(s.turn_text, line_start=False)}**" for s in d.dbo] + ([""] if d.dbo else [])
+    for s in d.dbo:
+        out += [f"**{markdown_text(s.turn_text, line_start=False)}**", ""]
+        out += [markdown_text(s.threshold_text), ""] if s.threshold_text else []
     if image is not None:
         out += [f"![DBO's change against requests in flight]({image.replace(' ', '%20').replace(')', '%29')})", ""]
     for x in d.loads:
@@ -572,7 +675,7 @@ def render_markdown(d: SweepDocument, image: str | None = None) -> str:
         if s.points:
             out += md_table([c.header for c in DBO_COLUMNS], [[markdown_code(r[0]), *r[1:]] for r in series_rows(s)])
             out.append("")
-        out += [f"- {markdown_text(line)}" for line in parts_lines(s)] + [""]
+        out += [f"- {markdown_text(line)}" for line in disagree_lines(s) + parts_lines(s)] + [""]
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["Not in the figures:", ""] + [f"- {markdown_text(line)}" for line in extra] + [""]
@@ -603,7 +706,9 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
     out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="dbo-trace">']
     out += ["<title>dbo-trace load sweep</title>"]  # the generator mark: a rerun may replace the page it wrote
     out += [f"<style>{STYLE}</style></head><body>", f"<h1>{html_text(_header(d)[0])}</h1>"]
-    out += [f"<p><strong>{html_text(s.turn_text)}</strong></p>" for s in d.dbo]  # the answer first
+    for s in d.dbo:  # the answer first
+        out.append(f"<p><strong>{html_text(s.turn_text)}</strong></p>")
+        out += [f"<p>{html_text(s.threshold_text)}</p>"] if s.threshold_text else []
     if svg is not None:
         picture = base64.b64encode(svg).decode()
         out.append(f'<p><img alt="DBO\'s change against requests in flight" src="data:image/svg+xml;base64,{picture}"></p>')
@@ -614,7 +719,7 @@ def render_html(d: SweepDocument, svg: bytes | None = None) -> str:
         out.append(f"<h2>{html_text(series_title(s))}</h2>")
         if s.points:
             out += _html_table([c.header for c in DBO_COLUMNS], series_rows(s))
-        out += [f"<p>{html_text(line)}</p>" for line in parts_lines(s)]
+        out += [f"<p>{html_text(line)}</p>" for line in disagree_lines(s) + parts_lines(s)]
     extra = no_dbo_lines(d) + unpaired_lines(d) + run_lines(d)
     if extra:
         out += ["<h2>Not in the figures</h2>", "<ul>", *(f"<li>{html_text(line)}</li>" for line in extra), "</ul>"]

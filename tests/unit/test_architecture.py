@@ -49,12 +49,14 @@ TOP_ALLOWED = {
 
 # The application layer (app/), each module by what it is: the pipeline reads traces into the
 # analysis; the Ray executor runs the pipeline's steps on Ray; the review archive packs a report's
-# renderings (nothing of the recording side).
+# renderings (nothing of the recording side); the sweep archive packs a sweep's summary and its
+# runs' renderings with the review archive's caps and redaction.
 APP_ALLOWED = {
     "__init__": set(),
     "pipeline": LEAVES | {"trace", "analysis"},
     "ray_executor": LEAVES | {"trace", "analysis", "dbo_trace.app.pipeline"},
     "review_archive": LEAVES | {"analysis", "render"},
+    "sweep_archive": LEAVES | {"analysis", "render", "dbo_trace.app.review_archive"},
 }
 
 

@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from dbo_trace.analysis.compare.arms import BEYOND, Arm, Pair, RanWith, dbo_pairs, graphs_text
+from dbo_trace.analysis.compare.arms import BEYOND, TOO_FEW, Arm, Pair, RanWith, dbo_pairs, graphs_text
 from dbo_trace.analysis.afd.effect import Effect
 from dbo_trace.analysis.compare.unprofiled import Repeat, welch_t95
 
@@ -80,6 +80,7 @@ class RunFigures:
     ran_with: RanWith | None  # from its settings, else its profiled trace; None where neither says
     profiled: Arm | None = None  # compare's all-steps row of its profiled window
     decode_step_tokens: float | None = None  # its profiled decode steps' median tokens per step
+    decode_threshold: int | None = None  # the --dbo-decode-token-threshold its settings record
 
 
 @dataclass(frozen=True)
@@ -137,14 +138,34 @@ class DboPoint:
         return None if self.decode_step_tokens is None else self.decode_step_tokens / MICROBATCHES
 
     @property
+    def measures_disagree(self) -> bool:
+        """The two measures of this one change, the timed repeats' TPOT and the profiled step period,
+        disagree beyond their intervals: both 95% intervals known, and they do not meet."""
+        p = self.profiled
+        if self.change_low is None or self.change_high is None or p is None or p.call == TOO_FEW:
+            return False
+        if p.change_low is None or p.change_high is None:
+            return False
+        return self.change_high < p.change_low or p.change_high < self.change_low
+
+    @property
+    def trusted(self) -> Told | None:
+        """Where the two measures disagree, the one to trust: the timed repeats, always. They are
+        separate recordings with the profiler off, and their interval holds the variance between
+        recordings; the step period's bootstrap resamples the steps of one profiled window, so its
+        interval cannot hold that variance, and both windows carry the profiler (docs/analysis.md)."""
+        return REPEATS if self.measures_disagree else None
+
+    @property
     def side(self) -> tuple[Call, Told] | None:
         """The side of no change this load is on beyond noise, and which measurement told it: the timed
         repeats first (the profiler off); where their interval holds 0 (3 repeats give a wide one), the
-        profiled windows' step periods, where compare calls that change beyond noise. None: neither."""
+        profiled windows' step periods, where compare calls that change beyond noise and the two
+        measures do not disagree (then the repeats are trusted). None: neither."""
         if self.call in (SLOWER, FASTER):
             return self.call, REPEATS
         p = self.profiled
-        if p is not None and p.call == BEYOND and p.change is not None and p.change != 0:
+        if p is not None and p.call == BEYOND and p.change is not None and p.change != 0 and not self.measures_disagree:
             return (SLOWER if p.change > 0 else FASTER), PROFILED
         return None
 
@@ -162,6 +183,59 @@ class Turn:
     told_by: tuple[Told, Told] = ("repeats", "repeats")  # which measurement put each of the two beyond noise
 
 
+# What the sweep supports for vLLM's --dbo-decode-token-threshold (a decode-only batch of at least
+# that many tokens is split in two): a value, or which case leaves none.
+ThresholdKind = Literal[
+    "split_from",  # one turn, slower to faster: split from the faster load's tokens a step
+    "faster_throughout",  # faster at every load beyond noise: split from the first of them
+    "slower_throughout",  # slower at every load beyond noise: no value in the range measured
+    "not_beyond_noise",  # no load beyond noise: nothing to place a value by
+    "turns_against",  # faster, then slower: a threshold splits from a size up, never below one
+    "several_turns",  # more than one turn: no one threshold fits
+]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    kind: ThresholdKind
+    value: int | None  # the supported value: the tokens a step of a measured load (a bound, placed no closer)
+    at: tuple[str, int] | None  # the load the value is placed at, and its tokens a step
+    below: tuple[str, int] | None  # the last load slower beneath it (split_from), or the largest slower one
+    recorded: int | None  # the DBO arm's own --dbo-decode-token-threshold, where its settings give it
+
+
+def step_tokens(p: DboPoint) -> int:
+    """A decode step's tokens at this load: the DBO arm's profiled decode steps' median where profiled
+    (what vLLM compares with its threshold), else the requests in flight (one token each)."""
+    return round(p.decode_step_tokens) if p.decode_step_tokens else p.load.in_flight
+
+
+def decode_threshold(points: tuple[DboPoint, ...], turns: tuple[Turn, ...], recorded: int | None) -> Threshold:
+    """The --dbo-decode-token-threshold the loads measured support (docs/analysis.md, "Load sweep"): where
+    DBO turns from slower to faster, the faster load's tokens a step, a bound placed at a measured load
+    and no closer (the turn lies somewhere above the slower load); else why no value is supported."""
+    by_name = {p.load.name: p for p in points}
+    sided = [(p, p.side[0]) for p in points if p.side is not None]
+
+    def named(name: str) -> tuple[str, int]:
+        return name, step_tokens(by_name[name])
+
+    if len(turns) > 1:
+        return Threshold("several_turns", None, None, None, recorded)
+    if turns:
+        t = turns[0]
+        if t.direction != (SLOWER, FASTER):
+            return Threshold("turns_against", None, named(t.after), named(t.before), recorded)
+        at = named(t.after)
+        return Threshold("split_from", at[1], at, named(t.before), recorded)
+    if not sided:
+        return Threshold("not_beyond_noise", None, None, None, recorded)
+    if sided[0][1] == FASTER:
+        first = sided[0][0]
+        return Threshold("faster_throughout", step_tokens(first), named(first.load.name), None, recorded)
+    return Threshold("slower_throughout", None, None, named(sided[-1][0].load.name), recorded)
+
+
 @dataclass(frozen=True)
 class DboSeries:
     """One DBO arm against its partner, load by load (in order of requests in flight)."""
@@ -174,6 +248,7 @@ class DboSeries:
     side: Call | None  # without a turn: SLOWER or FASTER where every load beyond noise is that side; None where none is
     beyond: int  # loads beyond noise
     unpaired: tuple[str, ...] = ()  # loads where one of the two has no TPOT mean
+    threshold: Threshold | None = None  # the --dbo-decode-token-threshold the loads support, or why none
 
 
 @dataclass(frozen=True)
@@ -347,6 +422,8 @@ def summarise(loads: list[LoadPoint], arms: list[str], runs: list[RunFigures]) -
             if point is not None and (point.call is not None or point.profiled is not None):
                 points.append(point)
         turns, side, beyond = turns_of(points)
-        series.append(DboSeries(on, off, graphs, tuple(points), turns, side, beyond, tuple(missing)))
+        recorded = next((r.decode_threshold for r in runs if r.arm == on and r.decode_threshold is not None), None)
+        threshold = decode_threshold(tuple(points), turns, recorded)
+        series.append(DboSeries(on, off, graphs, tuple(points), turns, side, beyond, tuple(missing), threshold))
     undeclared = tuple(a for a in arms if a not in ran_with and any(r.arm == a and r.repeats for r in runs))
     return SweepSummary(tables, tuple(series), tuple(unpaired), tuple(runs), undeclared)
