@@ -264,10 +264,13 @@ def contention_line(rank: RankBlock) -> str | None:
         if parts
         else "no kernel ran both alone and beside the other microbatch, so no slowdown to measure"
     )
-    return (
-        f"rank {rank.rank} overlap cost: {cost}; overlap saved {ms(x.saved_us)} "
-        f"(serial estimate {ms(x.serial_estimate_us)}, GPU busy {ms(x.busy_us)})"
-    )
+    summed = x.kernels_us if isinstance(x.kernels_us, (int, float)) else None  # absent before version 9
+    if x.saved_us is None and summed is not None:
+        saved = f"no overlap saved (kernels' time summed {ms(summed)}, GPU busy {ms(x.busy_us)}: their union, within 1%)"
+    else:
+        of_sum = "" if summed is None else f", kernels' time summed {ms(summed)}"
+        saved = f"overlap saved {ms(x.saved_us)} (serial estimate {ms(x.serial_estimate_us)}, GPU busy {ms(x.busy_us)}{of_sum})"
+    return f"rank {rank.rank} overlap cost: {cost}; {saved}"
 
 
 def top_compute_line(rank: RankBlock, most: int = 3) -> str | None:

@@ -499,9 +499,9 @@ def reason_text(r: Reason) -> str:
 
 
 def _did_not_pay(saved_us: float, serial_us: float) -> str:
-    if saved_us >= 0:
+    if saved_us > 0:
         return f"overlap saved {ms(saved_us)} of a {ms(serial_us)} serial estimate, {pct_text(saved_us / serial_us)}"
-    return f"overlap took {ms(-saved_us)} longer than the {ms(serial_us)} serial estimate"
+    return f"overlap saved nothing of a {ms(serial_us)} serial estimate"  # never negative (contention.py)
 
 
 def _host_bound(q: HostBoundFinding) -> str:
