@@ -58,6 +58,9 @@ def test_unprofiled_table_against_an_independent_computation(tmp_path):
         assert row["profiled_step_ms"] == pytest.approx(step["step_median_us"] / 1000, abs=1e-3)
         # like with like: against the ITL median (a decode step's period), not TPOT (it holds interleaved prefills)
         expected = row["profiled_step_ms"] / row["itl_median_ms"] - 1
+        if row["profiled_periods"] < 5:  # too few steps for an overhead (each sample profiled 5 steps: 4 periods)
+            assert row["profiler_overhead"] is None and row["overhead_too_few"] is True
+            continue
         assert row["profiler_overhead"] == (pytest.approx(expected, abs=1e-3) if expected >= 0 else None)
 
 

@@ -14,7 +14,8 @@ median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
   unprofiled per-step time, minus 1. Like with like: the ITL median (the gap between one request's
   tokens, a decode step's period) where the repeats have it; else the TPOT median, whose mean per
   request holds the prefills that interleave as requests arrive. A profiled period below the
-  unprofiled one is no overhead: the two are not comparable, and no figure is given.
+  unprofiled one is no overhead: the two are not comparable, and no figure is given; nor is one
+  from fewer than OVERHEAD_PERIODS_AT_LEAST profiled periods (too few).
 
 `report` of one recording with repeats states the same overhead (profiler_overhead), and where it is
 OVERHEAD_LARGE or more, that the host time it reports may be the profiler's own.
@@ -34,6 +35,9 @@ NOISE_SE = 2.0  # the same band as compare's step times
 # A profiler that stretches a step by this share is as large as the effects an ablation compares
 # (DBO's gains and losses here are 15-30%): the profiled run's host time is then partly its own.
 OVERHEAD_LARGE = 0.20
+# The overhead is a median of the profiled periods: fewer than this many, and one slow or fast step
+# (a prefill's, a stall's) is the figure; none is given.
+OVERHEAD_PERIODS_AT_LEAST = 5
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Unprofiled:
     overhead_basis: str | None = None  # what the unprofiled step is: ITL or TPOT (the repeats' medians, mean)
     overhead_below: bool = False  # the profiled period fell below the unprofiled one: not comparable
     tpot_prefills: bool = False  # no ITL, and TPOT holds interleaved prefills (or may: the load is unknown): not comparable
+    overhead_too_few: bool = False  # fewer than OVERHEAD_PERIODS_AT_LEAST profiled periods: no overhead
     change: float | None = None  # mean duration against the first arm's, - 1
     change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
     change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
@@ -138,7 +143,9 @@ def unprofiled_of(
     basis, unprofiled_ms = (ITL, itl) if itl else (TPOT, tpot) if tpot else (None, None)
     # TPOT is a decode step's period only where no prefill interleaves (the load says so)
     tpot_prefills = basis == TPOT and prefills_interleave is not False
-    overhead = step_ms / unprofiled_ms - 1.0 if step_ms is not None and unprofiled_ms and not tpot_prefills else None
+    too_few = periods is not None and periods < OVERHEAD_PERIODS_AT_LEAST
+    comparable = step_ms is not None and unprofiled_ms and not tpot_prefills and not too_few
+    overhead = step_ms / unprofiled_ms - 1.0 if comparable and step_ms is not None and unprofiled_ms else None
     tools = "+".join(dict.fromkeys(r.tool for r in usable))
     return Unprofiled(
         label=label,
@@ -154,6 +161,7 @@ def unprofiled_of(
         overhead_basis=basis if step_ms is not None else None,
         overhead_below=overhead is not None and overhead < 0,
         tpot_prefills=tpot_prefills and step_ms is not None,
+        overhead_too_few=too_few and step_ms is not None and unprofiled_ms is not None and not tpot_prefills,
         profiled_phase=phase if step_ms is not None else None,
         profiled_periods=periods if step_ms is not None else None,
     )
