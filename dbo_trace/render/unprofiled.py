@@ -69,7 +69,7 @@ def rows(unprofiled: list[Unprofiled]) -> list[list[str]]:
 
 NOTE = (
     f"Unprofiled: each arm's load timed by its recording's repeats with the profiler off; change: mean duration "
-    f"against the first arm, ± {NOISE_SE:.0f} standard errors of the difference (noise inside it) and Student's "
+    f"against the first arm given at the same load (never across loads), ± {NOISE_SE:.0f} standard errors of the difference (noise inside it) and Student's "
     "t 95% (wider for few repeats); profiler overhead: the profiled step median against the unprofiled ITL "
     f"median (TPOT where the repeats have none), none where it falls below or from fewer than {OVERHEAD_PERIODS_AT_LEAST} "
     "profiled steps (too few)."

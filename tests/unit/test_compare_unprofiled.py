@@ -161,3 +161,24 @@ def test_dbo_pairs_key_arms_by_identity_not_label():
     timed = [replace(unprofiled_of("c64", repeats(t), None), arm=i) for i, t in ((0, 12.66), (1, 11.96))]
     (pair,) = dbo_pairs([arm(0, False, 12640.0), arm(1, True, 11950.0)], timed)
     assert pair.tpot_ms == pytest.approx((12.66, 11.96)) and (pair.off_arm, pair.on_arm) == (0, 1)
+
+
+def test_unprofiled_changes_are_within_a_load_never_across(tmp_path):
+    """issue 61 item 9: with arms of two loads, each arm's unprofiled change is against the first arm
+    given at its own load (graphs-dbo/c32 against graphs/c32), never against the first arm of all
+    (graphs/c16, half the prompts); the changes counted here from the manifests' repeats."""
+    sweep = SAMPLES / "afd-sweep"
+    paths = [sweep / "graphs" / "c16", sweep / "graphs-dbo" / "c16", sweep / "graphs" / "c32", sweep / "graphs-dbo" / "c32"]
+    proc = run_cli("compare", "--json", *map(str, paths))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["label"]: r for r in json.loads(proc.stdout)["unprofiled"]}
+
+    def mean_duration(path):
+        repeats = json.loads((path / "manifest.json").read_text())["repeats"]
+        return float(np.mean([r["duration_s"] for r in repeats]))
+
+    d = {f"{p.parent.name}/{p.name}": mean_duration(p) for p in paths}
+    assert rows["graphs/c16"]["change"] is None and rows["graphs/c32"]["change"] is None  # each load's first
+    assert rows["graphs-dbo/c16"]["change"] == pytest.approx(d["graphs-dbo/c16"] / d["graphs/c16"] - 1, abs=1e-4)
+    assert rows["graphs-dbo/c32"]["change"] == pytest.approx(d["graphs-dbo/c32"] / d["graphs/c32"] - 1, abs=1e-4)
+    assert rows["graphs-dbo/c32"]["baseline"] == "graphs/c32" and rows["graphs-dbo/c16"]["baseline"] == "graphs/c16"

@@ -171,6 +171,13 @@ def load_differs(a: Load | None, b: Load | None) -> bool:
     return False
 
 
+def load_keys(arms: list[Arm]) -> dict[int, int]:
+    """Each arm (Arm.arm) and its load's group, as compare's step table groups them (load_groups,
+    over the all-steps rows): the unprofiled block measures changes within a load, like the table."""
+    first = [a for a in arms if a.phase == arms[0].phase] if arms else []
+    return {a.arm: k for k, group in enumerate(load_groups(first)) for a in group}
+
+
 @dataclass(frozen=True)
 class RanWith:
     """What an arm ran with, as far as its recording's settings (the `vllm serve` command line) say,

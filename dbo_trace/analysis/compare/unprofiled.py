@@ -5,7 +5,8 @@ Per arm, from its manifest's `repeats` (each repeat's duration_s, output_through
 median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
 - duration: mean ± sample standard deviation (ddof 1) over the n repeats;
 - output tokens/s, TPOT median, ITL median: the mean over the repeats of each repeat's figure;
-- change against the first arm: mean duration / first arm's - 1, with an interval of ±2 standard
+- change against the first arm given at the same load (never across loads: another load's duration
+  is another workload's): mean duration / that arm's - 1, with an interval of ±2 standard
   errors of the difference of the means (sqrt(sd_a²/n_a + sd_b²/n_b), as fractions of the first
   arm's mean): "within noise" where the change is inside it; beside it the 95% interval from
   Student's t (Welch's degrees of freedom), which is wider for few repeats (t = 4.30 at 2 df);
@@ -75,6 +76,7 @@ class Unprofiled:
     profiled_phase: str | None = None  # the steps the profiled period is of: "decode", or "all"
     profiled_periods: int | None = None  # how many start-to-start periods it is the median of
     arm: int = 0  # which arm it is of (compare's Arm.arm): what keys it; the label only names it
+    baseline: str | None = None  # the arm its change is against (the first given at its load); None: it is one
 
     @property
     def overhead_large(self) -> bool:
@@ -214,17 +216,20 @@ def welch_t95(v_new: float, n_new: int, v_base: float, n_base: int) -> tuple[flo
     return math.sqrt(v_new + v_base), _t95(df), df
 
 
-def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
-    """Each arm's change in mean duration against the first arm, its interval and noise call (no
-    interval where either arm has a single repeat: its spread is unknown)."""
-    if not rows:
-        return rows
-    base = rows[0]
-    out = [base]
-    for row in rows[1:]:
+def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None) -> list[Unprofiled]:
+    """Each arm's change in mean duration against the first arm of its load, its interval and noise
+    call (no interval where either arm has a single repeat: its spread is unknown). load_of: each
+    arm's (Unprofiled.arm) load, as a key that arms of one load share; None or absent: one load."""
+    firsts: dict[int, Unprofiled] = {}
+    out = []
+    for row in rows:
+        base = firsts.setdefault((load_of or {}).get(row.arm, -1), row)
+        if base is row:
+            out.append(row)
+            continue
         change = row.duration_mean_s / base.duration_mean_s - 1.0
         if row.repeats < 2 or base.repeats < 2:
-            out.append(replace(row, change=change))
+            out.append(replace(row, change=change, baseline=base.label))
             continue
         va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
         se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
@@ -232,6 +237,7 @@ def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
             replace(
                 row,
                 change=change,
+                baseline=base.label,
                 change_interval=NOISE_SE * se / base.duration_mean_s,
                 change_interval_t95=t95 * se / base.duration_mean_s,
                 within_noise=abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se,
