@@ -77,6 +77,7 @@ class Unprofiled:
     profiled_periods: int | None = None  # how many start-to-start periods it is the median of
     arm: int = 0  # which arm it is of (compare's Arm.arm): what keys it; the label only names it
     baseline: str | None = None  # the arm its change is against (the first given at its load); None: it is one
+    prefills_interleave: bool | None = None  # the load admits prompts beyond its concurrency (None: not said)
 
     @property
     def overhead_large(self) -> bool:
@@ -166,10 +167,28 @@ def unprofiled_of(
         overhead_too_few=too_few and step_ms is not None and unprofiled_ms is not None and not tpot_prefills,
         profiled_phase=phase if step_ms is not None else None,
         profiled_periods=periods if step_ms is not None else None,
+        prefills_interleave=prefills_interleave,
     )
 
 
 ITL, TPOT = "ITL", "TPOT"  # the unprofiled step the overhead is against
+TPOT_PREFILLS = "TPOT with prefills"  # TPOT where prefills interleave and no ITL stands in: labelled so
+
+
+def decode_step_ms(off: Unprofiled, on: Unprofiled) -> tuple[tuple[float, float], str] | None:
+    """A pair's unprofiled decode step (off, on) and its basis: TPOT where no prefill interleaves; where
+    the load admits prompts beyond its concurrency (requests arriving in waves) TPOT holds their
+    prefills, so ITL (a decode step's period) where both arms have it, else TPOT labelled as holding
+    them. None where either arm has neither."""
+    if off.prefills_interleave or on.prefills_interleave:
+        if off.itl_median_ms and on.itl_median_ms:
+            return (off.itl_median_ms, on.itl_median_ms), ITL
+        basis = TPOT_PREFILLS
+    else:
+        basis = TPOT
+    if off.tpot_median_ms and on.tpot_median_ms:
+        return (off.tpot_median_ms, on.tpot_median_ms), basis
+    return None
 
 
 class PhasedStep(PeriodStep, Protocol):
