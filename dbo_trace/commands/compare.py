@@ -72,7 +72,8 @@ def run(request: CompareRequest | SweepView) -> None:
         from dbo_trace.commands import sweep_summary
 
         return sweep_summary.run(request)
-    with common.warnings_after():  # the arms' warnings under the table, not a screenful above it
+    # the arms' warnings under the table, not a screenful above it; one per cause, naming its arms
+    with common.warnings_after(fold=True, runs=request.names):
         _compare(request)
 
 
