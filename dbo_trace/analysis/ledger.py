@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dbo_trace import bundle as fmt
-from dbo_trace.analysis.intervals import grouped_length, index_groups, step_thread_cover
+from dbo_trace.analysis.intervals import grouped_length, index_groups, intersection, step_thread_cover, union
 from dbo_trace.analysis.steps.sources import index_in, log_to_trace_us
 
 
@@ -66,6 +66,11 @@ class YieldOps:
     wall_share: float | None = None  # median per step of that time / the step's window: at most 1
     thread_per_step_us: float | None = None  # median over (step, thread) of the thread's time in it
     thread_share: float | None = None  # median over (step, thread) of that time / the step's window
+    # Its own cost and the wait apart (medians per step): every thread that called it in the step in
+    # it at once is the op's own work (with DBO off, one thread: all of it); one thread in it while
+    # another runs outside it waits for that microbatch's turn, the other microbatch's work.
+    own_per_step_us: float | None = None
+    wait_per_step_us: float | None = None
 
 
 @dataclass(frozen=True)
@@ -423,6 +428,7 @@ def _yield_ops(
     per_step_us = np.bincount(step[counted], weights=dur[counted], minlength=n_steps)
     had = per_step > 0
     wall, pair_step, cover = step_thread_cover(step, lane, start, end, step_start_us, step_end_us)
+    own = _all_threads_in(step, lane, start, end, step_start_us, step_end_us)
     window = step_end_us - step_start_us
     ops = YieldOps(
         name=YIELD_OP,
@@ -435,8 +441,29 @@ def _yield_ops(
         wall_share=_med((wall / np.where(window > 0, window, np.inf))[had]),
         thread_per_step_us=_med(cover),
         thread_share=_med(cover / np.where(window > 0, window, np.inf)[pair_step]),
+        own_per_step_us=_med(own[had]),
+        wait_per_step_us=_med((wall - own)[had]),
     )
     return ops, per_step
+
+
+def _all_threads_in(
+    step: np.ndarray, lane: np.ndarray, start: np.ndarray, end: np.ndarray, step_lo: np.ndarray, step_hi: np.ndarray
+) -> np.ndarray:
+    """Per step ((n_steps,)): the time every thread that made a call in the step was in one at once,
+    calls clipped to the step's window (one thread: its time in them)."""
+    own = np.zeros(len(step_lo))
+    for k, sel in index_groups(step, among=np.flatnonzero(step >= 0)).items():
+        s, e = np.maximum(start[sel], step_lo[k]), np.minimum(end[sel], step_hi[k])
+        ln = lane[sel]
+        common: tuple[np.ndarray, np.ndarray] | None = None
+        for t in np.unique(ln):
+            mine = (s[ln == t], e[ln == t])
+            common = mine if common is None else intersection(common, mine)
+        if common is not None:
+            cs, ce = common if len(np.unique(ln)) > 1 else union(*common)
+            own[k] = float(np.maximum(ce - cs, 0.0).sum())
+    return own
 
 
 def _layer_rows(layer: np.ndarray, latency_us: np.ndarray, step: np.ndarray) -> list[LayerHandovers]:

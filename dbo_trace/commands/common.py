@@ -234,32 +234,39 @@ def warn(message: str) -> None:
 
 
 @contextlib.contextmanager
-def warnings_after(fold: bool = False) -> Iterator[None]:
+def warnings_after(fold: bool = False, runs: list[str] | None = None) -> Iterator[None]:
     """The warnings raised inside, written on leaving: after the output, so that a table on a
     terminal is not pushed off the screen by a screenful of them (compare's arms: nine lines).
     fold: warnings that say the same of several runs (`RUN: text`) are one line naming them all
-    (a sweep's six runs of one GPU pair gave six MPS lines)."""
+    (a sweep's six runs of one GPU pair gave six MPS lines; compare's four AFD arms, eight), only
+    the names in runs where given. Each is wrapped to the terminal's width, its later lines indented."""
+    from dbo_trace.render.layout import wrap
+
     _deferred.append([])
     try:
         yield
     finally:
         lines = _deferred.pop()
-        for line in folded(lines) if fold else lines:
-            click.echo(line, err=True)
+        width = terminal_width()
+        for line in folded(lines, runs) if fold else lines:
+            for part in wrap(line, width, "", "  "):
+                click.echo(part, err=True)
 
 
-def folded(lines: list[str]) -> list[str]:
-    """`PREFIX RUN: text` lines grouped by their text, in first-seen order: `PREFIX RUN, RUN: text`."""
+def folded(lines: list[str], runs: list[str] | None = None) -> list[str]:
+    """`PREFIX RUN: text` lines grouped by their text, in first-seen order: `PREFIX RUN, RUN: text`.
+    runs: the names a RUN may be (else any text before the first ": "); other lines stay as they are."""
     prefix = "dbo-trace: warning: "
     groups: dict[str, list[str]] = {}
     for line in lines:
         body = line[len(prefix) :] if line.startswith(prefix) else line
         run, sep, text = body.partition(": ")
-        key = text if sep and line.startswith(prefix) else line
-        groups.setdefault(key, []).append(run if sep and line.startswith(prefix) else "")
+        is_run = bool(sep) and line.startswith(prefix) and (runs is None or run in runs)
+        key = text if is_run else line
+        groups.setdefault(key, []).append(run if is_run else "")
     out = []
-    for key, runs in groups.items():
-        named = [r for r in runs if r]
+    for key, names in groups.items():
+        named = [r for r in names if r]
         out.append(f"{prefix}{', '.join(dict.fromkeys(named))}: {key}" if named else key)
     return out
 

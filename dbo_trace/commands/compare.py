@@ -73,12 +73,13 @@ def run(request: CompareRequest | SweepView) -> None:
         from dbo_trace.commands import sweep_summary
 
         return sweep_summary.run(request)
-    with common.warnings_after():  # the arms' warnings under the table, not a screenful above it
+    # the arms' warnings under the table, not a screenful above it; one per cause, naming its arms
+    with common.warnings_after(fold=True, runs=request.names):
         _compare(request)
 
 
 def _compare(request: CompareRequest) -> None:
-    from dbo_trace.analysis.compare.arms import arms_of, dbo_pairs, declared, has_marked_periods, ran_with, shape_differences, shared_phases
+    from dbo_trace.analysis.compare.arms import arms_of, dbo_pairs, declared, has_marked_periods, load_keys, ran_with, shape_differences, shared_phases
     from dbo_trace.analysis.compare.arms import compare as compare_arms
     from dbo_trace.analysis.model import Options
     from dbo_trace.bundle import served_settings
@@ -119,7 +120,7 @@ def _compare(request: CompareRequest) -> None:
             for a in arms_of(name, rep, phases, ran_with(rep, s, m.load if m is not None else None), marked)
         ]
     )
-    unprofiled = unprofiled_arms(names, reports)
+    unprofiled = unprofiled_arms(names, reports, load_keys(compared))
     pairs = dbo_pairs(compared, unprofiled)
     write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
 
@@ -155,12 +156,13 @@ def declared_manifest(path: Path) -> Manifest | None:
         return None  # the analysis above read it already; a manifest it can use is all that counts here
 
 
-def unprofiled_arms(names: list[str], reports: list) -> list:
+def unprofiled_arms(names: list[str], reports: list, load_of: dict[int, int] | None = None) -> list:
     """The arms whose recording holds timed repeats (record --repeats), each with its profiled step
     period as its own report measured the profiler's overhead (analysis/compare/unprofiled.py), and the
-    change against the first of them."""
+    change against the first of them at its load (load_of: arms.load_keys)."""
     from dbo_trace.analysis.compare.unprofiled import against_first
 
     return against_first(
-        [replace(rep.unprofiled, label=name, arm=i) for i, (name, rep) in enumerate(zip(names, reports)) if rep.unprofiled is not None]
+        [replace(rep.unprofiled, label=name, arm=i) for i, (name, rep) in enumerate(zip(names, reports)) if rep.unprofiled is not None],
+        load_of,
     )

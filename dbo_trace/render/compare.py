@@ -269,7 +269,8 @@ def _pair_rows(pairs: list[Pair]) -> list[list[str]]:
                 p.graphs,
                 "-" if medians is None else f"{medians[0] / scale:.2f} -> {medians[1] / scale:.2f}{unit}",
                 _pair_change_cell(p),
-                "-" if p.tpot_ms is None else f"{p.tpot_ms[0]:.2f} -> {p.tpot_ms[1]:.2f} ms ({100 * (p.tpot_change or 0.0):+.1f}%)",
+                "-" if p.tpot_ms is None else f"{p.tpot_ms[0]:.2f} -> {p.tpot_ms[1]:.2f} ms ({100 * (p.tpot_change or 0.0):+.1f}%)"
+                + ("" if p.tpot_basis in (None, "TPOT") else f" by {p.tpot_basis}"),
                 "-" if p.round_trip_us is None else f"{ms(p.round_trip_us[0])} -> {ms(p.round_trip_us[1])}",
                 _outcome_cell(p),
             ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from dbo_trace.analysis.compare.unprofiled import NOISE_SE, Unprofiled
+from dbo_trace.analysis.compare.unprofiled import NOISE_SE, OVERHEAD_PERIODS_AT_LEAST, Unprofiled
 from dbo_trace.render.format import md_table
 from dbo_trace.render.layout import Column
 from dbo_trace.render.safe import markdown_code
@@ -44,6 +44,12 @@ def _change(u: Unprofiled) -> str:
     )
 
 
+def _overhead(u: Unprofiled) -> str:
+    if u.profiler_overhead is not None:
+        return f"{100 * u.profiler_overhead:+.0f}%"
+    return "too few steps" if u.overhead_too_few else "-"
+
+
 def rows(unprofiled: list[Unprofiled]) -> list[list[str]]:
     return [
         [
@@ -54,7 +60,7 @@ def rows(unprofiled: list[Unprofiled]) -> list[list[str]]:
             _opt(u.tpot_median_ms, ".2f", " ms"),
             _opt(u.itl_median_ms, ".2f", " ms"),
             _opt(u.profiled_step_ms, ".2f", " ms"),
-            "-" if u.profiler_overhead is None else f"{100 * u.profiler_overhead:+.0f}%",
+            _overhead(u),
             u.tool,
         ]
         for u in unprofiled
@@ -63,9 +69,10 @@ def rows(unprofiled: list[Unprofiled]) -> list[list[str]]:
 
 NOTE = (
     f"Unprofiled: each arm's load timed by its recording's repeats with the profiler off; change: mean duration "
-    f"against the first arm, ± {NOISE_SE:.0f} standard errors of the difference (noise inside it) and Student's "
+    f"against the first arm given at the same load (never across loads), ± {NOISE_SE:.0f} standard errors of the difference (noise inside it) and Student's "
     "t 95% (wider for few repeats); profiler overhead: the profiled step median against the unprofiled ITL "
-    "median (TPOT where the repeats have none), none where it falls below."
+    f"median (TPOT where the repeats have none), none where it falls below or from fewer than {OVERHEAD_PERIODS_AT_LEAST} "
+    "profiled steps (too few)."
 )
 
 

@@ -58,6 +58,9 @@ def test_unprofiled_table_against_an_independent_computation(tmp_path):
         assert row["profiled_step_ms"] == pytest.approx(step["step_median_us"] / 1000, abs=1e-3)
         # like with like: against the ITL median (a decode step's period), not TPOT (it holds interleaved prefills)
         expected = row["profiled_step_ms"] / row["itl_median_ms"] - 1
+        if row["profiled_periods"] < 5:  # too few steps for an overhead (each sample profiled 5 steps: 4 periods)
+            assert row["profiler_overhead"] is None and row["overhead_too_few"] is True
+            continue
         assert row["profiler_overhead"] == (pytest.approx(expected, abs=1e-3) if expected >= 0 else None)
 
 
@@ -127,7 +130,9 @@ def test_two_arms_with_the_same_folder_name_keep_their_own_figures():
     assert unprofiled == pytest.approx({"graphs/c64": tpot[off], "graphs-dbo/c64": tpot[on]}, abs=1e-3)
     (pair,) = [p for p in out["pairs"] if p["phase"] == "all"]
     assert (pair["off"], pair["on"]) == ("graphs/c64", "graphs-dbo/c64")
-    assert pair["tpot_ms"] == pytest.approx([tpot[off], tpot[on]], abs=1e-3)
+    # the pair's unprofiled step is ITL here (128 prompts at 64 in flight: TPOT holds prefills; item 8)
+    itl = {a: np.mean([r["median_itl_ms"] for r in rs]) for a, rs in repeats.items()}
+    assert pair["tpot_basis"] == "ITL" and pair["tpot_ms"] == pytest.approx([itl[off], itl[on]], abs=1e-3)
     # The round-trip table (the Markdown's has every column): each arm's row its own TPOT.
     text = run_cli("compare", "--markdown", str(off), str(on)).stdout
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if "ms : " in line}  # an AFD row: compute : exposed
@@ -158,3 +163,57 @@ def test_dbo_pairs_key_arms_by_identity_not_label():
     timed = [replace(unprofiled_of("c64", repeats(t), None), arm=i) for i, t in ((0, 12.66), (1, 11.96))]
     (pair,) = dbo_pairs([arm(0, False, 12640.0), arm(1, True, 11950.0)], timed)
     assert pair.tpot_ms == pytest.approx((12.66, 11.96)) and (pair.off_arm, pair.on_arm) == (0, 1)
+
+
+def test_unprofiled_changes_are_within_a_load_never_across(tmp_path):
+    """issue 61 item 9: with arms of two loads, each arm's unprofiled change is against the first arm
+    given at its own load (graphs-dbo/c32 against graphs/c32), never against the first arm of all
+    (graphs/c16, half the prompts); the changes counted here from the manifests' repeats."""
+    sweep = SAMPLES / "afd-sweep"
+    paths = [sweep / "graphs" / "c16", sweep / "graphs-dbo" / "c16", sweep / "graphs" / "c32", sweep / "graphs-dbo" / "c32"]
+    proc = run_cli("compare", "--json", *map(str, paths))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["label"]: r for r in json.loads(proc.stdout)["unprofiled"]}
+
+    def mean_duration(path):
+        repeats = json.loads((path / "manifest.json").read_text())["repeats"]
+        return float(np.mean([r["duration_s"] for r in repeats]))
+
+    d = {f"{p.parent.name}/{p.name}": mean_duration(p) for p in paths}
+    assert rows["graphs/c16"]["change"] is None and rows["graphs/c32"]["change"] is None  # each load's first
+    assert rows["graphs-dbo/c16"]["change"] == pytest.approx(d["graphs-dbo/c16"] / d["graphs/c16"] - 1, abs=1e-4)
+    assert rows["graphs-dbo/c32"]["change"] == pytest.approx(d["graphs-dbo/c32"] / d["graphs/c32"] - 1, abs=1e-4)
+    assert rows["graphs-dbo/c32"]["baseline"] == "graphs/c32" and rows["graphs-dbo/c16"]["baseline"] == "graphs/c16"
+
+
+def test_a_pairs_unprofiled_change_is_by_itl_where_prefills_interleave(tmp_path):
+    """issue 61 item 8: at 64 in flight with 128 prompts (requests arriving in waves) each repeat's TPOT
+    holds the prefills of the second wave; the pair's unprofiled change is then by ITL (a decode step's
+    period), and says so. Where the load admits no prompt beyond its concurrency, TPOT stands."""
+    sweep = SAMPLES / "afd-sweep"
+    off, on = sweep / "graphs" / "c64", sweep / "graphs-dbo" / "c64"
+
+    def mean_of(path, key):
+        manifest = json.loads((path / "manifest.json").read_text())
+        assert manifest["load"]["num_prompts"] > manifest["load"]["concurrency"] or key == "median_tpot_ms"
+        return float(np.mean([r[key] for r in manifest["repeats"]]))
+
+    (pair,) = json.loads(run_cli("compare", "--json", str(off), str(on)).stdout)["pairs"]
+    itl = (mean_of(off, "median_itl_ms"), mean_of(on, "median_itl_ms"))
+    assert pair["tpot_basis"] == "ITL"
+    assert pair["tpot_ms"] == pytest.approx(list(itl), abs=1e-3)
+    assert pair["tpot_change"] == pytest.approx(itl[1] / itl[0] - 1, abs=1e-4)
+    text = run_cli("compare", "--markdown", str(off), str(on)).stdout  # every column
+    assert f"{itl[0]:.2f} -> {itl[1]:.2f} ms ({100 * (itl[1] / itl[0] - 1):+.1f}%) by ITL" in text
+    # the same arms declared with no prompt beyond the concurrency: one wave, TPOT is a decode step's
+    copies = []
+    for path in (off, on):
+        copy = tmp_path / path.parent.name / path.name
+        shutil.copytree(path, copy)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest["load"]["num_prompts"] = manifest["load"]["concurrency"]
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        copies.append(copy)
+    (pair,) = json.loads(run_cli("compare", "--json", *map(str, copies)).stdout)["pairs"]
+    tpot = (mean_of(off, "median_tpot_ms"), mean_of(on, "median_tpot_ms"))
+    assert pair["tpot_basis"] == "TPOT" and pair["tpot_ms"] == pytest.approx(list(tpot), abs=1e-3)

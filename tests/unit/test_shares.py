@@ -104,3 +104,76 @@ def test_the_ledgers_yield_op_line_says_whose_time_it_is(truth):
     text = run_cli("report", str(BUNDLE)).stdout
     line = " ".join(text.split())
     assert f"in it {y['wall_per_step_us'] / 1000:.2f} ms per step ({round(100 * y['wall_share'])}% of the step" in line
+
+
+def _both_in(mine):
+    """The time both threads were in a call at once (each thread's calls merged, then intersected)."""
+    a, b = (_merge([(s, e) for s, e, t in mine if t == tid]) for tid in sorted({t for _, _, t in mine}))
+    return _overlap(a, b)
+
+
+def test_the_yield_op_splits_its_own_cost_from_the_wait_for_the_other_microbatch(truth):
+    """issue 61 item 7: the op's time with both microbatch threads in it is its own cost (DBO's); with one
+    in it while the other runs outside it, it waits for that microbatch's turn (the other's work), and
+    the ledger of DBO's costs lists only the own cost."""
+    steps, yields = truth
+    own, wait = [], []
+    for lo, hi in steps:
+        mine = [(max(s, lo), min(e, hi), t) for s, e, t in yields if lo <= s <= hi]
+        own.append(_both_in(mine))
+        wait.append(sum(e - s for s, e in _merge([(s, e) for s, e, _ in mine])) - own[-1])
+    doc = json.loads(run_cli("report", "--json", str(BUNDLE)).stdout)
+    y = doc["ranks"][0]["dbo_ledger"]["yield_op"]
+    assert y["own_per_step_us"] == pytest.approx(statistics.median(own), abs=0.01)
+    assert y["wait_per_step_us"] == pytest.approx(statistics.median(wait), abs=0.01)
+    pays = doc["verdict"]["pays"]
+    assert pays["yield_op_per_step_us"] == pytest.approx(statistics.median(own), abs=0.01)
+    assert pays["yield_wait_per_step_us"] == pytest.approx(statistics.median(wait), abs=0.01)
+    text = " ".join(pays["text"].split())
+    assert f"the yield op's own cost (both microbatch threads in it, hand-overs included) {statistics.median(own) / 1000:.2f} ms" in text
+    assert f"{statistics.median(wait) / 1000:.2f} ms waiting for the other microbatch's turn" in text
+    assert "its cost and the other microbatch's turns" not in text
+
+
+def test_the_yield_ops_own_cost_per_call_is_about_its_cost_with_dbo_off():
+    """The split's meaning on the H200 recordings: with DBO off (afd-eager) every call is the op's own cost
+    (a failed import retried on every call); with DBO on (afd-eager-dbo) the own cost per call is that
+    and a hand-over, where the whole call is three times it."""
+    from conftest import SAMPLES
+
+    from dbo_trace.analysis.model import Options
+    from dbo_trace.app.pipeline import analyze_paths
+
+    off = analyze_paths([SAMPLES / "afd-eager"], Options()).ranks[0].yield_ops  # no ledger with DBO off
+    on = json.loads(run_cli("report", "--json", str(SAMPLES / "afd-eager-dbo")).stdout)["ranks"][0]["dbo_ledger"]
+    off_call = off.own_per_step_us / off.per_step
+    assert off.wait_per_step_us == 0
+    on_call = on["yield_op"]["own_per_step_us"] / on["yield_op"]["per_step"]
+    handover_call = on["handover_per_step_us"] / on["yield_op"]["per_step"]
+    assert on_call == pytest.approx(off_call + handover_call, rel=0.1)
+    assert on["yield_op"]["median_us"] > 3 * on_call
+
+
+def test_profiler_overhead_takes_five_profiled_steps(tmp_path):
+    """issue 61 item 7: "the profiler stretched each step by 20%" was measured on one decode step. The
+    first three steps of afd-eager-dbo, given that recording's own timed repeats: 2 profiled periods,
+    too few for an overhead; the report says so and gives no figure (nor the reason it would feed)."""
+    import shutil
+
+    from conftest import SAMPLES
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(BUNDLE, bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["repeats"] = json.loads((SAMPLES / "afd-eager-dbo" / "manifest.json").read_text())["repeats"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    doc = json.loads(run_cli("report", "--json", str(bundle)).stdout)
+    p = doc["profiler"]
+    assert p["periods"] < 5 and p["profiled_period_us"] is not None
+    assert p["overhead"] is None and p["too_few"] is True
+    assert all(r["kind"] != "profiler_overhead" for r in doc["verdict"]["reasons"])
+    text = " ".join(run_cli("report", str(bundle)).stdout.split())
+    assert "profiler overhead not measured: too few profiled steps" in text
+    assert "stretched each step" not in text
+    full = json.loads(run_cli("report", "--json", str(SAMPLES / "afd-eager-dbo")).stdout)["profiler"]
+    assert full["periods"] >= 5 and full["overhead"] is not None and full["too_few"] is False  # the whole recording has them

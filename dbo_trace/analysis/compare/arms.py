@@ -34,7 +34,7 @@ from dbo_trace.analysis.afd.roles import FFN
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.steps.sources import PHASES, SOURCE_VLLM
 from dbo_trace.analysis.host.summaries import spread
-from dbo_trace.analysis.compare.unprofiled import Unprofiled
+from dbo_trace.analysis.compare.unprofiled import Unprofiled, decode_step_ms
 from dbo_trace.analysis.verdict.decision import Label
 
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
@@ -169,6 +169,13 @@ def load_differs(a: Load | None, b: Load | None) -> bool:
         low = min(a.decode_requests, b.decode_requests)
         return abs(a.decode_requests - b.decode_requests) > LOADS_DIFFER * max(low, 1.0)
     return False
+
+
+def load_keys(arms: list[Arm]) -> dict[int, int]:
+    """Each arm (Arm.arm) and its load's group, as compare's step table groups them (load_groups,
+    over the all-steps rows): the unprofiled block measures changes within a load, like the table."""
+    first = [a for a in arms if a.phase == arms[0].phase] if arms else []
+    return {a.arm: k for k, group in enumerate(load_groups(first)) for a in group}
 
 
 @dataclass(frozen=True)
@@ -587,8 +594,9 @@ class Pair:
     compared_medians_us: tuple[float, float] | None = None  # (off, on); per token where per_token
     per_token: bool = False  # the same load's steps differ in shape (tokens a step by > SIZES_DIFFER)
     slower_pairs: float | None = None  # share of (off, on) step pairs in which DBO was slower
-    tpot_ms: tuple[float, float] | None = None  # unprofiled TPOT medians (off, on), from the repeats
+    tpot_ms: tuple[float, float] | None = None  # unprofiled decode step medians (off, on), from the repeats
     tpot_change: float | None = None
+    tpot_basis: str | None = None  # what tpot_ms is: TPOT, ITL (prefills interleave), or TPOT with prefills
     round_trip_us: tuple[float, float] | None = None  # median round trips (off, on), disaggregated arms
     round_trip_change: float | None = None
     load: Load | None = None  # the DBO arm's
@@ -611,7 +619,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
     and cudagraph mode, the first such arm in the order given; an arm without one is listed with no
     partner and why; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
     set); unprofiled: the arms' repeats."""
-    tpot = {u.arm: u.tpot_median_ms for u in unprofiled if u.tpot_median_ms}  # by identity: two arms may share a label
+    timed = {u.arm: u for u in unprofiled}  # by identity: two arms may share a label
     out = []
     for phase in dict.fromkeys(a.phase for a in arms):
         rows = [a for a in arms if a.phase == phase and a.ran_with is not None]
@@ -633,7 +641,8 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                 continue
             off = fits[0]
             vs = _against(on, off)
-            t = (tpot[off.arm], tpot[on.arm]) if off.arm in tpot and on.arm in tpot else None
+            both = decode_step_ms(timed[off.arm], timed[on.arm]) if off.arm in timed and on.arm in timed else None
+            t, basis = both if both is not None else (None, None)
             rt = (off.round_trip.median_us, on.round_trip.median_us) if off.round_trip and off.round_trip.median_us and on.round_trip else None
             off_load = off.ran_with.load if off.ran_with is not None else None
             known = w.load is not None and w.load.known and off_load is not None and off_load.known
@@ -642,7 +651,7 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                     phase, on.label, off.label, graphs, tuple(a.label for a in fits[1:]),
                     change=vs.change, change_low=vs.change_low, change_high=vs.change_high, call=vs.call,
                     compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
-                    slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None,
+                    slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None, tpot_basis=basis,
                     round_trip_us=rt, round_trip_change=vs.round_trip.change if rt and vs.round_trip else None,  # _against's, against off
                     load=w.load, load_known=known, effect=_effect(off, on, vs), on_arm=on.arm, off_arm=off.arm,
                 )

@@ -5,7 +5,8 @@ Per arm, from its manifest's `repeats` (each repeat's duration_s, output_through
 median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
 - duration: mean ± sample standard deviation (ddof 1) over the n repeats;
 - output tokens/s, TPOT median, ITL median: the mean over the repeats of each repeat's figure;
-- change against the first arm: mean duration / first arm's - 1, with an interval of ±2 standard
+- change against the first arm given at the same load (never across loads: another load's duration
+  is another workload's): mean duration / that arm's - 1, with an interval of ±2 standard
   errors of the difference of the means (sqrt(sd_a²/n_a + sd_b²/n_b), as fractions of the first
   arm's mean): "within noise" where the change is inside it; beside it the 95% interval from
   Student's t (Welch's degrees of freedom), which is wider for few repeats (t = 4.30 at 2 df);
@@ -14,7 +15,8 @@ median_tpot_ms, median_itl_ms; a repeat that completed no request is left out):
   unprofiled per-step time, minus 1. Like with like: the ITL median (the gap between one request's
   tokens, a decode step's period) where the repeats have it; else the TPOT median, whose mean per
   request holds the prefills that interleave as requests arrive. A profiled period below the
-  unprofiled one is no overhead: the two are not comparable, and no figure is given.
+  unprofiled one is no overhead: the two are not comparable, and no figure is given; nor is one
+  from fewer than OVERHEAD_PERIODS_AT_LEAST profiled periods (too few).
 
 `report` of one recording with repeats states the same overhead (profiler_overhead), and where it is
 OVERHEAD_LARGE or more, that the host time it reports may be the profiler's own.
@@ -34,6 +36,9 @@ NOISE_SE = 2.0  # the same band as compare's step times
 # A profiler that stretches a step by this share is as large as the effects an ablation compares
 # (DBO's gains and losses here are 15-30%): the profiled run's host time is then partly its own.
 OVERHEAD_LARGE = 0.20
+# The overhead is a median of the profiled periods: fewer than this many, and one slow or fast step
+# (a prefill's, a stall's) is the figure; none is given.
+OVERHEAD_PERIODS_AT_LEAST = 5
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Unprofiled:
     overhead_basis: str | None = None  # what the unprofiled step is: ITL or TPOT (the repeats' medians, mean)
     overhead_below: bool = False  # the profiled period fell below the unprofiled one: not comparable
     tpot_prefills: bool = False  # no ITL, and TPOT holds interleaved prefills (or may: the load is unknown): not comparable
+    overhead_too_few: bool = False  # fewer than OVERHEAD_PERIODS_AT_LEAST profiled periods: no overhead
     change: float | None = None  # mean duration against the first arm's, - 1
     change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
     change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
@@ -70,6 +76,8 @@ class Unprofiled:
     profiled_phase: str | None = None  # the steps the profiled period is of: "decode", or "all"
     profiled_periods: int | None = None  # how many start-to-start periods it is the median of
     arm: int = 0  # which arm it is of (compare's Arm.arm): what keys it; the label only names it
+    baseline: str | None = None  # the arm its change is against (the first given at its load); None: it is one
+    prefills_interleave: bool | None = None  # the load admits prompts beyond its concurrency (None: not said)
 
     @property
     def overhead_large(self) -> bool:
@@ -138,7 +146,9 @@ def unprofiled_of(
     basis, unprofiled_ms = (ITL, itl) if itl else (TPOT, tpot) if tpot else (None, None)
     # TPOT is a decode step's period only where no prefill interleaves (the load says so)
     tpot_prefills = basis == TPOT and prefills_interleave is not False
-    overhead = step_ms / unprofiled_ms - 1.0 if step_ms is not None and unprofiled_ms and not tpot_prefills else None
+    too_few = periods is not None and periods < OVERHEAD_PERIODS_AT_LEAST
+    comparable = step_ms is not None and unprofiled_ms and not tpot_prefills and not too_few
+    overhead = step_ms / unprofiled_ms - 1.0 if comparable and step_ms is not None and unprofiled_ms else None
     tools = "+".join(dict.fromkeys(r.tool for r in usable))
     return Unprofiled(
         label=label,
@@ -154,12 +164,31 @@ def unprofiled_of(
         overhead_basis=basis if step_ms is not None else None,
         overhead_below=overhead is not None and overhead < 0,
         tpot_prefills=tpot_prefills and step_ms is not None,
+        overhead_too_few=too_few and step_ms is not None and unprofiled_ms is not None and not tpot_prefills,
         profiled_phase=phase if step_ms is not None else None,
         profiled_periods=periods if step_ms is not None else None,
+        prefills_interleave=prefills_interleave,
     )
 
 
 ITL, TPOT = "ITL", "TPOT"  # the unprofiled step the overhead is against
+TPOT_PREFILLS = "TPOT with prefills"  # TPOT where prefills interleave and no ITL stands in: labelled so
+
+
+def decode_step_ms(off: Unprofiled, on: Unprofiled) -> tuple[tuple[float, float], str] | None:
+    """A pair's unprofiled decode step (off, on) and its basis: TPOT where no prefill interleaves; where
+    the load admits prompts beyond its concurrency (requests arriving in waves) TPOT holds their
+    prefills, so ITL (a decode step's period) where both arms have it, else TPOT labelled as holding
+    them. None where either arm has neither."""
+    if off.prefills_interleave or on.prefills_interleave:
+        if off.itl_median_ms and on.itl_median_ms:
+            return (off.itl_median_ms, on.itl_median_ms), ITL
+        basis = TPOT_PREFILLS
+    else:
+        basis = TPOT
+    if off.tpot_median_ms and on.tpot_median_ms:
+        return (off.tpot_median_ms, on.tpot_median_ms), basis
+    return None
 
 
 class PhasedStep(PeriodStep, Protocol):
@@ -206,17 +235,20 @@ def welch_t95(v_new: float, n_new: int, v_base: float, n_base: int) -> tuple[flo
     return math.sqrt(v_new + v_base), _t95(df), df
 
 
-def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
-    """Each arm's change in mean duration against the first arm, its interval and noise call (no
-    interval where either arm has a single repeat: its spread is unknown)."""
-    if not rows:
-        return rows
-    base = rows[0]
-    out = [base]
-    for row in rows[1:]:
+def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None) -> list[Unprofiled]:
+    """Each arm's change in mean duration against the first arm of its load, its interval and noise
+    call (no interval where either arm has a single repeat: its spread is unknown). load_of: each
+    arm's (Unprofiled.arm) load, as a key that arms of one load share; None or absent: one load."""
+    firsts: dict[int, Unprofiled] = {}
+    out = []
+    for row in rows:
+        base = firsts.setdefault((load_of or {}).get(row.arm, -1), row)
+        if base is row:
+            out.append(row)
+            continue
         change = row.duration_mean_s / base.duration_mean_s - 1.0
         if row.repeats < 2 or base.repeats < 2:
-            out.append(replace(row, change=change))
+            out.append(replace(row, change=change, baseline=base.label))
             continue
         va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
         se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
@@ -224,6 +256,7 @@ def against_first(rows: list[Unprofiled]) -> list[Unprofiled]:
             replace(
                 row,
                 change=change,
+                baseline=base.label,
                 change_interval=NOISE_SE * se / base.duration_mean_s,
                 change_interval_t95=t95 * se / base.duration_mean_s,
                 within_noise=abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se,

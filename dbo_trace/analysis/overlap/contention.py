@@ -5,9 +5,12 @@ For every kernel of a known microbatch, the share of its duration during which s
 other microbatch ran. `alone`: none of it; `overlapped`: at least half of it; in between is left
 out. Per kernel name, the median duration in each state; per kind (compute, comm), the extra time
 the overlapped kernels took over their names' alone medians, against that alone time. The serial
-estimate adds every kernel at its name's alone median (its own duration where the name never ran
-alone): about what the same work takes one microbatch after the other; minus the GPU's busy time,
-it is what overlap saved. Pure: arrays in, a Contention out.
+estimate is a sum: each kernel that ran alone at its own duration, each other one at its name's
+mean alone time (a median times a count overstates a skewed name) or its own where the name never
+ran alone; about what the same work takes one microbatch after the other. Overlap saved is that
+estimate less the GPU's busy time (the kernels' union), within 0 and the kernels' summed time less
+their union: overlap cannot save more than the time kernels ran together, nor a negative time, and
+where they hardly ran together (within 1%) it saved none. Pure: arrays in, a Contention out.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dbo_trace.analysis.intervals import covered_within, index_groups, union
 
 OVERLAPPED_AT_LEAST = 0.5  # share of a kernel's time beside the other microbatch to count as overlapped
 TOP_KERNELS = 5
+RAN_TOGETHER_AT_LEAST = 0.01  # the kernels' summed time over their union, less 1, for any overlap saved
 
 
 @dataclass(frozen=True)
@@ -49,11 +53,16 @@ class Contention:
     comm_overlapped: int
     top: list[KernelCost]  # the names that lost the most time, most first
     serial_estimate_us: float
-    busy_us: float
+    busy_us: float  # the kernels' union
+    kernels_us: float  # the kernels' durations summed
 
     @property
-    def saved_us(self) -> float:
-        return self.serial_estimate_us - self.busy_us
+    def saved_us(self) -> float | None:
+        """None: the kernels' sum is their union within RAN_TOGETHER_AT_LEAST (nothing ran together)."""
+        together = self.kernels_us - self.busy_us
+        if together <= RAN_TOGETHER_AT_LEAST * self.kernels_us:
+            return None
+        return min(max(self.serial_estimate_us - self.busy_us, 0.0), together)
 
 
 def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -> np.ndarray:
@@ -88,13 +97,13 @@ def contention(
     alone = share == 0
     over = share >= OVERLAPPED_AT_LEAST
     costs: list[KernelCost] = []
-    alone_median = {}
+    alone_mean = {}
     of_name = index_groups(name)  # each name's kernels, rather than a scan of every kernel per name
     for n in np.unique(name[ubatch >= 0]):
         sel = of_name[int(n)]
         a, o = dur[sel[alone[sel]]], dur[sel[over[sel]]]
         if len(a):
-            alone_median[int(n)] = float(np.median(a))
+            alone_mean[int(n)] = float(np.mean(a))
         if len(a) and len(o):
             k = int(np.bincount(kind[sel]).argmax())
             costs.append(KernelCost(names[n], c.KIND_NAMES[k], len(a), len(o), float(np.median(a)), float(np.median(o))))
@@ -106,11 +115,11 @@ def contention(
 
     compute_slowdown, compute_n = slowdown("compute")
     comm_slowdown, comm_n = slowdown("comm")
-    # Each kernel at its name's median alone where the name has one, else at its own duration.
+    # A kernel alone at its own duration; any other at its name's mean alone, else its own duration.
     by_name = np.full(int(name.max()) + 1 if len(name) else 0, np.nan)
-    by_name[list(alone_median)] = list(alone_median.values())
+    by_name[list(alone_mean)] = list(alone_mean.values())
     alone_at = by_name[name]
-    estimate = np.where(np.isnan(alone_at), dur, alone_at)
+    estimate = np.where(alone | np.isnan(alone_at), dur, alone_at)
     return Contention(
         compute_slowdown=compute_slowdown,
         comm_slowdown=comm_slowdown,
@@ -119,6 +128,7 @@ def contention(
         top=sorted(costs, key=lambda x: -x.extra_us)[:TOP_KERNELS],
         serial_estimate_us=float(estimate.sum()),
         busy_us=float(np.sum(np.diff(np.column_stack(union(start, end)), axis=1))) if len(start) else 0.0,
+        kernels_us=float(dur.sum()),
     )
 
 

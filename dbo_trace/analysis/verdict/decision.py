@@ -138,7 +138,10 @@ class Pays:
     exposed_per_step_us: float | None = None
     handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
     startup_per_step_us: float | None = None  # thread start-up (ledger, median per step)
-    yield_op_per_step_us: float | None = None  # wall time any thread was in the yield op (median per step)
+    # the yield op's own cost: every microbatch thread in it at once, hand-overs included (median per
+    # step); its wait for the other microbatch's turn apart, the other microbatch's work, not DBO's cost
+    yield_op_per_step_us: float | None = None
+    yield_wait_per_step_us: float | None = None
     imbalance_per_step_us: float | None = None  # the longer microbatch's compute less the shorter's (ledger)
 
     @property
@@ -172,7 +175,8 @@ def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
         exposed_per_step_us=e.overlap.exposed_us if e.overlap is not None and e.afd is not None else None,
         handover_per_step_us=led.handover_per_step_us if led is not None else None,
         startup_per_step_us=led.startup_us if led is not None else None,
-        yield_op_per_step_us=(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us) if y is not None and two_threads else None,
+        yield_op_per_step_us=y.own_per_step_us if y is not None and two_threads else None,
+        yield_wait_per_step_us=y.wait_per_step_us if y is not None and two_threads else None,
         imbalance_per_step_us=led.excess_us if led is not None else None,
     )  # fmt: skip
 

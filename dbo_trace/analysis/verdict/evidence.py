@@ -84,7 +84,7 @@ def findings(
         window_us=window_us,
         late_record_us=by_reason.get(LATE_RECORD, 0.0),
         crowded_us=by_reason.get(CROWDED, 0.0),
-        saved_us=float(sum(x.saved_us for x in measured)) if measured else None,
+        saved_us=float(sum(x.saved_us or 0.0 for x in measured)) if measured else None,
         serial_estimate_us=float(sum(x.serial_estimate_us for x in measured)) if measured else None,
         peer_wait_us=peer_wait if peer_wait > 0 else None,
         peer_rank=waited_for if waited_for is not None else (held[0] if held else None),

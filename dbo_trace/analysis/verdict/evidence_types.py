@@ -93,7 +93,7 @@ class Findings:
     window_us: float = 0.0  # the profiled window (all ranks' windows added)
     late_record_us: float = 0.0  # exposed comm whose kernel waited on a late event record (exposure)
     crowded_us: float = 0.0  # exposed comm whose kernel found no free SMs (exposure)
-    saved_us: float | None = None  # overlap's saving: serial estimate - GPU busy (contention)
+    saved_us: float | None = None  # overlap's saving (contention; a rank where nothing ran together adds 0)
     serial_estimate_us: float | None = None
     peer_wait_us: float | None = None  # time this rank (or the run) waited for a peer rank
     peer_rank: int | None = None  # the rank waited for

@@ -135,6 +135,7 @@ class ProfilerBlock(Struct):
     unprofiled_itl_ms: float | None | UnsetType = UNSET
     below: bool | UnsetType = UNSET
     tpot_prefills: bool | UnsetType = UNSET  # no ITL, and the load's prefills interleave (or may): no overhead
+    too_few: bool | UnsetType = UNSET  # version 9: fewer than 5 profiled periods: no overhead
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -219,6 +220,7 @@ def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
         unprofiled_itl_ms=_r(u.itl_median_ms, 4),
         below=u.overhead_below,
         tpot_prefills=u.tpot_prefills,
+        too_few=u.overhead_too_few,
     )
 
 

@@ -44,6 +44,8 @@ class YieldOpBlock(_Block):
     wall_share: float | None = None
     thread_per_step_us: float | None = None  # one thread's
     thread_share: float | None = None
+    own_per_step_us: float | None = None  # version 9: every thread that called it in it at once
+    wait_per_step_us: float | None = None  # version 9: one in it while another ran outside it
 
 
 class SplitBlock(_Block):
@@ -115,6 +117,7 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None
             name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us),
             threads_per_step=_r(y.threads_per_step), wall_per_step_us=_r(y.wall_per_step_us),
             wall_share=_r(y.wall_share, 4), thread_per_step_us=_r(y.thread_per_step_us), thread_share=_r(y.thread_share, 4),
+            own_per_step_us=_r(y.own_per_step_us), wait_per_step_us=_r(y.wait_per_step_us),
         ),
         split=SplitBlock(
             tokens=None if (t := x.split_tokens) is None else [_r(v, 1) or 0.0 for v in t],

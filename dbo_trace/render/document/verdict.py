@@ -43,6 +43,9 @@ class PaysBlock(Struct):
     yield_op_per_step_us: float | None
     imbalance_per_step_us: float | None
     text: str
+    # version 9: yield_op_per_step_us is the op's own cost (every microbatch thread in it at once, was
+    # any thread in it), its wait for the other microbatch's turn apart
+    yield_wait_per_step_us: float | None | UnsetType = UNSET
 
 
 # A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
@@ -95,7 +98,7 @@ def _pays(v: Verdict) -> PaysBlock | UnsetType:
         measured=p.measured, hidden_per_step_us=_r(p.hidden_per_step_us), hidden_of=cast("Literal['round_trips', 'comm']", p.hidden_of),
         handover_per_step_us=_r(p.handover_per_step_us), startup_per_step_us=_r(p.startup_per_step_us),
         yield_op_per_step_us=_r(p.yield_op_per_step_us), imbalance_per_step_us=_r(p.imbalance_per_step_us),
-        text=pays_text(p),
+        text=pays_text(p), yield_wait_per_step_us=_r(p.yield_wait_per_step_us),
     )  # fmt: skip
 
 

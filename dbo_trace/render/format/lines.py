@@ -5,6 +5,7 @@ from __future__ import annotations
 from msgspec import UnsetType
 
 from dbo_trace.analysis.afd.gpu_sharing import SLICED_MIN_US, SLICED_RATIO
+from dbo_trace.analysis.compare.unprofiled import OVERHEAD_PERIODS_AT_LEAST
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
@@ -180,6 +181,8 @@ def profiler_lines(d: ReportDocument) -> list[str]:
     against = f"{unprofiled:.2f} ms unprofiled ({basis}, mean of {p.repeats} repeats' medians, {p.timed_by})"
     if p.overhead is not None:
         return [f"profiler overhead {100 * p.overhead:+.0f}%: {period} against {against}"]
+    if p.too_few is True:
+        return [f"profiler overhead not measured: too few profiled steps ({period}; it takes {OVERHEAD_PERIODS_AT_LEAST})"]
     if p.tpot_prefills is True:
         return [
             f"profiler overhead not measured: the repeats have no ITL median, and their TPOT ({unprofiled:.2f} ms) "
@@ -264,10 +267,13 @@ def contention_line(rank: RankBlock) -> str | None:
         if parts
         else "no kernel ran both alone and beside the other microbatch, so no slowdown to measure"
     )
-    return (
-        f"rank {rank.rank} overlap cost: {cost}; overlap saved {ms(x.saved_us)} "
-        f"(serial estimate {ms(x.serial_estimate_us)}, GPU busy {ms(x.busy_us)})"
-    )
+    summed = x.kernels_us if isinstance(x.kernels_us, (int, float)) else None  # absent before version 9
+    if x.saved_us is None and summed is not None:
+        saved = f"no overlap saved (kernels' time summed {ms(summed)}, GPU busy {ms(x.busy_us)}: their union, within 1%)"
+    else:
+        of_sum = "" if summed is None else f", kernels' time summed {ms(summed)}"
+        saved = f"overlap saved {ms(x.saved_us)} (serial estimate {ms(x.serial_estimate_us)}, GPU busy {ms(x.busy_us)}{of_sum})"
+    return f"rank {rank.rank} overlap cost: {cost}; {saved}"
 
 
 def top_compute_line(rank: RankBlock, most: int = 3) -> str | None:
@@ -431,6 +437,12 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
             f"profiler's cost): median {us(u.median_us)}, p90 {us(u.p90_us)}, {ms(u.per_step_us)} per step"
         )
     y = b.yield_op
+    why = "a cost where DBO is off, a wait for the other microbatch where it yields"
+    if y is not None and y.own_per_step_us is not None and y.wait_per_step_us is not None and (y.threads_per_step or 1) > 1:
+        why = (
+            f"its own cost {ms(y.own_per_step_us)} per step, every thread in it at once; "
+            f"{ms(y.wait_per_step_us)} waiting for the other microbatch's turn"
+        )
     if y is not None:
         if y.wall_per_step_us is not None and y.thread_per_step_us is not None and (y.threads_per_step or 1) > 1:
             # threads in it at once: the wall time, then one thread's; never their sum, which exceeds the step
@@ -438,12 +450,12 @@ def ledger_lines(rank: int, b: LedgerBlock | None) -> list[str]:
                 f"in it {ms(y.wall_per_step_us)} per step ({pct(y.wall_share)} of the step: wall time any of its "
                 f"{num(y.threads_per_step, 0)} threads was), {ms(y.thread_per_step_us)} per thread ({pct(y.thread_share)})"
             )
+
         else:
             inside = f"{ms(y.wall_per_step_us if y.wall_per_step_us is not None else y.per_step_us)} per step in it"
         out.append(
             f"rank {rank} yield op {y.name}: {y.calls} calls, median {us(y.median_us)} each, "
-            f"{num(y.per_step, 0)} per step, {inside} (a cost where DBO is off, "
-            "a wait for the other microbatch where it yields)"
+            f"{num(y.per_step, 0)} per step, {inside} ({why})"
         )
     sp = b.split
     parts = []

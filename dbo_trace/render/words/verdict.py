@@ -499,9 +499,9 @@ def reason_text(r: Reason) -> str:
 
 
 def _did_not_pay(saved_us: float, serial_us: float) -> str:
-    if saved_us >= 0:
+    if saved_us > 0:
         return f"overlap saved {ms(saved_us)} of a {ms(serial_us)} serial estimate, {pct_text(saved_us / serial_us)}"
-    return f"overlap took {ms(-saved_us)} longer than the {ms(serial_us)} serial estimate"
+    return f"overlap saved nothing of a {ms(serial_us)} serial estimate"  # never negative (contention.py)
 
 
 def _host_bound(q: HostBoundFinding) -> str:
@@ -562,11 +562,15 @@ def _yield_op(n: YieldOpCost) -> str:
         inside = f"in it {ms(y.wall_per_step_us)} per step, {pct_text(y.wall_share)} of the step"
     else:
         inside = f"{ms(y.per_step_us)} per step in it"
-    why = (
-        "with DBO on a call also waits for the other microbatch's turn"
-        if n.microbatched
-        else "DBO is off: one microbatch, no turn to wait for, so all of it is the op's own cost"
-    )
+    if not n.microbatched:
+        why = "DBO is off: one microbatch, no turn to wait for, so all of it is the op's own cost"
+    elif y.own_per_step_us is not None and y.wait_per_step_us is not None and (y.threads_per_step or 0) >= 2:
+        why = (
+            f"with DBO on: its own cost {ms(y.own_per_step_us)} per step (both microbatch threads in it), "
+            f"{ms(y.wait_per_step_us)} waiting for the other microbatch's turn"
+        )
+    else:
+        why = "with DBO on a call also waits for the other microbatch's turn"
     return (
         f"the yield op {_cut(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step, "
         f"{inside}: {pct_text(n.share)} of the GPU's host-caused idle ({why})"
@@ -646,12 +650,15 @@ def pays_text(p: Pays) -> str:
         (label, us)
         for label, us in (
             ("hand-overs", p.handover_per_step_us), ("thread start-up", p.startup_per_step_us),
-            ("in the yield op (its cost and the other microbatch's turns)", p.yield_op_per_step_us), ("microbatch imbalance", p.imbalance_per_step_us),
+            ("the yield op's own cost (both microbatch threads in it, hand-overs included)", p.yield_op_per_step_us),
+            ("microbatch imbalance", p.imbalance_per_step_us),
         )
         if us is not None
     ]  # fmt: skip
     if p.costs_known:
         costs = "DBO's own costs per step (medians, the ledger): " + ", ".join(f"{label} {ms(us)}" for label, us in parts)
+        if p.yield_wait_per_step_us:
+            costs += f" (in the yield op besides: {ms(p.yield_wait_per_step_us)} waiting for the other microbatch's turn, its work)"
     else:
         costs = "DBO's own costs are not in this trace (a graph replay runs no microbatch thread)"
     return f"not measured from one arm: {hid}; {costs}; the same load with DBO off settles it: {COMPARE_ADVICE}"
