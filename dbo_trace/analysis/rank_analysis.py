@@ -83,18 +83,20 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
 
 
 def analyze_rank(
-    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None
+    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None,
+    partner: Steps | None = None,
 ) -> RankAnalysis:
     """One rank's analysis: its shared state once (rank_detail), then each analysis over it. Its
     verdict is decided with the others' (analysis/report.py combine). rank: the rank's number as the
     caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
-    process's sampled Python stacks (py-spy), if any."""
-    d = rank_detail(tl, logs, options)
+    process's sampled Python stacks (py-spy), if any. partner: an AFD FFN rank's steps, its
+    attention's on its clock (steps/sources.py partner_steps)."""
+    d = rank_detail(tl, logs, options, partner)
     clocks = rank_clock_bounds(d)
     if (skew := clocks.skew_us) is not None:
         # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
         tl = shifted_gpu(tl, skew)
-        d = rank_detail(tl, logs, options)
+        d = rank_detail(tl, logs, options, partner)
         clocks = replace(clocks, shift_us=skew)
     clocks = with_host_idle_range(d, clocks)
     gaps = incomplete(
@@ -199,11 +201,11 @@ def stacks_of(
     )  # fmt: skip
 
 
-def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> RankDetail:
+def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options, partner: Steps | None = None) -> RankDetail:
     """What the rank's analyses share, each computed once: the attribution, every activity's and
     call's kind, the launching threads, the window's partition into time buckets, the step windows,
     the comm operations, the held-back comm and the host-idle pieces."""
-    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker)
+    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker, partner)
     rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams, replace_builtin=options.comm_only)
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)

@@ -120,6 +120,22 @@ def test_truth_rests_on_facts(name):
     assert t["bench"]["repeats"] == 3
 
 
+# --- the FFN's steps are the attention's (issue 61, item 3) -------------------------------------
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_ffn_steps_are_the_attentions(name):
+    """The FFN's trace marks no step; its steps are the attention's on the pair's clock. The count is
+    the raw attention trace's `execute_*` steps (the reference's), on both ranks; each FFN step holds
+    the same kernels (one forward pass each), so no step is one of GPU idle gaps."""
+    doc, a = report(name), truth(name)["attention"]
+    by_role = {r["role"]: r for r in doc["ranks"]}
+    assert len(by_role["attention"]["steps"]) == a["steps"]
+    ffn = by_role["ffn"]
+    assert len(ffn["steps"]) == a["steps"], [s.get("label") for s in ffn["steps"]]
+    assert not ffn["steps_inferred"]
+    assert "attention" in ffn["steps_source"]
+
+
 # --- round trips, microbatching, periods --------------------------------------------------------
 
 @pytest.mark.parametrize("name", ARMS)

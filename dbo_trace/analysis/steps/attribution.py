@@ -284,6 +284,7 @@ def attribute(
     ubatch_patterns: list[str] | None = None,
     layers: int | None = None,
     step_marker: str | None = None,
+    partner: Steps | None = None,
 ) -> Attribution:
     notes: list[str] = []
     usable_logs = [log for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
@@ -293,7 +294,7 @@ def attribute(
         notes.append("the trace has no baseTimeNanoseconds, so the event log cannot be aligned; not used")
         usable_logs = []
 
-    steps = find_steps(tl, usable_logs, step_marker)
+    steps = find_steps(tl, usable_logs, step_marker, partner)
     if step_marker and steps.source != STEPS_FROM_MARKER:
         notes.append(f"no CPU range matched --step-marker {step_marker!r}; steps from {steps.source}")
     call_step = index_in(steps.start, steps.end, tl.calls.start)
@@ -348,6 +349,10 @@ def attribute(
     )
     by_time = index_in(steps.start, steps.end, gpu.start)
     gpu_step = np.where(known, call_step[li] if n_calls else -1, np.where(before, -1, by_time))
+    if steps.partner:
+        # an FFN's work runs when the attention's data reaches it, whenever it was launched (a graph
+        # may be launched a step ahead, its first receive waiting from then): its step is where it ended
+        gpu_step = index_in(steps.start, steps.end, gpu.end)
     gpu_ubatch = np.where(known, ubatch[li] if n_calls else -1, -1).astype(np.int8)
     gpu_phase = np.where(known, phase[li] if n_calls else 0, 0).astype(np.int8)
     launch_start = np.where(known, tl.calls.start[li] if n_calls else np.nan, np.nan)
