@@ -11,7 +11,14 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
-from dbo_trace.analysis.steps.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.steps.attribution import (
+    SOURCE_HOOK_NVTX,
+    SOURCE_HOOK_RANGES,
+    SOURCE_NONE,
+    SOURCE_ROUND_TRIPS,
+    Attribution,
+    attribute,
+)
 from dbo_trace.analysis.host.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.overlap.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.afd.attention_side import RoundTripShares, rank_round_trips
@@ -60,6 +67,15 @@ from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
+
+
+def microbatch_source(att: Attribution, afd: AfdRoundTrips | None) -> str:
+    """Where the rank's microbatches came from, one fact for every figure: the attribution's, else an
+    AFD attention rank's round trips where they told two microbatches (a graph replay's kernels
+    have no launching thread of their own, but DBO's send and receive order tells them)."""
+    if att.source == SOURCE_NONE and afd is not None and afd.microbatched:
+        return SOURCE_ROUND_TRIPS
+    return att.source
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -112,6 +128,7 @@ def analyze_rank(
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.disaggregated and role is None) else None
+    ubatch_source = microbatch_source(d.attribution, afd)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
@@ -128,7 +145,7 @@ def analyze_rank(
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
-        attribution=d.attribution.source,
+        attribution=ubatch_source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
         steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares.by_step() if shares else None, frames),
@@ -161,6 +178,8 @@ def analyze_rank(
         operations=rank_operations(d, exposed, rank_layers(d, afd)) if d.microbatched else [],
         notes=[
             *d.attribution.notes,
+            # an FFN has no microbatch of its own: whether the pair ran two is its attention's to say
+            *([d.attribution.no_microbatch] if d.attribution.no_microbatch and ubatch_source == SOURCE_NONE and role != FFN else []),
             *([late] if late is not None else []),
             *([delay] if delay is not None and delay.noted else []),
             *([clocks] if clocks.noted else []),
