@@ -48,7 +48,7 @@ from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
 from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG
 from dbo_trace.analysis.host.summaries import spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, host_test_of
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RoleHost, host_test_of
 from dbo_trace.analysis.verdict.decision import decide
 
 
@@ -146,7 +146,12 @@ def combine(
         ranks=decided,
         total=run.total,
         round_trips=run.round_trips,
-        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap)),
+        verdict=decide(
+            replace(
+                evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap),
+                role_hosts=role_hosts(ranks, roles),
+            )
+        ),
         options=options,
         window=run.window,
         warnings=notes + [w for w in _input_warnings(ranks, parts) if w not in notes],
@@ -176,6 +181,26 @@ def run_unprofiled(
         return None
     period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
     return unprofiled_of("", repeats, period, phase=phase, periods=n, prefills_interleave=prefills_interleave)
+
+
+def role_hosts(ranks: list[RankAnalysis], roles: RolesInfo | None) -> tuple[RoleHost, ...]:
+    """Each AFD role's own host idle where the roles share one GPU, the served (attention) role
+    first: added over the ranks they would be one GPU's time counted twice. Empty otherwise."""
+    sharing = roles.sharing if roles is not None else None
+    present = [role for role in (ATTENTION, FFN) if any(r.role == role for r in ranks)]
+    if sharing is None or not sharing.shared_gpu or len(present) < 2:
+        return ()
+    out = []
+    for role in present:
+        t = together([r for r in ranks if r.role == role])
+        m = t.total
+        out.append(
+            RoleHost(
+                role=role, fraction=t.host_test.fraction, test=t.host_test, window_idle_us=m.host_idle_us,
+                gaps=m.host_idle_gaps, utilization=m.utilization,
+            )
+        )  # fmt: skip
+    return tuple(out)
 
 
 def together(ranks: list[RankAnalysis]) -> Together:
