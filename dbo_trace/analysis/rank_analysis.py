@@ -11,7 +11,14 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Partition, TimeBuckets, partition, window_of
-from dbo_trace.analysis.steps.attribution import SOURCE_HOOK_NVTX, SOURCE_HOOK_RANGES, SOURCE_NONE, Attribution, attribute
+from dbo_trace.analysis.steps.attribution import (
+    SOURCE_HOOK_NVTX,
+    SOURCE_HOOK_RANGES,
+    SOURCE_NONE,
+    SOURCE_ROUND_TRIPS,
+    Attribution,
+    attribute,
+)
 from dbo_trace.analysis.host.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.overlap.contention import Contention, comm_kernel_names, contention, top_kernels
 from dbo_trace.analysis.afd.attention_side import RoundTripShares, rank_round_trips
@@ -62,6 +69,15 @@ from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 
 
+def microbatch_source(att: Attribution, afd: AfdRoundTrips | None) -> str:
+    """Where the rank's microbatches came from, one fact for every figure: the attribution's, else an
+    AFD attention rank's round trips where they told two microbatches (a graph replay's kernels
+    have no launching thread of their own, but DBO's send and receive order tells them)."""
+    if att.source == SOURCE_NONE and afd is not None and afd.microbatched:
+        return SOURCE_ROUND_TRIPS
+    return att.source
+
+
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
     """The profiler saw a microbatch thread's CPU ops (profile_all_threads): only then can its own
     cost be blamed for host time. A worker thread of another kind (autograd, say) is no evidence."""
@@ -83,18 +99,20 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
 
 
 def analyze_rank(
-    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None
+    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None,
+    partner: Steps | None = None,
 ) -> RankAnalysis:
     """One rank's analysis: its shared state once (rank_detail), then each analysis over it. Its
     verdict is decided with the others' (analysis/report.py combine). rank: the rank's number as the
     caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
-    process's sampled Python stacks (py-spy), if any."""
-    d = rank_detail(tl, logs, options)
+    process's sampled Python stacks (py-spy), if any. partner: an AFD FFN rank's steps, its
+    attention's on its clock (steps/sources.py partner_steps)."""
+    d = rank_detail(tl, logs, options, partner)
     clocks = rank_clock_bounds(d)
     if (skew := clocks.skew_us) is not None:
         # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
         tl = shifted_gpu(tl, skew)
-        d = rank_detail(tl, logs, options)
+        d = rank_detail(tl, logs, options, partner)
         clocks = replace(clocks, shift_us=skew)
     clocks = with_host_idle_range(d, clocks)
     gaps = incomplete(
@@ -110,6 +128,7 @@ def analyze_rank(
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
     afd = rank_round_trips(d, table) if role == ATTENTION or (options.disaggregated and role is None) else None
+    ubatch_source = microbatch_source(d.attribution, afd)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
@@ -126,7 +145,7 @@ def analyze_rank(
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
-        attribution=d.attribution.source,
+        attribution=ubatch_source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
         steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares.by_step() if shares else None, frames),
@@ -159,6 +178,8 @@ def analyze_rank(
         operations=rank_operations(d, exposed, rank_layers(d, afd)) if d.microbatched else [],
         notes=[
             *d.attribution.notes,
+            # an FFN has no microbatch of its own: whether the pair ran two is its attention's to say
+            *([d.attribution.no_microbatch] if d.attribution.no_microbatch and ubatch_source == SOURCE_NONE and role != FFN else []),
             *([late] if late is not None else []),
             *([delay] if delay is not None and delay.noted else []),
             *([clocks] if clocks.noted else []),
@@ -199,11 +220,11 @@ def stacks_of(
     )  # fmt: skip
 
 
-def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options) -> RankDetail:
+def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options, partner: Steps | None = None) -> RankDetail:
     """What the rank's analyses share, each computed once: the attribution, every activity's and
     call's kind, the launching threads, the window's partition into time buckets, the step windows,
     the comm operations, the held-back comm and the host-idle pieces."""
-    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker)
+    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker, partner)
     rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams, replace_builtin=options.comm_only)
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)

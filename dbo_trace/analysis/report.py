@@ -9,7 +9,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.steps.attribution import SOURCE_NONE
+from dbo_trace.analysis.steps.attribution import SOURCE_NONE, SOURCE_SERVED
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.cross_rank.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.afd.attention_side import (
@@ -44,11 +44,11 @@ from dbo_trace.analysis.overlap.operations import operation_index
 from dbo_trace.analysis.cross_rank.collective_waits import SAME_SIZE, PeerWaits, RankComm, match, peer_waits, wait_split
 from dbo_trace.analysis.rank_analysis import rank_contention, rank_exposure, rank_layers, rank_operations
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank, RankOnClock, cross_rank, straggler_threshold
-from dbo_trace.analysis.afd.roles import FFN, RolesInfo
+from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
 from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG
 from dbo_trace.analysis.host.summaries import spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
-from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, host_test_of
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RoleHost, host_test_of
 from dbo_trace.analysis.verdict.decision import decide
 
 
@@ -90,6 +90,14 @@ def with_peer_waits(ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alig
     return [_with_peer_waits(r, waits, alignment) for r in ranks]
 
 
+def served_microbatches(ranks: list[RankAnalysis]) -> list[RankAnalysis]:
+    """An AFD FFN rank's microbatches are those of the attention it serves: where an attention rank
+    ran two (its attribution's, or its round trips'), the FFN's source says so, as the run's does."""
+    if not any(r.role == ATTENTION and r.attribution != SOURCE_NONE for r in ranks):
+        return ranks
+    return [replace(r, attribution=SOURCE_SERVED) if r.role == FFN and r.attribution == SOURCE_NONE else r for r in ranks]
+
+
 def combine(
     ranks: list[RankAnalysis],
     options: Options,
@@ -107,7 +115,7 @@ def combine(
     them; the FFN's kernels give the attention's round trips their parts. Once every rank's evidence
     is in, each rank's verdict and the run's are decided, the same way."""
     pairs = [p.pair for p in parts] if parts is not None else [pair_part(r) for r in ranks]
-    ranks = with_ffn_parts(ranks, pairs)
+    ranks = served_microbatches(with_ffn_parts(ranks, pairs))
     roles = with_pair(roles, ranks, pairs)
     notes: list[Note] = [*warnings, *(roles.notes() if roles is not None else [])]
     if len({r.role for r in ranks}) > 1:  # roles of one run, not DP ranks: their collectives are not one
@@ -138,7 +146,12 @@ def combine(
         ranks=decided,
         total=run.total,
         round_trips=run.round_trips,
-        verdict=decide(evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap)),
+        verdict=decide(
+            replace(
+                evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap),
+                role_hosts=role_hosts(ranks, roles),
+            )
+        ),
         options=options,
         window=run.window,
         warnings=notes + [w for w in _input_warnings(ranks, parts) if w not in notes],
@@ -168,6 +181,26 @@ def run_unprofiled(
         return None
     period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
     return unprofiled_of("", repeats, period, phase=phase, periods=n, prefills_interleave=prefills_interleave)
+
+
+def role_hosts(ranks: list[RankAnalysis], roles: RolesInfo | None) -> tuple[RoleHost, ...]:
+    """Each AFD role's own host idle where the roles share one GPU, the served (attention) role
+    first: added over the ranks they would be one GPU's time counted twice. Empty otherwise."""
+    sharing = roles.sharing if roles is not None else None
+    present = [role for role in (ATTENTION, FFN) if any(r.role == role for r in ranks)]
+    if sharing is None or not sharing.shared_gpu or len(present) < 2:
+        return ()
+    out = []
+    for role in present:
+        t = together([r for r in ranks if r.role == role])
+        m = t.total
+        out.append(
+            RoleHost(
+                role=role, fraction=t.host_test.fraction, test=t.host_test, window_idle_us=m.host_idle_us,
+                gaps=m.host_idle_gaps, utilization=m.utilization,
+            )
+        )  # fmt: skip
+    return tuple(out)
 
 
 def together(ranks: list[RankAnalysis]) -> Together:

@@ -23,9 +23,10 @@ from typing import Callable, Protocol
 import numpy as np
 
 from dbo_trace.analysis.cross_rank.clocks import Alignment
-from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
+from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
 from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
 from dbo_trace.analysis.rank_analysis import analyze_rank
+from dbo_trace.analysis.steps.sources import SOURCE_VLLM, Steps, partner_steps
 from dbo_trace.analysis.report import combine, with_peer_waits
 from dbo_trace.analysis.afd.role_evidence import RoleCall, role_of, trace_evidence
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
@@ -262,26 +263,47 @@ def prepare(found: Found, options: Options) -> Plan:
 @dataclass(frozen=True)
 class Cut:
     """The attention traces' window (the first one's ts clock, baseTimeNanoseconds its base), to which
-    the FFN's traces are cut: one host's clock, so a trace's offset is the difference of the bases."""
+    the FFN's traces are cut: one host's clock, so a trace's offset is the difference of the bases.
+    steps: the first attention rank's steps on that clock, which are the FFN's (partner_steps)."""
 
     base_time_ns: int | None
     lo: float
     hi: float
+    steps: Steps | None = None
+
+    def _offset(self, tl: Timeline) -> float | None:
+        """What to add to this clock's ts to get tl's."""
+        if tl.base_time_ns is None or self.base_time_ns is None:
+            return None
+        return (self.base_time_ns - tl.base_time_ns) / 1000.0
 
     def of(self, tl: Timeline) -> Timeline | None:
         """The timeline cut to the window on its own clock; None where the clocks cannot be related."""
-        if tl.base_time_ns is None or self.base_time_ns is None:
-            return None
-        offset = (tl.base_time_ns - self.base_time_ns) / 1000.0
-        return restrict(tl, self.lo - offset, self.hi - offset)
+        offset = self._offset(tl)
+        return restrict(tl, self.lo + offset, self.hi + offset) if offset is not None else None
+
+    def steps_of(self, tl: Timeline) -> Steps | None:
+        """The attention's steps on tl's clock; None where the clocks cannot be related."""
+        offset = self._offset(tl)
+        return partner_steps(self.steps, offset) if offset is not None and self.steps is not None else None
 
 
-def cut_of(attention: Sequence[Timeline]) -> Cut | None:
-    """The window of the attention timelines (or their bounds, scale.bounds), where they have events."""
-    windows = [w for tl in attention if (w := event_window(tl)) is not None]
+def table_steps(table: StepTable) -> Steps:
+    """A rank's reported steps as step windows (what the FFN's steps are made of)."""
+    return Steps(
+        table.start_us, table.end_us, list(table.label), list(table.path), SOURCE_VLLM, list(table.phase),
+        list(table.context_tokens), list(table.generation_tokens),
+    )  # fmt: skip
+
+
+def cut_of(attention: Sequence[tuple[Timeline, StepTable]]) -> Cut | None:
+    """The window of the attention timelines (or their bounds, scale.bounds), where they have events,
+    with the first one's steps."""
+    windows = [w for tl, _t in attention if (w := event_window(tl)) is not None]
     if not attention or not windows:
         return None
-    return Cut(attention[0].base_time_ns, min(w[0] for w in windows), max(w[1] for w in windows))
+    first, table = attention[0]
+    return Cut(first.base_time_ns, min(w[0] for w in windows), max(w[1] for w in windows), table_steps(table) if len(table) else None)
 
 
 def analyse_trace(
@@ -315,9 +337,12 @@ def analyse_timelines(
     roles = dict(mine.roles)
     out = []
     for tl in timelines:
+        partner = None
         if cut is not None and roles.get(os.path.normpath(tl.source)) == FFN:
             tl = cut.of(tl) or tl
-        out.append(with_sm_evidence(analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples)), mine))
+            partner = cut.steps_of(tl)
+        ranked = analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples), partner=partner)
+        out.append(with_sm_evidence(ranked, mine))
     return out
 
 
@@ -332,8 +357,8 @@ class Executor(Protocol):
         """Of the traces analysed first, those whose trace told an FFN role."""
         ...
 
-    def attention(self, first: list[int]) -> list[Timeline]:
-        """The attention ranks' timelines (or their bounds) of the traces analysed first."""
+    def attention(self, first: list[int]) -> list[tuple[Timeline, StepTable]]:
+        """The attention ranks' timelines (or their bounds) of the traces analysed first, with their steps."""
         ...
 
     def again(self, told: list[int], cut: Cut) -> None:
@@ -360,9 +385,10 @@ def told_ffn(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> 
     return [i for i in first if not isinstance(res := results[i], str) and any(r.role == FFN for r in res)]
 
 
-def attention_timelines(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[Timeline]:
-    """The attention ranks' timelines (declared, or told by their traces) of the traces analysed first."""
-    return [r.detailed().timeline for i in first if not isinstance(res := results[i], str) for r in res if r.role == ATTENTION]
+def attention_timelines(results: dict[int, list[RankAnalysis] | str], first: list[int]) -> list[tuple[Timeline, StepTable]]:
+    """The attention ranks' timelines (declared, or told by their traces) of the traces analysed first,
+    with their steps."""
+    return [(r.detailed().timeline, r.steps.table) for i in first if not isinstance(res := results[i], str) for r in res if r.role == ATTENTION]
 
 
 # ---- finish -----------------------------------------------------------------------------------
@@ -486,7 +512,7 @@ class _Read:
     def told_ffn(self, first: list[int]) -> list[int]:
         return told_ffn(self.results, first)
 
-    def attention(self, first: list[int]) -> list[Timeline]:
+    def attention(self, first: list[int]) -> list[tuple[Timeline, StepTable]]:
         return attention_timelines(self.results, first)
 
     def again(self, told: list[int], cut: Cut) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from dbo_trace.bundle import Manifest
     from dbo_trace.analysis.cross_rank.clocks import Alignment
-    from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report
+    from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
     from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
     from dbo_trace.app.pipeline import Cut, Plan
     from dbo_trace.trace.eventlog import EventLogData
@@ -459,12 +459,12 @@ class _Tasks:
 
         return [k for k in first if isinstance(c := self.results[k], Compact) and any(r.role == FFN for r in c.reports)]
 
-    def attention(self, first: list[int]) -> list[Timeline]:
-        """The attention ranks' bounds (bounds(): their first start and last end, all the cut needs)."""
+    def attention(self, first: list[int]) -> list[tuple[Timeline, StepTable]]:
+        """The attention ranks' bounds (bounds(): their first start and last end, all the cut needs), with their steps."""
         from dbo_trace.analysis.afd.roles import ATTENTION
 
         compact = [c for k in first if isinstance(c := self.results[k], Compact)]
-        return [b for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
+        return [(b, r.steps.table) for c in compact for r, b in zip(c.reports, c.bounds) if r.role == ATTENTION]
 
     def again(self, told: list[int], cut: Cut) -> None:
         """Each task again on its node, cut to the window (its full reports are there, not here)."""

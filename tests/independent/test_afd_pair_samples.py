@@ -121,6 +121,22 @@ def test_truth_rests_on_facts(name):
     assert t["bench"]["repeats"] == 3
 
 
+# --- the FFN's steps are the attention's (issue 61, item 3) -------------------------------------
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_ffn_steps_are_the_attentions(name):
+    """The FFN's trace marks no step; its steps are the attention's on the pair's clock. The count is
+    the raw attention trace's `execute_*` steps (the reference's), on both ranks; each FFN step holds
+    the same kernels (one forward pass each), so no step is one of GPU idle gaps."""
+    doc, a = report(name), truth(name)["attention"]
+    by_role = {r["role"]: r for r in doc["ranks"]}
+    assert len(by_role["attention"]["steps"]) == a["steps"]
+    ffn = by_role["ffn"]
+    assert len(ffn["steps"]) == a["steps"], [s.get("label") for s in ffn["steps"]]
+    assert not ffn["steps_inferred"]
+    assert "attention" in ffn["steps_source"]
+
+
 # --- round trips, microbatching, periods --------------------------------------------------------
 
 @pytest.mark.parametrize("name", ARMS)
@@ -302,3 +318,24 @@ def test_late_receive(name):
         assert parts[key] == pytest.approx(ref[key], abs=0.01), key
     if name == "afd-eager":
         assert parts["late_us"] > 0.8 * parts["transfer_us"]  # the wire is a small part of it
+
+
+# --- one GPU: the roles' figures are never added (issue 61, item 5) -------------------------------
+
+def test_shared_gpu_host_idle_is_the_served_roles():
+    """samples/afd-eager runs both roles on one GPU: the report's host-idle line is the attention's
+    own (its in-step host idle over its steps, from its own rank block), the FFN's apart, never the
+    two added (which read 48%, one GPU's time counted twice)."""
+    doc = report("afd-eager")
+    assert doc["roles"]["shared_gpu"] is True
+    by_role = {r["role"]: r for r in doc["ranks"]}
+    reasons = [x for x in doc["verdict"]["reasons"] if "GPU idle waiting for the host" in str(x)]
+    assert len(reasons) == 1, reasons
+    line = str(reasons[0])
+    att_host = by_role["attention"]["host_test"]
+    ffn_host = by_role["ffn"]["host_test"]
+    att = f"the attention's GPU idle waiting for the host {round(100 * att_host['fraction'])}%"
+    assert att in line, line
+    assert f"the ffn apart (the roles share one GPU" in line and f"host {round(100 * ffn_host['fraction'])}%" in line
+    # the attention alone is host-bound as the raw count says: its GPU idle most of its steps
+    assert att_host["fraction"] > 0.9

@@ -39,6 +39,11 @@ SOURCE_PATTERNS = "--ubatch-pattern ranges"
 SOURCE_SGLANG = "SGLang two-batch overlap a<i>/b<i> ranges"
 SOURCE_THREADS = "launching threads (no event log: two non-main threads launching in a step)"
 SOURCE_NONE = "none"
+# An AFD attention rank whose kernels have no microbatch of their own, but whose round trips DBO's
+# send and receive order gave two (analysis/afd/round_trips.py): its steps were microbatched.
+SOURCE_ROUND_TRIPS = "the AFD round trips' kernel order (DBO's sends and receives)"
+# An AFD FFN rank runs no microbatch of its own: it serves its attention rank's, where that has two.
+SOURCE_SERVED = "its attention rank's (the FFN serves both microbatches)"
 
 _HOOK_RANGE = re.compile(r"^dbo:ub(\d+):(compute|comm)$")
 _HOOK_RANGE_HINT = starts_with("dbo:ub")  # timeline.names_hinted
@@ -61,6 +66,9 @@ class Attribution:
     layers: int | None = None
     launched_before_profiling: int = 0  # GPU activities whose launch predates the trace
     notes: list[str] = field(default_factory=list)
+    # why no kernel has a microbatch, apart from notes: an AFD attention rank's round trips may tell
+    # two microbatches all the same, and then there is nothing to say
+    no_microbatch: str | None = None
 
 
 # -- microbatch and phase ------------------------------------------------------------
@@ -284,6 +292,7 @@ def attribute(
     ubatch_patterns: list[str] | None = None,
     layers: int | None = None,
     step_marker: str | None = None,
+    partner: Steps | None = None,
 ) -> Attribution:
     notes: list[str] = []
     usable_logs = [log for log in logs if log.pid is None or tl.pid is None or log.pid == tl.pid]
@@ -293,7 +302,7 @@ def attribute(
         notes.append("the trace has no baseTimeNanoseconds, so the event log cannot be aligned; not used")
         usable_logs = []
 
-    steps = find_steps(tl, usable_logs, step_marker)
+    steps = find_steps(tl, usable_logs, step_marker, partner)
     if step_marker and steps.source != STEPS_FROM_MARKER:
         notes.append(f"no CPU range matched --step-marker {step_marker!r}; steps from {steps.source}")
     call_step = index_in(steps.start, steps.end, tl.calls.start)
@@ -324,8 +333,13 @@ def attribute(
         main = main_thread_ids(tl, usable_logs) | set(np.unique(tl.cpu.lane[marking]).tolist())
         if _from_threads(tl, call_step, main, ubatch):
             source = SOURCE_THREADS
+    no_microbatch = None
     if source == SOURCE_NONE:
-        notes.append(no_microbatch_note(bool(logs), bool(usable_logs), steps.path))
+        note = no_microbatch_note(bool(logs), bool(usable_logs), steps.path)
+        if graph_replayed(steps.path):  # microbatched, its kernels not told apart: what is left out stays said
+            notes.append(note)
+        else:
+            no_microbatch = note
 
     # GPU activity -> its launching call, by correlation id.
     gpu = tl.gpu
@@ -348,6 +362,10 @@ def attribute(
     )
     by_time = index_in(steps.start, steps.end, gpu.start)
     gpu_step = np.where(known, call_step[li] if n_calls else -1, np.where(before, -1, by_time))
+    if steps.partner:
+        # an FFN's work runs when the attention's data reaches it, whenever it was launched (a graph
+        # may be launched a step ahead, its first receive waiting from then): its step is where it ended
+        gpu_step = index_in(steps.start, steps.end, gpu.end)
     gpu_ubatch = np.where(known, ubatch[li] if n_calls else -1, -1).astype(np.int8)
     gpu_phase = np.where(known, phase[li] if n_calls else 0, 0).astype(np.int8)
     launch_start = np.where(known, tl.calls.start[li] if n_calls else np.nan, np.nan)
@@ -369,17 +387,24 @@ def attribute(
         layers=layers or log_layers,
         launched_before_profiling=int(before.sum()),
         notes=notes,
+        no_microbatch=no_microbatch,
     )
 
 
 GRAPH_PATHS = (fmt.PATH_GRAPH_REPLAY, fmt.PATH_GRAPH_CAPTURE)
 
 
+def graph_replayed(paths: list[str | None]) -> bool:
+    """The event log says every step it named took the microbatched CUDA graph path."""
+    taken = {p for p in paths if p}
+    return bool(taken) and taken <= set(GRAPH_PATHS)
+
+
 def no_microbatch_note(had_logs: bool, usable_logs: bool, paths: list[str | None]) -> str:
     """Why no kernel has a microbatch, from what was looked at: the event log (present, this
     process's, what path its steps took), the dbo ranges and the launching threads."""
     taken = sorted({p for p in paths if p})
-    if taken and set(taken) <= set(GRAPH_PATHS):
+    if graph_replayed(paths):
         return (
             f"microbatches not told apart: the event log says the steps took the microbatched CUDA graph path "
             f"({', '.join(taken)}), and a replay launches both microbatches' kernels in one call; the figures that "

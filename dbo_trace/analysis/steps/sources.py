@@ -11,6 +11,7 @@ Sources, best first (docs/analysis.md, "Steps"):
 5. `gpu_model_runner: ...` ranges of vLLM's model runner, grouped from one `preprocess` to the next;
 6. long GPU idle gaps (inferred);
 7. the whole trace (inferred).
+An AFD FFN rank's steps are its attention's on the pair's clock (partner_steps), after 1.
 Steps from 1-5 are markers; 6-7 are inferred, and the output says so. A step's phase (prefill,
 decode, mixed) comes from the vLLM annotation that holds its start, whatever the source.
 """
@@ -37,6 +38,7 @@ SOURCE_OPTIMIZER = "Optimizer.step# annotations (training iterations)"
 SOURCE_MODEL_RUNNER = "vLLM gpu_model_runner ranges"
 SOURCE_GAPS = "GPU idle gaps (inferred: no step markers)"
 SOURCE_WHOLE = "whole trace (inferred: no step markers)"
+SOURCE_PAIR = "the attention's steps on the pair's clock"
 INFERRED_SOURCES = (SOURCE_GAPS, SOURCE_WHOLE)
 
 PREFILL, DECODE, MIXED = "prefill", "decode", "mixed"
@@ -74,6 +76,7 @@ class Steps:
     phase: list[str | None] = field(default_factory=list)  # prefill / decode / mixed, where vLLM says
     context_tokens: list[int | None] = field(default_factory=list)
     generation_tokens: list[int | None] = field(default_factory=list)
+    partner: bool = False  # an AFD FFN rank's steps, its attention's (partner_steps)
 
     def __post_init__(self) -> None:
         n = len(self.start)
@@ -99,6 +102,7 @@ class Steps:
             [self.phase[i] for i in pick],
             [self.context_tokens[i] for i in pick],
             [self.generation_tokens[i] for i in pick],
+            self.partner,
         )
 
 
@@ -265,6 +269,19 @@ def gap_steps(tl: Timeline) -> Steps | None:
     return Steps(bounds[:-1], bounds[1:], [f"segment {i + 1}" for i in range(n)], [None] * n, SOURCE_GAPS)
 
 
+def partner_steps(steps: Steps, offset_us: float) -> Steps:
+    """An AFD FFN rank's steps: its attention's, moved onto the FFN's clock (offset_us: what to add to
+    the attention's ts to get the FFN's). steps.end: where each attention step's GPU work ended. The
+    FFN serves a step between the end of the attention's previous step and the end of this one (the
+    attention's step ends on the FFN's last answer), so the windows tile those ends, the first from
+    its step's start; the CPU's step starts would not do, as a host running ahead of its GPU (the
+    roles time-slicing one GPU) starts a step while the GPU still serves the last one."""
+    end = np.maximum.accumulate(steps.end) + offset_us if len(steps) else steps.end.copy()
+    start = np.r_[steps.start[:1] + offset_us, end[:-1]]
+    # no phase: a phase's figures are the served rank's (the FFN's added in would count each step twice)
+    return Steps(start, end, list(steps.label), [None] * len(steps), SOURCE_PAIR, partner=True)
+
+
 def whole_trace(tl: Timeline) -> Steps:
     lo = min(tl.gpu.start.min(initial=np.inf), tl.calls.start.min(initial=np.inf))
     hi = max(tl.gpu.end.max(initial=-np.inf), tl.calls.end.max(initial=-np.inf))
@@ -302,10 +319,13 @@ def _with_phases(steps: Steps, vllm: Steps | None) -> Steps:
     return steps
 
 
-def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None = None) -> Steps:
-    """The steps of one rank's trace, from the best source it has."""
+def find_steps(tl: Timeline, logs: list[EventLogData], step_marker: str | None = None, partner: Steps | None = None) -> Steps:
+    """The steps of one rank's trace, from the best source it has. partner: an AFD FFN rank's
+    attention steps on its clock (partner_steps): its own trace marks none, and a step is one
+    forward pass of the pair, so the attention's steps are the FFN's."""
     vllm = vllm_steps(tl)
     steps = marker_steps(tl, step_marker) if step_marker else None
+    steps = steps or (partner if partner is not None and len(partner) else None)
     if steps is None and logs and tl.base_time_ns is not None:
         found = log_steps(logs, tl.base_time_ns)
         steps = _seen_by_profiler(found, tl) if found else None

@@ -258,6 +258,24 @@ def decide(e: Evidence) -> Verdict:
     )
 
 
+def _host_idle(e: Evidence, host_frac: float) -> HostIdle:
+    """The run's host idle; where AFD roles share one GPU, the served role's own, the others' apart
+    (added, they would count one GPU's time twice)."""
+    m = e.metrics
+    if not e.role_hosts:
+        return HostIdle(
+            fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
+            utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
+        )  # fmt: skip
+    served, *rest = e.role_hosts
+    frac = served.fraction or 0.0
+    return HostIdle(
+        fraction=frac, test=served.test, window_idle_us=served.window_idle_us, gaps=served.gaps,
+        utilization=served.utilization, borderline=near(frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
+        role=served.role, apart=tuple(rest),
+    )  # fmt: skip
+
+
 def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
     m = e.metrics
     out: list[Reason] = []
@@ -275,12 +293,7 @@ def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_
     elif e.stalls is not None:
         out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
     if host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
-        out.append(
-            HostIdle(
-                fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
-                utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
-            )
-        )  # fmt: skip
+        out.append(_host_idle(e, host_frac))
     out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
     if e.expensive:
         out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused

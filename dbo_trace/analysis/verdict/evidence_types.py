@@ -165,6 +165,9 @@ class Evidence:
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
     role: str | None = None  # one rank's role in a disaggregated run (analysis/afd/role_evidence.py); None: the run's
     profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
+    # AFD roles on one GPU: each role's own host idle, the served one first (analysis/report.py
+    # role_hosts); empty: the run's figures are one GPU's, or each rank's own GPU's added
+    role_hosts: tuple[RoleHost, ...] = ()
     incomplete: bool = False  # a rank's trace lacks GPU work (analysis/host/gpu_clock.py): its host idle is an upper bound
 
 
@@ -186,3 +189,15 @@ class RankContext:
             yield_op=self.yield_op,
         )  # fmt: skip
 
+
+@dataclass(frozen=True, kw_only=True)
+class RoleHost:
+    """One AFD role's own host-idle figures, where the roles share one GPU (added, they would be one
+    GPU's time counted twice)."""
+
+    role: str
+    fraction: float | None
+    test: HostTest | None
+    window_idle_us: float
+    gaps: int
+    utilization: float | None

@@ -15,7 +15,7 @@ from dbo_trace.analysis.host.host_time import HostCauses, TopItem
 from dbo_trace.analysis.ledger import YieldOps
 from dbo_trace.analysis.metrics import RoundTrips
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
-from dbo_trace.analysis.verdict.evidence_types import GpuWork, HostTest, Stalls
+from dbo_trace.analysis.verdict.evidence_types import GpuWork, HostTest, RoleHost, Stalls
 
 
 # ---- reasons ------------------------------------------------------------------------------------
@@ -72,6 +72,9 @@ class HostIdle(Reason):
     gaps: int
     utilization: float | None
     upper_bound: bool = False  # the trace is incomplete: GPU work it lacks may fill the idle
+    # AFD roles on one GPU: these figures are the served role's (role), the others' apart, never added
+    role: str | None = None
+    apart: tuple[RoleHost, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

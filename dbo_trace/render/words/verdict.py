@@ -73,7 +73,7 @@ from dbo_trace.analysis.verdict.reasons import (
     TimeSliced,
     YieldOpCost,
 )
-from dbo_trace.analysis.verdict.evidence_types import HostBasis, GpuWork, StalledStep
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, GpuWork, StalledStep
 from dbo_trace.render.words.notes import top_item_name
 
 NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
@@ -314,23 +314,31 @@ def _stalls(r: StallsReason) -> str:
     )
 
 
+def _host_basis(t: HostTest | None) -> str:
+    if t is None:
+        return ""
+    measured = (
+        f"{t.host_idle_us / 1000:.2f} of {t.measured_us / 1000:.2f} ms, "
+        if t.host_idle_us is not None and t.measured_us is not None
+        else ""
+    )
+    return f" ({measured}{host_basis_text(t.basis)})"
+
+
 def _host_idle(r: HostIdle) -> str:
-    basis = ""
-    t = r.test
-    if t is not None:
-        measured = (
-            f"{t.host_idle_us / 1000:.2f} of {t.measured_us / 1000:.2f} ms, "
-            if t.host_idle_us is not None and t.measured_us is not None
-            else ""
-        )
-        basis = f" ({measured}{host_basis_text(t.basis)})"
+    whose = f"the {r.role}'s " if r.role else ""
     text = (
-        f"GPU idle waiting for the host {'at most ' if r.upper_bound else ''}{pct_text(r.fraction)}{basis}; over the "
+        f"{whose}GPU idle waiting for the host {'at most ' if r.upper_bound else ''}{pct_text(r.fraction)}{_host_basis(r.test)}; over the "
         f"window {r.window_idle_us / 1000:.2f} ms in {counted(r.gaps, 'gap')} whose next kernel was launched after the "
         f"GPU went idle; GPU busy {pct_text(r.utilization)} of the window"
         + ("; an upper bound: the trace is incomplete (sampled or cut), and GPU work it lacks may fill that idle"
            if r.upper_bound else "")
     )  # fmt: skip
+    for o in r.apart:  # the roles share one GPU: each role's own, never added
+        text += (
+            f"; the {o.role} apart (the roles share one GPU: their figures are not added): GPU idle waiting for the host "
+            f"{pct_text(o.fraction) if o.fraction is not None else '-'}{_host_basis(o.test)}, GPU busy {pct_text(o.utilization)} of its window"
+        )  # fmt: skip
     return text + (_borderline(r.fraction, HOST_BOUND_IDLE, f"{label_text(Label.HOST_BOUND)} and not") if r.borderline else "")
 
 
