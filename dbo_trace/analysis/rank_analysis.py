@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import repeat
@@ -58,6 +59,7 @@ from dbo_trace.analysis.steps.stalls import (
     step_periods,
     top_compile_names,
 )
+from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict.evidence import step_verdict
@@ -134,14 +136,19 @@ def analyze_rank(
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
     # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
     context = RankContext(d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path), role, yield_op)
-    phases = [phase_report(d, table, context, phase=p, at=at, shares=shares) for p in PHASES if len(at := table.of_phase(p))]
+    starts, steady, marked = steady_step_starts(d, table)
+    marked_periods = rank_marked_periods(marked, steady, d.attribution.steps.source)
+    phases = [
+        phase_report(d, table, context, phase=p, at=at, shares=shares, marked=marked_periods)
+        for p in PHASES
+        if len(at := table.of_phase(p))
+    ]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
     delay = replace(delay, clocks=clocks) if delay is not None else None
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
-    starts, steady, marked = steady_step_starts(d, table)
     return RankAnalysis(
         rank=tl.claimed_rank if rank is None else rank,
         source=str(tl.source),
@@ -193,7 +200,7 @@ def analyze_rank(
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
         span_parts=rank_span_parts(d, starts, steady),
         decode_requests=rank_decode_requests(marked, steady),
-        marked_periods=rank_marked_periods(marked, steady, d.attribution.steps.source),
+        marked_periods=marked_periods,
         detail=d,
     )
 
@@ -686,11 +693,19 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(
-    d: RankDetail, steps: StepTable, context: RankContext, *, phase: str, at: np.ndarray, shares: RoundTripShares | None = None
+    d: RankDetail,
+    steps: StepTable,
+    context: RankContext,
+    *,
+    phase: str,
+    at: np.ndarray,
+    shares: RoundTripShares | None = None,
+    marked: Sequence[MarkedPeriod] = (),
 ) -> PhaseReport:
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
-    shares: a disaggregated rank's round trips, which judge its overlap."""
+    shares: a disaggregated rank's round trips, which judge its overlap; marked: its steady steps'
+    periods by vLLM's annotations, where its steps are another source's: the median step's basis."""
     att = d.attribution
     steady = steps.steady_or_all(at)
     idx = steps.index[steady]
@@ -700,14 +715,15 @@ def phase_report(
     evidence = context.evidence(
         m, causes=causes, gpu=gpu_work_of(m, phase, len(steady)), afd_share=shares.of(steady) if shares is not None else None
     )
+    by_marks = marked_periods_of([marked], phase)
     return PhaseReport(
         phase=phase,
         steps=len(at),
-        median_step_us=float(np.median(steps.period_us[steady])),
+        median_step_us=float(np.median(by_marks or steps.period_us[steady])),
         metrics=m,
         verdict=decide(evidence),
         host_causes=causes,
-        step_spread=spread(steps.period_us[at]),
+        step_spread=spread(by_marks or steps.period_us[at]),  # the annotations' steady periods where they are the basis
         stalls=int(steps.stalled[at].sum()),
     )
 

@@ -45,7 +45,8 @@ from dbo_trace.analysis.cross_rank.collective_waits import SAME_SIZE, PeerWaits,
 from dbo_trace.analysis.rank_analysis import rank_contention, rank_exposure, rank_layers, rank_operations
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank, RankOnClock, cross_rank, straggler_threshold
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
-from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG
+from dbo_trace.analysis.steps.periods import marked_periods_of
+from dbo_trace.analysis.steps.sources import DECODE, SOURCE_EVENT_LOG
 from dbo_trace.analysis.host.summaries import spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled, profiled_period, unprofiled_of
 from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RoleHost, host_test_of
@@ -179,7 +180,11 @@ def run_unprofiled(
     side's ranks (an FFN server's steps are not the ones TPOT times)."""
     if not repeats:
         return None
-    period, phase, n = profiled_period([r.steps for r in ranks if r.role != FFN])
+    served = [r for r in ranks if r.role != FFN]
+    period, phase, n = profiled_period([r.steps for r in served])
+    if served and all(r.marked_periods for r in served):  # vLLM's annotations: compare's basis, one step median
+        by_marks = marked_periods_of([r.marked_periods for r in served], DECODE if phase == DECODE else None)
+        period, n = (float(np.median(by_marks)), len(by_marks)) if by_marks else (period, n)
     return unprofiled_of("", repeats, period, phase=phase, periods=n, prefills_interleave=prefills_interleave)
 
 
@@ -498,6 +503,9 @@ def _combined_phases(ranks: list[RankAnalysis]) -> list[PhaseReport]:
         tables = [r.steps.table for r in ranks]
         walls = [x for t in tables for x in t.period_us[t.of_phase(name)].tolist()]
         steady = [x for t in tables for x in t.period_us[t.steady(t.of_phase(name))].tolist()] or walls
+        marked = [r.marked_periods for r in ranks if r.steps.table.of_phase(name).size]
+        if marked and all(marked):  # vLLM's annotations beside another step source: compare's basis
+            steady = walls = marked_periods_of(marked, name) or steady
         out.append(
             PhaseReport(
                 phase=name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client as httplib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -171,6 +172,15 @@ class Child:
             return None
         return bool(socket_owners(inodes, [self.pid, *self.tracked]))
 
+    def died(self) -> str:
+        """What a server that died at start-up said: its first error (the root cause, where a wrapper's
+        traceback repeats below it), then its last lines."""
+        tail = self.tail()
+        first = root_cause(self.log_path)
+        if first is None or first in tail.splitlines()[-3:]:
+            return f"its last lines:\n{tail}"
+        return f"its first error: {first}\nits last lines:\n{tail}"
+
     def tail(self, lines: int = 20) -> str:
         """The last lines of the program's output, for error messages."""
         try:
@@ -295,7 +305,7 @@ def wait_healthy(child: Child, base_url: str, timeout_s: float, tick: Callable[[
     while True:
         code = child.poll()
         if code is not None:
-            raise ChildFailed(f"the server exited with status {code} before it was healthy; its last lines:\n{child.tail()}")
+            raise ChildFailed(f"the server exited with status {code} before it was healthy; {child.died()}")
         left = timeout_s - (time.monotonic() - start)
         status, _ = http("GET", f"{base_url}/health", timeout=max(0.1, min(2.0, left)))
         waited = time.monotonic() - start
@@ -309,3 +319,27 @@ def wait_healthy(child: Child, base_url: str, timeout_s: float, tick: Callable[[
         if tick:
             tick(waited)
         time.sleep(0.5)
+
+
+# An exception line of a Python traceback ("RuntimeError: ...", "torch.AcceleratorError: CUDA error: ..."),
+# with or without a logger's prefix; and the wrappers' lines that only point up at the root cause.
+_EXCEPTION = re.compile(r"(?:^|\] |\) )((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)(?:: .*)?)$")
+_POINTS_UP = re.compile(r"see root cause above|initialization failed|died unexpectedly|Engine core .* failed", re.IGNORECASE)
+ROOT_CAUSE_BYTES = 1 << 20  # a start-up log's last MiB: bounded, and where a failed start's tracebacks are
+
+
+def root_cause(log_path: str | os.PathLike[str]) -> str | None:
+    """The first exception line in a log's last MiB that is not a wrapper's pointer to another (vLLM's
+    "Engine core initialization failed. See root cause above" ends 40 lines below the CUDA error that
+    caused it); None where the log holds none."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(log_path) - ROOT_CAUSE_BYTES))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = _EXCEPTION.search(line.strip())
+        if m is not None and not _POINTS_UP.search(m.group(1)):
+            return m.group(1)[:400]
+    return None

@@ -102,7 +102,7 @@ class Peer:
         while True:
             code = self.child.poll()
             if code is not None:
-                raise ChildFailed(f"the peer server exited with status {code} before it listened on port {self.port}; its last lines:\n{self.child.tail()}")
+                raise ChildFailed(f"the peer server exited with status {code} before it listened on port {self.port}; {self.child.died()}")
             ours = self.child.listens_on(self.port)  # type: ignore[arg-type]
             if ours is True:
                 return time.monotonic() - start

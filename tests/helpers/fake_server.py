@@ -1,7 +1,7 @@
 """A stand-in for `vllm serve`, for the record tests: speaks the endpoints `dbo-trace record` uses.
 
     python fake_server.py serve MODEL --port P [--profiler-config JSON]
-        [--behaviour normal|die|hang|ignore-sigint|die-midrun|slow] [--pidfile F] [--stats F] [--trace T]
+        [--behaviour normal|die|die-wrapped|hang|ignore-sigint|die-midrun|slow] [--pidfile F] [--stats F] [--trace T]
         [--stream-delays FIRST,GAP[,DONE]] [--additional-config JSON]
 
 Like vLLM it loads general plugins (dbo-trace's, when DBO_TRACE_DIR is set),
@@ -58,6 +58,16 @@ STARTED_UNIX = time.time()  # when this process began (a peer must listen before
 FIRST_S, GAP_S, DONE_S = (float(x) for x in (args.stream_delays + ",0,0").split(",")[:3])
 if args.behaviour == "die":
     print("ERROR torch.OutOfMemoryError: CUDA out of memory (fake)", flush=True)
+    sys.exit(1)
+if args.behaviour == "die-wrapped":  # vLLM's engine core: the root cause, then 40 lines, then the wrapper's traceback
+    print("(EngineCore_DP0 pid=7) ERROR [core.py:708] EngineCore failed to start.", flush=True)
+    print("(EngineCore_DP0 pid=7) ERROR [core.py:708] Traceback (most recent call last):", flush=True)
+    print("(EngineCore_DP0 pid=7) ERROR [core.py:708] torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are "
+          "busy or unavailable (fake)", flush=True)
+    for i in range(40):
+        print(f"(EngineCore_DP0 pid=7) INFO shutting down worker {i}", flush=True)
+    print("Traceback (most recent call last):\n  File \"api_server.py\", line 1, in <module>", flush=True)
+    print("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}", flush=True)
     sys.exit(1)
 if args.behaviour == "die-leaky":  # a server whose last words echo every secret it was given
     print(f"DEBUG env HF_TOKEN={os.environ.get('HF_TOKEN')} HF_HUB_PASS={os.environ.get('HF_HUB_PASS')}", flush=True)

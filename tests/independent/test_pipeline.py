@@ -112,3 +112,25 @@ def test_compare_gives_each_arm_the_reports_overlap():
         mine, theirs = arms[label]["overlap"], document(arm)["overlap"]
         for key in ("exposed_per_step_ms", "hidden_per_step_ms", "beside_round_trip_per_step_ms"):
             assert mine[key] == pytest.approx(theirs[key], abs=0.1), key
+
+
+def test_one_step_median_in_report_and_compare():
+    """Issue 61: an arm's step median reads one way. On samples/afd-pair-graphs-dbo (steps from the event
+    log, vLLM's annotations beside them) the report's phase median, its step-time table, the profiler's
+    period and the pipeline's are compare's, and the reference's start-to-start median of the
+    `execute_*` annotations, within 0.5%."""
+    arm = "afd-pair-graphs-dbo"
+    d = document(arm)
+    truth = reference(arm)["_details"]["period_us_start_to_start_only"]
+    done = run_cli("compare", str(SAMPLES / "afd-graphs"), str(SAMPLES / arm), "--json")
+    assert done.returncode == 0, done.stderr
+    (theirs,) = [a for a in json.loads(done.stdout)["arms"] if a["label"] == arm and a["phase"] == "all"]
+    medians = {
+        "phase": d["phases"]["decode"]["median_step_us"],
+        "step time table": d["phases"]["decode"]["step_us"]["median"],
+        "profiler": d["profiler"]["profiled_period_us"],
+        "pipeline": d["pipeline"]["period_us"],
+        "compare": theirs["step_median_us"],
+    }
+    for what, value in medians.items():
+        assert value == pytest.approx(truth, rel=0.005), (what, value, truth)

@@ -92,6 +92,26 @@ def test_a_two_arm_two_load_sweep_of_an_afd_pair(tmp_path):
         pair.cleanup()
 
 
+def test_a_server_that_dies_at_start_is_quoted_by_its_root_cause(tmp_path):
+    """Issue 61: vLLM's engine core logs its root cause (a CUDA error) 40 lines above the wrapper's
+    traceback, whose last line only says "See root cause above": the sweep's message quotes the root
+    cause, which the log's last lines no longer hold."""
+    server = Server(tmp_path, extra=("--no-plugins",))
+    out = tmp_path / "sweep"
+    try:
+        proc = sweep(out, server.command, "--arm", "bad=--behaviour die-wrapped", "--concurrency", "1", "--repeats", "0")
+        assert proc.returncode == 1, proc.stderr
+        root = "torch.AcceleratorError: CUDA error: CUDA-capable device(s) is/are busy or unavailable (fake)"
+        (run,) = state_of(out)["runs"]
+        assert run["status"] == "failed" and f"its first error: {root}" in run["reason"]
+        tail = run["reason"].split("its last lines:", 1)[1]
+        assert root not in tail and "See root cause above" in tail  # the tail alone would not have said why
+        assert f"its first error: {root}" in proc.stderr
+        assert not any(alive(pid) for pid in server.pids())
+    finally:
+        _stop_all(*server.pids())
+
+
 def test_an_arm_whose_server_does_not_start_fails_alone(tmp_path):
     server = Server(tmp_path, extra=("--no-plugins",))
     out = tmp_path / "sweep"

@@ -30,6 +30,28 @@ class PeriodStep(Protocol):
 S = TypeVar("S", bound=PeriodStep)
 
 
+class MarkedLike(Protocol):
+    @property
+    def period_us(self) -> float: ...
+
+    @property
+    def phase(self) -> str | None: ...
+
+
+def marked_periods_of(ranks: Sequence[Sequence[MarkedLike]], phase: str | None) -> list[float]:
+    """The steady steps' periods by vLLM's annotations (each rank's marked periods, its steady
+    annotated steps with a next start), of one phase (None: all), the k-th averaged over the ranks
+    that have them, as steady_periods averages: one basis for every step median where the traces carry
+    the annotations beside steps of another source (an event log's start at another point of the step,
+    which moves with DBO: docs/analysis.md, "compare: statistics that hold")."""
+    mine = [[m.period_us for m in r if phase is None or m.phase == phase] for r in ranks]
+    mine = [m for m in mine if m]
+    if not mine:
+        return []
+    n = min(len(m) for m in mine)
+    return [sum(m[k] for m in mine) / len(mine) for k in range(n)]
+
+
 def last_index(steps: Sequence[PeriodStep]) -> int | None:
     """The index of the rank's step with no next start (its latest start); None where the rank has
     one step (its window is then all there is) or none."""
