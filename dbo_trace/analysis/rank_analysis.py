@@ -138,11 +138,7 @@ def analyze_rank(
     context = RankContext(d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path), role, yield_op)
     starts, steady, marked = steady_step_starts(d, table)
     marked_periods = rank_marked_periods(marked, steady, d.attribution.steps.source)
-    phases = [
-        phase_report(d, table, context, phase=p, at=at, shares=shares, marked=marked_periods)
-        for p in PHASES
-        if len(at := table.of_phase(p))
-    ]
+    phases = [phase_report(d, table, context, p, at, shares, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d)
@@ -693,15 +689,9 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
 
 
 def phase_report(
-    d: RankDetail,
-    steps: StepTable,
-    context: RankContext,
-    *,
-    phase: str,
-    at: np.ndarray,
-    shares: RoundTripShares | None = None,
-    marked: Sequence[MarkedPeriod] = (),
-) -> PhaseReport:
+    d: RankDetail, steps: StepTable, context: RankContext, phase: str, at: np.ndarray,
+    shares: RoundTripShares | None = None, marked: Sequence[MarkedPeriod] = (),
+) -> PhaseReport:  # fmt: skip
     """A phase's figures and verdict over its steady steps (all of them where every one stalled);
     its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
     shares: a disaggregated rank's round trips, which judge its overlap; marked: its steady steps'

@@ -147,6 +147,10 @@ class ReportRequest:
         check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
         for x in self._model_what_ifs:
             what_if_value(x)
+        asked = {m.group(1) for x in self.what_if if (m := _WHAT_IF_DBO.fullmatch(x.strip()))}
+        if len(asked) > 1:
+            fail("--what-if dbo=on and dbo=off both given: one arm predicts the other, so give the one this arm "
+                 "lacks (dbo=on of a DBO-off arm, dbo=off of a DBO arm)")  # fmt: skip
         if self.calibrate and self.what_if_dbo is None:
             fail("--calibrate is what --what-if dbo=on|off is calibrated on; add --what-if dbo=on (or dbo=off)")
         refuse_overwrite(self.output, self.timeline, self.perfetto, self.html, force=self.force)
@@ -183,7 +187,8 @@ def what_if_value(text: str) -> float | int:
         return int(digits)
     m = _WHAT_IF.fullmatch(text.strip())
     if m is None:
-        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms (round-trip=100us) or sms=N (sms=20)")
+        fail(f"--what-if {text!r}: give round-trip=TIME with us or ms (round-trip=100us), sms=N (sms=20), or on an AFD "
+             "arm dbo=on or dbo=off")  # fmt: skip
     value = float(m.group(1)) * (1000.0 if m.group(2) == "ms" else 1.0)
     if not 0 < value < 1e9:
         fail(f"--what-if {text!r}: the round trip must be above 0 and under 1000 s")

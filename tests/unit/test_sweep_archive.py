@@ -67,11 +67,16 @@ def test_report_of_a_sweep_archive_gives_the_sweeps_summary(archived, monkeypatc
 
 
 def test_a_small_cap_trims_the_runs_windows_first_and_says_so(tmp_path):
+    whole = tmp_path / "whole.tar.gz"
+    assert run_cli("archive", str(SWEEP), "-o", str(whole)).returncode == 0
+    assert [n for n in members(whole) if n.endswith("window.pftrace")]  # uncapped, the windows are there
+    # a cap the whole archive is over, and its windows cut to one step are too: the windows go first
+    cap = 0.7 * whole.stat().st_size / 1e6
     out = tmp_path / "small.tar.gz"
-    proc = run_cli("archive", str(SWEEP), "-o", str(out), "--max-mb", "3")
+    proc = run_cli("archive", str(SWEEP), "-o", str(out), "--max-mb", f"{cap:.3f}")
     assert proc.returncode == 0, proc.stderr
     held = members(out)
-    assert out.stat().st_size <= 3e6
+    assert out.stat().st_size <= cap * 1e6
     assert "dbo-trace/sweep-summary.json" in held and not [n for n in held if n.endswith("window.pftrace")]
     assert "each run's bundle with no Perfetto window" in " ".join(proc.stdout.split())
     assert run_cli("report", str(out)).returncode == 0
