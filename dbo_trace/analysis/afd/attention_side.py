@@ -110,7 +110,7 @@ class RoundTripShares:
         # the round trips less the host's lag (their rest), as the run's hidden share is
         self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
         # under the other microbatch's compute or beside its round trip: the label's share, as the run's
-        self.hidden = np.bincount(rows.step[ok], weights=rows.rest_overlapped_us[ok], minlength=n)
+        self.overlapped = np.bincount(rows.step[ok], weights=rows.rest_overlapped_us[ok], minlength=n)
         self.table = table
         self.microbatched = afd.microbatched
 
@@ -118,13 +118,13 @@ class RoundTripShares:
         """Over the steps at these positions of the table."""
         ix = self.table.index[positions]
         t = float(self.total[ix].sum()) if len(ix) else 0.0
-        return AfdShare(float(self.hidden[ix].sum()) / t if t > 0 else None, self.microbatched)
+        return AfdShare(float(self.overlapped[ix].sum()) / t if t > 0 else None, self.microbatched)
 
     def by_step(self) -> list[AfdShare]:
         ix = self.table.index
         return [
             AfdShare(float(h) / float(t) if t > 0 else None, self.microbatched)
-            for h, t in zip(self.hidden[ix].tolist(), self.total[ix].tolist())
+            for h, t in zip(self.overlapped[ix].tolist(), self.total[ix].tolist())
         ]
 
 

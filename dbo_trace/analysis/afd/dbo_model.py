@@ -10,7 +10,7 @@ it. Pure functions over small records; no I/O (the calibration's arms are read b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -195,7 +195,7 @@ def ratios_of(pairs: tuple[CalibrationPair, ...]) -> Ratios:
     # each arm's measured loop per layer against what the terms predict of it from its partner
     on_fit = [p.on.loop_us / p.on.layers / _on_from_off(p.off, base).layer_us for p in pairs]
     off_fit = [p.off.loop_us / p.off.layers / _off_from_on(p.on, base).layer_us for p in pairs]
-    return Ratios(**{**base.__dict__, "on_fit": float(np.median(on_fit)), "off_fit": float(np.median(off_fit))})
+    return replace(base, on_fit=float(np.median(on_fit)), off_fit=float(np.median(off_fit)))
 
 
 def _cost(line: tuple[float, float], tokens: float, r: Ratios) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.afd.dbo_model import DboWhatIf
 from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.steps.attribution import SOURCE_NONE
@@ -263,12 +264,10 @@ def marked_sample(served: list[RankReport], phase: str) -> tuple[list[float], li
     at the step's graph replay or microbatch threads, a point that moves with DBO on and off: with
     both arms on the annotations, the change is of one thing (its step parts, analysis/afd/effect.py, are
     on the same basis)."""
-    mine = [[m for m in r.marked_periods if phase == ALL_STEPS or m.phase == phase] for r in served]
-    mine = [m for m in mine if m]
-    if not mine:
-        return [], []
-    n = min(len(m) for m in mine)
-    return [sum(m[k].period_us for m in mine) / len(mine) for k in range(n)], [m.tokens for m in mine[0][:n]]
+    which = None if phase == ALL_STEPS else phase
+    periods = marked_periods_of([r.marked_periods for r in served], which)
+    first = next((m for r in served if (m := [x for x in r.marked_periods if which is None or x.phase == which])), [])
+    return periods, [m.tokens for m in first[: len(periods)]]
 
 
 def _served(report: Report) -> list[RankReport]:
