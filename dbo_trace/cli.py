@@ -478,9 +478,10 @@ def _concurrencies(ctx, param, value: str) -> tuple[int, ...]:
 @_number("--grace", 30.0, _Finite(0, 3600), "Seconds between SIGINT, SIGTERM and SIGKILL when stopping.")
 @_number("--trace-timeout", 300.0, _Finite(1, 86400), "Seconds to wait for the traces after /stop_profile.")
 @click.option("--resume", is_flag=True, help="Run what OUT's sweep lacks (its failed, incomplete and pending runs; new arms). COMMAND and options may be left out: OUT/sweep.json has them.")
+@click.option("--mps", is_flag=True, help="Run the sweep's own MPS control daemon (one GPU shared by an AFD pair's roles), started afresh between arms; without it a running daemon is used as it is. Either way each arm waits until the GPU takes a new CUDA client.")
 def sweep(command, out, arms, dbo_ablation, concurrency, num_prompts, num_prompts_per_slot, input_len, output_len, seed, repeats,
           profile, profile_delay, profile_steps, with_stack, warmup_prompts, url, peer_command, peer_ready_port, startup_timeout,
-          grace, trace_timeout, resume, repeat_tool) -> None:  # fmt: skip
+          grace, trace_timeout, resume, repeat_tool, mps) -> None:  # fmt: skip
     """Record an ablation at several loads: dbo-trace sweep -o OUT --dbo-ablation -- vllm serve MODEL ...
 
     \b
@@ -502,6 +503,7 @@ def sweep(command, out, arms, dbo_ablation, concurrency, num_prompts, num_prompt
         window=ProfileWindow(delay_iterations=profile_delay, max_iterations=profile_steps, with_stack=with_stack),
         warmup_prompts=warmup_prompts, url=url, peer_command=peer_command, peer_ready_port=peer_ready_port,
         startup_timeout=startup_timeout, grace=grace, trace_timeout=trace_timeout, resume=resume, repeat_tool=repeat_tool,
+        mps=mps,
     )  # fmt: skip
     sweeping.run(request)
 

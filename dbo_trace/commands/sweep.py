@@ -41,6 +41,7 @@ class SweepRequest:
     trace_timeout: float = 300.0
     resume: bool = False
     repeat_tool: str = "auto"  # "auto": vllm bench serve where COMMAND is `vllm serve`; "builtin": the built-in load
+    mps: bool = False  # the sweep runs its own MPS control daemon, afresh for each arm
 
 
 def parse_arm(text: str) -> tuple[str, tuple[str, ...]]:
@@ -130,6 +131,7 @@ def plan_of(request: SweepRequest):
         profile=profile, base_url=(request.url or serve_args.server_url(command)).rstrip("/"), peer=peer,
         window=request.window, warmup_prompts=warmup, startup_timeout_s=request.startup_timeout,
         grace_s=request.grace, trace_timeout_s=request.trace_timeout, builtin_repeats=request.repeat_tool == "builtin",
+        own_mps=request.mps,
     )  # fmt: skip
     return plan
 

@@ -72,6 +72,11 @@ def _mps_ask(env: Mapping[str, str], command: str, timeout_s: float) -> tuple[bo
     return proc.returncode == 0 and "cannot find" not in reply.lower(), reply
 
 
+def mps_quit(env: Mapping[str, str], timeout_s: float = 60.0) -> bool:
+    """Quit the MPS control daemon of `env`'s pipe directory (and its servers); whether it answered."""
+    return _mps_ask(env, "quit", timeout_s)[0]
+
+
 def mps_status(env: Mapping[str, str], pids_by_role: Mapping[str, Iterable[int]] | None = None, timeout_s: float = 5.0) -> dict:
     """Whether an MPS control daemon answers for `env` and, with `pids_by_role`, whether each role's
     processes are among its servers' clients (docs/recording.md, "An AFD pair on one GPU").

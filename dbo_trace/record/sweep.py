@@ -27,6 +27,7 @@ from dbo_trace.files import replace_file
 from dbo_trace.record import recorder as rec
 from dbo_trace.record.bench import BENCH_DIR
 from dbo_trace.record.child import Child, ChildFailed
+from dbo_trace.record.gpu_ready import OwnMps, wait_ready
 from dbo_trace.record.loadgen import LoadSpec
 from dbo_trace.record.peer import PEER_DIR, Peer, PeerPlan
 from dbo_trace.redact import Redactor, redact_argv
@@ -75,6 +76,7 @@ class SweepPlan:
     grace_s: float = 30.0
     trace_timeout_s: float = 300.0
     builtin_repeats: bool = False  # the built-in load times the repeats (no `vllm bench serve` start-up per repeat)
+    own_mps: bool = False  # run the sweep's own MPS control daemon, afresh for each arm (record/gpu_ready.py)
 
     def options(self) -> dict:
         """The rest of the plan, kept in sweep.json so that `--resume` alone runs the same sweep."""
@@ -314,12 +316,23 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         chosen = arms or [arm.name for arm in plan.arms]
         by_name = {arm.name: arm for arm in plan.arms}
         t0 = time.monotonic()
+        own = _own_mps(plan, ui)
         try:
             with rec._terminations_interrupt():
+                ran = False  # an arm's servers ran before this one: the GPU must be free again
                 for name in chosen:
                     todo = [load for load in plan.loads if _run_of(state, name, load.name)["status"] != RUN_COMPLETE]
                     if not todo:
                         ui.phase(f"[{name}] every load complete already; nothing to run")
+                        continue
+                    unready = wait_ready(os.environ, _Prefixed(ui, name, t0).note, own if ran else None)
+                    ran = True
+                    if unready is not None:
+                        ui.phase(f"[{name}] FAILED: {unready}")
+                        for load in todo:
+                            run = _run_of(state, name, load.name)
+                            run["status"], run["reason"] = RUN_FAILED, f"the arm's servers were not started: {unready}"
+                        outcome.failed_arms.append(name)
                         continue
                     if not _run_arm(plan, by_name[name], todo, state, ui, t0):
                         outcome.failed_arms.append(name)
@@ -327,7 +340,22 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
             outcome.interrupted = True
         finally:
             write_state(plan.out, state)
+            if own is not None:
+                with rec._shielded():
+                    own.stop()
         return outcome
+
+
+def _own_mps(plan: SweepPlan, ui: rec.Progress) -> OwnMps | None:
+    """The sweep's own MPS control daemon (--mps), started before the first arm."""
+    if not plan.own_mps:
+        return None
+    own = OwnMps(os.environ)
+    failed = own.start()
+    if failed is not None:
+        raise SweepRefused(f"--mps: {failed}; start one yourself (nvidia-cuda-mps-control -d) or leave --mps out")
+    ui.note(f"MPS: {'the sweep started a control daemon' if own.started else 'a control daemon already answers'} at {own.pipe}")
+    return own
 
 
 def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: rec.Progress, t0: float) -> bool:

@@ -10,7 +10,11 @@
 # REPEAT_TOOL=auto times them with `vllm bench serve` (then expect the 64 load to be cut; --resume runs it).
 # The carry must be installed first (install.sh) and the AFD plugin carried as .dev/afd (afd-export.sh).
 #
-#   bash scripts/vllm26/sweep-afd.sh OUT ARM        ARM: graphs | graphs-dbo
+#   bash scripts/vllm26/sweep-afd.sh OUT ARM        ARM: graphs | graphs-dbo | both
+#
+# ARM=both records the two arms in one sweep call (`--arm graphs= --arm graphs-dbo=...`) with the sweep's own
+# MPS daemon (`--mps`: started afresh between the arms, once the first arm's clients have left and the GPU takes
+# a new CUDA context); at one load (SWEEP_CONCURRENCY=48) both arms fit one 600 s call.
 #
 # The sweep folder lives on the machine, /tmp/dbo-sweep/afd-graphs: the second arm's call adds its arm to the
 # same folder (`--resume`: the same command, loads and repeats; a new arm), and a call that repeats an arm runs
@@ -31,11 +35,15 @@ mkdir -p "$OUT" /tmp/dbo-sweep
 exec > >(tee "$OUT/sweep-afd-$ARM.log") 2>&1
 stamp() { echo "== $(date -u +%T) (+${SECONDS}s) $*"; }
 
+DBO_FLAGS="--enable-dbo --dbo-decode-token-threshold 2 --dbo-prefill-token-threshold 12"
 case $ARM in
-  graphs) ARM_FLAGS="" ;;
-  graphs-dbo) ARM_FLAGS="--enable-dbo --dbo-decode-token-threshold 2 --dbo-prefill-token-threshold 12" ;;
-  *) echo "unknown arm $ARM (graphs | graphs-dbo)"; exit 2 ;;
+  graphs) ARMS=(--arm "graphs=") ;;
+  graphs-dbo) ARMS=(--arm "graphs-dbo=$DBO_FLAGS") ;;
+  both) ARMS=(--arm "graphs=" --arm "graphs-dbo=$DBO_FLAGS") ;;
+  *) echo "unknown arm $ARM (graphs | graphs-dbo | both)"; exit 2 ;;
 esac
+OWN_MPS=()
+[ "$ARM" = both ] && [ "${NO_MPS:-0}" != 1 ] && OWN_MPS=(--mps)
 
 # record-afd.sh's environment: the carry, the AFD plugin, vLLM's settings, NCCL over loopback, MPS (afd-env.sh).
 # shellcheck source=afd-env.sh
@@ -54,10 +62,10 @@ LOADS=(--concurrency "${SWEEP_CONCURRENCY:-16,32,64}" --num-prompts-per-slot 2 -
 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv
 stamp "arm $ARM: start"
 wait_gpu_free
-mps_up || exit 1
+if [ ${#OWN_MPS[@]} -eq 0 ]; then mps_up || exit 1; fi
 stamp "sweep (SIGTERM after ${SWEEP_BUDGET_S} s)"
 NCCL_HOSTID=afd-attn timeout -s TERM -k 60 "$SWEEP_BUDGET_S" \
-  dbo-trace sweep -o "$SWEEP" --resume --arm "$ARM=$ARM_FLAGS" "${LOADS[@]}" --grace 10 --trace-timeout 240 \
+  dbo-trace sweep -o "$SWEEP" --resume "${ARMS[@]}" "${OWN_MPS[@]}" "${LOADS[@]}" --grace 10 --trace-timeout 240 \
   --peer-command "$PEER" -- \
   vllm serve "$DSV2" "${COMMON[@]}" "${GRAPHS[@]}" --port 8000 --additional-config "$(afd_config attention "$AFD_PORT")"
 stamp "sweep exit status $?"
@@ -70,7 +78,7 @@ state = json.loads((sweep / "sweep.json").read_text())
 for run in state["runs"]:
     print("run", run["arm"], run["load"], run["status"], (run["reason"] or "")[:300])
     m_path = sweep / run["bundle"] / "manifest.json"
-    if run["arm"] != arm or not m_path.is_file():
+    if arm not in (run["arm"], "both") or not m_path.is_file():
         continue
     m = json.loads(m_path.read_text())
     for r in m.get("repeats") or []:
@@ -80,15 +88,20 @@ for run in state["runs"]:
     print("  counters", {k: v for k, v in (m.get("counters") or {}).items() if k.startswith(("steps", "ubatch.yields", "graph"))})
     print("  gpu_sharing", (m.get("gpu_sharing") or {}).get("shared_gpu"), (m.get("gpu_sharing") or {}).get("mps"))
 EOF
-grep -hE "Traceback|Error" "$SWEEP/$ARM/server.log" "$SWEEP/$ARM/peer/server.log" 2>/dev/null | head -20
+ARM_DIRS=("$ARM"); [ "$ARM" = both ] && ARM_DIRS=(graphs graphs-dbo)
+for a in "${ARM_DIRS[@]}"; do
+  grep -hE "Traceback|Error" "$SWEEP/$a/server.log" "$SWEEP/$a/peer/server.log" 2>/dev/null | head -20
+done
 
 stamp "trim the FFN traces to the attention's windows"
-for bundle in "$SWEEP/$ARM"/c*; do
-  [ -f "$bundle/manifest.json" ] && { python3 "$REPO/scripts/trim_peer_trace.py" "$bundle" || echo "trim failed: $bundle"; }
+for a in "${ARM_DIRS[@]}"; do
+  for bundle in "$SWEEP/$a"/c*; do
+    [ -f "$bundle/manifest.json" ] && { python3 "$REPO/scripts/trim_peer_trace.py" "$bundle" || echo "trim failed: $bundle"; }
+  done
+  du -sh "$SWEEP/$a"/c* 2>/dev/null
 done
-du -sh "$SWEEP/$ARM"/c* 2>/dev/null
 stamp "tar"
-tar -C "$SWEEP" -czf "$OUT/$ARM.tar.gz" sweep.json "$ARM"
+tar -C "$SWEEP" -czf "$OUT/$ARM.tar.gz" sweep.json "${ARM_DIRS[@]}"
 if [ "$(stat -c %s "$OUT/$ARM.tar.gz")" -gt 15000000 ]; then
   split -b 15000000 "$OUT/$ARM.tar.gz" "$OUT/$ARM.tar.gz.part-" && rm "$OUT/$ARM.tar.gz"
 fi

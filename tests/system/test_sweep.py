@@ -310,3 +310,68 @@ def test_the_help_lists_the_sweep_and_its_options_fit_80_columns():
     for option in ("--arm", "--dbo-ablation", "--concurrency", "--num-prompts-per-slot", "--repeats", "--no-profile", "--peer-command", "--resume", "--repeat-tool"):
         assert option in own.stdout, option
     assert max(len(line) for line in own.stdout.splitlines()) <= 80
+
+
+def _fake_mps(tmp_path: Path) -> tuple[dict, Path]:
+    """An environment whose nvidia-cuda-mps-control is tests/helpers/fake_mps_control.py, and the folder
+    of that stand-in's state (its calls, its clients)."""
+    import os
+
+    bin_dir, pipe = tmp_path / "bin", tmp_path / "mps"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-cuda-mps-control"
+    helper = Path(__file__).resolve().parents[1] / "helpers" / "fake_mps_control.py"
+    tool.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(helper))} \"$@\"\n")
+    tool.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", CUDA_MPS_PIPE_DIRECTORY=str(pipe))
+    return env, tmp_path / "mps-fake"
+
+
+def test_with_mps_each_arm_gets_a_fresh_daemon_after_the_last_arms_clients_left(tmp_path):
+    """Issue 61: under one MPS daemon the second arm's FFN server failed with "busy or unavailable"
+    right after the first arm's servers stopped. With --mps the sweep starts its own daemon, and
+    between arms quits it and starts it afresh (as a new sweep call did), then the arm runs."""
+    server = Server(tmp_path, extra=("--no-plugins",))
+    env, pipe = _fake_mps(tmp_path)
+    out = tmp_path / "sweep"
+    try:
+        proc = subprocess.run(
+            sweep_argv(out, server.command, "--arm", "a=--note a", "--arm", "b=--note b", "--concurrency", "1", "--repeats", "0", "--mps"),
+            capture_output=True, text=True, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert statuses(out) == {("a", "c1"): "complete", ("b", "c1"): "complete"}
+        calls = [c for c in (pipe / "calls").read_text().split("\n") if c and not c.startswith("get_")]
+        assert calls == ["-d", "quit", "-d", "quit"]  # started, afresh between the arms, stopped at the end
+        assert "started afresh" in proc.stderr
+        assert not any(alive(pid) for pid in server.pids())
+    finally:
+        _stop_all(*server.pids())
+
+
+def test_an_mps_daemon_the_sweep_did_not_start_is_left_alone_and_a_stuck_client_names_the_fix(tmp_path):
+    """Without --mps a running daemon is used as it is: never quit. An earlier client that never
+    leaves keeps the next arm from starting, and the line says how to restart the daemon."""
+    from dbo_trace.record.gpu_ready import Probe, wait_ready
+
+    env, pipe = _fake_mps(tmp_path)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
+    (pipe / "clients").write_text("777")
+    notes: list[str] = []
+    said = wait_ready(env, notes.append, None, timeout_s=1.0, probe=lambda e: Probe(False, "CUDA_ERROR_DEVICE_UNAVAILABLE 46"))
+    assert said is not None and "CUDA_ERROR_DEVICE_UNAVAILABLE" in said and "echo quit | nvidia-cuda-mps-control" in said
+    assert notes and "1 MPS client(s)" in notes[0]
+    assert "quit" not in (pipe / "calls").read_text()
+    (pipe / "clients").write_text("")  # the client left; the GPU takes one on the second probe
+    answers = iter([Probe(False, "CUDA_ERROR_DEVICE_UNAVAILABLE 46"), Probe(True, "")])
+    assert wait_ready(env, notes.append, None, timeout_s=30.0, probe=lambda e: next(answers)) is None
+
+
+def test_the_gpu_probe_runs_the_driver_or_says_there_is_none():
+    """The probe's own process, here: a CUDA context made (a GPU machine) or no driver (CI's)."""
+    import os
+
+    from dbo_trace.record.gpu_ready import probe_gpu
+
+    probe = probe_gpu(os.environ)
+    assert probe.ready is True or (probe.ready is None and "libcuda" in probe.said), probe
