@@ -303,6 +303,16 @@ def served_settings(manifest: Manifest) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True)
+class RoleClaims:
+    """What a recording says of one trace's role, as it says it (analysis/afd/role_evidence.py
+    resolve_role decides): its manifest's (the `roles` block, else the `afd` block's role) and its
+    recorded command line's (`--additional-config '{"afd": {"role": ...}}'`)."""
+
+    manifest: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
 class Bundle:
     """A recording read once: its manifest, its traces (the manifest's roles give some of them a
     role: an AFD attention server and its FFN server), its event logs and its Python stack samples,
@@ -311,8 +321,7 @@ class Bundle:
     path: Path
     manifest: Manifest
     traces: tuple[Path, ...]  # traces/ and the traces the manifest's roles name (the FFN's under peer/traces/)
-    roles: dict[str, str]  # os.path.normpath(trace) -> role
-    role_sources: dict[str, str]  # os.path.normpath(trace) -> where its role came from: ROLE_FROM_*
+    role_claims: dict[str, RoleClaims]  # os.path.normpath(trace) -> what the recording says of its role
     logs: tuple[Path, ...]  # events/, and with roles the peer's events/ (each log joined to its process)
     pystacks: tuple[SampleEntry, ...]
     warnings: tuple[str, ...]
@@ -324,27 +333,29 @@ def read_bundle(path: Path) -> Bundle:
     traces_dir = path / TRACES_DIR
     traces = trace_files(traces_dir) if traces_dir.is_dir() else []
     named = manifest_roles(manifest)
-    roles: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    declared = None if named else declared_role(manifest)
-    if declared is not None:  # an older recorder's bundle: its command line names its role
-        for t in traces:
-            roles[os.path.normpath(t)], sources[os.path.normpath(t)] = declared
+    claims: dict[str, RoleClaims] = {}
+    if not named:  # an older recorder's bundle: its afd block, or its command line, names its traces' role
+        afd = manifest.afd
+        own = RoleClaims(
+            str(afd["role"]) if afd is not None and afd.get("role") in AFD_ROLES else None,
+            command_role(list(manifest.command) if manifest.command is not None else None),
+        )
+        if own != RoleClaims():
+            claims = {os.path.normpath(t): own for t in traces}
     for rel, role in named.items():
         p = path / rel
         if ".." in Path(rel).parts or not p.is_file():
             continue
         if p not in traces:
             traces.append(p)
-        roles[os.path.normpath(p)] = role
-        sources[os.path.normpath(p)] = ROLE_FROM_MANIFEST
+        claims[os.path.normpath(p)] = RoleClaims(manifest=role)
     if not traces:
         raise BundleError(
             f"{path}: the bundle has no traces under {TRACES_DIR}/ (was the recording stopped before the profiler wrote them?)"
         )
     logs = event_files(path) + (event_files(path / "peer") if named else [])
     entries, warnings = sample_entries(path, manifest)
-    return Bundle(path, manifest, tuple(traces), roles, sources, tuple(logs), tuple(entries), tuple(warnings))
+    return Bundle(path, manifest, tuple(traces), claims, tuple(logs), tuple(entries), tuple(warnings))
 
 
 ROLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # attention, ffn: a role is a short name, else ignored
@@ -390,17 +401,6 @@ def command_role(command: Any) -> str | None:
     afd = command_afd(command)
     role = afd.get("role") if afd is not None else None
     return str(role) if role in AFD_ROLES else None
-
-
-def declared_role(manifest: Manifest) -> tuple[str, str] | None:
-    """The role of a bundle's own traces (traces/) where its manifest names no `roles`: its `afd`
-    block's role, else the one its recorded command line asked for; with where it came from. A
-    block without a role (or with another) declares none: it is never taken as attention."""
-    afd = manifest.afd
-    if afd is not None and afd.get("role") in AFD_ROLES:
-        return str(afd["role"]), ROLE_FROM_MANIFEST
-    role = command_role(list(manifest.command) if manifest.command is not None else None)
-    return (role, ROLE_FROM_COMMAND) if role is not None else None
 
 
 @dataclass(frozen=True)

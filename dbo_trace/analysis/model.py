@@ -29,8 +29,8 @@ from dbo_trace.analysis.cross_rank.collective_waits import RankComm, WaitSplit
 from dbo_trace.analysis.host.python_frames import RankStacks, StepFrame
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
-from dbo_trace.analysis.afd.role_evidence import FROM_TRACE, RoleCall
-from dbo_trace.analysis.afd.roles import ATTENTION, RoleMissing, RolesInfo, SharedGpu
+from dbo_trace.analysis.afd.role_evidence import RoleCall
+from dbo_trace.analysis.afd.roles import RoleMissing, RolesInfo, SharedGpu
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.afd.dbo_model import Calibration, DboWhatIf, NotPredicted
 from dbo_trace.analysis.afd.pipeline import Pipeline
@@ -58,34 +58,52 @@ class MarkedPeriod:
 
 @dataclass(frozen=True)
 class Options:
+    """The user's flags, and nothing else (what the recordings say is the run's Recording)."""
+
     comm_patterns: tuple[str, ...] = ()
     comm_streams: tuple[int, ...] = ()
     ubatch_patterns: tuple[str, ...] = ()
     layers: int | None = None
     step_marker: str | None = None
     comm_only: bool = False  # comm_patterns replace the built-in communication families
-    roles: tuple[tuple[str, str], ...] = ()  # (trace path, role): the manifest's, its command line's or the trace's own
-    role_sources: tuple[tuple[str, RoleCall], ...] = ()  # (trace path, its role and where that came from)
     what_if_round_trip_us: tuple[float, ...] = ()  # --what-if round-trip=X: the model's step with X
     what_if_comm_sms: tuple[int, ...] = ()  # --what-if sms=N: the model's step with N SMs kept for comm
+    what_if_dbo: str | None = None  # --what-if dbo=on|off (compare: "other"): DBO's effect from one arm
+    calibration: Calibration | None = None  # what the prediction is calibrated on (--calibrate, or the shipped one)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What the recordings' manifests say of the run, read once before any trace (app/pipeline.py
+    recording_of): the communication kernels and layer count a bundle declares, its environment's
+    facts, its timed repeats and its capture sizes. A trace given without a bundle has the default."""
+
+    comm_kernels: tuple[str, ...] = ()  # regular expressions a manifest declares (emulated traffic)
+    layers: int | None = None  # the layer count a manifest declares
     comm_sms: str | None = None  # VLLM_DBO_COMM_SMS in the recording's environment (its manifest's env)
     env_recorded: bool = False  # a manifest kept the recording's environment
-    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off (its manifest's)
+    repeats: tuple[Repeat, ...] = ()  # the recording's timed repeats, the profiler off
     # their load's prompts outnumber its concurrency: prefills interleave with the decode steps as
     # requests arrive (TPOT holds them); None: the manifest does not say
     prefills_interleave: bool | None = None
-    what_if_dbo: str | None = None  # --what-if dbo=on|off (compare: "other"): DBO's effect from one arm
-    calibration: Calibration | None = None  # what the prediction is calibrated on (--calibrate, or the shipped one)
     graph_sizes: tuple[int, ...] | None = None  # the recording's CUDA graph capture sizes (its manifest's command)
-    gpu_name: str | None = None  # the recording's GPU (its manifest's)
+    gpu_name: str | None = None  # the recording's first GPU by name
+    # A bundle declared an AFD attention server (its manifest or its recorded command line): the run is
+    # disaggregated, and the round-trip model (analysis/afd/round_trips.py) applies to a trace of it that
+    # no role reached too. An FFN server recorded alone has no round trips of its own, and a role told by
+    # a trace's own evidence declares nothing of the other traces.
+    disaggregated: bool = False
 
-    @property
-    def disaggregated(self) -> bool:
-        """A bundle declared an AFD attention server (its manifest or its recorded command line): the
-        run is disaggregated, and the round-trip model (analysis/afd/round_trips.py) applies to a trace of
-        it that no role reached too. An FFN server recorded alone has no round trips of its own, and a
-        role told by a trace's own evidence declares nothing of the other traces."""
-        return any(call.source != FROM_TRACE and call.role == ATTENTION for _, call in self.role_sources)
+
+def comm_patterns_of(options: Options, recording: Recording) -> tuple[str, ...]:
+    """The communication patterns in force: the user's, then the recording's (the user's set alone
+    with --comm-only, which replaces everything)."""
+    return options.comm_patterns if options.comm_only else tuple(dict.fromkeys(options.comm_patterns + recording.comm_kernels))
+
+
+def layers_of(options: Options, recording: Recording) -> int | None:
+    """The layer count in force: the user's, else the recording's."""
+    return options.layers or recording.layers
 
 
 @dataclass(frozen=True)
@@ -403,6 +421,7 @@ class Report:
     host_causes: HostCauses | None = None  # the ranks' host-test causes added
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
+    recording: Recording = Recording()  # what the recordings' manifests said
     what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
     unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
     pipeline: Pipeline | None = None  # the served attention rank's steps as a pipeline (analysis/afd/pipeline.py)

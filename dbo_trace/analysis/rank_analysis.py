@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -44,7 +43,19 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.model import MarkedPeriod, Options, PhaseReport, RankAnalysis, RankDetail, StepReports, StepTable
+from dbo_trace.analysis.model import (
+    MarkedPeriod,
+    Options,
+    PhaseReport,
+    RankAnalysis,
+    RankDetail,
+    Recording,
+    StepReports,
+    StepTable,
+    comm_patterns_of,
+    layers_of,
+)
+from dbo_trace.analysis.afd.role_evidence import RoleCall
 from dbo_trace.analysis.overlap.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.host.python_frames import RankStacks, StepFrame, log_natives, rank_host_stacks
 from dbo_trace.analysis.overlap.queueing import LaunchDelay, launch_delay
@@ -101,20 +112,21 @@ def operations_per_step(op_ids: np.ndarray, step: np.ndarray, n_steps: int) -> n
 
 
 def analyze_rank(
-    tl: Timeline, logs: list[EventLogData], options: Options, *, rank: int | None = None, samples: list[StackSamples] | None = None,
-    partner: Steps | None = None,
+    tl: Timeline, logs: list[EventLogData], options: Options, *, recording: Recording = Recording(), role_call: RoleCall | None = None,
+    rank: int | None = None, samples: list[StackSamples] | None = None, partner: Steps | None = None,
 ) -> RankAnalysis:
     """One rank's analysis: its shared state once (rank_detail), then each analysis over it. Its
-    verdict is decided with the others' (analysis/report.py combine). rank: the rank's number as the
-    caller settled it (trace/load.py settle_ranks); None: the one its trace claims. samples: the
-    process's sampled Python stacks (py-spy), if any. partner: an AFD FFN rank's steps, its
-    attention's on its clock (steps/sources.py partner_steps)."""
-    d = rank_detail(tl, logs, options, partner)
+    verdict is decided with the others' (analysis/report.py combine). recording: what the manifests
+    said; role_call: the rank's role and where it came from (afd/role_evidence.py resolve_role).
+    rank: the rank's number as the caller settled it (trace/load.py settle_ranks); None: the one its
+    trace claims. samples: the process's sampled Python stacks (py-spy), if any. partner: an AFD FFN
+    rank's steps, its attention's on its clock (steps/sources.py partner_steps)."""
+    d = rank_detail(tl, logs, options, partner, recording)
     clocks = rank_clock_bounds(d)
     if (skew := clocks.skew_us) is not None:
         # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
         tl = shifted_gpu(tl, skew)
-        d = rank_detail(tl, logs, options, partner)
+        d = rank_detail(tl, logs, options, partner, recording)
         clocks = replace(clocks, shift_us=skew)
     clocks = with_host_idle_range(d, clocks)
     gaps = incomplete(
@@ -126,10 +138,10 @@ def analyze_rank(
     )
     table = step_table(d, capture)
     whole = whole_window(d, table)
-    role = dict(options.roles).get(os.path.normpath(tl.source))
+    role = role_call.role if role_call is not None else None
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
-    afd = rank_round_trips(d, table) if role == ATTENTION or (options.disaggregated and role is None) else None
+    afd = rank_round_trips(d, table) if role == ATTENTION or (recording.disaggregated and role is None) else None
     ubatch_source = microbatch_source(d.attribution, afd)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
@@ -156,7 +168,7 @@ def analyze_rank(
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
         role=role,
-        role_source=dict(options.role_sources).get(os.path.normpath(tl.source)),
+        role_source=role_call,
         expensive_calls=rank_expensive(d, afd is not None and afd.microbatched),
         afd=afd,
         window=whole.window,
@@ -223,12 +235,16 @@ def stacks_of(
     )  # fmt: skip
 
 
-def rank_detail(tl: Timeline, logs: list[EventLogData], options: Options, partner: Steps | None = None) -> RankDetail:
+def rank_detail(
+    tl: Timeline, logs: list[EventLogData], options: Options, partner: Steps | None = None, recording: Recording = Recording()
+) -> RankDetail:
     """What the rank's analyses share, each computed once: the attribution, every activity's and
     call's kind, the launching threads, the window's partition into time buckets, the step windows,
     the comm operations, the held-back comm and the host-idle pieces."""
-    att = attribute(tl, logs, list(options.ubatch_patterns), options.layers, options.step_marker, partner)
-    rules = c.CommRules(extra_patterns=options.comm_patterns, streams=options.comm_streams, replace_builtin=options.comm_only)
+    att = attribute(tl, logs, list(options.ubatch_patterns), layers_of(options, recording), options.step_marker, partner)
+    rules = c.CommRules(
+        extra_patterns=comm_patterns_of(options, recording), streams=options.comm_streams, replace_builtin=options.comm_only
+    )
     kinds = c.kernel_kinds(tl.names, tl.gpu.name, tl.gpu_is_copy, tl.gpu.lane, rules)
     call_kind = c.call_kinds(tl.names, tl.calls.name)
     launched = att.gpu_launch_index >= 0

@@ -37,6 +37,7 @@ from dbo_trace.analysis.model import (
     RankAnalysis,
     RankDetail,
     RankReport,
+    Recording,
     Report,
     StepTable,
 )
@@ -107,6 +108,7 @@ def combine(
     parts: list[CrossPart] | None = None,
     refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
     roles: RolesInfo | None = None,
+    recording: Recording = Recording(),
 ) -> Report:
     """All ranks: times and counts add (each rank is its own GPU); the host test is the ranks' own,
     added the same way (in-step where every rank has marker steps). parts and refine: where the
@@ -138,7 +140,7 @@ def combine(
         for r in ranks
     ]
     run = together(ranks)
-    unprofiled = run_unprofiled(ranks, options.repeats, options.prefills_interleave)
+    unprofiled = run_unprofiled(ranks, recording.repeats, recording.prefills_interleave)
     overhead = unprofiled.profiler_overhead if unprofiled is not None else None
     return Report(
         what_if=_what_if(run.round_trips, ranks, options),
@@ -160,9 +162,10 @@ def combine(
         host_causes=run.causes,
         host_test=run.host_test,
         roles=roles,
+        recording=recording,
         unprofiled=unprofiled,
         pipeline=pipeline,
-        dbo_what_if=run_what_if(pipeline, options),
+        dbo_what_if=run_what_if(pipeline, options, recording),
     )
 
 

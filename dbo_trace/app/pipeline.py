@@ -23,15 +23,15 @@ from typing import Callable, Protocol
 import numpy as np
 
 from dbo_trace.analysis.cross_rank.clocks import Alignment
-from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
+from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Recording, Report, StepTable
 from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
 from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.analysis.steps.sources import SOURCE_VLLM, Steps, partner_steps
 from dbo_trace.analysis.report import combine, with_peer_waits
-from dbo_trace.analysis.afd.role_evidence import RoleCall, role_of, trace_evidence
+from dbo_trace.analysis.afd.role_evidence import RoleCall, declares_attention, resolve_role, trace_evidence
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.analysis.compare.unprofiled import Repeat, repeats_of
-from dbo_trace.bundle import ROLE_FROM_MANIFEST, Manifest, served_settings
+from dbo_trace.bundle import Manifest, RoleClaims, served_settings
 from dbo_trace.serve_args import capture_sizes
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
@@ -42,9 +42,11 @@ from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
 
-def options_from_manifests(options: Options, manifests: list[Manifest]) -> Options:
-    """A bundle may declare its communication kernels (emulated traffic) and layer count; both are
-    checked here, since a manifest is input like any other."""
+def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None = None) -> Recording:
+    """What the manifests say of the run, read once: the communication kernels and layer count a
+    bundle may declare (emulated traffic; both checked here, since a manifest is input like any
+    other), its environment's facts, its timed repeats, its capture sizes, its GPU, and whether it
+    declared an AFD attention server."""
     extra: list[str] = []
     for m in manifests:
         declared = m.comm_kernels
@@ -58,7 +60,7 @@ def options_from_manifests(options: Options, manifests: list[Manifest]) -> Optio
                     f"a bundle manifest's comm_kernels holds {pattern!r}, not a valid regular expression ({exc})"
                 ) from None
         extra += declared
-    layers = options.layers
+    layers = None
     for m in manifests:
         value = m.layers
         if value is None or layers:
@@ -66,20 +68,18 @@ def options_from_manifests(options: Options, manifests: list[Manifest]) -> Optio
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"a bundle manifest's layers must be a positive whole number, not {value!r}")
         layers = value
-    if options.comm_only:  # the user's set replaces everything, the manifest's too
-        extra = []
     envs = [m.env for m in manifests if m.env is not None]
     sms = [v for env in envs if isinstance(v := env.get(COMM_SMS_ENV), str)]
-    return replace(
-        options,
-        comm_patterns=tuple(dict.fromkeys(options.comm_patterns + tuple(extra))),
+    return Recording(
+        comm_kernels=tuple(dict.fromkeys(extra)),
         layers=layers,
         comm_sms=sms[0] if sms else None,
         env_recorded=bool(envs),
         repeats=_repeats(manifests),
         prefills_interleave=_prefills_interleave(manifests),
         graph_sizes=next((sizes for m in manifests if (sizes := capture_sizes(served_settings(m)))), None),
-        gpu_name=options.gpu_name or next((g for m in manifests if (g := _gpu_name(m))), None),
+        gpu_name=next((g for m in manifests if (g := _gpu_name(m))), None),
+        disaggregated=declares_attention((claims or {}).values()),
     )
 
 
@@ -114,7 +114,7 @@ def _prefills_interleave(manifests: list[Manifest]) -> bool | None:
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
 
 
-def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
+def with_sm_evidence(r: RankAnalysis, recording: Recording) -> RankAnalysis:
     """The rank with the launch shape of the kernel that crowded out most held-back comm, read back
     from its trace's args (a second pass over the file, only where comm was crowded)."""
     from collections import Counter
@@ -152,8 +152,8 @@ def with_sm_evidence(r: RankAnalysis, options: Options) -> RankAnalysis:
         device = mine[0] if mine else first_device
     evidence = sm_evidence(
         holder_name=tl.names[top], holder_args=holder_args, comm_name=tl.names[int(tl.gpu.name[comm])],
-        comm_args=args_of(comm), held=int(count), device=device, comm_sms=options.comm_sms,
-        env_recorded=options.env_recorded,
+        comm_args=args_of(comm), held=int(count), device=device, comm_sms=recording.comm_sms,
+        env_recorded=recording.env_recorded,
     )  # fmt: skip
     return replace(r, sm_evidence=evidence)
 
@@ -190,71 +190,50 @@ PARALLEL_MIN_FILE_BYTES = 16 << 20  # on disk (gzipped traces: ~150 MB of JSON)
 # ---- prepare ----------------------------------------------------------------------------------
 
 
-def prepared_options(options: Options, manifests: list[Manifest], roles: dict[str, str], sources: dict[str, str]) -> Options:
-    """The options with what the manifests declare (communication kernels, layers, the recording's
-    environment, its timed repeats) and the roles the bundles give their traces, each with where it
-    came from (the manifest's roles, its command line)."""
-    options = options_from_manifests(options, manifests)
-    return _with_calls(options, {k: RoleCall(role, sources.get(k, ROLE_FROM_MANIFEST)) for k, role in roles.items()})
+@dataclass(frozen=True)
+class Shared:
+    """What every trace's analysis reads besides its own file: the user's options, what the
+    recordings' manifests say (Recording), what they claim of each trace's role, the event logs and
+    the Python stack samples."""
 
+    options: Options
+    recording: Recording
+    claims: dict[str, RoleClaims]  # os.path.normpath(trace) -> what its recording says of its role
+    logs: list[EventLogData]
+    samples: list[StackSamples]
 
-def with_trace_roles(options: Options, timelines: list[Timeline], samples: list[StackSamples]) -> Options:
-    """The roles of the traces no bundle declared, from their own evidence (analysis/afd/role_evidence.py)."""
-    known = dict(options.roles)
-    calls = {}
-    for tl in timelines:
-        key = os.path.normpath(tl.source)
-        if key not in known and (call := role_of(trace_evidence(tl, samples_of(tl, samples)))) is not None:
-            calls[key] = call
-    return _with_calls(options, calls)
+    def claimed(self, trace: Path | str) -> str | None:
+        """The role a recording claims for the trace (its manifest's, else its command line's)."""
+        c = self.claims.get(os.path.normpath(trace))
+        return None if c is None else c.manifest or c.command
 
-
-def _with_calls(options: Options, calls: dict[str, RoleCall]) -> Options:
-    if not calls:
-        return options
-    roles = dict(options.roles) | {k: c.role for k, c in calls.items()}
-    sources = dict(options.role_sources) | calls
-    return replace(options, roles=tuple(sorted(roles.items())), role_sources=tuple(sorted(sources.items())))
-
-
-def with_ranks_roles(options: Options, ranks: Sequence[RankAnalysis]) -> Options:
-    """The options with the roles the analysed ranks were given (declared, or told by their traces)."""
-    return replace(
-        options,
-        roles=tuple(sorted({os.path.normpath(r.source): r.role for r in ranks if r.role is not None}.items())),
-        role_sources=tuple(sorted({os.path.normpath(r.source): r.role_source for r in ranks if r.role_source}.items())),
-    )
+    def role_call(self, tl: Timeline) -> RoleCall | None:
+        """The timeline's role by the one rule (afd/role_evidence.py resolve_role)."""
+        return resolve_role(self.claims.get(os.path.normpath(tl.source)), lambda: trace_evidence(tl, samples_of(tl, self.samples)))
 
 
 @dataclass
 class Plan:
-    """What is known before a trace is read: the options, the traces in the order found, the event
-    logs and Python samples every rank's analysis reads, and the warnings so far."""
+    """What is known before a trace is read: what every analysis shares, the traces in the order
+    found, the manifests, and the warnings so far."""
 
-    options: Options
+    shared: Shared
     traces: list[Path]
     manifests: list[Manifest]
-    logs: list[EventLogData]
-    samples: list[StackSamples]
     found_warnings: list[str]  # what discovery said
     read_warnings: list[str]  # the event logs and samples that could not be read
 
-    def role(self, trace: Path | str) -> str | None:
-        return dict(self.options.roles).get(os.path.normpath(trace))
-
     def rounds(self) -> tuple[list[int], list[int]]:
         """The traces to analyse first (positions), then the FFN's, which are cut to the window of the first."""
-        ffn = [i for i, t in enumerate(self.traces) if self.role(t) == FFN]
+        ffn = [i for i, t in enumerate(self.traces) if self.shared.claimed(t) == FFN]
         return [i for i in range(len(self.traces)) if i not in ffn], ffn
 
 
 def prepare(found: Found, options: Options) -> Plan:
     logs, log_warnings = read_logs(found)
     samples, sample_warnings = read_samples(found)
-    return Plan(
-        prepared_options(options, found.manifests, found.roles, found.role_sources), list(found.traces), found.manifests,
-        logs, samples, list(found.warnings), log_warnings + sample_warnings,
-    )  # fmt: skip
+    shared = Shared(options, recording_of(found.manifests, found.role_claims), dict(found.role_claims), logs, samples)
+    return Plan(shared, list(found.traces), found.manifests, list(found.warnings), log_warnings + sample_warnings)
 
 
 # ---- analyse ----------------------------------------------------------------------------------
@@ -309,9 +288,7 @@ def cut_of(attention: Sequence[tuple[Timeline, StepTable]]) -> Cut | None:
 def analyse_trace(
     trace: Path,
     index: int,
-    logs: list[EventLogData],
-    options: Options,
-    samples: list[StackSamples],
+    shared: Shared,
     cut: Cut | None = None,
     progress: Callable[[int], None] | None = None,
     workers: int = 1,
@@ -323,26 +300,26 @@ def analyse_trace(
         reuse_freed_memory()  # this worker's previous rank gave it back
         timelines = read_timelines(trace, index, progress, workers)
         give_back_freed_memory()
-        return analyse_timelines(timelines, logs, options, samples, cut)
+        return analyse_timelines(timelines, shared, cut)
     except InputError as exc:
         return str(exc)
 
 
-def analyse_timelines(
-    timelines: list[Timeline], logs: list[EventLogData], options: Options, samples: list[StackSamples], cut: Cut | None
-) -> list[RankAnalysis]:
-    """The timelines' ranks analysed, each with its role (declared, else told by its trace) and, an
+def analyse_timelines(timelines: list[Timeline], shared: Shared, cut: Cut | None) -> list[RankAnalysis]:
+    """The timelines' ranks analysed, each with its role (claimed, else told by its trace) and, an
     FFN's, cut to the attention's window where that is known."""
-    mine = with_trace_roles(options, timelines, samples)  # the roles no bundle declared, from these traces
-    roles = dict(mine.roles)
     out = []
     for tl in timelines:
+        call = shared.role_call(tl)
         partner = None
-        if cut is not None and roles.get(os.path.normpath(tl.source)) == FFN:
+        if cut is not None and call is not None and call.role == FFN:
             tl = cut.of(tl) or tl
             partner = cut.steps_of(tl)
-        ranked = analyze_rank(tl, logs_of(tl, logs), mine, samples=samples_of(tl, samples), partner=partner)
-        out.append(with_sm_evidence(ranked, mine))
+        ranked = analyze_rank(
+            tl, logs_of(tl, shared.logs), shared.options, recording=shared.recording, role_call=call,
+            samples=samples_of(tl, shared.samples), partner=partner,
+        )  # fmt: skip
+        out.append(with_sm_evidence(ranked, shared.recording))
     return out
 
 
@@ -450,12 +427,13 @@ def finish(
     how the peer waits go back to them; warnings: the executor's own."""
     return combine(
         settled.ranks,
-        plan.options,
+        plan.shared.options,
         inputs,
         plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
         [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
         refine,
         roles=_roles(plan, settled, cut),
+        recording=plan.shared.recording,
     )
 
 
@@ -517,24 +495,22 @@ class _Read:
 
     def again(self, told: list[int], cut: Cut) -> None:
         """From the timelines in hand: nothing is read twice."""
-        plan = self.plan
         for i in told:
             res = self.results[i]
             assert not isinstance(res, str)
-            options = with_ranks_roles(plan.options, res)
-            self.results[i] = analyse_timelines([r.detailed().timeline for r in res], plan.logs, options, plan.samples, cut)
+            self.results[i] = analyse_timelines([r.detailed().timeline for r in res], self.plan.shared, cut)
 
     def _in_turn(self, which: list[int], cut: Cut | None) -> None:
         plan = self.plan
         for i in which:
             base, progress = self.done, self.progress
             told = None if progress is None else (lambda n: progress(base + n))
-            self.results[i] = analyse_trace(plan.traces[i], i, plan.logs, plan.options, plan.samples, cut, told, self.workers)
+            self.results[i] = analyse_trace(plan.traces[i], i, plan.shared, cut, told, self.workers)
             self.done += os.path.getsize(plan.traces[i])
 
     def _pooled(self, pool: PoolExecutor, which: list[int], cut: Cut | None) -> None:
         plan = self.plan
-        futures = {pool.submit(analyse_trace, plan.traces[i], i, plan.logs, plan.options, plan.samples, cut): i for i in which}
+        futures = {pool.submit(analyse_trace, plan.traces[i], i, plan.shared, cut): i for i in which}
         for future in as_completed(futures):
             i = futures[future]
             self.results[i] = future.result()

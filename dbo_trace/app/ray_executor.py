@@ -4,7 +4,7 @@ the cross-rank step and the document on the driver (docs/performance.md, "Across
 The pipeline's steps (dbo_trace/app/pipeline.py: prepare, analyse, finish), with Ray as the executor:
   1. find: on each node named (`NODE:/path`) or, for a path without one, on every node (a glob asked
      of each), the traces, event logs, Python samples, manifests and roles the paths hold (trace/load.py
-     discover); the driver prepares the options from them (pipeline.prepared_options);
+     discover); the driver prepares what every analysis shares from them (pipeline.Shared);
   2. analyse: per trace, a task pinned to its node (node affinity) runs pipeline.analyse_trace, a
      disaggregated run's FFN traces after its attention traces, cut to their window; the rank's report
      with its detail (the whole timeline) stays in that node's object store, and the driver fetches
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from dbo_trace.bundle import Manifest
+    from dbo_trace.bundle import Manifest, RoleClaims
     from dbo_trace.analysis.cross_rank.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
     from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
-    from dbo_trace.app.pipeline import Cut, Plan
+    from dbo_trace.app.pipeline import Cut, Plan, Shared
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.pystacks import StackSamples
     from dbo_trace.trace.timeline import Timeline
@@ -106,8 +106,7 @@ class NodeFound:
     traces: list[tuple[str, int, int, int]] = field(default_factory=list)  # (path, bytes, mtime ns, index of the path given)
     logs: list[EventLogData] = field(default_factory=list)
     manifests: list[Manifest] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
-    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> where the bundle's role came from
+    role_claims: dict[str, RoleClaims] = field(default_factory=dict)  # trace path -> what its bundle says of its role
     samples: list[StackSamples] = field(default_factory=list)  # the bundles' Python stack samples (py-spy)
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # a path named on this node that is not there: an error
@@ -152,8 +151,7 @@ def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
             out.traces += [(str(t), (st := os.stat(t)).st_size, st.st_mtime_ns, index) for t in found.traces]
             out.logs += logs
             out.manifests += found.manifests
-            out.roles.update(found.roles)
-            out.role_sources.update(found.role_sources)
+            out.role_claims.update(found.role_claims)
             out.samples += samples
             out.warnings += found.warnings + log_warnings + sample_warnings
     return out, roots
@@ -170,10 +168,7 @@ class Compact:
     node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
 
 
-def analyse(
-    trace: str, index: int, logs: list[EventLogData], options: Options, roots: list[str], samples: list[StackSamples],
-    cut: Cut | None,
-) -> tuple[Any, Any]:
+def analyse(trace: str, index: int, shared: Shared, roots: list[str], cut: Cut | None) -> tuple[Any, Any]:
     """On the trace's node: its ranks read and analysed (pipeline.analyse_trace). Returns (the full
     reports, kept on the node; their Compact, or the trace's one-line error)."""
     from dataclasses import replace
@@ -183,7 +178,7 @@ def analyse(
 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
         return None, f"{trace}: outside the paths given; not read"
-    result = analyse_trace(Path(trace), index, logs, options, samples, cut)
+    result = analyse_trace(Path(trace), index, shared, cut)
     if isinstance(result, str):
         return None, result
     import ray
@@ -338,7 +333,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     window), finish here with the peer waits sent back to where each rank's detail is."""
     from dataclasses import replace
 
-    from dbo_trace.app.pipeline import Plan, analyse_rounds, finish, prepared_options, settle
+    from dbo_trace.app.pipeline import Plan, Shared, analyse_rounds, finish, recording_of, settle
     from dbo_trace.trace.errors import InputError
 
     given = [parse(p) for p in paths]
@@ -353,10 +348,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     for i, g in enumerate(given):
         if g.node is None and not any(t[0] == i for t in traces):
             raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
-    plan = Plan(
-        prepared_options(options, found.manifests, found.roles, found.role_sources), [Path(t[2]) for t in traces],
-        found.manifests, found.logs, found.samples, [], [],
-    )  # fmt: skip
+    shared = Shared(options, recording_of(found.manifests, found.role_claims), found.role_claims, found.logs, found.samples)
+    plan = Plan(shared, [Path(t[2]) for t in traces], found.manifests, [], [])
     tasks = _Tasks(ray, plan, traces, roots, label, stream)
     cut = analyse_rounds(plan, tasks)
     results = [tasks.results[k] for k in range(len(traces))]
@@ -402,8 +395,7 @@ class _AllFound:
     seen: dict[tuple[int, str, int, int], list[str]] = field(default_factory=dict)  # (given, path, bytes, mtime) -> nodes
     logs: list[EventLogData] = field(default_factory=list)
     manifests: list[Manifest] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)
-    role_sources: dict[str, str] = field(default_factory=dict)
+    role_claims: dict[str, RoleClaims] = field(default_factory=dict)
     samples: list[StackSamples] = field(default_factory=list)
 
 
@@ -431,8 +423,7 @@ def _find_on_nodes(
             out.seen.setdefault((index, path, size, mtime), []).append(node)
         out.logs += found.logs
         out.manifests += found.manifests
-        out.roles.update(found.roles)
-        out.role_sources.update(found.role_sources)
+        out.role_claims.update(found.role_claims)
         out.samples += found.samples
         warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
     return out, roots
@@ -446,8 +437,7 @@ class _Tasks:
         stream: Any,
     ) -> None:  # fmt: skip
         self.ray, self.plan, self.traces, self.roots, self.label = ray, plan, traces, roots, label
-        self.logs = ray.put(plan.logs)
-        self.samples = ray.put(plan.samples)
+        self.shared = ray.put(plan.shared)
         self.full: dict[int, Any] = {}  # per trace: the reference to its full reports, on its node
         self.results: dict[int, Compact | str] = {}
         self.counter = Counter(len(traces), stream)
@@ -479,7 +469,7 @@ class _Tasks:
         for k in which:
             _, node, path, _size = self.traces[k]
             task = _pinned(ray, analyse, node, num_returns=2, max_retries=TASK_RETRIES, retry_exceptions=True)
-            self.full[k], compact_ref = task.remote(path, k, self.logs, self.plan.options, self.roots[node], self.samples, cut)
+            self.full[k], compact_ref = task.remote(path, k, self.shared, self.roots[node], cut)
             refs[compact_ref] = k
         try:
             pending = list(refs)

@@ -50,10 +50,10 @@ def arm_terms(bundle: Path) -> tuple[ArmTerms, RanWith] | None:
     pipeline = report.pipeline
     if pipeline is None:
         return None
-    terms = terms_of(pipeline, str(bundle), report.options.gpu_name, pipeline.recording)
+    terms = terms_of(pipeline, str(bundle), report.recording.gpu_name, pipeline.recording)
     if terms is None:
         return None
-    return replace(terms, graph_sizes=report.options.graph_sizes), ran_with(report, manifest.settings, manifest.load)
+    return replace(terms, graph_sizes=report.recording.graph_sizes), ran_with(report, manifest.settings, manifest.load)
 
 
 def calibration_of(paths: tuple[Path, ...]) -> Calibration:

@@ -24,9 +24,8 @@ class Found:
     logs: list[Path] = field(default_factory=list)
     manifests: list[fmt.Manifest] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    roles: dict[str, str] = field(default_factory=dict)  # trace path -> role (a bundle manifest's `roles`)
+    role_claims: dict[str, fmt.RoleClaims] = field(default_factory=dict)  # normalised trace path -> what its bundle says
     pystacks: list[fmt.SampleEntry] = field(default_factory=list)
-    role_sources: dict[str, str] = field(default_factory=dict)  # trace path -> ROLE_FROM_MANIFEST or ROLE_FROM_COMMAND
 
 
 def _discover(path: Path, found: Found) -> None:
@@ -46,8 +45,7 @@ def _discover(path: Path, found: Found) -> None:
             raise InputError(str(exc)) from None
         found.manifests.append(bundle.manifest)
         found.traces += bundle.traces
-        found.roles.update(bundle.roles)
-        found.role_sources.update(bundle.role_sources)
+        found.role_claims.update(bundle.role_claims)
         found.logs += bundle.logs
         found.pystacks += bundle.pystacks
         found.warnings += bundle.warnings

@@ -207,10 +207,10 @@ def pair_analysis(folder: Path) -> Callable[[], Report]:
     first, then = plan.rounds()
 
     def run() -> Report:
-        results = {i: analyse_timelines(timelines[i], plan.logs, plan.options, plan.samples, None) for i in first}
+        results = {i: analyse_timelines(timelines[i], plan.shared, None) for i in first}
         cut = cut_of(attention_timelines(results, first))
         for i in then:
-            results[i] = analyse_timelines(timelines[i], plan.logs, plan.options, plan.samples, cut)
+            results[i] = analyse_timelines(timelines[i], plan.shared, cut)
         ranks: list = [results[i] for i in range(len(plan.traces))]
         return finish(plan, settle(ranks), [str(folder)], cut=cut)
 

@@ -23,7 +23,7 @@ from round_trips_reference import hidden_share, round_trips
 
 from dbo_trace.analysis.compare.arms import microbatched
 from dbo_trace.analysis.model import Options
-from dbo_trace.analysis.afd.role_evidence import FROM_TRACE
+from dbo_trace.analysis.afd.role_evidence import FROM_TRACE, TraceEvidence
 from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 from dbo_trace.app.pipeline import analyze_found, analyze_paths
 from dbo_trace.render import RENDERERS
@@ -292,26 +292,34 @@ def test_an_afd_block_without_a_role_declares_none(tmp_path, command_role):
     """The manifest's `afd` block is read one way (docs/bundle-format.md): without a role it
     declares none, neither to the bundle reader nor to the run's options (which once took it as
     attention); the role comes from the recorded command line, else from the trace itself."""
-    from dbo_trace.bundle import declared_role, read_bundle
-    from dbo_trace.app.pipeline import prepared_options
+    from dbo_trace.analysis.afd.role_evidence import resolve_role
+    from dbo_trace.app.pipeline import recording_of
+    from dbo_trace.bundle import read_bundle
 
     path = _without_afd_role(ARMS["afd-graphs"], tmp_path, command_role=command_role)
     bundle = read_bundle(path)
-    assert declared_role(bundle.manifest) == (("attention", ROLE_FROM_COMMAND) if command_role else None)
-    options = prepared_options(Options(), [bundle.manifest], bundle.roles, bundle.role_sources)
-    assert options.disaggregated is command_role
+    (claims,) = set(bundle.role_claims.values()) or {None}
+    if command_role:
+        call = resolve_role(claims, lambda: pytest.fail("a claimed role does not read the trace"))
+        assert call is not None and (call.role, call.source) == ("attention", ROLE_FROM_COMMAND)
+    else:
+        assert claims is None
+    assert recording_of([bundle.manifest], bundle.role_claims).disaggregated is command_role
     rank = _attention(analyze_paths([path], Options()))
     assert rank.role == "attention" and rank.role_source.source == (ROLE_FROM_COMMAND if command_role else FROM_TRACE)
 
 
 def test_disaggregated_is_an_attention_role_a_bundle_declared():
-    from dbo_trace.analysis.afd.role_evidence import RoleCall
+    """Only what a recording claims (its manifest, its command line) makes the run disaggregated; a
+    trace's own evidence speaks for that trace alone (resolve_role), so it is not among the claims."""
+    from dbo_trace.analysis.afd.role_evidence import declares_attention, resolve_role
+    from dbo_trace.bundle import RoleClaims
 
-    def options(*calls: RoleCall) -> Options:
-        return Options(role_sources=tuple((f"t{i}", c) for i, c in enumerate(calls)))
-
-    assert options(RoleCall("attention", ROLE_FROM_MANIFEST)).disaggregated
-    assert options(RoleCall("ffn", ROLE_FROM_MANIFEST), RoleCall("attention", ROLE_FROM_COMMAND)).disaggregated
-    assert not options(RoleCall("ffn", ROLE_FROM_MANIFEST)).disaggregated  # an FFN server alone: no round trips
-    assert not options(RoleCall("attention", FROM_TRACE)).disaggregated  # a trace speaks for itself only
-    assert not options().disaggregated
+    assert declares_attention([RoleClaims(manifest="attention")])
+    assert declares_attention([RoleClaims(manifest="ffn"), RoleClaims(command="attention")])
+    assert not declares_attention([RoleClaims(manifest="ffn")])  # an FFN server alone: no round trips
+    assert not declares_attention([])
+    # the one rule: the manifest's claim, then the command line's, then the trace's evidence
+    both = resolve_role(RoleClaims(manifest="ffn", command="attention"), lambda: pytest.fail("not read"))
+    assert both is not None and (both.role, both.source) == ("ffn", ROLE_FROM_MANIFEST)
+    assert resolve_role(None, lambda: TraceEvidence(False, False, 0, 0, 0, 0, 0)) is None  # not an AFD trace

@@ -9,7 +9,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.afd.effect import ffn_parts as ffn_span_parts
-from dbo_trace.analysis.model import Options, PairPart, RankAnalysis, RankDetail, StepTable
+from dbo_trace.analysis.model import Options, Recording, PairPart, RankAnalysis, RankDetail, StepTable
 from dbo_trace.analysis.afd.dbo_model import (
     ALREADY_OFF,
     ALREADY_ON,
@@ -253,7 +253,7 @@ def graph_padding(tokens: float | None, sizes: tuple[int, ...] | None) -> tuple[
     return tuple(found)
 
 
-def run_what_if(pipeline: Pipeline | None, options: Options) -> DboWhatIf | NotPredicted | None:
+def run_what_if(pipeline: Pipeline | None, options: Options, recording: Recording) -> DboWhatIf | NotPredicted | None:
     """DBO's effect from this arm (analysis/afd/dbo_model.py), where asked: the prediction, or why
     there is none; None where not asked (or compare's question does not apply: no AFD pipeline)."""
     asked = options.what_if_dbo
@@ -263,8 +263,8 @@ def run_what_if(pipeline: Pipeline | None, options: Options) -> DboWhatIf | NotP
         return None if asked == WHAT_OTHER else NotPredicted(NOT_AFD)
     if asked != WHAT_OTHER and (asked == WHAT_ON) == pipeline.microbatched:
         return NotPredicted(ALREADY_ON if pipeline.microbatched else ALREADY_OFF)
-    pads = graph_padding(pipeline.tokens, options.graph_sizes)
-    found = predict(pipeline, options.calibration, gpu=options.gpu_name, fingerprint=pipeline.recording, pads=pads)
+    pads = graph_padding(pipeline.tokens, recording.graph_sizes)
+    found = predict(pipeline, options.calibration, gpu=recording.gpu_name, fingerprint=pipeline.recording, pads=pads)
     if isinstance(found, NotPredicted) and asked == WHAT_OTHER:
         return None  # compare shows predictions where the model applies, and says nothing of the others
     return found

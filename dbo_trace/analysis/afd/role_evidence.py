@@ -1,6 +1,7 @@
 """Which role a trace played in a disaggregated (AFD) run, from the evidence, in this order: the
 bundle manifest's `roles`, else the role in the recorded command line (`--additional-config
 '{"afd": {"role": ...}}'`), else the trace itself (docs/analysis.md, "Roles from the evidence").
+The one resolver is resolve_role; the bundle reader only says what a recording claims (RoleClaims).
 
 Both roles' traces call themselves rank 0 of world size 1, so neither names nor ranks tell them apart.
 The trace does: the AFD plugin's process groups in `distributedInfo.pg_config` (`afd`, `p2p`, of
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ from dbo_trace.analysis.classify import per_name
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN
 from dbo_trace.bundle import ROLE_FROM_COMMAND as FROM_COMMAND
 from dbo_trace.bundle import ROLE_FROM_MANIFEST as FROM_MANIFEST
+from dbo_trace.bundle import RoleClaims
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 
@@ -137,3 +140,19 @@ def role_of(evidence: TraceEvidence) -> RoleCall | None:
     """The role the trace's evidence tells (where no bundle declared one), or None: not an AFD run."""
     role = evidence.role()
     return None if role is None else RoleCall(role, FROM_TRACE, evidence)
+
+
+def resolve_role(claims: RoleClaims | None, evidence: Callable[[], TraceEvidence]) -> RoleCall | None:
+    """A trace's role, by the one rule: its manifest's claim, then its recorded command line's, then
+    what the trace itself shows (read only where nothing was claimed)."""
+    if claims is not None and claims.manifest is not None:
+        return RoleCall(claims.manifest, FROM_MANIFEST)
+    if claims is not None and claims.command is not None:
+        return RoleCall(claims.command, FROM_COMMAND)
+    return role_of(evidence())
+
+
+def declares_attention(claims: Iterable[RoleClaims]) -> bool:
+    """A recording declared an AFD attention server (its manifest or its command line): the run is
+    disaggregated (analysis/model.py Recording.disaggregated)."""
+    return any(ATTENTION in (c.manifest, c.command) for c in claims)

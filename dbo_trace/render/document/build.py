@@ -8,7 +8,7 @@ from msgspec import UNSET, UnsetType
 
 from dbo_trace import __version__
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
-from dbo_trace.analysis.model import RankReport, Report
+from dbo_trace.analysis.model import RankReport, Report, comm_patterns_of, layers_of
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
 from dbo_trace.lazy import concatenated
 from dbo_trace.render.document.afd import (
@@ -280,10 +280,10 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         else [step for rank in ranks for step in rank.steps],
         verdict=verdict_block(report.verdict),
         options=OptionsBlock(
-            comm_kernels=list(report.options.comm_patterns),
+            comm_kernels=list(comm_patterns_of(report.options, report.recording)),
             comm_streams=list(report.options.comm_streams),
             ubatch_patterns=list(report.options.ubatch_patterns),
-            layers=report.options.layers,
+            layers=layers_of(report.options, report.recording),
             step_marker=report.options.step_marker,
             comm_kernels_only=report.options.comm_only,
         ),
