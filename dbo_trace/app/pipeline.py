@@ -1,7 +1,8 @@
 """The way from the user's paths to a Report, the one every executor takes (one process, a pool of
 worker processes, Ray tasks on the nodes holding the traces: dbo_trace/app/ray_executor.py):
 
-  prepare  the manifests' declarations and roles into the options; the event logs and Python samples
+  prepare  what the manifests say of the run (Recording) and claim of each trace's role, the event logs
+           and Python samples, with the user's options: one value every trace's analysis reads (Shared)
   analyse  each trace read and analysed on its own (analyse_trace); a disaggregated run's FFN traces
            after its attention traces, cut to their window (the FFN's last receive waits out the
            attention side's profiler export)
