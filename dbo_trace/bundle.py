@@ -197,6 +197,32 @@ def write_manifest(bundle: Path, manifest: dict[str, Any]) -> Path:
     return path
 
 
+def amend_manifest(bundle: Path, fields: dict[str, Any]) -> Path:
+    """The bundle's manifest with these keys set (or replaced), written back atomically: a writer's
+    read (the demo completes the manifest `record` wrote), not a reader's."""
+    manifest = read_manifest(bundle)
+    manifest.update(fields)
+    manifest.pop("format", None)
+    manifest.pop("version", None)
+    return write_manifest(bundle, manifest)
+
+
+def archived_manifest(bundle: Path) -> bytes:
+    """The manifest as a review archive holds it: every key, with the redaction rules applied again
+    (older bundles, edited ones), as indented JSON with sorted keys. BundleError where it cannot be used."""
+    # Imported here, not with the module: `report` imports the bundle reader, and the rules' regexes
+    # were a third of its regex compiling (issue 55: start-up).
+    from dbo_trace.redact import redact_argv, redact_env, redact_json
+
+    out = redact_json(read_manifest(bundle))
+    for key in ("command", "user_command"):
+        if isinstance(out.get(key), list):
+            out[key] = redact_argv([str(a) for a in out[key]])
+    if isinstance(out.get("env"), dict):
+        out["env"] = redact_env({str(k): str(v) for k, v in out["env"].items()})
+    return (json.dumps(out, indent=2, sort_keys=True) + "\n").encode()
+
+
 # ---- the manifest, typed ---------------------------------------------------------------------------
 
 
@@ -214,12 +240,14 @@ class RoleEntry:
 @dataclass(frozen=True)
 class Manifest:
     """A bundle's manifest.json decoded once, by the bundle reader (docs/bundle-format.md): what the
-    report, compare and the archive read of it, each field of the type its readers take (None, or
-    left out of a tuple or mapping, where the manifest holds something else). What a reader checks
-    as input and says why it refuses (comm_kernels, layers, repeats, pystacks) stays as written."""
+    report, compare and top read of it, each field of the type its readers take (None, or left out of
+    a tuple or mapping, where the manifest holds something else). What a reader checks as input and
+    says why it refuses (comm_kernels, layers, repeats, pystacks) stays as written. The archive packs
+    the whole manifest, redacted, through archived_manifest; the demo amends it (amend_manifest)."""
 
-    raw: dict[str, Any]  # the whole, as read: the archive packs it, redacted
     version: int
+    status: str | None  # record's: recording, then complete, no_traces, incomplete or failed; None: absent
+    ended: str | None  # times.ended: when the recording ended (ISO 8601), where written
     command: tuple[str, ...] | None  # the main command as run
     settings: dict[str, Any] | None  # the `vllm serve` settings recorded (serve_args.SERVE_SETTINGS's groups)
     load: dict[str, Any] | None
@@ -228,6 +256,7 @@ class Manifest:
     afd: dict[str, Any] | None  # the main command's `afd` block (its --additional-config's)
     gpu_sharing: dict[str, Any] | None
     gpu_count: int | None  # the host's GPUs (`gpus.names`); None: not listed
+    gpu_name: str | None  # the first of them by name, where a printable string (cut to 80 characters)
     comm_kernels: object  # checked where read (pipeline.options_from_manifests): a list of patterns
     layers: object  # likewise: a positive whole number
     repeats: object  # analysis.unprofiled.repeats_of reads it
@@ -262,9 +291,13 @@ def manifest_of(raw: dict[str, Any]) -> Manifest:
     """A checked manifest (read_manifest's) typed: once, by the bundle reader."""
     roles = raw.get("roles")
     names = raw.get("gpus", {}).get("names") if isinstance(raw.get("gpus"), dict) else None
+    first = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+    status, times = raw.get("status"), _dict(raw.get("times"))
+    ended = times.get("ended") if times is not None else None
     return Manifest(
-        raw=raw,
         version=int(raw["version"]),
+        status=status if isinstance(status, str) else None,
+        ended=ended if isinstance(ended, str) else None,
         command=_argv(raw.get("command")),
         settings=_dict(raw.get("settings")),
         load=_dict(raw.get("load")),
@@ -273,6 +306,7 @@ def manifest_of(raw: dict[str, Any]) -> Manifest:
         afd=_dict(raw.get("afd")),
         gpu_sharing=_dict(raw.get("gpu_sharing")),
         gpu_count=len(names) if isinstance(names, list) else None,
+        gpu_name=first[:80] if first and first.isprintable() else None,
         comm_kernels=raw.get("comm_kernels", []),
         layers=raw.get("layers"),
         repeats=raw.get("repeats"),

@@ -20,7 +20,7 @@ or an error body is caught by its value, whatever surrounds it.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 REDACTED = "<redacted>"
 _SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "BEARER")
@@ -247,7 +247,7 @@ class Redactor:
             text = text.replace(value, REDACTED)
         return redact_text(text)
 
-    def json(self, value):
+    def json(self, value: Any) -> Any:
         if isinstance(value, dict):
             return {k: (REDACTED if isinstance(k, str) and is_secret_flag(k) else self.json(v)) for k, v in value.items()}
         if isinstance(value, list):
@@ -281,7 +281,7 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def redact_json(value):
+def redact_json(value: Any) -> Any:
     """Any JSON-like value: keys whose last word is a secret word hidden (as for flags), URL credentials removed."""
     if isinstance(value, dict):
         return {k: (REDACTED if isinstance(k, str) and is_secret_flag(k) else redact_json(v)) for k, v in value.items()}

@@ -39,6 +39,10 @@ class SweepError(Exception):
     """A sweep folder that cannot be read: the message names the file and what to do."""
 
 
+class NotASweep(SweepError):
+    """sweep.json holds JSON, but not an object: no sweep's document."""
+
+
 class ArmSpec(msgspec.Struct, frozen=True):
     name: Name
     args: list[Arg] = []
@@ -145,15 +149,44 @@ def _why(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+_FIX = "re-run `dbo-trace sweep` with the same --out to rewrite it, or fix it"
+
+
+def read_sweep_bytes(folder: Path) -> bytes:
+    """sweep.json's bytes: the one read of it, at most MAX_SWEEP_BYTES (a regular file, opened without
+    blocking, its size checked before the read and the read itself of at most one byte more), else
+    SweepError naming the file."""
+    path = folder / SWEEP_NAME
+    try:
+        return read_bounded(path, MAX_SWEEP_BYTES)
+    except OSError as exc:
+        raise SweepError(f"{path}: cannot read the sweep's summary ({_why(exc)}); {_FIX}") from None
+
+
+def read_sweep_document(folder: Path) -> dict[str, Any]:
+    """sweep.json as a JSON object, read by read_sweep_bytes (SweepError where it is not one): for
+    what takes the document as a whole, the recorder resuming the sweep (record/sweep.py read_state,
+    which checks its plan) and the archive copying it, redacted, after read_spec checked it."""
+    path = folder / SWEEP_NAME
+    data = read_sweep_bytes(folder)
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise SweepError(f"{path}: cannot read the sweep's summary ({_why(exc)}); {_FIX}") from None
+    if not isinstance(body, dict):
+        raise NotASweep(f'{path}: not a dbo-trace sweep (no "format": "{SWEEP_FORMAT}")')
+    return body
+
+
 def read_spec(folder: Path) -> SweepFile:
     """sweep.json, checked: its format and version, its types, names unique, every run naming an arm
     and a load it lists once, every bundle a path inside the folder."""
     path = folder / SWEEP_NAME
-    fix = "re-run `dbo-trace sweep` with the same --out to rewrite it, or fix it"
+    fix = _FIX
+    data = read_sweep_bytes(folder)
     try:
-        data = read_bounded(path, MAX_SWEEP_BYTES)
         head = msgspec.json.decode(data, type=_Head)
-    except (OSError, msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise SweepError(f"{path}: cannot read the sweep's summary ({_why(exc)}); {fix}") from None
     if head.format != SWEEP_FORMAT:
         raise SweepError(f'{path}: not a dbo-trace sweep (no "format": "{SWEEP_FORMAT}")')

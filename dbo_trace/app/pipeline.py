@@ -86,10 +86,7 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
 
 def _gpu_name(m: Manifest) -> str | None:
     """The recording host's first GPU by name (its manifest's `gpus.names`), printable and short."""
-    gpus = m.raw.get("gpus")
-    names = gpus.get("names") if isinstance(gpus, dict) else None
-    name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
-    return name[:80] if name and name.isprintable() else None
+    return m.gpu_name
 
 
 def _repeats(manifests: list[Manifest]) -> tuple[Repeat, ...]:

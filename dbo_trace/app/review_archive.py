@@ -10,7 +10,6 @@ whole run), and the recording's manifest, redacted again on packing. (A
 from __future__ import annotations
 
 import io
-import json
 import posixpath
 import tarfile
 import time
@@ -413,21 +412,6 @@ def step_window(report: Report, steps: int) -> tuple[dict[int, tuple[float, floa
     return windows, described
 
 
-def clean_manifest(manifest: dict) -> dict:
-    """The recording's manifest with the redaction rules applied again (older bundles, edited ones)."""
-    # Imported here, not with the module: `report` imports this module for is_archive alone, and the
-    # rules' regexes were a third of its regex compiling (issue 55: start-up).
-    from dbo_trace.redact import redact_argv, redact_env, redact_json
-
-    out = redact_json(manifest)
-    for key in ("command", "user_command"):
-        if isinstance(out.get(key), list):
-            out[key] = redact_argv([str(a) for a in out[key]])
-    if isinstance(out.get("env"), dict):
-        out["env"] = redact_env({str(k): str(v) for k, v in out["env"].items()})
-    return out
-
-
 def archive_bytes(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -453,9 +437,7 @@ def pack(report: Report, source: Path, out: Path, max_bytes: int, steps: int, fo
         "report.json": text("json"),
     }
     if fmt.is_bundle(source):
-        members["manifest.json"] = (
-            json.dumps(clean_manifest(fmt.read_manifest(source)), indent=2, sort_keys=True) + "\n"
-        ).encode()
+        members["manifest.json"] = fmt.archived_manifest(source)
     trimmed: list[str] = []
     for n in sorted({steps, 1}, reverse=True):
         windows, described = step_window(report, n)

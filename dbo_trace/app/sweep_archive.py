@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dbo_trace.app.review_archive import MAX_MEMBERS, Packed, archive_bytes, clean_manifest, step_window
+from dbo_trace.app.review_archive import MAX_MEMBERS, Packed, archive_bytes, step_window
 from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _run_members(run: RunToPack, level: int, steps: int) -> tuple[dict[str, byte
         "report.json": redact_text(str(RENDERERS["json"].render(report, RenderOptions()))).encode(),
     }
     if fmt.is_bundle(run.bundle):
-        out["manifest.json"] = (json.dumps(clean_manifest(fmt.read_manifest(run.bundle)), indent=2, sort_keys=True) + "\n").encode()
+        out["manifest.json"] = fmt.archived_manifest(run.bundle)
     if level <= 2:
         out["timeline.png"] = as_bytes(RENDERERS["png"].render(report, RenderOptions()))
     described = None

@@ -41,11 +41,9 @@ class ArchiveRequest:
 
 def _pack_sweep(request: ArchiveRequest, replace: bool) -> Packed:
     """A load sweep's folder: its summary, sweep.json and each profiled run's bundle (app/sweep_archive.py)."""
-    import json
-
     from dbo_trace.app.sweep_archive import RunToPack, pack_sweep
     from dbo_trace.commands.sweep_summary import sweep_document
-    from dbo_trace.sweep_folder import SWEEP_NAME
+    from dbo_trace.sweep_folder import SweepError, read_sweep_document
 
     reports: dict[tuple[str, str], Report] = {}
     with common.warnings_after(fold=True):  # the runs' like warnings one line each, as `report OUT` gives them
@@ -55,7 +53,10 @@ def _pack_sweep(request: ArchiveRequest, replace: bool) -> Packed:
         for r in sweep.runs
         if r.bundle is not None and (r.arm, r.load) in reports and any(k.steps for k in reports[(r.arm, r.load)].ranks)
     ]
-    spec = json.loads((request.source / SWEEP_NAME).read_text())  # read_sweep checked it already
+    try:
+        spec = read_sweep_document(request.source)  # read_sweep checked it already: the whole, to copy redacted
+    except SweepError as exc:  # replaced since
+        fail(str(exc))
     return pack_sweep(document, spec, runs, request.archive, int(request.max_mb * 1e6), request.steps, force=replace)
 
 

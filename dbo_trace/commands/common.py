@@ -20,6 +20,7 @@ from dbo_trace.ui import reading_bar
 
 if TYPE_CHECKING:
     from dbo_trace.analysis.model import Options, Report
+    from dbo_trace.bundle import Manifest
 
 
 MAX_WORKERS = 1024  # --workers and $DBO_TRACE_WORKERS: processes; more is a typo, not a machine
@@ -276,6 +277,15 @@ def analyzed(
 ) -> Report:
     """Read and analyse the inputs (with ray, a cluster's address: on its nodes, dbo_trace/app/ray_executor.py);
     bad input is one line and exit 2; warnings go to stderr, each naming the arm (compare's) it is of."""
+    return analyzed_with_manifests(paths, options, workers, ray, arm)[0]
+
+
+def analyzed_with_manifests(
+    paths: list[Path], options: Options, workers: int | None = None, ray: str | None = None, arm: str | None = None
+) -> tuple[Report, list[Manifest]]:
+    """analyzed(), and the bundles' manifests as discovery decoded them for the analysis (compare reads
+    what each arm ran with from them: one decoding per manifest). With ray the nodes decode theirs for
+    the analysis, and a bundle given by a path on this machine is decoded here."""
     from dbo_trace.app.review_archive import is_archive
     from dbo_trace.app.pipeline import WORKERS_ENV, analyze_found, workers_for
     from dbo_trace.render.words.notes import note_text
@@ -291,12 +301,28 @@ def analyzed(
         from dbo_trace.app.ray_executor import analyze_on_ray
 
         result = analyze_on_ray(ray, [str(p) for p in paths], options)
+        manifests = _local_manifests(paths)
     else:
         found = discover(paths)  # bad input raises InputError, a UsageError: one line, exit 2
         size = total_bytes(found)
         with reading_bar(size) as progress:
             n = workers_for(len(found.traces), workers, size)
             result = analyze_found(found, options, [str(p) for p in paths], n, progress)
+        manifests = found.manifests
     for warning in result.warnings:
         warn(note_text(warning) if arm is None else f"{arm}: {note_text(warning)}")
-    return result
+    return result, manifests
+
+
+def _local_manifests(paths: list[Path]) -> list[Manifest]:
+    """The manifests of the bundles on this machine among paths (`report --ray`'s may be elsewhere);
+    one the bundle reader cannot use is left out, as the nodes' analysis said of it."""
+    from dbo_trace.bundle import BundleError, is_bundle, read_bundle_manifest
+
+    out = []
+    for path in paths:
+        try:
+            out += [read_bundle_manifest(Path(path))] if is_bundle(Path(path)) else []
+        except BundleError:
+            continue
+    return out

@@ -99,12 +99,13 @@ def _compare(request: CompareRequest) -> None:
         warn(f"no one-arm predictions: {exc}")
         calibration = None
     options = Options(layers=request.layers, what_if_dbo=WHAT_OTHER if calibration else None, calibration=calibration)
+    manifests: list[Manifest | None] = []  # each arm's bundle's, as its analysis decoded it; None: traces alone
     for name, path in zip(names, request.arms):
-        report = common.analyzed([path], options, ray=request.ray, arm=name)
+        report, found = common.analyzed_with_manifests([path], options, ray=request.ray, arm=name)
         if not any(r.steps for r in report.ranks):
             fail(f"{path}: no step with GPU activity to compare")
         reports.append(report)
-    manifests = [declared_manifest(path) for path in request.arms]  # each arm's, decoded once here
+        manifests.append(found[0] if found else None)
     settings = [served_settings(m) if m is not None else None for m in manifests]
     declared_dbo = [declared(s)[2] for s in settings]
     for diff in shape_differences(names, reports):
@@ -141,19 +142,6 @@ def arm_labels(paths: tuple[Path, ...]) -> list[str]:
         for position, i in enumerate(group, 1):
             out[i] = Path(*parts[i][-k:]).as_posix() if k is not None else f"{name} (arm {position})"
     return out
-
-
-def declared_manifest(path: Path) -> Manifest | None:
-    """A bundle's manifest, typed by the bundle reader; None for traces without a bundle (the trace
-    then tells what the arm ran with) or a manifest the analysis above could not use either."""
-    from dbo_trace.bundle import BundleError, is_bundle, read_bundle_manifest
-
-    if not is_bundle(Path(path)):
-        return None
-    try:
-        return read_bundle_manifest(Path(path))
-    except BundleError:
-        return None  # the analysis above read it already; a manifest it can use is all that counts here
 
 
 def unprofiled_arms(names: list[str], reports: list, load_of: dict[int, int] | None = None) -> list:

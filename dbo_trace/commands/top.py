@@ -45,12 +45,12 @@ def finished(folder: Path) -> str | None:
         arm = _sweep_arm(folder)
         return None if arm is None or PENDING in arm else "a sweep's arm, its loads " + _statuses(arm)
     try:
-        status = fmt.read_manifest(folder).get("status")
+        status = fmt.read_bundle_manifest(folder).status
     except fmt.BundleError:
         return None
     if status is None:
         return "written whole"
-    return status if isinstance(status, str) and status != STATUS_RECORDING else None
+    return status if status != STATUS_RECORDING else None
 
 
 PENDING = "pending"  # sweep_folder.PENDING: a run sweep.json lists that has not run (or is running)
@@ -102,11 +102,11 @@ def ended_at(folder: Path) -> str | None:
     from dbo_trace import bundle as fmt
 
     try:
-        ended = fmt.read_manifest(folder).get("times", {}).get("ended")
-        when = datetime.fromisoformat(ended).astimezone(timezone.utc)
-    except (fmt.BundleError, AttributeError, TypeError, ValueError):
+        ended = fmt.read_bundle_manifest(folder).ended
+        when = datetime.fromisoformat(ended).astimezone(timezone.utc) if ended is not None else None
+    except (fmt.BundleError, ValueError):
         return None
-    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when is not None else None
 
 
 def run(request: TopRequest) -> None:

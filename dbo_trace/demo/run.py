@@ -106,17 +106,13 @@ def judge(mode: str, report: Report) -> tuple[str, bool]:
 
 def _complete_manifest(bundle: Path, workload: dict) -> None:
     """What the report should know of the workload: its emulated comm kernel and its layer count."""
-    manifest = fmt.read_manifest(bundle)
-    manifest.update(
-        created_by="dbo-trace demo",
-        layers=workload["layers"],
-        workload=workload,
-        comm_kernels=[SPIN_KERNEL] if workload["comm"]["kind"] == "spin" else [],
-        profile_all_threads=workload["profile_all_threads"],
-    )
-    manifest.pop("format", None)
-    manifest.pop("version", None)
-    fmt.write_manifest(bundle, manifest)
+    fmt.amend_manifest(bundle, {
+        "created_by": "dbo-trace demo",
+        "layers": workload["layers"],
+        "workload": workload,
+        "comm_kernels": [SPIN_KERNEL] if workload["comm"]["kind"] == "spin" else [],
+        "profile_all_threads": workload["profile_all_threads"],
+    })  # fmt: skip
 
 
 def run_mode(opts: DemoOptions, mode: str, ui: Progress) -> ModeResult:

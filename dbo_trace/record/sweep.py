@@ -31,8 +31,8 @@ from dbo_trace.record.gpu_ready import OwnMps, wait_ready
 from dbo_trace.record.loadgen import LoadSpec
 from dbo_trace.record.peer import PEER_DIR, Peer, PeerPlan
 from dbo_trace.redact import Redactor, redact_argv
+from dbo_trace.sweep_folder import SWEEP_FORMAT, SWEEP_NAME, SWEEP_VERSION, NotASweep, SweepError, read_sweep_document
 
-SWEEP_FORMAT, SWEEP_VERSION, SWEEP_NAME = "dbo-trace-sweep", 1, "sweep.json"
 LOCK_NAME = ".sweep.lock"
 PREVIOUS_DIR = "previous"  # an arm's earlier lifetimes and unfinished loads, set aside on --resume
 RUN_COMPLETE, RUN_FAILED, RUN_INCOMPLETE, RUN_SKIPPED, RUN_PENDING = "complete", "failed", "incomplete", "skipped", "pending"
@@ -113,15 +113,18 @@ class SweepOutcome:
 
 # -- sweep.json -------------------------------------------------------------------------------
 def read_state(out: Path) -> dict | None:
-    """sweep.json, or None where there is none; SweepRefused where it is not a sweep's."""
+    """sweep.json, or None where there is none; SweepRefused where it is not a sweep's. Read as the
+    report reads it (sweep_folder.read_sweep_document: one read, bounded), its plan checked here."""
     path = out / SWEEP_NAME
     if not path.is_file():
         return None
     try:
-        body = json.loads(path.read_bytes()[: 16 << 20])
-    except (OSError, ValueError, RecursionError):
+        body: dict | None = read_sweep_document(out)
+    except NotASweep:
+        body = None
+    except SweepError:
         raise SweepRefused(f"{path}: not readable as JSON; not a sweep folder this dbo-trace can resume") from None
-    if not isinstance(body, dict) or body.get("format") != SWEEP_FORMAT or body.get("version") != SWEEP_VERSION:
+    if body is None or body.get("format") != SWEEP_FORMAT or body.get("version") != SWEEP_VERSION:
         raise SweepRefused(f"{path}: not a {SWEEP_FORMAT} version {SWEEP_VERSION} document; choose another --out")
     problem = _state_problem(body)
     if problem:
