@@ -79,14 +79,9 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
         repeats=_repeats(manifests),
         prefills_interleave=_prefills_interleave(manifests),
         graph_sizes=next((sizes for m in manifests if (sizes := capture_sizes(served_settings(m)))), None),
-        gpu_name=next((g for m in manifests if (g := _gpu_name(m))), None),
+        gpu_name=next((m.gpu_name for m in manifests if m.gpu_name), None),
         disaggregated=declares_attention((claims or {}).values()),
     )
-
-
-def _gpu_name(m: Manifest) -> str | None:
-    """The recording host's first GPU by name (its manifest's `gpus.names`), printable and short."""
-    return m.gpu_name
 
 
 def _repeats(manifests: list[Manifest]) -> tuple[Repeat, ...]:
