@@ -92,3 +92,40 @@ def test_the_document_retypes_no_vocabulary():
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Literal"
     ]
     assert retyped == [], f"{base}: Literal at lines {retyped}"
+
+
+def test_a_held_dataclass_refuses_an_unknown_key_as_a_block_does():
+    """msgspec ignores a key a dataclass lacks; the archive's first decoding (strict_type) refuses it."""
+    from dbo_trace.analysis.ledger import YieldOps
+    from dbo_trace.render.document.held import strict_type
+
+    Holder = msgspec.defstruct("Holder", [("yield_op", YieldOps | None)], forbid_unknown_fields=True)
+
+    data = b'{"yield_op": {"name": "y", "calls": 2, "median_us": 1.0, "per_step": 1.0, "per_step_us": 1.0, "extra": 1}}'
+    assert msgspec.json.decode(data, type=Holder).yield_op is not None  # msgspec alone lets it by
+    try:
+        msgspec.json.decode(data, type=strict_type(Holder))
+    except msgspec.ValidationError as exc:
+        assert "unknown field `extra` - at `$.yield_op`" in str(exc)
+    else:
+        raise AssertionError("an unknown key in a held dataclass was read")
+    huge = data.replace(b'"calls": 2', b'"calls": ' + b"9" * 30)
+    try:
+        msgspec.json.decode(huge.replace(b', "extra": 1', b""), type=strict_type(Holder))
+    except msgspec.ValidationError as exc:
+        assert "calls" in str(exc)
+    else:
+        raise AssertionError("a whole number past 64 bits was read")
+
+
+def test_rounded_is_the_same_dataclass_rounded():
+    import numpy as np
+
+    from dbo_trace.analysis.ledger import YieldOps
+    from dbo_trace.render.document.held import rounded
+
+    y = YieldOps("y", np.int64(3), np.float64(1.23456), 2.0, 3.00049, wall_share=0.123456)
+    r = rounded(y, wall_share=4)
+    assert type(r) is YieldOps and (r.calls, type(r.calls), r.median_us, r.per_step_us, r.wall_share) == (3, int, 1.235, 3.0, 0.1235)
+    assert type(r.median_us) is float
+    assert msgspec.json.encode(r).startswith(b'{"name":"y","calls":3,"median_us":1.235,')

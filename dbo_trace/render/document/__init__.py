@@ -57,6 +57,7 @@ from dbo_trace.render.document.verdict import (
     verdict_block,
     phase_verdict_block,
 )
+from dbo_trace.analysis.host.summaries import KernelRow
 from dbo_trace.render.document.host import (
     TimeBlock,
     HostTestBlock,
@@ -68,7 +69,6 @@ from dbo_trace.render.document.host import (
     LaunchDelayBlock,
     ClocksBlock,
     IncompleteBlock,
-    KernelRow,
     KernelSummaryBlock,
     CpuRange,
     Attribution,
