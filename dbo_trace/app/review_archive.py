@@ -258,6 +258,7 @@ def _sweep_document(path: Path, data: bytes, fix: str) -> SweepDocument:
 def _report_document(path: Path, data: bytes, fix: str) -> ReportDocument:
     from dbo_trace.errors import UsageError
     from dbo_trace.render.document import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, ReportDocument
+    from dbo_trace.render.document.held import strict_type
 
     def not_json(exc: Exception) -> UsageError:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
@@ -283,6 +284,9 @@ def _report_document(path: Path, data: bytes, fix: str) -> ReportDocument:
             f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
     try:
+        # First into the strict form (render/document/held.py): a key a held analysis dataclass does
+        # not have is refused there, as every block's is; then into the document itself.
+        msgspec.json.decode(data, type=strict_type(ReportDocument))
         document = msgspec.json.decode(data, type=ReportDocument)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {_validation_problem(exc)}{fix}") from None

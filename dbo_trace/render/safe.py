@@ -12,6 +12,8 @@ searched for, and does nothing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import html
 import json
 import re
@@ -116,9 +118,14 @@ def _terminal_walk(value: Any) -> Any:
         return value.mapped(_terminal_walk)
     if isinstance(value, msgspec.Struct):
         return msgspec.structs.replace(value, **{f: _terminal_walk(getattr(value, f)) for f in value.__struct_fields__})
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # an analysis dataclass the document holds
+        fields = dataclasses.fields(value)
+        return dataclasses.replace(value, **{f.name: _terminal_walk(getattr(value, f.name)) for f in fields if f.init})
+    if isinstance(value, tuple):
+        return tuple(_terminal_walk(v) for v in value)
     if isinstance(value, dict):
         return {terminal_text(k) if isinstance(k, str) else k: _terminal_walk(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, list):
         return [_terminal_walk(v) for v in value]
     return value
 

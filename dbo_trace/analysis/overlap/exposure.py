@@ -22,6 +22,7 @@ Pure: arrays in, an Exposure out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -30,7 +31,10 @@ from dbo_trace.analysis import classify as c
 HOST, WAITING, NOTHING, UNKNOWN = "host", "waiting", "nothing", "unknown"
 LATE_RECORD, CROWDED, HELD = "late_record", "crowded", "held"
 PEER = "peer"
-REASONS = (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN, PEER)
+# Why an operation's time was exposed, in the order the exposure block adds them; the document writes them as they are.
+ExposureReason = Literal["late_record", "crowded", "held", "host", "waiting", "nothing", "unknown", "peer"]
+REASONS: tuple[ExposureReason, ...] = get_args(ExposureReason)
+assert REASONS == (LATE_RECORD, CROWDED, HELD, HOST, WAITING, NOTHING, UNKNOWN, PEER)
 @dataclass(frozen=True)
 class Exposure:
     exposed_us: float
@@ -106,7 +110,7 @@ def exposure(
     piece_kernel = np.repeat(of_stretch, 2)[kept]
     piece_us = np.column_stack((waited, e0 - s1)).ravel()[kept]
     piece_reason = np.column_stack((np.full(len(code), REASONS.index(PEER)), code)).ravel()[kept]
-    by = {r: 0.0 for r in REASONS}
+    by: dict[str, float] = {r: 0.0 for r in REASONS}
     for i in np.unique(piece_reason).tolist():
         by[REASONS[i]] = float(np.cumsum(piece_us[piece_reason == i])[-1])
     reasons = tuple(np.array(REASONS, object)[piece_reason].tolist())

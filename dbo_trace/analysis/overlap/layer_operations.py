@@ -5,11 +5,17 @@ together (docs/analysis.md, "The DBO ledger")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 # -- comm operations by layer and role ----------------------------------------------------------
 
-DISPATCH, COMBINE, SEND, RECV, ROUND_TRIP = "dispatch", "combine", "send", "recv", "round trip"
+Role = Literal["dispatch", "combine", "send", "recv", "round trip"]  # the document writes it as it is
+DISPATCH: Role = "dispatch"
+COMBINE: Role = "combine"
+SEND: Role = "send"
+RECV: Role = "recv"
+ROUND_TRIP: Role = "round trip"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -42,7 +43,10 @@ MAD_SCALE = 1.4826  # MAD x this estimates the standard deviation of normal data
 MIN_OUTLIER_STEPS = 4  # fewer steps in a phase: no MAD test (a median of 3 says little) ...
 FAR_OUTLIER_RATIO = 10.0  # ... only a step this many times the median of its phase's other steps (2 or 3 of them)
 
-COMPILE, CAPTURE, OUTLIER = "compile", "graph capture", "outlier"
+StallCause = Literal["compile", "graph capture", "outlier"]  # the document writes it as it is
+COMPILE: StallCause = "compile"
+CAPTURE: StallCause = "graph capture"
+OUTLIER: StallCause = "outlier"
 
 
 @dataclass(frozen=True)

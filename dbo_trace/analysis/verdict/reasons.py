@@ -4,7 +4,7 @@ headline's findings (qualifiers) and the next step. Their words are render/words
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
@@ -18,6 +18,23 @@ from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.analysis.verdict.evidence_types import GpuWork, HostTest, RoleHost, Stalls
 
 
+# The kinds, each one class's: the document writes them as they are (render/document/verdict.py).
+ReasonKind = Literal[
+    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch",
+    "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm", "comm_overlap", "afd_round_trips",
+    "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion", "afd_criterion",
+]  # fmt: skip
+QualifierKey = Literal[
+    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded",
+    "exposed_comm",
+]  # fmt: skip
+NextStepKind = Literal[
+    "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
+    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "measure_pays", "crowded", "did_not_pay",
+    "overlap_missing", "one_microbatch", "overlap_works",
+]  # fmt: skip
+
+
 # ---- reasons ------------------------------------------------------------------------------------
 
 
@@ -26,7 +43,7 @@ class Reason:
     """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
     decided the label within BORDERLINE of its line."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[ReasonKind]
     borderline: bool = False
 
 
@@ -34,7 +51,7 @@ class Reason:
 class TimeSliced(Reason):
     """The roles' CUDA contexts took turns on their one GPU: every other figure is the slices'."""
 
-    kind: ClassVar[str] = "time_slicing"
+    kind: ClassVar[ReasonKind] = "time_slicing"
     slicing: TimeSlicing
 
 
@@ -42,14 +59,14 @@ class TimeSliced(Reason):
 class RunningBehind(Reason):
     """Launched work waited in GPU idle (the GPU ran behind the host): idle that is not the host's."""
 
-    kind: ClassVar[str] = "running_behind"
+    kind: ClassVar[ReasonKind] = "running_behind"
     rank: int | None  # None: the report has one rank
     delay: LaunchDelay
 
 
 @dataclass(frozen=True, kw_only=True)
 class CaptureReason(Reason):
-    kind: ClassVar[str] = "graph_capture"
+    kind: ClassVar[ReasonKind] = "graph_capture"
     windows: int
     captured_launches: int
     capture_us: float
@@ -59,13 +76,13 @@ class CaptureReason(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class StallsReason(Reason):
-    kind: ClassVar[str] = "stalls"
+    kind: ClassVar[ReasonKind] = "stalls"
     stalls: Stalls
 
 
 @dataclass(frozen=True, kw_only=True)
 class HostIdle(Reason):
-    kind: ClassVar[str] = "host_idle"
+    kind: ClassVar[ReasonKind] = "host_idle"
     fraction: float
     test: HostTest | None
     window_idle_us: float
@@ -79,13 +96,13 @@ class HostIdle(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class ExpensiveCalls(Reason):
-    kind: ClassVar[str] = "expensive_calls"
+    kind: ClassVar[ReasonKind] = "expensive_calls"
     calls: tuple[ExpensiveCall, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchCost(Reason):
-    kind: ClassVar[str] = "launch"
+    kind: ClassVar[ReasonKind] = "launch"
     median_launch_us: float
     median_kernel_us: float
     launches: int
@@ -95,7 +112,7 @@ class LaunchCost(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class ProfiledThreads(Reason):
-    kind: ClassVar[str] = "profiled_threads"
+    kind: ClassVar[ReasonKind] = "profiled_threads"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,25 +120,25 @@ class ProfilerOverhead(Reason):
     """The profiler stretched each step by OVERHEAD_LARGE or more against the unprofiled repeats: the
     host time the verdict reads may be partly the profiler's own."""
 
-    kind: ClassVar[str] = "profiler_overhead"
+    kind: ClassVar[ReasonKind] = "profiler_overhead"
     overhead: float  # profiled step period / unprofiled TPOT - 1
     host_bound: bool  # the verdict it qualifies is host-bound
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuBusy(Reason):
-    kind: ClassVar[str] = "gpu_busy"
+    kind: ClassVar[ReasonKind] = "gpu_busy"
     work: GpuWork
 
 
 @dataclass(frozen=True, kw_only=True)
 class NoComm(Reason):
-    kind: ClassVar[str] = "no_comm"
+    kind: ClassVar[ReasonKind] = "no_comm"
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommOverlap(Reason):
-    kind: ClassVar[str] = "comm_overlap"
+    kind: ClassVar[ReasonKind] = "comm_overlap"
     hidden: float | None
     hidden_us: float
     busy_us: float
@@ -132,20 +149,20 @@ class CommOverlap(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class RoundTripsHidden(Reason):
-    kind: ClassVar[str] = "afd_round_trips"
+    kind: ClassVar[ReasonKind] = "afd_round_trips"
     afd: AfdRoundTrips
     overlap: StepOverlap | None = None  # the pipeline's three figures per step, where measured
 
 
 @dataclass(frozen=True, kw_only=True)
 class StepRoundTrips(Reason):
-    kind: ClassVar[str] = "afd_step_round_trips"
+    kind: ClassVar[ReasonKind] = "afd_step_round_trips"
     share: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class LongGraphLaunches(Reason):
-    kind: ClassVar[str] = "long_graph_launches"
+    kind: ClassVar[ReasonKind] = "long_graph_launches"
     api: str
     count: int
     longest_us: float
@@ -153,7 +170,7 @@ class LongGraphLaunches(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class GraphReplays(Reason):
-    kind: ClassVar[str] = "graph_replays"
+    kind: ClassVar[ReasonKind] = "graph_replays"
     api: str
     launches: int
     replayed: float | None
@@ -163,7 +180,7 @@ class GraphReplays(Reason):
 class Criterion(Reason):
     """The DBO round-trip criterion: what the other microbatch's compute could hide, against what did."""
 
-    kind: ClassVar[str] = "criterion"
+    kind: ClassVar[ReasonKind] = "criterion"
     round_trips: RoundTrips
     host_bound: bool  # moot while the step is host-bound
     hidden: float | None  # the comm share that was hidden
@@ -172,7 +189,7 @@ class Criterion(Reason):
 
 @dataclass(frozen=True, kw_only=True)
 class AfdCriterion(Reason):
-    kind: ClassVar[str] = "afd_criterion"
+    kind: ClassVar[ReasonKind] = "afd_criterion"
     afd: AfdRoundTrips
 
 
@@ -183,58 +200,58 @@ class AfdCriterion(Reason):
 class Qualifier:
     """The dominant finding the headline names in brackets: its key and its figures."""
 
-    key: ClassVar[str]
+    key: ClassVar[QualifierKey]
 
 
 @dataclass(frozen=True, kw_only=True)
 class CaptureFinding(Qualifier):
-    key: ClassVar[str] = "graph_capture"
+    key: ClassVar[QualifierKey] = "graph_capture"
     share: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class HostBoundFinding(Qualifier):
-    key: ClassVar[str] = "host_bound"
+    key: ClassVar[QualifierKey] = "host_bound"
     fraction: float | None
     causes: HostCauses | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class GpuBoundFinding(Qualifier):
-    key: ClassVar[str] = "gpu_bound"
+    key: ClassVar[QualifierKey] = "gpu_bound"
     work: GpuWork
 
 
 @dataclass(frozen=True, kw_only=True)
 class LateRecordFinding(Qualifier):
-    key: ClassVar[str] = "late_record"
+    key: ClassVar[QualifierKey] = "late_record"
     exposed_us: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class PeerWaitFinding(Qualifier):
-    key: ClassVar[str] = "peer_wait"
+    key: ClassVar[QualifierKey] = "peer_wait"
     wait_us: float
     rank: int | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class RoundTripFinding(Qualifier):
-    key: ClassVar[str] = "round_trip"
+    key: ClassVar[QualifierKey] = "round_trip"
     afd: AfdRoundTrips
     overlap: StepOverlap | None = None  # the pipeline's three figures per step, where measured
 
 
 @dataclass(frozen=True, kw_only=True)
 class DidNotPayFinding(Qualifier):
-    key: ClassVar[str] = "did_not_pay"
+    key: ClassVar[QualifierKey] = "did_not_pay"
     saved_us: float
     serial_estimate_us: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class CrowdedFinding(Qualifier):
-    key: ClassVar[str] = "crowded"
+    key: ClassVar[QualifierKey] = "crowded"
     exposed_us: float
 
 
@@ -242,7 +259,7 @@ class CrowdedFinding(Qualifier):
 class ExposedCommFinding(Qualifier):
     """A single-batch run's comm: exposed per steady step, and its share of the step."""
 
-    key: ClassVar[str] = "exposed_comm"
+    key: ClassVar[QualifierKey] = "exposed_comm"
     per_step_us: float
     share: float | None  # of the steady steps' time
 
@@ -271,24 +288,24 @@ QUALIFIERS = tuple(
 class NextStep:
     """The one action the verdict's evidence supports, with the figures it follows from."""
 
-    kind: ClassVar[str]
+    kind: ClassVar[NextStepKind]
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileAfterStartup(NextStep):
-    kind: ClassVar[str] = "profile_after_startup"
+    kind: ClassVar[NextStepKind] = "profile_after_startup"
     finding: CaptureFinding  # its share: of the GPU's host-idle time, inside graph captures
 
 
 @dataclass(frozen=True, kw_only=True)
 class StartMps(NextStep):
-    kind: ClassVar[str] = "start_mps"
+    kind: ClassVar[NextStepKind] = "start_mps"
     slicing: TimeSlicing
 
 
 @dataclass(frozen=True, kw_only=True)
 class YieldOpCost(NextStep):
-    kind: ClassVar[str] = "yield_op_cost"
+    kind: ClassVar[NextStepKind] = "yield_op_cost"
     ops: YieldOps
     share: float | None  # of the host-caused GPU idle
     microbatched: bool  # DBO on: a call also waits for the other microbatch's turn; off: its cost is all overhead
@@ -298,7 +315,7 @@ class YieldOpCost(NextStep):
 class EnableGraphs(NextStep):
     """Host-bound, no graph replayed, and most of the host's time is what a replay skips."""
 
-    kind: ClassVar[str] = "enable_graphs"
+    kind: ClassVar[NextStepKind] = "enable_graphs"
     host_fraction: float
     skipped: float  # the host-caused idle's share in launch calls, other CUDA calls, CPU operators, thread start-up
     graph_api: str
@@ -306,7 +323,7 @@ class EnableGraphs(NextStep):
 
 @dataclass(frozen=True, kw_only=True)
 class HostCause(NextStep):
-    kind: ClassVar[str] = "host_cause"
+    kind: ClassVar[NextStepKind] = "host_cause"
     host_fraction: float
     host_idle_us: float  # the host-caused idle split
     largest: TopItem | None  # its largest item (HostCauses.top); None: not split
@@ -316,26 +333,26 @@ class HostCause(NextStep):
 
 @dataclass(frozen=True, kw_only=True)
 class GpuBottleneck(NextStep):
-    kind: ClassVar[str] = "gpu_bottleneck"
+    kind: ClassVar[NextStepKind] = "gpu_bottleneck"
     work: GpuWork
     top_kernel: tuple[str, float] | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class NothingToOverlap(NextStep):
-    kind: ClassVar[str] = "nothing_to_overlap"
+    kind: ClassVar[NextStepKind] = "nothing_to_overlap"
     work: GpuWork | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class FixLateRecord(NextStep):
-    kind: ClassVar[str] = "late_record"
+    kind: ClassVar[NextStepKind] = "late_record"
     finding: LateRecordFinding  # the finding it acts on, its figures with it
 
 
 @dataclass(frozen=True, kw_only=True)
 class Straggler(NextStep):
-    kind: ClassVar[str] = "straggler"
+    kind: ClassVar[NextStepKind] = "straggler"
     finding: PeerWaitFinding
 
 
@@ -346,7 +363,7 @@ class MeasurePays(NextStep):
     bounds what can hide; it never says DBO cannot pay (the round trip and the compute grow apart
     with the batch, docs/analysis.md "Does DBO pay")."""
 
-    kind: ClassVar[str] = "measure_pays"
+    kind: ClassVar[NextStepKind] = "measure_pays"
     compute_us: float  # per microbatch, per round trip (an AFD rank's: per layer)
     round_trip_us: float  # what must hide: comm per round trip, or an AFD round trip's exposed time
     ratio: float  # compute / round trip: one microbatch's compute covers at most this share of it
@@ -355,27 +372,27 @@ class MeasurePays(NextStep):
 
 @dataclass(frozen=True, kw_only=True)
 class CommCrowded(NextStep):
-    kind: ClassVar[str] = "crowded"
+    kind: ClassVar[NextStepKind] = "crowded"
     finding: CrowdedFinding
     holder: str | None  # the compute kernel that held most of it back
 
 
 @dataclass(frozen=True, kw_only=True)
 class DidNotPay(NextStep):
-    kind: ClassVar[str] = "did_not_pay"
+    kind: ClassVar[NextStepKind] = "did_not_pay"
     finding: DidNotPayFinding
 
 
 @dataclass(frozen=True, kw_only=True)
 class OverlapMissing(NextStep):
-    kind: ClassVar[str] = "overlap_missing"
+    kind: ClassVar[NextStepKind] = "overlap_missing"
     hidden: float | None
     exposed_us: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class OneMicrobatch(NextStep):
-    kind: ClassVar[str] = "one_microbatch"
+    kind: ClassVar[NextStepKind] = "one_microbatch"
     exposed_us: float
     span_us: float
     exposed_per_step_us: float | None  # the exposed comm per step (median round trips per step x round trip)
@@ -387,13 +404,13 @@ class FfnServer(NextStep):
     """An FFN server's rank: its comm is the attention's requests and its answers, a receive running
     until the next request comes, not a microbatch's comm that overlap could hide."""
 
-    kind: ClassVar[str] = "ffn_server"
+    kind: ClassVar[NextStepKind] = "ffn_server"
     exposed_us: float
     span_us: float
 
 
 @dataclass(frozen=True, kw_only=True)
 class OverlapWorks(NextStep):
-    kind: ClassVar[str] = "overlap_works"
+    kind: ClassVar[NextStepKind] = "overlap_works"
     hidden: float | None
     largest_exposed: tuple[str, float] | None  # exposed comm's largest reason (exposure) and its time

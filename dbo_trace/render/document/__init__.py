@@ -18,11 +18,9 @@ from dbo_trace.render.document.base import (
     Number,
     Reason,
     Label,
-    LABEL_VALUE,
     StallCause,
     Role,
     QualifierKey,
-    RETIRED_KINDS,
     ReasonKind,
     NextStepKind,
 )
@@ -44,6 +42,8 @@ from dbo_trace.render.document.figures import (
     graph_step_counts,
 )
 from dbo_trace.render.document.verdict import (
+    RETIRED_KINDS,
+    RetiredKind,
     ReasonBlock,
     NextStepBlock,
     PaysBlock,
@@ -57,6 +57,7 @@ from dbo_trace.render.document.verdict import (
     verdict_block,
     phase_verdict_block,
 )
+from dbo_trace.analysis.host.summaries import KernelRow
 from dbo_trace.render.document.host import (
     TimeBlock,
     HostTestBlock,
@@ -68,7 +69,6 @@ from dbo_trace.render.document.host import (
     LaunchDelayBlock,
     ClocksBlock,
     IncompleteBlock,
-    KernelRow,
     KernelSummaryBlock,
     CpuRange,
     Attribution,
@@ -230,7 +230,6 @@ __all__ = [
     "KernelRow",
     "KernelSummaryBlock",
     "Label",
-    "LABEL_VALUE",
     "LateRecordExample",
     "launch_delay_block",
     "LaunchDelayBlock",
@@ -270,6 +269,7 @@ __all__ = [
     "ReasonKind",
     "ReportDocument",
     "RETIRED_KINDS",
+    "RetiredKind",
     "Role",
     "roles_block",
     "RolesBlock",

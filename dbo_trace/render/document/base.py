@@ -1,13 +1,17 @@
 """The document's ground: its schema and version, the Struct every block is, and the vocabularies
-(labels, reasons, kinds) its fields take."""
+(labels, reasons, kinds) its fields take, the analysis's own."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
+from dbo_trace.analysis.overlap.exposure import ExposureReason
+from dbo_trace.analysis.overlap.layer_operations import Role
+from dbo_trace.analysis.steps.stalls import StallCause
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
+from dbo_trace.analysis.verdict.reasons import NextStepKind, QualifierKey, ReasonKind
 
 
 SCHEMA = "dbo-trace-report"
@@ -42,36 +46,14 @@ Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 # How many of something (kernels, launches, steps, calls): never below zero. A step's number counts from 1.
 Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 Number = Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)]
-# Why a comm operation was exposed (render/words/exposure.py's REASON_SHORT keys, analysis/overlap/exposure.py's REASONS; a test keeps them equal).
-Reason = Literal["peer", "late_record", "crowded", "held", "host", "waiting", "nothing", "unknown"]
-# A verdict's label and its findings (analysis.verdict.LABELS and QUALIFIERS; a test keeps them equal).
-Label = Literal[
-    "graph-capture", "host-bound", "gpu-bound", "no-communication", "overlapped", "single-batch", "not-overlapped"
-]
-# The document's value of each analysis.verdict.Label (a test keeps each the Enum's own value).
-LABEL_VALUE: dict[VerdictLabel, Label] = {
-    VerdictLabel.GRAPH_CAPTURE: "graph-capture", VerdictLabel.HOST_BOUND: "host-bound",
-    VerdictLabel.GPU_BOUND: "gpu-bound", VerdictLabel.NO_COMMUNICATION: "no-communication",
-    VerdictLabel.OVERLAPPED: "overlapped", VerdictLabel.SINGLE_BATCH: "single-batch",
-    VerdictLabel.NOT_OVERLAPPED: "not-overlapped",
-}  # fmt: skip
-StallCause = Literal["compile", "graph capture", "outlier"]  # analysis/steps/stalls.py
-# A comm operation's role in its layer (analysis.ledger's DISPATCH ... ROUND_TRIP).
-Role = Literal["dispatch", "combine", "send", "recv", "round trip"]
-QualifierKey = Literal[
-    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded",
-    "exposed_comm",
-]
-# A reason's kind and a next step's (the kinds of analysis.verdict's Reason and NextStep classes, and
-# the kinds an older version wrote that analysis no longer has, RETIRED_KINDS; a test keeps them equal).
-RETIRED_KINDS = ("dbo_cannot_pay",)  # version 8 replaced it by measure_pays
-ReasonKind = Literal[
-    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch", "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm",
-    "comm_overlap", "afd_round_trips", "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion",
-    "afd_criterion",
-]  # fmt: skip
-NextStepKind = Literal[
-    "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
-    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "dbo_cannot_pay", "measure_pays", "crowded", "did_not_pay",
-    "overlap_missing", "one_microbatch", "overlap_works",
+# The vocabularies its fields take are the analysis's own types, imported (render/words maps each
+# value to its words): why a comm operation was exposed, a verdict's label (the Enum: the document
+# writes its value), its findings, a stall's cause, a comm operation's role in its layer, a reason's
+# kind and a next step's (render/document/verdict.py adds the kinds an older version wrote).
+Reason = ExposureReason
+Label = VerdictLabel
+
+__all__ = [
+    "SCHEMA", "SCHEMA_VERSION", "READABLE_VERSIONS", "Struct", "Int", "Count", "Number", "Reason", "Label", "StallCause",
+    "Role", "QualifierKey", "ReasonKind", "NextStepKind",
 ]  # fmt: skip

@@ -8,22 +8,32 @@ from msgspec import UNSET, UnsetType
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks
+from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackRow
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.render.document.base import Count, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import stacks_line, top_item_name
 
+# Blocks that are the analysis's dataclasses as they are, rounded (render/document/held.py): where the
+# window's time went (the buckets add up to window_us), the kernel and CPU-range summaries, a row of
+# host idle by sampled Python stack.
+TimeBlock = TimeBuckets
+KernelSummaryBlock = KernelSummary
+CpuRange = CpuRangeRow
+StackRowBlock = StackRow
 
-class TimeBlock(Struct):
-    """Where the window's time went; the buckets add up to window_us (docs/analysis.md)."""
 
-    window_us: float
-    compute_us: float
-    comm_exposed_us: float
-    copy_us: float
-    host_idle_us: float
-    other_idle_us: float
+def time_block(b: TimeBuckets) -> TimeBuckets:
+    return rounded(b)
+
+
+def kernel_summary_block(k: KernelSummary | None) -> KernelSummary | None:
+    return None if k is None else rounded(k, share=4)  # its rows' shares
+
+
+def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[CpuRangeRow]:
+    return [rounded(row, share=4) for row in rows]
 
 
 class HostTestBlock(Struct):
@@ -114,50 +124,12 @@ class IncompleteBlock(Struct):
     host_idle_upper_bound: bool
 
 
-class KernelRow(Struct):
-    name: str
-    count: Count
-    total_us: float | None
-    mean_us: float | None
-    median_us: float | None
-    min_us: float | None
-    max_us: float | None
-    share: float | None
-
-
-class KernelSummaryBlock(Struct):
-    kernels: Count
-    names: Count
-    total_us: float | None
-    rows: list[KernelRow]
-
-
-class CpuRange(Struct):
-    name: str
-    kind: str
-    count: Count
-    total_us: float | None
-    host_idle_us: float | None
-    share: float | None
-
-
 class Attribution(Struct, kw_only=True):
     # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
     # kept as read so that its --json is the stored document; never written since version 4.
     ubatch_source: str | UnsetType = UNSET
     step_source: str | UnsetType = UNSET
     profile_all_threads: bool | None
-
-
-class StackRowBlock(Struct):
-    """Host idle of one cause spent in one sampled Python stack shape (docs/analysis.md, "Host time by Python frame")."""
-
-    cause: str
-    project: str | None  # the innermost project frame, `module:function`
-    library: str | None  # the library call it made (the outermost library frame below it)
-    inner: str | None  # the innermost library frame
-    us: float | None
-    share: float | None  # of the host idle measured
 
 
 class StackClockBlock(Struct):
@@ -181,24 +153,13 @@ class HostStacksBlock(Struct):
     untraced_us: float | None  # host_time's untraced bucket
     unexplained_us: float | None  # untraced and without a sample either
     by_cause_us: dict[str, float | None]
-    rows: list[StackRowBlock]
+    rows: list[StackRow]
     line: str
 
 
 class RankStacksBlock(Struct):
     window: HostStacksBlock
     phases: dict[str, HostStacksBlock]
-
-
-def time_block(b: TimeBuckets) -> TimeBlock:
-    return TimeBlock(
-        window_us=round(float(b.window_us), 3),
-        compute_us=round(float(b.compute_us), 3),
-        comm_exposed_us=round(float(b.comm_exposed_us), 3),
-        copy_us=round(float(b.copy_us), 3),
-        host_idle_us=round(float(b.host_idle_us), 3),
-        other_idle_us=round(float(b.other_idle_us), 3),
-    )
 
 
 def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCausesBlock | None:
@@ -238,10 +199,7 @@ def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
         untraced_us=_r(h.unexplained_before_us),
         unexplained_us=_r(h.unexplained_us),
         by_cause_us={k: _r(v) for k, v in h.by_cause_us.items()},
-        rows=[
-            StackRowBlock(cause=r.cause, project=r.project, library=r.library, inner=r.inner, us=_r(r.us), share=_r(r.share, 4))
-            for r in h.rows
-        ],
+        rows=[rounded(r, share=4) for r in h.rows],
         line=stacks_line(h, head),
     )
 
@@ -253,43 +211,6 @@ def rank_stacks_block(s: RankStacks | None, rank: int) -> RankStacksBlock | Unse
         window=host_stacks_block(s.window, f"rank {rank}"),
         phases={p: host_stacks_block(h, f"rank {rank} {p}") for p, h in s.phases.items()},
     )
-
-
-def kernel_summary_block(k: KernelSummary | None) -> KernelSummaryBlock | None:
-    if k is None:
-        return None
-    return KernelSummaryBlock(
-        kernels=k.kernels,
-        names=k.names,
-        total_us=_r(k.total_us),
-        rows=[
-            KernelRow(
-                name=row.name,
-                count=row.count,
-                total_us=_r(row.total_us),
-                mean_us=_r(row.mean_us),
-                median_us=_r(row.median_us),
-                min_us=_r(row.min_us),
-                max_us=_r(row.max_us),
-                share=_r(row.share, 4),
-            )
-            for row in k.rows
-        ],
-    )
-
-
-def cpu_range_block(rows: tuple[CpuRangeRow, ...]) -> list[CpuRange]:
-    return [
-        CpuRange(
-            name=row.name,
-            kind=row.kind,
-            count=row.count,
-            total_us=_r(row.total_us),
-            host_idle_us=_r(row.host_idle_us),
-            share=_r(row.share, 4),
-        )
-        for row in rows
-    ]
 
 
 def spread_block(x: Spread | None) -> SpreadBlock | None:

@@ -12,7 +12,8 @@ from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.what_if import CommSmsWhatIf, NoHandoversWhatIf, RoundTripWhatIf, WhatIf
 from dbo_trace.analysis.overlap.held_sms import LaunchShape, SmEvidence
 from dbo_trace.analysis.overlap.layer_operations import LayerOps
-from dbo_trace.analysis.ledger import Ledger, YieldOps
+from dbo_trace.analysis.ledger import LayerHandovers, Ledger, Unprofiled, YieldOps
+from dbo_trace.render.document.held import rounded
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -25,42 +26,11 @@ def _r(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(float(x), digits)
 
 
-class UnprofiledHandovers(_Block):
-    steps: _Count
-    handovers: _Count
-    median_us: float | None
-    p90_us: float | None
-    per_step_us: float | None
-
-
-class YieldOpBlock(_Block):
-    name: str
-    calls: _Count
-    median_us: float | None
-    per_step: float | None
-    per_step_us: float | None  # every thread's time added: more than the step where two are in it at once
-    threads_per_step: float | None = None
-    wall_per_step_us: float | None = None  # the time any thread was in it: at most the step
-    wall_share: float | None = None
-    thread_per_step_us: float | None = None  # one thread's
-    thread_share: float | None = None
-    own_per_step_us: float | None = None  # version 9: every thread that called it in it at once
-    wait_per_step_us: float | None = None  # version 9: one in it while another ran outside it
-
-
 class SplitBlock(_Block):
     tokens: list[float] | None  # median tokens per microbatch
     compute_us: list[float] | None  # median compute busy per microbatch
     imbalance: float | None  # (largest - smallest) / largest compute, median over steps
     excess_us: float | None  # largest - smallest compute: what the other microbatch cannot cover
-
-
-class LayerHandoverRow(_Block):
-    layer: _Count
-    handovers: _Count
-    median_us: float | None
-    p90_us: float | None
-    per_step_us: float | None
 
 
 class StepLedgerRow(_Block):
@@ -84,10 +54,10 @@ class LedgerBlock(_Block):
     startup_us: float | None
     startup_gpu_idle_us: float | None  # the host-time cause ubatch_startup over the rank's host test
     share: float | None
-    unprofiled: UnprofiledHandovers | None
-    yield_op: YieldOpBlock | None
+    unprofiled: Unprofiled | None  # the analysis's, rounded (render/document/held.py)
+    yield_op: YieldOps | None
     split: SplitBlock
-    layers: list[LayerHandoverRow]
+    layers: list[LayerHandovers]
     steps: list[StepLedgerRow]
 
 
@@ -106,35 +76,15 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None
         startup_us=_r(x.startup_us),
         startup_gpu_idle_us=None if causes is None else _r(causes.us(CAUSES.index("ubatch_startup"))),
         share=_r(x.share, 4),
-        unprofiled=None
-        if u is None
-        else UnprofiledHandovers(
-            steps=u.steps, handovers=u.handovers, median_us=_r(u.median_us), p90_us=_r(u.p90_us), per_step_us=_r(u.per_step_us)
-        ),
-        yield_op=None
-        if y is None
-        else YieldOpBlock(
-            name=y.name, calls=y.calls, median_us=_r(y.median_us), per_step=_r(y.per_step), per_step_us=_r(y.per_step_us),
-            threads_per_step=_r(y.threads_per_step), wall_per_step_us=_r(y.wall_per_step_us),
-            wall_share=_r(y.wall_share, 4), thread_per_step_us=_r(y.thread_per_step_us), thread_share=_r(y.thread_share, 4),
-            own_per_step_us=_r(y.own_per_step_us), wait_per_step_us=_r(y.wait_per_step_us),
-        ),
+        unprofiled=None if u is None else rounded(u),
+        yield_op=None if y is None else rounded(y, wall_share=4, thread_share=4),
         split=SplitBlock(
             tokens=None if (t := x.split_tokens) is None else [_r(v, 1) or 0.0 for v in t],
             compute_us=None if (c := x.compute_us) is None else [_r(v) or 0.0 for v in c],
             imbalance=_r(x.imbalance, 4),
             excess_us=_r(x.excess_us),
         ),
-        layers=[
-            LayerHandoverRow(
-                layer=row.layer,
-                handovers=row.handovers,
-                median_us=_r(row.median_us),
-                p90_us=_r(row.p90_us),
-                per_step_us=_r(row.per_step_us),
-            )
-            for row in x.layers
-        ],
+        layers=[rounded(row) for row in x.layers],
         steps=[
             StepLedgerRow(
                 number=s.step + 1,

@@ -7,6 +7,7 @@ from typing import cast
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.model import PhaseReport, RankReport, StepReport
+from dbo_trace.analysis.host.python_frames import StepFrame
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
 from dbo_trace.lazy import LazyList
@@ -21,6 +22,7 @@ from dbo_trace.render.document.host import (
     step_causes_block,
 )
 from dbo_trace.render.document.verdict import PhaseVerdict, VerdictBlock, phase_verdict_block, verdict_block
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import host_line
 from dbo_trace.render.words.verdict import stall_text
 
@@ -61,15 +63,7 @@ class StepBlock(Struct):
     window_us: float | None | UnsetType = UNSET  # version 5: its window (CPU start to its last GPU work's end); step_us is its period
     stall: StallBlock | None | UnsetType = UNSET  # version 5: why it is not steady state; null: steady
     # version 5, where the rank has sampled Python stacks: the frame most of its sampled host idle was in
-    host_frame: StepFrameBlock | UnsetType = UNSET
-
-
-class StepFrameBlock(Struct):
-    """A step's host idle in its most-sampled project frame (docs/analysis.md, "Host time by Python frame")."""
-
-    project: str | None  # `module:function`; null: the stacks there had no project frame
-    us: float | None
-    sampled_us: float | None  # the step's host idle that had a sample
+    host_frame: StepFrame | UnsetType = UNSET  # the analysis's, rounded (render/document/held.py)
 
 
 class StallBlock(Struct):
@@ -87,16 +81,6 @@ class StallBlock(Struct):
 class NameUs(Struct):
     name: str
     us: float
-
-
-class BehindBlock(Struct):
-    """Step windows that overlap: the GPU runs behind the CPU (docs/analysis.md, "Step time")."""
-
-    steps: Count
-    overlapping: Count
-    windows_us: float
-    wall_us: float
-    median_overlap_us: float
 
 
 def phase_block(p: PhaseReport) -> PhaseBlock:
@@ -125,7 +109,7 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
     m = step.metrics
     frame = step.host_frame
     return StepBlock(
-        host_frame=UNSET if frame is None else StepFrameBlock(frame.project, _r(frame.us), _r(frame.sampled_us)),
+        host_frame=UNSET if frame is None else rounded(frame),
         rank=rank,
         number=number,
         label=step.label,
@@ -163,16 +147,16 @@ def stall_block(st: Stall | None) -> StallBlock | None:
     )
 
 
-def behind_block(b: Behind | None) -> BehindBlock | None:
+# The analysis's own, rounded (render/document/held.py): a step's most-sampled project frame, the
+# step windows that overlap (the GPU runs behind the CPU).
+StepFrameBlock = StepFrame
+BehindBlock = Behind
+
+
+def behind_block(b: Behind | None) -> Behind | None:
     if b is None:
         return None
-    return BehindBlock(
-        steps=b.steps,
-        overlapping=b.overlapping,
-        windows_us=_r(b.windows_us) or 0.0,
-        wall_us=_r(b.wall_us) or 0.0,
-        median_overlap_us=_r(b.median_overlap_us) or 0.0,
-    )
+    return rounded(b)
 
 
 def step_blocks(r: RankReport, lazy: bool) -> list[StepBlock]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.model import PhaseReport
 from dbo_trace.analysis.verdict.decision import Verdict
-from dbo_trace.render.document.base import LABEL_VALUE, Label, NextStepKind, QualifierKey, ReasonKind, Struct, _r
+from dbo_trace.render.document.base import Label, NextStepKind, QualifierKey, ReasonKind, Struct, _r
 from dbo_trace.render.words.verdict import headline, label_text, next_step_text, pays_text, reason_text
+
+
+# The next step kinds an older version wrote that analysis no longer has (the document's own history).
+RetiredKind = Literal["dbo_cannot_pay"]  # version 8 replaced it by measure_pays
+RETIRED_KINDS: tuple[RetiredKind, ...] = get_args(RetiredKind)
 
 
 # ---- the blocks -----------------------------------------------------------------------------------
@@ -27,7 +32,7 @@ class ReasonBlock(Struct):
 class NextStepBlock(Struct):
     """The one action the verdict's evidence supports (version 6), with the figures it follows from in its words."""
 
-    kind: NextStepKind
+    kind: NextStepKind | RetiredKind
     text: str
 
 
@@ -75,19 +80,18 @@ class PhaseVerdict(Struct):
 
 
 def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
-    """The verdict's label, qualifier and findings as the document types them: analysis.verdict's
-    LABELS and QUALIFIERS (a test keeps them equal)."""
+    """The verdict's label, qualifier and findings: analysis.verdict's own types."""
     qualifier = None if v.qualifier is None else v.qualifier.key
-    return LABEL_VALUE[v.label], cast("QualifierKey | None", qualifier), cast("list[QualifierKey]", list(v.findings))
+    return v.label, qualifier, cast("list[QualifierKey]", list(v.findings))
 
 
 def _reasons(v: Verdict) -> list[ReasonItem]:
-    return [ReasonBlock(kind=cast(ReasonKind, r.kind), borderline=r.borderline, text=reason_text(r)) for r in v.reasons]
+    return [ReasonBlock(kind=r.kind, borderline=r.borderline, text=reason_text(r)) for r in v.reasons]
 
 
 def _next_step(v: Verdict) -> NextStepBlock | None:
     n = v.next_step
-    return None if n is None else NextStepBlock(kind=cast(NextStepKind, n.kind), text=next_step_text(n))
+    return None if n is None else NextStepBlock(kind=n.kind, text=next_step_text(n))
 
 
 def _pays(v: Verdict) -> PaysBlock | UnsetType:

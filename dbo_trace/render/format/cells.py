@@ -19,7 +19,8 @@ from dbo_trace.render.document import (
     StepBlock,
     figure_rows,
 )
-from dbo_trace.render.document.ledger import LayerHandoverRow, LayerOpsRow
+from dbo_trace.analysis.ledger import LayerHandovers
+from dbo_trace.render.document.ledger import LayerOpsRow
 from dbo_trace.render.format.filtering import borderline, per_rank_labels
 from dbo_trace.render.format.numbers import cut, ms, num, pct, tri, us
 from dbo_trace.render.format.tables import (
@@ -255,7 +256,7 @@ def summary_markdown(d: ReportDocument) -> list[str]:
     return out
 
 
-def layer_cells(row: LayerHandoverRow) -> list[str]:
+def layer_cells(row: LayerHandovers) -> list[str]:
     return [str(row.layer), str(row.handovers), us(row.median_us), us(row.p90_us), ms(row.per_step_us)]
 
 
