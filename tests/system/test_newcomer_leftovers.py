@@ -53,6 +53,14 @@ def test_what_ifs_asked_and_estimated_are_unchanged_and_an_sms_beyond_the_gpu_sa
     assert json.loads(run_cli("report", str(SAMPLES / "afd-graphs"), "--json").stdout)["what_if"] == []
 
 
+def test_report_warnings_on_stderr_fit_the_terminal(narrow):
+    result = run_cli("report", str(SAMPLES / "afd-pair-graphs-dbo"))
+    assert result.returncode == 0
+    assert "dbo-trace: warning: both roles (attention, ffn) ran on one GPU under MPS" in result.stderr
+    assert _wide(result.stderr) == []
+    assert all(line.startswith(("dbo-trace: warning: ", "  ")) for line in result.stderr.splitlines())
+
+
 def test_no_estimate_line_suggests_no_what_if_dbo_already_given():
     text = run_cli("report", str(SAMPLES / "afd-graphs"), "--what-if", "dbo=on", "--what-if", "round-trip=200us", "--markdown")
     (line,) = [line for line in text.stdout.splitlines() if line.startswith("- what-if, round trip")]
