@@ -61,6 +61,34 @@ def test_report_warnings_on_stderr_fit_the_terminal(narrow):
     assert all(line.startswith(("dbo-trace: warning: ", "  ")) for line in result.stderr.splitlines())
 
 
+def _next_step(stdout: str) -> str:
+    """The terminal's next-step paragraph, its lines joined."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("next step: "))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ") or lines[i].startswith("  - "))
+    return " ".join(line.strip() for line in lines[start:end])
+
+
+@pytest.mark.parametrize(
+    ("arm", "given", "settles"),
+    [
+        ("afd-sweep/graphs/c16", "dbo=on", "recording the same load with DBO on (dbo-trace compare OFF ON, or dbo-trace sweep)"),
+        ("afd-sweep/graphs/c16", "dbo=off", "recording the same load with DBO on (dbo-trace compare OFF ON, or dbo-trace sweep)"),
+        ("afd-sweep/graphs-dbo/c16", "dbo=off", "record the same load with DBO off (dbo-trace compare OFF ON, or dbo-trace sweep)"),
+    ],
+)
+def test_next_step_suggests_no_what_if_dbo_already_given(arm, given, settles):
+    asked = run_cli("report", str(SAMPLES / arm), "--what-if", given)
+    assert asked.returncode == 0, asked.stderr
+    step = _next_step(asked.stdout)
+    assert settles in step and "--what-if dbo=" not in step
+    document = json.loads(run_cli("report", str(SAMPLES / arm), "--what-if", given, "--json").stdout)
+    texts = [document["verdict"]["next_step"]["text"]] + [r["verdict"]["next_step"]["text"] for r in document["ranks"]]
+    assert all("--what-if dbo=" not in t for t in texts)
+    # not given: the next step still points to the prediction
+    assert "--what-if dbo=" in _next_step(run_cli("report", str(SAMPLES / arm)).stdout)
+
+
 def test_no_estimate_line_suggests_no_what_if_dbo_already_given():
     text = run_cli("report", str(SAMPLES / "afd-graphs"), "--what-if", "dbo=on", "--what-if", "round-trip=200us", "--markdown")
     (line,) = [line for line in text.stdout.splitlines() if line.startswith("- what-if, round trip")]
