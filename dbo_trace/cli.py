@@ -608,7 +608,8 @@ def top(folder, once, interval) -> None:
     waited for its turn. The plugin rewrites its counters every second while
     steps run (DBO_TRACE_DIR must be set in the server's environment). On a
     terminal the table refreshes in place; piped or redirected, each refresh
-    is written as plain lines (a line per process, stamped with the time) as
+    is written as plain lines (a record per process, stamped with the time,
+    wrapped to the width, 80 columns where piped, its later lines indented) as
     it comes. A recording that has finished (its manifest says so) is shown
     once, as with --once: its counters will not change. A load sweep's
     folder shows its live arm, or says that no load is live and exits.

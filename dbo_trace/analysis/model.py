@@ -22,7 +22,7 @@ from dbo_trace.analysis.host.host_time import HostCauses, HostPieces
 from dbo_trace.analysis.overlap.layer_operations import LayerOps, layer_operations
 from dbo_trace.analysis.ledger import Ledger, YieldOps
 from dbo_trace.analysis.overlap.held_sms import SmEvidence
-from dbo_trace.analysis.what_if import WhatIf
+from dbo_trace.analysis.what_if import NotEstimated, WhatIf
 from dbo_trace.analysis.metrics import MetricColumns, RoundTrips, WindowMetrics
 from dbo_trace.analysis.overlap.operations import OperationRow
 from dbo_trace.analysis.cross_rank.collective_waits import RankComm, WaitSplit
@@ -422,7 +422,8 @@ class Report:
     host_test: HostTest | None = None  # what the run's host-bound test measured
     roles: RolesInfo | None = None  # a disaggregated run's roles and whether they shared a GPU
     recording: Recording = Recording()  # what the recordings' manifests said
-    what_if: list[WhatIf] = field(default_factory=list)  # model estimates (analysis/ledger.py)
+    # model estimates (analysis/what_if.py), and each asked one the model makes none for, with why
+    what_if: list[WhatIf | NotEstimated] = field(default_factory=list)
     unprofiled: Unprofiled | None = None  # the timed repeats against the profiled steps: the profiler's overhead
     pipeline: Pipeline | None = None  # the served attention rank's steps as a pipeline (analysis/afd/pipeline.py)
     # DBO's effect predicted from this arm (analysis/afd/dbo_model.py), or why it is not; None: not asked

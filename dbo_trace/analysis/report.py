@@ -26,7 +26,18 @@ from dbo_trace.analysis.host.expensive import ExpensiveCall
 from dbo_trace.analysis.overlap.exposure import CROWDED
 from dbo_trace.analysis.host.host_time import HostCauses, combine_causes
 from dbo_trace.analysis.intervals import grouped_length
-from dbo_trace.analysis.what_if import WhatIf, what_if_comm_sms, what_if_no_handovers, what_if_round_trip
+from dbo_trace.analysis.what_if import (
+    NO_ROUND_TRIPS,
+    NO_SM_COUNT,
+    ONE_MICROBATCH,
+    SMS_NOT_FEWER,
+    NotEstimated,
+    WhatIf,
+    not_estimated,
+    what_if_comm_sms,
+    what_if_no_handovers,
+    what_if_round_trip,
+)
 from dbo_trace.analysis.metrics import ACROSS, COMM_OPS_PER_ROUND_TRIP, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import (
     CrossPart,
@@ -264,12 +275,20 @@ def _run_expensive(ranks: list[RankAnalysis]) -> list[ExpensiveCall]:
     return sorted(best.values(), key=lambda e: -(e.step_share or 0.0))[:MOST_EXPENSIVE]
 
 
-def _what_if(rt: RoundTrips | None, ranks: list[RankAnalysis], options: Options) -> list[WhatIf]:
+def _what_if(rt: RoundTrips | None, ranks: list[RankAnalysis], options: Options) -> list[WhatIf | NotEstimated]:
     """The model's estimates over the run's DBO arithmetic (medians over ranks): each asked round
-    trip, and the step without the hand-overs (the ranks' median per step) where they were measured."""
+    trip, and the step without the hand-overs (the ranks' median per step) where they were measured;
+    an asked one the model cannot make, with why."""
     if rt is None or not rt.microbatched:
-        return []
-    out = [
+        return not_estimated(
+            NO_ROUND_TRIPS if rt is None else ONE_MICROBATCH,
+            round_trips_us=options.what_if_round_trip_us,
+            sms=options.what_if_comm_sms,
+            step_us=rt.step_us if rt is not None else None,
+            afd=any(r.afd is not None for r in ranks),
+            dbo_given=options.what_if_dbo is not None,
+        )  # fmt: skip
+    out: list[WhatIf | NotEstimated] = [
         what_if_round_trip(
             step_us=rt.step_us,
             round_trips=rt.per_step,
@@ -295,12 +314,19 @@ def _what_if(rt: RoundTrips | None, ranks: list[RankAnalysis], options: Options)
                 if sms and steps
                 else None
             )
-            if x is not None:
-                out.append(x)
+            out.append(
+                x if x is not None
+                else NotEstimated(why=_sms_why(n, sms), sms_reserved=n, sms=sms, step_us=rt.step_us)
+            )  # fmt: skip
     handovers = [h for r in ranks if r.ledger is not None and (h := r.ledger.handover_per_step_us) is not None]
     if handovers:
         out.append(what_if_no_handovers(step_us=rt.step_us, handover_us=float(np.median(handovers))))
     return out
+
+
+def _sms_why(n: int, sms: int | None) -> str:
+    """Why sms=N has no estimate: the SM count unknown, N not fewer than it, or no steps to share over."""
+    return NO_SM_COUNT if not sms else SMS_NOT_FEWER if n >= sms else NO_ROUND_TRIPS
 
 
 def _sm_count(ranks: list[RankAnalysis]) -> int | None:

@@ -53,6 +53,39 @@ class CommSmsWhatIf(WhatIf):
     cost_us: float  # what the compute loses with the SMs reserved, per step
 
 
+# why an asked what-if has no estimate (render/document/ledger.py words each)
+ONE_MICROBATCH = "one_microbatch"  # no step's two microbatches told apart: C, the compute per microbatch, is not there
+NO_ROUND_TRIPS = "no_round_trips"  # no DBO arithmetic: no comm operations counted per step
+NO_SM_COUNT = "no_sm_count"  # sms=N: the trace does not give the GPU's SM count
+SMS_NOT_FEWER = "sms_not_fewer"  # sms=N: N is not fewer than the GPU's SMs
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotEstimated:
+    """An asked what-if (round-trip=X or sms=N) the model makes no estimate for, and why: one of the
+    codes above; afd: an AFD arm (--what-if dbo=on|off predicts DBO's effect from it instead);
+    dbo_given: --what-if dbo=on|off was given too (its line suggests no --what-if dbo=)."""
+
+    why: str
+    round_trip_us: float | None = None  # round-trip=X as asked
+    sms_reserved: int | None = None  # sms=N as asked
+    sms: int | None = None  # the GPU's SMs, where known
+    step_us: float | None = None  # the measured median step, where known
+    afd: bool = False
+    dbo_given: bool = False
+
+
+def not_estimated(
+    why: str, *, round_trips_us: tuple[float, ...] = (), sms: tuple[int, ...] = (), step_us: float | None = None,
+    afd: bool = False, dbo_given: bool = False,
+) -> list[WhatIf | NotEstimated]:
+    """Each asked what-if that why leaves without an estimate, in the order asked (round trips, then SMs)."""
+    out: list[WhatIf | NotEstimated] = [
+        NotEstimated(why=why, round_trip_us=x, step_us=step_us, afd=afd, dbo_given=dbo_given) for x in round_trips_us
+    ]
+    return out + [NotEstimated(why=why, sms_reserved=n, step_us=step_us, afd=afd, dbo_given=dbo_given) for n in sms]
+
+
 def what_if_round_trip(*, step_us: float, round_trips: float, compute_us: float, comm_us: float, round_trip_us: float) -> WhatIf:
     """The step with every round trip taking round_trip_us: each of the N round trips moves from
     max(C, R) to max(C, X) (docs/analysis.md, "What-if estimates")."""

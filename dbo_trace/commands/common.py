@@ -227,11 +227,20 @@ _deferred: list[list[str]] = []  # while a command holds its warnings back: wher
 
 
 def warn(message: str) -> None:
+    """A warning on stderr, wrapped to the terminal's width (80 where piped) as warnings_after wraps
+    compare's, its later lines indented; inside warnings_after, kept until it leaves."""
     line = f"dbo-trace: warning: {inert(message)}"
     if _deferred:
         _deferred[-1].append(line)
     else:
-        click.echo(line, err=True)
+        _echo_wrapped(line)
+
+
+def _echo_wrapped(line: str) -> None:
+    from dbo_trace.render.layout import wrap
+
+    for part in wrap(line, terminal_width(), "", "  "):
+        click.echo(part, err=True)
 
 
 @contextlib.contextmanager
@@ -241,17 +250,13 @@ def warnings_after(fold: bool = False, runs: list[str] | None = None) -> Iterato
     fold: warnings that say the same of several runs (`RUN: text`) are one line naming them all
     (a sweep's six runs of one GPU pair gave six MPS lines; compare's four AFD arms, eight), only
     the names in runs where given. Each is wrapped to the terminal's width, its later lines indented."""
-    from dbo_trace.render.layout import wrap
-
     _deferred.append([])
     try:
         yield
     finally:
         lines = _deferred.pop()
-        width = terminal_width()
         for line in folded(lines, runs) if fold else lines:
-            for part in wrap(line, width, "", "  "):
-                click.echo(part, err=True)
+            _echo_wrapped(line)
 
 
 def folded(lines: list[str], runs: list[str] | None = None) -> list[str]:

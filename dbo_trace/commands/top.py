@@ -109,6 +109,14 @@ def ended_at(folder: Path) -> str | None:
     return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when is not None else None
 
 
+def _echo(line: str, err: bool = False) -> None:
+    """A line of top's own, wrapped to the terminal's width (80 where piped), its later lines indented."""
+    from dbo_trace.render.layout import wrap
+
+    for part in wrap(line, terminal_width(), "", "  "):
+        click.echo(part, err=err)
+
+
 def run(request: TopRequest) -> None:
     import time
 
@@ -127,12 +135,12 @@ def run(request: TopRequest) -> None:
         pending = live_load(folder)
         if pending is None:  # nothing will change: say so and end, as for a finished recording
             runs = _statuses([r.status for r in read_spec(folder).runs]) or "none"
-            click.echo(f"dbo-trace top {inert(str(folder))}: a load sweep with no load live (its runs: {runs}); "
-                       f"`dbo-trace report {inert(str(folder))}` summarises it")  # fmt: skip
+            _echo(f"dbo-trace top {inert(str(folder))}: a load sweep with no load live (its runs: {runs}); "
+                  f"`dbo-trace report {inert(str(folder))}` summarises it")  # fmt: skip
             return
         arm, load = pending
         said = f"{inert(str(folder))} is a load sweep; its live arm is {inert(arm)} (load {inert(load)})"
-        click.echo(f"dbo-trace top: {said}", err=True)
+        _echo(f"dbo-trace top: {said}", err=True)
         folder = folder / arm
     previous: dict[str, dict] = {}
     final = None if request.once else finished(folder)
@@ -165,7 +173,7 @@ def run(request: TopRequest) -> None:
 
     def write_lines() -> bool:
         working, title, found = sample()
-        sys.stdout.write("\n".join(live_lines(working, title, time.strftime("%H:%M:%S"))) + "\n")
+        sys.stdout.write("\n".join(live_lines(working, title, time.strftime("%H:%M:%S"), terminal_width())) + "\n")
         sys.stdout.flush()
         return found
 

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from dbo_trace.analysis.live import LiveRow
 from dbo_trace.render.format import pct
-from dbo_trace.render.layout import Column, table
+from dbo_trace.render.layout import PIPED_WIDTH, Column, table, wrap
 from dbo_trace.render.safe import terminal_text
 
 # The table's columns; at a narrow terminal the text ones wrap and the least needed give way first.
@@ -71,8 +71,11 @@ def live_table(rows: list[LiveRow], title: str, width: int) -> Text:
     return Text("\n".join(table(terminal_text(title), list(COLUMNS), cells, max(width, 80), what="piped output")))
 
 
-def live_lines(rows: list[LiveRow], title: str, clock: str) -> list[str]:
-    """One refresh as plain lines for a pipe or a log: `clock title`, then a line per process of
-    `column: value` pairs (no colour, no box, no cursor movement); every string inert."""
-    lines = [f"{clock} {title}"] + [f"{clock} " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER, live_cells(r))) for r in rows]
-    return [terminal_text(line) for line in lines]
+def live_lines(rows: list[LiveRow], title: str, clock: str, width: int = PIPED_WIDTH) -> list[str]:
+    """One refresh as plain lines for a pipe or a log: `clock title`, then a record per process of
+    `column: value` pairs (no colour, no box, no cursor movement), each wrapped to width columns (at
+    least 80): a record starts with the clock, its later lines are indented (a log reader joins a line
+    that starts with a space to the one before); every string inert."""
+    records = [f"{clock} {title}"] + [f"{clock} " + "; ".join(f"{h}: {c}" for h, c in zip(HEADER, live_cells(r))) for r in rows]
+    indent = " " * (len(clock) + 3)
+    return [line for record in records for line in wrap(terminal_text(record), max(width, 80), "", indent)]

@@ -15,6 +15,18 @@ from conftest import SAMPLES, popen_interruptible, run_cli
 RECORDED = SAMPLES / "recorded-overlap"
 
 
+def records(text: str) -> list[str]:
+    """The plain output's records: a line that starts with a space continues the one before (each
+    record is wrapped to the width, 80 where piped)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(" ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 def counters_of(folder):
     (path,) = sorted((folder / "events").glob("*.counters.json"))
     return json.loads(path.read_text())
@@ -40,7 +52,8 @@ def test_piped_top_writes_plain_lines_before_it_is_stopped(tmp_path):
     try:
         lines = []
         deadline = time.monotonic() + 60
-        while len(lines) < 4 and time.monotonic() < deadline:  # two refreshes: a title and a process each
+        # two refreshes (a title and a process each) and the next record's first line, which ends the second
+        while len([line for line in lines if not line.startswith(" ")]) < 5 and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
@@ -49,11 +62,12 @@ def test_piped_top_writes_plain_lines_before_it_is_stopped(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert len(lines) == 4, lines
+    found = records("\n".join(lines))[:4]
+    assert len(found) == 4, lines
     steps = body["counters"]["steps.eager_microbatched"]
-    rows = [line for line in lines if " pid: " in line]
+    rows = [line for line in found if " pid: " in line]
     assert len(rows) == 2 and all(f"pid: {body['pid']}; steps: {steps};" in r for r in rows)
-    assert all("\x1b" not in line and "│" not in line and line == line.rstrip() for line in lines)
+    assert all("\x1b" not in line and "│" not in line and line == line.rstrip() and len(line) <= 80 for line in lines)
 
 
 def test_top_of_a_finished_recording_shows_its_final_counters_once():
@@ -124,7 +138,7 @@ def test_top_of_a_finished_recording_says_when_it_ended_not_an_age():
     assert manifest["times"]["ended"] == "2026-12-01T22:10:48+00:00"
     proc = run_cli("top", str(SAMPLES / "afd-graphs-dbo"))
     assert proc.returncode == 0, proc.stderr
-    title, row = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()]
+    title, row = [line.split(" ", 1)[1] for line in records(proc.stdout)]
     assert "(finished: complete, ended 2026-12-01 22:10:48 UTC)" in title
     assert row.endswith("; age: -")
 
@@ -134,7 +148,7 @@ def test_top_of_a_recording_whose_processes_ran_no_dbo_step_says_what_is_missing
     microbatched step and no replay) printed only a header. Now the title says what is missing and why."""
     proc = run_cli("top", str(SAMPLES / "afd-eager"))
     assert proc.returncode == 0, proc.stderr
-    (title,) = proc.stdout.splitlines()
+    (title,) = records(proc.stdout)
     assert title.endswith(
         "(1 process(es) wrote counters, none a microbatched step or a graph replay: "
         "DBO and CUDA graphs were off, or no step ran)"
@@ -184,7 +198,7 @@ def test_top_of_a_finished_sweep_arm_shows_its_counters_once():
     one summary and exit 0."""
     proc = top_process(str(SWEEP / "graphs-dbo"), timeout=30)
     assert proc.returncode == 0, proc.stderr
-    title, *rows = proc.stdout.splitlines()
+    title, *rows = records(proc.stdout)
     assert "(finished: a sweep's arm, its loads 3 complete)" in title
     assert len(rows) == 1 and rows[0].endswith("; age: -")
     assert proc.stderr == "dbo-trace top: the recording has finished; its final counters, once\n"
@@ -196,10 +210,10 @@ def test_top_of_a_sweep_with_no_load_live_says_so_and_ends():
     started = time.monotonic()
     proc = top_process(str(SWEEP), timeout=30)
     assert time.monotonic() - started < 10 and proc.returncode == 0, proc.stderr
-    assert proc.stdout == (
+    assert records(proc.stdout) == [
         f"dbo-trace top {SWEEP}: a load sweep with no load live (its runs: 6 complete); "
-        f"`dbo-trace report {SWEEP}` summarises it\n"
-    )
+        f"`dbo-trace report {SWEEP}` summarises it"
+    ]
 
 
 def test_top_of_a_sweep_shows_the_arm_whose_load_is_pending(tmp_path):
@@ -216,7 +230,7 @@ def test_top_of_a_sweep_shows_the_arm_whose_load_is_pending(tmp_path):
         shutil.copytree(SWEEP / arm / "events", sweep / arm / "events")
     proc = run_cli("top", "--once", str(sweep))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == f"dbo-trace top: {sweep} is a load sweep; its live arm is graphs-dbo (load c64)\n"
+    assert records(proc.stderr) == [f"dbo-trace top: {sweep} is a load sweep; its live arm is graphs-dbo (load c64)"]
     bodies = [json.loads(p.read_text()) for p in (SWEEP / "graphs-dbo" / "events").glob("*.counters.json")]
     (engine,) = [b["pid"] for b in bodies if any(k.startswith("steps.") for k in b["counters"])]  # the API server runs no step
     assert f"pid: {engine};" in proc.stdout
@@ -231,9 +245,20 @@ def test_no_wait_per_microbatch_above_its_step_without_its_basis():
     the cell now says so wherever it shows a wait."""
     proc = run_cli("top", "--once", str(SAMPLES / "afd-pair-graphs-dbo"))
     assert proc.returncode == 0, proc.stderr
-    (row,) = [line for line in proc.stdout.splitlines() if " pid: " in line]
+    (row,) = [line for line in records(proc.stdout) if " pid: " in line]
     cell = row[row.index("wait/step per ubatch:") : row.index("; age:")]
     assert cell == (
         "wait/step per ubatch: ub0 93.31, ub1 954.97 ms a step, over its 33 eager or capturing steps (their time not in "
         "these counters; a replay runs no thread)"
     )
+
+
+@pytest.mark.parametrize("folder", ["afd-pair-graphs-dbo", "afd-graphs-dbo", "afd-sweep", "afd-eager", "recorded-overlap"])
+def test_top_once_piped_fits_80_columns(folder, monkeypatch):
+    """Issue 61's leftovers: `top --once` piped (or at COLUMNS=80) printed a process's record on one line of
+    376 columns, a title of 93 and a sweep's line of 138. Each is wrapped to 80 now, its later lines indented."""
+    monkeypatch.setenv("COLUMNS", "80")
+    proc = run_cli("top", "--once", str(SAMPLES / folder))
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in (proc.stdout + proc.stderr).splitlines() if len(line) > 80] == []
+    assert all(line.startswith(("dbo-trace top", "  ")) or line[:2].isdigit() for line in proc.stdout.splitlines())

@@ -170,8 +170,10 @@ class ReportDocument(Struct, omit_defaults=True):  # roles, disaggregated: only 
     dbo_what_if_not: str | UnsetType = UNSET  # --what-if dbo= asked, and why there is no prediction
 
 
-def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: bool = False) -> RankBlock:
-    """lazy_steps: its step blocks built when read (build_document)."""
+def rank_block(
+    r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: bool = False, dbo_given: bool = False
+) -> RankBlock:
+    """lazy_steps: its step blocks built when read (build_document); dbo_given: --what-if dbo=on|off given."""
     bound = r.verdict.label == VerdictLabel.HOST_BOUND
     waits = cross_rank.waits if cross_rank is not None else None
     mine = waits.ranks.get(r.rank) if waits is not None else None
@@ -218,7 +220,7 @@ def rank_block(r: RankReport, cross_rank: CrossRank | None = None, lazy_steps: b
         cpu_range_summary=cpu_range_block(r.cpu_ranges),
         round_trips=round_trips_block(r.round_trips),
         steps=step_blocks(r, lazy_steps),
-        verdict=verdict_block(r.verdict),
+        verdict=verdict_block(r.verdict, dbo_given),
         attribution=Attribution(profile_all_threads=r.profile_all_threads),
         notes=[note_text(n) for n in r.notes],
         peer_wait=None if mine is None or cross_rank is None else peer_wait_block(mine, cross_rank, r.wait_split),
@@ -247,7 +249,8 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
     them: the terminal shows 20 and the Markdown 200 of a run's 100,000. Such a document cannot be
     encoded (--json and --html build theirs whole)."""
     m = report.total
-    ranks = [rank_block(r, report.cross_rank, lazy_steps) for r in report.ranks]
+    dbo_given = report.options.what_if_dbo is not None  # its next steps suggest no --what-if dbo=
+    ranks = [rank_block(r, report.cross_rank, lazy_steps, dbo_given) for r in report.ranks]
     bound = report.verdict.label == VerdictLabel.HOST_BOUND
     return ReportDocument(
         schema=SCHEMA,
@@ -278,7 +281,7 @@ def build_document(report: Report, lazy_steps: bool = False) -> ReportDocument:
         steps=cast("list[StepBlock]", concatenated([r.steps for r in ranks]))
         if lazy_steps
         else [step for rank in ranks for step in rank.steps],
-        verdict=verdict_block(report.verdict),
+        verdict=verdict_block(report.verdict, dbo_given),
         options=OptionsBlock(
             comm_kernels=list(comm_patterns_of(report.options, report.recording)),
             comm_streams=list(report.options.comm_streams),

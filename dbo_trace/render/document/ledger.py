@@ -9,7 +9,16 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.what_if import CommSmsWhatIf, NoHandoversWhatIf, RoundTripWhatIf, WhatIf
+from dbo_trace.analysis.what_if import (
+    NO_ROUND_TRIPS,
+    NO_SM_COUNT,
+    ONE_MICROBATCH,
+    CommSmsWhatIf,
+    NoHandoversWhatIf,
+    NotEstimated,
+    RoundTripWhatIf,
+    WhatIf,
+)
 from dbo_trace.analysis.overlap.held_sms import LaunchShape, SmEvidence
 from dbo_trace.analysis.overlap.layer_operations import LayerOps
 from dbo_trace.analysis.ledger import LayerHandovers, Ledger, Unprofiled, YieldOps
@@ -199,6 +208,31 @@ ROUND_TRIP_MODEL = (
 )
 
 
+NO_ESTIMATE = "no estimate: "  # a what-if row's assumptions where the model made none (predicted_us null)
+
+
+def not_estimated_words(x: NotEstimated) -> tuple[str, str]:
+    """(what was asked, why the model makes no estimate) in words."""
+    what = f"round trip {x.round_trip_us:g} us" if x.round_trip_us is not None else f"{x.sms_reserved} SMs reserved for comm"
+    if x.why == ONE_MICROBATCH and x.afd:
+        why = (
+            "one microbatch per step (DBO off): the model estimates what the other microbatch's compute hides, so it "
+            "applies to a DBO arm" + ("" if x.dbo_given else "; --what-if dbo=on predicts DBO's effect from this arm")
+        )
+    elif x.why == ONE_MICROBATCH:
+        why = (
+            "no step's two microbatches are told apart (DBO off, or their kernels' microbatch not in the trace): the "
+            "model needs the compute per microbatch"
+        )
+    elif x.why == NO_ROUND_TRIPS:
+        why = "no DBO arithmetic (no comm operations counted per step): the model needs the step's round trips"
+    elif x.why == NO_SM_COUNT:
+        why = "the trace does not give the GPU's SM count (Kineto's deviceProperties numSms)"
+    else:
+        why = f"{x.sms_reserved} SMs are not fewer than the GPU's {x.sms}"
+    return what, NO_ESTIMATE + why
+
+
 def what_if_words(x: WhatIf) -> tuple[str, str]:
     """(what the model changed, its assumptions) in words."""
     if isinstance(x, RoundTripWhatIf):
@@ -219,9 +253,13 @@ def what_if_words(x: WhatIf) -> tuple[str, str]:
     return "no hand-overs", "a bound, not a measurement: every hand-over's latency on the step's critical path"
 
 
-def what_if_block(rows: list[WhatIf]) -> list[WhatIfRow]:
+def what_if_block(rows: list[WhatIf | NotEstimated]) -> list[WhatIfRow]:
     out = []
     for x in rows:
+        if isinstance(x, NotEstimated):  # asked, not estimated: predicted_us and change null, the reason in words
+            what, why = not_estimated_words(x)
+            out.append(WhatIfRow(what=what, step_us=_r(x.step_us), predicted_us=None, change=None, assumptions=why))
+            continue
         what, assumptions = what_if_words(x)
         out.append(
             WhatIfRow(

@@ -89,9 +89,9 @@ def _reasons(v: Verdict) -> list[ReasonItem]:
     return [ReasonBlock(kind=r.kind, borderline=r.borderline, text=reason_text(r)) for r in v.reasons]
 
 
-def _next_step(v: Verdict) -> NextStepBlock | None:
+def _next_step(v: Verdict, dbo_given: bool = False) -> NextStepBlock | None:
     n = v.next_step
-    return None if n is None else NextStepBlock(kind=n.kind, text=next_step_text(n))
+    return None if n is None else NextStepBlock(kind=n.kind, text=next_step_text(n, dbo_given))
 
 
 def _pays(v: Verdict) -> PaysBlock | UnsetType:
@@ -106,11 +106,12 @@ def _pays(v: Verdict) -> PaysBlock | UnsetType:
     )  # fmt: skip
 
 
-def verdict_block(v: Verdict) -> VerdictBlock:
+def verdict_block(v: Verdict, dbo_given: bool = False) -> VerdictBlock:
+    """The verdict's block; dbo_given: --what-if dbo=on|off was given (its next step suggests no --what-if dbo=)."""
     label, qualifier, findings = _vocabulary(v)
     return VerdictBlock(
-        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v),
-        pays=_pays(v),
+        label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v),
+        next_step=_next_step(v, dbo_given), pays=_pays(v),
     )  # fmt: skip
 
 

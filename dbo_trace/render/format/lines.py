@@ -476,7 +476,9 @@ def what_if_lines(d: ReportDocument) -> list[str]:
     """The model's estimates, each labelled as one (docs/analysis.md, "What-if estimates")."""
     rows = d.what_if if isinstance(d.what_if, list) else []
     return [
-        f"what-if, {x.what}: step {ms(x.predicted_us)} against {ms(x.step_us)} measured "
+        f"what-if, {x.what}: {x.assumptions}"  # asked, no estimate: why (render/document/ledger.py)
+        if x.predicted_us is None
+        else f"what-if, {x.what}: step {ms(x.predicted_us)} against {ms(x.step_us)} measured "
         f"({'-' if x.change is None else f'{100 * x.change:+.0f}%'}); {x.assumptions}"
         for x in rows
     ]

@@ -622,7 +622,7 @@ def _nothing_to_overlap(n: NothingToOverlap) -> str:
     )
 
 
-def _measure_pays(n: MeasurePays) -> str:
+def _measure_pays(n: MeasurePays, dbo_given: bool = False) -> str:
     per = "per layer" if n.disaggregated else "per round trip"
     trip = (
         f"the other's round trip ({ms(n.round_trip_us)} exposed per round trip, median)"
@@ -633,7 +633,8 @@ def _measure_pays(n: MeasurePays) -> str:
         f"measure whether DBO pays: record the same load with DBO off ({COMPARE_ADVICE}); this arm alone "
         f"cannot tell: one microbatch's compute ({ms(n.compute_us)} {per}) hides at most {pct_text(n.ratio)} of {trip}, "
         "and what DBO costs is only seen against the arm without it"
-        + ("; --what-if dbo=off predicts it from this arm (a model, with its interval)" if n.disaggregated else "")
+        + ("; --what-if dbo=off predicts it from this arm (a model, with its interval)"
+           if n.disaggregated and not dbo_given else "")  # fmt: skip
     )
 
 
@@ -688,7 +689,7 @@ def _overlap_works(n: OverlapWorks) -> str:
     return f"overlap works: {pct_text(n.hidden)} of comm hidden{left}"
 
 
-def _one_microbatch(n: OneMicrobatch) -> str:
+def _one_microbatch(n: OneMicrobatch, dbo_given: bool = False) -> str:
     share = n.exposed_us / n.span_us if n.span_us > 0 else None
     per_step = f"{ms(n.exposed_per_step_us)} per step, " if n.exposed_per_step_us is not None else ""
     head = f"one microbatch per step: comm exposed {per_step}{ms(n.exposed_us)} over the window, {pct_text(share)} of it"
@@ -696,7 +697,7 @@ def _one_microbatch(n: OneMicrobatch) -> str:
         return (
             f"{head} (FFN round trips of {ms(n.afd.median_us)}, median, {n.afd.per_step:.0f} per step); whether a second "
             f"microbatch hides enough of it to pay for itself is measured by recording the same load with DBO on "
-            f"({COMPARE_ADVICE}), and predicted from this arm by a model: --what-if dbo=on"
+            f"({COMPARE_ADVICE})" + ("" if dbo_given else ", and predicted from this arm by a model: --what-if dbo=on")
         )
     return (
         f"{head}; nothing ran beside it to hide it: hiding it takes independent work beside it (a second "
@@ -746,7 +747,13 @@ _NEXT: dict[type, Callable[[Any], str]] = {
 }
 
 
-def next_step_text(n: NextStep) -> str:
+def next_step_text(n: NextStep, dbo_given: bool = False) -> str:
+    """The next step in words; dbo_given: --what-if dbo=on|off was given, so the step suggests no
+    --what-if dbo= (the recording that settles it stays)."""
+    if isinstance(n, OneMicrobatch):
+        return _one_microbatch(n, dbo_given)
+    if isinstance(n, MeasurePays):
+        return _measure_pays(n, dbo_given)
     return _by_type(_NEXT, n)
 
 
