@@ -43,18 +43,8 @@ from dbo_trace.analysis.metrics import (
     round_trips,
     window_metrics,
 )
-from dbo_trace.analysis.model import (
-    MarkedPeriod,
-    Options,
-    PhaseReport,
-    RankAnalysis,
-    RankDetail,
-    Recording,
-    StepReports,
-    StepTable,
-    comm_patterns_of,
-    layers_of,
-)
+from dbo_trace.analysis.model import MarkedPeriod, Options, PhaseReport, RankAnalysis, RankDetail, Recording, StepReports
+from dbo_trace.analysis.model import StepTable, comm_patterns_of, layers_of
 from dbo_trace.analysis.afd.role_evidence import RoleCall
 from dbo_trace.analysis.overlap.operations import OperationRow, operation_ids, operation_rows
 from dbo_trace.analysis.host.python_frames import RankStacks, StepFrame, log_natives, rank_host_stacks

@@ -27,7 +27,7 @@ from dbo_trace.files import replace_file
 from dbo_trace.record import recorder as rec
 from dbo_trace.record.bench import BENCH_DIR
 from dbo_trace.record.child import Child, ChildFailed
-from dbo_trace.record.gpu_ready import OwnMps, wait_ready
+from dbo_trace.record.environment import OwnMps, wait_ready
 from dbo_trace.record.loadgen import LoadSpec
 from dbo_trace.record.peer import PEER_DIR, Peer, PeerPlan
 from dbo_trace.redact import Redactor, redact_argv
@@ -76,7 +76,7 @@ class SweepPlan:
     grace_s: float = 30.0
     trace_timeout_s: float = 300.0
     builtin_repeats: bool = False  # the built-in load times the repeats (no `vllm bench serve` start-up per repeat)
-    own_mps: bool = False  # run the sweep's own MPS control daemon, afresh for each arm (record/gpu_ready.py)
+    own_mps: bool = False  # run the sweep's own MPS control daemon, afresh for each arm (record/environment.py)
 
     def options(self) -> dict:
         """The rest of the plan, kept in sweep.json so that `--resume` alone runs the same sweep."""

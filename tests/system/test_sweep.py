@@ -352,7 +352,7 @@ def test_with_mps_each_arm_gets_a_fresh_daemon_after_the_last_arms_clients_left(
 def test_an_mps_daemon_the_sweep_did_not_start_is_left_alone_and_a_stuck_client_names_the_fix(tmp_path):
     """Without --mps a running daemon is used as it is: never quit. An earlier client that never
     leaves keeps the next arm from starting, and the line says how to restart the daemon."""
-    from dbo_trace.record.gpu_ready import Probe, wait_ready
+    from dbo_trace.record.environment import Probe, wait_ready
 
     env, pipe = _fake_mps(tmp_path)
     subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True)
@@ -371,7 +371,7 @@ def test_the_gpu_probe_runs_the_driver_or_says_there_is_none():
     """The probe's own process, here: a CUDA context made (a GPU machine) or no driver (CI's)."""
     import os
 
-    from dbo_trace.record.gpu_ready import probe_gpu
+    from dbo_trace.record.environment import probe_gpu
 
     probe = probe_gpu(os.environ)
     assert probe.ready is True or (probe.ready is None and "libcuda" in probe.said), probe
