@@ -173,8 +173,8 @@ class RawTrace:
 
 # Where each decoded chunk of events lies in the uncompressed file and the time its kept events
 # span, a row per chunk: (first byte, byte after its last event, earliest ts, latest ts + dur). A
-# later look at a few events' args (event_args.py) decodes only the chunks whose span meets the
-# events', not the whole file again (the SM evidence's second pass cost a quarter of a report).
+# later look at a few events' args (event_args.py, the Perfetto export's) decodes only the chunks
+# whose span meets the events', not the whole file again.
 EXTENT_FIELDS = ("start", "end", "ts_lo", "ts_hi")
 
 
