@@ -370,7 +370,7 @@ class RankAnalysis:
     host_stacks: RankStacks | None = None  # host idle by sampled Python frame (analysis/host/python_frames.py); None: no samples
     yield_ops: YieldOps | None = None  # the AFD yield op's calls, DBO on or off (analysis/ledger.py)
     ledger: Ledger | None = None  # DBO's own cost, the split and the hand-overs (analysis/ledger.py)
-    sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (pipeline.with_sm_evidence)
+    sm_evidence: SmEvidence | None = None  # the launch shape of held-back comm's holder (overlap/held_sms.py)
     span_parts: SpanParts | None = None  # its steady steps' mean period in parts (analysis/afd/effect.py), for compare
     decode_requests: float | None = None  # its steady decode steps' median decode requests (vLLM's annotations)
     # its steady steps' periods by vLLM's execute_* annotations, start to start, each with its phase and

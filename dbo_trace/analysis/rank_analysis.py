@@ -27,6 +27,7 @@ from dbo_trace.analysis.host.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.overlap.exposure import Exposure, exposure
 from dbo_trace.analysis.host.gpu_clock import ClockBounds, blocking_kinds, clock_bounds, incomplete
 from dbo_trace.analysis.overlap.held import HeldSummary, held_back, summarize
+from dbo_trace.analysis.overlap.held_sms import held_sm_evidence
 from dbo_trace.analysis.host.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, intersection, union
 from dbo_trace.analysis.live import MICROBATCHED_PATHS
@@ -196,6 +197,7 @@ def analyze_rank(
         host_stacks=stacks,
         yield_ops=yield_op,
         ledger=rank_ledger(d, logs, table, rank_layers(d, afd), yields),
+        sm_evidence=held_sm_evidence(d.held, tl, comm_sms=recording.comm_sms, env_recorded=recording.env_recorded),
         span_parts=rank_span_parts(d, starts, steady),
         decode_requests=rank_decode_requests(marked, steady),
         marked_periods=marked_periods,

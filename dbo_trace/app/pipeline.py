@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
-import numpy as np
 
 from dbo_trace.analysis.cross_rank.clocks import Alignment
 from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Recording, Report, StepTable
@@ -105,50 +104,6 @@ def _prefills_interleave(manifests: list[Manifest]) -> bool | None:
 
 
 COMM_SMS_ENV = "VLLM_DBO_COMM_SMS"  # vLLM's SMs for DBO's comm kernels (default 20 on CUDA)
-
-
-def with_sm_evidence(r: RankAnalysis, recording: Recording) -> RankAnalysis:
-    """The rank with the launch shape of the kernel that crowded out most held-back comm, read back
-    from its trace's args (a second pass over the file, only where comm was crowded)."""
-    from collections import Counter
-
-    from dbo_trace.analysis.overlap.exposure import CROWDED
-    from dbo_trace.analysis.overlap.held import CAUSES
-    from dbo_trace.analysis.overlap.held_sms import sm_evidence
-    from dbo_trace.trace.event_args import event_args
-
-    d = r.detail
-    held = d.held if d is not None else None
-    if d is None or held is None:
-        return r
-    crowded = np.flatnonzero(held.cause == CAUSES.index(CROWDED))
-    if not len(crowded):
-        return r
-    tl = d.timeline
-    holder_names = tl.gpu.name[held.holder[crowded]]
-    top, count = Counter(holder_names.tolist()).most_common(1)[0]
-    first = crowded[np.flatnonzero(holder_names == top)[0]]
-    comm, holder = int(held.kernel[first]), int(held.holder[first])
-    lo = float(min(tl.gpu.start[comm], tl.gpu.start[holder]))
-    hi = float(max(tl.gpu.end[comm], tl.gpu.end[holder]))
-    args = event_args(tl.source, (lo, hi), tl.extents)
-
-    def args_of(g: int) -> dict:
-        return args.get((True, float(tl.gpu.start[g]), int(tl.gpu.correlation[g])), {})
-
-    devices = tl.metadata.get("deviceProperties")
-    holder_args = args_of(holder)
-    device = {}
-    if isinstance(devices, list):
-        mine = [p for p in devices if isinstance(p, dict) and p.get("id") == holder_args.get("device")]
-        first_device = devices[0] if devices and isinstance(devices[0], dict) else {}
-        device = mine[0] if mine else first_device
-    evidence = sm_evidence(
-        holder_name=tl.names[top], holder_args=holder_args, comm_name=tl.names[int(tl.gpu.name[comm])],
-        comm_args=args_of(comm), held=int(count), device=device, comm_sms=recording.comm_sms,
-        env_recorded=recording.env_recorded,
-    )  # fmt: skip
-    return replace(r, sm_evidence=evidence)
 
 
 def logs_of(tl: Timeline, logs: list[EventLogData]) -> list[EventLogData]:
@@ -308,11 +263,12 @@ def analyse_timelines(timelines: list[Timeline], shared: Shared, cut: Cut | None
         if cut is not None and call is not None and call.role == FFN:
             tl = cut.of(tl) or tl
             partner = cut.steps_of(tl)
-        ranked = analyze_rank(
-            tl, logs_of(tl, shared.logs), shared.options, recording=shared.recording, role_call=call,
-            samples=samples_of(tl, shared.samples), partner=partner,
+        out.append(
+            analyze_rank(
+                tl, logs_of(tl, shared.logs), shared.options, recording=shared.recording, role_call=call,
+                samples=samples_of(tl, shared.samples), partner=partner,
+            )
         )  # fmt: skip
-        out.append(with_sm_evidence(ranked, shared.recording))
     return out
 
 

@@ -218,7 +218,7 @@ def bounds(tl: Timeline) -> Timeline:
     cpu, c = ends(tl.cpu)
     return replace(
         tl, gpu=gpu, calls=calls, cpu=cpu, gpu_is_copy=tl.gpu_is_copy[g], cpu_is_annotation=tl.cpu_is_annotation[c],
-        names=[], gpu_args=None,
+        names=[], gpu_args=None, launch=None,
     )  # fmt: skip
 
 

@@ -10,8 +10,8 @@ from typing import Callable
 from dbo_trace import bundle as fmt
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
-from dbo_trace.trace.kineto import categories_seen, read_kineto
-from dbo_trace.trace.nsys import is_nsys, read_nsys
+from dbo_trace.trace.kineto import SqliteFile, categories_seen, read_kineto
+from dbo_trace.trace.nsys import NSYS_REP_SUFFIX, read_nsys
 from dbo_trace.trace.pystacks import StackSamples, read_pystacks
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
@@ -112,10 +112,15 @@ def _without_gpu_activity(trace: Path, tl: Timeline) -> str:
 
 def read_timelines(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> list[Timeline]:
     """The timelines of one input file: a Kineto trace is one; an Nsight Systems export is one per
-    process that ran GPU work (claiming ranks from index on; settle_ranks numbers clashing claims)."""
-    if is_nsys(trace):
+    process that ran GPU work (claiming ranks from index on; settle_ranks numbers clashing claims).
+    Each file is opened once: an export that is not a .nsys-rep is told by the first bytes the
+    Kineto reader's open reads (SqliteFile), then read by SQLite."""
+    if trace.name.endswith(NSYS_REP_SUFFIX):
         return read_nsys(trace, index)
-    return [read_timeline(trace, index, progress, workers)]
+    try:
+        return [read_timeline(trace, index, progress, workers)]
+    except SqliteFile:
+        return read_nsys(trace, index)
 
 
 def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:

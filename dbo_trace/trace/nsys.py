@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from dbo_trace.trace.errors import InputError
-from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, Timeline
+from dbo_trace.trace.kineto.blocks import SQLITE_MAGIC
+from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, LaunchArgs, Timeline
 
 if TYPE_CHECKING:  # sqlite3 is imported where an export is read, not with every `report` (issue 55)
     import sqlite3
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_SUFFIX = ".nsys-rep"
 
 _KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -229,17 +229,18 @@ class _Names:
 
 
 def _timelines(db: sqlite3.Connection, tables: dict[str, set[str]], first_rank: int, source: Path) -> list[Timeline]:
-    gpu_parts = []  # (start, end, name ids, stream, correlation, pid, is_copy, name kind)
+    gpu_parts = []  # (table, start, end, name ids, stream, correlation, pid, launch: (n, 9) int32)
     for table in (_KERNELS, _MEMCPY, _MEMSET):
         if table not in tables:
             continue
         cols = tables[table]
         label = "demangledName" if "demangledName" in cols else ("shortName" if "shortName" in cols else "-1")
         what = "copyKind" if table == _MEMCPY and "copyKind" in cols else ("-1" if table != _KERNELS else label)
-        start, end, name, stream, corr, gpid = _int_columns(
-            db, table, ["start", "end", what, "streamId", "correlationId", "globalPid"], "where end >= start"
+        launch = _launch_columns(cols) if table == _KERNELS else []
+        start, end, name, stream, corr, gpid, *launched = _int_columns(
+            db, table, ["start", "end", what, "streamId", "correlationId", "globalPid", *launch], "where end >= start"
         )
-        gpu_parts.append((table, start, end, name, stream, corr, gpid >> _PID_SHIFT & _ID_MASK))
+        gpu_parts.append((table, start, end, name, stream, corr, gpid >> _PID_SHIFT & _ID_MASK, _launch_of(launched, len(start))))
     pids = np.unique(np.concatenate([p[6] for p in gpu_parts])) if gpu_parts else np.empty(0, np.int64)
     if not len(pids):  # no kernel, memcpy or memset table, or none with a row
         raise InputError(f"{source}: the export holds no CUDA kernels or copies (was it recorded with `nsys profile -t cuda`?)")
@@ -291,8 +292,10 @@ def _timeline_of(
     g_lane: list[np.ndarray] = []
     g_corr: list[np.ndarray] = []
     g_copy: list[np.ndarray] = []
-    for table, start, end, name, stream, corr, gpid in gpu_parts:
+    g_launch: list[np.ndarray] = []
+    for table, start, end, name, stream, corr, gpid, launch in gpu_parts:
         mine = gpid == pid
+        g_launch.append(launch[mine])
         if table == _KERNELS:
             ids = names.lookup(name[mine], kernel_names, missing="(unnamed kernel)")
         elif table == _MEMCPY:
@@ -306,6 +309,7 @@ def _timeline_of(
         ):
             column.append(values)
     gpu, gpu_is_copy = _intervals(g_start, g_end, g_name, g_lane, g_corr, g_copy)
+    launch = np.concatenate(g_launch)[np.argsort(np.concatenate(g_start), kind="stable")]  # in _intervals' order
 
     if calls is not None:
         c_start, c_end, c_name, c_tid, c_corr = calls
@@ -342,7 +346,38 @@ def _timeline_of(
         cpu_is_annotation=np.ones(len(cpu), bool),  # NVTX ranges are the user's annotations
         base_time_ns=session_ns,
         metadata=metadata,
+        launch=LaunchArgs(launch[:, 0:3], launch[:, 3:6], launch[:, 6], launch[:, 7], launch[:, 8]),
     )
+
+
+# A kernel's launch in the export (LaunchArgs' columns: grid, block, registers per thread, shared
+# memory per CTA as static and dynamic together, as Kineto counts it, and the device), each -1 where
+# the export lacks the column or a row holds no whole number there.
+_LAUNCH = ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "deviceId")
+
+
+def _launch_columns(cols: set[str]) -> list[str]:
+    """The SQL of the launch columns (_LAUNCH) this kernel table has; -1 for those it lacks."""
+
+    def whole(c: str) -> str:
+        return f"(case when typeof({c}) = 'integer' then {c} end)" if c in cols else "-1"
+
+    shared = whole("staticSharedMemory")
+    if "staticSharedMemory" in cols and "dynamicSharedMemory" in cols:
+        shared = f"({shared} + {whole('dynamicSharedMemory')})"
+    return [shared if c == "staticSharedMemory" else whole(c) for c in _LAUNCH]
+
+
+def _launch_of(columns: list[np.ndarray], n: int) -> np.ndarray:
+    """(n, 9) int32 of LaunchArgs' columns from the export's (none: a copy's table, all -1): a row of
+    -1 where its grid or block is not whole numbers in (0, 2**31), -1 for any other value out of [0, 2**31)."""
+    if not columns:
+        return np.full((n, len(_LAUNCH)), -1, np.int32)
+    out = np.stack(columns, axis=1)
+    end = 1 << 31
+    out[(out < 0) | (out >= end)] = -1
+    out[((out[:, :6] <= 0) | (out[:, :6] >= end)).any(axis=1)] = -1
+    return out.astype(np.int32)
 
 
 def _outermost_of_twins(start: np.ndarray, end: np.ndarray, name: np.ndarray, tid: np.ndarray, corr: np.ndarray) -> np.ndarray:

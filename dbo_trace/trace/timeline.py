@@ -48,6 +48,30 @@ class CommArgs:
 
 
 @dataclass(frozen=True)
+class LaunchArgs:
+    """Per GPU activity, its kernel launch as the trace gives it (Kineto's args grid, block,
+    registers per thread, shared memory and device; Nsight's kernel columns), for the SM evidence
+    of held-back comm (analysis/overlap/held_sms.py): -1 where absent, and the whole row -1 where the
+    grid or the block is absent or not 1 to 3 whole numbers in (0, 2**31). A grid or block of fewer
+    than 3 dimensions is padded with 0s."""
+
+    grid: np.ndarray  # (n_gpu, 3) int32
+    block: np.ndarray  # (n_gpu, 3) int32
+    registers: np.ndarray  # (n_gpu,) int32: registers per thread
+    shared_memory: np.ndarray  # (n_gpu,) int32: bytes per CTA (static and dynamic)
+    device: np.ndarray  # (n_gpu,) int32: the GPU's id (deviceProperties' `id`)
+
+    @staticmethod
+    def absent(n: int) -> "LaunchArgs":
+        dims, values = np.full((n, 3), -1, np.int32), np.full(n, -1, np.int32)
+        return LaunchArgs(dims, dims.copy(), values, values.copy(), values.copy())
+
+    def take(self, keep: np.ndarray) -> "LaunchArgs":
+        """The rows of these GPU activities (indices or a mask), in that order."""
+        return LaunchArgs(self.grid[keep], self.block[keep], self.registers[keep], self.shared_memory[keep], self.device[keep])
+
+
+@dataclass(frozen=True)
 class Timeline:
     source: Path
     # The rank its trace claims: distributedInfo's, else the input's position (an Nsight export's
@@ -65,9 +89,13 @@ class Timeline:
     warnings: list[str] = field(default_factory=list)
     gpu_args: CommArgs | None = None  # None: the trace was built without them
     extents: np.ndarray | None = None  # the source's chunks (kineto.EXTENT_FIELDS), for reading a few args back
+    launch: LaunchArgs | None = None  # None: the trace was built without them
 
     def comm_args(self) -> CommArgs:
         return self.gpu_args if self.gpu_args is not None else CommArgs.absent(len(self.gpu))
+
+    def launch_args(self) -> LaunchArgs:
+        return self.launch if self.launch is not None else LaunchArgs.absent(len(self.gpu))
 
     def cpu_ranges_named(
         self, match: Callable[[str], Any], annotations_only: bool = False, hint: re.Pattern[str] | None = None
@@ -171,6 +199,10 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
     name, correlation = take("name"), take("correlation")
     stream = columns.pop("stream")[gpu_at]
     gpu_args = CommArgs(*(columns.pop(key)[gpu_at] for key in ("collective", "group", "nelems", "seq")))
+    launch = LaunchArgs(
+        *(np.stack([columns.pop(f"{key}_{d}")[gpu_at] for d in "xyz"], axis=1) for key in ("grid", "block")),
+        *(columns.pop(key)[gpu_at] for key in ("registers", "shared_memory", "device")),
+    )
     tid = take("tid")
     # Kineto gives a GPU event's stream in args.stream and in tid; prefer the former.
     lane = [np.where(stream >= 0, stream, tid[0]), tid[1], tid[2]]
@@ -202,6 +234,7 @@ def build_timeline(raw: k.RawTrace, rank: int) -> Timeline:
         warnings=warnings,
         gpu_args=gpu_args,
         extents=raw.extents,
+        launch=launch,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
+from dbo_trace.trace.timeline import CommArgs, Intervals, LaunchArgs, Timeline
 
 GAP_US = 1000.0  # between copies, as bench_report.build leaves
 _PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -80,8 +80,14 @@ def tiled(
         annotation = np.r_[annotation, np.ones(n, bool)][order]
     gpu_is_copy = np.tile(tl.gpu_is_copy, copies)
     return replace(
-        tl, names=names, gpu=gpu, gpu_is_copy=gpu_is_copy, calls=calls, cpu=cpu_t, cpu_is_annotation=annotation, warnings=[]
-    )
+        tl, names=names, gpu=gpu, gpu_is_copy=gpu_is_copy, calls=calls, cpu=cpu_t, cpu_is_annotation=annotation, warnings=[],
+        launch=_tiled_launch(tl, copies),
+    )  # fmt: skip
+
+
+def _tiled_launch(tl: Timeline, copies: int) -> LaunchArgs | None:
+    """The launch columns of each copy's GPU activities (the copies in turn, as _tile lays them out)."""
+    return tl.launch.take(np.tile(np.arange(len(tl.gpu)), copies)) if tl.launch is not None else None
 
 
 def _merged(a: Intervals, b: Intervals) -> tuple[Intervals, np.ndarray]:
@@ -112,6 +118,7 @@ def tiled_ranks(timelines: list[Timeline], copies: int) -> list[Timeline]:
             replace(
                 tl, gpu=gpu, calls=calls, cpu=cpu, gpu_is_copy=np.tile(tl.gpu_is_copy, copies),
                 cpu_is_annotation=np.tile(tl.cpu_is_annotation, copies), gpu_args=tiled_args, warnings=[],
+                launch=_tiled_launch(tl, copies),
             )  # fmt: skip
         )
     return out

@@ -100,7 +100,7 @@ def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
         args = CommArgs(args.collective[g_keep], args.group[g_keep], args.nelems[g_keep], args.seq[g_keep])
     return replace(
         tl, gpu=gpu, gpu_is_copy=tl.gpu_is_copy[g_keep], calls=calls, cpu=cpu, cpu_is_annotation=tl.cpu_is_annotation[c_keep],
-        gpu_args=args,
+        gpu_args=args, launch=tl.launch.take(g_keep) if tl.launch is not None else None,
     )  # fmt: skip
 
 

@@ -4,10 +4,15 @@ registers, shared memory), and whether one CTA of the comm kernel fits beside it
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from dbo_trace.analysis.overlap.exposure import CROWDED
+from dbo_trace.analysis.overlap.held import CAUSES, HeldBack
+from dbo_trace.trace.timeline import LaunchArgs, Timeline
 
 
 # -- SM evidence for held-back comm -------------------------------------------------------------
@@ -15,7 +20,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class LaunchShape:
-    """A kernel's launch as its trace args give it (Kineto: grid, block, registers, shared memory)."""
+    """A kernel's launch as its trace gives it (Kineto's args, Nsight's kernel columns: grid, block,
+    registers, shared memory; trace/timeline.py LaunchArgs)."""
 
     name: str
     grid: tuple[int, ...]
@@ -60,24 +66,18 @@ class SmEvidence:
         return self.holder.ctas / (self.sms * self.per_sm)
 
 
-def _shape(name: str, args: dict[str, Any]) -> LaunchShape | None:
-    grid, block = args.get("grid"), args.get("block")
-
-    def dims(v: object) -> tuple[int, ...] | None:
-        if isinstance(v, list) and v and all(type(x) is int and 0 < x < 1 << 31 for x in v):
-            return tuple(v)
+def _shape(name: str, launch: LaunchArgs, g: int) -> LaunchShape | None:
+    """GPU activity g's launch, None where its grid or block is absent (LaunchArgs: a row of -1)."""
+    grid, block = launch.grid[g].tolist(), launch.block[g].tolist()
+    if grid[0] <= 0 or block[0] <= 0:
         return None
-
-    g, b = dims(grid), dims(block)
-    if g is None or b is None:
-        return None
-    regs, smem = args.get("registers per thread"), args.get("shared memory")
+    regs, smem = int(launch.registers[g]), int(launch.shared_memory[g])
     return LaunchShape(
         name=name,
-        grid=g,
-        block=b,
-        registers_per_thread=regs if type(regs) is int and 0 <= regs < 1 << 16 else None,
-        shared_memory=smem if type(smem) is int and 0 <= smem < 1 << 31 else None,
+        grid=tuple(x for x in grid if x > 0),  # the dimensions given (the columns pad with 0s)
+        block=tuple(x for x in block if x > 0),
+        registers_per_thread=regs if 0 <= regs < 1 << 16 else None,
+        shared_memory=smem if smem >= 0 else None,
     )
 
 
@@ -86,12 +86,35 @@ def _device_int(device: dict[str, Any], key: str) -> int | None:
     return v if type(v) is int and 0 < v < 1 << 40 else None
 
 
+def held_sm_evidence(held: HeldBack | None, tl: Timeline, *, comm_sms: str | None, env_recorded: bool) -> SmEvidence | None:
+    """The SM evidence of the rank's crowded comm (held back, cause crowded), from the launch columns
+    its trace's read kept (Timeline.launch): of the holder that crowded out most comm kernels (the
+    first of them where several did as many), its first such pair. None where no comm was crowded."""
+    crowded = np.flatnonzero(held.cause == CAUSES.index(CROWDED)) if held is not None else np.empty(0, np.int64)
+    if held is None or not len(crowded):
+        return None
+    holder_names = tl.gpu.name[held.holder[crowded]]
+    top, count = Counter(holder_names.tolist()).most_common(1)[0]
+    first = crowded[np.flatnonzero(holder_names == top)[0]]
+    comm, holder = int(held.kernel[first]), int(held.holder[first])
+    launch = tl.launch_args()
+    devices = tl.metadata.get("deviceProperties")
+    device: dict[str, Any] = {}
+    if isinstance(devices, list):
+        id_ = int(launch.device[holder]) if launch.device[holder] >= 0 else None  # None: the trace gives none
+        mine = [p for p in devices if isinstance(p, dict) and p.get("id") == id_]
+        first_device = devices[0] if devices and isinstance(devices[0], dict) else {}
+        device = mine[0] if mine else first_device
+    return sm_evidence(
+        holder=_shape(tl.names[top], launch, holder), comm=_shape(tl.names[int(tl.gpu.name[comm])], launch, comm),
+        held=int(count), device=device, comm_sms=comm_sms, env_recorded=env_recorded,
+    )  # fmt: skip
+
+
 def sm_evidence(
     *,
-    holder_name: str,
-    holder_args: dict[str, Any],
-    comm_name: str | None,
-    comm_args: dict[str, Any],
+    holder: LaunchShape | None,
+    comm: LaunchShape | None,
     held: int,
     device: dict[str, Any],  # the trace's deviceProperties entry for the GPU
     comm_sms: str | None,
@@ -99,10 +122,8 @@ def sm_evidence(
 ) -> SmEvidence | None:
     """What the holder of held-back comm occupied per SM, and whether one CTA of the comm kernel fits
     beside it, from the launch args and the device's limits (docs/analysis.md, "SM evidence")."""
-    holder = _shape(holder_name, holder_args)
     if holder is None:
         return None
-    comm = _shape(comm_name, comm_args) if comm_name is not None else None
     sms = _device_int(device, "numSms")
     threads_sm = _device_int(device, "maxThreadsPerMultiprocessor")
     regs_sm = _device_int(device, "regsPerMultiprocessor")

@@ -27,6 +27,13 @@ def _inflater() -> Any:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"  # an SQLite file's first bytes: an Nsight Systems export (trace/nsys.py)
+
+
+class SqliteFile(InputError):
+    """The file opened as a Kineto trace is an SQLite file (an Nsight Systems export): told by the
+    bytes the open reads anyway, so that a report opens each trace once (trace/load.py reads it
+    as an export then)."""
 
 
 class _Gunzip:
@@ -84,21 +91,34 @@ def _read_block(fh: BinaryIO | _Gunzip, path: Path, size: int) -> bytes:
         raise InputError(f"{path}: {what} ({exc}); re-copy or re-export the trace") from None
 
 
-def _is_gzip(fh: BinaryIO) -> bool:
-    """Whether the open file starts with gzip's magic; its position is left at the start."""
-    gzipped = fh.read(2) == GZIP_MAGIC
-    fh.seek(0)
-    return gzipped
-
-
 def _open(path: Path) -> BinaryIO | _Gunzip:
+    """The file, inflated where gzipped; SqliteFile where it is an SQLite file."""
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or directory") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot open ({exc.strerror})") from None
-    return _Gunzip(fh) if _is_gzip(fh) else fh
+    try:
+        head = fh.read(len(SQLITE_MAGIC))
+        fh.seek(0)
+    except OSError as exc:
+        fh.close()
+        raise InputError(f"{path}: unreadable ({exc})") from None
+    if head == SQLITE_MAGIC:
+        fh.close()
+        raise SqliteFile(f"{path}: an SQLite file (an Nsight Systems export?), not a torch profiler trace")
+    return _Gunzip(fh) if head.startswith(GZIP_MAGIC) else fh
+
+
+def _rewound(fh: BinaryIO | _Gunzip, path: Path) -> BinaryIO | _Gunzip:
+    """The open file from its start again (inflated afresh where gzipped), without opening it again."""
+    raw = fh.fh if isinstance(fh, _Gunzip) else fh
+    try:
+        raw.seek(0)
+    except OSError as exc:
+        raise InputError(f"{path}: unreadable ({exc}); re-copy or re-export the trace") from None
+    return _Gunzip(raw) if isinstance(fh, _Gunzip) else raw
 
 
 _CATEGORY = re.compile(rb'"cat"\s*:\s*"((?:[^"\\]|\\.){1,64})"')

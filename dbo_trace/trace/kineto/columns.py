@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Union
 
@@ -53,6 +53,13 @@ class _Args(msgspec.Struct, gc=False):
     group: Any = msgspec.field(default=None, name="Process Group Name")
     nelems: Any = msgspec.field(default=None, name="In msg nelems")
     seq: Any = msgspec.field(default=None, name="Seq")
+    # A kernel's launch (Kineto writes it on every kernel), for the SM evidence of held-back comm
+    # (analysis/overlap/held_sms.py): kept here so that the report reads the file once. Any, as above.
+    grid: Any = None
+    block: Any = None
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    device: Any = None
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -116,6 +123,9 @@ _TS, _DUR, _CAT, _NAME, _PID, _TID, _ARGS = map(operator.attrgetter, ("ts", "dur
 _CORRELATION, _STREAM, _COLLECTIVE, _GROUP, _NELEMS, _SEQ = map(
     operator.attrgetter, ("correlation", "stream", "collective", "group", "nelems", "seq")
 )
+_GRID, _BLOCK, _REGISTERS, _SHARED_MEMORY, _DEVICE = map(
+    operator.attrgetter, ("grid", "block", "registers", "shared_memory", "device")
+)
 _NO_ARGS = _Args()
 _decode_any = msgspec.json.Decoder().decode
 
@@ -136,6 +146,18 @@ class EventColumns:
     group: np.ndarray  # args "Process Group Name": index into RawTrace.names, -1 where absent
     nelems: np.ndarray  # args "In msg nelems", -1 where absent
     seq: np.ndarray  # args "Seq" (a collective's sequence number on its group), -1 where absent
+    # A kernel's launch (LAUNCH_COLUMNS; timeline.LaunchArgs): args grid and block, one column per
+    # dimension (0 past the dimensions given), "registers per thread", "shared memory" and device;
+    # -1 where absent, and the row -1 where the grid or the block is not 1 to 3 whole numbers in (0, 2**31)
+    grid_x: np.ndarray
+    grid_y: np.ndarray
+    grid_z: np.ndarray
+    block_x: np.ndarray
+    block_y: np.ndarray
+    block_z: np.ndarray
+    registers: np.ndarray
+    shared_memory: np.ndarray
+    device: np.ndarray
 
 
 @dataclass
@@ -151,8 +173,8 @@ class RawTrace:
 
 # Where each decoded chunk of events lies in the uncompressed file and the time its kept events
 # span, a row per chunk: (first byte, byte after its last event, earliest ts, latest ts + dur). A
-# later look at a few events' args (event_args.py) decodes only the chunks whose span meets the
-# events', not the whole file again (the SM evidence's second pass cost a quarter of a report).
+# later look at a few events' args (event_args.py, the Perfetto export's) decodes only the chunks
+# whose span meets the events', not the whole file again.
 EXTENT_FIELDS = ("start", "end", "ts_lo", "ts_hi")
 
 
@@ -206,6 +228,64 @@ MAX_DUR_US = 1e11  # ~28 hours for one event
 _TIMED = np.isin(np.arange(max(_CATEGORIES.values()) + 1), [CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_RUNTIME, CAT_DRIVER])
 
 
+LAUNCH_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_memory", "device")
+_INT32_END = 1 << 31
+
+
+def _dims(values: list[Any]) -> np.ndarray:
+    """Each launch's grid or block as (k, 3) int32: 1 to 3 whole numbers in (0, 2**31), padded with
+    0s; a row of -1 where it is anything else. Kineto's lists of three ints are taken in C."""
+    if set(map(type, values)) == {list} and set(map(len, values)) == {3}:
+        flat = list(chain.from_iterable(values))
+        if set(map(type, flat)) == {int}:  # bools are not ints here
+            try:
+                dims = np.array(flat, np.int64).reshape(-1, 3)
+            except OverflowError:
+                pass
+            else:
+                dims[((dims <= 0) | (dims >= _INT32_END)).any(axis=1)] = -1
+                return dims.astype(np.int32)
+    rows = [
+        list(v) + [0] * (3 - len(v))
+        if type(v) is list and 0 < len(v) <= 3 and all(type(x) is int and 0 < x < _INT32_END for x in v)
+        else [-1, -1, -1]
+        for v in values
+    ]
+    return np.array(rows, np.int32).reshape(-1, 3)
+
+
+def _int32s(values: list[Any]) -> np.ndarray:
+    """A whole-number field of each launch, in [0, 2**31); -1 where absent or anything else."""
+    if set(map(type, values)) == {int}:
+        try:
+            out = np.array(values, np.int64)
+        except OverflowError:
+            pass
+        else:
+            out[(out < 0) | (out >= _INT32_END)] = -1
+            return out.astype(np.int32)
+    return np.array([v if type(v) is int and 0 <= v < _INT32_END else -1 for v in values], np.int32)
+
+
+def _launches(args_s: list[_Args]) -> dict[str, np.ndarray]:
+    """LAUNCH_COLUMNS of a chunk's events: filled for the kernels whose grid and block are valid."""
+    n = len(args_s)
+    out = {key: np.full(n, -1, np.int32) for key in LAUNCH_COLUMNS}
+    at = np.flatnonzero(np.fromiter(map(operator.is_not, map(_GRID, args_s), repeat(None)), bool, n))
+    if not len(at):
+        return out
+    launched = list(map(args_s.__getitem__, at.tolist()))
+    grid, block = _dims(list(map(_GRID, launched))), _dims(list(map(_BLOCK, launched)))
+    valid = (grid[:, 0] > 0) & (block[:, 0] > 0)
+    rows = at[valid]
+    for d, axis in enumerate("xyz"):
+        out[f"grid_{axis}"][rows] = grid[valid, d]
+        out[f"block_{axis}"][rows] = block[valid, d]
+    for key, field_of in (("registers", _REGISTERS), ("shared_memory", _SHARED_MEMORY), ("device", _DEVICE)):
+        out[key][rows] = _int32s(list(map(field_of, launched)))[valid]
+    return out
+
+
 _DTYPES = {
     "cat": np.int8,
     "name": np.int32,
@@ -219,6 +299,7 @@ _DTYPES = {
     "group": np.int32,
     "nelems": np.int64,
     "seq": np.int64,
+    **dict.fromkeys(LAUNCH_COLUMNS, np.int32),
 }
 
 
@@ -294,6 +375,7 @@ class _Columns:
         if at is not None:
             self.extents.append((at[0], at[1], float(ts.min()), float((ts + dur).max())))
         comm = any(map(_COLLECTIVE, args_s))  # in C, stops at the first; Kineto writes Seq, group and size beside it
+        launches = _launches(args_s) if any(map(_GRID, args_s)) else {key: np.full(n, -1, np.int32) for key in LAUNCH_COLUMNS}
         self._append(
             {
                 "cat": cat,
@@ -308,6 +390,7 @@ class _Columns:
                 "group": _interned(args_s, _GROUP, intern) if comm else np.full(n, -1, np.int32),
                 "nelems": _counts(args_s, _NELEMS) if comm else np.full(n, -1, np.int64),
                 "seq": _counts(args_s, _SEQ) if comm else np.full(n, -1, np.int64),
+                **launches,
             }
         )
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from dbo_trace.trace.errors import InputError
-from dbo_trace.trace.kineto.blocks import _is_gzip, _open, _read_block
+from dbo_trace.trace.kineto.blocks import _Gunzip, _open, _read_block, _rewound
 from dbo_trace.trace.kineto.columns import RawTrace, _Columns
 from dbo_trace.trace.kineto.stream import (
     BLOCK,
@@ -46,23 +46,23 @@ def read_kineto(
     """Read one Kineto trace. progress(n) is called with the file bytes consumed so far. With
     workers > 1 a large trace is decoded by that many processes (this one and workers - 1 more);
     the result is the same. block: bytes decompressed per read (BLOCK, or PARALLEL_BLOCK with
-    workers), and decoded at once."""
+    workers), and decoded at once. The file is opened once here (a shared read that falls back
+    reads it again from the start through the same handle; the workers open their own)."""
+    fh = _open(path)
     try:
-        if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if _gzipped(path) else 1):
+        if workers > 1 and os.path.getsize(path) >= PARALLEL_MIN_BYTES // (8 if isinstance(fh, _Gunzip) else 1):
             try:
-                return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK)
+                return _read_shared(path, progress, block or PARALLEL_BLOCK, workers, piece=block or BLOCK, fh=fh)
             except (_ParallelFallback, OSError):
-                pass  # read it again the careful way: the exact error, an odd layout, or workers that could not start
-        return _read(path, progress, block or BLOCK)
+                # read it again the careful way: the exact error, an odd layout, or workers that could not start
+                fh = _rewound(fh, path)
+        return _read(path, progress, block or BLOCK, fh=fh)
     except RecursionError:  # msgspec's decoders refuse JSON nested past Python's recursion limit
         raise InputError(
             f"{path}: JSON nested over a thousand levels deep, which no trace is; not a torch profiler trace, or a corrupt one"
         ) from None
-
-
-def _gzipped(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return _is_gzip(fh)
+    finally:
+        fh.close()
 
 
 def _read(
@@ -71,11 +71,14 @@ def _read(
     block: int,
     share: "Callable[[_EventStream], _SharedChunks] | None" = None,
     stream: "_EventStream | None" = None,
+    fh: "BinaryIO | _Gunzip | None" = None,
 ) -> RawTrace:
     """The file's blocks through its head, its traceEvents and its tail. share: the reader of a
     trace that several processes decode (_read_shared); else this process decodes every event.
-    stream: one that hands its decoded events elsewhere (event_args.py), else into the columns."""
-    fh = _open(path)
+    stream: one that hands its decoded events elsewhere (event_args.py), else into the columns.
+    fh: the file already open (read_kineto's, which closes it), else opened and closed here."""
+    own = fh is None
+    fh = _open(path) if fh is None else fh
     columns = _Columns()
     stream = stream or _EventStream(path, columns)
     reader: _EventStream | _SharedChunks = stream if share is None else share(stream)
@@ -118,7 +121,8 @@ def _read(
             buf, done = reader.consume(buf, final=True)
             tail = done or b""
     finally:
-        fh.close()
+        if own:
+            fh.close()
     events, names = columns.finish()
     return RawTrace(
         path=path,
@@ -242,9 +246,11 @@ def _decode_share(path: Path, index: int, count: int, block: int, piece: int, co
         conn.close()
 
 
-def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int, count: int, piece: int) -> RawTrace:
-    """Read one trace with `count` processes: this one and count - 1 spawned workers (_SharedChunks).
-    Raises _ParallelFallback or OSError where the sequential read should do it instead."""
+def _read_shared(
+    path: Path, progress: Callable[[int], None] | None, block: int, count: int, piece: int, fh: "BinaryIO | _Gunzip | None" = None
+) -> RawTrace:
+    """Read one trace with `count` processes: this one (through fh, where given) and count - 1 spawned
+    workers (_SharedChunks). Raises _ParallelFallback or OSError where the sequential read should do it instead."""
     from multiprocessing import Pipe
 
     from dbo_trace.trace.workers import sigterm_interrupts, spawn
@@ -260,7 +266,7 @@ def _read_shared(path: Path, progress: Callable[[int], None] | None, block: int,
                 inboxes.append(receive)
             # Results are taken off the pipes by this thread when it merges, not by a receiving thread:
             # each partial read would wait for the GIL while this thread decodes (5 ms a time).
-            return _read(path, progress, block, lambda stream: _SharedMain(stream, count, piece, inboxes))
+            return _read(path, progress, block, lambda stream: _SharedMain(stream, count, piece, inboxes), fh=fh)
     finally:
         for worker in workers:
             if worker.is_alive():
