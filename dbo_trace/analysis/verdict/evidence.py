@@ -17,7 +17,6 @@ from dbo_trace.analysis.host.expensive import ExpensiveCall
 from dbo_trace.analysis.overlap.exposure import CROWDED, LATE_RECORD, PEER, Exposure
 from dbo_trace.analysis.host.host_time import HostCauses
 from dbo_trace.analysis.ledger import Ledger
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import PhaseReport, RankAnalysis
 from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
@@ -146,11 +145,6 @@ def top_kernel(ranks: Sequence[RankAnalysis]) -> tuple[str, float] | None:
     return name, us / total
 
 
-def _dbo_ran(ranks: Sequence[RankAnalysis]) -> bool:
-    """The event log says some step took a microbatched path (a graph replay's kernels cannot tell)."""
-    return any(p in MICROBATCHED_PATHS for r in ranks for p in r.steps.table.path)
-
-
 def _ledger(ranks: Sequence[RankAnalysis]) -> Ledger | None:
     """DBO's own costs: the rank's ledger with the most hand-overs (one rank: its own)."""
     held = [r.ledger for r in ranks if r.ledger is not None]
@@ -192,7 +186,7 @@ def evidence_of(
         gpu=main_work(t.phases, ranks),
         yield_op=max(yield_ops, key=lambda y: y.per_step_us) if yield_ops else None,
         ledger=_ledger(ranks),
-        dbo_ran=_dbo_ran(ranks),
+        dbo_ran=any(r.dbo_ran for r in ranks),
         top_kernel=top_kernel(ranks),
         time_slicing=time_slicing,
         running_behind=tuple(
