@@ -38,7 +38,8 @@ from dbo_trace.analysis.afd.pipeline import Pipeline
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict.evidence_types import AfdShare, HostTest
+from dbo_trace.analysis.afd.verdict_model import AfdShare
+from dbo_trace.analysis.verdict.evidence_types import HostTest
 from dbo_trace.analysis.verdict.decision import Label, Verdict
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline

@@ -56,11 +56,11 @@ from dbo_trace.analysis.steps.stalls import (
     step_periods,
     top_compile_names,
 )
-from dbo_trace.analysis.steps.microbatched import kernels_microbatched, microbatch_source, rank_microbatched, source_microbatched
+from dbo_trace.analysis.steps.microbatched import kernels_microbatched, microbatch_source, source_microbatched
 from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict.evidence import step_verdict
+from dbo_trace.analysis.verdict.evidence import rank_context, step_verdict
 from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RankContext, gpu_work_of, host_test_of
 from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -124,7 +124,7 @@ def analyze_rank(
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
     # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
-    context = RankContext(rank_microbatched(d.attribution.source, table.path), role, yield_op)
+    context = rank_context(d.attribution.source, table.path, afd, role, yield_op)
     starts, steady, marked = steady_step_starts(d, table)
     marked_periods = rank_marked_periods(marked, steady, d.attribution.steps.source)
     phases = [phase_report(d, table, context, p, at, shares, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
