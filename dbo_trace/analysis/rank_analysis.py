@@ -171,7 +171,11 @@ def analyze_rank(
         notes=[
             *d.attribution.notes,
             # an FFN has no microbatch of its own: whether the pair ran two is its attention's to say
-            *([d.attribution.no_microbatch] if d.attribution.no_microbatch and not source_microbatched(ubatch_source) and role != FFN else []),
+            *(
+                [d.attribution.no_microbatch]
+                if d.attribution.no_microbatch and not source_microbatched(ubatch_source) and role != FFN
+                else []
+            ),
             *([late] if late is not None else []),
             *([delay] if delay is not None and delay.noted else []),
             *([clocks] if clocks.noted else []),
