@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbo_trace import bundle as fmt
+from dbo_trace.analysis.steps.microbatched import step_microbatched
 
-MICROBATCHED_PATHS = (fmt.PATH_EAGER, fmt.PATH_GRAPH_CAPTURE, fmt.PATH_GRAPH_REPLAY)
 # The steps whose microbatch threads ran Python, so yielded and waited: a graph replay runs none
 # (the yields and waits were recorded into the graph at its capture).
 YIELDING_PATHS = (fmt.PATH_EAGER, fmt.PATH_GRAPH_CAPTURE)
@@ -59,7 +59,7 @@ def live_row(
     counters = _counts(body)
     paths = {k.split(".", 1)[1]: v for k, v in counters.items() if k.startswith("steps.")}
     steps = sum(paths.values())
-    microbatched = sum(paths.get(p, 0) for p in MICROBATCHED_PATHS)
+    microbatched = sum(n for p, n in paths.items() if step_microbatched(p))
     yielding = sum(paths.get(p, 0) for p in YIELDING_PATHS)
     replays: dict[str, int] = {}
     captures = 0

@@ -9,7 +9,8 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import Partition, TimeBuckets
-from dbo_trace.analysis.steps.attribution import SOURCE_NONE, Attribution
+from dbo_trace.analysis.steps.attribution import Attribution
+from dbo_trace.analysis.steps.microbatched import kernels_microbatched, rank_microbatched
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.cross_rank.clocks import RankClue
 from dbo_trace.analysis.overlap.contention import Contention
@@ -37,7 +38,8 @@ from dbo_trace.analysis.afd.pipeline import Pipeline
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.verdict.evidence_types import AfdShare, HostTest
+from dbo_trace.analysis.afd.verdict_model import AfdShare
+from dbo_trace.analysis.verdict.evidence_types import HostTest
 from dbo_trace.analysis.verdict.decision import Label, Verdict
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
@@ -316,7 +318,8 @@ class RankDetail:
 
     @property
     def microbatched(self) -> bool:
-        return self.attribution.source != SOURCE_NONE
+        """The kernels carry microbatches (analysis/steps/microbatched.py)."""
+        return kernels_microbatched(self.attribution.source)
 
     @property
     def has_comm(self) -> bool:
@@ -380,6 +383,12 @@ class RankAnalysis:
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property
+    def dbo_ran(self) -> bool:
+        """Two microbatches ran: its source, a step's path (the column: no step's report built) or its
+        round trips say so (analysis/steps/microbatched.py)."""
+        return rank_microbatched(self.attribution, self.steps.table.path, self.afd is not None and self.afd.microbatched)
+
+    @property
     def operations_by_layer(self) -> list[LayerOps]:
         """Its comm operations per layer, layers alike grouped (analysis/ledger.py)."""
         ops = self.operations
@@ -428,6 +437,11 @@ class Report:
     pipeline: Pipeline | None = None  # the served attention rank's steps as a pipeline (analysis/afd/pipeline.py)
     # DBO's effect predicted from this arm (analysis/afd/dbo_model.py), or why it is not; None: not asked
     dbo_what_if: DboWhatIf | NotPredicted | None = None
+
+    @property
+    def dbo_ran(self) -> bool:
+        """DBO ran on some rank (analysis/steps/microbatched.py)."""
+        return any(r.dbo_ran for r in self.ranks)
 
 
 @dataclass(frozen=True)

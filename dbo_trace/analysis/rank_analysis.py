@@ -14,8 +14,6 @@ from dbo_trace.analysis.accounting import B_COMM, B_COMPUTE, B_COPY, B_HOST, Par
 from dbo_trace.analysis.steps.attribution import (
     SOURCE_HOOK_NVTX,
     SOURCE_HOOK_RANGES,
-    SOURCE_NONE,
-    SOURCE_ROUND_TRIPS,
     Attribution,
     attribute,
 )
@@ -30,7 +28,6 @@ from dbo_trace.analysis.overlap.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.overlap.held_sms import held_sm_evidence
 from dbo_trace.analysis.host.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, intersection, union
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, yield_op_calls
 from dbo_trace.analysis.overlap.layer_operations import operation_places
 from dbo_trace.analysis.metrics import (
@@ -61,10 +58,11 @@ from dbo_trace.analysis.steps.stalls import (
     step_periods,
     top_compile_names,
 )
+from dbo_trace.analysis.steps.microbatched import kernels_microbatched, microbatch_source, source_microbatched
 from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
-from dbo_trace.analysis.verdict.evidence import step_verdict
+from dbo_trace.analysis.verdict.evidence import rank_context, step_verdict
 from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RankContext, gpu_work_of, host_test_of
 from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
@@ -73,19 +71,10 @@ from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 
 
-def microbatch_source(att: Attribution, afd: AfdRoundTrips | None) -> str:
-    """Where the rank's microbatches came from, one fact for every figure: the attribution's, else an
-    AFD attention rank's round trips where they told two microbatches (a graph replay's kernels
-    have no launching thread of their own, but DBO's send and receive order tells them)."""
-    if att.source == SOURCE_NONE and afd is not None and afd.microbatched:
-        return SOURCE_ROUND_TRIPS
-    return att.source
-
-
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
     """The profiler saw a microbatch thread's CPU ops (profile_all_threads): only then can its own
     cost be blamed for host time. A worker thread of another kind (autograd, say) is no evidence."""
-    if att.source == SOURCE_NONE or not len(tl.cpu):
+    if not kernels_microbatched(att.source) or not len(tl.cpu):
         return False
     lanes = set(np.unique(tl.calls.lane[att.call_ubatch >= 0]).tolist())
     if att.source in (SOURCE_HOOK_RANGES, SOURCE_HOOK_NVTX):
@@ -133,12 +122,12 @@ def analyze_rank(
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
     afd = rank_round_trips(d, table) if role == ATTENTION or (recording.disaggregated and role is None) else None
-    ubatch_source = microbatch_source(d.attribution, afd)
+    ubatch_source = microbatch_source(d.attribution.source, afd is not None and afd.microbatched)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
     # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
-    context = RankContext(d.microbatched or any(p in MICROBATCHED_PATHS for p in table.path), role, yield_op)
+    context = rank_context(d.attribution.source, table.path, afd, role, yield_op)
     starts, steady, marked = steady_step_starts(d, table)
     marked_periods = rank_marked_periods(marked, steady, d.attribution.steps.source)
     phases = [phase_report(d, table, context, p, at, shares, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
@@ -185,7 +174,11 @@ def analyze_rank(
         notes=[
             *d.attribution.notes,
             # an FFN has no microbatch of its own: whether the pair ran two is its attention's to say
-            *([d.attribution.no_microbatch] if d.attribution.no_microbatch and ubatch_source == SOURCE_NONE and role != FFN else []),
+            *(
+                [d.attribution.no_microbatch]
+                if d.attribution.no_microbatch and not source_microbatched(ubatch_source) and role != FFN
+                else []
+            ),
             *([late] if late is not None else []),
             *([delay] if delay is not None and delay.noted else []),
             *([clocks] if clocks.noted else []),
@@ -251,7 +244,7 @@ def rank_detail(
     step_start, step_end = _step_windows(tl, att)
     is_comm = kinds == c.COMM
     held = None
-    if att.source != SOURCE_NONE and is_comm.any():
+    if kernels_microbatched(att.source) and is_comm.any():
         held = held_back(
             gpu_start=tl.gpu.start, gpu_end=tl.gpu.end, gpu_stream=tl.gpu.lane, kinds=kinds, ubatch=att.gpu_ubatch,
             launch_index=att.gpu_launch_index, call_start=tl.calls.start, call_end=tl.calls.end,

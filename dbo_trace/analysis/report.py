@@ -9,7 +9,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.accounting import TimeBuckets
-from dbo_trace.analysis.steps.attribution import SOURCE_NONE, SOURCE_SERVED
+from dbo_trace.analysis.steps.microbatched import rank_microbatched, served_source, source_microbatched
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.cross_rank.clocks import Alignment, RankClue, align_on_anchor, align_on_epoch
 from dbo_trace.analysis.afd.attention_side import (
@@ -106,9 +106,9 @@ def with_peer_waits(ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alig
 def served_microbatches(ranks: list[RankAnalysis]) -> list[RankAnalysis]:
     """An AFD FFN rank's microbatches are those of the attention it serves: where an attention rank
     ran two (its attribution's, or its round trips'), the FFN's source says so, as the run's does."""
-    if not any(r.role == ATTENTION and r.attribution != SOURCE_NONE for r in ranks):
+    if not any(r.role == ATTENTION and source_microbatched(r.attribution) for r in ranks):
         return ranks
-    return [replace(r, attribution=SOURCE_SERVED) if r.role == FFN and r.attribution == SOURCE_NONE else r for r in ranks]
+    return [replace(r, attribution=served_source(r.attribution)) if r.role == FFN else r for r in ranks]
 
 
 def combine(
@@ -225,7 +225,8 @@ def role_hosts(ranks: list[RankAnalysis], roles: RolesInfo | None) -> tuple[Role
 def together(ranks: list[RankAnalysis]) -> Together:
     """One rank's figures as they are, or several ranks' combined (each rank is its own GPU)."""
     afd = [r.afd for r in ranks if r.afd is not None]  # a disaggregated run's round trips are the attention's
-    microbatched = any(r.attribution != SOURCE_NONE or (r.afd is not None and r.afd.microbatched) for r in ranks)
+    # the DBO lines apply: the ranks' sources or round trips (a step's path alone leaves the kernels' figures unknown)
+    microbatched = any(rank_microbatched(r.attribution, afd_microbatched=r.afd is not None and r.afd.microbatched) for r in ranks)
     if len(ranks) == 1:
         r = ranks[0]
         return Together(

@@ -12,11 +12,11 @@ from dbo_trace.analysis.steps.attribution import (
     PHASE_COMPUTE,
     SOURCE_EVENT_LOG,
     SOURCE_HOOK_RANGES,
-    SOURCE_NONE,
     SOURCE_PATTERNS,
     SOURCE_THREADS,
     attribute,
 )
+from dbo_trace.analysis.steps.microbatched import SOURCE_NONE
 from dbo_trace.trace.eventlog import read_event_log
 from dbo_trace.trace.kineto import read_kineto
 from dbo_trace.trace.timeline import build_timeline

@@ -132,7 +132,7 @@ def window(label: str) -> WindowMetrics:
 
 
 def verdict(label, **kw):
-    v = decide(Evidence(window(label), microbatched=True, findings=Findings(window_us=W, **kw)))
+    v = decide(Evidence(window(label), microbatched=True, dbo_ran=True, findings=Findings(window_us=W, **kw)))
     assert v.label == label
     return v
 

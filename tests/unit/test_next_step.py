@@ -167,7 +167,7 @@ def test_time_slicing_evidence_names_the_mps_daemon():
     plain = decide(Evidence(report.total))
     assert plain.next_step is not None and plain.next_step.kind != "start_mps"
     slicing = TimeSlicing(4470.0, 4440.0, 17.0, 80.0, 256.0, True, True, "not running")
-    v = decide(Evidence(report.total, microbatched=True, time_slicing=slicing))
+    v = decide(Evidence(report.total, microbatched=True, dbo_ran=True, time_slicing=slicing))
     assert v.next_step.kind == "start_mps" and v.label == doc["verdict"]["label"]
     assert v.reasons[0].kind == "time_slicing"  # first: it dominates every other figure
     text = next_step_text(v.next_step)
@@ -256,7 +256,7 @@ def test_two_threads_in_the_yield_op_are_dbo_on_whatever_else_was_seen():
     microbatches taken away, the words still never say DBO was off."""
     e = _yield_op_evidence("afd-eager-dbo")
     assert e.yield_op.threads_per_step == 2
-    v = decide(replace(e, microbatched=False, afd=None, afd_share=None))
+    v = decide(replace(e, microbatched=False, dbo_ran=False, overlap_model=None))
     assert v.next_step.kind == "yield_op_cost" and v.next_step.microbatched
     assert "DBO is off" not in next_step_text(v.next_step)
 

@@ -28,7 +28,7 @@ from dbo_trace.analysis.afd.round_trips import AfdRoundTrips, data_plane, ffn_pa
 from dbo_trace.analysis.afd.round_trips import round_trips as afd_round_trips
 from dbo_trace.analysis.afd.round_trips import summarize as summarize_round_trips
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing, time_slicing
-from dbo_trace.analysis.verdict.evidence_types import AfdShare
+from dbo_trace.analysis.afd.verdict_model import AfdShare
 
 
 def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:

@@ -26,9 +26,7 @@ import numpy as np
 from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.afd.dbo_model import DboWhatIf
 from dbo_trace.analysis.afd.pipeline import StepOverlap
-from dbo_trace.analysis.steps.attribution import SOURCE_NONE
 from dbo_trace.analysis.afd.effect import Effect, SpanParts, effect_of
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
 from dbo_trace.analysis.steps.periods import last_index, steady_periods
 from dbo_trace.analysis.model import RankReport, Report, StepReport
 from dbo_trace.analysis.afd.roles import FFN
@@ -428,14 +426,10 @@ def bootstrap_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 def microbatched(report: Report) -> bool:
-    """DBO ran: some kernel has a microbatch, or the event log says a step took a microbatched path
-    (a full-graph replay is microbatched although its kernels cannot be told apart)."""
-    return any(
-        r.attribution != SOURCE_NONE
-        or any(p in MICROBATCHED_PATHS for p in r.steps.table.path)  # the column: no step's report built
-        or (r.afd is not None and r.afd.microbatched)  # a replayed AFD graph's kernel order showed two
-        for r in report.ranks
-    )
+    """DBO ran: some kernel has a microbatch, a step took a microbatched path (a full-graph replay is
+    microbatched although its kernels cannot be told apart) or a replayed AFD graph's kernel order
+    showed two (Report.dbo_ran: analysis/steps/microbatched.py)."""
+    return report.dbo_ran
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import numpy as np
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.intervals import index_groups
+from dbo_trace.analysis.steps.microbatched import SOURCE_NONE, kernels_microbatched
 from dbo_trace.analysis.steps.sources import SOURCE_EVENT_LOG as STEPS_FROM_LOG
 from dbo_trace.analysis.steps.sources import SOURCE_MARKER as STEPS_FROM_MARKER
 from dbo_trace.analysis.steps.sources import Steps, find_steps, index_in, log_to_trace_us
@@ -38,12 +39,6 @@ SOURCE_HOOK_NVTX = "dbo NVTX ranges"  # the same ranges, seen by Nsight Systems
 SOURCE_PATTERNS = "--ubatch-pattern ranges"
 SOURCE_SGLANG = "SGLang two-batch overlap a<i>/b<i> ranges"
 SOURCE_THREADS = "launching threads (no event log: two non-main threads launching in a step)"
-SOURCE_NONE = "none"
-# An AFD attention rank whose kernels have no microbatch of their own, but whose round trips DBO's
-# send and receive order gave two (analysis/afd/round_trips.py): its steps were microbatched.
-SOURCE_ROUND_TRIPS = "the AFD round trips' kernel order (DBO's sends and receives)"
-# An AFD FFN rank runs no microbatch of its own: it serves its attention rank's, where that has two.
-SOURCE_SERVED = "its attention rank's (the FFN serves both microbatches)"
 
 _HOOK_RANGE = re.compile(r"^dbo:ub(\d+):(compute|comm)$")
 _HOOK_RANGE_HINT = starts_with("dbo:ub")  # timeline.names_hinted
@@ -54,7 +49,7 @@ THREAD_BALANCE = 4.0  # and the two launch counts are within this factor (microb
 @dataclass(frozen=True)
 class Attribution:
     steps: Steps
-    source: str  # SOURCE_*
+    source: str  # SOURCE_* (SOURCE_NONE, none found: analysis/steps/microbatched.py)
     call_step: np.ndarray
     call_ubatch: np.ndarray
     gpu_step: np.ndarray  # -1: in no step (between steps, or launched before the profiler started)
@@ -334,7 +329,7 @@ def attribute(
         if _from_threads(tl, call_step, main, ubatch):
             source = SOURCE_THREADS
     no_microbatch = None
-    if source == SOURCE_NONE:
+    if not kernels_microbatched(source):
         note = no_microbatch_note(bool(logs), bool(usable_logs), steps.path)
         if graph_replayed(steps.path):  # microbatched, its kernels not told apart: what is left out stays said
             notes.append(note)

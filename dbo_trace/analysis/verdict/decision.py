@@ -3,9 +3,11 @@
 `decide(evidence)` picks the label by one order of precedence, lists the reasons (each typed: its
 kind and figures, and whether a share decided it within BORDERLINE of its line), names the dominant
 finding and the one next step the evidence supports. Nothing edits a Verdict afterwards: what a
-later analysis measures (a peer's waits, the FFN's parts) is evidence before the one decision, and a
-step's, a phase's, a rank's and the run's verdicts are all made here. Their words are
-render/words/verdict.py's.
+later analysis measures (a peer's waits, the round trips' parts) is evidence before the one decision,
+and a step's, a phase's, a rank's and the run's verdicts are all made here. Their words are
+render/words/verdict.py's. How the window's comm could overlap is the evidence's overlap model
+(verdict/evidence_types.py OverlapModel: the kernels', or round trips between two sides), which
+decide() asks without knowing which it is.
 
 Labels, in order of precedence (docs/analysis.md explains each threshold):
   graph-capture     host-bound, with most of the GPU's host-idle time inside graph captures
@@ -14,8 +16,8 @@ Labels, in order of precedence (docs/analysis.md explains each threshold):
   gpu-bound         no communication, and the main phase's steady steps kept the GPU working for
                     >= GPU_BOUND_BUSY of their time
   no-communication  no communication kernel ran
-  overlapped        >= OVERLAPPED_HIDDEN of comm time ran concurrently with compute (a disaggregated
-                    run: of its round trips' time under the other microbatch's compute)
+  overlapped        >= OVERLAPPED_HIDDEN of the overlap model's share: comm time concurrent with
+                    compute, or a round-trip model's time under the other microbatch's compute
   single-batch      otherwise, where no step ran two microbatches: the overlap question has no subject
   not-overlapped    otherwise
 
@@ -28,26 +30,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dbo_trace.analysis.afd.roles import FFN
 from dbo_trace.analysis.compare.unprofiled import OVERHEAD_LARGE
 from dbo_trace.analysis.host.host_time import CPU_OP, LAUNCH, OTHER_CALL, STARTUP, UNTRACED, HostCauses
 from dbo_trace.analysis.ledger import YIELD_OP
 from dbo_trace.analysis.metrics import WindowMetrics
-from dbo_trace.analysis.verdict.evidence_types import Evidence, GpuWork, _Word, gpu_work_of
+from dbo_trace.analysis.overlap.kernel_model import KERNEL_OVERLAP
+from dbo_trace.analysis.verdict.evidence_types import HIDDEN_COMM as HIDDEN_COMM
+from dbo_trace.analysis.verdict.evidence_types import HIDDEN_ROUND_TRIPS as HIDDEN_ROUND_TRIPS
+from dbo_trace.analysis.verdict.evidence_types import Evidence, GpuWork, OverlapModel, _Word, gpu_work_of
 from dbo_trace.analysis.verdict.reasons import (
-    AfdCriterion,
     CaptureFinding,
     CaptureReason,
     CommCrowded,
-    CommOverlap,
-    Criterion,
     CrowdedFinding,
     DidNotPay,
     DidNotPayFinding,
     EnableGraphs,
     ExpensiveCalls,
-    ExposedCommFinding,
-    FfnServer,
     FixLateRecord,
     GpuBottleneck,
     GpuBoundFinding,
@@ -55,15 +54,12 @@ from dbo_trace.analysis.verdict.reasons import (
     GraphReplays,
     HostBoundFinding,
     HostCause,
-    HostIdle,
     LateRecordFinding,
     LaunchCost,
     LongGraphLaunches,
-    MeasurePays,
     NextStep,
     NoComm,
     NothingToOverlap,
-    OneMicrobatch,
     OverlapMissing,
     OverlapWorks,
     PeerWaitFinding,
@@ -72,15 +68,13 @@ from dbo_trace.analysis.verdict.reasons import (
     ProfilerOverhead,
     Qualifier,
     Reason,
-    RoundTripFinding,
-    RoundTripsHidden,
     RunningBehind,
     StallsReason,
     StartMps,
-    StepRoundTrips,
     Straggler,
     TimeSliced,
     YieldOpCost,
+    host_idle_of,
 )
 
 
@@ -118,10 +112,6 @@ YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step
 # ---- does DBO pay ---------------------------------------------------------------------------------
 
 
-HIDDEN_ROUND_TRIPS = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
-HIDDEN_COMM = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
-
-
 @dataclass(frozen=True)
 class Pays:
     """Does DBO pay, from one arm: not measured. What the arm shows of the two sides of the
@@ -132,8 +122,8 @@ class Pays:
     measured: bool  # False: one arm (compare measures it)
     hidden_per_step_us: float | None
     hidden_of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
-    # an AFD rank's other two figures per step (the pipeline's, analysis/afd/pipeline.py): round trips'
-    # time beside the other microbatch's round trips, and the attention GPU's comm alone
+    # a round-trip model's other two figures per step (its pipeline's): round trips' time beside the
+    # other microbatch's round trips, and the comm alone
     beside_per_step_us: float | None = None
     exposed_per_step_us: float | None = None
     handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
@@ -149,30 +139,24 @@ class Pays:
         return any(x is not None for x in (self.handover_per_step_us, self.startup_per_step_us, self.yield_op_per_step_us))
 
 
+def model_of(e: Evidence) -> OverlapModel:
+    """The evidence's overlap model: its own, else the kernels'."""
+    return e.overlap_model if e.overlap_model is not None else KERNEL_OVERLAP
+
+
 def pays_of(e: Evidence, gpu: GpuWork) -> Pays | None:
-    """A microbatched run's or rank's (not an FFN server's, not a step's or phase's): its hidden time
-    and DBO's costs per step; None where there are no microbatches or no communication."""
-    m = e.metrics
-    if e.findings is None or not _microbatched(e) or m.comm_busy_us <= 0 or e.role == FFN:
+    """A microbatched run's or rank's (not a server's, not a step's or phase's): its hidden time and
+    DBO's costs per step; None where there are no microbatches or no communication."""
+    m, model = e.metrics, model_of(e)
+    if e.findings is None or not e.dbo_ran or m.comm_busy_us <= 0 or model.serves:
         return None
-    hidden: float | None = None
-    of = HIDDEN_COMM
-    if e.afd is not None:
-        of = HIDDEN_ROUND_TRIPS
-        hidden = (e.afd.hidden_us - e.afd.lag_hidden_us) / e.afd.steps if e.afd.steps else None  # of the rest, as the share
-        if e.overlap is not None:  # the pipeline's, over the steady span: the figure every output gives
-            hidden = e.overlap.hidden_us
-    elif e.round_trips is not None:
-        rt = e.round_trips
-        share = m.comm_hidden_cross_fraction if m.comm_hidden_cross_fraction is not None else m.comm_hidden_fraction
-        hidden = share * rt.comm_per_round_trip_us * rt.per_step if share is not None else None
+    hidden = model.hidden(e)
     led = e.ledger
     y = e.yield_op
     two_threads = y is not None and (y.threads_per_step or 0) >= 2
     return Pays(
-        measured=False, hidden_per_step_us=hidden, hidden_of=of,
-        beside_per_step_us=e.overlap.beside_us if e.overlap is not None and e.afd is not None else None,
-        exposed_per_step_us=e.overlap.exposed_us if e.overlap is not None and e.afd is not None else None,
+        measured=False, hidden_per_step_us=hidden.hidden_us, hidden_of=hidden.of, beside_per_step_us=hidden.beside_us,
+        exposed_per_step_us=hidden.exposed_us,
         handover_per_step_us=led.handover_per_step_us if led is not None else None,
         startup_per_step_us=led.startup_us if led is not None else None,
         yield_op_per_step_us=y.own_per_step_us if y is not None and two_threads else None,
@@ -206,17 +190,6 @@ def is_host_bound(m: WindowMetrics) -> bool:
     return (m.host_idle_fraction or 0.0) >= HOST_BOUND_IDLE
 
 
-def _overlap_share(e: Evidence) -> float | None:
-    """The share that decides overlapped or not: the kernels' hidden comm, or on a disaggregated rank
-    the round trips' time under the other microbatch's compute (its sends and receives run on the
-    compute stream, so no comm kernel overlaps compute and the kernel share is 0% by construction)."""
-    if e.afd is not None:
-        return e.afd.overlapped_share or 0.0
-    if e.afd_share is not None and e.afd_share.share is not None:
-        return e.afd_share.share if e.afd_share.microbatched else 0.0
-    return e.metrics.comm_hidden_fraction
-
-
 def _capture_share(e: Evidence) -> float | None:
     c = e.capture
     if c is None or not c.found:
@@ -233,8 +206,8 @@ def _label(e: Evidence, host_frac: float, work: float | None, overlap: float | N
         return Label.GPU_BOUND if work is not None and work >= GPU_BOUND_BUSY else Label.NO_COMMUNICATION
     if overlap is not None and overlap >= OVERLAPPED_HIDDEN:
         return Label.OVERLAPPED  # without microbatches too: comm on its own stream under compute is overlap
-    # an FFN server's comm is the attention's requests: whether DBO ran is the attention rank's to say
-    return Label.NOT_OVERLAPPED if _microbatched(e) or e.role == FFN else Label.SINGLE_BATCH
+    # a server's comm is another rank's requests: whether DBO ran is that rank's to say
+    return Label.NOT_OVERLAPPED if e.dbo_ran or model_of(e).serves else Label.SINGLE_BATCH
 
 
 def decide(e: Evidence) -> Verdict:
@@ -243,7 +216,7 @@ def decide(e: Evidence) -> Verdict:
     host_frac = (e.host.fraction if e.host is not None else m.host_idle_fraction) or 0.0
     gpu = e.gpu if e.gpu is not None else gpu_work_of(m)
     work = gpu.share
-    overlap = _overlap_share(e)
+    overlap = model_of(e).label_share(e)
     label = _label(e, host_frac, work, overlap)
     overlap_decides = label in (Label.OVERLAPPED, Label.NOT_OVERLAPPED, Label.SINGLE_BATCH)
     reasons = _reasons(e, label, host_frac, gpu, overlap_decides)
@@ -256,24 +229,6 @@ def decide(e: Evidence) -> Verdict:
         next_step(e, label, host_frac, gpu, found),
         pays_of(e, gpu),
     )
-
-
-def _host_idle(e: Evidence, host_frac: float) -> HostIdle:
-    """The run's host idle; where AFD roles share one GPU, the served role's own, the others' apart
-    (added, they would count one GPU's time twice)."""
-    m = e.metrics
-    if not e.role_hosts:
-        return HostIdle(
-            fraction=host_frac, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
-            utilization=m.utilization, borderline=near(host_frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
-        )  # fmt: skip
-    served, *rest = e.role_hosts
-    frac = served.fraction or 0.0
-    return HostIdle(
-        fraction=frac, test=served.test, window_idle_us=served.window_idle_us, gaps=served.gaps,
-        utilization=served.utilization, borderline=near(frac, HOST_BOUND_IDLE), upper_bound=e.incomplete,
-        role=served.role, apart=tuple(rest),
-    )  # fmt: skip
 
 
 def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_decides: bool) -> list[Reason]:
@@ -293,7 +248,7 @@ def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_
     elif e.stalls is not None:
         out.append(StallsReason(stalls=e.stalls))  # first: every figure below is the steady state's
     if host_frac >= HOST_NOTABLE_IDLE or label in (Label.HOST_BOUND, Label.GRAPH_CAPTURE):
-        out.append(_host_idle(e, host_frac))
+        out.append(host_idle_of(e, host_frac, lambda f: near(f, HOST_BOUND_IDLE)))
     out += [RunningBehind(rank=rank, delay=delay) for rank, delay in e.running_behind]  # idle that is not the host's
     if e.expensive:
         out.append(ExpensiveCalls(calls=e.expensive))  # a cost per call, beside the idle it caused
@@ -319,42 +274,20 @@ def _reasons(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, overlap_
         out.append(LongGraphLaunches(api=e.graph_api, count=m.long_graph_launches, longest_us=m.max_graph_launch_us or 0.0))
     if m.graph_launches:
         out.append(GraphReplays(api=e.graph_api, launches=m.graph_launches, replayed=m.replayed_kernel_fraction))
-    if e.afd is not None:
-        if e.afd.criterion_ratio is not None:
-            out.append(AfdCriterion(afd=e.afd))
-    elif e.microbatched and e.round_trips is not None and e.round_trips.ratio is not None:
-        rt = e.round_trips
-        out.append(
-            Criterion(
-                round_trips=rt, host_bound=label == Label.HOST_BOUND, hidden=m.comm_hidden_fraction,
-                peers_split=e.wait_split is not None and rt.wait_per_round_trip_us is not None,
-            )
-        )  # fmt: skip
+    criterion = model_of(e).criterion(e, label == Label.HOST_BOUND)
+    if criterion is not None:
+        out.append(criterion)
     if capture_reason is not None and label != Label.GRAPH_CAPTURE:
         out.append(capture_reason)
     return out
 
 
 def _comm_reasons(e: Evidence, overlap_decides: bool) -> list[Reason]:
-    """Communication: none; a disaggregated rank's round trips (kernel overlap cannot see their overlap:
-    its sends and receives run on the compute stream, so it is not given); or the kernels' overlap."""
-    m = e.metrics
-    if m.comm_busy_us <= 0:
+    """Communication: none, or the overlap model's (the kernels' overlap, or round trips whose overlap the
+    kernels' cannot see)."""
+    if e.metrics.comm_busy_us <= 0:
         return [NoComm()]
-    if e.afd is not None:
-        near_line = overlap_decides and near(e.afd.overlapped_share or 0.0, OVERLAPPED_HIDDEN)
-        return [RoundTripsHidden(afd=e.afd, overlap=e.overlap, borderline=near_line)]
-    if e.afd_share is not None and e.afd_share.share is not None:
-        share = e.afd_share.share
-        return [StepRoundTrips(share=share, borderline=overlap_decides and near(share, OVERLAPPED_HIDDEN))]
-    hidden = m.comm_hidden_fraction
-    return [
-        CommOverlap(
-            hidden=hidden, hidden_us=m.comm_hidden_us, busy_us=m.comm_busy_us, exposed_us=m.comm_exposed_us,
-            cross=m.comm_hidden_cross_fraction if e.microbatched else None, split=e.wait_split,
-            borderline=overlap_decides and near(hidden, OVERLAPPED_HIDDEN),
-        )
-    ]  # fmt: skip
+    return [model_of(e).comm_reason(e, lambda share: overlap_decides and near(share, OVERLAPPED_HIDDEN))]
 
 
 def _findings(e: Evidence, label: Label, host_frac: float, gpu: GpuWork) -> list[Qualifier]:
@@ -375,38 +308,24 @@ def _findings(e: Evidence, label: Label, host_frac: float, gpu: GpuWork) -> list
         out.append(LateRecordFinding(exposed_us=f.late_record_us))
     if f.peer_wait_us is not None and f.peer_wait_us > 0 and f.peer_wait_us >= notable:
         out.append(PeerWaitFinding(wait_us=f.peer_wait_us, rank=f.peer_rank))
-    if e.afd is not None:
-        out.append(RoundTripFinding(afd=e.afd, overlap=e.overlap))
+    own = model_of(e).finding(e)
+    if own is not None:
+        out.append(own)
     if label == Label.OVERLAPPED and f.saved_us is not None and f.serial_estimate_us:
         if f.saved_us / f.serial_estimate_us < PAID_LITTLE:
             out.append(DidNotPayFinding(saved_us=f.saved_us, serial_estimate_us=f.serial_estimate_us))
     if f.crowded_us > 0 and f.crowded_us >= notable:
         out.append(CrowdedFinding(exposed_us=f.crowded_us))
     per_step = _exposed_per_step(gpu)
-    if label == Label.SINGLE_BATCH and e.afd is None and per_step is not None:
-        out.append(ExposedCommFinding(per_step_us=per_step, share=gpu.comm_exposed_us / gpu.span_us if gpu.span_us > 0 else None))
+    exposed = model_of(e).exposed_finding(e, gpu, per_step) if label == Label.SINGLE_BATCH and per_step is not None else None
+    if exposed is not None:
+        out.append(exposed)
     return out
 
 
 def _exposed_per_step(gpu: GpuWork) -> float | None:
     """Exposed comm per steady step (of the main phase, where phases are annotated)."""
     return gpu.comm_exposed_us / gpu.steps if gpu.steps > 0 else None
-
-
-def _criterion_missed(e: Evidence) -> MeasurePays | None:
-    """Per-microbatch compute below the round trip it should hide, where there are microbatches: what
-    can hide is bounded, and whether DBO pays is for the pair to say."""
-    if e.afd is not None:
-        ratio = e.afd.criterion_ratio
-        if ratio is None or ratio >= 1.0 or e.afd.compute_per_microbatch_us is None:
-            return None
-        compute, trip = e.afd.compute_per_microbatch_us, e.afd.median_exposed_us
-    else:
-        rt = e.round_trips
-        if not e.microbatched or rt is None or rt.ratio is None or rt.ratio >= 1.0:
-            return None
-        compute, trip, ratio = rt.compute_per_round_trip_us, rt.comm_per_round_trip_us, rt.ratio
-    return MeasurePays(compute_us=compute, round_trip_us=trip, ratio=ratio, disaggregated=e.afd is not None)
 
 
 def _replay_skips(c: HostCauses | None) -> float | None:
@@ -427,16 +346,6 @@ def _yield_op_leads(e: Evidence) -> bool:
     return name == YIELD_OP and us >= c.top.us and us >= YIELD_OP_NOTABLE * c.host_idle_us
 
 
-def _microbatched(e: Evidence) -> bool:
-    """Two microbatches ran: the trace's, the AFD round trips' or the pair's evidence."""
-    return (
-        e.microbatched
-        or e.dbo_ran
-        or (e.afd is not None and e.afd.microbatched)
-        or (e.afd_share is not None and e.afd_share.microbatched)
-    )
-
-
 def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: list[Qualifier]) -> NextStep:
     """The one action the evidence supports, by a fixed order: what makes every other figure moot
     comes first (a capture, GPU time-slicing, the host), then what the findings name, then the
@@ -453,9 +362,7 @@ def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: 
         # cheaper call is the step's gain whatever the microbatches do
         assert e.yield_op is not None and c is not None
         two_threads = (e.yield_op.threads_per_step or 0) >= 2  # the op's own evidence: two microbatch threads in it
-        return YieldOpCost(
-            ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=_microbatched(e) or two_threads
-        )
+        return YieldOpCost(ops=e.yield_op, share=c.share_of(c.cpu_ops[0][1]), microbatched=e.dbo_ran or two_threads)
     if label == Label.HOST_BOUND:
         skipped = _replay_skips(c)
         if m.graph_launches == 0 and skipped is not None and skipped >= REPLAY_SKIPS:
@@ -470,15 +377,16 @@ def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: 
         return GpuBottleneck(work=gpu, top_kernel=e.top_kernel)
     if m.comm_busy_us <= 0:
         return NothingToOverlap(work=gpu)
-    if e.role == FFN:  # what DBO hides is the attention's round trip: the run's and the attention rank's step
-        return FfnServer(exposed_us=m.comm_exposed_us, span_us=m.span_us)
+    own = model_of(e).own_step(e)  # a server's: what DBO hides is the served rank's to say
+    if own is not None:
+        return own
     late = keys.get(LateRecordFinding.key)
     if isinstance(late, LateRecordFinding):
         return FixLateRecord(finding=late)
     peer = keys.get(PeerWaitFinding.key)
     if isinstance(peer, PeerWaitFinding):
         return Straggler(finding=peer)
-    missed = _criterion_missed(e)
+    missed = model_of(e).criterion_missed(e)  # one microbatch's compute below the round trip it should hide
     if missed is not None:
         return missed
     crowded = keys.get(CrowdedFinding.key)
@@ -488,8 +396,8 @@ def next_step(e: Evidence, label: Label, host_frac: float, gpu: GpuWork, found: 
     if isinstance(paid, DidNotPayFinding):
         return DidNotPay(finding=paid)
     if label == Label.NOT_OVERLAPPED:
-        return OverlapMissing(hidden=_overlap_share(e), exposed_us=m.comm_exposed_us)
+        return OverlapMissing(hidden=model_of(e).label_share(e), exposed_us=m.comm_exposed_us)
     if label == Label.SINGLE_BATCH:
-        return OneMicrobatch(exposed_us=m.comm_exposed_us, span_us=m.span_us, exposed_per_step_us=_exposed_per_step(gpu), afd=e.afd)
+        return model_of(e).one_microbatch(e, _exposed_per_step(gpu))
     largest = f.exposed_by_reason_us[0] if f is not None and f.exposed_by_reason_us else None
-    return OverlapWorks(hidden=_overlap_share(e), largest_exposed=largest)
+    return OverlapWorks(hidden=model_of(e).label_share(e), largest_exposed=largest)

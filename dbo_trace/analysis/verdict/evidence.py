@@ -16,18 +16,18 @@ from dbo_trace.analysis.overlap.contention import Contention
 from dbo_trace.analysis.host.expensive import ExpensiveCall
 from dbo_trace.analysis.overlap.exposure import CROWDED, LATE_RECORD, PEER, Exposure
 from dbo_trace.analysis.host.host_time import HostCauses
-from dbo_trace.analysis.ledger import Ledger
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.ledger import Ledger, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.model import PhaseReport, RankAnalysis
 from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
+from dbo_trace.analysis.afd.verdict_model import AfdShare, overlap_model
+from dbo_trace.analysis.steps.microbatched import rank_microbatched
 from dbo_trace.analysis.steps.stalls import OUTLIER
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
 from dbo_trace.analysis.verdict.decision import Verdict, decide
 from dbo_trace.analysis.verdict.evidence_types import (
-    AfdShare,
     Evidence,
     Findings,
     GpuWork,
@@ -146,11 +146,6 @@ def top_kernel(ranks: Sequence[RankAnalysis]) -> tuple[str, float] | None:
     return name, us / total
 
 
-def _dbo_ran(ranks: Sequence[RankAnalysis]) -> bool:
-    """The event log says some step took a microbatched path (a graph replay's kernels cannot tell)."""
-    return any(p in MICROBATCHED_PATHS for r in ranks for p in r.steps.table.path)
-
-
 def _ledger(ranks: Sequence[RankAnalysis]) -> Ledger | None:
     """DBO's own costs: the rank's ledger with the most hand-overs (one rank: its own)."""
     held = [r.ledger for r in ranks if r.ledger is not None]
@@ -184,7 +179,7 @@ def evidence_of(
             sm.holder.name if sm is not None else None,
         ),  # fmt: skip
         wait_split=t.wait_split,
-        afd=t.afd,
+        overlap_model=overlap_model(t.afd, ranks[0].role if len(ranks) == 1 else None, overlap),
         expensive=tuple(t.expensive),
         capture=t.capture,
         capture_idle_us=t.window.host_idle_us,
@@ -192,7 +187,7 @@ def evidence_of(
         gpu=main_work(t.phases, ranks),
         yield_op=max(yield_ops, key=lambda y: y.per_step_us) if yield_ops else None,
         ledger=_ledger(ranks),
-        dbo_ran=_dbo_ran(ranks),
+        dbo_ran=any(r.dbo_ran for r in ranks),
         top_kernel=top_kernel(ranks),
         time_slicing=time_slicing,
         running_behind=tuple(
@@ -200,10 +195,8 @@ def evidence_of(
             for r in ranks
             if r.launch_delay is not None and r.launch_delay.running_behind
         ),
-        role=ranks[0].role if len(ranks) == 1 else None,
         profiler_overhead=profiler_overhead,
         incomplete=any(r.incomplete is not None for r in ranks),
-        overlap=overlap if t.afd is not None else None,
     )
 
 
@@ -214,6 +207,19 @@ def waited_for_most(rank: int, view: CrossRank | None) -> int | None:
         return None
     most = max(waits.waited_for_us.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
     return most[0] if most else None
+
+
+def rank_context(
+    source: str, paths: Sequence[str | None], afd: AfdRoundTrips | None, role: str | None, yield_op: YieldOps | None
+) -> RankContext:
+    """What a rank's steps and phases bring to their evidence: the DBO lines apply where its kernels or
+    a step's path say two microbatches ran; DBO ran where those or its round trips say so
+    (analysis/steps/microbatched.py); its windows' overlap model (an FFN server's, else the kernels',
+    where a window's round trips do not give their own)."""
+    return RankContext(
+        rank_microbatched(source, paths), yield_op, rank_microbatched(source, paths, afd is not None and afd.microbatched),
+        overlap_model(None, role),
+    )
 
 
 def step_verdict(context: RankContext, figures: WindowMetrics, causes: HostCauses | None, afd_share: AfdShare | None) -> Verdict:

@@ -1,16 +1,16 @@
 """What a verdict reads, as types: the host test and its basis, the GPU's work, the findings, the
-stalls, the AFD share, and the Evidence that holds them (verdict/evidence.py builds it)."""
+stalls, the overlap model the verdict asks, and the Evidence that holds them (verdict/evidence.py
+builds it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
-from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
-from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.cross_rank.collective_waits import WaitSplit
 from dbo_trace.analysis.host.capture import Capture
 from dbo_trace.analysis.host.expensive import ExpensiveCall
@@ -20,6 +20,7 @@ from dbo_trace.analysis.ledger import Ledger, YieldOps
 from dbo_trace.analysis.metrics import RoundTrips, WindowMetrics
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.analysis.steps.stalls import Stall
+from dbo_trace.analysis.verdict.kinds import NextStep, Qualifier, Reason
 
 
 class _Word(str, Enum):
@@ -125,20 +126,74 @@ class Stalls:
     STALLS_NAMED: ClassVar[int] = 3
 
 
-@dataclass(frozen=True)
-class AfdShare:
-    """A disaggregated rank's step or phase: its own round trips' overlapped share (under the other
-    microbatch's compute or beside its round trip; None: no round trip)."""
+HIDDEN_ROUND_TRIPS = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
+HIDDEN_COMM = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
 
-    share: float | None
-    microbatched: bool
+
+@dataclass(frozen=True)
+class HiddenPerStep:
+    """What the other microbatch hid per step, by the overlap model (Pays' figures)."""
+
+    hidden_us: float | None
+    of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
+    beside_us: float | None = None  # round trips: their time beside the other microbatch's round trips
+    exposed_us: float | None = None  # round trips: the attention GPU's comm alone
+
+
+class OverlapModel(Protocol):
+    """How a window's communication could overlap, as the verdict asks it: the comm kernels' overlap
+    with compute (analysis/overlap/kernel_model.py), or an AFD rank's round trips between the roles
+    (analysis/afd/verdict_model.py). The evidence carries it (None: the kernels'); decide() asks it
+    and never knows which it is."""
+
+    @property
+    def serves(self) -> bool:
+        """The rank serves another rank's microbatches (an FFN server): whether DBO ran and paid is
+        that rank's to say, so its verdict is never single-batch and answers no `pays`."""
+        ...
+
+    def label_share(self, e: Evidence) -> float | None:
+        """The share that decides overlapped or not (>= the line: overlapped)."""
+        ...
+
+    def comm_reason(self, e: Evidence, near_line: Callable[[float | None], bool]) -> Reason:
+        """The communication's reason (comm busy > 0); near_line: a share decided the label near its line."""
+        ...
+
+    def criterion(self, e: Evidence, host_bound: bool) -> Reason | None:
+        """The round-trip criterion's reason, where it was measured."""
+        ...
+
+    def finding(self, e: Evidence) -> Qualifier | None:
+        """The headline's finding of its own (after the peer wait), where it has one."""
+        ...
+
+    def exposed_finding(self, e: Evidence, gpu: GpuWork, per_step_us: float) -> Qualifier | None:
+        """A single-batch verdict's finding: the exposed comm per steady step, where the model's is that."""
+        ...
+
+    def hidden(self, e: Evidence) -> HiddenPerStep:
+        """What the other microbatch hid per step (a microbatched run's or rank's `pays`)."""
+        ...
+
+    def criterion_missed(self, e: Evidence) -> NextStep | None:
+        """The next step where one microbatch's compute covers less than the other's round trip."""
+        ...
+
+    def own_step(self, e: Evidence) -> NextStep | None:
+        """A next step of its own, before the findings' (a server's), where it has one."""
+        ...
+
+    def one_microbatch(self, e: Evidence, exposed_per_step_us: float | None) -> NextStep:
+        """A single-batch verdict's next step."""
+        ...
 
 
 @dataclass(frozen=True)
 class Evidence:
     """Everything a verdict reads: one window's figures and what was measured beside them. A step
-    and a phase give their figures (and, on a disaggregated rank, their round trips' share); a rank
-    and the run add the host test, the headline's findings and the next step's facts."""
+    and a phase give their figures (and the overlap model that asks them); a rank and the run add
+    the host test, the headline's findings and the next step's facts."""
 
     metrics: WindowMetrics
     host: HostTest | None = None  # without it, the window of metrics
@@ -149,9 +204,9 @@ class Evidence:
     causes: HostCauses | None = None  # what the host did meanwhile (analysis/host/host_time.py)
     findings: Findings | None = None  # None: the label and reasons alone (a step's, a phase's)
     wait_split: WaitSplit | None = None  # comm apart into waiting for a peer and transfer
-    afd: AfdRoundTrips | None = None  # a disaggregated rank's (or the run's) round trips
-    afd_share: AfdShare | None = None  # a disaggregated step's or phase's own round trips
-    overlap: StepOverlap | None = None  # the pipeline's three figures per step (analysis/afd/pipeline.py)
+    # how its comm could overlap (OverlapModel): None, the kernels' (analysis/overlap/kernel_model.py);
+    # an AFD rank's round trips, or a server's (analysis/afd/verdict_model.py)
+    overlap_model: OverlapModel | None = None
     expensive: tuple[ExpensiveCall, ...] = ()
     capture: Capture | None = None
     capture_idle_us: float = 0.0  # the host-idle time the capture's share is of (the window's)
@@ -159,11 +214,12 @@ class Evidence:
     gpu: GpuWork | None = None
     yield_op: YieldOps | None = None  # the AFD yield op's calls (analysis/ledger.py)
     ledger: Ledger | None = None  # DBO's own costs per step (analysis/ledger.py): a rank's, or the run's
-    dbo_ran: bool = False  # the event log says a step took a microbatched path (a graph replay's kernels cannot tell)
+    # two microbatches ran, by any evidence: the kernels', a step's path (a graph replay's kernels cannot
+    # tell), the round trips' or the attention's served (analysis/steps/microbatched.py)
+    dbo_ran: bool = False
     top_kernel: tuple[str, float] | None = None  # the kernel name with the most GPU time: its share of kernel time
     time_slicing: TimeSlicing | None = None  # the roles of an AFD pair time-slice their one GPU (analysis/afd/gpu_sharing.py)
     running_behind: tuple[tuple[int | None, LaunchDelay], ...] = ()  # (rank or None, its delays): the GPU ran behind
-    role: str | None = None  # one rank's role in a disaggregated run (analysis/afd/role_evidence.py); None: the run's
     profiler_overhead: float | None = None  # the profiled steps against the unprofiled repeats' TPOT, - 1 (the run's)
     # AFD roles on one GPU: each role's own host idle, the served one first (analysis/report.py
     # role_hosts); empty: the run's figures are one GPU's, or each rank's own GPU's added
@@ -174,19 +230,23 @@ class Evidence:
 @dataclass(frozen=True)
 class RankContext:
     """What every window of one rank (a step, a phase) brings to its evidence besides its own figures:
-    whether its steps ran two microbatches, its role in a disaggregated run and its yield op's calls.
-    A step's and a phase's evidence are made here, one way."""
+    whether its steps ran two microbatches (the DBO lines apply: its kernels' or a step's path), whether
+    DBO ran by any evidence, its yield op's calls and its windows' overlap model (a server's; None:
+    the kernels'). verdict/evidence.py rank_context makes it; a step's and a phase's evidence are
+    made here, one way, with the window's own model where it has one (its round trips' share)."""
 
     microbatched: bool
-    role: str | None = None
     yield_op: YieldOps | None = None
+    dbo_ran: bool = False
+    model: OverlapModel | None = None
 
     def evidence(
-        self, figures: WindowMetrics, *, causes: HostCauses | None, afd_share: AfdShare | None = None, gpu: GpuWork | None = None
+        self, figures: WindowMetrics, *, causes: HostCauses | None, afd_share: OverlapModel | None = None,
+        gpu: GpuWork | None = None,
     ) -> Evidence:
         return Evidence(
-            figures, microbatched=self.microbatched, causes=causes, gpu=gpu, afd_share=afd_share, role=self.role,
-            yield_op=self.yield_op,
+            figures, microbatched=self.microbatched, causes=causes, gpu=gpu, yield_op=self.yield_op, dbo_ran=self.dbo_ran,
+            overlap_model=afd_share if afd_share is not None else self.model,
         )  # fmt: skip
 
 

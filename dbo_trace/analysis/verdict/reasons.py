@@ -3,8 +3,9 @@ headline's findings (qualifiers) and the next step. Their words are render/words
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
@@ -15,36 +16,16 @@ from dbo_trace.analysis.host.host_time import HostCauses, TopItem
 from dbo_trace.analysis.ledger import YieldOps
 from dbo_trace.analysis.metrics import RoundTrips
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
-from dbo_trace.analysis.verdict.evidence_types import GpuWork, HostTest, RoleHost, Stalls
-
-
-# The kinds, each one class's: the document writes them as they are (render/document/verdict.py).
-ReasonKind = Literal[
-    "time_slicing", "running_behind", "graph_capture", "stalls", "host_idle", "expensive_calls", "launch",
-    "profiled_threads", "profiler_overhead", "gpu_busy", "no_comm", "comm_overlap", "afd_round_trips",
-    "afd_step_round_trips", "long_graph_launches", "graph_replays", "criterion", "afd_criterion",
-]  # fmt: skip
-QualifierKey = Literal[
-    "graph_capture", "host_bound", "gpu_bound", "late_record", "peer_wait", "round_trip", "did_not_pay", "crowded",
-    "exposed_comm",
-]  # fmt: skip
-NextStepKind = Literal[
-    "profile_after_startup", "start_mps", "yield_op_cost", "enable_graphs", "host_cause", "gpu_bottleneck",
-    "nothing_to_overlap", "ffn_server", "late_record", "straggler", "measure_pays", "crowded", "did_not_pay",
-    "overlap_missing", "one_microbatch", "overlap_works",
-]  # fmt: skip
+from dbo_trace.analysis.verdict.evidence_types import Evidence, GpuWork, HostTest, RoleHost, Stalls
+from dbo_trace.analysis.verdict.kinds import NextStep as NextStep
+from dbo_trace.analysis.verdict.kinds import Qualifier as Qualifier
+from dbo_trace.analysis.verdict.kinds import Reason as Reason
+from dbo_trace.analysis.verdict.kinds import NextStepKind as NextStepKind
+from dbo_trace.analysis.verdict.kinds import QualifierKey as QualifierKey
+from dbo_trace.analysis.verdict.kinds import ReasonKind as ReasonKind
 
 
 # ---- reasons ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reason:
-    """One reason of a verdict: its kind, its figures (the fields of its class) and whether a share
-    decided the label within BORDERLINE of its line."""
-
-    kind: ClassVar[ReasonKind]
-    borderline: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +73,24 @@ class HostIdle(Reason):
     # AFD roles on one GPU: these figures are the served role's (role), the others' apart, never added
     role: str | None = None
     apart: tuple[RoleHost, ...] = ()
+
+
+def host_idle_of(e: Evidence, fraction: float, near_line: Callable[[float], bool]) -> HostIdle:
+    """The run's host idle; where AFD roles share one GPU, the served role's own, the others' apart
+    (added, they would count one GPU's time twice). near_line: a fraction near the host-bound line."""
+    m = e.metrics
+    if not e.role_hosts:
+        return HostIdle(
+            fraction=fraction, test=e.host, window_idle_us=m.host_idle_us, gaps=m.host_idle_gaps,
+            utilization=m.utilization, borderline=near_line(fraction), upper_bound=e.incomplete,
+        )  # fmt: skip
+    served, *rest = e.role_hosts
+    frac = served.fraction or 0.0
+    return HostIdle(
+        fraction=frac, test=served.test, window_idle_us=served.window_idle_us, gaps=served.gaps,
+        utilization=served.utilization, borderline=near_line(frac), upper_bound=e.incomplete,
+        role=served.role, apart=tuple(rest),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,13 +196,6 @@ class AfdCriterion(Reason):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Qualifier:
-    """The dominant finding the headline names in brackets: its key and its figures."""
-
-    key: ClassVar[QualifierKey]
-
-
-@dataclass(frozen=True, kw_only=True)
 class CaptureFinding(Qualifier):
     key: ClassVar[QualifierKey] = "graph_capture"
     share: float | None
@@ -282,13 +274,6 @@ QUALIFIERS = tuple(
 
 
 # ---- the next step ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class NextStep:
-    """The one action the verdict's evidence supports, with the figures it follows from."""
-
-    kind: ClassVar[NextStepKind]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from msgspec import UnsetType
 
-from dbo_trace.analysis.live import MICROBATCHED_PATHS
+from dbo_trace.analysis.steps.microbatched import step_microbatched
 from dbo_trace.render.document import PhaseVerdict, RankBlock, ReasonBlock, ReportDocument, VerdictBlock
 from dbo_trace.render.document.ledger import LayerOpsRow, LedgerBlock
 from dbo_trace.render.document.pipeline import PipelineBlock
@@ -30,7 +30,7 @@ def dbo_arithmetic_applies(d: ReportDocument) -> bool:
     """The round-trip table is DBO arithmetic: only where microbatches exist (a kernel's microbatch is
     known, or a step took a microbatched path, as a full-graph replay of both microbatches does)."""
     rt = d.round_trips
-    return rt is not None and (rt.microbatched or any(s.path in MICROBATCHED_PATHS for s in d.steps))
+    return rt is not None and (rt.microbatched or any(step_microbatched(s.path) for s in d.steps))
 
 
 def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:

@@ -297,7 +297,7 @@ def comm_kernels_line(rank: RankBlock, most: int = 3) -> str:
 
 def exposure_line(rank: RankBlock) -> str | None:
     """Why one rank's comm was exposed, the largest causes first (docs/analysis.md)."""
-    from dbo_trace.analysis.steps.attribution import SOURCE_NONE, SOURCE_ROUND_TRIPS, SOURCE_SERVED
+    from dbo_trace.analysis.steps.microbatched import kernels_microbatched
     from dbo_trace.render.words.exposure import REASON_TEXT, REASON_TEXT_NO_UBATCH
 
     x = rank.exposed_comm_reasons
@@ -307,7 +307,7 @@ def exposure_line(rank: RankBlock) -> str | None:
     from dbo_trace.analysis.afd.roles import ATTENTION
 
     # the round trips' (or the served) microbatches are not the kernels': the exposure was measured without them
-    text = REASON_TEXT_NO_UBATCH if rank.microbatch_source in (SOURCE_NONE, SOURCE_ROUND_TRIPS, SOURCE_SERVED) else REASON_TEXT
+    text = REASON_TEXT if kernels_microbatched(rank.microbatch_source) else REASON_TEXT_NO_UBATCH
     if rank.role == ATTENTION:
         # the dependency the attention's queued compute waits on is the receive of the FFN's answer
         text = {**text, WAITING: "compute was queued but waited for the FFN's answer (the round trip's receive)"}
