@@ -161,10 +161,10 @@ def combine(
         total=run.total,
         round_trips=run.round_trips,
         verdict=decide(
-            replace(
-                evidence_of(ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap),
+            evidence_of(
+                ranks, run, view, time_slicing=slicing, profiler_overhead=overhead, overlap=overlap,
                 role_hosts=role_hosts(ranks, roles),
-            )
+            )  # fmt: skip
         ),
         options=options,
         window=run.window,

@@ -33,6 +33,7 @@ from dbo_trace.analysis.verdict.evidence_types import (
     GpuWork,
     HostTest,
     RankContext,
+    RoleHost,
     StalledStep,
     Stalls,
     gpu_work_of,
@@ -161,9 +162,11 @@ def evidence_of(
     time_slicing: TimeSlicing | None = None,
     profiler_overhead: float | None = None,
     overlap: StepOverlap | None = None,
+    role_hosts: tuple[RoleHost, ...] = (),
 ) -> Evidence:
     """Everything decide() reads of one rank (a rank's verdict) or of every rank (the run's; with
-    the timed repeats, the profiler's overhead)."""
+    the timed repeats, the profiler's overhead; role_hosts: each AFD role's own host idle where the
+    roles share one GPU)."""
     sm = next((r.sm_evidence for r in ranks if r.sm_evidence is not None), None)
     yield_ops = [r.yield_ops for r in ranks if r.yield_ops is not None]
     return Evidence(
@@ -197,6 +200,7 @@ def evidence_of(
         ),
         profiler_overhead=profiler_overhead,
         incomplete=any(r.incomplete is not None for r in ranks),
+        role_hosts=role_hosts,
     )
 
 
