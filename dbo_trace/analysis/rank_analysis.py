@@ -462,7 +462,9 @@ def step_table(d: RankDetail, capture: Capture) -> StepTable:
     )
 
 
-def step_stalls(d: RankDetail, lo: np.ndarray, hi: np.ndarray, period_us: np.ndarray, phase: list[str | None]) -> dict[int, Stall]:
+def step_stalls(
+    d: RankDetail, lo: np.ndarray, hi: np.ndarray, period_us: np.ndarray, phase: list[str | None]
+) -> dict[int, Stall]:
     """The steps' stalls by position (analysis/steps/stalls.py): compile/JIT ranges and graph captures
     inside a step's period, and periods that are outliers against their phase. lo, hi, period_us:
     (n_steps,) float64, the steps' windows and periods; phase: each step's."""
