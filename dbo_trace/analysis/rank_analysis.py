@@ -67,7 +67,7 @@ from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
-from dbo_trace.trace.timeline import Timeline
+from dbo_trace.trace.timeline import Intervals, Timeline
 
 
 def microbatch_source(att: Attribution, afd: AfdRoundTrips | None) -> str:
@@ -556,9 +556,10 @@ def copies_to_host(tl: Timeline) -> np.ndarray:
 
 
 def shifted_gpu(tl: Timeline, by_us: float) -> Timeline:
-    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock)."""
-    gpu = replace(tl.gpu, start=tl.gpu.start - by_us, end=tl.gpu.end - by_us)
-    return replace(tl, gpu=gpu)
+    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock): a new timeline,
+    on another clock, of the one read."""
+    g = tl.gpu
+    return replace(tl, gpu=Intervals(g.start - by_us, g.end - by_us, g.name, g.lane, g.correlation))
 
 
 def _launch_end(tl: Timeline, att: Attribution) -> np.ndarray:
