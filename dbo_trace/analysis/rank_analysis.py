@@ -497,8 +497,7 @@ class WholeWindow:
 
 
 def whole_window(d: RankDetail, steps: StepTable, untold_cross_us: float | None = None, served: bool = False) -> WholeWindow:
-    """untold_cross_us, served: the total's comm under the other microbatch's compute where the
-    attribution tells no microbatch (_afd_cross; an FFN server's)."""
+    """untold_cross_us, served: the total's cross-microbatch hidden comm where none is told (_afd_cross)."""
     tl = d.timeline
     lo, hi = d.window_us
     whole = (np.array([lo]), np.array([hi]))
@@ -585,10 +584,9 @@ def host_idle_at(d: RankDetail, offset_us: float) -> float:
 
 
 def analysed_clocks(d: RankDetail, read: ClockBounds, shift_us: float) -> ClockBounds:
-    """The rank's clocks as analysed: the bounds of the trace as read (rank_clock_bounds), the shift
-    its timeline was analysed with (d's), and where the launches leave the GPU's clock room
-    (ClockBounds.wide) the host idle as analysed and were the GPU's clock as far ahead as they allow.
-    A new value of the bounds as read: those decided the shift, which these record."""
+    """The clocks as analysed, a new value of the bounds as read (which decided the shift): the shift
+    d was analysed with and, where the launches leave the GPU's clock room (ClockBounds.wide), the
+    host idle as analysed and were the GPU's clock as far ahead as they allow."""
     low = high = None
     if read.wide and read.upper_us is not None:
         # offsets are of the timeline as analysed (already shifted by shift_us)
