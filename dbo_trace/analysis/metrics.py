@@ -176,8 +176,12 @@ def window_metrics(
     call_dur: np.ndarray,  # (n_calls,) float64
     call_waited: np.ndarray,  # (n_calls,) bool: gpu_waited_on_call
     time: WindowTime,
+    untold_cross_us: float | None = None,
+    served: bool = False,
 ) -> WindowMetrics:
-    """One window's figures: the grouped computation with everything in group 0."""
+    """One window's figures: the grouped computation with everything in group 0. untold_cross_us,
+    served: the comm under the other microbatch's compute where no activity's microbatch is known
+    (grouped_window_metrics)."""
     m = grouped_window_metrics(
         group=np.zeros(len(start), np.int64),
         n=1,
@@ -192,6 +196,8 @@ def window_metrics(
         call_dur=call_dur,
         call_waited=call_waited,
         times=WindowTimes.of(time),
+        untold_cross_us=None if untold_cross_us is None else np.array([untold_cross_us]),
+        served=served,
     ).row(0)
     return m
 
@@ -211,6 +217,8 @@ def grouped_window_metrics(
     call_dur: np.ndarray,  # (n_calls,) float64
     call_waited: np.ndarray,  # (n_calls,) bool: the GPU waited on the call (gpu_waited_on_call)
     times: WindowTimes,  # (n,): each window's time from the partition
+    untold_cross_us: np.ndarray | None = None,  # (n,) float64: comm_hidden_cross_us where no microbatch is known (NaN: none)
+    served: bool = False,  # an FFN server's: comm none of which ran under compute ran under no microbatch's (0)
 ) -> MetricColumns:
     """Every window's figures at once, over sorted arrays (no Python loop over windows): a trace with
     thousands of steps costs what its events cost (docs/performance.md)."""
@@ -247,6 +255,9 @@ def grouped_window_metrics(
     for u in np.unique(ubatch[ubatch >= 0]):
         mine, others = is_comm & (ubatch == u), is_compute & (ubatch >= 0) & (ubatch != u)
         cross += overlap(mine, others, busy(mine), busy(others))
+    untold = np.full(n, np.nan) if untold_cross_us is None else untold_cross_us
+    if served:
+        untold = np.where((comm_busy > 0) & (hidden == 0), 0.0, untold)
     launches = call_kind == c.CALL_LAUNCH
     graph = call_kind == c.CALL_GRAPH_LAUNCH
     max_graph = np.full(n, -np.inf)
@@ -275,7 +286,7 @@ def grouped_window_metrics(
             "comm_busy_us": comm_busy,
             "copy_busy_us": copy_busy,
             "comm_hidden_us": hidden,
-            "comm_hidden_cross_us": np.where(has_ubatch, cross, np.nan),
+            "comm_hidden_cross_us": np.where(has_ubatch, cross, untold),
             "host_idle_us": times.host_idle_us,
             "host_idle_gaps": times.host_idle_gaps,
             "idle_gaps": times.idle_gaps,
@@ -331,14 +342,16 @@ def round_trips(
     layers: int | None,
     source: str,
     microbatched: bool = True,
+    exposed_us: float | None = None,
 ) -> RoundTrips | None:
-    """Medians over steps. comm_ops: communication operations per step."""
+    """Medians over steps. comm_ops: communication operations per step. exposed_us: the comm per
+    round trip where it is not its kernels' busy time (a disaggregated round trip's exposed time)."""
     ok = comm_ops > 0
     if not ok.any():
         return None
     rt = comm_ops[ok] / COMM_OPS_PER_ROUND_TRIP
     per_step = float(np.median(rt))
-    comm = float(np.median(comm_busy_us[ok] / rt))
+    comm = float(np.median(comm_busy_us[ok] / rt)) if exposed_us is None else exposed_us
     compute = float(np.median(compute_busy_us[ok] / rt))
     return RoundTrips(
         source=source,

@@ -29,7 +29,6 @@ from dbo_trace.analysis.overlap.held_sms import held_sm_evidence
 from dbo_trace.analysis.host.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, intersection, union
 from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, yield_op_calls
-from dbo_trace.analysis.overlap.layer_operations import operation_places
 from dbo_trace.analysis.metrics import (
     MetricColumns,
     RoundTrips,
@@ -68,7 +67,7 @@ from dbo_trace.analysis.verdict.decision import decide
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
-from dbo_trace.trace.timeline import Timeline
+from dbo_trace.trace.timeline import Intervals, Timeline
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -102,13 +101,12 @@ def analyze_rank(
     trace claims. samples: the process's sampled Python stacks (py-spy), if any. partner: an AFD FFN
     rank's steps, its attention's on its clock (steps/sources.py partner_steps)."""
     d = rank_detail(tl, logs, options, partner, recording)
-    clocks = rank_clock_bounds(d)
-    if (skew := clocks.skew_us) is not None:
+    read = rank_clock_bounds(d)
+    if (skew := read.skew_us) is not None:
         # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
         tl = shifted_gpu(tl, skew)
         d = rank_detail(tl, logs, options, partner, recording)
-        clocks = replace(clocks, shift_us=skew)
-    clocks = with_host_idle_range(d, clocks)
+    clocks = analysed_clocks(d, read, skew or 0.0)
     gaps = incomplete(
         gpu_start=tl.gpu.start, launch_index=d.attribution.gpu_launch_index, call_end=tl.calls.end,
         call_correlation=tl.calls.correlation, clocks=clocks,
@@ -117,11 +115,11 @@ def analyze_rank(
         call_start=tl.calls.start, call_end=tl.calls.end, call_lane=tl.calls.lane, call_kind=d.call_kind, part=d.partition
     )
     table = step_table(d, capture)
-    whole = whole_window(d, table)
     role = role_call.role if role_call is not None else None
     yields = rank_yield_op_calls(d)
     yield_op = yields.figures if yields is not None else None  # its figures are the rank's, its share each window's
     afd = rank_round_trips(d, table) if role == ATTENTION or (recording.disaggregated and role is None) else None
+    whole = whole_window(d, table, _afd_cross(d, afd), served=role == FFN)
     ubatch_source = microbatch_source(d.attribution.source, afd is not None and afd.microbatched)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
     shares = RoundTripShares(afd, table) if afd is not None else None
@@ -133,8 +131,7 @@ def analyze_rank(
     phases = [phase_report(d, table, context, p, at, shares, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
-    delay = rank_launch_delay(d)
-    delay = replace(delay, clocks=clocks) if delay is not None else None
+    delay = rank_launch_delay(d, clocks)
     stacks, stack_notes = (None, []) if not samples else stacks_of(d, samples, logs, whole, phases, table)
     frames: list[StepFrame | None] | None = list(stacks.steps) if stacks is not None and len(stacks.steps) == len(table) else None
     return RankAnalysis(
@@ -144,7 +141,7 @@ def analyze_rank(
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
         steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares.by_step() if shares else None, frames),
-        total=_afd_cross(d, afd, whole.total, role),
+        total=whole.total,
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),
         role=role,
@@ -394,9 +391,12 @@ def _step_windows(tl: Timeline, att: Attribution) -> tuple[np.ndarray, np.ndarra
     return att.steps.start, np.maximum(att.steps.end, own_end)
 
 
-def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tuple[np.ndarray, np.ndarray]) -> WindowMetrics:
+def metrics_of(
+    d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tuple[np.ndarray, np.ndarray],
+    untold_cross_us: float | None = None, served: bool = False,
+) -> WindowMetrics:  # fmt: skip
     """The figures of the selected activities and calls (gpu: (n_gpu,) bool, calls: (n_calls,) bool)
-    over the union of the windows (lo, hi)."""
+    over the union of the windows (lo, hi); untold_cross_us, served: metrics.window_metrics'."""
     tl, att = d.timeline, d.attribution
     return window_metrics(
         start=tl.gpu.start[gpu],
@@ -409,6 +409,8 @@ def metrics_of(d: RankDetail, *, gpu: np.ndarray, calls: np.ndarray, windows: tu
         call_dur=d.call_us[calls],
         call_waited=d.call_gpu_waited[calls],
         time=window_time(d.partition, *windows),
+        untold_cross_us=untold_cross_us,
+        served=served,
     )
 
 
@@ -442,38 +444,40 @@ def step_table(d: RankDetail, capture: Capture) -> StepTable:
     logged = np.asarray(att.comm_phases)[shown] if att.comm_phases is not None else np.full(len(shown), -1)
     picked = shown.tolist()
     lo, hi = step_lo[shown], step_hi[shown]
-    table = StepTable(
+    periods, phases = step_periods(lo, hi), [att.steps.phase[i] for i in picked]
+    return StepTable(
         index=shown.astype(np.int64),
         start_us=lo,
         end_us=hi,
-        period_us=step_periods(lo, hi),
+        period_us=periods,
         comm_ops=np.where(logged >= 0, logged, ops[shown]).astype(np.int64),
         comm_ops_from_log=logged >= 0,
         captured_launches=captured_per_step[shown].astype(np.int64),
         metrics=MetricColumns({k: v[shown] for k, v in per_step.columns.items()}),
         label=[att.steps.label[i] for i in picked],
         path=[att.steps.path[i] for i in picked],
-        phase=[att.steps.phase[i] for i in picked],
+        phase=phases,
         context_tokens=[att.steps.context_tokens[i] for i in picked],
         generation_tokens=[att.steps.generation_tokens[i] for i in picked],
-        stalls={},
+        stalls=step_stalls(d, lo, hi, periods, phases),
     )
-    return replace(table, stalls=step_stalls(d, table))
 
 
-def step_stalls(d: RankDetail, steps: StepTable) -> dict[int, Stall]:
+def step_stalls(
+    d: RankDetail, lo: np.ndarray, hi: np.ndarray, period_us: np.ndarray, phase: list[str | None]
+) -> dict[int, Stall]:
     """The steps' stalls by position (analysis/steps/stalls.py): compile/JIT ranges and graph captures
-    inside a step's period, and periods that are outliers against their phase."""
-    if not len(steps):
+    inside a step's period, and periods that are outliers against their phase. lo, hi, period_us:
+    (n_steps,) float64, the steps' windows and periods; phase: each step's."""
+    if not len(lo):
         return {}
     tl = d.timeline
-    lo, hi = steps.start_us, steps.end_us
     jit = compile_ranges(tl.names, tl.cpu.name)
     c_start, c_end = tl.cpu.start[jit], tl.cpu.end[jit]
     w_start, w_end, _lanes = capture_windows(tl.calls.start, tl.calls.end, tl.calls.lane, d.call_kind)
     return find_stalls(
-        period_us=steps.period_us,
-        phase=steps.phase,
+        period_us=period_us,
+        phase=phase,
         compile_us=in_periods(lo, hi, c_start, c_end),
         capture_us=in_periods(lo, hi, w_start, w_end),
         compile_names=top_compile_names(lo, hi, c_start, c_end, tl.cpu.name[jit], tl.names),
@@ -493,11 +497,13 @@ class WholeWindow:
     steady: TimeBuckets  # what the host test measured: the steady steps' union, or the window less the stalls'
 
 
-def whole_window(d: RankDetail, steps: StepTable) -> WholeWindow:
+def whole_window(d: RankDetail, steps: StepTable, untold_cross_us: float | None = None, served: bool = False) -> WholeWindow:
+    """untold_cross_us, served: the total's cross-microbatch hidden comm where none is told (_afd_cross)."""
     tl = d.timeline
     lo, hi = d.window_us
     whole = (np.array([lo]), np.array([hi]))
-    total = metrics_of(d, gpu=np.ones(len(tl.gpu), bool), calls=np.ones(len(tl.calls), bool), windows=whole)
+    gpu, calls = np.ones(len(tl.gpu), bool), np.ones(len(tl.calls), bool)
+    total = metrics_of(d, gpu=gpu, calls=calls, windows=whole, untold_cross_us=untold_cross_us, served=served)
     part = d.partition
     window = TimeBuckets.from_row(hi - lo, part.measure(*whole)[0])
     reported = steps.index
@@ -550,9 +556,10 @@ def copies_to_host(tl: Timeline) -> np.ndarray:
 
 
 def shifted_gpu(tl: Timeline, by_us: float) -> Timeline:
-    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock)."""
-    gpu = replace(tl.gpu, start=tl.gpu.start - by_us, end=tl.gpu.end - by_us)
-    return replace(tl, gpu=gpu)
+    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock): a new timeline,
+    on another clock, of the one read."""
+    g = tl.gpu
+    return replace(tl, gpu=Intervals(g.start - by_us, g.end - by_us, g.name, g.lane, g.correlation))
 
 
 def _launch_end(tl: Timeline, att: Attribution) -> np.ndarray:
@@ -577,18 +584,21 @@ def host_idle_at(d: RankDetail, offset_us: float) -> float:
     return _window_host_idle(part, lo, hi)
 
 
-def with_host_idle_range(d: RankDetail, clocks: ClockBounds) -> ClockBounds:
-    """Where the launches leave the GPU's clock room (ClockBounds.wide), the host idle as analysed
-    and were the GPU's clock as far ahead as they allow."""
-    if not clocks.wide or clocks.upper_us is None:
-        return clocks
-    # offsets are of the timeline as analysed (already shifted by shift_us)
-    at = [_window_host_idle(d.partition, *d.window_us), host_idle_at(d, clocks.upper_us - clocks.shift_us)]  # as analysed: d's own
-    return replace(clocks, host_idle_low_us=min(at), host_idle_high_us=max(at))
+def analysed_clocks(d: RankDetail, read: ClockBounds, shift_us: float) -> ClockBounds:
+    """The clocks as analysed, a new value of the bounds as read (which decided the shift): the shift
+    d was analysed with and, where the launches leave the GPU's clock room (ClockBounds.wide), the
+    host idle as analysed and were the GPU's clock as far ahead as they allow."""
+    low = high = None
+    if read.wide and read.upper_us is not None:
+        # offsets are of the timeline as analysed (already shifted by shift_us)
+        at = [_window_host_idle(d.partition, *d.window_us), host_idle_at(d, read.upper_us - shift_us)]  # as analysed: d's own
+        low, high = min(at), max(at)
+    return replace(read, shift_us=shift_us, host_idle_low_us=low, host_idle_high_us=high)
 
 
-def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
-    """Launch-to-start delays and the host idle after the ending work's launch (analysis/overlap/queueing.py)."""
+def rank_launch_delay(d: RankDetail, clocks: ClockBounds | None = None) -> LaunchDelay | None:
+    """Launch-to-start delays and the host idle after the ending work's launch (analysis/overlap/queueing.py);
+    clocks: the rank's (what tells a queue from an offset)."""
     tl, att = d.timeline, d.attribution
     launch_end = _launch_end(tl, att)
     part = d.partition
@@ -600,6 +610,7 @@ def rank_launch_delay(d: RankDetail) -> LaunchDelay | None:
         queued_end=part.queued_end,
         host_idle_us=float(part.measure(np.array([part.lo]), np.array([part.hi]))[0, B_HOST]) if len(part.bounds) else 0.0,
         window_us=part.hi - part.lo,
+        clocks=clocks,
     )
 
 
@@ -647,10 +658,6 @@ def rank_operations(d: RankDetail, exposed: Exposure | None, layers: int | None 
     """The comm operations per (microbatch, place in the step), each with its layer and role where the
     layers (as rank_layers: --layers, the log's, a disaggregated rank's) divide them."""
     tl, att = d.timeline, d.attribution
-    rows = operation_rows(
-        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
-        exposure=exposed,
-    )  # fmt: skip
     # Point-to-point: every comm kernel a SendRecv, none of a named collective but send/recv (an
     # NCCL all-to-all runs SendRecv kernels too; torch names it all_to_allv, vLLM's PyNccl names none).
     is_comm = d.kernel_kind == c.COMM
@@ -659,8 +666,10 @@ def rank_operations(d: RankDetail, exposed: Exposure | None, layers: int | None 
     named = named[is_comm] if len(named) == len(is_comm) else np.zeros(0, np.int32)  # a timeline built without args
     collectives = {tl.names[i] for i in np.unique(named).tolist() if i >= 0}
     sendrecv = bool(comm_names) and all("SendRecv" in n for n in comm_names) and collectives <= {"send", "recv"}
-    places = operation_places([r.ubatch for r in rows], [r.index for r in rows], layers or att.layers, sendrecv)
-    return [replace(r, layer=layer, role=role) for r, (layer, role) in zip(rows, places)]
+    return operation_rows(
+        start=tl.gpu.start, end=tl.gpu.end, kind=d.kernel_kind, ubatch=att.gpu_ubatch, step=att.gpu_step, op=d.operation,
+        exposure=exposed, layers=layers or att.layers, sendrecv=sendrecv,
+    )  # fmt: skip
 
 
 def _log_step_begins(logs: list[EventLogData]) -> np.ndarray | None:
@@ -719,15 +728,13 @@ def phase_report(
     )
 
 
-def _afd_cross(d: RankDetail, afd: AfdRoundTrips | None, total: WindowMetrics, role: str | None) -> WindowMetrics:
+def _afd_cross(d: RankDetail, afd: AfdRoundTrips | None) -> float | None:
     """An AFD attention rank's comm under the other microbatch's compute, its kernels' microbatches as
     the round trips told them (a graph replay's launching threads cannot): where the attribution has
-    none, the figure is this one, not unknown beside the round trips' hidden share. An FFN server's
-    comm none of which ran under compute ran under no microbatch's compute: 0."""
-    if role == FFN and total.comm_hidden_cross_us is None and total.comm_busy_us > 0 and total.comm_hidden_us == 0:
-        return replace(total, comm_hidden_cross_us=0.0)
-    if afd is None or not afd.microbatched or afd.kernel_ubatch is None or total.comm_hidden_cross_us is not None:
-        return total
+    none, the figure is this one, not unknown beside the round trips' hidden share (whole_window).
+    None: no round trips of two microbatches."""
+    if afd is None or not afd.microbatched or afd.kernel_ubatch is None or (d.attribution.gpu_ubatch >= 0).any():
+        return None
     ub, start, end = afd.kernel_ubatch, d.timeline.gpu.start, d.timeline.gpu.end
     comm, compute = d.kernel_kind == c.COMM, d.kernel_kind == c.COMPUTE
     cross = 0.0
@@ -735,21 +742,19 @@ def _afd_cross(d: RankDetail, afd: AfdRoundTrips | None, total: WindowMetrics, r
         mine, other = comm & (ub == u), compute & (ub == 1 - u)
         lo, hi = intersection((start[mine], end[mine]), (start[other], end[other]))
         cross += float((hi - lo).sum())
-    return replace(total, comm_hidden_cross_us=cross)
+    return cross
 
 
 def rank_expensive(d: RankDetail, afd_microbatched: bool = False) -> list[ExpensiveCall]:
     """The CPU operators and ranges that cost far more per call than their GPU work (analysis/host/expensive.py)."""
     tl, att = d.timeline, d.attribution
     marked = not att.steps.inferred
-    microbatched = d.microbatched or afd_microbatched
-    calls = expensive_calls(
+    return expensive_calls(
         names=tl.names, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name, cpu_lane=tl.cpu.lane,
         cpu_is_annotation=tl.cpu_is_annotation, launch_start=att.gpu_launch_start, launch_lane=d.launch_lane,
         gpu_us=tl.gpu.end - tl.gpu.start, step_start=att.steps.start if marked else np.empty(0),
-        step_end=att.steps.end if marked else np.empty(0),
+        step_end=att.steps.end if marked else np.empty(0), microbatched=d.microbatched or afd_microbatched,
     )  # fmt: skip
-    return [replace(e, microbatched=microbatched) for e in calls]
 
 
 def _round_trips(
@@ -760,7 +765,8 @@ def _round_trips(
     comm_busy, compute_busy = steps.metrics["comm_busy_us"], steps.metrics["compute_busy_us"]
     if afd is not None:  # a send and its receive are one round trip: two comm operations
         counts = dict(zip(*np.unique(afd.rows.step, return_counts=True)))
-        rt = round_trips(
+        # the SendRecv kernels' busy time is not what must hide: the round trip's exposed time is
+        return round_trips(
             steps.period_us,
             np.array([2.0 * counts.get(i, 0) for i in steps.index.tolist()]),
             comm_busy,
@@ -769,11 +775,7 @@ def _round_trips(
             "disaggregated round trips (a data-plane send and its receive; comm per round trip: its exposed time)"
             + ("; layers: a microbatch's round trips per step" if afd.layers_inferred else ""),
             afd.microbatched,
-        )
-        # the SendRecv kernels' busy time is not what must hide: the round trip's exposed time is
-        exposed = afd.median_exposed_us
-        return None if rt is None else replace(
-            rt, comm_per_round_trip_us=exposed, ratio=rt.compute_per_round_trip_us / exposed if exposed > 0 else None
+            exposed_us=afd.median_exposed_us,
         )
     from_log = steps.comm_ops_from_log
     if from_log.all():

@@ -10,7 +10,7 @@ it. Pure functions over small records; no I/O (the calibration's arms are read b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class Calibration:
 
 
 @dataclass(frozen=True)
-class Ratios:
+class Terms:
     """The calibration's terms: how a term of the DBO-off arm becomes the DBO arm's."""
 
     attention: float  # A' / A: half the tokens, the GPU shared with the other microbatch's FFN
@@ -92,13 +92,20 @@ class Ratios:
     hop_slope_us: float  # a hop's cost per token
     hop_intercept_us: float  # a hop at no tokens (used only without the FFN's trace)
     outside_us: float  # what DBO adds outside the layer loop (host before the graph launch)
-    on_fit: float  # the DBO arm's measured loop per layer against its predicted bound
-    off_fit: float  # the DBO-off arm's against its predicted serial layer
     ffn_cost: tuple[float, float]  # the FFN's NCCL cost per visit: intercept, per token of a microbatch
     attention_cost: tuple[float, float]
     tokens: tuple[float, float]  # the calibrated loads' range, decode tokens per step
     gpus: tuple[str, ...]
     pairs: int
+
+
+@dataclass(frozen=True)
+class Ratios:
+    """The terms, and how each arm's measured loop per layer fits what they predict of it."""
+
+    terms: Terms
+    on_fit: float  # the DBO arm's measured loop per layer against its predicted bound
+    off_fit: float  # the DBO-off arm's against its predicted serial layer
 
 
 @dataclass(frozen=True)
@@ -178,14 +185,12 @@ def ratios_of(pairs: tuple[CalibrationPair, ...]) -> Ratios:
     half = [p.on.tokens / 2 for p in pairs]
     ffn_cost = _line(half, [p.on.ffn_cost_us or 0.0 for p in pairs], 0.0)
     att_cost = _line(half, [p.on.attention_cost_us or 0.0 for p in pairs], 0.0)
-    base = Ratios(
+    terms = Terms(
         attention=float(np.median([p.on.attention_us / p.off.attention_us for p in pairs])),
         ffn=float(np.median([p.on.ffn_us / p.off.ffn_us for p in pairs])),
         hop_slope_us=hop_b,
         hop_intercept_us=hop_a,
         outside_us=float(np.median([p.on.outside_us - p.off.outside_us for p in pairs])),
-        on_fit=1.0,
-        off_fit=1.0,
         ffn_cost=ffn_cost,
         attention_cost=att_cost,
         tokens=(min(p.off.tokens for p in pairs), max(p.off.tokens for p in pairs)),
@@ -193,19 +198,20 @@ def ratios_of(pairs: tuple[CalibrationPair, ...]) -> Ratios:
         pairs=len(pairs),
     )
     # each arm's measured loop per layer against what the terms predict of it from its partner
-    on_fit = [p.on.loop_us / p.on.layers / _on_from_off(p.off, base).layer_us for p in pairs]
-    off_fit = [p.off.loop_us / p.off.layers / _off_from_on(p.on, base).layer_us for p in pairs]
-    return replace(base, on_fit=float(np.median(on_fit)), off_fit=float(np.median(off_fit)))
+    on_fit = [p.on.loop_us / p.on.layers / _on_from_off(p.off, terms, 1.0).layer_us for p in pairs]
+    off_fit = [p.off.loop_us / p.off.layers / _off_from_on(p.on, terms, 1.0).layer_us for p in pairs]
+    return Ratios(terms, float(np.median(on_fit)), float(np.median(off_fit)))
 
 
-def _cost(line: tuple[float, float], tokens: float, r: Ratios) -> float:
+def _cost(line: tuple[float, float], tokens: float, r: Terms) -> float:
     """A role's NCCL cost per visit at a microbatch's tokens, held inside the calibrated loads (the
     cost saturates: 34, 46 and 53 us at 8, 16 and 32 tokens on the H200 pair)."""
     t = min(max(tokens, r.tokens[0] / 2), r.tokens[1] / 2)
     return max(0.0, line[0] + line[1] * t)
 
 
-def _on_from_off(off: ArmTerms, r: Ratios) -> Predicted:
+def _on_from_off(off: ArmTerms, r: Terms, fit: float) -> Predicted:
+    """The DBO arm from the DBO-off arm; fit: Ratios.on_fit (1: the terms' bound as it is)."""
     n = off.tokens
     a, f = r.attention * off.attention_us, r.ffn * off.ffn_us
     hop = max(0.0, off.hop_us - r.hop_slope_us * n / 2)
@@ -214,16 +220,17 @@ def _on_from_off(off: ArmTerms, r: Ratios) -> Predicted:
         BOUND_FFN: 2 * (f + _cost(r.ffn_cost, n / 2, r)),
         BOUND_ATTENTION: 2 * (a + _cost(r.attention_cost, n / 2, r)),
     }
-    layer = max(bounds.values()) * r.on_fit
+    layer = max(bounds.values()) * fit
     period = off.period_us - off.loop_us + off.layers * layer + r.outside_us
     return Predicted(a, f, hop, bounds, layer, period)
 
 
-def _off_from_on(on: ArmTerms, r: Ratios) -> Predicted:
+def _off_from_on(on: ArmTerms, r: Terms, fit: float) -> Predicted:
+    """The DBO-off arm from the DBO arm; fit: Ratios.off_fit (1: the terms' serial layer as it is)."""
     n = on.tokens
     a, f = on.attention_us / r.attention, on.ffn_us / r.ffn
     hop = on.hop_us + r.hop_slope_us * n / 2
-    layer = (a + 2 * hop + f) * r.off_fit
+    layer = (a + 2 * hop + f) * fit
     period = on.period_us - on.loop_us + on.layers * layer - r.outside_us
     return Predicted(a, f, hop, None, layer, period)
 
@@ -245,7 +252,7 @@ def terms_of(p: Pipeline, label: str, gpu: str | None = None, fingerprint: str |
     )  # fmt: skip
 
 
-def _split_without_ffn(p: Pipeline, r: Ratios) -> ArmTerms | None:
+def _split_without_ffn(p: Pipeline, r: Terms) -> ArmTerms | None:
     """An arm without the FFN's trace: its round trip split into two hops (the calibration's line at its
     tokens per hop) and the FFN's visit (the rest)."""
     if p.tokens is None or p.attention_us is None:
@@ -273,8 +280,8 @@ def loo_errors(pairs: tuple[CalibrationPair, ...]) -> list[float]:
     for k, p in enumerate(pairs):
         r = ratios_of(pairs[:k] + pairs[k + 1 :])
         measured = p.on.period_us / p.off.period_us - 1.0
-        out.append(_change(p.off, _on_from_off(p.off, r)) - measured)
-        out.append(_change(p.on, _off_from_on(p.on, r)) - measured)
+        out.append(_change(p.off, _on_from_off(p.off, r.terms, r.on_fit)) - measured)
+        out.append(_change(p.on, _off_from_on(p.on, r.terms, r.off_fit)) - measured)
     return out
 
 
@@ -298,7 +305,7 @@ def predict(
     given = terms_of(p, "", gpu, fingerprint)
     no_ffn = given is None
     if given is None:
-        given = _split_without_ffn(p, ratios_of(pairs))
+        given = _split_without_ffn(p, ratios_of(pairs).terms)
         if given is None:
             return NotPredicted(NOT_MEASURED)
     kept = Calibration(pairs, calibration.source, calibration.default)
@@ -318,17 +325,17 @@ def prediction_of(
     misses (each pair from the others), a recording's noise, and what widens it."""
     pairs = calibration.pairs
     r = ratios_of(pairs)
-    lo_t, hi_t = r.tokens
+    lo_t, hi_t = r.terms.tokens
     caveats = Caveats(
         no_ffn=no_ffn,
-        gpu=gpu if gpu and r.gpus and gpu not in r.gpus else None,
-        calibrated_gpus=r.gpus,
+        gpu=gpu if gpu and r.terms.gpus and gpu not in r.terms.gpus else None,
+        calibrated_gpus=r.terms.gpus,
         outside=None if lo_t <= given.tokens <= hi_t else (given.tokens, lo_t, hi_t),
         pads=pads,
     )
     widen = (WIDEN_NO_FFN if caveats.no_ffn else 0.0) + (WIDEN_GPU if caveats.gpu else 0.0)
     widen += WIDEN_OUTSIDE if caveats.outside is not None else 0.0
-    predicted = _on_from_off(given, r) if not given.dbo else _off_from_on(given, r)
+    predicted = _on_from_off(given, r.terms, r.on_fit) if not given.dbo else _off_from_on(given, r.terms, r.off_fit)
     change = _change(given, predicted)
     errors = loo_errors(pairs)
     model = float(np.sqrt(np.mean(np.square(errors)))) if errors else NOISE_POINTS

@@ -10,7 +10,7 @@ run while the attention's receive kernel holds the GPU, so each receive waits ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -148,9 +148,10 @@ def time_slicing(
     sliced = []
     for u in np.unique(ubatch).tolist():
         g = ubatch == u
-        ts = _rule(send_us[g], receive_us[g], round_trip_us[g], None if ffn_compute_us is None else ffn_compute_us[g], sharing)
+        ffn = None if ffn_compute_us is None else ffn_compute_us[g]
+        ts = _rule(send_us[g], receive_us[g], round_trip_us[g], ffn, sharing, int(u))
         if ts.sliced:
-            sliced.append(replace(ts, microbatch=int(u)))
+            sliced.append(ts)
     # a microbatch's round trips time-sliced: its figures, the one that waited most; else all of them
     return max(sliced, key=_waited) if sliced and not whole.sliced else whole
 
@@ -161,8 +162,9 @@ def _waited(ts: TimeSlicing) -> float:
 
 def _rule(
     send_us: np.ndarray, receive_us: np.ndarray, round_trip_us: np.ndarray, ffn_compute_us: np.ndarray | None,
-    sharing: GpuSharing | None,
+    sharing: GpuSharing | None, microbatch: int | None = None,
 ) -> TimeSlicing:
+    """The rule over these round trips; microbatch: whose they are (None: all)."""
     send, receive = float(np.median(send_us)), float(np.median(receive_us))
     ffn = None
     if ffn_compute_us is not None and np.isfinite(ffn_compute_us).any():
@@ -172,4 +174,5 @@ def _rule(
     shared = sharing.shared_gpu if sharing is not None else None
     mps = sharing.mps_daemon if sharing is not None else MPS_UNKNOWN
     sliced = ratio is not None and waited >= SLICED_MIN_US and ratio >= SLICED_RATIO and shared is not False and mps != MPS_ANSWERED
-    return TimeSlicing(float(np.median(round_trip_us)), receive, send, ffn, ratio, sliced, shared, mps)
+    rt = float(np.median(round_trip_us))
+    return TimeSlicing(rt, receive, send, ffn, ratio, sliced, shared, mps, microbatch)

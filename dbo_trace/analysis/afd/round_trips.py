@@ -11,7 +11,7 @@ same clock); linear in kernels.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -412,7 +412,7 @@ def ffn_parts(
                 matched[i], f1[i], g0[i] = True, a, b
                 kernels[i] = (f_recv_s[j], a, b, f_send_e[j])
                 nxt = j + 1
-        found = replace(_parts(rows, matched, f1, g0, compute), ffn_kernels=kernels)
+        found = _parts(rows, matched, f1, g0, compute, kernels)
         candidates.append((found, f1 - rows.send_start))
     # Both phases may match: taking the FFN's sends for its receives also fits the order. The FFN's
     # receive ends as the data arrives, soon after the send; of the phases that match nearly as
@@ -423,8 +423,10 @@ def ffn_parts(
 
 
 def _parts(
-    rows: RoundTripRows, matched: np.ndarray, f1: np.ndarray, g0: np.ndarray, compute: tuple[np.ndarray, np.ndarray] | None
-) -> FfnParts:
+    rows: RoundTripRows, matched: np.ndarray, f1: np.ndarray, g0: np.ndarray, compute: tuple[np.ndarray, np.ndarray] | None,
+    kernels: np.ndarray,
+) -> FfnParts:  # fmt: skip
+    """kernels: (n, 4) float64, the matched FFN kernels (FfnParts.ffn_kernels)."""
     s0, r0, r1 = rows.send_start, rows.recv_start, rows.recv_end
     t1 = np.clip(f1, s0, r1)
     t2 = np.clip(g0, t1, r1)
@@ -436,11 +438,11 @@ def _parts(
     late = np.clip(r0 - t2, 0.0, r1 - t2)
     nan = np.where(matched, 1.0, np.nan)
     if compute is None:
-        return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan)
+        return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan, ffn_kernels=kernels)
     busy = np.zeros(len(ffn))
     if matched.any():
         busy[matched] = iv.covered_within(t1[matched], t2[matched], *iv.union(*compute))
-    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan, busy * nan, (ffn - busy) * nan)
+    return FfnParts(matched, transfer * nan, ffn * nan, wait * nan, late * nan, busy * nan, (ffn - busy) * nan, kernels)
 
 
 def summarize(

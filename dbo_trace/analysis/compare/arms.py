@@ -324,7 +324,7 @@ def compare(arms: list[Arm]) -> list[Arm]:
     out = []
     for phase in order:
         for k, group in enumerate(load_groups([b for b in arms if b.phase == phase])):
-            out += _against_first([replace(a, load_group=k) for a in group])
+            out += _against_first(group, k)
     return out
 
 
@@ -344,18 +344,21 @@ def load_groups(arms: list[Arm]) -> list[list[Arm]]:
     return groups
 
 
-def _against_first(arms: list[Arm]) -> list[Arm]:
+def _against_first(arms: list[Arm], load_group: int) -> list[Arm]:
+    """The group's rows, as compared: the first as it is, the rest against it; each of load_group."""
     base = arms[0]
-    return [base] + [_against(arm, base) for arm in arms[1:]]
+    return [replace(base, load_group=load_group)] + [_against(arm, base, load_group) for arm in arms[1:]]
 
 
-def _against(arm: Arm, base: Arm) -> Arm:
-    """The change against the first arm (docs/analysis.md, "compare"): the steps paired by shape
-    where both have token counts, per token where sizes still differ; the ratio of the medians with
-    a bootstrap 95% interval; a call only with MIN_STEPS steps or more in each."""
+def _against(arm: Arm, base: Arm, load_group: int | None = None) -> Arm:
+    """The arm's row as compared, of load_group (None: the arm's), with its change against the first
+    arm (docs/analysis.md, "compare"): the steps paired by shape where both have token counts, per
+    token where sizes still differ; the ratio of the medians with a bootstrap 95% interval; a call
+    only with MIN_STEPS steps or more in each. A new row of the arm's: the arm's own stay as given."""
+    group = arm.load_group if load_group is None else load_group
     rt = arm.round_trip
     if rt is not None and base.round_trip is not None and base.round_trip.median_us:
-        rt = replace(rt, change=rt.median_us / base.round_trip.median_us - 1.0)
+        rt = replace(rt, change=rt.median_us / base.round_trip.median_us - 1.0)  # the round trip's own change
     a, b = list(base.samples_us), list(arm.samples_us)
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
@@ -375,16 +378,15 @@ def _against(arm: Arm, base: Arm) -> Arm:
             a = [u / float(t or 1) for u, t in zip(a, ta)]
             b = [u / float(t or 1) for u, t in zip(b, tb)]
             per_token = True
-    if not a or not b:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
-    med_a, med_b = float(np.median(a)), float(np.median(b))
+    med_a, med_b = (float(np.median(a)), float(np.median(b))) if a and b else (0.0, 0.0)
     if med_a <= 0:
-        return replace(arm, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
+        return replace(arm, load_group=group, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
     low, high = bootstrap_interval(np.array(a), np.array(b))
     enough = len(a) >= MIN_STEPS and len(b) >= MIN_STEPS
     beyond = enough and (low > 0 or high < 0)
     return replace(
         arm,
+        load_group=group,
         round_trip=rt,
         change=med_b / med_a - 1.0,
         change_low=low,

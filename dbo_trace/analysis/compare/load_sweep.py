@@ -25,7 +25,7 @@ figures out. No words: render/sweep.py writes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -275,24 +275,31 @@ def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None, in
     return float(known.mean()), float(known.std(ddof=1)) if len(known) > 1 else None, len(known)
 
 
-def arm_at_load(run: RunFigures) -> ArmAtLoad:
+def _tpot_mean(run: RunFigures) -> float | None:
+    return _mean_sd([r.median_tpot_ms for r in run.repeats])[0]
+
+
+def arm_at_load(run: RunFigures, baseline_tpot_ms: float | None = None) -> ArmAtLoad:
+    """The arm's figures at a load; its change against baseline_tpot_ms (None: it is the baseline, or
+    there is none)."""
     tpot, tpot_sd, _ = _mean_sd([r.median_tpot_ms for r in run.repeats])
     itl, _, _ = _mean_sd([r.median_itl_ms for r in run.repeats])
     rate, rate_sd, _ = _mean_sd([r.output_throughput for r in run.repeats])
+    change = tpot / baseline_tpot_ms - 1.0 if tpot is not None and baseline_tpot_ms is not None else None
     return ArmAtLoad(
-        run.arm, run.status, run.reason, len(run.repeats), tpot, tpot_sd, itl, rate, rate_sd,
+        run.arm, run.status, run.reason, len(run.repeats), tpot, tpot_sd, itl, rate, rate_sd, change,
         ran_with=run.ran_with, profiled=run.profiled is not None,
     )  # fmt: skip
 
 
 def load_table(load: LoadPoint, runs: list[RunFigures]) -> LoadTable:
-    rows = [arm_at_load(r) for r in runs]
-    base = next((r for r in rows if r.tpot_mean_ms), None)
-    if base is None or base.tpot_mean_ms is None:
-        return LoadTable(load, tuple(rows), None)
-    b = base.tpot_mean_ms
-    out = [r if r is base or r.tpot_mean_ms is None else replace(r, change=r.tpot_mean_ms / b - 1.0) for r in rows]
-    return LoadTable(load, tuple(out), base.arm)
+    """The arms at a load, each against the first arm with a TPOT mean (the baseline)."""
+    base = next((i for i, r in enumerate(runs) if _tpot_mean(r)), None)
+    if base is None:
+        return LoadTable(load, tuple(arm_at_load(r) for r in runs), None)
+    b = _tpot_mean(runs[base])
+    rows = tuple(arm_at_load(r, None if i == base else b) for i, r in enumerate(runs))
+    return LoadTable(load, rows, runs[base].arm)
 
 
 def tpot_change(off: list[float], on: list[float]) -> tuple[float, float | None, float | None, float | None, Call]:
@@ -361,19 +368,20 @@ def dbo_point(load: LoadPoint, on: RunFigures, off: RunFigures) -> DboPoint:
     profiled = None
     parts: tuple[PartChange, ...] = ()
     if on.profiled is not None and off.profiled is not None:
-        arms = [replace(off.profiled, arm=0), replace(on.profiled, arm=1)]  # keyed by identity, not by label
-        found = [p for p in dbo_pairs(arms) if p.on_arm == 1 and p.off_arm == 0]
+        # a sweep's arms are named once each (the sweep's keys): their labels key the pair
+        found = [p for p in dbo_pairs([off.profiled, on.profiled]) if p.on == on.arm and p.off == off.arm]
         profiled = found[0] if found else None
         parts = dbo_parts(profiled.effect if profiled is not None else None)
-    point = DboPoint(
-        load, on.arm, off.arm, None, (len(t_off), len(t_on)), None, None, None, None, None,
+    means: tuple[float, float] | None = None
+    change = low = high = df = None
+    call: Call | None = None
+    if t_off and t_on and float(np.mean(t_off)) > 0:
+        change, low, high, df, call = tpot_change(t_off, t_on)
+        means = (float(np.mean(t_off)), float(np.mean(t_on)))
+    return DboPoint(
+        load, on.arm, off.arm, means, (len(t_off), len(t_on)), change, low, high, df, call,
         profiled=profiled, parts=parts, decode_step_tokens=on.decode_step_tokens,
     )  # fmt: skip
-    if not t_off or not t_on or float(np.mean(t_off)) <= 0:
-        return point
-    change, low, high, df, call = tpot_change(t_off, t_on)
-    means = (float(np.mean(t_off)), float(np.mean(t_on)))
-    return replace(point, tpot_ms=means, change=change, change_low=low, change_high=high, df=df, call=call)
 
 
 def turns_of(points: list[DboPoint]) -> tuple[tuple[Turn, ...], Call | None, int]:

@@ -246,20 +246,17 @@ def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None)
         if base is row:
             out.append(row)
             continue
-        change = row.duration_mean_s / base.duration_mean_s - 1.0
-        if row.repeats < 2 or base.repeats < 2:
-            out.append(replace(row, change=change, baseline=base.label))
-            continue
-        va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
-        se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
+        interval = interval_t95 = within = None
+        if row.repeats >= 2 and base.repeats >= 2:
+            va, vb = row.duration_sd_s**2 / row.repeats, base.duration_sd_s**2 / base.repeats
+            se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
+            interval, interval_t95 = NOISE_SE * se / base.duration_mean_s, t95 * se / base.duration_mean_s
+            within = abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se
+        # a new row of the arm's: its own figures as its report measured them, its change against base
         out.append(
             replace(
-                row,
-                change=change,
-                baseline=base.label,
-                change_interval=NOISE_SE * se / base.duration_mean_s,
-                change_interval_t95=t95 * se / base.duration_mean_s,
-                within_noise=abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se,
-            )
+                row, change=row.duration_mean_s / base.duration_mean_s - 1.0, baseline=base.label,
+                change_interval=interval, change_interval_t95=interval_t95, within_noise=within,
+            )  # fmt: skip
         )
     return out

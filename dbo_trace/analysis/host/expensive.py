@@ -51,6 +51,7 @@ def expensive_calls(
     step_start: np.ndarray,
     step_end: np.ndarray,
     skip: tuple[str, ...] = SKIP_PREFIXES,
+    microbatched: bool = False,
 ) -> list[ExpensiveCall]:
     """The CPU operators and ranges (by name) whose median call is >= EXPENSIVE_US and >= KERNEL_RATIO
     times the GPU time launched from inside their calls (a GPU activity whose launching call started
@@ -58,7 +59,8 @@ def expensive_calls(
     share of the steps first; a name whose calls lie (90%) inside a reported name's calls is left out. cpu_*: (n_cpu,); launch_start,
     launch_lane, gpu_us: (n_gpu,) per GPU activity (-1 lane: launch unknown); step_*: (n_steps,)
     marker steps' CPU windows (empty: none). skip: prefixes of names never reported (step markers
-    and phases: they mark where the question is asked, not a call)."""
+    and phases: they mark where the question is asked, not a call). microbatched: the rank ran
+    microbatches (each call's ExpensiveCall.microbatched)."""
     if not len(cpu_start):
         return []
     dur = cpu_end - cpu_start
@@ -119,6 +121,7 @@ def expensive_calls(
                 kernel_us_per_call=per_call,
                 threads_per_step=threads,
                 thread_share=thread_share,
+                microbatched=microbatched,
             )
         )
     out.sort(key=lambda e: -(e.step_share or 0.0) * 1e12 - e.median_us * e.calls)

@@ -14,6 +14,7 @@ import numpy as np
 
 from dbo_trace.analysis import classify as c
 from dbo_trace.analysis.overlap.exposure import Exposure
+from dbo_trace.analysis.overlap.layer_operations import operation_places
 from dbo_trace.analysis.intervals import covered_within, grouped_median, grouped_sum, grouped_union, run_firsts, union
 
 
@@ -103,7 +104,10 @@ def operation_rows(
     step: np.ndarray,  # (n_gpu,) int64, -1 in none
     op: np.ndarray,  # (n_gpu,) int64: operation_ids
     exposure: Exposure | None,
+    layers: int | None = None,
+    sendrecv: bool = False,
 ) -> list[OperationRow]:
+    """layers, sendrecv: each row's layer and role (layer_operations.operation_places)."""
     sel = np.flatnonzero(op >= 0)
     if not len(sel):
         return []
@@ -168,6 +172,8 @@ def operation_rows(
     median_busy = grouped_median(group, n_groups, busy)
     median_exposed = grouped_median(group, n_groups, exposed_of[seq])
     exposed = np.add.reduceat(exposed_of[seq], heads)
+    ubs, places = g_ub[heads].tolist(), g_k[heads].tolist()
+    layer_roles = operation_places(ubs, places, layers, sendrecv)
     return [
         OperationRow(
             ubatch=ub,
@@ -178,10 +184,12 @@ def operation_rows(
             median_exposed_us=med_exp,
             reason=reason,
             exposed_fraction=x / tot if tot > 0 else None,
+            layer=layer,
+            role=role,
         )
-        for ub, index, n, med, h, tot, med_exp, reason, x in zip(
-            g_ub[heads].tolist(),
-            g_k[heads].tolist(),
+        for ub, index, n, med, h, tot, med_exp, reason, x, (layer, role) in zip(
+            ubs,
+            places,
             sizes.tolist(),
             median_busy.tolist(),
             hidden.tolist(),
@@ -189,5 +197,6 @@ def operation_rows(
             median_exposed.tolist(),
             reason_of,
             exposed.tolist(),
+            layer_roles,
         )
     ]

@@ -74,6 +74,7 @@ def launch_delay(
     queued_end: np.ndarray,  # (n_queued,) float64
     host_idle_us: float,  # the host-idle bucket over the window
     window_us: float,
+    clocks: ClockBounds | None = None,  # what the events say of the GPU's clock
 ) -> LaunchDelay | None:
     known = ~np.isnan(launch_end) & ~replayed
     if not known.any():
@@ -92,4 +93,5 @@ def launch_delay(
         host_idle_us=host_idle_us,
         last_us=float(delay[last]),
         window_us=window_us,
+        clocks=clocks,
     )
