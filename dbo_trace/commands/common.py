@@ -239,7 +239,7 @@ def warn(message: str) -> None:
 def _echo_wrapped(line: str) -> None:
     from dbo_trace.render.layout import wrap
 
-    for part in wrap(line, terminal_width(), "", "  "):
+    for part in wrap(line, terminal_width(), "", "  ", break_words=False):  # a path stays whole, to be copied
         click.echo(part, err=True)
 
 

@@ -58,17 +58,19 @@ def _narrowed(lines_at: Callable[[int], list[str]], width: int, floor: int) -> l
     return lines
 
 
-def wrap(text: str, width: int, first: str = "", rest: str = "", hyphens: bool = False) -> list[str]:
+def wrap(text: str, width: int, first: str = "", rest: str = "", hyphens: bool = False, break_words: bool = True) -> list[str]:
     """Lines of at most width columns, first/rest prefixed; "1.30 ms" and "± 0.4" stay on one line.
-    A single word longer than a line (a kernel's name) is broken, since nothing else would fit.
+    A single word longer than a line (a kernel's name) is broken, since nothing else would fit;
+    break_words=False keeps it whole on a line of its own (a path in a warning, to be copied).
     hyphens: a hyphenated word may break after a hyphen (a table's labels: `dsv2lite-eager-` over
     `decode`, not `dsv2lite-eager-deco` over `de`)."""
     if text.isascii():
-        return _wrap(text, width, first, rest, hyphens)
+        return _wrap(text, width, first, rest, hyphens, break_words)
     wide = _widened(text)
     return _narrowed(
-        lambda at: [line.replace(_WIDE, "") for line in _wrap(wide, at, first, rest, hyphens)], width, max(len(first), len(rest)) + 2
-    )
+        lambda at: [line.replace(_WIDE, "") for line in _wrap(wide, at, first, rest, hyphens, break_words)], width,
+        max(len(first), len(rest)) + 2,
+    )  # fmt: skip
 
 
 # After each wide character, so that textwrap, which counts characters, counts its second column
@@ -81,7 +83,7 @@ def _widened(text: str) -> str:
     return "".join(c + _WIDE if not c.isascii() and cells(c) == 2 else c for c in text)
 
 
-def _wrap(text: str, width: int, first: str, rest: str, hyphens: bool) -> list[str]:
+def _wrap(text: str, width: int, first: str, rest: str, hyphens: bool, break_words: bool = True) -> list[str]:
     glued = _UNIT.sub(_GLUE, text)
     lines = textwrap.wrap(
         glued,
@@ -89,6 +91,7 @@ def _wrap(text: str, width: int, first: str, rest: str, hyphens: bool) -> list[s
         initial_indent=first,
         subsequent_indent=rest,
         break_on_hyphens=hyphens,
+        break_long_words=break_words,
         replace_whitespace=True,
     ) or [first.rstrip()]
     return [line.replace(_GLUE, " ").rstrip() for line in lines]

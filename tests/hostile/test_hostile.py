@@ -222,7 +222,9 @@ def test_an_event_log_header_of_the_wrong_type_is_one_warning(tmp_path, version)
     log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     proc = report(folder)
     assert proc.returncode == 0, proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+    lines = proc.stderr.strip().splitlines()
+    assert sum(line.startswith("dbo-trace: ") for line in lines) == 1  # one warning, wrapped: its later lines indented
+    line = " ".join(part.strip() for part in lines)
     assert str(log) in line and "version" in line and "not a whole number" in line
     assert json.loads(proc.stdout)["microbatch_source"] != "event log"
 
