@@ -28,7 +28,7 @@ from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
 from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.analysis.steps.sources import SOURCE_VLLM, Steps, partner_steps
 from dbo_trace.analysis.report import combine, with_peer_waits
-from dbo_trace.analysis.afd.role_evidence import RoleCall, declares_attention, resolve_role, trace_evidence
+from dbo_trace.analysis.afd.role_evidence import RoleCall, claimed_role, declares_attention, resolve_role, trace_evidence
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
 from dbo_trace.analysis.compare.unprofiled import Repeat, repeats_of
 from dbo_trace.bundle import Manifest, RoleClaims, served_settings
@@ -152,8 +152,8 @@ class Shared:
 
     def claimed(self, trace: Path | str) -> str | None:
         """The role a recording claims for the trace (its manifest's, else its command line's)."""
-        c = self.claims.get(os.path.normpath(trace))
-        return None if c is None else c.manifest or c.command
+        call = claimed_role(self.claims.get(os.path.normpath(trace)))
+        return call.role if call is not None else None
 
     def role_call(self, tl: Timeline) -> RoleCall | None:
         """The timeline's role by the one rule (afd/role_evidence.py resolve_role)."""

@@ -319,6 +319,8 @@ def test_disaggregated_is_an_attention_role_a_bundle_declared():
     assert declares_attention([RoleClaims(manifest="ffn"), RoleClaims(command="attention")])
     assert not declares_attention([RoleClaims(manifest="ffn")])  # an FFN server alone: no round trips
     assert not declares_attention([])
+    # one trace claimed two ways: the role the rule decides (the manifest's) is what declares
+    assert not declares_attention([RoleClaims(manifest="ffn", command="attention")])
     # the one rule: the manifest's claim, then the command line's, then the trace's evidence
     both = resolve_role(RoleClaims(manifest="ffn", command="attention"), lambda: pytest.fail("not read"))
     assert both is not None and (both.role, both.source) == ("ffn", ROLE_FROM_MANIFEST)

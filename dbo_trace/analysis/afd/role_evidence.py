@@ -142,17 +142,22 @@ def role_of(evidence: TraceEvidence) -> RoleCall | None:
     return None if role is None else RoleCall(role, FROM_TRACE, evidence)
 
 
-def resolve_role(claims: RoleClaims | None, evidence: Callable[[], TraceEvidence]) -> RoleCall | None:
-    """A trace's role, by the one rule: its manifest's claim, then its recorded command line's, then
-    what the trace itself shows (read only where nothing was claimed)."""
+def claimed_role(claims: RoleClaims | None) -> RoleCall | None:
+    """What a recording's claims decide alone: its manifest's claim, then its command line's."""
     if claims is not None and claims.manifest is not None:
         return RoleCall(claims.manifest, FROM_MANIFEST)
     if claims is not None and claims.command is not None:
         return RoleCall(claims.command, FROM_COMMAND)
-    return role_of(evidence())
+    return None
+
+
+def resolve_role(claims: RoleClaims | None, evidence: Callable[[], TraceEvidence]) -> RoleCall | None:
+    """A trace's role, by the one rule: its manifest's claim, then its recorded command line's, then
+    what the trace itself shows (read only where nothing was claimed)."""
+    return claimed_role(claims) or role_of(evidence())
 
 
 def declares_attention(claims: Iterable[RoleClaims]) -> bool:
-    """A recording declared an AFD attention server (its manifest or its command line): the run is
-    disaggregated (analysis/model.py Recording.disaggregated)."""
-    return any(ATTENTION in (c.manifest, c.command) for c in claims)
+    """A recording declared an AFD attention server (the role its claims decide is attention): the
+    run is disaggregated (analysis/model.py Recording.disaggregated)."""
+    return any((call := claimed_role(c)) is not None and call.role == ATTENTION for c in claims)
