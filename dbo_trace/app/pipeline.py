@@ -253,12 +253,15 @@ def analyse_trace(
         return str(exc)
 
 
-def analyse_timelines(timelines: list[Timeline], shared: Shared, cut: Cut | None) -> list[RankAnalysis]:
-    """The timelines' ranks analysed, each with its role (claimed, else told by its trace) and, an
-    FFN's, cut to the attention's window where that is known."""
+def analyse_timelines(
+    timelines: list[Timeline], shared: Shared, cut: Cut | None, calls: Sequence[RoleCall | None] | None = None
+) -> list[RankAnalysis]:
+    """The timelines' ranks analysed, each with its role (claimed, else told by its trace; calls: the
+    roles already resolved for them, in their order) and, an FFN's, cut to the attention's window
+    where that is known."""
     out = []
-    for tl in timelines:
-        call = shared.role_call(tl)
+    for k, tl in enumerate(timelines):
+        call = calls[k] if calls is not None else shared.role_call(tl)
         partner = None
         if cut is not None and call is not None and call.role == FFN:
             tl = cut.of(tl) or tl
@@ -447,7 +450,8 @@ class _Read:
         for i in told:
             res = self.results[i]
             assert not isinstance(res, str)
-            self.results[i] = analyse_timelines([r.detailed().timeline for r in res], self.plan.shared, cut)
+            timelines, calls = [r.detailed().timeline for r in res], [r.role_source for r in res]
+            self.results[i] = analyse_timelines(timelines, self.plan.shared, cut, calls)  # their roles as resolved
 
     def _in_turn(self, which: list[int], cut: Cut | None) -> None:
         plan = self.plan
