@@ -23,6 +23,19 @@ SWEEP_SAMPLES = sorted(p.name for p in SAMPLES.iterdir() if (p / "sweep.json").i
 VARIANTS = ["serial", "overlap", "overlap-stock-profiler", "graph", "hostbound", "overlap-no-hooks"]
 
 
+def unwrapped(text: str, indent: str = "  ") -> list[str]:
+    """Wrapped output as whole texts: a line that starts with indent continues the one before (a
+    warning on stderr and top's records wrap to the width, 80 where piped, their later lines
+    indented; they break only between words, so a space joins them back)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(indent) and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 def require_module(name: str) -> None:
     """Skip without the module, unless CI said it installed it (DBO_TRACE_REQUIRE_RECORD_DEPS=1): then fail."""
     if importlib.util.find_spec(name) is not None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, unwrapped
 from traces import read_trace, rewrite_trace, write_trace
 
 HANG = 120  # seconds: a quadratic re-scan took 80-130 s on 2.7 MB; a linear read takes well under 5
@@ -222,9 +222,7 @@ def test_an_event_log_header_of_the_wrong_type_is_one_warning(tmp_path, version)
     log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
     proc = report(folder)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert sum(line.startswith("dbo-trace: ") for line in lines) == 1  # one warning, wrapped: its later lines indented
-    line = " ".join(part.strip() for part in lines)
+    (line,) = unwrapped(proc.stderr.strip())  # one warning, its wrapped lines joined
     assert str(log) in line and "version" in line and "not a whole number" in line
     assert json.loads(proc.stdout)["microbatch_source"] != "event log"
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, popen_interruptible, run_cli, run_cli_process
+from conftest import SAMPLES, popen_interruptible, run_cli, run_cli_process, unwrapped
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("DBO_TRACE_REQUIRE_RAY"):
@@ -34,11 +34,6 @@ HEAD_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": 
 SLOW_LEASES = {"RAY_testing_asio_delay_us": "NodeManagerService.grpc_server.RequestWorkerLease=8000000:8000000"}
 
 
-
-def unwrapped(stderr: str) -> str:
-    """stderr with each warning on one line again (a warning wraps to the width, its later lines
-    indented by two spaces; it breaks only between words, so a space joins them back)."""
-    return stderr.replace("\n  ", " ")
 
 def eight_ranks(base: Path) -> dict[str, Path]:
     """An 8-rank run: the two-GPU overlap sample's ranks repeated as ranks 0-7 of one world (each its
@@ -212,7 +207,7 @@ def test_a_link_out_of_the_paths_given_is_not_read(cluster, tmp_path):
     (mine / "rank4.pt.trace.json.gz").symlink_to(outside)
     proc = on_ray(ray.address, "report", "--json", f"node-a:{mine}")
     assert proc.returncode == 0, proc.stderr
-    assert f"{mine / 'rank4.pt.trace.json.gz'}: leads outside {mine}" in unwrapped(proc.stderr)
+    assert f"{mine / 'rank4.pt.trace.json.gz'}: leads outside {mine}" in "\n".join(unwrapped(proc.stderr))
     assert [r["rank"] for r in json.loads(proc.stdout)["ranks"]] == [0, 1, 2, 3]
 
 
@@ -266,7 +261,7 @@ def test_a_killed_nodes_ranks_are_named_missing(cluster, tmp_path):
             break
     lines += proc.stderr.readlines()
     assert proc.wait(timeout=180) == 0, "".join(lines)
-    stderr = unwrapped("".join(lines))
+    stderr = "\n".join(unwrapped("".join(lines)))
     doc = json.loads(report.read_text())
     assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
     for rank in range(4, 8):
@@ -277,6 +272,6 @@ def test_a_killed_nodes_ranks_are_named_missing(cluster, tmp_path):
     assert "ranks analysed 8/8" in stderr and "Traceback" not in stderr
     again = on_ray(ray.address, "report", "--json", f"node-a:{folders['node-a']}", f"node-c:{folders['node-b']}")
     assert again.returncode == 0, again.stderr
-    assert f"node-c:{folders['node-b']}: no live node of the cluster is called node-c (1 dead; " in unwrapped(again.stderr)
-    assert "the ranks there are missing from this report" in unwrapped(again.stderr)
+    assert f"node-c:{folders['node-b']}: no live node of the cluster is called node-c (1 dead; " in "\n".join(unwrapped(again.stderr))
+    assert "the ranks there are missing from this report" in "\n".join(unwrapped(again.stderr))
     assert [r["rank"] for r in json.loads(again.stdout)["ranks"]] == [0, 1, 2, 3]

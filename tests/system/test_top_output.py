@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import SAMPLES, popen_interruptible, run_cli
+from conftest import SAMPLES, popen_interruptible, run_cli, unwrapped
 
 RECORDED = SAMPLES / "recorded-overlap"
 
@@ -18,13 +18,7 @@ RECORDED = SAMPLES / "recorded-overlap"
 def records(text: str) -> list[str]:
     """The plain output's records: a line that starts with a space continues the one before (each
     record is wrapped to the width, 80 where piped)."""
-    out: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(" ") and out:
-            out[-1] += " " + line.strip()
-        else:
-            out.append(line)
-    return out
+    return unwrapped(text, " ")
 
 
 def counters_of(folder):

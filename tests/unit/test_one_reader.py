@@ -151,18 +151,26 @@ def _one_line(exc: BaseException, path: Path) -> str:
     return said
 
 
-def test_an_oversized_sweep_json_is_refused_by_both_readers_unread(tmp_path, reads):
+def _refused_in_one_line(path, *readers):
+    """sweep.json at path refused in one line naming it: by each of the sweep view's readers, as
+    more than the bound, and by `sweep --resume`'s."""
     from dbo_trace.record.sweep import SweepRefused, read_state
-    from dbo_trace.sweep_folder import MAX_SWEEP_BYTES, SweepError, read_spec, read_sweep_document
+    from dbo_trace.sweep_folder import SweepError
 
-    path = _oversized_sweep(tmp_path / "out", MAX_SWEEP_BYTES)
-    for read in (read_spec, read_sweep_document):
+    for read in readers:
         with pytest.raises(SweepError) as caught:
-            read(tmp_path / "out")
+            read(path.parent)
         assert "more than the 4 MiB" in _one_line(caught.value, path)
     with pytest.raises(SweepRefused) as refused:
-        read_state(tmp_path / "out")
+        read_state(path.parent)
     _one_line(refused.value, path)
+
+
+def test_an_oversized_sweep_json_is_refused_by_both_readers_unread(tmp_path, reads):
+    from dbo_trace.sweep_folder import MAX_SWEEP_BYTES, read_spec, read_sweep_document
+
+    path = _oversized_sweep(tmp_path / "out", MAX_SWEEP_BYTES)
+    _refused_in_one_line(path, read_spec, read_sweep_document)
     assert all(n <= MAX_SWEEP_BYTES + 1 for n in reads), reads  # its size refused it before any read
 
 
@@ -171,8 +179,7 @@ def test_a_sweep_json_that_grows_past_its_size_is_read_one_byte_over_the_bound(t
     one byte over the bound and refuses what it got; nothing reads the whole file."""
     import os
 
-    from dbo_trace.record.sweep import SweepRefused, read_state
-    from dbo_trace.sweep_folder import MAX_SWEEP_BYTES, SweepError, read_sweep_document
+    from dbo_trace.sweep_folder import MAX_SWEEP_BYTES, read_sweep_document
 
     path = _oversized_sweep(tmp_path / "out", 2 * MAX_SWEEP_BYTES)
     real = os.fstat
@@ -182,12 +189,7 @@ def test_a_sweep_json_that_grows_past_its_size_is_read_one_byte_over_the_bound(t
         return os.stat_result((st.st_mode, *st[1:6], 100, *st[7:]))  # st_size: 100 bytes, as when opened
 
     monkeypatch.setattr(os, "fstat", fstat)
-    with pytest.raises(SweepError) as caught:
-        read_sweep_document(tmp_path / "out")
-    assert "more than the 4 MiB" in _one_line(caught.value, path)
-    with pytest.raises(SweepRefused) as refused:
-        read_state(tmp_path / "out")
-    _one_line(refused.value, path)
+    _refused_in_one_line(path, read_sweep_document)
     assert reads and all(n == MAX_SWEEP_BYTES + 1 for n in reads), reads
 
 
