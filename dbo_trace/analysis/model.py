@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 import numpy as np
@@ -39,7 +39,7 @@ from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
 from dbo_trace.analysis.afd.verdict_model import AfdShare
-from dbo_trace.analysis.verdict.evidence_types import HostTest
+from dbo_trace.analysis.verdict.evidence_types import HostTest, RankContext
 from dbo_trace.analysis.verdict.decision import Label, Verdict
 from dbo_trace.lazy import LazyList
 from dbo_trace.trace.timeline import Timeline
@@ -380,6 +380,9 @@ class RankAnalysis:
     # tokens: compare times every arm on this one basis where all have it (an event log's steps start at
     # a point of the step that moves with DBO on and off); empty without the annotations
     marked_periods: tuple[MarkedPeriod, ...] = ()
+    # what each of its windows (a step, a phase) brings to its evidence besides its figures: its steps
+    # and phases are judged with the run's (analysis/report.py)
+    window_context: RankContext = field(default=RankContext(False), repr=False, compare=False)
     detail: RankDetail | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -404,15 +407,38 @@ class RankAnalysis:
         return self.detail
 
 
+@dataclass(frozen=True)
+class RunFigures:
+    """What a rank's run makes of it (analysis/context.py, analysis/report.py): its settled number, its
+    microbatch source as the run sees it, its comm as its peers' waits tell it, its round trips and span
+    with the FFN's side, its steps and phases judged in the run's context."""
+
+    rank: int
+    attribution: str
+    exposure: Exposure | None
+    operations: list[OperationRow]
+    comm_transfer_slowdown: float | None
+    wait_split: WaitSplit | None
+    round_trips: RoundTrips | None
+    afd: AfdRoundTrips | None
+    span_parts: SpanParts | None
+    steps: StepReports
+    phases: list[PhaseReport]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RankReport(RankAnalysis):
-    """A rank's analysis with its verdict."""
+    """A rank as its run sees it, with its verdict: built once (in_run) from its measurement, which
+    stays as measured, and what its run makes of it."""
 
     verdict: Verdict
 
     @classmethod
-    def decided(cls, analysis: RankAnalysis, verdict: Verdict) -> RankReport:
-        return cls(**{f.name: getattr(analysis, f.name) for f in fields(RankAnalysis)}, verdict=verdict)
+    def in_run(cls, measured: RankAnalysis, run: RunFigures, judge: Callable[[RankAnalysis], Verdict]) -> RankReport:
+        """The measurement's figures with the run's in their place, and its verdict judged over them."""
+        values = {f.name: getattr(measured, f.name) for f in fields(RankAnalysis)}
+        values.update((f.name, getattr(run, f.name)) for f in fields(RunFigures))
+        return cls(**values, verdict=judge(RankAnalysis(**values)))
 
 
 @dataclass(frozen=True)
@@ -467,6 +493,3 @@ class CrossPart:
     layers: int | None
     warnings: tuple[str, ...]
     pair: PairPart | None = None  # an AFD role's (attention or FFN)
-
-    def numbered(self, rank: int) -> CrossPart:
-        return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))

@@ -28,7 +28,7 @@ from dbo_trace.analysis.overlap.held import HeldSummary, held_back, summarize
 from dbo_trace.analysis.overlap.held_sms import held_sm_evidence
 from dbo_trace.analysis.host.host_time import UNTRACED, HostCauses, host_pieces
 from dbo_trace.analysis.intervals import difference, intersection, union
-from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, YieldOps, ledger, yield_op_calls
+from dbo_trace.analysis.ledger import YIELD_OP, Ledger, YieldOpCalls, ledger, yield_op_calls
 from dbo_trace.analysis.metrics import (
     MetricColumns,
     RoundTrips,
@@ -62,12 +62,11 @@ from dbo_trace.analysis.steps.periods import marked_periods_of
 from dbo_trace.analysis.steps.sources import DECODE, PHASES, SOURCE_VLLM, Steps, decode_requests, vllm_steps
 from dbo_trace.analysis.host.summaries import cpu_range_summary, kernel_summary, spread
 from dbo_trace.analysis.verdict.evidence import rank_context, step_verdict
-from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, RankContext, gpu_work_of, host_test_of
-from dbo_trace.analysis.verdict.decision import decide
+from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, host_test_of
 from dbo_trace.bundle import EV_STEP_BEGIN
 from dbo_trace.trace.eventlog import EventLogData
 from dbo_trace.trace.pystacks import StackSamples
-from dbo_trace.trace.timeline import Intervals, Timeline
+from dbo_trace.trace.timeline import Timeline
 
 
 def _profiled_microbatch_threads(tl: Timeline, att: Attribution) -> bool:
@@ -104,7 +103,7 @@ def analyze_rank(
     read = rank_clock_bounds(d)
     if (skew := read.skew_us) is not None:
         # the events prove the GPU's timestamps off the CPU's: every figure is taken on the CPU's clock
-        tl = shifted_gpu(tl, skew)
+        tl = tl.shifted_gpu(skew)
         d = rank_detail(tl, logs, options, partner, recording)
     clocks = analysed_clocks(d, read, skew or 0.0)
     gaps = incomplete(
@@ -128,7 +127,7 @@ def analyze_rank(
     context = rank_context(d.attribution.source, table.path, afd, role, yield_op)
     starts, steady, marked = steady_step_starts(d, table)
     marked_periods = rank_marked_periods(marked, steady, d.attribution.steps.source)
-    phases = [phase_report(d, table, context, p, at, shares, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
+    phases = [phase_report(d, table, p, at, marked_periods) for p in PHASES if len(at := table.of_phase(p))]
     exposed = rank_exposure(d) if d.has_comm else None
     late = behind(table.start_us, table.end_us)
     delay = rank_launch_delay(d, clocks)
@@ -191,6 +190,7 @@ def analyze_rank(
         span_parts=rank_span_parts(d, starts, steady),
         decode_requests=rank_decode_requests(marked, steady),
         marked_periods=marked_periods,
+        window_context=context,
         detail=d,
     )
 
@@ -555,13 +555,6 @@ def copies_to_host(tl: Timeline) -> np.ndarray:
     return copies
 
 
-def shifted_gpu(tl: Timeline, by_us: float) -> Timeline:
-    """The timeline with every GPU timestamp moved by -by_us (onto the CPU's clock): a new timeline,
-    on another clock, of the one read."""
-    g = tl.gpu
-    return replace(tl, gpu=Intervals(g.start - by_us, g.end - by_us, g.name, g.lane, g.correlation))
-
-
 def _launch_end(tl: Timeline, att: Attribution) -> np.ndarray:
     """Each GPU activity's launching call's end (NaN where none is known)."""
     li = att.gpu_launch_index
@@ -698,30 +691,24 @@ def _window_time(span_us: float, row: np.ndarray, host_gaps: int, all_gaps: int)
     return WindowTime(span_us, buckets.busy_us, buckets.host_idle_us, host_gaps, all_gaps)
 
 
-def phase_report(
-    d: RankDetail, steps: StepTable, context: RankContext, phase: str, at: np.ndarray,
-    shares: RoundTripShares | None = None, marked: Sequence[MarkedPeriod] = (),
-) -> PhaseReport:  # fmt: skip
-    """A phase's figures and verdict over its steady steps (all of them where every one stalled);
-    its step-time spread over all its steps' periods, stalls included. at: its steps' positions;
-    shares: a disaggregated rank's round trips, which judge its overlap; marked: its steady steps'
-    periods by vLLM's annotations, where its steps are another source's: the median step's basis."""
+def phase_report(d: RankDetail, steps: StepTable, phase: str, at: np.ndarray, marked: Sequence[MarkedPeriod] = ()) -> PhaseReport:
+    """A phase's figures over its steady steps (all of them where every one stalled); its step-time
+    spread over all its steps' periods, stalls included; its verdict is judged in the run's context
+    (analysis/report.py). at: its steps' positions; marked: its steady steps' periods by vLLM's
+    annotations, where its steps are another source's: the median step's basis."""
     att = d.attribution
     steady = steps.steady_or_all(at)
     idx = steps.index[steady]
     windows = (steps.start_us[steady], steps.end_us[steady])
     m = metrics_of(d, gpu=np.isin(att.gpu_step, idx), calls=np.isin(att.call_step, idx), windows=windows)
     causes = d.host_pieces.causes_in_union(windows[0], windows[1], m.host_idle_us)
-    evidence = context.evidence(
-        m, causes=causes, gpu=gpu_work_of(m, phase, len(steady)), afd_share=shares.of(steady) if shares is not None else None
-    )
     by_marks = marked_periods_of([marked], phase)
     return PhaseReport(
         phase=phase,
         steps=len(at),
         median_step_us=float(np.median(by_marks or steps.period_us[steady])),
         metrics=m,
-        verdict=decide(evidence),
+        verdict=None,  # judged in the run's context (analysis/report.py)
         host_causes=causes,
         step_spread=spread(by_marks or steps.period_us[at]),  # the annotations' steady periods where they are the basis
         stalls=int(steps.stalled[at].sum()),

@@ -17,19 +17,18 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import Executor as PoolExecutor
 from concurrent.futures import as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
 
-from dbo_trace.analysis.cross_rank.clocks import Alignment
 from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Recording, Report, StepTable
-from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
+from dbo_trace.analysis.context import PeerStep
 from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.analysis.steps.sources import SOURCE_VLLM, Steps, partner_steps
-from dbo_trace.analysis.report import combine, with_peer_waits
+from dbo_trace.analysis.report import combine
 from dbo_trace.analysis.afd.role_evidence import RoleCall, claimed_role, declares_attention, resolve_role, trace_evidence
-from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RolesInfo, event_window, restrict, roles_info
+from dbo_trace.analysis.afd.roles import ATTENTION, FFN, ROLE_ORDER, RoleFacts, event_window, restrict, role_facts
 from dbo_trace.analysis.compare.unprofiled import Repeat, repeats_of
 from dbo_trace.bundle import Manifest, RoleClaims, served_settings
 from dbo_trace.serve_args import capture_sizes
@@ -326,13 +325,18 @@ def attention_timelines(results: dict[int, list[RankAnalysis] | str], first: lis
 @dataclass(frozen=True)
 class Settled:
     """The ranks numbered once (settle_ranks: the rank each trace claims, or by name where claims
-    clash) and put in rank order."""
+    clash) and put in rank order; each measurement stays as measured, its number the run's."""
 
-    ranks: list[RankAnalysis]  # numbered, in rank order
+    ranks: list[RankAnalysis]  # in rank order, as measured
     numbers: list[int]  # each rank's number, in the order the results list them
     order: list[int]  # those positions in rank order
     timelines: list[Timeline]  # each rank's timeline (or its bounds), in the order the results list them
     warnings: list[str]
+
+    @property
+    def ranked(self) -> list[int]:
+        """The ranks' numbers, in rank order (as ranks)."""
+        return [self.numbers[i] for i in self.order]
 
 
 def settle(results: list[list[RankAnalysis] | str], bounds: list[list[Timeline]] | None = None) -> Settled:
@@ -350,8 +354,7 @@ def settle(results: list[list[RankAnalysis] | str], bounds: list[list[Timeline]]
         order = [order[k] for k in paired]
         for n, i in enumerate(order):
             numbers[i] = n
-    numbered = [ranks[i] if ranks[i].rank == numbers[i] else replace(ranks[i], rank=numbers[i]) for i in order]
-    return Settled(numbered, numbers, order, timelines, warnings)
+    return Settled([ranks[i] for i in order], numbers, order, timelines, warnings)
 
 
 def _numbered_by_role(timelines: list[Timeline], roles: list[str | None]) -> list[int] | None:
@@ -371,32 +374,31 @@ def finish(
     *,
     cut: Cut | None = None,
     parts: list[CrossPart] | None = None,
-    refine: Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]] = with_peer_waits,
+    peer_step: PeerStep | None = None,
     warnings: Sequence[str] = (),
 ) -> Report:
-    """The settled ranks combined into the Report. parts and refine: where the ranks' details stay
-    elsewhere (Ray), what the cross-rank step reads of each (in the order the results list them) and
-    how the peer waits go back to them; warnings: the executor's own."""
+    """The settled ranks combined into the Report. parts and peer_step: where the ranks' details stay
+    elsewhere (Ray), what the cross-rank step reads of each (in rank order, under their settled
+    numbers) and how the peer waits reach them; warnings: the executor's own."""
     return combine(
         settled.ranks,
         plan.shared.options,
         inputs,
         plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
-        [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
-        refine,
-        roles=_roles(plan, settled, cut),
+        parts,
+        peer_step,
+        roles=_role_facts(plan, settled, cut),
         recording=plan.shared.recording,
+        numbers=settled.ranked,
     )
 
 
-def _roles(plan: Plan, settled: Settled, cut: Cut | None) -> RolesInfo | None:
-    """What the manifests and the traces say of the roles present, and whether the FFN's traces were cut."""
+def _role_facts(plan: Plan, settled: Settled, cut: Cut | None) -> RoleFacts:
+    """What the manifests and the traces say of the roles, and whether the FFN's traces were cut."""
     timelines = [settled.timelines[i] for i in settled.order]
-    info = roles_info(plan.manifests, [r.role for r in settled.ranks if r.role is not None], [tl.metadata for tl in timelines])
-    if info is None or cut is None:
-        return info
-    ffn = [tl for r, tl in zip(settled.ranks, timelines) if r.role == FFN]
-    return replace(info, ffn_window_restricted=any(tl.base_time_ns is not None and cut.base_time_ns is not None for tl in ffn))
+    cut_known = cut is not None and cut.base_time_ns is not None
+    ffn_cut = cut_known and any(tl.base_time_ns is not None for r, tl in zip(settled.ranks, timelines) if r.role == FFN)
+    return role_facts(plan.manifests, [tl.metadata for tl in timelines], ffn_cut)
 
 
 # ---- the executors ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from dbo_trace.analysis.cross_rank.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
     from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
+    from dbo_trace.analysis.context import PeerFigures, PeerStep
     from dbo_trace.app.pipeline import Cut, Plan, Shared
     from dbo_trace.trace.eventlog import EventLogData
     from dbo_trace.trace.pystacks import StackSamples
@@ -159,11 +161,10 @@ def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
 
 @dataclass(frozen=True)
 class Compact:
-    """A trace's ranks as the driver needs them: each report without its detail, its CrossPart and
-    the timeline's bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
+    """A trace's ranks as the driver needs them: each measurement without its detail and the timeline's
+    bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
 
     reports: list[RankAnalysis]
-    parts: list[CrossPart]
     bounds: list[Timeline]
     node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
 
@@ -173,7 +174,6 @@ def analyse(trace: str, index: int, shared: Shared, roots: list[str], cut: Cut |
     reports, kept on the node; their Compact, or the trace's one-line error)."""
     from dataclasses import replace
 
-    from dbo_trace.analysis.report import cross_part
     from dbo_trace.app.pipeline import analyse_trace
 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
@@ -184,51 +184,26 @@ def analyse(trace: str, index: int, shared: Shared, roots: list[str], cut: Cut |
     import ray
 
     compact = Compact(
-        [replace(r, detail=None) for r in result],
-        [shared_strings(cross_part(r)) for r in result],
-        [bounds(r.detailed().timeline) for r in result],
+        [replace(r, detail=None) for r in result],  # a copy to send: the node keeps the measurement whole
+        [r.detailed().timeline.bounds() for r in result],
         ray.get_runtime_context().get_node_id(),
     )
     return result, compact
 
 
-def shared_strings(part: CrossPart) -> CrossPart:
-    """The part with each comm kernel's channel and signature one string object per distinct text,
-    which pickle then sends once (its memo): a few bytes per kernel instead of the text each time."""
-    from dataclasses import replace
+def parts_of(full: list[RankAnalysis], positions: list[int], numbers: list[int]) -> list[CrossPart]:
+    """On the trace's node: what the cross-rank step reads of its ranks at these positions
+    (analysis/context.py cross_part), under the numbers settled on the driver."""
+    from dbo_trace.analysis.context import cross_part
 
-    comm = part.comm
-    return replace(
-        part, comm=replace(comm, channel=[sys.intern(c) for c in comm.channel], signature=[sys.intern(x) for x in comm.signature])
-    )
+    return [cross_part(full[j], n) for j, n in zip(positions, numbers)]
 
 
-def bounds(tl: Timeline) -> Timeline:
-    """The timeline with, of each kind of event, only its first start and its last end."""
-    from dataclasses import fields, replace
+def peer_figures_of(full: list[RankAnalysis], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> Any:
+    """On the rank's node: its comm as its peers' waits tell it (analysis/context.py peer_figures)."""
+    from dbo_trace.analysis.context import peer_figures
 
-    import numpy as np
-
-    def ends(iv: Any) -> tuple[Any, np.ndarray]:
-        keep = np.unique([int(iv.start.argmin()), int(iv.end.argmax())]) if len(iv) else np.zeros(0, np.int64)
-        return replace(iv, **{f.name: getattr(iv, f.name)[keep] for f in fields(iv)}), keep
-
-    gpu, g = ends(tl.gpu)
-    calls, _ = ends(tl.calls)
-    cpu, c = ends(tl.cpu)
-    return replace(
-        tl, gpu=gpu, calls=calls, cpu=cpu, gpu_is_copy=tl.gpu_is_copy[g], cpu_is_annotation=tl.cpu_is_annotation[c],
-        names=[], gpu_args=None, launch=None,
-    )  # fmt: skip
-
-
-def peer_waits_of(full: list[RankAnalysis], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> RankAnalysis:
-    """On the rank's node: its report (renumbered as settled) with its peer waits, without its detail."""
-    from dataclasses import replace
-
-    from dbo_trace.analysis.report import with_peer_waits
-
-    return replace(with_peer_waits([replace(full[k], rank=rank)], waits, alignment)[0], detail=None)
+    return peer_figures(full[k], rank, waits, alignment)
 
 
 # ---- The driver ------------------------------------------------------------------------------
@@ -331,8 +306,6 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     """The pipeline's steps (dbo_trace/app/pipeline.py) with Ray as the executor: find on the nodes,
     prepare here, analyse each trace on its node (the FFN's after the attention's, cut to their
     window), finish here with the peer waits sent back to where each rank's detail is."""
-    from dataclasses import replace
-
     from dbo_trace.app.pipeline import Plan, Shared, analyse_rounds, finish, recording_of, settle
     from dbo_trace.trace.errors import InputError
 
@@ -357,12 +330,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     settled = settle(ranks, [c.bounds if isinstance(c, Compact) else [] for c in results])
     home = [(k, j) for k, c in enumerate(results) if isinstance(c, Compact) for j in range(len(c.reports))]
     place = {settled.numbers[i]: home[i] for i in settled.order}  # a settled rank number -> (its trace, its place in it)
-    parts = [p for c in results if isinstance(c, Compact) for p in c.parts]
-    report = finish(
-        plan, settled, _inputs(given, traces), cut=cut, parts=parts, refine=tasks.waits_on_nodes(place), warnings=warnings
-    )
-    late = [w for w in tasks.late if w not in report.warnings]  # the peer-wait step's, after the document's others
-    return replace(report, warnings=[*report.warnings, *late]) if late else report
+    parts = tasks.parts([place[n] for n in settled.ranked], settled.ranked) if len(settled.ranks) > 1 else None
+    return finish(plan, settled, _inputs(given, traces), cut=cut, parts=parts, peer_step=tasks.peer_step(place), warnings=warnings)
 
 
 def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, list[tuple[int, str, bool]]], list[str]]:
@@ -450,7 +419,7 @@ class _Tasks:
         return [k for k in first if isinstance(c := self.results[k], Compact) and any(r.role == FFN for r in c.reports)]
 
     def attention(self, first: list[int]) -> list[tuple[Timeline, StepTable]]:
-        """The attention ranks' bounds (bounds(): their first start and last end, all the cut needs), with their steps."""
+        """The attention ranks' bounds (Timeline.bounds: their first start and last end, all the cut needs), with their steps."""
         from dbo_trace.analysis.afd.roles import ATTENTION
 
         compact = [c for k in first if isinstance(c := self.results[k], Compact)]
@@ -492,46 +461,54 @@ class _Tasks:
         ran = f"on {self.label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {self.label[node]}: failed"
         self.counter.step(f"{path} {ran}")
 
-    def waits_on_nodes(
-        self, place: dict[int, tuple[int, int]]
-    ) -> Callable[[list[RankAnalysis], PeerWaits, Alignment], list[RankAnalysis]]:
-        """combine's refine: each rank that waited for a peer gets its waits on its node, where its detail is."""
-        return lambda ranks, waits, alignment: self._waits(ranks, waits, alignment, place)
+    def parts(self, where: list[tuple[int, int]], numbers: list[int]) -> list[CrossPart]:
+        """Each rank's CrossPart (in rank order: where, its trace and place; numbers, its settled number),
+        made on its trace's node from its detail, one task per trace."""
+        ray, asked = self.ray, {}
+        for k in dict.fromkeys(t for t, _ in where):
+            mine = [(j, n) for (t, j), n in zip(where, numbers) if t == k]
+            full = [j for j, _ in mine]
+            task = _pinned(ray, parts_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            asked[k] = (task.remote(self.full[k], full, [n for _, n in mine]), full)
+        found: dict[tuple[int, int], CrossPart] = {}
+        for k, (ref, full) in asked.items():
+            found.update({(k, j): p for j, p in zip(full, _get(ray, ref, [r for r, _ in asked.values()]))})
+        return [found[w] for w in where]
 
-    def _waits(
-        self, ranks: list[RankAnalysis], waits: PeerWaits, alignment: Alignment, place: dict[int, tuple[int, int]]
-    ) -> list[RankAnalysis]:
-        from dataclasses import replace
+    def peer_step(self, place: dict[int, tuple[int, int]]) -> PeerStep:
+        """combine's peer step: each rank that waited for a peer gets its PeerFigures on its node, where
+        its detail is; a rank whose task failed keeps its own, with a warning."""
+        return lambda ranks, numbers, waits, alignment: self._peers(ranks, numbers, waits, alignment, place)
+
+    def _peers(
+        self, ranks: Sequence[RankAnalysis], numbers: Sequence[int], waits: PeerWaits, alignment: Alignment,
+        place: dict[int, tuple[int, int]],
+    ) -> tuple[dict[int, PeerFigures], list[str]]:  # fmt: skip
+        from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits as Waits
 
         ray, asked = self.ray, {}
-        for r in ranks:
-            if r.exposure is None or not len(waits.kernel_wait_us.get(r.rank, ((),))[0]):
+        for r, n in zip(ranks, numbers):
+            if r.exposure is None or not len(waits.kernel_wait_us.get(n, ((),))[0]):
                 continue
-            k, j = place[r.rank]
-            mine = replace(
-                waits,
-                kernel_wait_us={r.rank: waits.kernel_wait_us[r.rank]},
-                ops=[],
-                ranks={r.rank: waits.ranks[r.rank]} if r.rank in waits.ranks else {},  # its own sums: the round trip's wait
-                wait_spans={},
-                steps=[],
-                ubatches=[],
-            )
-            task = _pinned(ray, peer_waits_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
-            asked[r.rank] = task.remote(self.full[k], j, r.rank, mine, alignment)
-        out = []
-        for r in ranks:
-            if r.rank not in asked:
-                out.append(r)
-                continue
+            k, j = place[n]
+            mine = Waits(  # its own kernels' waits: what its figures read
+                ops=[], ranks={n: waits.ranks[n]} if n in waits.ranks else {}, kernel_wait_us={n: waits.kernel_wait_us[n]},
+                threshold_us=waits.threshold_us, zero_us=waits.zero_us,
+            )  # fmt: skip
+            task = _pinned(ray, peer_figures_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            asked[n] = task.remote(self.full[k], j, n, mine, alignment)
+        out, notes = {}, []
+        for n, ref in asked.items():
             try:
-                out.append(_get(ray, asked[r.rank], list(asked.values())))
+                found = _get(ray, ref, list(asked.values()))
             except _TaskFailed as exc:
-                node = self.label[self.traces[place[r.rank][0]][1]]
-                self.late.append(f"rank {r.rank} on node {node}: its waits for peer ranks were not applied ({exc}); "
-                                 "its exposed comm is as measured on its own")  # fmt: skip
-                out.append(r)
-        return out
+                node = self.label[self.traces[place[n][0]][1]]
+                notes.append(f"rank {n} on node {node}: its waits for peer ranks were not applied ({exc}); "
+                             "its exposed comm is as measured on its own")  # fmt: skip
+                continue
+            if found is not None:
+                out[n] = found
+        return out, notes
 
 
 class _TaskFailed(Exception):

@@ -26,6 +26,10 @@ class Intervals:
     def __len__(self) -> int:
         return len(self.start)
 
+    def take(self, keep: np.ndarray) -> Intervals:
+        """The intervals at these positions (indices or a mask), in that order."""
+        return Intervals(self.start[keep], self.end[keep], self.name[keep], self.lane[keep], self.correlation[keep])
+
 
 # Older Kineto wrote ts as microseconds since 1970 with no baseTimeNanoseconds: such a ts is already
 # on the time.time_ns() clock. 1.5e15-2.0e15 us is 2017 to 2033; no trace-relative clock gets there.
@@ -45,6 +49,10 @@ class CommArgs:
     @staticmethod
     def absent(n: int) -> "CommArgs":
         return CommArgs(np.full(n, -1, np.int32), np.full(n, -1, np.int32), np.full(n, -1, np.int64), np.full(n, -1, np.int64))
+
+    def take(self, keep: np.ndarray) -> CommArgs:
+        """The rows of these GPU activities (indices or a mask), in that order."""
+        return CommArgs(self.collective[keep], self.group[keep], self.nelems[keep], self.seq[keep])
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,37 @@ class Timeline:
     gpu_args: CommArgs | None = None  # None: the trace was built without them
     extents: np.ndarray | None = None  # the source's chunks (kineto.EXTENT_FIELDS), for reading a few args back
     launch: LaunchArgs | None = None  # None: the trace was built without them
+
+    def with_events(
+        self, gpu: Intervals, gpu_keep: np.ndarray, calls: Intervals, cpu: Intervals, cpu_keep: np.ndarray, names: bool = True
+    ) -> Timeline:
+        """This process's timeline with other events: gpu, calls and cpu (its own, taken at gpu_keep and
+        cpu_keep (indices or masks) and maybe cut or moved), their per-event columns taken alike; its
+        names kept (names=False: none, where the events' names are not read)."""
+        return Timeline(
+            source=self.source, claimed_rank=self.claimed_rank, pid=self.pid, names=self.names if names else [], gpu=gpu,
+            gpu_is_copy=self.gpu_is_copy[gpu_keep], calls=calls, cpu=cpu, cpu_is_annotation=self.cpu_is_annotation[cpu_keep],
+            base_time_ns=self.base_time_ns, metadata=self.metadata, warnings=self.warnings,
+            gpu_args=self.gpu_args.take(gpu_keep) if self.gpu_args is not None and names else None,
+            extents=self.extents, launch=self.launch.take(gpu_keep) if self.launch is not None and names else None,
+        )  # fmt: skip
+
+    def shifted_gpu(self, by_us: float) -> Timeline:
+        """Every GPU timestamp moved by -by_us (onto the CPU's clock): the timeline on another clock."""
+        g = self.gpu
+        every = np.arange(len(g))
+        moved = Intervals(g.start - by_us, g.end - by_us, g.name, g.lane, g.correlation)
+        return self.with_events(moved, every, self.calls, self.cpu, np.arange(len(self.cpu)))
+
+    def bounds(self) -> Timeline:
+        """Of each kind of event, only its first start and its last end, without names or arguments: what
+        settling the ranks and cutting an FFN's trace read (app/ray_executor.py sends this, not the whole)."""
+
+        def ends(iv: Intervals) -> np.ndarray:
+            return np.unique([int(iv.start.argmin()), int(iv.end.argmax())]) if len(iv) else np.zeros(0, np.int64)
+
+        g, c = ends(self.gpu), ends(self.cpu)
+        return self.with_events(self.gpu.take(g), g, self.calls.take(ends(self.calls)), self.cpu.take(c), c, names=False)
 
     def comm_args(self) -> CommArgs:
         return self.gpu_args if self.gpu_args is not None else CommArgs.absent(len(self.gpu))

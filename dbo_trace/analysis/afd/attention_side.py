@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
+from dbo_trace.analysis.afd.effect import SpanParts
 from dbo_trace.analysis.afd.effect import ffn_parts as ffn_span_parts
 from dbo_trace.analysis.model import Options, Recording, PairPart, RankAnalysis, RankDetail, StepTable
 from dbo_trace.analysis.afd.dbo_model import (
@@ -23,11 +24,12 @@ from dbo_trace.analysis.afd.dbo_model import (
 )
 from dbo_trace.analysis.afd.pipeline import Pipeline, pipeline_of
 from dbo_trace.analysis.afd.pair_compute import pair_figures
-from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RolesInfo
+from dbo_trace.analysis.afd.roles import ATTENTION, FFN
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips, data_plane, ffn_parts, sendrecv_kernels
 from dbo_trace.analysis.afd.round_trips import round_trips as afd_round_trips
 from dbo_trace.analysis.afd.round_trips import summarize as summarize_round_trips
-from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing, time_slicing
+from dbo_trace.analysis.afd.gpu_sharing import GpuSharing, TimeSlicing, time_slicing
+from dbo_trace.analysis.afd.pair_compute import PairFigures
 from dbo_trace.analysis.afd.verdict_model import AfdShare
 
 
@@ -42,18 +44,15 @@ def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
     )
     in_step = data & (att.gpu_step >= 0)
     kernels_per_step = np.unique(att.gpu_step[in_step], return_counts=True)[1]
-    found = summarize_round_trips(
-        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
-        step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
-        kernels_per_step=kernels_per_step,
-    )  # fmt: skip
-    if found is None:
-        return None
     lag_op = _lag_op(
         rows.send_end, rows.send_end + rows.lag_us, cpu_start=tl.cpu.start, cpu_end=tl.cpu.end, cpu_name=tl.cpu.name,
         cpu_is_op=~tl.cpu_is_annotation, names=tl.names,
+    ) if len(rows) else None  # fmt: skip
+    return summarize_round_trips(
+        rows, told, unpaired, data_kernels=int(data.sum()), control_kernels=int((p2p & ~data).sum()),
+        step_compute_us=dict(zip(steps.index.tolist(), steps.metrics["compute_busy_us"].tolist())), layers=att.layers,
+        kernels_per_step=kernels_per_step, kernel_ubatch=told_ub, lag_op=lag_op,
     )  # fmt: skip
-    return replace(found, kernel_ubatch=told_ub, lag_op=lag_op)
 
 
 LAG_NAMED = 0.05  # the host's lag is worth naming its op where it is this share of the round trips' time
@@ -128,14 +127,6 @@ class RoundTripShares:
         ]
 
 
-def time_slicing_of(ranks: Sequence[RankAnalysis], roles: RolesInfo | None) -> TimeSlicing | None:
-    """The evidence that the roles' CUDA contexts took turns on their one GPU (no MPS): the
-    attention's round trips against their transfer (with_pair, analysis/afd/gpu_sharing.py), where it holds.
-    The verdict's first reason, and its next step the MPS control daemon."""
-    sliced = roles.time_slicing if roles is not None else None
-    return sliced if sliced is not None and sliced.sliced and sliced.ratio is not None else None
-
-
 def pair_part(r: RankAnalysis) -> PairPart | None:
     """An AFD role's intervals, from its detail, as the pair's figures read them."""
     if r.role not in (ATTENTION, FFN) or r.detail is None:
@@ -164,47 +155,25 @@ def _offset_us(part: PairPart, reference: PairPart) -> float | None:
     return (part.base_time_ns - reference.base_time_ns) / 1000.0
 
 
-def with_pair(roles: RolesInfo | None, ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> RolesInfo | None:
-    """The roles with what the two sides tell together: whether they time-slice the GPU (the attention's
-    round trips against their transfer, analysis/afd/gpu_sharing.py) and, with the FFN's trace, its compute per
-    step and per round trip and each side's GPU busy over the attention's steps (analysis/afd/pair_compute.py).
-    pairs: each rank's PairPart (pair_part), in the ranks' order."""
-    at = next((k for k, r in enumerate(ranks) if r.afd is not None and pairs[k] is not None), None)
-    if roles is None or at is None:
-        return roles
-    att, mine = ranks[at], pairs[at]
-    assert att.afd is not None and mine is not None
-    rows, parts = att.afd.rows, att.afd.parts
-    sliced = time_slicing(
-        send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
-        round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
-        sharing=roles.sharing, ubatch=rows.ubatch,
-    )  # fmt: skip
-    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
-    offset = _offset_us(ffn, mine) if ffn is not None else None
-    if ffn is None or offset is None:
-        return replace(roles, time_slicing=sliced)
-    table = att.steps.table
-    pair = pair_figures(
-        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=mine.gpu,
-        ffn=(ffn.gpu[0] + offset, ffn.gpu[1] + offset), ffn_compute=(ffn.compute[0] + offset, ffn.compute[1] + offset),
-        round_trip_compute_us=parts.compute_us if parts is not None else None,
-        round_trip_queue_us=parts.queue_us if parts is not None else None, round_trips_per_step=att.afd.per_step,
-    )  # fmt: skip
-    return replace(roles, time_slicing=sliced, pair=pair)
+@dataclass(frozen=True)
+class AfdSide:
+    """An attention rank's round trips and span as the pair reads them: each round trip's parts from
+    the FFN's data-plane kernels, and the FFN's GPU over the span (new values: the measured ones matched
+    to the other side)."""
+
+    round_trips: AfdRoundTrips
+    span_parts: SpanParts | None
 
 
-def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> list[RankAnalysis]:
-    """The attention ranks' round trips with their parts from the FFN rank's data-plane kernels, put
-    on the attention's clock (both traces' baseTimeNanoseconds: one host's time.time_ns)."""
+def afd_sides(ranks: Sequence[RankAnalysis], pairs: Sequence[PairPart | None]) -> list[AfdSide | None]:
+    """Per rank, an attention rank's AfdSide where an FFN's trace is there and both clocks are known
+    (baseTimeNanoseconds: one host's time.time_ns), put on the attention's clock; None elsewhere."""
     ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
-    if ffn is None:
-        return ranks
-    out = []
+    out: list[AfdSide | None] = []
     for r, mine in zip(ranks, pairs):
-        offset = _offset_us(ffn, mine) if r.afd is not None and mine is not None else None
-        if r.afd is None or offset is None:
-            out.append(r)
+        offset = _offset_us(ffn, mine) if ffn is not None and r.afd is not None and mine is not None else None
+        if ffn is None or r.afd is None or offset is None:
+            out.append(None)
             continue
         compute = (ffn.compute[0] + offset, ffn.compute[1] + offset)
         parts = ffn_parts(r.afd.rows, ffn.data[0] + offset, ffn.data[1] + offset, compute)
@@ -213,23 +182,62 @@ def with_ffn_parts(ranks: list[RankAnalysis], pairs: list[PairPart | None]) -> l
             lo = span.start_us
             on_ffn = ffn_span_parts(lo, lo + span.span_us, span.periods, (ffn.gpu[0] + offset, ffn.gpu[1] + offset), compute)
             span = replace(span, ffn=on_ffn)
-        out.append(replace(r, afd=replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum())), span_parts=span))
+        out.append(AfdSide(replace(r.afd, parts=parts, ffn_matched=int(parts.matched.sum())), span))
     return out
 
 
-def run_pipeline(ranks: Sequence[RankAnalysis], recording: str | None = None) -> Pipeline | None:
+def pair_of(
+    ranks: Sequence[RankAnalysis], afds: Sequence[AfdRoundTrips | None], pairs: Sequence[PairPart | None],
+    sharing: GpuSharing | None,
+) -> tuple[TimeSlicing | None, PairFigures | None]:  # fmt: skip
+    """What the two sides tell together, from the first attention rank with round trips (afds: each
+    rank's, with the FFN's parts where afd_sides gave them): whether they time-slice the GPU (its
+    round trips against their transfer, analysis/afd/gpu_sharing.py; the verdict's first reason where
+    it holds) and, with the FFN's trace, its compute per step and per round trip and each side's GPU
+    busy over the attention's steps (analysis/afd/pair_compute.py)."""
+    at = next((k for k, a in enumerate(afds) if a is not None and pairs[k] is not None), None)
+    if at is None or not any(r.role is not None for r in ranks):
+        return None, None
+    afd, mine = afds[at], pairs[at]
+    assert afd is not None and mine is not None
+    rows, parts = afd.rows, afd.parts
+    sliced = time_slicing(
+        send_us=rows.send_end - rows.send_start, receive_us=rows.recv_end - rows.recv_start,
+        round_trip_us=rows.round_trip_us, ffn_compute_us=parts.compute_us if parts is not None else None,
+        sharing=sharing, ubatch=rows.ubatch,
+    )  # fmt: skip
+    ffn = next((p for r, p in zip(ranks, pairs) if r.role == FFN and p is not None), None)
+    offset = _offset_us(ffn, mine) if ffn is not None else None
+    if ffn is None or offset is None:
+        return sliced, None
+    table = ranks[at].steps.table
+    pair = pair_figures(
+        step_start=table.start_us, step_end=table.start_us + table.period_us, attention=mine.gpu,
+        ffn=(ffn.gpu[0] + offset, ffn.gpu[1] + offset), ffn_compute=(ffn.compute[0] + offset, ffn.compute[1] + offset),
+        round_trip_compute_us=parts.compute_us if parts is not None else None,
+        round_trip_queue_us=parts.queue_us if parts is not None else None, round_trips_per_step=afd.per_step,
+    )  # fmt: skip
+    return sliced, pair
+
+
+def run_pipeline(
+    ranks: Sequence[RankAnalysis], afds: Sequence[AfdRoundTrips | None], sides: Sequence[AfdSide | None],
+    recording: str | None = None,
+) -> Pipeline | None:  # fmt: skip
     """The served attention rank's steps as a pipeline (analysis/afd/pipeline.py), with the FFN's parts
-    where with_ffn_parts gave them; None without such a rank, or with several (one pipeline is one pair)."""
-    attention = [r for r in ranks if r.afd is not None and r.role != FFN]
+    where afd_sides gave them (afds, sides: each rank's); None without such a rank, or with several
+    (one pipeline is one pair)."""
+    attention = [k for k, r in enumerate(ranks) if afds[k] is not None and r.role != FFN]
     if len(attention) != 1:
         return None
-    r = attention[0]
-    assert r.afd is not None
-    table, sp = r.steps.table, r.span_parts
-    if recording is not None and len(r.afd.rows):  # the clock's base is the host's: the first send tells runs apart
-        recording = f"{recording}+{int(r.afd.rows.send_start.min())}"
+    k = attention[0]
+    r, afd, side = ranks[k], afds[k], sides[k]
+    assert afd is not None
+    table, sp = r.steps.table, side.span_parts if side is not None else r.span_parts
+    if recording is not None and len(afd.rows):  # the clock's base is the host's: the first send tells runs apart
+        recording = f"{recording}+{int(afd.rows.send_start.min())}"
     return pipeline_of(
-        r.afd, step_index=table.index, period_us=table.period_us, steady=~table.stalled,
+        afd, step_index=table.index, period_us=table.period_us, steady=~table.stalled,
         generation_tokens=table.generation_tokens,
         span=(sp.start_us, sp.start_us + sp.span_us, sp.periods) if sp is not None else None,
         exposed_us=sp.comm_alone_us if sp is not None else None, recording=recording,

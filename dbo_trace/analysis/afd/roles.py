@@ -4,7 +4,7 @@ manifest does, or the traces' own evidence (analysis/afd/role_evidence.py). Pure
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy as np
 from dbo_trace.analysis.afd.pair_compute import PairFigures
 from dbo_trace.analysis.afd.gpu_sharing import GpuSharing, TimeSlicing, gpu_sharing
 from dbo_trace.bundle import Manifest
-from dbo_trace.trace.timeline import CommArgs, Intervals, Timeline
+from dbo_trace.trace.timeline import Intervals, Timeline
 
 ATTENTION, FFN = "attention", "ffn"
 ROLE_ORDER = (ATTENTION, FFN)
@@ -95,27 +95,44 @@ def restrict(tl: Timeline, lo: float, hi: float) -> Timeline:
     gpu, g_keep = _cut(tl.gpu, lo, hi)
     calls, _ = _cut(tl.calls, lo, hi)
     cpu, c_keep = _cut(tl.cpu, lo, hi)
-    args = tl.gpu_args
-    if args is not None:
-        args = CommArgs(args.collective[g_keep], args.group[g_keep], args.nelems[g_keep], args.seq[g_keep])
-    return replace(
-        tl, gpu=gpu, gpu_is_copy=tl.gpu_is_copy[g_keep], calls=calls, cpu=cpu, cpu_is_annotation=tl.cpu_is_annotation[c_keep],
-        gpu_args=args, launch=tl.launch.take(g_keep) if tl.launch is not None else None,
-    )  # fmt: skip
+    return tl.with_events(gpu, g_keep, calls, cpu, c_keep)
 
 
-def roles_info(manifests: list[Manifest], present: list[str], metadatas: list[dict[str, Any]] | None = None) -> RolesInfo | None:
-    """present: the roles of the traces read; the manifest may declare more (a role whose traces
-    were not written), which the note names as missing. metadatas: the traces' (their device ids)."""
-    if not present:
+@dataclass(frozen=True)
+class RoleFacts:
+    """What the manifests and the traces say of the roles before the ranks are read together: the
+    roles the manifests declare, whether the roles shared a GPU (and MPS), and whether the FFN's
+    events were cut to the attention's window."""
+
+    declared: tuple[str, ...]
+    sharing: GpuSharing
+    ffn_window_restricted: bool = False
+
+
+def role_facts(manifests: list[Manifest], metadatas: list[dict[str, Any]], ffn_window_restricted: bool = False) -> RoleFacts:
+    """metadatas: the traces' (their device ids)."""
+    return RoleFacts(tuple(r for m in manifests for r in m.roles), gpu_sharing(manifests, metadatas), ffn_window_restricted)
+
+
+def roles_info(
+    facts: RoleFacts | None, present: list[str], *, time_slicing: TimeSlicing | None = None, pair: PairFigures | None = None
+) -> RolesInfo | None:
+    """The run's roles, once (analysis/context.py): present, the roles of the traces read; the manifest
+    may declare more (a role whose traces were not written), which the note names as missing; with what
+    the pair told together (time_slicing, pair). None without a role."""
+    if not present or facts is None:
         return None
-    declared = [r for m in manifests for r in m.roles]
-    sharing = gpu_sharing(manifests, metadatas or [])
-    ordered = tuple(sorted(set(present) | set(declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r)))
+    sharing = facts.sharing
+    ordered = tuple(
+        sorted(set(present) | set(facts.declared), key=lambda r: (ROLE_ORDER.index(r) if r in ROLE_ORDER else len(ROLE_ORDER), r))
+    )
     return RolesInfo(
         ordered,
         sharing.shared_gpu,
         sharing.mps,
+        ffn_window_restricted=facts.ffn_window_restricted,
         missing=tuple(r for r in ordered if r not in present),
         sharing=sharing,
+        time_slicing=time_slicing,
+        pair=pair,
     )

@@ -455,8 +455,12 @@ def summarize(
     step_compute_us: dict[int, float],
     layers: int | None,
     kernels_per_step: np.ndarray,
+    kernel_ubatch: np.ndarray | None = None,
+    lag_op: tuple[str, float] | None = None,
 ) -> AfdRoundTrips | None:
-    """The rank's summary; None without round trips. step_compute_us: each step's compute busy time."""
+    """The rank's summary; None without round trips. step_compute_us: each step's compute busy time;
+    kernel_ubatch, lag_op: each GPU activity's microbatch as the round trips told it, and the CPU op
+    that held the host's lag (AfdRoundTrips)."""
     if not len(rows):
         return None
     steps, per_step = np.unique(rows.step, return_counts=True)
@@ -487,4 +491,6 @@ def summarize(
         host_lag_median_us=float(np.median(rows.lag_us)),
         compute_per_microbatch_us=float(np.median(per_mb)) if per_mb else None,
         median_exposed_us=float(np.median(rows.rest_us - rows.rest_hidden_us)),
+        kernel_ubatch=kernel_ubatch,
+        lag_op=lag_op,
     )

@@ -214,7 +214,8 @@ def waited_for_most(rank: int, view: CrossRank | None) -> int | None:
 
 
 def rank_context(
-    source: str, paths: Sequence[str | None], afd: AfdRoundTrips | None, role: str | None, yield_op: YieldOps | None
+    source: str, paths: Sequence[str | None], afd: AfdRoundTrips | None, role: str | None, yield_op: YieldOps | None,
+    time_slicing: TimeSlicing | None = None,
 ) -> RankContext:
     """What a rank's steps and phases bring to their evidence: the DBO lines apply where its kernels or
     a step's path say two microbatches ran; DBO ran where those or its round trips say so
@@ -222,7 +223,7 @@ def rank_context(
     where a window's round trips do not give their own)."""
     return RankContext(
         rank_microbatched(source, paths), yield_op, rank_microbatched(source, paths, afd is not None and afd.microbatched),
-        overlap_model(None, role),
+        overlap_model(None, role), time_slicing,
     )
 
 

@@ -239,6 +239,11 @@ class RankContext:
     yield_op: YieldOps | None = None
     dbo_ran: bool = False
     model: OverlapModel | None = None
+    time_slicing: TimeSlicing | None = None  # the run's: the roles took turns on their one GPU (analysis/context.py)
+
+    def in_run(self, time_slicing: TimeSlicing | None) -> RankContext:
+        """The rank's windows' context with its run's time-slicing (analysis/report.py run_figures)."""
+        return RankContext(self.microbatched, self.yield_op, self.dbo_ran, self.model, time_slicing)
 
     def evidence(
         self, figures: WindowMetrics, *, causes: HostCauses | None, afd_share: OverlapModel | None = None,
@@ -246,7 +251,7 @@ class RankContext:
     ) -> Evidence:
         return Evidence(
             figures, microbatched=self.microbatched, causes=causes, gpu=gpu, yield_op=self.yield_op, dbo_ran=self.dbo_ran,
-            overlap_model=afd_share if afd_share is not None else self.model,
+            overlap_model=afd_share if afd_share is not None else self.model, time_slicing=self.time_slicing,
         )  # fmt: skip
 
 
