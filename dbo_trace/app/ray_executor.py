@@ -330,8 +330,10 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     settled = settle(ranks, [c.bounds if isinstance(c, Compact) else [] for c in results])
     home = [(k, j) for k, c in enumerate(results) if isinstance(c, Compact) for j in range(len(c.reports))]
     place = {settled.numbers[i]: home[i] for i in settled.order}  # a settled rank number -> (its trace, its place in it)
-    parts = tasks.parts([place[n] for n in settled.ranked], settled.ranked) if len(settled.ranks) > 1 else None
-    return finish(plan, settled, _inputs(given, traces), cut=cut, parts=parts, peer_step=tasks.peer_step(place), warnings=warnings)
+    parts = tasks.parts([place[n] for n in settled.ranked], settled.ranked)  # the cross-rank step's, an AFD pair's
+    return finish(
+        plan, settled, _inputs(given, traces), cut=cut, parts=parts, peer_step=tasks.peer_step(place), warnings=warnings + tasks.late
+    )
 
 
 def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, list[tuple[int, str, bool]]], list[str]]:
@@ -410,7 +412,7 @@ class _Tasks:
         self.full: dict[int, Any] = {}  # per trace: the reference to its full reports, on its node
         self.results: dict[int, Compact | str] = {}
         self.counter = Counter(len(traces), stream)
-        self.late: list[str] = []  # warnings of the peer-wait step
+        self.late: list[str] = []  # warnings of the steps after the analyses (the ranks' parts)
 
     # The pipeline's executor (app/pipeline.py Executor): analyse_rounds drives these.
     def told_ffn(self, first: list[int]) -> list[int]:
@@ -461,7 +463,7 @@ class _Tasks:
         ran = f"on {self.label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {self.label[node]}: failed"
         self.counter.step(f"{path} {ran}")
 
-    def parts(self, where: list[tuple[int, int]], numbers: list[int]) -> list[CrossPart]:
+    def parts(self, where: list[tuple[int, int]], numbers: list[int]) -> list[CrossPart] | None:
         """Each rank's CrossPart (in rank order: where, its trace and place; numbers, its settled number),
         made on its trace's node from its detail, one task per trace."""
         ray, asked = self.ray, {}
@@ -472,7 +474,12 @@ class _Tasks:
             asked[k] = (task.remote(self.full[k], full, [n for _, n in mine]), full)
         found: dict[tuple[int, int], CrossPart] = {}
         for k, (ref, full) in asked.items():
-            found.update({(k, j): p for j, p in zip(full, _get(ray, ref, [r for r, _ in asked.values()]))})
+            try:
+                found.update({(k, j): p for j, p in zip(full, _get(ray, ref, [r for r, _ in asked.values()]))})
+            except _TaskFailed as exc:
+                self.late.append(f"the ranks in {self.traces[k][2]} (node {self.label[self.traces[k][1]]}): not read together with "
+                                 f"the others ({exc}); the report has no cross-rank or pair figures")  # fmt: skip
+                return None
         return [found[w] for w in where]
 
     def peer_step(self, place: dict[int, tuple[int, int]]) -> PeerStep:
