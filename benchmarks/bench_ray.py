@@ -35,16 +35,20 @@ COMM = ("--comm-kernels", "spin_kernel")  # the overlap sample's emulated all-to
 
 
 def rank_bytes(mb: float, folder: Path) -> dict:
+    from dataclasses import replace
+
+    from dbo_trace.analysis.context import cross_part
     from dbo_trace.analysis.model import Options
-    from dbo_trace.analysis.report import cross_part
-    from dbo_trace.app.pipeline import _read_and_analyze
-    from dbo_trace.app.ray_executor import Compact, bounds, shared_strings
+    from dbo_trace.app.pipeline import Shared, analyse_trace, recording_of
+    from dbo_trace.app.ray_executor import Compact
 
     trace = folder / f"rank-{mb:g}.pt.trace.json.gz"
     json_bytes = build(trace, "overlap", int(mb * 1e6), None, rank=0, world=2)
-    (report,) = _read_and_analyze(trace, 0, [], Options(comm_patterns=(COMM[1],)))  # type: ignore[misc]
-    part = shared_strings(cross_part(report))
-    compact = Compact([report.__class__(**{**report.__dict__, "detail": None})], [part], [bounds(report.detailed().timeline)], "")
+    result = analyse_trace(trace, 0, Shared(Options(comm_patterns=(COMM[1],)), recording_of([]), {}, [], []))
+    assert not isinstance(result, str), result
+    (report,) = result
+    part = cross_part(report)  # sent after settling, by its own task (app/ray_executor.py parts_of)
+    compact = Compact([replace(report, detail=None)], [report.detailed().timeline.bounds()], "")
     return {
         "json_mb": json_bytes / 1e6,
         "gz_mb": trace.stat().st_size / 1e6,
