@@ -35,7 +35,7 @@ from dbo_trace.serve_args import capture_sizes
 from dbo_trace.trace.alloc import give_back_freed_memory, reuse_freed_memory
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData
-from dbo_trace.trace.load import Found, discover, rank_order, read_logs, read_samples, read_timelines, settle_ranks
+from dbo_trace.trace.load import Found, discover, rank_order, read_logs_and_samples, read_timelines, settle_ranks
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
@@ -177,10 +177,12 @@ class Plan:
 
 
 def prepare(found: Found, options: Options) -> Plan:
-    logs, log_warnings = read_logs(found)
-    samples, sample_warnings = read_samples(found)
-    shared = Shared(options, recording_of(found.manifests, found.role_claims), dict(found.role_claims), logs, samples)
-    return Plan(shared, list(found.traces), found.manifests, list(found.warnings), log_warnings + sample_warnings)
+    """The plan of what discovery found (on this machine, or merged from the Ray nodes, which read
+    their event logs and samples where they are): the logs and samples not read yet are read here."""
+    found = read_logs_and_samples(found)
+    claims = found.claims()
+    shared = Shared(options, recording_of(found.manifests, claims), claims, found.event_logs, found.samples)
+    return Plan(shared, found.traces, found.manifests, list(found.warnings), found.read_warnings)
 
 
 # ---- analyse ----------------------------------------------------------------------------------

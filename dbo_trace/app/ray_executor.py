@@ -3,8 +3,10 @@ the cross-rank step and the document on the driver (docs/performance.md, "Across
 
 The pipeline's steps (dbo_trace/app/pipeline.py: prepare, analyse, finish), with Ray as the executor:
   1. find: on each node named (`NODE:/path`) or, for a path without one, on every node (a glob asked
-     of each), the traces, event logs, Python samples, manifests and roles the paths hold (trace/load.py
-     discover); the driver prepares what every analysis shares from them (pipeline.Shared);
+     of each), what the paths hold there, as discovery's one type (trace/load.py Found: each trace an
+     Input naming its node, with its role's claim; the event logs and Python samples read there); the
+     driver merges the nodes' (trace/load.py merged: a file on a shared filesystem read once) and
+     prepares what every analysis shares from them (pipeline.prepare, pipeline.Shared);
   2. analyse: per trace, a task pinned to its node (node affinity) runs pipeline.analyse_trace, a
      disaggregated run's FFN traces after its attention traces, cut to their window; the rank's report
      with its detail (the whole timeline) stays in that node's object store, and the driver fetches
@@ -27,20 +29,18 @@ import glob
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from dbo_trace.bundle import Manifest, RoleClaims
     from dbo_trace.analysis.cross_rank.clocks import Alignment
     from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Report, StepTable
     from dbo_trace.analysis.cross_rank.collective_waits import PeerWaits
     from dbo_trace.analysis.context import PeerFigures, PeerStep
     from dbo_trace.app.pipeline import Cut, Plan, Shared
-    from dbo_trace.trace.eventlog import EventLogData
-    from dbo_trace.trace.pystacks import StackSamples
+    from dbo_trace.trace.load import Found, Input
     from dbo_trace.trace.timeline import Timeline
 
 INSTALL_HINT = "pip install 'dbo-trace[ray]'"
@@ -101,62 +101,49 @@ def resolve(given: Given, nodes: list[dict[str, Any]], dead: list[dict[str, Any]
 # ---- The tasks (they run on the nodes) ------------------------------------------------------
 
 
-@dataclass
-class NodeFound:
-    """What one node found under the paths it was asked about."""
-
-    traces: list[tuple[str, int, int, int]] = field(default_factory=list)  # (path, bytes, mtime ns, index of the path given)
-    logs: list[EventLogData] = field(default_factory=list)
-    manifests: list[Manifest] = field(default_factory=list)
-    role_claims: dict[str, RoleClaims] = field(default_factory=dict)  # trace path -> what its bundle says of its role
-    samples: list[StackSamples] = field(default_factory=list)  # the bundles' Python stack samples (py-spy)
-    warnings: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # a path named on this node that is not there: an error
-
-
 def within(path: str | Path, roots: list[str]) -> bool:
     """Whether the file, its links followed, is one of the paths given or under one."""
     real = Path(os.path.realpath(path))
     return any(real == Path(r) or Path(r) in real.parents for r in roots)
 
 
-def find(asked: list[tuple[int, str, bool]]) -> tuple[NodeFound, list[str]]:
-    """On a node: per (index, path, is it named on this node), the files discover() finds there; a
-    glob is expanded here. Returns them and the resolved roots the rank tasks may read under."""
-    from dbo_trace.trace.errors import InputError
-    from dbo_trace.trace.load import discover, read_logs, read_samples
+def find(asked: list[tuple[int, str, bool]], node: str) -> tuple[Found, list[str], list[str]]:
+    """On a node: per (index, path, is it named on this node), what discover() finds there (a glob is
+    expanded here), each trace's Input naming this node, its event logs and samples read here, where
+    they are (their warnings with discovery's, in the order found). Returns it, the errors (a path named
+    on this node that is not there) and the resolved roots the rank tasks may read under."""
+    from dataclasses import replace
 
-    out, roots = NodeFound(), []
+    from dbo_trace.trace.errors import InputError
+    from dbo_trace.trace.load import Found, discover, merged, read_logs_and_samples
+
+    founds, errors, roots = [], [], []
     for index, path, named in asked:
         matches = sorted(glob.glob(path)) if _GLOB & set(path) else [path]
         matches = [m for m in matches if os.path.exists(m)]
         if not matches:
             if named:
-                out.errors.append(f"{path}: no such file or directory")
+                errors.append(f"{path}: no such file or directory")
             continue
         for match in matches:
             root = os.path.realpath(match)
             try:
-                found = discover([Path(match)])
+                found = discover([Path(match)], index)
             except InputError as exc:
-                (out.errors if named else out.warnings).append(str(exc))
+                if named:
+                    errors.append(str(exc))
+                else:
+                    founds.append(Found(warnings=[str(exc)]))
                 continue
             roots.append(root)
             outside = [t for t in found.traces + found.logs if not within(t, [root])]
-            for t in outside:
-                out.warnings.append(f"{t}: leads outside {match} (a symbolic link?); not read")
-            found.traces = [t for t in found.traces if t not in outside]
+            found.inputs = [replace(i, node=node) for i in found.inputs if i.path not in outside]
             found.logs = [t for t in found.logs if t not in outside]
             found.pystacks = [e for e in found.pystacks if within(e.path, [root])]
-            logs, log_warnings = read_logs(found)
-            samples, sample_warnings = read_samples(found)
-            out.traces += [(str(t), (st := os.stat(t)).st_size, st.st_mtime_ns, index) for t in found.traces]
-            out.logs += logs
-            out.manifests += found.manifests
-            out.role_claims.update(found.role_claims)
-            out.samples += samples
-            out.warnings += found.warnings + log_warnings + sample_warnings
-    return out, roots
+            found = read_logs_and_samples(found)
+            said = [f"{t}: leads outside {match} (a symbolic link?); not read" for t in outside]
+            founds.append(replace(found, warnings=said + found.warnings + found.read_warnings, read_warnings=[]))
+    return merged(founds), errors, roots
 
 
 @dataclass(frozen=True)
@@ -306,7 +293,7 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     """The pipeline's steps (dbo_trace/app/pipeline.py) with Ray as the executor: find on the nodes,
     prepare here, analyse each trace on its node (the FFN's after the attention's, cut to their
     window), finish here with the peer waits sent back to where each rank's detail is."""
-    from dbo_trace.app.pipeline import Plan, Shared, analyse_rounds, finish, recording_of, settle
+    from dbo_trace.app.pipeline import analyse_rounds, finish, prepare, settle
     from dbo_trace.trace.errors import InputError
 
     given = [parse(p) for p in paths]
@@ -314,15 +301,14 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     label = {n["NodeID"]: node_label(n) for n in every}
     by_node, warnings = _asked(every, given)
     found, roots = _find_on_nodes(ray, by_node, given, label, warnings)
-    traces = _placed(found.seen, label)
+    traces = found.inputs  # each once, with the node that reads it
     if not traces:
         raise InputError(warnings[0] if warnings else "no node found a trace under the paths given")
     nodes = [n for n in every if n.get("Alive")]
     for i, g in enumerate(given):
-        if g.node is None and not any(t[0] == i for t in traces):
+        if g.node is None and not any(t.given == i for t in traces):
             raise InputError(f"{g.path}: no node of the cluster holds a trace there (asked {len(nodes)} nodes)")
-    shared = Shared(options, recording_of(found.manifests, found.role_claims), found.role_claims, found.logs, found.samples)
-    plan = Plan(shared, [Path(t[2]) for t in traces], found.manifests, [], [])
+    plan = prepare(found, options)  # the nodes' warnings are the driver's (finish's warnings), after the ranks'
     tasks = _Tasks(ray, plan, traces, roots, label, stream)
     cut = analyse_rounds(plan, tasks)
     results = [tasks.results[k] for k in range(len(traces))]
@@ -359,52 +345,41 @@ def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, l
     return by_node, warnings
 
 
-@dataclass
-class _AllFound:
-    """What every node found: each file with the nodes that found it, and what the plan reads."""
-
-    seen: dict[tuple[int, str, int, int], list[str]] = field(default_factory=dict)  # (given, path, bytes, mtime) -> nodes
-    logs: list[EventLogData] = field(default_factory=list)
-    manifests: list[Manifest] = field(default_factory=list)
-    role_claims: dict[str, RoleClaims] = field(default_factory=dict)
-    samples: list[StackSamples] = field(default_factory=list)
-
-
 def _find_on_nodes(
     ray: Any, by_node: dict[str, list[tuple[int, str, bool]]], given: list[Given], label: dict[str, str], warnings: list[str]
-) -> tuple[_AllFound, dict[str, list[str]]]:
-    """find() on each node asked; the files found, and per node the roots its tasks may read under."""
+) -> tuple[Found, dict[str, list[str]]]:
+    """find() on each node asked; what they found, merged (trace/load.py merged: each trace once, a file
+    on a shared filesystem read by the least-loaded node), their warnings added to warnings with the
+    node's name; and per node the roots its tasks may read under."""
+    from dataclasses import replace
+
     from dbo_trace.trace.errors import InputError
+    from dbo_trace.trace.load import merged
 
     finding = {
-        node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked)
+        node: _pinned(ray, find, node, max_retries=TASK_RETRIES, retry_exceptions=True).remote(asked, node)
         for node, asked in by_node.items()
     }
-    out, roots = _AllFound(), {}
+    founds, roots = [], {}
     for node, ref in finding.items():
         try:
-            found, roots[node] = _get(ray, ref, [r for r in finding.values()])
+            found, errors, roots[node] = _get(ray, ref, [r for r in finding.values()])
         except _TaskFailed as exc:
             asked = ", ".join(given[i].text for i, _, _ in by_node[node])
             warnings.append(f"node {label[node]}: could not list {asked} ({exc}); the ranks there are missing from this report")
             continue
-        if found.errors:
-            raise InputError(f"{found.errors[0]} (on node {label[node]})")
-        for path, size, mtime, index in found.traces:
-            out.seen.setdefault((index, path, size, mtime), []).append(node)
-        out.logs += found.logs
-        out.manifests += found.manifests
-        out.role_claims.update(found.role_claims)
-        out.samples += found.samples
-        warnings += [f"{w} (on node {label[node]})" for w in found.warnings]
-    return out, roots
+        if errors:
+            raise InputError(f"{errors[0]} (on node {label[node]})")
+        warnings += [f"{w} (on node {label[node]})" for w in found.warnings + found.read_warnings]
+        founds.append(replace(found, warnings=[], read_warnings=[]))
+    return merged(founds, label.__getitem__), roots
 
 
 class _Tasks:
     """The rank tasks of one report: each trace analysed on its node, its full reports kept there."""
 
     def __init__(
-        self, ray: Any, plan: Plan, traces: list[tuple[int, str, str, int]], roots: dict[str, list[str]], label: dict[str, str],
+        self, ray: Any, plan: Plan, traces: list[Input], roots: dict[str, list[str]], label: dict[str, str],
         stream: Any,
     ) -> None:  # fmt: skip
         self.ray, self.plan, self.traces, self.roots, self.label = ray, plan, traces, roots, label
@@ -438,9 +413,9 @@ class _Tasks:
 
         ray, refs = self.ray, {}
         for k in which:
-            _, node, path, _size = self.traces[k]
+            node = self.node_of(k)
             task = _pinned(ray, analyse, node, num_returns=2, max_retries=TASK_RETRIES, retry_exceptions=True)
-            self.full[k], compact_ref = task.remote(path, k, self.shared, self.roots[node], cut)
+            self.full[k], compact_ref = task.remote(str(self.traces[k].path), k, self.shared, self.roots[node], cut)
             refs[compact_ref] = k
         try:
             pending = list(refs)
@@ -453,8 +428,14 @@ class _Tasks:
                 ray.cancel(ref, force=True)
             raise
 
+    def node_of(self, k: int) -> str:
+        """The node that holds the k-th trace (found there: every Input of a Ray run names its node)."""
+        node = self.traces[k].node
+        assert node is not None
+        return node
+
     def _done(self, k: int, ref: Any) -> None:
-        _, node, path, _size = self.traces[k]
+        node, path = self.node_of(k), self.traces[k].path
         try:
             self.results[k] = self.ray.get(ref)
         except Exception as exc:  # retried once already (max_retries, retry_exceptions)
@@ -470,14 +451,14 @@ class _Tasks:
         for k in dict.fromkeys(t for t, _ in where):
             mine = [(j, n) for (t, j), n in zip(where, numbers) if t == k]
             full = [j for j, _ in mine]
-            task = _pinned(ray, parts_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            task = _pinned(ray, parts_of, self.node_of(k), max_retries=TASK_RETRIES, retry_exceptions=True)
             asked[k] = (task.remote(self.full[k], full, [n for _, n in mine]), full)
         found: dict[tuple[int, int], CrossPart] = {}
         for k, (ref, full) in asked.items():
             try:
                 found.update({(k, j): p for j, p in zip(full, _get(ray, ref, [r for r, _ in asked.values()]))})
             except _TaskFailed as exc:
-                self.late.append(f"the ranks in {self.traces[k][2]} (node {self.label[self.traces[k][1]]}): not read together with "
+                self.late.append(f"the ranks in {self.traces[k].path} (node {self.label[self.node_of(k)]}): not read together with "
                                  f"the others ({exc}); the report has no cross-rank or pair figures")  # fmt: skip
                 return None
         return [found[w] for w in where]
@@ -502,14 +483,14 @@ class _Tasks:
                 ops=[], ranks={n: waits.ranks[n]} if n in waits.ranks else {}, kernel_wait_us={n: waits.kernel_wait_us[n]},
                 threshold_us=waits.threshold_us, zero_us=waits.zero_us,
             )  # fmt: skip
-            task = _pinned(ray, peer_figures_of, self.traces[k][1], max_retries=TASK_RETRIES, retry_exceptions=True)
+            task = _pinned(ray, peer_figures_of, self.node_of(k), max_retries=TASK_RETRIES, retry_exceptions=True)
             asked[n] = task.remote(self.full[k], j, n, mine, alignment)
         out, notes = {}, []
         for n, ref in asked.items():
             try:
                 found = _get(ray, ref, list(asked.values()))
             except _TaskFailed as exc:
-                node = self.label[self.traces[place[n][0]][1]]
+                node = self.label[self.node_of(place[n][0])]
                 notes.append(f"rank {n} on node {node}: its waits for peer ranks were not applied ({exc}); "
                              "its exposed comm is as measured on its own")  # fmt: skip
                 continue
@@ -534,7 +515,7 @@ def _get(ray: Any, ref: Any, every: list[Any]) -> Any:
         raise _TaskFailed(why(exc)) from None
 
 
-def _inputs(given: list[Given], traces: list[tuple[int, str, str, int]]) -> list[str]:
+def _inputs(given: list[Given], traces: list[Input]) -> list[str]:
     """The document's inputs, as a local run over the same files names them: a path named on a node
     without the node; a glob as the files it matched."""
     out: list[str] = []
@@ -542,19 +523,5 @@ def _inputs(given: list[Given], traces: list[tuple[int, str, str, int]]) -> list
         if not (_GLOB & set(g.path)):
             out.append(g.path)
         else:
-            out += [t[2] for t in traces if t[0] == i]
+            out += [str(t.path) for t in traces if t.given == i]
     return list(dict.fromkeys(out))
-
-
-def _placed(seen: dict[tuple[int, str, int, int], list[str]], label: dict[str, str]) -> list[tuple[int, str, str, int]]:
-    """Each trace once, with the node that reads it: (index of the path given, node, path, bytes), as a
-    local run orders them (by the path given, then by file name). A file that several nodes found at
-    one path with one size and time is one file on a shared filesystem: read by whichever of them
-    has the fewest traces so far."""
-    load: dict[str, int] = {}
-    out = []
-    for (index, path, size, _mtime), holders in sorted(seen.items(), key=lambda kv: (kv[0][0], Path(kv[0][1]), kv[0][2:])):
-        node = min(holders, key=lambda n: (load.get(n, 0), label[n]))
-        load[node] = load.get(node, 0) + 1
-        out.append((index, node, path, size))
-    return out

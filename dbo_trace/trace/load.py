@@ -1,9 +1,16 @@
-"""From paths the user gave to timelines: a trace file, a folder of traces, or a bundle."""
+"""From paths the user gave to timelines: a trace file, a folder of traces, or a bundle.
+
+Discovery is one type for every executor: Found, a list of Input (each trace with the node that holds
+it, its size and time, the path given it came from and what its bundle claims of its role) with the
+manifests, event logs and Python samples beside them. discover() finds them on this machine; on a Ray
+node, app/ray_executor.py find() calls it under the paths asked of that node, and merged() joins what
+the nodes found."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -16,23 +23,60 @@ from dbo_trace.trace.pystacks import StackSamples, read_pystacks
 from dbo_trace.trace.timeline import EPOCH_HI_US, EPOCH_LO_US, Timeline, build_timeline
 
 
+@dataclass(frozen=True)
+class Input:
+    """One trace to read. Its role is known once it is read (app/pipeline.py Shared.role_call, by the
+    one rule of analysis/afd/role_evidence.py): here is what its bundle claims of it, the role's source
+    before the trace's own evidence."""
+
+    path: Path
+    given: int  # the index of the path the user gave that led to it
+    node: str | None = None  # the Ray node that holds it (its id); None: this machine
+    size: int | None = None  # bytes and modification time (ns) where known: one file on a shared
+    mtime_ns: int | None = None  # filesystem is one path, size and time on every node that sees it
+    claims: fmt.RoleClaims | None = None  # what its bundle says of its role (manifest, command line); None: nothing
+
+
 @dataclass
 class Found:
-    """What the user's paths hold, before anything is read."""
+    """What the user's paths hold, before any trace is read: the traces (Input), the bundles' manifests,
+    the event logs and Python stack samples, and what discovery said. The logs and samples are read
+    beside the traces' discovery where the files are (read_logs_and_samples: on a Ray node; here, when
+    the pipeline prepares): logs and pystacks are the files not read yet, event_logs, samples and
+    read_warnings what reading them gave."""
 
-    traces: list[Path] = field(default_factory=list)
-    logs: list[Path] = field(default_factory=list)
+    inputs: list[Input] = field(default_factory=list)
     manifests: list[fmt.Manifest] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    role_claims: dict[str, fmt.RoleClaims] = field(default_factory=dict)  # normalised trace path -> what its bundle says
-    pystacks: list[fmt.SampleEntry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what discovery said
+    logs: list[Path] = field(default_factory=list)  # event logs, to read
+    pystacks: list[fmt.SampleEntry] = field(default_factory=list)  # Python stack samples (py-spy), to read
+    event_logs: list[EventLogData] = field(default_factory=list)
+    samples: list[StackSamples] = field(default_factory=list)
+    read_warnings: list[str] = field(default_factory=list)  # the event logs and samples that could not be read
+
+    @property
+    def traces(self) -> list[Path]:
+        """The traces' paths, in the order found."""
+        return [i.path for i in self.inputs]
+
+    def claims(self) -> dict[str, fmt.RoleClaims]:
+        """os.path.normpath(trace) -> what its bundle says of its role, for each trace that has a claim."""
+        return {os.path.normpath(i.path): i.claims for i in self.inputs if i.claims is not None}
 
 
-def _discover(path: Path, found: Found) -> None:
+def _input(path: Path, given: int, claims: fmt.RoleClaims | None = None) -> Input:
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    return Input(path, given, None, st.st_size, st.st_mtime_ns, claims)
+
+
+def _discover(path: Path, given: int, found: Found) -> None:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if path.is_file():
-        found.traces.append(path)
+        found.inputs.append(_input(path, given))
         return
     if not path.is_dir():
         raise InputError(f"{path}: not a regular file or folder (a pipe or device?); give a trace file, a folder or a bundle")
@@ -44,8 +88,7 @@ def _discover(path: Path, found: Found) -> None:
         except fmt.BundleError as exc:
             raise InputError(str(exc)) from None
         found.manifests.append(bundle.manifest)
-        found.traces += bundle.traces
-        found.role_claims.update(bundle.role_claims)
+        found.inputs += [_input(t, given, bundle.role_claims.get(os.path.normpath(t))) for t in bundle.traces]
         found.logs += bundle.logs
         found.pystacks += bundle.pystacks
         found.warnings += bundle.warnings
@@ -56,28 +99,59 @@ def _discover(path: Path, found: Found) -> None:
             f"{path}: no traces in this folder (expected *.json or *.json.gz, e.g. vLLM's *.pt.trace.json.gz, "
             "or Nsight Systems' *.nsys-rep / *.sqlite)"
         )
-    found.traces += traces
+    found.inputs += [_input(t, given) for t in traces]
 
 
-def discover(paths: list[Path]) -> Found:
+def discover(paths: list[Path], first: int = 0) -> Found:
+    """What the paths hold on this machine; first: the index of paths[0] among the paths the user gave."""
     found = Found()
     seen: set[Path] = set()
-    for p in paths:
+    for given, p in enumerate(paths, first):
         key = p.resolve()
         if key in seen:  # the same run twice would be two identical ranks, every total doubled
             found.warnings.append(f"{p}: given more than once; read once")
             continue
         seen.add(key)
-        _discover(p, found)
-    traces = list(dict.fromkeys(found.traces))  # a file given beside the folder that holds it
-    if len(traces) < len(found.traces):
+        _discover(p, given, found)
+    once: dict[Path, Input] = {}
+    for i in found.inputs:  # a file given beside the folder that holds it: its first place, its bundle's claim
+        kept = once.setdefault(i.path, i)
+        if kept.claims is None and i.claims is not None:
+            once[i.path] = replace(kept, claims=i.claims)
+    if len(once) < len(found.inputs):
         found.warnings.append("a trace was given both by itself and inside a folder or bundle; read once")
-    found.traces, found.logs = traces, list(dict.fromkeys(found.logs))
+    found.inputs, found.logs = list(once.values()), list(dict.fromkeys(found.logs))
     return found
 
 
+def merged(founds: Sequence[Found], name: Callable[[str], str] = str) -> Found:
+    """What several nodes found, as one Found: each trace once, as a local run orders them (by the path
+    given, then by its path); a file that several nodes found at one path with one size and time is one
+    file on a shared filesystem, read by whichever of them has the fewest traces so far (ties: by name
+    of the node). The rest in the order given."""
+    holders: dict[tuple[int, Path, int | None, int | None], list[Input]] = {}
+    for f in founds:
+        for i in f.inputs:
+            holders.setdefault((i.given, i.path, i.size, i.mtime_ns), []).append(i)
+    load: dict[str | None, int] = {}
+    out = Found()
+    for _key, copies in sorted(holders.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0, kv[0][3] or 0)):
+        chosen = min(copies, key=lambda i: (load.get(i.node, 0), name(i.node) if i.node is not None else ""))
+        load[chosen.node] = load.get(chosen.node, 0) + 1
+        out.inputs.append(chosen)
+    for f in founds:
+        out.manifests += f.manifests
+        out.warnings += f.warnings
+        out.logs += f.logs
+        out.pystacks += f.pystacks
+        out.event_logs += f.event_logs
+        out.samples += f.samples
+        out.read_warnings += f.read_warnings
+    return out
+
+
 def total_bytes(found: Found) -> int:
-    return sum(os.path.getsize(t) for t in found.traces)
+    return sum(i.size if i.size is not None else os.path.getsize(i.path) for i in found.inputs)
 
 
 def read_timeline(trace: Path, index: int, progress: Callable[[int], None] | None = None, workers: int = 1) -> Timeline:
@@ -123,10 +197,21 @@ def read_timelines(trace: Path, index: int, progress: Callable[[int], None] | No
         return read_nsys(trace, index)
 
 
-def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
+def read_logs_and_samples(found: Found) -> Found:
+    """Found with its event logs and Python samples read (those not read yet), and a warning for each
+    unreadable file (the report goes on without it). Where the files are: a Ray node reads its own."""
+    logs, log_warnings = read_logs(found.logs)
+    samples, sample_warnings = read_samples(found.pystacks)
+    return replace(
+        found, logs=[], pystacks=[], event_logs=found.event_logs + logs, samples=found.samples + samples,
+        read_warnings=found.read_warnings + log_warnings + sample_warnings,
+    )  # fmt: skip
+
+
+def read_logs(paths: Sequence[Path]) -> tuple[list[EventLogData], list[str]]:
     """The event logs, and a warning for each unreadable one."""
     logs, warnings = [], []
-    for path in found.logs:
+    for path in paths:
         try:
             logs.append(read_event_log(path))
         except InputError as exc:
@@ -134,10 +219,10 @@ def read_logs(found: Found) -> tuple[list[EventLogData], list[str]]:
     return logs, warnings
 
 
-def read_samples(found: Found) -> tuple[list[StackSamples], list[str]]:
+def read_samples(entries: Sequence[fmt.SampleEntry]) -> tuple[list[StackSamples], list[str]]:
     """The sampled Python stacks, and a warning for each unreadable file (the report goes on without it)."""
     samples, warnings = [], []
-    for entry in found.pystacks:
+    for entry in entries:
         try:
             read = read_pystacks(entry.path, entry)
         except InputError as exc:
