@@ -87,6 +87,8 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None
     )
 
 
+# A twin of analysis.overlap.layer_operations.LayerOps, kept: exposed_fraction is a key of version 8,
+# absent (UNSET) from an older archive's rows, which a held dataclass cannot leave out of its --json.
 class LayerOpsRow(_Block):
     first_layer: _Count
     last_layer: _Count  # layers first..last said the same (the first one's figures)

@@ -13,6 +13,9 @@ from dbo_trace.render.document.base import Count, Int, Reason, Role, Struct, _r
 from dbo_trace.render.document.held import rounded
 
 
+# A twin of analysis.overlap.contention.Contention, kept: kernels_us is a key of version 9, absent
+# (UNSET) from an older archive's block, which a held dataclass cannot leave out of its --json, and
+# comm_transfer_slowdown is the rank's (analysis/report.py, after the peer waits), not Contention's.
 class ContentionBlock(Struct):
     compute_slowdown: float | None
     comm_slowdown: float | None
@@ -72,6 +75,9 @@ class HeldBackBlock(Struct):
             raise ValueError("late_record_example is missing (a late record is shown with its example)")
 
 
+# A twin of analysis.overlap.operations.OperationRow, kept: layer and role are keys of version 5 and
+# exposed_fraction of version 8, absent (UNSET) from an older archive's rows, which a held dataclass
+# cannot leave out of its --json (the archive's version check reads their absence).
 class CommOperation(Struct):
     ubatch: Int
     index: Int
