@@ -25,21 +25,22 @@ _TURN = (fmt.EV_RESUME, fmt.EV_UB_RUN)  # a microbatch thread gets its turn: bac
 
 @dataclass(frozen=True)
 class StepLedger:
-    step: int  # its place in the rank's reported steps (the per-step table's number - 1)
+    number: int  # the step's number (from 1), as the per-step table gives it
     yields: int  # yields the microbatch threads made in the step
     handovers: int  # of them, those the other microbatch's thread took over (a hand-over)
     handover_us: float  # summed hand-over latency
     startup_us: float | None  # thread start-up: the step's begin to the first microbatch's first turn (log)
-    step_us: float  # the step's time (its window, as the per-step table gives it)
+    share: float | None  # hand-overs and thread start-up as a share of the step's time (_share_of_step)
     tokens: tuple[int, ...] | None  # tokens per microbatch (the log's step_begin)
     compute_us: tuple[float, ...] | None  # compute busy per microbatch (union of its compute kernels)
 
-    @property
-    def share(self) -> float | None:
-        """Hand-overs and thread start-up as a share of the step."""
-        if self.step_us <= 0:
-            return None
-        return (self.handover_us + (self.startup_us or 0.0)) / self.step_us
+
+def _share_of_step(handover_us: float, startup_us: float | None, step_us: float) -> float | None:
+    """Hand-overs and thread start-up as a share of the step's time (its window, as the per-step
+    table gives it); None where the step took no time."""
+    if step_us <= 0:
+        return None
+    return (handover_us + (startup_us or 0.0)) / step_us
 
 
 @dataclass(frozen=True)
@@ -361,12 +362,12 @@ def ledger(
             c = None
         step_rows.append(
             StepLedger(
-                step=place,
+                number=place + 1,
                 yields=yields.get(i, 0),
                 handovers=int(n_handovers[i]),
                 handover_us=float(handover_us[i]),
                 startup_us=startup.get(i),
-                step_us=float(step_us[place]),
+                share=_share_of_step(float(handover_us[i]), startup.get(i), float(step_us[place])),
                 tokens=tokens.get(i),
                 compute_us=c,
             )

@@ -35,10 +35,7 @@ class KernelCost:
     overlapped: int
     median_alone_us: float
     median_overlapped_us: float
-
-    @property
-    def slowdown(self) -> float:
-        return self.median_overlapped_us / self.median_alone_us - 1.0 if self.median_alone_us > 0 else 0.0
+    slowdown: float  # median overlapped / median alone - 1 (_slowdown)
 
     @property
     def extra_us(self) -> float:
@@ -63,6 +60,10 @@ class Contention:
         if together <= RAN_TOGETHER_AT_LEAST * self.kernels_us:
             return None
         return min(max(self.serial_estimate_us - self.busy_us, 0.0), together)
+
+
+def _slowdown(alone_us: float, overlapped_us: float) -> float:
+    return overlapped_us / alone_us - 1.0 if alone_us > 0 else 0.0
 
 
 def beside_other_share(start: np.ndarray, end: np.ndarray, ubatch: np.ndarray) -> np.ndarray:
@@ -106,7 +107,9 @@ def contention(
             alone_mean[int(n)] = float(np.mean(a))
         if len(a) and len(o):
             k = int(np.bincount(kind[sel]).argmax())
-            costs.append(KernelCost(names[n], c.KIND_NAMES[k], len(a), len(o), float(np.median(a)), float(np.median(o))))
+            alone_us, overlapped_us = float(np.median(a)), float(np.median(o))
+            extra = _slowdown(alone_us, overlapped_us)
+            costs.append(KernelCost(names[n], c.KIND_NAMES[k], len(a), len(o), alone_us, overlapped_us, extra))
 
     def slowdown(k: str) -> tuple[float | None, int]:
         picked = [x for x in costs if x.kind == k]

@@ -5,7 +5,7 @@ registers, shared memory), and whether one CTA of the comm kernel fits beside it
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,16 +26,12 @@ class LaunchShape:
     name: str
     grid: tuple[int, ...]
     block: tuple[int, ...]
+    # CTAs in the grid and threads per CTA, counted where it is made (_shape); left out of its repr, which
+    # is the launch as read
+    ctas: int = field(repr=False)
+    threads: int = field(repr=False)
     registers_per_thread: int | None
     shared_memory: int | None  # bytes per CTA
-
-    @property
-    def ctas(self) -> int:
-        return int(np.prod(self.grid))
-
-    @property
-    def threads(self) -> int:
-        return int(np.prod(self.block))
 
     @property
     def registers(self) -> int | None:
@@ -52,6 +48,7 @@ class SmEvidence:
     held: int  # comm kernels it held back (crowded)
     sms: int | None  # the device's SM count (deviceProperties numSms)
     per_sm: int | None  # holder CTAs one SM can hold at once: the tightest of threads, registers, shared memory
+    waves: float | None = field(repr=False)  # the holder's CTAs over what all SMs hold at once (_waves)
     left_shared_memory: int | None  # per SM, beside that many holder CTAs
     left_registers: int | None
     left_threads: int | None
@@ -59,11 +56,11 @@ class SmEvidence:
     comm_sms: str | None  # VLLM_DBO_COMM_SMS in the recording's environment
     env_recorded: bool  # the recording kept its environment (so an absent setting was unset)
 
-    @property
-    def waves(self) -> float | None:
-        if not self.sms or not self.per_sm:
-            return None
-        return self.holder.ctas / (self.sms * self.per_sm)
+
+def _waves(holder: LaunchShape, sms: int | None, per_sm: int | None) -> float | None:
+    if not sms or not per_sm:
+        return None
+    return holder.ctas / (sms * per_sm)
 
 
 def _shape(name: str, launch: LaunchArgs, g: int) -> LaunchShape | None:
@@ -72,10 +69,14 @@ def _shape(name: str, launch: LaunchArgs, g: int) -> LaunchShape | None:
     if grid[0] <= 0 or block[0] <= 0:
         return None
     regs, smem = int(launch.registers[g]), int(launch.shared_memory[g])
+    grid_given = tuple(x for x in grid if x > 0)  # the dimensions given (the columns pad with 0s)
+    block_given = tuple(x for x in block if x > 0)
     return LaunchShape(
         name=name,
-        grid=tuple(x for x in grid if x > 0),  # the dimensions given (the columns pad with 0s)
-        block=tuple(x for x in block if x > 0),
+        grid=grid_given,
+        block=block_given,
+        ctas=int(np.prod(grid_given)),
+        threads=int(np.prod(block_given)),
         registers_per_thread=regs if 0 <= regs < 1 << 16 else None,
         shared_memory=smem if smem >= 0 else None,
     )
@@ -159,6 +160,7 @@ def sm_evidence(
         held=held,
         sms=sms,
         per_sm=per_sm,
+        waves=_waves(holder, sms, per_sm),
         left_shared_memory=l_smem,
         left_registers=l_regs,
         left_threads=l_threads,

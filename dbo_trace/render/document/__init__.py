@@ -89,12 +89,10 @@ from dbo_trace.render.document.host import (
     launch_delay_block,
 )
 from dbo_trace.render.document.overlap import (
-    ContentionKernel,
     ContentionBlock,
     ExposedCommReasons,
     HeldCause,
     Holder,
-    LateRecordExample,
     HeldBackBlock,
     CommOperation,
     NameCount,
@@ -187,7 +185,6 @@ __all__ = [
     "CommOperation",
     "contention_block",
     "ContentionBlock",
-    "ContentionKernel",
     "Count",
     "cpu_range_block",
     "CpuRange",
@@ -230,7 +227,6 @@ __all__ = [
     "KernelRow",
     "KernelSummaryBlock",
     "Label",
-    "LateRecordExample",
     "launch_delay_block",
     "LaunchDelayBlock",
     "MostlyAt",

@@ -9,6 +9,7 @@ from msgspec import UNSET, UnsetType
 from dbo_trace import __version__
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.model import RankReport, Report, comm_patterns_of, layers_of
+from dbo_trace.analysis.overlap.held_sms import SmEvidence
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
 from dbo_trace.lazy import concatenated
 from dbo_trace.render.document.afd import (
@@ -57,7 +58,6 @@ from dbo_trace.render.document.host import (
 from dbo_trace.render.document.ledger import (
     LayerOpsRow,
     LedgerBlock,
-    SmEvidenceBlock,
     WhatIfRow,
     layer_ops_block,
     ledger_block,
@@ -121,7 +121,7 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     # version 5: DBO's own cost, the split (render/document/ledger.py); absent from a version 3 or 4 document
     dbo_ledger: LedgerBlock | None | UnsetType = UNSET
     comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
-    sm_evidence: SmEvidenceBlock | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
+    sm_evidence: SmEvidence | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
     clocks: ClocksBlock | None | UnsetType = UNSET  # within version 7: the GPU clock's offsets the events allow
     incomplete: IncompleteBlock | None | UnsetType = UNSET  # within version 7: the trace lacks GPU work (null: whole)
 

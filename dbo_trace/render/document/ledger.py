@@ -19,9 +19,9 @@ from dbo_trace.analysis.what_if import (
     RoundTripWhatIf,
     WhatIf,
 )
-from dbo_trace.analysis.overlap.held_sms import LaunchShape, SmEvidence
+from dbo_trace.analysis.overlap.held_sms import SmEvidence
 from dbo_trace.analysis.overlap.layer_operations import LayerOps
-from dbo_trace.analysis.ledger import LayerHandovers, Ledger, Unprofiled, YieldOps
+from dbo_trace.analysis.ledger import LayerHandovers, Ledger, StepLedger, Unprofiled, YieldOps
 from dbo_trace.render.document.held import rounded
 
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
@@ -42,17 +42,6 @@ class SplitBlock(_Block):
     excess_us: float | None  # largest - smallest compute: what the other microbatch cannot cover
 
 
-class StepLedgerRow(_Block):
-    number: _Count  # the step's number (from 1), as the per-step table gives it
-    yields: _Count
-    handovers: _Count
-    handover_us: float | None
-    startup_us: float | None
-    share: float | None
-    tokens: list[int] | None
-    compute_us: list[float] | None
-
-
 class LedgerBlock(_Block):
     source: str | None
     handovers: _Count
@@ -67,7 +56,7 @@ class LedgerBlock(_Block):
     yield_op: YieldOps | None
     split: SplitBlock
     layers: list[LayerHandovers]
-    steps: list[StepLedgerRow]
+    steps: list[StepLedger]  # the analysis's, rounded (render/document/held.py)
 
 
 def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None) -> LedgerBlock | None:
@@ -94,22 +83,12 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None
             excess_us=_r(x.excess_us),
         ),
         layers=[rounded(row) for row in x.layers],
-        steps=[
-            StepLedgerRow(
-                number=s.step + 1,
-                yields=s.yields,
-                handovers=s.handovers,
-                handover_us=_r(s.handover_us),
-                startup_us=_r(s.startup_us),
-                share=_r(s.share, 4),
-                tokens=None if s.tokens is None else list(s.tokens),
-                compute_us=None if s.compute_us is None else [_r(v) or 0.0 for v in s.compute_us],
-            )
-            for s in x.steps
-        ],
+        steps=[rounded(s, share=4) for s in x.steps],
     )
 
 
+# A twin of analysis.overlap.layer_operations.LayerOps, kept: exposed_fraction is a key of version 8,
+# absent (UNSET) from an older archive's rows, which a held dataclass cannot leave out of its --json.
 class LayerOpsRow(_Block):
     first_layer: _Count
     last_layer: _Count  # layers first..last said the same (the first one's figures)
@@ -137,60 +116,9 @@ def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
     ]
 
 
-class LaunchShapeBlock(_Block):
-    name: str
-    grid: list[int]
-    block: list[int]
-    ctas: _Count
-    threads: _Count
-    registers_per_thread: _Count | None
-    shared_memory: _Count | None
-
-
-class SmEvidenceBlock(_Block):
-    holder: LaunchShapeBlock
-    comm: LaunchShapeBlock | None
-    held: _Count  # comm kernels it held back (crowded)
-    sms: _Count | None
-    per_sm: _Count | None
-    waves: float | None
-    left_shared_memory: int | None
-    left_registers: int | None
-    left_threads: int | None
-    comm_fits: bool | None
-    comm_sms: str | None  # VLLM_DBO_COMM_SMS as recorded
-    env_recorded: bool
-
-
-def _shape_block(x: LaunchShape) -> LaunchShapeBlock:
-    return LaunchShapeBlock(
-        name=x.name,
-        grid=list(x.grid),
-        block=list(x.block),
-        ctas=x.ctas,
-        threads=x.threads,
-        registers_per_thread=x.registers_per_thread,
-        shared_memory=x.shared_memory,
-    )
-
-
-def sm_evidence_block(x: SmEvidence | None) -> SmEvidenceBlock | None:
-    if x is None:
-        return None
-    return SmEvidenceBlock(
-        holder=_shape_block(x.holder),
-        comm=None if x.comm is None else _shape_block(x.comm),
-        held=x.held,
-        sms=x.sms,
-        per_sm=x.per_sm,
-        waves=_r(x.waves),
-        left_shared_memory=x.left_shared_memory,
-        left_registers=x.left_registers,
-        left_threads=x.left_threads,
-        comm_fits=x.comm_fits,
-        comm_sms=x.comm_sms,
-        env_recorded=x.env_recorded,
-    )
+def sm_evidence_block(x: SmEvidence | None) -> SmEvidence | None:
+    """The analysis's, rounded (render/document/held.py): what held-back comm's holder occupied."""
+    return None if x is None else rounded(x)
 
 
 class WhatIfRow(_Block):

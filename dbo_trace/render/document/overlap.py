@@ -6,22 +6,16 @@ from collections.abc import Iterator
 
 from msgspec import UNSET, UnsetType
 
-from dbo_trace.analysis.overlap.contention import Contention
+from dbo_trace.analysis.overlap.contention import Contention, KernelCost
 from dbo_trace.analysis.overlap.exposure import LATE_RECORD, Exposure
-from dbo_trace.analysis.overlap.held import HeldSummary
+from dbo_trace.analysis.overlap.held import HeldSummary, LateRecord
 from dbo_trace.render.document.base import Count, Int, Reason, Role, Struct, _r
+from dbo_trace.render.document.held import rounded
 
 
-class ContentionKernel(Struct):
-    name: str
-    kind: str
-    alone: Count
-    overlapped: Count
-    median_alone_us: float | None
-    median_overlapped_us: float | None
-    slowdown: float | None
-
-
+# A twin of analysis.overlap.contention.Contention, kept: kernels_us is a key of version 9, absent
+# (UNSET) from an older archive's block, which a held dataclass cannot leave out of its --json, and
+# comm_transfer_slowdown is the rank's (analysis/report.py, after the peer waits), not Contention's.
 class ContentionBlock(Struct):
     compute_slowdown: float | None
     comm_slowdown: float | None
@@ -31,7 +25,7 @@ class ContentionBlock(Struct):
     busy_us: float | None
     saved_us: float | None
     comm_transfer_slowdown: float | None  # version 3: comm_slowdown less the waits for peers
-    top: list[ContentionKernel]
+    top: list[KernelCost]  # the analysis's, rounded (render/document/held.py)
     # version 9: the kernels' durations summed (busy_us is their union); saved_us is never negative,
     # null where the two are within 1%, and the serial estimate sums names' mean alone times
     kernels_us: float | None | UnsetType = UNSET
@@ -67,16 +61,6 @@ class Holder(Struct):
     delay_us: float | None
 
 
-class LateRecordExample(Struct):
-    record_call: str
-    thread: Int
-    ubatch: Int
-    after_holder_launch_us: float | None
-    holder: str
-    comm_kernel: str
-    delay_us: float | None
-
-
 class HeldBackBlock(Struct):
     comm_kernels_examined: Count
     kernels: Count
@@ -84,13 +68,16 @@ class HeldBackBlock(Struct):
     median_delay_us: float | None
     by_cause: dict[str, HeldCause]
     holders: list[Holder]
-    late_record_example: LateRecordExample | None
+    late_record_example: LateRecord | None  # the analysis's, rounded (render/document/held.py)
 
     def __post_init__(self) -> None:
         if LATE_RECORD in self.by_cause and self.late_record_example is None:
             raise ValueError("late_record_example is missing (a late record is shown with its example)")
 
 
+# A twin of analysis.overlap.operations.OperationRow, kept: layer and role are keys of version 5 and
+# exposed_fraction of version 8, absent (UNSET) from an older archive's rows, which a held dataclass
+# cannot leave out of its --json (the archive's version check reads their absence).
 class CommOperation(Struct):
     ubatch: Int
     index: Int
@@ -128,18 +115,7 @@ def contention_block(x: Contention | None, transfer_slowdown: float | None = Non
         saved_us=_r(x.saved_us),
         comm_transfer_slowdown=_r(transfer_slowdown, 4),
         kernels_us=_r(x.kernels_us),
-        top=[
-            ContentionKernel(
-                name=k.name,
-                kind=k.kind,
-                alone=k.alone,
-                overlapped=k.overlapped,
-                median_alone_us=_r(k.median_alone_us),
-                median_overlapped_us=_r(k.median_overlapped_us),
-                slowdown=_r(k.slowdown, 4),
-            )
-            for k in x.top
-        ],
+        top=[rounded(k, slowdown=4) for k in x.top],
     )
 
 
@@ -160,15 +136,5 @@ def held_back_block(x: HeldSummary | None) -> HeldBackBlock | None:
         median_delay_us=_r(x.median_delay_us),
         by_cause={cause: HeldCause(kernels=n, delay_us=_r(us)) for cause, (n, us) in x.by_cause.items()},
         holders=[Holder(name=name, kernels=n, delay_us=_r(us)) for name, n, us in x.holders],
-        late_record_example=None
-        if late is None
-        else LateRecordExample(
-            record_call=late.record_call,
-            thread=late.thread,
-            ubatch=late.ubatch,
-            after_holder_launch_us=_r(late.after_holder_launch_us),
-            holder=late.holder,
-            comm_kernel=late.comm_kernel,
-            delay_us=_r(late.delay_us),
-        ),
+        late_record_example=None if late is None else rounded(late),
     )

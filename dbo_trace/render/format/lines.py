@@ -6,6 +6,7 @@ from msgspec import UnsetType
 
 from dbo_trace.analysis.afd.gpu_sharing import SLICED_MIN_US, SLICED_RATIO
 from dbo_trace.analysis.compare.unprofiled import OVERHEAD_PERIODS_AT_LEAST
+from dbo_trace.analysis.overlap.held_sms import LaunchShape, SmEvidence
 from dbo_trace.render.document import (
     DisaggregatedBlock,
     ProfilerBlock,
@@ -19,7 +20,7 @@ from dbo_trace.render.document import (
     VerdictBlock,
 )
 from dbo_trace.render.document.pipeline import DboWhatIfBlock, PipelineBlock
-from dbo_trace.render.document.ledger import LaunchShapeBlock, LedgerBlock, SmEvidenceBlock
+from dbo_trace.render.document.ledger import LedgerBlock
 from dbo_trace.render.format.filtering import per_rank_labels
 from dbo_trace.render.format.numbers import _amount, cut, ms, num, pct, tri, us
 from dbo_trace.render.names import display_names
@@ -366,12 +367,12 @@ def held_back_line(rank: RankBlock) -> str | None:
 
 def sm_evidence_line(rank: RankBlock) -> str | None:
     """The held-back comm's holder: its launch against the SMs (docs/analysis.md, "SM evidence")."""
-    x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidenceBlock) else None
+    x = rank.sm_evidence if isinstance(rank.sm_evidence, SmEvidence) else None
     if x is None:
         return None
     h = x.holder
 
-    def shape(s: LaunchShapeBlock) -> str:
+    def shape(s: LaunchShape) -> str:
         dims = ",".join(map(str, s.grid))
         regs = "-" if s.registers_per_thread is None else f"{s.registers_per_thread}"
         smem = _amount(s.shared_memory, " B")
