@@ -139,8 +139,8 @@ def node_frames(samples: StackSamples) -> NodeFrames:
 class StackClock:
     """How the samples were put on the trace's clock: trace us = py-spy us + offset_us."""
 
-    offset_us: float
     method: str  # "anchors" (refined), "profiler start, anchors" (refined near the profiler's start) or "start" (started_unix_ns alone)
+    offset_us: float
     accuracy_us: float | None  # expected (1 sigma) where anchored; None: only the start-up bound
     anchors: str | None  # what was matched
     edges: int  # sampled span edges matched to the trace's
@@ -276,7 +276,7 @@ def align(
     offset = (samples.started_unix_ns - base_time_ns) / 1000.0
     period = period_us or (1e6 / samples.rate_hz if samples.rate_hz else 10_000.0)
     anchors = anchor_names(names, cpu_name, cpu_is_annotation)
-    start_only = StackClock(offset, "start", None, None, 0, None, None)
+    start_only = StackClock("start", offset, None, None, 0, None, None)
     if not anchors:
         return start_only
     marked = _anchor_frames(samples, set(anchors.values()))

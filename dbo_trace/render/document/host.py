@@ -8,7 +8,7 @@ from msgspec import UNSET, UnsetType
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackRow
+from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackClock, StackRow
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.render.document.base import Count, Struct, _r
@@ -17,11 +17,12 @@ from dbo_trace.render.words.notes import stacks_line, top_item_name
 
 # Blocks that are the analysis's dataclasses as they are, rounded (render/document/held.py): where the
 # window's time went (the buckets add up to window_us), the kernel and CPU-range summaries, a row of
-# host idle by sampled Python stack.
+# host idle by sampled Python stack, how the sampled stacks were put on the trace's clock.
 TimeBlock = TimeBuckets
 KernelSummaryBlock = KernelSummary
 CpuRange = CpuRangeRow
 StackRowBlock = StackRow
+StackClockBlock = StackClock
 
 
 def time_block(b: TimeBuckets) -> TimeBuckets:
@@ -132,22 +133,12 @@ class Attribution(Struct, kw_only=True):
     profile_all_threads: bool | None
 
 
-class StackClockBlock(Struct):
-    method: str  # "anchors" or "start"
-    offset_us: float | None  # trace us = py-spy us + offset_us
-    accuracy_us: float | None
-    anchors: str | None
-    edges: Count
-    overlap: float | None
-    startup_us: float | None
-
-
 class HostStacksBlock(Struct):
     """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's)."""
 
     samples: str
     rate_hz: float | None
-    clock: StackClockBlock
+    clock: StackClock
     host_idle_us: float | None
     sampled_us: float | None
     untraced_us: float | None  # host_time's untraced bucket
@@ -186,14 +177,10 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
 
 
 def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
-    c = h.clock
     return HostStacksBlock(
         samples=h.samples,
         rate_hz=h.rate_hz,
-        clock=StackClockBlock(
-            method=c.method, offset_us=_r(c.offset_us), accuracy_us=_r(c.accuracy_us), anchors=c.anchors, edges=c.edges,
-            overlap=_r(c.overlap, 4), startup_us=_r(c.startup_us),
-        ),  # fmt: skip
+        clock=rounded(h.clock, overlap=4),
         host_idle_us=_r(h.host_idle_us),
         sampled_us=_r(h.sampled_us),
         untraced_us=_r(h.unexplained_before_us),
