@@ -304,7 +304,7 @@ def _every_string_hostile(value, info):
         info = kinds[0]
     if isinstance(info, mi.StrType):
         return value + HOSTILE
-    if isinstance(info, mi.StructType):
+    if isinstance(info, (mi.StructType, mi.DataclassType)):  # a block, or an analysis dataclass the document holds
         return {f.encode_name: _every_string_hostile(value[f.encode_name], f.type) for f in info.fields if f.encode_name in value}
     if isinstance(info, mi.ListType):
         return [_every_string_hostile(v, info.item_type) for v in value]

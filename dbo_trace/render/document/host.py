@@ -3,6 +3,8 @@ the kernel and CPU-range summaries, the step-time spread, the GPU's clock and la
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.accounting import TimeBuckets
@@ -133,18 +135,12 @@ class Attribution(Struct, kw_only=True):
     profile_all_threads: bool | None
 
 
-class HostStacksBlock(Struct):
-    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's)."""
+@dataclass(frozen=True)
+class HostStacksBlock(HostStacks):
+    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's): the
+    analysis's HostStacks as it is, rounded (render/document/held.py), and its line in words after its
+    figures (the analysis holds no sentences), so its figures are declared once, there."""
 
-    samples: str
-    rate_hz: float | None
-    clock: StackClock
-    host_idle_us: float | None
-    sampled_us: float | None
-    untraced_us: float | None  # host_time's untraced bucket
-    unexplained_us: float | None  # untraced and without a sample either
-    by_cause_us: dict[str, float | None]
-    rows: list[StackRow]
     line: str
 
 
@@ -177,18 +173,8 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
 
 
 def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
-    return HostStacksBlock(
-        samples=h.samples,
-        rate_hz=h.rate_hz,
-        clock=rounded(h.clock, overlap=4),
-        host_idle_us=_r(h.host_idle_us),
-        sampled_us=_r(h.sampled_us),
-        untraced_us=_r(h.unexplained_before_us),
-        unexplained_us=_r(h.unexplained_us),
-        by_cause_us={k: _r(v) for k, v in h.by_cause_us.items()},
-        rows=[rounded(r, share=4) for r in h.rows],
-        line=stacks_line(h, head),
-    )
+    figures = rounded(h, overlap=4, share=4)  # its clock's overlap and its rows' shares
+    return HostStacksBlock(**{f.name: getattr(figures, f.name) for f in fields(HostStacks)}, line=stacks_line(h, head))
 
 
 def rank_stacks_block(s: RankStacks | None, rank: int) -> RankStacksBlock | UnsetType:
