@@ -20,6 +20,9 @@ class MostlyAt(Struct):
     wait_us: float | None
 
 
+# A twin of WaitSplit by its names, kept: a brief of two dataclasses, flat in the JSON (RankWaits's wait,
+# share, transfer and whom and where it waited most, with its split's hidden and exposed parts, absent
+# before version 5), the significance against the view's threshold; holding either would change the JSON.
 class PeerWait(Struct):
     """A rank's waits for its peers in brief, for a headline (analysis/cross_rank/collective_waits.py)."""
 
@@ -120,6 +123,8 @@ class WaitsBlock(Struct):
     operations: list[OperationWaits]
 
 
+# A twin of CrossRank, kept: its summary, notes and lines are words (the analysis holds no sentences)
+# amid its figures, in the JSON's order, and its waits a block of their own: no dataclass holds them so.
 class CrossRankBlock(Struct):
     ranks: list[Int]
     summary: str

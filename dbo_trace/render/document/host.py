@@ -88,6 +88,8 @@ class SpreadBlock(Struct):
     max: float | None
 
 
+# A twin of Spread by three common names only (median_us, p90_us, max_us), kept: it is LaunchDelay's
+# figures less its context (host idle, window, last delay, clocks), which the JSON does not hold.
 class LaunchDelayBlock(Struct):
     """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
 
@@ -101,6 +103,8 @@ class LaunchDelayBlock(Struct):
     clock_offset_suspect: bool
 
 
+# A twin of ClockBounds, kept: the JSON holds its figures but the lag's median (a note's queue figure)
+# and adds gpu_behind (its lag_grows); holding it would add a key, a new schema version.
 class ClocksBlock(Struct):
     """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock")."""
 
@@ -116,6 +120,8 @@ class ClocksBlock(Struct):
     gpu_behind: bool  # the lag grew: a queue building, not a constant offset
 
 
+# A twin of Incomplete, kept: the JSON holds its figures but its activities (a note's count), adds its
+# sampled and sliced and the constant host_idle_upper_bound; holding it would add a key, a new schema version.
 class IncompleteBlock(Struct):
     """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete traces")."""
 
