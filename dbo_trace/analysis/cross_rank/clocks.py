@@ -47,9 +47,9 @@ class RankClue:
 @dataclass(frozen=True)
 class Alignment:
     method: str | None  # None: not aligned (note says why); "mixed" names each rank's in per_rank
-    offset_us: dict[int, float]  # rank -> add to its trace clock for the shared clock
-    accuracy_us: float | None  # expected error of one rank against another
     per_rank: dict[int, str]  # rank -> method
+    accuracy_us: float | None  # expected error of one rank against another
+    offset_us: dict[int, float]  # rank -> add to its trace clock for the shared clock
     note: str | None = None
 
     @property

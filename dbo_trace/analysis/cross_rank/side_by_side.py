@@ -39,9 +39,9 @@ class RankOnClock:
 @dataclass(frozen=True)
 class StepAlignment:
     position: int  # the k-th reported step of each rank
-    starts_us: dict[int, float]  # rank -> start on the shared clock (us)
     skew_us: float  # latest start - earliest start
     last_rank: int  # the rank the others wait for
+    starts_us: dict[int, float]  # rank -> start on the shared clock (us)
     straggler: bool = False  # the skew is above the threshold: a straggler, not noise
 
 
@@ -128,7 +128,7 @@ def cross_rank(
     for k in range(count):
         at = {rank: starts[k] for rank, starts, _ in usable}
         first, last = min(at.values()), max(at.values())
-        steps.append(StepAlignment(k, at, last - first, max(at, key=at.__getitem__), straggler=last - first > threshold_us))
+        steps.append(StepAlignment(k, last - first, max(at, key=at.__getitem__), at, straggler=last - first > threshold_us))
     skews = np.array([s.skew_us for s in steps])
     return CrossRank(
         ranks=[rank for rank, _, _ in usable],

@@ -139,8 +139,8 @@ def node_frames(samples: StackSamples) -> NodeFrames:
 class StackClock:
     """How the samples were put on the trace's clock: trace us = py-spy us + offset_us."""
 
-    offset_us: float
     method: str  # "anchors" (refined), "profiler start, anchors" (refined near the profiler's start) or "start" (started_unix_ns alone)
+    offset_us: float
     accuracy_us: float | None  # expected (1 sigma) where anchored; None: only the start-up bound
     anchors: str | None  # what was matched
     edges: int  # sampled span edges matched to the trace's
@@ -276,7 +276,7 @@ def align(
     offset = (samples.started_unix_ns - base_time_ns) / 1000.0
     period = period_us or (1e6 / samples.rate_hz if samples.rate_hz else 10_000.0)
     anchors = anchor_names(names, cpu_name, cpu_is_annotation)
-    start_only = StackClock(offset, "start", None, None, 0, None, None)
+    start_only = StackClock("start", offset, None, None, 0, None, None)
     if not anchors:
         return start_only
     marked = _anchor_frames(samples, set(anchors.values()))
@@ -419,15 +419,15 @@ class StackRow:
 class HostStacks:
     """Host-caused GPU idle by sampled Python frame over a window."""
 
-    clock: StackClock
     samples: str  # the file
     rate_hz: float | None
+    clock: StackClock
     host_idle_us: float
     sampled_us: float  # host idle in which the thread followed had a sample
-    unexplained_before_us: float  # untraced (host_time) before the frames
+    untraced_us: float  # host_time's untraced bucket (before the frames)
     unexplained_us: float  # untraced and not sampled either
-    rows: tuple[StackRow, ...]  # largest first
     by_cause_us: dict[str, float]  # sampled time per host_time cause
+    rows: tuple[StackRow, ...]  # largest first
 
     def percent_of(self, us: float) -> float | None:
         """A part of the host idle in percent (None: no host idle)."""
@@ -521,7 +521,7 @@ def host_stacks(
         rate_hz=samples.rate_hz,
         host_idle_us=host_idle_us,
         sampled_us=sampled,
-        unexplained_before_us=untraced_us,
+        untraced_us=untraced_us,
         unexplained_us=max(0.0, untraced_us - untraced_sampled),
         rows=tuple(
             StackRow(c, p, e, i, t, t / host_idle_us if host_idle_us > 0 else None) for (c, p, e, i), t in rows

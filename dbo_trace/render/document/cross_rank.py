@@ -8,8 +8,9 @@ from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.cross_rank.clocks import Alignment
 from dbo_trace.analysis.cross_rank.collective_waits import GroupWaits, MatchedOp, PeerWaits, RankWaits, WaitSplit
-from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
+from dbo_trace.analysis.cross_rank.side_by_side import CrossRank, StepAlignment
 from dbo_trace.render.document.base import Count, Int, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import cross_note_text, cross_rank_summary, op_label, wait_lines
 
 
@@ -19,6 +20,9 @@ class MostlyAt(Struct):
     wait_us: float | None
 
 
+# A twin of WaitSplit by its names, kept: a brief of two dataclasses, flat in the JSON (RankWaits's wait,
+# share, transfer and whom and where it waited most, with its split's hidden and exposed parts, absent
+# before version 5), the significance against the view's threshold; holding either would change the JSON.
 class PeerWait(Struct):
     """A rank's waits for its peers in brief, for a headline (analysis/cross_rank/collective_waits.py)."""
 
@@ -36,20 +40,10 @@ class PeerWait(Struct):
     exposed_transfer_us: float | None | UnsetType = UNSET
 
 
-class CrossStep(Struct):
-    position: Int
-    skew_us: float
-    last_rank: Int
-    starts_us: dict[str, float]
-    straggler: bool  # version 3
-
-
-class AlignmentBlock(Struct):
-    method: str | None
-    per_rank: dict[str, str]
-    accuracy_us: float | None
-    offset_us: dict[str, float]
-    note: str | None
+# Blocks that are the analysis's dataclasses as they are, rounded (render/document/held.py): a step's
+# starts side by side, and how the ranks were put on one clock.
+CrossStep = StepAlignment
+AlignmentBlock = Alignment
 
 
 class ByOp(Struct):
@@ -129,6 +123,8 @@ class WaitsBlock(Struct):
     operations: list[OperationWaits]
 
 
+# A twin of CrossRank, kept: its summary, notes and lines are words (the analysis holds no sentences)
+# amid its figures, in the JSON's order, and its waits a block of their own: no dataclass holds them so.
 class CrossRankBlock(Struct):
     ranks: list[Int]
     summary: str
@@ -179,16 +175,7 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
         max_skew_us=round(view.max_skew_us, 3),
         last_counts=_keyed(view.last_counts),
         exposed_comm_us=_keyed(view.exposed_comm_us, 3),
-        steps=[
-            CrossStep(
-                position=s.position,
-                skew_us=round(s.skew_us, 3),
-                last_rank=s.last_rank,
-                starts_us=_keyed(s.starts_us, 3),
-                straggler=s.straggler,
-            )
-            for s in view.steps
-        ],
+        steps=[rounded(s) for s in view.steps],
         notes=[cross_note_text(n) for n in view.notes],
         alignment=alignment_block(view.alignment),
         straggler_threshold_us=round(view.threshold_us, 3),
@@ -199,16 +186,8 @@ def cross_rank_block(view: CrossRank | None) -> CrossRankBlock | None:
     )
 
 
-def alignment_block(a: Alignment | None) -> AlignmentBlock | None:
-    if a is None:
-        return None
-    return AlignmentBlock(
-        method=a.method,
-        per_rank=_keyed(a.per_rank),
-        accuracy_us=a.accuracy_us,
-        offset_us=_keyed(a.offset_us, 3),
-        note=a.note,
-    )
+def alignment_block(a: Alignment | None) -> Alignment | None:
+    return None if a is None else rounded(a)
 
 
 def _rounded(values: dict[int, float]) -> dict[str, float | None]:

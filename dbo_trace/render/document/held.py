@@ -37,6 +37,8 @@ def _round(value: object, digits: int, named: dict[str, int]) -> object:
         return tuple(_round(v, digits, named) for v in value)
     if isinstance(value, list):
         return [_round(v, digits, named) for v in value]
+    if isinstance(value, dict):  # by rank (or step): its values rounded alike, its keys as they are
+        return {k: _round(v, digits, named) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return rounded(value, **named)
     return value
@@ -45,7 +47,7 @@ def _round(value: object, digits: int, named: dict[str, int]) -> object:
 def rounded(obj: T, **digits: int) -> T:
     """A copy of the dataclass `obj` (the same type) with each float rounded as the document rounds
     it: DIGITS decimals, or `digits[name]` for a field `name` (a share's 4), its own or of a dataclass
-    within it (rounded alike); numpy scalars made Python's, floats in tuples and lists rounded alike."""
+    within it (rounded alike); numpy scalars made Python's, floats in tuples, lists and dicts' values rounded alike."""
     assert dataclasses.is_dataclass(obj) and not isinstance(obj, type), obj
     changes = {
         f.name: _round(getattr(obj, f.name), digits.get(f.name, DIGITS), digits) for f in dataclasses.fields(obj) if f.init

@@ -3,12 +3,14 @@ the kernel and CPU-range summaries, the step-time spread, the GPU's clock and la
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
-from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackRow
+from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackClock, StackRow
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.overlap.queueing import LaunchDelay
 from dbo_trace.render.document.base import Count, Struct, _r
@@ -17,11 +19,12 @@ from dbo_trace.render.words.notes import stacks_line, top_item_name
 
 # Blocks that are the analysis's dataclasses as they are, rounded (render/document/held.py): where the
 # window's time went (the buckets add up to window_us), the kernel and CPU-range summaries, a row of
-# host idle by sampled Python stack.
+# host idle by sampled Python stack, how the sampled stacks were put on the trace's clock.
 TimeBlock = TimeBuckets
 KernelSummaryBlock = KernelSummary
 CpuRange = CpuRangeRow
 StackRowBlock = StackRow
+StackClockBlock = StackClock
 
 
 def time_block(b: TimeBuckets) -> TimeBuckets:
@@ -85,6 +88,8 @@ class SpreadBlock(Struct):
     max: float | None
 
 
+# A twin of Spread by three common names only (median_us, p90_us, max_us), kept: it is LaunchDelay's
+# figures less its context (host idle, window, last delay, clocks), which the JSON does not hold.
 class LaunchDelayBlock(Struct):
     """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
 
@@ -98,6 +103,8 @@ class LaunchDelayBlock(Struct):
     clock_offset_suspect: bool
 
 
+# A twin of ClockBounds, kept: the JSON holds its figures but the lag's median (a note's queue figure)
+# and adds gpu_behind (its lag_grows); holding it would add a key, a new schema version.
 class ClocksBlock(Struct):
     """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock")."""
 
@@ -113,6 +120,8 @@ class ClocksBlock(Struct):
     gpu_behind: bool  # the lag grew: a queue building, not a constant offset
 
 
+# A twin of Incomplete, kept: the JSON holds its figures but its activities (a note's count), adds its
+# sampled and sliced and the constant host_idle_upper_bound; holding it would add a key, a new schema version.
 class IncompleteBlock(Struct):
     """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete traces")."""
 
@@ -132,28 +141,12 @@ class Attribution(Struct, kw_only=True):
     profile_all_threads: bool | None
 
 
-class StackClockBlock(Struct):
-    method: str  # "anchors" or "start"
-    offset_us: float | None  # trace us = py-spy us + offset_us
-    accuracy_us: float | None
-    anchors: str | None
-    edges: Count
-    overlap: float | None
-    startup_us: float | None
+@dataclass(frozen=True)
+class HostStacksBlock(HostStacks):
+    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's): the
+    analysis's HostStacks as it is, rounded (render/document/held.py), and its line in words after its
+    figures (the analysis holds no sentences), so its figures are declared once, there."""
 
-
-class HostStacksBlock(Struct):
-    """The host-caused GPU idle by sampled Python frame over a window (the rank's, a phase's)."""
-
-    samples: str
-    rate_hz: float | None
-    clock: StackClockBlock
-    host_idle_us: float | None
-    sampled_us: float | None
-    untraced_us: float | None  # host_time's untraced bucket
-    unexplained_us: float | None  # untraced and without a sample either
-    by_cause_us: dict[str, float | None]
-    rows: list[StackRow]
     line: str
 
 
@@ -186,22 +179,8 @@ def host_causes_block(c: HostCauses | None, line: str | None = None) -> HostCaus
 
 
 def host_stacks_block(h: HostStacks, head: str) -> HostStacksBlock:
-    c = h.clock
-    return HostStacksBlock(
-        samples=h.samples,
-        rate_hz=h.rate_hz,
-        clock=StackClockBlock(
-            method=c.method, offset_us=_r(c.offset_us), accuracy_us=_r(c.accuracy_us), anchors=c.anchors, edges=c.edges,
-            overlap=_r(c.overlap, 4), startup_us=_r(c.startup_us),
-        ),  # fmt: skip
-        host_idle_us=_r(h.host_idle_us),
-        sampled_us=_r(h.sampled_us),
-        untraced_us=_r(h.unexplained_before_us),
-        unexplained_us=_r(h.unexplained_us),
-        by_cause_us={k: _r(v) for k, v in h.by_cause_us.items()},
-        rows=[rounded(r, share=4) for r in h.rows],
-        line=stacks_line(h, head),
-    )
+    figures = rounded(h, overlap=4, share=4)  # its clock's overlap and its rows' shares
+    return HostStacksBlock(**{f.name: getattr(figures, f.name) for f in fields(HostStacks)}, line=stacks_line(h, head))
 
 
 def rank_stacks_block(s: RankStacks | None, rank: int) -> RankStacksBlock | UnsetType:

@@ -419,5 +419,5 @@ def stacks_line(h: HostStacks, head: str) -> str:
     rows = [f"{pct(r.us)} {row_text(r)}" for r in h.rows[:LINE_ROWS]]
     return (
         f"{head} host idle by Python frame ({rate}, {clock}): of {h.host_idle_us / 1000:.1f} ms, untraced "
-        f"{pct(h.unexplained_before_us)} ({pct(h.unexplained_us)} without a sample)" + ("; " + ", ".join(rows) if rows else "")
+        f"{pct(h.untraced_us)} ({pct(h.unexplained_us)} without a sample)" + ("; " + ", ".join(rows) if rows else "")
     )
