@@ -51,14 +51,14 @@ def test_the_terminal_and_the_markdown_build_only_the_steps_they_show(tmp_path, 
     """A long run's steps are built as the renderers read them: the terminal shows 20 of 1,000 steps
     and builds 20 step blocks, the Markdown 200; their reports (verdict, host causes) are built a
     chunk at a time (analysis/model.py StepReports). --json builds every one."""
-    from dbo_trace.analysis import model, rank_analysis as rank, report
+    from dbo_trace.analysis import model, report
     from dbo_trace.analysis.verdict import evidence
     from dbo_trace.render.document import steps as document
 
     blocks, verdicts = [], []
     step_block, decide = document.step_block, report.decide
     monkeypatch.setattr(document, "step_block", lambda *a: blocks.append(a) or step_block(*a))
-    for module in (evidence, rank, report):  # where a verdict is decided: a step's, a phase's and a rank's, the run's
+    for module in (evidence, report):  # where a verdict is decided: a step's; a phase's, a rank's and the run's
         monkeypatch.setattr(module, "decide", lambda *a, **k: verdicts.append(a) or decide(*a, **k))
     path = many_steps(tmp_path / "run", 1_000)
     for args, shown in (((), 20), (("--markdown",), MD_ROWS), (("--json",), 1_000)):
