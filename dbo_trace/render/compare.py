@@ -27,13 +27,13 @@ from dbo_trace.analysis.compare.arms import (
     ShapeDiff,
     graphs_text,
 )
-from dbo_trace.analysis.afd.effect import DOES_NOT_PAY, PAYS, WITHIN_NOISE, Effect
+from dbo_trace.analysis.afd.effect import Effect
 from dbo_trace.analysis.compare.unprofiled import Unprofiled
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
-from dbo_trace.render.words.pipeline import model_lines
+from dbo_trace.render.words.pipeline import conclusions, model_lines, signed_ms
 from dbo_trace.render.document.pipeline import dbo_what_if_block, overlap_block
 from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
@@ -340,82 +340,6 @@ def _mismatch_text(m: Mismatch) -> str:
     return f"{m.off} ran another cudagraph mode ({m.off_value} against {m.on_value})"
 
 
-def _ms_signed(us_value: float) -> str:
-    return f"{us_value / 1000:+.2f}"
-
-
-def _measured(p: Pair, e: Effect | None) -> str:
-    """The measured change in brackets: ms and % of the median period."""
-    if e is not None and e.median_change_us is not None and e.median_change is not None:
-        # the parts add up to the mean period's change; the call is the median's: both, so the sum checks
-        return (
-            f"(net {_ms_signed(e.parts_sum_us)} ms a step in the mean period; measured {_ms_signed(e.median_change_us)} ms, "
-            f"{100 * e.median_change:+.1f}% in the median)"
-        )
-    if p.change is not None:
-        return f"({100 * p.change:+.1f}%{' per token' if p.per_token else ''})"
-    return ""
-
-
-def _added(e: Effect) -> str:
-    grown = [(e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy")]
-    shown = [f"{v / 1000:.2f} ms of {what}" for v, what in grown if v >= 5.0]
-    return " and ".join(shown) if shown else "nothing"
-
-
-def conclusion(p: Pair) -> str | None:
-    """One sentence per pair (its all-steps row): does DBO pay here, by the measured change's call,
-    with the parts that made it."""
-    if p.off is None or p.phase != ALL_STEPS:
-        return None
-    e = p.effect
-    head = f"{p.on} against {p.off}: "
-    shape = " (the same load's steps differ in shape: compared per token)" if p.per_token else ""
-    if e is None:
-        out = p.outcome
-        if out is None:
-            return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each){shape}"
-        said = {"DBO faster": "DBO pays", "DBO slower": "DBO does not pay"}.get(out, "DBO's change is within noise")
-        return head + f"{said} by the step period {_measured(p, None)}{shape}; its parts are not measured"
-    if e.call == PAYS and e.exposed_removed_us < 5.0:
-        return head + (
-            f"DBO pays, though it removed no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
-            f"{_ms_signed(e.comm_alone_change_us)}, idle {_ms_signed(e.idle_change_us)} ms a step {_measured(p, e)}{shape}"
-        )
-    if e.call == PAYS:
-        return head + (
-            f"DBO pays: it removed {e.exposed_removed_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
-            f"{_measured(p, e)}{shape}"
-        )
-    if e.call == DOES_NOT_PAY:
-        grown = ", ".join(
-            f"{what} {_ms_signed(v)}"
-            for v, what in ((e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy"),
-                            (e.comm_alone_change_us, "comm alone"))
-            if v >= 5.0
-        )  # fmt: skip
-        cost = f"+{e.cost_us / 1000:.2f} ms a step: {grown}"
-        if e.exposed_removed_us < 5.0:
-            return head + f"DBO does not pay: it removed no exposed comm and cost {cost} {_measured(p, e)}{shape}"
-        return head + (
-            f"DBO does not pay: its cost ({cost}) exceeds the exposed comm it removes ({e.exposed_removed_us / 1000:.2f} "
-            f"ms); it would pay where the exposed comm it removes (the round trips' exposed time, which grows with the "
-            f"batch) exceeds its cost {_measured(p, e)}{shape}"
-        )
-    parts = (
-        f"compute {_ms_signed(e.compute_change_us)}, comm alone {_ms_signed(e.comm_alone_change_us)}, "
-        f"idle {_ms_signed(e.idle_change_us)} ms a step"
-    )
-    if e.call == WITHIN_NOISE:
-        return head + f"DBO's change is within noise {_measured(p, e)}{shape}: {parts}"
-    return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each): {parts}"
-
-
-def conclusions(pairs: list[Pair]) -> list[str]:
-    return [c for p in pairs if (c := conclusion(p)) is not None]
-
-
-
 KERNEL_NAME_WIDTH = 44  # a kernel's name, shortened as the report's lists shorten it (render/names.py)
 EFFECT_COLUMNS = [
     Column("per step", right=False, wrap=True),
@@ -436,7 +360,7 @@ def effect_title(p: Pair) -> str:
 
 
 def _part_row(what: str, off: float, on: float) -> list[str]:
-    return [what, f"{off / 1000:.2f}", f"{on / 1000:.2f}", _ms_signed(on - off)]
+    return [what, f"{off / 1000:.2f}", f"{on / 1000:.2f}", signed_ms(on - off)]
 
 
 def effect_rows(e: Effect) -> list[list[str]]:
@@ -458,7 +382,7 @@ def effect_rows(e: Effect) -> list[list[str]]:
             x = None if a.ffn is None else float(getattr(a.ffn, key))
             y = None if b.ffn is None else float(getattr(b.ffn, key))
             rows.append(
-                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else _ms_signed(y - x)]
+                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else signed_ms(y - x)]
             )
     return rows
 
@@ -471,12 +395,12 @@ def effect_sum_line(e: Effect) -> str:
     """How the parts add up: to the mean period's change exactly, to the median's within the residual."""
     text = (
         f"Over {e.off.periods} and {e.on.periods} step periods (first steady step's start to the last's), the parts' "
-        f"changes add up to {_ms_signed(e.parts_sum_us)} ms, the change of the mean period"
+        f"changes add up to {signed_ms(e.parts_sum_us)} ms, the change of the mean period"
     )
     if e.median_change_us is None or e.residual_us is None:
         return text + "."
     return text + (
-        f"; the median period changed {_ms_signed(e.median_change_us)} ms, so the parts hold it within "
+        f"; the median period changed {signed_ms(e.median_change_us)} ms, so the parts hold it within "
         f"{abs(e.residual_us) / 1000:.2f} ms (the residual)."
     )
 
@@ -490,7 +414,7 @@ def kernel_rows(e: Effect) -> list[list[str]]:
 
     shown = display_names([k.name for k in e.kernels], KERNEL_NAME_WIDTH)
     return [
-        [name, f"{calls(k.off)} -> {calls(k.on)}", f"{per_call(k.off)} -> {per_call(k.on)}", _ms_signed(k.change_us)]
+        [name, f"{calls(k.off)} -> {calls(k.on)}", f"{per_call(k.off)} -> {per_call(k.on)}", signed_ms(k.change_us)]
         for name, k in zip(shown, e.kernels)
     ]
 
