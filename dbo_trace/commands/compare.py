@@ -122,7 +122,8 @@ def _compare(request: CompareRequest) -> None:
         ]
     )
     unprofiled = unprofiled_arms(names, reports, load_keys(compared))
-    pairs = dbo_pairs(compared, unprofiled)
+    # the pairs of the arms as measured, in the table's order (its first fitting DBO-off arm is the partner)
+    pairs = dbo_pairs([r.measured for r in compared], [t.measured for t in unprofiled])
     write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
 
 
@@ -146,8 +147,8 @@ def arm_labels(paths: tuple[Path, ...]) -> list[str]:
 
 def unprofiled_arms(names: list[str], reports: list, load_of: dict[int, int] | None = None) -> list:
     """The arms whose recording holds timed repeats (record --repeats), each with its profiled step
-    period as its own report measured the profiler's overhead (analysis/compare/unprofiled.py), and the
-    change against the first of them at its load (load_of: arms.load_keys)."""
+    period as its own report measured the profiler's overhead (analysis/compare/unprofiled.py), and its
+    change against the first of them at its load (load_of: arms.load_keys), beside it (TimedArm)."""
     from dbo_trace.analysis.compare.unprofiled import against_first
 
     return against_first(

@@ -20,6 +20,8 @@ from dbo_trace.analysis.compare.arms import (
     WITHIN,
     Arm,
     ArmRoundTrip,
+    ComparedArm,
+    Comparison,
     Load,
     Mismatch,
     Pair,
@@ -27,13 +29,13 @@ from dbo_trace.analysis.compare.arms import (
     ShapeDiff,
     graphs_text,
 )
-from dbo_trace.analysis.afd.effect import DOES_NOT_PAY, PAYS, WITHIN_NOISE, Effect
-from dbo_trace.analysis.compare.unprofiled import Unprofiled
+from dbo_trace.analysis.afd.effect import Effect
+from dbo_trace.analysis.compare.unprofiled import TimedArm
 from dbo_trace.render import unprofiled as unprofiled_table
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.format import md_table, ms, num, pct, tri
 from dbo_trace.render.json_out import json_text
-from dbo_trace.render.words.pipeline import model_lines
+from dbo_trace.render.words.pipeline import conclusions, model_lines, signed_ms
 from dbo_trace.render.document.pipeline import dbo_what_if_block, overlap_block
 from dbo_trace.render.names import display_names
 from dbo_trace.render.layout import Column, strip_trailing, table, terminal_width, wrap
@@ -66,9 +68,10 @@ def shape_text(d: ShapeDiff) -> str:
     return f"the arms differ in {d.key} ({listed}): check that they compare like with like"
 
 
-def _rows(arms: list[Arm]) -> list[list[str]]:
+def _rows(compared: list[ComparedArm]) -> list[list[str]]:
     rows = []
-    for a in arms:
+    for r in compared:
+        a = r.measured
         rows.append(
             [
                 a.label,
@@ -77,7 +80,7 @@ def _rows(arms: list[Arm]) -> list[list[str]]:
                 _steps_cell(a),
                 _spread_cell(a),
                 ms(a.window_median_us) if _window_differs(a) else "-",
-                _change_cell(a),
+                _change_cell(r.vs_first),
                 num(a.round_trips_per_layer),
                 ms(a.per_round_trip_us),
                 "-" if a.round_trip is not None else pct(a.comm_hidden_fraction),  # one meaning of hidden
@@ -98,19 +101,19 @@ def _window_differs(a: Arm) -> bool:
     return w is not None and p is not None and abs(w - p) > 0.05 * p
 
 
-def _change_cell(a: Arm) -> str:
-    if a.call is None:
+def _change_cell(c: Comparison | None) -> str:
+    if c is None:
         return "baseline"
-    if a.call == TOO_FEW:
+    if c.call == TOO_FEW:
         return "too few steps"
-    if a.change is None:
+    if c.change is None:
         return "-"
-    text = f"{100 * a.change:+.1f}%"
-    if a.change_low is not None and a.change_high is not None:
-        text += f" [{100 * a.change_low:+.1f}, {100 * a.change_high:+.1f}]"
-    if a.per_token:
+    text = f"{100 * c.change:+.1f}%"
+    if c.change_low is not None and c.change_high is not None:
+        text += f" [{100 * c.change_low:+.1f}, {100 * c.change_high:+.1f}]"
+    if c.per_token:
         text += " per token"
-    return text + (" (noise)" if a.call == WITHIN else "")
+    return text + (" (noise)" if c.call == WITHIN else "")
 
 
 def _spread_cell(a: Arm) -> str:
@@ -119,15 +122,16 @@ def _spread_cell(a: Arm) -> str:
     return f"{a.step_median_us / 1000:.2f} ({(a.step_p90_us or 0) / 1000:.2f}, {(a.step_max_us or 0) / 1000:.2f})"
 
 
-def noise_line(arms: list[Arm]) -> str:
+def noise_line(compared: list[ComparedArm]) -> str:
     """Per phase, which arms changed beyond noise against the first, with the pairs behind it."""
     parts = []
-    for phase, group in dict.fromkeys((a.phase, a.load_group) for a in arms):
-        rows = [a for a in arms if a.phase == phase and a.load_group == group]
-        said = [_said(a, rows[0]) for a in rows[1:]]
-        at = f" at {load_text(rows[0].ran_with.load if rows[0].ran_with else None)}" if several_loads(arms) else ""
+    for phase, group in dict.fromkeys((r.measured.phase, r.load_group) for r in compared):
+        rows = [r for r in compared if r.measured.phase == phase and r.load_group == group]
+        first = rows[0].measured
+        said = [_said(r.measured, r.vs_first, first) for r in rows[1:] if r.vs_first is not None]
+        at = f" at {load_text(first.ran_with.load if first.ran_with else None)}" if several_loads(compared) else ""
         what = "all steps" if phase == ALL_STEPS else phase + " steps"
-        parts.append(f"{what}{at} against {rows[0].label}: " + (", ".join(said) if said else "no other arm"))
+        parts.append(f"{what}{at} against {first.label}: " + (", ".join(said) if said else "no other arm"))
     return (
         "; ".join(parts)
         + f". Step times are periods of steady steps (stalls apart); a change is beyond noise when its bootstrap 95% "
@@ -135,30 +139,30 @@ def noise_line(arms: list[Arm]) -> str:
         + (
             " Comm hidden is comm kernel time under compute; a disaggregated (AFD) arm's is a dash: its sends and "
             "receives run on the compute stream, and its hidden share of the round trips is the round-trip table's."
-            if any(a.round_trip is not None for a in arms)
+            if any(r.measured.round_trip is not None for r in compared)
             else ""
         )
     )
 
 
-def _said(a: Arm, base: Arm) -> str:
-    n = a.compared_steps
+def _said(a: Arm, c: Comparison, base: Arm) -> str:
+    n = c.compared_steps
     steps = f"{n[0]} and {n[1]} steps" if n else ""
-    how = ", ".join(x for x in (steps, "paired by shape" if a.paired_by_shape else "", "per token" if a.per_token else "") if x)
-    if a.call == TOO_FEW:
+    how = ", ".join(x for x in (steps, "paired by shape" if c.paired_by_shape else "", "per token" if c.per_token else "") if x)
+    if c.call == TOO_FEW:
         return f"{a.label} too few steps to tell ({how}; at least {MIN_STEPS} each)"
-    change = f"{100 * (a.change or 0.0):+.1f}%"
-    if a.compared_medians_us is not None:
-        unit = "us per token" if a.per_token else "ms"
-        scale = 1.0 if a.per_token else 1000.0
-        lo, hi = (x / scale for x in a.compared_medians_us)
+    change = f"{100 * (c.change or 0.0):+.1f}%"
+    if c.compared_medians_us is not None:
+        unit = "us per token" if c.per_token else "ms"
+        scale = 1.0 if c.per_token else 1000.0
+        lo, hi = (x / scale for x in c.compared_medians_us)
         how = f"medians {lo:.2f} and {hi:.2f} {unit}, " + how
-    slower = f", slower in {100 * a.slower_pairs:.0f}% of step pairs" if a.slower_pairs is not None else ""
+    slower = f", slower in {100 * c.slower_pairs:.0f}% of step pairs" if c.slower_pairs is not None else ""
     # the change is of the steps compared; where pairing by shape left some out, their medians are not
     # the table's (over every steady step): say so, so the sentence and the table are read as one
     fewer = n is not None and (n[0] < base.steps or n[1] < a.steps)
     apart = "; the table's medians are over every steady step" if fewer else ""
-    return f"{a.label} {change} {a.call} ({how}{slower}{apart})"
+    return f"{a.label} {change} {c.call} ({how}{slower}{apart})"
 
 
 
@@ -184,15 +188,16 @@ AFD_COLUMNS = [
 ]
 
 
-def afd_arms(arms: list[Arm]) -> list[tuple[Arm, ArmRoundTrip]]:
+def afd_arms(compared: list[ComparedArm]) -> list[tuple[Arm, ArmRoundTrip]]:
     """The disaggregated arms of all steps, each with its round trip."""
+    arms = [r.measured for r in compared]
     return [(a, a.round_trip) for a in arms if a.phase == ALL_STEPS and a.round_trip is not None]
 
 
-def _afd_rows(arms: list[Arm], unprofiled: list[Unprofiled]) -> list[list[str]]:
-    timed = {u.arm: u for u in unprofiled}  # by identity: two arms may share a label
+def _afd_rows(compared: list[ComparedArm], unprofiled: list[TimedArm]) -> list[list[str]]:
+    timed = {t.measured.arm: t.measured for t in unprofiled}  # by identity: two arms may share a label
     rows = []
-    for a, rt in afd_arms(arms):
+    for a, rt in afd_arms(compared):
         u = timed.get(a.arm)
         split = rt.ffn_compute_us is not None
         rows.append(
@@ -340,82 +345,6 @@ def _mismatch_text(m: Mismatch) -> str:
     return f"{m.off} ran another cudagraph mode ({m.off_value} against {m.on_value})"
 
 
-def _ms_signed(us_value: float) -> str:
-    return f"{us_value / 1000:+.2f}"
-
-
-def _measured(p: Pair, e: Effect | None) -> str:
-    """The measured change in brackets: ms and % of the median period."""
-    if e is not None and e.median_change_us is not None and e.median_change is not None:
-        # the parts add up to the mean period's change; the call is the median's: both, so the sum checks
-        return (
-            f"(net {_ms_signed(e.parts_sum_us)} ms a step in the mean period; measured {_ms_signed(e.median_change_us)} ms, "
-            f"{100 * e.median_change:+.1f}% in the median)"
-        )
-    if p.change is not None:
-        return f"({100 * p.change:+.1f}%{' per token' if p.per_token else ''})"
-    return ""
-
-
-def _added(e: Effect) -> str:
-    grown = [(e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy")]
-    shown = [f"{v / 1000:.2f} ms of {what}" for v, what in grown if v >= 5.0]
-    return " and ".join(shown) if shown else "nothing"
-
-
-def conclusion(p: Pair) -> str | None:
-    """One sentence per pair (its all-steps row): does DBO pay here, by the measured change's call,
-    with the parts that made it."""
-    if p.off is None or p.phase != ALL_STEPS:
-        return None
-    e = p.effect
-    head = f"{p.on} against {p.off}: "
-    shape = " (the same load's steps differ in shape: compared per token)" if p.per_token else ""
-    if e is None:
-        out = p.outcome
-        if out is None:
-            return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each){shape}"
-        said = {"DBO faster": "DBO pays", "DBO slower": "DBO does not pay"}.get(out, "DBO's change is within noise")
-        return head + f"{said} by the step period {_measured(p, None)}{shape}; its parts are not measured"
-    if e.call == PAYS and e.exposed_removed_us < 5.0:
-        return head + (
-            f"DBO pays, though it removed no exposed comm: compute {_ms_signed(e.compute_change_us)}, comm alone "
-            f"{_ms_signed(e.comm_alone_change_us)}, idle {_ms_signed(e.idle_change_us)} ms a step {_measured(p, e)}{shape}"
-        )
-    if e.call == PAYS:
-        return head + (
-            f"DBO pays: it removed {e.exposed_removed_us / 1000:.2f} ms of exposed comm a step and added {_added(e)} "
-            f"{_measured(p, e)}{shape}"
-        )
-    if e.call == DOES_NOT_PAY:
-        grown = ", ".join(
-            f"{what} {_ms_signed(v)}"
-            for v, what in ((e.compute_change_us, "compute"), (e.idle_change_us, "idle"), (e.copy_change_us, "copy"),
-                            (e.comm_alone_change_us, "comm alone"))
-            if v >= 5.0
-        )  # fmt: skip
-        cost = f"+{e.cost_us / 1000:.2f} ms a step: {grown}"
-        if e.exposed_removed_us < 5.0:
-            return head + f"DBO does not pay: it removed no exposed comm and cost {cost} {_measured(p, e)}{shape}"
-        return head + (
-            f"DBO does not pay: its cost ({cost}) exceeds the exposed comm it removes ({e.exposed_removed_us / 1000:.2f} "
-            f"ms); it would pay where the exposed comm it removes (the round trips' exposed time, which grows with the "
-            f"batch) exceeds its cost {_measured(p, e)}{shape}"
-        )
-    parts = (
-        f"compute {_ms_signed(e.compute_change_us)}, comm alone {_ms_signed(e.comm_alone_change_us)}, "
-        f"idle {_ms_signed(e.idle_change_us)} ms a step"
-    )
-    if e.call == WITHIN_NOISE:
-        return head + f"DBO's change is within noise {_measured(p, e)}{shape}: {parts}"
-    return head + f"too few steps to tell whether DBO pays (at least {MIN_STEPS} each): {parts}"
-
-
-def conclusions(pairs: list[Pair]) -> list[str]:
-    return [c for p in pairs if (c := conclusion(p)) is not None]
-
-
-
 KERNEL_NAME_WIDTH = 44  # a kernel's name, shortened as the report's lists shorten it (render/names.py)
 EFFECT_COLUMNS = [
     Column("per step", right=False, wrap=True),
@@ -436,7 +365,7 @@ def effect_title(p: Pair) -> str:
 
 
 def _part_row(what: str, off: float, on: float) -> list[str]:
-    return [what, f"{off / 1000:.2f}", f"{on / 1000:.2f}", _ms_signed(on - off)]
+    return [what, f"{off / 1000:.2f}", f"{on / 1000:.2f}", signed_ms(on - off)]
 
 
 def effect_rows(e: Effect) -> list[list[str]]:
@@ -458,7 +387,7 @@ def effect_rows(e: Effect) -> list[list[str]]:
             x = None if a.ffn is None else float(getattr(a.ffn, key))
             y = None if b.ffn is None else float(getattr(b.ffn, key))
             rows.append(
-                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else _ms_signed(y - x)]
+                [f"FFN GPU: {what}", ms_cell(x), ms_cell(y), "-" if x is None or y is None else signed_ms(y - x)]
             )
     return rows
 
@@ -471,12 +400,12 @@ def effect_sum_line(e: Effect) -> str:
     """How the parts add up: to the mean period's change exactly, to the median's within the residual."""
     text = (
         f"Over {e.off.periods} and {e.on.periods} step periods (first steady step's start to the last's), the parts' "
-        f"changes add up to {_ms_signed(e.parts_sum_us)} ms, the change of the mean period"
+        f"changes add up to {signed_ms(e.parts_sum_us)} ms, the change of the mean period"
     )
     if e.median_change_us is None or e.residual_us is None:
         return text + "."
     return text + (
-        f"; the median period changed {_ms_signed(e.median_change_us)} ms, so the parts hold it within "
+        f"; the median period changed {signed_ms(e.median_change_us)} ms, so the parts hold it within "
         f"{abs(e.residual_us) / 1000:.2f} ms (the residual)."
     )
 
@@ -490,7 +419,7 @@ def kernel_rows(e: Effect) -> list[list[str]]:
 
     shown = display_names([k.name for k in e.kernels], KERNEL_NAME_WIDTH)
     return [
-        [name, f"{calls(k.off)} -> {calls(k.on)}", f"{per_call(k.off)} -> {per_call(k.on)}", _ms_signed(k.change_us)]
+        [name, f"{calls(k.off)} -> {calls(k.on)}", f"{per_call(k.off)} -> {per_call(k.on)}", signed_ms(k.change_us)]
         for name, k in zip(shown, e.kernels)
     ]
 
@@ -513,13 +442,13 @@ PAIR_NOTE = (
 )
 
 
-def render_markdown(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
+def render_markdown(arms: list[ComparedArm], unprofiled: list[TimedArm] = [], pairs: list[Pair] = []) -> str:
     keep = [i for i in range(len(COLUMNS)) if i != LOAD_COLUMN or several_loads(arms)]
     named = [[markdown_code(r[0]), *r[1:]] for r in _rows(arms)]  # the arm's label: a name
     rows = [[r[i] for i in keep] for r in named]
     said = conclusions(pairs)
     out = [f"**{markdown_text(line)}**" for line in said] + ([""] if said else [])
-    modelled = model_lines(arms, pairs)
+    modelled = model_lines([r.measured for r in arms], pairs)
     out += [markdown_text(line) for line in modelled] + ([""] if modelled else [])
     out += md_table([HEADER[i] for i in keep], rows)
     out += ["", markdown_text(noise_line(arms)), ""]
@@ -617,10 +546,10 @@ def arm_verdict_text(a: Arm) -> str:
 
 
 # An arm's round trip in the JSON: flat `round_trip_*` keys, as schemas 5 and 6 wrote them, the first
-# four where the round trip sits among the arm's keys and its parts after ran_with (the schema's order).
+# four where the round trip sits among the arm's keys (the fourth, round_trip_change, its comparison's)
+# and its parts after ran_with (the schema's order).
 ROUND_TRIP_KEYS = (
     ("round_trip_us", "median_us"), ("round_trip_hidden_share", "hidden_share"), ("round_trip_criterion", "criterion"),
-    ("round_trip_change", "change"),
 )  # fmt: skip
 ROUND_TRIP_PART_KEYS = (
     ("round_trip_transfer_us", "transfer_us"), ("round_trip_ffn_us", "ffn_us"), ("round_trip_ffn_compute_us", "ffn_compute_us"),
@@ -635,13 +564,33 @@ def _flat(rt: ArmRoundTrip | None, keys: tuple[tuple[str, str], ...]) -> dict[st
     return {key: None if rt is None else getattr(rt, name) for key, name in keys}
 
 
-def _arm_json(a: Arm) -> dict[str, Any]:
+# A row's comparison against its group's first arm, in the JSON: its keys among the arm's, each group
+# before the arm's key named, where schema 8 has always written them; the baseline's keys empty.
+VS_FIRST_BEFORE = {
+    "step_median_us": ("change", "within_noise"),
+    "samples_us": (
+        "call", "change_low", "change_high", "compared_steps", "compared_medians_us", "paired_by_shape", "per_token",
+        "slower_pairs",
+    ),
+    "parts": ("load_group",),
+}  # fmt: skip
+BASELINE = {
+    "change": None, "within_noise": None, "call": None, "change_low": None, "change_high": None, "compared_steps": None,
+    "compared_medians_us": None, "paired_by_shape": False, "per_token": False, "slower_pairs": None, "round_trip_change": None,
+}  # fmt: skip
+
+
+def _arm_json(r: ComparedArm) -> dict[str, Any]:
+    a = r.measured
+    vs = {**(BASELINE if r.vs_first is None else asdict(r.vs_first)), "load_group": r.load_group}
     body: dict[str, Any] = {}
     for k, v in asdict(a).items():
+        body.update({key: vs[key] for key in VS_FIRST_BEFORE.get(k, ())})
         if k in _SAMPLES or k in IDENTITY:
             continue
         if k == "round_trip":
             body.update(_flat(a.round_trip, ROUND_TRIP_KEYS))
+            body["round_trip_change"] = vs["round_trip_change"]
             continue
         body[k] = v
         if k == "ran_with":
@@ -659,7 +608,7 @@ def _overlap_json(a: Arm) -> dict[str, Any] | None:
     return msgspec.to_builtins(block) if block is not None else None
 
 
-def render_json(arms: list[Arm], unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []) -> str:
+def render_json(arms: list[ComparedArm], unprofiled: list[TimedArm] = [], pairs: list[Pair] = []) -> str:
     body: dict[str, Any] = {
         "schema": COMPARE_SCHEMA,
         "schema_version": COMPARE_VERSION,
@@ -694,13 +643,17 @@ HEADER = [c.header for c in COLUMNS]  # the Markdown's, the same columns
 LOAD_COLUMN = 2
 
 
-def several_loads(arms: list[Arm]) -> bool:
+def several_loads(arms: list[ComparedArm]) -> bool:
     """Arms of more than one load: the table shows each arm's (its change is against its load's first)."""
-    return any(a.load_group for a in arms)
+    return any(r.load_group for r in arms)
 
 
 def render_terminal(
-    arms: list[Arm], color: bool = False, width: int | None = None, unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []
+    arms: list[ComparedArm],
+    color: bool = False,
+    width: int | None = None,
+    unprofiled: list[TimedArm] = [],
+    pairs: list[Pair] = [],
 ) -> str:
     """The table at the terminal's width (at least 80; piped: $COLUMNS, else 100), every cell whole."""
     from rich.console import Console
@@ -709,12 +662,13 @@ def render_terminal(
     width = width or terminal_width()
     rows = [[terminal_text(cell) for cell in row] for row in _rows(arms)]  # labels are paths: data
     shown = list(range(len(COLUMNS)))
-    if all(a.phase == ALL_STEPS for a in arms):  # every arm's steps whole: the column would only repeat "all"
+    if all(r.measured.phase == ALL_STEPS for r in arms):  # every arm's steps whole: the column would only repeat "all"
         shown.remove(1)
     if not several_loads(arms):
         shown.remove(LOAD_COLUMN)
     lines = [line for said in conclusions(pairs) for line in wrap(terminal_text(said), width, "", "  ")]
-    lines += [line for said in model_lines(arms, pairs) for line in wrap(terminal_text(said), width, "", "  ")]
+    modelled = model_lines([r.measured for r in arms], pairs)
+    lines += [line for said in modelled for line in wrap(terminal_text(said), width, "", "  ")]
     lines += [""] if lines else []
     lines += table("dbo-trace compare", [COLUMNS[i] for i in shown], [[r[i] for i in shown] for r in rows], width)
     buf = io.StringIO()
@@ -754,17 +708,24 @@ def render_terminal(
 
 class _CompareOutput:
     """compare's outputs, with the report renderers' shape (name, suffixes, binary, render): the
-    product is the compared arms instead of a Report."""
+    product is the compared arms (ComparedArm) instead of a Report."""
 
     binary = False
 
     def __init__(
-        self, name: str, suffixes: tuple[str, ...], render: Callable[[list[Arm], RenderOptions, list[Unprofiled], list[Pair]], str]
+        self,
+        name: str,
+        suffixes: tuple[str, ...],
+        render: Callable[[list[ComparedArm], RenderOptions, list[TimedArm], list[Pair]], str],
     ):
         self.name, self.suffixes, self._render = name, suffixes, render
 
     def render(
-        self, arms: list[Arm], options: RenderOptions = RenderOptions(), unprofiled: list[Unprofiled] = [], pairs: list[Pair] = []
+        self,
+        arms: list[ComparedArm],
+        options: RenderOptions = RenderOptions(),
+        unprofiled: list[TimedArm] = [],
+        pairs: list[Pair] = [],
     ) -> str:
         return self._render(arms, options, unprofiled, pairs)
 

@@ -28,7 +28,8 @@ from dbo_trace.analysis.compare.load_sweep import (
     Turn,
 )
 from dbo_trace.render.base import RenderOptions
-from dbo_trace.render.compare import conclusion, ran_with_text
+from dbo_trace.render.compare import ran_with_text
+from dbo_trace.render.words.pipeline import conclusion
 from dbo_trace.render.format import md_table, ms
 from dbo_trace.render.json_out import json_text
 from dbo_trace.render.layout import NEVER, Column, strip_trailing, table, terminal_width, wrap

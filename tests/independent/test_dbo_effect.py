@@ -321,7 +321,7 @@ def _pair(off, on, median_off: float, median_on: float, beyond: bool | None):
 
 
 def test_the_words_of_each_call():
-    from dbo_trace.render.compare import conclusion
+    from dbo_trace.render.words.pipeline import conclusion
 
     pays = _pair(_parts(1590, 11000, 1000, 330), _parts(3420, 5910, 2000, 1520), 13920, 12730, True)
     assert conclusion(pays) == (

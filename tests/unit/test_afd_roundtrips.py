@@ -140,11 +140,13 @@ def test_compare_four_arms(bundles):
     cudagraph mode without DBO (the synthetic bundles record no settings: the traces tell)."""
     labels = list(ARMS)
     with_settings = {name: ran_with(bundles[name][2]) for name in labels}
-    arms = compare([arm for name in labels for arm in arms_of(name, bundles[name][2], [], with_settings[name])])
+    rows = compare([arm for name in labels for arm in arms_of(name, bundles[name][2], [], with_settings[name])])
+    arms = [r.measured for r in rows]
     by = {a.label: a.round_trip for a in arms}  # each arm's round trip (compare.ArmRoundTrip)
-    assert by["eager"].change is None
+    vs = {r.measured.label: r.vs_first for r in rows}  # each arm against the first (compare.Comparison)
+    assert vs["eager"] is None  # the first arm: the baseline
     assert by["eager-dbo"].median_us == pytest.approx(_attention(bundles["eager-dbo"][2]).afd.median_us)
-    assert by["eager-dbo"].change == pytest.approx(by["eager-dbo"].median_us / by["eager"].median_us - 1)
+    assert vs["eager-dbo"].round_trip_change == pytest.approx(by["eager-dbo"].median_us / by["eager"].median_us - 1)
     assert by["eager"].criterion is None and by["eager-dbo"].criterion is not None
     assert by["graphs-dbo"].hidden_share > 0.2
     for name in labels:
@@ -170,9 +172,9 @@ def test_compare_four_arms(bundles):
         on, off = by[p.on], by[p.off]
         assert p.round_trip_us == (off.median_us, on.median_us)
         assert p.compared_steps == (steps[p.off], steps[p.on]) and p.call == "too few steps"  # 3 periods each
-    text = render_terminal(arms, width=250, pairs=pairs)
+    text = render_terminal(rows, width=250, pairs=pairs)
     assert "disaggregated round trips (AFD), per arm" in text and "eager-dbo vs eager" in text and "graphs-dbo vs graphs" in text
-    md = render_markdown(arms, pairs=pairs)
+    md = render_markdown(rows, pairs=pairs)
     assert "compute per microbatch per layer : exposed per round trip" in md and "| `graphs-dbo` vs `graphs` |" in md
 
 

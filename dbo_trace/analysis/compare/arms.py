@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,7 +68,6 @@ class ArmRoundTrip:
     ffn_queue_us: float | None
     wait_us: float | None  # the attention side's receive waiting for the FFN's answer
     late_us: float | None  # of the transfer, the FFN's answer waiting for the attention's receive
-    change: float | None = None  # the median round trip against the first arm's (fraction)
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,6 @@ class Arm:
     comm_hidden_fraction: float | None
     replayed_kernel_fraction: float | None
     verdict: tuple[Label, ...]  # the arm's label, or its ranks' (each once); empty: none
-    change: float | None = None  # step time change against the first arm (fraction)
-    within_noise: bool | None = None
     step_median_us: float | None = None  # the middle and the tail, which one long step cannot move as it moves the mean
     step_p90_us: float | None = None
     step_p99_us: float | None = None
@@ -94,26 +91,46 @@ class Arm:
     window_median_us: float | None = None  # the median step window, beside the period where they differ
     per_token_us: float | None = None  # median period per token, where steps have token counts
     ranks: int = 1  # ranks averaged per step (never pooled as independent steps)
-    call: str | None = None  # BEYOND, WITHIN or TOO_FEW against the first arm
-    change_low: float | None = None  # the 95% interval of the change (bootstrap, as fractions like the change)
-    change_high: float | None = None
-    compared_steps: tuple[int, int] | None = None  # steps used (first arm, this arm) after pairing by shape
-    compared_medians_us: tuple[float, float] | None = None  # their medians (per token: us per token)
-    paired_by_shape: bool = False  # only steps of token buckets both arms have
-    per_token: bool = False  # the change is of the time per token (step sizes differ)
-    slower_pairs: float | None = None  # share of (first arm, this arm) step pairs in which this arm was slower
     samples_us: tuple[float, ...] = field(default=(), repr=False)  # the steady periods (per step; ranks averaged)
     sample_tokens: tuple[int | None, ...] = field(default=(), repr=False)  # their tokens per step
     round_trip: ArmRoundTrip | None = None  # a disaggregated (AFD) run's (None: not one)
     ran_with: RanWith | None = None  # schema 6: what the arm ran with (for pairing DBO on with DBO off)
-    # schema 7: the load group the arm's change is against the first of, and its step's parts
-    load_group: int = 0  # arms of one phase and one load share a group (compare: against its first arm)
+    # schema 7: its step's parts (the load group is compare's: ComparedArm)
     parts: SpanParts | None = field(default=None, repr=False)  # its served rank's mean period in parts (analysis/afd/effect.py)
     arm: int = 0  # which input the row is of (its position among the arms given): what keys its data; labels only name it
     # schema 8: an AFD arm's overlap per step, the pipeline's (one meaning: analysis/afd/pipeline.py), and the
     # other arm predicted from this one (analysis/afd/dbo_model.py), beside the pair's measurement
     overlap: StepOverlap | None = None
     prediction: DboWhatIf | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One arm's step time against another's (compare: the first arm of its phase and load; a pair: the
+    DBO-off arm), built whole where it is computed (_against; docs/analysis.md, "compare"). Both arms
+    stay as measured."""
+
+    call: str  # BEYOND, WITHIN or TOO_FEW
+    compared_steps: tuple[int, int]  # steps used (the other arm, this arm) after pairing by shape
+    change: float | None = None  # median / the other's median - 1 (fraction)
+    change_low: float | None = None  # the 95% interval of the change (bootstrap, as fractions like the change)
+    change_high: float | None = None
+    within_noise: bool | None = None  # None: too few steps to call
+    compared_medians_us: tuple[float, float] | None = None  # their medians (per token: us per token)
+    paired_by_shape: bool = False  # only steps of token buckets both arms have
+    per_token: bool = False  # the change is of the time per token (step sizes differ)
+    slower_pairs: float | None = None  # share of (other arm, this arm) step pairs in which this arm was slower
+    round_trip_change: float | None = None  # disaggregated arms: the median round trip against the other's
+
+
+@dataclass(frozen=True)
+class ComparedArm:
+    """A row of compare's table: the arm as measured, the load group it is compared within (arms of one
+    phase and one load share a group), and its comparison against that group's first arm."""
+
+    measured: Arm
+    load_group: int = 0
+    vs_first: Comparison | None = None  # None: the group's first arm, the baseline
 
 
 def graphs_text(graphs: bool | None, mode: str | None) -> str:
@@ -170,11 +187,11 @@ def load_differs(a: Load | None, b: Load | None) -> bool:
     return False
 
 
-def load_keys(arms: list[Arm]) -> dict[int, int]:
-    """Each arm (Arm.arm) and its load's group, as compare's step table groups them (load_groups,
-    over the all-steps rows): the unprofiled block measures changes within a load, like the table."""
-    first = [a for a in arms if a.phase == arms[0].phase] if arms else []
-    return {a.arm: k for k, group in enumerate(load_groups(first)) for a in group}
+def load_keys(rows: list[ComparedArm]) -> dict[int, int]:
+    """Each arm (Arm.arm) and its load's group, as compare's step table groups them (its all-steps
+    rows): the unprofiled block measures changes within a load, like the table."""
+    first = [r for r in rows if r.measured.phase == rows[0].measured.phase] if rows else []
+    return {r.measured.arm: r.load_group for r in first}
 
 
 @dataclass(frozen=True)
@@ -316,15 +333,15 @@ def shared_phases(reports: list[Report]) -> list[str]:
     return [p for p in PHASES if all(p in h for h in have) and p not in whole]
 
 
-def compare(arms: list[Arm]) -> list[Arm]:
-    """Each arm with its change against the first arm of the same phase and load, and whether it is
-    within noise (new rows: the arms given are left as they are), grouped by phase (all steps first,
+def compare(arms: list[Arm]) -> list[ComparedArm]:
+    """compare's rows: each arm as measured, with its comparison against the first arm of the same
+    phase and load (its change and whether it is within noise), grouped by phase (all steps first,
     then each phase), and within a phase by load in the order the loads first come."""
     order = list(dict.fromkeys(a.phase for a in arms))
     out = []
     for phase in order:
         for k, group in enumerate(load_groups([b for b in arms if b.phase == phase])):
-            out += _against_first(group, k)
+            out += [ComparedArm(a, k, _against(a, group[0]) if i else None) for i, a in enumerate(group)]
     return out
 
 
@@ -344,21 +361,13 @@ def load_groups(arms: list[Arm]) -> list[list[Arm]]:
     return groups
 
 
-def _against_first(arms: list[Arm], load_group: int) -> list[Arm]:
-    """The group's rows, as compared: the first as it is, the rest against it; each of load_group."""
-    base = arms[0]
-    return [replace(base, load_group=load_group)] + [_against(arm, base, load_group) for arm in arms[1:]]
-
-
-def _against(arm: Arm, base: Arm, load_group: int | None = None) -> Arm:
-    """The arm's row as compared, of load_group (None: the arm's), with its change against the first
-    arm (docs/analysis.md, "compare"): the steps paired by shape where both have token counts, per
-    token where sizes still differ; the ratio of the medians with a bootstrap 95% interval; a call
-    only with MIN_STEPS steps or more in each. A new row of the arm's: the arm's own stay as given."""
-    group = arm.load_group if load_group is None else load_group
-    rt = arm.round_trip
-    if rt is not None and base.round_trip is not None and base.round_trip.median_us:
-        rt = replace(rt, change=rt.median_us / base.round_trip.median_us - 1.0)  # the round trip's own change
+def _against(arm: Arm, base: Arm) -> Comparison:
+    """The arm against base (docs/analysis.md, "compare"): the steps paired by shape where both have
+    token counts, per token where sizes still differ; the ratio of the medians with a bootstrap 95%
+    interval; a call only with MIN_STEPS steps or more in each; and the median round trip's own change
+    where both are disaggregated arms."""
+    rt, base_rt = arm.round_trip, base.round_trip
+    rt_change = rt.median_us / base_rt.median_us - 1.0 if rt is not None and base_rt is not None and base_rt.median_us else None
     a, b = list(base.samples_us), list(arm.samples_us)
     ta, tb = list(base.sample_tokens), list(arm.sample_tokens)
     paired = per_token = False
@@ -380,24 +389,22 @@ def _against(arm: Arm, base: Arm, load_group: int | None = None) -> Arm:
             per_token = True
     med_a, med_b = (float(np.median(a)), float(np.median(b))) if a and b else (0.0, 0.0)
     if med_a <= 0:
-        return replace(arm, load_group=group, call=TOO_FEW, compared_steps=(len(a), len(b)), round_trip=rt)
+        return Comparison(TOO_FEW, (len(a), len(b)), round_trip_change=rt_change)
     low, high = bootstrap_interval(np.array(a), np.array(b))
     enough = len(a) >= MIN_STEPS and len(b) >= MIN_STEPS
     beyond = enough and (low > 0 or high < 0)
-    return replace(
-        arm,
-        load_group=group,
-        round_trip=rt,
+    return Comparison(
+        call=TOO_FEW if not enough else BEYOND if beyond else WITHIN,
+        compared_steps=(len(a), len(b)),
         change=med_b / med_a - 1.0,
         change_low=low,
         change_high=high,
         within_noise=None if not enough else not beyond,
-        call=TOO_FEW if not enough else BEYOND if beyond else WITHIN,
-        compared_steps=(len(a), len(b)),
         compared_medians_us=(med_a, med_b),
         paired_by_shape=paired,
         per_token=per_token,
         slower_pairs=slower_pairs(np.array(a), np.array(b)),
+        round_trip_change=rt_change,
     )
 
 
@@ -612,8 +619,8 @@ class Pair:
 def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
     """Per phase, each arm that ran DBO against the arm that did not with the same load, GPU sharing
     and cudagraph mode, the first such arm in the order given; an arm without one is listed with no
-    partner and why; nothing where no arm ran without DBO. arms: compare's rows (their ran_with
-    set); unprofiled: the arms' repeats."""
+    partner and why; nothing where no arm ran without DBO. arms: as measured (their ran_with set), in
+    compare's order; unprofiled: the arms' repeats."""
     timed = {u.arm: u for u in unprofiled}  # by identity: two arms may share a label
     out = []
     for phase in dict.fromkeys(a.phase for a in arms):
@@ -647,14 +654,14 @@ def dbo_pairs(arms: list[Arm], unprofiled: list[Unprofiled] = []) -> list[Pair]:
                     change=vs.change, change_low=vs.change_low, change_high=vs.change_high, call=vs.call,
                     compared_steps=vs.compared_steps, compared_medians_us=vs.compared_medians_us, per_token=vs.per_token,
                     slower_pairs=vs.slower_pairs, tpot_ms=t, tpot_change=t[1] / t[0] - 1.0 if t else None, tpot_basis=basis,
-                    round_trip_us=rt, round_trip_change=vs.round_trip.change if rt and vs.round_trip else None,  # _against's, against off
+                    round_trip_us=rt, round_trip_change=vs.round_trip_change if rt else None,  # _against's, against off
                     load=w.load, load_known=known, effect=_effect(off, on, vs), on_arm=on.arm, off_arm=off.arm,
                 )
             )  # fmt: skip
     return out
 
 
-def _effect(off: Arm, on: Arm, vs: Arm) -> Effect | None:
+def _effect(off: Arm, on: Arm, vs: Comparison) -> Effect | None:
     """The pair's change per step in parts, where both arms have them; the measured change is the
     median period's (compare's sample: the steps paired by shape), its call compare's."""
     if off.parts is None or on.parts is None:

@@ -25,7 +25,7 @@ OVERHEAD_LARGE or more, that the host time it reports may be the profiler's own.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 import numpy as np
@@ -69,19 +69,35 @@ class Unprofiled:
     overhead_below: bool = False  # the profiled period fell below the unprofiled one: not comparable
     tpot_prefills: bool = False  # no ITL, and TPOT holds interleaved prefills (or may: the load is unknown): not comparable
     overhead_too_few: bool = False  # fewer than OVERHEAD_PERIODS_AT_LEAST profiled periods: no overhead
-    change: float | None = None  # mean duration against the first arm's, - 1
-    change_interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
-    change_interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
-    within_noise: bool | None = None
     profiled_phase: str | None = None  # the steps the profiled period is of: "decode", or "all"
     profiled_periods: int | None = None  # how many start-to-start periods it is the median of
     arm: int = 0  # which arm it is of (compare's Arm.arm): what keys it; the label only names it
-    baseline: str | None = None  # the arm its change is against (the first given at its load); None: it is one
     prefills_interleave: bool | None = None  # the load admits prompts beyond its concurrency (None: not said)
 
     @property
     def overhead_large(self) -> bool:
         return self.profiler_overhead is not None and self.profiler_overhead >= OVERHEAD_LARGE
+
+
+@dataclass(frozen=True)
+class DurationChange:
+    """A timed arm's mean duration against the first arm given at its load (against_first), built whole
+    where it is computed; both arms' figures stay as measured."""
+
+    baseline: str  # the arm it is against (its label)
+    change: float  # mean duration / the baseline's - 1
+    interval: float | None = None  # ± this many (fraction): NOISE_SE standard errors of the difference
+    interval_t95: float | None = None  # ± this (fraction): Student's t 95% with Welch's df
+    within_noise: bool | None = None  # None: either arm has a single repeat (its spread is unknown)
+
+
+@dataclass(frozen=True)
+class TimedArm:
+    """A row of compare's unprofiled table: the arm's repeats as measured, and its change against the
+    first arm at its load."""
+
+    measured: Unprofiled
+    vs_first: DurationChange | None = None  # None: the first at its load, the baseline
 
 
 def _number(r: dict[str, Any], key: str) -> float | None:
@@ -235,16 +251,17 @@ def welch_t95(v_new: float, n_new: int, v_base: float, n_base: int) -> tuple[flo
     return math.sqrt(v_new + v_base), _t95(df), df
 
 
-def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None) -> list[Unprofiled]:
-    """Each arm's change in mean duration against the first arm of its load, its interval and noise
-    call (no interval where either arm has a single repeat: its spread is unknown). load_of: each
-    arm's (Unprofiled.arm) load, as a key that arms of one load share; None or absent: one load."""
+def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None) -> list[TimedArm]:
+    """Each arm as measured, with its change in mean duration against the first arm of its load, its
+    interval and noise call (no interval where either arm has a single repeat: its spread is unknown).
+    load_of: each arm's (Unprofiled.arm) load, as a key that arms of one load share; None or absent:
+    one load."""
     firsts: dict[int, Unprofiled] = {}
     out = []
     for row in rows:
         base = firsts.setdefault((load_of or {}).get(row.arm, -1), row)
         if base is row:
-            out.append(row)
+            out.append(TimedArm(row))
             continue
         interval = interval_t95 = within = None
         if row.repeats >= 2 and base.repeats >= 2:
@@ -252,11 +269,6 @@ def against_first(rows: list[Unprofiled], load_of: dict[int, int] | None = None)
             se, t95, _ = welch_t95(va, row.repeats, vb, base.repeats)
             interval, interval_t95 = NOISE_SE * se / base.duration_mean_s, t95 * se / base.duration_mean_s
             within = abs(row.duration_mean_s - base.duration_mean_s) <= NOISE_SE * se
-        # a new row of the arm's: its own figures as its report measured them, its change against base
-        out.append(
-            replace(
-                row, change=row.duration_mean_s / base.duration_mean_s - 1.0, baseline=base.label,
-                change_interval=interval, change_interval_t95=interval_t95, within_noise=within,
-            )  # fmt: skip
-        )
+        change = DurationChange(base.label, row.duration_mean_s / base.duration_mean_s - 1.0, interval, interval_t95, within)
+        out.append(TimedArm(row, change))
     return out
