@@ -6,11 +6,13 @@ from typing import Literal, cast
 
 from msgspec import UNSET, UnsetType
 
+from dbo_trace.analysis.afd.pair_compute import PairFigures
 from dbo_trace.analysis.afd.roles import RolesInfo
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.compare.unprofiled import Unprofiled
 from dbo_trace.analysis.metrics import RoundTrips
 from dbo_trace.render.document.base import Count, Int, Number, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.document.host import NamedShare
 from dbo_trace.render.words.verdict import time_slicing_text
 
@@ -93,19 +95,6 @@ class TimeSlicingBlock(Struct):
     text: str | None  # the report's line where sliced
 
 
-class PairBlock(Struct):
-    """Both roles on the attention's clock, over its steps (docs/analysis.md, "Both roles")."""
-
-    steps: Count
-    ffn_compute_per_step_us: float | None
-    ffn_compute_per_round_trip_us: float | None
-    ffn_queue_per_round_trip_us: float | None
-    round_trips_per_step: float | None
-    attention_busy: float | None  # shares of the steps' time each side's GPU work ran
-    ffn_busy: float | None
-    both_busy: float | None
-
-
 class RolesBlock(Struct):
     roles: list[str]
     shared_gpu: bool | None
@@ -114,7 +103,8 @@ class RolesBlock(Struct):
     shared_from: str | None = None  # where shared_gpu came from
     mps_daemon: str | None = None  # answered / not running / unknown (the manifest's verified field)
     time_slicing: TimeSlicingBlock | None = None
-    pair: PairBlock | None = None  # with both roles' traces
+    # with both roles' traces: the analysis's own, rounded (render/document/held.py; "Both roles" in docs/analysis.md)
+    pair: PairFigures | None = None
 
 
 class ProfilerBlock(Struct):
@@ -136,6 +126,10 @@ class ProfilerBlock(Struct):
     below: bool | UnsetType = UNSET
     tpot_prefills: bool | UnsetType = UNSET  # no ITL, and the load's prefills interleave (or may): no overhead
     too_few: bool | UnsetType = UNSET  # version 9: fewer than 5 profiled periods: no overhead
+
+
+# The analysis's own, rounded (render/document/held.py): both roles on the attention's clock.
+PairBlock = PairFigures
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
@@ -239,8 +233,5 @@ def roles_block(info: RolesInfo | None) -> RolesBlock | None:
             ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
             _r(ts.ratio, 2), time_slicing_text(ts),
         ),
-        pair=None if p is None else PairBlock(
-            p.steps, _r(p.ffn_compute_per_step_us), _r(p.ffn_compute_per_round_trip_us), _r(p.ffn_queue_per_round_trip_us),
-            _r(p.round_trips_per_step), _r(p.attention_busy, 4), _r(p.ffn_busy, 4), _r(p.both_busy, 4),
-        ),
+        pair=None if p is None else rounded(p, attention_busy=4, ffn_busy=4, both_busy=4),
     )  # fmt: skip
