@@ -76,19 +76,19 @@ class StepPipeline:
 
 @dataclass(frozen=True)
 class LayerVisits:
-    """Per layer and microbatch (rows in layer, then microbatch order), the medians over the steady
-    steps' visits (us; NaN: not measured) and the shares of receives that waited."""
+    """One layer of one microbatch (the document's pipeline.layers_detail row): the medians over the
+    steady steps' visits (us; None: not measured) and the shares of receives that waited."""
 
-    layer: np.ndarray  # (m,) int64
-    ubatch: np.ndarray  # (m,) int64: -1 with one microbatch
-    visits: np.ndarray  # (m,) int64
-    attention_us: np.ndarray
-    hop_out_us: np.ndarray
-    ffn_us: np.ndarray
-    hop_back_us: np.ndarray
-    round_trip_us: np.ndarray
-    ffn_waited: np.ndarray  # (m,) float64: share of the matched visits (NaN: none matched)
-    attention_waited: np.ndarray
+    layer: int
+    ubatch: int  # -1 with one microbatch
+    visits: int
+    attention_us: float | None  # None on layer 0: its attention ran before the step's first send
+    hop_out_us: float | None
+    ffn_us: float | None
+    hop_back_us: float | None
+    round_trip_us: float | None
+    ffn_receive_waited: float | None  # share of its matched FFN receives posted before the send began (None: none matched)
+    attention_receive_waited: float | None
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Pipeline:
     bounds_us: dict[str, float] | None  # per layer, medians over steady steps (None: one microbatch)
     bound: str  # the bound that held most steady steps, or SERIAL
     overlap: StepOverlap | None
-    by_layer: LayerVisits | None = None
+    by_layer: tuple[LayerVisits, ...] | None = None  # rows in layer, then microbatch order
     graphs: bool = False  # most steady steps replayed CUDA graphs (the model is calibrated per mode)
     recording: str | None = None  # the attention trace's clock base: tells one recording from another
 
@@ -325,28 +325,26 @@ def _nccl_cost(send_us: np.ndarray, found_receive_us: np.ndarray) -> float | Non
     return None if send is None or receive is None else send + receive
 
 
-def _by_layer(v: Visits, chosen: np.ndarray) -> LayerVisits:
+def _by_layer(v: Visits, chosen: np.ndarray) -> tuple[LayerVisits, ...]:
     """The visits of the chosen (steady) steps by layer and microbatch."""
     sel = np.flatnonzero(chosen)
     key = v.layer[sel] * 3 + (v.ubatch[sel] + 1)
     order = sel[np.argsort(key, kind="stable")]
     keys = v.layer[order] * 3 + (v.ubatch[order] + 1)
     groups = np.split(order, np.flatnonzero(np.diff(keys)) + 1) if len(order) else []
-    cols: dict[str, list[float]] = {k: [] for k in ("a", "ho", "f", "hb", "rt", "fw", "aw")}
+    rows = []
     for g in groups:
-        for k, x in (("a", v.attention_us), ("ho", v.hop_out_us), ("f", v.ffn_us), ("hb", v.hop_back_us), ("rt", v.round_trip_us)):
-            found = _median(x[g])
-            cols[k].append(np.nan if found is None else found)
         m = v.matched[g]
-        cols["fw"].append(float(v.ffn_waited[g][m].mean()) if m.any() else np.nan)
-        cols["aw"].append(float(v.attention_waited[g][m].mean()) if m.any() else np.nan)
-    first = [int(g[0]) for g in groups]
-    return LayerVisits(
-        layer=v.layer[first].astype(np.int64), ubatch=v.ubatch[first].astype(np.int64),
-        visits=np.array([len(g) for g in groups], np.int64), attention_us=np.array(cols["a"]),
-        hop_out_us=np.array(cols["ho"]), ffn_us=np.array(cols["f"]), hop_back_us=np.array(cols["hb"]),
-        round_trip_us=np.array(cols["rt"]), ffn_waited=np.array(cols["fw"]), attention_waited=np.array(cols["aw"]),
-    )  # fmt: skip
+        rows.append(
+            LayerVisits(
+                layer=int(v.layer[g[0]]), ubatch=int(v.ubatch[g[0]]), visits=len(g), attention_us=_median(v.attention_us[g]),
+                hop_out_us=_median(v.hop_out_us[g]), ffn_us=_median(v.ffn_us[g]), hop_back_us=_median(v.hop_back_us[g]),
+                round_trip_us=_median(v.round_trip_us[g]),
+                ffn_receive_waited=float(v.ffn_waited[g][m].mean()) if m.any() else None,
+                attention_receive_waited=float(v.attention_waited[g][m].mean()) if m.any() else None,
+            )
+        )  # fmt: skip
+    return tuple(rows)
 
 
 def _held(round_trip: float, ffn: float, attention: float) -> str:

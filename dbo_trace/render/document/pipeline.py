@@ -6,8 +6,9 @@ schema names (ms per step for the overlap, us per layer for the pipeline); no ar
 from __future__ import annotations
 
 from dbo_trace.analysis.afd.dbo_model import DboWhatIf
-from dbo_trace.analysis.afd.pipeline import Pipeline, StepOverlap
+from dbo_trace.analysis.afd.pipeline import LayerVisits, Pipeline, StepOverlap
 from dbo_trace.render.document.base import Int, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.pipeline import calibration_text, caveat_texts
 
 
@@ -21,19 +22,8 @@ class OverlapBlock(Struct):
     periods: Int  # the step periods the span holds
 
 
-class PipelineLayerBlock(Struct):
-    """One layer of one microbatch: medians over the steady steps' visits (us; null: not measured)."""
-
-    layer: Int
-    ubatch: Int  # -1 with one microbatch
-    visits: Int
-    attention_us: float | None  # null on layer 0: its attention ran before the step's first send
-    hop_out_us: float | None
-    ffn_us: float | None
-    hop_back_us: float | None
-    round_trip_us: float | None
-    ffn_receive_waited: float | None  # share of its FFN receives posted before the send began
-    attention_receive_waited: float | None
+# One layer of one microbatch (us; null: not measured): the analysis's own row, rounded (render/document/held.py).
+PipelineLayerBlock = LayerVisits
 
 
 class PipelineBlock(Struct):
@@ -114,23 +104,13 @@ def pipeline_block(p: Pipeline | None) -> PipelineBlock | None:
     )  # fmt: skip
 
 
-def _num(x: float, digits: int = 2) -> float | None:
-    return None if x != x else round(float(x), digits)  # NaN: not measured
+_LAYER_DIGITS = dict.fromkeys(("attention_us", "hop_out_us", "ffn_us", "hop_back_us", "round_trip_us"), 2) | dict.fromkeys(
+    ("ffn_receive_waited", "attention_receive_waited"), 4
+)
 
 
-def _layer_blocks(p: Pipeline) -> list[PipelineLayerBlock]:
-    b = p.by_layer
-    if b is None:
-        return []
-    return [
-        PipelineLayerBlock(
-            layer=int(b.layer[i]), ubatch=int(b.ubatch[i]), visits=int(b.visits[i]), attention_us=_num(b.attention_us[i]),
-            hop_out_us=_num(b.hop_out_us[i]), ffn_us=_num(b.ffn_us[i]), hop_back_us=_num(b.hop_back_us[i]),
-            round_trip_us=_num(b.round_trip_us[i]), ffn_receive_waited=_num(b.ffn_waited[i], 4),
-            attention_receive_waited=_num(b.attention_waited[i], 4),
-        )  # fmt: skip
-        for i in range(len(b.layer))
-    ]
+def _layer_blocks(p: Pipeline) -> list[LayerVisits]:
+    return [rounded(row, **_LAYER_DIGITS) for row in p.by_layer or ()]
 
 
 def dbo_what_if_block(w: DboWhatIf | None) -> DboWhatIfBlock | None:
