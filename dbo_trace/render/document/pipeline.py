@@ -5,7 +5,9 @@ schema names (ms per step for the overlap, us per layer for the pipeline); no ar
 
 from __future__ import annotations
 
-from dbo_trace.analysis.afd.dbo_model import DboWhatIf
+from dataclasses import replace
+
+from dbo_trace.analysis.afd.dbo_model import DboWhatIf, Predicted
 from dbo_trace.analysis.afd.pipeline import LayerVisits, Pipeline, StepOverlap
 from dbo_trace.render.document.base import Int, Struct, _r
 from dbo_trace.render.document.held import rounded
@@ -54,12 +56,8 @@ class PipelineBlock(Struct):
     layers_detail: list[PipelineLayerBlock]  # per layer and microbatch
 
 
-class PredictedBlock(Struct):
-    attention_us: float
-    ffn_us: float
-    hop_us: float
-    bounds_us: dict[str, float] | None
-    layer_us: float
+# The other arm's terms (us): the analysis's own, rounded (render/document/held.py).
+PredictedBlock = Predicted
 
 
 class DboWhatIfBlock(Struct):
@@ -121,9 +119,8 @@ def dbo_what_if_block(w: DboWhatIf | None) -> DboWhatIfBlock | None:
         given=w.given, period_ms=round(w.period_us / 1000.0, 4), measured_period_ms=round(w.measured_period_us / 1000.0, 4),
         change=round(w.change, 4), interval=[round(w.low, 4), round(w.high, 4)], call=w.call,
         calibration=calibration_text(w), caveats=caveat_texts(w.caveats),
-        predicted=PredictedBlock(
-            attention_us=round(x.attention_us, 2), ffn_us=round(x.ffn_us, 2), hop_us=round(x.hop_us, 2),
-            bounds_us={k: round(v, 2) for k, v in x.bounds_us.items()} if x.bounds_us is not None else None,
-            layer_us=round(x.layer_us, 2),
+        predicted=rounded(
+            replace(x, bounds_us={k: round(v, 2) for k, v in x.bounds_us.items()} if x.bounds_us is not None else None),
+            attention_us=2, ffn_us=2, hop_us=2, layer_us=2,
         ),
     )  # fmt: skip
