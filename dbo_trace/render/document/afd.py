@@ -17,23 +17,6 @@ from dbo_trace.render.document.host import NamedShare
 from dbo_trace.render.words.verdict import time_slicing_text
 
 
-class RoundTripsBlock(Struct):
-    source: str
-    per_step: float | None
-    layers: Number | None
-    per_layer: float | None
-    step_us: float | None
-    per_round_trip_us: float | None
-    comm_per_round_trip_us: float | None
-    compute_per_round_trip_us: float | None
-    ratio: float | None
-    criterion_met: bool | None
-    microbatched: bool
-    # version 5, where the ranks' collectives were matched: comm per round trip apart (medians over steps)
-    wait_per_round_trip_us: float | None | UnsetType = UNSET
-    transfer_per_round_trip_us: float | None | UnsetType = UNSET
-
-
 class RoundTripParts(Struct):
     """Medians over the round trips matched to the FFN's kernels (docs/analysis.md)."""
 
@@ -128,31 +111,17 @@ class ProfilerBlock(Struct):
     too_few: bool | UnsetType = UNSET  # version 9: fewer than 5 profiled periods: no overhead
 
 
-# The analysis's own, rounded (render/document/held.py): both roles on the attention's clock.
+# The analysis's own, rounded (render/document/held.py): the DBO arithmetic (its wait and transfer
+# apart from version 5, where the ranks' collectives were matched), both roles on the attention's clock.
+RoundTripsBlock = RoundTrips
 PairBlock = PairFigures
 
 
 # ---- building it from a Report ----------------------------------------------------------------------
 
 
-def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
-    if rt is None:
-        return None
-    return RoundTripsBlock(
-        source=rt.source,
-        per_step=_r(rt.per_step),
-        layers=rt.layers,
-        per_layer=_r(rt.per_layer),
-        step_us=_r(rt.step_us),
-        per_round_trip_us=_r(rt.per_round_trip_us),
-        comm_per_round_trip_us=_r(rt.comm_per_round_trip_us),
-        compute_per_round_trip_us=_r(rt.compute_per_round_trip_us),
-        ratio=_r(rt.ratio, 4),
-        criterion_met=rt.criterion_met,
-        microbatched=rt.microbatched,
-        wait_per_round_trip_us=_r(rt.wait_per_round_trip_us),
-        transfer_per_round_trip_us=_r(rt.transfer_per_round_trip_us),
-    )
+def round_trips_block(rt: RoundTrips | None) -> RoundTrips | None:
+    return None if rt is None else rounded(rt, ratio=4)
 
 
 def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
