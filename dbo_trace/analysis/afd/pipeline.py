@@ -103,12 +103,11 @@ class StepOverlap:
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """An attention rank's steps as a pipeline, its figures the medians over the steady steps (the
-    visits' over the visits of steady steps); None where nothing was measured."""
+class PipelineFigures:
+    """An attention rank's steps as a pipeline: its figures, the medians over the steady steps (the
+    visits' over the visits of steady steps); None where nothing was measured. The document's
+    pipeline block holds them as they are (render/document/pipeline.py)."""
 
-    visits: Visits
-    steps: StepPipeline
     layers: int
     microbatched: bool
     has_ffn: bool  # the FFN's trace was matched to the round trips
@@ -130,25 +129,30 @@ class Pipeline:
     attention_waited_share: float | None
     bounds_us: dict[str, float] | None  # per layer, medians over steady steps (None: one microbatch)
     bound: str  # the bound that held most steady steps, or SERIAL
+    efficiency: float | None  # the bound that held against the measured layer loop per layer (1: the loop ran at its bound)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline(PipelineFigures):
+    """The pipeline's figures and what they are of: the visits and the steps, the step's overlap, and
+    each layer's figures."""
+
+    visits: Visits
+    steps: StepPipeline
     overlap: StepOverlap | None
     by_layer: tuple[LayerVisits, ...] | None = None  # rows in layer, then microbatch order
     graphs: bool = False  # most steady steps replayed CUDA graphs (the model is calibrated per mode)
     recording: str | None = None  # the attention trace's clock base: tells one recording from another
 
-    @property
-    def efficiency(self) -> float | None:
-        """The bound that held against the measured layer loop per layer (1: the loop ran at its bound)."""
-        per_layer = self.loop_us / self.layers if self.layers else None
-        if per_layer is None or per_layer <= 0:
-            return None
-        held = self.bounds_us.get(self.bound) if self.bounds_us is not None else self.serial_us
-        return held / per_layer if held is not None else None
 
-    @property
-    def serial_us(self) -> float | None:
-        """A + hop out + F + hop back per layer (medians): one microbatch's layer, the serial step's."""
-        parts = (self.attention_us, self.hop_out_us, self.ffn_us, self.hop_back_us)
-        return None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+def efficiency(layers: int, loop_us: float, bounds_us: dict[str, float] | None, bound: str, serial_us: float | None) -> float | None:
+    """The bound that held against the measured layer loop per layer; serial_us: A + hop out + F + hop
+    back per layer (medians), one microbatch's layer, the serial step's (the bound without bounds_us)."""
+    per_layer = loop_us / layers if layers else None
+    if per_layer is None or per_layer <= 0:
+        return None
+    held = bounds_us.get(bound) if bounds_us is not None else serial_us
+    return held / per_layer if held is not None else None
 
 
 def visits_of(afd: AfdRoundTrips) -> Visits:
@@ -287,6 +291,9 @@ def pipeline_of(
     every = np.r_[v.hop_out_us[in_chosen], v.hop_back_us[in_chosen]]
     enough = len(pure) >= max(10, 0.05 * len(every))
     matched = v.matched[in_chosen]
+    a, ho, f, hb = parts = [_median(x[in_chosen]) for x in (v.attention_us, v.hop_out_us, v.ffn_us, v.hop_back_us)]
+    serial = None if any(x is None for x in parts) else float(sum(x for x in parts if x is not None))  # one microbatch's layer
+    bound_held = max(set(held), key=held.count) if held else SERIAL
     return Pipeline(
         visits=v,
         steps=steps,
@@ -297,10 +304,10 @@ def pipeline_of(
         period_us=period,
         loop_us=loop,
         outside_us=period - loop,
-        attention_us=_median(v.attention_us[in_chosen]),
-        hop_out_us=_median(v.hop_out_us[in_chosen]),
-        ffn_us=_median(v.ffn_us[in_chosen]),
-        hop_back_us=_median(v.hop_back_us[in_chosen]),
+        attention_us=a,
+        hop_out_us=ho,
+        ffn_us=f,
+        hop_back_us=hb,
         round_trip_us=float(np.median(v.round_trip_us[in_chosen])),
         hop_us=_median(pure if enough else every),
         hop_waited=len(pure) if enough else 0,
@@ -310,7 +317,8 @@ def pipeline_of(
         ffn_waited_share=float(v.ffn_waited[in_chosen][matched].mean()) if matched.any() else None,
         attention_waited_share=float(v.attention_waited[in_chosen][matched].mean()) if matched.any() else None,
         bounds_us=bounds,
-        bound=max(set(held), key=held.count) if held else SERIAL,
+        bound=bound_held,
+        efficiency=efficiency(layers, loop, bounds, bound_held, serial),
         overlap=_overlap(afd, span, exposed_us),
         by_layer=_by_layer(v, in_chosen),
         graphs=bool(replayed[steady].mean() > 0.5) if replayed is not None and steady.any() else False,
