@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 from msgspec import UnsetType
 
@@ -52,7 +54,7 @@ def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
         )
     p = d.pipeline
     if isinstance(p, PipelineBlock):
-        p = msgspec.structs.replace(p, layers_detail=[x for x in p.layers_detail if x.layer == layer])
+        p = dataclasses.replace(p, layers_detail=[x for x in p.layers_detail if x.layer == layer])
     return msgspec.structs.replace(d, ranks=ranks, pipeline=p)
 
 
