@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Literal, cast, get_args
 
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.model import PhaseReport
-from dbo_trace.analysis.verdict.decision import Verdict
-from dbo_trace.render.document.base import Label, NextStepKind, QualifierKey, ReasonKind, Struct, _r
+from dbo_trace.analysis.verdict.decision import PaysFigures, Verdict
+from dbo_trace.render.document.base import Label, NextStepKind, QualifierKey, ReasonKind, Struct
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.verdict import headline, label_text, next_step_text, pays_text, reason_text
 
 
@@ -36,21 +38,13 @@ class NextStepBlock(Struct):
     text: str
 
 
-class PaysBlock(Struct):
-    """Does DBO pay (version 8; analysis/verdict/decision.py Pays): from one arm not measured; what the arm
-    shows of the balance, per step (null: not in this trace), and its words."""
+@dataclass(frozen=True, kw_only=True)
+class PaysBlock(PaysFigures):
+    """Does DBO pay (version 8): the analysis's figures as they are, rounded (render/document/held.py),
+    from one arm not measured: what the arm shows of the balance, per step (null: not in this trace;
+    yield_wait_per_step_us from version 9, the yield op's wait apart from its own cost), and its words."""
 
-    measured: bool
-    hidden_per_step_us: float | None
-    hidden_of: Literal["round_trips", "comm"]
-    handover_per_step_us: float | None
-    startup_per_step_us: float | None
-    yield_op_per_step_us: float | None
-    imbalance_per_step_us: float | None
     text: str
-    # version 9: yield_op_per_step_us is the op's own cost (every microbatch thread in it at once, was
-    # any thread in it), its wait for the other microbatch's turn apart
-    yield_wait_per_step_us: float | None | UnsetType = UNSET
 
 
 # A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
@@ -95,15 +89,10 @@ def _next_step(v: Verdict, dbo_given: bool = False) -> NextStepBlock | None:
 
 
 def _pays(v: Verdict) -> PaysBlock | UnsetType:
-    p = v.pays
-    if p is None:
+    if v.pays is None:
         return UNSET
-    return PaysBlock(
-        measured=p.measured, hidden_per_step_us=_r(p.hidden_per_step_us), hidden_of=cast("Literal['round_trips', 'comm']", p.hidden_of),
-        handover_per_step_us=_r(p.handover_per_step_us), startup_per_step_us=_r(p.startup_per_step_us),
-        yield_op_per_step_us=_r(p.yield_op_per_step_us), imbalance_per_step_us=_r(p.imbalance_per_step_us),
-        text=pays_text(p), yield_wait_per_step_us=_r(p.yield_wait_per_step_us),
-    )  # fmt: skip
+    held = rounded(PaysFigures(**{f.name: getattr(v.pays, f.name) for f in fields(PaysFigures)}))
+    return PaysBlock(**{f.name: getattr(held, f.name) for f in fields(PaysFigures)}, text=pays_text(v.pays))
 
 
 def verdict_block(v: Verdict, dbo_given: bool = False) -> VerdictBlock:
