@@ -51,26 +51,24 @@ class PaysBlock(PaysFigures):
 ReasonItem = str | ReasonBlock
 
 
+# A twin of analysis/verdict/decision.py Verdict, kept: it writes the verdict's reasons and next step
+# as {kind, text} and adds its headline, words analysis/ does not hold (it holds no sentences).
 class VerdictBlock(Struct):
-    label: Label
-    qualifier: QualifierKey | None
-    headline: str | None
-    findings: list[QualifierKey]
-    reasons: list[ReasonItem]
-    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
-    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
-
-
-class PhaseVerdict(Struct):
-    """A phase's verdict: its own where every rank has the phase, else no label and each rank's."""
+    """A verdict: the run's, a rank's, a step's or a phase's. Only a phase's may lack a label (where
+    its ranks' differ: per_rank, each rank's), and a phase's has no pays (app/review_archive.py
+    refuses either elsewhere)."""
 
     label: Label | None
     qualifier: QualifierKey | None
     headline: str | None
     findings: list[QualifierKey]
     reasons: list[ReasonItem]
-    per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
+    per_rank: list[str] | UnsetType = UNSET  # a phase's, only without a label of its own
     next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
+    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
+
+
+PhaseVerdict = VerdictBlock  # a phase's: its own where every rank has the phase, else no label and each rank's
 
 
 def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
@@ -104,13 +102,13 @@ def verdict_block(v: Verdict, dbo_given: bool = False) -> VerdictBlock:
     )  # fmt: skip
 
 
-def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
+def phase_verdict_block(p: PhaseReport) -> VerdictBlock:
     v = p.verdict
     if v is None:
-        return PhaseVerdict(
+        return VerdictBlock(
             label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=[label_text(label) for label in p.per_rank or []], next_step=None
         )
     label, qualifier, findings = _vocabulary(v)
-    return PhaseVerdict(
+    return VerdictBlock(
         label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
     )

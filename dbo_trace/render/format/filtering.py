@@ -23,6 +23,12 @@ def disaggregated_ranks(d: ReportDocument) -> set[int]:
     return {r.rank for r in d.ranks if r.role is not None}
 
 
+def label_of(v: VerdictBlock) -> str:
+    """A run's, a rank's or a step's label: never null there (app/review_archive.py refuses one), as
+    only a phase's may be (its verdict one type with theirs: render/document/verdict.py)."""
+    return v.label or "-"
+
+
 def per_rank_labels(v: PhaseVerdict) -> list[str]:
     """A phase's verdict per rank, where the phase has no verdict of its own (else none)."""
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
