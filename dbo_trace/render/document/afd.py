@@ -78,6 +78,9 @@ class TimeSlicingBlock(Struct):
     text: str | None  # the report's line where sliced
 
 
+# A twin of analysis/afd/roles.py RolesInfo (and gpu_sharing.py GpuSharing), kept: the block writes
+# GpuSharing's shared_from and mps_daemon beside RolesInfo's own figures, leaves out the roles missing
+# and the MPS claim (notes tell them), and time_slicing with its sentence; either held would change its keys.
 class RolesBlock(Struct):
     roles: list[str]
     shared_gpu: bool | None

@@ -22,7 +22,7 @@ from dbo_trace.render.document.host import (
     spread_block,
     step_causes_block,
 )
-from dbo_trace.render.document.verdict import PhaseVerdict, VerdictBlock, phase_verdict_block, verdict_block
+from dbo_trace.render.document.verdict import VerdictBlock, phase_verdict_block, verdict_block
 from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import host_line
 from dbo_trace.render.words.verdict import stall_text
@@ -38,7 +38,7 @@ class PhaseBlock(Struct):
     graph_launches: Count
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
-    verdict: PhaseVerdict
+    verdict: VerdictBlock  # its own where every rank has the phase, else no label and each rank's (per_rank)
     stalls: Count | UnsetType = UNSET  # version 5: its steps that stalled; its figures and verdict are over the others
 
 

@@ -68,9 +68,6 @@ class VerdictBlock(Struct):
     pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
 
 
-PhaseVerdict = VerdictBlock  # a phase's: its own where every rank has the phase, else no label and each rank's
-
-
 def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
     """The verdict's label, qualifier and findings: analysis.verdict's own types."""
     qualifier = None if v.qualifier is None else v.qualifier.key

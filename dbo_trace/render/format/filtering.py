@@ -8,12 +8,12 @@ import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.steps.microbatched import step_microbatched
-from dbo_trace.render.document import PhaseVerdict, RankBlock, ReasonBlock, ReportDocument, VerdictBlock
+from dbo_trace.render.document import RankBlock, ReasonBlock, ReportDocument, VerdictBlock
 from dbo_trace.render.document.ledger import LayerOpsRow, LedgerBlock
 from dbo_trace.render.document.pipeline import PipelineBlock
 
 
-def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
+def borderline(verdict: VerdictBlock) -> bool:
     """A share decided the label within 2 points of its line (said only by documents of version 6 on)."""
     return any(isinstance(r, ReasonBlock) and r.borderline for r in verdict.reasons)
 
@@ -29,7 +29,7 @@ def label_of(v: VerdictBlock) -> str:
     return v.label or "-"
 
 
-def per_rank_labels(v: PhaseVerdict) -> list[str]:
+def per_rank_labels(v: VerdictBlock) -> list[str]:
     """A phase's verdict per rank, where the phase has no verdict of its own (else none)."""
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
 
