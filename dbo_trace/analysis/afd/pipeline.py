@@ -145,7 +145,9 @@ class Pipeline(PipelineFigures):
     recording: str | None = None  # the attention trace's clock base: tells one recording from another
 
 
-def efficiency(layers: int, loop_us: float, bounds_us: dict[str, float] | None, bound: str, serial_us: float | None) -> float | None:
+def efficiency(
+    layers: int, loop_us: float, bounds_us: dict[str, float] | None, bound: str, serial_us: float | None
+) -> float | None:
     """The bound that held against the measured layer loop per layer; serial_us: A + hop out + F + hop
     back per layer (medians), one microbatch's layer, the serial step's (the bound without bounds_us)."""
     per_layer = loop_us / layers if layers else None
