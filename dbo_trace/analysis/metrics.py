@@ -320,15 +320,18 @@ class RoundTrips:
     comm_per_round_trip_us: float  # comm busy time per round trip: the latency to hide
     compute_per_round_trip_us: float  # compute per microbatch segment that could hide one
     ratio: float | None  # compute / comm per round trip; >= 1: the round trip can hide entirely (docs/analysis.md)
+    criterion_met: bool | None  # criterion_met(ratio, microbatched): the DBO criterion, where it speaks
     microbatched: bool = True  # the DBO criterion speaks only where there are microbatches
     # where the ranks' collectives were matched: the comm per round trip apart into waiting for a
     # peer rank and transfer (medians over steps, so they need not add up to comm_per_round_trip_us)
     wait_per_round_trip_us: float | None = None
     transfer_per_round_trip_us: float | None = None
 
-    @property
-    def criterion_met(self) -> bool | None:
-        return None if self.ratio is None or not self.microbatched else self.ratio >= 1.0
+
+def criterion_met(ratio: float | None, microbatched: bool) -> bool | None:
+    """The DBO criterion: the compute per round trip covers its comm (ratio >= 1); None without a
+    ratio, or with one microbatch (the criterion speaks only where there are microbatches)."""
+    return None if ratio is None or not microbatched else ratio >= 1.0
 
 
 COMM_OPS_PER_ROUND_TRIP = 2  # a dispatch and a combine
@@ -353,6 +356,7 @@ def round_trips(
     per_step = float(np.median(rt))
     comm = float(np.median(comm_busy_us[ok] / rt)) if exposed_us is None else exposed_us
     compute = float(np.median(compute_busy_us[ok] / rt))
+    ratio = compute / comm if comm > 0 else None
     return RoundTrips(
         source=source,
         per_step=per_step,
@@ -362,6 +366,7 @@ def round_trips(
         per_round_trip_us=float(np.median(step_us[ok] / rt)),
         comm_per_round_trip_us=comm,
         compute_per_round_trip_us=compute,
-        ratio=compute / comm if comm > 0 else None,
+        ratio=ratio,
+        criterion_met=criterion_met(ratio, microbatched),
         microbatched=microbatched,
     )

@@ -32,7 +32,7 @@ from dbo_trace.analysis.what_if import (
     what_if_no_handovers,
     what_if_round_trip,
 )
-from dbo_trace.analysis.metrics import ACROSS, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics
+from dbo_trace.analysis.metrics import ACROSS, MAX, MEDIAN, SUM, SUM_IF_ALL, RoundTrips, WindowMetrics, criterion_met
 from dbo_trace.analysis.model import (
     CrossPart,
     Note,
@@ -384,7 +384,7 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
     med = {
         f.name: float(np.median([getattr(p, f.name) for p in present]))
         for f in fields(RoundTrips)
-        if f.name not in ("source", "layers", "per_layer", "ratio", "microbatched", *_SPLIT)
+        if f.name not in ("source", "layers", "per_layer", "ratio", "criterion_met", "microbatched", *_SPLIT)
     }
     split: dict[str, float | None] = {}
     for name in _SPLIT:  # where every rank has it
@@ -392,12 +392,14 @@ def _median_round_trips(parts: list[RoundTrips | None]) -> RoundTrips | None:
         split[name] = float(np.median(values)) if all(v is not None for v in values) else None
     comm, compute = med["comm_per_round_trip_us"], med["compute_per_round_trip_us"]
     layers = present[0].layers
+    ratio, microbatched = compute / comm if comm > 0 else None, any(p.microbatched for p in present)
     return RoundTrips(
         source=present[0].source,
         layers=layers,
         per_layer=med["per_step"] / layers if layers else None,
-        ratio=compute / comm if comm > 0 else None,
-        microbatched=any(p.microbatched for p in present),
+        ratio=ratio,
+        criterion_met=criterion_met(ratio, microbatched),
+        microbatched=microbatched,
         wait_per_round_trip_us=split["wait_per_round_trip_us"],
         transfer_per_round_trip_us=split["transfer_per_round_trip_us"],
         **med,

@@ -26,7 +26,7 @@ from dbo_trace.render.pictures.step_view import steps_around_median, window_step
 from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:
-    from dbo_trace.render.document import PhaseVerdict, ReportDocument, VerdictBlock
+    from dbo_trace.render.document import ReportDocument, VerdictBlock
     from dbo_trace.render.sweep import SweepDocument
 
 MEMBER_ROOT = "dbo-trace"
@@ -311,11 +311,18 @@ VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  #
 VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
 
 
-def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: int) -> str | None:
+def _verdict_problem(verdict: VerdictBlock, where: str, version: int, phase: bool) -> str | None:
     """Version 6 gives every verdict its next step and its reasons as {kind, borderline, text};
-    versions before it, the reasons' text alone and no next step."""
-    from dbo_trace.render.document import ReasonBlock, VerdictBlock
+    versions before it, the reasons' text alone and no next step. Only a phase's verdict may lack a
+    label (each rank's in per_rank), and only a run's, a rank's or a step's has pays (one type holds them)."""
+    from dbo_trace.render.document import ReasonBlock
 
+    if not phase and verdict.label is None:
+        return f"{where}.verdict: label is null, as only a phase's may be"
+    if not phase and verdict.per_rank is not msgspec.UNSET:
+        return f"{where}.verdict: per_rank is a key of a phase's verdict only"
+    if phase and verdict.pays is not msgspec.UNSET:
+        return f"{where}.verdict: pays is a key of a run's or a rank's verdict, not of a phase's"
     if (verdict.next_step is not msgspec.UNSET) != (version >= 6):
         return f"{where}.verdict: next_step is a key of version 6, {'not of' if version < 6 else 'missing in'} version {version}"
     step = verdict.next_step
@@ -327,7 +334,7 @@ def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: 
         return f"{where}.verdict: {sorted(words & VERSION_8_WORDS)[0]} is a word of version 8, not of version {version}"
     if version >= 8 and words & BEFORE_8_WORDS:
         return f"{where}.verdict: {sorted(words & BEFORE_8_WORDS)[0]} is a word before version 8, not of version {version}"
-    if version < 8 and isinstance(verdict, VerdictBlock) and verdict.pays is not msgspec.UNSET:
+    if version < 8 and verdict.pays is not msgspec.UNSET:
         return f"{where}.verdict: pays is a key of version 8, not of version {version}"
     typed = [isinstance(r, ReasonBlock) for r in verdict.reasons]
     if (version >= 6 and not all(typed)) or (version < 6 and any(typed)):
@@ -338,14 +345,14 @@ def _verdict_problem(verdict: VerdictBlock | PhaseVerdict, where: str, version: 
 
 def _verdicts_problem(document: ReportDocument, version: int) -> str | None:
     """The first verdict whose shape is not its version's: the run's, a phase's, a rank's, a step's."""
-    blocks: list[tuple[str, VerdictBlock | PhaseVerdict]] = [("report", document.verdict)]
-    blocks += [(f"report.phases[{name!r}]", p.verdict) for name, p in document.phases.items()]
-    blocks += [(f"report.steps[{i}]", s.verdict) for i, s in enumerate(document.steps)]
+    blocks: list[tuple[str, VerdictBlock, bool]] = [("report", document.verdict, False)]  # bool: a phase's
+    blocks += [(f"report.phases[{name!r}]", p.verdict, True) for name, p in document.phases.items()]
+    blocks += [(f"report.steps[{i}]", s.verdict, False) for i, s in enumerate(document.steps)]
     for k, rank in enumerate(document.ranks):
-        blocks.append((f"report.ranks[{k}]", rank.verdict))
-        blocks += [(f"report.ranks[{k}].phases[{name!r}]", p.verdict) for name, p in rank.phases.items()]
-        blocks += [(f"report.ranks[{k}].steps[{i}]", s.verdict) for i, s in enumerate(rank.steps)]
-    return next((p for where, v in blocks if (p := _verdict_problem(v, where, version)) is not None), None)
+        blocks.append((f"report.ranks[{k}]", rank.verdict, False))
+        blocks += [(f"report.ranks[{k}].phases[{name!r}]", p.verdict, True) for name, p in rank.phases.items()]
+        blocks += [(f"report.ranks[{k}].steps[{i}]", s.verdict, False) for i, s in enumerate(rank.steps)]
+    return next((p for where, v, phase in blocks if (p := _verdict_problem(v, where, version, phase)) is not None), None)
 
 
 def _version_keys_problem(document: ReportDocument, version: int) -> str | None:

@@ -13,6 +13,7 @@ from dbo_trace.render.pictures.step_view import FFN_GPU, afd_peer, median_step, 
 from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    label_of,
     LAYER_HEADER,
     LAYER_OPS_HEADER,
     OPERATION_HEADER,
@@ -297,8 +298,8 @@ class HtmlRenderer:
         notes = all_notes(d)
         data = script_json({"views": views, "kinds": KINDS})
         return _PAGE.format(
-            verdict=html_text(d.verdict.label),
-            finding=html_text(headline(d.verdict)[len(d.verdict.label) :]),
+            verdict=html_text(label_of(d.verdict)),
+            finding=html_text(headline(d.verdict)[len(label_of(d.verdict)) :]),
             reasons=reasons,
             next_step=("" if pays is None else f'<p id="pays"><b>Does DBO pay:</b> {html_text(pays)}</p>')
             + ("" if predicted is None else f'<p id="predicted"><b>DBO\'s effect predicted:</b> {html_text(predicted)}</p>')

@@ -7,6 +7,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document.pipeline import PipelineBlock
 from dbo_trace.render.document import ReportDocument, RoundTripsBlock, StepBlock, build_document
 from dbo_trace.render.format import (
+    label_of,
     GLOSSARY,
     disaggregated_lines,
     roles_lines,
@@ -134,7 +135,7 @@ class MarkdownRenderer:
     def render_document(self, d: ReportDocument, options: RenderOptions = RenderOptions()) -> str:
         """From the document alone: what `report` shows of a review archive's report.json."""
         d = only_layer(d, options.layer)
-        label = d.verdict.label
+        label = label_of(d.verdict)
         out = [f"### dbo-trace: **{markdown_text(label)}**{markdown_text(headline(d.verdict)[len(label) :])}", ""]
         if (pays := pays_line(d.verdict)) is not None:
             out += [f"**Does DBO pay:** {markdown_text(pays)}", ""]

@@ -15,6 +15,7 @@ from dbo_trace.render.base import RenderOptions
 from dbo_trace.render.document.pipeline import PipelineBlock
 from dbo_trace.render.document import ReportDocument, build_document
 from dbo_trace.render.format import (
+    label_of,
     legend,
     hidden_cell,
     disaggregated_ranks,
@@ -334,7 +335,7 @@ class TerminalRenderer:
         # The width by layout.terminal_width's one rule ($COLUMNS, the terminal's, else 80): every table fits it whole.
         width = options.width or terminal_width()
         out = _Lines(width, options.color)
-        label = d.verdict.label
+        label = label_of(d.verdict)
         out.paragraph(headline(d.verdict), "verdict: ", _STYLE.get(label, "bold"), whole=True)
         if (pays := pays_line(d.verdict)) is not None:
             out.paragraph(pays, "does DBO pay: ", "bold")
@@ -363,7 +364,7 @@ class TerminalRenderer:
                     us(r.host.median_launch_us),
                     us(r.host.median_kernel_us),
                     f"{r.graphs.launches} ({pct(r.graphs.replayed_kernel_fraction)})",
-                    r.verdict.label,
+                    label_of(r.verdict),
                 ]
                 for r in d.ranks
             ],

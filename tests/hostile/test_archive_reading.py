@@ -157,7 +157,7 @@ def _set(doc, where, value):
     "where,value,words",
     [
         (("verdict",), KeyError, "report: object missing required field `verdict`"),
-        (("ranks", 0, "verdict", "label"), 7, "report.ranks[0].verdict.label: expected `str`, got `int`"),
+        (("ranks", 0, "verdict", "label"), 7, "report.ranks[0].verdict.label: expected `str | null`, got `int`"),
         (("steps", 0, "step_us"), "12 ms", "report.steps[0].step_us: expected `float | null`, got `str`"),
         (("steps", 0, "gpu", "utilization"), "busy", "report.steps[0].gpu.utilization: expected `float | null`, got `str`"),
         (("ranks", 0, "comm_operations"), {"a": 1}, "report.ranks[0].comm_operations: expected `array`, got `object`"),
@@ -309,6 +309,38 @@ def test_an_unknown_key_is_named(real, tmp_path, where, words):
         target = target[key]
     target["extra"] = [1]
     refused(build(tmp_path / "unknown.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
+
+
+_PAYS = {
+    "measured": False, "hidden_per_step_us": None, "hidden_of": "comm", "handover_per_step_us": None, "startup_per_step_us": None,
+    "yield_op_per_step_us": None, "yield_wait_per_step_us": None, "imbalance_per_step_us": None, "text": "t",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "where,key,value,words",
+    [
+        ("ranks", "label", None, "report.ranks[0].verdict: label is null, as only a phase's may be"),
+        ("steps", "per_rank", ["serial"], "report.steps[0].verdict: per_rank is a key of a phase's verdict only"),
+    ],
+)
+def test_a_phase_verdicts_keys_are_a_phases_only(real, tmp_path, where, key, value, words):
+    """A phase's verdict and the others' are one type (render/document/verdict.py): only a phase's may
+    lack a label (per_rank, each rank's), and a phase's has no pays."""
+    doc = document(real)
+    doc[where][0]["verdict"][key] = value
+    refused(build(tmp_path / "verdict.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
+
+
+def test_a_phase_verdict_has_no_pays(real):
+    """(The sample has no phase: the verdict is checked as a phase's would be.)"""
+    from dbo_trace.render.document import VerdictBlock
+
+    verdict = document(real)["verdict"] | {"pays": _PAYS}
+    v = msgspec.json.decode(json.dumps(verdict).encode(), type=VerdictBlock)
+    assert archive._verdict_problem(v, "report.phases['decode']", 9, phase=False) is None
+    words = "report.phases['decode'].verdict: pays is a key of a run's or a rank's verdict, not of a phase's"
+    assert archive._verdict_problem(v, "report.phases['decode']", 9, phase=True) == words
 
 
 @pytest.mark.parametrize("where", ["extra", "warnings"])

@@ -116,8 +116,7 @@ class Predicted:
     ffn_us: float
     hop_us: float
     bounds_us: dict[str, float] | None  # DBO on: the three bounds per layer
-    layer_us: float  # the loop per layer
-    period_us: float
+    layer_us: float  # the loop per layer (its step's period is DboWhatIf.period_us: other_period)
 
 
 @dataclass(frozen=True)
@@ -221,8 +220,7 @@ def _on_from_off(off: ArmTerms, r: Terms, fit: float) -> Predicted:
         BOUND_ATTENTION: 2 * (a + _cost(r.attention_cost, n / 2, r)),
     }
     layer = max(bounds.values()) * fit
-    period = off.period_us - off.loop_us + off.layers * layer + r.outside_us
-    return Predicted(a, f, hop, bounds, layer, period)
+    return Predicted(a, f, hop, bounds, layer)
 
 
 def _off_from_on(on: ArmTerms, r: Terms, fit: float) -> Predicted:
@@ -231,8 +229,14 @@ def _off_from_on(on: ArmTerms, r: Terms, fit: float) -> Predicted:
     a, f = on.attention_us / r.attention, on.ffn_us / r.ffn
     hop = on.hop_us + r.hop_slope_us * n / 2
     layer = (a + 2 * hop + f) * fit
-    period = on.period_us - on.loop_us + on.layers * layer - r.outside_us
-    return Predicted(a, f, hop, None, layer, period)
+    return Predicted(a, f, hop, None, layer)
+
+
+def other_period(given: ArmTerms, predicted: Predicted, r: Terms) -> float:
+    """The other arm's step period: the given arm's, its layers' loop at the predicted layer, and the
+    outside of the loop DBO adds (on from off) or takes away (off from on)."""
+    outside = -r.outside_us if given.dbo else r.outside_us
+    return given.period_us - given.loop_us + given.layers * predicted.layer_us + outside
 
 
 def terms_of(p: Pipeline, label: str, gpu: str | None = None, fingerprint: str | None = None) -> ArmTerms | None:
@@ -266,8 +270,9 @@ def _split_without_ffn(p: Pipeline, r: Terms) -> ArmTerms | None:
     )  # fmt: skip
 
 
-def _change(given: ArmTerms, predicted: Predicted) -> float:
-    on, off = (given.period_us, predicted.period_us) if given.dbo else (predicted.period_us, given.period_us)
+def _change(given: ArmTerms, period_us: float) -> float:
+    """period_us: the other arm's."""
+    on, off = (given.period_us, period_us) if given.dbo else (period_us, given.period_us)
     return on / off - 1.0
 
 
@@ -280,8 +285,8 @@ def loo_errors(pairs: tuple[CalibrationPair, ...]) -> list[float]:
     for k, p in enumerate(pairs):
         r = ratios_of(pairs[:k] + pairs[k + 1 :])
         measured = p.on.period_us / p.off.period_us - 1.0
-        out.append(_change(p.off, _on_from_off(p.off, r.terms, r.on_fit)) - measured)
-        out.append(_change(p.on, _off_from_on(p.on, r.terms, r.off_fit)) - measured)
+        out.append(_change(p.off, other_period(p.off, _on_from_off(p.off, r.terms, r.on_fit), r.terms)) - measured)
+        out.append(_change(p.on, other_period(p.on, _off_from_on(p.on, r.terms, r.off_fit), r.terms)) - measured)
     return out
 
 
@@ -336,14 +341,15 @@ def prediction_of(
     widen = (WIDEN_NO_FFN if caveats.no_ffn else 0.0) + (WIDEN_GPU if caveats.gpu else 0.0)
     widen += WIDEN_OUTSIDE if caveats.outside is not None else 0.0
     predicted = _on_from_off(given, r.terms, r.on_fit) if not given.dbo else _off_from_on(given, r.terms, r.off_fit)
-    change = _change(given, predicted)
+    period = other_period(given, predicted, r.terms)
+    change = _change(given, period)
     errors = loo_errors(pairs)
     model = float(np.sqrt(np.mean(np.square(errors)))) if errors else NOISE_POINTS
     half = max(FLOOR_POINTS, float(np.hypot(model, NOISE_POINTS))) + widen
     low, high = change - half, change + half + (WIDEN_PADS if pads else 0.0)  # padded loads ran above the model
     call = PAYS if high < 0 else COSTS if low > 0 else UNDECIDED
     return DboWhatIf(
-        given="on" if given.dbo else "off", period_us=predicted.period_us, measured_period_us=given.period_us,
+        given="on" if given.dbo else "off", period_us=period, measured_period_us=given.period_us,
         change=change, low=low, high=high, call=call, source=calibration.source, pairs=len(pairs),
         loo_max=max(abs(e) for e in errors) if errors else None, caveats=caveats, predicted=predicted,
         excluded_own=excluded_own,

@@ -76,19 +76,19 @@ class StepPipeline:
 
 @dataclass(frozen=True)
 class LayerVisits:
-    """Per layer and microbatch (rows in layer, then microbatch order), the medians over the steady
-    steps' visits (us; NaN: not measured) and the shares of receives that waited."""
+    """One layer of one microbatch (the document's pipeline.layers_detail row): the medians over the
+    steady steps' visits (us; None: not measured) and the shares of receives that waited."""
 
-    layer: np.ndarray  # (m,) int64
-    ubatch: np.ndarray  # (m,) int64: -1 with one microbatch
-    visits: np.ndarray  # (m,) int64
-    attention_us: np.ndarray
-    hop_out_us: np.ndarray
-    ffn_us: np.ndarray
-    hop_back_us: np.ndarray
-    round_trip_us: np.ndarray
-    ffn_waited: np.ndarray  # (m,) float64: share of the matched visits (NaN: none matched)
-    attention_waited: np.ndarray
+    layer: int
+    ubatch: int  # -1 with one microbatch
+    visits: int
+    attention_us: float | None  # None on layer 0: its attention ran before the step's first send
+    hop_out_us: float | None
+    ffn_us: float | None
+    hop_back_us: float | None
+    round_trip_us: float | None
+    ffn_receive_waited: float | None  # share of its matched FFN receives posted before the send began (None: none matched)
+    attention_receive_waited: float | None
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,11 @@ class StepOverlap:
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """An attention rank's steps as a pipeline, its figures the medians over the steady steps (the
-    visits' over the visits of steady steps); None where nothing was measured."""
+class PipelineFigures:
+    """An attention rank's steps as a pipeline: its figures, the medians over the steady steps (the
+    visits' over the visits of steady steps); None where nothing was measured. The document's
+    pipeline block holds them as they are (render/document/pipeline.py)."""
 
-    visits: Visits
-    steps: StepPipeline
     layers: int
     microbatched: bool
     has_ffn: bool  # the FFN's trace was matched to the round trips
@@ -130,25 +129,32 @@ class Pipeline:
     attention_waited_share: float | None
     bounds_us: dict[str, float] | None  # per layer, medians over steady steps (None: one microbatch)
     bound: str  # the bound that held most steady steps, or SERIAL
+    efficiency: float | None  # the bound that held against the measured layer loop per layer (1: the loop ran at its bound)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline(PipelineFigures):
+    """The pipeline's figures and what they are of: the visits and the steps, the step's overlap, and
+    each layer's figures."""
+
+    visits: Visits
+    steps: StepPipeline
     overlap: StepOverlap | None
-    by_layer: LayerVisits | None = None
+    by_layer: tuple[LayerVisits, ...] | None = None  # rows in layer, then microbatch order
     graphs: bool = False  # most steady steps replayed CUDA graphs (the model is calibrated per mode)
     recording: str | None = None  # the attention trace's clock base: tells one recording from another
 
-    @property
-    def efficiency(self) -> float | None:
-        """The bound that held against the measured layer loop per layer (1: the loop ran at its bound)."""
-        per_layer = self.loop_us / self.layers if self.layers else None
-        if per_layer is None or per_layer <= 0:
-            return None
-        held = self.bounds_us.get(self.bound) if self.bounds_us is not None else self.serial_us
-        return held / per_layer if held is not None else None
 
-    @property
-    def serial_us(self) -> float | None:
-        """A + hop out + F + hop back per layer (medians): one microbatch's layer, the serial step's."""
-        parts = (self.attention_us, self.hop_out_us, self.ffn_us, self.hop_back_us)
-        return None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+def efficiency(
+    layers: int, loop_us: float, bounds_us: dict[str, float] | None, bound: str, serial_us: float | None
+) -> float | None:
+    """The bound that held against the measured layer loop per layer; serial_us: A + hop out + F + hop
+    back per layer (medians), one microbatch's layer, the serial step's (the bound without bounds_us)."""
+    per_layer = loop_us / layers if layers else None
+    if per_layer is None or per_layer <= 0:
+        return None
+    held = bounds_us.get(bound) if bounds_us is not None else serial_us
+    return held / per_layer if held is not None else None
 
 
 def visits_of(afd: AfdRoundTrips) -> Visits:
@@ -287,6 +293,9 @@ def pipeline_of(
     every = np.r_[v.hop_out_us[in_chosen], v.hop_back_us[in_chosen]]
     enough = len(pure) >= max(10, 0.05 * len(every))
     matched = v.matched[in_chosen]
+    a, ho, f, hb = parts = [_median(x[in_chosen]) for x in (v.attention_us, v.hop_out_us, v.ffn_us, v.hop_back_us)]
+    serial = None if any(x is None for x in parts) else float(sum(x for x in parts if x is not None))  # one microbatch's layer
+    bound_held = max(set(held), key=held.count) if held else SERIAL
     return Pipeline(
         visits=v,
         steps=steps,
@@ -297,10 +306,10 @@ def pipeline_of(
         period_us=period,
         loop_us=loop,
         outside_us=period - loop,
-        attention_us=_median(v.attention_us[in_chosen]),
-        hop_out_us=_median(v.hop_out_us[in_chosen]),
-        ffn_us=_median(v.ffn_us[in_chosen]),
-        hop_back_us=_median(v.hop_back_us[in_chosen]),
+        attention_us=a,
+        hop_out_us=ho,
+        ffn_us=f,
+        hop_back_us=hb,
         round_trip_us=float(np.median(v.round_trip_us[in_chosen])),
         hop_us=_median(pure if enough else every),
         hop_waited=len(pure) if enough else 0,
@@ -310,7 +319,8 @@ def pipeline_of(
         ffn_waited_share=float(v.ffn_waited[in_chosen][matched].mean()) if matched.any() else None,
         attention_waited_share=float(v.attention_waited[in_chosen][matched].mean()) if matched.any() else None,
         bounds_us=bounds,
-        bound=max(set(held), key=held.count) if held else SERIAL,
+        bound=bound_held,
+        efficiency=efficiency(layers, loop, bounds, bound_held, serial),
         overlap=_overlap(afd, span, exposed_us),
         by_layer=_by_layer(v, in_chosen),
         graphs=bool(replayed[steady].mean() > 0.5) if replayed is not None and steady.any() else False,
@@ -325,28 +335,26 @@ def _nccl_cost(send_us: np.ndarray, found_receive_us: np.ndarray) -> float | Non
     return None if send is None or receive is None else send + receive
 
 
-def _by_layer(v: Visits, chosen: np.ndarray) -> LayerVisits:
+def _by_layer(v: Visits, chosen: np.ndarray) -> tuple[LayerVisits, ...]:
     """The visits of the chosen (steady) steps by layer and microbatch."""
     sel = np.flatnonzero(chosen)
     key = v.layer[sel] * 3 + (v.ubatch[sel] + 1)
     order = sel[np.argsort(key, kind="stable")]
     keys = v.layer[order] * 3 + (v.ubatch[order] + 1)
     groups = np.split(order, np.flatnonzero(np.diff(keys)) + 1) if len(order) else []
-    cols: dict[str, list[float]] = {k: [] for k in ("a", "ho", "f", "hb", "rt", "fw", "aw")}
+    rows = []
     for g in groups:
-        for k, x in (("a", v.attention_us), ("ho", v.hop_out_us), ("f", v.ffn_us), ("hb", v.hop_back_us), ("rt", v.round_trip_us)):
-            found = _median(x[g])
-            cols[k].append(np.nan if found is None else found)
         m = v.matched[g]
-        cols["fw"].append(float(v.ffn_waited[g][m].mean()) if m.any() else np.nan)
-        cols["aw"].append(float(v.attention_waited[g][m].mean()) if m.any() else np.nan)
-    first = [int(g[0]) for g in groups]
-    return LayerVisits(
-        layer=v.layer[first].astype(np.int64), ubatch=v.ubatch[first].astype(np.int64),
-        visits=np.array([len(g) for g in groups], np.int64), attention_us=np.array(cols["a"]),
-        hop_out_us=np.array(cols["ho"]), ffn_us=np.array(cols["f"]), hop_back_us=np.array(cols["hb"]),
-        round_trip_us=np.array(cols["rt"]), ffn_waited=np.array(cols["fw"]), attention_waited=np.array(cols["aw"]),
-    )  # fmt: skip
+        rows.append(
+            LayerVisits(
+                layer=int(v.layer[g[0]]), ubatch=int(v.ubatch[g[0]]), visits=len(g), attention_us=_median(v.attention_us[g]),
+                hop_out_us=_median(v.hop_out_us[g]), ffn_us=_median(v.ffn_us[g]), hop_back_us=_median(v.hop_back_us[g]),
+                round_trip_us=_median(v.round_trip_us[g]),
+                ffn_receive_waited=float(v.ffn_waited[g][m].mean()) if m.any() else None,
+                attention_receive_waited=float(v.attention_waited[g][m].mean()) if m.any() else None,
+            )
+        )  # fmt: skip
+    return tuple(rows)
 
 
 def _held(round_trip: float, ffn: float, attention: float) -> str:

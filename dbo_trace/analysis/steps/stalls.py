@@ -50,14 +50,22 @@ OUTLIER: StallCause = "outlier"
 
 
 @dataclass(frozen=True)
+class CompileRange:
+    """Compile ranges of one name that start in a step's period: their summed time."""
+
+    name: str
+    us: float
+
+
+@dataclass(frozen=True)
 class Stall:
     """Why a step is not steady state, and what it cost."""
 
-    cause: str  # COMPILE, CAPTURE or OUTLIER
+    cause: StallCause
     extra_us: float | None  # its period less its phase's steady median (None: no steady step in the phase)
     compile_us: float  # compile/JIT ranges inside its period (their union)
     capture_us: float  # graph capture inside its period
-    compile_ranges: tuple[tuple[str, float], ...]  # the outermost compile ranges by time, largest first (3)
+    compile_ranges: tuple[CompileRange, ...]  # the outermost compile ranges by time, largest first (3)
     phase_median_us: float | None  # the steady median it is measured against
 
 
@@ -103,10 +111,10 @@ def compile_ranges(names: list[str], cpu_name: np.ndarray) -> np.ndarray:
 
 def top_compile_names(
     start: np.ndarray, end: np.ndarray, r_start: np.ndarray, r_end: np.ndarray, r_name: np.ndarray, names: list[str], top: int = 3
-) -> list[tuple[tuple[str, float], ...]]:
+) -> list[tuple[CompileRange, ...]]:
     """Per step, the outermost compile ranges that start inside its period's stretch, by name and
     summed time, largest first (a range inside another of them is left out: it is in the outer one)."""
-    out: list[tuple[tuple[str, float], ...]] = []
+    out: list[tuple[CompileRange, ...]] = []
     if not len(r_start):
         return [() for _ in range(len(start))]
     order = np.lexsort((-(r_end - r_start), r_start))
@@ -122,7 +130,7 @@ def top_compile_names(
         for k in range(int(first[i]), int(last[i])):
             n = names[int(rn[k])]
             totals[n] = totals.get(n, 0.0) + float(min(re_[k], hi) - rs[k])
-        out[i] = tuple(sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:top])
+        out[i] = tuple(CompileRange(n, us) for n, us in sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:top])
     return out
 
 
@@ -132,14 +140,14 @@ def find_stalls(
     phase: list[str | None],  # each step's phase (None: no phase; its steps are one group)
     compile_us: np.ndarray,  # (n,) float64: compile/JIT ranges inside its period
     capture_us: np.ndarray,  # (n,) float64: graph capture inside its period
-    compile_names: list[tuple[tuple[str, float], ...]],
+    compile_names: list[tuple[CompileRange, ...]],
 ) -> dict[int, Stall]:
     """Each stalled step's Stall by position; the steps not in it are steady state. Per phase:
     compile or capture steps first, then outliers among the rest (median and MAD of the rest); the
     cost is measured against the median of the phase's steady steps."""
     n = len(period_us)
-    causes = ("", COMPILE, CAPTURE, OUTLIER)  # kind: an index into causes
-    steady_kind, compile_kind, capture_kind, outlier_kind = range(len(causes))
+    steady_kind, compile_kind, capture_kind, outlier_kind = range(4)
+    causes: dict[int, StallCause] = {compile_kind: COMPILE, capture_kind: CAPTURE, outlier_kind: OUTLIER}
     floor = np.fmax(COMPILE_MIN_US, COMPILE_MIN_SHARE * period_us)  # fmax: as max(), a NaN period gets the floor
     kind = np.where(compile_us >= floor, compile_kind, np.where(capture_us >= floor, capture_kind, steady_kind))
     names = list(dict.fromkeys(phase))
@@ -166,7 +174,7 @@ def find_stalls(
     for i in np.flatnonzero(kind != steady_kind).tolist():
         base = float(median[i]) if has_median[i] else None
         out[i] = Stall(
-            cause=causes[kind[i]],
+            cause=causes[int(kind[i])],
             extra_us=None if base is None else float(period_us[i] - base),
             compile_us=float(compile_us[i]),
             capture_us=float(capture_us[i]),

@@ -37,6 +37,7 @@ from dbo_trace.analysis.metrics import WindowMetrics
 from dbo_trace.analysis.overlap.kernel_model import KERNEL_OVERLAP
 from dbo_trace.analysis.verdict.evidence_types import HIDDEN_COMM as HIDDEN_COMM
 from dbo_trace.analysis.verdict.evidence_types import HIDDEN_ROUND_TRIPS as HIDDEN_ROUND_TRIPS
+from dbo_trace.analysis.verdict.evidence_types import HiddenOf
 from dbo_trace.analysis.verdict.evidence_types import Evidence, GpuWork, OverlapModel, _Word, gpu_work_of
 from dbo_trace.analysis.verdict.reasons import (
     CaptureFinding,
@@ -113,19 +114,16 @@ YIELD_OP_NOTABLE = 0.2  # of the host-caused idle: the yield op is the next step
 
 
 @dataclass(frozen=True)
-class Pays:
+class PaysFigures:
     """Does DBO pay, from one arm: not measured. What the arm shows of the two sides of the
     balance: the time DBO hid per step, and DBO's own costs per step from the ledger (None: not in
     this trace; a graph replay runs no microbatch thread and no yield op). Only the wall clock of the
-    same load with DBO off (`dbo-trace compare OFF ON`, or `dbo-trace sweep`) settles it."""
+    same load with DBO off (`dbo-trace compare OFF ON`, or `dbo-trace sweep`) settles it. The
+    document's verdict.pays holds them as they are (render/document/verdict.py)."""
 
     measured: bool  # False: one arm (compare measures it)
     hidden_per_step_us: float | None
-    hidden_of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
-    # a round-trip model's other two figures per step (its pipeline's): round trips' time beside the
-    # other microbatch's round trips, and the comm alone
-    beside_per_step_us: float | None = None
-    exposed_per_step_us: float | None = None
+    hidden_of: HiddenOf
     handover_per_step_us: float | None = None  # the microbatch threads' hand-overs (ledger, median per step)
     startup_per_step_us: float | None = None  # thread start-up (ledger, median per step)
     # the yield op's own cost: every microbatch thread in it at once, hand-overs included (median per
@@ -137,6 +135,16 @@ class Pays:
     @property
     def costs_known(self) -> bool:
         return any(x is not None for x in (self.handover_per_step_us, self.startup_per_step_us, self.yield_op_per_step_us))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pays(PaysFigures):
+    """The balance's figures, and a round-trip model's other two per step (its pipeline's, which the
+    document writes in its overlap block): round trips' time beside the other microbatch's round
+    trips, and the comm alone."""
+
+    beside_per_step_us: float | None = None
+    exposed_per_step_us: float | None = None
 
 
 def model_of(e: Evidence) -> OverlapModel:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.afd.gpu_sharing import TimeSlicing
@@ -126,8 +126,9 @@ class Stalls:
     STALLS_NAMED: ClassVar[int] = 3
 
 
-HIDDEN_ROUND_TRIPS = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
-HIDDEN_COMM = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
+HiddenOf = Literal["round_trips", "comm"]  # what DBO's hidden time is of (the document writes it as it is)
+HIDDEN_ROUND_TRIPS: HiddenOf = "round_trips"  # an AFD rank's round trips' time under the other microbatch's compute
+HIDDEN_COMM: HiddenOf = "comm"  # comm kernel time under the other microbatch's compute (or any compute, not told apart)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class HiddenPerStep:
     """What the other microbatch hid per step, by the overlap model (Pays' figures)."""
 
     hidden_us: float | None
-    of: str  # HIDDEN_ROUND_TRIPS or HIDDEN_COMM
+    of: HiddenOf
     beside_us: float | None = None  # round trips: their time beside the other microbatch's round trips
     exposed_us: float | None = None  # round trips: the attention GPU's comm alone
 

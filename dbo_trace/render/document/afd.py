@@ -6,30 +6,15 @@ from typing import Literal, cast
 
 from msgspec import UNSET, UnsetType
 
+from dbo_trace.analysis.afd.pair_compute import PairFigures
 from dbo_trace.analysis.afd.roles import RolesInfo
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.compare.unprofiled import Unprofiled
 from dbo_trace.analysis.metrics import RoundTrips
 from dbo_trace.render.document.base import Count, Int, Number, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.document.host import NamedShare
 from dbo_trace.render.words.verdict import time_slicing_text
-
-
-class RoundTripsBlock(Struct):
-    source: str
-    per_step: float | None
-    layers: Number | None
-    per_layer: float | None
-    step_us: float | None
-    per_round_trip_us: float | None
-    comm_per_round_trip_us: float | None
-    compute_per_round_trip_us: float | None
-    ratio: float | None
-    criterion_met: bool | None
-    microbatched: bool
-    # version 5, where the ranks' collectives were matched: comm per round trip apart (medians over steps)
-    wait_per_round_trip_us: float | None | UnsetType = UNSET
-    transfer_per_round_trip_us: float | None | UnsetType = UNSET
 
 
 class RoundTripParts(Struct):
@@ -93,19 +78,9 @@ class TimeSlicingBlock(Struct):
     text: str | None  # the report's line where sliced
 
 
-class PairBlock(Struct):
-    """Both roles on the attention's clock, over its steps (docs/analysis.md, "Both roles")."""
-
-    steps: Count
-    ffn_compute_per_step_us: float | None
-    ffn_compute_per_round_trip_us: float | None
-    ffn_queue_per_round_trip_us: float | None
-    round_trips_per_step: float | None
-    attention_busy: float | None  # shares of the steps' time each side's GPU work ran
-    ffn_busy: float | None
-    both_busy: float | None
-
-
+# A twin of analysis/afd/roles.py RolesInfo (and gpu_sharing.py GpuSharing), kept: the block writes
+# GpuSharing's shared_from and mps_daemon beside RolesInfo's own figures, leaves out the roles missing
+# and the MPS claim (notes tell them), and time_slicing with its sentence; either held would change its keys.
 class RolesBlock(Struct):
     roles: list[str]
     shared_gpu: bool | None
@@ -114,7 +89,8 @@ class RolesBlock(Struct):
     shared_from: str | None = None  # where shared_gpu came from
     mps_daemon: str | None = None  # answered / not running / unknown (the manifest's verified field)
     time_slicing: TimeSlicingBlock | None = None
-    pair: PairBlock | None = None  # with both roles' traces
+    # with both roles' traces: the analysis's own, rounded (render/document/held.py; "Both roles" in docs/analysis.md)
+    pair: PairFigures | None = None
 
 
 class ProfilerBlock(Struct):
@@ -138,27 +114,17 @@ class ProfilerBlock(Struct):
     too_few: bool | UnsetType = UNSET  # version 9: fewer than 5 profiled periods: no overhead
 
 
+# The analysis's own, rounded (render/document/held.py): the DBO arithmetic (its wait and transfer
+# apart from version 5, where the ranks' collectives were matched), both roles on the attention's clock.
+RoundTripsBlock = RoundTrips
+PairBlock = PairFigures
+
+
 # ---- building it from a Report ----------------------------------------------------------------------
 
 
-def round_trips_block(rt: RoundTrips | None) -> RoundTripsBlock | None:
-    if rt is None:
-        return None
-    return RoundTripsBlock(
-        source=rt.source,
-        per_step=_r(rt.per_step),
-        layers=rt.layers,
-        per_layer=_r(rt.per_layer),
-        step_us=_r(rt.step_us),
-        per_round_trip_us=_r(rt.per_round_trip_us),
-        comm_per_round_trip_us=_r(rt.comm_per_round_trip_us),
-        compute_per_round_trip_us=_r(rt.compute_per_round_trip_us),
-        ratio=_r(rt.ratio, 4),
-        criterion_met=rt.criterion_met,
-        microbatched=rt.microbatched,
-        wait_per_round_trip_us=_r(rt.wait_per_round_trip_us),
-        transfer_per_round_trip_us=_r(rt.transfer_per_round_trip_us),
-    )
+def round_trips_block(rt: RoundTrips | None) -> RoundTrips | None:
+    return None if rt is None else rounded(rt, ratio=4)
 
 
 def disaggregated_block(a: AfdRoundTrips | None) -> DisaggregatedBlock | None:
@@ -239,8 +205,5 @@ def roles_block(info: RolesInfo | None) -> RolesBlock | None:
             ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
             _r(ts.ratio, 2), time_slicing_text(ts),
         ),
-        pair=None if p is None else PairBlock(
-            p.steps, _r(p.ffn_compute_per_step_us), _r(p.ffn_compute_per_round_trip_us), _r(p.ffn_queue_per_round_trip_us),
-            _r(p.round_trips_per_step), _r(p.attention_busy, 4), _r(p.ffn_busy, 4), _r(p.both_busy, 4),
-        ),
+        pair=None if p is None else rounded(p, attention_busy=4, ffn_busy=4, both_busy=4),
     )  # fmt: skip

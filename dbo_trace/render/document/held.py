@@ -94,7 +94,8 @@ def strict_type(tp: Any) -> Any:
                 fields.append((name, hint, msgspec.field(default_factory=factory)))
             else:
                 fields.append((name, hint))
-        return msgspec.defstruct(tp.__name__, fields, forbid_unknown_fields=True)
+        # kw_only: a dataclass's required field may follow defaulted ones (a kw_only subclass's); decoding is by name
+        return msgspec.defstruct(tp.__name__, fields, forbid_unknown_fields=True, kw_only=True)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is None or not args:
         return tp

@@ -5,9 +5,12 @@ schema names (ms per step for the overlap, us per layer for the pipeline); no ar
 
 from __future__ import annotations
 
-from dbo_trace.analysis.afd.dbo_model import DboWhatIf
-from dbo_trace.analysis.afd.pipeline import Pipeline, StepOverlap
+from dataclasses import dataclass, fields, replace
+
+from dbo_trace.analysis.afd.dbo_model import DboWhatIf, Predicted
+from dbo_trace.analysis.afd.pipeline import LayerVisits, Pipeline, PipelineFigures, StepOverlap
 from dbo_trace.render.document.base import Int, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.pipeline import calibration_text, caveat_texts
 
 
@@ -21,55 +24,20 @@ class OverlapBlock(Struct):
     periods: Int  # the step periods the span holds
 
 
-class PipelineLayerBlock(Struct):
-    """One layer of one microbatch: medians over the steady steps' visits (us; null: not measured)."""
-
-    layer: Int
-    ubatch: Int  # -1 with one microbatch
-    visits: Int
-    attention_us: float | None  # null on layer 0: its attention ran before the step's first send
-    hop_out_us: float | None
-    ffn_us: float | None
-    hop_back_us: float | None
-    round_trip_us: float | None
-    ffn_receive_waited: float | None  # share of its FFN receives posted before the send began
-    attention_receive_waited: float | None
+# One layer of one microbatch (us; null: not measured): the analysis's own row, rounded (render/document/held.py).
+PipelineLayerBlock = LayerVisits
 
 
-class PipelineBlock(Struct):
-    """Medians over the steady steps (us); per layer where named."""
+@dataclass(frozen=True, kw_only=True)
+class PipelineBlock(PipelineFigures):
+    """The analysis's pipeline figures as they are, rounded (render/document/held.py; us, per layer
+    where named), and its layers' rows after them."""
 
-    layers: Int
-    microbatched: bool
-    has_ffn: bool
-    tokens: float | None  # decode tokens per step
-    period_us: float
-    loop_us: float  # the layers' loop: first send's start to last receive's end
-    outside_us: float  # the period less the loop
-    attention_us: float | None  # A: a microbatch's attention visit (its receive's end to its next send's start)
-    hop_out_us: float | None  # a send's start to the end of the FFN's receive
-    ffn_us: float | None  # F: the FFN's receive's end to its send's start
-    hop_back_us: float | None
-    round_trip_us: float
-    hop_us: float | None  # the wire alone where the receivers waited (hop_waited of them), else every hop
-    hop_waited: Int
-    attention_nccl_us: float | None  # the attention's send and a receive that found its answer sent
-    ffn_nccl_us: float | None  # the FFN's send and a receive posted after the send began
-    ffn_gap_us: float | None  # the FFN's host between a send and its next receive
-    ffn_waited_share: float | None  # FFN receives posted before the send began
-    attention_waited_share: float | None
-    bounds_us: dict[str, float] | None  # per layer: round_trip, ffn_busy, attention_busy
-    bound: str  # the bound that held most steady steps, or serial
-    efficiency: float | None  # the bound that held against the loop per layer
-    layers_detail: list[PipelineLayerBlock]  # per layer and microbatch
+    layers_detail: list[LayerVisits]  # per layer and microbatch
 
 
-class PredictedBlock(Struct):
-    attention_us: float
-    ffn_us: float
-    hop_us: float
-    bounds_us: dict[str, float] | None
-    layer_us: float
+# The other arm's terms (us): the analysis's own, rounded (render/document/held.py).
+PredictedBlock = Predicted
 
 
 class DboWhatIfBlock(Struct):
@@ -98,39 +66,29 @@ def overlap_block(o: StepOverlap | None) -> OverlapBlock | None:
     )
 
 
+_US = ("period_us", "loop_us", "outside_us", "attention_us", "hop_out_us", "ffn_us", "hop_back_us", "round_trip_us", "hop_us")
+# tokens: a median of whole tokens (a half at most), as it is at 3 decimals
+_FIGURE_DIGITS = dict.fromkeys((*_US, "attention_nccl_us", "ffn_nccl_us", "ffn_gap_us"), 2) | dict.fromkeys(
+    ("ffn_waited_share", "attention_waited_share", "efficiency"), 4
+)
+
+
 def pipeline_block(p: Pipeline | None) -> PipelineBlock | None:
     if p is None:
         return None
-    return PipelineBlock(
-        layers=p.layers, microbatched=p.microbatched, has_ffn=p.has_ffn, tokens=p.tokens,
-        period_us=round(p.period_us, 2), loop_us=round(p.loop_us, 2), outside_us=round(p.outside_us, 2),
-        attention_us=_r(p.attention_us, 2), hop_out_us=_r(p.hop_out_us, 2), ffn_us=_r(p.ffn_us, 2),
-        hop_back_us=_r(p.hop_back_us, 2), round_trip_us=round(p.round_trip_us, 2), hop_us=_r(p.hop_us, 2),
-        hop_waited=p.hop_waited, attention_nccl_us=_r(p.attention_nccl_us, 2), ffn_nccl_us=_r(p.ffn_nccl_us, 2),
-        ffn_gap_us=_r(p.ffn_gap_us, 2), ffn_waited_share=_r(p.ffn_waited_share, 4),
-        attention_waited_share=_r(p.attention_waited_share, 4),
-        bounds_us={k: round(v, 2) for k, v in p.bounds_us.items()} if p.bounds_us is not None else None,
-        bound=p.bound, efficiency=_r(p.efficiency, 4), layers_detail=_layer_blocks(p),
-    )  # fmt: skip
+    bounds = {k: round(v, 2) for k, v in p.bounds_us.items()} if p.bounds_us is not None else None
+    figures = rounded(PipelineFigures(**{f.name: getattr(p, f.name) for f in fields(PipelineFigures)}), **_FIGURE_DIGITS)
+    held = {f.name: getattr(figures, f.name) for f in fields(PipelineFigures)}
+    return PipelineBlock(**(held | {"bounds_us": bounds}), layers_detail=_layer_blocks(p))
 
 
-def _num(x: float, digits: int = 2) -> float | None:
-    return None if x != x else round(float(x), digits)  # NaN: not measured
+_LAYER_DIGITS = dict.fromkeys(("attention_us", "hop_out_us", "ffn_us", "hop_back_us", "round_trip_us"), 2) | dict.fromkeys(
+    ("ffn_receive_waited", "attention_receive_waited"), 4
+)
 
 
-def _layer_blocks(p: Pipeline) -> list[PipelineLayerBlock]:
-    b = p.by_layer
-    if b is None:
-        return []
-    return [
-        PipelineLayerBlock(
-            layer=int(b.layer[i]), ubatch=int(b.ubatch[i]), visits=int(b.visits[i]), attention_us=_num(b.attention_us[i]),
-            hop_out_us=_num(b.hop_out_us[i]), ffn_us=_num(b.ffn_us[i]), hop_back_us=_num(b.hop_back_us[i]),
-            round_trip_us=_num(b.round_trip_us[i]), ffn_receive_waited=_num(b.ffn_waited[i], 4),
-            attention_receive_waited=_num(b.attention_waited[i], 4),
-        )  # fmt: skip
-        for i in range(len(b.layer))
-    ]
+def _layer_blocks(p: Pipeline) -> list[LayerVisits]:
+    return [rounded(row, **_LAYER_DIGITS) for row in p.by_layer or ()]
 
 
 def dbo_what_if_block(w: DboWhatIf | None) -> DboWhatIfBlock | None:
@@ -141,9 +99,8 @@ def dbo_what_if_block(w: DboWhatIf | None) -> DboWhatIfBlock | None:
         given=w.given, period_ms=round(w.period_us / 1000.0, 4), measured_period_ms=round(w.measured_period_us / 1000.0, 4),
         change=round(w.change, 4), interval=[round(w.low, 4), round(w.high, 4)], call=w.call,
         calibration=calibration_text(w), caveats=caveat_texts(w.caveats),
-        predicted=PredictedBlock(
-            attention_us=round(x.attention_us, 2), ffn_us=round(x.ffn_us, 2), hop_us=round(x.hop_us, 2),
-            bounds_us={k: round(v, 2) for k, v in x.bounds_us.items()} if x.bounds_us is not None else None,
-            layer_us=round(x.layer_us, 2),
+        predicted=rounded(
+            replace(x, bounds_us={k: round(v, 2) for k, v in x.bounds_us.items()} if x.bounds_us is not None else None),
+            attention_us=2, ffn_us=2, hop_us=2, layer_us=2,
         ),
     )  # fmt: skip

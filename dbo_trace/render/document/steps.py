@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import cast
 
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.model import PhaseReport, RankReport, StepReport
 from dbo_trace.analysis.host.python_frames import StepFrame
-from dbo_trace.analysis.steps.stalls import Behind, Stall
+from dbo_trace.analysis.steps.stalls import Behind, CompileRange, Stall
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
 from dbo_trace.lazy import LazyList
-from dbo_trace.render.document.base import Count, Int, Number, StallCause, Struct, _r
+from dbo_trace.render.document.base import Count, Int, Number, Struct, _r
 from dbo_trace.render.document.figures import Comm, Gpu, Graphs, Host, figures_of
 from dbo_trace.render.document.host import (
     HostCausesBlock,
@@ -21,7 +22,7 @@ from dbo_trace.render.document.host import (
     spread_block,
     step_causes_block,
 )
-from dbo_trace.render.document.verdict import PhaseVerdict, VerdictBlock, phase_verdict_block, verdict_block
+from dbo_trace.render.document.verdict import VerdictBlock, phase_verdict_block, verdict_block
 from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import host_line
 from dbo_trace.render.words.verdict import stall_text
@@ -37,7 +38,7 @@ class PhaseBlock(Struct):
     graph_launches: Count
     step_us: SpreadBlock | None
     host_causes: HostCausesBlock | None
-    verdict: PhaseVerdict
+    verdict: VerdictBlock  # its own where every rank has the phase, else no label and each rank's (per_rank)
     stalls: Count | UnsetType = UNSET  # version 5: its steps that stalled; its figures and verdict are over the others
 
 
@@ -66,21 +67,15 @@ class StepBlock(Struct):
     host_frame: StepFrame | UnsetType = UNSET  # the analysis's, rounded (render/document/held.py)
 
 
-class StallBlock(Struct):
-    """A step left out of the verdicts (docs/analysis.md, "Steady state and stalls")."""
+@dataclass(frozen=True, kw_only=True)
+class StallBlock(Stall):
+    """A step left out of the verdicts (docs/analysis.md, "Steady state and stalls"): the analysis's
+    Stall as it is, rounded (render/document/held.py), and its words after its figures."""
 
-    cause: StallCause
-    extra_us: float | None  # its period less its phase's steady median (null: no steady step in the phase)
-    compile_us: float
-    capture_us: float
-    compile_ranges: list[NameUs]
-    phase_median_us: float | None
     text: str
 
 
-class NameUs(Struct):
-    name: str
-    us: float
+NameUs = CompileRange  # a compile range's name and summed time (us), the analysis's own
 
 
 def phase_block(p: PhaseReport) -> PhaseBlock:
@@ -136,15 +131,8 @@ def step_block(step: StepReport, rank: int, number: int) -> StepBlock:
 def stall_block(st: Stall | None) -> StallBlock | None:
     if st is None:
         return None
-    return StallBlock(
-        cause=cast(StallCause, st.cause),
-        extra_us=_r(st.extra_us),
-        compile_us=_r(st.compile_us) or 0.0,
-        capture_us=_r(st.capture_us) or 0.0,
-        compile_ranges=[NameUs(name=n, us=_r(u) or 0.0) for n, u in st.compile_ranges],
-        phase_median_us=_r(st.phase_median_us),
-        text=stall_text(st),
-    )
+    r = rounded(st)
+    return StallBlock(**{f.name: getattr(r, f.name) for f in fields(Stall)}, text=stall_text(st))
 
 
 # The analysis's own, rounded (render/document/held.py): a step's most-sampled project frame, the

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Literal, cast, get_args
 
 from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.model import PhaseReport
-from dbo_trace.analysis.verdict.decision import Verdict
-from dbo_trace.render.document.base import Label, NextStepKind, QualifierKey, ReasonKind, Struct, _r
+from dbo_trace.analysis.verdict.decision import PaysFigures, Verdict
+from dbo_trace.render.document.base import Label, NextStepKind, QualifierKey, ReasonKind, Struct
+from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.verdict import headline, label_text, next_step_text, pays_text, reason_text
 
 
@@ -36,47 +38,34 @@ class NextStepBlock(Struct):
     text: str
 
 
-class PaysBlock(Struct):
-    """Does DBO pay (version 8; analysis/verdict/decision.py Pays): from one arm not measured; what the arm
-    shows of the balance, per step (null: not in this trace), and its words."""
+@dataclass(frozen=True, kw_only=True)
+class PaysBlock(PaysFigures):
+    """Does DBO pay (version 8): the analysis's figures as they are, rounded (render/document/held.py),
+    from one arm not measured: what the arm shows of the balance, per step (null: not in this trace;
+    yield_wait_per_step_us from version 9, the yield op's wait apart from its own cost), and its words."""
 
-    measured: bool
-    hidden_per_step_us: float | None
-    hidden_of: Literal["round_trips", "comm"]
-    handover_per_step_us: float | None
-    startup_per_step_us: float | None
-    yield_op_per_step_us: float | None
-    imbalance_per_step_us: float | None
     text: str
-    # version 9: yield_op_per_step_us is the op's own cost (every microbatch thread in it at once, was
-    # any thread in it), its wait for the other microbatch's turn apart
-    yield_wait_per_step_us: float | None | UnsetType = UNSET
 
 
 # A reason as a document holds it: version 6 a ReasonBlock, versions 3 to 5 its text alone.
 ReasonItem = str | ReasonBlock
 
 
+# A twin of analysis/verdict/decision.py Verdict, kept: it writes the verdict's reasons and next step
+# as {kind, text} and adds its headline, words analysis/ does not hold (it holds no sentences).
 class VerdictBlock(Struct):
-    label: Label
-    qualifier: QualifierKey | None
-    headline: str | None
-    findings: list[QualifierKey]
-    reasons: list[ReasonItem]
-    next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
-    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
-
-
-class PhaseVerdict(Struct):
-    """A phase's verdict: its own where every rank has the phase, else no label and each rank's."""
+    """A verdict: the run's, a rank's, a step's or a phase's. Only a phase's may lack a label (where
+    its ranks' differ: per_rank, each rank's), and a phase's has no pays (app/review_archive.py
+    refuses either elsewhere)."""
 
     label: Label | None
     qualifier: QualifierKey | None
     headline: str | None
     findings: list[QualifierKey]
     reasons: list[ReasonItem]
-    per_rank: list[str] | UnsetType = UNSET  # only without a label of its own
+    per_rank: list[str] | UnsetType = UNSET  # a phase's, only without a label of its own
     next_step: NextStepBlock | None | UnsetType = UNSET  # version 6
+    pays: PaysBlock | UnsetType = UNSET  # version 8: a microbatched run's or rank's
 
 
 def _vocabulary(v: Verdict) -> tuple[Label, QualifierKey | None, list[QualifierKey]]:
@@ -95,15 +84,10 @@ def _next_step(v: Verdict, dbo_given: bool = False) -> NextStepBlock | None:
 
 
 def _pays(v: Verdict) -> PaysBlock | UnsetType:
-    p = v.pays
-    if p is None:
+    if v.pays is None:
         return UNSET
-    return PaysBlock(
-        measured=p.measured, hidden_per_step_us=_r(p.hidden_per_step_us), hidden_of=cast("Literal['round_trips', 'comm']", p.hidden_of),
-        handover_per_step_us=_r(p.handover_per_step_us), startup_per_step_us=_r(p.startup_per_step_us),
-        yield_op_per_step_us=_r(p.yield_op_per_step_us), imbalance_per_step_us=_r(p.imbalance_per_step_us),
-        text=pays_text(p), yield_wait_per_step_us=_r(p.yield_wait_per_step_us),
-    )  # fmt: skip
+    held = rounded(PaysFigures(**{f.name: getattr(v.pays, f.name) for f in fields(PaysFigures)}))
+    return PaysBlock(**{f.name: getattr(held, f.name) for f in fields(PaysFigures)}, text=pays_text(v.pays))
 
 
 def verdict_block(v: Verdict, dbo_given: bool = False) -> VerdictBlock:
@@ -115,13 +99,13 @@ def verdict_block(v: Verdict, dbo_given: bool = False) -> VerdictBlock:
     )  # fmt: skip
 
 
-def phase_verdict_block(p: PhaseReport) -> PhaseVerdict:
+def phase_verdict_block(p: PhaseReport) -> VerdictBlock:
     v = p.verdict
     if v is None:
-        return PhaseVerdict(
+        return VerdictBlock(
             label=None, qualifier=None, headline=None, findings=[], reasons=[], per_rank=[label_text(label) for label in p.per_rank or []], next_step=None
         )
     label, qualifier, findings = _vocabulary(v)
-    return PhaseVerdict(
+    return VerdictBlock(
         label=label, qualifier=qualifier, headline=headline(v), findings=findings, reasons=_reasons(v), next_step=_next_step(v)
     )

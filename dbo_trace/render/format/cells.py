@@ -21,7 +21,7 @@ from dbo_trace.render.document import (
 )
 from dbo_trace.analysis.ledger import LayerHandovers
 from dbo_trace.render.document.ledger import LayerOpsRow
-from dbo_trace.render.format.filtering import borderline, per_rank_labels
+from dbo_trace.render.format.filtering import borderline, label_of, per_rank_labels
 from dbo_trace.render.format.numbers import cut, ms, num, pct, tri, us
 from dbo_trace.render.format.tables import (
     CPU_RANGE_HEADER,
@@ -66,7 +66,7 @@ def rank_cells(r: RankBlock) -> list[str]:
         pct(r.host.idle_fraction),
         str(r.graphs.launches),
         pct(r.graphs.replayed_kernel_fraction),
-        r.verdict.label,
+        label_of(r.verdict),
     ]
 
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 from msgspec import UnsetType
 
 from dbo_trace.analysis.steps.microbatched import step_microbatched
-from dbo_trace.render.document import PhaseVerdict, RankBlock, ReasonBlock, ReportDocument, VerdictBlock
+from dbo_trace.render.document import RankBlock, ReasonBlock, ReportDocument, VerdictBlock
 from dbo_trace.render.document.ledger import LayerOpsRow, LedgerBlock
 from dbo_trace.render.document.pipeline import PipelineBlock
 
 
-def borderline(verdict: VerdictBlock | PhaseVerdict) -> bool:
+def borderline(verdict: VerdictBlock) -> bool:
     """A share decided the label within 2 points of its line (said only by documents of version 6 on)."""
     return any(isinstance(r, ReasonBlock) and r.borderline for r in verdict.reasons)
 
@@ -21,7 +23,13 @@ def disaggregated_ranks(d: ReportDocument) -> set[int]:
     return {r.rank for r in d.ranks if r.role is not None}
 
 
-def per_rank_labels(v: PhaseVerdict) -> list[str]:
+def label_of(v: VerdictBlock) -> str:
+    """A run's, a rank's or a step's label: never null there (app/review_archive.py refuses one), as
+    only a phase's may be (its verdict one type with theirs: render/document/verdict.py)."""
+    return v.label or "-"
+
+
+def per_rank_labels(v: VerdictBlock) -> list[str]:
     """A phase's verdict per rank, where the phase has no verdict of its own (else none)."""
     return [] if isinstance(v.per_rank, UnsetType) else v.per_rank
 
@@ -52,7 +60,7 @@ def only_layer(d: ReportDocument, layer: int | None) -> ReportDocument:
         )
     p = d.pipeline
     if isinstance(p, PipelineBlock):
-        p = msgspec.structs.replace(p, layers_detail=[x for x in p.layers_detail if x.layer == layer])
+        p = dataclasses.replace(p, layers_detail=[x for x in p.layers_detail if x.layer == layer])
     return msgspec.structs.replace(d, ranks=ranks, pipeline=p)
 
 

@@ -14,7 +14,6 @@ from dbo_trace.render.document import (
     NamedShare,
     NextStepBlock,
     PaysBlock,
-    PhaseVerdict,
     RankBlock,
     ReportDocument,
     VerdictBlock,
@@ -28,23 +27,23 @@ from dbo_trace.render.words.notes import LINE_NAMES
 from dbo_trace.render.words.verdict import counted
 
 
-def headline(verdict: VerdictBlock | PhaseVerdict) -> str:
+def headline(verdict: VerdictBlock) -> str:
     """The verdict's first line: its label and the dominant finding (analysis/verdict/decision.py)."""
     return verdict.headline or verdict.label or "-"
 
 
-def reason_lines(verdict: VerdictBlock | PhaseVerdict) -> list[str]:
+def reason_lines(verdict: VerdictBlock) -> list[str]:
     """The verdict's reasons in words (a document before version 6 holds the words alone)."""
     return [r if isinstance(r, str) else r.text for r in verdict.reasons]
 
 
-def next_step_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
+def next_step_line(verdict: VerdictBlock) -> str | None:
     """The verdict's next step (absent from documents before version 6)."""
     n = verdict.next_step
     return n.text if isinstance(n, NextStepBlock) else None
 
 
-def pays_line(verdict: VerdictBlock | PhaseVerdict) -> str | None:
+def pays_line(verdict: VerdictBlock) -> str | None:
     """Does DBO pay, where the verdict answers it (a microbatched run's or rank's, version 8 on)."""
     pays = getattr(verdict, "pays", None)
     return pays.text if isinstance(pays, PaysBlock) else None

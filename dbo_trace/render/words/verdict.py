@@ -139,7 +139,7 @@ def _cause_text(top: TopItem, host_idle_us: float) -> str:
 def stall_text(st: Stall) -> str:
     """A stall's cause in words, with its numbers."""
     if st.cause == COMPILE:
-        names = ", ".join(n for n, _ in st.compile_ranges)
+        names = ", ".join(r.name for r in st.compile_ranges)
         return f"compile/JIT {st.compile_us / 1000:.2f} ms ({names})" if names else f"compile/JIT {st.compile_us / 1000:.2f} ms"
     if st.cause == CAPTURE:
         return f"graph capture {st.capture_us / 1000:.2f} ms"
