@@ -112,8 +112,6 @@ def find(asked: list[tuple[int, str, bool]], node: str) -> tuple[Found, list[str
     expanded here), each trace's Input naming this node, its event logs and samples read here, where
     they are (their warnings with discovery's, in the order found). Returns it, the errors (a path named
     on this node that is not there) and the resolved roots the rank tasks may read under."""
-    from dataclasses import replace
-
     from dbo_trace.trace.errors import InputError
     from dbo_trace.trace.load import Found, discover, merged, read_logs_and_samples
 
@@ -128,7 +126,7 @@ def find(asked: list[tuple[int, str, bool]], node: str) -> tuple[Found, list[str
         for match in matches:
             root = os.path.realpath(match)
             try:
-                found = discover([Path(match)], index)
+                found = discover([Path(match)], index, node)
             except InputError as exc:
                 if named:
                     errors.append(str(exc))
@@ -137,12 +135,13 @@ def find(asked: list[tuple[int, str, bool]], node: str) -> tuple[Found, list[str
                 continue
             roots.append(root)
             outside = [t for t in found.traces + found.logs if not within(t, [root])]
-            found.inputs = [replace(i, node=node) for i in found.inputs if i.path not in outside]
+            found.inputs = [i for i in found.inputs if i.path not in outside]
             found.logs = [t for t in found.logs if t not in outside]
             found.pystacks = [e for e in found.pystacks if within(e.path, [root])]
             found = read_logs_and_samples(found)
             said = [f"{t}: leads outside {match} (a symbolic link?); not read" for t in outside]
-            founds.append(replace(found, warnings=said + found.warnings + found.read_warnings, read_warnings=[]))
+            found.warnings, found.read_warnings = said + found.warnings + found.read_warnings, []  # in the order found
+            founds.append(found)
     return merged(founds), errors, roots
 
 
@@ -351,8 +350,6 @@ def _find_on_nodes(
     """find() on each node asked; what they found, merged (trace/load.py merged: each trace once, a file
     on a shared filesystem read by the least-loaded node), their warnings added to warnings with the
     node's name; and per node the roots its tasks may read under."""
-    from dataclasses import replace
-
     from dbo_trace.trace.errors import InputError
     from dbo_trace.trace.load import merged
 
@@ -371,7 +368,8 @@ def _find_on_nodes(
         if errors:
             raise InputError(f"{errors[0]} (on node {label[node]})")
         warnings += [f"{w} (on node {label[node]})" for w in found.warnings + found.read_warnings]
-        founds.append(replace(found, warnings=[], read_warnings=[]))
+        found.warnings, found.read_warnings = [], []  # the driver's now, with the node's name
+        founds.append(found)
     return merged(founds, label.__getitem__), roots
 
 

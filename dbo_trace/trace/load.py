@@ -64,19 +64,19 @@ class Found:
         return {os.path.normpath(i.path): i.claims for i in self.inputs if i.claims is not None}
 
 
-def _input(path: Path, given: int, claims: fmt.RoleClaims | None = None) -> Input:
+def _input(path: Path, given: int, node: str | None, claims: fmt.RoleClaims | None = None) -> Input:
     try:
         st = os.stat(path)
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    return Input(path, given, None, st.st_size, st.st_mtime_ns, claims)
+    return Input(path, given, node, st.st_size, st.st_mtime_ns, claims)
 
 
-def _discover(path: Path, given: int, found: Found) -> None:
+def _discover(path: Path, given: int, node: str | None, found: Found) -> None:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if path.is_file():
-        found.inputs.append(_input(path, given))
+        found.inputs.append(_input(path, given, node))
         return
     if not path.is_dir():
         raise InputError(f"{path}: not a regular file or folder (a pipe or device?); give a trace file, a folder or a bundle")
@@ -88,7 +88,7 @@ def _discover(path: Path, given: int, found: Found) -> None:
         except fmt.BundleError as exc:
             raise InputError(str(exc)) from None
         found.manifests.append(bundle.manifest)
-        found.inputs += [_input(t, given, bundle.role_claims.get(os.path.normpath(t))) for t in bundle.traces]
+        found.inputs += [_input(t, given, node, bundle.role_claims.get(os.path.normpath(t))) for t in bundle.traces]
         found.logs += bundle.logs
         found.pystacks += bundle.pystacks
         found.warnings += bundle.warnings
@@ -99,11 +99,12 @@ def _discover(path: Path, given: int, found: Found) -> None:
             f"{path}: no traces in this folder (expected *.json or *.json.gz, e.g. vLLM's *.pt.trace.json.gz, "
             "or Nsight Systems' *.nsys-rep / *.sqlite)"
         )
-    found.inputs += [_input(t, given) for t in traces]
+    found.inputs += [_input(t, given, node) for t in traces]
 
 
-def discover(paths: list[Path], first: int = 0) -> Found:
-    """What the paths hold on this machine; first: the index of paths[0] among the paths the user gave."""
+def discover(paths: list[Path], first: int = 0, node: str | None = None) -> Found:
+    """What the paths hold on this machine; first: the index of paths[0] among the paths the user gave;
+    node: this machine's Ray node id, where a Ray node discovers (app/ray_executor.py find)."""
     found = Found()
     seen: set[Path] = set()
     for given, p in enumerate(paths, first):
@@ -112,7 +113,7 @@ def discover(paths: list[Path], first: int = 0) -> Found:
             found.warnings.append(f"{p}: given more than once; read once")
             continue
         seen.add(key)
-        _discover(p, given, found)
+        _discover(p, given, node, found)
     once: dict[Path, Input] = {}
     for i in found.inputs:  # a file given beside the folder that holds it: its first place, its bundle's claim
         kept = once.setdefault(i.path, i)
