@@ -29,7 +29,7 @@ from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
 from dbo_trace.record.bench import RepeatPlan, timed_repeats, tokenizer_of, vllm_executable
 from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_model
-from dbo_trace.record.peer import Peer, PeerPlan, afd_config, role_of
+from dbo_trace.record.peer import Nudge, Peer, PeerPlan, afd_config, gpu_sharing, recheck_mps, role_of
 from dbo_trace.record.plugin import ENV_DIR
 from dbo_trace.record.pystacks import DEFAULT_RATE_HZ, PythonSampler
 from dbo_trace.redact import Redactor, redact_argv
@@ -153,49 +153,6 @@ def _counters(out: Path) -> dict:
         for key, value in body["counters"].items():
             merged[key] = merged.get(key, 0) + int(value)
     return merged
-
-
-def _gpu_sharing(main_env: dict[str, str], peer: Peer) -> dict:
-    """Whether the two roles ran on one GPU (the same CUDA_VISIBLE_DEVICES, or none set on a one-GPU
-    host) and under MPS: one-GPU figures must never pass for two-GPU ones (docs/recording.md)."""
-
-    def visible(env: dict[str, str], argv: list[str]) -> str | None:
-        for arg in argv[1:] if argv and os.path.basename(argv[0]) == "env" else []:
-            if arg.startswith("CUDA_VISIBLE_DEVICES="):
-                return arg.split("=", 1)[1]
-        return env.get("CUDA_VISIBLE_DEVICES")
-
-    ours, theirs = visible(main_env, []), visible(peer.env, peer.plan.command)
-    gpus = environment.gpus().get("names") or []
-    shared = (ours == theirs and ours is not None and "," not in ours) or (ours is None and theirs is None and len(gpus) == 1)
-    return {
-        "shared_gpu": shared,
-        "visible_devices": {"main": ours, "peer": theirs},
-        **mps_fields(environment.mps_status(main_env)),
-    }
-
-
-def mps_fields(status: dict) -> dict:
-    """The manifest's MPS claim: `mps` is true only where the control daemon answered (and, once the
-    roles' processes were asked after, both were its clients); false where it did not answer; null
-    where nothing could tell (no control tool)."""
-    daemon = status.get("daemon")
-    roles = status.get("roles_as_clients")
-    mps = None if daemon == "unknown" else daemon == "answered" and (roles is None or all(roles.values()))
-    return {"mps": mps, "mps_daemon": daemon, "mps_check": status}
-
-
-def _recheck_mps(manifest: dict, child: Child, peer: Peer) -> None:
-    """With both servers up: is each role's CUDA context an MPS client? (A daemon that answered before
-    they started may have refused them, or been stopped since.)"""
-    sharing = manifest.get("gpu_sharing")
-    if not isinstance(sharing, dict) or sharing.get("mps_daemon") != "answered" or peer.child is None:
-        return
-    child.track()
-    peer.child.track()
-    main_role = next((role for role, body in (manifest.get("roles") or {}).items() if not body.get("peer")), "main")
-    pids = {main_role: [child.pid, *child.tracked], peer.role: [peer.child.pid, *peer.child.tracked]}
-    sharing.update(mps_fields(environment.mps_status(peer.env, pids)))
 
 
 def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
@@ -398,7 +355,7 @@ def pair_manifest(plan: RecordPlan, manifest: dict, argv: list[str], env: dict[s
         peer.role: {"peer": True, "command": peer.argv, "settings": serve_args.serve_settings(peer.plan.command)},
     }
     manifest["peer"] = peer.manifest(plan.out)
-    manifest["gpu_sharing"] = _gpu_sharing(env, peer)
+    manifest["gpu_sharing"] = gpu_sharing(env, peer)
 
 
 def start_peer(plan: RecordPlan, manifest: dict, peer: Peer, ui: Progress) -> None:
@@ -596,7 +553,7 @@ def bring_up(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer:
         raise ChildFailed(f"{plan.base_url}/v1/models named no model; is this an OpenAI-compatible server?")
     manifest["model"] = model
     if peer is not None:
-        _recheck_mps(manifest, child, peer)
+        recheck_mps(manifest, child, peer)
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui, peer).as_dict()
@@ -691,7 +648,7 @@ def _profiled_window(
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
 
 
-def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progress, nudge: "Nudge | None", timeout_s: float) -> None:
+def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progress, nudge: Nudge | None, timeout_s: float) -> None:
     """Stop the peer's profiler and wait for its traces. A peer whose loop holds the stop runs it at its
     next iteration: `nudge` sends one small request at a time through the main server until it ran."""
     ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
@@ -700,32 +657,6 @@ def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progres
     if nudge is not None and nudge.sent:
         manifest["peer"]["nudge_requests"] = nudge.sent
     manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(timeout_s, 60.0) if stopped["ok"] else 5.0)
-
-
-class Nudge:
-    """One small request at a time through the main server, so that a peer's loop holding a profiler
-    command turns over (control.py): the FFN iterates only when the attention side sends it work."""
-
-    PROMPT = "dbo-trace: one step so that the FFN server's loop turns over"
-
-    def __init__(self, base_url: str, model: str, timeout_s: float):
-        self.base_url, self.model, self.timeout_s = base_url, model, timeout_s
-        self.sent = 0
-        self._thread: threading.Thread | None = None
-
-    def __call__(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self.sent += 1
-        body = {"model": self.model, "prompt": self.PROMPT, "max_tokens": 2}
-        self._thread = threading.Thread(
-            target=http, args=("POST", f"{self.base_url}/v1/completions", body, self.timeout_s), daemon=True, name="dbo-trace-nudge"
-        )
-        self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join(self.timeout_s)
 
 
 def _load_phase(
