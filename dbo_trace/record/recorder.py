@@ -9,7 +9,6 @@ the bundle's manifest says what was collected and no child is left alive.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import platform
@@ -130,6 +129,8 @@ def prepared_command(argv: list[str], traces_dir: Path, window: ProfileWindow) -
 
 
 def child_env(out: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a recorded process runs in (os.environ, or base): the plugin told to write into
+    `out`, a program told where its traces go, dbo_trace added to an explicit VLLM_PLUGINS list."""
     env = dict(os.environ if base is None else base)
     env[ENV_DIR] = str(out.resolve())
     env[ENV_TRACES] = str((out / fmt.TRACES_DIR).resolve())
@@ -140,7 +141,8 @@ def child_env(out: Path, base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 # -- the bundle ---------------------------------------------------------------------------
-def _now() -> str:
+def now() -> str:
+    """This moment in UTC, to the second: the manifest's and sweep.json's times."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -155,7 +157,9 @@ def _counters(out: Path) -> dict:
     return merged
 
 
-def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
+def initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
+    """The manifest as a recording starts (status "recording"): the plan, the command as run (argv_run,
+    command_as_run's), this host's versions, GPUs and settings, the start time."""
     return {
         "created_by": "dbo-trace record",
         "status": STATUS_RECORDING,
@@ -173,7 +177,7 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
         "load": asdict(plan.load) if plan.server else None,
         "warmup_prompts": plan.warmup_prompts if plan.server else None,
         "window": asdict(plan.window) if plan.server else None,
-        "times": {"started": _now()},
+        "times": {"started": now()},
     }
 
 
@@ -193,7 +197,7 @@ def _no_traces_reason(plan: RecordPlan, manifest: dict) -> str:
 def _finish_manifest(out: Path, manifest: dict, redactor: Redactor, no_traces_reason: str | None = None) -> dict:
     """The files collected, and the final manifest written. A run that ended well but left no trace
     is not complete: it says so (STATUS_NO_TRACES) and why."""
-    manifest["times"]["ended"] = _now()
+    manifest["times"]["ended"] = now()
     traces_dir = out / fmt.TRACES_DIR
     manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
     manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
@@ -291,9 +295,16 @@ def _raise_interrupted(signum, frame) -> NoReturn:
 # SIGTERM, SIGHUP and SIGQUIT end a recording like Ctrl-C does (SIGQUIT's default, a core dump,
 # would leave the server's group running and the manifest at "recording").
 _TERMINATIONS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_terminations_interrupt = functools.partial(_signals, _raise_interrupted, *_TERMINATIONS)
-# While stopping the child: a second Ctrl-C or SIGTERM must not leave it running.
-_shielded = functools.partial(_signals, signal.SIG_IGN, signal.SIGINT, *_TERMINATIONS)
+def terminations_interrupt() -> ContextManager[None]:
+    """For the block, SIGTERM, SIGHUP and SIGQUIT raise Interrupted, as Ctrl-C raises KeyboardInterrupt
+    (in the main thread; elsewhere nothing changes). The caller winds up on either."""
+    return _signals(_raise_interrupted, *_TERMINATIONS)
+
+
+def shielded() -> ContextManager[None]:
+    """For the block, Ctrl-C and the terminations are ignored (main thread): wrap what stops the servers
+    and writes the final manifest, so that a second Ctrl-C or SIGTERM cannot leave a server running."""
+    return _signals(signal.SIG_IGN, signal.SIGINT, *_TERMINATIONS)
 
 
 # -- before anything starts ---------------------------------------------------------------
@@ -375,7 +386,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
     if plan.server:
         refuse_busy_port(plan.base_url)
-    manifest = _initial_manifest(plan, argv)
+    manifest = initial_manifest(plan, argv)
     env = child_env(out)
     peer = None
     if plan.server and plan.peer is not None:  # made before the folder: a bad peer command makes nothing
@@ -397,7 +408,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     if peer is not None:
         pair_manifest(plan, manifest, argv, env, peer)
     try:
-        with _terminations_interrupt():
+        with terminations_interrupt():
             if peer is not None:
                 start_peer(plan, manifest, peer, ui)
             child = Child(argv, env, out / log_name)
@@ -422,7 +433,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
         status, reason = STATUS_FAILED, f"dbo-trace record failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        with _shielded():
+        with shielded():
             status, reason = _wind_up(plan, child, manifest, series, redactor, ui, status, reason, peer)
     if not manifest.get("events") and status == STATUS_COMPLETE:
         ui.note(
@@ -563,7 +574,7 @@ def bring_up(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer:
 def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
     model = bring_up(plan, child, manifest, ui, peer)
     if plan.repeats:
-        _timed_repeats(plan, child, model, manifest, ui, peer)
+        run_timed_repeats(plan, child, model, manifest, ui, peer)
     sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
     if sampler is not None:
         for role, pid in [(role_of(plan.command, "main"), child.pid), *([(peer.role, peer.child.pid)] if peer and peer.child else [])]:
@@ -576,12 +587,14 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
             manifest["pystacks"] = sampler.stop()
 
     try:
-        _profiled_window(plan, child, model, manifest, ui, peer, stop_sampling)
+        run_profiled_window(plan, child, model, manifest, ui, peer, stop_sampling)
     finally:
         stop_sampling()
 
 
-def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+def run_timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+    """plan.repeats timed runs of plan.load, profiler off (bench.py: `vllm bench serve`, or the built-in
+    load), on servers that are up; their results and note into manifest. ChildFailed where one dies."""
     repeat = RepeatPlan(
         repeats=plan.repeats,
         base_url=plan.base_url,
@@ -616,9 +629,12 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
         ui.note(note)
 
 
-def _profiled_window(
+def run_profiled_window(
     plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None, after_load: Callable[[], None]
 ) -> None:
+    """The profiler started (the peer's first), plan.load driven, after_load called, the profiler stopped
+    and the traces waited for (the server's, then the peer's) into plan.out. ChildFailed where the
+    server refuses the profiler, dies, or answers no request; an open window is closed by stop_servers."""
     nudge = Nudge(plan.base_url, model, plan.trace_timeout_s)
     if peer is not None:
         # A peer that runs its own loop (the FFN) takes the start at its next iteration: a small request
@@ -636,7 +652,7 @@ def _profiled_window(
             "does it run vLLM's torch profiler (--profiler-config)?"
         )
     manifest["profiling"] = True
-    manifest["times"]["profile_started"] = _now()
+    manifest["times"]["profile_started"] = now()
     result = _load_phase(plan, child, model, plan.load, "profiled load", ui, peer)
     manifest["load_result"] = result.as_dict()
     after_load()
@@ -682,7 +698,7 @@ def _load_phase(
 def _stop_profile(plan: RecordPlan, manifest: dict, timeout_s: float) -> None:
     status, _ = http("POST", f"{plan.base_url}/stop_profile", timeout=timeout_s)
     manifest["profiling"] = False
-    manifest["times"]["profile_stopped"] = _now()
+    manifest["times"]["profile_stopped"] = now()
     manifest["stop_profile_status"] = status
     manifest["traces_settled"] = _wait_for_traces(plan.out / fmt.TRACES_DIR, timeout_s)
 

@@ -172,7 +172,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
     SweepRefused where the previous sweep's plan differs."""
     ident = plan.identity()
     if previous is None:
-        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": rec._now(), **ident, "arms": [], "runs": []}
+        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": rec.now(), **ident, "arms": [], "runs": []}
         state["options"] = plan.options()
     else:
         state = previous
@@ -203,7 +203,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
 
 
 def write_state(out: Path, state: dict) -> None:
-    state["updated"] = rec._now()
+    state["updated"] = rec.now()
     replace_file(out / SWEEP_NAME, (json.dumps(state, indent=2) + "\n").encode())
 
 
@@ -321,7 +321,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         t0 = time.monotonic()
         own = _own_mps(plan, ui)
         try:
-            with rec._terminations_interrupt():
+            with rec.terminations_interrupt():
                 ran = False  # an arm's servers ran before this one: the GPU must be free again
                 for name in chosen:
                     todo = [load for load in plan.loads if _run_of(state, name, load.name)["status"] != RUN_COMPLETE]
@@ -344,7 +344,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         finally:
             write_state(plan.out, state)
             if own is not None:
-                with rec._shielded():
+                with rec.shielded():
                     own.stop()
         return outcome
 
@@ -390,7 +390,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
         window = rec.ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
         peer = Peer(peer_plan, arm_dir, env, lambda c, traces: rec.prepared_command(c, traces, window))
     redactor = Redactor(env, command + argv + (list(peer.plan.command) + peer.argv if peer else []))
-    manifest = rec._initial_manifest(rplan, argv)
+    manifest = rec.initial_manifest(rplan, argv)
     manifest["created_by"] = "dbo-trace sweep"
     manifest["log"] = "../server.log"  # the arm's one server lifetime, beside its loads
     (arm_dir / fmt.TRACES_DIR).mkdir(exist_ok=True)
@@ -437,7 +437,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
     except (KeyboardInterrupt, rec.Interrupted) as exc:
         if current is not None:  # the window is closed and the servers stopped before its bundle is written
             load, lm = current
-            with rec._shielded():
+            with rec.shielded():
                 why = f"interrupted ({exc or 'SIGINT'}) during this load; the bundle holds what was collected"
                 # what stopping the servers says is added to the reason (as record's own wind-up adds it)
                 status, said = rec.stop_servers(replace(rplan, load=load.spec), child, lm, arm_ui, rec.STATUS_INCOMPLETE, why, peer)
@@ -446,7 +446,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
                 mark(load, *_run_status(plan, lm))
         raise
     finally:
-        with rec._shielded():
+        with rec.shielded():
             rec.stop_servers(rplan, child, copy.deepcopy(manifest), arm_ui, rec.STATUS_COMPLETE, None, peer)
 
 
@@ -454,16 +454,16 @@ def _load_manifest(arm_manifest: dict, arm: Arm, load: SweepLoad) -> dict:
     lm = copy.deepcopy(arm_manifest)
     lm["load"] = asdict(load.spec)
     lm["sweep"] = {"arm": arm.name, "load": load.name}
-    lm["times"] = {**lm["times"], "load_started": rec._now()}
+    lm["times"] = {**lm["times"], "load_started": rec.now()}
     return lm
 
 
 def _run_load(rplan: rec.RecordPlan, child: Child, model: str, lm: dict, ui: rec.Progress, peer: Peer | None, plan: SweepPlan) -> tuple[str, str | None]:
     try:
         if plan.repeats:
-            rec._timed_repeats(rplan, child, model, lm, ui, peer)
+            rec.run_timed_repeats(rplan, child, model, lm, ui, peer)
         if plan.profile:
-            rec._profiled_window(rplan, child, model, lm, ui, peer, lambda: None)
+            rec.run_profiled_window(rplan, child, model, lm, ui, peer, lambda: None)
         return rec.STATUS_COMPLETE, None
     except ChildFailed as exc:
         ui.phase(f"FAILED: {exc}")
