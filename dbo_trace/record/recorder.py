@@ -4,6 +4,11 @@ Orchestration only: the child process (child.py), the load (loadgen.py),
 versions and settings (environment.py) and redaction (redact.py) live
 beside it. Whatever happens (Ctrl-C, SIGTERM, a server that dies or hangs)
 the bundle's manifest says what was collected and no child is left alive.
+
+One recording's steps are public, and `record` and the sweep (sweep.py) both run them:
+command_as_run, initial_manifest, prepare_launch, start_servers, bring_up, record_load (the timed
+repeats, run_timed_repeats, then the profiled window, run_profiled_window), stop_servers and
+finish_bundle, under terminations_interrupt, each wind-up shielded.
 """
 
 from __future__ import annotations
@@ -377,24 +382,60 @@ def start_peer(plan: RecordPlan, manifest: dict, peer: Peer, ui: Progress) -> No
     manifest["times"]["peer_ready_after_s"] = round(peer.wait_ready(plan.startup_timeout_s), 1)
 
 
+@dataclass
+class Launch:
+    """What a recording's servers start with: the command as run, its environment, the peer (an AFD
+    pair's FFN server, not started yet) and the one redactor every text to the manifest or the
+    terminal goes through, which knows this run's secret values (a key echoed in a log is caught too)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    peer: Peer | None
+    redactor: Redactor
+
+
+def command_as_run(plan: RecordPlan) -> list[str]:
+    """The command run: a server's with its profiler pointed into plan.out (prepared_command), a
+    program's as given. ChildFailed where the user's --profiler-config is not JSON."""
+    return prepared_command(plan.command, plan.out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+
+
+def prepare_launch(plan: RecordPlan, argv: list[str]) -> Launch:
+    """The Launch for plan, argv being command_as_run(plan): nothing is started or written. The peer's
+    command is prepared here, so that a bad one is refused before anything is made."""
+    env = child_env(plan.out)
+    peer = None
+    if plan.server and plan.peer is not None:
+        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
+        peer = Peer(plan.peer, plan.out, env, lambda command, traces: prepared_command(command, traces, window))
+    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
+    return Launch(argv, env, peer, redactor)
+
+
+def start_servers(plan: RecordPlan, manifest: dict, launch: Launch, ui: Progress, log: Path) -> Child:
+    """The peer started and listening (if any: start_peer), then the server (or program) started in its
+    own process group, its output into log; its pid in the manifest (pair_manifest has run for a pair).
+    ChildFailed where one does not start (the peer not listening in time); the caller stops what
+    started (stop_servers)."""
+    if launch.peer is not None:
+        start_peer(plan, manifest, launch.peer, ui)
+    child = Child(launch.argv, launch.env, log)
+    manifest["pid"] = child.pid
+    return child
+
+
 # -- the recording --------------------------------------------------------------------------
 def record(plan: RecordPlan, ui: Progress) -> Outcome:
     """Refused (nothing made) if the server's port is taken or the folder is not this run's to fill;
     otherwise the bundle, whose manifest ends in a final status whatever happens (an internal error
     is re-raised once the manifest says "failed" and the child is stopped)."""
     out = plan.out
-    argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+    argv = command_as_run(plan)
     if plan.server:
         refuse_busy_port(plan.base_url)
     manifest = initial_manifest(plan, argv)
-    env = child_env(out)
-    peer = None
-    if plan.server and plan.peer is not None:  # made before the folder: a bad peer command makes nothing
-        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
-        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
-    # Every text that reaches the manifest or the terminal goes through one redactor, which knows
-    # this run's secret values (a key echoed in the server's log or an error body is caught too).
-    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
+    launch = prepare_launch(plan, argv)  # made before the folder: a bad peer command makes nothing
+    peer, redactor = launch.peer, launch.redactor
     claim_folder(out)
     fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
     (out / fmt.TRACES_DIR).mkdir()
@@ -406,16 +447,14 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
     if peer is not None:
-        pair_manifest(plan, manifest, argv, env, peer)
+        pair_manifest(plan, manifest, argv, launch.env, peer)
     try:
         with terminations_interrupt():
-            if peer is not None:
-                start_peer(plan, manifest, peer, ui)
-            child = Child(argv, env, out / log_name)
+            child = start_servers(plan, manifest, launch, ui, out / log_name)
             series.start()
-            manifest["pid"] = child.pid
             if plan.server:
-                _drive_server(plan, child, manifest, ui, peer)
+                model = bring_up(plan, child, manifest, ui, peer)
+                record_load(plan, child, model, manifest, ui, peer)
                 status, reason = STATUS_COMPLETE, None
             else:
                 code = _wait_program(child, ui)
@@ -571,10 +610,17 @@ def bring_up(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer:
     return model
 
 
-def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
-    model = bring_up(plan, child, manifest, ui, peer)
+def record_load(
+    plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None, profile: bool = True
+) -> None:
+    """One load (plan.load) on servers that are up and warm (bring_up's model): the timed repeats
+    (plan.repeats of them, profiler off), then, where profile, the profiled window, its server's Python
+    sampled where plan.python_samples. The results go into manifest; ChildFailed where a server dies
+    or no request succeeds. `record` runs one; a sweep one per load of an arm's servers."""
     if plan.repeats:
         run_timed_repeats(plan, child, model, manifest, ui, peer)
+    if not profile:
+        return
     sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
     if sampler is not None:
         for role, pid in [(role_of(plan.command, "main"), child.pid), *([(peer.role, peer.child.pid)] if peer and peer.child else [])]:

@@ -456,8 +456,8 @@ def _private_names_of(path, module_alias: str) -> list[str]:
 
 
 def test_the_sweep_records_through_the_recorders_public_steps():
-    """issue 60 item 6: record/sweep.py records through the steps recorder.py offers, never through a
-    private name of it."""
+    """issue 60 item 6: record/sweep.py runs one load with the steps recorder.py offers (prepare_launch,
+    start_servers, bring_up, record_load, stop_servers, finish_bundle), never through a private name of it."""
     path = PACKAGE / "record" / "sweep.py"
     tree = ast.parse(path.read_text())
     aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names if a.name == "recorder"}
@@ -465,6 +465,8 @@ def test_the_sweep_records_through_the_recorders_public_steps():
     assert aliases, "record/sweep.py no longer imports recorder as a module: update this test"
     private = [name for alias in aliases for name in _private_names_of(path, alias)] + sorted(n for n in imported if n.startswith("_"))
     assert not private, f"record/sweep.py uses recorder's private names: {private}; make the step public in recorder.py"
+    called = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases}
+    assert {"record_load", "start_servers", "prepare_launch"} <= called, called  # one load as record runs its one
 
 
 def test_the_private_name_finder_finds_one(tmp_path):
