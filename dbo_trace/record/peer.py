@@ -10,19 +10,24 @@ cover the main server's profiled window on one clock. It is stopped after the ma
 
 Its files live under `peer/` in the bundle: `peer/server.log`, `peer/traces/` (its Kineto traces),
 `peer/events/` (its event logs and counters), `peer/control.json` and `peer/acks/`.
+
+Here too the pair's manifest claims of one GPU and MPS (gpu_sharing, recheck_mps, mps_fields), and
+the Nudge that turns the FFN server's loop over while its profiler command waits.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from dbo_trace import serve_args
-from dbo_trace.record import control
-from dbo_trace.record.child import Child, ChildFailed
+from dbo_trace.record import control, environment
+from dbo_trace.record.child import Child, ChildFailed, http
 from dbo_trace.record.plugin import ENV_DIR
 
 PEER_DIR = "peer"
@@ -155,3 +160,73 @@ class Peer:
             "pid": self.child.pid if self.child else None,
             "log": f"{PEER_DIR}/{PEER_LOG}",
         }
+
+
+# -- the pair on its GPUs, and its loop turned over ------------------------------------------
+def gpu_sharing(main_env: dict[str, str], peer: Peer) -> dict:
+    """Whether the two roles ran on one GPU (the same CUDA_VISIBLE_DEVICES, or none set on a one-GPU
+    host) and under MPS: one-GPU figures must never pass for two-GPU ones (docs/recording.md)."""
+
+    def visible(env: dict[str, str], argv: list[str]) -> str | None:
+        for arg in argv[1:] if argv and os.path.basename(argv[0]) == "env" else []:
+            if arg.startswith("CUDA_VISIBLE_DEVICES="):
+                return arg.split("=", 1)[1]
+        return env.get("CUDA_VISIBLE_DEVICES")
+
+    ours, theirs = visible(main_env, []), visible(peer.env, peer.plan.command)
+    gpus = environment.gpus().get("names") or []
+    shared = (ours == theirs and ours is not None and "," not in ours) or (ours is None and theirs is None and len(gpus) == 1)
+    return {
+        "shared_gpu": shared,
+        "visible_devices": {"main": ours, "peer": theirs},
+        **mps_fields(environment.mps_status(main_env)),
+    }
+
+
+def mps_fields(status: dict) -> dict:
+    """The manifest's MPS claim: `mps` is true only where the control daemon answered (and, once the
+    roles' processes were asked after, both were its clients); false where it did not answer; null
+    where nothing could tell (no control tool)."""
+    daemon = status.get("daemon")
+    roles = status.get("roles_as_clients")
+    mps = None if daemon == "unknown" else daemon == "answered" and (roles is None or all(roles.values()))
+    return {"mps": mps, "mps_daemon": daemon, "mps_check": status}
+
+
+def recheck_mps(manifest: dict, child: Child, peer: Peer) -> None:
+    """With both servers up: is each role's CUDA context an MPS client? (A daemon that answered before
+    they started may have refused them, or been stopped since.)"""
+    sharing = manifest.get("gpu_sharing")
+    if not isinstance(sharing, dict) or sharing.get("mps_daemon") != "answered" or peer.child is None:
+        return
+    child.track()
+    peer.child.track()
+    main_role = next((role for role, body in (manifest.get("roles") or {}).items() if not body.get("peer")), "main")
+    pids = {main_role: [child.pid, *child.tracked], peer.role: [peer.child.pid, *peer.child.tracked]}
+    sharing.update(mps_fields(environment.mps_status(peer.env, pids)))
+
+
+class Nudge:
+    """One small request at a time through the main server, so that a peer's loop holding a profiler
+    command turns over (control.py): the FFN iterates only when the attention side sends it work."""
+
+    PROMPT = "dbo-trace: one step so that the FFN server's loop turns over"
+
+    def __init__(self, base_url: str, model: str, timeout_s: float):
+        self.base_url, self.model, self.timeout_s = base_url, model, timeout_s
+        self.sent = 0
+        self._thread: threading.Thread | None = None
+
+    def __call__(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self.sent += 1
+        body = {"model": self.model, "prompt": self.PROMPT, "max_tokens": 2}
+        self._thread = threading.Thread(
+            target=http, args=("POST", f"{self.base_url}/v1/completions", body, self.timeout_s), daemon=True, name="dbo-trace-nudge"
+        )
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join(self.timeout_s)

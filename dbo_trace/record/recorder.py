@@ -4,12 +4,16 @@ Orchestration only: the child process (child.py), the load (loadgen.py),
 versions and settings (environment.py) and redaction (redact.py) live
 beside it. Whatever happens (Ctrl-C, SIGTERM, a server that dies or hangs)
 the bundle's manifest says what was collected and no child is left alive.
+
+One recording's steps are public, and `record` and the sweep (sweep.py) both run them:
+command_as_run, initial_manifest, prepare_launch, start_servers, bring_up, record_load (the timed
+repeats, run_timed_repeats, then the profiled window, run_profiled_window), stop_servers and
+finish_bundle, under terminations_interrupt, each wind-up shielded.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import os
 import platform
@@ -29,7 +33,7 @@ from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
 from dbo_trace.record.bench import RepeatPlan, timed_repeats, tokenizer_of, vllm_executable
 from dbo_trace.record.loadgen import LoadResult, LoadSpec, run_load, served_model
-from dbo_trace.record.peer import Peer, PeerPlan, afd_config, role_of
+from dbo_trace.record.peer import Nudge, Peer, PeerPlan, afd_config, gpu_sharing, recheck_mps, role_of
 from dbo_trace.record.plugin import ENV_DIR
 from dbo_trace.record.pystacks import DEFAULT_RATE_HZ, PythonSampler
 from dbo_trace.redact import Redactor, redact_argv
@@ -130,6 +134,8 @@ def prepared_command(argv: list[str], traces_dir: Path, window: ProfileWindow) -
 
 
 def child_env(out: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a recorded process runs in (os.environ, or base): the plugin told to write into
+    `out`, a program told where its traces go, dbo_trace added to an explicit VLLM_PLUGINS list."""
     env = dict(os.environ if base is None else base)
     env[ENV_DIR] = str(out.resolve())
     env[ENV_TRACES] = str((out / fmt.TRACES_DIR).resolve())
@@ -140,7 +146,8 @@ def child_env(out: Path, base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 # -- the bundle ---------------------------------------------------------------------------
-def _now() -> str:
+def now() -> str:
+    """This moment in UTC, to the second: the manifest's and sweep.json's times."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -155,50 +162,9 @@ def _counters(out: Path) -> dict:
     return merged
 
 
-def _gpu_sharing(main_env: dict[str, str], peer: Peer) -> dict:
-    """Whether the two roles ran on one GPU (the same CUDA_VISIBLE_DEVICES, or none set on a one-GPU
-    host) and under MPS: one-GPU figures must never pass for two-GPU ones (docs/recording.md)."""
-
-    def visible(env: dict[str, str], argv: list[str]) -> str | None:
-        for arg in argv[1:] if argv and os.path.basename(argv[0]) == "env" else []:
-            if arg.startswith("CUDA_VISIBLE_DEVICES="):
-                return arg.split("=", 1)[1]
-        return env.get("CUDA_VISIBLE_DEVICES")
-
-    ours, theirs = visible(main_env, []), visible(peer.env, peer.plan.command)
-    gpus = environment.gpus().get("names") or []
-    shared = (ours == theirs and ours is not None and "," not in ours) or (ours is None and theirs is None and len(gpus) == 1)
-    return {
-        "shared_gpu": shared,
-        "visible_devices": {"main": ours, "peer": theirs},
-        **mps_fields(environment.mps_status(main_env)),
-    }
-
-
-def mps_fields(status: dict) -> dict:
-    """The manifest's MPS claim: `mps` is true only where the control daemon answered (and, once the
-    roles' processes were asked after, both were its clients); false where it did not answer; null
-    where nothing could tell (no control tool)."""
-    daemon = status.get("daemon")
-    roles = status.get("roles_as_clients")
-    mps = None if daemon == "unknown" else daemon == "answered" and (roles is None or all(roles.values()))
-    return {"mps": mps, "mps_daemon": daemon, "mps_check": status}
-
-
-def _recheck_mps(manifest: dict, child: Child, peer: Peer) -> None:
-    """With both servers up: is each role's CUDA context an MPS client? (A daemon that answered before
-    they started may have refused them, or been stopped since.)"""
-    sharing = manifest.get("gpu_sharing")
-    if not isinstance(sharing, dict) or sharing.get("mps_daemon") != "answered" or peer.child is None:
-        return
-    child.track()
-    peer.child.track()
-    main_role = next((role for role, body in (manifest.get("roles") or {}).items() if not body.get("peer")), "main")
-    pids = {main_role: [child.pid, *child.tracked], peer.role: [peer.child.pid, *peer.child.tracked]}
-    sharing.update(mps_fields(environment.mps_status(peer.env, pids)))
-
-
-def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
+def initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
+    """The manifest as a recording starts (status "recording"): the plan, the command as run (argv_run,
+    command_as_run's), this host's versions, GPUs and settings, the start time."""
     return {
         "created_by": "dbo-trace record",
         "status": STATUS_RECORDING,
@@ -216,7 +182,7 @@ def _initial_manifest(plan: RecordPlan, argv_run: list[str]) -> dict:
         "load": asdict(plan.load) if plan.server else None,
         "warmup_prompts": plan.warmup_prompts if plan.server else None,
         "window": asdict(plan.window) if plan.server else None,
-        "times": {"started": _now()},
+        "times": {"started": now()},
     }
 
 
@@ -236,7 +202,7 @@ def _no_traces_reason(plan: RecordPlan, manifest: dict) -> str:
 def _finish_manifest(out: Path, manifest: dict, redactor: Redactor, no_traces_reason: str | None = None) -> dict:
     """The files collected, and the final manifest written. A run that ended well but left no trace
     is not complete: it says so (STATUS_NO_TRACES) and why."""
-    manifest["times"]["ended"] = _now()
+    manifest["times"]["ended"] = now()
     traces_dir = out / fmt.TRACES_DIR
     manifest["traces"] = [str(p.relative_to(out)) for p in (fmt.trace_files(traces_dir) if traces_dir.is_dir() else [])]
     manifest["events"] = [str(p.relative_to(out)) for p in fmt.event_files(out)]
@@ -334,9 +300,16 @@ def _raise_interrupted(signum, frame) -> NoReturn:
 # SIGTERM, SIGHUP and SIGQUIT end a recording like Ctrl-C does (SIGQUIT's default, a core dump,
 # would leave the server's group running and the manifest at "recording").
 _TERMINATIONS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_terminations_interrupt = functools.partial(_signals, _raise_interrupted, *_TERMINATIONS)
-# While stopping the child: a second Ctrl-C or SIGTERM must not leave it running.
-_shielded = functools.partial(_signals, signal.SIG_IGN, signal.SIGINT, *_TERMINATIONS)
+def terminations_interrupt() -> ContextManager[None]:
+    """For the block, SIGTERM, SIGHUP and SIGQUIT raise Interrupted, as Ctrl-C raises KeyboardInterrupt
+    (in the main thread; elsewhere nothing changes). The caller winds up on either."""
+    return _signals(_raise_interrupted, *_TERMINATIONS)
+
+
+def shielded() -> ContextManager[None]:
+    """For the block, Ctrl-C and the terminations are ignored (main thread): wrap what stops the servers
+    and writes the final manifest, so that a second Ctrl-C or SIGTERM cannot leave a server running."""
+    return _signals(signal.SIG_IGN, signal.SIGINT, *_TERMINATIONS)
 
 
 # -- before anything starts ---------------------------------------------------------------
@@ -398,7 +371,7 @@ def pair_manifest(plan: RecordPlan, manifest: dict, argv: list[str], env: dict[s
         peer.role: {"peer": True, "command": peer.argv, "settings": serve_args.serve_settings(peer.plan.command)},
     }
     manifest["peer"] = peer.manifest(plan.out)
-    manifest["gpu_sharing"] = _gpu_sharing(env, peer)
+    manifest["gpu_sharing"] = gpu_sharing(env, peer)
 
 
 def start_peer(plan: RecordPlan, manifest: dict, peer: Peer, ui: Progress) -> None:
@@ -409,24 +382,60 @@ def start_peer(plan: RecordPlan, manifest: dict, peer: Peer, ui: Progress) -> No
     manifest["times"]["peer_ready_after_s"] = round(peer.wait_ready(plan.startup_timeout_s), 1)
 
 
+@dataclass
+class Launch:
+    """What a recording's servers start with: the command as run, its environment, the peer (an AFD
+    pair's FFN server, not started yet) and the one redactor every text to the manifest or the
+    terminal goes through, which knows this run's secret values (a key echoed in a log is caught too)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    peer: Peer | None
+    redactor: Redactor
+
+
+def command_as_run(plan: RecordPlan) -> list[str]:
+    """The command run: a server's with its profiler pointed into plan.out (prepared_command), a
+    program's as given. ChildFailed where the user's --profiler-config is not JSON."""
+    return prepared_command(plan.command, plan.out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+
+
+def prepare_launch(plan: RecordPlan, argv: list[str]) -> Launch:
+    """The Launch for plan, argv being command_as_run(plan): nothing is started or written. The peer's
+    command is prepared here, so that a bad one is refused before anything is made."""
+    env = child_env(plan.out)
+    peer = None
+    if plan.server and plan.peer is not None:
+        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
+        peer = Peer(plan.peer, plan.out, env, lambda command, traces: prepared_command(command, traces, window))
+    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
+    return Launch(argv, env, peer, redactor)
+
+
+def start_servers(plan: RecordPlan, manifest: dict, launch: Launch, ui: Progress, log: Path) -> Child:
+    """The peer started and listening (if any: start_peer), then the server (or program) started in its
+    own process group, its output into log; its pid in the manifest (pair_manifest has run for a pair).
+    ChildFailed where one does not start (the peer not listening in time); the caller stops what
+    started (stop_servers)."""
+    if launch.peer is not None:
+        start_peer(plan, manifest, launch.peer, ui)
+    child = Child(launch.argv, launch.env, log)
+    manifest["pid"] = child.pid
+    return child
+
+
 # -- the recording --------------------------------------------------------------------------
 def record(plan: RecordPlan, ui: Progress) -> Outcome:
     """Refused (nothing made) if the server's port is taken or the folder is not this run's to fill;
     otherwise the bundle, whose manifest ends in a final status whatever happens (an internal error
     is re-raised once the manifest says "failed" and the child is stopped)."""
     out = plan.out
-    argv = prepared_command(plan.command, out / fmt.TRACES_DIR, plan.window) if plan.server else list(plan.command)
+    argv = command_as_run(plan)
     if plan.server:
         refuse_busy_port(plan.base_url)
-    manifest = _initial_manifest(plan, argv)
-    env = child_env(out)
-    peer = None
-    if plan.server and plan.peer is not None:  # made before the folder: a bad peer command makes nothing
-        window = ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
-        peer = Peer(plan.peer, out, env, lambda command, traces: prepared_command(command, traces, window))
-    # Every text that reaches the manifest or the terminal goes through one redactor, which knows
-    # this run's secret values (a key echoed in the server's log or an error body is caught too).
-    redactor = Redactor(env, list(plan.command) + argv + (list(peer.plan.command) + peer.argv if peer else []))
+    manifest = initial_manifest(plan, argv)
+    launch = prepare_launch(plan, argv)  # made before the folder: a bad peer command makes nothing
+    peer, redactor = launch.peer, launch.redactor
     claim_folder(out)
     fmt.write_manifest(out, redactor.json(manifest))  # a bundle exists from the first moment
     (out / fmt.TRACES_DIR).mkdir()
@@ -438,16 +447,14 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
     reason: str | None = "dbo-trace record stopped before the recording ended"
     series = CounterSeries(out)
     if peer is not None:
-        pair_manifest(plan, manifest, argv, env, peer)
+        pair_manifest(plan, manifest, argv, launch.env, peer)
     try:
-        with _terminations_interrupt():
-            if peer is not None:
-                start_peer(plan, manifest, peer, ui)
-            child = Child(argv, env, out / log_name)
+        with terminations_interrupt():
+            child = start_servers(plan, manifest, launch, ui, out / log_name)
             series.start()
-            manifest["pid"] = child.pid
             if plan.server:
-                _drive_server(plan, child, manifest, ui, peer)
+                model = bring_up(plan, child, manifest, ui, peer)
+                record_load(plan, child, model, manifest, ui, peer)
                 status, reason = STATUS_COMPLETE, None
             else:
                 code = _wait_program(child, ui)
@@ -465,7 +472,7 @@ def record(plan: RecordPlan, ui: Progress) -> Outcome:
         status, reason = STATUS_FAILED, f"dbo-trace record failed: {type(exc).__name__}: {exc}"
         raise
     finally:
-        with _shielded():
+        with shielded():
             status, reason = _wind_up(plan, child, manifest, series, redactor, ui, status, reason, peer)
     if not manifest.get("events") and status == STATUS_COMPLETE:
         ui.note(
@@ -596,17 +603,24 @@ def bring_up(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer:
         raise ChildFailed(f"{plan.base_url}/v1/models named no model; is this an OpenAI-compatible server?")
     manifest["model"] = model
     if peer is not None:
-        _recheck_mps(manifest, child, peer)
+        recheck_mps(manifest, child, peer)
     if plan.warmup_prompts:
         warm = LoadSpec(**{**asdict(plan.load), "num_prompts": plan.warmup_prompts, "seed": plan.load.seed + 1})
         manifest["warmup"] = _load_phase(plan, child, model, warm, "warm-up", ui, peer).as_dict()
     return model
 
 
-def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
-    model = bring_up(plan, child, manifest, ui, peer)
+def record_load(
+    plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None, profile: bool = True
+) -> None:
+    """One load (plan.load) on servers that are up and warm (bring_up's model): the timed repeats
+    (plan.repeats of them, profiler off), then, where profile, the profiled window, its server's Python
+    sampled where plan.python_samples. The results go into manifest; ChildFailed where a server dies
+    or no request succeeds. `record` runs one; a sweep one per load of an arm's servers."""
     if plan.repeats:
-        _timed_repeats(plan, child, model, manifest, ui, peer)
+        run_timed_repeats(plan, child, model, manifest, ui, peer)
+    if not profile:
+        return
     sampler = PythonSampler(plan.out, plan.python_sample_rate) if plan.python_samples else None
     if sampler is not None:
         for role, pid in [(role_of(plan.command, "main"), child.pid), *([(peer.role, peer.child.pid)] if peer and peer.child else [])]:
@@ -619,12 +633,14 @@ def _drive_server(plan: RecordPlan, child: Child, manifest: dict, ui: Progress, 
             manifest["pystacks"] = sampler.stop()
 
     try:
-        _profiled_window(plan, child, model, manifest, ui, peer, stop_sampling)
+        run_profiled_window(plan, child, model, manifest, ui, peer, stop_sampling)
     finally:
         stop_sampling()
 
 
-def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+def run_timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None = None) -> None:
+    """plan.repeats timed runs of plan.load, profiler off (bench.py: `vllm bench serve`, or the built-in
+    load), on servers that are up; their results and note into manifest. ChildFailed where one dies."""
     repeat = RepeatPlan(
         repeats=plan.repeats,
         base_url=plan.base_url,
@@ -659,9 +675,12 @@ def _timed_repeats(plan: RecordPlan, child: Child, model: str, manifest: dict, u
         ui.note(note)
 
 
-def _profiled_window(
+def run_profiled_window(
     plan: RecordPlan, child: Child, model: str, manifest: dict, ui: Progress, peer: Peer | None, after_load: Callable[[], None]
 ) -> None:
+    """The profiler started (the peer's first), plan.load driven, after_load called, the profiler stopped
+    and the traces waited for (the server's, then the peer's) into plan.out. ChildFailed where the
+    server refuses the profiler, dies, or answers no request; an open window is closed by stop_servers."""
     nudge = Nudge(plan.base_url, model, plan.trace_timeout_s)
     if peer is not None:
         # A peer that runs its own loop (the FFN) takes the start at its next iteration: a small request
@@ -679,7 +698,7 @@ def _profiled_window(
             "does it run vLLM's torch profiler (--profiler-config)?"
         )
     manifest["profiling"] = True
-    manifest["times"]["profile_started"] = _now()
+    manifest["times"]["profile_started"] = now()
     result = _load_phase(plan, child, model, plan.load, "profiled load", ui, peer)
     manifest["load_result"] = result.as_dict()
     after_load()
@@ -691,7 +710,7 @@ def _profiled_window(
         raise ChildFailed(f"no request of the load succeeded ({result.first_error}); the server's last lines:\n{child.tail()}")
 
 
-def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progress, nudge: "Nudge | None", timeout_s: float) -> None:
+def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progress, nudge: Nudge | None, timeout_s: float) -> None:
     """Stop the peer's profiler and wait for its traces. A peer whose loop holds the stop runs it at its
     next iteration: `nudge` sends one small request at a time through the main server until it ran."""
     ui.phase(f"stopping the {peer.role} server's profiler (it writes its traces now)")
@@ -700,32 +719,6 @@ def _stop_peer_profile(plan: RecordPlan, peer: Peer, manifest: dict, ui: Progres
     if nudge is not None and nudge.sent:
         manifest["peer"]["nudge_requests"] = nudge.sent
     manifest["peer"]["traces_settled"] = _wait_for_traces(peer.traces, min(timeout_s, 60.0) if stopped["ok"] else 5.0)
-
-
-class Nudge:
-    """One small request at a time through the main server, so that a peer's loop holding a profiler
-    command turns over (control.py): the FFN iterates only when the attention side sends it work."""
-
-    PROMPT = "dbo-trace: one step so that the FFN server's loop turns over"
-
-    def __init__(self, base_url: str, model: str, timeout_s: float):
-        self.base_url, self.model, self.timeout_s = base_url, model, timeout_s
-        self.sent = 0
-        self._thread: threading.Thread | None = None
-
-    def __call__(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self.sent += 1
-        body = {"model": self.model, "prompt": self.PROMPT, "max_tokens": 2}
-        self._thread = threading.Thread(
-            target=http, args=("POST", f"{self.base_url}/v1/completions", body, self.timeout_s), daemon=True, name="dbo-trace-nudge"
-        )
-        self._thread.start()
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join(self.timeout_s)
 
 
 def _load_phase(
@@ -751,7 +744,7 @@ def _load_phase(
 def _stop_profile(plan: RecordPlan, manifest: dict, timeout_s: float) -> None:
     status, _ = http("POST", f"{plan.base_url}/stop_profile", timeout=timeout_s)
     manifest["profiling"] = False
-    manifest["times"]["profile_stopped"] = _now()
+    manifest["times"]["profile_stopped"] = now()
     manifest["stop_profile_status"] = status
     manifest["traces_settled"] = _wait_for_traces(plan.out / fmt.TRACES_DIR, timeout_s)
 

@@ -4,7 +4,8 @@ For each arm: the servers start with the arm's flags (added to both commands of 
 then for each load the timed repeats (profiler off) and, unless profiling is off, one profiled window
 at that load; the window's trace files are moved out of the server's profiler folder into the load's
 bundle. The folder's layout and sweep.json are in docs/bundle-format.md ("A sweep"); the recorder's
-pieces (recorder.py) do the work, so that a sweep's bundle is what `record` writes for that load.
+public steps (recorder.py: prepare_launch, start_servers, bring_up, record_load, stop_servers,
+finish_bundle) do the work, so that a sweep's bundle is what `record` writes for that load.
 
 sweep.json is replaced atomically after every run: a sweep killed at any moment leaves a true state,
 and `--resume` runs what is not complete.
@@ -172,7 +173,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
     SweepRefused where the previous sweep's plan differs."""
     ident = plan.identity()
     if previous is None:
-        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": rec._now(), **ident, "arms": [], "runs": []}
+        state = {"format": SWEEP_FORMAT, "version": SWEEP_VERSION, "created": rec.now(), **ident, "arms": [], "runs": []}
         state["options"] = plan.options()
     else:
         state = previous
@@ -203,7 +204,7 @@ def merged_state(plan: SweepPlan, previous: dict | None) -> dict:
 
 
 def write_state(out: Path, state: dict) -> None:
-    state["updated"] = rec._now()
+    state["updated"] = rec.now()
     replace_file(out / SWEEP_NAME, (json.dumps(state, indent=2) + "\n").encode())
 
 
@@ -321,7 +322,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         t0 = time.monotonic()
         own = _own_mps(plan, ui)
         try:
-            with rec._terminations_interrupt():
+            with rec.terminations_interrupt():
                 ran = False  # an arm's servers ran before this one: the GPU must be free again
                 for name in chosen:
                     todo = [load for load in plan.loads if _run_of(state, name, load.name)["status"] != RUN_COMPLETE]
@@ -344,7 +345,7 @@ def sweep(plan: SweepPlan, ui: rec.Progress, arms: list[str] | None = None, resu
         finally:
             write_state(plan.out, state)
             if own is not None:
-                with rec._shielded():
+                with rec.shielded():
                     own.stop()
         return outcome
 
@@ -383,20 +384,16 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
         grace_s=plan.grace_s, trace_timeout_s=plan.trace_timeout_s, repeats=plan.repeats, peer=peer_plan,
         python_samples=False, builtin_repeats=plan.builtin_repeats,
     )  # fmt: skip
-    argv = rec.prepared_command(command, arm_dir / fmt.TRACES_DIR, plan.window)
-    env = rec.child_env(arm_dir)
-    peer = None
-    if peer_plan is not None:
-        window = rec.ProfileWindow(with_stack=plan.window.with_stack)  # the peer runs no engine steps: its window is ours
-        peer = Peer(peer_plan, arm_dir, env, lambda c, traces: rec.prepared_command(c, traces, window))
-    redactor = Redactor(env, command + argv + (list(peer.plan.command) + peer.argv if peer else []))
-    manifest = rec._initial_manifest(rplan, argv)
+    argv = rec.command_as_run(rplan)
+    launch = rec.prepare_launch(rplan, argv)
+    peer, redactor = launch.peer, launch.redactor
+    manifest = rec.initial_manifest(rplan, argv)
     manifest["created_by"] = "dbo-trace sweep"
     manifest["log"] = "../server.log"  # the arm's one server lifetime, beside its loads
     (arm_dir / fmt.TRACES_DIR).mkdir(exist_ok=True)
     (arm_dir / fmt.EVENTS_DIR).mkdir(exist_ok=True)
     if peer is not None:
-        rec.pair_manifest(rplan, manifest, argv, env, peer)
+        rec.pair_manifest(rplan, manifest, argv, launch.env, peer)
     child: Child | None = None
     current: tuple[SweepLoad, dict] | None = None  # the load running now, and its manifest
 
@@ -408,11 +405,10 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
     try:
         arm_ui.phase(f"starting the server{'s' if peer else ''} (flags: {' '.join(arm.args) or 'none'})")
         try:
+            # record refuses a taken port before it makes its folder; here each arm is refused in turn (the
+            # last arm's server may still hold it), and that arm fails while the sweep goes on.
             rec.refuse_busy_port(plan.base_url)
-            if peer is not None:
-                rec.start_peer(rplan, manifest, peer, arm_ui)
-            child = Child(argv, env, arm_dir / "server.log")
-            manifest["pid"] = child.pid
+            child = rec.start_servers(rplan, manifest, launch, arm_ui, arm_dir / "server.log")
             model = rec.bring_up(rplan, child, manifest, arm_ui, peer)
         except (ChildFailed, rec.Refused) as exc:
             not_started = f"the arm's servers did not start: {exc}"
@@ -435,9 +431,11 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
             mark(load, *_run_status(plan, lm))
         return True
     except (KeyboardInterrupt, rec.Interrupted) as exc:
-        if current is not None:  # the window is closed and the servers stopped before its bundle is written
+        # record's wind-up (stop_servers, then finish_bundle) for the load cut short, with its files
+        # harvested between (_write_bundle): the window is closed and the servers stopped first.
+        if current is not None:
             load, lm = current
-            with rec._shielded():
+            with rec.shielded():
                 why = f"interrupted ({exc or 'SIGINT'}) during this load; the bundle holds what was collected"
                 # what stopping the servers says is added to the reason (as record's own wind-up adds it)
                 status, said = rec.stop_servers(replace(rplan, load=load.spec), child, lm, arm_ui, rec.STATUS_INCOMPLETE, why, peer)
@@ -446,7 +444,7 @@ def _run_arm(plan: SweepPlan, arm: Arm, todo: list[SweepLoad], state: dict, ui: 
                 mark(load, *_run_status(plan, lm))
         raise
     finally:
-        with rec._shielded():
+        with rec.shielded():
             rec.stop_servers(rplan, child, copy.deepcopy(manifest), arm_ui, rec.STATUS_COMPLETE, None, peer)
 
 
@@ -454,16 +452,15 @@ def _load_manifest(arm_manifest: dict, arm: Arm, load: SweepLoad) -> dict:
     lm = copy.deepcopy(arm_manifest)
     lm["load"] = asdict(load.spec)
     lm["sweep"] = {"arm": arm.name, "load": load.name}
-    lm["times"] = {**lm["times"], "load_started": rec._now()}
+    lm["times"] = {**lm["times"], "load_started": rec.now()}
     return lm
 
 
 def _run_load(rplan: rec.RecordPlan, child: Child, model: str, lm: dict, ui: rec.Progress, peer: Peer | None, plan: SweepPlan) -> tuple[str, str | None]:
+    """One load on the arm's running servers, as record runs its one (rec.record_load): a failure ends
+    this load's bundle, not the sweep (record's ends its one run). rplan takes no Python samples."""
     try:
-        if plan.repeats:
-            rec._timed_repeats(rplan, child, model, lm, ui, peer)
-        if plan.profile:
-            rec._profiled_window(rplan, child, model, lm, ui, peer, lambda: None)
+        rec.record_load(rplan, child, model, lm, ui, peer, profile=plan.profile)
         return rec.STATUS_COMPLETE, None
     except ChildFailed as exc:
         ui.phase(f"FAILED: {exc}")

@@ -441,3 +441,35 @@ def test_no_module_folder_or_function_outgrows_the_house_rules():
         if len(list(folder.glob("*.py"))) > FOLDER_MODULES:
             crowded.append(str(folder.relative_to(PACKAGE.parent)))
     assert not too_long and not crowded and not long_functions, (too_long, crowded, long_functions)
+
+
+def _private_names_of(path, module_alias: str) -> list[str]:
+    """`alias._name` attributes read in path, alias being a module it imported (`from x import m as alias`)."""
+    return sorted(
+        {
+            f"{node.attr} (line {node.lineno})"
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == module_alias
+            and node.attr.startswith("_") and not node.attr.startswith("__")
+        }
+    )  # fmt: skip
+
+
+def test_the_sweep_records_through_the_recorders_public_steps():
+    """issue 60 item 6: record/sweep.py runs one load with the steps recorder.py offers (prepare_launch,
+    start_servers, bring_up, record_load, stop_servers, finish_bundle), never through a private name of it."""
+    path = PACKAGE / "record" / "sweep.py"
+    tree = ast.parse(path.read_text())
+    aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names if a.name == "recorder"}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "dbo_trace.record.recorder" for a in n.names}
+    assert aliases, "record/sweep.py no longer imports recorder as a module: update this test"
+    private = [name for alias in aliases for name in _private_names_of(path, alias)] + sorted(n for n in imported if n.startswith("_"))
+    assert not private, f"record/sweep.py uses recorder's private names: {private}; make the step public in recorder.py"
+    called = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases}
+    assert {"record_load", "start_servers", "prepare_launch"} <= called, called  # one load as record runs its one
+
+
+def test_the_private_name_finder_finds_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from dbo_trace.record import recorder as rec\nrec._now()\nrec.now()\nrec.__doc__\n")
+    assert _private_names_of(module, "rec") == ["_now (line 2)"]
