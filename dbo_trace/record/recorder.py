@@ -703,7 +703,9 @@ def run_profiled_window(
     manifest["load_result"] = result.as_dict()
     after_load()
     ui.phase("stopping the profiler (the server writes its traces now)")
-    _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s)
+    _stop_profile(plan, manifest, timeout_s=plan.trace_timeout_s, alive=lambda: child.poll() is None)
+    if child.poll() is not None:  # it died as the load ended, after the load's own check: no trace is coming
+        raise ChildFailed(f"the server exited with status {child.poll()} during the profiled load; its last lines:\n{child.tail()}")
     if peer is not None:
         _stop_peer_profile(plan, peer, manifest, ui, nudge, plan.trace_timeout_s)
     if result.completed == 0:
@@ -741,19 +743,22 @@ def _load_phase(
     return result
 
 
-def _stop_profile(plan: RecordPlan, manifest: dict, timeout_s: float) -> None:
+def _stop_profile(plan: RecordPlan, manifest: dict, timeout_s: float, alive: Callable[[], bool] | None = None) -> None:
     status, _ = http("POST", f"{plan.base_url}/stop_profile", timeout=timeout_s)
     manifest["profiling"] = False
     manifest["times"]["profile_stopped"] = now()
     manifest["stop_profile_status"] = status
-    manifest["traces_settled"] = _wait_for_traces(plan.out / fmt.TRACES_DIR, timeout_s)
+    manifest["traces_settled"] = _wait_for_traces(plan.out / fmt.TRACES_DIR, timeout_s, alive=alive)
 
 
-def _wait_for_traces(folder: Path, timeout_s: float, quiet_s: float = 2.0) -> bool:
-    """True once at least one trace exists and no file has grown for quiet_s."""
+def _wait_for_traces(folder: Path, timeout_s: float, quiet_s: float = 2.0, alive: Callable[[], bool] | None = None) -> bool:
+    """True once at least one trace exists and no file has grown for quiet_s. alive: whether the
+    server that writes them still runs; once it has exited no trace is coming: False at once."""
     deadline = time.monotonic() + timeout_s
     last, since = None, time.monotonic()
     while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
         sizes = tuple(sorted((p.name, p.stat().st_size) for p in folder.iterdir() if p.is_file())) if folder.is_dir() else ()
         if sizes != last:
             last, since = sizes, time.monotonic()

@@ -243,3 +243,18 @@ def test_an_env_prefix_is_still_vllm_serve():
     assert is_vllm_serve(argv) and vllm_executable(argv) == "/opt/bin/vllm" and tokenizer_of(argv) == "org/m"
     assert server_url(argv) == "http://127.0.0.1:8001"
     assert not is_vllm_serve(["env", "X=1", "python", "bench.py"]) and vllm_executable(["env", "X=1"]) is None
+
+
+def test_waiting_for_traces_ends_once_the_server_that_writes_them_has_exited(tmp_path):
+    """A server that dies as its profiled load ends (after the load's own check of it) writes no trace:
+    the wait for its traces ends at once, not after trace_timeout_s (300 s), and the recording fails
+    with the server's exit, as a death during the load does (tests/system/test_sweep.py's die-midrun)."""
+    import time
+
+    from dbo_trace.record.recorder import _wait_for_traces
+
+    start = time.monotonic()
+    assert _wait_for_traces(tmp_path, 300.0, alive=lambda: False) is False
+    assert time.monotonic() - start < 1.0
+    (tmp_path / "rank0.pt.trace.json").write_text("{}")
+    assert _wait_for_traces(tmp_path, 5.0, quiet_s=0.3, alive=lambda: True) is True  # a live server's settled trace
