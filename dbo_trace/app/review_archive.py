@@ -318,6 +318,7 @@ VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
 BEFORE_8_WORDS = {"dbo_cannot_pay"}
 VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
+VERSION_OPERATION = (("layer", 5), ("role", 5), ("exposed_fraction", 8))  # a comm operation's keys, each from its version
 VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
 
 
@@ -392,10 +393,13 @@ def _version_keys_problem(document: Any, version: int) -> str | None:
             told = "not of" if version < 9 else "missing in"
             return f"{where}.disaggregated: overlapped_share is a key of version 9, {told} version {version}"
     for i, rank in enumerate(document.ranks):
-        for k, op in enumerate(rank.comm_operations):
-            if (op.exposed_fraction is not msgspec.UNSET) != (version >= 8):
-                told = "not of" if version < 8 else "missing in"
-                return f"report.ranks[{i}].comm_operations[{k}]: exposed_fraction is a key of version 8, {told} version {version}"
+        rows = [(f"comm_operations[{k}]", op, since) for k, op in enumerate(rank.comm_operations) for since in VERSION_OPERATION]
+        if rank.comm_layers is not msgspec.UNSET:
+            rows += [(f"comm_layers[{k}]", row, ("exposed_fraction", 8)) for k, row in enumerate(rank.comm_layers)]
+        for where, row, (key, since) in rows:
+            if (getattr(row, key) is not msgspec.UNSET) != (version >= since):
+                told = "not of" if version < since else "missing in"
+                return f"report.ranks[{i}].{where}: {key} is a key of version {since}, {told} version {version}"
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:

@@ -649,6 +649,24 @@ def test_version_8_exposed_shares_belong_to_version_8(real, tmp_path):
             "is damaged", "exposed_fraction is a key of version 8, missing in version 8")  # fmt: skip
 
 
+def test_a_comm_operations_layer_and_role_belong_to_version_5(real, tmp_path):
+    """Version 5 added a comm operation's layer and role (the analysis's row, held as it is: the
+    strict decoding tells their absence from null): a version 3 row that holds one, or a row of the
+    version written that lacks one, was written by neither."""
+    from pathlib import Path
+
+    old = json.loads((Path(__file__).parent.parent / "data" / "report-v3-two-gpu-overlap.json").read_text())
+    assert old["schema_version"] == 3 and "layer" not in old["ranks"][0]["comm_operations"][0]
+    old["ranks"][0]["comm_operations"][0]["layer"] = None
+    refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(old).encode())),
+            "is damaged", "comm_operations[0]: layer is a key of version 5, not of version 3")  # fmt: skip
+    doc = document(real)
+    assert doc["ranks"][0]["comm_operations"], "the sample has comm operations"
+    del doc["ranks"][0]["comm_operations"][0]["role"]
+    refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "comm_operations[0]: role is a key of version 5, missing in version")  # fmt: skip
+
+
 def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
     """Version 9 added an AFD arm's pipeline, its overlap and the overlapped share: a version 8 archive
     reads as written; one numbered 8 that holds them, or one numbered 9 that lacks the share, was

@@ -9,7 +9,7 @@ from msgspec import UNSET, UnsetType
 from dbo_trace.analysis.overlap.contention import Contention, KernelCost
 from dbo_trace.analysis.overlap.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.overlap.held import HeldSummary, LateRecord
-from dbo_trace.render.document.base import Count, Int, Reason, Role, Struct, _r
+from dbo_trace.render.document.base import Count, Struct, _r
 from dbo_trace.render.document.held import rounded
 
 
@@ -73,22 +73,6 @@ class HeldBackBlock(Struct):
     def __post_init__(self) -> None:
         if LATE_RECORD in self.by_cause and self.late_record_example is None:
             raise ValueError("late_record_example is missing (a late record is shown with its example)")
-
-
-# A twin of analysis.overlap.operations.OperationRow, kept: layer and role are keys of version 5 and
-# exposed_fraction of version 8, absent (UNSET) from an older archive's rows, which a held dataclass
-# cannot leave out of its --json (the archive's version check reads their absence).
-class CommOperation(Struct):
-    ubatch: Int
-    index: Int
-    steps: Count
-    median_us: float | None
-    hidden_fraction: float | None
-    median_exposed_us: float | None
-    reason: Reason | None
-    layer: Count | None | UnsetType = UNSET  # version 5: its layer and role, where the layers tell them
-    role: Role | None | UnsetType = UNSET
-    exposed_fraction: float | None | UnsetType = UNSET  # version 8: of its time (all steps), not under compute
 
 
 class NameCount(Struct):
