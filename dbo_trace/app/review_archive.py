@@ -400,6 +400,13 @@ def _version_keys_problem(document: Any, version: int) -> str | None:
             if (getattr(row, key) is not msgspec.UNSET) != (version >= since):
                 told = "not of" if version < since else "missing in"
                 return f"report.ranks[{i}].{where}: {key} is a key of version {since}, {told} version {version}"
+        if rank.contention is not None and (rank.contention.kernels_us is not msgspec.UNSET) != (version >= 9):
+            told = "not of" if version < 9 else "missing in"
+            return f"report.ranks[{i}].contention: kernels_us is a key of version 9, {told} version {version}"
+        for block, key in ((rank.clocks, "lag_median_us"), (rank.incomplete, "activities")):
+            if block is not None and block is not msgspec.UNSET and (getattr(block, key) is not msgspec.UNSET) != (version >= 10):
+                told = "not of" if version < 10 else "missing in"
+                return f"report.ranks[{i}].{'clocks' if key == 'lag_median_us' else 'incomplete'}: {key} is a key of version 10, {told} version {version}"
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:
