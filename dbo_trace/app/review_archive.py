@@ -318,6 +318,9 @@ VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
 BEFORE_8_WORDS = {"dbo_cannot_pay"}
 VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
+# The keys version 10 added to a rank's blocks (the analysis's figures, held as they are: issue 60).
+VERSION_10_RANK = (("clocks", "lag_median_us"), ("incomplete", "activities"), ("launch_delay", "host_idle_us"),
+                   ("launch_delay", "last_us"), ("launch_delay", "window_us"))  # fmt: skip
 VERSION_OPERATION = (("layer", 5), ("role", 5), ("exposed_fraction", 8))  # a comm operation's keys, each from its version
 VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
 
@@ -403,10 +406,11 @@ def _version_keys_problem(document: Any, version: int) -> str | None:
         if rank.contention is not None and (rank.contention.kernels_us is not msgspec.UNSET) != (version >= 9):
             told = "not of" if version < 9 else "missing in"
             return f"report.ranks[{i}].contention: kernels_us is a key of version 9, {told} version {version}"
-        for block, key in ((rank.clocks, "lag_median_us"), (rank.incomplete, "activities")):
+        for name, key in VERSION_10_RANK:
+            block = getattr(rank, name)
             if block is not None and block is not msgspec.UNSET and (getattr(block, key) is not msgspec.UNSET) != (version >= 10):
                 told = "not of" if version < 10 else "missing in"
-                return f"report.ranks[{i}].{'clocks' if key == 'lag_median_us' else 'incomplete'}: {key} is a key of version 10, {told} version {version}"
+                return f"report.ranks[{i}].{name}: {key} is a key of version 10, {told} version {version}"
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:

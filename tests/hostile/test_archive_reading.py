@@ -427,10 +427,13 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
 
 
 def _as_version_9(doc):
-    """The document as version 9 wrote it: no clocks.lag_median_us, no incomplete.activities."""
+    """The document as version 9 wrote it: no clocks.lag_median_us, incomplete.activities, nor
+    launch_delay's host_idle_us, last_us and window_us."""
     for rank in doc["ranks"]:
         (rank.get("clocks") or {}).pop("lag_median_us", None)
         (rank.get("incomplete") or {}).pop("activities", None)
+        for key in ("host_idle_us", "last_us", "window_us"):
+            (rank.get("launch_delay") or {}).pop(key, None)
     return doc
 
 
@@ -680,8 +683,8 @@ def test_a_comm_operations_layer_and_role_belong_to_version_5(real, tmp_path):
 
 
 def test_version_10_keys_belong_to_version_10(real, tmp_path):
-    """Version 10 added a rank's clocks.lag_median_us and incomplete.activities (the analysis's
-    ClockBounds and Incomplete held as they are): a version 9 archive reads, shown as stored; one
+    """Version 10 added a rank's clocks.lag_median_us, incomplete.activities and launch_delay's
+    host_idle_us, last_us and window_us (the analysis's figures held as they are): a version 9 archive reads, shown as stored; one
     numbered 9 that holds one, or one numbered 10 that lacks it, was written by neither."""
     doc = document(real)
     assert doc["schema_version"] == 10 and "lag_median_us" in doc["ranks"][0]["clocks"]
@@ -699,6 +702,11 @@ def test_version_10_keys_belong_to_version_10(real, tmp_path):
     del doc["ranks"][0]["clocks"]["lag_median_us"]
     refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
             "is damaged", "clocks: lag_median_us is a key of version 10, missing in version 10")  # fmt: skip
+    doc = _as_version_9(document(real))
+    doc["ranks"][0]["launch_delay"]["window_us"] = 1.0
+    doc["schema_version"] = 9
+    refused(build(tmp_path / "d.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "launch_delay: window_us is a key of version 10, not of version 9")  # fmt: skip
     doc = document(real)
     doc["ranks"][0]["contention"].pop("kernels_us")
     refused(build(tmp_path / "c.tar.gz", with_report(real, json.dumps(doc).encode())),

@@ -12,7 +12,7 @@ from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackClock, StackRow
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
-from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.overlap.queueing import LaunchDelay, LaunchDelayFigures
 from dbo_trace.render.document.base import Count, Struct, _r
 from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import stacks_line, top_item_name
@@ -88,19 +88,16 @@ class SpreadBlock(Struct):
     max: float | None
 
 
-# A twin of Spread by three common names only (median_us, p90_us, max_us), kept: it is LaunchDelay's
-# figures less its context (host idle, window, last delay, clocks), which the JSON does not hold.
-class LaunchDelayBlock(Struct):
-    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchDelayBlock(LaunchDelayFigures):
+    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay"): the analysis's
+    figures as they are, rounded (render/document/held.py); the rank's clocks are its own block."""
 
-    activities: Count
-    median_us: float
-    p90_us: float
-    max_us: float
-    min_us: float
-    first_us: float
-    queued_in_host_idle_us: float
-    clock_offset_suspect: bool
+    # version 10: an archive of version 5 to 9 lacks them, read as None (not measured; the archive's
+    # version check reads the strict decoding, where they are absent)
+    host_idle_us: float | None = None  # type: ignore[assignment]  # the analysis always has them; an old archive may not
+    last_us: float | None = None  # type: ignore[assignment]
+    window_us: float | None = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,13 +214,4 @@ def incomplete_block(x: Incomplete | None) -> IncompleteBlock | None:
 def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
     if x is None:
         return None
-    return LaunchDelayBlock(
-        activities=x.activities,
-        median_us=_r(x.median_us) or 0.0,
-        p90_us=_r(x.p90_us) or 0.0,
-        max_us=_r(x.max_us) or 0.0,
-        min_us=_r(x.min_us) or 0.0,
-        first_us=_r(x.first_us) or 0.0,
-        queued_in_host_idle_us=_r(x.queued_in_host_idle_us) or 0.0,
-        clock_offset_suspect=x.clock_offset_suspect,
-    )
+    return rounded(LaunchDelayBlock(**{f.name: getattr(x, f.name) for f in fields(LaunchDelayFigures)}))
