@@ -34,8 +34,8 @@ READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9, 10)  # what a review archive's report 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
     """Every block of the document: decoding refuses a key its type does not have. A version writes
-    only its document's keys (a new key bumps it), so an unknown one in an archive is damage, and
-    kept it would vanish from the --json that shows the stored document."""
+    only its document's keys (a new key bumps it), so an unknown one in an archive is damage (--json
+    of an archive writes its stored bytes, checked: an unknown key would be shown unchecked)."""
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:

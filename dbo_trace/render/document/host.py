@@ -123,7 +123,7 @@ class IncompleteBlock(Incomplete):
 
 class Attribution(Struct, kw_only=True):
     # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
-    # kept as read so that its --json is the stored document; never written since version 4.
+    # read so that such an archive decodes (and its version is checked); never written since version 4.
     ubatch_source: str | UnsetType = UNSET
     step_source: str | UnsetType = UNSET
     profile_all_threads: bool | None
