@@ -191,7 +191,8 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8, 9 and 10")
+    path = build(tmp_path / "version.tar.gz", with_report(real, data))
+    refused(path, f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8, 9 and 10")
 
 
 def verdicts(doc):

@@ -24,8 +24,8 @@ from dbo_trace.render.document.afd import (
     roles_block,
     round_trips_block,
 )
-from dbo_trace.render.document.held import rounded
 from dbo_trace.render.document.base import Int, Number, SCHEMA, SCHEMA_VERSION, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.analysis.afd.dbo_model import DboWhatIf, NotPredicted
 from dbo_trace.render.words.pipeline import not_predicted_text
 from dbo_trace.render.document.pipeline import (

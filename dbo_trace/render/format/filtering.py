@@ -7,9 +7,9 @@ import dataclasses
 import msgspec
 from msgspec import UnsetType
 
+from dbo_trace.analysis.overlap.layer_operations import LayerOps
 from dbo_trace.analysis.steps.microbatched import step_microbatched
 from dbo_trace.render.document import RankBlock, ReasonBlock, ReportDocument, VerdictBlock
-from dbo_trace.analysis.overlap.layer_operations import LayerOps
 from dbo_trace.render.document.ledger import LedgerBlock
 from dbo_trace.render.document.pipeline import PipelineBlock
 
