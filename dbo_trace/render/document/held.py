@@ -15,7 +15,9 @@ from the archive (one a later version added) reads as UNSET, apart from a null t
 archive's version checks (app/review_archive.py, _version_keys_problem) read that strict decoding;
 the document itself decodes an absent key as the dataclass's default (None: not measured), and an
 archive's --json is its stored bytes (commands/report.py), never a re-encoding that would write the
-nulls the stored document never had. No document version is known to an analysis type."""
+nulls the stored document never had. No document version is known to an analysis type: where a
+later version added a figure the analysis always has, the document's subclass of the dataclass gives
+it a default of None for an older archive (render/document/host.py ClocksBlock, overlap.py ContentionBlock)."""
 
 from __future__ import annotations
 
