@@ -16,7 +16,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -26,7 +26,7 @@ from dbo_trace.render.pictures.step_view import steps_around_median, window_step
 from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:
-    from dbo_trace.render.document import ReportDocument, VerdictBlock
+    from dbo_trace.render.document import ReportDocument
     from dbo_trace.render.sweep import SweepDocument
 
 MEMBER_ROOT = "dbo-trace"
@@ -213,6 +213,14 @@ def read_archive_document(path: Path) -> ReportDocument | SweepDocument:
     """The document the archive holds, decoded with every type checked: a recording's ReportDocument,
     or a load sweep's SweepDocument; UsageError (one line, naming the archive and the place) where it
     cannot be read."""
+    return read_archive_stored(path)[0]
+
+
+def read_archive_stored(path: Path) -> tuple[ReportDocument | SweepDocument, bytes]:
+    """read_archive_document's document and the member's bytes it was decoded from, as stored: what
+    --json of an archive shows (checked: every key and value the document's types allow, its
+    version's keys alone), not a re-encoding of the decoded document (which would write a later
+    version's defaults as nulls the stored document never had)."""
     from dbo_trace.errors import UsageError
 
     fix = "; re-create it with dbo-trace archive"
@@ -230,8 +238,8 @@ def read_archive_document(path: Path) -> ReportDocument | SweepDocument:
     except (OSError, tarfile.TarError, EOFError, zlib.error) as exc:
         raise UsageError(f"{path}: the archive's report cannot be read ({exc}){fix}") from None
     if member.name == SWEEP_MEMBER:
-        return _sweep_document(path, data, fix)
-    return _report_document(path, data, fix)
+        return _sweep_document(path, data, fix), data
+    return _report_document(path, data, fix), data
 
 
 def _sweep_document(path: Path, data: bytes, fix: str) -> SweepDocument:
@@ -285,14 +293,16 @@ def _report_document(path: Path, data: bytes, fix: str) -> ReportDocument:
         )
     try:
         # First into the strict form (render/document/held.py): a key a held analysis dataclass does
-        # not have is refused there, as every block's is; then into the document itself.
-        msgspec.json.decode(data, type=strict_type(ReportDocument))
+        # not have is refused there, as every block's is, and a key it lacks reads as UNSET (apart
+        # from null) for the version checks; then into the document itself, where an absent key is
+        # the dataclass's default (not measured).
+        strict = msgspec.json.decode(data, type=strict_type(ReportDocument))
         document = msgspec.json.decode(data, type=ReportDocument)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {_validation_problem(exc)}{fix}") from None
     except (msgspec.DecodeError, RecursionError) as exc:  # a lone surrogate in a string the first pass skipped
         raise not_json(exc) from None
-    problem = _version_keys_problem(document, version)
+    problem = _version_keys_problem(strict, version)
     if problem is not None:
         raise UsageError(f"{path}: {REPORT_MEMBER} is damaged: {problem}{fix}")
     return document
@@ -308,10 +318,14 @@ VERSION_7_WORDS = {"profiler_overhead", "ffn_server"}
 VERSION_8_WORDS = {"single-batch", "exposed_comm", "measure_pays"}
 BEFORE_8_WORDS = {"dbo_cannot_pay"}
 VERSION_8_PROFILER = ("basis", "unprofiled_itl_ms", "below", "tpot_prefills")  # the profiler block's keys version 8 added
+# The keys version 10 added to a rank's blocks (the analysis's figures, held as they are: issue 60).
+VERSION_10_RANK = (("clocks", "lag_median_us"), ("incomplete", "activities"), ("launch_delay", "host_idle_us"),
+                   ("launch_delay", "last_us"), ("launch_delay", "window_us"))  # fmt: skip
+VERSION_OPERATION = (("layer", 5), ("role", 5), ("exposed_fraction", 8))  # a comm operation's keys, each from its version
 VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
 
 
-def _verdict_problem(verdict: VerdictBlock, where: str, version: int, phase: bool) -> str | None:
+def _verdict_problem(verdict: Any, where: str, version: int, phase: bool) -> str | None:
     """Version 6 gives every verdict its next step and its reasons as {kind, borderline, text};
     versions before it, the reasons' text alone and no next step. Only a phase's verdict may lack a
     label (each rank's in per_rank), and only a run's, a rank's or a step's has pays (one type holds them)."""
@@ -343,9 +357,9 @@ def _verdict_problem(verdict: VerdictBlock, where: str, version: int, phase: boo
     return None
 
 
-def _verdicts_problem(document: ReportDocument, version: int) -> str | None:
+def _verdicts_problem(document: Any, version: int) -> str | None:
     """The first verdict whose shape is not its version's: the run's, a phase's, a rank's, a step's."""
-    blocks: list[tuple[str, VerdictBlock, bool]] = [("report", document.verdict, False)]  # bool: a phase's
+    blocks: list[tuple[str, Any, bool]] = [("report", document.verdict, False)]  # bool: a phase's
     blocks += [(f"report.phases[{name!r}]", p.verdict, True) for name, p in document.phases.items()]
     blocks += [(f"report.steps[{i}]", s.verdict, False) for i, s in enumerate(document.steps)]
     for k, rank in enumerate(document.ranks):
@@ -355,9 +369,10 @@ def _verdicts_problem(document: ReportDocument, version: int) -> str | None:
     return next((p for where, v, phase in blocks if (p := _verdict_problem(v, where, version, phase)) is not None), None)
 
 
-def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
+def _version_keys_problem(document: Any, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
-    attribution block: version 3 has two keys that 4 dropped): written by neither."""
+    attribution block: version 3 has two keys that 4 dropped): written by neither. `document` is the
+    archive's strict decoding (strict_type(ReportDocument)): a held dataclass's absent key is UNSET there."""
     if (document.what_if is not msgspec.UNSET) != (version >= 5):
         return f"report: what_if is a key of version 5, {'not of' if version < 5 else 'missing in'} version {version}"
     problem = _verdicts_problem(document, version)
@@ -381,10 +396,21 @@ def _version_keys_problem(document: ReportDocument, version: int) -> str | None:
             told = "not of" if version < 9 else "missing in"
             return f"{where}.disaggregated: overlapped_share is a key of version 9, {told} version {version}"
     for i, rank in enumerate(document.ranks):
-        for k, op in enumerate(rank.comm_operations):
-            if (op.exposed_fraction is not msgspec.UNSET) != (version >= 8):
-                told = "not of" if version < 8 else "missing in"
-                return f"report.ranks[{i}].comm_operations[{k}]: exposed_fraction is a key of version 8, {told} version {version}"
+        rows = [(f"comm_operations[{k}]", op, since) for k, op in enumerate(rank.comm_operations) for since in VERSION_OPERATION]
+        if rank.comm_layers is not msgspec.UNSET:
+            rows += [(f"comm_layers[{k}]", row, ("exposed_fraction", 8)) for k, row in enumerate(rank.comm_layers)]
+        for where, row, (key, since) in rows:
+            if (getattr(row, key) is not msgspec.UNSET) != (version >= since):
+                told = "not of" if version < since else "missing in"
+                return f"report.ranks[{i}].{where}: {key} is a key of version {since}, {told} version {version}"
+        if rank.contention is not None and (rank.contention.kernels_us is not msgspec.UNSET) != (version >= 9):
+            told = "not of" if version < 9 else "missing in"
+            return f"report.ranks[{i}].contention: kernels_us is a key of version 9, {told} version {version}"
+        for name, key in VERSION_10_RANK:
+            block = getattr(rank, name)
+            if block is not None and block is not msgspec.UNSET and (getattr(block, key) is not msgspec.UNSET) != (version >= 10):
+                told = "not of" if version < 10 else "missing in"
+                return f"report.ranks[{i}].{name}: {key} is a key of version 10, {told} version {version}"
         if version < 5 and rank.host_stacks is not msgspec.UNSET:
             return f"report.ranks[{i}]: host_stacks is a key of version 5, not of version {version}"
         for key in VERSION_3_ATTRIBUTION:

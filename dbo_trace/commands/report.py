@@ -320,12 +320,16 @@ def drawn_window(rank: RankReport, window: str) -> tuple[float, float]:
 
 def show_archive(view: ArchiveView) -> None:
     """The report an archive holds, as text, Markdown or JSON (from its document; nothing recomputed)."""
-    from dbo_trace.app.review_archive import read_archive_document
+    from dbo_trace.app.review_archive import read_archive_stored
     from dbo_trace.render import RENDERERS, RenderOptions
+    from dbo_trace.render.safe import json_inert_utf8
     from dbo_trace.render.sweep import SWEEP_RENDERERS, SweepDocument
 
     renderer = RENDERERS[view.format]
-    document = read_archive_document(view.archive)
+    document, stored = read_archive_stored(view.archive)
+    if view.format == "json":  # the document the archive holds, as stored (checked above), its strings made inert
+        write_output(json_inert_utf8(stored).decode(), view.output, view.force)
+        return
     if isinstance(document, SweepDocument):  # a load sweep's archive: its summary, as `report OUT` gives it
         text = SWEEP_RENDERERS[view.format].render(document, RenderOptions(color=color(view.output)))
         write_output(text, view.output, view.force)

@@ -191,7 +191,8 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc = document(real)
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
-    refused(build(tmp_path / "version.tar.gz", with_report(real, data)), f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8 and 9")
+    path = build(tmp_path / "version.tar.gz", with_report(real, data))
+    refused(path, f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8, 9 and 10")
 
 
 def verdicts(doc):
@@ -209,7 +210,7 @@ def test_a_version_5_archive_still_reads(real, tmp_path):
     assert all(v["next_step"]["text"] for v in verdicts(doc))
     _as_version_5(doc)
     damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
-    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 9")
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 10")
     doc["schema_version"] = 5
     old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old))
@@ -224,7 +225,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 9 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 10 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
     _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
@@ -426,10 +427,25 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 
+def _as_version_9(doc):
+    """The document as version 9 wrote it: no clocks.lag_median_us, incomplete.activities, nor
+    launch_delay's host_idle_us, last_us and window_us."""
+    for rank in doc["ranks"]:
+        (rank.get("clocks") or {}).pop("lag_median_us", None)
+        (rank.get("incomplete") or {}).pop("activities", None)
+        for key in ("host_idle_us", "last_us", "window_us"):
+            (rank.get("launch_delay") or {}).pop(key, None)
+    return doc
+
+
 def _as_version_8(doc):
-    """The document as version 8 wrote it: no pipeline, overlap or prediction, no overlapped share."""
+    """The document as version 8 wrote it: no pipeline, overlap or prediction, no overlapped share,
+    no contention.kernels_us."""
+    _as_version_9(doc)
     for key in ("overlap", "pipeline", "dbo_what_if"):
         doc.pop(key, None)
+    for rank in doc["ranks"]:
+        (rank.get("contention") or {}).pop("kernels_us", None)
     for block in [doc, *doc["ranks"]]:
         for key in ("overlapped_share", "beside_us"):
             (block.get("disaggregated") or {}).pop(key, None)
@@ -619,7 +635,7 @@ def test_a_version_7_archive_still_reads_and_version_8_words_in_it_are_damage(re
     step measure_pays, and dropped dbo_cannot_pay: a version 7 archive reads as written; one numbered 7
     that holds pays was written by neither, nor one numbered 8 that holds dbo_cannot_pay."""
     doc = document(real)
-    assert doc["schema_version"] == 9 and "pays" in doc["verdict"]
+    assert doc["schema_version"] == 10 and "pays" in doc["verdict"]
     _as_version_8(doc)
     doc["schema_version"] = 7
     refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
@@ -649,12 +665,61 @@ def test_version_8_exposed_shares_belong_to_version_8(real, tmp_path):
             "is damaged", "exposed_fraction is a key of version 8, missing in version 8")  # fmt: skip
 
 
+def test_a_comm_operations_layer_and_role_belong_to_version_5(real, tmp_path):
+    """Version 5 added a comm operation's layer and role (the analysis's row, held as it is: the
+    strict decoding tells their absence from null): a version 3 row that holds one, or a row of the
+    version written that lacks one, was written by neither."""
+    from pathlib import Path
+
+    old = json.loads((Path(__file__).parent.parent / "data" / "report-v3-two-gpu-overlap.json").read_text())
+    assert old["schema_version"] == 3 and "layer" not in old["ranks"][0]["comm_operations"][0]
+    old["ranks"][0]["comm_operations"][0]["layer"] = None
+    refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(old).encode())),
+            "is damaged", "comm_operations[0]: layer is a key of version 5, not of version 3")  # fmt: skip
+    doc = document(real)
+    assert doc["ranks"][0]["comm_operations"], "the sample has comm operations"
+    del doc["ranks"][0]["comm_operations"][0]["role"]
+    refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "comm_operations[0]: role is a key of version 5, missing in version")  # fmt: skip
+
+
+def test_version_10_keys_belong_to_version_10(real, tmp_path):
+    """Version 10 added a rank's clocks.lag_median_us, incomplete.activities and launch_delay's
+    host_idle_us, last_us and window_us (the analysis's figures held as they are): a version 9 archive reads, shown as stored; one
+    numbered 9 that holds one, or one numbered 10 that lacks it, was written by neither."""
+    doc = document(real)
+    assert doc["schema_version"] == 10 and "lag_median_us" in doc["ranks"][0]["clocks"]
+    old = _as_version_9(document(real))
+    old["schema_version"] = 9
+    data = json.dumps(old, indent=2).encode()
+    shown = run_cli("report", str(build(tmp_path / "v9.tar.gz", with_report(real, data))), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.encode() == data  # as stored: no null for the key it lacks
+    assert run_cli("report", str(build(tmp_path / "v9t.tar.gz", with_report(real, data)))).returncode == 0
+    doc["schema_version"] = 9
+    refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "clocks: lag_median_us is a key of version 10, not of version 9")  # fmt: skip
+    doc = document(real)
+    del doc["ranks"][0]["clocks"]["lag_median_us"]
+    refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "clocks: lag_median_us is a key of version 10, missing in version 10")  # fmt: skip
+    doc = _as_version_9(document(real))
+    doc["ranks"][0]["launch_delay"]["window_us"] = 1.0
+    doc["schema_version"] = 9
+    refused(build(tmp_path / "d.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "launch_delay: window_us is a key of version 10, not of version 9")  # fmt: skip
+    doc = document(real)
+    doc["ranks"][0]["contention"].pop("kernels_us")
+    refused(build(tmp_path / "c.tar.gz", with_report(real, json.dumps(doc).encode())),
+            "is damaged", "contention: kernels_us is a key of version 9, missing in version 10")  # fmt: skip
+
+
 def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
     """Version 9 added an AFD arm's pipeline, its overlap and the overlapped share: a version 8 archive
     reads as written; one numbered 8 that holds them, or one numbered 9 that lacks the share, was
     written by neither."""
     doc = document(afd_pair)
-    assert doc["schema_version"] == 9 and {"overlap", "pipeline"} <= set(doc)
+    assert doc["schema_version"] == 10 and {"overlap", "pipeline"} <= set(doc)
     old = _as_version_8(document(afd_pair))
     old["schema_version"] = 8
     shown = run_cli("report", str(build(tmp_path / "v8.tar.gz", with_report(afd_pair, json.dumps(old).encode()))), "--json")
@@ -663,7 +728,8 @@ def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
     doc["schema_version"] = 8
     refused(build(tmp_path / "a.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
             "is damaged", "report: overlap is a key of version 9, not of version 8")  # fmt: skip
-    doc = document(afd_pair)
+    doc = _as_version_9(document(afd_pair))
+    doc["schema_version"] = 9
     del doc["disaggregated"]["overlapped_share"]
     refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
             "is damaged", "overlapped_share is a key of version 9, missing in version 9")  # fmt: skip

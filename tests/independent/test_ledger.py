@@ -166,7 +166,7 @@ def test_layers_alike_are_grouped_and_unlike_are_not():
     layer = [p[0] for p in places]
     busy = [100.0, 100, 104, 104, 300, 300] * 2  # layers 0 and 1 within 10%, layer 2 three times longer
     rows = layer_operations(layer, busy, [0.5] * 12, [10.0] * 12, ["crowded"] * 12)
-    assert [(r.first, r.last, r.operations) for r in rows] == [(0, 1, 4), (2, 2, 4)]
+    assert [(r.first_layer, r.last_layer, r.operations) for r in rows] == [(0, 1, 4), (2, 2, 4)]
     assert rows[0].median_us == 400 and rows[1].median_us == 1200
 
 

@@ -68,7 +68,7 @@ def blocking_kinds(names: list[str], name_ids: np.ndarray) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClockBounds:
     """The offsets of the GPU's clock against the CPU's that the events allow, and the lag of
     launched work (launch call start to activity start) beside them. Shift is what was applied."""
@@ -77,12 +77,13 @@ class ClockBounds:
     upper_us: float | None  # None: no activity's launch call is in the trace
     blocking_calls: int  # the blocking calls that gave the lower bound a value
     launched: int  # the launched activities that gave the upper bound
-    lag_first_us: float | None  # the first launched activity's lag (not a graph replay's)
-    lag_last_us: float | None  # the last one's
-    lag_median_us: float | None
     shift_us: float = 0.0  # subtracted from every GPU timestamp: the proven skew, 0 where none
     host_idle_low_us: float | None = None  # the host idle at the end of the interval giving the least
     host_idle_high_us: float | None = None  # ... and the most; None: the interval is not wide
+    lag_first_us: float | None  # the first launched activity's lag (not a graph replay's)
+    lag_last_us: float | None  # the last one's
+    lag_median_us: float | None
+    gpu_behind: bool  # lag_grows(first, last): a queue building, not a constant offset
 
     @property
     def consistent(self) -> bool:
@@ -122,14 +123,6 @@ class ClockBounds:
         return max(0.0, self.lag_median_us - max(self.upper_us, 0.0))
 
     @property
-    def lag_grows(self) -> bool:
-        """The lag grew over the trace (a queue building: the GPU behind), not a constant offset."""
-        if self.lag_first_us is None or self.lag_last_us is None:
-            return False
-        grew = self.lag_last_us - self.lag_first_us
-        return grew >= LAG_GROWS_US and grew >= LAG_GROWS_SHARE * max(self.lag_first_us, 0.0)
-
-    @property
     def host_idle_uncertain(self) -> bool:
         """The host idle at the interval's ends differs by HOST_IDLE_RANGE_US or more."""
         low, high = self.host_idle_low_us, self.host_idle_high_us
@@ -139,7 +132,15 @@ class ClockBounds:
     def noted(self) -> bool:
         """Worth a rank's note: a shift, clocks that disagree, an uncertain host idle, or a lag the
         clocks cannot tell from a queue."""
-        return self.shift_us != 0.0 or not self.consistent or self.host_idle_uncertain or (self.wide and self.lag_grows)
+        return self.shift_us != 0.0 or not self.consistent or self.host_idle_uncertain or (self.wide and self.gpu_behind)
+
+
+def lag_grows(lag_first_us: float | None, lag_last_us: float | None) -> bool:
+    """The lag grew over the trace (a queue building: the GPU behind), not a constant offset."""
+    if lag_first_us is None or lag_last_us is None:
+        return False
+    grew = lag_last_us - lag_first_us
+    return grew >= LAG_GROWS_US and grew >= LAG_GROWS_SHARE * max(lag_first_us, 0.0)
 
 
 def clock_bounds(
@@ -208,27 +209,21 @@ def clock_bounds(
         lag_first_us=lag_first,
         lag_last_us=lag_last,
         lag_median_us=lag_median,
+        gpu_behind=lag_grows(lag_first, lag_last),
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Incomplete:
     """The trace lacks GPU work or its launches: a sampled trace, or a slice of a longer profile.
     The host idle it measures is then an upper bound (untraced work may fill the gaps)."""
 
+    sampled: bool  # launches or API calls missing (launch_coverage, correlation_coverage below complete)
+    sliced: bool  # the first launched work waited behind work not in the trace (head_wait_us)
     launch_coverage: float  # the share of GPU activities whose launch call is in the trace
     correlation_coverage: float | None  # the API calls held / the span of their correlation ids
     activities: int
     head_wait_us: float | None  # the first launched work waited this long behind work not in the trace
-
-    @property
-    def sampled(self) -> bool:
-        thin = self.correlation_coverage is not None and self.correlation_coverage < CORRELATION_COMPLETE
-        return self.launch_coverage < COVERAGE_COMPLETE or thin
-
-    @property
-    def sliced(self) -> bool:
-        return self.head_wait_us is not None
 
 
 def correlation_coverage(correlation: np.ndarray) -> float | None:
@@ -263,14 +258,17 @@ def incomplete(
         first = int(np.flatnonzero(linked)[0])
         launched_at = float(call_end[launch_index[first]])
         wait = float(gpu_start[first]) - launched_at
-        queue = clocks.lag_grows or (clocks.upper_us is not None and clocks.upper_us < wait / 2)
+        queue = clocks.gpu_behind or (clocks.upper_us is not None and clocks.upper_us < wait / 2)
         # nothing of the trace ran on the GPU between its launch and its start: what it waited behind
         # is not in the trace
         if wait >= HEAD_WAIT_US and queue and not ((gpu_start >= launched_at) & (gpu_start < gpu_start[first])).any():
             head = wait
+    launched, calls = float(linked.mean()), correlation_coverage(call_correlation)
     found = Incomplete(
-        launch_coverage=float(linked.mean()),
-        correlation_coverage=correlation_coverage(call_correlation),
+        sampled=launched < COVERAGE_COMPLETE or (calls is not None and calls < CORRELATION_COMPLETE),
+        sliced=head is not None,
+        launch_coverage=launched,
+        correlation_coverage=calls,
         activities=n,
         head_wait_us=head,
     )

@@ -46,20 +46,22 @@ class KernelCost:
 class Contention:
     compute_slowdown: float | None  # extra time / alone time of the overlapped compute kernels
     comm_slowdown: float | None
-    compute_overlapped: int  # kernels that entered the figure
-    comm_overlapped: int
-    top: list[KernelCost]  # the names that lost the most time, most first
+    compute_kernels_overlapped: int  # kernels that entered the figure
+    comm_kernels_overlapped: int
     serial_estimate_us: float
     busy_us: float  # the kernels' union
+    saved_us: float | None  # saved_us(): overlap's saving; None where nothing ran together
+    top: list[KernelCost]  # the names that lost the most time, most first
     kernels_us: float  # the kernels' durations summed
 
-    @property
-    def saved_us(self) -> float | None:
-        """None: the kernels' sum is their union within RAN_TOGETHER_AT_LEAST (nothing ran together)."""
-        together = self.kernels_us - self.busy_us
-        if together <= RAN_TOGETHER_AT_LEAST * self.kernels_us:
-            return None
-        return min(max(self.serial_estimate_us - self.busy_us, 0.0), together)
+
+def saved_us(serial_estimate_us: float, busy_us: float, kernels_us: float) -> float | None:
+    """The serial estimate less the union, within 0 and the time kernels ran together (their sum less
+    their union); None: the kernels' sum is their union within RAN_TOGETHER_AT_LEAST (nothing ran together)."""
+    together = kernels_us - busy_us
+    if together <= RAN_TOGETHER_AT_LEAST * kernels_us:
+        return None
+    return min(max(serial_estimate_us - busy_us, 0.0), together)
 
 
 def _slowdown(alone_us: float, overlapped_us: float) -> float:
@@ -123,15 +125,18 @@ def contention(
     by_name[list(alone_mean)] = list(alone_mean.values())
     alone_at = by_name[name]
     estimate = np.where(alone | np.isnan(alone_at), dur, alone_at)
+    serial_us, kernels_us = float(estimate.sum()), float(dur.sum())
+    busy_us = float(np.sum(np.diff(np.column_stack(union(start, end)), axis=1))) if len(start) else 0.0
     return Contention(
         compute_slowdown=compute_slowdown,
         comm_slowdown=comm_slowdown,
-        compute_overlapped=compute_n,
-        comm_overlapped=comm_n,
+        compute_kernels_overlapped=compute_n,
+        comm_kernels_overlapped=comm_n,
+        serial_estimate_us=serial_us,
+        busy_us=busy_us,
+        saved_us=saved_us(serial_us, busy_us, kernels_us),
         top=sorted(costs, key=lambda x: -x.extra_us)[:TOP_KERNELS],
-        serial_estimate_us=float(estimate.sum()),
-        busy_us=float(np.sum(np.diff(np.column_stack(union(start, end)), axis=1))) if len(start) else 0.0,
-        kernels_us=float(dur.sum()),
+        kernels_us=kernels_us,
     )
 
 

@@ -22,8 +22,8 @@ ROUND_TRIP: Role = "round trip"
 class LayerOps:
     """One layer's comm operations, both microbatches (or layers alike, first..last)."""
 
-    first: int
-    last: int
+    first_layer: int
+    last_layer: int  # layers first..last said the same (the first one's figures)
     operations: int  # per layer
     median_us: float  # the layer's operations' median times, added
     hidden_fraction: float | None  # of that time, under compute
@@ -34,14 +34,14 @@ class LayerOps:
 
 def operation_places(
     ubatch: list[int], index: list[int], layers: int | None, sendrecv: bool
-) -> list[tuple[int | None, str | None]]:
+) -> list[tuple[int | None, Role | None]]:
     """Each comm operation's (layer, role) from its place k in its microbatch's step: with 2 operations
     per layer, dispatch and combine (send and receive where every comm kernel is a SendRecv); with one,
     a round trip. None where the layers are unknown or the count does not fit them."""
     per_ub: dict[int, int] = {}
     for u, k in zip(ubatch, index):
         per_ub[u] = max(per_ub.get(u, 0), k + 1)
-    out: list[tuple[int | None, str | None]] = []
+    out: list[tuple[int | None, Role | None]] = []
     for u, k in zip(ubatch, index):
         n = per_ub[u]
         if not layers or u < 0:
@@ -100,8 +100,8 @@ def layer_operations(
                 by_reason[why] = by_reason.get(why, 0.0) + median_exposed_us[i]
         rows.append(
             LayerOps(
-                first=lay,
-                last=lay,
+                first_layer=lay,
+                last_layer=lay,
                 operations=len(ix),
                 median_us=busy,
                 hidden_fraction=None if hidden is None or busy <= 0 else hidden / busy,
@@ -112,8 +112,8 @@ def layer_operations(
         )
     grouped: list[LayerOps] = []
     for row in rows:
-        if grouped and grouped[-1].last == row.first - 1 and _alike(grouped[-1], row):
-            grouped[-1] = LayerOps(**{**grouped[-1].__dict__, "last": row.first})
+        if grouped and grouped[-1].last_layer == row.first_layer - 1 and _alike(grouped[-1], row):
+            grouped[-1] = LayerOps(**{**grouped[-1].__dict__, "last_layer": row.first_layer})
         else:
             grouped.append(row)
     return grouped

@@ -9,12 +9,13 @@ counts them the same way). Pure: arrays in, rows out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from dbo_trace.analysis import classify as c
-from dbo_trace.analysis.overlap.exposure import Exposure
-from dbo_trace.analysis.overlap.layer_operations import operation_places
+from dbo_trace.analysis.overlap.exposure import Exposure, ExposureReason
+from dbo_trace.analysis.overlap.layer_operations import Role, operation_places
 from dbo_trace.analysis.intervals import covered_within, grouped_median, grouped_sum, grouped_union, run_firsts, union
 
 
@@ -26,12 +27,12 @@ class OperationRow:
     median_us: float  # busy time of the operation's kernels
     hidden_fraction: float | None  # of its busy time, under compute (all steps)
     median_exposed_us: float
-    reason: str | None  # the exposure reason with the most time, where exposed
+    reason: ExposureReason | None  # the exposure reason with the most time, where exposed
+    layer: int | None = None  # its layer and role (dispatch/combine, send/recv): ledger.operation_places
+    role: Role | None = None
     # of its busy time (all steps), exposed: the same basis as hidden_fraction, so that the two add up
     # to the whole (the median exposed time is a median over steps and does not)
     exposed_fraction: float | None = None
-    layer: int | None = None  # its layer and role (dispatch/combine, send/recv): ledger.operation_places
-    role: str | None = None
 
 
 def operation_ids(
@@ -138,7 +139,7 @@ def operation_rows(
     total = grouped_sum(heads, busy)  # np.sum of each group's busy times, to the last bit
     hidden = np.add.reduceat(hidden_of[seq], heads)  # added one by one, in step order
     exposed_of = np.zeros(len(ids))  # per operation, its exposed time
-    reason_of: list[str | None] = [None] * n_groups
+    reason_of: list[ExposureReason | None] = [None] * n_groups
     if exposure is not None and exposure.stretch_kernel:
         stretch_op = op[np.asarray(exposure.stretch_kernel, np.int64)]
         mine = np.flatnonzero(stretch_op >= 0)  # the stretches of an operation, in stretch order
@@ -167,7 +168,7 @@ def operation_rows(
         best = np.lexsort((gp_met, -gp_t, gp_group))
         winners = best[run_firsts(gp_group[best])]
         for g, r in zip(gp_group[winners].tolist(), (gp[winners] % len(names)).tolist()):
-            reason_of[g] = str(names[r])
+            reason_of[g] = cast(ExposureReason, str(names[r]))  # names: the exposure's reasons
     group = np.repeat(np.arange(n_groups), sizes)
     median_busy = grouped_median(group, n_groups, busy)
     median_exposed = grouped_median(group, n_groups, exposed_of[seq])

@@ -22,10 +22,10 @@ BEHIND_SHARE = 0.05  # of the window, queued: the GPU running behind is a findin
 QUEUED_NOTE_SHARE = 0.05  # of the GPU idle after a late launch, queued: a rank's note
 
 
-@dataclass(frozen=True)
-class LaunchDelay:
+@dataclass(frozen=True, kw_only=True)
+class LaunchDelayFigures:
     """Launch call end to activity start, over the launched activities (graph replays' kernels apart:
-    they start in the graph's own order)."""
+    they start in the graph's own order): the figures (the document holds them, render/document/host.py)."""
 
     activities: int
     median_us: float
@@ -34,16 +34,19 @@ class LaunchDelay:
     min_us: float
     first_us: float  # the first launched activity's (the lead-in a queue or an offset shows in)
     queued_in_host_idle_us: float  # GPU idle after the ending work's launch call's end + LAUNCH_LATENCY_US (not host idle)
+    # min_us >= CLOCK_OFFSET_US: no activity started sooner after its launch: not a queue (an idle GPU
+    # starts work within microseconds), more likely the GPU's clock offset from the CPU's
+    clock_offset_suspect: bool
     host_idle_us: float  # the host-idle bucket, without it
-    last_us: float = 0.0  # the last launched activity's
-    window_us: float = 0.0  # the rank's window
-    clocks: ClockBounds | None = None  # what the events say of the GPU's clock (tells a queue from an offset)
+    last_us: float  # the last launched activity's
+    window_us: float  # the rank's window
 
-    @property
-    def clock_offset_suspect(self) -> bool:
-        """No activity started sooner than CLOCK_OFFSET_US after its launch: not a queue (an idle GPU
-        starts work within microseconds), more likely the GPU's clock offset from the CPU's."""
-        return self.min_us >= CLOCK_OFFSET_US
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchDelay(LaunchDelayFigures):
+    """The figures and the rank's clocks beside them (what tells a queue from an offset)."""
+
+    clocks: ClockBounds | None = None  # what the events say of the GPU's clock
 
     @property
     def running_behind(self) -> bool:
@@ -82,14 +85,16 @@ def launch_delay(
     delay = gpu_start[known] - launch_end[known]
     first = int(np.argmin(gpu_start[known]))
     last = int(np.argmax(gpu_start[known]))
+    least = float(delay.min())
     return LaunchDelay(
         activities=int(known.sum()),
         median_us=float(np.median(delay)),
         p90_us=float(np.percentile(delay, 90)),
         max_us=float(delay.max()),
-        min_us=float(delay.min()),
+        min_us=least,
         first_us=float(delay[first]),
         queued_in_host_idle_us=float((queued_end - queued_start).sum()),
+        clock_offset_suspect=least >= CLOCK_OFFSET_US,
         host_idle_us=host_idle_us,
         last_us=float(delay[last]),
         window_us=window_us,

@@ -25,15 +25,17 @@ SCHEMA = "dbo-trace-report"
 # 7: the reason profiler_overhead, the next step ffn_server, the round trip's late_us. 8: the label
 # single-batch, the finding exposed_comm, the next step measure_pays (dbo_cannot_pay gone), a run's and
 # a rank's verdict.pays; a comm operation's and a layer's exposed_fraction
-# (hidden_fraction's basis: the two add up)
-SCHEMA_VERSION = 9
-READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9)  # what a review archive's report may have been written with
+# (hidden_fraction's basis: the two add up). 9: an AFD arm's overlap, pipeline and DBO prediction,
+# the round trips' overlapped_share, a rank's contention.kernels_us. 10: a rank's clocks.lag_median_us
+# and incomplete.activities (the analysis's blocks held as they are, issue 60).
+SCHEMA_VERSION = 10
+READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9, 10)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):
     """Every block of the document: decoding refuses a key its type does not have. A version writes
-    only its document's keys (a new key bumps it), so an unknown one in an archive is damage, and
-    kept it would vanish from the --json that shows the stored document."""
+    only its document's keys (a new key bumps it), so an unknown one in an archive is damage (--json
+    of an archive writes its stored bytes, checked: an unknown key would be shown unchecked)."""
 
 
 def _r(x: float | None, digits: int = 3) -> float | None:

@@ -10,6 +10,8 @@ from dbo_trace import __version__
 from dbo_trace.analysis.cross_rank.side_by_side import CrossRank
 from dbo_trace.analysis.model import RankReport, Report, comm_patterns_of, layers_of
 from dbo_trace.analysis.overlap.held_sms import SmEvidence
+from dbo_trace.analysis.overlap.layer_operations import LayerOps
+from dbo_trace.analysis.overlap.operations import OperationRow
 from dbo_trace.analysis.verdict.decision import Label as VerdictLabel
 from dbo_trace.lazy import concatenated
 from dbo_trace.render.document.afd import (
@@ -22,7 +24,8 @@ from dbo_trace.render.document.afd import (
     roles_block,
     round_trips_block,
 )
-from dbo_trace.render.document.base import Int, Number, Reason, Role, SCHEMA, SCHEMA_VERSION, Struct, _r
+from dbo_trace.render.document.base import Int, Number, SCHEMA, SCHEMA_VERSION, Struct, _r
+from dbo_trace.render.document.held import rounded
 from dbo_trace.analysis.afd.dbo_model import DboWhatIf, NotPredicted
 from dbo_trace.render.words.pipeline import not_predicted_text
 from dbo_trace.render.document.pipeline import (
@@ -56,7 +59,6 @@ from dbo_trace.render.document.host import (
     time_block,
 )
 from dbo_trace.render.document.ledger import (
-    LayerOpsRow,
     LedgerBlock,
     WhatIfRow,
     layer_ops_block,
@@ -65,7 +67,6 @@ from dbo_trace.render.document.ledger import (
     what_if_block,
 )
 from dbo_trace.render.document.overlap import (
-    CommOperation,
     ContentionBlock,
     ExposedCommReasons,
     HeldBackBlock,
@@ -100,7 +101,10 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     contention: ContentionBlock | None
     exposed_comm_reasons: ExposedCommReasons | None
     held_back_comm: HeldBackBlock | None
-    comm_operations: list[CommOperation]
+    # the analysis's rows, rounded (render/document/held.py): layer and role are keys of version 5,
+    # exposed_fraction of 8 (an older archive's row reads them as None; its version check reads the
+    # strict decoding, app/review_archive.py, where they are absent)
+    comm_operations: list[OperationRow]
     comm_kernel_names: list[NameCount]
     top_compute_kernels: list[NameCountTotal]
     kernel_summary: KernelSummaryBlock | None
@@ -120,7 +124,7 @@ class RankBlock(Struct, omit_defaults=True):  # role, disaggregated: only where 
     host_stacks: RankStacksBlock | UnsetType = UNSET  # only with sampled Python stacks (docs/analysis.md)
     # version 5: DBO's own cost, the split (render/document/ledger.py); absent from a version 3 or 4 document
     dbo_ledger: LedgerBlock | None | UnsetType = UNSET
-    comm_layers: list[LayerOpsRow] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
+    comm_layers: list[LayerOps] | UnsetType = UNSET  # version 5: comm operations per layer, alike grouped
     sm_evidence: SmEvidence | None | UnsetType = UNSET  # version 5: what held-back comm's holder occupied
     clocks: ClocksBlock | None | UnsetType = UNSET  # within version 7: the GPU clock's offsets the events allow
     incomplete: IncompleteBlock | None | UnsetType = UNSET  # within version 7: the trace lacks GPU work (null: whole)
@@ -199,21 +203,7 @@ def rank_block(
         contention=contention_block(r.contention, r.comm_transfer_slowdown),
         exposed_comm_reasons=exposure_block(r.exposure),
         held_back_comm=held_back_block(r.held_back),
-        comm_operations=[
-            CommOperation(
-                ubatch=o.ubatch,
-                index=o.index,
-                steps=o.steps,
-                median_us=_r(o.median_us),
-                hidden_fraction=_r(o.hidden_fraction, 4),
-                median_exposed_us=_r(o.median_exposed_us),
-                reason=cast("Reason | None", o.reason),  # one of analysis.exposure.REASONS
-                layer=o.layer,
-                role=cast("Role | None", o.role),
-                exposed_fraction=_r(o.exposed_fraction, 4),
-            )
-            for o in r.operations
-        ],
+        comm_operations=[rounded(o, hidden_fraction=4, exposed_fraction=4) for o in r.operations],
         comm_kernel_names=[NameCount(name=n, count=k) for n, k in r.comm_kernels],
         top_compute_kernels=[NameCountTotal(name=n, count=k, total_us=_r(t)) for n, k, t in r.top_compute_kernels],
         kernel_summary=kernel_summary_block(r.kernel_summary),

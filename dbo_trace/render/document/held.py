@@ -8,7 +8,16 @@ decoding it ignores a key the dataclass does not have, where every document bloc
 (render/document/base.py, Struct). `strict_type` gives the document's type with each held dataclass
 (and each Struct above one) made a Struct that refuses unknown keys, its fields the same names and
 types, its whole numbers within 64 bits: an archive is decoded into it first (app/review_archive.py),
-so a key the document does not have is refused wherever it is."""
+so a key the document does not have is refused wherever it is.
+
+A held dataclass's field with a default is, in the strict form, `T | UnsetType = UNSET`: a key absent
+from the archive (one a later version added) reads as UNSET, apart from a null the archive holds. The
+archive's version checks (app/review_archive.py, _version_keys_problem) read that strict decoding;
+the document itself decodes an absent key as the dataclass's default (None: not measured), and an
+archive's --json is its stored bytes (commands/report.py), never a re-encoding that would write the
+nulls the stored document never had. No document version is known to an analysis type: where a
+later version added a figure the analysis always has, the document's subclass of the dataclass gives
+it a default of None for an older archive (render/document/host.py ClocksBlock, overlap.py ContentionBlock)."""
 
 from __future__ import annotations
 
@@ -73,7 +82,8 @@ def _holds_dataclass(tp: Any, seen: frozenset[Any] = frozenset()) -> bool:
 
 @functools.cache
 def strict_type(tp: Any) -> Any:
-    """`tp` with every dataclass in it, and every Struct above one, as a Struct refusing unknown keys."""
+    """`tp` with every dataclass in it, and every Struct above one, as a Struct refusing unknown keys;
+    a dataclass's field with a default reads an absent key as UNSET (a Struct's declare their own)."""
     if tp is int:
         return _INT
     if isinstance(tp, type) and (dataclasses.is_dataclass(tp) or issubclass(tp, msgspec.Struct)):
@@ -86,9 +96,12 @@ def strict_type(tp: Any) -> Any:
             defaults = dict(zip(tp.__struct_fields__[len(tp.__struct_fields__) - len(tp.__struct_defaults__) :], tp.__struct_defaults__))
             names = [(n, defaults.get(n, dataclasses.MISSING), dataclasses.MISSING) for n in tp.__struct_fields__]
         fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+        held = dataclasses.is_dataclass(tp)
         for name, default, factory in names:
             hint = strict_type(hints[name])
-            if default is not dataclasses.MISSING:
+            if held and (default is not dataclasses.MISSING or factory is not dataclasses.MISSING):
+                fields.append((name, typing.Union[hint, msgspec.UnsetType], msgspec.UNSET))
+            elif default is not dataclasses.MISSING:
                 fields.append((name, hint, default))
             elif factory is not dataclasses.MISSING:
                 fields.append((name, hint, msgspec.field(default_factory=factory)))

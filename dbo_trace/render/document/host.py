@@ -12,7 +12,7 @@ from dbo_trace.analysis.host.gpu_clock import ClockBounds, Incomplete
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.host.python_frames import HostStacks, RankStacks, StackClock, StackRow
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
-from dbo_trace.analysis.overlap.queueing import LaunchDelay
+from dbo_trace.analysis.overlap.queueing import LaunchDelay, LaunchDelayFigures
 from dbo_trace.render.document.base import Count, Struct, _r
 from dbo_trace.render.document.held import rounded
 from dbo_trace.render.words.notes import stacks_line, top_item_name
@@ -88,54 +88,42 @@ class SpreadBlock(Struct):
     max: float | None
 
 
-# A twin of Spread by three common names only (median_us, p90_us, max_us), kept: it is LaunchDelay's
-# figures less its context (host idle, window, last delay, clocks), which the JSON does not hold.
-class LaunchDelayBlock(Struct):
-    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay")."""
+@dataclass(frozen=True, kw_only=True)
+class LaunchDelayBlock(LaunchDelayFigures):
+    """Launch call end to activity start (docs/analysis.md, "Launch-to-start delay"): the analysis's
+    figures as they are, rounded (render/document/held.py); the rank's clocks are its own block."""
 
-    activities: Count
-    median_us: float
-    p90_us: float
-    max_us: float
-    min_us: float
-    first_us: float
-    queued_in_host_idle_us: float
-    clock_offset_suspect: bool
+    # version 10: an archive of version 5 to 9 lacks them, read as None (not measured; the archive's
+    # version check reads the strict decoding, where they are absent)
+    host_idle_us: float | None = None  # type: ignore[assignment]  # the analysis always has them; an old archive may not
+    last_us: float | None = None  # type: ignore[assignment]
+    window_us: float | None = None  # type: ignore[assignment]
 
 
-# A twin of ClockBounds, kept: the JSON holds its figures but the lag's median (a note's queue figure)
-# and adds gpu_behind (its lag_grows); holding it would add a key, a new schema version.
-class ClocksBlock(Struct):
-    """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock")."""
+@dataclass(frozen=True, kw_only=True)
+class ClocksBlock(ClockBounds):
+    """The GPU clock's offsets from the CPU's the events allow (docs/analysis.md, "The GPU's clock"):
+    the analysis's ClockBounds as it is, rounded (render/document/held.py)."""
 
-    lower_us: float | None  # from blocking calls; null: none bounds it
-    upper_us: float | None  # from launches; null: no launch call in the trace
-    blocking_calls: Count
-    launched: Count
-    shift_us: float  # subtracted from every GPU timestamp: the skew proven (0: none)
-    host_idle_low_us: float | None  # the window's host idle at the ends of the offsets allowed (null: not wide)
-    host_idle_high_us: float | None
-    lag_first_us: float | None  # launch call start to activity start, the first launched activity's
-    lag_last_us: float | None
-    gpu_behind: bool  # the lag grew: a queue building, not a constant offset
+    # version 10: an archive of version 7 to 9 lacks it, read as None (not measured; the archive's
+    # version check reads the strict decoding, where it is absent)
+    lag_median_us: float | None = None
 
 
-# A twin of Incomplete, kept: the JSON holds its figures but its activities (a note's count), adds its
-# sampled and sliced and the constant host_idle_upper_bound; holding it would add a key, a new schema version.
-class IncompleteBlock(Struct):
-    """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete traces")."""
+@dataclass(frozen=True, kw_only=True)
+class IncompleteBlock(Incomplete):
+    """The trace lacks GPU work: its host idle is an upper bound (docs/analysis.md, "Incomplete
+    traces"): the analysis's Incomplete as it is, rounded (render/document/held.py), and that bound."""
 
-    sampled: bool
-    sliced: bool
-    launch_coverage: float  # GPU activities whose launch call is in the trace
-    correlation_coverage: float | None  # API calls held / the span of their correlation ids
-    head_wait_us: float | None
-    host_idle_upper_bound: bool
+    # version 10: an archive of version 7 to 9 lacks it, read as None (not measured; the version
+    # check reads the strict decoding, where it is absent)
+    activities: int | None = None  # type: ignore[assignment]  # the analysis always has it; an old archive may not
+    host_idle_upper_bound: bool  # always true: what the block says of the rank's host idle
 
 
 class Attribution(Struct, kw_only=True):
     # Version 3 only (a review archive's): repeats of the rank's microbatch_source and steps_source,
-    # kept as read so that its --json is the stored document; never written since version 4.
+    # read so that such an archive decodes (and its version is checked); never written since version 4.
     ubatch_source: str | UnsetType = UNSET
     step_source: str | UnsetType = UNSET
     profile_all_threads: bool | None
@@ -213,33 +201,17 @@ def step_causes_block(c: HostCauses | None) -> StepCauses | None:
 def clocks_block(b: ClockBounds | None) -> ClocksBlock | None:
     if b is None:
         return None
-    return ClocksBlock(
-        lower_us=_r(b.lower_us), upper_us=_r(b.upper_us), blocking_calls=b.blocking_calls, launched=b.launched,
-        shift_us=_r(b.shift_us) or 0.0, host_idle_low_us=_r(b.host_idle_low_us), host_idle_high_us=_r(b.host_idle_high_us),
-        lag_first_us=_r(b.lag_first_us), lag_last_us=_r(b.lag_last_us), gpu_behind=b.lag_grows,
-    )  # fmt: skip
+    return rounded(ClocksBlock(**{f.name: getattr(b, f.name) for f in fields(b)}))
 
 
 def incomplete_block(x: Incomplete | None) -> IncompleteBlock | None:
     if x is None:
         return None
-    return IncompleteBlock(
-        sampled=x.sampled, sliced=x.sliced, launch_coverage=round(x.launch_coverage, 4),
-        correlation_coverage=None if x.correlation_coverage is None else round(x.correlation_coverage, 4),
-        head_wait_us=_r(x.head_wait_us), host_idle_upper_bound=True,
-    )  # fmt: skip
+    block = IncompleteBlock(**{f.name: getattr(x, f.name) for f in fields(x)}, host_idle_upper_bound=True)
+    return rounded(block, launch_coverage=4, correlation_coverage=4)
 
 
 def launch_delay_block(x: LaunchDelay | None) -> LaunchDelayBlock | None:
     if x is None:
         return None
-    return LaunchDelayBlock(
-        activities=x.activities,
-        median_us=_r(x.median_us) or 0.0,
-        p90_us=_r(x.p90_us) or 0.0,
-        max_us=_r(x.max_us) or 0.0,
-        min_us=_r(x.min_us) or 0.0,
-        first_us=_r(x.first_us) or 0.0,
-        queued_in_host_idle_us=_r(x.queued_in_host_idle_us) or 0.0,
-        clock_offset_suspect=x.clock_offset_suspect,
-    )
+    return rounded(LaunchDelayBlock(**{f.name: getattr(x, f.name) for f in fields(LaunchDelayFigures)}))

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from dbo_trace.analysis.host.host_time import CAUSES, HostCauses
 from dbo_trace.analysis.what_if import (
@@ -87,33 +86,11 @@ def ledger_block(x: Ledger | None, causes: HostCauses | None, y: YieldOps | None
     )
 
 
-# A twin of analysis.overlap.layer_operations.LayerOps, kept: exposed_fraction is a key of version 8,
-# absent (UNSET) from an older archive's rows, which a held dataclass cannot leave out of its --json.
-class LayerOpsRow(_Block):
-    first_layer: _Count
-    last_layer: _Count  # layers first..last said the same (the first one's figures)
-    operations: _Count  # per layer, both microbatches
-    median_us: float | None
-    hidden_fraction: float | None
-    median_exposed_us: float | None
-    reason: str | None
-    exposed_fraction: float | None | UnsetType = UNSET  # version 8: of the layer's time, not under compute
-
-
-def layer_ops_block(rows: list[LayerOps]) -> list[LayerOpsRow]:
-    return [
-        LayerOpsRow(
-            first_layer=x.first,
-            last_layer=x.last,
-            operations=x.operations,
-            median_us=_r(x.median_us),
-            hidden_fraction=_r(x.hidden_fraction, 4),
-            median_exposed_us=_r(x.median_exposed_us),
-            reason=x.reason,
-            exposed_fraction=_r(x.exposed_fraction, 4),
-        )
-        for x in rows
-    ]
+def layer_ops_block(rows: list[LayerOps]) -> list[LayerOps]:
+    """The analysis's rows as they are, rounded (render/document/held.py): exposed_fraction is a key of
+    version 8 (an older archive's row reads it as None; its version check, app/review_archive.py, reads
+    the strict decoding, where it is absent)."""
+    return [rounded(x, hidden_fraction=4, exposed_fraction=4) for x in rows]
 
 
 def sm_evidence_block(x: SmEvidence | None) -> SmEvidence | None:

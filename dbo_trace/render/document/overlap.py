@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, fields
 
-from msgspec import UNSET, UnsetType
-
-from dbo_trace.analysis.overlap.contention import Contention, KernelCost
+from dbo_trace.analysis.overlap.contention import Contention
 from dbo_trace.analysis.overlap.exposure import LATE_RECORD, Exposure
 from dbo_trace.analysis.overlap.held import HeldSummary, LateRecord
-from dbo_trace.render.document.base import Count, Int, Reason, Role, Struct, _r
+from dbo_trace.render.document.base import Count, Struct, _r
 from dbo_trace.render.document.held import rounded
 
 
-# A twin of analysis.overlap.contention.Contention, kept: kernels_us is a key of version 9, absent
-# (UNSET) from an older archive's block, which a held dataclass cannot leave out of its --json, and
-# comm_transfer_slowdown is the rank's (analysis/report.py, after the peer waits), not Contention's.
-class ContentionBlock(Struct):
-    compute_slowdown: float | None
-    comm_slowdown: float | None
-    compute_kernels_overlapped: Count | None
-    comm_kernels_overlapped: Count | None
-    serial_estimate_us: float | None
-    busy_us: float | None
-    saved_us: float | None
-    comm_transfer_slowdown: float | None  # version 3: comm_slowdown less the waits for peers
-    top: list[KernelCost]  # the analysis's, rounded (render/document/held.py)
-    # version 9: the kernels' durations summed (busy_us is their union); saved_us is never negative,
-    # null where the two are within 1%, and the serial estimate sums names' mean alone times
-    kernels_us: float | None | UnsetType = UNSET
+@dataclass(frozen=True, kw_only=True)
+class ContentionBlock(Contention):
+    """The analysis's Contention as it is, rounded (render/document/held.py; slowdowns to 4 decimals,
+    its top kernels' too), and the rank's comm slowdown less the waits for peers after it."""
+
+    comm_transfer_slowdown: float | None  # version 3; the rank's (analysis/report.py, after the peer waits)
+    # version 9 (saved_us never negative, null where the kernels' sum and union are within 1%; the
+    # serial estimate sums names' mean alone times): an older archive's block lacks it, read as None
+    # (not measured; the archive's version check reads the strict decoding, where it is absent)
+    kernels_us: float | None = None  # type: ignore[assignment]  # the analysis always has it; an old archive may not
 
 
 class ExposedCommReasons(Struct):
@@ -75,22 +68,6 @@ class HeldBackBlock(Struct):
             raise ValueError("late_record_example is missing (a late record is shown with its example)")
 
 
-# A twin of analysis.overlap.operations.OperationRow, kept: layer and role are keys of version 5 and
-# exposed_fraction of version 8, absent (UNSET) from an older archive's rows, which a held dataclass
-# cannot leave out of its --json (the archive's version check reads their absence).
-class CommOperation(Struct):
-    ubatch: Int
-    index: Int
-    steps: Count
-    median_us: float | None
-    hidden_fraction: float | None
-    median_exposed_us: float | None
-    reason: Reason | None
-    layer: Count | None | UnsetType = UNSET  # version 5: its layer and role, where the layers tell them
-    role: Role | None | UnsetType = UNSET
-    exposed_fraction: float | None | UnsetType = UNSET  # version 8: of its time (all steps), not under compute
-
-
 class NameCount(Struct):
     name: str
     count: Count
@@ -105,18 +82,8 @@ class NameCountTotal(Struct):
 def contention_block(x: Contention | None, transfer_slowdown: float | None = None) -> ContentionBlock | None:
     if x is None:
         return None
-    return ContentionBlock(
-        compute_slowdown=_r(x.compute_slowdown, 4),
-        comm_slowdown=_r(x.comm_slowdown, 4),
-        compute_kernels_overlapped=x.compute_overlapped,
-        comm_kernels_overlapped=x.comm_overlapped,
-        serial_estimate_us=_r(x.serial_estimate_us),
-        busy_us=_r(x.busy_us),
-        saved_us=_r(x.saved_us),
-        comm_transfer_slowdown=_r(transfer_slowdown, 4),
-        kernels_us=_r(x.kernels_us),
-        top=[rounded(k, slowdown=4) for k in x.top],
-    )
+    block = ContentionBlock(**{f.name: getattr(x, f.name) for f in fields(x)}, comm_transfer_slowdown=transfer_slowdown)
+    return rounded(block, compute_slowdown=4, comm_slowdown=4, comm_transfer_slowdown=4, slowdown=4)
 
 
 def exposure_block(x: Exposure | None) -> ExposedCommReasons | None:

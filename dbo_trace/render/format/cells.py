@@ -8,7 +8,6 @@ from msgspec import UnsetType
 
 from dbo_trace.render.document.pipeline import PipelineLayerBlock
 from dbo_trace.render.document import (
-    CommOperation,
     CpuRange,
     KernelRow,
     PhaseBlock,
@@ -20,7 +19,8 @@ from dbo_trace.render.document import (
     figure_rows,
 )
 from dbo_trace.analysis.ledger import LayerHandovers
-from dbo_trace.render.document.ledger import LayerOpsRow
+from dbo_trace.analysis.overlap.layer_operations import LayerOps
+from dbo_trace.analysis.overlap.operations import OperationRow
 from dbo_trace.render.format.filtering import borderline, label_of, per_rank_labels
 from dbo_trace.render.format.numbers import cut, ms, num, pct, tri, us
 from dbo_trace.render.format.tables import (
@@ -131,13 +131,14 @@ def host_stack_rows(d: ReportDocument) -> list[tuple[str, list[list[str]]]]:
 NOTHING_EXPOSED = 0.005  # an exposed share that rounds to 0%: no reason is given for it
 
 
-def exposed_cells(hidden: float | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> list[str]:
+def exposed_cells(hidden: float | None, exposed: float | None, median_exposed_us: float | None) -> list[str]:
     """Hidden and exposed as shares of one total (the operation's time over every step), so that they
-    add up; a document before version 8 has no exposed share: its median exposed time is shown."""
-    return [pct(hidden), pct(exposed) if isinstance(exposed, float) else ms(median_exposed_us)]
+    add up; a document before version 8 has no exposed share (None where the hidden one is known,
+    as in no later version's): its median exposed time is shown."""
+    return [pct(hidden), pct(exposed) if exposed is not None or hidden is None else ms(median_exposed_us)]
 
 
-def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median_exposed_us: float | None) -> str:
+def exposed_reason(reason: str | None, exposed: float | None, median_exposed_us: float | None) -> str:
     """Why the exposed time was exposed; nothing where none was."""
     from dbo_trace.render.words.exposure import REASON_SHORT
 
@@ -145,7 +146,7 @@ def exposed_reason(reason: str | None, exposed: float | None | UnsetType, median
     return "-" if reason is None or nothing else REASON_SHORT.get(reason, reason)
 
 
-def operation_cells(op: CommOperation) -> list[str]:
+def operation_cells(op: OperationRow) -> list[str]:
     return [
         "-" if op.ubatch < 0 else f"ub{op.ubatch}",
         f"{op.index + 1}: layer {op.layer} {op.role}" if isinstance(op.layer, int) else str(op.index + 1),
@@ -268,7 +269,7 @@ def pipeline_layer_cells(row: PipelineLayerBlock) -> list[str]:
     ]  # fmt: skip
 
 
-def layer_ops_cells(row: LayerOpsRow) -> list[str]:
+def layer_ops_cells(row: LayerOps) -> list[str]:
     first, last = row.first_layer, row.last_layer
     return [
         str(first) if first == last else f"{first}-{last}",

@@ -7,9 +7,10 @@ import dataclasses
 import msgspec
 from msgspec import UnsetType
 
+from dbo_trace.analysis.overlap.layer_operations import LayerOps
 from dbo_trace.analysis.steps.microbatched import step_microbatched
 from dbo_trace.render.document import RankBlock, ReasonBlock, ReportDocument, VerdictBlock
-from dbo_trace.render.document.ledger import LayerOpsRow, LedgerBlock
+from dbo_trace.render.document.ledger import LedgerBlock
 from dbo_trace.render.document.pipeline import PipelineBlock
 
 
@@ -79,6 +80,6 @@ def ledger_of(r: RankBlock) -> LedgerBlock | None:
     return r.dbo_ledger if isinstance(r.dbo_ledger, LedgerBlock) else None
 
 
-def comm_layers_of(r: RankBlock) -> list[LayerOpsRow]:
+def comm_layers_of(r: RankBlock) -> list[LayerOps]:
     """A rank's comm operations per layer; none where its document's version had none."""
     return r.comm_layers if isinstance(r.comm_layers, list) else []

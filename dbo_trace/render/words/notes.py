@@ -298,7 +298,7 @@ def _clocks(b: ClockBounds) -> str:
             f"host idle over the window is {_us_or_ms(b.host_idle_low_us)} to {_us_or_ms(b.host_idle_high_us)} "
             "as the clocks allow (as analysed: the clocks taken to agree)"
         )
-    if b.wide and b.lag_grows and b.lag_first_us is not None and b.lag_last_us is not None:
+    if b.wide and b.gpu_behind and b.lag_first_us is not None and b.lag_last_us is not None:
         queued = f", at least {_us_or_ms(b.queued_us)} of it (median) a queue" if b.queued_us else ""
         parts.append(
             f"the lag from launch to start grew from {_us_or_ms(b.lag_first_us)} to {_us_or_ms(b.lag_last_us)}: "

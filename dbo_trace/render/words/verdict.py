@@ -218,7 +218,7 @@ def _queue_or_clocks(delay: LaunchDelay) -> str:
         how = f" and {counted(b.blocking_calls, 'blocking call')}" if b.blocking_calls and b.lower_us is not None else ""
         lo = f"{b.lower_us:+.0f}" if b.lower_us is not None else "?"
         return f" (the launches{how} pin the GPU clock's offset to {lo}..{b.upper_us:+.0f} us: a queue, not an offset)"
-    if b is not None and b.wide and b.lag_grows and b.upper_us is not None:
+    if b is not None and b.wide and b.gpu_behind and b.upper_us is not None:
         return (
             f" (the clocks allow an offset of at most {b.upper_us / 1000:.2f} ms, and the lag grew: a queue, queued "
             "behind work from before the window)"
