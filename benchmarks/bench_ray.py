@@ -47,8 +47,8 @@ def rank_bytes(mb: float, folder: Path) -> dict:
     result = analyse_trace(trace, 0, Shared(Options(comm_patterns=(COMM[1],)), recording_of([]), {}, [], []))
     assert not isinstance(result, str), result
     (report,) = result
-    part = cross_part(report)  # sent after settling, by its own task (app/ray_executor.py parts_of)
-    compact = Compact([replace(report, detail=None)], [report.detailed().timeline.bounds()], "")
+    part = cross_part(report)
+    compact = Compact([replace(report, detail=None)], [part], [report.detailed().timeline.bounds()], "")
     return {
         "json_mb": json_bytes / 1e6,
         "gz_mb": trace.stat().st_size / 1e6,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -493,3 +493,10 @@ class CrossPart:
     layers: int | None
     warnings: tuple[str, ...]
     pair: PairPart | None = None  # an AFD role's (attention or FFN)
+
+    def numbered(self, rank: int) -> CrossPart:
+        """The part under its rank's settled number (a trace analysed on another machine claims one
+        before the run settles them: app/pipeline.py finish)."""
+        if self.comm.rank == rank and self.clue.rank == rank:
+            return self
+        return replace(self, comm=replace(self.comm, rank=rank), clue=replace(self.clue, rank=rank))

@@ -380,14 +380,15 @@ def finish(
     warnings: Sequence[str] = (),
 ) -> Report:
     """The settled ranks combined into the Report. parts and peer_step: where the ranks' details stay
-    elsewhere (Ray), what the cross-rank step reads of each (in rank order, under their settled
-    numbers) and how the peer waits reach them; warnings: the executor's own."""
+    elsewhere (Ray), what the cross-rank step reads of each (in the order the results list them, under
+    the numbers their traces claim: here put in rank order under the settled ones) and how the peer
+    waits reach them; warnings: the executor's own."""
     return combine(
         settled.ranks,
         plan.shared.options,
         inputs,
         plan.found_warnings + settled.warnings + plan.read_warnings + list(warnings),
-        parts,
+        [parts[i].numbered(settled.numbers[i]) for i in settled.order] if parts is not None else None,
         peer_step,
         roles=_role_facts(plan, settled, cut),
         recording=plan.shared.recording,

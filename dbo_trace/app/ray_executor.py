@@ -147,10 +147,14 @@ def find(asked: list[tuple[int, str, bool]], node: str) -> tuple[Found, list[str
 
 @dataclass(frozen=True)
 class Compact:
-    """A trace's ranks as the driver needs them: each measurement without its detail and the timeline's
-    bounds (settle_ranks reads its claim, source, metadata and first and last events)."""
+    """A trace's ranks as the driver needs them: each measurement without its detail, its CrossPart (what
+    the cross-rank step and an AFD pair read of its detail, under the number its trace claims: the
+    driver numbers it once settled) and the timeline's bounds (settle_ranks reads its claim, source,
+    metadata and first and last events). All of it comes back with the analysis, so a node lost later
+    costs only its ranks' peer waits."""
 
     reports: list[RankAnalysis]
+    parts: list[CrossPart]
     bounds: list[Timeline]
     node: str  # the id of the node the task ran on (Ray's runtime context): where the trace was read
 
@@ -160,6 +164,7 @@ def analyse(trace: str, index: int, shared: Shared, roots: list[str], cut: Cut |
     reports, kept on the node; their Compact, or the trace's one-line error)."""
     from dataclasses import replace
 
+    from dbo_trace.analysis.context import cross_part
     from dbo_trace.app.pipeline import analyse_trace
 
     if not within(trace, roots):  # the driver asks only for what find() listed; checked again where it is read
@@ -171,18 +176,11 @@ def analyse(trace: str, index: int, shared: Shared, roots: list[str], cut: Cut |
 
     compact = Compact(
         [replace(r, detail=None) for r in result],  # a copy to send: the node keeps the measurement whole
+        [cross_part(r) for r in result],
         [r.detailed().timeline.bounds() for r in result],
         ray.get_runtime_context().get_node_id(),
     )
     return result, compact
-
-
-def parts_of(full: list[RankAnalysis], positions: list[int], numbers: list[int]) -> list[CrossPart]:
-    """On the trace's node: what the cross-rank step reads of its ranks at these positions
-    (analysis/context.py cross_part), under the numbers settled on the driver."""
-    from dbo_trace.analysis.context import cross_part
-
-    return [cross_part(full[j], n) for j, n in zip(positions, numbers)]
 
 
 def peer_figures_of(full: list[RankAnalysis], k: int, rank: int, waits: PeerWaits, alignment: Alignment) -> Any:
@@ -315,10 +313,8 @@ def _analyze(ray: Any, paths: list[str], options: Options, stream: Any) -> Repor
     settled = settle(ranks, [c.bounds if isinstance(c, Compact) else [] for c in results])
     home = [(k, j) for k, c in enumerate(results) if isinstance(c, Compact) for j in range(len(c.reports))]
     place = {settled.numbers[i]: home[i] for i in settled.order}  # a settled rank number -> (its trace, its place in it)
-    parts = tasks.parts([place[n] for n in settled.ranked], settled.ranked)  # the cross-rank step's, an AFD pair's
-    return finish(
-        plan, settled, _inputs(given, traces), cut=cut, parts=parts, peer_step=tasks.peer_step(place), warnings=warnings + tasks.late
-    )
+    parts = [p for c in results if isinstance(c, Compact) for p in c.parts]  # in the order the results list them
+    return finish(plan, settled, _inputs(given, traces), cut=cut, parts=parts, peer_step=tasks.peer_step(place), warnings=warnings)
 
 
 def _asked(every: list[dict[str, Any]], given: list[Given]) -> tuple[dict[str, list[tuple[int, str, bool]]], list[str]]:
@@ -385,7 +381,6 @@ class _Tasks:
         self.full: dict[int, Any] = {}  # per trace: the reference to its full reports, on its node
         self.results: dict[int, Compact | str] = {}
         self.counter = Counter(len(traces), stream)
-        self.late: list[str] = []  # warnings of the steps after the analyses (the ranks' parts)
 
     # The pipeline's executor (app/pipeline.py Executor): analyse_rounds drives these.
     def told_ffn(self, first: list[int]) -> list[int]:
@@ -441,25 +436,6 @@ class _Tasks:
         done = self.results[k]
         ran = f"on {self.label.get(done.node, done.node)}" if isinstance(done, Compact) else f"on {self.label[node]}: failed"
         self.counter.step(f"{path} {ran}")
-
-    def parts(self, where: list[tuple[int, int]], numbers: list[int]) -> list[CrossPart] | None:
-        """Each rank's CrossPart (in rank order: where, its trace and place; numbers, its settled number),
-        made on its trace's node from its detail, one task per trace."""
-        ray, asked = self.ray, {}
-        for k in dict.fromkeys(t for t, _ in where):
-            mine = [(j, n) for (t, j), n in zip(where, numbers) if t == k]
-            full = [j for j, _ in mine]
-            task = _pinned(ray, parts_of, self.node_of(k), max_retries=TASK_RETRIES, retry_exceptions=True)
-            asked[k] = (task.remote(self.full[k], full, [n for _, n in mine]), full)
-        found: dict[tuple[int, int], CrossPart] = {}
-        for k, (ref, full) in asked.items():
-            try:
-                found.update({(k, j): p for j, p in zip(full, _get(ray, ref, [r for r, _ in asked.values()]))})
-            except _TaskFailed as exc:
-                self.late.append(f"the ranks in {self.traces[k].path} (node {self.label[self.node_of(k)]}): not read together with "
-                                 f"the others ({exc}); the report has no cross-rank or pair figures")  # fmt: skip
-                return None
-        return [found[w] for w in where]
 
     def peer_step(self, place: dict[int, tuple[int, int]]) -> PeerStep:
         """combine's peer step: each rank that waited for a peer gets its PeerFigures on its node, where

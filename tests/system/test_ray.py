@@ -275,3 +275,31 @@ def test_a_killed_nodes_ranks_are_named_missing(cluster, tmp_path):
     assert f"node-c:{folders['node-b']}: no live node of the cluster is called node-c (1 dead; " in "\n".join(unwrapped(again.stderr))
     assert "the ranks there are missing from this report" in "\n".join(unwrapped(again.stderr))
     assert [r["rank"] for r in json.loads(again.stdout)["ranks"]] == [0, 1, 2, 3]
+
+
+def test_a_node_lost_after_its_ranks_are_analysed_costs_only_their_peer_waits(cluster, tmp_path):
+    """Node C holds ranks 4-7; it is killed once every rank is analysed, while its tasks for the peer
+    waits wait for a worker (slow leases). The cross-rank parts came back with each rank's analysis:
+    the view still holds all eight ranks, ranks 0-3 their peer waits, and each of C's ranks is named
+    once: its waits not applied (an adversarial review found the view lost whole where the parts were
+    asked for after settling)."""
+    ray, folders = cluster
+    ray.start("node-c", env=SLOW_LEASES)
+    report = tmp_path / "report.json"
+    args = ["report", "--json", "-o", str(report), "--ray", ray.address, f"node-a:{folders['node-a']}", f"node-c:{folders['node-b']}"]
+    proc = subprocess.Popen([sys.executable, "-m", "dbo_trace.cli", *args], stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "ranks analysed 8/8" in line:
+            time.sleep(2)  # the driver settles and asks C's node for the peer waits: its lease is slow
+            ray.kill("node-c")
+            break
+    lines += proc.stderr.readlines()
+    assert proc.wait(timeout=300) == 0, "".join(lines)
+    doc = json.loads(report.read_text())
+    assert [r["rank"] for r in doc["ranks"]] == list(range(8))
+    assert doc["cross_rank"] is not None and sorted(doc["cross_rank"]["ranks"]) == list(range(8))
+    for rank in range(4, 8):
+        said = [w for w in doc["warnings"] if w.startswith(f"rank {rank} on node node-c")]
+        assert len(said) == 1 and "its waits for peer ranks were not applied" in said[0], doc["warnings"]
