@@ -26,8 +26,8 @@ class Intervals:
     def __len__(self) -> int:
         return len(self.start)
 
-    def take(self, keep: np.ndarray) -> Intervals:
-        """The intervals at these positions (indices or a mask), in that order."""
+    def take(self, keep: np.ndarray | slice) -> Intervals:
+        """The intervals at these positions (indices, a mask or a slice), in that order."""
         return Intervals(self.start[keep], self.end[keep], self.name[keep], self.lane[keep], self.correlation[keep])
 
 
@@ -50,8 +50,8 @@ class CommArgs:
     def absent(n: int) -> "CommArgs":
         return CommArgs(np.full(n, -1, np.int32), np.full(n, -1, np.int32), np.full(n, -1, np.int64), np.full(n, -1, np.int64))
 
-    def take(self, keep: np.ndarray) -> CommArgs:
-        """The rows of these GPU activities (indices or a mask), in that order."""
+    def take(self, keep: np.ndarray | slice) -> CommArgs:
+        """The rows of these GPU activities (indices, a mask or a slice), in that order."""
         return CommArgs(self.collective[keep], self.group[keep], self.nelems[keep], self.seq[keep])
 
 
@@ -74,8 +74,8 @@ class LaunchArgs:
         dims, values = np.full((n, 3), -1, np.int32), np.full(n, -1, np.int32)
         return LaunchArgs(dims, dims.copy(), values, values.copy(), values.copy())
 
-    def take(self, keep: np.ndarray) -> "LaunchArgs":
-        """The rows of these GPU activities (indices or a mask), in that order."""
+    def take(self, keep: np.ndarray | slice) -> "LaunchArgs":
+        """The rows of these GPU activities (indices, a mask or a slice), in that order."""
         return LaunchArgs(self.grid[keep], self.block[keep], self.registers[keep], self.shared_memory[keep], self.device[keep])
 
 
@@ -100,11 +100,13 @@ class Timeline:
     launch: LaunchArgs | None = None  # None: the trace was built without them
 
     def with_events(
-        self, gpu: Intervals, gpu_keep: np.ndarray, calls: Intervals, cpu: Intervals, cpu_keep: np.ndarray, names: bool = True
-    ) -> Timeline:
+        self, gpu: Intervals, gpu_keep: np.ndarray | slice, calls: Intervals, cpu: Intervals, cpu_keep: np.ndarray | slice,
+        names: bool = True,
+    ) -> Timeline:  # fmt: skip
         """This process's timeline with other events: gpu, calls and cpu (its own, taken at gpu_keep and
-        cpu_keep (indices or masks) and maybe cut or moved), their per-event columns taken alike; its
-        names kept (names=False: none, where the events' names are not read)."""
+        cpu_keep (indices, masks, or slice(None): every one, the columns shared, not copied) and maybe
+        cut or moved), their per-event columns taken alike; its names kept (names=False: none, where
+        the events' names are not read)."""
         return Timeline(
             source=self.source, claimed_rank=self.claimed_rank, pid=self.pid, names=self.names if names else [], gpu=gpu,
             gpu_is_copy=self.gpu_is_copy[gpu_keep], calls=calls, cpu=cpu, cpu_is_annotation=self.cpu_is_annotation[cpu_keep],
@@ -116,9 +118,8 @@ class Timeline:
     def shifted_gpu(self, by_us: float) -> Timeline:
         """Every GPU timestamp moved by -by_us (onto the CPU's clock): the timeline on another clock."""
         g = self.gpu
-        every = np.arange(len(g))
         moved = Intervals(g.start - by_us, g.end - by_us, g.name, g.lane, g.correlation)
-        return self.with_events(moved, every, self.calls, self.cpu, np.arange(len(self.cpu)))
+        return self.with_events(moved, slice(None), self.calls, self.cpu, slice(None))
 
     def bounds(self) -> Timeline:
         """Of each kind of event, only its first start and its last end, without names or arguments: what
