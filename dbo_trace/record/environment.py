@@ -245,10 +245,12 @@ def wait_ready(
     one-line reason the next arm must not start, saying what to do."""
     deadline = time.monotonic() + timeout_s
     said_wait = False
-    while (left := clients(env)) and time.monotonic() < deadline:
-        if not said_wait:
+    while left := clients(env):
+        if not said_wait:  # said once clients are seen, even where asking took the whole timeout
             note(f"waiting for the last arm's {len(left)} MPS client(s) to leave the GPU")
             said_wait = True
+        if time.monotonic() >= deadline:
+            break
         time.sleep(POLL_S)
     if own is not None and own.started:
         failed = own.restart()

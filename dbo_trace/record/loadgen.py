@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import queue
 import random
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,22 @@ from dbo_trace.record.child import http
 
 # Token ids drawn from here: above the special tokens of common vocabularies, below their sizes.
 TOKEN_ID_RANGE = (1000, 30000)
+
+
+# The signals a recording turns into an interrupt (Ctrl-C, and SIGTERM, SIGHUP, SIGQUIT: recorder.py).
+_INTERRUPTING = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+
+
+def start_threads(threads: list[threading.Thread]) -> None:
+    """Start the threads with the interrupting signals held until all have started: an interrupt
+    raised inside Thread.start can leave a thread running whose start Python undid (its bootstrap
+    then fails with a KeyError traceback on stderr). A signal held is delivered as they return."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTING)
+    try:
+        for t in threads:
+            t.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @dataclass(frozen=True)
@@ -137,8 +154,7 @@ def run_load(
                     finished.set()
 
     start = time.monotonic()
-    for _ in range(max(1, min(spec.concurrency, spec.num_prompts))):
-        threading.Thread(target=worker, daemon=True, name="dbo-trace-load").start()
+    start_threads([threading.Thread(target=worker, daemon=True, name="dbo-trace-load") for _ in range(max(1, min(spec.concurrency, spec.num_prompts)))])
     try:
         while not finished.wait(0.2):  # a short wait, so Ctrl-C reaches the main thread promptly
             if stop.is_set():
@@ -271,8 +287,7 @@ def run_streaming_load(base_url: str, model: str, spec: LoadSpec, abort: Callabl
     stopped = threading.Event()
     start = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True, name="dbo-trace-repeat") for _ in range(max(1, min(spec.concurrency, spec.num_prompts)))]
-    for t in threads:
-        t.start()
+    start_threads(threads)
     try:
         while running := [t for t in threads if t.is_alive()]:
             running[0].join(0.2)  # a short wait, so Ctrl-C reaches the main thread promptly
