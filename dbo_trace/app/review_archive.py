@@ -323,6 +323,9 @@ VERSION_10_RANK = (("clocks", "lag_median_us"), ("incomplete", "activities"), ("
                    ("launch_delay", "last_us"), ("launch_delay", "window_us"))  # fmt: skip
 VERSION_OPERATION = (("layer", 5), ("role", 5), ("exposed_fraction", 8))  # a comm operation's keys, each from its version
 VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # an AFD arm's pipeline and its prediction (version 9)
+# The roles block (render/document/afd.py, RolesBlock): version 11 holds the analysis's RolesInfo, its
+# missing roles and GpuSharing (`sharing`) added, GpuSharing's two words no longer flat beside them.
+VERSION_11_ROLES, BEFORE_11_ROLES = ("missing", "sharing"), ("shared_from", "mps_daemon")
 
 
 def _verdict_problem(verdict: Any, where: str, version: int, phase: bool) -> str | None:
@@ -369,6 +372,21 @@ def _verdicts_problem(document: Any, version: int) -> str | None:
     return next((p for where, v, phase in blocks if (p := _verdict_problem(v, where, version, phase)) is not None), None)
 
 
+def _roles_problem(roles: Any, version: int) -> str | None:
+    """The roles block's keys against its version (a held dataclass's absent key is UNSET in the strict decoding)."""
+    if roles is None:
+        return None
+    if roles.ffn_window_restricted is msgspec.UNSET:  # every version writes it
+        return f"report.roles: ffn_window_restricted is missing (version {version} has it)"
+    for key in VERSION_11_ROLES:
+        if (getattr(roles, key) is not msgspec.UNSET) != (version >= 11):
+            return f"report.roles: {key} is a key of version 11, {'not of' if version < 11 else 'missing in'} version {version}"
+    for key in BEFORE_11_ROLES:
+        if version >= 11 and getattr(roles, key) is not msgspec.UNSET:
+            return f"report.roles: {key} is a key before version 11, which version {version} holds in sharing"
+    return None
+
+
 def _version_keys_problem(document: Any, version: int) -> str | None:
     """Where a document holds the keys of the other version than its number says (a rank's
     attribution block: version 3 has two keys that 4 dropped): written by neither. `document` is the
@@ -384,6 +402,9 @@ def _version_keys_problem(document: Any, version: int) -> str | None:
     since_9 = [k for k in VERSION_9_REPORT if getattr(document, k) is not msgspec.UNSET]
     if version < 9 and since_9:
         return f"report: {since_9[0]} is a key of version 9, not of version {version}"
+    problem = _roles_problem(document.roles, version)
+    if problem is not None:
+        return problem
     blocks = [("report", document.disaggregated)] + [(f"report.ranks[{i}]", r.disaggregated) for i, r in enumerate(document.ranks)]
     for where, block in blocks:
         if block is not None and block.parts is not None and (block.parts.late_us is not msgspec.UNSET) != (version >= 7):

@@ -192,7 +192,7 @@ def test_a_schema_version_this_dbo_trace_does_not_read_is_named(real, tmp_path, 
     doc["schema_version"] = version
     data = json.dumps(doc).encode()
     path = build(tmp_path / "version.tar.gz", with_report(real, data))
-    refused(path, f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8, 9 and 10")
+    refused(path, f"schema version {version!r}", "reads 3, 4, 5, 6, 7, 8, 9, 10 and 11")
 
 
 def verdicts(doc):
@@ -210,7 +210,7 @@ def test_a_version_5_archive_still_reads(real, tmp_path):
     assert all(v["next_step"]["text"] for v in verdicts(doc))
     _as_version_5(doc)
     damaged = build(tmp_path / "v6-damaged.tar.gz", with_report(real, json.dumps(doc).encode()))
-    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 10")
+    refused(damaged, "report.verdict: next_step is a key of version 6, missing in version 11")
     doc["schema_version"] = 5
     old = build(tmp_path / "v5.tar.gz", with_report(real, json.dumps(doc).encode()))
     shown = run_cli("report", str(old))
@@ -225,7 +225,7 @@ def test_a_version_3_archive_still_reads(real, tmp_path):
     """Version 3 had a rank's microbatch and step sources twice, also in its attribution block: an
     archive written then renders as one of version 4 with the same values does (the extra keys ignored)."""
     doc = document(real)
-    assert doc["schema_version"] == 10 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
+    assert doc["schema_version"] == 11 and set(doc["ranks"][0]["attribution"]) == {"profile_all_threads"}
     _as_version_5(doc)  # versions 3 to 5: each reason's text alone, no next step
     for r in doc["ranks"]:
         del r["dbo_ledger"], r["comm_layers"], r["sm_evidence"]  # version 5's: versions 3 and 4 are compared without them
@@ -427,9 +427,22 @@ def test_keys_of_the_other_version_are_named(real, tmp_path, version, keys, word
     refused(build(tmp_path / "mixed.tar.gz", with_report(real, json.dumps(doc).encode())), "is damaged", words)
 
 
+def _as_version_10(doc):
+    """The document as version 10 wrote it: the roles' GpuSharing words flat (shared_from, mps_daemon),
+    no sharing and no missing roles."""
+    roles = doc.get("roles")
+    if roles is not None:
+        sharing = roles.pop("sharing")
+        del roles["missing"]
+        roles["shared_from"] = None if sharing is None else sharing["shared_from"]
+        roles["mps_daemon"] = None if sharing is None else sharing["mps_daemon"]
+    return doc
+
+
 def _as_version_9(doc):
     """The document as version 9 wrote it: no clocks.lag_median_us, incomplete.activities, nor
     launch_delay's host_idle_us, last_us and window_us."""
+    _as_version_10(doc)
     for rank in doc["ranks"]:
         (rank.get("clocks") or {}).pop("lag_median_us", None)
         (rank.get("incomplete") or {}).pop("activities", None)
@@ -635,7 +648,7 @@ def test_a_version_7_archive_still_reads_and_version_8_words_in_it_are_damage(re
     step measure_pays, and dropped dbo_cannot_pay: a version 7 archive reads as written; one numbered 7
     that holds pays was written by neither, nor one numbered 8 that holds dbo_cannot_pay."""
     doc = document(real)
-    assert doc["schema_version"] == 10 and "pays" in doc["verdict"]
+    assert doc["schema_version"] == 11 and "pays" in doc["verdict"]
     _as_version_8(doc)
     doc["schema_version"] = 7
     refused(build(tmp_path / "a.tar.gz", with_report(real, json.dumps(doc).encode())),
@@ -688,7 +701,7 @@ def test_version_10_keys_belong_to_version_10(real, tmp_path):
     host_idle_us, last_us and window_us (the analysis's figures held as they are): a version 9 archive reads, shown as stored; one
     numbered 9 that holds one, or one numbered 10 that lacks it, was written by neither."""
     doc = document(real)
-    assert doc["schema_version"] == 10 and "lag_median_us" in doc["ranks"][0]["clocks"]
+    assert doc["schema_version"] == 11 and "lag_median_us" in doc["ranks"][0]["clocks"]
     old = _as_version_9(document(real))
     old["schema_version"] = 9
     data = json.dumps(old, indent=2).encode()
@@ -702,7 +715,7 @@ def test_version_10_keys_belong_to_version_10(real, tmp_path):
     doc = document(real)
     del doc["ranks"][0]["clocks"]["lag_median_us"]
     refused(build(tmp_path / "b.tar.gz", with_report(real, json.dumps(doc).encode())),
-            "is damaged", "clocks: lag_median_us is a key of version 10, missing in version 10")  # fmt: skip
+            "is damaged", "clocks: lag_median_us is a key of version 10, missing in version 11")  # fmt: skip
     doc = _as_version_9(document(real))
     doc["ranks"][0]["launch_delay"]["window_us"] = 1.0
     doc["schema_version"] = 9
@@ -711,7 +724,7 @@ def test_version_10_keys_belong_to_version_10(real, tmp_path):
     doc = document(real)
     doc["ranks"][0]["contention"].pop("kernels_us")
     refused(build(tmp_path / "c.tar.gz", with_report(real, json.dumps(doc).encode())),
-            "is damaged", "contention: kernels_us is a key of version 9, missing in version 10")  # fmt: skip
+            "is damaged", "contention: kernels_us is a key of version 9, missing in version 11")  # fmt: skip
 
 
 def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
@@ -719,7 +732,7 @@ def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
     reads as written; one numbered 8 that holds them, or one numbered 9 that lacks the share, was
     written by neither."""
     doc = document(afd_pair)
-    assert doc["schema_version"] == 10 and {"overlap", "pipeline"} <= set(doc)
+    assert doc["schema_version"] == 11 and {"overlap", "pipeline"} <= set(doc)
     old = _as_version_8(document(afd_pair))
     old["schema_version"] = 8
     shown = run_cli("report", str(build(tmp_path / "v8.tar.gz", with_report(afd_pair, json.dumps(old).encode()))), "--json")
@@ -733,3 +746,40 @@ def test_version_9_pipeline_belongs_to_version_9(afd_pair, tmp_path):
     del doc["disaggregated"]["overlapped_share"]
     refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
             "is damaged", "overlapped_share is a key of version 9, missing in version 9")  # fmt: skip
+
+
+def test_version_11_roles_hold_the_analysis_roles(afd_pair, tmp_path):
+    """Version 11's roles block is the analysis's RolesInfo: its GpuSharing in `sharing` (the flat
+    shared_from and mps_daemon of versions 3 to 10 gone) and the missing roles. A version 10 archive
+    reads, shown as stored, and renders as it did (its flat mps_daemon still says MPS answered); one
+    numbered 10 that holds sharing, or one numbered 11 with the flat words or without sharing, was
+    written by neither."""
+    doc = document(afd_pair)
+    assert doc["schema_version"] == 11 and doc["roles"]["sharing"]["mps_daemon"] == "answered"
+    assert "mps_daemon" not in doc["roles"] and doc["roles"]["missing"] == []
+    old = _as_version_10(document(afd_pair))
+    old["schema_version"] = 10
+    data = json.dumps(old, indent=1).encode()
+    shown = run_cli("report", str(build(tmp_path / "v10.tar.gz", with_report(afd_pair, data))), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.encode() == data
+    as_stored = run_cli("report", str(build(tmp_path / "v10t.tar.gz", with_report(afd_pair, data))))
+    now = run_cli("report", str(build(tmp_path / "v11t.tar.gz", afd_pair)))
+    assert as_stored.returncode == now.returncode == 0, as_stored.stderr
+    assert "GPU sharing: one GPU, MPS answered" in " ".join(now.stdout.split())
+    assert as_stored.stdout == now.stdout
+    doc["schema_version"] = 10
+    refused(build(tmp_path / "a.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "report.roles: missing is a key of version 11, not of version 10")  # fmt: skip
+    doc = document(afd_pair)
+    doc["roles"]["mps_daemon"] = "answered"
+    refused(build(tmp_path / "b.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "report.roles: mps_daemon is a key before version 11")  # fmt: skip
+    doc = document(afd_pair)
+    del doc["roles"]["sharing"]
+    refused(build(tmp_path / "c.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "report.roles: sharing is a key of version 11, missing in version 11")  # fmt: skip
+    doc = document(afd_pair)
+    doc["roles"]["sharing"]["verified"] = True
+    refused(build(tmp_path / "d.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+            "is damaged", "unknown field `verified`")  # fmt: skip

@@ -179,7 +179,7 @@ def test_mps_said_only_where_its_daemon_answered(tmp_path):
     assert off.roles.mps is False and "without MPS (its control daemon did not answer)" in text
     assert "both roles share one GPU (MPS not running) and their CUDA contexts time-slice it" in text
     doc = json.loads(RENDERERS["json"].render(off))
-    assert doc["roles"]["mps_daemon"] == "not running" and doc["roles"]["time_slicing"]["sliced"] is True
+    assert doc["roles"]["sharing"]["mps_daemon"] == "not running" and doc["roles"]["time_slicing"]["sliced"] is True
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ ALLOWED = 3  # the target (issue 60): twins that may stay, each saying why
 # 8: the comm operations' and layers' rows held (their later versions' keys told apart by the strict decoding).
 # 5: contention, clocks and incomplete held (schema version 10 adds the figures the JSON lacked).
 # 4: launch_delay holds the analysis's LaunchDelayFigures (version 10).
-STANDING = 4
+# 3: the roles block holds the analysis's RolesInfo, its GpuSharing nested (version 11): at the target.
+STANDING = 3
 COVER = 0.75  # the share of a dataclass's fields a Struct must hold to be its twin
 FEWEST = 3  # a dataclass of fewer fields is no twin's measure (two names alike are a coincidence)
 

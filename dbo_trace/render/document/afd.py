@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Literal, cast
 
 from msgspec import UNSET, UnsetType
@@ -78,19 +79,24 @@ class TimeSlicingBlock(Struct):
     text: str | None  # the report's line where sliced
 
 
-# A twin of analysis/afd/roles.py RolesInfo (and gpu_sharing.py GpuSharing), kept: the block writes
-# GpuSharing's shared_from and mps_daemon beside RolesInfo's own figures, leaves out the roles missing
-# and the MPS claim (notes tell them), and time_slicing with its sentence; either held would change its keys.
-class RolesBlock(Struct):
-    roles: list[str]
-    shared_gpu: bool | None
-    mps: bool | None  # verified: the MPS control daemon answered (true), did not (false), not known (null)
-    ffn_window_restricted: bool
-    shared_from: str | None = None  # where shared_gpu came from
-    mps_daemon: str | None = None  # answered / not running / unknown (the manifest's verified field)
-    time_slicing: TimeSlicingBlock | None = None
-    # with both roles' traces: the analysis's own, rounded (render/document/held.py; "Both roles" in docs/analysis.md)
-    pair: PairFigures | None = None
+@dataclass(frozen=True, kw_only=True)
+class RolesBlock(RolesInfo):
+    """A disaggregated run's roles and their GPU (docs/analysis.md, "Both roles" and "GPU sharing"):
+    the analysis's RolesInfo as it is, rounded (render/document/held.py), its GpuSharing within it
+    (version 11), and the time-slicing with its sentence."""
+
+    time_slicing: TimeSlicingBlock | None = None  # type: ignore[assignment]  # TimeSlicing's figures and the report's line
+    # versions 3 to 10 wrote GpuSharing's two words flat beside the figures; version 11 holds them in
+    # `sharing` (the version check reads the strict decoding: each in its own versions only)
+    shared_from: str | None | UnsetType = UNSET
+    mps_daemon: str | None | UnsetType = UNSET
+
+    def verified_mps(self) -> str | None:
+        """The manifest's verified MPS state (answered / not running / unknown): sharing's, or the
+        flat key an older document wrote; None: nothing told."""
+        if self.sharing is not None:
+            return self.sharing.mps_daemon
+        return self.mps_daemon if isinstance(self.mps_daemon, str) else None
 
 
 class ProfilerBlock(Struct):
@@ -193,17 +199,11 @@ def profiler_block(u: Unprofiled | None) -> ProfilerBlock | UnsetType:
 def roles_block(info: RolesInfo | None) -> RolesBlock | None:
     if info is None:
         return None
-    ts, p = info.time_slicing, info.pair
+    held, ts = rounded(info, attention_busy=4, ffn_busy=4, both_busy=4), info.time_slicing
     return RolesBlock(
-        list(info.roles),
-        info.shared_gpu,
-        info.mps,
-        info.ffn_window_restricted,
-        shared_from=info.sharing.shared_from if info.sharing is not None else None,
-        mps_daemon=info.sharing.mps_daemon if info.sharing is not None else None,
+        **{f.name: getattr(held, f.name) for f in fields(RolesInfo) if f.name != "time_slicing"},
         time_slicing=None if ts is None else TimeSlicingBlock(
             ts.sliced, round(ts.round_trip_us, 3), round(ts.receive_us, 3), round(ts.send_us, 3), _r(ts.ffn_compute_us),
             _r(ts.ratio, 2), time_slicing_text(ts),
         ),
-        pair=None if p is None else rounded(p, attention_busy=4, ffn_busy=4, both_busy=4),
     )  # fmt: skip

@@ -27,9 +27,10 @@ SCHEMA = "dbo-trace-report"
 # a rank's verdict.pays; a comm operation's and a layer's exposed_fraction
 # (hidden_fraction's basis: the two add up). 9: an AFD arm's overlap, pipeline and DBO prediction,
 # the round trips' overlapped_share, a rank's contention.kernels_us. 10: a rank's clocks.lag_median_us
-# and incomplete.activities (the analysis's blocks held as they are, issue 60).
-SCHEMA_VERSION = 10
-READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9, 10)  # what a review archive's report may have been written with
+# and incomplete.activities (the analysis's blocks held as they are, issue 60). 11: the roles block the
+# analysis's RolesInfo held, its GpuSharing in `sharing` (flat before) and the missing roles.
+SCHEMA_VERSION = 11
+READABLE_VERSIONS = (3, 4, 5, 6, 7, 8, 9, 10, 11)  # what a review archive's report may have been written with
 
 
 class Struct(msgspec.Struct, forbid_unknown_fields=True):

@@ -23,7 +23,7 @@ class MostlyAt(Struct):
 # A twin of WaitSplit by its names, kept: a brief of two dataclasses, flat in the JSON (RankWaits's wait,
 # share, transfer and whom and where it waited most, with its split's hidden and exposed parts, absent
 # before version 5), the significance against the view's threshold. Holding either would change the
-# JSON, and the flat keys would still be declared here to read the archives of versions 3 to 9: the
+# JSON, and the flat keys would still be declared here to read the archives of versions 3 to 10: the
 # twin would stay either way (and RankWaits's wait_us is not WaitSplit's, a union of the waits).
 class PeerWait(Struct):
     """A rank's waits for its peers in brief, for a headline (analysis/cross_rank/collective_waits.py)."""

@@ -155,7 +155,7 @@ def roles_lines(d: ReportDocument) -> list[str]:
         )
     ts = roles.time_slicing
     if ts is not None and not ts.sliced:  # where sliced, the verdict's first reason says it
-        mps = {"answered": "MPS answered", "not running": "MPS not running"}.get(roles.mps_daemon or "", "MPS not verified")
+        mps = {"answered": "MPS answered", "not running": "MPS not running"}.get(roles.verified_mps() or "", "MPS not verified")
         one = "one GPU" if roles.shared_gpu else ("not one GPU" if roles.shared_gpu is False else "one GPU or not: not known")
         less = f", less the FFN's {ms(ts.ffn_compute_us)} compute," if ts.ffn_compute_us is not None else ""
         lines.append(
