@@ -38,7 +38,6 @@ from dbo_trace.render.format import (
     layer_ops_cells,
     ledger_lines,
     ledger_of,
-    ms,
     next_step_line,
     only_layer,
     operation_cells,

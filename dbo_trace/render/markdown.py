@@ -41,7 +41,6 @@ from dbo_trace.render.format import (
     ledger_lines,
     ledger_of,
     md_table,
-    ms,
     only_layer,
     operation_cells,
     pct,

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbo_trace.analysis.accounting import LAUNCH_LATENCY_US
 from dbo_trace.analysis.host.gpu_clock import ClockBounds
 
 CLOCK_OFFSET_US = 1000.0  # every activity started at least this long after its launch call ended: suspect the clocks

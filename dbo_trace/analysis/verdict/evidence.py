@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.host.capture import Capture

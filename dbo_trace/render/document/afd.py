@@ -12,7 +12,7 @@ from dbo_trace.analysis.afd.roles import RolesInfo
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
 from dbo_trace.analysis.compare.unprofiled import Unprofiled
 from dbo_trace.analysis.metrics import RoundTrips
-from dbo_trace.render.document.base import Count, Int, Number, Struct, _r
+from dbo_trace.render.document.base import Count, Int, Struct, _r
 from dbo_trace.render.document.held import rounded
 from dbo_trace.render.document.host import NamedShare
 from dbo_trace.render.words.verdict import time_slicing_text
