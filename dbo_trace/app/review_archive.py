@@ -14,13 +14,15 @@ import posixpath
 import tarfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from dbo_trace import bundle as fmt
+from dbo_trace.analysis.afd.gpu_sharing import GpuSharing
+from dbo_trace.analysis.afd.roles import RolesInfo
 from dbo_trace.analysis.model import Report
 from dbo_trace.render.pictures.step_view import steps_around_median, window_steps
 from dbo_trace.files import create_file, replace_file
@@ -326,6 +328,8 @@ VERSION_9_REPORT = ("overlap", "pipeline", "dbo_what_if", "dbo_what_if_not")  # 
 # The roles block (render/document/afd.py, RolesBlock): version 11 holds the analysis's RolesInfo, its
 # missing roles and GpuSharing (`sharing`) added, GpuSharing's two words no longer flat beside them.
 VERSION_11_ROLES, BEFORE_11_ROLES = ("missing", "sharing"), ("shared_from", "mps_daemon")
+ROLES_KEYS = tuple(f.name for f in fields(RolesInfo))
+SHARING_KEYS = tuple(f.name for f in fields(GpuSharing))
 
 
 def _verdict_problem(verdict: Any, where: str, version: int, phase: bool) -> str | None:
@@ -381,6 +385,12 @@ def _roles_problem(roles: Any, version: int) -> str | None:
     for key in VERSION_11_ROLES:
         if (getattr(roles, key) is not msgspec.UNSET) != (version >= 11):
             return f"report.roles: {key} is a key of version 11, {'not of' if version < 11 else 'missing in'} version {version}"
+    if version >= 11:  # the held RolesInfo and GpuSharing: every key written
+        absent = [f"roles.{k}" for k in ROLES_KEYS if getattr(roles, k) is msgspec.UNSET]
+        if roles.sharing is not None:
+            absent += [f"roles.sharing.{k}" for k in SHARING_KEYS if getattr(roles.sharing, k) is msgspec.UNSET]
+        if absent:
+            return f"report.{absent[0]} is missing (version {version} has it)"
     for key in BEFORE_11_ROLES:
         if version >= 11 and getattr(roles, key) is not msgspec.UNSET:
             return f"report.roles: {key} is a key before version 11, which version {version} holds in sharing"

@@ -783,3 +783,11 @@ def test_version_11_roles_hold_the_analysis_roles(afd_pair, tmp_path):
     doc["roles"]["sharing"]["verified"] = True
     refused(build(tmp_path / "d.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
             "is damaged", "unknown field `verified`")  # fmt: skip
+    for path, where in ((("sharing", "mps_claimed"), "roles.sharing.mps_claimed"), (("pair",), "roles.pair")):
+        doc = document(afd_pair)
+        block = doc["roles"]
+        for key in path[:-1]:
+            block = block[key]
+        del block[path[-1]]
+        refused(build(tmp_path / "e.tar.gz", with_report(afd_pair, json.dumps(doc).encode())),
+                "is damaged", f"report.{where} is missing (version 11 has it)")  # fmt: skip

@@ -86,7 +86,7 @@ class RolesBlock(RolesInfo):
     (version 11), and the time-slicing with its sentence."""
 
     time_slicing: TimeSlicingBlock | None = None  # type: ignore[assignment]  # TimeSlicing's figures and the report's line
-    # versions 3 to 10 wrote GpuSharing's two words flat beside the figures; version 11 holds them in
+    # versions before 11 wrote GpuSharing's two words flat beside the figures; version 11 holds them in
     # `sharing` (the version check reads the strict decoding: each in its own versions only)
     shared_from: str | None | UnsetType = UNSET
     mps_daemon: str | None | UnsetType = UNSET
