@@ -326,3 +326,30 @@ def test_disaggregated_is_an_attention_role_a_bundle_declared():
     both = resolve_role(RoleClaims(manifest="ffn", command="attention"), lambda: pytest.fail("not read"))
     assert both is not None and (both.role, both.source) == ("ffn", ROLE_FROM_MANIFEST)
     assert resolve_role(None, lambda: TraceEvidence(False, False, 0, 0, 0, 0, 0)) is None  # not an AFD trace
+
+
+def _manifest_truth(bundle: Path) -> tuple[list[str], bool]:
+    """From the manifest alone (docs/bundle-format.md): the declared roles listing no trace, and
+    whether it claims MPS (`gpu_sharing.mps: true`) without the recorder's verified `mps_daemon`."""
+    m = json.loads((bundle / "manifest.json").read_text())
+    missing = [role for role in ("attention", "ffn") if role in m.get("roles", {}) and not m["roles"][role].get("traces")]
+    sharing = m.get("gpu_sharing") or {}
+    return missing, sharing.get("mps") is True and "mps_daemon" not in sharing
+
+
+DECLARING_ROLES = sorted(m.parent.name for m in SAMPLES.glob("*/manifest.json") if "roles" in json.loads(m.read_text()))
+
+
+@pytest.mark.parametrize("name", DECLARING_ROLES)
+def test_the_roles_block_tells_the_missing_roles_and_an_unverified_mps_claim(name):
+    """Version 11's roles block (the analysis's RolesInfo held) against the manifest read by hand:
+    its missing roles and the MPS claim it could not verify (the shipped AFD samples: 6)."""
+    assert len(DECLARING_ROLES) >= 6
+    bundle = SAMPLES / name
+    proc = run_cli("report", str(bundle), "--json")
+    assert proc.returncode == 0, proc.stderr
+    roles = json.loads(proc.stdout)["roles"]
+    missing, claimed = _manifest_truth(bundle)
+    assert roles["missing"] == missing
+    assert roles["sharing"] is not None and roles["sharing"]["mps_claimed"] is claimed
+    assert "mps_daemon" not in roles and "shared_from" not in roles
