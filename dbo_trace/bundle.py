@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dbo_trace.files import replace_file
-from dbo_trace.serve_args import is_vllm_serve, serve_settings, without_env
+from dbo_trace.serve_args import afd_block, is_vllm_serve, serve_settings, without_env
 
 BUNDLE_FORMAT = "dbo-trace-bundle"
 BUNDLE_VERSION = 1
@@ -410,24 +410,10 @@ def manifest_roles(manifest: Manifest) -> dict[str, str]:
 
 def command_afd(command: Any) -> dict[str, Any] | None:
     """The `afd` block a server command line passed in `--additional-config '{"afd": {...}}'` (also
-    `--additional-config=...`); None where it passed none."""
+    `--additional-config=...`; its last, as vLLM takes it); None where it passed none."""
     if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
         return None
-    for i, arg in enumerate(command):
-        if arg == "--additional-config" and i + 1 < len(command):
-            raw = command[i + 1]
-        elif arg.startswith("--additional-config="):
-            raw = arg.split("=", 1)[1]
-        else:
-            continue
-        try:
-            config = json.loads(raw)
-        except ValueError:
-            continue
-        afd = config.get("afd") if isinstance(config, dict) else None
-        if isinstance(afd, dict):
-            return afd
-    return None
+    return afd_block(command)
 
 
 def command_role(command: Any) -> str | None:

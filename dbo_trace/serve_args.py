@@ -56,6 +56,26 @@ def parse_flags(argv: list[str]) -> dict[str, str | bool]:
     return flags
 
 
+def json_value(text: object) -> object:
+    """A flag's JSON value (--additional-config, --compilation-config) parsed; None where it is not
+    a string of JSON. Untrusted (a manifest's command line): JSON nested past Python's recursion
+    limit is not JSON here either."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def afd_block(argv: list[str]) -> dict[str, object] | None:
+    """The `afd` block of a command line's --additional-config (its last, as vLLM's parser takes),
+    or None where it passes none."""
+    config = json_value(parse_flags(argv).get("additional-config"))
+    afd = config.get("afd") if isinstance(config, dict) else None
+    return afd if isinstance(afd, dict) else None
+
+
 def without_env(argv: list[str]) -> list[str]:
     """The command after a leading `env NAME=VALUE ...` (an AFD pair sets NCCL_HOSTID per role so)."""
     if argv and os.path.basename(argv[0]) == "env":
@@ -93,14 +113,9 @@ def capture_sizes(settings: dict[str, dict[str, str | bool]] | None) -> tuple[in
     whole numbers between 1 and 1,000,000 are kept."""
     group = (settings or {}).get("cudagraph") or {}
     found: object = None
-    config = group.get("compilation-config")
-    if isinstance(config, str):
-        try:
-            parsed = json.loads(config)
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            found = parsed.get("cudagraph_capture_sizes")
+    parsed = json_value(group.get("compilation-config"))
+    if isinstance(parsed, dict):
+        found = parsed.get("cudagraph_capture_sizes")
     listed = group.get("cudagraph-capture-sizes")
     if found is None and isinstance(listed, str):
         found = [x for x in re.split(r"[\s,\[\]]+", listed) if x]

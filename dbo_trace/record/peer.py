@@ -17,7 +17,6 @@ the Nudge that turns the FFN server's loop over while its profiler command waits
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -42,15 +41,8 @@ class PeerPlan:
 
 
 def afd_config(argv: list[str]) -> dict | None:
-    """The `afd` block of a command's --additional-config JSON, or None."""
-    raw = serve_args.parse_flags(argv).get("additional-config")
-    if not isinstance(raw, str):
-        return None
-    try:
-        afd = json.loads(raw).get("afd")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return afd if isinstance(afd, dict) else None
+    """The `afd` block of a command's --additional-config JSON, or None (read as a report reads it)."""
+    return serve_args.afd_block(argv)
 
 
 def role_of(argv: list[str], default: str) -> str:

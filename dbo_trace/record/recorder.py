@@ -97,7 +97,9 @@ class Refused(Exception):
 # -- the command as run -------------------------------------------------------------
 def profiler_config(traces_dir: Path, window: ProfileWindow, user_json: str | None = None) -> dict:
     """vLLM's --profiler-config: the user's own fields kept, the torch profiler pointed into the bundle."""
-    config = json.loads(user_json) if user_json else {}
+    config = serve_args.json_value(user_json) if user_json else {}
+    if not isinstance(config, dict):
+        raise ValueError(user_json)
     config.update(
         profiler="torch",
         torch_profiler_dir=str(traces_dir.resolve()),
@@ -129,7 +131,8 @@ def prepared_command(argv: list[str], traces_dir: Path, window: ProfileWindow) -
     try:
         config = profiler_config(traces_dir, window, user_json)
     except ValueError:
-        raise ChildFailed(f"--profiler-config {user_json!r}: not JSON; dbo-trace merges its settings into a JSON one") from None
+        shown = repr(user_json if user_json is None or len(user_json) <= 60 else user_json[:60] + "...")
+        raise ChildFailed(f"--profiler-config {shown}: not a JSON object; dbo-trace merges its settings into one") from None
     return out + ["--profiler-config", json.dumps(config, separators=(",", ":"))]
 
 

@@ -226,8 +226,12 @@ def _pair_with(tmp_path, edit):
         lambda m: m.update(repeats=[1, "x", {"tool": 5, "median_tpot_ms": "fast", "duration_s": [1]}]),
         lambda m: m.update(settings=[1]),
         lambda m: m["settings"].update(cudagraph={"compilation-config": 5}, dbo="on"),
+        # JSON in a flag's value nested past Python's recursion limit: json raised RecursionError (exit 3)
+        lambda m: m["settings"].update(cudagraph={"compilation-config": "[" * 200_000}),
+        lambda m: (m.pop("roles"), m.update(afd=None, command=["vllm", "serve", "m", "--additional-config", "[" * 200_000])),
     ],
-    ids=["roles list", "roles text", "roles traces", "mps types", "sharing text", "devices", "afd", "repeats", "settings", "cudagraph"],
+    ids=["roles list", "roles text", "roles traces", "mps types", "sharing text", "devices", "afd", "repeats", "settings",
+         "cudagraph", "deep compilation config", "deep additional config"],
 )
 def test_a_manifest_field_of_the_wrong_type_is_ignored(tmp_path, edit):
     folder = _pair_with(tmp_path, edit)

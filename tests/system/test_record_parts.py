@@ -5,8 +5,9 @@ import json
 import pytest
 
 from dbo_trace.record.child import ChildFailed
-from dbo_trace.serve_args import is_vllm_serve, serve_settings, server_url
+from dbo_trace.bundle import command_afd
 from dbo_trace.record.recorder import ProfileWindow, child_env, prepared_command
+from dbo_trace.serve_args import afd_block, capture_sizes, is_vllm_serve, serve_settings, server_url
 from dbo_trace.redact import REDACTED, redact_argv, redact_env, redact_json, redact_text
 
 SERVE = [
@@ -50,8 +51,13 @@ def test_the_users_profiler_config_is_merged_not_duplicated(tmp_path):
     config = json.loads(argv[-1])
     assert config["torch_profiler_record_shapes"] is True and config["torch_profiler_with_stack"] is True
     assert config["profiler"] == "torch" and "max_iterations" not in config
-    with pytest.raises(ChildFailed, match="not JSON"):
+    with pytest.raises(ChildFailed, match="not a JSON object"):
         prepared_command(SERVE + ["--profiler-config=notjson"], tmp_path, ProfileWindow())
+    # JSON, but not an object to merge into (a list; nested past Python's recursion limit): one line, cut
+    for value in ("[1]", "[" * 100_000):
+        with pytest.raises(ChildFailed, match="not a JSON object") as told:
+            prepared_command(SERVE + ["--profiler-config", value], tmp_path, ProfileWindow())
+        assert len(str(told.value)) < 200
 
 
 def test_settings_and_url_come_from_the_serve_flags():
@@ -258,3 +264,19 @@ def test_waiting_for_traces_ends_once_the_server_that_writes_them_has_exited(tmp
     assert time.monotonic() - start < 1.0
     (tmp_path / "rank0.pt.trace.json").write_text("{}")
     assert _wait_for_traces(tmp_path, 5.0, quiet_s=0.3, alive=lambda: True) is True  # a live server's settled trace
+
+
+def test_the_afd_block_is_read_as_vllm_reads_the_flag():
+    """One reader of --additional-config's `afd` block for the recorder and the report (serve_args.afd_block):
+    the flag's last value, as vLLM's parser takes it, in either spelling; anything not an object of
+    JSON, or JSON nested past Python's recursion limit (a manifest is untrusted), is no block."""
+    block = '{"afd": {"role": "ffn", "port": 29700}}'
+    assert afd_block(["vllm", "serve", "m", "--additional-config", block]) == {"role": "ffn", "port": 29700}
+    assert afd_block(["vllm", "serve", "m", "--additional_config=" + block])["role"] == "ffn"
+    first = '{"afd": {"role": "attention"}}'
+    assert afd_block(["vllm", "serve", "--additional-config", first, "--additional-config", block])["role"] == "ffn"
+    for value in ("{not json", "[1]", '{"afd": [1]}', '{"afd": "ffn"}', "[" * 200_000, '{"a":' * 5_000 + "1" + "}" * 5_000):
+        assert afd_block(["vllm", "serve", "m", "--additional-config", value]) is None
+    assert command_afd(["vllm", "serve", "--additional-config", block]) == {"role": "ffn", "port": 29700}
+    assert command_afd("vllm serve") is None and command_afd(["vllm", 3]) is None
+    assert capture_sizes({"cudagraph": {"compilation-config": "[" * 200_000}}) is None

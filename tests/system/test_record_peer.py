@@ -284,5 +284,5 @@ def test_a_peer_command_with_a_broken_profiler_config_makes_nothing(tmp_path):
     pair.peer_command += ["--profiler-config", "{not json"]
     out = tmp_path / "bundle"
     proc = record(out, pair.main, *pair.options())
-    assert proc.returncode == 2 and "not JSON" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "not a JSON object" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not out.exists() and not pair.peer_pids() and not pair.main.pids()

@@ -15,7 +15,6 @@ with DBO on against the arm with DBO off at the same load, GPU sharing and cudag
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from dbo_trace.analysis.steps.sources import PHASES, SOURCE_VLLM
 from dbo_trace.analysis.host.summaries import spread
 from dbo_trace.analysis.compare.unprofiled import Unprofiled, decode_step_ms
 from dbo_trace.analysis.verdict.decision import Label
+from dbo_trace.serve_args import json_value
 
 MIN_STEPS = 5  # fewer steps in either arm: no call on the change (a median of 1-4 steps says little)
 BOOTSTRAP = 2000  # resamples for the change's interval
@@ -485,12 +485,7 @@ GRAPH_MODE = re.compile(r"[A-Z][A-Z0-9_]{0,39}")
 def _cudagraph_mode(config: object) -> str | None:
     """vLLM's cudagraph_mode from a --compilation-config value (its JSON text), upper-case; None where
     it names none (a bare optimisation level such as `-O 3`)."""
-    if not isinstance(config, str):
-        return None
-    try:
-        parsed = json.loads(config)
-    except ValueError:
-        return None
+    parsed = json_value(config)
     mode = parsed.get("cudagraph_mode") if isinstance(parsed, dict) else None
     mode = mode.strip().upper() if isinstance(mode, str) else None
     return mode if mode is not None and GRAPH_MODE.fullmatch(mode) else None
