@@ -38,7 +38,7 @@ from dbo_trace.analysis.afd.pipeline import Pipeline
 from dbo_trace.analysis.steps.stalls import Behind, Stall
 from dbo_trace.analysis.host.summaries import CpuRangeRow, KernelSummary, Spread
 from dbo_trace.analysis.compare.unprofiled import Repeat, Unprofiled
-from dbo_trace.analysis.afd.verdict_model import AfdShare
+from dbo_trace.analysis.afd.verdict_model import AfdShare, RoundTripShares
 from dbo_trace.analysis.verdict.evidence_types import HostTest, RankContext
 from dbo_trace.analysis.verdict.decision import Label, Verdict
 from dbo_trace.lazy import LazyList
@@ -220,18 +220,26 @@ class StepReports(LazyList[StepReport]):
         table: StepTable,
         pieces: HostPieces,
         judge: StepJudge,
-        afd_shares: list[AfdShare] | None = None,
+        shares: RoundTripShares | None = None,
         host_frames: list[StepFrame | None] | None = None,
     ) -> None:
         super().__init__(len(table), self._step_alone)
         self.table = table
         self.pieces = pieces  # the host-idle pieces the steps' host causes are read from
         self.judge = judge
-        self.afd_shares = afd_shares  # a disaggregated rank's: each step's round trips' hidden share
+        self.shares = shares  # a disaggregated rank's round trips by step: its steps' and phases' shares
         self.host_frames = host_frames
+        self._afd_shares: list[AfdShare] | None = None
+
+    @property
+    def afd_shares(self) -> list[AfdShare] | None:
+        """Each step's round trips' overlapped share (a disaggregated rank's), made once when first read."""
+        if self._afd_shares is None and self.shares is not None:
+            self._afd_shares = self.shares.by_step()
+        return self._afd_shares
 
     def with_host_frames(self, frames: list[StepFrame | None]) -> StepReports:
-        return StepReports(self.table, self.pieces, self.judge, self.afd_shares, frames)
+        return StepReports(self.table, self.pieces, self.judge, self.shares, frames)
 
     def __repr__(self) -> str:
         return f"StepReports({len(self)} steps)"
@@ -255,7 +263,8 @@ class StepReports(LazyList[StepReport]):
         causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
         for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
-            verdict = self.judge(figures, cause, None if self.afd_shares is None else self.afd_shares[i])
+            shares = self.afd_shares
+            verdict = self.judge(figures, cause, None if shares is None else shares[i])
             self._items[i] = StepReport(
                 label=t.label[i],
                 path=t.path[i],

@@ -19,7 +19,8 @@ from dbo_trace.analysis.steps.attribution import (
 )
 from dbo_trace.analysis.host.capture import Capture, capture_windows, graph_capture
 from dbo_trace.analysis.overlap.contention import Contention, comm_kernel_names, contention, top_kernels
-from dbo_trace.analysis.afd.attention_side import RoundTripShares, rank_round_trips
+from dbo_trace.analysis.afd.attention_side import rank_round_trips
+from dbo_trace.analysis.afd.verdict_model import RoundTripShares
 from dbo_trace.analysis.afd.effect import SpanParts, span_of, span_parts
 from dbo_trace.analysis.host.expensive import ExpensiveCall, expensive_calls
 from dbo_trace.analysis.overlap.exposure import Exposure, exposure
@@ -121,7 +122,7 @@ def analyze_rank(
     whole = whole_window(d, table, _afd_cross(d, afd), served=role == FFN)
     ubatch_source = microbatch_source(d.attribution.source, afd is not None and afd.microbatched)
     # its steps and phases are judged as the run is: where it has round trips, overlap is theirs
-    shares = RoundTripShares(afd, table) if afd is not None else None
+    shares = RoundTripShares(afd, table.index) if afd is not None else None
     # two microbatches ran: the kernels' microbatches, or the event log's step paths (a full-graph
     # replay's kernels cannot be told apart): the steps and phases are asked the overlap question
     context = rank_context(d.attribution.source, table.path, afd, role, yield_op)
@@ -139,7 +140,7 @@ def analyze_rank(
         attribution=ubatch_source,
         step_source=d.attribution.steps.source,
         profile_all_threads=_profiled_microbatch_threads(tl, d.attribution),
-        steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares.by_step() if shares else None, frames),
+        steps=StepReports(table, d.host_pieces, partial(step_verdict, context), shares, frames),
         total=whole.total,
         round_trips=_round_trips(table, d.attribution.layers, d.microbatched, afd),
         graph_api=graph_api(tl),

@@ -12,7 +12,8 @@ import numpy as np
 from dbo_trace.analysis.accounting import TimeBuckets
 from dbo_trace.analysis.steps.microbatched import rank_microbatched
 from dbo_trace.analysis.host.capture import Capture
-from dbo_trace.analysis.afd.attention_side import RoundTripShares, run_what_if
+from dbo_trace.analysis.afd.attention_side import run_what_if
+from dbo_trace.analysis.afd.verdict_model import RoundTripShares
 from dbo_trace.analysis.afd.roles import ATTENTION, FFN, RoleFacts, RolesInfo
 from dbo_trace.analysis.context import PeerStep, RunContext, run_context
 from dbo_trace.analysis.verdict.evidence import Together, evidence_of, step_verdict, waited_for_most
@@ -149,7 +150,7 @@ def run_figures(r: RankAnalysis, k: int, context: RunContext) -> RunFigures:
     peer, side = context.peers[k], context.afd[k]
     table = r.steps.table
     windows = r.window_context.in_run(context.time_slicing)
-    shares = RoundTripShares(r.afd, table) if r.afd is not None else None  # its own rows: the FFN's parts do not move them
+    shares = r.steps.shares  # its own round trips (the measurement's): the FFN's parts do not move them
     return RunFigures(
         rank=context.numbers[k],
         attribution=context.attribution[k],
@@ -160,7 +161,7 @@ def run_figures(r: RankAnalysis, k: int, context: RunContext) -> RunFigures:
         round_trips=peer.round_trips if peer is not None else r.round_trips,
         afd=side.round_trips if side is not None else r.afd,
         span_parts=side.span_parts if side is not None else r.span_parts,
-        steps=StepReports(table, r.steps.pieces, partial(step_verdict, windows), r.steps.afd_shares, r.steps.host_frames),
+        steps=StepReports(table, r.steps.pieces, partial(step_verdict, windows), shares, r.steps.host_frames),
         phases=[judged_phase(p, table, windows, shares) for p in r.phases],
     )
 

@@ -30,7 +30,6 @@ from dbo_trace.analysis.afd.round_trips import round_trips as afd_round_trips
 from dbo_trace.analysis.afd.round_trips import summarize as summarize_round_trips
 from dbo_trace.analysis.afd.gpu_sharing import GpuSharing, TimeSlicing, time_slicing
 from dbo_trace.analysis.afd.pair_compute import PairFigures
-from dbo_trace.analysis.afd.verdict_model import AfdShare
 
 
 def rank_round_trips(d: RankDetail, steps: StepTable) -> AfdRoundTrips | None:
@@ -95,36 +94,6 @@ def _lag_op(
         return None
     name, us = max(covered.items(), key=lambda kv: kv[1])
     return names[name], us / total
-
-
-class RoundTripShares:
-    """A disaggregated rank's round trips by step: what share of a step's (or a phase's) round-trip
-    time the other microbatch's compute hid. Its steps and phases are judged by it, as the run is,
-    not by kernel overlap, which the sends and receives on the compute stream make 0% by construction."""
-
-    def __init__(self, afd: AfdRoundTrips, table: StepTable) -> None:
-        rows = afd.rows
-        n = int(table.index.max()) + 1 if len(table) else 0
-        ok = (rows.step >= 0) & (rows.step < n)
-        # the round trips less the host's lag (their rest), as the run's hidden share is
-        self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
-        # under the other microbatch's compute or beside its round trip: the label's share, as the run's
-        self.overlapped = np.bincount(rows.step[ok], weights=rows.rest_overlapped_us[ok], minlength=n)
-        self.table = table
-        self.microbatched = afd.microbatched
-
-    def of(self, positions: np.ndarray) -> AfdShare:
-        """Over the steps at these positions of the table."""
-        ix = self.table.index[positions]
-        t = float(self.total[ix].sum()) if len(ix) else 0.0
-        return AfdShare(float(self.overlapped[ix].sum()) / t if t > 0 else None, self.microbatched)
-
-    def by_step(self) -> list[AfdShare]:
-        ix = self.table.index
-        return [
-            AfdShare(float(h) / float(t) if t > 0 else None, self.microbatched)
-            for h, t in zip(self.overlapped[ix].tolist(), self.total[ix].tolist())
-        ]
 
 
 def pair_part(r: RankAnalysis) -> PairPart | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from dbo_trace.analysis.afd.pipeline import StepOverlap
 from dbo_trace.analysis.afd.roles import FFN
 from dbo_trace.analysis.afd.round_trips import AfdRoundTrips
@@ -113,3 +115,34 @@ def overlap_model(afd: AfdRoundTrips | None, role: str | None, overlap: StepOver
     if afd is not None:
         return RoundTripOverlap(afd, overlap)
     return ServedOverlap() if role == FFN else None
+
+
+class RoundTripShares:
+    """A disaggregated rank's round trips by step: what share of a step's (or a phase's) round-trip
+    time the other microbatch's compute hid. Its steps and phases are judged by it, as the run is,
+    not by kernel overlap, which the sends and receives on the compute stream make 0% by construction.
+    index: the step table's index (a step's position -> the steps' numbering the rows' `step` uses)."""
+
+    def __init__(self, afd: AfdRoundTrips, index: np.ndarray) -> None:
+        rows = afd.rows
+        n = int(index.max()) + 1 if len(index) else 0
+        ok = (rows.step >= 0) & (rows.step < n)
+        # the round trips less the host's lag (their rest), as the run's hidden share is
+        self.total = np.bincount(rows.step[ok], weights=rows.rest_us[ok], minlength=n)  # (n,) by step index
+        # under the other microbatch's compute or beside its round trip: the label's share, as the run's
+        self.overlapped = np.bincount(rows.step[ok], weights=rows.rest_overlapped_us[ok], minlength=n)
+        self.index = index
+        self.microbatched = afd.microbatched
+
+    def of(self, positions: np.ndarray) -> AfdShare:
+        """Over the steps at these positions of the table."""
+        ix = self.index[positions]
+        t = float(self.total[ix].sum()) if len(ix) else 0.0
+        return AfdShare(float(self.overlapped[ix].sum()) / t if t > 0 else None, self.microbatched)
+
+    def by_step(self) -> list[AfdShare]:
+        ix = self.index
+        return [
+            AfdShare(float(h) / float(t) if t > 0 else None, self.microbatched)
+            for h, t in zip(self.overlapped[ix].tolist(), self.total[ix].tolist())
+        ]
