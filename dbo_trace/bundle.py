@@ -261,6 +261,12 @@ class Manifest:
     layers: object  # likewise: a positive whole number
     repeats: object  # analysis.unprofiled.repeats_of reads it
     pystacks: object  # sample_entries reads it
+    bundle: Path | None = None  # the bundle folder it was read from (to name it in an error)
+
+    @property
+    def named(self) -> str:
+        """The manifest as an error line names it: its path, where read from a bundle."""
+        return str(self.bundle / MANIFEST_NAME) if self.bundle is not None else "a bundle manifest"
 
     @property
     def afd_or_command_afd(self) -> dict[str, Any] | None:
@@ -287,7 +293,7 @@ def _role_entry(entry: Any) -> RoleEntry:
     )
 
 
-def manifest_of(raw: dict[str, Any]) -> Manifest:
+def manifest_of(raw: dict[str, Any], bundle: Path | None = None) -> Manifest:
     """A checked manifest (read_manifest's) typed: once, by the bundle reader."""
     roles = raw.get("roles")
     names = raw.get("gpus", {}).get("names") if isinstance(raw.get("gpus"), dict) else None
@@ -311,12 +317,13 @@ def manifest_of(raw: dict[str, Any]) -> Manifest:
         layers=raw.get("layers"),
         repeats=raw.get("repeats"),
         pystacks=raw.get("pystacks"),
+        bundle=bundle,
     )
 
 
 def read_bundle_manifest(bundle: Path) -> Manifest:
     """The bundle's manifest, checked and typed (BundleError where it cannot be used)."""
-    return manifest_of(read_manifest(bundle))
+    return manifest_of(read_manifest(bundle), bundle)
 
 
 def served_settings(manifest: Manifest) -> dict[str, Any] | None:

@@ -13,6 +13,15 @@ from typing import Callable, Union
 Data = Union[bytes, Iterable[bytes]]  # the file's bytes, whole or in pieces written in turn
 
 
+def resolved(path: Path) -> Path:
+    """path.resolve(), where a symlink loop is an OSError (ELOOP) on every Python: 3.10 to 3.12 raise
+    RuntimeError, which no caller expects of a path the user gave."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, "a symlink loop", str(path)) from None
+
+
 def replace_file(path: Path, data: Data) -> None:
     """Write data to a fresh temporary file beside path, then rename it over path (atomic on one
     filesystem). The temporary name is new (O_EXCL), so a user's `x.tmp` is never touched and a

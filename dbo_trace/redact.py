@@ -281,12 +281,19 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def redact_json(value: Any) -> Any:
-    """Any JSON-like value: keys whose last word is a secret word hidden (as for flags), URL credentials removed."""
+DEEPEST = 32  # a manifest nests a few levels; what lies deeper is dropped whole (nothing in it can leak)
+
+
+def redact_json(value: Any, depth: int = 0) -> Any:
+    """Any JSON-like value: keys whose last word is a secret word hidden (as for flags), URL credentials
+    removed; an object or list nested deeper than DEEPEST replaced by REDACTED (a manifest is input: the
+    standard parser takes ~1,000 levels, more than this recursion could follow)."""
+    if isinstance(value, (dict, list)) and depth >= DEEPEST:
+        return REDACTED
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(k, str) and is_secret_flag(k) else redact_json(v)) for k, v in value.items()}
+        return {k: (REDACTED if isinstance(k, str) and is_secret_flag(k) else redact_json(v, depth + 1)) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact_json(v) for v in value]
+        return [redact_json(v, depth + 1) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -111,7 +111,9 @@ def capture_sizes(settings: dict[str, dict[str, str | bool]] | None) -> tuple[in
     """The CUDA graph capture sizes a `vllm serve` command line names (--compilation-config's
     cudagraph_capture_sizes, or --cudagraph-capture-sizes); None where it names none. Untrusted: only
     whole numbers between 1 and 1,000,000 are kept."""
-    group = (settings or {}).get("cudagraph") or {}
+    group = settings.get("cudagraph") if isinstance(settings, dict) else None
+    if not isinstance(group, dict):
+        return None
     found: object = None
     parsed = json_value(group.get("compilation-config"))
     if isinstance(parsed, dict):
@@ -121,13 +123,22 @@ def capture_sizes(settings: dict[str, dict[str, str | bool]] | None) -> tuple[in
         found = [x for x in re.split(r"[\s,\[\]]+", listed) if x]
     if not isinstance(found, list):
         return None
-    sizes = []
-    for x in found:
-        try:
-            n = int(x)
-        except (TypeError, ValueError):
-            return None
-        if not 1 <= n <= 1_000_000:
-            return None
-        sizes.append(n)
-    return tuple(sorted(set(sizes))) or None
+    sizes = [whole_number(x) for x in found]
+    if not all(n is not None and 1 <= n <= 1_000_000 for n in sizes):
+        return None
+    return tuple(sorted({n for n in sizes if n is not None})) or None
+
+
+def whole_number(x: object) -> int | None:
+    """A whole number as JSON or a command line writes one (7, 7.0, "7"; 18 digits at most as text);
+    None for anything else (a fraction, infinity, NaN, a boolean, digits of another script such as
+    "²", which str.isdigit takes and int() refuses). Untrusted input's numbers go through it."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float):
+        return int(x) if x.is_integer() else None  # is_integer is False for inf and NaN
+    if isinstance(x, str) and x.isascii() and x.isdigit() and len(x) <= 18:
+        return int(x)
+    return None

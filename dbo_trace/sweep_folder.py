@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from dbo_trace.bundle import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST_NAME, MAX_MANIFEST_BYTES, TRACES_DIR, read_bounded, trace_files
+from dbo_trace.files import resolved
 
 SWEEP_FORMAT = "dbo-trace-sweep"
 SWEEP_VERSION = 1
@@ -240,7 +241,11 @@ def _run(folder: Path, entry: RunEntry | None, arm: str, load: str) -> SweepRun:
     if entry is None:
         return SweepRun(arm, load, PENDING, "not in the sweep's runs", None, None, False)
     bundle = folder / entry.bundle
-    inside = bundle.resolve().is_relative_to(folder.resolve())
+    try:
+        inside = resolved(bundle).is_relative_to(resolved(folder))
+    except OSError:  # a symlink loop
+        why = f"its bundle {entry.bundle} cannot be followed (a symlink loop?)" if entry.status == COMPLETE else entry.reason
+        return SweepRun(arm, load, entry.status, why, None, None, False)
     if not inside or not (bundle / MANIFEST_NAME).is_file():
         why = entry.reason
         if entry.status == COMPLETE:

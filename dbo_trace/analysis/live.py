@@ -15,6 +15,7 @@ from typing import Any
 
 from dbo_trace import bundle as fmt
 from dbo_trace.analysis.steps.microbatched import step_microbatched
+from dbo_trace.serve_args import whole_number
 
 # The steps whose microbatch threads ran Python, so yielded and waited: a graph replay runs none
 # (the yields and waits were recorded into the graph at its capture).
@@ -73,8 +74,8 @@ def live_row(
     waits = {}
     for key, value in counters.items():
         parts = key.split(".")
-        if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and parts[1].isdigit() and yielding:
-            waits[int(parts[1])] = value / 1000.0 / yielding
+        if len(parts) == 3 and parts[0] == "ubatch" and parts[2] == "wait_us" and yielding and (ubatch := whole_number(parts[1])) is not None:
+            waits[ubatch] = value / 1000.0 / yielding
     step_us = [counters[f"step_us.{p}"] for p in YIELDING_PATHS if paths.get(p) and f"step_us.{p}" in counters]
     timed = len(step_us) == sum(1 for p in YIELDING_PATHS if paths.get(p))  # every yielding path's time known
     rate = None

@@ -41,6 +41,63 @@ from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
 
 
+def _shown(value: object, most: int = 60) -> str:
+    """A manifest's value in an error line: its repr, cut (a pattern may be a megabyte)."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most] + "..."
+
+
+# A manifest's patterns are input: each may hold literal text, escapes, classes, '.', anchors and '|',
+# and '?' or {m,n} after one character, their choices at most MOST_CHOICES in all; no group and no
+# unbounded repeat, so a search costs at most that many passes over a name (Python's re backtracks).
+MOST_CHOICES = 16
+
+
+def slow_pattern(pattern: str) -> str | None:
+    """Why a regular expression's search may not stay linear in the text, or None where it does (the
+    rule above; Python's reading of a brace: a repeat only in the forms {m}, {m,}, {,n}, {m,n}).
+    `pattern` compiles (checked before)."""
+    choices, i, n = 1, 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            if pattern[i + 1 : i + 2].isdigit():
+                return "a back-reference"
+            i += 2
+        elif ch == "[":  # a class, to its closing ] (one first, or after ^, is a member)
+            j = i + 1
+            j += pattern[j : j + 1] == "^"
+            j += pattern[j : j + 1] == "]"
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+        elif ch in "()":
+            return "a group"
+        elif ch in "*+":
+            return "an unbounded repeat"
+        elif ch == "{" and (brace := _REPEAT.match(pattern, i)) is not None:
+            low, comma, high = brace.groups()
+            if comma and not high:
+                return "an unbounded repeat"
+            if len(low) > 6 or len(high) > 6:
+                return "a repeat of over a million"
+            choices *= int(high) - int(low or 0) + 1 if comma else 1
+            i = brace.end()
+            i += pattern[i : i + 1] == "?"  # lazy: the same choices
+        elif ch == "?":
+            choices *= 2
+            i += 1
+            i += pattern[i : i + 1] == "?"  # lazy
+        else:
+            i += 1
+        if choices > MOST_CHOICES:
+            return f"more than {MOST_CHOICES} ways to match"
+    return None
+
+
+_REPEAT = re.compile(r"\{(\d*)(,?)(\d*)\}")  # {m}, {m,}, {,n}, {m,n}; {} and {,} (no digits) are not repeats
+
+
 def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None = None) -> Recording:
     """What the manifests say of the run, read once: the communication kernels and layer count a
     bundle may declare (emulated traffic; both checked here, since a manifest is input like any
@@ -50,14 +107,18 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
     for m in manifests:
         declared = m.comm_kernels
         if not isinstance(declared, list) or not all(isinstance(p, str) for p in declared):
-            raise InputError("a bundle manifest's comm_kernels must be a list of regular expressions (strings)")
+            raise InputError(f"{m.named}: its comm_kernels must be a list of regular expressions (strings)")
         for pattern in declared:
             try:
                 re.compile(pattern)
             except re.error as exc:
+                raise InputError(f"{m.named}: its comm_kernels holds {_shown(pattern)}, not a valid regular expression ({exc})") from None
+            slow = slow_pattern(pattern)
+            if slow is not None:
                 raise InputError(
-                    f"a bundle manifest's comm_kernels holds {pattern!r}, not a valid regular expression ({exc})"
-                ) from None
+                    f"{m.named}: its comm_kernels holds {_shown(pattern)}, with {slow}, which a manifest's pattern "
+                    f"may not hold (its search could take hours on a long kernel name); give it with --comm-kernels instead"
+                )
         extra += declared
     layers = None
     for m in manifests:
@@ -65,7 +126,7 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
         if value is None or layers:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"a bundle manifest's layers must be a positive whole number, not {value!r}")
+            raise InputError(f"{m.named}: its layers must be a positive whole number, not {_shown(value)}")
         layers = value
     envs = [m.env for m in manifests if m.env is not None]
     sms = [v for env in envs if isinstance(v := env.get(COMM_SMS_ENV), str)]

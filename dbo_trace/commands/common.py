@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from dbo_trace.errors import UsageError, inert
-from dbo_trace.files import create_file, replace_file
+from dbo_trace.files import create_file, replace_file, resolved
 from dbo_trace.ui import reading_bar
 
 if TYPE_CHECKING:
@@ -123,7 +123,10 @@ def refuse_overwrite(*paths: Path | None, force: bool) -> None:
     given = [p for p in paths if p is not None]
     seen: dict[Path, Path] = {}
     for path in given:
-        key = path.resolve()
+        try:
+            key = resolved(path)
+        except OSError:
+            fail(f"{path}: cannot be followed (a symlink loop?); give another name for the output")
         if key in seen:
             fail(f"{path}: given for two outputs; give each output its own file")
         seen[key] = path

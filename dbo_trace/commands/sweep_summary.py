@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from dbo_trace.commands import common
 from dbo_trace.commands.common import color, fail, refuse_overwrite, warn, write_file, write_output
 from dbo_trace.errors import UsageError
+from dbo_trace.serve_args import whole_number
 
 if TYPE_CHECKING:
     from dbo_trace.analysis.compare.load_sweep import LoadPoint, RunFigures
@@ -127,8 +128,8 @@ def max_num_seqs(run: SweepRun) -> int | None:
     settings = run.manifest.settings if run.manifest is not None else None
     batching = settings.get("batching") if isinstance(settings, dict) else None
     value = batching.get("max-num-seqs") if isinstance(batching, dict) else None
-    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    return int(text) if text.isdigit() and 0 < int(text) < 1 << 31 else None
+    n = whole_number(value.strip() if isinstance(value, str) else value)
+    return n if n is not None and 0 < n < 1 << 31 else None
 
 
 def decode_threshold(run: SweepRun) -> int | None:
@@ -136,8 +137,8 @@ def decode_threshold(run: SweepRun) -> int | None:
     settings = run.manifest.settings if run.manifest is not None else None
     dbo = settings.get("dbo") if isinstance(settings, dict) else None
     value = dbo.get("dbo-decode-token-threshold") if isinstance(dbo, dict) else None
-    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
-    return int(text) if text.isdigit() and int(text) < 1 << 31 else None
+    n = whole_number(value.strip() if isinstance(value, str) else value)
+    return n if n is not None and 0 <= n < 1 << 31 else None
 
 
 def figures_of(run: SweepRun, reports: dict[tuple[str, str], Report] | None = None) -> RunFigures:

@@ -104,7 +104,7 @@ def ended_at(folder: Path) -> str | None:
     try:
         ended = fmt.read_bundle_manifest(folder).ended
         when = datetime.fromisoformat(ended).astimezone(timezone.utc) if ended is not None else None
-    except (fmt.BundleError, ValueError):
+    except (fmt.BundleError, ValueError, OverflowError):  # OverflowError: a time past the calendar's ends in UTC
         return None
     return when.strftime("%Y-%m-%d %H:%M:%S UTC") if when is not None else None
 

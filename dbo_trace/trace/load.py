@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from dbo_trace import bundle as fmt
+from dbo_trace.files import resolved
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.eventlog import EventLogData, read_event_log
 from dbo_trace.trace.kineto import SqliteFile, categories_seen, read_kineto
@@ -108,7 +109,10 @@ def discover(paths: list[Path], first: int = 0, node: str | None = None) -> Foun
     found = Found()
     seen: set[Path] = set()
     for given, p in enumerate(paths, first):
-        key = p.resolve()
+        try:
+            key = resolved(p)
+        except OSError:
+            raise InputError(f"{p}: cannot be followed (a symlink loop?); give the file or folder itself") from None
         if key in seen:  # the same run twice would be two identical ranks, every total doubled
             found.warnings.append(f"{p}: given more than once; read once")
             continue

@@ -120,7 +120,8 @@ def _tool(r: dict[str, Any]) -> str:
 
 def repeats_of(raw: Any) -> tuple[Repeat, ...]:
     """A manifest's `repeats` as read (anything: a manifest is input), each repeat's figures that are
-    finite numbers; the usable ones: a duration and at least one completed request."""
+    finite numbers; the usable ones: a duration above zero (requests completed take time: a zero
+    is no measurement, and the change against it no number) and at least one completed request."""
     if not isinstance(raw, list):
         return ()
     out = []
@@ -131,7 +132,7 @@ def repeats_of(raw: Any) -> tuple[Repeat, ...]:
             _tool(r), _number(r, "duration_s"), _number(r, "completed"), _number(r, "output_throughput"),
             _number(r, "median_tpot_ms"), _number(r, "median_itl_ms"),
         )  # fmt: skip
-        if rep.duration_s is not None and (rep.completed or 0.0) > 0:
+        if (rep.duration_s or 0.0) > 0 and (rep.completed or 0.0) > 0:
             out.append(rep)
     return tuple(out)
 

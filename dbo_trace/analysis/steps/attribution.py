@@ -84,7 +84,7 @@ def _thread_states(logs: list[EventLogData], base_time_ns: int) -> tuple[ThreadS
                 stream_phase[key] = PHASE_COMPUTE
                 state = (ub, PHASE_WAIT)
             elif kind == fmt.EV_STREAM:
-                stream_phase[key] = _PHASE_OF.get(detail, PHASE_COMPUTE)
+                stream_phase[key] = _PHASE_OF.get(detail, PHASE_COMPUTE) if isinstance(detail, str) else PHASE_COMPUTE
                 state = (ub, stream_phase[key])
             elif kind in (fmt.EV_UB_RUN, fmt.EV_RESUME):
                 state = (ub, stream_phase.get(key, PHASE_COMPUTE))

@@ -235,7 +235,8 @@ def log_steps(logs: list[EventLogData], base_time_ns: int) -> Steps | None:
     for log in logs:
         for t, kind, ident, _native, _ub, step, detail in log.records:
             if kind == fmt.EV_STEP_BEGIN:
-                begins[(ident, step)] = (t, detail.get("path") if isinstance(detail, dict) else None)
+                path = detail.get("path") if isinstance(detail, dict) else None
+                begins[(ident, step)] = (t, path if isinstance(path, str) else None)  # a log is input: a path is a name
             elif kind == fmt.EV_STEP_END and (ident, step) in begins:
                 t0, path = begins.pop((ident, step))
                 rows.append((t0, t, f"step {step}", path))
