@@ -132,7 +132,14 @@ def _connect(path: Path, shown_as: Path) -> sqlite3.Connection:
 
 
 def _tables(db: sqlite3.Connection) -> dict[str, set[str]]:
-    names = [r[0] for r in db.execute("select name from sqlite_master where type in ('table', 'view')")]
+    # Tables only: an export's are tables, and a view (or a virtual table) is a query that may never
+    # end, or make gigabytes from a small file; what is read is then bounded by the file's size.
+    names = [
+        r[0]
+        for r in db.execute(
+            "select name from sqlite_master where type = 'table' and upper(coalesce(sql, '')) not like 'CREATE VIRTUAL%'"
+        )
+    ]
     # The name as a bound parameter: a table named with a quote is any other table, not SQL.
     return {n: {r[0] for r in db.execute("select name from pragma_table_info(?)", (n,))} for n in names}
 
