@@ -90,14 +90,17 @@ def output_name(
     return name
 
 
-def check_regexes(patterns: tuple[str, ...]) -> None:
-    """The user's regular expressions, each compiled once here so that a bad one is refused before
-    any work (the analysis compiles them again from re's cache)."""
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            fail(f"{pattern!r}: not a valid regular expression ({exc})")
+def check_regexes(patterns: dict[str, tuple[str, ...]]) -> None:
+    """The user's regular expressions by the option that gave them, each compiled once here so that
+    a bad one is refused, naming its option, before any work (the analysis compiles them again from
+    re's cache)."""
+    for option, given in patterns.items():
+        for pattern in given:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                shown = repr(pattern if len(pattern) <= 60 else pattern[:60] + "...")
+                fail(f"{option} {shown}: not a valid regular expression ({exc})")
 
 
 def terminal_width() -> int:

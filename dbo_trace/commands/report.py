@@ -144,7 +144,10 @@ class ReportRequest:
             fail("--window draws a span instead of one step: give it without --step and --all-ranks")
         if self.comm_kernels and self.comm_kernels_only:
             fail("--comm-kernels adds to the built-in set and --comm-kernels-only replaces it: give one of them")
-        check_regexes(self.comm_kernels + self.comm_kernels_only + self.ubatch_patterns + _given(self.step_marker))
+        check_regexes({
+            "--comm-kernels": self.comm_kernels, "--comm-kernels-only": self.comm_kernels_only,
+            "--ubatch-pattern": self.ubatch_patterns, "--step-marker": _given(self.step_marker),
+        })  # fmt: skip
         for x in self._model_what_ifs:
             what_if_value(x)
         asked = {m.group(1) for x in self.what_if if (m := _WHAT_IF_DBO.fullmatch(x.strip()))}

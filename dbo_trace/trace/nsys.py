@@ -29,6 +29,7 @@ import numpy as np
 
 from dbo_trace.trace.errors import InputError
 from dbo_trace.trace.kineto.blocks import SQLITE_MAGIC
+from dbo_trace.trace.kineto.columns import MAX_NAME_CHARS
 from dbo_trace.trace.timeline import MAX_BASE_TIME_NS, Intervals, LaunchArgs, Timeline
 
 if TYPE_CHECKING:  # sqlite3 is imported where an export is read, not with every `report` (issue 55)
@@ -46,9 +47,6 @@ NVTX_RANGE_TYPES = (59, 60)
 _ROWS = 1 << 16  # rows fetched at a time
 _PID_SHIFT, _ID_MASK = 24, (1 << 24) - 1
 EXPORT_TIMEOUT_S = 3600.0  # for `nsys export` of a .nsys-rep (a large report takes minutes)
-# A name is read up to this many characters: no tool writes longer ones (a C++ template kernel's
-# demangled name is a few kB), and a hostile export's gigabyte string would cost the report its memory.
-MAX_NAME_CHARS = 1 << 16
 _LOG_TAIL = 4096  # bytes of nsys's output kept for the error line
 
 # CUPTI's memcpy kinds, named as Kineto names its copies.

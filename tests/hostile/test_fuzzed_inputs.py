@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, run_cli
+from conftest import SAMPLES, run_cli, run_cli_process
 
 from dbo_trace.app.pipeline import MOST_CHOICES, slow_pattern
 from dbo_trace.redact import DEEPEST, REDACTED
@@ -207,3 +207,44 @@ def test_a_manifest_nested_deep_is_archived_with_the_deep_part_dropped(tmp_path)
     while isinstance(value, list) and value:
         value, depth = value[0], depth + 1
     assert value == REDACTED and depth == DEEPEST  # the root's depth 0: 32 levels kept, the rest dropped
+
+
+# ---- a trace's names of megabytes -----------------------------------------------------------------
+
+
+def test_a_traces_names_are_read_up_to_64k_characters(tmp_path):
+    """Each event may be 64 MB, so a small gzip held kernels of 10 MB names, and every renderer's
+    pass over a name's characters took minutes (98 s for 20 such names). Names are read up to
+    MAX_NAME_CHARS, as the Nsight reader reads them."""
+    from traces import events_of, rewrite_trace
+
+    from dbo_trace.trace.kineto.columns import MAX_NAME_CHARS
+    from dbo_trace.trace.load import read_timelines
+
+    def longer(doc):
+        for i, e in enumerate(events_of(doc, "kernel")[:20]):
+            e["name"] = chr(ord("A") + i) * (1 << 20) + e["name"]
+
+    trace = rewrite_trace(next((SAMPLES / "overlap" / "traces").glob("*.json.gz")), tmp_path / "long.json.gz", longer)
+    (timeline,) = read_timelines(trace, 0)
+    assert max(map(len, timeline.names)) == MAX_NAME_CHARS
+    proc = run_cli("report", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert max(map(len, proc.stdout.splitlines())) < 400  # the tables and lines cut what they show
+
+
+def test_a_trace_of_no_time_draws_its_timeline_without_a_warning(tmp_path):
+    """Every event at one instant, none lasting: the picture's axis was of no width and matplotlib's
+    warning (its source line) reached stderr."""
+    from traces import rewrite_trace
+
+    def one_instant(doc):
+        for e in doc["traceEvents"]:
+            if "ts" in e:
+                e["ts"] = 1000
+            if "dur" in e:
+                e["dur"] = 0
+
+    trace = rewrite_trace(next((SAMPLES / "overlap" / "traces").glob("*.json.gz")), tmp_path / "t.json.gz", one_instant)
+    proc = run_cli_process("report", str(trace), "--timeline", str(tmp_path / "t.png"))  # pytest would catch the warning
+    assert proc.returncode in (0, 2) and "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -95,10 +95,11 @@ def test_report_refuses_a_combination(option, message):
 
 
 @pytest.mark.parametrize("field", ["comm_kernels", "comm_kernels_only", "ubatch_patterns", "step_marker"])
-def test_report_refuses_a_bad_regex(field):
+def test_report_refuses_a_bad_regex_naming_its_option(field):
     value = "(unclosed" if field == "step_marker" else ("ok", "(unclosed")
     message = refused(ReportRequest((TRACE,), **{field: value}))
-    assert message == "'(unclosed': not a valid regular expression (missing ), unterminated subpattern at position 0)"
+    option = {"ubatch_patterns": "--ubatch-pattern"}.get(field, "--" + field.replace("_", "-"))
+    assert message == f"{option} '(unclosed': not a valid regular expression (missing ), unterminated subpattern at position 0)"
 
 
 @pytest.mark.parametrize(

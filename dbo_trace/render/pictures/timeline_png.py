@@ -391,7 +391,7 @@ def timeline_figure(view: StepView, width_in: float = WIDTH_IN) -> Figure:
     _lane_labels(ax, row)  # lanes hold thread names
     # A step's window ends where its last kernel ends: that kernel's end on the axis' right edge
     # read as cut off. A margin past the window's end, past the last tick, shows it whole.
-    ax.set_xlim(o / SCALE, (view.duration * (1 + RIGHT_MARGIN) + o) / SCALE)
+    ax.set_xlim(o / SCALE, (max(view.duration, 1.0) * (1 + RIGHT_MARGIN) + o) / SCALE)  # a window of no time: 1 us wide
     ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel(view.axis_label, fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)

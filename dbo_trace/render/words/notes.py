@@ -42,6 +42,13 @@ from dbo_trace.analysis.steps.stalls import Behind
 from dbo_trace.bundle import ROLE_FROM_COMMAND, ROLE_FROM_MANIFEST
 
 LINE_NAMES = 3  # names per kind in the one-line summary
+# A name in a sentence, cut to this many characters: a trace's name may be 64K (the tables cut theirs
+# to their columns; a line that held one whole ran to a megabyte in a fuzzing pass before the cap).
+NAME_IN_LINE = 160
+
+
+def _name(name: str) -> str:
+    return name if len(name) <= NAME_IN_LINE else name[: NAME_IN_LINE - 3] + "..."
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
 
 CAUSE_TEXT = {
@@ -61,7 +68,7 @@ def top_item_name(top: TopItem) -> str:
     name marked as one."""
     if top.name is None:
         return CAUSE_TEXT[top.kind]
-    return f"{top.name} (CPU op)" if top.kind == CPU_OP else top.name
+    return f"{_name(top.name)} (CPU op)" if top.kind == CPU_OP else _name(top.name)
 
 
 def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, float, int | None]]:
@@ -74,7 +81,7 @@ def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, 
     ]
     for kind, listed, suffix in ((NAMED, causes.named, ""), (CPU_OP, causes.cpu_ops, " (CPU op)")):
         shown = listed[:names]
-        items += [(f"{n}{suffix}", t, None) for n, t in shown]
+        items += [(f"{_name(n)}{suffix}", t, None) for n, t in shown]
         rest = causes.rest_us(kind, len(shown))
         if rest > 0:
             items.append((f"other {CAUSE_TEXT[kind]}" if shown else CAUSE_TEXT[kind], rest, None))

@@ -224,6 +224,10 @@ def _counts(items: list[Any], field: Callable[[Any], Any]) -> np.ndarray:
 
 MAX_ABS_TS_US = 1e17  # ~3,000 years of microseconds: beyond it a timestamp is corrupt
 MAX_DUR_US = 1e11  # ~28 hours for one event
+# A name is read up to this many characters, by every reader (nsys.py too): no tool writes longer ones (a C++
+# template kernel's demangled name is a few kB), and a hostile trace's megabyte names would cost every
+# renderer's pass over a name's characters minutes (a fuzzing pass: 20 names of 10 MB, 98 s).
+MAX_NAME_CHARS = 1 << 16
 # A missing dur is not 0 for these: by category code (np.isin cost a sixth of a millisecond a chunk).
 _TIMED = np.isin(np.arange(max(_CATEGORIES.values()) + 1), [CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_RUNTIME, CAT_DRIVER])
 
@@ -429,7 +433,8 @@ class _Columns:
             self.dropped[reason] = self.dropped.get(reason, 0) + count
 
     def finish(self) -> tuple[EventColumns, list[str]]:
-        return EventColumns(**self.filled()), list(self.names)
+        """The columns and the name table, each name cut to MAX_NAME_CHARS (above)."""
+        return EventColumns(**self.filled()), [n if len(n) <= MAX_NAME_CHARS else n[:MAX_NAME_CHARS] for n in self.names]
 
     def extent_table(self) -> np.ndarray:
         return np.array(self.extents, np.float64).reshape(-1, len(EXTENT_FIELDS))

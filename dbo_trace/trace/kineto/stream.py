@@ -239,7 +239,12 @@ class _EventStream:
                 f"{self.path}: data after the array of trace events (from byte {after}); "
                 "the file may be two traces joined, or corrupt: keep one trace per file or re-export it"
             )
-        return InputError(f"{self.path}: invalid JSON in traceEvents: the file ends inside it (truncated?); re-export it")
+        # No `}]` closes them: a file cut inside the events, or an array that holds something else
+        # (`[1, 2]`: no object ends in it); the reader cannot tell which without reading it all again.
+        return InputError(
+            f"{self.path}: invalid JSON in traceEvents: the file ends inside it (truncated?), or it holds "
+            "something other than event objects; re-export it"
+        )
 
     def _whole(self, buf: bytes, end: int) -> bool:
         """Whether buf[:end] decodes as whole events (a type error in them is raised as such)."""
