@@ -378,7 +378,9 @@ def test_host_time_operator_names_render_inert(tmp_path):
     def renamed(events):
         for event in events:
             if event.get("cat") == "cpu_op" and isinstance(event.get("name"), str):
-                event["name"] = f"{event['name']} {HOSTILE}"
+                # the markup first: a name in a sentence is cut to 160 characters (render/words/notes.py
+                # NAME_IN_LINE), here inside the shapes' escapes, which must stay inert cut
+                event["name"] = f"{event['name']} [bold red]:smile: {HOSTILE}"
         return events
 
     rewrite_events(trace, trace, renamed)
