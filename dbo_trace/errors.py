@@ -38,3 +38,10 @@ class UsageError(Exception):
 class Terminated(KeyboardInterrupt):
     """SIGTERM arrived while workers ran (trace/workers.py): handled as Ctrl-C is, so the workers are
     stopped and not left orphaned; the command exits 143 (128 + SIGTERM), as a process it killed would."""
+
+
+def shown(value: object, most: int = 40) -> str:
+    """A value from input in an error line: its repr, cut to `most` characters (a pattern, a version
+    or a JSON flag may be a megabyte); made inert with the rest of the line."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[: most - 3]}..."

@@ -22,6 +22,15 @@ def resolved(path: Path) -> Path:
         raise OSError(errno.ELOOP, "a symlink loop", str(path)) from None
 
 
+def followed(path: Path) -> Path:
+    """The path resolved, or made absolute as given where it cannot be followed (a symlink loop: the
+    input's own check names it); for what needs only its parts (a label, a default name)."""
+    try:
+        return resolved(path)
+    except OSError:
+        return Path(path).absolute()
+
+
 def replace_file(path: Path, data: Data) -> None:
     """Write data to a fresh temporary file beside path, then rename it over path (atomic on one
     filesystem). The temporary name is new (O_EXCL), so a user's `x.tmp` is never touched and a

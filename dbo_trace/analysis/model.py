@@ -261,9 +261,9 @@ class StepReports(LazyList[StepReport]):
     def _build_steps(self, a: int, b: int) -> None:
         t, m = self.table, self.table.metrics
         causes = self.pieces.causes_in(t.start_us[a:b], t.end_us[a:b], m["host_idle_us"][a:b], top=3)
+        shares = self.afd_shares
         for i, cause in zip(range(a, b), causes):
             figures = m.row(i)
-            shares = self.afd_shares
             verdict = self.judge(figures, cause, None if shares is None else shares[i])
             self._items[i] = StepReport(
                 label=t.label[i],

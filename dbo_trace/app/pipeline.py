@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 
 from dbo_trace.analysis.model import CrossPart, Options, RankAnalysis, Recording, Report, StepTable
 from dbo_trace.analysis.context import PeerStep
+from dbo_trace.errors import shown
 from dbo_trace.analysis.rank_analysis import analyze_rank
 from dbo_trace.analysis.steps.sources import SOURCE_VLLM, Steps, partner_steps
 from dbo_trace.analysis.report import combine
@@ -39,12 +40,6 @@ from dbo_trace.trace.load import Found, discover, rank_order, read_logs_and_samp
 from dbo_trace.trace.pystacks import StackSamples
 from dbo_trace.trace.timeline import Timeline
 from dbo_trace.trace.workers import process_pool
-
-
-def _shown(value: object, most: int = 60) -> str:
-    """A manifest's value in an error line: its repr, cut (a pattern may be a megabyte)."""
-    text = repr(value)
-    return text if len(text) <= most else text[:most] + "..."
 
 
 # A manifest's patterns are input: each may hold literal text, escapes, classes, '.', anchors and '|',
@@ -112,11 +107,11 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise InputError(f"{m.named}: its comm_kernels holds {_shown(pattern)}, not a valid regular expression ({exc})") from None
+                raise InputError(f"{m.named}: its comm_kernels holds {shown(pattern, 60)}, not a valid regular expression ({exc})") from None
             slow = slow_pattern(pattern)
             if slow is not None:
                 raise InputError(
-                    f"{m.named}: its comm_kernels holds {_shown(pattern)}, with {slow}, which a manifest's pattern "
+                    f"{m.named}: its comm_kernels holds {shown(pattern, 60)}, with {slow}, which a manifest's pattern "
                     f"may not hold (its search could take hours on a long kernel name); give it with --comm-kernels instead"
                 )
         extra += declared
@@ -126,7 +121,7 @@ def recording_of(manifests: list[Manifest], claims: dict[str, RoleClaims] | None
         if value is None or layers:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{m.named}: its layers must be a positive whole number, not {_shown(value)}")
+            raise InputError(f"{m.named}: its layers must be a positive whole number, not {shown(value, 60)}")
         layers = value
     envs = [m.env for m in manifests if m.env is not None]
     sms = [v for env in envs if isinstance(v := env.get(COMM_SMS_ENV), str)]

@@ -25,6 +25,7 @@ from dbo_trace.analysis.afd.gpu_sharing import GpuSharing
 from dbo_trace.analysis.afd.roles import RolesInfo
 from dbo_trace.analysis.model import Report
 from dbo_trace.render.pictures.step_view import steps_around_median, window_steps
+from dbo_trace.errors import shown
 from dbo_trace.files import create_file, replace_file
 
 if TYPE_CHECKING:
@@ -117,11 +118,11 @@ def _checked(member: tarfile.TarInfo, seen: set[str], path: Path, fix: str) -> t
 
     if not (member.isfile() or member.isdir()):
         kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else "a device or FIFO"
-        raise UsageError(f"{path}: its member {_shown(member.name, 80)} is {kind}; an archive holds only files{fix}")
+        raise UsageError(f"{path}: its member {shown(member.name, 80)} is {kind}; an archive holds only files{fix}")
     name = _member_name(member.name)
     if name in seen:
         raise UsageError(
-            f"{path}: it holds {_shown(name, 80)} twice (tar -x gives the last copy, this reader the "
+            f"{path}: it holds {shown(name, 80)} twice (tar -x gives the last copy, this reader the "
             f"first); an archive holds each member once{fix}"
         )
     seen.add(name)
@@ -184,11 +185,6 @@ def _validation_problem(exc: Exception) -> str:
 
 def _cut(text: str, most: int) -> str:
     return text if len(text) <= most else f"{text[: most - 3]}..."
-
-
-def _shown(value: object, most: int = 40) -> str:
-    """A value from the archive in an error line: its repr, cut (a version may be a megabyte string)."""
-    return _cut(repr(value), most)
 
 
 class _Head(msgspec.Struct):
@@ -256,7 +252,7 @@ def _sweep_document(path: Path, data: bytes, fix: str) -> SweepDocument:
         if head.schema != SWEEP_SCHEMA:
             raise UsageError(f"{where} is not a dbo-trace sweep summary{fix}")
         if type(head.schema_version) is not int or head.schema_version != SWEEP_SCHEMA_VERSION:
-            raise UsageError(f"{where} has schema version {_shown(head.schema_version)}, this dbo-trace reads {SWEEP_SCHEMA_VERSION}{fix}")
+            raise UsageError(f"{where} has schema version {shown(head.schema_version)}, this dbo-trace reads {SWEEP_SCHEMA_VERSION}{fix}")
         return msgspec.json.decode(data, type=SweepDocument)
     except msgspec.ValidationError as exc:
         raise UsageError(f"{where} is damaged: {_validation_problem(exc)}{fix}") from None
@@ -290,7 +286,7 @@ def _report_document(path: Path, data: bytes, fix: str) -> ReportDocument:
     version = head.schema_version
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise UsageError(
-            f"{path}: its report has schema version {_shown(version)}, this dbo-trace reads "
+            f"{path}: its report has schema version {shown(version)}, this dbo-trace reads "
             f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and {READABLE_VERSIONS[-1]} (writes {SCHEMA_VERSION}); re-create the archive from the recording"
         )
     try:

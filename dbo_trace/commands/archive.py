@@ -10,7 +10,7 @@ import click
 
 from dbo_trace.commands import common
 from dbo_trace.commands.common import fail, refuse_overwrite
-from dbo_trace.files import resolved
+from dbo_trace.files import followed
 from dbo_trace.errors import inert
 
 if TYPE_CHECKING:
@@ -31,13 +31,7 @@ class ArchiveRequest:
 
     @property
     def archive(self) -> Path:
-        if self.out is not None:
-            return self.out
-        try:
-            name = resolved(self.source).name
-        except OSError:  # a symlink loop: the source's check names it
-            name = self.source.absolute().name
-        return Path(f"{name}-dbo-trace.tar.gz")
+        return self.out or Path(f"{followed(self.source).name}-dbo-trace.tar.gz")
 
     def checked(self) -> ArchiveRequest:
         if not self.archive.name.lower().endswith(SUFFIX):  # pack writes a gzipped tar whatever the name says

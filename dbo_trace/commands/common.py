@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from dbo_trace.errors import UsageError, inert
+from dbo_trace.errors import UsageError, inert, shown
 from dbo_trace.files import create_file, replace_file, resolved
 from dbo_trace.ui import reading_bar
 
@@ -99,8 +99,7 @@ def check_regexes(patterns: dict[str, tuple[str, ...]]) -> None:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                shown = repr(pattern if len(pattern) <= 60 else pattern[:60] + "...")
-                fail(f"{option} {shown}: not a valid regular expression ({exc})")
+                fail(f"{option} {shown(pattern, 60)}: not a valid regular expression ({exc})")
 
 
 def terminal_width() -> int:

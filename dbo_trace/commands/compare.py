@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dbo_trace.commands import common
 from dbo_trace.commands.common import color, fail, output_name, refuse_overwrite, warn, write_output
 from dbo_trace.errors import UsageError
-from dbo_trace.files import resolved
+from dbo_trace.files import followed
 
 if TYPE_CHECKING:
     from dbo_trace.bundle import Manifest
@@ -128,19 +128,12 @@ def _compare(request: CompareRequest) -> None:
     write_output(renderer.render(compared, RenderOptions(color=color(request.output)), unprofiled, pairs), request.output, request.force)
 
 
-def _whole_path(path: Path) -> Path:
-    try:
-        return resolved(path)
-    except OSError:  # a symlink loop: discovery names it; a label needs only the parts as given
-        return path.absolute()
-
-
 def arm_labels(paths: tuple[Path, ...]) -> list[str]:
     """Each arm's label: its folder's name, or, where folders share one, as many of the path's last
     parts as set them apart (graphs/c64, graphs-dbo/c64); the same folder given twice is numbered.
     Labels name arms in the output, so two alike would read as one arm."""
     names = [p.name or str(p) for p in paths]
-    parts = [_whole_path(Path(p)).parts for p in paths]
+    parts = [followed(Path(p)).parts for p in paths]
     out = list(names)
     for name in dict.fromkeys(names):
         group = [i for i, n in enumerate(names) if n == name]

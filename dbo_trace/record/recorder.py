@@ -29,6 +29,7 @@ from typing import Any, Callable, ContextManager, Iterator, NoReturn, Protocol
 
 from dbo_trace import bundle as fmt
 from dbo_trace import serve_args
+from dbo_trace.errors import shown
 from dbo_trace.record import environment
 from dbo_trace.record.child import Child, ChildFailed, http, wait_healthy
 from dbo_trace.record.bench import RepeatPlan, timed_repeats, tokenizer_of, vllm_executable
@@ -131,8 +132,7 @@ def prepared_command(argv: list[str], traces_dir: Path, window: ProfileWindow) -
     try:
         config = profiler_config(traces_dir, window, user_json)
     except ValueError:
-        shown = repr(user_json if user_json is None or len(user_json) <= 60 else user_json[:60] + "...")
-        raise ChildFailed(f"--profiler-config {shown}: not a JSON object; dbo-trace merges its settings into one") from None
+        raise ChildFailed(f"--profiler-config {shown(user_json, 60)}: not a JSON object; dbo-trace merges its settings into one") from None
     return out + ["--profiler-config", json.dumps(config, separators=(",", ":"))]
 
 

@@ -47,8 +47,9 @@ LINE_NAMES = 3  # names per kind in the one-line summary
 NAME_IN_LINE = 160
 
 
-def _name(name: str) -> str:
-    return name if len(name) <= NAME_IN_LINE else name[: NAME_IN_LINE - 3] + "..."
+def cut_name(name: str, most: int = NAME_IN_LINE) -> str:
+    """A name from input as a sentence shows it: cut to `most` characters, its end marked."""
+    return name if len(name) <= most else name[: most - 3] + "..."
 LINE_MIN_SHARE = 0.005  # items that round to 0% are left out of the line (launch calls never are)
 
 CAUSE_TEXT = {
@@ -68,7 +69,7 @@ def top_item_name(top: TopItem) -> str:
     name marked as one."""
     if top.name is None:
         return CAUSE_TEXT[top.kind]
-    return f"{_name(top.name)} (CPU op)" if top.kind == CPU_OP else _name(top.name)
+    return f"{cut_name(top.name)} (CPU op)" if top.kind == CPU_OP else cut_name(top.name)
 
 
 def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, float, int | None]]:
@@ -81,7 +82,7 @@ def cause_items(causes: HostCauses, names: int = LINE_NAMES) -> list[tuple[str, 
     ]
     for kind, listed, suffix in ((NAMED, causes.named, ""), (CPU_OP, causes.cpu_ops, " (CPU op)")):
         shown = listed[:names]
-        items += [(f"{_name(n)}{suffix}", t, None) for n, t in shown]
+        items += [(f"{cut_name(n)}{suffix}", t, None) for n, t in shown]
         rest = causes.rest_us(kind, len(shown))
         if rest > 0:
             items.append((f"other {CAUSE_TEXT[kind]}" if shown else CAUSE_TEXT[kind], rest, None))

@@ -74,7 +74,7 @@ from dbo_trace.analysis.verdict.reasons import (
     YieldOpCost,
 )
 from dbo_trace.analysis.verdict.evidence_types import HostBasis, HostTest, GpuWork, StalledStep
-from dbo_trace.render.words.notes import top_item_name
+from dbo_trace.render.words.notes import cut_name, top_item_name
 
 NAME_MOST = 60  # an operator's name in a sentence: a compiled graph's runs to hundreds of characters
 
@@ -114,10 +114,6 @@ def ms(us: float) -> str:
     return f"{us / 1000:.2f} ms"
 
 
-def _cut(name: str, most: int) -> str:
-    return name if len(name) <= most else name[: most - 3] + "..."
-
-
 # ---- what analysis measured, in words ------------------------------------------------------------------
 
 
@@ -132,7 +128,7 @@ def host_cause_text(causes: HostCauses | None) -> str | None:
 
 
 def _cause_text(top: TopItem, host_idle_us: float) -> str:
-    where = top_item_name(top) if top.name is None else f"in {_cut(top_item_name(top), 48)}"
+    where = top_item_name(top) if top.name is None else f"in {cut_name(top_item_name(top), 48)}"
     return f"{100 * top.us / host_idle_us:.0f}% of it {where}"
 
 
@@ -160,7 +156,7 @@ def expensive_text(e: ExpensiveCall) -> str:
             f"{e.threads_per_step:.0f} threads was), {100 * e.thread_share:.0f}% per thread"
         )
     return (
-        f"{_cut(e.name, NAME_MOST)} ({kind}) {e.median_us / 1000:.2f} ms per call (median of {e.calls:,}){per_step}{share}; "
+        f"{cut_name(e.name, NAME_MOST)} ({kind}) {e.median_us / 1000:.2f} ms per call (median of {e.calls:,}){per_step}{share}; "
         f"the GPU work it launched {e.kernel_us_per_call:.0f} us per call"
         + (" (with microbatches a yield's call also holds the other microbatch's turn)" if e.yields else "")
     )
@@ -247,7 +243,7 @@ def round_trip_text(afd: AfdRoundTrips, overlap: StepOverlap | None = None) -> s
         head += f" ({pct_text(afd.hidden_share)} under its compute)"
     lag = ""
     if afd.host_lag_total_us > 0 and afd.host_lag_median_us > 0:
-        op = f", in {_cut(afd.lag_op[0], NAME_MOST)}" if afd.lag_op is not None and afd.lag_op[1] >= 0.5 else ""
+        op = f", in {cut_name(afd.lag_op[0], NAME_MOST)}" if afd.lag_op is not None and afd.lag_op[1] >= 0.5 else ""
         lag = f", of it {ms(afd.host_lag_median_us)} the host's lag before the receive's launch{op}"
     return f"{head} ({per}, median {ms(afd.median_us)}{lag})"
 
@@ -580,7 +576,7 @@ def _yield_op(n: YieldOpCost) -> str:
     else:
         why = "with DBO on a call also waits for the other microbatch's turn"
     return (
-        f"the yield op {_cut(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step, "
+        f"the yield op {cut_name(y.name, NAME_MOST)} costs {ms(y.median_us)} per call, {y.per_step:.0f} calls per step, "
         f"{inside}: {pct_text(n.share)} of the GPU's host-caused idle ({why})"
     )
 
@@ -608,7 +604,7 @@ def _gpu_bottleneck(n: GpuBottleneck) -> str:
     top = ""
     if n.top_kernel is not None:
         name, of_kernels = n.top_kernel
-        top = f"; the kernel with the most GPU time, {_cut(name, NAME_MOST)}, is {pct_text(of_kernels)} of kernel time"
+        top = f"; the kernel with the most GPU time, {cut_name(name, NAME_MOST)}, is {pct_text(of_kernels)} of kernel time"
     return (
         f"the GPU is the bottleneck: {_busy(w, _work_time(w))}; overlap or the host can win back "
         f"at most the other {pct_text(1.0 - share)}{top}"
@@ -674,7 +670,7 @@ def pays_text(p: Pays) -> str:
 
 
 def _crowded(n: CommCrowded) -> str:
-    holder = f" ({_cut(n.holder, 60)})" if n.holder else ""
+    holder = f" ({cut_name(n.holder, 60)})" if n.holder else ""
     return (
         f"comm waited for free SMs: {ms(n.finding.exposed_us)} of comm exposed behind SM-hungry compute{holder}; SMs kept for "
         "comm (VLLM_DBO_COMM_SMS) let it start, and --what-if sms=N estimates the step with them"
